@@ -1,0 +1,1 @@
+"""Sessions server: durable, tree-structured conversation history for AI agents, over gRPC."""

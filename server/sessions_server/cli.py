@@ -1,0 +1,83 @@
+"""The `sessions-server` command."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from sessions_server.config import DEFAULT_DRAIN_SECONDS, DEFAULT_LISTEN, DEFAULT_MAX_REQUEST_BYTES, ServerConfig
+from sessions_server.domain.keys import MAX_OBJECT_KEY_BYTES
+from sessions_server.storage.registry import DEFAULT_MAX_OPEN_OBJECTS
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sessions-server", description="Sessions gRPC server")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="run the server")
+    serve.add_argument("--listen", default=DEFAULT_LISTEN, help=f"HOST:PORT to bind; port 0 picks one (default {DEFAULT_LISTEN})")
+    serve.add_argument("--data-dir", type=Path, default=Path("./data"), help="where object files live (default ./data)")
+    serve.add_argument(
+        "--reserved-metadata-key",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="metadata key removed from source=client messages (repeatable)",
+    )
+    serve.add_argument(
+        "--max-request-bytes",
+        type=int,
+        default=DEFAULT_MAX_REQUEST_BYTES,
+        help=f"largest request message accepted (default {DEFAULT_MAX_REQUEST_BYTES}); larger messages use UploadMessage",
+    )
+    serve.add_argument(
+        "--max-open-objects", type=int, default=DEFAULT_MAX_OPEN_OBJECTS,
+        help=f"objects kept open before idle ones close (default {DEFAULT_MAX_OPEN_OBJECTS})",
+    )
+    serve.add_argument(
+        "--max-object-key-bytes", type=int, default=MAX_OBJECT_KEY_BYTES,
+        help=f"longest object key accepted, UTF-8 bytes (default {MAX_OBJECT_KEY_BYTES})",
+    )
+    serve.add_argument(
+        "--drain-seconds", type=float, default=DEFAULT_DRAIN_SECONDS,
+        help=f"grace period for in-flight calls on shutdown (default {DEFAULT_DRAIN_SECONDS})",
+    )
+    serve.add_argument("--log-level", default="WARNING", help="logging level (default WARNING)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    config = ServerConfig(
+        data_dir=args.data_dir,
+        listen=args.listen,
+        reserved_metadata_keys=tuple(args.reserved_metadata_key),
+        max_request_bytes=args.max_request_bytes,
+        max_open_objects=args.max_open_objects,
+        max_object_key_bytes=args.max_object_key_bytes,
+        drain_seconds=args.drain_seconds,
+    )
+    return asyncio.run(_run(config))
+
+
+async def _run(config: ServerConfig) -> int:
+    from sessions_server.transport.server import serve
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await serve(config, stop)
+    except OSError as exc:
+        print(f"sessions-server: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,29 @@
+"""Server configuration: one frozen record, built from command-line flags or by tests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sessions_server.domain.keys import MAX_OBJECT_KEY_BYTES
+from sessions_server.storage.registry import DEFAULT_MAX_OPEN_OBJECTS
+
+DEFAULT_LISTEN = "127.0.0.1:50051"
+DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
+DEFAULT_WORKER_THREADS = 8
+DEFAULT_DRAIN_SECONDS = 10.0
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Everything a server needs to start. Each limit carries its unit in its name."""
+
+    data_dir: Path = Path("./data")
+    listen: str = DEFAULT_LISTEN
+    reserved_metadata_keys: tuple[str, ...] = ()
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    max_open_objects: int = DEFAULT_MAX_OPEN_OBJECTS
+    max_object_key_bytes: int = MAX_OBJECT_KEY_BYTES
+    worker_threads: int = DEFAULT_WORKER_THREADS
+    drain_seconds: float = DEFAULT_DRAIN_SECONDS
+    extra_options: tuple[tuple[str, int], ...] = field(default_factory=tuple)

@@ -1,0 +1,1 @@
+"""Session semantics, pure: no gRPC, no SQLite."""

@@ -1,0 +1,51 @@
+"""Errors the domain raises for bad input or unmet conditions.
+
+Each carries a reason from the contract's ErrorReason enum (as its name without the prefix), a
+human-readable message and metadata (which field, which limit). The transport maps the class to a
+gRPC status code; nothing here knows about gRPC.
+"""
+
+from __future__ import annotations
+
+
+class SessionsError(Exception):
+    """Base class: a failure the caller can act on."""
+
+    reason = "UNSPECIFIED"
+
+    def __init__(self, message: str, *, reason: str | None = None, **metadata: str) -> None:
+        super().__init__(message)
+        self.message = message
+        if reason is not None:
+            self.reason = reason
+        self.metadata = metadata
+
+
+class InvalidArgument(SessionsError):
+    """The request is malformed; nothing was written."""
+
+    reason = "INVALID_FIELD"
+
+
+class LimitExceeded(SessionsError):
+    """A configured limit was exceeded; nothing was written."""
+
+    reason = "LIMIT_EXCEEDED"
+
+
+class FailedPrecondition(SessionsError):
+    """The request is well-formed but the stored state does not allow it."""
+
+    reason = "FAILED_PRECONDITION"
+
+
+class Unavailable(SessionsError):
+    """The server cannot serve the request now (draining); retrying elsewhere may work."""
+
+    reason = "DRAINING"
+
+
+class StorageFailure(SessionsError):
+    """The storage engine failed (disk full, I/O error); the write was rolled back."""
+
+    reason = "STORAGE_FAILURE"

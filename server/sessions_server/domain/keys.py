@@ -1,0 +1,48 @@
+"""Rules for the names callers choose: object keys and session ids.
+
+An object key never becomes a path (storage hashes it), so these rules exist for operators and
+logs, not for safety of the file system: no control characters, bounded length.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+from sessions_server.domain.errors import InvalidArgument
+
+MAX_OBJECT_KEY_BYTES = 1024
+MAX_SESSION_ID_BYTES = 1024
+
+
+def check_object_key(key: str, *, max_bytes: int = MAX_OBJECT_KEY_BYTES) -> None:
+    """Raises InvalidArgument (INVALID_OBJECT_KEY) unless `key` is a usable object key."""
+    if not key:
+        raise InvalidArgument(
+            "object_key must not be empty", reason="INVALID_OBJECT_KEY", field="object_key"
+        )
+    size = len(key.encode("utf-8", "surrogatepass"))
+    if size > max_bytes:
+        raise InvalidArgument(
+            f"object_key is {size} bytes; the limit is {max_bytes} bytes",
+            reason="INVALID_OBJECT_KEY",
+            field="object_key",
+            limit_bytes=str(max_bytes),
+        )
+    for index, char in enumerate(key):
+        if unicodedata.category(char) in ("Cc", "Cs"):
+            raise InvalidArgument(
+                f"object_key holds a control character (U+{ord(char):04X}) at index {index}",
+                reason="INVALID_OBJECT_KEY",
+                field="object_key",
+            )
+
+
+def check_session_id(session_id: str, *, max_bytes: int = MAX_SESSION_ID_BYTES) -> None:
+    """Session ids are free-form as upstream, only bounded in length."""
+    size = len(session_id.encode("utf-8", "surrogatepass"))
+    if size > max_bytes:
+        raise InvalidArgument(
+            f"session_id is {size} bytes; the limit is {max_bytes} bytes",
+            field="session_id",
+            limit_bytes=str(max_bytes),
+        )

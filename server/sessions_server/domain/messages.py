@@ -1,0 +1,130 @@
+"""Messages as the domain sees them: parsing client JSON, shape rules, and preparing rows.
+
+A message is a JSON object with a string `id`, a string `role` and an array `parts` whose items
+are objects with a string `type`. Upstream fails on anything else somewhere in its pipeline (a
+TypeError, a NOT NULL violation) or, on import, silently drops it; we reject it up front with
+INVALID_ARGUMENT on every write path (DESIGN.md §9).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sessions_server.domain import jsjson
+from sessions_server.domain.chunking import split_content
+from sessions_server.domain.errors import InvalidArgument
+from sessions_server.domain.sanitize import sanitize_message, strip_reserved_metadata
+from sessions_server.domain.tokens import estimate_row_tokens
+
+COMPACTION_PREFIX = "compaction_"
+
+Message = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class PreparedMessage:
+    """A message ready to be stored: its final form, stored JSON, slices and stamps."""
+
+    message: Message
+    json: str
+    token_estimate: int
+
+    @property
+    def id(self) -> str:
+        return str(self.message["id"])
+
+    @property
+    def role(self) -> str:
+        return str(self.message["role"])
+
+    @property
+    def digest(self) -> str:
+        """Lowercase hex SHA-256 of the stored JSON (upstream's `content_hash`)."""
+        return hashlib.sha256(self.json.encode("utf-8")).hexdigest()
+
+    def slices(self) -> list[str]:
+        """The stored JSON cut at the row budget: slice 0 for the row, the rest continuations."""
+        return split_content(self.json)
+
+
+def parse_message(text: str, *, field: str = "message_json") -> Message:
+    """Parses client JSON text into a message, or raises InvalidArgument naming the field."""
+    try:
+        value = jsjson.parse(text)
+    except jsjson.JsonInputError as exc:
+        raise InvalidArgument(
+            f"{field} is not valid JSON: {exc}", reason="INVALID_JSON", field=field, detail=str(exc)
+        ) from None
+    check_message_shape(value, field=field)
+    return value  # type: ignore[no-any-return]
+
+
+def check_message_shape(value: Any, *, field: str) -> None:
+    """Raises InvalidArgument unless `value` has the shape every write path needs."""
+
+    def reject(detail: str) -> None:
+        raise InvalidArgument(
+            f"{field} is not a message: {detail}", reason="INVALID_MESSAGE", field=field, detail=detail
+        )
+
+    if not isinstance(value, dict):
+        reject(f"expected a JSON object, got {_json_type(value)}")
+    if not isinstance(value.get("id"), str):
+        reject("`id` must be a string")
+    if not isinstance(value.get("role"), str):
+        reject("`role` must be a string")
+    parts = value.get("parts")
+    if not isinstance(parts, list):
+        reject("`parts` must be an array")
+    for index, part in enumerate(parts):
+        if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+            reject(f"`parts[{index}]` must be an object with a string `type`")
+
+
+def is_stored_message(text: str) -> bool:
+    """Whether stored JSON parses as a message; reads skip rows that do not (as upstream)."""
+    try:
+        value = jsjson.parse(text)
+    except jsjson.JsonInputError:
+        return False
+    return (
+        isinstance(value, dict)
+        and isinstance(value.get("id"), str)
+        and isinstance(value.get("role"), str)
+        and isinstance(value.get("parts"), list)
+    )
+
+
+def is_overlay_id(message_id: str) -> bool:
+    """Ids of compaction overlays are derived on read; writes refuse them (upstream 0.32)."""
+    return message_id.startswith(COMPACTION_PREFIX)
+
+
+def prepare_for_write(message: Message, *, from_client: bool, reserved_keys: Sequence[str]) -> PreparedMessage:
+    """Append, update and upsert: sanitize, strip reserved metadata for client input, stamp."""
+    prepared = sanitize_message(message)
+    if from_client:
+        prepared = strip_reserved_metadata(prepared, reserved_keys)
+    return PreparedMessage(prepared, jsjson.stringify(prepared), estimate_row_tokens(prepared))
+
+
+def prepare_for_import(message: Message) -> PreparedMessage:
+    """Import is verbatim: no sanitizing, no stripping, but the same stamps."""
+    return PreparedMessage(message, jsjson.stringify(message), estimate_row_tokens(message))
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return type(value).__name__

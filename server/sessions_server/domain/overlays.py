@@ -1,0 +1,68 @@
+"""Compaction overlays: which stored records replace which spans of a path, at read time.
+
+Selection walks the path from the root; at each position the newest record (highest seq) that
+starts there and ends at or after it on this path wins, its span is replaced by one synthetic
+message, and the walk resumes after the span, so records starting inside it never apply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sessions_server.domain import jsjson
+from sessions_server.storage.rows import COMPACTION_PREFIX, Compaction
+
+
+@dataclass(frozen=True, slots=True)
+class OverlaySpan:
+    """Path indexes `start`..`end` (inclusive) replaced by `compaction`."""
+
+    start: int
+    end: int
+    compaction: Compaction
+
+
+def plan_overlays(path_ids: Sequence[str], compactions: Sequence[Compaction]) -> list[OverlaySpan]:
+    """The spans that apply to a root-to-leaf path (upstream's selection rule)."""
+    if not compactions:
+        return []
+    index_of: dict[str, int] = {}
+    for index, message_id in enumerate(path_ids):
+        index_of[message_id] = index  # a repeated id (a cycle) resolves to its last position
+    by_start: dict[str, list[Compaction]] = {}
+    for record in compactions:
+        by_start.setdefault(record.from_message_id, []).append(record)
+    spans: list[OverlaySpan] = []
+    i = 0
+    while i < len(path_ids):
+        chosen: Compaction | None = None
+        for record in by_start.get(path_ids[i], ()):
+            if index_of.get(record.to_message_id, -1) >= i:
+                chosen = record  # records are in seq order: the last match is the newest
+        if chosen is not None:
+            end = index_of[chosen.to_message_id]
+            spans.append(OverlaySpan(i, end, chosen))
+            i = end + 1
+        else:
+            i += 1
+    return spans
+
+
+def overlay_id(compaction: Compaction) -> str:
+    return COMPACTION_PREFIX + compaction.id
+
+
+def overlay_message_json(compaction: Compaction) -> str:
+    """The synthetic message an overlay renders as; `createdAt` is the time of the read."""
+    now = datetime.now(UTC)
+    created = now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
+    return jsjson.stringify(
+        {
+            "id": overlay_id(compaction),
+            "role": "assistant",
+            "parts": [{"type": "text", "text": compaction.summary}],
+            "createdAt": created,
+        }
+    )

@@ -1,0 +1,577 @@
+"""Session semantics over the storage layer: the operations the contract exposes.
+
+Each write prepares its message here (parse, shape rules, sanitize, stamps) and hands storage a
+finished row; each read resolves leaves, plans overlays and windows, and filters what upstream
+filters. Results are plain records; the transport maps them to the wire.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sessions_server.domain import keys, messages
+from sessions_server.domain.errors import FailedPrecondition, InvalidArgument, StorageFailure
+from sessions_server.domain.overlays import OverlaySpan, overlay_id, overlay_message_json, plan_overlays
+from sessions_server.storage import queries
+from sessions_server.storage.registry import ObjectRegistry
+from sessions_server.storage.rows import (
+    MAX_PATH_DEPTH,
+    Compaction,
+    NewRow,
+    Parent,
+    PathStat,
+    RowInfo,
+    StorageError,
+    StoredMessage,
+    StoredRowUnreadable,
+)
+from sessions_server.storage.store import ObjectStore, WriteContext, append_in, clear_in, delete_in, import_in, update_in
+
+# Upstream's hydration windows: forward reads fetch at most 50 rows and 4 MiB of stored bytes per
+# query (an oversized row alone); newest-first prefix streams use fixed 8-row windows.
+WINDOW_ROWS = 50
+WINDOW_BYTES = 4 * 1024 * 1024
+NEWEST_FIRST_PREFIX_WINDOW_ROWS = 8
+# Newest-first walks read this many rows per executor hop at first, doubling up to the maximum,
+# so a reader that stops after one message costs a handful of point reads.
+WALK_FIRST_STEPS = 4
+WALK_MAX_STEPS = 64
+DEFAULT_BATCH_SIZE = 50
+DEFAULT_BATCH_BYTES = 4 * 1024 * 1024
+IMPORT_PIPELINE_DEPTH = 64
+
+
+@dataclass(frozen=True, slots=True)
+class MessageView:
+    """A message as a read or write returns it: lifted facts (None for synthetic ones) and JSON."""
+
+    info: RowInfo | None
+    json: str
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    inserted: bool
+    message: MessageView
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateResult:
+    found: bool
+    changed: bool
+    message: MessageView | None
+
+
+@dataclass(frozen=True, slots=True)
+class AppendInput:
+    """One message of an AppendMessages batch, as the transport decoded it."""
+
+    text: str
+    parent: Parent
+    from_client: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RecentSummary:
+    truncated: bool
+    total_content_bytes: int
+
+
+def _row_for(prepared: messages.PreparedMessage) -> NewRow:
+    return NewRow(prepared.id, prepared.role, prepared.slices(), prepared.digest, prepared.token_estimate)
+
+
+def _stored_row_ok(stored: StoredMessage) -> bool:
+    return stored.stamped or messages.is_stored_message(stored.content)
+
+
+def _view(stored: StoredMessage) -> MessageView | None:
+    """The readable form of a stored row; None for rows upstream's reads skip (unparseable)."""
+    if not _stored_row_ok(stored):
+        return None
+    return MessageView(stored.info, stored.content)
+
+
+def _storage_failure(exc: StorageError) -> StorageFailure:
+    return StorageFailure(str(exc))
+
+
+class SessionsService:
+    """The operations of the contract, one method per RPC."""
+
+    def __init__(
+        self,
+        registry: ObjectRegistry,
+        *,
+        reserved_metadata_keys: Sequence[str] = (),
+        max_object_key_bytes: int = keys.MAX_OBJECT_KEY_BYTES,
+    ) -> None:
+        self.registry = registry
+        self.reserved_metadata_keys = tuple(reserved_metadata_keys)
+        self.max_object_key_bytes = max_object_key_bytes
+
+    def _check_names(self, object_key: str, session_id: str) -> None:
+        keys.check_object_key(object_key, max_bytes=self.max_object_key_bytes)
+        keys.check_session_id(session_id)
+
+    @contextlib.asynccontextmanager
+    async def _object(self, object_key: str) -> AsyncIterator[ObjectStore]:
+        try:
+            async with self.registry.use(object_key) as store:
+                yield store
+        except StorageError as exc:
+            raise _storage_failure(exc) from exc
+        except StoredRowUnreadable as exc:
+            raise FailedPrecondition(str(exc), reason="INVALID_MESSAGE") from exc
+
+    def _prepare(self, text: str, from_client: bool, field: str) -> tuple[messages.Message, messages.PreparedMessage]:
+        message = messages.parse_message(text, field=field)
+        prepared = messages.prepare_for_write(
+            message, from_client=from_client, reserved_keys=self.reserved_metadata_keys
+        )
+        return message, prepared
+
+    # ── writes ──────────────────────────────────────────────────────────────
+
+    async def append(
+        self, object_key: str, session_id: str, text: str, parent: Parent, *, from_client: bool
+    ) -> AppendResult:
+        return (await self.append_many(object_key, session_id, [AppendInput(text, parent, from_client)]))[0]
+
+    async def append_many(self, object_key: str, session_id: str, items: Sequence[AppendInput]) -> list[AppendResult]:
+        """Appends in order in one transaction; any invalid item rejects the whole batch."""
+        self._check_names(object_key, session_id)
+        field_name = "message_json" if len(items) == 1 else "items[{}].message_json"
+        staged: list[tuple[int, messages.Message, messages.PreparedMessage | None]] = []
+        for index, item in enumerate(items):
+            message, prepared = self._prepare(item.text, item.from_client, field_name.format(index))
+            # Overlay ids are derived on read: upstream answers inserted=false and writes nothing.
+            staged.append((index, message, None if messages.is_overlay_id(prepared.id) else prepared))
+
+        def run(ctx: WriteContext) -> list[AppendResult]:
+            results = []
+            for index, message, prepared in staged:
+                if prepared is None:
+                    results.append(AppendResult(False, MessageView(None, messages.jsjson.stringify(message))))
+                    continue
+                outcome = append_in(ctx, session_id, _row_for(prepared), items[index].parent, _stored_row_ok)
+                if outcome.existing is not None:
+                    results.append(AppendResult(False, MessageView(outcome.info, outcome.existing.content)))
+                else:
+                    results.append(AppendResult(True, MessageView(outcome.info, prepared.json)))
+            return results
+
+        if all(prepared is None for _, _, prepared in staged):
+            return run(None)  # type: ignore[arg-type]  # no job touches storage
+        async with self._object(object_key) as store:
+            return await store.write(run)
+
+    async def update(self, object_key: str, session_id: str, text: str, *, from_client: bool) -> UpdateResult:
+        """Replaces an existing message; found=False (upstream's null) when the id is absent."""
+        self._check_names(object_key, session_id)
+        _, prepared = self._prepare(text, from_client, "message_json")
+        if messages.is_overlay_id(prepared.id):
+            return UpdateResult(False, False, None)
+        row = _row_for(prepared)
+        async with self._object(object_key) as store:
+            outcome = await store.write(lambda ctx: update_in(ctx, session_id, row))
+        if outcome.status == "missing":
+            return UpdateResult(False, False, None)
+        return UpdateResult(True, outcome.status == "updated", MessageView(outcome.info, prepared.json))
+
+    async def upsert(
+        self, object_key: str, session_id: str, text: str, parent: Parent, *, from_client: bool
+    ) -> tuple[bool, UpdateResult]:
+        """Appends a new id, else updates without re-parenting. Returns (inserted, result)."""
+        self._check_names(object_key, session_id)
+        message, prepared = self._prepare(text, from_client, "message_json")
+        if messages.is_overlay_id(prepared.id):
+            return False, UpdateResult(False, False, MessageView(None, messages.jsjson.stringify(message)))
+        row = _row_for(prepared)
+
+        def run(ctx: WriteContext) -> tuple[bool, UpdateResult]:
+            if not queries.exists(ctx.conn, session_id, row.id):
+                outcome = append_in(ctx, session_id, row, parent, _stored_row_ok)
+                return True, UpdateResult(True, False, MessageView(outcome.info, prepared.json))
+            updated = update_in(ctx, session_id, row)
+            return False, UpdateResult(True, updated.status == "updated", MessageView(updated.info, prepared.json))
+
+        async with self._object(object_key) as store:
+            return await store.write(run)
+
+    async def delete(self, object_key: str, session_id: str, message_ids: Sequence[str]) -> int:
+        self._check_names(object_key, session_id)
+        ids = list(dict.fromkeys(message_ids))
+        if not ids:
+            return 0
+        async with self._object(object_key) as store:
+            return await store.write(lambda ctx: delete_in(ctx, session_id, ids))
+
+    async def clear(self, object_key: str, session_id: str) -> int:
+        self._check_names(object_key, session_id)
+        async with self._object(object_key) as store:
+            return await store.write(lambda ctx: clear_in(ctx, session_id))
+
+    @contextlib.asynccontextmanager
+    async def importer(self, object_key: str, session_id: str) -> AsyncIterator[Importer]:
+        """An import session: messages are validated as they arrive and committed in order."""
+        self._check_names(object_key, session_id)
+        async with self._object(object_key) as store:
+            importer = Importer(store, session_id)
+            try:
+                yield importer
+            finally:
+                await importer.finish()
+
+    # ── reads ───────────────────────────────────────────────────────────────
+
+    async def get_message(self, object_key: str, session_id: str, message_id: str) -> MessageView | None:
+        self._check_names(object_key, session_id)
+        async with self._object(object_key) as store:
+            stored = await store.read(lambda conn: queries.get_message(conn, session_id, message_id))
+        return None if stored is None else _view(stored)
+
+    async def get_messages(
+        self, object_key: str, session_id: str, message_ids: Sequence[str]
+    ) -> AsyncIterator[MessageView]:
+        """Found messages in request order, fetched in bounded windows."""
+        self._check_names(object_key, session_id)
+        ids = list(dict.fromkeys(message_ids))
+        async with self._object(object_key) as store:
+            for start in range(0, len(ids), WINDOW_ROWS):
+                window = ids[start : start + WINDOW_ROWS]
+                found = await store.read(lambda conn, w=window: queries.get_messages(conn, session_id, w))  # type: ignore[misc]
+                for message_id in window:
+                    stored = found.get(message_id)
+                    view = None if stored is None else _view(stored)
+                    if view is not None:
+                        yield view
+
+    async def get_latest_leaf(self, object_key: str, session_id: str) -> MessageView | None:
+        """The active leaf, skipping hidden overlay rows towards the root."""
+        self._check_names(object_key, session_id)
+
+        def run(conn: Any, store: ObjectStore) -> StoredMessage | None:
+            leaf = store.latest_leaf_id(conn, session_id)
+            if leaf is None:
+                return None
+            hidden = _hidden_ids(queries.compactions(conn, session_id))
+            while leaf is not None and leaf in hidden:
+                _, leaf = queries.parent_of(conn, session_id, leaf)
+            return None if leaf is None else queries.get_message(conn, session_id, leaf)
+
+        async with self._object(object_key) as store:
+            stored = await store.read(lambda conn: run(conn, store))
+        return None if stored is None else _view(stored)
+
+    async def get_branches(self, object_key: str, session_id: str, message_id: str) -> AsyncIterator[MessageView]:
+        """Direct children in seq order; hidden overlay children are replaced by their own."""
+        self._check_names(object_key, session_id)
+
+        def run(conn: Any) -> list[StoredMessage]:
+            hidden = _hidden_ids(queries.compactions(conn, session_id))
+
+            def expand(parent_id: str, depth: int) -> list[StoredMessage]:
+                rows = queries.children(conn, session_id, parent_id)
+                if not hidden or depth > MAX_PATH_DEPTH:
+                    return rows
+                out: list[StoredMessage] = []
+                for row in rows:
+                    out.extend(expand(row.info.id, depth + 1) if row.info.id in hidden else [row])
+                return sorted(out, key=lambda r: r.info.seq)
+
+            return expand(message_id, 0)
+
+        async with self._object(object_key) as store:
+            rows = await store.read(run)
+        for row in rows:
+            view = _view(row)
+            if view is not None:
+                yield view
+
+    async def history(
+        self, object_key: str, session_id: str, *, leaf_id: str = "", newest_first: bool = False
+    ) -> AsyncIterator[MessageView]:
+        """One root-to-leaf path with overlays applied, root first or newest first."""
+        self._check_names(object_key, session_id)
+        async with self._object(object_key) as store:
+            if newest_first:
+                async for view in self._walk_from_leaf(store, session_id, leaf_id):
+                    yield view
+                return
+
+            def plan(conn: Any) -> tuple[list[PathStat], list[Compaction]]:
+                leaf = _resolve_leaf(store, conn, session_id, leaf_id)
+                if leaf is None:
+                    return [], []
+                return queries.path_stats(conn, session_id, leaf).rows, queries.compactions(conn, session_id)
+
+            stats, records = await store.read(plan)
+            async for view in _stream_path(store, session_id, stats, records):
+                yield view
+
+    async def recent_history(
+        self, object_key: str, session_id: str, max_content_bytes: int, *, leaf_id: str = ""
+    ) -> AsyncIterator[RecentSummary | MessageView]:
+        """The longest recent suffix whose stored bytes fit the budget, never less than the leaf.
+        Yields the summary first, then the messages."""
+        self._check_names(object_key, session_id)
+        async with self._object(object_key) as store:
+
+            def plan(conn: Any) -> tuple[list[PathStat], bool, int, list[Compaction]]:
+                leaf = _resolve_leaf(store, conn, session_id, leaf_id)
+                if leaf is None:
+                    return [], False, 0, []
+                path = queries.path_stats(conn, session_id, leaf)
+                if not path.rows:
+                    return [], False, 0, []
+                total = sum(row.bytes for row in path.rows)
+                start = len(path.rows) - 1
+                used = path.rows[start].bytes
+                while start > 0 and used + path.rows[start - 1].bytes <= max_content_bytes:
+                    start -= 1
+                    used += path.rows[start].bytes
+                # The depth cap hides older rows as the budget does; a path of exactly the cap's
+                # length is complete, so only a walk whose oldest row still has a parent counts.
+                capped = (
+                    path.walked > MAX_PATH_DEPTH
+                    and path.oldest_id is not None
+                    and queries.parent_of(conn, session_id, path.oldest_id)[1] is not None
+                )
+                return path.rows[start:], start > 0 or capped, total, queries.compactions(conn, session_id)
+
+            window, truncated, total, records = await store.read(plan)
+            yield RecentSummary(truncated, total)
+            async for view in _stream_path(store, session_id, window, records):
+                yield view
+
+    async def row_stats(self, object_key: str, session_id: str, *, leaf_id: str = "") -> list[PathStat]:
+        """Per-row stored bytes and token estimates along a path (at most 10,001 rows)."""
+        self._check_names(object_key, session_id)
+        async with self._object(object_key) as store:
+
+            def run(conn: Any) -> list[PathStat]:
+                leaf = _resolve_leaf(store, conn, session_id, leaf_id)
+                return [] if leaf is None else queries.path_stats(conn, session_id, leaf).rows
+
+            return await store.read(run)
+
+    async def _walk_from_leaf(self, store: ObjectStore, session_id: str, leaf_id: str) -> AsyncIterator[MessageView]:
+        """Leaf to root by point reads, one row per step; switches to planned overlays at the
+        first row that ends some compaction (everything after it is exact without planning)."""
+
+        def start(conn: Any) -> tuple[str | None, list[Compaction]]:
+            return _resolve_leaf(store, conn, session_id, leaf_id), queries.compactions(conn, session_id)
+
+        next_id, records = await store.read(start)
+        span_ends = {record.to_message_id for record in records}
+        hidden = _hidden_ids(records)
+        depth = 0
+        steps = WALK_FIRST_STEPS
+
+        def walk(conn: Any, first: str, budget: int, depth: int) -> tuple[list[StoredMessage], str | None, bool]:
+            rows: list[StoredMessage] = []
+            current: str | None = first
+            while current is not None and depth <= MAX_PATH_DEPTH and len(rows) < budget:
+                if current in span_ends:
+                    return rows, current, True
+                row = queries.get_message(conn, session_id, current)
+                if row is None:
+                    return rows, None, False
+                rows.append(row)
+                current = row.info.parent_id
+                depth += 1
+            return rows, (current if depth <= MAX_PATH_DEPTH else None), False
+
+        while next_id is not None and depth <= MAX_PATH_DEPTH:
+            first = next_id
+            rows, next_id, switch = await store.read(
+                lambda conn, f=first, b=steps, d=depth: walk(conn, f, b, d)  # type: ignore[misc]
+            )
+            depth += len(rows)
+            steps = min(steps * 2, WALK_MAX_STEPS)
+            for row in rows:
+                if row.info.id in hidden:
+                    continue
+                view = _view(row)
+                if view is not None:
+                    yield view
+            if switch and next_id is not None:
+                async for view in self._overlaid_prefix(store, session_id, leaf_id, next_id, records):
+                    yield view
+                return
+
+    async def _overlaid_prefix(
+        self, store: ObjectStore, session_id: str, leaf_id: str, from_id: str, records: list[Compaction]
+    ) -> AsyncIterator[MessageView]:
+        def ids(conn: Any) -> list[str]:
+            leaf = _resolve_leaf(store, conn, session_id, leaf_id)
+            return [] if leaf is None else queries.path_ids(conn, session_id, leaf)
+
+        path = await store.read(ids)
+        if from_id not in path:
+            return
+        end = path.index(from_id)
+        spans = [span for span in plan_overlays(path, records) if span.end <= end]
+        stats = [PathStat(message_id, "", 0, 0) for message_id in path[: end + 1]]
+        async for view in _stream_path(store, session_id, stats, records, newest_first=True, spans=spans):
+            yield view
+
+
+class Importer:
+    """Validates imported messages as they arrive and commits each in its own job, pipelined so
+    that a bulk import shares commits (group commit) while staying in order."""
+
+    def __init__(self, store: ObjectStore, session_id: str) -> None:
+        self._store = store
+        self._session_id = session_id
+        self._pending: list[asyncio.Future[bool]] = []
+        self.imported = 0
+        self.skipped = 0
+        self.received = 0
+
+    async def add(self, text: str, parent_id: str | None, created_at_ms: int) -> None:
+        field = f"message[{self.received}]"
+        message = messages.parse_message(text, field=field)
+        prepared = messages.prepare_for_import(message)
+        row = _row_for(prepared)
+        self.received += 1
+        future = asyncio.ensure_future(
+            self._store.write(lambda ctx: import_in(ctx, self._session_id, row, parent_id, created_at_ms))
+        )
+        self._pending.append(future)
+        if len(self._pending) >= IMPORT_PIPELINE_DEPTH:
+            await self._settle(self._pending[: IMPORT_PIPELINE_DEPTH // 2])
+
+    async def _settle(self, futures: list[asyncio.Future[bool]]) -> None:
+        del self._pending[: len(futures)]
+        for future in futures:
+            try:
+                inserted = await future
+            except StorageError as exc:
+                raise _storage_failure(exc) from exc
+            if inserted:
+                self.imported += 1
+            else:
+                self.skipped += 1
+
+    async def finish(self) -> None:
+        await self._settle(list(self._pending))
+
+
+def _hidden_ids(records: Sequence[Compaction]) -> set[str]:
+    return {overlay_id(record) for record in records}
+
+
+def _resolve_leaf(store: ObjectStore, conn: Any, session_id: str, leaf_id: str) -> str | None:
+    """A non-empty leaf id is used only if it exists in the session (else the read is empty);
+    an empty one means the active leaf."""
+    if leaf_id:
+        return leaf_id if queries.exists(conn, session_id, leaf_id) else None
+    return store.latest_leaf_id(conn, session_id)
+
+
+def _windows(rows: Sequence[PathStat], max_rows: int, max_bytes: int | None) -> list[list[PathStat]]:
+    """Cuts rows into hydration windows: at most `max_rows`, and at most `max_bytes` of stored
+    bytes when given, a single oversized row standing alone."""
+    out: list[list[PathStat]] = []
+    current: list[PathStat] = []
+    used = 0
+    for row in rows:
+        if current and (
+            len(current) >= max_rows or (max_bytes is not None and used + row.bytes > max_bytes)
+        ):
+            out.append(current)
+            current, used = [], 0
+        current.append(row)
+        used += row.bytes
+    if current:
+        out.append(current)
+    return out
+
+
+async def _stream_path(
+    store: ObjectStore,
+    session_id: str,
+    stats: Sequence[PathStat],
+    records: Sequence[Compaction],
+    *,
+    newest_first: bool = False,
+    spans: Sequence[OverlaySpan] | None = None,
+) -> AsyncIterator[MessageView]:
+    """Streams path rows with overlays collapsed, hydrating one bounded window at a time; no
+    window is retained after it has been yielded."""
+    if spans is None:
+        spans = plan_overlays([row.id for row in stats], records)
+    span_at = {span.start: span for span in spans}
+    segments: list[Compaction | Sequence[PathStat]] = []
+    index = 0
+    while index < len(stats):
+        span = span_at.get(index)
+        if span is not None:
+            segments.append(span.compaction)
+            index = span.end + 1
+            continue
+        run_end = index + 1
+        while run_end < len(stats) and run_end not in span_at:
+            run_end += 1
+        segments.append(stats[index:run_end])
+        index = run_end
+    if newest_first:
+        segments.reverse()
+    for segment in segments:
+        if isinstance(segment, Compaction):
+            yield MessageView(None, overlay_message_json(segment))
+            continue
+        rows = list(reversed(segment)) if newest_first else list(segment)
+        windows = (
+            _windows(rows, NEWEST_FIRST_PREFIX_WINDOW_ROWS, None)
+            if newest_first
+            else _windows(rows, WINDOW_ROWS, WINDOW_BYTES)
+        )
+        for window in windows:
+            ids = [row.id for row in window]
+            found = await store.read(lambda conn, i=ids: queries.get_messages(conn, session_id, i))  # type: ignore[misc]
+            for message_id in ids:
+                stored = found.get(message_id)
+                view = None if stored is None else _view(stored)
+                if view is not None:
+                    yield view
+
+
+async def mark_batches(
+    views: AsyncIterator[MessageView], batch_size: int, max_batch_bytes: int
+) -> AsyncIterator[tuple[MessageView, bool]]:
+    """Pairs each message with whether it ends a batch, by upstream's historyBatches rules: close
+    the batch before a message that would overflow it, and after one that fills it."""
+    size_limit = max(1, batch_size)
+    byte_limit = max(1, max_batch_bytes)
+    count = 0
+    used = 0
+    previous: MessageView | None = None
+    async for view in views:
+        size = len(view.json.encode("utf-8", "surrogatepass"))
+        if previous is not None:
+            closes = count >= size_limit or used + size > byte_limit
+            yield previous, closes
+            if closes:
+                count, used = 0, 0
+        count += 1
+        used += size
+        previous = view
+        if count >= size_limit or used >= byte_limit:
+            yield previous, True
+            previous = None
+            count, used = 0, 0
+    if previous is not None:
+        yield previous, True
+
+
+def check_positive_budget(value: int, field: str) -> int:
+    if value < 0:
+        raise InvalidArgument(f"{field} must not be negative", field=field)
+    return value

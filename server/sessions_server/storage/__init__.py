@@ -1,0 +1,1 @@
+"""Storage: one SQLite file per object, one writer per object, upstream's schema and SQL."""

@@ -1,0 +1,24 @@
+"""Where an object's file lives: a path derived from a hash of its key, never from the key.
+
+`<data_dir>/objects/ab/cd/<sha256 of key>.sqlite`: hostile keys (`../x`, absolute paths, NUL,
+very long strings) cannot reach outside the data directory, and no folder grows too large.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+OBJECTS_DIR = "objects"
+FILE_SUFFIX = ".sqlite"
+
+
+def object_file_name(object_key: str) -> str:
+    """The file name of an object: the hex SHA-256 of its UTF-8 key."""
+    return hashlib.sha256(object_key.encode("utf-8", "surrogatepass")).hexdigest() + FILE_SUFFIX
+
+
+def object_path(data_dir: Path, object_key: str) -> Path:
+    """The full path of an object's SQLite file under `data_dir`."""
+    name = object_file_name(object_key)
+    return data_dir / OBJECTS_DIR / name[0:2] / name[2:4] / name

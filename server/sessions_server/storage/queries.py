@@ -1,0 +1,375 @@
+"""The SQL of message storage, as functions of a connection.
+
+Reads here run on any connection; writes assume the caller holds the object's write
+transaction. Nothing here caches: the store (`store.py`) owns caches and transactions.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Sequence
+
+from sessions_server.storage.rows import (
+    COMPACTION_PREFIX,
+    MAX_PATH_DEPTH,
+    Compaction,
+    NewRow,
+    PathStat,
+    PathStats,
+    RowInfo,
+    StoredMessage,
+)
+
+_ROW_COLUMNS = "id, role, parent_id, seq, created_at, token_estimate, content, content_chunks, content_hash"
+
+# A stored `compaction_<X>` row is hidden when X names one of the session's own compaction
+# records: it duplicates an overlay the session renders itself (reference notes §6).
+_HIDDEN_SQL = f"""(substr({{id}}, 1, {len(COMPACTION_PREFIX)}) = '{COMPACTION_PREFIX}'
+    AND EXISTS (SELECT 1 FROM cf_agents_session_compactions AS oc
+                WHERE oc.session_id = {{session}} AND oc.id = substr({{id}}, {len(COMPACTION_PREFIX) + 1})))"""
+
+_PATH_CTE = f"""WITH RECURSIVE path(id, parent_id, depth) AS (
+    SELECT id, parent_id, 0 FROM cf_agents_session_messages WHERE session_id = ?1 AND id = ?2
+    UNION ALL
+    SELECT m.id, m.parent_id, path.depth + 1
+    FROM path JOIN cf_agents_session_messages AS m ON m.session_id = ?1 AND m.id = path.parent_id
+    WHERE path.depth < {MAX_PATH_DEPTH}
+)"""
+
+# Stored size of a row as hydration costs it: slice 0, continuation slices, and each referenced
+# attachment payload at its base64 length.
+_BYTES_SQL = """LENGTH(CAST(m.content AS BLOB))
+    + CASE WHEN m.content_chunks = 0 THEN 0 ELSE COALESCE((
+        SELECT SUM(LENGTH(CAST(c.content AS BLOB))) FROM cf_agents_session_message_chunks AS c
+        WHERE c.session_id = m.session_id AND c.id = m.id), 0) END
+    + COALESCE((
+        SELECT SUM((meta.bytes + 2) / 3 * 4) FROM cf_agents_session_attachment_refs AS r
+        JOIN cf_agents_session_attachment_meta AS meta ON meta.hash = r.hash
+        WHERE r.session_id = m.session_id AND r.message_id = m.id), 0)"""
+
+
+def _info(row: Sequence[object]) -> RowInfo:
+    return RowInfo(
+        id=str(row[0]),
+        role=str(row[1]),
+        parent_id=None if row[2] is None else str(row[2]),
+        seq=int(row[3]),  # type: ignore[call-overload]
+        created_at_ms=int(row[4]),  # type: ignore[call-overload]
+        token_estimate=int(row[5]),  # type: ignore[call-overload]
+    )
+
+
+def continuations(conn: sqlite3.Connection, session_id: str, ids: Sequence[str]) -> dict[str, str]:
+    """Continuation slices joined in idx order, for ids known to have them; one query."""
+    if not ids:
+        return {}
+    placeholders = ",".join("?" * len(ids))
+    joined: dict[str, list[str]] = {}
+    for message_id, content in conn.execute(
+        f"""SELECT id, content FROM cf_agents_session_message_chunks
+            WHERE session_id = ? AND id IN ({placeholders}) ORDER BY id, idx""",
+        (session_id, *ids),
+    ):
+        joined.setdefault(message_id, []).append(content)
+    return {message_id: "".join(parts) for message_id, parts in joined.items()}
+
+
+def _assemble(conn: sqlite3.Connection, session_id: str, rows: list[Sequence[object]]) -> list[StoredMessage]:
+    chunked = [str(row[0]) for row in rows if row[7]]
+    extra = continuations(conn, session_id, chunked) if chunked else {}
+    out = []
+    for row in rows:
+        content = str(row[6])
+        if row[7]:
+            content += extra.get(str(row[0]), "")
+        out.append(StoredMessage(_info(row), content, row[8] is not None))
+    return out
+
+
+def get_message(conn: sqlite3.Connection, session_id: str, message_id: str) -> StoredMessage | None:
+    """One row, reassembled, or None."""
+    row = conn.execute(
+        f"SELECT {_ROW_COLUMNS} FROM cf_agents_session_messages WHERE session_id = ? AND id = ?",
+        (session_id, message_id),
+    ).fetchone()
+    if row is None:
+        return None
+    return _assemble(conn, session_id, [row])[0]
+
+
+def get_messages(conn: sqlite3.Connection, session_id: str, ids: Sequence[str]) -> dict[str, StoredMessage]:
+    """A window of rows by id: one query for the rows, one for continuations if any have them."""
+    if not ids:
+        return {}
+    unique = list(dict.fromkeys(ids))
+    placeholders = ",".join("?" * len(unique))
+    rows = conn.execute(
+        f"""SELECT {_ROW_COLUMNS} FROM cf_agents_session_messages
+            WHERE session_id = ? AND id IN ({placeholders})""",
+        (session_id, *unique),
+    ).fetchall()
+    return {m.info.id: m for m in _assemble(conn, session_id, rows)}
+
+
+def exists(conn: sqlite3.Connection, session_id: str, message_id: str) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM cf_agents_session_messages WHERE session_id = ? AND id = ?", (session_id, message_id)
+    ).fetchone()
+    return row is not None
+
+
+def parent_of(conn: sqlite3.Connection, session_id: str, message_id: str) -> tuple[bool, str | None]:
+    """(exists, parent_id) of one row."""
+    row = conn.execute(
+        "SELECT parent_id FROM cf_agents_session_messages WHERE session_id = ? AND id = ?",
+        (session_id, message_id),
+    ).fetchone()
+    return (False, None) if row is None else (True, row[0])
+
+
+def newest_row(conn: sqlite3.Connection, session_id: str) -> tuple[str, int] | None:
+    """(id, seq) of the session's max-seq row: the active leaf. Scans the session's rows."""
+    row = conn.execute(
+        "SELECT id, seq FROM cf_agents_session_messages WHERE session_id = ? ORDER BY seq DESC LIMIT 1",
+        (session_id,),
+    ).fetchone()
+    return None if row is None else (str(row[0]), int(row[1]))
+
+
+def children(conn: sqlite3.Connection, session_id: str, parent_id: str) -> list[StoredMessage]:
+    """Direct children in seq order (hidden overlay rows are the caller's business)."""
+    rows = conn.execute(
+        f"""SELECT {_ROW_COLUMNS} FROM cf_agents_session_messages
+            WHERE session_id = ? AND parent_id = ? ORDER BY seq ASC""",
+        (session_id, parent_id),
+    ).fetchall()
+    return _assemble(conn, session_id, rows)
+
+
+def path_stats(conn: sqlite3.Connection, session_id: str, leaf_id: str) -> PathStats:
+    """The path from the root to `leaf_id` without content, hidden overlay rows left out."""
+    hidden = _HIDDEN_SQL.format(id="path.id", session="?1")
+    walked = conn.execute(
+        f"""{_PATH_CTE}
+            SELECT path.id, m.role, {_BYTES_SQL}, m.token_estimate, {hidden}
+            FROM path JOIN cf_agents_session_messages AS m ON m.session_id = ?1 AND m.id = path.id
+            ORDER BY path.depth DESC""",
+        (session_id, leaf_id),
+    ).fetchall()
+    rows = [PathStat(str(r[0]), str(r[1]), int(r[2]), int(r[3])) for r in walked if not r[4]]
+    return PathStats(rows, len(walked), str(walked[0][0]) if walked else None)
+
+
+def path_ids(conn: sqlite3.Connection, session_id: str, leaf_id: str) -> list[str]:
+    """The path's visible ids, root to leaf: the cheapest walk, for overlay planning."""
+    hidden = _HIDDEN_SQL.format(id="path.id", session="?1")
+    return [
+        str(r[0])
+        for r in conn.execute(
+            f"{_PATH_CTE} SELECT path.id FROM path WHERE NOT {hidden} ORDER BY path.depth DESC",
+            (session_id, leaf_id),
+        )
+    ]
+
+
+def compactions(conn: sqlite3.Connection, session_id: str) -> list[Compaction]:
+    """Every compaction record of a session, oldest (lowest seq) first."""
+    return [
+        Compaction(str(r[0]), int(r[1]), str(r[2]), str(r[3]), str(r[4]), int(r[5]))
+        for r in conn.execute(
+            """SELECT id, seq, summary, from_message_id, to_message_id, created_at
+               FROM cf_agents_session_compactions WHERE session_id = ? ORDER BY seq ASC""",
+            (session_id,),
+        )
+    ]
+
+
+def row_writes_for(row: NewRow) -> int:
+    """Rows one message occupies: the message row plus its continuation rows."""
+    return len(row.slices)
+
+
+def insert_message(
+    conn: sqlite3.Connection,
+    session_id: str,
+    row: NewRow,
+    *,
+    seq: int,
+    parent_id: str | None,
+    created_at_ms: int,
+    or_ignore: bool = False,
+) -> bool:
+    """Inserts a message row and its continuations; False when OR IGNORE skipped it."""
+    verb = "INSERT OR IGNORE" if or_ignore else "INSERT"
+    cursor = conn.execute(
+        f"""{verb} INTO cf_agents_session_messages
+              (session_id, id, seq, parent_id, role, content, content_chunks, token_estimate,
+               created_at, content_hash)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+        (
+            session_id,
+            row.id,
+            seq,
+            parent_id,
+            row.role,
+            row.slices[0],
+            len(row.slices) - 1,
+            row.token_estimate,
+            created_at_ms,
+            row.digest,
+        ),
+    )
+    if cursor.rowcount == 0:
+        return False
+    write_continuations(conn, session_id, row.id, row.slices)
+    return True
+
+
+def write_continuations(conn: sqlite3.Connection, session_id: str, message_id: str, slices: Sequence[str]) -> None:
+    if len(slices) > 1:
+        conn.executemany(
+            """INSERT OR REPLACE INTO cf_agents_session_message_chunks (session_id, id, idx, content)
+               VALUES (?, ?, ?, ?)""",
+            [(session_id, message_id, idx, slices[idx]) for idx in range(1, len(slices))],
+        )
+
+
+def update_key_columns(conn: sqlite3.Connection, session_id: str, message_id: str) -> tuple[int, str | None] | None:
+    """(content_chunks, content_hash) of a row, without its content; None when missing."""
+    row = conn.execute(
+        """SELECT content_chunks, content_hash FROM cf_agents_session_messages
+           WHERE session_id = ? AND id = ?""",
+        (session_id, message_id),
+    ).fetchone()
+    return None if row is None else (int(row[0]), row[1])
+
+
+def stamp_digest(conn: sqlite3.Connection, session_id: str, message_id: str, digest: str) -> None:
+    conn.execute(
+        "UPDATE cf_agents_session_messages SET content_hash = ? WHERE session_id = ? AND id = ?",
+        (digest, session_id, message_id),
+    )
+
+
+def rewrite_message(conn: sqlite3.Connection, session_id: str, row: NewRow, old_chunks: int) -> None:
+    """Replaces a row's content in place: parent, seq and created time stay."""
+    conn.execute(
+        """UPDATE cf_agents_session_messages
+           SET role = ?, content = ?, content_chunks = ?, token_estimate = ?, content_hash = ?
+           WHERE session_id = ? AND id = ?""",
+        (row.role, row.slices[0], len(row.slices) - 1, row.token_estimate, row.digest, session_id, row.id),
+    )
+    if old_chunks > len(row.slices) - 1:
+        conn.execute(
+            "DELETE FROM cf_agents_session_message_chunks WHERE session_id = ? AND id = ? AND idx > ?",
+            (session_id, row.id, len(row.slices) - 1),
+        )
+    write_continuations(conn, session_id, row.id, row.slices)
+
+
+def row_info(conn: sqlite3.Connection, session_id: str, message_id: str) -> RowInfo | None:
+    row = conn.execute(
+        """SELECT id, role, parent_id, seq, created_at, token_estimate FROM cf_agents_session_messages
+           WHERE session_id = ? AND id = ?""",
+        (session_id, message_id),
+    ).fetchone()
+    return None if row is None else _info(row)
+
+
+def delete_messages(conn: sqlite3.Connection, session_id: str, ids: Sequence[str]) -> int:
+    """Deletes rows, re-parenting each surviving child of a deleted row to its nearest surviving
+    ancestor (or NULL), then rows, continuations and attachment references. Returns rows deleted."""
+    if not ids:
+        return 0
+    conn.execute("CREATE TEMP TABLE IF NOT EXISTS doomed (id TEXT PRIMARY KEY) WITHOUT ROWID")
+    conn.execute("DELETE FROM temp.doomed")
+    conn.executemany("INSERT OR IGNORE INTO temp.doomed (id) VALUES (?)", [(i,) for i in ids])
+    conn.execute(
+        f"""WITH RECURSIVE climb(child_id, ancestor_id, depth) AS (
+              SELECT child.id, child.parent_id, 0
+              FROM cf_agents_session_messages AS child
+              WHERE child.session_id = ?1
+                AND child.parent_id IN (SELECT id FROM temp.doomed)
+                AND child.id NOT IN (SELECT id FROM temp.doomed)
+              UNION ALL
+              SELECT climb.child_id, up.parent_id, climb.depth + 1
+              FROM climb JOIN cf_agents_session_messages AS up
+                ON up.session_id = ?1 AND up.id = climb.ancestor_id
+              WHERE up.id IN (SELECT id FROM temp.doomed) AND climb.depth < {MAX_PATH_DEPTH}
+            ),
+            landing(child_id, ancestor_id) AS (
+              SELECT child_id, ancestor_id FROM climb
+              WHERE ancestor_id IS NULL OR ancestor_id NOT IN (SELECT id FROM temp.doomed)
+            )
+            UPDATE cf_agents_session_messages
+            SET parent_id = (SELECT landing.ancestor_id FROM landing
+                             WHERE landing.child_id = cf_agents_session_messages.id)
+            WHERE session_id = ?1 AND id IN (SELECT child_id FROM landing)""",
+        (session_id,),
+    )
+    deleted = conn.execute(
+        """DELETE FROM cf_agents_session_messages
+           WHERE session_id = ? AND id IN (SELECT id FROM temp.doomed)""",
+        (session_id,),
+    ).rowcount
+    conn.execute(
+        """DELETE FROM cf_agents_session_message_chunks
+           WHERE session_id = ? AND id IN (SELECT id FROM temp.doomed)""",
+        (session_id,),
+    )
+    release_refs(conn, session_id, "message_id IN (SELECT id FROM temp.doomed)")
+    if fts_exists(conn):
+        conn.execute(
+            "DELETE FROM cf_agents_session_fts WHERE session_id = ? AND id IN (SELECT id FROM temp.doomed)",
+            (session_id,),
+        )
+    conn.execute("DELETE FROM temp.doomed")
+    return int(deleted)
+
+
+def clear_session(conn: sqlite3.Connection, session_id: str) -> int:
+    """Deletes a session's messages, continuations, compactions, references and index rows."""
+    deleted = conn.execute("DELETE FROM cf_agents_session_messages WHERE session_id = ?", (session_id,)).rowcount
+    conn.execute("DELETE FROM cf_agents_session_message_chunks WHERE session_id = ?", (session_id,))
+    conn.execute("DELETE FROM cf_agents_session_compactions WHERE session_id = ?", (session_id,))
+    release_refs(conn, session_id, "1")
+    if fts_exists(conn):
+        conn.execute("DELETE FROM cf_agents_session_fts WHERE session_id = ?", (session_id,))
+    return int(deleted)
+
+
+def release_refs(conn: sqlite3.Connection, session_id: str, message_filter: str) -> None:
+    """Drops attachment references of the selected messages and collects unreferenced payloads."""
+    candidates = [
+        str(r[0])
+        for r in conn.execute(
+            f"""SELECT DISTINCT hash FROM cf_agents_session_attachment_refs
+                WHERE session_id = ? AND {message_filter}""",
+            (session_id,),
+        )
+    ]
+    if not candidates:
+        return
+    conn.execute(
+        f"DELETE FROM cf_agents_session_attachment_refs WHERE session_id = ? AND {message_filter}",
+        (session_id,),
+    )
+    collect_payloads(conn, candidates)
+
+
+def collect_payloads(conn: sqlite3.Connection, hashes: Iterable[str]) -> None:
+    """Deletes payloads that no reference in any session points at any more."""
+    for digest in hashes:
+        if conn.execute(
+            "SELECT 1 FROM cf_agents_session_attachment_refs WHERE hash = ? LIMIT 1", (digest,)
+        ).fetchone():
+            continue
+        conn.execute("DELETE FROM cf_agents_session_attachment_chunks WHERE hash = ?", (digest,))
+        conn.execute("DELETE FROM cf_agents_session_attachment_meta WHERE hash = ?", (digest,))
+
+
+def fts_exists(conn: sqlite3.Connection) -> bool:
+    return (
+        conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'cf_agents_session_fts'").fetchone()
+        is not None
+    )

@@ -1,0 +1,96 @@
+"""The set of open objects: opened on demand, kept in an LRU, closed (hibernated) when idle.
+
+Like Durable Objects, an object is opened by its first request and closed when it falls out of
+the bounded LRU while idle; the next request reopens it. The bound keeps file descriptors and
+memory flat however many objects exist on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from concurrent.futures import Executor
+from pathlib import Path
+
+from sessions_server.storage.paths import object_path
+from sessions_server.storage.store import ObjectStore
+
+DEFAULT_MAX_OPEN_OBJECTS = 256
+
+
+class ObjectRegistry:
+    """Opens, caches and closes ObjectStores. Use `async with registry.use(key) as store:`."""
+
+    def __init__(self, data_dir: Path, executor: Executor, *, max_open: int = DEFAULT_MAX_OPEN_OBJECTS) -> None:
+        self.data_dir = data_dir
+        self._executor = executor
+        self._max_open = max(1, max_open)
+        self._open: OrderedDict[str, ObjectStore] = OrderedDict()
+        self._opening: dict[str, asyncio.Future[ObjectStore]] = {}
+        self._closing: set[asyncio.Task[None]] = set()
+
+    @property
+    def open_count(self) -> int:
+        return len(self._open)
+
+    @contextlib.asynccontextmanager
+    async def use(self, object_key: str) -> AsyncIterator[ObjectStore]:
+        store = await self._acquire(object_key)
+        try:
+            yield store
+        finally:
+            store.users -= 1
+            self._evict_idle()
+
+    async def _acquire(self, object_key: str) -> ObjectStore:
+        while True:
+            store = self._open.get(object_key)
+            if store is not None:
+                self._open.move_to_end(object_key)
+                store.users += 1
+                return store
+            pending = self._opening.get(object_key)
+            if pending is not None:
+                await asyncio.shield(pending)
+                continue
+            loop = asyncio.get_running_loop()
+            future: asyncio.Future[ObjectStore] = loop.create_future()
+            self._opening[object_key] = future
+            try:
+                path = object_path(self.data_dir, object_key)
+                store = await loop.run_in_executor(self._executor, ObjectStore.open, object_key, path, self._executor)
+            except BaseException as exc:
+                future.set_exception(exc)
+                future.exception()  # mark retrieved: waiters retry the open themselves
+                raise
+            finally:
+                del self._opening[object_key]
+            self._open[object_key] = store
+            store.users += 1
+            future.set_result(store)
+            return store
+
+    def _evict_idle(self) -> None:
+        if len(self._open) <= self._max_open:
+            return
+        for key in list(self._open):
+            if len(self._open) <= self._max_open:
+                break
+            store = self._open[key]
+            if store.busy:
+                continue
+            del self._open[key]
+            task = asyncio.get_running_loop().create_task(store.close())
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+
+    async def close_all(self) -> None:
+        """Closes every open object (after its queued writes commit)."""
+        stores = list(self._open.values())
+        self._open.clear()
+        for store in stores:
+            await store.close()
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)

@@ -1,0 +1,126 @@
+"""Plain records that cross the storage boundary: what a row holds, what a write asks for."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+# Upstream's path cap: the root is depth 0, so a path holds at most 10,001 stored rows.
+MAX_PATH_DEPTH: Final = 10_000
+COMPACTION_PREFIX: Final = "compaction_"
+
+
+@dataclass(frozen=True, slots=True)
+class RowInfo:
+    """The lifted columns of a message row."""
+
+    id: str
+    role: str
+    parent_id: str | None
+    seq: int
+    created_at_ms: int
+    token_estimate: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """A message row with its content reassembled from the row and its continuation rows.
+
+    `stamped` is true when the row carries a content digest: only writers that validated the
+    message (upstream 0.32+, this service) stamp one, so such content needs no re-validation.
+    """
+
+    info: RowInfo
+    content: str
+    stamped: bool
+
+
+@dataclass(frozen=True, slots=True)
+class NewRow:
+    """A message ready to insert: stored JSON cut into slices, with its stamps."""
+
+    id: str
+    role: str
+    slices: list[str]
+    digest: str
+    token_estimate: int
+
+
+@dataclass(frozen=True, slots=True)
+class PathStat:
+    """One row on a path: stored bytes (row, continuations, attachments) and token estimate."""
+
+    id: str
+    role: str
+    bytes: int
+    token_estimate: int
+
+
+@dataclass(frozen=True, slots=True)
+class PathStats:
+    """A path root to leaf without content. `walked` counts stored rows visited, hidden
+    overlay rows included, and `oldest_id` is the oldest of them: the depth cap is judged on
+    the unfiltered walk."""
+
+    rows: list[PathStat]
+    walked: int
+    oldest_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Compaction:
+    """A stored compaction record."""
+
+    id: str
+    seq: int
+    summary: str
+    from_message_id: str
+    to_message_id: str
+    created_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class AppendOutcome:
+    """What an append did: inserted a row, or found the id already present."""
+
+    inserted: bool
+    info: RowInfo
+    existing: StoredMessage | None
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateOutcome:
+    """What an update did: `missing`, `unchanged` or `updated`."""
+
+    status: str
+    info: RowInfo | None
+
+
+class Parent:
+    """How an append picks its parent: the session tail, a new root, or a named message."""
+
+    __slots__ = ("kind", "message_id")
+
+    def __init__(self, kind: str, message_id: str = "") -> None:
+        self.kind = kind
+        self.message_id = message_id
+
+    @classmethod
+    def auto(cls) -> Parent:
+        return cls("auto")
+
+    @classmethod
+    def root(cls) -> Parent:
+        return cls("root")
+
+    @classmethod
+    def of(cls, message_id: str) -> Parent:
+        return cls("id", message_id)
+
+
+class StoredRowUnreadable(Exception):
+    """An append's id is taken by a row whose content does not parse as a message."""
+
+
+class StorageError(Exception):
+    """SQLite failed (I/O error, disk full, corruption); the transaction was rolled back."""

@@ -1,0 +1,247 @@
+"""Upstream's schema (reference notes §1), created on open, plus the schema version and lift.
+
+The file format is upstream's so that a store moves between upstream and this service as a file
+copy: the same tables, columns, encodings and `_cf_KV` version record. The only addition is
+`_sessions_meta`, which records the object key a file belongs to; upstream never reads it.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+# New files get 16 KiB pages: at 4 KiB, upstream's ~1 KB WITHOUT ROWID rows spill to overflow
+# pages (4.7 KB on disk per message, 2-3x slower scans). Page size is not part of the format.
+NEW_FILE_PAGE_SIZE = 16384
+
+SCHEMA_VERSION_KEY = "cf_agents:sessions_schema_version"
+# The version as workerd stores KV values: V8 serialization (header 0xFF 0x0F, tag 'I' for a
+# zig-zag varint int32). 1 encodes as 0x02.
+SCHEMA_VERSION_1 = b"\xff\x0f\x49\x02"
+
+MESSAGES_DDL = """CREATE TABLE IF NOT EXISTS cf_agents_session_messages (
+        session_id TEXT NOT NULL,
+        id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        parent_id TEXT,
+        type TEXT NOT NULL DEFAULT 'message',
+        role TEXT NOT NULL,
+        content TEXT NOT NULL,
+        content_chunks INTEGER NOT NULL DEFAULT 0,
+        token_estimate INTEGER NOT NULL DEFAULT 0,
+        created_at INTEGER NOT NULL,
+        content_hash TEXT,
+        PRIMARY KEY (session_id, id)
+      ) WITHOUT ROWID"""
+
+TABLES_DDL = (
+    MESSAGES_DDL,
+    """CREATE TABLE IF NOT EXISTS cf_agents_session_message_chunks (
+        session_id TEXT NOT NULL,
+        id TEXT NOT NULL,
+        idx INTEGER NOT NULL,
+        content TEXT NOT NULL,
+        PRIMARY KEY (session_id, id, idx)
+      ) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS cf_agents_session_compactions (
+        session_id TEXT NOT NULL,
+        id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        summary TEXT NOT NULL,
+        from_message_id TEXT NOT NULL,
+        to_message_id TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        PRIMARY KEY (session_id, id)
+      ) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS cf_agents_session_config (
+        session_id TEXT NOT NULL,
+        key TEXT NOT NULL,
+        value TEXT NOT NULL,
+        PRIMARY KEY (session_id, key)
+      ) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS cf_agents_session_attachment_meta (
+        hash TEXT PRIMARY KEY,
+        bytes INTEGER NOT NULL,
+        media_type TEXT NOT NULL,
+        chunks INTEGER NOT NULL
+      ) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS cf_agents_session_attachment_chunks (
+        hash TEXT NOT NULL,
+        idx INTEGER NOT NULL,
+        data BLOB NOT NULL,
+        PRIMARY KEY (hash, idx)
+      ) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS cf_agents_session_attachment_refs (
+        session_id TEXT NOT NULL,
+        message_id TEXT NOT NULL,
+        hash TEXT NOT NULL,
+        PRIMARY KEY (session_id, message_id, hash)
+      ) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS _cf_KV (
+        key TEXT PRIMARY KEY,
+        value BLOB
+      ) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS _sessions_meta (
+        key TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+      ) WITHOUT ROWID""",
+)
+
+
+class ObjectKeyConflict(Exception):
+    """The file at an object's path records a different object key."""
+
+
+def configure_connection(conn: sqlite3.Connection) -> None:
+    """Settings every connection to an object file needs: WAL, full durability, no FK surprises."""
+    conn.execute("PRAGMA busy_timeout = 10000")
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = FULL")
+
+
+def initialize(conn: sqlite3.Connection, object_key: str) -> None:
+    """Creates or upgrades the schema, checks the recorded key, and runs the legacy lift."""
+    is_new = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0
+    if is_new:
+        conn.execute(f"PRAGMA page_size = {NEW_FILE_PAGE_SIZE}")
+    configure_connection(conn)
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for ddl in TABLES_DDL:
+            conn.execute(ddl)
+        _add_content_hash_column(conn)
+        _check_object_key(conn, object_key)
+        if read_schema_version(conn) < 1:
+            complete = lift_legacy_tables(conn)
+            if complete:
+                conn.execute(
+                    "INSERT OR REPLACE INTO _cf_KV (key, value) VALUES (?, ?)",
+                    (SCHEMA_VERSION_KEY, SCHEMA_VERSION_1),
+                )
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def _add_content_hash_column(conn: sqlite3.Connection) -> None:
+    columns = {row[1] for row in conn.execute("PRAGMA table_info('cf_agents_session_messages')")}
+    if "content_hash" not in columns:
+        conn.execute("ALTER TABLE cf_agents_session_messages ADD COLUMN content_hash TEXT")
+
+
+def _check_object_key(conn: sqlite3.Connection, object_key: str) -> None:
+    row = conn.execute("SELECT value FROM _sessions_meta WHERE key = 'object_key'").fetchone()
+    if row is None:
+        conn.execute("INSERT INTO _sessions_meta (key, value) VALUES ('object_key', ?)", (object_key,))
+    elif row[0] != object_key:
+        raise ObjectKeyConflict(f"file belongs to object key {row[0]!r}, not {object_key!r}")
+
+
+def read_schema_version(conn: sqlite3.Connection) -> int:
+    """Decodes the V8-serialized version record; anything unreadable counts as 0 (lift again)."""
+    row = conn.execute("SELECT value FROM _cf_KV WHERE key = ?", (SCHEMA_VERSION_KEY,)).fetchone()
+    if row is None or not isinstance(row[0], bytes):
+        return 0
+    return decode_v8_small_int(row[0])
+
+
+def decode_v8_small_int(data: bytes) -> int:
+    """The integer in a V8-serialized Int32 ('I') or Uint32 ('U') value; 0 if it is neither."""
+    pos = 0
+    while pos < len(data) and data[pos] == 0xFF:  # version header(s)
+        pos += 2
+    while pos < len(data) and data[pos] == 0x00:  # padding
+        pos += 1
+    if pos >= len(data) or data[pos] not in (0x49, 0x55):
+        return 0
+    tag = data[pos]
+    value = 0
+    shift = 0
+    for byte in data[pos + 1 :]:
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            break
+    if tag == 0x49:
+        value = (value >> 1) ^ -(value & 1)
+    return value
+
+
+def table_exists(conn: sqlite3.Connection, name: str) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type IN ('table', 'view') AND name = ?", (name,)
+    ).fetchone()
+    return row is not None
+
+
+def lift_legacy_tables(conn: sqlite3.Connection) -> bool:
+    """Copies `assistant_*` rows (agents <= 0.22) into upstream's tables (reference notes §10).
+
+    Sources are dropped only when every row has a copy with the same payload; otherwise they stay
+    and the lift reports itself incomplete, so the version stays unstamped and it runs again on the
+    next open. Returns whether the lift is complete.
+    """
+    complete = True
+    if table_exists(conn, "assistant_messages"):
+        conn.execute(
+            """INSERT OR IGNORE INTO cf_agents_session_messages
+                 (session_id, id, seq, parent_id, role, content, token_estimate, created_at)
+               SELECT session_id, id,
+                 ROW_NUMBER() OVER (PARTITION BY session_id ORDER BY created_at ASC, rowid ASC),
+                 parent_id, role, content,
+                 CAST(LENGTH(CAST(content AS BLOB)) / 4 AS INTEGER),
+                 COALESCE(CAST(strftime('%s', created_at) AS INTEGER), 0) * 1000
+               FROM assistant_messages"""
+        )
+        if table_exists(conn, "cf_agents_session_fts"):
+            backfill_fts(conn)
+        complete &= _drop_when_copied(conn, "assistant_messages", "cf_agents_session_messages", "content")
+    if table_exists(conn, "assistant_compactions"):
+        conn.execute(
+            """INSERT OR IGNORE INTO cf_agents_session_compactions
+                 (session_id, id, seq, summary, from_message_id, to_message_id, created_at)
+               SELECT session_id, id,
+                 ROW_NUMBER() OVER (PARTITION BY session_id ORDER BY created_at ASC, rowid ASC),
+                 summary, from_message_id, to_message_id,
+                 COALESCE(CAST(strftime('%s', created_at) AS INTEGER), 0) * 1000
+               FROM assistant_compactions"""
+        )
+        complete &= _drop_when_copied(
+            conn, "assistant_compactions", "cf_agents_session_compactions", "summary"
+        )
+    for name in ("assistant_sessions", "assistant_fts"):
+        if table_exists(conn, name):
+            conn.execute(f"DROP TABLE {name}")
+    return complete
+
+
+def _drop_when_copied(conn: sqlite3.Connection, source: str, destination: str, payload: str) -> bool:
+    total, copied = conn.execute(
+        f"""SELECT
+              (SELECT COUNT(*) FROM {source}),
+              (SELECT COUNT(*) FROM {source} AS legacy
+                 JOIN {destination} AS lifted
+                   ON lifted.session_id = legacy.session_id
+                  AND lifted.id = legacy.id
+                  AND lifted.{payload} = legacy.{payload})"""
+    ).fetchone()
+    if total == copied:
+        conn.execute(f"DROP TABLE {source}")
+        return True
+    return False
+
+
+def backfill_fts(conn: sqlite3.Connection) -> None:
+    """Indexes message rows that have no FTS row yet (used by the lift when an index exists)."""
+    conn.execute(
+        """INSERT INTO cf_agents_session_fts (id, session_id, role, content)
+           SELECT m.id, m.session_id, m.role, group_concat(json_extract(part.value, '$.text'), ' ')
+           FROM cf_agents_session_messages AS m
+           JOIN json_each(CASE WHEN json_valid(m.content) THEN m.content ELSE '{"parts":[]}' END,
+                          '$.parts') AS part
+           WHERE json_extract(part.value, '$.type') = 'text'
+             AND COALESCE(json_extract(part.value, '$.text'), '') <> ''
+             AND NOT EXISTS (SELECT 1 FROM cf_agents_session_fts AS f
+                             WHERE f.id = m.id AND f.session_id = m.session_id)
+           GROUP BY m.id, m.session_id, m.role"""
+    )

@@ -1,0 +1,359 @@
+"""One open object: its writer, its readers, and the per-session tail cache.
+
+Writes to an object are serialized like a Durable Object's single thread, and committed in
+groups: jobs that queue while a commit is in flight run together in the next transaction, each
+inside its own SAVEPOINT so one failing job rolls back alone, and all of them are answered after
+the one COMMIT (one fsync) that makes them durable. Reads run concurrently on their own
+connections. Blocking SQLite work always runs on the executor, never on the event loop.
+
+The tail of a session (its newest row and the next seq) is cached, since finding it scans the
+session's rows. Jobs see a batch-local view; the shared cache changes only after COMMIT, and a
+failed COMMIT drops the batch's view, so nothing cached ever reflects a rolled-back write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sessions_server.storage import queries, schema
+from sessions_server.storage.rows import (
+    AppendOutcome,
+    NewRow,
+    Parent,
+    RowInfo,
+    StorageError,
+    StoredMessage,
+    StoredRowUnreadable,
+    UpdateOutcome,
+)
+
+T = TypeVar("T")
+
+MAX_JOBS_PER_COMMIT = 256
+MAX_IDLE_READERS = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Tail:
+    """The newest row of a session (the active leaf) and the seq the next row gets."""
+
+    leaf_id: str | None
+    next_seq: int
+
+
+_FORGET = Tail(None, -1)  # batch-local marker: the tail must be re-derived
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class WriteContext:
+    """What a write job sees: the writer connection inside the open transaction, and tails."""
+
+    def __init__(self, conn: sqlite3.Connection, shared_tails: dict[str, Tail]) -> None:
+        self.conn = conn
+        self._shared = shared_tails
+        self.pending_tails: dict[str, Tail] = {}
+        self.row_writes = 0
+
+    def tail(self, session_id: str) -> Tail:
+        tail = self.pending_tails.get(session_id) or self._shared.get(session_id)
+        if tail is None or tail is _FORGET:
+            newest = queries.newest_row(self.conn, session_id)
+            tail = Tail(newest[0], newest[1] + 1) if newest else Tail(None, 1)
+            self.pending_tails[session_id] = tail
+        return tail
+
+    def set_tail(self, session_id: str, tail: Tail) -> None:
+        self.pending_tails[session_id] = tail
+
+    def forget_tail(self, session_id: str) -> None:
+        self.pending_tails[session_id] = _FORGET
+
+
+@dataclass
+class _Job:
+    run: Callable[[WriteContext], Any]
+    future: asyncio.Future[Any]
+
+
+class ObjectStore:
+    """An open object file. Create with `ObjectStore.open` (blocking; call on the executor)."""
+
+    def __init__(self, object_key: str, path: Path, writer: sqlite3.Connection, executor: Executor) -> None:
+        self.object_key = object_key
+        self.path = path
+        self._writer = writer
+        self._executor = executor
+        self._readers: list[sqlite3.Connection] = []
+        self._readers_lock = threading.Lock()
+        self._tails: dict[str, Tail] = {}
+        self._tails_lock = threading.Lock()
+        self._commits = 0  # bumped after every commit that may move a tail
+        self._queue: list[_Job] = []
+        self._writer_task: asyncio.Task[None] | None = None
+        self._closed = False
+        self.users = 0  # in-flight calls holding this store open (registry bookkeeping)
+        self.row_writes = 0
+
+    @classmethod
+    def open(cls, object_key: str, path: Path, executor: Executor) -> ObjectStore:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        conn = _connect(path)
+        try:
+            schema.initialize(conn, object_key)
+        except BaseException:
+            conn.close()
+            raise
+        return cls(object_key, path, conn, executor)
+
+    # ── writes ──────────────────────────────────────────────────────────────
+
+    async def write(self, run: Callable[[WriteContext], T]) -> T:
+        """Runs `run` inside the object's write transaction; returns after COMMIT."""
+        if self._closed:
+            raise RuntimeError("object store is closed")
+        loop = asyncio.get_running_loop()
+        job = _Job(run, loop.create_future())
+        self._queue.append(job)
+        if self._writer_task is None or self._writer_task.done():
+            self._writer_task = loop.create_task(self._drain())
+        return await asyncio.shield(job.future)  # type: ignore[no-any-return]
+
+    async def _drain(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._queue:
+            batch = self._queue[:MAX_JOBS_PER_COMMIT]
+            del self._queue[: len(batch)]
+            outcomes = await loop.run_in_executor(self._executor, self._commit_batch, batch)
+            for job, (ok, value) in zip(batch, outcomes, strict=True):
+                if job.future.done():
+                    continue
+                if ok:
+                    job.future.set_result(value)
+                else:
+                    job.future.set_exception(value)
+
+    def _commit_batch(self, batch: list[_Job]) -> list[tuple[bool, Any]]:
+        conn = self._writer
+        ctx = WriteContext(conn, self._tails)
+        outcomes: list[tuple[bool, Any]] = []
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            failure = StorageError(f"could not start a write transaction: {exc}")
+            return [(False, failure) for _ in batch]
+        for job in batch:
+            before_tails = dict(ctx.pending_tails)
+            before_writes = ctx.row_writes
+            conn.execute("SAVEPOINT job")
+            try:
+                value = job.run(ctx)
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting caller
+                try:
+                    conn.execute("ROLLBACK TO job")
+                    conn.execute("RELEASE job")
+                except sqlite3.Error:
+                    pass
+                ctx.pending_tails = before_tails
+                ctx.row_writes = before_writes
+                if isinstance(exc, sqlite3.Error):
+                    exc = StorageError(f"storage failed: {exc}")
+                outcomes.append((False, exc))
+                continue
+            conn.execute("RELEASE job")
+            outcomes.append((True, value))
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            with self._tails_lock:
+                self._tails.clear()
+                self._commits += 1
+            failure = StorageError(f"commit failed, nothing was written: {exc}")
+            return [(False, failure) for _ in batch]
+        with self._tails_lock:
+            for session_id, tail in ctx.pending_tails.items():
+                if tail is _FORGET:
+                    self._tails.pop(session_id, None)
+                else:
+                    self._tails[session_id] = tail
+            self._commits += 1
+        self.row_writes += ctx.row_writes
+        return outcomes
+
+    # ── reads ───────────────────────────────────────────────────────────────
+
+    async def read(self, run: Callable[[sqlite3.Connection], T]) -> T:
+        """Runs `run` with a read connection on the executor."""
+        if self._closed:
+            raise RuntimeError("object store is closed")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._read_blocking, run)
+
+    def _read_blocking(self, run: Callable[[sqlite3.Connection], T]) -> T:
+        with self._readers_lock:
+            conn = self._readers.pop() if self._readers else None
+        if conn is None:
+            conn = _connect(self.path)
+            conn.execute("PRAGMA query_only = 1")
+        try:
+            return run(conn)
+        except sqlite3.Error as exc:
+            raise StorageError(f"storage read failed: {exc}") from exc
+        finally:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            with self._readers_lock:
+                if len(self._readers) < MAX_IDLE_READERS and not self._closed:
+                    self._readers.append(conn)
+                    conn = None
+            if conn is not None:
+                conn.close()
+
+    def latest_leaf_id(self, conn: sqlite3.Connection, session_id: str) -> str | None:
+        """The active leaf as a reader sees it: the cached tail, else the max-seq row."""
+        with self._tails_lock:
+            cached = self._tails.get(session_id)
+            commits = self._commits
+        if cached is not None and (cached.leaf_id is None or queries.exists(conn, session_id, cached.leaf_id)):
+            return cached.leaf_id
+        newest = queries.newest_row(conn, session_id)
+        tail = Tail(newest[0], newest[1] + 1) if newest else Tail(None, 1)
+        with self._tails_lock:
+            if self._commits == commits:  # nothing committed meanwhile: the view is current
+                self._tails[session_id] = tail
+        return tail.leaf_id
+
+    # ── lifecycle ───────────────────────────────────────────────────────────
+
+    @property
+    def busy(self) -> bool:
+        return self.users > 0 or bool(self._queue) or (self._writer_task is not None and not self._writer_task.done())
+
+    async def close(self) -> None:
+        """Waits for queued writes, then closes every connection (checkpointing the WAL)."""
+        while self._writer_task is not None and not self._writer_task.done():
+            await asyncio.shield(self._writer_task)
+        self._closed = True
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, self._close_blocking)
+
+    def _close_blocking(self) -> None:
+        with self._readers_lock:
+            readers, self._readers = self._readers, []
+        for conn in readers:
+            conn.close()
+        with contextlib.suppress(sqlite3.Error):
+            self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        self._writer.close()
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=10.0)
+    schema.configure_connection(conn)
+    return conn
+
+
+# ── write jobs: message rows ─────────────────────────────────────────────────
+
+
+def append_job(
+    session_id: str, row: NewRow, parent: Parent, stored_row_ok: Callable[[StoredMessage], bool]
+) -> Callable[[WriteContext], AppendOutcome]:
+    """A job appending one message, idempotent by id (reference notes §2)."""
+
+    def run(ctx: WriteContext) -> AppendOutcome:
+        return append_in(ctx, session_id, row, parent, stored_row_ok)
+
+    return run
+
+
+def append_in(
+    ctx: WriteContext,
+    session_id: str,
+    row: NewRow,
+    parent: Parent,
+    stored_row_ok: Callable[[StoredMessage], bool],
+) -> AppendOutcome:
+    conn = ctx.conn
+    existing = queries.get_message(conn, session_id, row.id)
+    if existing is not None:
+        if stored_row_ok(existing):
+            return AppendOutcome(False, existing.info, existing)
+        raise StoredRowUnreadable(f"message id {row.id!r} is taken by a stored row that is not a valid message")
+    tail = ctx.tail(session_id)
+    parent_id: str | None
+    if parent.kind == "auto":
+        parent_id = tail.leaf_id
+    elif parent.kind == "root":
+        parent_id = None
+    else:
+        wanted = parent.message_id
+        parent_id = wanted if wanted and queries.exists(conn, session_id, wanted) else None
+    created = now_ms()
+    queries.insert_message(conn, session_id, row, seq=tail.next_seq, parent_id=parent_id, created_at_ms=created)
+    ctx.row_writes += queries.row_writes_for(row)
+    ctx.set_tail(session_id, Tail(row.id, tail.next_seq + 1))
+    info = RowInfo(row.id, row.role, parent_id, tail.next_seq, created, row.token_estimate)
+    return AppendOutcome(True, info, None)
+
+
+def update_in(ctx: WriteContext, session_id: str, row: NewRow) -> UpdateOutcome:
+    """Replaces a row's content unless unchanged (digest, or content for unstamped rows)."""
+    conn = ctx.conn
+    key = queries.update_key_columns(conn, session_id, row.id)
+    if key is None:
+        return UpdateOutcome("missing", None)
+    old_chunks, old_digest = key
+    if old_digest is not None:
+        if old_digest == row.digest:
+            return UpdateOutcome("unchanged", queries.row_info(conn, session_id, row.id))
+    else:
+        stored = queries.get_message(conn, session_id, row.id)
+        if stored is not None and stored.content == "".join(row.slices):
+            queries.stamp_digest(conn, session_id, row.id, row.digest)
+            ctx.row_writes += 1
+            return UpdateOutcome("unchanged", stored.info)
+    queries.rewrite_message(conn, session_id, row, old_chunks)
+    ctx.row_writes += queries.row_writes_for(row)
+    return UpdateOutcome("updated", queries.row_info(conn, session_id, row.id))
+
+
+def import_in(
+    ctx: WriteContext, session_id: str, row: NewRow, parent_id: str | None, created_at_ms: int
+) -> bool:
+    """Imports one row verbatim (INSERT OR IGNORE); the imported row becomes the tail."""
+    tail = ctx.tail(session_id)
+    inserted = queries.insert_message(
+        ctx.conn, session_id, row, seq=tail.next_seq, parent_id=parent_id, created_at_ms=created_at_ms, or_ignore=True
+    )
+    if inserted:
+        ctx.row_writes += queries.row_writes_for(row)
+        ctx.set_tail(session_id, Tail(row.id, tail.next_seq + 1))
+    return inserted
+
+
+def delete_in(ctx: WriteContext, session_id: str, ids: list[str]) -> int:
+    deleted = queries.delete_messages(ctx.conn, session_id, ids)
+    ctx.row_writes += deleted
+    ctx.forget_tail(session_id)
+    return deleted
+
+
+def clear_in(ctx: WriteContext, session_id: str) -> int:
+    deleted = queries.clear_session(ctx.conn, session_id)
+    ctx.row_writes += deleted
+    ctx.set_tail(session_id, Tail(None, 1))
+    return deleted

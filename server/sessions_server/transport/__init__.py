@@ -1,0 +1,1 @@
+"""Transport: gRPC servicers, framing, error mapping, server lifecycle. Mapping only."""

@@ -1,0 +1,96 @@
+"""Server lifecycle: build the gRPC server, bind, serve, drain and stop.
+
+`create_server` is kept apart from `serve` so tests can bind port 0 in-process. Shutdown is
+graceful: health flips to NOT_SERVING first, new calls are refused with UNAVAILABLE, calls in
+flight get `drain_seconds` to finish, then objects close (queued writes commit first).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from sessions_proto.v1 import sessions_pb2, sessions_pb2_grpc
+from sessions_server.config import ServerConfig
+from sessions_server.domain.service import SessionsService
+from sessions_server.storage.registry import ObjectRegistry
+from sessions_server.transport.servicer import Draining, SessionServicer
+
+log = logging.getLogger("sessions.server")
+SERVICE_NAME = sessions_pb2.DESCRIPTOR.services_by_name["SessionService"].full_name
+
+
+@dataclass
+class RunningServer:
+    """A started server and what it owns."""
+
+    server: grpc.aio.Server
+    port: int
+    address: str
+    registry: ObjectRegistry
+    executor: ThreadPoolExecutor
+    health: health.aio.HealthServicer
+    draining: Draining
+    drain_seconds: float
+
+    async def stop(self) -> None:
+        """Graceful stop: NOT_SERVING, refuse new calls, let in-flight calls finish, close."""
+        self.draining.active = True
+        await self.health.enter_graceful_shutdown()
+        await self.server.stop(self.drain_seconds)
+        await self.registry.close_all()
+        self.executor.shutdown(wait=True)
+
+
+async def create_server(config: ServerConfig) -> RunningServer:
+    """Builds and starts a server bound to `config.listen` (port 0 picks a free port)."""
+    config.data_dir.mkdir(parents=True, exist_ok=True)
+    executor = ThreadPoolExecutor(max_workers=config.worker_threads, thread_name_prefix="sessions-sql")
+    registry = ObjectRegistry(config.data_dir, executor, max_open=config.max_open_objects)
+    service = SessionsService(
+        registry,
+        reserved_metadata_keys=config.reserved_metadata_keys,
+        max_object_key_bytes=config.max_object_key_bytes,
+    )
+    draining = Draining()
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", config.max_request_bytes),
+            ("grpc.max_send_message_length", 4 * 1024 * 1024),
+            ("grpc.so_reuseport", 0),
+            *config.extra_options,
+        ]
+    )
+    sessions_pb2_grpc.add_SessionServiceServicer_to_server(SessionServicer(service, draining), server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+    )
+    port = server.add_insecure_port(config.listen)
+    if port == 0:
+        raise OSError(f"could not bind {config.listen}")
+    await server.start()
+    for name in ("", SERVICE_NAME):
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    host = config.listen.rsplit(":", 1)[0]
+    return RunningServer(
+        server, port, f"{host}:{port}", registry, executor, health_servicer, draining, config.drain_seconds
+    )
+
+
+async def serve(config: ServerConfig, stop: asyncio.Event) -> None:
+    """Runs until `stop` is set, then stops gracefully."""
+    running = await create_server(config)
+    print(f"sessions-server listening on {running.address} (data: {config.data_dir})", flush=True)
+    log.info("listening on %s", running.address)
+    await stop.wait()
+    log.info("draining")
+    await running.stop()
+    print("sessions-server stopped", flush=True)

@@ -1,0 +1,396 @@
+"""The SessionService servicer: decodes requests, calls the domain, encodes responses.
+
+Mapping only: no SQL, no session rules. Every handler checks the routing header, turns domain
+errors into statuses with ErrorInfo details, and frames message content (framing.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import urllib.parse
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from sessions_proto.v1 import sessions_pb2 as pb
+from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
+from sessions_server.domain.errors import InvalidArgument, SessionsError, Unavailable
+from sessions_server.domain.service import (
+    DEFAULT_BATCH_BYTES,
+    DEFAULT_BATCH_SIZE,
+    AppendInput,
+    MessageView,
+    RecentSummary,
+    SessionsService,
+    mark_batches,
+)
+from sessions_server.storage.rows import Parent
+from sessions_server.transport import framing
+from sessions_server.transport.errors import internal_status, status_for
+
+OBJECT_KEY_HEADER = "x-object-key"
+ROW_STATS_PER_FRAME = 1000
+
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
+
+
+class Draining:
+    """Set while the server shuts down: new calls are refused with UNAVAILABLE."""
+
+    def __init__(self) -> None:
+        self.active = False
+
+
+def _parent(mode: int, parent_id: str) -> Parent:
+    if mode == pb.PARENT_MODE_ROOT:
+        return Parent.root()
+    if mode == pb.PARENT_MODE_ID or (mode == pb.PARENT_MODE_UNSPECIFIED and parent_id):
+        return Parent.of(parent_id)
+    if mode in (pb.PARENT_MODE_AUTO, pb.PARENT_MODE_UNSPECIFIED):
+        if parent_id:
+            raise InvalidArgument(
+                "parent_id must be empty when parent_mode is PARENT_MODE_AUTO", field="parent_id"
+            )
+        return Parent.auto()
+    raise InvalidArgument(f"unknown parent_mode {mode}", field="parent_mode")
+
+
+def _from_client(source: int) -> bool:
+    if source not in (pb.SOURCE_UNSPECIFIED, pb.SOURCE_SERVER, pb.SOURCE_CLIENT):
+        raise InvalidArgument(f"unknown source {source}", field="source")
+    return source == pb.SOURCE_CLIENT
+
+
+async def _abort(context: grpc.aio.ServicerContext[Any, Any], exc: BaseException) -> None:
+    status = status_for(exc) if isinstance(exc, SessionsError) else internal_status(exc)
+    await context.abort(status.code, status.details, status.trailing_metadata)
+
+
+class SessionServicer(pb_grpc.SessionServiceServicer):
+    """gRPC handlers for sessions.v1.SessionService."""
+
+    def __init__(self, service: SessionsService, draining: Draining) -> None:
+        self._service = service
+        self._draining = draining
+
+    def _admit(self, context: grpc.aio.ServicerContext[Any, Any], object_key: str) -> None:
+        if self._draining.active:
+            raise Unavailable("the server is shutting down; retry on a new connection")
+        for key, value in context.invocation_metadata() or ():
+            if key == OBJECT_KEY_HEADER:
+                header = urllib.parse.unquote(value if isinstance(value, str) else value.decode())
+                if header != object_key:
+                    raise InvalidArgument(
+                        f"{OBJECT_KEY_HEADER} metadata ({header!r}) differs from object_key ({object_key!r})",
+                        reason="OBJECT_KEY_MISMATCH",
+                        field="object_key",
+                    )
+
+    # ── writes ──────────────────────────────────────────────────────────────
+
+    async def AppendMessage(self, request: pb.AppendMessageRequest, context: Any) -> pb.AppendMessageResponse:
+        async def run() -> pb.AppendMessageResponse:
+            self._admit(context, request.object_key)
+            result = await self._service.append(
+                request.object_key,
+                request.session_id,
+                request.message_json,
+                _parent(request.parent_mode, request.parent_id),
+                from_client=_from_client(request.source),
+            )
+            return pb.AppendMessageResponse(inserted=result.inserted, message=framing.written_message(result.message))
+
+        return await _unary(context, run)
+
+    async def AppendMessages(self, request: pb.AppendMessagesRequest, context: Any) -> pb.AppendMessagesResponse:
+        async def run() -> pb.AppendMessagesResponse:
+            self._admit(context, request.object_key)
+            items = [
+                AppendInput(item.message_json, _parent(item.parent_mode, item.parent_id), _from_client(item.source))
+                for item in request.items
+            ]
+            results = await self._service.append_many(request.object_key, request.session_id, items)
+            return pb.AppendMessagesResponse(
+                results=[
+                    pb.AppendResult(inserted=r.inserted, message=framing.written_message(r.message)) for r in results
+                ]
+            )
+
+        return await _unary(context, run)
+
+    async def UpdateMessage(self, request: pb.UpdateMessageRequest, context: Any) -> pb.UpdateMessageResponse:
+        async def run() -> pb.UpdateMessageResponse:
+            self._admit(context, request.object_key)
+            result = await self._service.update(
+                request.object_key, request.session_id, request.message_json, from_client=_from_client(request.source)
+            )
+            response = pb.UpdateMessageResponse(found=result.found, changed=result.changed)
+            if result.message is not None:
+                response.message.CopyFrom(framing.written_message(result.message))
+            return response
+
+        return await _unary(context, run)
+
+    async def UpsertMessage(self, request: pb.UpsertMessageRequest, context: Any) -> pb.UpsertMessageResponse:
+        async def run() -> pb.UpsertMessageResponse:
+            self._admit(context, request.object_key)
+            inserted, result = await self._service.upsert(
+                request.object_key,
+                request.session_id,
+                request.message_json,
+                _parent(request.parent_mode, request.parent_id),
+                from_client=_from_client(request.source),
+            )
+            response = pb.UpsertMessageResponse(inserted=inserted, changed=result.changed)
+            if result.message is not None:
+                response.message.CopyFrom(framing.written_message(result.message))
+            return response
+
+        return await _unary(context, run)
+
+    async def UploadMessage(
+        self, request_iterator: AsyncIterable[pb.UploadMessageRequest], context: Any
+    ) -> pb.UploadMessageResponse:
+        async def run() -> pb.UploadMessageResponse:
+            header: pb.UploadHeader | None = None
+            pieces: list[str] = []
+            async for frame in request_iterator:
+                if header is None:
+                    if not frame.HasField("header"):
+                        raise InvalidArgument("the first UploadMessage frame must carry the header", reason="INVALID_STREAM")
+                    header = frame.header
+                    self._admit(context, header.object_key)
+                elif frame.HasField("header"):
+                    raise InvalidArgument("only the first UploadMessage frame may carry a header", reason="INVALID_STREAM")
+                pieces.append(frame.json_piece)
+            if header is None:
+                raise InvalidArgument("UploadMessage stream carried no frames", reason="INVALID_STREAM")
+            text = "".join(pieces)
+            pieces.clear()
+            from_client = _from_client(header.source)
+            if header.operation == pb.UPLOAD_OPERATION_APPEND:
+                appended = await self._service.append(
+                    header.object_key, header.session_id, text, _parent(header.parent_mode, header.parent_id),
+                    from_client=from_client,
+                )
+                return pb.UploadMessageResponse(
+                    inserted=appended.inserted, found=True, message=framing.written_message(appended.message)
+                )
+            if header.operation == pb.UPLOAD_OPERATION_UPDATE:
+                result = await self._service.update(header.object_key, header.session_id, text, from_client=from_client)
+                inserted = False
+            elif header.operation == pb.UPLOAD_OPERATION_UPSERT:
+                inserted, result = await self._service.upsert(
+                    header.object_key, header.session_id, text, _parent(header.parent_mode, header.parent_id),
+                    from_client=from_client,
+                )
+            else:
+                raise InvalidArgument("header.operation must be APPEND, UPDATE or UPSERT", field="header.operation")
+            response = pb.UploadMessageResponse(inserted=inserted, found=result.found, changed=result.changed)
+            if result.message is not None:
+                response.message.CopyFrom(framing.written_message(result.message))
+            return response
+
+        return await _unary(context, run)
+
+    async def DeleteMessages(self, request: pb.DeleteMessagesRequest, context: Any) -> pb.DeleteMessagesResponse:
+        async def run() -> pb.DeleteMessagesResponse:
+            self._admit(context, request.object_key)
+            deleted = await self._service.delete(request.object_key, request.session_id, list(request.message_ids))
+            return pb.DeleteMessagesResponse(deleted_count=deleted)
+
+        return await _unary(context, run)
+
+    async def ClearMessages(self, request: pb.ClearMessagesRequest, context: Any) -> pb.ClearMessagesResponse:
+        async def run() -> pb.ClearMessagesResponse:
+            self._admit(context, request.object_key)
+            deleted = await self._service.clear(request.object_key, request.session_id)
+            return pb.ClearMessagesResponse(deleted_count=deleted)
+
+        return await _unary(context, run)
+
+    async def ImportMessages(
+        self, request_iterator: AsyncIterable[pb.ImportMessagesRequest], context: Any
+    ) -> pb.ImportMessagesResponse:
+        async def run() -> pb.ImportMessagesResponse:
+            frames = request_iterator.__aiter__()
+            try:
+                first = await frames.__anext__()
+            except StopAsyncIteration:
+                return pb.ImportMessagesResponse()
+            object_key, session_id = first.object_key, first.session_id
+            self._admit(context, object_key)
+            async with self._service.importer(object_key, session_id) as importer:
+                pieces: list[str] = []
+                head: pb.ImportMessagesRequest | None = None
+                frame: pb.ImportMessagesRequest | None = first
+                while frame is not None:
+                    if frame.object_key and frame.object_key != object_key:
+                        raise InvalidArgument(
+                            "every ImportMessages frame must name the same object_key", reason="INVALID_STREAM"
+                        )
+                    if head is None:
+                        head = frame
+                    pieces.append(frame.json_piece)
+                    if not frame.more_pieces:
+                        parent_id = head.parent_id if head.HasField("parent_id") else None
+                        await importer.add("".join(pieces), parent_id, head.created_at_ms)
+                        pieces, head = [], None
+                    try:
+                        frame = await frames.__anext__()
+                    except StopAsyncIteration:
+                        frame = None
+                if head is not None:
+                    raise InvalidArgument(
+                        "the stream ended inside a message (more_pieces was true)", reason="INVALID_STREAM"
+                    )
+            return pb.ImportMessagesResponse(imported_count=importer.imported, skipped_count=importer.skipped)
+
+        return await _unary(context, run)
+
+    # ── reads ───────────────────────────────────────────────────────────────
+
+    async def GetMessage(self, request: pb.GetMessageRequest, context: Any) -> AsyncIterator[pb.GetMessageResponse]:
+        async def run() -> AsyncIterator[pb.GetMessageResponse]:
+            self._admit(context, request.object_key)
+            view = await self._service.get_message(request.object_key, request.session_id, request.message_id)
+            if view is not None:
+                for frame in framing.message_frames(view):
+                    yield pb.GetMessageResponse(frame=frame)
+
+        async for response in _stream(context, run):
+            yield response
+
+    async def GetMessages(self, request: pb.GetMessagesRequest, context: Any) -> AsyncIterator[pb.GetMessagesResponse]:
+        async def run() -> AsyncIterator[pb.GetMessagesResponse]:
+            self._admit(context, request.object_key)
+            views = self._service.get_messages(request.object_key, request.session_id, list(request.message_ids))
+            async with contextlib.aclosing(views):
+                async for view in views:
+                    for frame in framing.message_frames(view):
+                        yield pb.GetMessagesResponse(frame=frame)
+
+        async for response in _stream(context, run):
+            yield response
+
+    async def GetLatestLeaf(
+        self, request: pb.GetLatestLeafRequest, context: Any
+    ) -> AsyncIterator[pb.GetLatestLeafResponse]:
+        async def run() -> AsyncIterator[pb.GetLatestLeafResponse]:
+            self._admit(context, request.object_key)
+            view = await self._service.get_latest_leaf(request.object_key, request.session_id)
+            if view is not None:
+                for frame in framing.message_frames(view):
+                    yield pb.GetLatestLeafResponse(frame=frame)
+
+        async for response in _stream(context, run):
+            yield response
+
+    async def GetBranches(self, request: pb.GetBranchesRequest, context: Any) -> AsyncIterator[pb.GetBranchesResponse]:
+        async def run() -> AsyncIterator[pb.GetBranchesResponse]:
+            self._admit(context, request.object_key)
+            views = self._service.get_branches(request.object_key, request.session_id, request.message_id)
+            async with contextlib.aclosing(views):
+                async for view in views:
+                    for frame in framing.message_frames(view):
+                        yield pb.GetBranchesResponse(frame=frame)
+
+        async for response in _stream(context, run):
+            yield response
+
+    async def StreamHistory(
+        self, request: pb.StreamHistoryRequest, context: Any
+    ) -> AsyncIterator[pb.StreamHistoryResponse]:
+        async def run() -> AsyncIterator[pb.StreamHistoryResponse]:
+            self._admit(context, request.object_key)
+            views = self._service.history(
+                request.object_key, request.session_id, leaf_id=request.leaf_id, newest_first=request.newest_first
+            )
+            async with contextlib.aclosing(views):
+                if not (request.batch_size or request.max_batch_bytes):
+                    async for view in views:
+                        for frame in framing.message_frames(view):
+                            yield pb.StreamHistoryResponse(frame=frame)
+                    return
+                batches = mark_batches(
+                    views, request.batch_size or DEFAULT_BATCH_SIZE, request.max_batch_bytes or DEFAULT_BATCH_BYTES
+                )
+                async with contextlib.aclosing(batches):
+                    async for view, batch_end in batches:
+                        frames = list(framing.message_frames(view))
+                        for index, frame in enumerate(frames):
+                            yield pb.StreamHistoryResponse(frame=frame, batch_end=batch_end and index == len(frames) - 1)
+
+        async for response in _stream(context, run):
+            yield response
+
+    async def GetRecentHistory(
+        self, request: pb.GetRecentHistoryRequest, context: Any
+    ) -> AsyncIterator[pb.GetRecentHistoryResponse]:
+        async def run() -> AsyncIterator[pb.GetRecentHistoryResponse]:
+            self._admit(context, request.object_key)
+            items = self._service.recent_history(
+                request.object_key, request.session_id, request.max_content_bytes, leaf_id=request.leaf_id
+            )
+            async with contextlib.aclosing(items):
+                async for item in items:
+                    if isinstance(item, RecentSummary):
+                        yield pb.GetRecentHistoryResponse(
+                            summary=pb.RecentHistorySummary(
+                                truncated=item.truncated, total_content_bytes=item.total_content_bytes
+                            )
+                        )
+                        continue
+                    assert isinstance(item, MessageView)
+                    for frame in framing.message_frames(item):
+                        yield pb.GetRecentHistoryResponse(frame=frame)
+
+        async for response in _stream(context, run):
+            yield response
+
+    async def GetHistoryRowStats(
+        self, request: pb.GetHistoryRowStatsRequest, context: Any
+    ) -> AsyncIterator[pb.GetHistoryRowStatsResponse]:
+        async def run() -> AsyncIterator[pb.GetHistoryRowStatsResponse]:
+            self._admit(context, request.object_key)
+            stats = await self._service.row_stats(request.object_key, request.session_id, leaf_id=request.leaf_id)
+            for start in range(0, len(stats), ROW_STATS_PER_FRAME):
+                yield pb.GetHistoryRowStatsResponse(
+                    stats=[
+                        pb.RowStat(id=s.id, role=s.role, bytes=s.bytes, token_estimate=s.token_estimate)
+                        for s in stats[start : start + ROW_STATS_PER_FRAME]
+                    ]
+                )
+
+        async for response in _stream(context, run):
+            yield response
+
+
+async def _unary(context: Any, run: Callable[[], Awaitable[Resp]]) -> Resp:
+    try:
+        return await run()
+    except SessionsError as exc:
+        await _abort(context, exc)
+    except (grpc.aio.AbortError, grpc.aio.UsageError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - reported as INTERNAL with a log line
+        await _abort(context, exc)
+    raise AssertionError("unreachable: abort raises")
+
+
+async def _stream(context: Any, run: Callable[[], AsyncIterator[Resp]]) -> AsyncIterator[Resp]:
+    iterator = run()
+    try:
+        async with contextlib.aclosing(iterator):  # type: ignore[type-var]
+            async for item in iterator:
+                yield item
+    except SessionsError as exc:
+        await _abort(context, exc)
+    except (grpc.aio.AbortError, grpc.aio.UsageError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - reported as INTERNAL with a log line
+        await _abort(context, exc)
+
+
