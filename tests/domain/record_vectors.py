@@ -70,15 +70,63 @@ def add_big(prefix: str, unit: str, count: int, suffix: str, source: str = "clie
 
 # 1. Numbers of every kind, in a metadata object, a tool input, and bare arrays.
 NUMBERS = [
-    "0", "-0", "-0.0", "0.0", "1", "1.0", "-1.0", "1e2", "1E2", "1e+2", "100e-2", "1.5", "0.1",
-    "0.30000000000000004", "123.456", "1e16", "1e20", "1e21", "1e-6", "1e-7", "0.000001",
-    "0.0000001", "0.00001", "1.5e300", "1.5e-300", "5e-324", "2.2250738585072014e-308",
-    "1.7976931348623157e308", "1e308", "1e400", "-1e400", "1e-400", "18446744073709551616",
-    "12345678901234567890", "-12345678901234567890", "9007199254740991", "9007199254740992",
-    "9007199254740993", "-9007199254740993", "123456789012345678901", "99999999999999999999",
-    "999999999999999999999", "4.35", "1.23456789012345678901234", "0.1e1", "25e-1",
-    "123456789e12", "1.0000000000000002", "3.14159265358979323846", "1e-5", "2e-7", "1234.5e-8",
-    "100000000000000000000000", "1e+21", "-1.5e-9", "0e10", "6.02214076e23",
+    "0",
+    "-0",
+    "-0.0",
+    "0.0",
+    "1",
+    "1.0",
+    "-1.0",
+    "1e2",
+    "1E2",
+    "1e+2",
+    "100e-2",
+    "1.5",
+    "0.1",
+    "0.30000000000000004",
+    "123.456",
+    "1e16",
+    "1e20",
+    "1e21",
+    "1e-6",
+    "1e-7",
+    "0.000001",
+    "0.0000001",
+    "0.00001",
+    "1.5e300",
+    "1.5e-300",
+    "5e-324",
+    "2.2250738585072014e-308",
+    "1.7976931348623157e308",
+    "1e308",
+    "1e400",
+    "-1e400",
+    "1e-400",
+    "18446744073709551616",
+    "12345678901234567890",
+    "-12345678901234567890",
+    "9007199254740991",
+    "9007199254740992",
+    "9007199254740993",
+    "-9007199254740993",
+    "123456789012345678901",
+    "99999999999999999999",
+    "999999999999999999999",
+    "4.35",
+    "1.23456789012345678901234",
+    "0.1e1",
+    "25e-1",
+    "123456789e12",
+    "1.0000000000000002",
+    "3.14159265358979323846",
+    "1e-5",
+    "2e-7",
+    "1234.5e-8",
+    "100000000000000000000000",
+    "1e+21",
+    "-1.5e-9",
+    "0e10",
+    "6.02214076e23",
 ]
 for i in range(0, len(NUMBERS), 8):
     group = NUMBERS[i : i + 8]
@@ -104,16 +152,33 @@ KEY_OBJECTS = [
 ]
 for obj in KEY_OBJECTS:
     add('{"role":"user","parts":[' + _text('"keys"') + '],"metadata":' + obj + "}")
-add('{"parts":[{"type":"text","text":"top"}],"9":1,"role":"user","0":2,"createdAt":"2024-01-01T00:00:00.000Z"}')
+add(
+    '{"parts":[{"type":"text","text":"top"}],"9":1,"role":"user","0":2,"createdAt":"2024-01-01T00:00:00.000Z"}'
+)
 
 # 3. Strings: unicode, escapes, control characters, lone surrogates.
 STRINGS = [
-    r'"hello"', r'"héllo wörld"', r'"😀 emoji 👍🏽 family 👨‍👩‍👧"', r'"中文字符测试，你好世界"',
-    r'"\ud800"', r'"\udc00"', r'"a\udc00\ud800b"', r'"\ud83d\ude00"', r'"\ud83d"',
-    r'"x\ud83dy\ude00z"', r'"\u0000\u0001\u0002\u0007\u0008\u0009\u000a\u000b\u000c\u000d\u001b\u001f"',
-    r'"\u007f\u0080\u009f\u00a0"', r'"line\u2028sep\u2029para"', r'"\/slash\\back\"quote"',
-    r'"\u00e9\u4e2d\uFFFF\uFEFF"', r'"tab\there\nnewline\rcr\bbs\fff"', '"raw é 中 😀"',
-    r'"\uD834\uDD1E G clef"', r'"\uDBFF\uDFFF max"', '""', r'"   "',
+    r'"hello"',
+    r'"héllo wörld"',
+    r'"😀 emoji 👍🏽 family 👨‍👩‍👧"',
+    r'"中文字符测试，你好世界"',
+    r'"\ud800"',
+    r'"\udc00"',
+    r'"a\udc00\ud800b"',
+    r'"\ud83d\ude00"',
+    r'"\ud83d"',
+    r'"x\ud83dy\ude00z"',
+    r'"\u0000\u0001\u0002\u0007\u0008\u0009\u000a\u000b\u000c\u000d\u001b\u001f"',
+    r'"\u007f\u0080\u009f\u00a0"',
+    r'"line\u2028sep\u2029para"',
+    r'"\/slash\\back\"quote"',
+    r'"\u00e9\u4e2d\uFFFF\uFEFF"',
+    r'"tab\there\nnewline\rcr\bbs\fff"',
+    '"raw é 中 😀"',
+    r'"\uD834\uDD1E G clef"',
+    r'"\uDBFF\uDFFF max"',
+    '""',
+    r'"   "',
 ]
 for s in STRINGS:
     add('{"role":"user","parts":[' + _text(s) + "]}")
@@ -121,58 +186,111 @@ add('{"role":"user","parts":[' + _text('"k"') + '],"metadata":{"\\ud800key":"\\u
 
 # 4. Whitespace: word counting and reasoning drop.
 WS_TEXTS = [
-    r'"a b c d e f g h i j k l m n o p"', r'"a\u001cb\u001cc\u001dd\u001ee\u001ff"',
+    r'"a b c d e f g h i j k l m n o p"',
+    r'"a\u001cb\u001cc\u001dd\u001ee\u001ff"',
     r'"a\u00a0b\u1680c\u2000d\u200ae\u2028f\u2029g\u202fh\u205fi\u3000j\ufeffk"',
-    r'"a\u0085b\u200bc\u180ed"', r'"a\u000bb\u000cc\td\ne\rf g"', r'"  lead and trail  "',
-    r'"one"', r'"x y"', r'"I a b c d e f g h i j k l m n o p q r s t u v w x y z"',
-    r'"😀 😀 😀 😀 😀"', r'"中 中 中 中 中 中 中 中"',
+    r'"a\u0085b\u200bc\u180ed"',
+    r'"a\u000bb\u000cc\td\ne\rf g"',
+    r'"  lead and trail  "',
+    r'"one"',
+    r'"x y"',
+    r'"I a b c d e f g h i j k l m n o p q r s t u v w x y z"',
+    r'"😀 😀 😀 😀 😀"',
+    r'"中 中 中 中 中 中 中 中"',
 ]
 for s in WS_TEXTS:
     add('{"role":"user","parts":[' + _text(s) + "]}")
 
 REASONING_TEXTS = [
-    '""', r'" "', r'"\t\n"', r'"\u00a0"', r'"\ufeff"', r'"\u2028\u2029"', r'"\u3000"',
-    r'"\u001c"', r'"\u0085"', r'"\u200b"', r'"\u180e"', r'"x"', r'" thinking "', "null", "5",
-    "[]", '{"a":1}', "true",
+    '""',
+    r'" "',
+    r'"\t\n"',
+    r'"\u00a0"',
+    r'"\ufeff"',
+    r'"\u2028\u2029"',
+    r'"\u3000"',
+    r'"\u001c"',
+    r'"\u0085"',
+    r'"\u200b"',
+    r'"\u180e"',
+    r'"x"',
+    r'" thinking "',
+    "null",
+    "5",
+    "[]",
+    '{"a":1}',
+    "true",
 ]
 for s in REASONING_TEXTS:
-    add(
-        '{"role":"assistant","parts":[{"type":"reasoning","text":' + s + '},'
-        + _text('"after"') + "]}"
-    )
-add('{"role":"assistant","parts":[{"type":"reasoning","reasoning":"legacy only"},{"type":"text","text":"t"}]}')
+    add('{"role":"assistant","parts":[{"type":"reasoning","text":' + s + "}," + _text('"after"') + "]}")
+add(
+    '{"role":"assistant","parts":[{"type":"reasoning","reasoning":"legacy only"},{"type":"text","text":"t"}]}'
+)
 add('{"role":"assistant","parts":[{"type":"reasoning","text":null,"reasoning":"legacy with null text"}]}')
 add('{"role":"assistant","parts":[{"type":"reasoning","text":"","providerMetadata":{}}]}')
-add('{"role":"assistant","parts":[{"type":"reasoning","text":"","providerMetadata":{"anthropic":{"s":"x"}}}]}')
-add('{"role":"assistant","parts":[{"type":"reasoning","text":"","providerMetadata":{"openai":{"itemId":"i"}}}]}')
-add('{"role":"assistant","parts":[{"type":"reasoning","text":" ","providerMetadata":{"openai":{"itemId":"i","x":1}}}]}')
+add(
+    '{"role":"assistant","parts":[{"type":"reasoning","text":"","providerMetadata":{"anthropic":{"s":"x"}}}]}'
+)
+add(
+    '{"role":"assistant","parts":[{"type":"reasoning","text":"","providerMetadata":{"openai":{"itemId":"i"}}}]}'
+)
+add(
+    '{"role":"assistant","parts":[{"type":"reasoning","text":" ",'
+    '"providerMetadata":{"openai":{"itemId":"i","x":1}}}]}'
+)
 add('{"role":"assistant","parts":[{"type":"reasoning","text":"","providerMetadata":[1]}]}')
 add('{"role":"assistant","parts":[{"type":"reasoning","text":"","providerMetadata":[]}]}')
 add('{"role":"assistant","parts":[{"type":"reasoning","text":"","providerMetadata":"str"}]}')
 add('{"role":"assistant","parts":[{"type":"reasoning","text":"","providerMetadata":null}]}')
 add('{"role":"assistant","parts":[{"type":"reasoning","text":"","callProviderMetadata":{"x":1}}]}')
-add('{"role":"assistant","parts":[{"type":"reasoning","text":"\\u00a0","providerMetadata":{"openai":{"reasoningEncryptedContent":"e"},"other":{}}}]}')
+add(
+    '{"role":"assistant","parts":[{"type":"reasoning","text":"\\u00a0","providerMetadata":{"openai":{"reasoningEncryptedContent":"e"},"other":{}}}]}'
+)
 
 # 5. Provider metadata stripping.
 OPENAI_VALUES = [
-    '{"itemId":"i1"}', '{"itemId":"i1","reasoningEncryptedContent":"enc"}',
-    '{"itemId":"i1","keep":true}', '{"keep":1,"itemId":"i1","also":[1,2]}', '{"z":1}', "{}",
-    "null", "false", "0", '""', "true", "5", "-1", '"str"', '"😀x"', "[1,2]", "[]",
-    '{"10":1,"2":2,"itemId":"i"}', '{"itemId":null}',
+    '{"itemId":"i1"}',
+    '{"itemId":"i1","reasoningEncryptedContent":"enc"}',
+    '{"itemId":"i1","keep":true}',
+    '{"keep":1,"itemId":"i1","also":[1,2]}',
+    '{"z":1}',
+    "{}",
+    "null",
+    "false",
+    "0",
+    '""',
+    "true",
+    "5",
+    "-1",
+    '"str"',
+    '"😀x"',
+    "[1,2]",
+    "[]",
+    '{"10":1,"2":2,"itemId":"i"}',
+    '{"itemId":null}',
 ]
 for ov in OPENAI_VALUES:
     add(
-        '{"role":"assistant","parts":[{"type":"text","providerMetadata":{"openai":' + ov
+        '{"role":"assistant","parts":[{"type":"text","providerMetadata":{"openai":'
+        + ov
         + ',"anthropic":{"a":1}},"text":"pm","state":"done"}]}'
     )
     add(
         '{"role":"assistant","parts":[{"type":"text","text":"pm only","providerMetadata":{"openai":'
-        + ov + "}}]}"
+        + ov
+        + "}}]}"
     )
 METADATA_VALUES = [
-    '{"openai":{"itemId":"i"},"z":1}', '{"z":1,"openai":{"itemId":"i","other":2}}',
-    '{"0":"a","openai":{"x":1}}', '{"openai":{"itemId":"i"},"0":1,"b":2}', "[1,2]", '"openai"',
-    "null", "7", '{"OpenAI":{"itemId":"i"}}', '{"anthropic":{"cacheControl":"x"}}',
+    '{"openai":{"itemId":"i"},"z":1}',
+    '{"z":1,"openai":{"itemId":"i","other":2}}',
+    '{"0":"a","openai":{"x":1}}',
+    '{"openai":{"itemId":"i"},"0":1,"b":2}',
+    "[1,2]",
+    '"openai"',
+    "null",
+    "7",
+    '{"OpenAI":{"itemId":"i"}}',
+    '{"anthropic":{"cacheControl":"x"}}',
 ]
 for mv in METADATA_VALUES:
     add(
@@ -189,9 +307,17 @@ add(
 
 # 6. Reserved metadata, with source client and server.
 RESERVED = [
-    '{"reserved":1}', '{"reserved":1,"channel":"c"}', '{"reserved":1,"other":2}',
-    '{"channel":{"x":1},"keep":[1],"reserved":null}', '{"other":1}', "{}", "null", "[1]",
-    '"reserved"', '{"Reserved":1}', '{"0":1,"reserved":2}',
+    '{"reserved":1}',
+    '{"reserved":1,"channel":"c"}',
+    '{"reserved":1,"other":2}',
+    '{"channel":{"x":1},"keep":[1],"reserved":null}',
+    '{"other":1}',
+    "{}",
+    "null",
+    "[1]",
+    '"reserved"',
+    '{"Reserved":1}',
+    '{"0":1,"reserved":2}',
 ]
 for md in RESERVED:
     for source in ("client", "server"):
@@ -236,7 +362,8 @@ add('{"role":"user","parts":[' + _text('"' + "a " * 777 + '"') + "]}")
 FILES = [
     '{"type":"file","mediaType":"text/plain","url":"data:text/plain;base64,' + _b64("hello world") + '"}',
     '{"type":"file","mediaType":"text/markdown","filename":"a.md","url":"data:text/markdown;base64,'
-    + _b64("# Title\n\nbody " * 40) + '"}',
+    + _b64("# Title\n\nbody " * 40)
+    + '"}',
     '{"type":"file","mediaType":"text/csv","url":"data:text/csv,a,b,c%0A1,2,3"}',
     '{"type":"file","url":"data:text/plain,no media type"}',
     '{"type":"file","mediaType":"image/png","url":"data:image/png,not-base64"}',
@@ -257,8 +384,15 @@ add('{"role":"user","parts":[' + ",".join(FILES[:4]) + "]}")
 
 # 9. Bigger and nested documents.
 add(
-    '{"role":"assistant","parts":[{"type":"tool-deep","input":' + "[" * 40 + "1" + "]" * 40
-    + ',"output":' + '{"a":' * 30 + "null" + "}" * 30 + "}]}"
+    '{"role":"assistant","parts":[{"type":"tool-deep","input":'
+    + "[" * 40
+    + "1"
+    + "]" * 40
+    + ',"output":'
+    + '{"a":' * 30
+    + "null"
+    + "}" * 30
+    + "}]}"
 )
 add_big('{"role":"user","parts":[{"type":"text","text":"', "big ascii ", 200_000, '"}]}')
 for pad in ("", "a", "ab", "abc", "abcd", "abcde"):
@@ -270,11 +404,15 @@ for count in (1_572_800, 1_572_801, 1_572_802):
 add_big('{"role":"user","parts":[{"type":"text","text":"', "y", 5_000_000, '"}]}')
 add_big(
     '{"role":"user","parts":[{"type":"file","mediaType":"application/pdf","url":"data:application/pdf,',
-    "p", 90_000, '"}]}',
+    "p",
+    90_000,
+    '"}]}',
 )
 add_big(
     '{"role":"user","parts":[{"type":"file","mediaType":"text/plain","url":"data:;base64,',
-    "QUJD", 30_000, '"}]}',
+    "QUJD",
+    30_000,
+    '"}]}',
 )
 add(
     '{"id_is_not_first":true,"role":"user","parts":[{"type":"text","text":"x","extra":{"deep":'
@@ -285,7 +423,9 @@ add(
 
 def post(url: str, path: str, body_text: str) -> Any:
     req = urllib.request.Request(
-        url + path, data=body_text.encode("utf-8"), method="POST",
+        url + path,
+        data=body_text.encode("utf-8"),
+        method="POST",
         headers={"content-type": "application/json"},
     )
     try:
@@ -351,22 +491,33 @@ def main() -> int:
         message = '{"id":"' + msg_id + '",' + body[1:]
         batch_key = f"{key}-{n // 50}"
         post(
-            args.url, f"/obj/{batch_key}/-/appendMessage",
+            args.url,
+            f"/obj/{batch_key}/-/appendMessage",
             '{"message":' + message + ',"options":{"source":"' + source + '"}}',
         )
         rows = post(
-            args.url, f"/obj/{batch_key}/-/sql",
-            json.dumps({"query": "SELECT id, content, content_chunks, token_estimate, content_hash "
-                        f"FROM cf_agents_session_messages WHERE id = '{msg_id}'"}),
+            args.url,
+            f"/obj/{batch_key}/-/sql",
+            json.dumps(
+                {
+                    "query": "SELECT id, content, content_chunks, token_estimate, content_hash "
+                    f"FROM cf_agents_session_messages WHERE id = '{msg_id}'"
+                }
+            ),
         )
         (row,) = rows
         content = row["content"]
         slice_bytes = [len(content.encode("utf-8"))]
         if row["content_chunks"]:
             chunks = post(
-                args.url, f"/obj/{batch_key}/-/sql",
-                json.dumps({"query": "SELECT content FROM cf_agents_session_message_chunks "
-                            f"WHERE id = '{msg_id}' ORDER BY idx"}),
+                args.url,
+                f"/obj/{batch_key}/-/sql",
+                json.dumps(
+                    {
+                        "query": "SELECT content FROM cf_agents_session_message_chunks "
+                        f"WHERE id = '{msg_id}' ORDER BY idx"
+                    }
+                ),
             )
             content += "".join(c["content"] for c in chunks)
             slice_bytes += [len(c["content"].encode("utf-8")) for c in chunks]

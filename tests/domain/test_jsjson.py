@@ -6,7 +6,6 @@ import json
 import time
 
 import pytest
-
 from sessions_server.domain import jsjson
 from sessions_server.domain.jsjson import (
     MAX_JSON_DEPTH,
@@ -163,7 +162,10 @@ def test_js_key_order_keeps_ordered_dict_identity() -> None:
 
 def test_string_escapes() -> None:
     text = '"\\u0000\\u0001\\b\\t\\n\\u000b\\f\\r\\u001f \\" \\\\ \\/ \\u007f \\u2028\\u2029 é 中 😀"'
-    assert roundtrip(text) == '"\\u0000\\u0001\\b\\t\\n\\u000b\\f\\r\\u001f \\" \\\\ / \x7f \u2028\u2029 é 中 😀"'
+    assert (
+        roundtrip(text)
+        == '"\\u0000\\u0001\\b\\t\\n\\u000b\\f\\r\\u001f \\" \\\\ / \x7f \u2028\u2029 é 中 😀"'
+    )
 
 
 def test_lone_surrogates_escaped_lowercase_and_pairs_joined() -> None:
@@ -240,6 +242,9 @@ def test_depth_limit() -> None:
     # Brackets inside strings do not count as nesting.
     text = '["' + "[{" * 3000 + '"]'
     assert roundtrip(text) == text
+    text = '["' + '\\"[\\\\' * 3000 + '",[[]]]'
+    assert roundtrip(text) == text
+    assert parse(text)[0] == '"[\\' * 3000
 
 
 def test_accepts_json_whitespace_and_any_top_level() -> None:

@@ -6,7 +6,6 @@ import math
 from typing import Any
 
 import pytest
-
 from sessions_server.domain.tokens import (
     estimate_attachment_tokens,
     estimate_message_tokens,
@@ -29,7 +28,7 @@ def msg(*parts: dict[str, Any]) -> dict[str, Any]:
         ("abcd", 2),  # max(1, 1.3)
         ("x" * 400, 100),
         ("x" * 401, 101),
-        ("a b c d e f g h i j", 13),  # 10 words * 1.3 = 13.000000000000002? no: 13.0 exactly
+        ("a b c d e f g h i j", 13),  # 10 words * 1.3 == 13.0
         ("a " * 3, 4),  # 3 words -> 3.9 -> 4
         ("😀" * 10, 5),  # 20 UTF-16 units / 4
         ("a\x1cb\x1cc", 2),  # one word: max(5/4, 1.3)
@@ -77,7 +76,12 @@ def test_text_and_reasoning_use_nullish_coalescing() -> None:
 
 def test_tool_parts() -> None:
     input_value = {"city": "Paris"}
-    part = {"type": "tool-weather", "input": input_value, "output": "sunny", "result": "ignored words here"}
+    part: dict[str, Any] = {
+        "type": "tool-weather",
+        "input": input_value,
+        "output": "sunny",
+        "result": "ignored words here",
+    }
     expected = 4 + estimate_string_tokens('{"city":"Paris"}') + estimate_string_tokens("sunny")
     assert estimate_message_tokens([msg(part)]) == expected
     part = {"type": "dynamic-tool", "input": None, "output": None, "result": [1, 2]}

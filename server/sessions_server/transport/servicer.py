@@ -231,6 +231,9 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                         raise InvalidArgument(
                             "every ImportMessages frame must name the same object_key", reason="INVALID_STREAM"
                         )
+                    if head is None and not frame.json_piece and not frame.more_pieces:
+                        frame = await anext(frames, None)  # a frame that only names the object
+                        continue
                     if head is None:
                         head = frame
                     pieces.append(frame.json_piece)
@@ -238,10 +241,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                         parent_id = head.parent_id if head.HasField("parent_id") else None
                         await importer.add("".join(pieces), parent_id, head.created_at_ms)
                         pieces, head = [], None
-                    try:
-                        frame = await frames.__anext__()
-                    except StopAsyncIteration:
-                        frame = None
+                    frame = await anext(frames, None)
                 if head is not None:
                     raise InvalidArgument(
                         "the stream ended inside a message (more_pieces was true)", reason="INVALID_STREAM"

@@ -1,0 +1,39 @@
+"""Python client for the Sessions service.
+
+    from sessions_client import SessionsClient
+    with SessionsClient("127.0.0.1:50051") as client:
+        session = client.object("conversation-1").session()
+        session.append_message({"id": "m1", "role": "user", "parts": [{"type": "text", "text": "hi"}]})
+        for message in session.history():
+            ...
+
+`sessions_client.aio.SessionsClient` has the same methods as coroutines and async iterators.
+"""
+
+from sessions_client._common import (
+    AUTO,
+    AppendResult,
+    ImportItem,
+    ImportResult,
+    Message,
+    RecentHistory,
+    RowStat,
+    SessionsError,
+    UpsertResult,
+)
+from sessions_client._sync import ObjectHandle, SessionHandle, SessionsClient
+
+__all__ = [
+    "AUTO",
+    "AppendResult",
+    "ImportItem",
+    "ImportResult",
+    "Message",
+    "ObjectHandle",
+    "RecentHistory",
+    "RowStat",
+    "SessionHandle",
+    "SessionsClient",
+    "SessionsError",
+    "UpsertResult",
+]

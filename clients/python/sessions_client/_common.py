@@ -1,0 +1,259 @@
+"""What the sync and asyncio clients share: result types, request building, frame assembly,
+and the one exception type raised for every failed call."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.parse
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final
+
+import grpc
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
+
+from sessions_proto.v1 import sessions_pb2 as pb
+
+Message = dict[str, Any]
+OBJECT_KEY_HEADER: Final = "x-object-key"
+# A request above this size goes through the client-streaming path, so any server or proxy
+# with default 4 MiB limits accepts it. Pieces of a streamed message are this size too.
+UNARY_LIMIT_BYTES: Final = 3 * 1024 * 1024
+PIECE_BYTES: Final = 3 * 1024 * 1024
+
+
+class _Auto:
+    """Sentinel: attach to the session's newest message."""
+
+    _instance: _Auto | None = None
+
+    def __new__(cls) -> _Auto:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "AUTO"
+
+
+AUTO: Final = _Auto()
+ParentArg = _Auto | str | None
+
+
+class SessionsError(Exception):
+    """A failed call: the gRPC status code, the server's message and its ErrorInfo reason."""
+
+    def __init__(self, code: grpc.StatusCode, message: str, reason: str | None, metadata: Mapping[str, str]) -> None:
+        super().__init__(f"{code.name}: {message}" + (f" [{reason}]" if reason else ""))
+        self.code = code
+        self.message = message
+        self.reason = reason
+        self.metadata = dict(metadata)
+
+    @classmethod
+    def from_rpc_error(cls, error: grpc.RpcError) -> SessionsError:
+        code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
+        details = error.details() if hasattr(error, "details") else str(error)
+        reason: str | None = None
+        metadata: dict[str, str] = {}
+        try:
+            status = rpc_status.from_call(error)  # type: ignore[arg-type]
+        except Exception:  # noqa: BLE001 - a malformed status still yields the plain code
+            status = None
+        if status is not None:
+            for detail in status.details:
+                if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+                    info = error_details_pb2.ErrorInfo()
+                    detail.Unpack(info)
+                    reason = info.reason
+                    metadata = dict(info.metadata)
+        return cls(code, details or "", reason, metadata)
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    """An append's outcome: `inserted` is False when the id existed (then `message` is the stored
+    one); `parent_id` is the parent actually used (None for a root)."""
+
+    inserted: bool
+    message: Message
+    parent_id: str | None
+
+
+@dataclass(frozen=True)
+class UpsertResult:
+    inserted: bool
+    changed: bool
+    message: Message
+
+
+@dataclass(frozen=True)
+class RecentHistory:
+    messages: list[Message]
+    truncated: bool
+    total_content_bytes: int
+
+
+@dataclass(frozen=True)
+class RowStat:
+    id: str
+    role: str
+    bytes: int
+    token_estimate: int
+
+
+@dataclass(frozen=True)
+class ImportItem:
+    """One message to import verbatim, with its parent (None: a root) and created time."""
+
+    message: Message | str
+    parent_id: str | None
+    created_at: int | datetime | None = None
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    imported: int
+    skipped: int
+
+
+@dataclass
+class MessageWithInfo:
+    """A decoded message and its lifted facts."""
+
+    info: pb.MessageInfo
+    json: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def message(self) -> Message:
+        return json.loads(self.json)  # type: ignore[no-any-return]
+
+
+def routing_metadata(object_key: str) -> tuple[tuple[str, str], ...]:
+    return ((OBJECT_KEY_HEADER, urllib.parse.quote(object_key, safe="")),)
+
+
+def to_json(message: Message | str) -> str:
+    """Messages may be given as dicts or as JSON text (sent byte for byte)."""
+    if isinstance(message, str):
+        return message
+    return json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def json_size(text: str) -> int:
+    return len(text) if len(text) * 4 <= UNARY_LIMIT_BYTES else len(text.encode("utf-8", "surrogatepass"))
+
+
+def parent_fields(parent_id: ParentArg) -> dict[str, Any]:
+    if parent_id is AUTO:
+        return {"parent_mode": pb.PARENT_MODE_AUTO}
+    if parent_id is None:
+        return {"parent_mode": pb.PARENT_MODE_ROOT}
+    if isinstance(parent_id, str):
+        return {"parent_mode": pb.PARENT_MODE_ID, "parent_id": parent_id}
+    raise TypeError("parent_id must be AUTO, None or a message id")
+
+
+def source_value(source: str) -> int:
+    if source == "server":
+        return pb.SOURCE_SERVER
+    if source == "client":
+        return pb.SOURCE_CLIENT
+    raise ValueError('source must be "server" or "client"')
+
+
+def created_at_ms(value: int | datetime | None) -> int:
+    if value is None:
+        return int(time.time() * 1000)
+    if isinstance(value, datetime):
+        return int(value.timestamp() * 1000)
+    return int(value)
+
+
+def pieces(text: str) -> Iterator[str]:
+    """Cuts JSON text into pieces of at most PIECE_BYTES UTF-8 bytes, on character boundaries."""
+    if len(text) * 4 <= PIECE_BYTES:
+        yield text
+        return
+    data = text.encode("utf-8", "surrogatepass")
+    start = 0
+    while start < len(data):
+        end = min(start + PIECE_BYTES, len(data))
+        while end < len(data) and (data[end] & 0xC0) == 0x80:
+            end -= 1
+        yield data[start:end].decode("utf-8", "surrogatepass")
+        start = end
+
+
+class FrameAssembler:
+    """Joins MessageFrame pieces back into whole messages."""
+
+    def __init__(self) -> None:
+        self._info: pb.MessageInfo | None = None
+        self._pieces: list[str] = []
+
+    def feed(self, frame: pb.MessageFrame) -> MessageWithInfo | None:
+        if self._info is None:
+            self._info = frame.info
+        self._pieces.append(frame.json)
+        if frame.more_pieces:
+            return None
+        text = self._pieces[0] if len(self._pieces) == 1 else "".join(self._pieces)
+        done = MessageWithInfo(self._info, text)
+        self._info, self._pieces = None, []
+        return done
+
+    def finish(self) -> None:
+        if self._pieces:
+            raise SessionsError(grpc.StatusCode.DATA_LOSS, "stream ended inside a message", "INVALID_STREAM", {})
+
+
+def import_frames(object_key: str, session_id: str, items: Iterable[ImportItem | Message]) -> Iterator[pb.ImportMessagesRequest]:
+    """ImportMessages frames. Plain messages chain: each one's parent is the previous message."""
+    previous: str | None = None
+    first = True
+    for item in items:
+        if not isinstance(item, ImportItem):
+            item = ImportItem(item, previous, None)
+        text = to_json(item.message)
+        parts = list(pieces(text))
+        for index, piece in enumerate(parts):
+            request = pb.ImportMessagesRequest(json_piece=piece, more_pieces=index < len(parts) - 1)
+            if first:
+                request.object_key = object_key
+                request.session_id = session_id
+                first = False
+            if index == 0:
+                request.created_at_ms = created_at_ms(item.created_at)
+                if item.parent_id is not None:
+                    request.parent_id = item.parent_id
+            yield request
+        previous = _message_id(item.message)
+    if first:  # an empty import still names its object
+        yield pb.ImportMessagesRequest(object_key=object_key, session_id=session_id)
+
+
+def _message_id(message: Message | str) -> str | None:
+    if isinstance(message, str):
+        try:
+            value = json.loads(message)
+        except ValueError:
+            return None
+        message = value if isinstance(value, dict) else {}
+    ident = message.get("id") if isinstance(message, dict) else None
+    return ident if isinstance(ident, str) else None
+
+
+def upload_frames(header: pb.UploadHeader, text: str) -> Iterator[pb.UploadMessageRequest]:
+    for index, piece in enumerate(pieces(text)):
+        if index == 0:
+            yield pb.UploadMessageRequest(header=header, json_piece=piece)
+        else:
+            yield pb.UploadMessageRequest(json_piece=piece)
+
+
+def parent_of(info: pb.MessageInfo) -> str | None:
+    return info.parent_id if info.HasField("parent_id") else None

@@ -1,0 +1,284 @@
+"""The blocking client: `SessionsClient(target).object(key).session(id)`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, TypeVar
+
+import grpc
+
+from sessions_client._common import (
+    AUTO,
+    UNARY_LIMIT_BYTES,
+    AppendResult,
+    FrameAssembler,
+    ImportItem,
+    ImportResult,
+    Message,
+    MessageWithInfo,
+    ParentArg,
+    RecentHistory,
+    RowStat,
+    SessionsError,
+    UpsertResult,
+    import_frames,
+    json_size,
+    parent_fields,
+    parent_of,
+    routing_metadata,
+    source_value,
+    to_json,
+    upload_frames,
+)
+from sessions_proto.v1 import sessions_pb2 as pb
+from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
+
+T = TypeVar("T")
+
+
+class SessionsClient:
+    """A connection to a Sessions server. Use as a context manager, or call `close()`."""
+
+    def __init__(
+        self,
+        target: str,
+        *,
+        channel: grpc.Channel | None = None,
+        options: Sequence[tuple[str, Any]] = (),
+        timeout: float | None = None,
+    ) -> None:
+        self._channel = channel or grpc.insecure_channel(target, options=list(options))
+        self._stub = pb_grpc.SessionServiceStub(self._channel)
+        self.timeout = timeout
+
+    def __enter__(self) -> SessionsClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def object(self, object_key: str) -> ObjectHandle:
+        return ObjectHandle(self, object_key)
+
+    def _call(self, object_key: str, fn: Callable[..., T], request: Any) -> T:
+        try:
+            return fn(request, metadata=routing_metadata(object_key), timeout=self.timeout)
+        except grpc.RpcError as error:
+            raise SessionsError.from_rpc_error(error) from None
+
+    def _stream(self, object_key: str, fn: Callable[..., Any], request: Any) -> Iterator[Any]:
+        call = fn(request, metadata=routing_metadata(object_key), timeout=self.timeout)
+        try:
+            yield from call
+        except grpc.RpcError as error:
+            raise SessionsError.from_rpc_error(error) from None
+        finally:
+            call.cancel()  # stops the server's reads when the caller breaks off early
+
+
+class ObjectHandle:
+    """One object (an isolated store) on the server."""
+
+    def __init__(self, client: SessionsClient, object_key: str) -> None:
+        self.client = client
+        self.key = object_key
+
+    def session(self, session_id: str = "") -> SessionHandle:
+        return SessionHandle(self, session_id)
+
+
+class SessionHandle:
+    """One session inside an object; messages are plain dicts."""
+
+    def __init__(self, obj: ObjectHandle, session_id: str) -> None:
+        self.object = obj
+        self.id = session_id
+        self._client = obj.client
+        self._stub = obj.client._stub
+        self._key = obj.key
+
+    # ── writes ──────────────────────────────────────────────────────────────
+
+    def append_message(
+        self, message: Message | str, *, parent_id: ParentArg = AUTO, source: str = "server"
+    ) -> AppendResult:
+        text = to_json(message)
+        if json_size(text) > UNARY_LIMIT_BYTES:
+            upload = self._upload(pb.UPLOAD_OPERATION_APPEND, text, parent_id, source)
+            return AppendResult(upload.inserted, self._written(upload.message), parent_of(upload.message.info))
+        request = pb.AppendMessageRequest(
+            object_key=self._key, session_id=self.id, message_json=text, source=source_value(source),
+            **parent_fields(parent_id),
+        )
+        response = self._client._call(self._key, self._stub.AppendMessage, request)
+        return AppendResult(response.inserted, self._written(response.message), parent_of(response.message.info))
+
+    def append_messages(
+        self, messages: Iterable[Message | str], *, parent_id: ParentArg = AUTO, source: str = "server"
+    ) -> list[AppendResult]:
+        """Appends in one transaction; `parent_id` applies to the first, the rest chain (AUTO)."""
+        items = []
+        for index, message in enumerate(messages):
+            fields = parent_fields(parent_id if index == 0 else AUTO)
+            items.append(pb.AppendItem(message_json=to_json(message), source=source_value(source), **fields))
+        request = pb.AppendMessagesRequest(object_key=self._key, session_id=self.id, items=items)
+        response = self._client._call(self._key, self._stub.AppendMessages, request)
+        return [
+            AppendResult(r.inserted, self._written(r.message), parent_of(r.message.info)) for r in response.results
+        ]
+
+    def update_message(self, message: Message | str, *, source: str = "server") -> Message | None:
+        text = to_json(message)
+        if json_size(text) > UNARY_LIMIT_BYTES:
+            upload = self._upload(pb.UPLOAD_OPERATION_UPDATE, text, AUTO, source)
+            return self._written(upload.message) if upload.found else None
+        request = pb.UpdateMessageRequest(
+            object_key=self._key, session_id=self.id, message_json=text, source=source_value(source)
+        )
+        response = self._client._call(self._key, self._stub.UpdateMessage, request)
+        return self._written(response.message) if response.found else None
+
+    def upsert_message(
+        self, message: Message | str, *, parent_id: ParentArg = AUTO, source: str = "server"
+    ) -> UpsertResult:
+        text = to_json(message)
+        if json_size(text) > UNARY_LIMIT_BYTES:
+            upload = self._upload(pb.UPLOAD_OPERATION_UPSERT, text, parent_id, source)
+            return UpsertResult(upload.inserted, upload.changed, self._written(upload.message))
+        request = pb.UpsertMessageRequest(
+            object_key=self._key, session_id=self.id, message_json=text, source=source_value(source),
+            **parent_fields(parent_id),
+        )
+        response = self._client._call(self._key, self._stub.UpsertMessage, request)
+        return UpsertResult(response.inserted, response.changed, self._written(response.message))
+
+    def delete_messages(self, ids: Iterable[str]) -> int:
+        request = pb.DeleteMessagesRequest(object_key=self._key, session_id=self.id, message_ids=list(ids))
+        return int(self._client._call(self._key, self._stub.DeleteMessages, request).deleted_count)
+
+    def clear_messages(self) -> int:
+        request = pb.ClearMessagesRequest(object_key=self._key, session_id=self.id)
+        return int(self._client._call(self._key, self._stub.ClearMessages, request).deleted_count)
+
+    def import_message(
+        self, message: Message | str, *, parent_id: str | None, created_at: Any = None
+    ) -> bool:
+        """Imports one message verbatim; False when its id already existed."""
+        return self.import_messages([ImportItem(message, parent_id, created_at)]).imported == 1
+
+    def import_messages(self, items: Iterable[ImportItem | Message]) -> ImportResult:
+        """Streams messages in; plain dicts chain, each parented to the previous one."""
+        frames = import_frames(self._key, self.id, items)
+        response = self._client._call(self._key, self._stub.ImportMessages, frames)
+        return ImportResult(int(response.imported_count), int(response.skipped_count))
+
+    # ── reads ───────────────────────────────────────────────────────────────
+
+    def get_message(self, message_id: str) -> Message | None:
+        request = pb.GetMessageRequest(object_key=self._key, session_id=self.id, message_id=message_id)
+        found = self._messages(self._stub.GetMessage, request)
+        return next((m.message() for m in found), None)
+
+    def get_messages(self, ids: Sequence[str]) -> list[Message | None]:
+        """Messages in the order of `ids`, None where absent."""
+        request = pb.GetMessagesRequest(object_key=self._key, session_id=self.id, message_ids=list(ids))
+        by_id = {m.info.id: m.message() for m in self._messages(self._stub.GetMessages, request)}
+        return [by_id.get(i) for i in ids]
+
+    def get_latest_leaf(self) -> Message | None:
+        request = pb.GetLatestLeafRequest(object_key=self._key, session_id=self.id)
+        return next((m.message() for m in self._messages(self._stub.GetLatestLeaf, request)), None)
+
+    def get_branches(self, message_id: str) -> list[Message]:
+        request = pb.GetBranchesRequest(object_key=self._key, session_id=self.id, message_id=message_id)
+        return [m.message() for m in self._messages(self._stub.GetBranches, request)]
+
+    def history(self, *, leaf_id: str | None = None, newest_first: bool = False) -> Iterator[Message]:
+        """Streams a path; stop iterating (or close the iterator) to stop the server's reads."""
+        request = pb.StreamHistoryRequest(
+            object_key=self._key, session_id=self.id, leaf_id=leaf_id or "", newest_first=newest_first
+        )
+        for found in self._messages(self._stub.StreamHistory, request):
+            yield found.message()
+
+    def history_batches(
+        self,
+        *,
+        batch_size: int = 50,
+        max_batch_bytes: int = 4 * 1024 * 1024,
+        leaf_id: str | None = None,
+        newest_first: bool = False,
+    ) -> Iterator[list[Message]]:
+        request = pb.StreamHistoryRequest(
+            object_key=self._key, session_id=self.id, leaf_id=leaf_id or "", newest_first=newest_first,
+            batch_size=max(1, int(batch_size)), max_batch_bytes=max(1, int(max_batch_bytes)),
+        )
+        batch: list[Message] = []
+        assembler = FrameAssembler()
+        for response in self._client._stream(self._key, self._stub.StreamHistory, request):
+            done = assembler.feed(response.frame)
+            if done is not None:
+                batch.append(done.message())
+            if response.batch_end:
+                yield batch
+                batch = []
+        assembler.finish()
+        if batch:
+            yield batch
+
+    def get_history(self, *, leaf_id: str | None = None, newest_first: bool = False) -> list[Message]:
+        return list(self.history(leaf_id=leaf_id, newest_first=newest_first))
+
+    def get_recent_history(self, max_content_bytes: int, *, leaf_id: str | None = None) -> RecentHistory:
+        request = pb.GetRecentHistoryRequest(
+            object_key=self._key, session_id=self.id, max_content_bytes=int(max_content_bytes), leaf_id=leaf_id or ""
+        )
+        truncated, total = False, 0
+        out: list[Message] = []
+        assembler = FrameAssembler()
+        for response in self._client._stream(self._key, self._stub.GetRecentHistory, request):
+            if response.HasField("summary"):
+                truncated = response.summary.truncated
+                total = response.summary.total_content_bytes
+            if response.HasField("frame"):
+                done = assembler.feed(response.frame)
+                if done is not None:
+                    out.append(done.message())
+        assembler.finish()
+        return RecentHistory(out, truncated, int(total))
+
+    def get_history_row_stats(self, *, leaf_id: str | None = None) -> list[RowStat]:
+        request = pb.GetHistoryRowStatsRequest(object_key=self._key, session_id=self.id, leaf_id=leaf_id or "")
+        return [
+            RowStat(s.id, s.role, int(s.bytes), int(s.token_estimate))
+            for response in self._client._stream(self._key, self._stub.GetHistoryRowStats, request)
+            for s in response.stats
+        ]
+
+    # ── helpers ─────────────────────────────────────────────────────────────
+
+    def _messages(self, method: Callable[..., Any], request: Any) -> Iterator[MessageWithInfo]:
+        assembler = FrameAssembler()
+        for response in self._client._stream(self._key, method, request):
+            done = assembler.feed(response.frame)
+            if done is not None:
+                yield done
+        assembler.finish()
+
+    def _written(self, written: pb.WrittenMessage) -> Message:
+        if written.json_omitted:
+            fetched = self.get_message(written.info.id)
+            if fetched is None:
+                raise SessionsError(grpc.StatusCode.NOT_FOUND, "written message vanished before it was read back", None, {})
+            return fetched
+        return MessageWithInfo(written.info, written.json).message()
+
+    def _upload(self, operation: int, text: str, parent_id: ParentArg, source: str) -> pb.UploadMessageResponse:
+        header = pb.UploadHeader(
+            object_key=self._key, session_id=self.id, operation=operation,  # type: ignore[arg-type]
+            source=source_value(source), **parent_fields(parent_id),  # type: ignore[arg-type]
+        )
+        return self._client._call(self._key, self._stub.UploadMessage, upload_frames(header, text))

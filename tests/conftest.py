@@ -1,0 +1,85 @@
+"""Shared fixtures: a real server on a loopback port with real SQLite files, and clients.
+
+The server runs in-process on its own event loop thread (tests/e2e start it as a subprocess
+instead). Each test gets a fresh object key, so tests share a server but never an object.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from sessions_server.config import ServerConfig
+from sessions_server.transport.server import RunningServer, create_server
+
+RESERVED_KEYS = ("reserved", "channel")
+
+
+@dataclass
+class LiveServer:
+    """A server running on a background event loop."""
+
+    address: str
+    data_dir: Path
+    running: RunningServer
+    loop: asyncio.AbstractEventLoop
+    thread: threading.Thread
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.running.stop(), self.loop).result(timeout=60)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=30)
+
+
+def start_server(data_dir: Path, **overrides: object) -> LiveServer:
+    """Starts a server bound to 127.0.0.1:0 with `data_dir`; returns once it is serving."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="test-server-loop", daemon=True)
+    thread.start()
+    config = ServerConfig(
+        data_dir=data_dir,
+        listen="127.0.0.1:0",
+        reserved_metadata_keys=RESERVED_KEYS,
+        drain_seconds=5.0,
+        **overrides,  # type: ignore[arg-type]
+    )
+    started: Future[RunningServer] = asyncio.run_coroutine_threadsafe(create_server(config), loop)
+    running = started.result(timeout=30)
+    return LiveServer(running.address, data_dir, running, loop, thread)
+
+
+@pytest.fixture(scope="session")
+def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    server = start_server(tmp_path_factory.mktemp("data"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def client(live_server: LiveServer) -> Iterator[object]:
+    from sessions_client import SessionsClient
+
+    with SessionsClient(live_server.address) as sessions:
+        yield sessions
+
+
+@pytest.fixture
+def object_key() -> str:
+    return f"test-{uuid.uuid4().hex}"
+
+
+@pytest.fixture
+def obj(client: object, object_key: str) -> object:
+    return client.object(object_key)  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def session(obj: object) -> object:
+    return obj.session()  # type: ignore[attr-defined]
