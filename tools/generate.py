@@ -76,8 +76,12 @@ def main() -> int:
         for name in sorted(set(existing) | set(wanted)):
             if existing.get(name) != wanted.get(name):
                 diff = difflib.unified_diff(
-                    existing.get(name, "").splitlines(), wanted.get(name, "").splitlines(),
-                    f"committed/{name}", f"generated/{name}", lineterm="", n=1,
+                    existing.get(name, "").splitlines(),
+                    wanted.get(name, "").splitlines(),
+                    f"committed/{name}",
+                    f"generated/{name}",
+                    lineterm="",
+                    n=1,
                 )
                 print("\n".join(list(diff)[:40]))
         print("generated code differs from proto/: run `make generate` and commit", file=sys.stderr)

@@ -9,7 +9,12 @@ import signal
 import sys
 from pathlib import Path
 
-from sessions_server.config import DEFAULT_DRAIN_SECONDS, DEFAULT_LISTEN, DEFAULT_MAX_REQUEST_BYTES, ServerConfig
+from sessions_server.config import (
+    DEFAULT_DRAIN_SECONDS,
+    DEFAULT_LISTEN,
+    DEFAULT_MAX_REQUEST_BYTES,
+    ServerConfig,
+)
 from sessions_server.domain.keys import MAX_OBJECT_KEY_BYTES
 from sessions_server.storage.registry import DEFAULT_MAX_OPEN_OBJECTS
 
@@ -18,7 +23,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sessions-server", description="Sessions gRPC server")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run the server")
-    serve.add_argument("--listen", default=DEFAULT_LISTEN, help=f"HOST:PORT to bind; port 0 picks one (default {DEFAULT_LISTEN})")
+    serve.add_argument(
+        "--listen", default=DEFAULT_LISTEN, help=f"HOST:PORT to bind; port 0 picks one (default {DEFAULT_LISTEN})"
+    )
     serve.add_argument("--data-dir", type=Path, default=Path("./data"), help="where object files live (default ./data)")
     serve.add_argument(
         "--reserved-metadata-key",
@@ -31,18 +38,24 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-request-bytes",
         type=int,
         default=DEFAULT_MAX_REQUEST_BYTES,
-        help=f"largest request message accepted (default {DEFAULT_MAX_REQUEST_BYTES}); larger messages use UploadMessage",
+        help=f"largest request accepted, bytes (default {DEFAULT_MAX_REQUEST_BYTES}); larger ones use UploadMessage",
     )
     serve.add_argument(
-        "--max-open-objects", type=int, default=DEFAULT_MAX_OPEN_OBJECTS,
+        "--max-open-objects",
+        type=int,
+        default=DEFAULT_MAX_OPEN_OBJECTS,
         help=f"objects kept open before idle ones close (default {DEFAULT_MAX_OPEN_OBJECTS})",
     )
     serve.add_argument(
-        "--max-object-key-bytes", type=int, default=MAX_OBJECT_KEY_BYTES,
+        "--max-object-key-bytes",
+        type=int,
+        default=MAX_OBJECT_KEY_BYTES,
         help=f"longest object key accepted, UTF-8 bytes (default {MAX_OBJECT_KEY_BYTES})",
     )
     serve.add_argument(
-        "--drain-seconds", type=float, default=DEFAULT_DRAIN_SECONDS,
+        "--drain-seconds",
+        type=float,
+        default=DEFAULT_DRAIN_SECONDS,
         help=f"grace period for in-flight calls on shutdown (default {DEFAULT_DRAIN_SECONDS})",
     )
     serve.add_argument("--log-level", default="WARNING", help="logging level (default WARNING)")

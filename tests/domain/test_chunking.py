@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
+
 from sessions_server.domain.chunking import ROW_BUDGET_BYTES, split_content, utf8_length
 
 

@@ -6,6 +6,7 @@ import json
 import time
 
 import pytest
+
 from sessions_server.domain import jsjson
 from sessions_server.domain.jsjson import (
     MAX_JSON_DEPTH,

@@ -6,6 +6,7 @@ import copy
 from typing import Any
 
 import pytest
+
 from sessions_server.domain.jsjson import parse, stringify
 from sessions_server.domain.sanitize import (
     js_object_spread,

@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 import pytest
+
 from sessions_server.domain.tokens import (
     estimate_attachment_tokens,
     estimate_message_tokens,

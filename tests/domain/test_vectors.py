@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from sessions_server.domain import jsjson
 from sessions_server.domain.chunking import split_content, utf8_length
 from sessions_server.domain.sanitize import sanitize_message, strip_reserved_metadata

@@ -61,7 +61,7 @@ class SessionsError(Exception):
         metadata: dict[str, str] = {}
         try:
             status = rpc_status.from_call(error)  # type: ignore[arg-type]
-        except Exception:  # noqa: BLE001 - a malformed status still yields the plain code
+        except Exception:
             status = None
         if status is not None:
             for detail in status.details:
@@ -157,7 +157,7 @@ def parent_fields(parent_id: ParentArg) -> dict[str, Any]:
     raise TypeError("parent_id must be AUTO, None or a message id")
 
 
-def source_value(source: str) -> int:
+def source_value(source: str) -> pb.Source.ValueType:
     if source == "server":
         return pb.SOURCE_SERVER
     if source == "client":
@@ -211,7 +211,9 @@ class FrameAssembler:
             raise SessionsError(grpc.StatusCode.DATA_LOSS, "stream ended inside a message", "INVALID_STREAM", {})
 
 
-def import_frames(object_key: str, session_id: str, items: Iterable[ImportItem | Message]) -> Iterator[pb.ImportMessagesRequest]:
+def import_frames(
+    object_key: str, session_id: str, items: Iterable[ImportItem | Message]
+) -> Iterator[pb.ImportMessagesRequest]:
     """ImportMessages frames. Plain messages chain: each one's parent is the previous message."""
     previous: str | None = None
     first = True

@@ -110,7 +110,10 @@ class SessionHandle:
             upload = self._upload(pb.UPLOAD_OPERATION_APPEND, text, parent_id, source)
             return AppendResult(upload.inserted, self._written(upload.message), parent_of(upload.message.info))
         request = pb.AppendMessageRequest(
-            object_key=self._key, session_id=self.id, message_json=text, source=source_value(source),
+            object_key=self._key,
+            session_id=self.id,
+            message_json=text,
+            source=source_value(source),
             **parent_fields(parent_id),
         )
         response = self._client._call(self._key, self._stub.AppendMessage, request)
@@ -126,9 +129,7 @@ class SessionHandle:
             items.append(pb.AppendItem(message_json=to_json(message), source=source_value(source), **fields))
         request = pb.AppendMessagesRequest(object_key=self._key, session_id=self.id, items=items)
         response = self._client._call(self._key, self._stub.AppendMessages, request)
-        return [
-            AppendResult(r.inserted, self._written(r.message), parent_of(r.message.info)) for r in response.results
-        ]
+        return [AppendResult(r.inserted, self._written(r.message), parent_of(r.message.info)) for r in response.results]
 
     def update_message(self, message: Message | str, *, source: str = "server") -> Message | None:
         text = to_json(message)
@@ -149,7 +150,10 @@ class SessionHandle:
             upload = self._upload(pb.UPLOAD_OPERATION_UPSERT, text, parent_id, source)
             return UpsertResult(upload.inserted, upload.changed, self._written(upload.message))
         request = pb.UpsertMessageRequest(
-            object_key=self._key, session_id=self.id, message_json=text, source=source_value(source),
+            object_key=self._key,
+            session_id=self.id,
+            message_json=text,
+            source=source_value(source),
             **parent_fields(parent_id),
         )
         response = self._client._call(self._key, self._stub.UpsertMessage, request)
@@ -163,9 +167,7 @@ class SessionHandle:
         request = pb.ClearMessagesRequest(object_key=self._key, session_id=self.id)
         return int(self._client._call(self._key, self._stub.ClearMessages, request).deleted_count)
 
-    def import_message(
-        self, message: Message | str, *, parent_id: str | None, created_at: Any = None
-    ) -> bool:
+    def import_message(self, message: Message | str, *, parent_id: str | None, created_at: Any = None) -> bool:
         """Imports one message verbatim; False when its id already existed."""
         return self.import_messages([ImportItem(message, parent_id, created_at)]).imported == 1
 
@@ -213,8 +215,12 @@ class SessionHandle:
         newest_first: bool = False,
     ) -> Iterator[list[Message]]:
         request = pb.StreamHistoryRequest(
-            object_key=self._key, session_id=self.id, leaf_id=leaf_id or "", newest_first=newest_first,
-            batch_size=max(1, int(batch_size)), max_batch_bytes=max(1, int(max_batch_bytes)),
+            object_key=self._key,
+            session_id=self.id,
+            leaf_id=leaf_id or "",
+            newest_first=newest_first,
+            batch_size=max(1, int(batch_size)),
+            max_batch_bytes=max(1, int(max_batch_bytes)),
         )
         batch: list[Message] = []
         assembler = FrameAssembler()
@@ -272,13 +278,20 @@ class SessionHandle:
         if written.json_omitted:
             fetched = self.get_message(written.info.id)
             if fetched is None:
-                raise SessionsError(grpc.StatusCode.NOT_FOUND, "written message vanished before it was read back", None, {})
+                raise SessionsError(
+                    grpc.StatusCode.NOT_FOUND, "written message vanished before it was read back", None, {}
+                )
             return fetched
         return MessageWithInfo(written.info, written.json).message()
 
-    def _upload(self, operation: int, text: str, parent_id: ParentArg, source: str) -> pb.UploadMessageResponse:
+    def _upload(
+        self, operation: pb.UploadOperation.ValueType, text: str, parent_id: ParentArg, source: str
+    ) -> pb.UploadMessageResponse:
         header = pb.UploadHeader(
-            object_key=self._key, session_id=self.id, operation=operation,  # type: ignore[arg-type]
-            source=source_value(source), **parent_fields(parent_id),  # type: ignore[arg-type]
+            object_key=self._key,
+            session_id=self.id,
+            operation=operation,
+            source=source_value(source),
+            **parent_fields(parent_id),
         )
         return self._client._call(self._key, self._stub.UploadMessage, upload_frames(header, text))

@@ -60,7 +60,7 @@ class SessionsClient:
         await self.close()
 
     async def close(self) -> None:
-        await self._channel.close()
+        await self._channel.close(None)
 
     def object(self, object_key: str) -> ObjectHandle:
         return ObjectHandle(self, object_key)
@@ -111,13 +111,14 @@ class SessionHandle:
             upload = await self._upload(pb.UPLOAD_OPERATION_APPEND, text, parent_id, source)
             return AppendResult(upload.inserted, await self._written(upload.message), parent_of(upload.message.info))
         request = pb.AppendMessageRequest(
-            object_key=self._key, session_id=self.id, message_json=text, source=source_value(source),
+            object_key=self._key,
+            session_id=self.id,
+            message_json=text,
+            source=source_value(source),
             **parent_fields(parent_id),
         )
         response = await self._client._call(self._key, self._stub.AppendMessage, request)
-        return AppendResult(
-            response.inserted, await self._written(response.message), parent_of(response.message.info)
-        )
+        return AppendResult(response.inserted, await self._written(response.message), parent_of(response.message.info))
 
     async def append_messages(
         self, messages: Iterable[Message | str], *, parent_id: ParentArg = AUTO, source: str = "server"
@@ -152,7 +153,10 @@ class SessionHandle:
             upload = await self._upload(pb.UPLOAD_OPERATION_UPSERT, text, parent_id, source)
             return UpsertResult(upload.inserted, upload.changed, await self._written(upload.message))
         request = pb.UpsertMessageRequest(
-            object_key=self._key, session_id=self.id, message_json=text, source=source_value(source),
+            object_key=self._key,
+            session_id=self.id,
+            message_json=text,
+            source=source_value(source),
             **parent_fields(parent_id),
         )
         response = await self._client._call(self._key, self._stub.UpsertMessage, request)
@@ -211,8 +215,12 @@ class SessionHandle:
         newest_first: bool = False,
     ) -> AsyncIterator[list[Message]]:
         request = pb.StreamHistoryRequest(
-            object_key=self._key, session_id=self.id, leaf_id=leaf_id or "", newest_first=newest_first,
-            batch_size=max(1, int(batch_size)), max_batch_bytes=max(1, int(max_batch_bytes)),
+            object_key=self._key,
+            session_id=self.id,
+            leaf_id=leaf_id or "",
+            newest_first=newest_first,
+            batch_size=max(1, int(batch_size)),
+            max_batch_bytes=max(1, int(max_batch_bytes)),
         )
         batch: list[Message] = []
         assembler = FrameAssembler()
@@ -268,14 +276,21 @@ class SessionHandle:
         if written.json_omitted:
             fetched = await self.get_message(written.info.id)
             if fetched is None:
-                raise SessionsError(grpc.StatusCode.NOT_FOUND, "written message vanished before it was read back", None, {})
+                raise SessionsError(
+                    grpc.StatusCode.NOT_FOUND, "written message vanished before it was read back", None, {}
+                )
             return fetched
         return MessageWithInfo(written.info, written.json).message()
 
-    async def _upload(self, operation: int, text: str, parent_id: ParentArg, source: str) -> pb.UploadMessageResponse:
+    async def _upload(
+        self, operation: pb.UploadOperation.ValueType, text: str, parent_id: ParentArg, source: str
+    ) -> pb.UploadMessageResponse:
         header = pb.UploadHeader(
-            object_key=self._key, session_id=self.id, operation=operation,  # type: ignore[arg-type]
-            source=source_value(source), **parent_fields(parent_id),  # type: ignore[arg-type]
+            object_key=self._key,
+            session_id=self.id,
+            operation=operation,
+            source=source_value(source),
+            **parent_fields(parent_id),
         )
         response: pb.UploadMessageResponse = await self._client._call(
             self._key, self._stub.UploadMessage, upload_frames(header, text)

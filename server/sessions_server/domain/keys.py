@@ -17,9 +17,7 @@ MAX_SESSION_ID_BYTES = 1024
 def check_object_key(key: str, *, max_bytes: int = MAX_OBJECT_KEY_BYTES) -> None:
     """Raises InvalidArgument (INVALID_OBJECT_KEY) unless `key` is a usable object key."""
     if not key:
-        raise InvalidArgument(
-            "object_key must not be empty", reason="INVALID_OBJECT_KEY", field="object_key"
-        )
+        raise InvalidArgument("object_key must not be empty", reason="INVALID_OBJECT_KEY", field="object_key")
     size = len(key.encode("utf-8", "surrogatepass"))
     if size > max_bytes:
         raise InvalidArgument(

@@ -75,10 +75,7 @@ def js_object_spread(value: Any) -> dict[str, Any]:
         if value.isascii() or all(ord(ch) <= 0xFFFF for ch in value):
             return {str(i): ch for i, ch in enumerate(value)}
         units = value.encode("utf-16-le", "surrogatepass")
-        return {
-            str(i): units[2 * i : 2 * i + 2].decode("utf-16-le", "surrogatepass")
-            for i in range(len(units) // 2)
-        }
+        return {str(i): units[2 * i : 2 * i + 2].decode("utf-16-le", "surrogatepass") for i in range(len(units) // 2)}
     return {}
 
 

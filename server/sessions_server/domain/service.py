@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sessions_server.domain import keys, messages
+from sessions_server.domain import jsjson, keys, messages
 from sessions_server.domain.errors import FailedPrecondition, InvalidArgument, StorageFailure
 from sessions_server.domain.overlays import OverlaySpan, overlay_id, overlay_message_json, plan_overlays
 from sessions_server.storage import queries
@@ -29,7 +29,15 @@ from sessions_server.storage.rows import (
     StoredMessage,
     StoredRowUnreadable,
 )
-from sessions_server.storage.store import ObjectStore, WriteContext, append_in, clear_in, delete_in, import_in, update_in
+from sessions_server.storage.store import (
+    ObjectStore,
+    WriteContext,
+    append_in,
+    clear_in,
+    delete_in,
+    import_in,
+    update_in,
+)
 
 # Upstream's hydration windows: forward reads fetch at most 50 rows and 4 MiB of stored bytes per
 # query (an oversized row alone); newest-first prefix streams use fixed 8-row windows.
@@ -156,7 +164,7 @@ class SessionsService:
             results = []
             for index, message, prepared in staged:
                 if prepared is None:
-                    results.append(AppendResult(False, MessageView(None, messages.jsjson.stringify(message))))
+                    results.append(AppendResult(False, MessageView(None, jsjson.stringify(message))))
                     continue
                 outcome = append_in(ctx, session_id, _row_for(prepared), items[index].parent, _stored_row_ok)
                 if outcome.existing is not None:
@@ -190,7 +198,7 @@ class SessionsService:
         self._check_names(object_key, session_id)
         message, prepared = self._prepare(text, from_client, "message_json")
         if messages.is_overlay_id(prepared.id):
-            return False, UpdateResult(False, False, MessageView(None, messages.jsjson.stringify(message)))
+            return False, UpdateResult(False, False, MessageView(None, jsjson.stringify(message)))
         row = _row_for(prepared)
 
         def run(ctx: WriteContext) -> tuple[bool, UpdateResult]:
@@ -237,7 +245,7 @@ class SessionsService:
 
     async def get_messages(
         self, object_key: str, session_id: str, message_ids: Sequence[str]
-    ) -> AsyncIterator[MessageView]:
+    ) -> AsyncGenerator[MessageView, None]:
         """Found messages in request order, fetched in bounded windows."""
         self._check_names(object_key, session_id)
         ids = list(dict.fromkeys(message_ids))
@@ -268,7 +276,9 @@ class SessionsService:
             stored = await store.read(lambda conn: run(conn, store))
         return None if stored is None else _view(stored)
 
-    async def get_branches(self, object_key: str, session_id: str, message_id: str) -> AsyncIterator[MessageView]:
+    async def get_branches(
+        self, object_key: str, session_id: str, message_id: str
+    ) -> AsyncGenerator[MessageView, None]:
         """Direct children in seq order; hidden overlay children are replaced by their own."""
         self._check_names(object_key, session_id)
 
@@ -295,7 +305,7 @@ class SessionsService:
 
     async def history(
         self, object_key: str, session_id: str, *, leaf_id: str = "", newest_first: bool = False
-    ) -> AsyncIterator[MessageView]:
+    ) -> AsyncGenerator[MessageView, None]:
         """One root-to-leaf path with overlays applied, root first or newest first."""
         self._check_names(object_key, session_id)
         async with self._object(object_key) as store:
@@ -316,7 +326,7 @@ class SessionsService:
 
     async def recent_history(
         self, object_key: str, session_id: str, max_content_bytes: int, *, leaf_id: str = ""
-    ) -> AsyncIterator[RecentSummary | MessageView]:
+    ) -> AsyncGenerator[RecentSummary | MessageView, None]:
         """The longest recent suffix whose stored bytes fit the budget, never less than the leaf.
         Yields the summary first, then the messages."""
         self._check_names(object_key, session_id)
@@ -360,7 +370,9 @@ class SessionsService:
 
             return await store.read(run)
 
-    async def _walk_from_leaf(self, store: ObjectStore, session_id: str, leaf_id: str) -> AsyncIterator[MessageView]:
+    async def _walk_from_leaf(
+        self, store: ObjectStore, session_id: str, leaf_id: str
+    ) -> AsyncGenerator[MessageView, None]:
         """Leaf to root by point reads, one row per step; switches to planned overlays at the
         first row that ends some compaction (everything after it is exact without planning)."""
 
@@ -407,7 +419,7 @@ class SessionsService:
 
     async def _overlaid_prefix(
         self, store: ObjectStore, session_id: str, leaf_id: str, from_id: str, records: list[Compaction]
-    ) -> AsyncIterator[MessageView]:
+    ) -> AsyncGenerator[MessageView, None]:
         def ids(conn: Any) -> list[str]:
             leaf = _resolve_leaf(store, conn, session_id, leaf_id)
             return [] if leaf is None else queries.path_ids(conn, session_id, leaf)
@@ -482,9 +494,7 @@ def _windows(rows: Sequence[PathStat], max_rows: int, max_bytes: int | None) -> 
     current: list[PathStat] = []
     used = 0
     for row in rows:
-        if current and (
-            len(current) >= max_rows or (max_bytes is not None and used + row.bytes > max_bytes)
-        ):
+        if current and (len(current) >= max_rows or (max_bytes is not None and used + row.bytes > max_bytes)):
             out.append(current)
             current, used = [], 0
         current.append(row)
@@ -502,7 +512,7 @@ async def _stream_path(
     *,
     newest_first: bool = False,
     spans: Sequence[OverlaySpan] | None = None,
-) -> AsyncIterator[MessageView]:
+) -> AsyncGenerator[MessageView, None]:
     """Streams path rows with overlays collapsed, hydrating one bounded window at a time; no
     window is retained after it has been yielded."""
     if spans is None:
@@ -545,7 +555,7 @@ async def _stream_path(
 
 async def mark_batches(
     views: AsyncIterator[MessageView], batch_size: int, max_batch_bytes: int
-) -> AsyncIterator[tuple[MessageView, bool]]:
+) -> AsyncGenerator[tuple[MessageView, bool], None]:
     """Pairs each message with whether it ends a batch, by upstream's historyBatches rules: close
     the batch before a message that would overflow it, and after one that fills it."""
     size_limit = max(1, batch_size)

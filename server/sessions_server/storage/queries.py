@@ -360,9 +360,7 @@ def release_refs(conn: sqlite3.Connection, session_id: str, message_filter: str)
 def collect_payloads(conn: sqlite3.Connection, hashes: Iterable[str]) -> None:
     """Deletes payloads that no reference in any session points at any more."""
     for digest in hashes:
-        if conn.execute(
-            "SELECT 1 FROM cf_agents_session_attachment_refs WHERE hash = ? LIMIT 1", (digest,)
-        ).fetchone():
+        if conn.execute("SELECT 1 FROM cf_agents_session_attachment_refs WHERE hash = ? LIMIT 1", (digest,)).fetchone():
             continue
         conn.execute("DELETE FROM cf_agents_session_attachment_chunks WHERE hash = ?", (digest,))
         conn.execute("DELETE FROM cf_agents_session_attachment_meta WHERE hash = ?", (digest,))

@@ -168,9 +168,7 @@ def decode_v8_small_int(data: bytes) -> int:
 
 
 def table_exists(conn: sqlite3.Connection, name: str) -> bool:
-    row = conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type IN ('table', 'view') AND name = ?", (name,)
-    ).fetchone()
+    row = conn.execute("SELECT 1 FROM sqlite_master WHERE type IN ('table', 'view') AND name = ?", (name,)).fetchone()
     return row is not None
 
 
@@ -206,9 +204,7 @@ def lift_legacy_tables(conn: sqlite3.Connection) -> bool:
                  COALESCE(CAST(strftime('%s', created_at) AS INTEGER), 0) * 1000
                FROM assistant_compactions"""
         )
-        complete &= _drop_when_copied(
-            conn, "assistant_compactions", "cf_agents_session_compactions", "summary"
-        )
+        complete &= _drop_when_copied(conn, "assistant_compactions", "cf_agents_session_compactions", "summary")
     for name in ("assistant_sessions", "assistant_fts"):
         if table_exists(conn, name):
             conn.execute(f"DROP TABLE {name}")

@@ -128,7 +128,7 @@ class ObjectStore:
         self._queue.append(job)
         if self._writer_task is None or self._writer_task.done():
             self._writer_task = loop.create_task(self._drain())
-        return await asyncio.shield(job.future)  # type: ignore[no-any-return]
+        return await asyncio.shield(job.future)
 
     async def _drain(self) -> None:
         loop = asyncio.get_running_loop()
@@ -159,7 +159,7 @@ class ObjectStore:
             conn.execute("SAVEPOINT job")
             try:
                 value = job.run(ctx)
-            except BaseException as exc:  # noqa: BLE001 - handed to the waiting caller
+            except BaseException as exc:
                 try:
                     conn.execute("ROLLBACK TO job")
                     conn.execute("RELEASE job")
@@ -331,9 +331,7 @@ def update_in(ctx: WriteContext, session_id: str, row: NewRow) -> UpdateOutcome:
     return UpdateOutcome("updated", queries.row_info(conn, session_id, row.id))
 
 
-def import_in(
-    ctx: WriteContext, session_id: str, row: NewRow, parent_id: str | None, created_at_ms: int
-) -> bool:
+def import_in(ctx: WriteContext, session_id: str, row: NewRow, parent_id: str | None, created_at_ms: int) -> bool:
     """Imports one row verbatim (INSERT OR IGNORE); the imported row becomes the tail."""
     tail = ctx.tail(session_id)
     inserted = queries.insert_message(

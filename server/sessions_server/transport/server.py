@@ -11,6 +11,7 @@ import asyncio
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -35,7 +36,7 @@ class RunningServer:
     address: str
     registry: ObjectRegistry
     executor: ThreadPoolExecutor
-    health: health.aio.HealthServicer
+    health: Any
     draining: Draining
     drain_seconds: float
 
@@ -68,11 +69,9 @@ async def create_server(config: ServerConfig) -> RunningServer:
         ]
     )
     sessions_pb2_grpc.add_SessionServiceServicer_to_server(SessionServicer(service, draining), server)
-    health_servicer = health.aio.HealthServicer()
+    health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection(
-        (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
-    )
+    reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
     port = server.add_insecure_port(config.listen)
     if port == 0:
         raise OSError(f"could not bind {config.listen}")

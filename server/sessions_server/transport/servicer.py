@@ -50,9 +50,7 @@ def _parent(mode: int, parent_id: str) -> Parent:
         return Parent.of(parent_id)
     if mode in (pb.PARENT_MODE_AUTO, pb.PARENT_MODE_UNSPECIFIED):
         if parent_id:
-            raise InvalidArgument(
-                "parent_id must be empty when parent_mode is PARENT_MODE_AUTO", field="parent_id"
-            )
+            raise InvalidArgument("parent_id must be empty when parent_mode is PARENT_MODE_AUTO", field="parent_id")
         return Parent.auto()
     raise InvalidArgument(f"unknown parent_mode {mode}", field="parent_mode")
 
@@ -159,11 +157,15 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             async for frame in request_iterator:
                 if header is None:
                     if not frame.HasField("header"):
-                        raise InvalidArgument("the first UploadMessage frame must carry the header", reason="INVALID_STREAM")
+                        raise InvalidArgument(
+                            "the first UploadMessage frame must carry the header", reason="INVALID_STREAM"
+                        )
                     header = frame.header
                     self._admit(context, header.object_key)
                 elif frame.HasField("header"):
-                    raise InvalidArgument("only the first UploadMessage frame may carry a header", reason="INVALID_STREAM")
+                    raise InvalidArgument(
+                        "only the first UploadMessage frame may carry a header", reason="INVALID_STREAM"
+                    )
                 pieces.append(frame.json_piece)
             if header is None:
                 raise InvalidArgument("UploadMessage stream carried no frames", reason="INVALID_STREAM")
@@ -172,7 +174,10 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             from_client = _from_client(header.source)
             if header.operation == pb.UPLOAD_OPERATION_APPEND:
                 appended = await self._service.append(
-                    header.object_key, header.session_id, text, _parent(header.parent_mode, header.parent_id),
+                    header.object_key,
+                    header.session_id,
+                    text,
+                    _parent(header.parent_mode, header.parent_id),
                     from_client=from_client,
                 )
                 return pb.UploadMessageResponse(
@@ -183,7 +188,10 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 inserted = False
             elif header.operation == pb.UPLOAD_OPERATION_UPSERT:
                 inserted, result = await self._service.upsert(
-                    header.object_key, header.session_id, text, _parent(header.parent_mode, header.parent_id),
+                    header.object_key,
+                    header.session_id,
+                    text,
+                    _parent(header.parent_mode, header.parent_id),
                     from_client=from_client,
                 )
             else:
@@ -321,7 +329,9 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                     async for view, batch_end in batches:
                         frames = list(framing.message_frames(view))
                         for index, frame in enumerate(frames):
-                            yield pb.StreamHistoryResponse(frame=frame, batch_end=batch_end and index == len(frames) - 1)
+                            yield pb.StreamHistoryResponse(
+                                frame=frame, batch_end=batch_end and index == len(frames) - 1
+                            )
 
         async for response in _stream(context, run):
             yield response
@@ -375,7 +385,7 @@ async def _unary(context: Any, run: Callable[[], Awaitable[Resp]]) -> Resp:
         await _abort(context, exc)
     except (grpc.aio.AbortError, grpc.aio.UsageError):
         raise
-    except Exception as exc:  # noqa: BLE001 - reported as INTERNAL with a log line
+    except Exception as exc:
         await _abort(context, exc)
     raise AssertionError("unreachable: abort raises")
 
@@ -390,7 +400,5 @@ async def _stream(context: Any, run: Callable[[], AsyncIterator[Resp]]) -> Async
         await _abort(context, exc)
     except (grpc.aio.AbortError, grpc.aio.UsageError):
         raise
-    except Exception as exc:  # noqa: BLE001 - reported as INTERNAL with a log line
+    except Exception as exc:
         await _abort(context, exc)
-
-
