@@ -82,6 +82,16 @@ def check_message_shape(value: Any, *, field: str) -> None:
     for index, part in enumerate(parts):
         if not isinstance(part, dict) or not isinstance(part.get("type"), str):
             reject(f"`parts[{index}]` must be an object with a string `type`")
+        # Upstream's token estimate reads the media type of inline file parts as a string.
+        url, media_type = part.get("url"), part.get("mediaType")
+        if (
+            part["type"] == "file"
+            and isinstance(url, str)
+            and url.startswith("data:")
+            and media_type is not None
+            and not isinstance(media_type, str)
+        ):
+            reject(f"`parts[{index}].mediaType` must be a string")
 
 
 def is_stored_message(text: str) -> bool:

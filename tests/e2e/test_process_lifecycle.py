@@ -1,0 +1,108 @@
+"""The server process: crash safety of acknowledged writes, graceful shutdown, restart."""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+import threading
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from sessions_client import SessionsClient
+from sessions_server.storage.paths import object_path
+from tests.e2e.conftest import ServerProcess
+
+
+def _message(index: int, size: int = 64) -> dict[str, object]:
+    return {"id": f"m{index}", "role": "user", "parts": [{"type": "text", "text": f"{index}:" + "x" * size}]}
+
+
+def test_acknowledged_writes_survive_sigkill(server_process: ServerProcess) -> None:
+    acknowledged: list[dict[str, object]] = []
+    with SessionsClient(server_process.address) as client:
+        session = client.object("crash-object").session()
+        for index in range(200):
+            size = 2_000_000 if index % 50 == 7 else 64  # some messages span continuation rows
+            message = _message(index, size)
+            assert session.append_message(message).inserted
+            acknowledged.append(message)
+    assert server_process.signal(signal.SIGKILL) == -signal.SIGKILL
+
+    restarted = ServerProcess(server_process.data_dir).start()
+    try:
+        with SessionsClient(restarted.address) as client:
+            history = client.object("crash-object").session().get_history()
+        assert history == acknowledged
+    finally:
+        restarted.stop()
+    conn = sqlite3.connect(object_path(server_process.data_dir, "crash-object"))
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    conn.close()
+
+
+def test_concurrent_writers_then_sigkill_lose_nothing_acknowledged(server_process: ServerProcess) -> None:
+    acknowledged: dict[str, list[str]] = {}
+    lock = threading.Lock()
+
+    def writer(worker: int) -> None:
+        with SessionsClient(server_process.address) as client:
+            session = client.object(f"object-{worker % 3}").session(f"s{worker}")
+            for index in range(60):
+                message_id = f"w{worker}-{index}"
+                session.append_message({"id": message_id, "role": "user", "parts": []})
+                with lock:
+                    acknowledged.setdefault(f"object-{worker % 3}/s{worker}", []).append(message_id)
+
+    threads = [threading.Thread(target=writer, args=(worker,)) for worker in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    server_process.signal(signal.SIGKILL)
+
+    restarted = ServerProcess(server_process.data_dir).start()
+    try:
+        with SessionsClient(restarted.address) as client:
+            for name, ids in acknowledged.items():
+                key, session_id = name.split("/")
+                stored = [m["id"] for m in client.object(key).session(session_id).history()]
+                assert stored == ids
+    finally:
+        restarted.stop()
+
+
+def test_sigterm_drains_and_exits_cleanly(server_process: ServerProcess) -> None:
+    with SessionsClient(server_process.address) as client:
+        client.object("drain").session().append_message(_message(1))
+    channel = grpc.insecure_channel(server_process.address)
+    health = health_pb2_grpc.HealthStub(channel)
+    assert health.Check(health_pb2.HealthCheckRequest()).status == health_pb2.HealthCheckResponse.SERVING
+    channel.close()
+    assert server_process.signal(signal.SIGTERM) == 0
+    path: Path = object_path(server_process.data_dir, "drain")
+    conn = sqlite3.connect(path)
+    assert conn.execute("SELECT id FROM cf_agents_session_messages").fetchall() == [("m1",)]
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    conn.close()
+
+
+def test_restart_keeps_active_leaf_and_seq(server_process: ServerProcess) -> None:
+    with SessionsClient(server_process.address) as client:
+        session = client.object("restart").session()
+        session.append_message(_message(1))
+        session.append_message(_message(2))
+        session.append_message(_message(3), parent_id="m1")  # a branch becomes the active leaf
+    server_process.signal(signal.SIGTERM)
+    restarted = ServerProcess(server_process.data_dir).start()
+    try:
+        with SessionsClient(restarted.address) as client:
+            session = client.object("restart").session()
+            assert session.get_latest_leaf() == _message(3)
+            assert session.append_message(_message(4)).parent_id == "m3"
+        conn = sqlite3.connect(object_path(server_process.data_dir, "restart"))
+        assert conn.execute("SELECT seq FROM cf_agents_session_messages WHERE id = 'm4'").fetchone() == (4,)
+        conn.close()
+    finally:
+        restarted.stop()
