@@ -42,6 +42,30 @@ else:
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class _AttachmentMode:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _AttachmentModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_AttachmentMode.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    ATTACHMENT_MODE_UNSPECIFIED: _AttachmentMode.ValueType  # 0
+    """Same as INLINE."""
+    ATTACHMENT_MODE_INLINE: _AttachmentMode.ValueType  # 1
+    """Payloads are restored into the message exactly as upstream's reads restore them."""
+    ATTACHMENT_MODE_POINTER: _AttachmentMode.ValueType  # 2
+    """Payloads stay `attachment:sha256:<hex>` pointers; fetch them with ReadAttachment."""
+
+class AttachmentMode(_AttachmentMode, metaclass=_AttachmentModeEnumTypeWrapper):
+    """How reads return inline media that is stored as an attachment."""
+
+ATTACHMENT_MODE_UNSPECIFIED: AttachmentMode.ValueType  # 0
+"""Same as INLINE."""
+ATTACHMENT_MODE_INLINE: AttachmentMode.ValueType  # 1
+"""Payloads are restored into the message exactly as upstream's reads restore them."""
+ATTACHMENT_MODE_POINTER: AttachmentMode.ValueType  # 2
+"""Payloads stay `attachment:sha256:<hex>` pointers; fetch them with ReadAttachment."""
+Global___AttachmentMode: _TypeAlias = AttachmentMode  # noqa: Y015
+
 class _ParentMode:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -182,6 +206,86 @@ UPLOAD_OPERATION_UPSERT: UploadOperation.ValueType  # 3
 """As UpsertMessage."""
 Global___UploadOperation: _TypeAlias = UploadOperation  # noqa: Y015
 
+class _SearchMode:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _SearchModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_SearchMode.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    SEARCH_MODE_UNSPECIFIED: _SearchMode.ValueType  # 0
+    """Same as PHRASE."""
+    SEARCH_MODE_PHRASE: _SearchMode.ValueType  # 1
+    """Upstream's semantics: the whole query is one phrase (adjacent words, in order)."""
+    SEARCH_MODE_ALL_WORDS: _SearchMode.ValueType  # 2
+    """Every word of the query, in any order."""
+
+class SearchMode(_SearchMode, metaclass=_SearchModeEnumTypeWrapper):
+    """How a search query matches."""
+
+SEARCH_MODE_UNSPECIFIED: SearchMode.ValueType  # 0
+"""Same as PHRASE."""
+SEARCH_MODE_PHRASE: SearchMode.ValueType  # 1
+"""Upstream's semantics: the whole query is one phrase (adjacent words, in order)."""
+SEARCH_MODE_ALL_WORDS: SearchMode.ValueType  # 2
+"""Every word of the query, in any order."""
+Global___SearchMode: _TypeAlias = SearchMode  # noqa: Y015
+
+class _ChangeType:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ChangeTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ChangeType.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    CHANGE_TYPE_UNSPECIFIED: _ChangeType.ValueType  # 0
+    """Not used."""
+    CHANGE_TYPE_APPEND: _ChangeType.ValueType  # 1
+    """A message append (also duplicates, with inserted=false)."""
+    CHANGE_TYPE_UPDATE: _ChangeType.ValueType  # 2
+    """A message's content changed."""
+    CHANGE_TYPE_DELETE: _ChangeType.ValueType  # 3
+    """Messages were deleted (message_ids as the caller passed them)."""
+    CHANGE_TYPE_CLEAR: _ChangeType.ValueType  # 4
+    """A session was cleared."""
+    CHANGE_TYPE_COMPACT: _ChangeType.ValueType  # 5
+    """Compact stored an overlay."""
+    CHANGE_TYPE_COMPACTION: _ChangeType.ValueType  # 6
+    """AddCompaction stored an overlay (compaction is set)."""
+    CHANGE_TYPE_IMPORT: _ChangeType.ValueType  # 7
+    """A message was imported."""
+    CHANGE_TYPE_COMPACTION_ERROR: _ChangeType.ValueType  # 8
+    """Automatic compaction failed (error is set); the append that triggered it succeeded."""
+    CHANGE_TYPE_RESET: _ChangeType.ValueType  # 9
+    """Events were missed (restart, retention or a full queue): re-read state, then continue."""
+    CHANGE_TYPE_PROGRESS: _ChangeType.ValueType  # 10
+    """Nothing happened; the stream is alive at this revision."""
+
+class ChangeType(_ChangeType, metaclass=_ChangeTypeEnumTypeWrapper):
+    """The kinds of change events."""
+
+CHANGE_TYPE_UNSPECIFIED: ChangeType.ValueType  # 0
+"""Not used."""
+CHANGE_TYPE_APPEND: ChangeType.ValueType  # 1
+"""A message append (also duplicates, with inserted=false)."""
+CHANGE_TYPE_UPDATE: ChangeType.ValueType  # 2
+"""A message's content changed."""
+CHANGE_TYPE_DELETE: ChangeType.ValueType  # 3
+"""Messages were deleted (message_ids as the caller passed them)."""
+CHANGE_TYPE_CLEAR: ChangeType.ValueType  # 4
+"""A session was cleared."""
+CHANGE_TYPE_COMPACT: ChangeType.ValueType  # 5
+"""Compact stored an overlay."""
+CHANGE_TYPE_COMPACTION: ChangeType.ValueType  # 6
+"""AddCompaction stored an overlay (compaction is set)."""
+CHANGE_TYPE_IMPORT: ChangeType.ValueType  # 7
+"""A message was imported."""
+CHANGE_TYPE_COMPACTION_ERROR: ChangeType.ValueType  # 8
+"""Automatic compaction failed (error is set); the append that triggered it succeeded."""
+CHANGE_TYPE_RESET: ChangeType.ValueType  # 9
+"""Events were missed (restart, retention or a full queue): re-read state, then continue."""
+CHANGE_TYPE_PROGRESS: ChangeType.ValueType  # 10
+"""Nothing happened; the stream is alive at this revision."""
+Global___ChangeType: _TypeAlias = ChangeType  # noqa: Y015
+
 @_typing.final
 class MessageInfo(_message.Message):
     """Facts about a stored message, lifted beside its JSON. Output only."""
@@ -194,6 +298,7 @@ class MessageInfo(_message.Message):
     SEQ_FIELD_NUMBER: _builtins.int
     CREATED_AT_MS_FIELD_NUMBER: _builtins.int
     TOKEN_ESTIMATE_FIELD_NUMBER: _builtins.int
+    OVERLAY_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """The message id."""
     role: _builtins.str
@@ -206,6 +311,8 @@ class MessageInfo(_message.Message):
     """When the row was written (or the created time given to ImportMessages), Unix milliseconds."""
     token_estimate: _builtins.int
     """Token estimate stamped when the row was written."""
+    overlay: _builtins.bool
+    """True for a synthetic compaction overlay message (no row; only id and role are set)."""
     def __init__(
         self,
         *,
@@ -215,10 +322,11 @@ class MessageInfo(_message.Message):
         seq: _builtins.int = ...,
         created_at_ms: _builtins.int = ...,
         token_estimate: _builtins.int = ...,
+        overlay: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_parent_id", b"_parent_id", "parent_id", b"parent_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_parent_id", b"_parent_id", "created_at_ms", b"created_at_ms", "id", b"id", "parent_id", b"parent_id", "role", b"role", "seq", b"seq", "token_estimate", b"token_estimate"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_parent_id", b"_parent_id", "created_at_ms", b"created_at_ms", "id", b"id", "overlay", b"overlay", "parent_id", b"parent_id", "role", b"role", "seq", b"seq", "token_estimate", b"token_estimate"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__parent_id: _TypeAlias = _typing.Literal["parent_id"]  # noqa: Y015
     _WhichOneofArgType__parent_id: _TypeAlias = _typing.Literal["_parent_id", b"_parent_id"]  # noqa: Y015
@@ -907,22 +1015,26 @@ class GetMessageRequest(_message.Message):
     OBJECT_KEY_FIELD_NUMBER: _builtins.int
     SESSION_ID_FIELD_NUMBER: _builtins.int
     MESSAGE_ID_FIELD_NUMBER: _builtins.int
+    ATTACHMENTS_FIELD_NUMBER: _builtins.int
     object_key: _builtins.str
     """The object key."""
     session_id: _builtins.str
     """The session id."""
     message_id: _builtins.str
     """The message id."""
+    attachments: Global___AttachmentMode.ValueType
+    """How attachment payloads are returned."""
     def __init__(
         self,
         *,
         object_key: _builtins.str = ...,
         session_id: _builtins.str = ...,
         message_id: _builtins.str = ...,
+        attachments: Global___AttachmentMode.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["message_id", b"message_id", "object_key", b"object_key", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attachments", b"attachments", "message_id", b"message_id", "object_key", b"object_key", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -961,10 +1073,13 @@ class GetMessagesRequest(_message.Message):
     OBJECT_KEY_FIELD_NUMBER: _builtins.int
     SESSION_ID_FIELD_NUMBER: _builtins.int
     MESSAGE_IDS_FIELD_NUMBER: _builtins.int
+    ATTACHMENTS_FIELD_NUMBER: _builtins.int
     object_key: _builtins.str
     """The object key."""
     session_id: _builtins.str
     """The session id."""
+    attachments: Global___AttachmentMode.ValueType
+    """How attachment payloads are returned."""
     @_builtins.property
     def message_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """The message ids."""
@@ -975,10 +1090,11 @@ class GetMessagesRequest(_message.Message):
         object_key: _builtins.str = ...,
         session_id: _builtins.str = ...,
         message_ids: _abc.Iterable[_builtins.str] | None = ...,
+        attachments: Global___AttachmentMode.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["message_ids", b"message_ids", "object_key", b"object_key", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attachments", b"attachments", "message_ids", b"message_ids", "object_key", b"object_key", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1016,19 +1132,23 @@ class GetLatestLeafRequest(_message.Message):
 
     OBJECT_KEY_FIELD_NUMBER: _builtins.int
     SESSION_ID_FIELD_NUMBER: _builtins.int
+    ATTACHMENTS_FIELD_NUMBER: _builtins.int
     object_key: _builtins.str
     """The object key."""
     session_id: _builtins.str
     """The session id."""
+    attachments: Global___AttachmentMode.ValueType
+    """How attachment payloads are returned."""
     def __init__(
         self,
         *,
         object_key: _builtins.str = ...,
         session_id: _builtins.str = ...,
+        attachments: Global___AttachmentMode.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["object_key", b"object_key", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attachments", b"attachments", "object_key", b"object_key", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1067,22 +1187,26 @@ class GetBranchesRequest(_message.Message):
     OBJECT_KEY_FIELD_NUMBER: _builtins.int
     SESSION_ID_FIELD_NUMBER: _builtins.int
     MESSAGE_ID_FIELD_NUMBER: _builtins.int
+    ATTACHMENTS_FIELD_NUMBER: _builtins.int
     object_key: _builtins.str
     """The object key."""
     session_id: _builtins.str
     """The session id."""
     message_id: _builtins.str
     """The parent whose children to read."""
+    attachments: Global___AttachmentMode.ValueType
+    """How attachment payloads are returned."""
     def __init__(
         self,
         *,
         object_key: _builtins.str = ...,
         session_id: _builtins.str = ...,
         message_id: _builtins.str = ...,
+        attachments: Global___AttachmentMode.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["message_id", b"message_id", "object_key", b"object_key", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attachments", b"attachments", "message_id", b"message_id", "object_key", b"object_key", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1124,6 +1248,7 @@ class StreamHistoryRequest(_message.Message):
     NEWEST_FIRST_FIELD_NUMBER: _builtins.int
     BATCH_SIZE_FIELD_NUMBER: _builtins.int
     MAX_BATCH_BYTES_FIELD_NUMBER: _builtins.int
+    ATTACHMENTS_FIELD_NUMBER: _builtins.int
     object_key: _builtins.str
     """The object key."""
     session_id: _builtins.str
@@ -1142,6 +1267,8 @@ class StreamHistoryRequest(_message.Message):
     """When set, mark batch ends before the batch's JSON bytes would exceed this (a larger
     message forms a batch alone; 0: 4 MiB when batch_size is set).
     """
+    attachments: Global___AttachmentMode.ValueType
+    """How attachment payloads are returned."""
     def __init__(
         self,
         *,
@@ -1151,10 +1278,11 @@ class StreamHistoryRequest(_message.Message):
         newest_first: _builtins.bool = ...,
         batch_size: _builtins.int = ...,
         max_batch_bytes: _builtins.int = ...,
+        attachments: Global___AttachmentMode.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_size", b"batch_size", "leaf_id", b"leaf_id", "max_batch_bytes", b"max_batch_bytes", "newest_first", b"newest_first", "object_key", b"object_key", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attachments", b"attachments", "batch_size", b"batch_size", "leaf_id", b"leaf_id", "max_batch_bytes", b"max_batch_bytes", "newest_first", b"newest_first", "object_key", b"object_key", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1198,6 +1326,7 @@ class GetRecentHistoryRequest(_message.Message):
     SESSION_ID_FIELD_NUMBER: _builtins.int
     MAX_CONTENT_BYTES_FIELD_NUMBER: _builtins.int
     LEAF_ID_FIELD_NUMBER: _builtins.int
+    ATTACHMENTS_FIELD_NUMBER: _builtins.int
     object_key: _builtins.str
     """The object key."""
     session_id: _builtins.str
@@ -1206,6 +1335,8 @@ class GetRecentHistoryRequest(_message.Message):
     """The byte budget, counted in stored bytes (message row plus continuation rows)."""
     leaf_id: _builtins.str
     """The leaf whose path to read; empty means the active leaf."""
+    attachments: Global___AttachmentMode.ValueType
+    """How attachment payloads are returned."""
     def __init__(
         self,
         *,
@@ -1213,10 +1344,11 @@ class GetRecentHistoryRequest(_message.Message):
         session_id: _builtins.str = ...,
         max_content_bytes: _builtins.int = ...,
         leaf_id: _builtins.str = ...,
+        attachments: Global___AttachmentMode.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["leaf_id", b"leaf_id", "max_content_bytes", b"max_content_bytes", "object_key", b"object_key", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attachments", b"attachments", "leaf_id", b"leaf_id", "max_content_bytes", b"max_content_bytes", "object_key", b"object_key", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1365,3 +1497,799 @@ class GetHistoryRowStatsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetHistoryRowStatsResponse: _TypeAlias = GetHistoryRowStatsResponse  # noqa: Y015
+
+@_typing.final
+class ReadAttachmentRequest(_message.Message):
+    """Request for ReadAttachment."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OBJECT_KEY_FIELD_NUMBER: _builtins.int
+    HASH_FIELD_NUMBER: _builtins.int
+    object_key: _builtins.str
+    """The object key."""
+    hash: _builtins.str
+    """The lowercase hex SHA-256 of the payload (the part after `attachment:sha256:`)."""
+    def __init__(
+        self,
+        *,
+        object_key: _builtins.str = ...,
+        hash: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["hash", b"hash", "object_key", b"object_key"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReadAttachmentRequest: _TypeAlias = ReadAttachmentRequest  # noqa: Y015
+
+@_typing.final
+class ReadAttachmentResponse(_message.Message):
+    """Response frame for ReadAttachment."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEDIA_TYPE_FIELD_NUMBER: _builtins.int
+    SIZE_BYTES_FIELD_NUMBER: _builtins.int
+    DATA_FIELD_NUMBER: _builtins.int
+    media_type: _builtins.str
+    """The payload's media type (first frame only)."""
+    size_bytes: _builtins.int
+    """The payload's size in bytes (first frame only)."""
+    data: _builtins.bytes
+    """The next bytes of the payload."""
+    def __init__(
+        self,
+        *,
+        media_type: _builtins.str = ...,
+        size_bytes: _builtins.int = ...,
+        data: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "media_type", b"media_type", "size_bytes", b"size_bytes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReadAttachmentResponse: _TypeAlias = ReadAttachmentResponse  # noqa: Y015
+
+@_typing.final
+class Compaction(_message.Message):
+    """A stored compaction record."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    SEQ_FIELD_NUMBER: _builtins.int
+    SUMMARY_FIELD_NUMBER: _builtins.int
+    FROM_MESSAGE_ID_FIELD_NUMBER: _builtins.int
+    TO_MESSAGE_ID_FIELD_NUMBER: _builtins.int
+    CREATED_AT_MS_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    """The record id (a UUID); its overlay message id is `compaction_<id>`."""
+    seq: _builtins.int
+    """Per-session order of records."""
+    summary: _builtins.str
+    """The summary text."""
+    from_message_id: _builtins.str
+    """First message of the replaced span."""
+    to_message_id: _builtins.str
+    """Last message of the replaced span."""
+    created_at_ms: _builtins.int
+    """When it was stored, Unix milliseconds."""
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        seq: _builtins.int = ...,
+        summary: _builtins.str = ...,
+        from_message_id: _builtins.str = ...,
+        to_message_id: _builtins.str = ...,
+        created_at_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at_ms", b"created_at_ms", "from_message_id", b"from_message_id", "id", b"id", "seq", b"seq", "summary", b"summary", "to_message_id", b"to_message_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Compaction: _TypeAlias = Compaction  # noqa: Y015
+
+@_typing.final
+class AddCompactionRequest(_message.Message):
+    """Request for AddCompaction."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OBJECT_KEY_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    SUMMARY_FIELD_NUMBER: _builtins.int
+    FROM_MESSAGE_ID_FIELD_NUMBER: _builtins.int
+    TO_MESSAGE_ID_FIELD_NUMBER: _builtins.int
+    object_key: _builtins.str
+    """The object key."""
+    session_id: _builtins.str
+    """The session id."""
+    summary: _builtins.str
+    """The summary text."""
+    from_message_id: _builtins.str
+    """First message of the span (not validated, as upstream)."""
+    to_message_id: _builtins.str
+    """Last message of the span (not validated, as upstream)."""
+    def __init__(
+        self,
+        *,
+        object_key: _builtins.str = ...,
+        session_id: _builtins.str = ...,
+        summary: _builtins.str = ...,
+        from_message_id: _builtins.str = ...,
+        to_message_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["from_message_id", b"from_message_id", "object_key", b"object_key", "session_id", b"session_id", "summary", b"summary", "to_message_id", b"to_message_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AddCompactionRequest: _TypeAlias = AddCompactionRequest  # noqa: Y015
+
+@_typing.final
+class AddCompactionResponse(_message.Message):
+    """Response for AddCompaction."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COMPACTION_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def compaction(self) -> Global___Compaction:
+        """The stored record."""
+
+    def __init__(
+        self,
+        *,
+        compaction: Global___Compaction | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["compaction", b"compaction"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["compaction", b"compaction"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AddCompactionResponse: _TypeAlias = AddCompactionResponse  # noqa: Y015
+
+@_typing.final
+class ListCompactionsRequest(_message.Message):
+    """Request for ListCompactions."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OBJECT_KEY_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    object_key: _builtins.str
+    """The object key."""
+    session_id: _builtins.str
+    """The session id."""
+    def __init__(
+        self,
+        *,
+        object_key: _builtins.str = ...,
+        session_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["object_key", b"object_key", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListCompactionsRequest: _TypeAlias = ListCompactionsRequest  # noqa: Y015
+
+@_typing.final
+class ListCompactionsResponse(_message.Message):
+    """Response for ListCompactions."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COMPACTIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def compactions(self) -> _containers.RepeatedCompositeFieldContainer[Global___Compaction]:
+        """Every record, oldest first."""
+
+    def __init__(
+        self,
+        *,
+        compactions: _abc.Iterable[Global___Compaction] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["compactions", b"compactions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListCompactionsResponse: _TypeAlias = ListCompactionsResponse  # noqa: Y015
+
+@_typing.final
+class PlanCompactionRequest(_message.Message):
+    """Request for PlanCompaction."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OBJECT_KEY_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    LEAF_ID_FIELD_NUMBER: _builtins.int
+    KEEP_RECENT_TOKENS_FIELD_NUMBER: _builtins.int
+    object_key: _builtins.str
+    """The object key."""
+    session_id: _builtins.str
+    """The session id."""
+    leaf_id: _builtins.str
+    """The leaf whose path to plan; empty means the active leaf."""
+    keep_recent_tokens: _builtins.int
+    """Token budget of the recent tail kept verbatim (0: 20,000)."""
+    def __init__(
+        self,
+        *,
+        object_key: _builtins.str = ...,
+        session_id: _builtins.str = ...,
+        leaf_id: _builtins.str = ...,
+        keep_recent_tokens: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["keep_recent_tokens", b"keep_recent_tokens", "leaf_id", b"leaf_id", "object_key", b"object_key", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PlanCompactionRequest: _TypeAlias = PlanCompactionRequest  # noqa: Y015
+
+@_typing.final
+class PlanCompactionResponse(_message.Message):
+    """Response for PlanCompaction."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PLANNED_FIELD_NUMBER: _builtins.int
+    FROM_MESSAGE_ID_FIELD_NUMBER: _builtins.int
+    TO_MESSAGE_ID_FIELD_NUMBER: _builtins.int
+    PROMPT_FIELD_NUMBER: _builtins.int
+    BUDGET_TOKENS_FIELD_NUMBER: _builtins.int
+    planned: _builtins.bool
+    """False when there is nothing to compact (too few messages, or an empty middle)."""
+    from_message_id: _builtins.str
+    """The first message the summary replaces (after the iterative-compaction extension)."""
+    to_message_id: _builtins.str
+    """The last message the summary replaces."""
+    prompt: _builtins.str
+    """The prompt for the summarizer."""
+    budget_tokens: _builtins.int
+    """The summary length target given in the prompt, in tokens."""
+    def __init__(
+        self,
+        *,
+        planned: _builtins.bool = ...,
+        from_message_id: _builtins.str = ...,
+        to_message_id: _builtins.str = ...,
+        prompt: _builtins.str = ...,
+        budget_tokens: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["budget_tokens", b"budget_tokens", "from_message_id", b"from_message_id", "planned", b"planned", "prompt", b"prompt", "to_message_id", b"to_message_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PlanCompactionResponse: _TypeAlias = PlanCompactionResponse  # noqa: Y015
+
+@_typing.final
+class CompactRequest(_message.Message):
+    """Request for Compact."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OBJECT_KEY_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    LEAF_ID_FIELD_NUMBER: _builtins.int
+    object_key: _builtins.str
+    """The object key."""
+    session_id: _builtins.str
+    """The session id."""
+    leaf_id: _builtins.str
+    """The leaf whose path to compact; empty means the active leaf."""
+    def __init__(
+        self,
+        *,
+        object_key: _builtins.str = ...,
+        session_id: _builtins.str = ...,
+        leaf_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["leaf_id", b"leaf_id", "object_key", b"object_key", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CompactRequest: _TypeAlias = CompactRequest  # noqa: Y015
+
+@_typing.final
+class CompactResponse(_message.Message):
+    """Response for Compact."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COMPACTED_FIELD_NUMBER: _builtins.int
+    COMPACTION_FIELD_NUMBER: _builtins.int
+    compacted: _builtins.bool
+    """False when there was nothing to compact or the summary was empty."""
+    @_builtins.property
+    def compaction(self) -> Global___Compaction:
+        """The stored record when compacted."""
+
+    def __init__(
+        self,
+        *,
+        compacted: _builtins.bool = ...,
+        compaction: Global___Compaction | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["compaction", b"compaction"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["compacted", b"compacted", "compaction", b"compaction"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CompactResponse: _TypeAlias = CompactResponse  # noqa: Y015
+
+@_typing.final
+class CompactionPolicy(_message.Message):
+    """A session's automatic compaction policy."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    THRESHOLD_TOKENS_FIELD_NUMBER: _builtins.int
+    KEEP_RECENT_TOKENS_FIELD_NUMBER: _builtins.int
+    threshold_tokens: _builtins.int
+    """Compact after an inserted append when the session's token estimate exceeds this
+    (strictly); 0 disables automatic compaction.
+    """
+    keep_recent_tokens: _builtins.int
+    """Token budget of the recent tail kept verbatim (0: 20,000)."""
+    def __init__(
+        self,
+        *,
+        threshold_tokens: _builtins.int = ...,
+        keep_recent_tokens: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["keep_recent_tokens", b"keep_recent_tokens", "threshold_tokens", b"threshold_tokens"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CompactionPolicy: _TypeAlias = CompactionPolicy  # noqa: Y015
+
+@_typing.final
+class SetCompactionPolicyRequest(_message.Message):
+    """Request for SetCompactionPolicy."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OBJECT_KEY_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    POLICY_FIELD_NUMBER: _builtins.int
+    object_key: _builtins.str
+    """The object key."""
+    session_id: _builtins.str
+    """The session id."""
+    @_builtins.property
+    def policy(self) -> Global___CompactionPolicy:
+        """The policy to store."""
+
+    def __init__(
+        self,
+        *,
+        object_key: _builtins.str = ...,
+        session_id: _builtins.str = ...,
+        policy: Global___CompactionPolicy | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["policy", b"policy"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["object_key", b"object_key", "policy", b"policy", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetCompactionPolicyRequest: _TypeAlias = SetCompactionPolicyRequest  # noqa: Y015
+
+@_typing.final
+class SetCompactionPolicyResponse(_message.Message):
+    """Response for SetCompactionPolicy."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    POLICY_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def policy(self) -> Global___CompactionPolicy:
+        """The stored policy."""
+
+    def __init__(
+        self,
+        *,
+        policy: Global___CompactionPolicy | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["policy", b"policy"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["policy", b"policy"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetCompactionPolicyResponse: _TypeAlias = SetCompactionPolicyResponse  # noqa: Y015
+
+@_typing.final
+class GetCompactionPolicyRequest(_message.Message):
+    """Request for GetCompactionPolicy."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OBJECT_KEY_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    object_key: _builtins.str
+    """The object key."""
+    session_id: _builtins.str
+    """The session id."""
+    def __init__(
+        self,
+        *,
+        object_key: _builtins.str = ...,
+        session_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["object_key", b"object_key", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetCompactionPolicyRequest: _TypeAlias = GetCompactionPolicyRequest  # noqa: Y015
+
+@_typing.final
+class GetCompactionPolicyResponse(_message.Message):
+    """Response for GetCompactionPolicy."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    POLICY_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def policy(self) -> Global___CompactionPolicy:
+        """The stored policy (all zero when none was set)."""
+
+    def __init__(
+        self,
+        *,
+        policy: Global___CompactionPolicy | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["policy", b"policy"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["policy", b"policy"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetCompactionPolicyResponse: _TypeAlias = GetCompactionPolicyResponse  # noqa: Y015
+
+@_typing.final
+class SearchMessagesRequest(_message.Message):
+    """Request for SearchMessages."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OBJECT_KEY_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    QUERY_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    MODE_FIELD_NUMBER: _builtins.int
+    ALL_SESSIONS_FIELD_NUMBER: _builtins.int
+    object_key: _builtins.str
+    """The object key."""
+    session_id: _builtins.str
+    """The session id (ignored when all_sessions is set)."""
+    query: _builtins.str
+    """The query text; FTS operators are treated as literal text."""
+    limit: _builtins.int
+    """Maximum results (0: 20; capped by the server)."""
+    mode: Global___SearchMode.ValueType
+    """How the query matches."""
+    all_sessions: _builtins.bool
+    """Search every session of the object."""
+    def __init__(
+        self,
+        *,
+        object_key: _builtins.str = ...,
+        session_id: _builtins.str = ...,
+        query: _builtins.str = ...,
+        limit: _builtins.int = ...,
+        mode: Global___SearchMode.ValueType = ...,
+        all_sessions: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["all_sessions", b"all_sessions", "limit", b"limit", "mode", b"mode", "object_key", b"object_key", "query", b"query", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SearchMessagesRequest: _TypeAlias = SearchMessagesRequest  # noqa: Y015
+
+@_typing.final
+class SearchMessagesResponse(_message.Message):
+    """Response frame for SearchMessages: one hit, or one piece of a hit's text."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    ROLE_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    CONTENT_FIELD_NUMBER: _builtins.int
+    MORE_PIECES_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    """The matching message id (first piece of a hit)."""
+    role: _builtins.str
+    """The message role (first piece of a hit)."""
+    session_id: _builtins.str
+    """The message's session (first piece of a hit)."""
+    content: _builtins.str
+    """The indexed text, or the next piece of it."""
+    more_pieces: _builtins.bool
+    """True when further pieces of this hit's text follow."""
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        role: _builtins.str = ...,
+        session_id: _builtins.str = ...,
+        content: _builtins.str = ...,
+        more_pieces: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "id", b"id", "more_pieces", b"more_pieces", "role", b"role", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SearchMessagesResponse: _TypeAlias = SearchMessagesResponse  # noqa: Y015
+
+@_typing.final
+class SubscribeRequest(_message.Message):
+    """Request for Subscribe."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OBJECT_KEY_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    RESUME_AFTER_REVISION_FIELD_NUMBER: _builtins.int
+    ATTACHMENTS_FIELD_NUMBER: _builtins.int
+    object_key: _builtins.str
+    """The object key."""
+    session_id: _builtins.str
+    """Only events of this session (unset: every session)."""
+    resume_after_revision: _builtins.int
+    """Resume after this revision (0: start live, from the next event)."""
+    attachments: Global___AttachmentMode.ValueType
+    """How attachment payloads in messages are returned."""
+    def __init__(
+        self,
+        *,
+        object_key: _builtins.str = ...,
+        session_id: _builtins.str | None = ...,
+        resume_after_revision: _builtins.int = ...,
+        attachments: Global___AttachmentMode.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_session_id", b"_session_id", "session_id", b"session_id"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_session_id", b"_session_id", "attachments", b"attachments", "object_key", b"object_key", "resume_after_revision", b"resume_after_revision", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__session_id: _TypeAlias = _typing.Literal["session_id"]  # noqa: Y015
+    _WhichOneofArgType__session_id: _TypeAlias = _typing.Literal["_session_id", b"_session_id"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__session_id) -> _WhichOneofReturnType__session_id | None: ...
+
+Global___SubscribeRequest: _TypeAlias = SubscribeRequest  # noqa: Y015
+
+@_typing.final
+class SubscribeResponse(_message.Message):
+    """One change event, or one piece of an event's message."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REVISION_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    INSERTED_FIELD_NUMBER: _builtins.int
+    PARENT_MODE_FIELD_NUMBER: _builtins.int
+    PARENT_ID_FIELD_NUMBER: _builtins.int
+    MESSAGE_IDS_FIELD_NUMBER: _builtins.int
+    COMPACTION_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    revision: _builtins.int
+    """The object-wide revision of the event; increases with every event."""
+    type: Global___ChangeType.ValueType
+    """The kind of event."""
+    session_id: _builtins.str
+    """The session the event belongs to."""
+    inserted: _builtins.bool
+    """APPEND: whether a new row was written."""
+    parent_mode: Global___ParentMode.ValueType
+    """APPEND: the parent option as the caller passed it; IMPORT: the parent stored."""
+    parent_id: _builtins.str
+    """The parent id that goes with parent_mode."""
+    error: _builtins.str
+    """COMPACTION_ERROR: what failed; RESET: why events were missed."""
+    @_builtins.property
+    def message(self) -> Global___MessageFrame:
+        """The message of an APPEND, UPDATE or IMPORT event (in pieces when large)."""
+
+    @_builtins.property
+    def message_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """DELETE: the ids the caller passed."""
+
+    @_builtins.property
+    def compaction(self) -> Global___Compaction:
+        """COMPACTION: the stored record."""
+
+    def __init__(
+        self,
+        *,
+        revision: _builtins.int = ...,
+        type: Global___ChangeType.ValueType = ...,
+        session_id: _builtins.str = ...,
+        message: Global___MessageFrame | None = ...,
+        inserted: _builtins.bool = ...,
+        parent_mode: Global___ParentMode.ValueType = ...,
+        parent_id: _builtins.str = ...,
+        message_ids: _abc.Iterable[_builtins.str] | None = ...,
+        compaction: Global___Compaction | None = ...,
+        error: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["compaction", b"compaction", "message", b"message"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["compaction", b"compaction", "error", b"error", "inserted", b"inserted", "message", b"message", "message_ids", b"message_ids", "parent_id", b"parent_id", "parent_mode", b"parent_mode", "revision", b"revision", "session_id", b"session_id", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SubscribeResponse: _TypeAlias = SubscribeResponse  # noqa: Y015
+
+@_typing.final
+class ListSessionsRequest(_message.Message):
+    """Request for ListSessions."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OBJECT_KEY_FIELD_NUMBER: _builtins.int
+    object_key: _builtins.str
+    """The object key."""
+    def __init__(
+        self,
+        *,
+        object_key: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["object_key", b"object_key"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListSessionsRequest: _TypeAlias = ListSessionsRequest  # noqa: Y015
+
+@_typing.final
+class SessionSummary(_message.Message):
+    """A session of an object."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    MESSAGE_COUNT_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """The session id."""
+    message_count: _builtins.int
+    """Its message rows."""
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        message_count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["message_count", b"message_count", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SessionSummary: _TypeAlias = SessionSummary  # noqa: Y015
+
+@_typing.final
+class ListSessionsResponse(_message.Message):
+    """Response for ListSessions."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def sessions(self) -> _containers.RepeatedCompositeFieldContainer[Global___SessionSummary]:
+        """The sessions that hold messages or compactions."""
+
+    def __init__(
+        self,
+        *,
+        sessions: _abc.Iterable[Global___SessionSummary] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["sessions", b"sessions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListSessionsResponse: _TypeAlias = ListSessionsResponse  # noqa: Y015
+
+@_typing.final
+class GetObjectStatsRequest(_message.Message):
+    """Request for GetObjectStats."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OBJECT_KEY_FIELD_NUMBER: _builtins.int
+    object_key: _builtins.str
+    """The object key."""
+    def __init__(
+        self,
+        *,
+        object_key: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["object_key", b"object_key"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetObjectStatsRequest: _TypeAlias = GetObjectStatsRequest  # noqa: Y015
+
+@_typing.final
+class GetObjectStatsResponse(_message.Message):
+    """Response for GetObjectStats."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FILE_BYTES_FIELD_NUMBER: _builtins.int
+    MESSAGE_ROWS_FIELD_NUMBER: _builtins.int
+    CONTINUATION_ROWS_FIELD_NUMBER: _builtins.int
+    ATTACHMENT_COUNT_FIELD_NUMBER: _builtins.int
+    ATTACHMENT_BYTES_FIELD_NUMBER: _builtins.int
+    ROW_WRITES_FIELD_NUMBER: _builtins.int
+    SESSION_COUNT_FIELD_NUMBER: _builtins.int
+    file_bytes: _builtins.int
+    """Size of the object's database file and WAL, bytes."""
+    message_rows: _builtins.int
+    """Message rows (all sessions)."""
+    continuation_rows: _builtins.int
+    """Continuation rows of large messages."""
+    attachment_count: _builtins.int
+    """Distinct attachment payloads."""
+    attachment_bytes: _builtins.int
+    """Bytes of attachment payloads."""
+    row_writes: _builtins.int
+    """Rows written since the object was created by this service, counted as upstream bills
+    them (message rows, continuation rows, attachment chunks, metadata and references).
+    """
+    session_count: _builtins.int
+    """Sessions holding messages."""
+    def __init__(
+        self,
+        *,
+        file_bytes: _builtins.int = ...,
+        message_rows: _builtins.int = ...,
+        continuation_rows: _builtins.int = ...,
+        attachment_count: _builtins.int = ...,
+        attachment_bytes: _builtins.int = ...,
+        row_writes: _builtins.int = ...,
+        session_count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attachment_bytes", b"attachment_bytes", "attachment_count", b"attachment_count", "continuation_rows", b"continuation_rows", "file_bytes", b"file_bytes", "message_rows", b"message_rows", "row_writes", b"row_writes", "session_count", b"session_count"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetObjectStatsResponse: _TypeAlias = GetObjectStatsResponse  # noqa: Y015

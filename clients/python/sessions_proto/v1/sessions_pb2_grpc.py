@@ -110,6 +110,61 @@ class SessionServiceStub:
                 request_serializer=sessions_dot_v1_dot_sessions__pb2.GetHistoryRowStatsRequest.SerializeToString,
                 response_deserializer=sessions_dot_v1_dot_sessions__pb2.GetHistoryRowStatsResponse.FromString,
                 _registered_method=True)
+        self.ReadAttachment = channel.unary_stream(
+                '/sessions.v1.SessionService/ReadAttachment',
+                request_serializer=sessions_dot_v1_dot_sessions__pb2.ReadAttachmentRequest.SerializeToString,
+                response_deserializer=sessions_dot_v1_dot_sessions__pb2.ReadAttachmentResponse.FromString,
+                _registered_method=True)
+        self.AddCompaction = channel.unary_unary(
+                '/sessions.v1.SessionService/AddCompaction',
+                request_serializer=sessions_dot_v1_dot_sessions__pb2.AddCompactionRequest.SerializeToString,
+                response_deserializer=sessions_dot_v1_dot_sessions__pb2.AddCompactionResponse.FromString,
+                _registered_method=True)
+        self.ListCompactions = channel.unary_unary(
+                '/sessions.v1.SessionService/ListCompactions',
+                request_serializer=sessions_dot_v1_dot_sessions__pb2.ListCompactionsRequest.SerializeToString,
+                response_deserializer=sessions_dot_v1_dot_sessions__pb2.ListCompactionsResponse.FromString,
+                _registered_method=True)
+        self.PlanCompaction = channel.unary_unary(
+                '/sessions.v1.SessionService/PlanCompaction',
+                request_serializer=sessions_dot_v1_dot_sessions__pb2.PlanCompactionRequest.SerializeToString,
+                response_deserializer=sessions_dot_v1_dot_sessions__pb2.PlanCompactionResponse.FromString,
+                _registered_method=True)
+        self.Compact = channel.unary_unary(
+                '/sessions.v1.SessionService/Compact',
+                request_serializer=sessions_dot_v1_dot_sessions__pb2.CompactRequest.SerializeToString,
+                response_deserializer=sessions_dot_v1_dot_sessions__pb2.CompactResponse.FromString,
+                _registered_method=True)
+        self.SetCompactionPolicy = channel.unary_unary(
+                '/sessions.v1.SessionService/SetCompactionPolicy',
+                request_serializer=sessions_dot_v1_dot_sessions__pb2.SetCompactionPolicyRequest.SerializeToString,
+                response_deserializer=sessions_dot_v1_dot_sessions__pb2.SetCompactionPolicyResponse.FromString,
+                _registered_method=True)
+        self.GetCompactionPolicy = channel.unary_unary(
+                '/sessions.v1.SessionService/GetCompactionPolicy',
+                request_serializer=sessions_dot_v1_dot_sessions__pb2.GetCompactionPolicyRequest.SerializeToString,
+                response_deserializer=sessions_dot_v1_dot_sessions__pb2.GetCompactionPolicyResponse.FromString,
+                _registered_method=True)
+        self.SearchMessages = channel.unary_stream(
+                '/sessions.v1.SessionService/SearchMessages',
+                request_serializer=sessions_dot_v1_dot_sessions__pb2.SearchMessagesRequest.SerializeToString,
+                response_deserializer=sessions_dot_v1_dot_sessions__pb2.SearchMessagesResponse.FromString,
+                _registered_method=True)
+        self.Subscribe = channel.unary_stream(
+                '/sessions.v1.SessionService/Subscribe',
+                request_serializer=sessions_dot_v1_dot_sessions__pb2.SubscribeRequest.SerializeToString,
+                response_deserializer=sessions_dot_v1_dot_sessions__pb2.SubscribeResponse.FromString,
+                _registered_method=True)
+        self.ListSessions = channel.unary_unary(
+                '/sessions.v1.SessionService/ListSessions',
+                request_serializer=sessions_dot_v1_dot_sessions__pb2.ListSessionsRequest.SerializeToString,
+                response_deserializer=sessions_dot_v1_dot_sessions__pb2.ListSessionsResponse.FromString,
+                _registered_method=True)
+        self.GetObjectStats = channel.unary_unary(
+                '/sessions.v1.SessionService/GetObjectStats',
+                request_serializer=sessions_dot_v1_dot_sessions__pb2.GetObjectStatsRequest.SerializeToString,
+                response_deserializer=sessions_dot_v1_dot_sessions__pb2.GetObjectStatsResponse.FromString,
+                _registered_method=True)
 
 
 class SessionServiceServicer:
@@ -231,6 +286,86 @@ class SessionServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReadAttachment(self, request, context):
+        """Reads one attachment payload by its content hash, in frames of at most 3 MiB.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AddCompaction(self, request, context):
+        """Stores a compaction overlay: at read time the path from `from_message_id` to
+        `to_message_id` is replaced by one synthetic message holding the summary. Nothing is deleted.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListCompactions(self, request, context):
+        """Lists every compaction record of a session, oldest first (superseded ones included).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PlanCompaction(self, request, context):
+        """Plans a compaction as upstream's createCompactFunction does and returns the range and the
+        prompt, for a summarizer that runs on the client. Store the summary with AddCompaction.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Compact(self, request, context):
+        """Plans, summarizes with the server's configured summarizer, and stores the overlay.
+        FAILED_PRECONDITION when no summarizer is configured.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetCompactionPolicy(self, request, context):
+        """Sets a session's automatic compaction policy (persisted in the object).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetCompactionPolicy(self, request, context):
+        """Reads a session's automatic compaction policy.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SearchMessages(self, request, context):
+        """Full-text search over message text, best match first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Subscribe(self, request, context):
+        """Streams an object's changes in commit order, each with a revision; resumable.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSessions(self, request, context):
+        """Lists the sessions of an object with their message counts.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetObjectStats(self, request, context):
+        """Reports an object's storage: bytes, rows, attachments and row writes.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SessionServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -308,6 +443,61 @@ def add_SessionServiceServicer_to_server(servicer, server):
                     servicer.GetHistoryRowStats,
                     request_deserializer=sessions_dot_v1_dot_sessions__pb2.GetHistoryRowStatsRequest.FromString,
                     response_serializer=sessions_dot_v1_dot_sessions__pb2.GetHistoryRowStatsResponse.SerializeToString,
+            ),
+            'ReadAttachment': grpc.unary_stream_rpc_method_handler(
+                    servicer.ReadAttachment,
+                    request_deserializer=sessions_dot_v1_dot_sessions__pb2.ReadAttachmentRequest.FromString,
+                    response_serializer=sessions_dot_v1_dot_sessions__pb2.ReadAttachmentResponse.SerializeToString,
+            ),
+            'AddCompaction': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddCompaction,
+                    request_deserializer=sessions_dot_v1_dot_sessions__pb2.AddCompactionRequest.FromString,
+                    response_serializer=sessions_dot_v1_dot_sessions__pb2.AddCompactionResponse.SerializeToString,
+            ),
+            'ListCompactions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListCompactions,
+                    request_deserializer=sessions_dot_v1_dot_sessions__pb2.ListCompactionsRequest.FromString,
+                    response_serializer=sessions_dot_v1_dot_sessions__pb2.ListCompactionsResponse.SerializeToString,
+            ),
+            'PlanCompaction': grpc.unary_unary_rpc_method_handler(
+                    servicer.PlanCompaction,
+                    request_deserializer=sessions_dot_v1_dot_sessions__pb2.PlanCompactionRequest.FromString,
+                    response_serializer=sessions_dot_v1_dot_sessions__pb2.PlanCompactionResponse.SerializeToString,
+            ),
+            'Compact': grpc.unary_unary_rpc_method_handler(
+                    servicer.Compact,
+                    request_deserializer=sessions_dot_v1_dot_sessions__pb2.CompactRequest.FromString,
+                    response_serializer=sessions_dot_v1_dot_sessions__pb2.CompactResponse.SerializeToString,
+            ),
+            'SetCompactionPolicy': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetCompactionPolicy,
+                    request_deserializer=sessions_dot_v1_dot_sessions__pb2.SetCompactionPolicyRequest.FromString,
+                    response_serializer=sessions_dot_v1_dot_sessions__pb2.SetCompactionPolicyResponse.SerializeToString,
+            ),
+            'GetCompactionPolicy': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetCompactionPolicy,
+                    request_deserializer=sessions_dot_v1_dot_sessions__pb2.GetCompactionPolicyRequest.FromString,
+                    response_serializer=sessions_dot_v1_dot_sessions__pb2.GetCompactionPolicyResponse.SerializeToString,
+            ),
+            'SearchMessages': grpc.unary_stream_rpc_method_handler(
+                    servicer.SearchMessages,
+                    request_deserializer=sessions_dot_v1_dot_sessions__pb2.SearchMessagesRequest.FromString,
+                    response_serializer=sessions_dot_v1_dot_sessions__pb2.SearchMessagesResponse.SerializeToString,
+            ),
+            'Subscribe': grpc.unary_stream_rpc_method_handler(
+                    servicer.Subscribe,
+                    request_deserializer=sessions_dot_v1_dot_sessions__pb2.SubscribeRequest.FromString,
+                    response_serializer=sessions_dot_v1_dot_sessions__pb2.SubscribeResponse.SerializeToString,
+            ),
+            'ListSessions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSessions,
+                    request_deserializer=sessions_dot_v1_dot_sessions__pb2.ListSessionsRequest.FromString,
+                    response_serializer=sessions_dot_v1_dot_sessions__pb2.ListSessionsResponse.SerializeToString,
+            ),
+            'GetObjectStats': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetObjectStats,
+                    request_deserializer=sessions_dot_v1_dot_sessions__pb2.GetObjectStatsRequest.FromString,
+                    response_serializer=sessions_dot_v1_dot_sessions__pb2.GetObjectStatsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -716,6 +906,303 @@ class SessionService:
             '/sessions.v1.SessionService/GetHistoryRowStats',
             sessions_dot_v1_dot_sessions__pb2.GetHistoryRowStatsRequest.SerializeToString,
             sessions_dot_v1_dot_sessions__pb2.GetHistoryRowStatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadAttachment(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/sessions.v1.SessionService/ReadAttachment',
+            sessions_dot_v1_dot_sessions__pb2.ReadAttachmentRequest.SerializeToString,
+            sessions_dot_v1_dot_sessions__pb2.ReadAttachmentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddCompaction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sessions.v1.SessionService/AddCompaction',
+            sessions_dot_v1_dot_sessions__pb2.AddCompactionRequest.SerializeToString,
+            sessions_dot_v1_dot_sessions__pb2.AddCompactionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListCompactions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sessions.v1.SessionService/ListCompactions',
+            sessions_dot_v1_dot_sessions__pb2.ListCompactionsRequest.SerializeToString,
+            sessions_dot_v1_dot_sessions__pb2.ListCompactionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PlanCompaction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sessions.v1.SessionService/PlanCompaction',
+            sessions_dot_v1_dot_sessions__pb2.PlanCompactionRequest.SerializeToString,
+            sessions_dot_v1_dot_sessions__pb2.PlanCompactionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Compact(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sessions.v1.SessionService/Compact',
+            sessions_dot_v1_dot_sessions__pb2.CompactRequest.SerializeToString,
+            sessions_dot_v1_dot_sessions__pb2.CompactResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetCompactionPolicy(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sessions.v1.SessionService/SetCompactionPolicy',
+            sessions_dot_v1_dot_sessions__pb2.SetCompactionPolicyRequest.SerializeToString,
+            sessions_dot_v1_dot_sessions__pb2.SetCompactionPolicyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetCompactionPolicy(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sessions.v1.SessionService/GetCompactionPolicy',
+            sessions_dot_v1_dot_sessions__pb2.GetCompactionPolicyRequest.SerializeToString,
+            sessions_dot_v1_dot_sessions__pb2.GetCompactionPolicyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SearchMessages(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/sessions.v1.SessionService/SearchMessages',
+            sessions_dot_v1_dot_sessions__pb2.SearchMessagesRequest.SerializeToString,
+            sessions_dot_v1_dot_sessions__pb2.SearchMessagesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Subscribe(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/sessions.v1.SessionService/Subscribe',
+            sessions_dot_v1_dot_sessions__pb2.SubscribeRequest.SerializeToString,
+            sessions_dot_v1_dot_sessions__pb2.SubscribeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSessions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sessions.v1.SessionService/ListSessions',
+            sessions_dot_v1_dot_sessions__pb2.ListSessionsRequest.SerializeToString,
+            sessions_dot_v1_dot_sessions__pb2.ListSessionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetObjectStats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sessions.v1.SessionService/GetObjectStats',
+            sessions_dot_v1_dot_sessions__pb2.GetObjectStatsRequest.SerializeToString,
+            sessions_dot_v1_dot_sessions__pb2.GetObjectStatsResponse.FromString,
             options,
             channel_credentials,
             insecure,

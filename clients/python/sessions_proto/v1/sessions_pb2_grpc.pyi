@@ -105,6 +105,34 @@ class SessionServiceStub:
     """Reads per-message stored sizes and token estimates along a path, root first, without
     reading message content.
     """
+    ReadAttachment: _grpc.UnaryStreamMultiCallable[_sessions_pb2.ReadAttachmentRequest, _sessions_pb2.ReadAttachmentResponse]
+    """Reads one attachment payload by its content hash, in frames of at most 3 MiB."""
+    AddCompaction: _grpc.UnaryUnaryMultiCallable[_sessions_pb2.AddCompactionRequest, _sessions_pb2.AddCompactionResponse]
+    """Stores a compaction overlay: at read time the path from `from_message_id` to
+    `to_message_id` is replaced by one synthetic message holding the summary. Nothing is deleted.
+    """
+    ListCompactions: _grpc.UnaryUnaryMultiCallable[_sessions_pb2.ListCompactionsRequest, _sessions_pb2.ListCompactionsResponse]
+    """Lists every compaction record of a session, oldest first (superseded ones included)."""
+    PlanCompaction: _grpc.UnaryUnaryMultiCallable[_sessions_pb2.PlanCompactionRequest, _sessions_pb2.PlanCompactionResponse]
+    """Plans a compaction as upstream's createCompactFunction does and returns the range and the
+    prompt, for a summarizer that runs on the client. Store the summary with AddCompaction.
+    """
+    Compact: _grpc.UnaryUnaryMultiCallable[_sessions_pb2.CompactRequest, _sessions_pb2.CompactResponse]
+    """Plans, summarizes with the server's configured summarizer, and stores the overlay.
+    FAILED_PRECONDITION when no summarizer is configured.
+    """
+    SetCompactionPolicy: _grpc.UnaryUnaryMultiCallable[_sessions_pb2.SetCompactionPolicyRequest, _sessions_pb2.SetCompactionPolicyResponse]
+    """Sets a session's automatic compaction policy (persisted in the object)."""
+    GetCompactionPolicy: _grpc.UnaryUnaryMultiCallable[_sessions_pb2.GetCompactionPolicyRequest, _sessions_pb2.GetCompactionPolicyResponse]
+    """Reads a session's automatic compaction policy."""
+    SearchMessages: _grpc.UnaryStreamMultiCallable[_sessions_pb2.SearchMessagesRequest, _sessions_pb2.SearchMessagesResponse]
+    """Full-text search over message text, best match first."""
+    Subscribe: _grpc.UnaryStreamMultiCallable[_sessions_pb2.SubscribeRequest, _sessions_pb2.SubscribeResponse]
+    """Streams an object's changes in commit order, each with a revision; resumable."""
+    ListSessions: _grpc.UnaryUnaryMultiCallable[_sessions_pb2.ListSessionsRequest, _sessions_pb2.ListSessionsResponse]
+    """Lists the sessions of an object with their message counts."""
+    GetObjectStats: _grpc.UnaryUnaryMultiCallable[_sessions_pb2.GetObjectStatsRequest, _sessions_pb2.GetObjectStatsResponse]
+    """Reports an object's storage: bytes, rows, attachments and row writes."""
 
 @_typing.type_check_only
 class SessionServiceAsyncStub(SessionServiceStub):
@@ -160,6 +188,34 @@ class SessionServiceAsyncStub(SessionServiceStub):
     """Reads per-message stored sizes and token estimates along a path, root first, without
     reading message content.
     """
+    ReadAttachment: _aio.UnaryStreamMultiCallable[_sessions_pb2.ReadAttachmentRequest, _sessions_pb2.ReadAttachmentResponse]  # type: ignore[assignment]
+    """Reads one attachment payload by its content hash, in frames of at most 3 MiB."""
+    AddCompaction: _aio.UnaryUnaryMultiCallable[_sessions_pb2.AddCompactionRequest, _sessions_pb2.AddCompactionResponse]  # type: ignore[assignment]
+    """Stores a compaction overlay: at read time the path from `from_message_id` to
+    `to_message_id` is replaced by one synthetic message holding the summary. Nothing is deleted.
+    """
+    ListCompactions: _aio.UnaryUnaryMultiCallable[_sessions_pb2.ListCompactionsRequest, _sessions_pb2.ListCompactionsResponse]  # type: ignore[assignment]
+    """Lists every compaction record of a session, oldest first (superseded ones included)."""
+    PlanCompaction: _aio.UnaryUnaryMultiCallable[_sessions_pb2.PlanCompactionRequest, _sessions_pb2.PlanCompactionResponse]  # type: ignore[assignment]
+    """Plans a compaction as upstream's createCompactFunction does and returns the range and the
+    prompt, for a summarizer that runs on the client. Store the summary with AddCompaction.
+    """
+    Compact: _aio.UnaryUnaryMultiCallable[_sessions_pb2.CompactRequest, _sessions_pb2.CompactResponse]  # type: ignore[assignment]
+    """Plans, summarizes with the server's configured summarizer, and stores the overlay.
+    FAILED_PRECONDITION when no summarizer is configured.
+    """
+    SetCompactionPolicy: _aio.UnaryUnaryMultiCallable[_sessions_pb2.SetCompactionPolicyRequest, _sessions_pb2.SetCompactionPolicyResponse]  # type: ignore[assignment]
+    """Sets a session's automatic compaction policy (persisted in the object)."""
+    GetCompactionPolicy: _aio.UnaryUnaryMultiCallable[_sessions_pb2.GetCompactionPolicyRequest, _sessions_pb2.GetCompactionPolicyResponse]  # type: ignore[assignment]
+    """Reads a session's automatic compaction policy."""
+    SearchMessages: _aio.UnaryStreamMultiCallable[_sessions_pb2.SearchMessagesRequest, _sessions_pb2.SearchMessagesResponse]  # type: ignore[assignment]
+    """Full-text search over message text, best match first."""
+    Subscribe: _aio.UnaryStreamMultiCallable[_sessions_pb2.SubscribeRequest, _sessions_pb2.SubscribeResponse]  # type: ignore[assignment]
+    """Streams an object's changes in commit order, each with a revision; resumable."""
+    ListSessions: _aio.UnaryUnaryMultiCallable[_sessions_pb2.ListSessionsRequest, _sessions_pb2.ListSessionsResponse]  # type: ignore[assignment]
+    """Lists the sessions of an object with their message counts."""
+    GetObjectStats: _aio.UnaryUnaryMultiCallable[_sessions_pb2.GetObjectStatsRequest, _sessions_pb2.GetObjectStatsResponse]  # type: ignore[assignment]
+    """Reports an object's storage: bytes, rows, attachments and row writes."""
 
 class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
     """SessionService reads and writes the messages of sessions inside objects."""
@@ -302,5 +358,99 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         """Reads per-message stored sizes and token estimates along a path, root first, without
         reading message content.
         """
+
+    @_abc_1.abstractmethod
+    def ReadAttachment(
+        self,
+        request: _sessions_pb2.ReadAttachmentRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_sessions_pb2.ReadAttachmentResponse], _abc.AsyncIterator[_sessions_pb2.ReadAttachmentResponse]]:
+        """Reads one attachment payload by its content hash, in frames of at most 3 MiB."""
+
+    @_abc_1.abstractmethod
+    def AddCompaction(
+        self,
+        request: _sessions_pb2.AddCompactionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_sessions_pb2.AddCompactionResponse, _abc.Awaitable[_sessions_pb2.AddCompactionResponse]]:
+        """Stores a compaction overlay: at read time the path from `from_message_id` to
+        `to_message_id` is replaced by one synthetic message holding the summary. Nothing is deleted.
+        """
+
+    @_abc_1.abstractmethod
+    def ListCompactions(
+        self,
+        request: _sessions_pb2.ListCompactionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_sessions_pb2.ListCompactionsResponse, _abc.Awaitable[_sessions_pb2.ListCompactionsResponse]]:
+        """Lists every compaction record of a session, oldest first (superseded ones included)."""
+
+    @_abc_1.abstractmethod
+    def PlanCompaction(
+        self,
+        request: _sessions_pb2.PlanCompactionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_sessions_pb2.PlanCompactionResponse, _abc.Awaitable[_sessions_pb2.PlanCompactionResponse]]:
+        """Plans a compaction as upstream's createCompactFunction does and returns the range and the
+        prompt, for a summarizer that runs on the client. Store the summary with AddCompaction.
+        """
+
+    @_abc_1.abstractmethod
+    def Compact(
+        self,
+        request: _sessions_pb2.CompactRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_sessions_pb2.CompactResponse, _abc.Awaitable[_sessions_pb2.CompactResponse]]:
+        """Plans, summarizes with the server's configured summarizer, and stores the overlay.
+        FAILED_PRECONDITION when no summarizer is configured.
+        """
+
+    @_abc_1.abstractmethod
+    def SetCompactionPolicy(
+        self,
+        request: _sessions_pb2.SetCompactionPolicyRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_sessions_pb2.SetCompactionPolicyResponse, _abc.Awaitable[_sessions_pb2.SetCompactionPolicyResponse]]:
+        """Sets a session's automatic compaction policy (persisted in the object)."""
+
+    @_abc_1.abstractmethod
+    def GetCompactionPolicy(
+        self,
+        request: _sessions_pb2.GetCompactionPolicyRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_sessions_pb2.GetCompactionPolicyResponse, _abc.Awaitable[_sessions_pb2.GetCompactionPolicyResponse]]:
+        """Reads a session's automatic compaction policy."""
+
+    @_abc_1.abstractmethod
+    def SearchMessages(
+        self,
+        request: _sessions_pb2.SearchMessagesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_sessions_pb2.SearchMessagesResponse], _abc.AsyncIterator[_sessions_pb2.SearchMessagesResponse]]:
+        """Full-text search over message text, best match first."""
+
+    @_abc_1.abstractmethod
+    def Subscribe(
+        self,
+        request: _sessions_pb2.SubscribeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_sessions_pb2.SubscribeResponse], _abc.AsyncIterator[_sessions_pb2.SubscribeResponse]]:
+        """Streams an object's changes in commit order, each with a revision; resumable."""
+
+    @_abc_1.abstractmethod
+    def ListSessions(
+        self,
+        request: _sessions_pb2.ListSessionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_sessions_pb2.ListSessionsResponse, _abc.Awaitable[_sessions_pb2.ListSessionsResponse]]:
+        """Lists the sessions of an object with their message counts."""
+
+    @_abc_1.abstractmethod
+    def GetObjectStats(
+        self,
+        request: _sessions_pb2.GetObjectStatsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_sessions_pb2.GetObjectStatsResponse, _abc.Awaitable[_sessions_pb2.GetObjectStatsResponse]]:
+        """Reports an object's storage: bytes, rows, attachments and row writes."""
 
 def add_SessionServiceServicer_to_server(servicer: SessionServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
