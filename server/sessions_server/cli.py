@@ -59,11 +59,21 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"grace period for in-flight calls on shutdown (default {DEFAULT_DRAIN_SECONDS})",
     )
     serve.add_argument("--log-level", default="WARNING", help="logging level (default WARNING)")
+    imp = commands.add_parser(
+        "import-store",
+        help="copy an upstream store file (e.g. a workerd Durable Object SQLite file) in as an object",
+    )
+    imp.add_argument("file", type=Path, help="the SQLite file to import (left unchanged)")
+    imp.add_argument("--object-key", required=True, help="the object key it becomes")
+    imp.add_argument("--data-dir", type=Path, default=Path("./data"), help="the server's data directory")
+    imp.add_argument("--replace", action="store_true", help="overwrite an existing object")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "import-store":
+        return _import_store(args.file, args.object_key, args.data_dir, replace=args.replace)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = ServerConfig(
         data_dir=args.data_dir,
@@ -75,6 +85,18 @@ def main(argv: list[str] | None = None) -> int:
         drain_seconds=args.drain_seconds,
     )
     return asyncio.run(_run(config))
+
+
+def _import_store(source: Path, object_key: str, data_dir: Path, *, replace: bool) -> int:
+    from sessions_server.storage.files import StoreImportError, import_store_file
+
+    try:
+        target = import_store_file(source, object_key, data_dir, replace=replace)
+    except StoreImportError as exc:
+        print(f"sessions-server import-store: {exc}", file=sys.stderr)
+        return 1
+    print(f"imported {source} as object {object_key!r} at {target}")
+    return 0
 
 
 async def _run(config: ServerConfig) -> int:
