@@ -33,6 +33,12 @@ class LimitExceeded(SessionsError):
     reason = "LIMIT_EXCEEDED"
 
 
+class NotFound(SessionsError):
+    """A thing the caller named by id does not exist (where upstream has no null answer)."""
+
+    reason = "NOT_FOUND"
+
+
 class FailedPrecondition(SessionsError):
     """The request is well-formed but the stored state does not allow it."""
 

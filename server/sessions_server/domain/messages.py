@@ -13,11 +13,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sessions_server.domain import jsjson
+from sessions_server.domain import attachments, jsjson
 from sessions_server.domain.chunking import split_content
 from sessions_server.domain.errors import InvalidArgument
 from sessions_server.domain.sanitize import sanitize_message, strip_reserved_metadata
 from sessions_server.domain.tokens import estimate_row_tokens
+from sessions_server.storage.rows import NewRow, PayloadRow
 
 COMPACTION_PREFIX = "compaction_"
 
@@ -26,11 +27,21 @@ Message = dict[str, Any]
 
 @dataclass(frozen=True)
 class PreparedMessage:
-    """A message ready to be stored: its final form, stored JSON, slices and stamps."""
+    """A message ready to be stored.
+
+    `message` is the prepared form with media inline (what a write answers, as upstream), and
+    `stored` the same message with media replaced by attachment pointers (what the row holds).
+    """
 
     message: Message
-    json: str
     token_estimate: int
+    extraction: attachments.Extraction
+    stored_json: str
+
+    @classmethod
+    def of(cls, message: Message, token_estimate: int) -> PreparedMessage:
+        extraction = attachments.extract(message)
+        return cls(message, token_estimate, extraction, jsjson.stringify(extraction.message))
 
     @property
     def id(self) -> str:
@@ -41,13 +52,48 @@ class PreparedMessage:
         return str(self.message["role"])
 
     @property
-    def digest(self) -> str:
-        """Lowercase hex SHA-256 of the stored JSON (upstream's `content_hash`)."""
-        return hashlib.sha256(self.json.encode("utf-8")).hexdigest()
+    def json(self) -> str:
+        """The prepared message as JSON, media inline."""
+        if self.extraction.message is self.message:
+            return self.stored_json
+        return jsjson.stringify(self.message)
 
-    def slices(self) -> list[str]:
-        """The stored JSON cut at the row budget: slice 0 for the row, the rest continuations."""
-        return split_content(self.json)
+    def row(self) -> NewRow:
+        """The storage row: slices of the stored JSON, digest, payloads, references, search text."""
+        return NewRow(
+            id=self.id,
+            role=self.role,
+            slices=split_content(self.stored_json),
+            digest=hashlib.sha256(self.stored_json.encode("utf-8")).hexdigest(),
+            token_estimate=self.token_estimate,
+            payloads=tuple(PayloadRow(p.hash, p.media_type, p.data) for p in self.extraction.payloads),
+            references=tuple(self.extraction.references),
+            search_text=search_text(self.extraction.message),
+        )
+
+
+def search_text(message: Message) -> str:
+    """The text upstream indexes for a message: every text part's `text`, joined by spaces."""
+    texts = []
+    for part in message.get("parts", ()):
+        if isinstance(part, dict) and part.get("type") == "text":
+            texts.append(js_string(part.get("text")))
+    return " ".join(texts)
+
+
+def js_string(value: Any) -> str:
+    """What JavaScript's Array#join makes of a value (`text ?? ""` first)."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return jsjson.format_number(value)
+    if isinstance(value, list):
+        return ",".join("" if v is None else js_string(v) for v in value)
+    return "[object Object]"
 
 
 def parse_message(text: str, *, field: str = "message_json") -> Message:
@@ -118,12 +164,12 @@ def prepare_for_write(message: Message, *, from_client: bool, reserved_keys: Seq
     prepared = sanitize_message(message)
     if from_client:
         prepared = strip_reserved_metadata(prepared, reserved_keys)
-    return PreparedMessage(prepared, jsjson.stringify(prepared), estimate_row_tokens(prepared))
+    return PreparedMessage.of(prepared, estimate_row_tokens(prepared))
 
 
 def prepare_for_import(message: Message) -> PreparedMessage:
-    """Import is verbatim: no sanitizing, no stripping, but the same stamps."""
-    return PreparedMessage(message, jsjson.stringify(message), estimate_row_tokens(message))
+    """Import is verbatim: no sanitizing, no stripping, but the same stamps and extraction."""
+    return PreparedMessage.of(message, estimate_row_tokens(message))
 
 
 def _json_type(value: Any) -> str:

@@ -13,15 +13,14 @@ from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sessions_server.domain import jsjson, keys, messages
-from sessions_server.domain.errors import FailedPrecondition, InvalidArgument, StorageFailure
+from sessions_server.domain import attachments, jsjson, keys, messages
+from sessions_server.domain.errors import FailedPrecondition, InvalidArgument, NotFound, StorageFailure
 from sessions_server.domain.overlays import OverlaySpan, overlay_id, overlay_message_json, plan_overlays
 from sessions_server.storage import queries
 from sessions_server.storage.registry import ObjectRegistry
 from sessions_server.storage.rows import (
     MAX_PATH_DEPTH,
     Compaction,
-    NewRow,
     Parent,
     PathStat,
     RowInfo,
@@ -89,19 +88,32 @@ class RecentSummary:
     total_content_bytes: int
 
 
-def _row_for(prepared: messages.PreparedMessage) -> NewRow:
-    return NewRow(prepared.id, prepared.role, prepared.slices(), prepared.digest, prepared.token_estimate)
-
-
 def _stored_row_ok(stored: StoredMessage) -> bool:
     return stored.stamped or messages.is_stored_message(stored.content)
 
 
-def _view(stored: StoredMessage) -> MessageView | None:
-    """The readable form of a stored row; None for rows upstream's reads skip (unparseable)."""
-    if not _stored_row_ok(stored):
+def _view(conn: Any, stored: StoredMessage | None, inline: bool) -> MessageView | None:
+    """The readable form of a stored row, attachment payloads restored when `inline`; None for
+    rows upstream's reads skip (unparseable). Runs on the read connection's thread."""
+    if stored is None or not _stored_row_ok(stored):
         return None
+    if inline and attachments.may_hold_pointers(stored.content):
+        message = jsjson.parse(stored.content)
+        resolved = attachments.resolve(message, lambda digest: queries.load_payload(conn, digest))
+        if resolved is not message:
+            return MessageView(stored.info, jsjson.stringify(resolved))
     return MessageView(stored.info, stored.content)
+
+
+def _views_by_id(conn: Any, session_id: str, ids: Sequence[str], inline: bool) -> dict[str, MessageView]:
+    """One hydration window: the rows by id (one query, plus one for continuations), as views."""
+    found = queries.get_messages(conn, session_id, ids)
+    views = {}
+    for message_id, stored in found.items():
+        view = _view(conn, stored, inline)
+        if view is not None:
+            views[message_id] = view
+    return views
 
 
 def _storage_failure(exc: StorageError) -> StorageFailure:
@@ -166,7 +178,7 @@ class SessionsService:
                 if prepared is None:
                     results.append(AppendResult(False, MessageView(None, jsjson.stringify(message))))
                     continue
-                outcome = append_in(ctx, session_id, _row_for(prepared), items[index].parent, _stored_row_ok)
+                outcome = append_in(ctx, session_id, prepared.row(), items[index].parent, _stored_row_ok)
                 if outcome.existing is not None:
                     results.append(AppendResult(False, MessageView(outcome.info, outcome.existing.content)))
                 else:
@@ -184,7 +196,7 @@ class SessionsService:
         _, prepared = self._prepare(text, from_client, "message_json")
         if messages.is_overlay_id(prepared.id):
             return UpdateResult(False, False, None)
-        row = _row_for(prepared)
+        row = prepared.row()
         async with self._object(object_key) as store:
             outcome = await store.write(lambda ctx: update_in(ctx, session_id, row))
         if outcome.status == "missing":
@@ -199,7 +211,7 @@ class SessionsService:
         message, prepared = self._prepare(text, from_client, "message_json")
         if messages.is_overlay_id(prepared.id):
             return False, UpdateResult(False, False, MessageView(None, jsjson.stringify(message)))
-        row = _row_for(prepared)
+        row = prepared.row()
 
         def run(ctx: WriteContext) -> tuple[bool, UpdateResult]:
             if not queries.exists(ctx.conn, session_id, row.id):
@@ -237,14 +249,15 @@ class SessionsService:
 
     # ── reads ───────────────────────────────────────────────────────────────
 
-    async def get_message(self, object_key: str, session_id: str, message_id: str) -> MessageView | None:
+    async def get_message(
+        self, object_key: str, session_id: str, message_id: str, *, inline: bool = True
+    ) -> MessageView | None:
         self._check_names(object_key, session_id)
         async with self._object(object_key) as store:
-            stored = await store.read(lambda conn: queries.get_message(conn, session_id, message_id))
-        return None if stored is None else _view(stored)
+            return await store.read(lambda conn: _view(conn, queries.get_message(conn, session_id, message_id), inline))
 
     async def get_messages(
-        self, object_key: str, session_id: str, message_ids: Sequence[str]
+        self, object_key: str, session_id: str, message_ids: Sequence[str], *, inline: bool = True
     ) -> AsyncGenerator[MessageView, None]:
         """Found messages in request order, fetched in bounded windows."""
         self._check_names(object_key, session_id)
@@ -252,37 +265,34 @@ class SessionsService:
         async with self._object(object_key) as store:
             for start in range(0, len(ids), WINDOW_ROWS):
                 window = ids[start : start + WINDOW_ROWS]
-                found = await store.read(lambda conn, w=window: queries.get_messages(conn, session_id, w))  # type: ignore[misc]
+                found = await store.read(lambda conn, w=window: _views_by_id(conn, session_id, w, inline))  # type: ignore[misc]
                 for message_id in window:
-                    stored = found.get(message_id)
-                    view = None if stored is None else _view(stored)
-                    if view is not None:
-                        yield view
+                    if message_id in found:
+                        yield found[message_id]
 
-    async def get_latest_leaf(self, object_key: str, session_id: str) -> MessageView | None:
+    async def get_latest_leaf(self, object_key: str, session_id: str, *, inline: bool = True) -> MessageView | None:
         """The active leaf, skipping hidden overlay rows towards the root."""
         self._check_names(object_key, session_id)
 
-        def run(conn: Any, store: ObjectStore) -> StoredMessage | None:
+        def run(conn: Any, store: ObjectStore) -> MessageView | None:
             leaf = store.latest_leaf_id(conn, session_id)
             if leaf is None:
                 return None
             hidden = _hidden_ids(queries.compactions(conn, session_id))
             while leaf is not None and leaf in hidden:
                 _, leaf = queries.parent_of(conn, session_id, leaf)
-            return None if leaf is None else queries.get_message(conn, session_id, leaf)
+            return None if leaf is None else _view(conn, queries.get_message(conn, session_id, leaf), inline)
 
         async with self._object(object_key) as store:
-            stored = await store.read(lambda conn: run(conn, store))
-        return None if stored is None else _view(stored)
+            return await store.read(lambda conn: run(conn, store))
 
     async def get_branches(
-        self, object_key: str, session_id: str, message_id: str
+        self, object_key: str, session_id: str, message_id: str, *, inline: bool = True
     ) -> AsyncGenerator[MessageView, None]:
         """Direct children in seq order; hidden overlay children are replaced by their own."""
         self._check_names(object_key, session_id)
 
-        def run(conn: Any) -> list[StoredMessage]:
+        def run(conn: Any) -> list[MessageView]:
             hidden = _hidden_ids(queries.compactions(conn, session_id))
 
             def expand(parent_id: str, depth: int) -> list[StoredMessage]:
@@ -294,23 +304,22 @@ class SessionsService:
                     out.extend(expand(row.info.id, depth + 1) if row.info.id in hidden else [row])
                 return sorted(out, key=lambda r: r.info.seq)
 
-            return expand(message_id, 0)
+            views = (_view(conn, row, inline) for row in expand(message_id, 0))
+            return [view for view in views if view is not None]
 
         async with self._object(object_key) as store:
-            rows = await store.read(run)
-        for row in rows:
-            view = _view(row)
-            if view is not None:
-                yield view
+            views = await store.read(run)
+        for view in views:
+            yield view
 
     async def history(
-        self, object_key: str, session_id: str, *, leaf_id: str = "", newest_first: bool = False
+        self, object_key: str, session_id: str, *, leaf_id: str = "", newest_first: bool = False, inline: bool = True
     ) -> AsyncGenerator[MessageView, None]:
         """One root-to-leaf path with overlays applied, root first or newest first."""
         self._check_names(object_key, session_id)
         async with self._object(object_key) as store:
             if newest_first:
-                async for view in self._walk_from_leaf(store, session_id, leaf_id):
+                async for view in self._walk_from_leaf(store, session_id, leaf_id, inline):
                     yield view
                 return
 
@@ -321,11 +330,11 @@ class SessionsService:
                 return queries.path_stats(conn, session_id, leaf).rows, queries.compactions(conn, session_id)
 
             stats, records = await store.read(plan)
-            async for view in _stream_path(store, session_id, stats, records):
+            async for view in _stream_path(store, session_id, stats, records, inline=inline):
                 yield view
 
     async def recent_history(
-        self, object_key: str, session_id: str, max_content_bytes: int, *, leaf_id: str = ""
+        self, object_key: str, session_id: str, max_content_bytes: int, *, leaf_id: str = "", inline: bool = True
     ) -> AsyncGenerator[RecentSummary | MessageView, None]:
         """The longest recent suffix whose stored bytes fit the budget, never less than the leaf.
         Yields the summary first, then the messages."""
@@ -356,7 +365,7 @@ class SessionsService:
 
             window, truncated, total, records = await store.read(plan)
             yield RecentSummary(truncated, total)
-            async for view in _stream_path(store, session_id, window, records):
+            async for view in _stream_path(store, session_id, window, records, inline=inline):
                 yield view
 
     async def row_stats(self, object_key: str, session_id: str, *, leaf_id: str = "") -> list[PathStat]:
@@ -370,8 +379,26 @@ class SessionsService:
 
             return await store.read(run)
 
+    async def read_attachment(self, object_key: str, digest: str) -> AsyncGenerator[tuple[str, int, bytes], None]:
+        """A payload as (media type, size, chunk) triples, one stored chunk at a time."""
+        keys.check_object_key(object_key, max_bytes=self.max_object_key_bytes)
+        if attachments.pointer_hash(attachments.POINTER_PREFIX + digest) is None:
+            raise InvalidArgument("hash must be 64 lowercase hex digits", field="hash")
+        async with self._object(object_key) as store:
+            meta = await store.read(lambda conn: queries.payload_meta(conn, digest))
+            if meta is None:
+                raise NotFound(f"no attachment {digest} in this object", field="hash")
+            media_type, size, chunks = meta
+            if chunks == 0:
+                yield media_type, size, b""
+            for index in range(chunks):
+                data = await store.read(lambda conn, i=index: queries.payload_chunk(conn, digest, i))  # type: ignore[misc]
+                if data is None:
+                    raise FailedPrecondition(f"attachment {digest} lost chunk {index}", reason="STORAGE_FAILURE")
+                yield media_type, size, data
+
     async def _walk_from_leaf(
-        self, store: ObjectStore, session_id: str, leaf_id: str
+        self, store: ObjectStore, session_id: str, leaf_id: str, inline: bool
     ) -> AsyncGenerator[MessageView, None]:
         """Leaf to root by point reads, one row per step; switches to planned overlays at the
         first row that ends some compaction (everything after it is exact without planning)."""
@@ -385,40 +412,47 @@ class SessionsService:
         depth = 0
         steps = WALK_FIRST_STEPS
 
-        def walk(conn: Any, first: str, budget: int, depth: int) -> tuple[list[StoredMessage], str | None, bool]:
-            rows: list[StoredMessage] = []
+        def walk(conn: Any, first: str, budget: int, depth: int) -> tuple[list[MessageView], int, str | None, bool]:
+            views: list[MessageView] = []
+            rows = 0
             current: str | None = first
-            while current is not None and depth <= MAX_PATH_DEPTH and len(rows) < budget:
+            while current is not None and depth <= MAX_PATH_DEPTH and rows < budget:
                 if current in span_ends:
-                    return rows, current, True
+                    return views, rows, current, True
                 row = queries.get_message(conn, session_id, current)
                 if row is None:
-                    return rows, None, False
-                rows.append(row)
+                    return views, rows, None, False
+                if current not in hidden:
+                    view = _view(conn, row, inline)
+                    if view is not None:
+                        views.append(view)
+                rows += 1
                 current = row.info.parent_id
                 depth += 1
-            return rows, (current if depth <= MAX_PATH_DEPTH else None), False
+            return views, rows, (current if depth <= MAX_PATH_DEPTH else None), False
 
         while next_id is not None and depth <= MAX_PATH_DEPTH:
             first = next_id
-            rows, next_id, switch = await store.read(
+            views, walked, next_id, switch = await store.read(
                 lambda conn, f=first, b=steps, d=depth: walk(conn, f, b, d)  # type: ignore[misc]
             )
-            depth += len(rows)
+            depth += walked
             steps = min(steps * 2, WALK_MAX_STEPS)
-            for row in rows:
-                if row.info.id in hidden:
-                    continue
-                view = _view(row)
-                if view is not None:
-                    yield view
+            for view in views:
+                yield view
             if switch and next_id is not None:
-                async for view in self._overlaid_prefix(store, session_id, leaf_id, next_id, records):
+                async for view in self._overlaid_prefix(store, session_id, leaf_id, next_id, records, inline):
                     yield view
                 return
 
     async def _overlaid_prefix(
-        self, store: ObjectStore, session_id: str, leaf_id: str, from_id: str, records: list[Compaction]
+        self,
+        store: ObjectStore,
+        session_id: str,
+        leaf_id: str,
+        from_id: str,
+        records: list[Compaction],
+        inline: bool,
     ) -> AsyncGenerator[MessageView, None]:
         def ids(conn: Any) -> list[str]:
             leaf = _resolve_leaf(store, conn, session_id, leaf_id)
@@ -430,7 +464,9 @@ class SessionsService:
         end = path.index(from_id)
         spans = [span for span in plan_overlays(path, records) if span.end <= end]
         stats = [PathStat(message_id, "", 0, 0) for message_id in path[: end + 1]]
-        async for view in _stream_path(store, session_id, stats, records, newest_first=True, spans=spans):
+        async for view in _stream_path(
+            store, session_id, stats, records, newest_first=True, spans=spans, inline=inline
+        ):
             yield view
 
 
@@ -450,7 +486,7 @@ class Importer:
         field = f"message[{self.received}]"
         message = messages.parse_message(text, field=field)
         prepared = messages.prepare_for_import(message)
-        row = _row_for(prepared)
+        row = prepared.row()
         self.received += 1
         future = asyncio.ensure_future(
             self._store.write(lambda ctx: import_in(ctx, self._session_id, row, parent_id, created_at_ms))
@@ -512,6 +548,7 @@ async def _stream_path(
     *,
     newest_first: bool = False,
     spans: Sequence[OverlaySpan] | None = None,
+    inline: bool = True,
 ) -> AsyncGenerator[MessageView, None]:
     """Streams path rows with overlays collapsed, hydrating one bounded window at a time; no
     window is retained after it has been yielded."""
@@ -545,12 +582,10 @@ async def _stream_path(
         )
         for window in windows:
             ids = [row.id for row in window]
-            found = await store.read(lambda conn, i=ids: queries.get_messages(conn, session_id, i))  # type: ignore[misc]
+            found = await store.read(lambda conn, i=ids: _views_by_id(conn, session_id, i, inline))  # type: ignore[misc]
             for message_id in ids:
-                stored = found.get(message_id)
-                view = None if stored is None else _view(stored)
-                if view is not None:
-                    yield view
+                if message_id in found:
+                    yield found[message_id]
 
 
 async def mark_batches(

@@ -16,6 +16,7 @@ from sessions_server.storage.rows import (
     NewRow,
     PathStat,
     PathStats,
+    PayloadRow,
     RowInfo,
     StoredMessage,
 )
@@ -184,11 +185,6 @@ def compactions(conn: sqlite3.Connection, session_id: str) -> list[Compaction]:
     ]
 
 
-def row_writes_for(row: NewRow) -> int:
-    """Rows one message occupies: the message row plus its continuation rows."""
-    return len(row.slices)
-
-
 def insert_message(
     conn: sqlite3.Connection,
     session_id: str,
@@ -197,12 +193,12 @@ def insert_message(
     seq: int,
     parent_id: str | None,
     created_at_ms: int,
-    or_ignore: bool = False,
-) -> bool:
-    """Inserts a message row and its continuations; False when OR IGNORE skipped it."""
-    verb = "INSERT OR IGNORE" if or_ignore else "INSERT"
-    cursor = conn.execute(
-        f"""{verb} INTO cf_agents_session_messages
+) -> int:
+    """Writes a new message in upstream's order: payloads, the row, continuations, references,
+    the search row. Returns the rows written (what upstream's billing counts)."""
+    written = put_payloads(conn, row.payloads)
+    conn.execute(
+        """INSERT INTO cf_agents_session_messages
               (session_id, id, seq, parent_id, role, content, content_chunks, token_estimate,
                created_at, content_hash)
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
@@ -219,10 +215,11 @@ def insert_message(
             row.digest,
         ),
     )
-    if cursor.rowcount == 0:
-        return False
+    written += len(row.slices)
     write_continuations(conn, session_id, row.id, row.slices)
-    return True
+    written += add_refs(conn, session_id, row.id, row.references)
+    written += index_search_text(conn, session_id, row.id, row.role, row.search_text, replace=False)
+    return written
 
 
 def write_continuations(conn: sqlite3.Connection, session_id: str, message_id: str, slices: Sequence[str]) -> None:
@@ -251,8 +248,11 @@ def stamp_digest(conn: sqlite3.Connection, session_id: str, message_id: str, dig
     )
 
 
-def rewrite_message(conn: sqlite3.Connection, session_id: str, row: NewRow, old_chunks: int) -> None:
-    """Replaces a row's content in place: parent, seq and created time stay."""
+def rewrite_message(conn: sqlite3.Connection, session_id: str, row: NewRow, old_chunks: int) -> int:
+    """Replaces a row's content in place (parent, seq and created time stay): payloads first,
+    then the row, surplus continuations, continuations, references, search row. Returns rows
+    written."""
+    written = put_payloads(conn, row.payloads)
     conn.execute(
         """UPDATE cf_agents_session_messages
            SET role = ?, content = ?, content_chunks = ?, token_estimate = ?, content_hash = ?
@@ -265,6 +265,10 @@ def rewrite_message(conn: sqlite3.Connection, session_id: str, row: NewRow, old_
             (session_id, row.id, len(row.slices) - 1),
         )
     write_continuations(conn, session_id, row.id, row.slices)
+    written += len(row.slices)
+    written += replace_refs(conn, session_id, row.id, row.references)
+    written += index_search_text(conn, session_id, row.id, row.role, row.search_text, replace=True)
+    return written
 
 
 def row_info(conn: sqlite3.Connection, session_id: str, message_id: str) -> RowInfo | None:
@@ -371,3 +375,125 @@ def fts_exists(conn: sqlite3.Connection) -> bool:
         conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'cf_agents_session_fts'").fetchone()
         is not None
     )
+
+
+# ── attachments ──────────────────────────────────────────────────────────────
+
+# Payload chunks share the row budget: an immutable payload in big rows costs few billed writes.
+ATTACHMENT_CHUNK_BYTES = 1_572_864
+
+
+def put_payloads(conn: sqlite3.Connection, payloads: Iterable[PayloadRow]) -> int:
+    """Stores payloads not yet present (first writer wins, media type included). Rows written."""
+    written = 0
+    for payload in payloads:
+        if conn.execute("SELECT 1 FROM cf_agents_session_attachment_meta WHERE hash = ?", (payload.hash,)).fetchone():
+            continue
+        chunks = 0
+        for start in range(0, len(payload.data), ATTACHMENT_CHUNK_BYTES):
+            conn.execute(
+                "INSERT INTO cf_agents_session_attachment_chunks (hash, idx, data) VALUES (?, ?, ?)",
+                (payload.hash, chunks, payload.data[start : start + ATTACHMENT_CHUNK_BYTES]),
+            )
+            chunks += 1
+        conn.execute(
+            """INSERT INTO cf_agents_session_attachment_meta (hash, bytes, media_type, chunks)
+               VALUES (?, ?, ?, ?)""",
+            (payload.hash, len(payload.data), payload.media_type, chunks),
+        )
+        written += chunks + 1
+    return written
+
+
+def add_refs(conn: sqlite3.Connection, session_id: str, message_id: str, hashes: Iterable[str]) -> int:
+    written = 0
+    for digest in hashes:
+        written += conn.execute(
+            """INSERT OR IGNORE INTO cf_agents_session_attachment_refs (session_id, message_id, hash)
+               VALUES (?, ?, ?)""",
+            (session_id, message_id, digest),
+        ).rowcount
+    return written
+
+
+def replace_refs(conn: sqlite3.Connection, session_id: str, message_id: str, hashes: Sequence[str]) -> int:
+    """Points a message at exactly `hashes` (a diff), collecting what that orphaned."""
+    held = {
+        str(r[0])
+        for r in conn.execute(
+            "SELECT hash FROM cf_agents_session_attachment_refs WHERE session_id = ? AND message_id = ?",
+            (session_id, message_id),
+        )
+    }
+    wanted = set(hashes)
+    dropped = [digest for digest in held if digest not in wanted]
+    for digest in dropped:
+        conn.execute(
+            "DELETE FROM cf_agents_session_attachment_refs WHERE session_id = ? AND message_id = ? AND hash = ?",
+            (session_id, message_id, digest),
+        )
+    written = len(dropped) + add_refs(conn, session_id, message_id, [h for h in hashes if h not in held])
+    if dropped:
+        collect_payloads(conn, dropped)
+    return written
+
+
+def load_payload(conn: sqlite3.Connection, digest: str) -> tuple[str, bytes] | None:
+    """(media type, bytes) of a payload, or None when the address is unknown."""
+    meta = conn.execute(
+        "SELECT bytes, media_type, chunks FROM cf_agents_session_attachment_meta WHERE hash = ?", (digest,)
+    ).fetchone()
+    if meta is None:
+        return None
+    if not meta[2]:
+        return str(meta[1]), b""
+    data = b"".join(
+        bytes(r[0])
+        for r in conn.execute(
+            "SELECT data FROM cf_agents_session_attachment_chunks WHERE hash = ? ORDER BY idx", (digest,)
+        )
+    )
+    return str(meta[1]), data
+
+
+def payload_meta(conn: sqlite3.Connection, digest: str) -> tuple[str, int, int] | None:
+    """(media type, size in bytes, chunk count) of a payload, or None."""
+    meta = conn.execute(
+        "SELECT media_type, bytes, chunks FROM cf_agents_session_attachment_meta WHERE hash = ?", (digest,)
+    ).fetchone()
+    return None if meta is None else (str(meta[0]), int(meta[1]), int(meta[2]))
+
+
+def payload_chunk(conn: sqlite3.Connection, digest: str, index: int) -> bytes | None:
+    row = conn.execute(
+        "SELECT data FROM cf_agents_session_attachment_chunks WHERE hash = ? AND idx = ?", (digest, index)
+    ).fetchone()
+    return None if row is None else bytes(row[0])
+
+
+# ── search index ─────────────────────────────────────────────────────────────
+
+
+def index_search_text(
+    conn: sqlite3.Connection, session_id: str, message_id: str, role: str, text: str, *, replace: bool
+) -> int:
+    """Maintains a message's FTS row when the index exists; unchanged text writes nothing."""
+    if not fts_exists(conn):
+        return 0
+    written = 0
+    if replace:
+        existing = conn.execute(
+            "SELECT content FROM cf_agents_session_fts WHERE id = ? AND session_id = ?", (message_id, session_id)
+        ).fetchall()
+        if existing:
+            if len(existing) == 1 and existing[0][0] == text:
+                return 0
+            conn.execute("DELETE FROM cf_agents_session_fts WHERE id = ? AND session_id = ?", (message_id, session_id))
+            written += 1
+    if text:
+        conn.execute(
+            "INSERT INTO cf_agents_session_fts (id, session_id, role, content) VALUES (?, ?, ?, ?)",
+            (message_id, session_id, role, text),
+        )
+        written += 1
+    return written

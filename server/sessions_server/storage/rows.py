@@ -36,14 +36,27 @@ class StoredMessage:
 
 
 @dataclass(frozen=True, slots=True)
+class PayloadRow:
+    """An attachment payload to store under its content address."""
+
+    hash: str
+    media_type: str
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class NewRow:
-    """A message ready to insert: stored JSON cut into slices, with its stamps."""
+    """A message ready to write: stored JSON cut into slices, its stamps, the attachment
+    payloads it introduces, every address its stored form references, and its search text."""
 
     id: str
     role: str
     slices: list[str]
     digest: str
     token_estimate: int
+    payloads: tuple[PayloadRow, ...] = ()
+    references: tuple[str, ...] = ()
+    search_text: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -303,8 +303,9 @@ def append_in(
         wanted = parent.message_id
         parent_id = wanted if wanted and queries.exists(conn, session_id, wanted) else None
     created = now_ms()
-    queries.insert_message(conn, session_id, row, seq=tail.next_seq, parent_id=parent_id, created_at_ms=created)
-    ctx.row_writes += queries.row_writes_for(row)
+    ctx.row_writes += queries.insert_message(
+        conn, session_id, row, seq=tail.next_seq, parent_id=parent_id, created_at_ms=created
+    )
     ctx.set_tail(session_id, Tail(row.id, tail.next_seq + 1))
     info = RowInfo(row.id, row.role, parent_id, tail.next_seq, created, row.token_estimate)
     return AppendOutcome(True, info, None)
@@ -326,21 +327,21 @@ def update_in(ctx: WriteContext, session_id: str, row: NewRow) -> UpdateOutcome:
             queries.stamp_digest(conn, session_id, row.id, row.digest)
             ctx.row_writes += 1
             return UpdateOutcome("unchanged", stored.info)
-    queries.rewrite_message(conn, session_id, row, old_chunks)
-    ctx.row_writes += queries.row_writes_for(row)
+    ctx.row_writes += queries.rewrite_message(conn, session_id, row, old_chunks)
     return UpdateOutcome("updated", queries.row_info(conn, session_id, row.id))
 
 
 def import_in(ctx: WriteContext, session_id: str, row: NewRow, parent_id: str | None, created_at_ms: int) -> bool:
-    """Imports one row verbatim (INSERT OR IGNORE); the imported row becomes the tail."""
+    """Imports one row verbatim unless its id exists; the imported row becomes the tail. An
+    existing id stores nothing at all, not even payloads (upstream leaves orphans; §9)."""
+    if queries.exists(ctx.conn, session_id, row.id):
+        return False
     tail = ctx.tail(session_id)
-    inserted = queries.insert_message(
-        ctx.conn, session_id, row, seq=tail.next_seq, parent_id=parent_id, created_at_ms=created_at_ms, or_ignore=True
+    ctx.row_writes += queries.insert_message(
+        ctx.conn, session_id, row, seq=tail.next_seq, parent_id=parent_id, created_at_ms=created_at_ms
     )
-    if inserted:
-        ctx.row_writes += queries.row_writes_for(row)
-        ctx.set_tail(session_id, Tail(row.id, tail.next_seq + 1))
-    return inserted
+    ctx.set_tail(session_id, Tail(row.id, tail.next_seq + 1))
+    return True
 
 
 def delete_in(ctx: WriteContext, session_id: str, ids: list[str]) -> int:

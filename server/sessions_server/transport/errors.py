@@ -18,6 +18,7 @@ _CODES: dict[type[errors.SessionsError], grpc.StatusCode] = {
     errors.InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
     errors.LimitExceeded: grpc.StatusCode.RESOURCE_EXHAUSTED,
     errors.FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
+    errors.NotFound: grpc.StatusCode.NOT_FOUND,
     errors.Unavailable: grpc.StatusCode.UNAVAILABLE,
     errors.StorageFailure: grpc.StatusCode.UNAVAILABLE,
 }

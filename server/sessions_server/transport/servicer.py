@@ -55,6 +55,12 @@ def _parent(mode: int, parent_id: str) -> Parent:
     raise InvalidArgument(f"unknown parent_mode {mode}", field="parent_mode")
 
 
+def _inline(mode: int) -> bool:
+    if mode not in (pb.ATTACHMENT_MODE_UNSPECIFIED, pb.ATTACHMENT_MODE_INLINE, pb.ATTACHMENT_MODE_POINTER):
+        raise InvalidArgument(f"unknown attachments mode {mode}", field="attachments")
+    return mode != pb.ATTACHMENT_MODE_POINTER
+
+
 def _from_client(source: int) -> bool:
     if source not in (pb.SOURCE_UNSPECIFIED, pb.SOURCE_SERVER, pb.SOURCE_CLIENT):
         raise InvalidArgument(f"unknown source {source}", field="source")
@@ -263,7 +269,9 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
     async def GetMessage(self, request: pb.GetMessageRequest, context: Any) -> AsyncIterator[pb.GetMessageResponse]:
         async def run() -> AsyncIterator[pb.GetMessageResponse]:
             self._admit(context, request.object_key)
-            view = await self._service.get_message(request.object_key, request.session_id, request.message_id)
+            view = await self._service.get_message(
+                request.object_key, request.session_id, request.message_id, inline=_inline(request.attachments)
+            )
             if view is not None:
                 for frame in framing.message_frames(view):
                     yield pb.GetMessageResponse(frame=frame)
@@ -274,7 +282,9 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
     async def GetMessages(self, request: pb.GetMessagesRequest, context: Any) -> AsyncIterator[pb.GetMessagesResponse]:
         async def run() -> AsyncIterator[pb.GetMessagesResponse]:
             self._admit(context, request.object_key)
-            views = self._service.get_messages(request.object_key, request.session_id, list(request.message_ids))
+            views = self._service.get_messages(
+                request.object_key, request.session_id, list(request.message_ids), inline=_inline(request.attachments)
+            )
             async with contextlib.aclosing(views):
                 async for view in views:
                     for frame in framing.message_frames(view):
@@ -288,7 +298,9 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
     ) -> AsyncIterator[pb.GetLatestLeafResponse]:
         async def run() -> AsyncIterator[pb.GetLatestLeafResponse]:
             self._admit(context, request.object_key)
-            view = await self._service.get_latest_leaf(request.object_key, request.session_id)
+            view = await self._service.get_latest_leaf(
+                request.object_key, request.session_id, inline=_inline(request.attachments)
+            )
             if view is not None:
                 for frame in framing.message_frames(view):
                     yield pb.GetLatestLeafResponse(frame=frame)
@@ -299,7 +311,9 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
     async def GetBranches(self, request: pb.GetBranchesRequest, context: Any) -> AsyncIterator[pb.GetBranchesResponse]:
         async def run() -> AsyncIterator[pb.GetBranchesResponse]:
             self._admit(context, request.object_key)
-            views = self._service.get_branches(request.object_key, request.session_id, request.message_id)
+            views = self._service.get_branches(
+                request.object_key, request.session_id, request.message_id, inline=_inline(request.attachments)
+            )
             async with contextlib.aclosing(views):
                 async for view in views:
                     for frame in framing.message_frames(view):
@@ -314,7 +328,11 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         async def run() -> AsyncIterator[pb.StreamHistoryResponse]:
             self._admit(context, request.object_key)
             views = self._service.history(
-                request.object_key, request.session_id, leaf_id=request.leaf_id, newest_first=request.newest_first
+                request.object_key,
+                request.session_id,
+                leaf_id=request.leaf_id,
+                newest_first=request.newest_first,
+                inline=_inline(request.attachments),
             )
             async with contextlib.aclosing(views):
                 if not (request.batch_size or request.max_batch_bytes):
@@ -342,7 +360,11 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         async def run() -> AsyncIterator[pb.GetRecentHistoryResponse]:
             self._admit(context, request.object_key)
             items = self._service.recent_history(
-                request.object_key, request.session_id, request.max_content_bytes, leaf_id=request.leaf_id
+                request.object_key,
+                request.session_id,
+                request.max_content_bytes,
+                leaf_id=request.leaf_id,
+                inline=_inline(request.attachments),
             )
             async with contextlib.aclosing(items):
                 async for item in items:

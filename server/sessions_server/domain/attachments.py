@@ -1,0 +1,223 @@
+"""Attachments: inline media leaves the message for a content-addressed store, and comes back.
+
+The rule is about type, not size (reference notes §4): a record whose `url` is a base64 data URL,
+or whose `data` is base64 under a declared non-text `mediaType`, is media. Its payload is
+replaced in place by `attachment:sha256:<hex>`; reads put the bytes back. Walks stop below depth
+8 (the parts array is depth 0). Text media is never extracted.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+POINTER_PREFIX = "attachment:sha256:"
+MAX_WALK_DEPTH = 8
+DEFAULT_MEDIA_TYPE = "application/octet-stream"
+
+_POINTER_RE = re.compile(r"attachment:sha256:([0-9a-f]{64})\Z")
+_BASE64_RE = re.compile(r"[A-Za-z0-9+/]*={0,2}\Z")
+_WHITESPACE_RE = re.compile(r"[\t\n\f\r ]")
+
+
+@dataclass(frozen=True, slots=True)
+class Payload:
+    """Decoded media bytes, their address and the type they were declared with."""
+
+    hash: str
+    media_type: str
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Extraction:
+    """A message with media replaced by pointers, the payloads to store (deduplicated, in
+    encounter order) and every address the stored form references."""
+
+    message: dict[str, Any]
+    payloads: list[Payload]
+    references: list[str]
+
+
+def pointer_hash(value: Any) -> str | None:
+    """The address in a pointer string, or None when `value` is not a pointer."""
+    if not isinstance(value, str) or not value.startswith(POINTER_PREFIX):
+        return None
+    match = _POINTER_RE.match(value)
+    return match.group(1) if match else None
+
+
+def decode_base64(payload: str) -> bytes | None:
+    """Decodes base64 as the browser's atob does after upstream's pre-checks; None if invalid."""
+    compact = _WHITESPACE_RE.sub("", payload) if _WHITESPACE_RE.search(payload) else payload
+    if len(compact) % 4 == 1 or not _BASE64_RE.match(compact):
+        return None
+    if len(compact) % 4 == 0:
+        stripped = compact.rstrip("=")
+        if len(compact) - len(stripped) > 2:
+            return None
+        compact = stripped
+    if "=" in compact:
+        return None
+    try:
+        return base64.b64decode(compact + "=" * (-len(compact) % 4))
+    except (binascii.Error, ValueError):
+        return None
+
+
+def encode_base64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _parse_data_url(url: str) -> tuple[str, str] | None:
+    if not url.startswith("data:"):
+        return None
+    comma = url.find(",")
+    if comma < 0:
+        return None
+    header = url[5:comma]
+    if not header.endswith(";base64"):
+        return None
+    return header[: -len(";base64")] or DEFAULT_MEDIA_TYPE, url[comma + 1 :]
+
+
+def _inline_media(record: dict[str, Any]) -> tuple[str, str, bytes] | None:
+    """(field, media type, bytes) of a record carrying inline media, else None."""
+    declared = record.get("mediaType") if isinstance(record.get("mediaType"), str) else None
+    url = record.get("url")
+    if isinstance(url, str):
+        parsed = _parse_data_url(url)
+        if parsed is None:
+            return None
+        media_type = declared if declared is not None else parsed[0]
+        if media_type.startswith("text/"):
+            return None
+        data = decode_base64(parsed[1])
+        return None if data is None else ("url", media_type, data)
+    data_field = record.get("data")
+    if declared and isinstance(data_field, str) and not declared.startswith("text/"):
+        data = decode_base64(data_field)
+        return None if data is None else ("data", declared, data)
+    return None
+
+
+def extract(message: dict[str, Any]) -> Extraction:
+    """Replaces inline media with pointers. Returns the same dict when nothing was extracted."""
+    payloads: list[Payload] = []
+    seen: set[str] = set()
+
+    def walk(value: Any, depth: int) -> Any:
+        if depth > MAX_WALK_DEPTH or not isinstance(value, dict | list):
+            return value
+        if isinstance(value, list):
+            walked = [walk(entry, depth + 1) for entry in value]
+            return walked if any(a is not b for a, b in zip(walked, value, strict=True)) else value
+        media = _inline_media(value)
+        if media is not None:
+            field, media_type, data = media
+            digest = hashlib.sha256(data).hexdigest()
+            if digest not in seen:
+                seen.add(digest)
+                payloads.append(Payload(digest, media_type, data))
+            replaced = dict(value)
+            replaced["mediaType"] = media_type
+            replaced[field] = POINTER_PREFIX + digest
+            return replaced
+        changed = False
+        out: dict[str, Any] = {}
+        for key, entry in value.items():
+            walked_entry = walk(entry, depth + 1)
+            changed = changed or walked_entry is not entry
+            out[key] = walked_entry
+        return out if changed else value
+
+    parts = message.get("parts")
+    if not isinstance(parts, list) or not parts:
+        return Extraction(message, [], [])
+    new_parts = walk(parts, 0)
+    references = sorted_unique(pointers_of(new_parts))
+    if new_parts is parts:
+        return Extraction(message, payloads, references)
+    staged = dict(message)
+    staged["parts"] = new_parts
+    return Extraction(staged, payloads, references)
+
+
+def sorted_unique(items: list[str]) -> list[str]:
+    return list(dict.fromkeys(items))
+
+
+def pointers_of(value: Any, depth: int = 0) -> list[str]:
+    """Every address a read of this stored form restores, in walk order."""
+    found: list[str] = []
+
+    def walk(node: Any, level: int) -> None:
+        if level > MAX_WALK_DEPTH or not isinstance(node, dict | list):
+            return
+        if isinstance(node, list):
+            for entry in node:
+                walk(entry, level + 1)
+            return
+        digest = pointer_hash(node.get("url")) or pointer_hash(node.get("data"))
+        if digest is not None:
+            found.append(digest)
+            return
+        for entry in node.values():
+            walk(entry, level + 1)
+
+    walk(value, depth)
+    return found
+
+
+def resolve(message: dict[str, Any], load: Callable[[str], tuple[str, bytes] | None]) -> dict[str, Any]:
+    """Puts payloads back inline; a pointer whose payload is unknown stays as it is."""
+
+    def walk(value: Any, depth: int) -> Any:
+        if depth > MAX_WALK_DEPTH or not isinstance(value, dict | list):
+            return value
+        if isinstance(value, list):
+            walked = [walk(entry, depth + 1) for entry in value]
+            return walked if any(a is not b for a, b in zip(walked, value, strict=True)) else value
+        url_hash = pointer_hash(value.get("url"))
+        if url_hash is not None:
+            loaded = load(url_hash)
+            if loaded is None:
+                return value
+            restored = dict(value)
+            restored["url"] = f"data:{loaded[0]};base64,{encode_base64(loaded[1])}"
+            return restored
+        data_hash = pointer_hash(value.get("data"))
+        if data_hash is not None:
+            loaded = load(data_hash)
+            if loaded is None:
+                return value
+            restored = dict(value)
+            restored["data"] = encode_base64(loaded[1])
+            return restored
+        changed = False
+        out: dict[str, Any] = {}
+        for key, entry in value.items():
+            walked_entry = walk(entry, depth + 1)
+            changed = changed or walked_entry is not entry
+            out[key] = walked_entry
+        return out if changed else value
+
+    parts = message.get("parts")
+    if not isinstance(parts, list):
+        return message
+    new_parts = walk(parts, 0)
+    if new_parts is parts:
+        return message
+    resolved = dict(message)
+    resolved["parts"] = new_parts
+    return resolved
+
+
+def may_hold_pointers(json_text: str) -> bool:
+    """Cheap pre-check before parsing a stored row for resolution."""
+    return POINTER_PREFIX in json_text

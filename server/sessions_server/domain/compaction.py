@@ -1,0 +1,265 @@
+"""Compaction planning: which span of a history a summary replaces, and the summarizer prompt.
+
+Follows upstream's reference compaction (`createCompactFunction`, reference notes §7): keep the
+first 3 messages and a recent tail (at least 2 messages, and as many as fit `keep_recent_tokens`),
+never split a tool call from its result, summarize the middle, and extend an existing visible
+overlay instead of stacking a second one. The prompt templates are reproduced exactly, since a
+summarizer's input is behaviour clients compare.
+
+One deliberate difference (DESIGN.md §9): upstream extends the new span back to an older overlay's
+start even when messages between that overlay and the middle were never summarized (an overlay
+inside the protected head), which drops them from history. Here the middle grows back to the
+span's start, so every message the span covers is in the summary or in the previous summary.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sessions_server.domain import jsjson
+from sessions_server.domain.messages import js_string
+from sessions_server.domain.tokens import estimate_message_tokens, estimate_string_tokens
+from sessions_server.storage.rows import COMPACTION_PREFIX, Compaction
+
+PROTECT_HEAD = 3
+MIN_TAIL_MESSAGES = 2
+DEFAULT_KEEP_RECENT_TOKENS = 20_000
+TOOL_TEXT_LIMIT_UTF16 = 500
+
+Message = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionPlan:
+    """The span a summary will replace and the prompt that asks for it."""
+
+    from_message_id: str
+    to_message_id: str
+    prompt: str
+    budget_tokens: int
+
+
+def _is_tool_part(part: Any) -> bool:
+    kind = part.get("type") if isinstance(part, dict) else None
+    return isinstance(kind, str) and (kind.startswith("tool-") or kind == "dynamic-tool")
+
+
+def _has_tool_calls(message: Message) -> bool:
+    return any(_is_tool_part(part) for part in message.get("parts", ()))
+
+
+def _tool_call_ids(message: Message) -> set[Any]:
+    return {part["toolCallId"] for part in message.get("parts", ()) if _is_tool_part(part) and "toolCallId" in part}
+
+
+def _is_result_for(message: Message, call_ids: set[Any]) -> bool:
+    return any(
+        _is_tool_part(part) and "toolCallId" in part and _hashable(part["toolCallId"]) in call_ids
+        for part in message.get("parts", ())
+    )
+
+
+def _hashable(value: Any) -> Any:
+    return value if isinstance(value, str | int | float | bool | type(None)) else id(value)
+
+
+def _align_forward(messages: Sequence[Message], index: int) -> int:
+    if index <= 0 or index >= len(messages):
+        return index
+    previous = messages[index - 1]
+    if previous.get("role") == "assistant" and _has_tool_calls(previous):
+        call_ids = {_hashable(i) for i in _tool_call_ids(previous)}
+        while index < len(messages) and _is_result_for(messages[index], call_ids):
+            index += 1
+    return index
+
+
+def _align_backward(messages: Sequence[Message], index: int) -> int:
+    if index <= 0 or index >= len(messages):
+        return index
+    while index > 0:
+        current = messages[index]
+        if current.get("role") == "assistant" and _has_tool_calls(current):
+            break
+        previous = messages[index - 1]
+        if previous.get("role") == "assistant" and _has_tool_calls(previous):
+            call_ids = {_hashable(i) for i in _tool_call_ids(previous)}
+            if _is_result_for(current, call_ids):
+                index -= 1
+                continue
+        break
+    return index
+
+
+def _tail_cut(messages: Sequence[Message], head_end: int, keep_recent_tokens: int) -> int:
+    count = len(messages)
+    accumulated = 0
+    token_cut = count
+    for index in range(count - 1, head_end - 1, -1):
+        tokens = estimate_message_tokens([messages[index]])
+        if accumulated + tokens > keep_recent_tokens and token_cut < count:
+            break
+        accumulated += tokens
+        token_cut = index
+    min_cut = count - MIN_TAIL_MESSAGES
+    cut = min(token_cut, min_cut) if min_cut >= head_end else token_cut
+    return _align_backward(messages, cut)
+
+
+def is_overlay_message(message: Message) -> bool:
+    return str(message.get("id", "")).startswith(COMPACTION_PREFIX)
+
+
+def _text_of(message: Message, separator: str) -> str:
+    return separator.join(
+        _js_text(part.get("text"))
+        for part in message.get("parts", ())
+        if isinstance(part, dict) and part.get("type") == "text"
+    )
+
+
+def _js_text(value: Any) -> str:
+    return js_string(value)
+
+
+def _utf16_prefix(text: str, units: int) -> str:
+    """The first `units` UTF-16 code units of `text` (JavaScript's String#slice)."""
+    if len(text) <= units // 2:
+        return text
+    out = []
+    used = 0
+    for char in text:
+        width = 2 if ord(char) > 0xFFFF else 1
+        if used + width > units:
+            if width == 2 and used < units:
+                out.append("\ufffd")  # JS keeps a lone high surrogate; UTF-8 on the wire makes it U+FFFD
+            break
+        out.append(char)
+        used += width
+    return "".join(out)
+
+
+def _js_truthy(value: Any) -> bool:
+    return not (value is None or value is False or value == 0 or value == "") or isinstance(value, dict | list)
+
+
+def _render(message: Message) -> str:
+    text = _text_of(message, "\n")
+    tools = []
+    for part in message.get("parts", ()):
+        if not _is_tool_part(part):
+            continue
+        name = part.get("toolName")
+        lines = [f"[Tool: {'unknown' if name is None else _js_text(name)}]"]
+        for label, key in (("Input", "input"), ("Output", "output")):
+            value = part.get(key)
+            if key in part and _js_truthy(value):
+                lines.append(f"{label}: {_utf16_prefix(jsjson.stringify(value), TOOL_TEXT_LIMIT_UTF16)}")
+        tools.append("\n".join(lines))
+    tool_text = "\n".join(tools)
+    return f"[{message.get('role')}]\n{text}" + (f"\n{tool_text}" if tool_text else "")
+
+
+_SECTIONS = """## Topic
+[What the conversation is about]
+
+## Key Points
+[Important information, decisions, and conclusions from the conversation]
+
+## Current State
+[Where things stand now — what has been done, what is in progress]
+
+## Open Items
+[Unresolved questions, pending tasks, or next steps discussed]
+
+Target ~{budget} tokens. Be factual — only include information that was explicitly discussed in the \
+conversation. Do NOT invent file paths, commands, or details that were not mentioned. Write only the summary body."""
+
+
+def build_prompt(middle: Sequence[Message], previous_summary: str | None, budget: int) -> str:
+    """The summarizer prompt: the first-compaction template, or the update template."""
+    content = "\n\n---\n\n".join(_render(message) for message in middle)
+    sections = _SECTIONS.format(budget=budget)
+    if previous_summary:
+        return (
+            "You are updating a conversation summary. A previous summary exists below. New conversation turns "
+            "have occurred since then and need to be incorporated.\n\n"
+            f"PREVIOUS SUMMARY:\n{previous_summary}\n\n"
+            f"NEW TURNS TO INCORPORATE:\n{content}\n\n"
+            "Update the summary. PRESERVE existing information that is still relevant. ADD new information. "
+            "Remove information only if it is clearly obsolete.\n\n"
+            f"{sections}"
+        )
+    return (
+        "Create a concise summary of this conversation that preserves the important information for future "
+        f"context.\n\nCONVERSATION TO SUMMARIZE:\n{content}\n\nUse this structure:\n\n{sections}"
+    )
+
+
+def summary_budget(middle: Sequence[Message]) -> int:
+    return max(100, math.floor(estimate_message_tokens(middle) * 0.2))
+
+
+def plan_compaction(
+    history: Sequence[Message],
+    compactions: Sequence[Compaction],
+    *,
+    keep_recent_tokens: int = DEFAULT_KEEP_RECENT_TOKENS,
+) -> CompactionPlan | None:
+    """Plans a compaction over a history read with overlays applied; None when there is
+    nothing to compact."""
+    if len(history) <= PROTECT_HEAD + MIN_TAIL_MESSAGES:
+        return None
+    start = _align_forward(history, PROTECT_HEAD)
+    end = _tail_cut(history, start, keep_recent_tokens)
+    if end <= start:
+        return None
+    middle = [m for m in history[start:end] if not is_overlay_message(m)]
+    if not middle:
+        return None
+    to_id = str(middle[-1]["id"])
+    from_id = str(middle[0]["id"])
+
+    # Iterative compaction extends an overlay visible on this branch (its synthetic message, or
+    # both its ends raw in the history) rather than stacking a second one.
+    ids = [str(m.get("id")) for m in history]
+    present = set(ids)
+    existing = [
+        c
+        for c in compactions
+        if COMPACTION_PREFIX + c.id in present or (c.from_message_id in present and c.to_message_id in present)
+    ]
+    if existing:
+        from_id = existing[0].from_message_id
+        span_start = _span_start_index(ids, existing[0])
+        if span_start is not None and span_start < start:
+            # Everything the extended span covers must be summarized (deliberate difference).
+            middle = [m for m in history[span_start:end] if not is_overlay_message(m)]
+
+    previous = next((m for m in history if is_overlay_message(m)), None)
+    previous_summary = _text_of(previous, "\n") if previous is not None else None
+    budget = summary_budget(middle)
+    return CompactionPlan(from_id, to_id, build_prompt(middle, previous_summary, budget), budget)
+
+
+def _span_start_index(ids: Sequence[str], record: Compaction) -> int | None:
+    """Where a record's span begins in a history: its synthetic message, or its raw first row."""
+    overlay = COMPACTION_PREFIX + record.id
+    if overlay in ids:
+        return ids.index(overlay)
+    if record.from_message_id in ids:
+        return ids.index(record.from_message_id)
+    return None
+
+
+def session_token_estimate(row_estimates: Sequence[tuple[str, int]], spans: Sequence[tuple[int, int, str]]) -> int:
+    """Upstream's session estimate: stamped row estimates along the active path, minus rows
+    under applied overlays, plus each overlay summary's string estimate; ceil, floored at 0."""
+    total = float(sum(tokens for _, tokens in row_estimates))
+    for start, end, summary in spans:
+        total -= sum(tokens for _, tokens in row_estimates[start : end + 1])
+        total += estimate_string_tokens(summary)
+    return max(0, math.ceil(total))
