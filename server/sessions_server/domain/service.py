@@ -9,14 +9,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sqlite3
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sessions_server.domain import attachments, jsjson, keys, messages
-from sessions_server.domain.errors import FailedPrecondition, InvalidArgument, NotFound, StorageFailure
+from sessions_server.domain import search as search_rules
+from sessions_server.domain.compactor import Compactor, Summarizer, forget_estimate
+from sessions_server.domain.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    LimitExceeded,
+    NotFound,
+    StorageFailure,
+    Unavailable,
+)
 from sessions_server.domain.overlays import OverlaySpan, overlay_id, overlay_message_json, plan_overlays
 from sessions_server.storage import queries
+from sessions_server.storage.feed import ChangeEvent, FeedClosed, Reset
 from sessions_server.storage.registry import ObjectRegistry
 from sessions_server.storage.rows import (
     MAX_PATH_DEPTH,
@@ -27,6 +39,7 @@ from sessions_server.storage.rows import (
     StorageError,
     StoredMessage,
     StoredRowUnreadable,
+    UpdateOutcome,
 )
 from sessions_server.storage.store import (
     ObjectStore,
@@ -50,6 +63,8 @@ WALK_MAX_STEPS = 64
 DEFAULT_BATCH_SIZE = 50
 DEFAULT_BATCH_BYTES = 4 * 1024 * 1024
 IMPORT_PIPELINE_DEPTH = 64
+DEFAULT_SEARCH_SECONDS = 2.0
+SEARCH_PROGRESS_STEPS = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,17 +144,23 @@ class SessionsService:
         *,
         reserved_metadata_keys: Sequence[str] = (),
         max_object_key_bytes: int = keys.MAX_OBJECT_KEY_BYTES,
+        summarizer: Summarizer | None = None,
+        max_query_bytes: int = search_rules.MAX_QUERY_BYTES,
+        search_seconds: float = DEFAULT_SEARCH_SECONDS,
     ) -> None:
         self.registry = registry
         self.reserved_metadata_keys = tuple(reserved_metadata_keys)
         self.max_object_key_bytes = max_object_key_bytes
+        self.compactor = Compactor(self, summarizer)
+        self.max_query_bytes = max_query_bytes
+        self.search_seconds = search_seconds
 
-    def _check_names(self, object_key: str, session_id: str) -> None:
+    def check_names(self, object_key: str, session_id: str) -> None:
         keys.check_object_key(object_key, max_bytes=self.max_object_key_bytes)
         keys.check_session_id(session_id)
 
     @contextlib.asynccontextmanager
-    async def _object(self, object_key: str) -> AsyncIterator[ObjectStore]:
+    async def object(self, object_key: str) -> AsyncIterator[ObjectStore]:
         try:
             async with self.registry.use(object_key) as store:
                 yield store
@@ -164,12 +185,12 @@ class SessionsService:
 
     async def append_many(self, object_key: str, session_id: str, items: Sequence[AppendInput]) -> list[AppendResult]:
         """Appends in order in one transaction; any invalid item rejects the whole batch."""
-        self._check_names(object_key, session_id)
+        self.check_names(object_key, session_id)
         field_name = "message_json" if len(items) == 1 else "items[{}].message_json"
         staged: list[tuple[int, messages.Message, messages.PreparedMessage | None]] = []
         for index, item in enumerate(items):
             message, prepared = self._prepare(item.text, item.from_client, field_name.format(index))
-            # Overlay ids are derived on read: upstream answers inserted=false and writes nothing.
+            # Overlay ids are derived on read: upstream answers inserted=false, writes and emits nothing.
             staged.append((index, message, None if messages.is_overlay_id(prepared.id) else prepared))
 
         def run(ctx: WriteContext) -> list[AppendResult]:
@@ -178,27 +199,52 @@ class SessionsService:
                 if prepared is None:
                     results.append(AppendResult(False, MessageView(None, jsjson.stringify(message))))
                     continue
-                outcome = append_in(ctx, session_id, prepared.row(), items[index].parent, _stored_row_ok)
-                if outcome.existing is not None:
-                    results.append(AppendResult(False, MessageView(outcome.info, outcome.existing.content)))
-                else:
-                    results.append(AppendResult(True, MessageView(outcome.info, prepared.json)))
+                parent = items[index].parent
+                outcome = append_in(ctx, session_id, prepared.row(), parent, _stored_row_ok)
+                view = MessageView(
+                    outcome.info, outcome.existing.content if outcome.existing is not None else prepared.json
+                )
+                results.append(AppendResult(outcome.inserted, view))
+                ctx.emit(
+                    ChangeEvent(
+                        "append",
+                        session_id,
+                        message_json=view.json,
+                        message_info=outcome.info,
+                        inserted=outcome.inserted,
+                        parent_kind=parent.kind,
+                        parent_id=parent.message_id,
+                    )
+                )
             return results
 
         if all(prepared is None for _, _, prepared in staged):
             return run(None)  # type: ignore[arg-type]  # no job touches storage
-        async with self._object(object_key) as store:
-            return await store.write(run)
+        async with self.object(object_key) as store:
+            results = await store.write(run)
+            inserted = [r.message.info for r in results if r.inserted and r.message.info is not None]
+            if inserted:
+                await self._after_inserted_appends(store, object_key, session_id, inserted)
+            return results
 
     async def update(self, object_key: str, session_id: str, text: str, *, from_client: bool) -> UpdateResult:
         """Replaces an existing message; found=False (upstream's null) when the id is absent."""
-        self._check_names(object_key, session_id)
+        self.check_names(object_key, session_id)
         _, prepared = self._prepare(text, from_client, "message_json")
         if messages.is_overlay_id(prepared.id):
             return UpdateResult(False, False, None)
         row = prepared.row()
-        async with self._object(object_key) as store:
-            outcome = await store.write(lambda ctx: update_in(ctx, session_id, row))
+
+        def run(ctx: WriteContext) -> UpdateOutcome:
+            outcome = update_in(ctx, session_id, row)
+            if outcome.status == "updated":
+                ctx.emit(ChangeEvent("update", session_id, message_json=prepared.json, message_info=outcome.info))
+            return outcome
+
+        async with self.object(object_key) as store:
+            outcome = await store.write(run)
+            if outcome.status == "updated":
+                forget_estimate(store, session_id)
         if outcome.status == "missing":
             return UpdateResult(False, False, None)
         return UpdateResult(True, outcome.status == "updated", MessageView(outcome.info, prepared.json))
@@ -207,7 +253,7 @@ class SessionsService:
         self, object_key: str, session_id: str, text: str, parent: Parent, *, from_client: bool
     ) -> tuple[bool, UpdateResult]:
         """Appends a new id, else updates without re-parenting. Returns (inserted, result)."""
-        self._check_names(object_key, session_id)
+        self.check_names(object_key, session_id)
         message, prepared = self._prepare(text, from_client, "message_json")
         if messages.is_overlay_id(prepared.id):
             return False, UpdateResult(False, False, MessageView(None, jsjson.stringify(message)))
@@ -216,31 +262,74 @@ class SessionsService:
         def run(ctx: WriteContext) -> tuple[bool, UpdateResult]:
             if not queries.exists(ctx.conn, session_id, row.id):
                 outcome = append_in(ctx, session_id, row, parent, _stored_row_ok)
+                ctx.emit(
+                    ChangeEvent(
+                        "append",
+                        session_id,
+                        message_json=prepared.json,
+                        message_info=outcome.info,
+                        inserted=True,
+                        parent_kind=parent.kind,
+                        parent_id=parent.message_id,
+                    )
+                )
                 return True, UpdateResult(True, False, MessageView(outcome.info, prepared.json))
             updated = update_in(ctx, session_id, row)
+            if updated.status == "updated":
+                ctx.emit(ChangeEvent("update", session_id, message_json=prepared.json, message_info=updated.info))
             return False, UpdateResult(True, updated.status == "updated", MessageView(updated.info, prepared.json))
 
-        async with self._object(object_key) as store:
-            return await store.write(run)
+        async with self.object(object_key) as store:
+            inserted, result = await store.write(run)
+            if inserted and result.message is not None and result.message.info is not None:
+                await self._after_inserted_appends(store, object_key, session_id, [result.message.info])
+            elif result.changed:
+                forget_estimate(store, session_id)
+            return inserted, result
 
     async def delete(self, object_key: str, session_id: str, message_ids: Sequence[str]) -> int:
-        self._check_names(object_key, session_id)
+        """Deletes messages (splicing children); the event carries the ids as passed, even none."""
+        self.check_names(object_key, session_id)
         ids = list(dict.fromkeys(message_ids))
-        if not ids:
-            return 0
-        async with self._object(object_key) as store:
-            return await store.write(lambda ctx: delete_in(ctx, session_id, ids))
+        event = ChangeEvent("delete", session_id, message_ids=tuple(message_ids))
+        async with self.object(object_key) as store:
+            if not ids:
+                store.feed.publish([event])
+                return 0
+
+            def run(ctx: WriteContext) -> int:
+                deleted = delete_in(ctx, session_id, ids)
+                ctx.emit(event)
+                return deleted
+
+            deleted = await store.write(run)
+            forget_estimate(store, session_id)
+            return deleted
 
     async def clear(self, object_key: str, session_id: str) -> int:
-        self._check_names(object_key, session_id)
-        async with self._object(object_key) as store:
-            return await store.write(lambda ctx: clear_in(ctx, session_id))
+        self.check_names(object_key, session_id)
+
+        def run(ctx: WriteContext) -> int:
+            deleted = clear_in(ctx, session_id)
+            ctx.emit(ChangeEvent("clear", session_id))
+            return deleted
+
+        async with self.object(object_key) as store:
+            deleted = await store.write(run)
+            forget_estimate(store, session_id)
+            return deleted
+
+    async def _after_inserted_appends(
+        self, store: ObjectStore, object_key: str, session_id: str, infos: list[RowInfo]
+    ) -> None:
+        self.compactor.note_appends(store, session_id, infos)
+        await self.compactor.after_inserted_append(store, object_key, session_id)
 
     @contextlib.asynccontextmanager
     async def importer(self, object_key: str, session_id: str) -> AsyncIterator[Importer]:
         """An import session: messages are validated as they arrive and committed in order."""
-        self._check_names(object_key, session_id)
-        async with self._object(object_key) as store:
+        self.check_names(object_key, session_id)
+        async with self.object(object_key) as store:
             importer = Importer(store, session_id)
             try:
                 yield importer
@@ -252,17 +341,17 @@ class SessionsService:
     async def get_message(
         self, object_key: str, session_id: str, message_id: str, *, inline: bool = True
     ) -> MessageView | None:
-        self._check_names(object_key, session_id)
-        async with self._object(object_key) as store:
+        self.check_names(object_key, session_id)
+        async with self.object(object_key) as store:
             return await store.read(lambda conn: _view(conn, queries.get_message(conn, session_id, message_id), inline))
 
     async def get_messages(
         self, object_key: str, session_id: str, message_ids: Sequence[str], *, inline: bool = True
     ) -> AsyncGenerator[MessageView, None]:
         """Found messages in request order, fetched in bounded windows."""
-        self._check_names(object_key, session_id)
+        self.check_names(object_key, session_id)
         ids = list(dict.fromkeys(message_ids))
-        async with self._object(object_key) as store:
+        async with self.object(object_key) as store:
             for start in range(0, len(ids), WINDOW_ROWS):
                 window = ids[start : start + WINDOW_ROWS]
                 found = await store.read(lambda conn, w=window: _views_by_id(conn, session_id, w, inline))  # type: ignore[misc]
@@ -272,7 +361,7 @@ class SessionsService:
 
     async def get_latest_leaf(self, object_key: str, session_id: str, *, inline: bool = True) -> MessageView | None:
         """The active leaf, skipping hidden overlay rows towards the root."""
-        self._check_names(object_key, session_id)
+        self.check_names(object_key, session_id)
 
         def run(conn: Any, store: ObjectStore) -> MessageView | None:
             leaf = store.latest_leaf_id(conn, session_id)
@@ -283,14 +372,14 @@ class SessionsService:
                 _, leaf = queries.parent_of(conn, session_id, leaf)
             return None if leaf is None else _view(conn, queries.get_message(conn, session_id, leaf), inline)
 
-        async with self._object(object_key) as store:
+        async with self.object(object_key) as store:
             return await store.read(lambda conn: run(conn, store))
 
     async def get_branches(
         self, object_key: str, session_id: str, message_id: str, *, inline: bool = True
     ) -> AsyncGenerator[MessageView, None]:
         """Direct children in seq order; hidden overlay children are replaced by their own."""
-        self._check_names(object_key, session_id)
+        self.check_names(object_key, session_id)
 
         def run(conn: Any) -> list[MessageView]:
             hidden = _hidden_ids(queries.compactions(conn, session_id))
@@ -307,7 +396,7 @@ class SessionsService:
             views = (_view(conn, row, inline) for row in expand(message_id, 0))
             return [view for view in views if view is not None]
 
-        async with self._object(object_key) as store:
+        async with self.object(object_key) as store:
             views = await store.read(run)
         for view in views:
             yield view
@@ -316,8 +405,8 @@ class SessionsService:
         self, object_key: str, session_id: str, *, leaf_id: str = "", newest_first: bool = False, inline: bool = True
     ) -> AsyncGenerator[MessageView, None]:
         """One root-to-leaf path with overlays applied, root first or newest first."""
-        self._check_names(object_key, session_id)
-        async with self._object(object_key) as store:
+        self.check_names(object_key, session_id)
+        async with self.object(object_key) as store:
             if newest_first:
                 async for view in self._walk_from_leaf(store, session_id, leaf_id, inline):
                     yield view
@@ -338,8 +427,8 @@ class SessionsService:
     ) -> AsyncGenerator[RecentSummary | MessageView, None]:
         """The longest recent suffix whose stored bytes fit the budget, never less than the leaf.
         Yields the summary first, then the messages."""
-        self._check_names(object_key, session_id)
-        async with self._object(object_key) as store:
+        self.check_names(object_key, session_id)
+        async with self.object(object_key) as store:
 
             def plan(conn: Any) -> tuple[list[PathStat], bool, int, list[Compaction]]:
                 leaf = _resolve_leaf(store, conn, session_id, leaf_id)
@@ -370,8 +459,8 @@ class SessionsService:
 
     async def row_stats(self, object_key: str, session_id: str, *, leaf_id: str = "") -> list[PathStat]:
         """Per-row stored bytes and token estimates along a path (at most 10,001 rows)."""
-        self._check_names(object_key, session_id)
-        async with self._object(object_key) as store:
+        self.check_names(object_key, session_id)
+        async with self.object(object_key) as store:
 
             def run(conn: Any) -> list[PathStat]:
                 leaf = _resolve_leaf(store, conn, session_id, leaf_id)
@@ -384,7 +473,7 @@ class SessionsService:
         keys.check_object_key(object_key, max_bytes=self.max_object_key_bytes)
         if attachments.pointer_hash(attachments.POINTER_PREFIX + digest) is None:
             raise InvalidArgument("hash must be 64 lowercase hex digits", field="hash")
-        async with self._object(object_key) as store:
+        async with self.object(object_key) as store:
             meta = await store.read(lambda conn: queries.payload_meta(conn, digest))
             if meta is None:
                 raise NotFound(f"no attachment {digest} in this object", field="hash")
@@ -396,6 +485,80 @@ class SessionsService:
                 if data is None:
                     raise FailedPrecondition(f"attachment {digest} lost chunk {index}", reason="STORAGE_FAILURE")
                 yield media_type, size, data
+
+    async def search(
+        self,
+        object_key: str,
+        session_id: str,
+        query: str,
+        *,
+        limit: int = 0,
+        mode: str = search_rules.PHRASE,
+        all_sessions: bool = False,
+    ) -> list[SearchHit]:
+        """Full-text search over message text (the index is built by the first search)."""
+        self.check_names(object_key, session_id)
+        expression = search_rules.fts_expression(query, mode, max_query_bytes=self.max_query_bytes)
+        wanted = search_rules.effective_limit(limit)
+        async with self.object(object_key) as store:
+            if not await store.read(queries.fts_exists):
+                await store.write(_build_search_index)
+            if expression is None:
+                return []
+            deadline = time.monotonic() + self.search_seconds
+
+            def run(conn: Any) -> list[SearchHit]:
+                conn.set_progress_handler(lambda: int(time.monotonic() > deadline), SEARCH_PROGRESS_STEPS)
+                try:
+                    rows = queries.search(conn, None if all_sessions else session_id, expression, wanted)
+                except sqlite3.OperationalError as exc:
+                    if "interrupted" in str(exc):
+                        raise LimitExceeded(
+                            f"the search took longer than its {self.search_seconds:g} s budget; "
+                            "narrow the query or raise --search-seconds",
+                            limit="search_seconds",
+                            limit_value=f"{self.search_seconds:g}",
+                        ) from None
+                    raise InvalidArgument(f"the query could not be run: {exc}", field="query") from None
+                finally:
+                    conn.set_progress_handler(None, 0)
+                return [SearchHit(*row) for row in rows]
+
+            return await store.read(run)
+
+    async def subscribe(
+        self, object_key: str, session_filter: str | None, resume_after: int, *, progress_seconds: float
+    ) -> AsyncGenerator[ChangeEvent | Reset | Progress, None]:
+        """An object's change events after commit, in commit order; a Reset when events were
+        missed; a Progress when nothing happened for `progress_seconds`."""
+        keys.check_object_key(object_key, max_bytes=self.max_object_key_bytes)
+        if session_filter is not None:
+            keys.check_session_id(session_filter)
+        async with self.object(object_key) as store:
+            subscription = store.feed.subscribe(session_filter, resume_after)
+            try:
+                while True:
+                    item = await subscription.next(timeout=progress_seconds)
+                    yield Progress(store.feed.revision) if item is None else item
+            except FeedClosed:
+                raise Unavailable(
+                    "the object's change feed closed (server shutting down); reconnect and resume"
+                ) from None
+            finally:
+                subscription.close()
+
+    async def list_sessions(self, object_key: str) -> list[tuple[str, int]]:
+        keys.check_object_key(object_key, max_bytes=self.max_object_key_bytes)
+        async with self.object(object_key) as store:
+            return await store.read(queries.sessions_summary)
+
+    async def object_stats(self, object_key: str) -> dict[str, int]:
+        keys.check_object_key(object_key, max_bytes=self.max_object_key_bytes)
+        async with self.object(object_key) as store:
+            counts = await store.read(queries.object_counts)
+            counts["file_bytes"] = store.file_bytes()
+            counts["row_writes"] = store.row_writes
+            return counts
 
     async def _walk_from_leaf(
         self, store: ObjectStore, session_id: str, leaf_id: str, inline: bool
@@ -470,6 +633,51 @@ class SessionsService:
             yield view
 
 
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """Nothing happened: the feed is alive at this revision."""
+
+    revision: int
+
+
+def pointer_form(message_json: str) -> str:
+    """A message's JSON with inline media as attachment pointers (for pointer-mode readers)."""
+    if "base64" not in message_json and '"data"' not in message_json:
+        return message_json
+    message = jsjson.parse(message_json)
+    extracted = attachments.extract(message).message
+    return message_json if extracted is message else jsjson.stringify(extracted)
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    id: str
+    role: str
+    session_id: str
+    content: str
+
+
+def _build_search_index(ctx: WriteContext) -> None:
+    """Creates the index and backfills every stored message, continuation rows included
+    (upstream's backfill skips messages whose first slice is not whole JSON)."""
+    conn = ctx.conn
+    if queries.fts_exists(conn):
+        return
+    queries.create_fts(conn)
+    after: tuple[str, str] | None = None
+    while True:
+        page = queries.messages_page(conn, after)
+        if not page:
+            return
+        for session_id, stored in page:
+            if _stored_row_ok(stored):
+                text = messages.search_text(jsjson.parse(stored.content))
+                if text:
+                    queries.insert_search_row(conn, session_id, stored.info.id, stored.info.role, text)
+                    ctx.row_writes += 1
+        after = (page[-1][0], page[-1][1].info.id)
+
+
 class Importer:
     """Validates imported messages as they arrive and commits each in its own job, pipelined so
     that a bulk import shares commits (group commit) while staying in order."""
@@ -488,9 +696,29 @@ class Importer:
         prepared = messages.prepare_for_import(message)
         row = prepared.row()
         self.received += 1
-        future = asyncio.ensure_future(
-            self._store.write(lambda ctx: import_in(ctx, self._session_id, row, parent_id, created_at_ms))
+        event = ChangeEvent(
+            "import",
+            self._session_id,
+            message_json=prepared.json,
+            parent_kind="root" if parent_id is None else "id",
+            parent_id=parent_id or "",
         )
+
+        def run(ctx: WriteContext) -> bool:
+            inserted = import_in(ctx, self._session_id, row, parent_id, created_at_ms)
+            if inserted:
+                event.message_info = RowInfo(
+                    row.id,
+                    row.role,
+                    parent_id,
+                    ctx.tail(self._session_id).next_seq - 1,
+                    created_at_ms,
+                    row.token_estimate,
+                )
+                ctx.emit(event)
+            return inserted
+
+        future = asyncio.ensure_future(self._store.write(run))
         self._pending.append(future)
         if len(self._pending) >= IMPORT_PIPELINE_DEPTH:
             await self._settle(self._pending[: IMPORT_PIPELINE_DEPTH // 2])
@@ -509,6 +737,8 @@ class Importer:
 
     async def finish(self) -> None:
         await self._settle(list(self._pending))
+        if self.imported:
+            forget_estimate(self._store, self._session_id)
 
 
 def _hidden_ids(records: Sequence[Compaction]) -> set[str]:

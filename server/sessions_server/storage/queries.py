@@ -497,3 +497,126 @@ def index_search_text(
         )
         written += 1
     return written
+
+
+# ── compactions and session configuration ────────────────────────────────────
+
+
+def next_compaction_seq(conn: sqlite3.Connection, session_id: str) -> int:
+    row = conn.execute(
+        "SELECT COALESCE(MAX(seq), 0) + 1 FROM cf_agents_session_compactions WHERE session_id = ?", (session_id,)
+    ).fetchone()
+    return int(row[0])
+
+
+def insert_compaction(conn: sqlite3.Connection, session_id: str, record: Compaction) -> None:
+    conn.execute(
+        """INSERT INTO cf_agents_session_compactions
+             (session_id, id, seq, summary, from_message_id, to_message_id, created_at)
+           VALUES (?, ?, ?, ?, ?, ?, ?)""",
+        (
+            session_id,
+            record.id,
+            record.seq,
+            record.summary,
+            record.from_message_id,
+            record.to_message_id,
+            record.created_at_ms,
+        ),
+    )
+
+
+def get_config(conn: sqlite3.Connection, session_id: str, key: str) -> str | None:
+    row = conn.execute(
+        "SELECT value FROM cf_agents_session_config WHERE session_id = ? AND key = ?", (session_id, key)
+    ).fetchone()
+    return None if row is None else str(row[0])
+
+
+def set_config(conn: sqlite3.Connection, session_id: str, key: str, value: str) -> None:
+    conn.execute(
+        "INSERT OR REPLACE INTO cf_agents_session_config (session_id, key, value) VALUES (?, ?, ?)",
+        (session_id, key, value),
+    )
+
+
+# ── object statistics ────────────────────────────────────────────────────────
+
+
+def sessions_summary(conn: sqlite3.Connection) -> list[tuple[str, int]]:
+    """(session id, message rows) for every session holding messages or compactions."""
+    rows = conn.execute(
+        """SELECT session_id, SUM(messages) FROM (
+             SELECT session_id, COUNT(*) AS messages FROM cf_agents_session_messages GROUP BY session_id
+             UNION ALL
+             SELECT session_id, 0 FROM cf_agents_session_compactions GROUP BY session_id
+           ) GROUP BY session_id ORDER BY session_id"""
+    ).fetchall()
+    return [(str(r[0]), int(r[1])) for r in rows]
+
+
+def object_counts(conn: sqlite3.Connection) -> dict[str, int]:
+    """Row and payload counts of an object."""
+    messages, sessions = conn.execute(
+        "SELECT COUNT(*), COUNT(DISTINCT session_id) FROM cf_agents_session_messages"
+    ).fetchone()
+    continuations = conn.execute("SELECT COUNT(*) FROM cf_agents_session_message_chunks").fetchone()[0]
+    attachments, attachment_bytes = conn.execute(
+        "SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM cf_agents_session_attachment_meta"
+    ).fetchone()
+    return {
+        "message_rows": int(messages),
+        "session_count": int(sessions),
+        "continuation_rows": int(continuations),
+        "attachment_count": int(attachments),
+        "attachment_bytes": int(attachment_bytes),
+    }
+
+
+# ── full-text search ─────────────────────────────────────────────────────────
+
+FTS_DDL = """CREATE VIRTUAL TABLE cf_agents_session_fts
+       USING fts5(id UNINDEXED, session_id UNINDEXED, role UNINDEXED, content, tokenize='porter unicode61')"""
+BACKFILL_PAGE_ROWS = 500
+
+
+def create_fts(conn: sqlite3.Connection) -> None:
+    conn.execute(FTS_DDL)
+
+
+def messages_page(conn: sqlite3.Connection, after: tuple[str, str] | None) -> list[tuple[str, StoredMessage]]:
+    """A page of (session_id, message) in (session_id, id) order after the key `after`,
+    reassembled; used by the one-time index backfill."""
+    where = "" if after is None else "WHERE (session_id, id) > (?, ?)"
+    rows = conn.execute(
+        f"""SELECT session_id, {_ROW_COLUMNS} FROM cf_agents_session_messages {where}
+            ORDER BY session_id, id LIMIT {BACKFILL_PAGE_ROWS}""",
+        after or (),
+    ).fetchall()
+    return [(str(row[0]), _assemble(conn, str(row[0]), [row[1:]])[0]) for row in rows]
+
+
+def insert_search_row(conn: sqlite3.Connection, session_id: str, message_id: str, role: str, text: str) -> None:
+    conn.execute(
+        "INSERT INTO cf_agents_session_fts (id, session_id, role, content) VALUES (?, ?, ?, ?)",
+        (message_id, session_id, role, text),
+    )
+
+
+def search(
+    conn: sqlite3.Connection, session_id: str | None, expression: str, limit: int
+) -> list[tuple[str, str, str, str]]:
+    """(id, role, session_id, indexed text) best match first; hidden overlay rows excluded."""
+    hidden = _HIDDEN_SQL.format(id="f.id", session="f.session_id")
+    session_filter = "" if session_id is None else "AND f.session_id = ?"
+    params: tuple[object, ...] = (expression,) + (() if session_id is None else (session_id,)) + (limit,)
+    return [
+        (str(r[0]), str(r[1]), str(r[2]), str(r[3]))
+        for r in conn.execute(
+            f"""SELECT f.id, f.role, f.session_id, f.content FROM cf_agents_session_fts AS f
+                JOIN cf_agents_session_messages AS m ON m.session_id = f.session_id AND m.id = f.id
+                WHERE cf_agents_session_fts MATCH ? {session_filter} AND NOT {hidden}
+                ORDER BY rank LIMIT ?""",
+            params,
+        )
+    ]

@@ -86,6 +86,11 @@ class ObjectRegistry:
             self._closing.add(task)
             task.add_done_callback(self._closing.discard)
 
+    def close_feeds(self) -> None:
+        """Ends every change-feed subscription (first step of a drain)."""
+        for store in self._open.values():
+            store.feed.close_all()
+
     async def close_all(self) -> None:
         """Closes every open object (after its queued writes commit)."""
         stores = list(self._open.values())

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sessions_server.storage import queries, schema
+from sessions_server.storage.feed import ChangeEvent, FeedHub
 from sessions_server.storage.rows import (
     AppendOutcome,
     NewRow,
@@ -65,6 +66,7 @@ class WriteContext:
         self._shared = shared_tails
         self.pending_tails: dict[str, Tail] = {}
         self.row_writes = 0
+        self.events: list[ChangeEvent] = []
 
     def tail(self, session_id: str) -> Tail:
         tail = self.pending_tails.get(session_id) or self._shared.get(session_id)
@@ -79,6 +81,10 @@ class WriteContext:
 
     def forget_tail(self, session_id: str) -> None:
         self.pending_tails[session_id] = _FORGET
+
+    def emit(self, event: ChangeEvent) -> None:
+        """Queues a change event; it is published only if this job's changes commit."""
+        self.events.append(event)
 
 
 @dataclass
@@ -105,6 +111,8 @@ class ObjectStore:
         self._closed = False
         self.users = 0  # in-flight calls holding this store open (registry bookkeeping)
         self.row_writes = 0
+        self.feed = FeedHub()
+        self.memo: dict[str, Any] = {}  # per-session derived state the domain keeps (token estimates)
 
     @classmethod
     def open(cls, object_key: str, path: Path, executor: Executor) -> ObjectStore:
@@ -135,7 +143,9 @@ class ObjectStore:
         while self._queue:
             batch = self._queue[:MAX_JOBS_PER_COMMIT]
             del self._queue[: len(batch)]
-            outcomes = await loop.run_in_executor(self._executor, self._commit_batch, batch)
+            outcomes, events = await loop.run_in_executor(self._executor, self._commit_batch, batch)
+            if events:
+                self.feed.publish(events)  # committed: publish before anyone is answered
             for job, (ok, value) in zip(batch, outcomes, strict=True):
                 if job.future.done():
                     continue
@@ -144,7 +154,7 @@ class ObjectStore:
                 else:
                     job.future.set_exception(value)
 
-    def _commit_batch(self, batch: list[_Job]) -> list[tuple[bool, Any]]:
+    def _commit_batch(self, batch: list[_Job]) -> tuple[list[tuple[bool, Any]], list[ChangeEvent]]:
         conn = self._writer
         ctx = WriteContext(conn, self._tails)
         outcomes: list[tuple[bool, Any]] = []
@@ -152,10 +162,11 @@ class ObjectStore:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
             failure = StorageError(f"could not start a write transaction: {exc}")
-            return [(False, failure) for _ in batch]
+            return [(False, failure) for _ in batch], []
         for job in batch:
             before_tails = dict(ctx.pending_tails)
             before_writes = ctx.row_writes
+            before_events = len(ctx.events)
             conn.execute("SAVEPOINT job")
             try:
                 value = job.run(ctx)
@@ -167,6 +178,7 @@ class ObjectStore:
                     pass
                 ctx.pending_tails = before_tails
                 ctx.row_writes = before_writes
+                del ctx.events[before_events:]
                 if isinstance(exc, sqlite3.Error):
                     exc = StorageError(f"storage failed: {exc}")
                 outcomes.append((False, exc))
@@ -182,7 +194,7 @@ class ObjectStore:
                 self._tails.clear()
                 self._commits += 1
             failure = StorageError(f"commit failed, nothing was written: {exc}")
-            return [(False, failure) for _ in batch]
+            return [(False, failure) for _ in batch], []
         with self._tails_lock:
             for session_id, tail in ctx.pending_tails.items():
                 if tail is _FORGET:
@@ -191,7 +203,7 @@ class ObjectStore:
                     self._tails[session_id] = tail
             self._commits += 1
         self.row_writes += ctx.row_writes
-        return outcomes
+        return outcomes, ctx.events
 
     # ── reads ───────────────────────────────────────────────────────────────
 
@@ -236,6 +248,14 @@ class ObjectStore:
                 self._tails[session_id] = tail
         return tail.leaf_id
 
+    def file_bytes(self) -> int:
+        """Bytes of the object's database file and its WAL."""
+        total = 0
+        for suffix in ("", "-wal"):
+            with contextlib.suppress(FileNotFoundError):
+                total += Path(str(self.path) + suffix).stat().st_size
+        return total
+
     # ── lifecycle ───────────────────────────────────────────────────────────
 
     @property
@@ -247,6 +267,7 @@ class ObjectStore:
         while self._writer_task is not None and not self._writer_task.done():
             await asyncio.shield(self._writer_task)
         self._closed = True
+        self.feed.close_all()
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._executor, self._close_blocking)
 

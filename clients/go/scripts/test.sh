@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Runs the Go client's tests against a real sessions-server that the tests start themselves
+# (the repo's .venv/bin/sessions-server, or $SESSIONS_SERVER_CMD). Extra args go to `go test`.
+set -euo pipefail
+
+GO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$GO_DIR"
+go vet ./...
+go test "$@" ./...

@@ -1,0 +1,980 @@
+/**
+ * A thin client for the Sessions service (sessions.v1):
+ *
+ *     const client = new SessionsClient("127.0.0.1:50051");
+ *     const session = client.object("user-42").session("chat");
+ *     await session.appendMessage({ id: "m1", role: "user", parts: [{ type: "text", text: "hi" }] });
+ *     for await (const message of session.history()) console.log(message);
+ *
+ * Messages are plain objects, sent as `JSON.stringify` text and read back with `JSON.parse`.
+ * Every call sends the routing metadata `x-object-key` (percent-encoded UTF-8), reassembles
+ * messages that the server sends in pieces, and writes messages above 3 MiB through the
+ * client-streaming `UploadMessage`. Failures are thrown as `SessionsError` (status code plus the
+ * `ErrorInfo` reason from the `grpc-status-details-bin` trailer).
+ */
+
+import { create } from "@bufbuild/protobuf";
+import { BinaryReader } from "@bufbuild/protobuf/wire";
+import { Code, ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
+import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+
+import {
+  ChangeType,
+  ImportMessagesRequestSchema,
+  ParentMode,
+  SessionService,
+  Source,
+  UploadHeaderSchema,
+  UploadMessageRequestSchema,
+  UploadOperation,
+  type Compaction as CompactionPb,
+  type ImportMessagesRequest,
+  type MessageFrame,
+  type MessageInfo as MessageInfoPb,
+  type UploadMessageRequest,
+  type UploadMessageResponse,
+  type WrittenMessage,
+} from "./gen/sessions/v1/sessions_pb.js";
+
+export * as pb from "./gen/sessions/v1/sessions_pb.js";
+
+/** An AI SDK UIMessage-compatible object: a string `id`, a string `role` and an array `parts`. */
+export interface Message {
+  id: string;
+  role: string;
+  parts: unknown[];
+  [key: string]: unknown;
+}
+
+/** A message given to a write: an object (serialized with JSON.stringify) or JSON text as is. */
+export type MessageInput = Message | Record<string, unknown> | string;
+
+/** Where an appended message attaches: `undefined` = auto (the newest message), `null` = a new root. */
+export type ParentArg = string | null | undefined;
+
+/** Who produced a message: "client" input has the server's reserved metadata keys removed. */
+export type SourceArg = "server" | "client";
+
+export interface WriteOptions {
+  /** undefined: attach to the session's newest message; null: start a new root; a string: that parent. */
+  parentId?: string | null;
+  source?: SourceArg;
+}
+
+export interface AppendResult {
+  /** False when the id already existed; `message` is then the stored one. */
+  inserted: boolean;
+  /** The stored message. */
+  message: Message;
+  /** The parent actually used (null for a root). */
+  parentId: string | null;
+}
+
+export interface UpsertResult {
+  inserted: boolean;
+  changed: boolean;
+  message: Message;
+}
+
+export interface RecentHistory {
+  messages: Message[];
+  /** True when older messages on the path were left out. */
+  truncated: boolean;
+  /** Stored bytes of the whole path. */
+  totalContentBytes: number;
+}
+
+export interface RowStat {
+  id: string;
+  role: string;
+  bytes: number;
+  tokenEstimate: number;
+}
+
+export interface ImportResult {
+  imported: number;
+  skipped: number;
+}
+
+/** One message to import verbatim, with its parent (null: a root) and created time. */
+export class ImportItem {
+  constructor(
+    readonly message: MessageInput,
+    readonly parentId: string | null,
+    readonly createdAt?: number | Date,
+  ) {}
+}
+
+/** An ImportItem as a plain object literal. */
+export interface ImportItemLike {
+  message: MessageInput;
+  parentId: string | null;
+  createdAt?: number | Date;
+}
+
+export interface HistoryOptions {
+  /** The leaf whose path to read; default the active leaf. */
+  leafId?: string;
+  /** Read from the leaf towards the root. */
+  newestFirst?: boolean;
+}
+
+export interface HistoryBatchOptions extends HistoryOptions {
+  batchSize?: number;
+  maxBatchBytes?: number;
+}
+
+export interface SubscribeOptions {
+  /** Only events of this session (undefined: every session of the object). */
+  sessionId?: string;
+  /** Resume after this revision (0: start live, from the next event). */
+  resumeAfterRevision?: number | bigint;
+  /** Cancels the subscription (breaking out of the loop does too). */
+  signal?: AbortSignal;
+}
+
+export type ChangeTypeName =
+  | "UNSPECIFIED"
+  | "APPEND"
+  | "UPDATE"
+  | "DELETE"
+  | "CLEAR"
+  | "COMPACT"
+  | "COMPACTION"
+  | "IMPORT"
+  | "COMPACTION_ERROR"
+  | "RESET"
+  | "PROGRESS";
+
+export interface Compaction {
+  id: string;
+  seq: number;
+  summary: string;
+  fromMessageId: string;
+  toMessageId: string;
+  createdAtMs: number;
+}
+
+/** One change event of an object, with its message reassembled. */
+export interface ChangeEvent {
+  revision: number;
+  type: ChangeTypeName;
+  sessionId: string;
+  /** APPEND, UPDATE, IMPORT: the message. */
+  message?: Message;
+  /** APPEND: whether a new row was written. */
+  inserted: boolean;
+  /** APPEND: the parent option as the caller passed it ("AUTO", "ROOT", "ID"); IMPORT: the parent stored. */
+  parentMode: "UNSPECIFIED" | "AUTO" | "ROOT" | "ID";
+  parentId: string;
+  /** DELETE: the ids the caller passed. */
+  messageIds: string[];
+  /** COMPACTION: the stored record. */
+  compaction?: Compaction;
+  /** COMPACTION_ERROR: what failed; RESET: why events were missed. */
+  error: string;
+}
+
+export interface SessionSummary {
+  sessionId: string;
+  messageCount: number;
+}
+
+export interface ObjectStats {
+  fileBytes: number;
+  messageRows: number;
+  continuationRows: number;
+  attachmentCount: number;
+  attachmentBytes: number;
+  rowWrites: number;
+  sessionCount: number;
+}
+
+export interface ClientOptions {
+  /** Sent as `authorization: Bearer <token>` on every call. */
+  token?: string;
+  /** Deadline for every call, in milliseconds (none by default). */
+  timeoutMs?: number;
+  /** Further interceptors for the underlying Connect transport. */
+  interceptors?: Interceptor[];
+}
+
+export const OBJECT_KEY_HEADER = "x-object-key";
+/** A write above this many UTF-8 bytes goes through UploadMessage, so default 4 MiB limits hold. */
+export const UNARY_LIMIT_BYTES = 3 * 1024 * 1024;
+/** Size of each piece of a streamed message, in UTF-8 bytes. */
+export const PIECE_BYTES = 3 * 1024 * 1024;
+
+const ERROR_INFO_TYPE = "google.rpc.ErrorInfo";
+
+/** A failed call: the canonical gRPC status code name, the server's message and its ErrorInfo. */
+export class SessionsError extends Error {
+  override name = "SessionsError";
+  /** The gRPC status code name, e.g. "INVALID_ARGUMENT". */
+  readonly code: string;
+  /** The numeric gRPC status code, e.g. 3. */
+  readonly grpcCode: number;
+  /** The ErrorInfo reason, e.g. "INVALID_JSON" (null when the server sent none). */
+  readonly reason: string | null;
+  /** The ErrorInfo domain, "sessions.v1" for the service's own errors. */
+  readonly domain: string | null;
+  /** The ErrorInfo metadata (e.g. field, detail). */
+  readonly metadata: Record<string, string>;
+  /** The server's message without the code prefix. */
+  readonly rawMessage: string;
+
+  constructor(
+    grpcCode: number,
+    rawMessage: string,
+    reason: string | null = null,
+    metadata: Record<string, string> = {},
+    domain: string | null = null,
+    options?: { cause?: unknown },
+  ) {
+    const code = codeName(grpcCode);
+    super(`${code}: ${rawMessage}${reason ? ` [${reason}]` : ""}`, options);
+    this.code = code;
+    this.grpcCode = grpcCode;
+    this.rawMessage = rawMessage;
+    this.reason = reason;
+    this.metadata = metadata;
+    this.domain = domain;
+  }
+
+  /** Converts any error thrown by a call; non-RPC errors are returned unchanged. */
+  static from(error: unknown): unknown {
+    if (error instanceof SessionsError) return error;
+    if (!(error instanceof ConnectError)) return error;
+    let reason: string | null = null;
+    let domain: string | null = null;
+    let metadata: Record<string, string> = {};
+    for (const detail of error.details) {
+      if ("desc" in detail || detail.type !== ERROR_INFO_TYPE) continue;
+      try {
+        ({ reason, domain, metadata } = decodeErrorInfo(detail.value));
+      } catch {
+        // A detail that does not decode leaves the error without a reason.
+      }
+      break;
+    }
+    return new SessionsError(error.code, error.rawMessage, reason, metadata, domain, { cause: error });
+  }
+}
+
+const CODE_NAMES: Record<number, string> = {
+  0: "OK",
+  1: "CANCELLED",
+  2: "UNKNOWN",
+  3: "INVALID_ARGUMENT",
+  4: "DEADLINE_EXCEEDED",
+  5: "NOT_FOUND",
+  6: "ALREADY_EXISTS",
+  7: "PERMISSION_DENIED",
+  8: "RESOURCE_EXHAUSTED",
+  9: "FAILED_PRECONDITION",
+  10: "ABORTED",
+  11: "OUT_OF_RANGE",
+  12: "UNIMPLEMENTED",
+  13: "INTERNAL",
+  14: "UNAVAILABLE",
+  15: "DATA_LOSS",
+  16: "UNAUTHENTICATED",
+};
+
+function codeName(code: number): string {
+  return CODE_NAMES[code] ?? `CODE_${code}`;
+}
+
+/** Decodes google.rpc.ErrorInfo {reason = 1, domain = 2, map<string, string> metadata = 3}. */
+function decodeErrorInfo(bytes: Uint8Array): {
+  reason: string | null;
+  domain: string | null;
+  metadata: Record<string, string>;
+} {
+  const reader = new BinaryReader(bytes);
+  let reason: string | null = null;
+  let domain: string | null = null;
+  const metadata: Record<string, string> = {};
+  while (reader.pos < reader.len) {
+    const [field, wireType] = reader.tag();
+    if (field === 1 && wireType === 2) reason = reader.string();
+    else if (field === 2 && wireType === 2) domain = reader.string();
+    else if (field === 3 && wireType === 2) {
+      const entry = new BinaryReader(reader.bytes());
+      let key = "";
+      let value = "";
+      while (entry.pos < entry.len) {
+        const [f, w] = entry.tag();
+        if (f === 1 && w === 2) key = entry.string();
+        else if (f === 2 && w === 2) value = entry.string();
+        else entry.skip(w);
+      }
+      metadata[key] = value;
+    } else reader.skip(wireType);
+  }
+  return { reason, domain, metadata };
+}
+
+/** Percent-encodes an object key as Python's `urllib.parse.quote(key, safe="")` does. */
+export function encodeObjectKey(objectKey: string): string {
+  return encodeURIComponent(objectKey).replace(
+    /[!'()*]/g,
+    (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`,
+  );
+}
+
+/** The routing metadata for one object key. */
+export function routingHeaders(objectKey: string): Record<string, string> {
+  return { [OBJECT_KEY_HEADER]: encodeObjectKey(objectKey) };
+}
+
+function toJson(message: MessageInput): string {
+  if (typeof message === "string") return message;
+  const text = JSON.stringify(message);
+  if (typeof text !== "string") throw new TypeError("message is not JSON-serializable");
+  return text;
+}
+
+function jsonSize(text: string): number {
+  // Each UTF-16 code unit is at most 3 UTF-8 bytes: skip the count for clearly small text.
+  return text.length * 3 <= UNARY_LIMIT_BYTES ? text.length : Buffer.byteLength(text, "utf8");
+}
+
+/** Cuts JSON text into pieces of at most PIECE_BYTES UTF-8 bytes, on character boundaries. */
+export function* pieces(text: string, pieceBytes: number = PIECE_BYTES): Generator<string> {
+  if (text.length * 3 <= pieceBytes) {
+    yield text;
+    return;
+  }
+  const data = Buffer.from(text, "utf8");
+  let start = 0;
+  while (start < data.length) {
+    let end = Math.min(start + pieceBytes, data.length);
+    while (end < data.length && (data[end]! & 0xc0) === 0x80) end -= 1;
+    yield data.toString("utf8", start, end);
+    start = end;
+  }
+}
+
+function parentFields(parentId: ParentArg): { parentMode: ParentMode; parentId: string } {
+  if (parentId === undefined) return { parentMode: ParentMode.AUTO, parentId: "" };
+  if (parentId === null) return { parentMode: ParentMode.ROOT, parentId: "" };
+  if (typeof parentId === "string") return { parentMode: ParentMode.ID, parentId };
+  throw new TypeError("parentId must be undefined (auto), null (root) or a message id");
+}
+
+function sourceValue(source: SourceArg | undefined): Source {
+  if (source === undefined || source === "server") return Source.SERVER;
+  if (source === "client") return Source.CLIENT;
+  throw new TypeError('source must be "server" or "client"');
+}
+
+function createdAtMs(value: number | Date | undefined): bigint {
+  if (value === undefined) return BigInt(Date.now());
+  if (value instanceof Date) return BigInt(value.getTime());
+  return BigInt(Math.trunc(value));
+}
+
+function parentOf(info: MessageInfoPb | undefined): string | null {
+  return info?.parentId ?? null;
+}
+
+function parseMessage(text: string): Message {
+  return JSON.parse(text) as Message;
+}
+
+function messageIdOf(message: MessageInput): string | null {
+  let value: unknown = message;
+  if (typeof message === "string") {
+    try {
+      value = JSON.parse(message);
+    } catch {
+      return null;
+    }
+  }
+  const id = value !== null && typeof value === "object" ? (value as { id?: unknown }).id : undefined;
+  return typeof id === "string" ? id : null;
+}
+
+function isImportItem(item: unknown): item is ImportItem | ImportItemLike {
+  if (item instanceof ImportItem) return true;
+  return (
+    item !== null &&
+    typeof item === "object" &&
+    "message" in item &&
+    "parentId" in item &&
+    !("parts" in item)
+  );
+}
+
+/** A reassembled message and its lifted facts. */
+interface Assembled {
+  info: MessageInfoPb | undefined;
+  json: string;
+}
+
+/** Joins MessageFrame pieces back into whole messages. */
+class FrameAssembler {
+  private info: MessageInfoPb | undefined;
+  private parts: string[] = [];
+  private open = false;
+
+  feed(frame: MessageFrame): Assembled | null {
+    if (!this.open) {
+      this.info = frame.info;
+      this.open = true;
+    }
+    this.parts.push(frame.json);
+    if (frame.morePieces) return null;
+    const json = this.parts.length === 1 ? this.parts[0]! : this.parts.join("");
+    const done = { info: this.info, json };
+    this.info = undefined;
+    this.parts = [];
+    this.open = false;
+    return done;
+  }
+
+  finish(): void {
+    if (this.open) {
+      throw new SessionsError(Code.DataLoss, "stream ended inside a message", "INVALID_STREAM");
+    }
+  }
+}
+
+function toNumber(value: bigint | number): number {
+  return typeof value === "bigint" ? Number(value) : value;
+}
+
+function compactionOf(c: CompactionPb | undefined): Compaction | undefined {
+  if (c === undefined) return undefined;
+  return {
+    id: c.id,
+    seq: toNumber(c.seq),
+    summary: c.summary,
+    fromMessageId: c.fromMessageId,
+    toMessageId: c.toMessageId,
+    createdAtMs: toNumber(c.createdAtMs),
+  };
+}
+
+type Rpc = Client<typeof SessionService>;
+
+/** A connection to a Sessions server. Call `close()` when done. */
+export class SessionsClient {
+  /** The generated Connect client, for RPCs the wrapper does not cover; pass `routingHeaders(key)`. */
+  readonly rpc: Rpc;
+  readonly address: string;
+  private readonly sessionManager: Http2SessionManager;
+  private readonly timeoutMs: number | undefined;
+
+  /** `address` is "host:port" (plaintext HTTP/2) or a full "http://" / "https://" URL. */
+  constructor(address: string, options: ClientOptions = {}) {
+    const baseUrl = /^https?:\/\//.test(address) ? address : `http://${address}`;
+    this.address = address;
+    this.timeoutMs = options.timeoutMs;
+    this.sessionManager = new Http2SessionManager(baseUrl);
+    const interceptors: Interceptor[] = [...(options.interceptors ?? [])];
+    if (options.token !== undefined) {
+      const value = `Bearer ${options.token}`;
+      interceptors.unshift((next) => (req) => {
+        req.header.set("authorization", value);
+        return next(req);
+      });
+    }
+    const transport = createGrpcTransport({
+      baseUrl,
+      sessionManager: this.sessionManager,
+      interceptors,
+    });
+    this.rpc = createClient(SessionService, transport);
+  }
+
+  object(objectKey: string): ObjectHandle {
+    return new ObjectHandle(this, objectKey);
+  }
+
+  /** Closes the HTTP/2 connection (and any call still open on it). */
+  close(): void {
+    this.sessionManager.abort();
+  }
+
+  /** @internal Call options for one object: routing header, deadline, cancellation. */
+  callOptions(objectKey: string, signal?: AbortSignal): { headers: Record<string, string>; timeoutMs?: number; signal?: AbortSignal } {
+    const options: { headers: Record<string, string>; timeoutMs?: number; signal?: AbortSignal } = {
+      headers: routingHeaders(objectKey),
+    };
+    if (this.timeoutMs !== undefined) options.timeoutMs = this.timeoutMs;
+    if (signal !== undefined) options.signal = signal;
+    return options;
+  }
+
+  /** @internal Runs a unary or client-streaming call, converting its errors. */
+  async call<T>(run: () => Promise<T>): Promise<T> {
+    try {
+      return await run();
+    } catch (error) {
+      throw SessionsError.from(error);
+    }
+  }
+
+  /**
+   * @internal Runs a server-streaming call; breaking out of the loop (or an error) cancels it so
+   * the server stops reading.
+   */
+  async *stream<T>(objectKey: string, start: (options: ReturnType<SessionsClient["callOptions"]>) => AsyncIterable<T>, signal?: AbortSignal): AsyncGenerator<T> {
+    const controller = new AbortController();
+    const onAbort = () => controller.abort(signal?.reason);
+    if (signal !== undefined) {
+      if (signal.aborted) controller.abort(signal.reason);
+      else signal.addEventListener("abort", onAbort, { once: true });
+    }
+    try {
+      for await (const response of start(this.callOptions(objectKey, controller.signal))) {
+        yield response;
+      }
+    } catch (error) {
+      throw SessionsError.from(error);
+    } finally {
+      signal?.removeEventListener("abort", onAbort);
+      controller.abort();
+    }
+  }
+}
+
+/** One object (an isolated store) on the server. */
+export class ObjectHandle {
+  constructor(
+    readonly client: SessionsClient,
+    readonly key: string,
+  ) {}
+
+  session(sessionId = ""): SessionHandle {
+    return new SessionHandle(this, sessionId);
+  }
+
+  /** The sessions that hold messages or compactions, with their message counts. */
+  async listSessions(): Promise<SessionSummary[]> {
+    const response = await this.client.call(() =>
+      this.client.rpc.listSessions({ objectKey: this.key }, this.client.callOptions(this.key)),
+    );
+    return response.sessions.map((s) => ({ sessionId: s.sessionId, messageCount: toNumber(s.messageCount) }));
+  }
+
+  /** The object's storage: bytes, rows, attachments and row writes. */
+  async getObjectStats(): Promise<ObjectStats> {
+    const r = await this.client.call(() =>
+      this.client.rpc.getObjectStats({ objectKey: this.key }, this.client.callOptions(this.key)),
+    );
+    return {
+      fileBytes: toNumber(r.fileBytes),
+      messageRows: toNumber(r.messageRows),
+      continuationRows: toNumber(r.continuationRows),
+      attachmentCount: toNumber(r.attachmentCount),
+      attachmentBytes: toNumber(r.attachmentBytes),
+      rowWrites: toNumber(r.rowWrites),
+      sessionCount: toNumber(r.sessionCount),
+    };
+  }
+
+  /**
+   * Streams the object's change events in commit order (of every session, or of `sessionId`).
+   * Large messages are reassembled. Break out of the loop (or abort `signal`) to unsubscribe.
+   */
+  async *subscribe(options: SubscribeOptions = {}): AsyncGenerator<ChangeEvent> {
+    const request = {
+      objectKey: this.key,
+      resumeAfterRevision: BigInt(options.resumeAfterRevision ?? 0),
+      ...(options.sessionId !== undefined ? { sessionId: options.sessionId } : {}),
+    };
+    const assembler = new FrameAssembler();
+    let head: ChangeEvent | null = null;
+    for await (const response of this.client.stream(this.key, (o) => this.client.rpc.subscribe(request, o), options.signal)) {
+      if (head === null) {
+        head = {
+          revision: toNumber(response.revision),
+          type: (ChangeType[response.type] ?? "UNSPECIFIED") as ChangeTypeName,
+          sessionId: response.sessionId,
+          inserted: response.inserted,
+          parentMode: (ParentMode[response.parentMode] ?? "UNSPECIFIED") as ChangeEvent["parentMode"],
+          parentId: response.parentId,
+          messageIds: [...response.messageIds],
+          error: response.error,
+        };
+        const compaction = compactionOf(response.compaction);
+        if (compaction !== undefined) head.compaction = compaction;
+      }
+      if (response.message !== undefined) {
+        const done = assembler.feed(response.message);
+        if (done === null) continue;
+        head.message = parseMessage(done.json);
+      }
+      const event = head;
+      head = null;
+      yield event;
+    }
+    assembler.finish();
+  }
+}
+
+/** One session inside an object; messages are plain objects. */
+export class SessionHandle {
+  readonly client: SessionsClient;
+  readonly key: string;
+
+  constructor(
+    readonly object: ObjectHandle,
+    readonly id: string,
+  ) {
+    this.client = object.client;
+    this.key = object.key;
+  }
+
+  private get rpc(): Rpc {
+    return this.client.rpc;
+  }
+
+  private opts() {
+    return this.client.callOptions(this.key);
+  }
+
+  // ── writes ────────────────────────────────────────────────────────────────
+
+  /** Appends one message; idempotent by id (a duplicate answers inserted=false with the stored one). */
+  async appendMessage(message: MessageInput, options: WriteOptions = {}): Promise<AppendResult> {
+    const text = toJson(message);
+    if (jsonSize(text) > UNARY_LIMIT_BYTES) {
+      const upload = await this.upload(UploadOperation.APPEND, text, options.parentId, options.source);
+      return {
+        inserted: upload.inserted,
+        message: await this.written(upload.message),
+        parentId: parentOf(upload.message?.info),
+      };
+    }
+    const response = await this.client.call(() =>
+      this.rpc.appendMessage(
+        {
+          objectKey: this.key,
+          sessionId: this.id,
+          messageJson: text,
+          source: sourceValue(options.source),
+          ...parentFields(options.parentId),
+        },
+        this.opts(),
+      ),
+    );
+    return {
+      inserted: response.inserted,
+      message: await this.written(response.message),
+      parentId: parentOf(response.message?.info),
+    };
+  }
+
+  /** Appends in one transaction; `parentId` applies to the first message, the rest chain (auto). */
+  async appendMessages(messages: Iterable<MessageInput>, options: WriteOptions = {}): Promise<AppendResult[]> {
+    const source = sourceValue(options.source);
+    const items = [...messages].map((message, index) => ({
+      messageJson: toJson(message),
+      source,
+      ...parentFields(index === 0 ? options.parentId : undefined),
+    }));
+    const response = await this.client.call(() =>
+      this.rpc.appendMessages({ objectKey: this.key, sessionId: this.id, items }, this.opts()),
+    );
+    const out: AppendResult[] = [];
+    for (const r of response.results) {
+      out.push({ inserted: r.inserted, message: await this.written(r.message), parentId: parentOf(r.message?.info) });
+    }
+    return out;
+  }
+
+  /** Replaces an existing message's content; null when no message has that id. */
+  async updateMessage(message: MessageInput, options: { source?: SourceArg } = {}): Promise<Message | null> {
+    const text = toJson(message);
+    if (jsonSize(text) > UNARY_LIMIT_BYTES) {
+      const upload = await this.upload(UploadOperation.UPDATE, text, undefined, options.source);
+      return upload.found ? await this.written(upload.message) : null;
+    }
+    const response = await this.client.call(() =>
+      this.rpc.updateMessage(
+        { objectKey: this.key, sessionId: this.id, messageJson: text, source: sourceValue(options.source) },
+        this.opts(),
+      ),
+    );
+    return response.found ? await this.written(response.message) : null;
+  }
+
+  /** Appends the message when its id is new, otherwise updates it (never re-parents it). */
+  async upsertMessage(message: MessageInput, options: WriteOptions = {}): Promise<UpsertResult> {
+    const text = toJson(message);
+    if (jsonSize(text) > UNARY_LIMIT_BYTES) {
+      const upload = await this.upload(UploadOperation.UPSERT, text, options.parentId, options.source);
+      return { inserted: upload.inserted, changed: upload.changed, message: await this.written(upload.message) };
+    }
+    const response = await this.client.call(() =>
+      this.rpc.upsertMessage(
+        {
+          objectKey: this.key,
+          sessionId: this.id,
+          messageJson: text,
+          source: sourceValue(options.source),
+          ...parentFields(options.parentId),
+        },
+        this.opts(),
+      ),
+    );
+    return { inserted: response.inserted, changed: response.changed, message: await this.written(response.message) };
+  }
+
+  /** Deletes messages by id (children are re-parented); returns how many were deleted. */
+  async deleteMessages(ids: Iterable<string>): Promise<number> {
+    const response = await this.client.call(() =>
+      this.rpc.deleteMessages({ objectKey: this.key, sessionId: this.id, messageIds: [...ids] }, this.opts()),
+    );
+    return toNumber(response.deletedCount);
+  }
+
+  /** Deletes every message and compaction of the session; returns how many messages were deleted. */
+  async clearMessages(): Promise<number> {
+    const response = await this.client.call(() =>
+      this.rpc.clearMessages({ objectKey: this.key, sessionId: this.id }, this.opts()),
+    );
+    return toNumber(response.deletedCount);
+  }
+
+  /** Imports one message verbatim; false when its id already existed. */
+  async importMessage(message: MessageInput, options: { parentId: string | null; createdAt?: number | Date }): Promise<boolean> {
+    const item = new ImportItem(message, options.parentId, options.createdAt);
+    return (await this.importMessages([item])).imported === 1;
+  }
+
+  /**
+   * Streams messages in verbatim (explicit parent and created time). Items are `ImportItem`s /
+   * `{message, parentId, createdAt?}` literals, or plain messages, which chain: each one's parent
+   * is the previous item's message. Large messages are sent in pieces.
+   */
+  async importMessages(
+    items: Iterable<ImportItem | ImportItemLike | MessageInput> | AsyncIterable<ImportItem | ImportItemLike | MessageInput>,
+  ): Promise<ImportResult> {
+    const frames = importFrames(this.key, this.id, items);
+    const response = await this.client.call(() => this.rpc.importMessages(frames, this.opts()));
+    return { imported: toNumber(response.importedCount), skipped: toNumber(response.skippedCount) };
+  }
+
+  // ── reads ─────────────────────────────────────────────────────────────────
+
+  /** One message by id; null when it does not exist. */
+  async getMessage(messageId: string): Promise<Message | null> {
+    const request = { objectKey: this.key, sessionId: this.id, messageId };
+    for await (const found of this.messages((o) => this.rpc.getMessage(request, o))) {
+      return parseMessage(found.json);
+    }
+    return null;
+  }
+
+  /** Messages in the order of `ids`, null where absent. */
+  async getMessages(ids: Iterable<string>): Promise<(Message | null)[]> {
+    const messageIds = [...ids];
+    const request = { objectKey: this.key, sessionId: this.id, messageIds };
+    const byId = new Map<string, Message>();
+    for await (const found of this.messages((o) => this.rpc.getMessages(request, o))) {
+      const message = parseMessage(found.json);
+      byId.set(found.info?.id ?? message.id, message);
+    }
+    return messageIds.map((id) => byId.get(id) ?? null);
+  }
+
+  /** The active leaf (the session's newest message); null for an empty session. */
+  async getLatestLeaf(): Promise<Message | null> {
+    const request = { objectKey: this.key, sessionId: this.id };
+    for await (const found of this.messages((o) => this.rpc.getLatestLeaf(request, o))) {
+      return parseMessage(found.json);
+    }
+    return null;
+  }
+
+  /** The direct children of a message, oldest first. */
+  async getBranches(messageId: string): Promise<Message[]> {
+    const request = { objectKey: this.key, sessionId: this.id, messageId };
+    const out: Message[] = [];
+    for await (const found of this.messages((o) => this.rpc.getBranches(request, o))) {
+      out.push(parseMessage(found.json));
+    }
+    return out;
+  }
+
+  /** Streams one root-to-leaf path; break out of the loop to stop the server's reads. */
+  async *history(options: HistoryOptions = {}): AsyncGenerator<Message> {
+    const request = {
+      objectKey: this.key,
+      sessionId: this.id,
+      leafId: options.leafId ?? "",
+      newestFirst: options.newestFirst ?? false,
+    };
+    for await (const found of this.messages((o) => this.rpc.streamHistory(request, o))) {
+      yield parseMessage(found.json);
+    }
+  }
+
+  /** Streams a path in batches marked by the server (by count and JSON bytes). */
+  async *historyBatches(options: HistoryBatchOptions = {}): AsyncGenerator<Message[]> {
+    const request = {
+      objectKey: this.key,
+      sessionId: this.id,
+      leafId: options.leafId ?? "",
+      newestFirst: options.newestFirst ?? false,
+      batchSize: Math.max(1, Math.trunc(options.batchSize ?? 50)),
+      maxBatchBytes: BigInt(Math.max(1, Math.trunc(options.maxBatchBytes ?? 4 * 1024 * 1024))),
+    };
+    let batch: Message[] = [];
+    const assembler = new FrameAssembler();
+    for await (const response of this.client.stream(this.key, (o) => this.rpc.streamHistory(request, o))) {
+      if (response.frame !== undefined) {
+        const done = assembler.feed(response.frame);
+        if (done !== null) batch.push(parseMessage(done.json));
+      }
+      if (response.batchEnd) {
+        yield batch;
+        batch = [];
+      }
+    }
+    assembler.finish();
+    if (batch.length > 0) yield batch;
+  }
+
+  /** The whole path as an array. */
+  async getHistory(options: HistoryOptions = {}): Promise<Message[]> {
+    const out: Message[] = [];
+    for await (const message of this.history(options)) out.push(message);
+    return out;
+  }
+
+  /** The longest recent suffix of a path whose stored size fits `maxContentBytes` (at least the newest message). */
+  async getRecentHistory(maxContentBytes: number, options: { leafId?: string } = {}): Promise<RecentHistory> {
+    const request = {
+      objectKey: this.key,
+      sessionId: this.id,
+      maxContentBytes: BigInt(Math.trunc(maxContentBytes)),
+      leafId: options.leafId ?? "",
+    };
+    let truncated = false;
+    let total = 0;
+    const messages: Message[] = [];
+    const assembler = new FrameAssembler();
+    for await (const response of this.client.stream(this.key, (o) => this.rpc.getRecentHistory(request, o))) {
+      if (response.summary !== undefined) {
+        truncated = response.summary.truncated;
+        total = toNumber(response.summary.totalContentBytes);
+      }
+      if (response.frame !== undefined) {
+        const done = assembler.feed(response.frame);
+        if (done !== null) messages.push(parseMessage(done.json));
+      }
+    }
+    assembler.finish();
+    return { messages, truncated, totalContentBytes: total };
+  }
+
+  /** Per-message stored sizes and token estimates along a path, root first. */
+  async getHistoryRowStats(options: { leafId?: string } = {}): Promise<RowStat[]> {
+    const request = { objectKey: this.key, sessionId: this.id, leafId: options.leafId ?? "" };
+    const out: RowStat[] = [];
+    for await (const response of this.client.stream(this.key, (o) => this.rpc.getHistoryRowStats(request, o))) {
+      for (const s of response.stats) {
+        out.push({ id: s.id, role: s.role, bytes: toNumber(s.bytes), tokenEstimate: toNumber(s.tokenEstimate) });
+      }
+    }
+    return out;
+  }
+
+  /** The object's change feed, filtered to this session unless `sessionId` says otherwise. */
+  subscribe(options: SubscribeOptions = {}): AsyncGenerator<ChangeEvent> {
+    return this.object.subscribe({ sessionId: this.id, ...options });
+  }
+
+  // ── helpers ───────────────────────────────────────────────────────────────
+
+  private async *messages(
+    start: (options: ReturnType<SessionsClient["callOptions"]>) => AsyncIterable<{ frame?: MessageFrame | undefined }>,
+  ): AsyncGenerator<Assembled> {
+    const assembler = new FrameAssembler();
+    for await (const response of this.client.stream(this.key, start)) {
+      if (response.frame === undefined) continue;
+      const done = assembler.feed(response.frame);
+      if (done !== null) yield done;
+    }
+    assembler.finish();
+  }
+
+  private async written(written: WrittenMessage | undefined): Promise<Message> {
+    if (written === undefined) {
+      throw new SessionsError(Code.Internal, "the server returned no stored message");
+    }
+    if (written.jsonOmitted) {
+      const id = written.info?.id ?? "";
+      const fetched = await this.getMessage(id);
+      if (fetched === null) {
+        throw new SessionsError(Code.NotFound, "written message vanished before it was read back");
+      }
+      return fetched;
+    }
+    return parseMessage(written.json);
+  }
+
+  private upload(
+    operation: UploadOperation,
+    text: string,
+    parentId: ParentArg,
+    source: SourceArg | undefined,
+  ): Promise<UploadMessageResponse> {
+    const header = create(UploadHeaderSchema, {
+      objectKey: this.key,
+      sessionId: this.id,
+      operation,
+      source: sourceValue(source),
+      ...(operation === UploadOperation.UPDATE ? {} : parentFields(parentId)),
+    });
+    async function* frames(): AsyncGenerator<UploadMessageRequest> {
+      let first = true;
+      for (const piece of pieces(text)) {
+        yield create(UploadMessageRequestSchema, first ? { header, jsonPiece: piece } : { jsonPiece: piece });
+        first = false;
+      }
+    }
+    return this.client.call(() => this.rpc.uploadMessage(frames(), this.opts()));
+  }
+}
+
+async function* importFrames(
+  objectKey: string,
+  sessionId: string,
+  items: Iterable<ImportItem | ImportItemLike | MessageInput> | AsyncIterable<ImportItem | ImportItemLike | MessageInput>,
+): AsyncGenerator<ImportMessagesRequest> {
+  let previous: string | null = null;
+  let first = true;
+  for await (const raw of items) {
+    const item: ImportItemLike = isImportItem(raw) ? raw : { message: raw, parentId: previous };
+    const text = toJson(item.message);
+    const parts = [...pieces(text)];
+    for (let index = 0; index < parts.length; index++) {
+      const request = create(ImportMessagesRequestSchema, {
+        jsonPiece: parts[index]!,
+        morePieces: index < parts.length - 1,
+      });
+      if (first) {
+        request.objectKey = objectKey;
+        request.sessionId = sessionId;
+        first = false;
+      }
+      if (index === 0) {
+        request.createdAtMs = createdAtMs(item.createdAt);
+        if (item.parentId !== null && item.parentId !== undefined) request.parentId = item.parentId;
+      }
+      yield request;
+    }
+    previous = messageIdOf(item.message);
+  }
+  if (first) {
+    // An empty import still names its object.
+    yield create(ImportMessagesRequestSchema, { objectKey, sessionId });
+  }
+}

@@ -1,0 +1,267 @@
+"""Compaction as a service: overlays, planning, the server-side summarizer, and automatic
+compaction driven by a per-session policy persisted in `cf_agents_session_config`.
+
+Automatic compaction runs after an inserted append whose session token estimate is strictly over
+the policy's threshold. It runs in the background, one at a time per session, so an append is
+never held up by (or failed by) a model call; a failure is logged and published on the change
+feed as a compaction error event. The estimate is kept incrementally as upstream keeps it: a tail
+append adds its stamped estimate in O(1); other writes drop it and the next check re-derives it
+with one content-free path walk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from sessions_server.domain import compaction, jsjson
+from sessions_server.domain.errors import FailedPrecondition, InvalidArgument
+from sessions_server.domain.overlays import plan_overlays
+from sessions_server.storage import queries
+from sessions_server.storage.feed import ChangeEvent
+from sessions_server.storage.rows import MAX_PATH_DEPTH, Compaction, RowInfo
+from sessions_server.storage.store import ObjectStore, WriteContext
+
+if TYPE_CHECKING:
+    from sessions_server.domain.service import SessionsService
+
+log = logging.getLogger("sessions.compaction")
+
+POLICY_THRESHOLD_KEY = "compaction.threshold_tokens"
+POLICY_KEEP_RECENT_KEY = "compaction.keep_recent_tokens"
+
+
+class Summarizer(Protocol):
+    """Turns a compaction prompt into summary text (e.g. a chat-completions model)."""
+
+    async def summarize(self, prompt: str) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    threshold_tokens: int = 0
+    keep_recent_tokens: int = 0
+
+    @property
+    def keep_recent(self) -> int:
+        return self.keep_recent_tokens or compaction.DEFAULT_KEEP_RECENT_TOKENS
+
+
+@dataclass(slots=True)
+class TokenMemo:
+    """The active path's estimate: the leaf it was computed for, the total, the rows walked."""
+
+    leaf_id: str | None
+    total: float
+    depth: int
+
+
+def _memo_key(kind: str, session_id: str) -> str:
+    return f"{kind}\x00{session_id}"
+
+
+def forget_estimate(store: ObjectStore, session_id: str) -> None:
+    store.memo.pop(_memo_key("tokens", session_id), None)
+
+
+class Compactor:
+    """Compaction operations on the objects of one service."""
+
+    def __init__(self, service: SessionsService, summarizer: Summarizer | None) -> None:
+        self._service = service
+        self._summarizer = summarizer
+        self._running: dict[tuple[str, str], asyncio.Task[None]] = {}
+
+    # ── records ─────────────────────────────────────────────────────────────
+
+    async def add(
+        self, object_key: str, session_id: str, summary: str, from_id: str, to_id: str, *, event: str = "compaction"
+    ) -> Compaction:
+        """Stores an overlay record (no validation of the ids, as upstream)."""
+        self._service.check_names(object_key, session_id)
+        async with self._service.object(object_key) as store:
+            record = await store.write(lambda ctx: _insert_record(ctx, session_id, summary, from_id, to_id, event))
+            forget_estimate(store, session_id)
+            return record
+
+    async def records(self, object_key: str, session_id: str) -> list[Compaction]:
+        self._service.check_names(object_key, session_id)
+        async with self._service.object(object_key) as store:
+            return await store.read(lambda conn: queries.compactions(conn, session_id))
+
+    # ── planning and summarizing ────────────────────────────────────────────
+
+    async def plan(
+        self, object_key: str, session_id: str, *, leaf_id: str = "", keep_recent_tokens: int = 0
+    ) -> compaction.CompactionPlan | None:
+        """Plans over the history with overlays applied (a bounded path: at most 10,001 rows)."""
+        if keep_recent_tokens < 0:
+            raise InvalidArgument("keep_recent_tokens must not be negative", field="keep_recent_tokens")
+        history = [
+            jsjson.parse(view.json) async for view in self._service.history(object_key, session_id, leaf_id=leaf_id)
+        ]
+        records = await self.records(object_key, session_id)
+        return compaction.plan_compaction(
+            history, records, keep_recent_tokens=keep_recent_tokens or compaction.DEFAULT_KEEP_RECENT_TOKENS
+        )
+
+    async def compact(
+        self, object_key: str, session_id: str, *, leaf_id: str = "", keep_recent_tokens: int = 0
+    ) -> Compaction | None:
+        """Plans, asks the configured summarizer, stores the overlay (`compact` event)."""
+        if self._summarizer is None:
+            raise FailedPrecondition(
+                "no summarizer is configured on this server (--summarizer-url); "
+                "plan with PlanCompaction and store the summary with AddCompaction instead",
+                reason="NO_SUMMARIZER",
+            )
+        if not keep_recent_tokens:
+            keep_recent_tokens = (await self.get_policy(object_key, session_id)).keep_recent
+        planned = await self.plan(object_key, session_id, leaf_id=leaf_id, keep_recent_tokens=keep_recent_tokens)
+        if planned is None:
+            return None
+        summary = await self._summarizer.summarize(planned.prompt)
+        if not summary.strip():
+            return None
+        return await self.add(
+            object_key, session_id, summary, planned.from_message_id, planned.to_message_id, event="compact"
+        )
+
+    # ── policy ──────────────────────────────────────────────────────────────
+
+    async def set_policy(self, object_key: str, session_id: str, policy: Policy) -> Policy:
+        self._service.check_names(object_key, session_id)
+        if policy.threshold_tokens < 0 or policy.keep_recent_tokens < 0:
+            raise InvalidArgument("policy values must not be negative", field="policy")
+
+        def run(ctx: WriteContext) -> None:
+            queries.set_config(ctx.conn, session_id, POLICY_THRESHOLD_KEY, str(policy.threshold_tokens))
+            queries.set_config(ctx.conn, session_id, POLICY_KEEP_RECENT_KEY, str(policy.keep_recent_tokens))
+
+        async with self._service.object(object_key) as store:
+            await store.write(run)
+            store.memo[_memo_key("policy", session_id)] = policy
+        return policy
+
+    async def get_policy(self, object_key: str, session_id: str) -> Policy:
+        self._service.check_names(object_key, session_id)
+        async with self._service.object(object_key) as store:
+            return await self._policy(store, session_id)
+
+    async def _policy(self, store: ObjectStore, session_id: str) -> Policy:
+        cached = store.memo.get(_memo_key("policy", session_id))
+        if isinstance(cached, Policy):
+            return cached
+
+        def run(conn: Any) -> Policy:
+            def number(key: str) -> int:
+                value = queries.get_config(conn, session_id, key)
+                try:
+                    return max(0, int(value)) if value is not None else 0
+                except ValueError:
+                    return 0
+
+            return Policy(number(POLICY_THRESHOLD_KEY), number(POLICY_KEEP_RECENT_KEY))
+
+        policy = await store.read(run)
+        store.memo[_memo_key("policy", session_id)] = policy
+        return policy
+
+    # ── the session estimate and automatic compaction ───────────────────────
+
+    async def token_estimate(self, store: ObjectStore, session_id: str) -> int:
+        cached = store.memo.get(_memo_key("tokens", session_id))
+        memo = cached if isinstance(cached, TokenMemo) else None
+        if memo is None:
+
+            def derive(conn: Any) -> TokenMemo:
+                leaf = store.latest_leaf_id(conn, session_id)
+                if leaf is None:
+                    return TokenMemo(None, 0.0, 0)
+                path = queries.path_stats(conn, session_id, leaf)
+                rows = [(row.id, row.token_estimate) for row in path.rows]
+                spans = [
+                    (span.start, span.end, span.compaction.summary)
+                    for span in plan_overlays([r[0] for r in rows], queries.compactions(conn, session_id))
+                ]
+                return TokenMemo(leaf, float(compaction.session_token_estimate(rows, spans)), path.walked)
+
+            memo = await store.read(derive)
+            store.memo[_memo_key("tokens", session_id)] = memo
+        return max(0, int(-(-memo.total // 1)))
+
+    def note_appends(self, store: ObjectStore, session_id: str, infos: list[RowInfo]) -> None:
+        """Extends the memoised estimate by tail appends; anything else drops it."""
+        memo = store.memo.get(_memo_key("tokens", session_id))
+        if not isinstance(memo, TokenMemo):
+            return
+        for info in infos:
+            if memo.leaf_id == info.parent_id and memo.depth <= MAX_PATH_DEPTH:
+                memo.leaf_id = info.id
+                memo.total += info.token_estimate
+                memo.depth += 1
+            else:
+                forget_estimate(store, session_id)
+                return
+
+    async def after_inserted_append(self, store: ObjectStore, object_key: str, session_id: str) -> None:
+        if self._summarizer is None:
+            return
+        policy = await self._policy(store, session_id)
+        if policy.threshold_tokens <= 0:
+            return
+        if await self.token_estimate(store, session_id) <= policy.threshold_tokens:
+            return
+        running = self._running.get((object_key, session_id))
+        if running is not None and not running.done():
+            return
+        task = asyncio.get_running_loop().create_task(self._auto_compact(object_key, session_id))
+        self._running[(object_key, session_id)] = task
+        task.add_done_callback(_forget_task(self._running, (object_key, session_id)))
+
+    async def _auto_compact(self, object_key: str, session_id: str) -> None:
+        try:
+            await self.compact(object_key, session_id)
+        except Exception as exc:
+            detail = f"{type(exc).__name__}: {exc}"
+            log.warning("automatic compaction of %r/%r failed: %s", object_key, session_id, detail)
+            async with self._service.object(object_key) as store:
+                store.feed.publish([ChangeEvent("compaction_error", session_id, error=detail)])
+
+    async def wait_idle(self) -> None:
+        """Waits for running automatic compactions (used on shutdown)."""
+        tasks = [task for task in self._running.values() if not task.done()]
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _forget_task(
+    running: dict[tuple[str, str], asyncio.Task[None]], key: tuple[str, str]
+) -> Callable[[asyncio.Task[None]], None]:
+    def done(task: asyncio.Task[None]) -> None:
+        if running.get(key) is task:
+            del running[key]
+
+    return done
+
+
+def _insert_record(
+    ctx: WriteContext, session_id: str, summary: str, from_id: str, to_id: str, event: str
+) -> Compaction:
+    record = Compaction(
+        id=str(uuid.uuid4()),
+        seq=queries.next_compaction_seq(ctx.conn, session_id),
+        summary=summary,
+        from_message_id=from_id,
+        to_message_id=to_id,
+        created_at_ms=int(time.time() * 1000),
+    )
+    queries.insert_compaction(ctx.conn, session_id, record)
+    ctx.row_writes += 1
+    ctx.emit(ChangeEvent(event, session_id, compaction=record if event == "compaction" else None))
+    return record

@@ -1,0 +1,192 @@
+"""The change feed of one object: revisions, retention, and subscribers (DESIGN.md §6).
+
+Events are published by the object's writer only after their transaction committed, in commit
+order, so revisions follow commit order across all writers. Each event gets a revision that
+increases for the life of the object: `epoch << 22 | counter`, where the epoch is a millisecond
+clock taken when the object opens (and moved on if the counter ever fills), so revisions keep
+increasing across restarts while a resume point from before a restart is recognisably gone.
+
+A bounded ring keeps recent events (by count and bytes) for resuming subscribers. Each subscriber
+has a bounded queue; publishing never waits for a subscriber: a full queue is dropped and the
+subscriber is told to reset, so a slow reader never slows writers or other readers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from sessions_server.storage.rows import Compaction, RowInfo
+
+COUNTER_BITS = 22
+COUNTER_LIMIT = 1 << COUNTER_BITS
+DEFAULT_RETAIN_EVENTS = 10_000
+DEFAULT_RETAIN_BYTES = 64 * 1024 * 1024
+DEFAULT_QUEUE_EVENTS = 1_000
+DEFAULT_QUEUE_BYTES = 32 * 1024 * 1024
+
+
+@dataclass(slots=True)
+class ChangeEvent:
+    """One change, as upstream's listeners see it, plus its revision (set when published)."""
+
+    type: str
+    session_id: str
+    message_json: str | None = None
+    message_info: RowInfo | None = None
+    inserted: bool = False
+    parent_kind: str = ""  # append: "auto", "root" or "id" (the option as passed); import: "id"/"root"
+    parent_id: str = ""
+    message_ids: tuple[str, ...] = ()
+    compaction: Compaction | None = None
+    error: str = ""
+    revision: int = 0
+    cache: dict[str, Any] = field(default_factory=dict)  # per-event derived forms (e.g. pointer JSON)
+
+    @property
+    def size(self) -> int:
+        return 256 + len(self.message_json or "") + sum(len(i) for i in self.message_ids) + len(self.error)
+
+
+class FeedClosed(Exception):
+    """The object closed (server shutdown): the subscriber should reconnect."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reset:
+    """The subscriber missed events: it should re-read state; the feed continues live after it."""
+
+    revision: int
+    reason: str
+
+
+class Subscription:
+    """A subscriber's bounded queue. Iterate with `next()`; close with `close()`."""
+
+    def __init__(self, hub: FeedHub, session_filter: str | None, max_events: int, max_bytes: int) -> None:
+        self._hub = hub
+        self.session_filter = session_filter
+        self._queue: deque[ChangeEvent | Reset] = deque()
+        self._bytes = 0
+        self._max_events = max_events
+        self._max_bytes = max_bytes
+        self._wakeup = asyncio.Event()
+        self.closed = False
+
+    def wants(self, event: ChangeEvent) -> bool:
+        return self.session_filter is None or event.session_id == self.session_filter
+
+    def offer(self, item: ChangeEvent | Reset) -> None:
+        if self.closed:
+            return
+        size = item.size if isinstance(item, ChangeEvent) else 0
+        if isinstance(item, ChangeEvent) and (
+            len(self._queue) >= self._max_events or self._bytes + size > self._max_bytes
+        ):
+            # Too slow to keep up: drop what is queued and tell it to re-read.
+            self._queue.clear()
+            self._bytes = 0
+            self._queue.append(Reset(item.revision, "subscriber queue overflowed"))
+        else:
+            self._queue.append(item)
+            self._bytes += size
+        self._wakeup.set()
+
+    async def next(self, timeout: float | None = None) -> ChangeEvent | Reset | None:
+        """The next event, or None when `timeout` passed with nothing to deliver."""
+        while not self._queue:
+            if self.closed:
+                raise FeedClosed("the object's change feed closed")
+            self._wakeup.clear()
+            try:
+                await asyncio.wait_for(self._wakeup.wait(), timeout)
+            except TimeoutError:
+                return None
+        item = self._queue.popleft()
+        if isinstance(item, ChangeEvent):
+            self._bytes -= item.size
+        return item
+
+    def close(self) -> None:
+        self.closed = True
+        self._hub.unsubscribe(self)
+        self._wakeup.set()
+
+
+class FeedHub:
+    """Revisions, the retention ring and the subscribers of one object."""
+
+    def __init__(
+        self,
+        *,
+        retain_events: int = DEFAULT_RETAIN_EVENTS,
+        retain_bytes: int = DEFAULT_RETAIN_BYTES,
+        queue_events: int = DEFAULT_QUEUE_EVENTS,
+        queue_bytes: int = DEFAULT_QUEUE_BYTES,
+    ) -> None:
+        self._epoch = int(time.time() * 1000)
+        self._counter = 0
+        self._ring: deque[ChangeEvent] = deque()
+        self._ring_bytes = 0
+        self._retain_events = retain_events
+        self._retain_bytes = retain_bytes
+        self._queue_events = queue_events
+        self._queue_bytes = queue_bytes
+        self._subscribers: set[Subscription] = set()
+
+    @property
+    def revision(self) -> int:
+        """The revision of the newest event (the epoch's zero point before any)."""
+        return (self._epoch << COUNTER_BITS) | self._counter
+
+    @property
+    def subscriber_count(self) -> int:
+        return len(self._subscribers)
+
+    def publish(self, events: list[ChangeEvent]) -> None:
+        """Assigns revisions, retains, and delivers; call only after the events' commit."""
+        for event in events:
+            self._counter += 1
+            if self._counter >= COUNTER_LIMIT:
+                self._epoch = max(self._epoch + 1, int(time.time() * 1000))
+                self._counter = 1
+            event.revision = self.revision
+            self._ring.append(event)
+            self._ring_bytes += event.size
+            while self._ring and (len(self._ring) > self._retain_events or self._ring_bytes > self._retain_bytes):
+                self._ring_bytes -= self._ring.popleft().size
+            for subscriber in list(self._subscribers):
+                if subscriber.wants(event):
+                    subscriber.offer(event)
+
+    def subscribe(self, session_filter: str | None, resume_after: int) -> Subscription:
+        """A new subscriber, first given the retained events after `resume_after` (0: live only),
+        or a Reset when those events are no longer (or never were) available."""
+        subscription = Subscription(self, session_filter, self._queue_events, self._queue_bytes)
+        if resume_after:
+            current = self.revision
+            oldest_kept = self._ring[0].revision if self._ring else current + 1
+            same_epoch = resume_after >> COUNTER_BITS == self._epoch
+            if not same_epoch and resume_after < current and resume_after >= oldest_kept - 1:
+                same_epoch = True  # the counter rolled into a new epoch while we kept its events
+            if resume_after > current:
+                subscription.offer(Reset(current, "unknown revision (the server restarted)"))
+            elif resume_after < oldest_kept - 1 or not same_epoch:
+                reason = "events were not retained" if same_epoch else "the server restarted"
+                subscription.offer(Reset(current, reason))
+            else:
+                for event in self._ring:
+                    if event.revision > resume_after and subscription.wants(event):
+                        subscription.offer(event)
+        self._subscribers.add(subscription)
+        return subscription
+
+    def unsubscribe(self, subscription: Subscription) -> None:
+        self._subscribers.discard(subscription)
+
+    def close_all(self) -> None:
+        for subscription in list(self._subscribers):
+            subscription.close()
