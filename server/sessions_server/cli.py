@@ -58,6 +58,21 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_DRAIN_SECONDS,
         help=f"grace period for in-flight calls on shutdown (default {DEFAULT_DRAIN_SECONDS})",
     )
+    serve.add_argument(
+        "--progress-seconds", type=float, default=10.0, help="idle interval of Subscribe progress events (default 10)"
+    )
+    serve.add_argument("--search-seconds", type=float, default=2.0, help="time budget of one search (default 2)")
+    serve.add_argument(
+        "--max-query-bytes", type=int, default=4096, help="longest search query, UTF-8 bytes (default 4096)"
+    )
+    serve.add_argument("--summarizer-url", help="OpenAI-compatible base URL for server-side compaction")
+    serve.add_argument("--summarizer-model", default="gpt-4o-mini", help="model name sent to the summarizer")
+    serve.add_argument(
+        "--summarizer-api-key-env",
+        default="SESSIONS_SUMMARIZER_API_KEY",
+        help="environment variable holding the summarizer's API key",
+    )
+    serve.add_argument("--summarizer-timeout-seconds", type=float, default=60.0, help="summarizer call timeout")
     serve.add_argument("--log-level", default="WARNING", help="logging level (default WARNING)")
     imp = commands.add_parser(
         "import-store",
@@ -83,6 +98,13 @@ def main(argv: list[str] | None = None) -> int:
         max_open_objects=args.max_open_objects,
         max_object_key_bytes=args.max_object_key_bytes,
         drain_seconds=args.drain_seconds,
+        progress_seconds=args.progress_seconds,
+        search_seconds=args.search_seconds,
+        max_query_bytes=args.max_query_bytes,
+        summarizer_url=args.summarizer_url,
+        summarizer_model=args.summarizer_model,
+        summarizer_api_key_env=args.summarizer_api_key_env,
+        summarizer_timeout_seconds=args.summarizer_timeout_seconds,
     )
     return asyncio.run(_run(config))
 

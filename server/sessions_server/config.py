@@ -26,4 +26,11 @@ class ServerConfig:
     max_object_key_bytes: int = MAX_OBJECT_KEY_BYTES
     worker_threads: int = DEFAULT_WORKER_THREADS
     drain_seconds: float = DEFAULT_DRAIN_SECONDS
+    progress_seconds: float = 10.0
+    search_seconds: float = 2.0
+    max_query_bytes: int = 4096
+    summarizer_url: str | None = None
+    summarizer_model: str = "gpt-4o-mini"
+    summarizer_api_key_env: str = "SESSIONS_SUMMARIZER_API_KEY"
+    summarizer_timeout_seconds: float = 60.0
     extra_options: tuple[tuple[str, int], ...] = field(default_factory=tuple)

@@ -259,3 +259,196 @@ def upload_frames(header: pb.UploadHeader, text: str) -> Iterator[pb.UploadMessa
 
 def parent_of(info: pb.MessageInfo) -> str | None:
     return info.parent_id if info.HasField("parent_id") else None
+
+
+@dataclass(frozen=True)
+class CompactionRecord:
+    """A stored compaction overlay."""
+
+    id: str
+    seq: int
+    summary: str
+    from_message_id: str
+    to_message_id: str
+    created_at_ms: int
+
+    @classmethod
+    def of(cls, record: pb.Compaction) -> CompactionRecord:
+        return cls(
+            record.id,
+            int(record.seq),
+            record.summary,
+            record.from_message_id,
+            record.to_message_id,
+            int(record.created_at_ms),
+        )
+
+
+@dataclass(frozen=True)
+class CompactionPlan:
+    from_message_id: str
+    to_message_id: str
+    prompt: str
+    budget_tokens: int
+
+
+@dataclass(frozen=True)
+class CompactionPolicy:
+    threshold_tokens: int = 0
+    keep_recent_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    id: str
+    role: str
+    content: str
+    session_id: str
+
+
+@dataclass(frozen=True)
+class Attachment:
+    hash: str
+    media_type: str
+    data: bytes
+
+
+@dataclass(frozen=True)
+class ObjectStats:
+    file_bytes: int
+    message_rows: int
+    continuation_rows: int
+    attachment_count: int
+    attachment_bytes: int
+    row_writes: int
+    session_count: int
+
+
+@dataclass(frozen=True)
+class ChangeEvent:
+    """One change-feed event. `type` is upstream's event name ("append", "update", "delete",
+    "clear", "compact", "compaction", "import"), or "compaction_error", or "reset" (events were
+    missed: re-read state). `parent_id` for append is the option as passed (AUTO, None or an id)."""
+
+    revision: int
+    type: str
+    session_id: str
+    message: Message | None = None
+    inserted: bool = False
+    parent_id: Any = None
+    message_ids: tuple[str, ...] = ()
+    compaction: CompactionRecord | None = None
+    error: str = ""
+
+
+CHANGE_TYPE_NAMES: Final = {
+    pb.CHANGE_TYPE_APPEND: "append",
+    pb.CHANGE_TYPE_UPDATE: "update",
+    pb.CHANGE_TYPE_DELETE: "delete",
+    pb.CHANGE_TYPE_CLEAR: "clear",
+    pb.CHANGE_TYPE_COMPACT: "compact",
+    pb.CHANGE_TYPE_COMPACTION: "compaction",
+    pb.CHANGE_TYPE_IMPORT: "import",
+    pb.CHANGE_TYPE_COMPACTION_ERROR: "compaction_error",
+    pb.CHANGE_TYPE_RESET: "reset",
+    pb.CHANGE_TYPE_PROGRESS: "progress",
+}
+
+
+class EventAssembler:
+    """Joins Subscribe frames into ChangeEvents (a large message spans several frames)."""
+
+    def __init__(self) -> None:
+        self._head: pb.SubscribeResponse | None = None
+        self._messages = FrameAssembler()
+
+    def feed(self, response: pb.SubscribeResponse) -> ChangeEvent | None:
+        if self._head is None:
+            self._head = response
+        message: Message | None = None
+        if response.HasField("message"):
+            done = self._messages.feed(response.message)
+            if done is None:
+                return None
+            message = done.message()
+        head, self._head = self._head, None
+        parent: Any = None
+        if head.parent_mode == pb.PARENT_MODE_AUTO:
+            parent = AUTO
+        elif head.parent_mode == pb.PARENT_MODE_ID:
+            parent = head.parent_id
+        return ChangeEvent(
+            revision=int(head.revision),
+            type=CHANGE_TYPE_NAMES.get(head.type, "unknown"),
+            session_id=head.session_id,
+            message=message,
+            inserted=head.inserted,
+            parent_id=parent,
+            message_ids=tuple(head.message_ids),
+            compaction=CompactionRecord.of(head.compaction) if head.HasField("compaction") else None,
+            error=head.error,
+        )
+
+
+def attachment_mode(pointers: bool) -> pb.AttachmentMode.ValueType:
+    return pb.ATTACHMENT_MODE_POINTER if pointers else pb.ATTACHMENT_MODE_INLINE
+
+
+# Status codes after which a subscription reconnects by itself (server restart or drain).
+RECONNECT_CODES: Final = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED})
+
+
+class Mirror:
+    """A local list of one session's messages kept in sync by change events (upstream's
+    `session.mirror()`): inserted appends replace-or-push, updates replace cached entries,
+    deletes filter, clear empties; import/compact/compaction are ignored. A `reset` re-reads the
+    history through `reload`."""
+
+    def __init__(self, session_id: str, reload: Any) -> None:
+        self.session_id = session_id
+        self.messages: list[Message] = []
+        self._reload = reload
+
+    def apply(self, event: ChangeEvent) -> None:
+        if event.type == "reset":
+            self.messages = list(self._reload())
+            return
+        if event.session_id != self.session_id:
+            return
+        if event.type == "append" and event.inserted and event.message is not None:
+            ident = event.message.get("id")
+            for index, cached in enumerate(self.messages):
+                if cached.get("id") == ident:
+                    self.messages[index] = event.message
+                    return
+            self.messages.append(event.message)
+        elif event.type == "update" and event.message is not None:
+            ident = event.message.get("id")
+            self.messages = [event.message if m.get("id") == ident else m for m in self.messages]
+        elif event.type == "delete":
+            doomed = set(event.message_ids)
+            self.messages = [m for m in self.messages if m.get("id") not in doomed]
+        elif event.type == "clear":
+            self.messages = []
+
+
+def search_mode(mode: str) -> pb.SearchMode.ValueType:
+    if mode == "phrase":
+        return pb.SEARCH_MODE_PHRASE
+    if mode == "all_words":
+        return pb.SEARCH_MODE_ALL_WORDS
+    raise ValueError('mode must be "phrase" or "all_words"')
+
+
+def collect_search(responses: Iterable[pb.SearchMessagesResponse]) -> list[SearchResult]:
+    results: list[SearchResult] = []
+    head: pb.SearchMessagesResponse | None = None
+    pieces: list[str] = []
+    for response in responses:
+        if head is None:
+            head = response
+        pieces.append(response.content)
+        if not response.more_pieces:
+            results.append(SearchResult(head.id, head.role, "".join(pieces), head.session_id))
+            head, pieces = None, []
+    return results

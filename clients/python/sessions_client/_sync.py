@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -9,23 +10,36 @@ import grpc
 
 from sessions_client._common import (
     AUTO,
+    RECONNECT_CODES,
     UNARY_LIMIT_BYTES,
     AppendResult,
+    Attachment,
+    ChangeEvent,
+    CompactionPlan,
+    CompactionPolicy,
+    CompactionRecord,
+    EventAssembler,
     FrameAssembler,
     ImportItem,
     ImportResult,
     Message,
     MessageWithInfo,
+    Mirror,
+    ObjectStats,
     ParentArg,
     RecentHistory,
     RowStat,
+    SearchResult,
     SessionsError,
     UpsertResult,
+    attachment_mode,
+    collect_search,
     import_frames,
     json_size,
     parent_fields,
     parent_of,
     routing_metadata,
+    search_mode,
     source_value,
     to_json,
     upload_frames,
@@ -88,6 +102,72 @@ class ObjectHandle:
 
     def session(self, session_id: str = "") -> SessionHandle:
         return SessionHandle(self, session_id)
+
+    def subscribe(
+        self,
+        *,
+        session_id: str | None = None,
+        resume_from: int | None = None,
+        pointers: bool = False,
+        include_progress: bool = False,
+        reconnect_attempts: int = 20,
+    ) -> Iterator[ChangeEvent]:
+        """The object's change events in commit order. Reconnects by itself (resuming after the
+        last revision seen) when the server drains or restarts; a `reset` event means events were
+        missed and state should be re-read. Close the iterator to stop."""
+        last = resume_from or 0
+        attempts = 0
+        while True:
+            request = pb.SubscribeRequest(
+                object_key=self.key, resume_after_revision=last, attachments=attachment_mode(pointers)
+            )
+            if session_id is not None:
+                request.session_id = session_id
+            assembler = EventAssembler()
+            try:
+                for response in self.client._stream(self.key, self.client._stub.Subscribe, request):
+                    event = assembler.feed(response)
+                    if event is None:
+                        continue
+                    attempts = 0
+                    last = event.revision  # everything up to it has been delivered (or reset)
+                    if event.type != "progress" or include_progress:
+                        yield event
+            except SessionsError as error:
+                if error.code not in RECONNECT_CODES or attempts >= reconnect_attempts:
+                    raise
+                attempts += 1
+                time.sleep(min(2.0, 0.05 * 2**attempts))
+                continue
+            return
+
+    def read_attachment(self, digest: str) -> Attachment:
+        """One attachment payload by its hash (the hex after `attachment:sha256:`)."""
+        request = pb.ReadAttachmentRequest(object_key=self.key, hash=digest)
+        media_type, chunks = "", []
+        for index, response in enumerate(self.client._stream(self.key, self.client._stub.ReadAttachment, request)):
+            if index == 0:
+                media_type = response.media_type
+            chunks.append(response.data)
+        return Attachment(digest, media_type, b"".join(chunks))
+
+    def list_sessions(self) -> list[tuple[str, int]]:
+        request = pb.ListSessionsRequest(object_key=self.key)
+        response = self.client._call(self.key, self.client._stub.ListSessions, request)
+        return [(s.session_id, int(s.message_count)) for s in response.sessions]
+
+    def get_object_stats(self) -> ObjectStats:
+        request = pb.GetObjectStatsRequest(object_key=self.key)
+        r = self.client._call(self.key, self.client._stub.GetObjectStats, request)
+        return ObjectStats(
+            int(r.file_bytes),
+            int(r.message_rows),
+            int(r.continuation_rows),
+            int(r.attachment_count),
+            int(r.attachment_bytes),
+            int(r.row_writes),
+            int(r.session_count),
+        )
 
 
 class SessionHandle:
@@ -179,29 +259,43 @@ class SessionHandle:
 
     # ── reads ───────────────────────────────────────────────────────────────
 
-    def get_message(self, message_id: str) -> Message | None:
-        request = pb.GetMessageRequest(object_key=self._key, session_id=self.id, message_id=message_id)
+    def get_message(self, message_id: str, *, pointers: bool = False) -> Message | None:
+        request = pb.GetMessageRequest(
+            object_key=self._key, session_id=self.id, message_id=message_id, attachments=attachment_mode(pointers)
+        )
         found = self._messages(self._stub.GetMessage, request)
         return next((m.message() for m in found), None)
 
-    def get_messages(self, ids: Sequence[str]) -> list[Message | None]:
+    def get_messages(self, ids: Sequence[str], *, pointers: bool = False) -> list[Message | None]:
         """Messages in the order of `ids`, None where absent."""
-        request = pb.GetMessagesRequest(object_key=self._key, session_id=self.id, message_ids=list(ids))
+        request = pb.GetMessagesRequest(
+            object_key=self._key, session_id=self.id, message_ids=list(ids), attachments=attachment_mode(pointers)
+        )
         by_id = {m.info.id: m.message() for m in self._messages(self._stub.GetMessages, request)}
         return [by_id.get(i) for i in ids]
 
-    def get_latest_leaf(self) -> Message | None:
-        request = pb.GetLatestLeafRequest(object_key=self._key, session_id=self.id)
+    def get_latest_leaf(self, *, pointers: bool = False) -> Message | None:
+        request = pb.GetLatestLeafRequest(
+            object_key=self._key, session_id=self.id, attachments=attachment_mode(pointers)
+        )
         return next((m.message() for m in self._messages(self._stub.GetLatestLeaf, request)), None)
 
-    def get_branches(self, message_id: str) -> list[Message]:
-        request = pb.GetBranchesRequest(object_key=self._key, session_id=self.id, message_id=message_id)
+    def get_branches(self, message_id: str, *, pointers: bool = False) -> list[Message]:
+        request = pb.GetBranchesRequest(
+            object_key=self._key, session_id=self.id, message_id=message_id, attachments=attachment_mode(pointers)
+        )
         return [m.message() for m in self._messages(self._stub.GetBranches, request)]
 
-    def history(self, *, leaf_id: str | None = None, newest_first: bool = False) -> Iterator[Message]:
+    def history(
+        self, *, leaf_id: str | None = None, newest_first: bool = False, pointers: bool = False
+    ) -> Iterator[Message]:
         """Streams a path; stop iterating (or close the iterator) to stop the server's reads."""
         request = pb.StreamHistoryRequest(
-            object_key=self._key, session_id=self.id, leaf_id=leaf_id or "", newest_first=newest_first
+            object_key=self._key,
+            session_id=self.id,
+            leaf_id=leaf_id or "",
+            newest_first=newest_first,
+            attachments=attachment_mode(pointers),
         )
         for found in self._messages(self._stub.StreamHistory, request):
             yield found.message()
@@ -213,6 +307,7 @@ class SessionHandle:
         max_batch_bytes: int = 4 * 1024 * 1024,
         leaf_id: str | None = None,
         newest_first: bool = False,
+        pointers: bool = False,
     ) -> Iterator[list[Message]]:
         request = pb.StreamHistoryRequest(
             object_key=self._key,
@@ -221,6 +316,7 @@ class SessionHandle:
             newest_first=newest_first,
             batch_size=max(1, int(batch_size)),
             max_batch_bytes=max(1, int(max_batch_bytes)),
+            attachments=attachment_mode(pointers),
         )
         batch: list[Message] = []
         assembler = FrameAssembler()
@@ -235,12 +331,20 @@ class SessionHandle:
         if batch:
             yield batch
 
-    def get_history(self, *, leaf_id: str | None = None, newest_first: bool = False) -> list[Message]:
-        return list(self.history(leaf_id=leaf_id, newest_first=newest_first))
+    def get_history(
+        self, *, leaf_id: str | None = None, newest_first: bool = False, pointers: bool = False
+    ) -> list[Message]:
+        return list(self.history(leaf_id=leaf_id, newest_first=newest_first, pointers=pointers))
 
-    def get_recent_history(self, max_content_bytes: int, *, leaf_id: str | None = None) -> RecentHistory:
+    def get_recent_history(
+        self, max_content_bytes: int, *, leaf_id: str | None = None, pointers: bool = False
+    ) -> RecentHistory:
         request = pb.GetRecentHistoryRequest(
-            object_key=self._key, session_id=self.id, max_content_bytes=int(max_content_bytes), leaf_id=leaf_id or ""
+            object_key=self._key,
+            session_id=self.id,
+            max_content_bytes=int(max_content_bytes),
+            leaf_id=leaf_id or "",
+            attachments=attachment_mode(pointers),
         )
         truncated, total = False, 0
         out: list[Message] = []
@@ -263,6 +367,92 @@ class SessionHandle:
             for response in self._client._stream(self._key, self._stub.GetHistoryRowStats, request)
             for s in response.stats
         ]
+
+    # ── compaction ──────────────────────────────────────────────────────────
+
+    def add_compaction(self, summary: str, from_message_id: str, to_message_id: str) -> CompactionRecord:
+        request = pb.AddCompactionRequest(
+            object_key=self._key,
+            session_id=self.id,
+            summary=summary,
+            from_message_id=from_message_id,
+            to_message_id=to_message_id,
+        )
+        return CompactionRecord.of(self._client._call(self._key, self._stub.AddCompaction, request).compaction)
+
+    def list_compactions(self) -> list[CompactionRecord]:
+        request = pb.ListCompactionsRequest(object_key=self._key, session_id=self.id)
+        response = self._client._call(self._key, self._stub.ListCompactions, request)
+        return [CompactionRecord.of(record) for record in response.compactions]
+
+    def plan_compaction(self, *, leaf_id: str | None = None, keep_recent_tokens: int = 0) -> CompactionPlan | None:
+        request = pb.PlanCompactionRequest(
+            object_key=self._key, session_id=self.id, leaf_id=leaf_id or "", keep_recent_tokens=keep_recent_tokens
+        )
+        response = self._client._call(self._key, self._stub.PlanCompaction, request)
+        if not response.planned:
+            return None
+        return CompactionPlan(
+            response.from_message_id, response.to_message_id, response.prompt, int(response.budget_tokens)
+        )
+
+    def compact(
+        self,
+        summarize: Callable[[str], str] | None = None,
+        *,
+        leaf_id: str | None = None,
+        keep_recent_tokens: int = 0,
+    ) -> CompactionRecord | None:
+        """Compacts the branch: with `summarize`, plans on the server, calls your model here and
+        stores the overlay (upstream's createCompactFunction); without, the server's summarizer."""
+        if summarize is None:
+            request = pb.CompactRequest(object_key=self._key, session_id=self.id, leaf_id=leaf_id or "")
+            response = self._client._call(self._key, self._stub.Compact, request)
+            return CompactionRecord.of(response.compaction) if response.compacted else None
+        plan = self.plan_compaction(leaf_id=leaf_id, keep_recent_tokens=keep_recent_tokens)
+        if plan is None:
+            return None
+        summary = summarize(plan.prompt)
+        if not summary.strip():
+            return None
+        return self.add_compaction(summary, plan.from_message_id, plan.to_message_id)
+
+    def set_compaction_policy(self, threshold_tokens: int, *, keep_recent_tokens: int = 0) -> CompactionPolicy:
+        request = pb.SetCompactionPolicyRequest(
+            object_key=self._key,
+            session_id=self.id,
+            policy=pb.CompactionPolicy(threshold_tokens=threshold_tokens, keep_recent_tokens=keep_recent_tokens),
+        )
+        policy = self._client._call(self._key, self._stub.SetCompactionPolicy, request).policy
+        return CompactionPolicy(int(policy.threshold_tokens), int(policy.keep_recent_tokens))
+
+    def get_compaction_policy(self) -> CompactionPolicy:
+        request = pb.GetCompactionPolicyRequest(object_key=self._key, session_id=self.id)
+        policy = self._client._call(self._key, self._stub.GetCompactionPolicy, request).policy
+        return CompactionPolicy(int(policy.threshold_tokens), int(policy.keep_recent_tokens))
+
+    # ── search and feed ─────────────────────────────────────────────────────
+
+    def search(
+        self, query: str, *, limit: int = 20, mode: str = "phrase", all_sessions: bool = False
+    ) -> list[SearchResult]:
+        """Full-text search; `mode` is "phrase" (upstream's) or "all_words"."""
+        request = pb.SearchMessagesRequest(
+            object_key=self._key,
+            session_id=self.id,
+            query=query,
+            limit=limit,
+            mode=search_mode(mode),
+            all_sessions=all_sessions,
+        )
+        return collect_search(self._client._stream(self._key, self._stub.SearchMessages, request))
+
+    def mirror(self) -> Mirror:
+        """A local copy of this session's messages; feed it the object's events to keep it in sync:
+        `for event in session.object.subscribe(session_id=session.id): mirror.apply(event)`."""
+        mirror = Mirror(self.id, lambda: self.history())
+        mirror.messages = self.get_history()
+        return mirror
 
     # ── helpers ─────────────────────────────────────────────────────────────
 

@@ -537,6 +537,9 @@ class SessionsService:
         async with self.object(object_key) as store:
             subscription = store.feed.subscribe(session_filter, resume_after)
             try:
+                if not resume_after:
+                    # Tells a live subscriber where it starts: everything after this revision follows.
+                    yield Progress(store.feed.revision)
                 while True:
                     item = await subscription.next(timeout=progress_seconds)
                     yield Progress(store.feed.revision) if item is None else item

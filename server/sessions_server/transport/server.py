@@ -20,6 +20,7 @@ from grpc_reflection.v1alpha import reflection
 from sessions_proto.v1 import sessions_pb2, sessions_pb2_grpc
 from sessions_server.config import ServerConfig
 from sessions_server.domain.service import SessionsService
+from sessions_server.integrations.chat_completions import ChatCompletionsSummarizer
 from sessions_server.storage.registry import ObjectRegistry
 from sessions_server.transport.servicer import Draining, SessionServicer
 
@@ -39,12 +40,15 @@ class RunningServer:
     health: Any
     draining: Draining
     drain_seconds: float
+    service: SessionsService
 
     async def stop(self) -> None:
         """Graceful stop: NOT_SERVING, refuse new calls, let in-flight calls finish, close."""
         self.draining.active = True
         await self.health.enter_graceful_shutdown()
+        self.registry.close_feeds()  # subscribers end with UNAVAILABLE: reconnect elsewhere
         await self.server.stop(self.drain_seconds)
+        await self.service.compactor.wait_idle()
         await self.registry.close_all()
         self.executor.shutdown(wait=True)
 
@@ -54,10 +58,23 @@ async def create_server(config: ServerConfig) -> RunningServer:
     config.data_dir.mkdir(parents=True, exist_ok=True)
     executor = ThreadPoolExecutor(max_workers=config.worker_threads, thread_name_prefix="sessions-sql")
     registry = ObjectRegistry(config.data_dir, executor, max_open=config.max_open_objects)
+    summarizer = (
+        ChatCompletionsSummarizer(
+            config.summarizer_url,
+            config.summarizer_model,
+            config.summarizer_api_key_env,
+            config.summarizer_timeout_seconds,
+        )
+        if config.summarizer_url
+        else None
+    )
     service = SessionsService(
         registry,
         reserved_metadata_keys=config.reserved_metadata_keys,
         max_object_key_bytes=config.max_object_key_bytes,
+        summarizer=summarizer,
+        max_query_bytes=config.max_query_bytes,
+        search_seconds=config.search_seconds,
     )
     draining = Draining()
     server = grpc.aio.server(
@@ -68,7 +85,9 @@ async def create_server(config: ServerConfig) -> RunningServer:
             *config.extra_options,
         ]
     )
-    sessions_pb2_grpc.add_SessionServiceServicer_to_server(SessionServicer(service, draining), server)
+    sessions_pb2_grpc.add_SessionServiceServicer_to_server(
+        SessionServicer(service, draining, progress_seconds=config.progress_seconds), server
+    )
     health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
@@ -80,7 +99,7 @@ async def create_server(config: ServerConfig) -> RunningServer:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     host = config.listen.rsplit(":", 1)[0]
     return RunningServer(
-        server, port, f"{host}:{port}", registry, executor, health_servicer, draining, config.drain_seconds
+        server, port, f"{host}:{port}", registry, executor, health_servicer, draining, config.drain_seconds, service
     )
 
 

@@ -8,29 +8,36 @@ from __future__ import annotations
 
 import contextlib
 import urllib.parse
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
 import grpc
 
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
+from sessions_server.domain import search as search_rules
+from sessions_server.domain.compactor import Policy
 from sessions_server.domain.errors import InvalidArgument, SessionsError, Unavailable
 from sessions_server.domain.service import (
     DEFAULT_BATCH_BYTES,
     DEFAULT_BATCH_SIZE,
     AppendInput,
     MessageView,
+    Progress,
     RecentSummary,
     SessionsService,
     mark_batches,
+    pointer_form,
 )
-from sessions_server.storage.rows import Parent
+from sessions_server.storage.feed import ChangeEvent, Reset
+from sessions_server.storage.rows import Compaction, Parent
 from sessions_server.transport import framing
 from sessions_server.transport.errors import internal_status, status_for
 
 OBJECT_KEY_HEADER = "x-object-key"
 ROW_STATS_PER_FRAME = 1000
+ATTACHMENT_FRAME_BYTES = 3 * 1024 * 1024
+DEFAULT_PROGRESS_SECONDS = 10.0
 
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")
@@ -75,9 +82,12 @@ async def _abort(context: grpc.aio.ServicerContext[Any, Any], exc: BaseException
 class SessionServicer(pb_grpc.SessionServiceServicer):
     """gRPC handlers for sessions.v1.SessionService."""
 
-    def __init__(self, service: SessionsService, draining: Draining) -> None:
+    def __init__(
+        self, service: SessionsService, draining: Draining, *, progress_seconds: float = DEFAULT_PROGRESS_SECONDS
+    ) -> None:
         self._service = service
         self._draining = draining
+        self._progress_seconds = progress_seconds
 
     def _admit(self, context: grpc.aio.ServicerContext[Any, Any], object_key: str) -> None:
         if self._draining.active:
@@ -398,6 +408,236 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
 
         async for response in _stream(context, run):
             yield response
+
+    async def ReadAttachment(
+        self, request: pb.ReadAttachmentRequest, context: Any
+    ) -> AsyncIterator[pb.ReadAttachmentResponse]:
+        async def run() -> AsyncIterator[pb.ReadAttachmentResponse]:
+            self._admit(context, request.object_key)
+            first = True
+            chunks = self._service.read_attachment(request.object_key, request.hash)
+            async with contextlib.aclosing(chunks):
+                async for media_type, size, data in chunks:
+                    for start in range(0, max(len(data), 1), ATTACHMENT_FRAME_BYTES):
+                        response = pb.ReadAttachmentResponse(data=data[start : start + ATTACHMENT_FRAME_BYTES])
+                        if first:
+                            response.media_type = media_type
+                            response.size_bytes = size
+                            first = False
+                        yield response
+
+        async for response in _stream(context, run):
+            yield response
+
+    # ── compaction ──────────────────────────────────────────────────────────
+
+    async def AddCompaction(self, request: pb.AddCompactionRequest, context: Any) -> pb.AddCompactionResponse:
+        async def run() -> pb.AddCompactionResponse:
+            self._admit(context, request.object_key)
+            record = await self._service.compactor.add(
+                request.object_key,
+                request.session_id,
+                request.summary,
+                request.from_message_id,
+                request.to_message_id,
+            )
+            return pb.AddCompactionResponse(compaction=_compaction(record))
+
+        return await _unary(context, run)
+
+    async def ListCompactions(self, request: pb.ListCompactionsRequest, context: Any) -> pb.ListCompactionsResponse:
+        async def run() -> pb.ListCompactionsResponse:
+            self._admit(context, request.object_key)
+            records = await self._service.compactor.records(request.object_key, request.session_id)
+            return pb.ListCompactionsResponse(compactions=[_compaction(r) for r in records])
+
+        return await _unary(context, run)
+
+    async def PlanCompaction(self, request: pb.PlanCompactionRequest, context: Any) -> pb.PlanCompactionResponse:
+        async def run() -> pb.PlanCompactionResponse:
+            self._admit(context, request.object_key)
+            plan = await self._service.compactor.plan(
+                request.object_key,
+                request.session_id,
+                leaf_id=request.leaf_id,
+                keep_recent_tokens=request.keep_recent_tokens,
+            )
+            if plan is None:
+                return pb.PlanCompactionResponse(planned=False)
+            return pb.PlanCompactionResponse(
+                planned=True,
+                from_message_id=plan.from_message_id,
+                to_message_id=plan.to_message_id,
+                prompt=plan.prompt,
+                budget_tokens=plan.budget_tokens,
+            )
+
+        return await _unary(context, run)
+
+    async def Compact(self, request: pb.CompactRequest, context: Any) -> pb.CompactResponse:
+        async def run() -> pb.CompactResponse:
+            self._admit(context, request.object_key)
+            record = await self._service.compactor.compact(
+                request.object_key, request.session_id, leaf_id=request.leaf_id
+            )
+            if record is None:
+                return pb.CompactResponse(compacted=False)
+            return pb.CompactResponse(compacted=True, compaction=_compaction(record))
+
+        return await _unary(context, run)
+
+    async def SetCompactionPolicy(
+        self, request: pb.SetCompactionPolicyRequest, context: Any
+    ) -> pb.SetCompactionPolicyResponse:
+        async def run() -> pb.SetCompactionPolicyResponse:
+            self._admit(context, request.object_key)
+            policy = await self._service.compactor.set_policy(
+                request.object_key,
+                request.session_id,
+                Policy(request.policy.threshold_tokens, request.policy.keep_recent_tokens),
+            )
+            return pb.SetCompactionPolicyResponse(policy=_policy(policy))
+
+        return await _unary(context, run)
+
+    async def GetCompactionPolicy(
+        self, request: pb.GetCompactionPolicyRequest, context: Any
+    ) -> pb.GetCompactionPolicyResponse:
+        async def run() -> pb.GetCompactionPolicyResponse:
+            self._admit(context, request.object_key)
+            policy = await self._service.compactor.get_policy(request.object_key, request.session_id)
+            return pb.GetCompactionPolicyResponse(policy=_policy(policy))
+
+        return await _unary(context, run)
+
+    # ── search ──────────────────────────────────────────────────────────────
+
+    async def SearchMessages(
+        self, request: pb.SearchMessagesRequest, context: Any
+    ) -> AsyncIterator[pb.SearchMessagesResponse]:
+        async def run() -> AsyncIterator[pb.SearchMessagesResponse]:
+            self._admit(context, request.object_key)
+            if request.mode not in (pb.SEARCH_MODE_UNSPECIFIED, pb.SEARCH_MODE_PHRASE, pb.SEARCH_MODE_ALL_WORDS):
+                raise InvalidArgument(f"unknown search mode {request.mode}", field="mode")
+            hits = await self._service.search(
+                request.object_key,
+                request.session_id,
+                request.query,
+                limit=request.limit,
+                mode=search_rules.ALL_WORDS if request.mode == pb.SEARCH_MODE_ALL_WORDS else search_rules.PHRASE,
+                all_sessions=request.all_sessions,
+            )
+            for hit in hits:
+                pieces = list(framing.split_utf8(hit.content))
+                for index, piece in enumerate(pieces):
+                    response = pb.SearchMessagesResponse(content=piece, more_pieces=index < len(pieces) - 1)
+                    if index == 0:
+                        response.id, response.role, response.session_id = hit.id, hit.role, hit.session_id
+                    yield response
+
+        async for response in _stream(context, run):
+            yield response
+
+    # ── change feed ─────────────────────────────────────────────────────────
+
+    async def Subscribe(self, request: pb.SubscribeRequest, context: Any) -> AsyncIterator[pb.SubscribeResponse]:
+        async def run() -> AsyncIterator[pb.SubscribeResponse]:
+            self._admit(context, request.object_key)
+            inline = _inline(request.attachments)
+            items = self._service.subscribe(
+                request.object_key,
+                request.session_id if request.HasField("session_id") else None,
+                request.resume_after_revision,
+                progress_seconds=self._progress_seconds,
+            )
+            async with contextlib.aclosing(items):
+                async for item in items:
+                    for response in feed_responses(item, inline):
+                        yield response
+
+        async for response in _stream(context, run):
+            yield response
+
+    # ── admin ───────────────────────────────────────────────────────────────
+
+    async def ListSessions(self, request: pb.ListSessionsRequest, context: Any) -> pb.ListSessionsResponse:
+        async def run() -> pb.ListSessionsResponse:
+            self._admit(context, request.object_key)
+            sessions = await self._service.list_sessions(request.object_key)
+            return pb.ListSessionsResponse(
+                sessions=[pb.SessionSummary(session_id=sid, message_count=count) for sid, count in sessions]
+            )
+
+        return await _unary(context, run)
+
+    async def GetObjectStats(self, request: pb.GetObjectStatsRequest, context: Any) -> pb.GetObjectStatsResponse:
+        async def run() -> pb.GetObjectStatsResponse:
+            self._admit(context, request.object_key)
+            return pb.GetObjectStatsResponse(**await self._service.object_stats(request.object_key))
+
+        return await _unary(context, run)
+
+
+def _compaction(record: Compaction) -> pb.Compaction:
+    return pb.Compaction(
+        id=record.id,
+        seq=record.seq,
+        summary=record.summary,
+        from_message_id=record.from_message_id,
+        to_message_id=record.to_message_id,
+        created_at_ms=record.created_at_ms,
+    )
+
+
+def _policy(policy: Policy) -> pb.CompactionPolicy:
+    return pb.CompactionPolicy(threshold_tokens=policy.threshold_tokens, keep_recent_tokens=policy.keep_recent_tokens)
+
+
+_CHANGE_TYPES = {
+    "append": pb.CHANGE_TYPE_APPEND,
+    "update": pb.CHANGE_TYPE_UPDATE,
+    "delete": pb.CHANGE_TYPE_DELETE,
+    "clear": pb.CHANGE_TYPE_CLEAR,
+    "compact": pb.CHANGE_TYPE_COMPACT,
+    "compaction": pb.CHANGE_TYPE_COMPACTION,
+    "import": pb.CHANGE_TYPE_IMPORT,
+    "compaction_error": pb.CHANGE_TYPE_COMPACTION_ERROR,
+}
+_PARENT_MODES = {"auto": pb.PARENT_MODE_AUTO, "root": pb.PARENT_MODE_ROOT, "id": pb.PARENT_MODE_ID}
+
+
+def feed_responses(item: ChangeEvent | Reset | Progress, inline: bool) -> Iterator[pb.SubscribeResponse]:
+    """The frames of one feed item: one, or several when its message needs pieces."""
+    if isinstance(item, Progress):
+        yield pb.SubscribeResponse(revision=item.revision, type=pb.CHANGE_TYPE_PROGRESS)
+        return
+    if isinstance(item, Reset):
+        yield pb.SubscribeResponse(revision=item.revision, type=pb.CHANGE_TYPE_RESET, error=item.reason)
+        return
+    head = pb.SubscribeResponse(
+        revision=item.revision,
+        type=_CHANGE_TYPES[item.type],
+        session_id=item.session_id,
+        inserted=item.inserted,
+        message_ids=item.message_ids,
+        error=item.error,
+    )
+    if item.parent_kind:
+        head.parent_mode = _PARENT_MODES[item.parent_kind]
+        head.parent_id = item.parent_id
+    if item.compaction is not None:
+        head.compaction.CopyFrom(_compaction(item.compaction))
+    if item.message_json is None:
+        yield head
+        return
+    text = item.message_json
+    if not inline:
+        text = item.cache.get("pointer") or item.cache.setdefault("pointer", pointer_form(text))
+    frames = list(framing.message_frames(MessageView(item.message_info, text)))
+    head.message.CopyFrom(frames[0])
+    yield head
+    for frame in frames[1:]:
+        yield pb.SubscribeResponse(revision=item.revision, type=head.type, session_id=item.session_id, message=frame)
 
 
 async def _unary(context: Any, run: Callable[[], Awaitable[Resp]]) -> Resp:

@@ -1,0 +1,236 @@
+// Package sessions is a thin Go client for the Sessions gRPC service (sessions.v1).
+//
+// The handle shape mirrors the Python client:
+//
+//	client, err := sessions.Dial(ctx, "127.0.0.1:50051")
+//	defer client.Close()
+//	s := client.Object("tenant-1/agent-7").Session("")
+//	res, err := s.AppendMessage(ctx, json.RawMessage(`{"id":"m1","role":"user","parts":[]}`))
+//	for msg, err := range s.History(ctx).All() { ... }
+//
+// Messages travel as JSON text and come back byte-exact as json.RawMessage. The client sends the
+// routing metadata (x-object-key), reassembles messages that the server sends in pieces, picks
+// the client-streaming UploadMessage path for messages over 3 MiB, and turns failures into
+// *Error values carrying the gRPC code and the server's ErrorInfo reason.
+package sessions
+
+import (
+	"context"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+
+	pb "github.com/sessions-dev/sessions/clients/go/gen/sessions/v1"
+)
+
+// ObjectKeyHeader is the request metadata that carries the percent-encoded object key, so a
+// proxy can route on it without decoding protobuf.
+const ObjectKeyHeader = "x-object-key"
+
+// Client is a connection to a Sessions server. It is safe for concurrent use.
+type Client struct {
+	conn        *grpc.ClientConn
+	ownsConn    bool
+	stub        pb.SessionServiceClient
+	callTimeout time.Duration
+}
+
+// DialOption configures Dial.
+type DialOption func(*dialConfig)
+
+type dialConfig struct {
+	grpcOpts    []grpc.DialOption
+	creds       credentials.TransportCredentials
+	conn        *grpc.ClientConn
+	block       bool
+	callTimeout time.Duration
+}
+
+// WithTransportCredentials sets the connection's credentials (TLS, mTLS). The default is an
+// insecure (plaintext) connection, as the Python client's insecure_channel.
+func WithTransportCredentials(creds credentials.TransportCredentials) DialOption {
+	return func(c *dialConfig) { c.creds = creds }
+}
+
+// WithGRPCOptions passes extra options to grpc.NewClient (interceptors, per-RPC credentials, ...).
+func WithGRPCOptions(opts ...grpc.DialOption) DialOption {
+	return func(c *dialConfig) { c.grpcOpts = append(c.grpcOpts, opts...) }
+}
+
+// WithConn uses an existing connection instead of opening one; Close leaves it open.
+func WithConn(conn *grpc.ClientConn) DialOption {
+	return func(c *dialConfig) { c.conn = conn }
+}
+
+// WithBlock makes Dial wait until the connection is ready (or ctx ends) instead of connecting
+// lazily on the first call.
+func WithBlock() DialOption {
+	return func(c *dialConfig) { c.block = true }
+}
+
+// WithCallTimeout bounds every call that returns a complete result (writes and collected reads)
+// when the caller's context has no earlier deadline. Streaming iterators (History,
+// HistoryBatches, Subscribe) are bounded only by their context.
+func WithCallTimeout(d time.Duration) DialOption {
+	return func(c *dialConfig) { c.callTimeout = d }
+}
+
+// Dial connects to a Sessions server at target (e.g. "127.0.0.1:50051" or "dns:///host:port").
+func Dial(ctx context.Context, target string, opts ...DialOption) (*Client, error) {
+	cfg := dialConfig{}
+	for _, opt := range opts {
+		opt(&cfg)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, toError(err)
+	}
+	client := &Client{conn: cfg.conn, callTimeout: cfg.callTimeout}
+	if client.conn == nil {
+		creds := cfg.creds
+		if creds == nil {
+			creds = insecure.NewCredentials()
+		}
+		grpcOpts := append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, cfg.grpcOpts...)
+		conn, err := grpc.NewClient(target, grpcOpts...)
+		if err != nil {
+			return nil, toError(err)
+		}
+		client.conn = conn
+		client.ownsConn = true
+	}
+	client.stub = pb.NewSessionServiceClient(client.conn)
+	if cfg.block {
+		if err := waitReady(ctx, client.conn); err != nil {
+			_ = client.Close()
+			return nil, err
+		}
+	}
+	return client, nil
+}
+
+func waitReady(ctx context.Context, conn *grpc.ClientConn) error {
+	conn.Connect()
+	for {
+		state := conn.GetState()
+		if state == connectivity.Ready {
+			return nil
+		}
+		if state == connectivity.Shutdown {
+			return &Error{Code: codeUnavailable, Message: "connection is shut down"}
+		}
+		if !conn.WaitForStateChange(ctx, state) {
+			return toError(ctx.Err())
+		}
+	}
+}
+
+// Close closes the connection (unless it was passed in with WithConn).
+func (c *Client) Close() error {
+	if c.ownsConn && c.conn != nil {
+		return c.conn.Close()
+	}
+	return nil
+}
+
+// Conn returns the underlying gRPC connection.
+func (c *Client) Conn() *grpc.ClientConn { return c.conn }
+
+// Stub returns the generated stub, for RPCs this package does not wrap. Add the routing
+// metadata with RoutingContext.
+func (c *Client) Stub() pb.SessionServiceClient { return c.stub }
+
+// Object returns a handle on one object (an isolated store) of the server.
+func (c *Client) Object(key string) *Object {
+	return &Object{client: c, key: key, escapedKey: EscapeObjectKey(key)}
+}
+
+// Object is one object on the server, named by its key.
+type Object struct {
+	client     *Client
+	key        string
+	escapedKey string
+}
+
+// Key returns the object key.
+func (o *Object) Key() string { return o.key }
+
+// Session returns a handle on one session of the object ("" is the default session).
+func (o *Object) Session(id string) *Session {
+	return &Session{object: o, client: o.client, id: id}
+}
+
+// Session is one session inside an object. Handles are cheap values; make as many as needed.
+type Session struct {
+	object *Object
+	client *Client
+	id     string
+}
+
+// ID returns the session id.
+func (s *Session) ID() string { return s.id }
+
+// Object returns the session's object.
+func (s *Session) Object() *Object { return s.object }
+
+// RoutingContext returns ctx with the x-object-key routing metadata for key, for calls made
+// directly on Stub().
+func RoutingContext(ctx context.Context, key string) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, ObjectKeyHeader, EscapeObjectKey(key))
+}
+
+// EscapeObjectKey percent-encodes a key as Python's urllib.parse.quote(key, safe="") does:
+// every byte of its UTF-8 form except ASCII letters, digits and "_.-~" becomes %XX (uppercase).
+func EscapeObjectKey(key string) string {
+	const hex = "0123456789ABCDEF"
+	n := 0
+	for i := 0; i < len(key); i++ {
+		if !unreservedByte(key[i]) {
+			n++
+		}
+	}
+	if n == 0 {
+		return key
+	}
+	out := make([]byte, 0, len(key)+2*n)
+	for i := 0; i < len(key); i++ {
+		b := key[i]
+		if unreservedByte(b) {
+			out = append(out, b)
+			continue
+		}
+		out = append(out, '%', hex[b>>4], hex[b&0x0F])
+	}
+	return string(out)
+}
+
+func unreservedByte(b byte) bool {
+	switch {
+	case 'A' <= b && b <= 'Z', 'a' <= b && b <= 'z', '0' <= b && b <= '9':
+		return true
+	case b == '_', b == '.', b == '-', b == '~':
+		return true
+	}
+	return false
+}
+
+// routed returns ctx carrying the object's routing metadata.
+func (o *Object) routed(ctx context.Context) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, ObjectKeyHeader, o.escapedKey)
+}
+
+// unaryCtx returns the context for a call that completes with a result: routed, and bounded by
+// the client's call timeout when one is set.
+func (o *Object) unaryCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx = o.routed(ctx)
+	if d := o.client.callTimeout; d > 0 {
+		if deadline, ok := ctx.Deadline(); !ok || time.Until(deadline) > d {
+			return context.WithTimeout(ctx, d)
+		}
+	}
+	return context.WithCancel(ctx)
+}
+

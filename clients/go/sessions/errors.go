@@ -1,0 +1,117 @@
+package sessions
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Reasons found in Error.Reason: the ErrorReason enum of the contract without its prefix.
+const (
+	ReasonInvalidJSON        = "INVALID_JSON"
+	ReasonInvalidMessage     = "INVALID_MESSAGE"
+	ReasonInvalidObjectKey   = "INVALID_OBJECT_KEY"
+	ReasonInvalidField       = "INVALID_FIELD"
+	ReasonObjectKeyMismatch  = "OBJECT_KEY_MISMATCH"
+	ReasonInvalidStream      = "INVALID_STREAM"
+	ReasonDraining           = "DRAINING"
+	ReasonStorageFailure     = "STORAGE_FAILURE"
+	ReasonLimitExceeded      = "LIMIT_EXCEEDED"
+	errorDomain              = "sessions.v1"
+	codeUnavailable          = codes.Unavailable
+	streamEndedInsideMessage = "stream ended inside a message (more_pieces was true)"
+)
+
+// Error is every failure this package returns: the gRPC status code, the server's message and,
+// when the server sent one, the google.rpc.ErrorInfo reason and metadata. Use errors.As to get
+// it, or the Code and Reason helpers.
+type Error struct {
+	// Code is the gRPC status code.
+	Code codes.Code
+	// Message is the status message.
+	Message string
+	// Reason is the ErrorInfo reason (e.g. "INVALID_JSON"); empty when the status had none.
+	Reason string
+	// Domain is the ErrorInfo domain ("sessions.v1" for the server's own errors).
+	Domain string
+	// Metadata is the ErrorInfo metadata (e.g. "field", "detail", "limit").
+	Metadata map[string]string
+
+	status *status.Status
+}
+
+func (e *Error) Error() string {
+	s := fmt.Sprintf("sessions: %s: %s", e.Code, e.Message)
+	if e.Reason != "" {
+		s += " [" + e.Reason + "]"
+	}
+	return s
+}
+
+// GRPCStatus lets status.FromError and status.Code see the original status.
+func (e *Error) GRPCStatus() *status.Status {
+	if e.status != nil {
+		return e.status
+	}
+	return status.New(e.Code, e.Message)
+}
+
+// Code returns the gRPC code of err: the Error's code, codes.OK for nil, codes.Unknown otherwise.
+func Code(err error) codes.Code {
+	if err == nil {
+		return codes.OK
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return status.Code(err)
+}
+
+// Reason returns the ErrorInfo reason of err, or "" when it has none.
+func Reason(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Reason
+	}
+	return ""
+}
+
+// toError converts a gRPC (or context) error into *Error; nil stays nil.
+func toError(err error) error {
+	if err == nil {
+		return nil
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			st = status.FromContextError(err)
+		} else {
+			st = status.New(codes.Unknown, err.Error())
+		}
+	}
+	out := &Error{Code: st.Code(), Message: st.Message(), status: st}
+	for _, detail := range st.Details() {
+		if info, ok := detail.(*errdetails.ErrorInfo); ok {
+			out.Reason = info.GetReason()
+			out.Domain = info.GetDomain()
+			out.Metadata = maps.Clone(info.GetMetadata())
+			break
+		}
+	}
+	return out
+}
+
+// clientError is an error found before anything was sent, shaped like the server's.
+func clientError(code codes.Code, reason, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...), Reason: reason, Domain: errorDomain}
+}

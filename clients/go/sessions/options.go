@@ -1,0 +1,96 @@
+package sessions
+
+// Option configures a write (AppendMessage, AppendMessages, UpdateMessage, UpsertMessage).
+// Options that do not apply to a call are ignored.
+type Option func(*writeOptions)
+
+type writeOptions struct {
+	parentMode ParentMode
+	parentID   string
+	source     Source
+}
+
+func newWriteOptions(opts []Option) writeOptions {
+	o := writeOptions{parentMode: ParentAuto, source: SourceServer}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
+// WithAutoParent attaches the message to the session's newest message (a root when the
+// session is empty). This is the default.
+func WithAutoParent() Option {
+	return func(o *writeOptions) { o.parentMode, o.parentID = ParentAuto, "" }
+}
+
+// WithRoot starts a new root.
+func WithRoot() Option {
+	return func(o *writeOptions) { o.parentMode, o.parentID = ParentRoot, "" }
+}
+
+// WithParent attaches the message to the given parent. An empty, unknown or other-session id
+// makes a root, as upstream does; the result's Message.Info.ParentID shows the parent used.
+func WithParent(id string) Option {
+	return func(o *writeOptions) { o.parentMode, o.parentID = ParentByID, id }
+}
+
+// WithSource says who produced the message (SourceServer by default). SourceClient input has
+// the server's reserved metadata keys removed.
+func WithSource(source Source) Option {
+	return func(o *writeOptions) { o.source = source }
+}
+
+// ReadOption configures a read. Options that do not apply to a call are ignored.
+type ReadOption func(*readOptions)
+
+type readOptions struct {
+	leafID        string
+	newestFirst   bool
+	pointers      bool
+	batchSize     uint32
+	maxBatchBytes uint64
+	resumeAfter   uint64
+}
+
+func newReadOptions(opts []ReadOption) readOptions {
+	var o readOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
+// WithLeaf reads the path ending at this leaf instead of the active leaf (History,
+// HistoryBatches, GetRecentHistory, GetHistoryRowStats). An unknown id reads nothing.
+func WithLeaf(id string) ReadOption {
+	return func(o *readOptions) { o.leafID = id }
+}
+
+// NewestFirst reads a path from the leaf towards the root (History, HistoryBatches). Its cost
+// grows with what is read, so stop early when looking for something recent.
+func NewestFirst() ReadOption {
+	return func(o *readOptions) { o.newestFirst = true }
+}
+
+// WithAttachmentPointers leaves stored attachments as `attachment:sha256:<hex>` pointers
+// instead of restoring their payloads into the messages.
+func WithAttachmentPointers() ReadOption {
+	return func(o *readOptions) { o.pointers = true }
+}
+
+// WithBatchSize sets HistoryBatches' largest batch, in messages (default 50).
+func WithBatchSize(n uint32) ReadOption {
+	return func(o *readOptions) { o.batchSize = n }
+}
+
+// WithMaxBatchBytes sets HistoryBatches' largest batch, in JSON bytes (default 4 MiB); a larger
+// message forms a batch alone.
+func WithMaxBatchBytes(n uint64) ReadOption {
+	return func(o *readOptions) { o.maxBatchBytes = n }
+}
+
+// ResumeAfter makes Subscribe resume after this revision instead of starting live.
+func ResumeAfter(revision uint64) ReadOption {
+	return func(o *readOptions) { o.resumeAfter = revision }
+}

@@ -1,0 +1,340 @@
+package sessions
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"iter"
+	"slices"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	pb "github.com/sessions-dev/sessions/clients/go/gen/sessions/v1"
+)
+
+// AppendMessage appends one message. msg is JSON text (json.RawMessage, []byte, string), a
+// Message, or any value encoding/json can marshal. Idempotent by message id: when the id already
+// exists in the session nothing is written and the stored message comes back with
+// Inserted=false. Messages over 3 MiB go through the client-streaming UploadMessage path.
+func (s *Session) AppendMessage(ctx context.Context, msg any, opts ...Option) (AppendResult, error) {
+	o := newWriteOptions(opts)
+	text, err := toJSON(msg)
+	if err != nil {
+		return AppendResult{}, err
+	}
+	if len(text) > UnaryLimitBytes {
+		up, err := s.upload(ctx, pb.UploadOperation_UPLOAD_OPERATION_APPEND, text, o)
+		if err != nil {
+			return AppendResult{}, err
+		}
+		written, err := s.written(ctx, up.GetMessage())
+		return AppendResult{Inserted: up.GetInserted(), Message: written}, err
+	}
+	mode, parentID := parentFields(o)
+	req := &pb.AppendMessageRequest{
+		ObjectKey:   s.object.key,
+		SessionId:   s.id,
+		MessageJson: text,
+		ParentMode:  mode,
+		ParentId:    parentID,
+		Source:      pb.Source(o.source),
+	}
+	cctx, cancel := s.object.unaryCtx(ctx)
+	defer cancel()
+	resp, err := s.client.stub.AppendMessage(cctx, req)
+	if err != nil {
+		return AppendResult{}, toError(err)
+	}
+	written, err := s.written(ctx, resp.GetMessage())
+	return AppendResult{Inserted: resp.GetInserted(), Message: written}, err
+}
+
+// AppendMessages appends messages in one transaction: all are stored or none. The parent option
+// applies to the first message; the others chain (each attaches to the one before it). The
+// source option applies to all.
+func (s *Session) AppendMessages(ctx context.Context, msgs []any, opts ...Option) ([]AppendResult, error) {
+	o := newWriteOptions(opts)
+	items := make([]*pb.AppendItem, 0, len(msgs))
+	for i, msg := range msgs {
+		text, err := toJSON(msg)
+		if err != nil {
+			return nil, err
+		}
+		item := &pb.AppendItem{MessageJson: text, ParentMode: pb.ParentMode_PARENT_MODE_AUTO, Source: pb.Source(o.source)}
+		if i == 0 {
+			item.ParentMode, item.ParentId = parentFields(o)
+		}
+		items = append(items, item)
+	}
+	cctx, cancel := s.object.unaryCtx(ctx)
+	defer cancel()
+	resp, err := s.client.stub.AppendMessages(cctx, &pb.AppendMessagesRequest{
+		ObjectKey: s.object.key, SessionId: s.id, Items: items,
+	})
+	if err != nil {
+		return nil, toError(err)
+	}
+	out := make([]AppendResult, 0, len(resp.GetResults()))
+	for _, r := range resp.GetResults() {
+		written, err := s.written(ctx, r.GetMessage())
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, AppendResult{Inserted: r.GetInserted(), Message: written})
+	}
+	return out, nil
+}
+
+// UpdateMessage replaces the content of an existing message, named by the `id` inside msg (its
+// parent, seq and created time stay). A missing id answers Found=false; an unchanged message
+// writes nothing (Changed=false).
+func (s *Session) UpdateMessage(ctx context.Context, msg any, opts ...Option) (UpdateResult, error) {
+	o := newWriteOptions(opts)
+	text, err := toJSON(msg)
+	if err != nil {
+		return UpdateResult{}, err
+	}
+	if len(text) > UnaryLimitBytes {
+		up, err := s.upload(ctx, pb.UploadOperation_UPLOAD_OPERATION_UPDATE, text, o)
+		if err != nil {
+			return UpdateResult{}, err
+		}
+		res := UpdateResult{Found: up.GetFound(), Changed: up.GetChanged()}
+		if res.Found {
+			res.Message, err = s.written(ctx, up.GetMessage())
+		}
+		return res, err
+	}
+	cctx, cancel := s.object.unaryCtx(ctx)
+	defer cancel()
+	resp, err := s.client.stub.UpdateMessage(cctx, &pb.UpdateMessageRequest{
+		ObjectKey: s.object.key, SessionId: s.id, MessageJson: text, Source: pb.Source(o.source),
+	})
+	if err != nil {
+		return UpdateResult{}, toError(err)
+	}
+	res := UpdateResult{Found: resp.GetFound(), Changed: resp.GetChanged()}
+	if res.Found {
+		res.Message, err = s.written(ctx, resp.GetMessage())
+	}
+	return res, err
+}
+
+// UpsertMessage appends the message when its id is new, otherwise updates it (never re-parents
+// it; the parent option applies only to a new message).
+func (s *Session) UpsertMessage(ctx context.Context, msg any, opts ...Option) (UpsertResult, error) {
+	o := newWriteOptions(opts)
+	text, err := toJSON(msg)
+	if err != nil {
+		return UpsertResult{}, err
+	}
+	if len(text) > UnaryLimitBytes {
+		up, err := s.upload(ctx, pb.UploadOperation_UPLOAD_OPERATION_UPSERT, text, o)
+		if err != nil {
+			return UpsertResult{}, err
+		}
+		written, err := s.written(ctx, up.GetMessage())
+		return UpsertResult{Inserted: up.GetInserted(), Changed: up.GetChanged(), Message: written}, err
+	}
+	mode, parentID := parentFields(o)
+	cctx, cancel := s.object.unaryCtx(ctx)
+	defer cancel()
+	resp, err := s.client.stub.UpsertMessage(cctx, &pb.UpsertMessageRequest{
+		ObjectKey:   s.object.key,
+		SessionId:   s.id,
+		MessageJson: text,
+		ParentMode:  mode,
+		ParentId:    parentID,
+		Source:      pb.Source(o.source),
+	})
+	if err != nil {
+		return UpsertResult{}, toError(err)
+	}
+	written, err := s.written(ctx, resp.GetMessage())
+	return UpsertResult{Inserted: resp.GetInserted(), Changed: resp.GetChanged(), Message: written}, err
+}
+
+// DeleteMessages deletes messages by id (unknown ids are ignored) and returns how many were
+// deleted. Children of a deleted message are re-parented to its nearest surviving ancestor.
+func (s *Session) DeleteMessages(ctx context.Context, ids ...string) (int64, error) {
+	cctx, cancel := s.object.unaryCtx(ctx)
+	defer cancel()
+	resp, err := s.client.stub.DeleteMessages(cctx, &pb.DeleteMessagesRequest{
+		ObjectKey: s.object.key, SessionId: s.id, MessageIds: ids,
+	})
+	if err != nil {
+		return 0, toError(err)
+	}
+	return resp.GetDeletedCount(), nil
+}
+
+// ClearMessages deletes every message and compaction of the session and returns how many
+// messages were deleted.
+func (s *Session) ClearMessages(ctx context.Context) (int64, error) {
+	cctx, cancel := s.object.unaryCtx(ctx)
+	defer cancel()
+	resp, err := s.client.stub.ClearMessages(cctx, &pb.ClearMessagesRequest{ObjectKey: s.object.key, SessionId: s.id})
+	if err != nil {
+		return 0, toError(err)
+	}
+	return resp.GetDeletedCount(), nil
+}
+
+// ImportMessages imports historical messages verbatim (explicit parent and created time, no
+// sanitizing) in one client stream; large messages are sent in pieces. Each message commits on
+// its own; ids that already exist are skipped.
+func (s *Session) ImportMessages(ctx context.Context, items []ImportItem) (ImportResult, error) {
+	return s.ImportMessagesSeq(ctx, slices.Values(items))
+}
+
+// ImportMessagesSeq is ImportMessages for items produced lazily, e.g. read from another server's
+// History: only the message being sent is held.
+func (s *Session) ImportMessagesSeq(ctx context.Context, items iter.Seq[ImportItem]) (ImportResult, error) {
+	cctx, cancel := s.object.unaryCtx(ctx)
+	defer cancel()
+	stream, err := s.client.stub.ImportMessages(cctx)
+	if err != nil {
+		return ImportResult{}, toError(err)
+	}
+	first := true
+	var sendErr error
+	for item := range items {
+		text, err := toJSON(item.Message)
+		if err != nil {
+			sendErr = err
+			break
+		}
+		createdAt := item.CreatedAt
+		if createdAt.IsZero() {
+			createdAt = time.Now()
+		}
+		parts := pieces(text)
+		for i, piece := range parts {
+			req := &pb.ImportMessagesRequest{JsonPiece: piece, MorePieces: i < len(parts)-1}
+			if first {
+				req.ObjectKey, req.SessionId = s.object.key, s.id
+				first = false
+			}
+			if i == 0 {
+				req.CreatedAtMs = createdAt.UnixMilli()
+				if item.ParentID != "" {
+					req.ParentId = &item.ParentID
+				}
+			}
+			if err := stream.Send(req); err != nil {
+				sendErr = err
+				break
+			}
+		}
+		if sendErr != nil {
+			break
+		}
+	}
+	if sendErr != nil {
+		var e *Error
+		if errors.As(sendErr, &e) && e.status == nil {
+			// A client-side problem (a message that is not JSON text): abort the stream. Messages
+			// sent before it may have been imported already; each commits on its own.
+			cancel()
+			return ImportResult{}, e
+		}
+		if sendErr != io.EOF { // io.EOF: the server ended the stream; CloseAndRecv has its status
+			cancel()
+			return ImportResult{}, toError(sendErr)
+		}
+	}
+	if first { // an empty import still names its object
+		if err := stream.Send(&pb.ImportMessagesRequest{ObjectKey: s.object.key, SessionId: s.id}); err != nil && err != io.EOF {
+			return ImportResult{}, toError(err)
+		}
+	}
+	resp, err := stream.CloseAndRecv()
+	if err != nil {
+		return ImportResult{}, toError(err)
+	}
+	return ImportResult{Imported: resp.GetImportedCount(), Skipped: resp.GetSkippedCount()}, nil
+}
+
+// ImportChain turns messages into ImportItems that form a chain: each one's parent is the id of
+// the message before it (the first is a root), all created now.
+func ImportChain(msgs ...any) []ImportItem {
+	items := make([]ImportItem, 0, len(msgs))
+	previous := ""
+	for _, msg := range msgs {
+		items = append(items, ImportItem{Message: msg, ParentID: previous})
+		previous = messageID(msg)
+	}
+	return items
+}
+
+func messageID(msg any) string {
+	text, err := toJSON(msg)
+	if err != nil {
+		return ""
+	}
+	var head struct {
+		ID any `json:"id"`
+	}
+	if json.Unmarshal([]byte(text), &head) != nil {
+		return ""
+	}
+	id, _ := head.ID.(string)
+	return id
+}
+
+// upload sends one message through the client-streaming UploadMessage RPC, in pieces.
+func (s *Session) upload(ctx context.Context, op pb.UploadOperation, text string, o writeOptions) (*pb.UploadMessageResponse, error) {
+	cctx, cancel := s.object.unaryCtx(ctx)
+	defer cancel()
+	stream, err := s.client.stub.UploadMessage(cctx)
+	if err != nil {
+		return nil, toError(err)
+	}
+	mode, parentID := parentFields(o)
+	header := &pb.UploadHeader{
+		ObjectKey:  s.object.key,
+		SessionId:  s.id,
+		Operation:  op,
+		ParentMode: mode,
+		ParentId:   parentID,
+		Source:     pb.Source(o.source),
+	}
+	if op == pb.UploadOperation_UPLOAD_OPERATION_UPDATE {
+		header.ParentMode, header.ParentId = pb.ParentMode_PARENT_MODE_UNSPECIFIED, ""
+	}
+	for i, piece := range pieces(text) {
+		req := &pb.UploadMessageRequest{JsonPiece: piece}
+		if i == 0 {
+			req.Header = header
+		}
+		if err := stream.Send(req); err != nil {
+			if err == io.EOF {
+				break // the server ended the stream early; CloseAndRecv returns its status
+			}
+			return nil, toError(err)
+		}
+	}
+	resp, err := stream.CloseAndRecv()
+	if err != nil {
+		return nil, toError(err)
+	}
+	return resp, nil
+}
+
+// written turns a write's WrittenMessage into a Message, reading the JSON back when the server
+// left it out of the response for being too large for one frame.
+func (s *Session) written(ctx context.Context, w *pb.WrittenMessage) (Message, error) {
+	if !w.GetJsonOmitted() {
+		return Message{JSON: json.RawMessage(w.GetJson()), Info: infoFrom(w.GetInfo())}, nil
+	}
+	msg, found, err := s.GetMessage(ctx, w.GetInfo().GetId())
+	if err != nil {
+		return Message{}, err
+	}
+	if !found {
+		return Message{}, clientError(codes.NotFound, "", "written message %q vanished before it was read back", w.GetInfo().GetId())
+	}
+	return msg, nil
+}

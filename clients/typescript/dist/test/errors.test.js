@@ -1,0 +1,73 @@
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import { SessionsError } from "../src/index.js";
+import { TestServer, freshKey, msg } from "./server.js";
+let server;
+let client;
+before(async () => {
+    server = await TestServer.start();
+    client = server.client();
+});
+after(async () => {
+    await server?.stop();
+});
+function expectError(code, reason, field) {
+    return (e) => {
+        assert.ok(e instanceof SessionsError, `expected SessionsError, got ${String(e)}`);
+        assert.equal(e.code, code);
+        assert.equal(e.reason, reason);
+        assert.equal(e.domain, "sessions.v1");
+        if (field !== undefined)
+            assert.equal(e.metadata["field"], field);
+        assert.match(e.message, new RegExp(`^${code}: `));
+        return true;
+    };
+}
+test("invalid JSON text is INVALID_ARGUMENT / INVALID_JSON", async () => {
+    const s = client.object(freshKey()).session();
+    await assert.rejects(s.appendMessage('{"id": "a", '), expectError("INVALID_ARGUMENT", "INVALID_JSON", "message_json"));
+    await assert.rejects(s.upsertMessage("not json"), expectError("INVALID_ARGUMENT", "INVALID_JSON"));
+    await assert.rejects(s.updateMessage("[1,"), expectError("INVALID_ARGUMENT", "INVALID_JSON"));
+    await assert.rejects(s.importMessages(["{bad"]), expectError("INVALID_ARGUMENT", "INVALID_JSON"));
+});
+test("JSON that is not a message is INVALID_ARGUMENT / INVALID_MESSAGE", async () => {
+    const s = client.object(freshKey()).session();
+    await assert.rejects(s.appendMessage({ id: "a", role: "user" }), expectError("INVALID_ARGUMENT", "INVALID_MESSAGE"));
+    await assert.rejects(s.appendMessage({ id: 1, role: "user", parts: [] }), expectError("INVALID_ARGUMENT", "INVALID_MESSAGE"));
+    await assert.rejects(s.appendMessage({ id: "a", role: "user", parts: [1] }), expectError("INVALID_ARGUMENT", "INVALID_MESSAGE"));
+    await assert.rejects(s.appendMessage("[]"), expectError("INVALID_ARGUMENT", "INVALID_MESSAGE"));
+    await assert.rejects(s.updateMessage({ role: "user", parts: [] }), expectError("INVALID_ARGUMENT", "INVALID_MESSAGE"));
+    assert.equal(await s.getLatestLeaf(), null, "nothing was written");
+});
+test("bad input over the UploadMessage path (> 3 MiB) carries the same reasons", async () => {
+    const s = client.object(freshKey()).session();
+    const big = "x".repeat(4 * 1024 * 1024);
+    await assert.rejects(s.appendMessage(`{"id":"a","role":"user","parts":[],"pad":"${big}"`), expectError("INVALID_ARGUMENT", "INVALID_JSON"));
+    await assert.rejects(s.appendMessage({ id: "a", role: "user", parts: "no", pad: big }), expectError("INVALID_ARGUMENT", "INVALID_MESSAGE"));
+});
+test("an invalid object key is INVALID_ARGUMENT / INVALID_OBJECT_KEY", async () => {
+    await assert.rejects(client.object("").session().appendMessage(msg("a")), expectError("INVALID_ARGUMENT", "INVALID_OBJECT_KEY"));
+    await assert.rejects(client.object("a\u0001b").session().getMessage("a"), expectError("INVALID_ARGUMENT", "INVALID_OBJECT_KEY"));
+    await assert.rejects(client.object("k".repeat(5000)).session().getHistory(), expectError("INVALID_ARGUMENT", "INVALID_OBJECT_KEY"));
+});
+test("non-serializable input fails locally with a TypeError", async () => {
+    const s = client.object(freshKey()).session();
+    await assert.rejects(s.appendMessage(undefined), TypeError);
+    await assert.rejects(s.appendMessage(msg("a"), { parentId: 5 }), TypeError);
+    await assert.rejects(s.appendMessage(msg("a"), { source: "robot" }), TypeError);
+});
+test("an unreachable server is UNAVAILABLE", async () => {
+    const { SessionsClient } = await import("../src/index.js");
+    const dead = new SessionsClient("127.0.0.1:1");
+    try {
+        await assert.rejects(dead.object("k").session().getMessage("a"), (e) => {
+            assert.ok(e instanceof SessionsError);
+            assert.equal(e.code, "UNAVAILABLE");
+            return true;
+        });
+    }
+    finally {
+        dead.close();
+    }
+});
+//# sourceMappingURL=errors.test.js.map

@@ -1,0 +1,189 @@
+import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
+
+import type { Interceptor } from "@connectrpc/connect";
+import type { SessionHandle, SessionsClient } from "../src/index.js";
+import { TestServer, freshKey, msg } from "./server.js";
+
+let server: TestServer;
+let client: SessionsClient;
+
+before(async () => {
+  server = await TestServer.start();
+  client = server.client();
+});
+after(async () => {
+  await server?.stop();
+});
+
+/** a → b → c, and a → d (the newest message, so the active leaf). */
+async function tree(): Promise<SessionHandle> {
+  const s = client.object(freshKey()).session("t");
+  await s.appendMessages([msg("a"), msg("b"), msg("c")]);
+  await s.appendMessage(msg("d", "branch", "assistant"), { parentId: "a" });
+  return s;
+}
+
+const ids = (messages: { id: string }[]) => messages.map((m) => m.id);
+
+describe("single reads", () => {
+  test("getMessage returns the message, or null", async () => {
+    const s = await tree();
+    assert.deepEqual(await s.getMessage("b"), msg("b"));
+    assert.equal(await s.getMessage("missing"), null);
+  });
+
+  test("getMessages keeps request order and gives null for missing ids", async () => {
+    const s = await tree();
+    const found = await s.getMessages(["c", "missing", "a"]);
+    assert.deepEqual(found, [msg("c"), null, msg("a")]);
+    assert.deepEqual(await s.getMessages([]), []);
+  });
+
+  test("getLatestLeaf is the newest message, null for an empty session", async () => {
+    const s = await tree();
+    assert.deepEqual(await s.getLatestLeaf(), msg("d", "branch", "assistant"));
+    assert.equal(await client.object(freshKey()).session().getLatestLeaf(), null);
+  });
+
+  test("getBranches lists direct children oldest first", async () => {
+    const s = await tree();
+    assert.deepEqual(ids(await s.getBranches("a")), ["b", "d"]);
+    assert.deepEqual(await s.getBranches("c"), []);
+    assert.deepEqual(await s.getBranches("missing"), []);
+  });
+});
+
+describe("history", () => {
+  test("history() streams the active branch root first, or newest first", async () => {
+    const s = await tree();
+    const forward: string[] = [];
+    for await (const m of s.history()) forward.push(m.id);
+    assert.deepEqual(forward, ["a", "d"]);
+    const backward: string[] = [];
+    for await (const m of s.history({ newestFirst: true })) backward.push(m.id);
+    assert.deepEqual(backward, ["d", "a"]);
+  });
+
+  test("getHistory reads any leaf's path; an unknown leaf reads nothing", async () => {
+    const s = await tree();
+    assert.deepEqual(ids(await s.getHistory({ leafId: "c" })), ["a", "b", "c"]);
+    assert.deepEqual(ids(await s.getHistory({ leafId: "c", newestFirst: true })), ["c", "b", "a"]);
+    assert.deepEqual((await s.getHistory({ leafId: "b" }))[1], msg("b"));
+    assert.deepEqual(await s.getHistory({ leafId: "nope" }), []);
+    assert.deepEqual(await client.object(freshKey()).session().getHistory(), []);
+  });
+
+  test("historyBatches groups by count and by bytes", async () => {
+    const s = client.object(freshKey()).session();
+    await s.appendMessages(Array.from({ length: 10 }, (_, i) => msg(`m${i}`, "x".repeat(100))));
+    const byCount: string[][] = [];
+    for await (const batch of s.historyBatches({ batchSize: 3 })) byCount.push(ids(batch));
+    assert.deepEqual(
+      byCount.map((b) => b.length),
+      [3, 3, 3, 1],
+    );
+    assert.deepEqual(byCount.flat(), Array.from({ length: 10 }, (_, i) => `m${i}`));
+    const size = JSON.stringify(msg("m0", "x".repeat(100))).length;
+    const byBytes: number[] = [];
+    for await (const batch of s.historyBatches({ batchSize: 100, maxBatchBytes: size * 2 + 1 })) byBytes.push(batch.length);
+    assert.deepEqual(byBytes, [2, 2, 2, 2, 2]);
+    const newest: string[] = [];
+    for await (const batch of s.historyBatches({ batchSize: 4, newestFirst: true, leafId: "m5" })) newest.push(...ids(batch));
+    assert.deepEqual(newest, ["m5", "m4", "m3", "m2", "m1", "m0"]);
+  });
+
+  test("getHistoryRowStats gives stored sizes and token estimates root first", async () => {
+    const s = await tree();
+    const stats = await s.getHistoryRowStats({ leafId: "c" });
+    assert.deepEqual(
+      stats.map((r) => [r.id, r.role]),
+      [
+        ["a", "user"],
+        ["b", "user"],
+        ["c", "user"],
+      ],
+    );
+    for (const r of stats) {
+      assert.ok(r.bytes >= JSON.stringify(msg(r.id)).length, `bytes of ${r.id}`);
+      assert.ok(r.tokenEstimate > 0, `token estimate of ${r.id}`);
+    }
+    assert.deepEqual(
+      (await s.getHistoryRowStats()).map((r) => r.id),
+      ["a", "d"],
+    );
+  });
+
+  test("getRecentHistory keeps the newest suffix within the byte budget", async () => {
+    const s = client.object(freshKey()).session();
+    await s.appendMessages(Array.from({ length: 6 }, (_, i) => msg(`m${i}`, "y".repeat(200))));
+    const stats = await s.getHistoryRowStats();
+    const total = stats.reduce((sum, r) => sum + r.bytes, 0);
+    const all = await s.getRecentHistory(10 * total);
+    assert.equal(all.truncated, false);
+    assert.equal(all.totalContentBytes, total);
+    assert.equal(all.messages.length, 6);
+    const budget = stats[4]!.bytes + stats[5]!.bytes;
+    const recent = await s.getRecentHistory(budget);
+    assert.equal(recent.truncated, true);
+    assert.equal(recent.totalContentBytes, total);
+    assert.deepEqual(ids(recent.messages), ["m4", "m5"]);
+    const tiny = await s.getRecentHistory(1);
+    assert.deepEqual(ids(tiny.messages), ["m5"], "always at least the newest message");
+    const onPath = await s.getRecentHistory(10 * total, { leafId: "m2" });
+    assert.deepEqual(ids(onPath.messages), ["m0", "m1", "m2"]);
+    const empty = await client.object(freshKey()).session().getRecentHistory(1000);
+    assert.deepEqual(empty, { messages: [], truncated: false, totalContentBytes: 0 });
+  });
+});
+
+describe("early break", () => {
+  test("breaking out of history() cancels the call and leaves the connection usable", async () => {
+    const aborted: string[] = [];
+    const watch: Interceptor = (next) => async (req) => {
+      req.signal.addEventListener("abort", () => aborted.push(req.method.name));
+      return next(req);
+    };
+    const watched = server.client({ interceptors: [watch] });
+    const s = watched.object(freshKey()).session();
+    const batch = 500;
+    for (let start = 0; start < 3000; start += batch) {
+      await s.appendMessages(Array.from({ length: batch }, (_, i) => msg(`m${start + i}`, "z".repeat(1000))));
+    }
+    for (let round = 0; round < 20; round++) {
+      const seen: string[] = [];
+      for await (const m of s.history({ newestFirst: round % 2 === 1 })) {
+        seen.push(m.id);
+        if (seen.length === 3) break;
+      }
+      assert.equal(seen.length, 3);
+    }
+    assert.equal(aborted.filter((m) => m === "StreamHistory").length, 20, "every broken stream was cancelled");
+    // The connection still serves a full read after twenty abandoned streams.
+    assert.equal((await s.getHistory()).length, 3000);
+    // Explicitly closing the iterator cancels too.
+    const iterator = s.history()[Symbol.asyncIterator]();
+    assert.equal((await iterator.next()).value?.id, "m0");
+    await iterator.return(undefined);
+    assert.equal(aborted.filter((m) => m === "StreamHistory").length, 21);
+    assert.deepEqual(await s.getMessage("m2999"), msg("m2999", "z".repeat(1000)));
+  });
+});
+
+describe("object reads", () => {
+  test("listSessions and getObjectStats describe the object", async () => {
+    const o = client.object(freshKey());
+    await o.session("").appendMessage(msg("a"));
+    await o.session("two").appendMessages([msg("a"), msg("b")]);
+    const sessions = (await o.listSessions()).sort((x, y) => x.sessionId.localeCompare(y.sessionId));
+    assert.deepEqual(sessions, [
+      { sessionId: "", messageCount: 1 },
+      { sessionId: "two", messageCount: 2 },
+    ]);
+    const stats = await o.getObjectStats();
+    assert.equal(stats.messageRows, 3);
+    assert.equal(stats.sessionCount, 2);
+    assert.ok(stats.fileBytes > 0);
+    assert.ok(stats.rowWrites >= 3);
+  });
+});

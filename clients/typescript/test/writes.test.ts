@@ -1,0 +1,226 @@
+import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
+
+import { create } from "@bufbuild/protobuf";
+import { ImportItem, SessionsError, routingHeaders, encodeObjectKey, type SessionsClient } from "../src/index.js";
+import { AppendMessageRequestSchema, ParentMode } from "../src/gen/sessions/v1/sessions_pb.js";
+import { TestServer, freshKey, msg } from "./server.js";
+
+let server: TestServer;
+let client: SessionsClient;
+
+before(async () => {
+  server = await TestServer.start(["--reserved-metadata-key", "secret"]);
+  client = server.client();
+});
+after(async () => {
+  await server?.stop();
+});
+
+describe("appendMessage", () => {
+  test("auto parent chains, returns the stored message and the parent used", async () => {
+    const s = client.object(freshKey()).session("chat");
+    const first = await s.appendMessage(msg("a"));
+    assert.equal(first.inserted, true);
+    assert.equal(first.parentId, null);
+    assert.deepEqual(first.message, msg("a"));
+    const second = await s.appendMessage(msg("b", "hello", "assistant"));
+    assert.equal(second.inserted, true);
+    assert.equal(second.parentId, "a");
+    assert.deepEqual(second.message, msg("b", "hello", "assistant"));
+  });
+
+  test("null parent starts a root, an explicit id attaches there", async () => {
+    const s = client.object(freshKey()).session();
+    await s.appendMessage(msg("a"));
+    await s.appendMessage(msg("b"));
+    const root = await s.appendMessage(msg("r"), { parentId: null });
+    assert.equal(root.parentId, null);
+    const child = await s.appendMessage(msg("c"), { parentId: "a" });
+    assert.equal(child.parentId, "a");
+    const unknown = await s.appendMessage(msg("d"), { parentId: "nope" });
+    assert.equal(unknown.parentId, null, "an unknown parent id makes a root, as upstream");
+  });
+
+  test("a duplicate id writes nothing and returns the stored message", async () => {
+    const s = client.object(freshKey()).session();
+    await s.appendMessage(msg("a", "original"));
+    const dup = await s.appendMessage(msg("a", "changed"));
+    assert.equal(dup.inserted, false);
+    assert.deepEqual(dup.message, msg("a", "original"));
+    assert.deepEqual(await s.getHistory(), [msg("a", "original")]);
+  });
+
+  test("a compaction overlay id is not written (inserted=false, as upstream)", async () => {
+    const s = client.object(freshKey()).session();
+    const r = await s.appendMessage(msg("compaction_x"));
+    assert.equal(r.inserted, false);
+    assert.equal(r.message.id, "compaction_x");
+    assert.equal(await s.getLatestLeaf(), null);
+  });
+
+  test("JSON text is sent as is", async () => {
+    const s = client.object(freshKey()).session();
+    const r = await s.appendMessage('{"id":"t","role":"user","parts":[],"n":1}');
+    assert.deepEqual(r.message, { id: "t", role: "user", parts: [], n: 1 });
+  });
+
+  test('source "client" strips reserved metadata keys, "server" keeps them', async () => {
+    const s = client.object(freshKey()).session();
+    const fromClient = await s.appendMessage({ ...msg("c"), metadata: { secret: 1, keep: 2 } }, { source: "client" });
+    assert.deepEqual(fromClient.message["metadata"], { keep: 2 });
+    const fromServer = await s.appendMessage({ ...msg("s"), metadata: { secret: 1 } });
+    assert.deepEqual(fromServer.message["metadata"], { secret: 1 });
+  });
+
+  test("sessions and objects are isolated", async () => {
+    const key = freshKey();
+    await client.object(key).session("one").appendMessage(msg("a"));
+    assert.equal(await client.object(key).session("two").getMessage("a"), null);
+    assert.equal(await client.object(freshKey()).session("one").getMessage("a"), null);
+  });
+});
+
+describe("appendMessages", () => {
+  test("appends a chain in one call; parentId applies to the first", async () => {
+    const s = client.object(freshKey()).session();
+    await s.appendMessage(msg("x"));
+    const results = await s.appendMessages([msg("a"), msg("b"), msg("c")], { parentId: null });
+    assert.deepEqual(
+      results.map((r) => [r.inserted, r.message.id, r.parentId]),
+      [
+        [true, "a", null],
+        [true, "b", "a"],
+        [true, "c", "b"],
+      ],
+    );
+    const again = await s.appendMessages([msg("c"), msg("d")]);
+    assert.deepEqual(
+      again.map((r) => [r.inserted, r.message.id]),
+      [
+        [false, "c"],
+        [true, "d"],
+      ],
+    );
+  });
+
+  test("is one transaction: a bad item stores nothing", async () => {
+    const s = client.object(freshKey()).session();
+    await assert.rejects(s.appendMessages([msg("a"), '{"id":"b"'] as never), (e: unknown) => {
+      assert.ok(e instanceof SessionsError);
+      assert.equal(e.code, "INVALID_ARGUMENT");
+      assert.equal(e.reason, "INVALID_JSON");
+      return true;
+    });
+    assert.equal(await s.getMessage("a"), null);
+  });
+});
+
+describe("update, upsert, delete, clear", () => {
+  test("updateMessage replaces content, keeps the parent; null for a missing id", async () => {
+    const s = client.object(freshKey()).session();
+    await s.appendMessages([msg("a"), msg("b")]);
+    const updated = await s.updateMessage(msg("b", "new text"));
+    assert.deepEqual(updated, msg("b", "new text"));
+    assert.deepEqual(await s.getMessage("b"), msg("b", "new text"));
+    assert.deepEqual((await s.getHistory()).map((m) => m.id), ["a", "b"]);
+    assert.equal(await s.updateMessage(msg("zzz")), null);
+  });
+
+  test("upsertMessage inserts new ids and updates existing ones without re-parenting", async () => {
+    const s = client.object(freshKey()).session();
+    await s.appendMessages([msg("a"), msg("b")]);
+    const inserted = await s.upsertMessage(msg("c"), { parentId: "a" });
+    assert.deepEqual([inserted.inserted, inserted.changed], [true, false]);
+    const changed = await s.upsertMessage(msg("b", "v2"), { parentId: null });
+    assert.deepEqual([changed.inserted, changed.changed], [false, true]);
+    assert.deepEqual(changed.message, msg("b", "v2"));
+    const same = await s.upsertMessage(msg("b", "v2"));
+    assert.deepEqual([same.inserted, same.changed], [false, false]);
+    assert.deepEqual((await s.getHistory({ leafId: "b" })).map((m) => m.id), ["a", "b"]);
+    assert.deepEqual((await s.getBranches("a")).map((m) => m.id), ["b", "c"]);
+  });
+
+  test("deleteMessages re-parents children; clearMessages empties the session", async () => {
+    const s = client.object(freshKey()).session();
+    await s.appendMessages([msg("a"), msg("b"), msg("c")]);
+    assert.equal(await s.deleteMessages(["b", "unknown"]), 1);
+    assert.deepEqual((await s.getHistory()).map((m) => m.id), ["a", "c"]);
+    assert.equal(await s.clearMessages(), 2);
+    assert.deepEqual(await s.getHistory(), []);
+    assert.equal(await s.getLatestLeaf(), null);
+  });
+});
+
+describe("importMessages", () => {
+  test("plain messages chain; existing ids are skipped", async () => {
+    const s = client.object(freshKey()).session("imp");
+    const result = await s.importMessages([msg("a"), msg("b"), msg("c")]);
+    assert.deepEqual(result, { imported: 3, skipped: 0 });
+    assert.deepEqual((await s.getHistory()).map((m) => m.id), ["a", "b", "c"]);
+    const again = await s.importMessages([msg("c"), msg("d")]);
+    assert.deepEqual(again, { imported: 1, skipped: 1 });
+  });
+
+  test("explicit items keep parent and created time verbatim; async iterables work", async () => {
+    const s = client.object(freshKey()).session();
+    async function* items() {
+      yield new ImportItem(msg("r1"), null, new Date("2024-01-01T00:00:00Z"));
+      yield { message: msg("r2"), parentId: null, createdAt: 1_700_000_000_000 };
+      yield { message: msg("k"), parentId: "r1" };
+    }
+    assert.deepEqual(await s.importMessages(items()), { imported: 3, skipped: 0 });
+    assert.deepEqual((await s.getBranches("r1")).map((m) => m.id), ["k"]);
+    assert.equal(await s.importMessage(msg("solo"), { parentId: "r2" }), true);
+    assert.equal(await s.importMessage(msg("solo"), { parentId: "r2" }), false);
+  });
+
+  test("an empty import succeeds; a bad message fails with INVALID_MESSAGE", async () => {
+    const s = client.object(freshKey()).session();
+    assert.deepEqual(await s.importMessages([]), { imported: 0, skipped: 0 });
+    await assert.rejects(s.importMessages([{ id: "x", role: "user" }]), (e: unknown) => {
+      assert.ok(e instanceof SessionsError);
+      assert.equal(e.code, "INVALID_ARGUMENT");
+      assert.equal(e.reason, "INVALID_MESSAGE");
+      return true;
+    });
+  });
+});
+
+describe("routing metadata", () => {
+  test("keys are percent-encoded like Python's quote(safe='')", () => {
+    assert.equal(encodeObjectKey("a b/c?é!*'()~_-."), "a%20b%2Fc%3F%C3%A9%21%2A%27%28%29~_-.");
+    assert.deepEqual(routingHeaders("k/1"), { "x-object-key": "k%2F1" });
+  });
+
+  test("unusual object keys round-trip through the header check", async () => {
+    const key = `tenant/élan 🧪 ${freshKey()}?x=1&y=%41`;
+    const s = client.object(key).session();
+    assert.equal((await s.appendMessage(msg("a"))).inserted, true);
+    assert.deepEqual(await s.getMessage("a"), msg("a"));
+  });
+
+  test("a header that differs from object_key is refused with OBJECT_KEY_MISMATCH", async () => {
+    const request = create(AppendMessageRequestSchema, {
+      objectKey: "one",
+      messageJson: JSON.stringify(msg("a")),
+      parentMode: ParentMode.AUTO,
+    });
+    await assert.rejects(
+      client.call(() => client.rpc.appendMessage(request, { headers: routingHeaders("two") })),
+      (e: unknown) => {
+        assert.ok(e instanceof SessionsError);
+        assert.equal(e.code, "INVALID_ARGUMENT");
+        assert.equal(e.reason, "OBJECT_KEY_MISMATCH");
+        assert.equal(e.domain, "sessions.v1");
+        return true;
+      },
+    );
+  });
+
+  test("a client with a token sends it and still works", async () => {
+    const withToken = server.client({ token: "t0k3n", timeoutMs: 30_000 });
+    const s = withToken.object(freshKey()).session();
+    assert.equal((await s.appendMessage(msg("a"))).inserted, true);
+  });
+});

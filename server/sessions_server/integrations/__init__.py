@@ -1,0 +1,1 @@
+"""Adapters to outside services the server calls (summarizer models)."""
