@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 import grpc
@@ -11,23 +12,35 @@ import grpc.aio
 
 from sessions_client._common import (
     AUTO,
+    RECONNECT_CODES,
     UNARY_LIMIT_BYTES,
     AppendResult,
+    Attachment,
+    ChangeEvent,
+    CompactionPlan,
+    CompactionPolicy,
+    CompactionRecord,
+    EventAssembler,
     FrameAssembler,
     ImportItem,
     ImportResult,
     Message,
     MessageWithInfo,
+    ObjectStats,
     ParentArg,
     RecentHistory,
     RowStat,
+    SearchResult,
     SessionsError,
     UpsertResult,
+    attachment_mode,
+    collect_search,
     import_frames,
     json_size,
     parent_fields,
     parent_of,
     routing_metadata,
+    search_mode,
     source_value,
     to_json,
     upload_frames,
@@ -91,6 +104,70 @@ class ObjectHandle:
 
     def session(self, session_id: str = "") -> SessionHandle:
         return SessionHandle(self, session_id)
+
+    async def subscribe(
+        self,
+        *,
+        session_id: str | None = None,
+        resume_from: int | None = None,
+        pointers: bool = False,
+        include_progress: bool = False,
+        reconnect_attempts: int = 20,
+    ) -> AsyncIterator[ChangeEvent]:
+        """The object's change events in commit order, reconnecting (and resuming) by itself
+        across drains and restarts; a `reset` event means events were missed."""
+        last = resume_from or 0
+        attempts = 0
+        while True:
+            request = pb.SubscribeRequest(
+                object_key=self.key, resume_after_revision=last, attachments=attachment_mode(pointers)
+            )
+            if session_id is not None:
+                request.session_id = session_id
+            assembler = EventAssembler()
+            try:
+                async for response in self.client._stream(self.key, self.client._stub.Subscribe, request):
+                    event = assembler.feed(response)
+                    if event is None:
+                        continue
+                    attempts = 0
+                    last = event.revision
+                    if event.type != "progress" or include_progress:
+                        yield event
+            except SessionsError as error:
+                if error.code not in RECONNECT_CODES or attempts >= reconnect_attempts:
+                    raise
+                attempts += 1
+                await asyncio.sleep(min(2.0, 0.05 * 2**attempts))
+                continue
+            return
+
+    async def read_attachment(self, digest: str) -> Attachment:
+        request = pb.ReadAttachmentRequest(object_key=self.key, hash=digest)
+        media_type, chunks, first = "", [], True
+        async for response in self.client._stream(self.key, self.client._stub.ReadAttachment, request):
+            if first:
+                media_type, first = response.media_type, False
+            chunks.append(response.data)
+        return Attachment(digest, media_type, b"".join(chunks))
+
+    async def list_sessions(self) -> list[tuple[str, int]]:
+        request = pb.ListSessionsRequest(object_key=self.key)
+        response = await self.client._call(self.key, self.client._stub.ListSessions, request)
+        return [(s.session_id, int(s.message_count)) for s in response.sessions]
+
+    async def get_object_stats(self) -> ObjectStats:
+        request = pb.GetObjectStatsRequest(object_key=self.key)
+        r = await self.client._call(self.key, self.client._stub.GetObjectStats, request)
+        return ObjectStats(
+            int(r.file_bytes),
+            int(r.message_rows),
+            int(r.continuation_rows),
+            int(r.attachment_count),
+            int(r.attachment_bytes),
+            int(r.row_writes),
+            int(r.session_count),
+        )
 
 
 class SessionHandle:
@@ -178,30 +255,44 @@ class SessionHandle:
         response = await self._client._call(self._key, self._stub.ImportMessages, frames)
         return ImportResult(int(response.imported_count), int(response.skipped_count))
 
-    async def get_message(self, message_id: str) -> Message | None:
-        request = pb.GetMessageRequest(object_key=self._key, session_id=self.id, message_id=message_id)
+    async def get_message(self, message_id: str, *, pointers: bool = False) -> Message | None:
+        request = pb.GetMessageRequest(
+            object_key=self._key, session_id=self.id, message_id=message_id, attachments=attachment_mode(pointers)
+        )
         async for found in self._messages(self._stub.GetMessage, request):
             return found.message()
         return None
 
-    async def get_messages(self, ids: Sequence[str]) -> list[Message | None]:
-        request = pb.GetMessagesRequest(object_key=self._key, session_id=self.id, message_ids=list(ids))
+    async def get_messages(self, ids: Sequence[str], *, pointers: bool = False) -> list[Message | None]:
+        request = pb.GetMessagesRequest(
+            object_key=self._key, session_id=self.id, message_ids=list(ids), attachments=attachment_mode(pointers)
+        )
         by_id = {m.info.id: m.message() async for m in self._messages(self._stub.GetMessages, request)}
         return [by_id.get(i) for i in ids]
 
-    async def get_latest_leaf(self) -> Message | None:
-        request = pb.GetLatestLeafRequest(object_key=self._key, session_id=self.id)
+    async def get_latest_leaf(self, *, pointers: bool = False) -> Message | None:
+        request = pb.GetLatestLeafRequest(
+            object_key=self._key, session_id=self.id, attachments=attachment_mode(pointers)
+        )
         async for found in self._messages(self._stub.GetLatestLeaf, request):
             return found.message()
         return None
 
-    async def get_branches(self, message_id: str) -> list[Message]:
-        request = pb.GetBranchesRequest(object_key=self._key, session_id=self.id, message_id=message_id)
+    async def get_branches(self, message_id: str, *, pointers: bool = False) -> list[Message]:
+        request = pb.GetBranchesRequest(
+            object_key=self._key, session_id=self.id, message_id=message_id, attachments=attachment_mode(pointers)
+        )
         return [m.message() async for m in self._messages(self._stub.GetBranches, request)]
 
-    async def history(self, *, leaf_id: str | None = None, newest_first: bool = False) -> AsyncIterator[Message]:
+    async def history(
+        self, *, leaf_id: str | None = None, newest_first: bool = False, pointers: bool = False
+    ) -> AsyncIterator[Message]:
         request = pb.StreamHistoryRequest(
-            object_key=self._key, session_id=self.id, leaf_id=leaf_id or "", newest_first=newest_first
+            object_key=self._key,
+            session_id=self.id,
+            leaf_id=leaf_id or "",
+            newest_first=newest_first,
+            attachments=attachment_mode(pointers),
         )
         async for found in self._messages(self._stub.StreamHistory, request):
             yield found.message()
@@ -213,6 +304,7 @@ class SessionHandle:
         max_batch_bytes: int = 4 * 1024 * 1024,
         leaf_id: str | None = None,
         newest_first: bool = False,
+        pointers: bool = False,
     ) -> AsyncIterator[list[Message]]:
         request = pb.StreamHistoryRequest(
             object_key=self._key,
@@ -221,6 +313,7 @@ class SessionHandle:
             newest_first=newest_first,
             batch_size=max(1, int(batch_size)),
             max_batch_bytes=max(1, int(max_batch_bytes)),
+            attachments=attachment_mode(pointers),
         )
         batch: list[Message] = []
         assembler = FrameAssembler()
@@ -235,12 +328,20 @@ class SessionHandle:
         if batch:
             yield batch
 
-    async def get_history(self, *, leaf_id: str | None = None, newest_first: bool = False) -> list[Message]:
-        return [m async for m in self.history(leaf_id=leaf_id, newest_first=newest_first)]
+    async def get_history(
+        self, *, leaf_id: str | None = None, newest_first: bool = False, pointers: bool = False
+    ) -> list[Message]:
+        return [m async for m in self.history(leaf_id=leaf_id, newest_first=newest_first, pointers=pointers)]
 
-    async def get_recent_history(self, max_content_bytes: int, *, leaf_id: str | None = None) -> RecentHistory:
+    async def get_recent_history(
+        self, max_content_bytes: int, *, leaf_id: str | None = None, pointers: bool = False
+    ) -> RecentHistory:
         request = pb.GetRecentHistoryRequest(
-            object_key=self._key, session_id=self.id, max_content_bytes=int(max_content_bytes), leaf_id=leaf_id or ""
+            object_key=self._key,
+            session_id=self.id,
+            max_content_bytes=int(max_content_bytes),
+            leaf_id=leaf_id or "",
+            attachments=attachment_mode(pointers),
         )
         truncated, total = False, 0
         out: list[Message] = []
@@ -263,6 +364,83 @@ class SessionHandle:
             async for response in self._client._stream(self._key, self._stub.GetHistoryRowStats, request)
             for s in response.stats
         ]
+
+    async def add_compaction(self, summary: str, from_message_id: str, to_message_id: str) -> CompactionRecord:
+        request = pb.AddCompactionRequest(
+            object_key=self._key,
+            session_id=self.id,
+            summary=summary,
+            from_message_id=from_message_id,
+            to_message_id=to_message_id,
+        )
+        return CompactionRecord.of((await self._client._call(self._key, self._stub.AddCompaction, request)).compaction)
+
+    async def list_compactions(self) -> list[CompactionRecord]:
+        request = pb.ListCompactionsRequest(object_key=self._key, session_id=self.id)
+        response = await self._client._call(self._key, self._stub.ListCompactions, request)
+        return [CompactionRecord.of(record) for record in response.compactions]
+
+    async def plan_compaction(
+        self, *, leaf_id: str | None = None, keep_recent_tokens: int = 0
+    ) -> CompactionPlan | None:
+        request = pb.PlanCompactionRequest(
+            object_key=self._key, session_id=self.id, leaf_id=leaf_id or "", keep_recent_tokens=keep_recent_tokens
+        )
+        response = await self._client._call(self._key, self._stub.PlanCompaction, request)
+        if not response.planned:
+            return None
+        return CompactionPlan(
+            response.from_message_id, response.to_message_id, response.prompt, int(response.budget_tokens)
+        )
+
+    async def compact(
+        self,
+        summarize: Callable[[str], Awaitable[str]] | None = None,
+        *,
+        leaf_id: str | None = None,
+        keep_recent_tokens: int = 0,
+    ) -> CompactionRecord | None:
+        """With `summarize` (a coroutine function), plans, summarizes here and stores the overlay;
+        without, the server's summarizer does the work."""
+        if summarize is None:
+            request = pb.CompactRequest(object_key=self._key, session_id=self.id, leaf_id=leaf_id or "")
+            response = await self._client._call(self._key, self._stub.Compact, request)
+            return CompactionRecord.of(response.compaction) if response.compacted else None
+        plan = await self.plan_compaction(leaf_id=leaf_id, keep_recent_tokens=keep_recent_tokens)
+        if plan is None:
+            return None
+        summary = await summarize(plan.prompt)
+        if not summary.strip():
+            return None
+        return await self.add_compaction(summary, plan.from_message_id, plan.to_message_id)
+
+    async def set_compaction_policy(self, threshold_tokens: int, *, keep_recent_tokens: int = 0) -> CompactionPolicy:
+        request = pb.SetCompactionPolicyRequest(
+            object_key=self._key,
+            session_id=self.id,
+            policy=pb.CompactionPolicy(threshold_tokens=threshold_tokens, keep_recent_tokens=keep_recent_tokens),
+        )
+        policy = (await self._client._call(self._key, self._stub.SetCompactionPolicy, request)).policy
+        return CompactionPolicy(int(policy.threshold_tokens), int(policy.keep_recent_tokens))
+
+    async def get_compaction_policy(self) -> CompactionPolicy:
+        request = pb.GetCompactionPolicyRequest(object_key=self._key, session_id=self.id)
+        policy = (await self._client._call(self._key, self._stub.GetCompactionPolicy, request)).policy
+        return CompactionPolicy(int(policy.threshold_tokens), int(policy.keep_recent_tokens))
+
+    async def search(
+        self, query: str, *, limit: int = 20, mode: str = "phrase", all_sessions: bool = False
+    ) -> list[SearchResult]:
+        request = pb.SearchMessagesRequest(
+            object_key=self._key,
+            session_id=self.id,
+            query=query,
+            limit=limit,
+            mode=search_mode(mode),
+            all_sessions=all_sessions,
+        )
+        responses = [r async for r in self._client._stream(self._key, self._stub.SearchMessages, request)]
+        return collect_search(responses)
 
     async def _messages(self, method: Callable[..., Any], request: Any) -> AsyncIterator[MessageWithInfo]:
         assembler = FrameAssembler()

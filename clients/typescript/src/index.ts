@@ -528,15 +528,18 @@ export class SessionsClient {
       if (signal.aborted) controller.abort(signal.reason);
       else signal.addEventListener("abort", onAbort, { once: true });
     }
+    let finished = false;
     try {
       for await (const response of start(this.callOptions(objectKey, controller.signal))) {
         yield response;
       }
+      finished = true;
     } catch (error) {
       throw SessionsError.from(error);
     } finally {
       signal?.removeEventListener("abort", onAbort);
-      controller.abort();
+      // The consumer stopped early (break, return, throw): cancel so the server stops reading.
+      if (!finished) controller.abort(new ConnectError("the caller stopped reading the stream", Code.Canceled));
     }
   }
 }

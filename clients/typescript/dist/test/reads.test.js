@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
+import { Code, ConnectError } from "@connectrpc/connect";
 import { TestServer, freshKey, msg } from "./server.js";
 let server;
 let client;
@@ -120,7 +121,12 @@ describe("early break", () => {
     test("breaking out of history() cancels the call and leaves the connection usable", async () => {
         const aborted = [];
         const watch = (next) => async (req) => {
-            req.signal.addEventListener("abort", () => aborted.push(req.method.name));
+            req.signal.addEventListener("abort", () => {
+                // A finished call also aborts its signal (cleanup, no reason); count cancellations only.
+                const reason = req.signal.reason;
+                if (reason instanceof ConnectError && reason.code === Code.Canceled)
+                    aborted.push(req.method.name);
+            });
             return next(req);
         };
         const watched = server.client({ interceptors: [watch] });

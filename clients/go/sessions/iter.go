@@ -1,0 +1,233 @@
+package sessions
+
+import (
+	"context"
+	"io"
+	"iter"
+
+	pb "github.com/sessions-dev/sessions/clients/go/gen/sessions/v1"
+)
+
+// HistoryIterator streams one root-to-leaf path, one message at a time: it holds only the
+// current message (and, while a large message arrives in pieces, that message's pieces), never
+// the path. Use it as
+//
+//	it := s.History(ctx)
+//	defer it.Close()
+//	for it.Next() {
+//		use(it.Message())
+//	}
+//	if err := it.Err(); err != nil { ... }
+//
+// or with range over All. Close (or breaking out of All) cancels the server's reads. An
+// iterator is not safe for concurrent use.
+type HistoryIterator struct {
+	cancel context.CancelFunc
+	stream *messageStream[pb.StreamHistoryResponse]
+	cur    Message
+	held   bool
+	err    error
+	done   bool
+}
+
+// History streams a path: the active branch by default (WithLeaf for another), root first
+// (NewestFirst for the other way). Errors, including a failure to start the call, come from Err
+// once Next returns false.
+func (s *Session) History(ctx context.Context, opts ...ReadOption) *HistoryIterator {
+	o := newReadOptions(opts)
+	sctx, cancel := context.WithCancel(s.object.routed(ctx))
+	it := &HistoryIterator{cancel: cancel}
+	stream, err := s.client.stub.StreamHistory(sctx, &pb.StreamHistoryRequest{
+		ObjectKey:   s.object.key,
+		SessionId:   s.id,
+		LeafId:      o.leafID,
+		NewestFirst: o.newestFirst,
+		Attachments: attachmentMode(o),
+	})
+	if err != nil {
+		it.finish(toError(err))
+		return it
+	}
+	it.stream = newMessageStream(stream, (*pb.StreamHistoryResponse).GetFrame, nil)
+	return it
+}
+
+// Next advances to the next message, dropping the previous one. It returns false at the end of
+// the path, on an error (see Err), or after Close.
+func (it *HistoryIterator) Next() bool {
+	it.cur, it.held = Message{}, false
+	if it.done {
+		return false
+	}
+	msg, _, err := it.stream.next()
+	if err != nil {
+		if err == io.EOF {
+			err = nil
+		}
+		it.finish(err)
+		return false
+	}
+	it.cur, it.held = msg, true
+	return true
+}
+
+// Message returns the current message (valid after Next returned true).
+func (it *HistoryIterator) Message() Message { return it.cur }
+
+// Err returns the error that ended the iteration, or nil at a clean end or after Close.
+func (it *HistoryIterator) Err() error { return it.err }
+
+// Held returns how many decoded messages the iterator holds: 1 after Next returned true, else 0.
+// It never holds more: history is streamed, not collected.
+func (it *HistoryIterator) Held() int {
+	if it.held {
+		return 1
+	}
+	return 0
+}
+
+// Frames returns how many response frames the iterator has received so far. Frames are read
+// only as Next needs them, so for a path of single-frame messages it equals the number of
+// messages returned.
+func (it *HistoryIterator) Frames() int64 {
+	if it.stream == nil {
+		return 0
+	}
+	return it.stream.frames
+}
+
+// Close stops the stream (the server stops reading) and drops the current message. It is safe
+// to call more than once and after the end.
+func (it *HistoryIterator) Close() error {
+	it.cur, it.held = Message{}, false
+	if !it.done {
+		it.done = true
+		it.cancel()
+	}
+	return nil
+}
+
+// All returns the iterator as a range-over-func sequence. Breaking out of the loop closes the
+// stream; an error is yielded once, last.
+func (it *HistoryIterator) All() iter.Seq2[Message, error] {
+	return func(yield func(Message, error) bool) {
+		defer it.Close()
+		for it.Next() {
+			if !yield(it.Message(), nil) {
+				return
+			}
+		}
+		if err := it.Err(); err != nil {
+			yield(Message{}, err)
+		}
+	}
+}
+
+func (it *HistoryIterator) finish(err error) {
+	it.err, it.done = err, true
+	it.cancel()
+}
+
+// BatchIterator streams a path in batches marked by the server (by message count and bytes). It
+// holds one batch at a time.
+type BatchIterator struct {
+	cancel context.CancelFunc
+	stream *messageStream[pb.StreamHistoryResponse]
+	cur    []Message
+	err    error
+	done   bool
+}
+
+// HistoryBatches streams a path in batches of at most WithBatchSize messages (default 50) and
+// WithMaxBatchBytes JSON bytes (default 4 MiB; a larger message forms a batch alone).
+func (s *Session) HistoryBatches(ctx context.Context, opts ...ReadOption) *BatchIterator {
+	o := newReadOptions(opts)
+	if o.batchSize == 0 {
+		o.batchSize = 50
+	}
+	if o.maxBatchBytes == 0 {
+		o.maxBatchBytes = 4 * 1024 * 1024
+	}
+	sctx, cancel := context.WithCancel(s.object.routed(ctx))
+	it := &BatchIterator{cancel: cancel}
+	stream, err := s.client.stub.StreamHistory(sctx, &pb.StreamHistoryRequest{
+		ObjectKey:     s.object.key,
+		SessionId:     s.id,
+		LeafId:        o.leafID,
+		NewestFirst:   o.newestFirst,
+		BatchSize:     o.batchSize,
+		MaxBatchBytes: o.maxBatchBytes,
+		Attachments:   attachmentMode(o),
+	})
+	if err != nil {
+		it.finish(toError(err))
+		return it
+	}
+	it.stream = newMessageStream(stream, (*pb.StreamHistoryResponse).GetFrame, nil)
+	return it
+}
+
+// Next advances to the next batch. It returns false at the end, on an error, or after Close.
+func (it *BatchIterator) Next() bool {
+	it.cur = nil
+	if it.done {
+		return false
+	}
+	var batch []Message
+	for {
+		msg, resp, err := it.stream.next()
+		if err == io.EOF {
+			it.finish(nil)
+			if len(batch) > 0 { // a server that did not mark the last batch end
+				it.cur = batch
+				return true
+			}
+			return false
+		}
+		if err != nil {
+			it.finish(err)
+			return false
+		}
+		batch = append(batch, msg)
+		if resp.GetBatchEnd() {
+			it.cur = batch
+			return true
+		}
+	}
+}
+
+// Batch returns the current batch (valid after Next returned true).
+func (it *BatchIterator) Batch() []Message { return it.cur }
+
+// Err returns the error that ended the iteration, or nil.
+func (it *BatchIterator) Err() error { return it.err }
+
+// Close stops the stream. It is safe to call more than once.
+func (it *BatchIterator) Close() error {
+	it.cur = nil
+	if !it.done {
+		it.done = true
+		it.cancel()
+	}
+	return nil
+}
+
+// All returns the iterator as a range-over-func sequence; breaking out closes the stream.
+func (it *BatchIterator) All() iter.Seq2[[]Message, error] {
+	return func(yield func([]Message, error) bool) {
+		defer it.Close()
+		for it.Next() {
+			if !yield(it.Batch(), nil) {
+				return
+			}
+		}
+		if err := it.Err(); err != nil {
+			yield(nil, err)
+		}
+	}
+}
+
+func (it *BatchIterator) finish(err error) {
+	it.err, it.done = err, true
+	it.cancel()
+}

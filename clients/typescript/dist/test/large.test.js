@@ -1,0 +1,99 @@
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import { routingHeaders } from "../src/index.js";
+import { TestServer, freshKey, msg } from "./server.js";
+let server;
+let client;
+const methods = [];
+before(async () => {
+    server = await TestServer.start();
+    const record = (next) => (req) => {
+        methods.push(req.method.name);
+        return next(req);
+    };
+    client = server.client({ interceptors: [record] });
+});
+after(async () => {
+    await server?.stop();
+});
+const MiB = 1024 * 1024;
+/** About `bytes` UTF-8 bytes of mixed ASCII, CJK, emoji (astral) and escapes-needing text. */
+function bigText(bytes, seed) {
+    const unit = `${seed} 汉字かな한국어 🙂🚀👩‍💻 é ß "quote" \\ tab\t newline\n ∑≈ `;
+    const unitBytes = Buffer.byteLength(unit, "utf8");
+    return unit.repeat(Math.ceil(bytes / unitBytes));
+}
+function bigMessage(id, bytes) {
+    return { id, role: "assistant", parts: [{ type: "text", text: bigText(bytes, id) }], metadata: { n: 1, z: [1.5, true, null] } };
+}
+test("a 20 MB message round-trips byte-exact through every read", async () => {
+    const s = client.object(freshKey()).session("big");
+    await s.appendMessage(msg("before"));
+    const big = bigMessage("big", 20 * 1000 * 1000);
+    const text = JSON.stringify(big);
+    assert.ok(Buffer.byteLength(text, "utf8") >= 20 * 1000 * 1000);
+    methods.length = 0;
+    const appended = await s.appendMessage(big);
+    assert.ok(methods.includes("UploadMessage"), `large writes use UploadMessage, saw ${methods.join(",")}`);
+    assert.ok(!methods.includes("AppendMessage"));
+    assert.equal(appended.inserted, true);
+    assert.equal(appended.parentId, "before");
+    assert.equal(JSON.stringify(appended.message), text);
+    // Raw frames: more than one piece, none above 4 MiB, and their concatenation is the exact text.
+    const frames = [];
+    for await (const r of client.rpc.getMessage({ objectKey: s.key, sessionId: s.id, messageId: "big" }, { headers: routingHeaders(s.key) })) {
+        frames.push({ json: r.frame.json, more: r.frame.morePieces, hasInfo: r.frame.info !== undefined });
+    }
+    assert.ok(frames.length >= 5, `expected pieces, got ${frames.length} frame(s)`);
+    assert.ok(frames.every((f) => Buffer.byteLength(f.json, "utf8") <= 4 * MiB));
+    assert.deepEqual(frames.map((f) => f.more), [...Array(frames.length - 1).fill(true), false]);
+    assert.equal(frames[0].hasInfo, true);
+    assert.equal(frames.map((f) => f.json).join(""), text, "byte-exact");
+    assert.equal(JSON.stringify(await s.getMessage("big")), text);
+    const [got, missing, before] = await s.getMessages(["big", "missing", "before"]);
+    assert.equal(JSON.stringify(got), text);
+    assert.equal(missing, null);
+    assert.deepEqual(before, msg("before"));
+    assert.equal(JSON.stringify(await s.getLatestLeaf()), text);
+    assert.equal(JSON.stringify((await s.getBranches("before"))[0]), text);
+    const history = await s.getHistory();
+    assert.deepEqual(history.map((m) => m.id), ["before", "big"]);
+    assert.equal(JSON.stringify(history[1]), text);
+    const batches = [];
+    for await (const batch of s.historyBatches({ batchSize: 10 }))
+        batches.push(batch.map((m) => JSON.stringify(m)));
+    assert.equal(batches.flat()[1], text);
+    const recent = await s.getRecentHistory(1);
+    assert.equal(recent.truncated, true);
+    assert.equal(recent.messages.length, 1);
+    assert.equal(JSON.stringify(recent.messages[0]), text);
+    const stats = await s.getHistoryRowStats();
+    assert.ok(stats[1].bytes >= Buffer.byteLength(text, "utf8"));
+});
+test("large update, upsert and import go through pieces too", async () => {
+    const s = client.object(freshKey()).session();
+    const small = msg("u");
+    await s.appendMessage(small);
+    const updatedBig = bigMessage("u", 5 * MiB);
+    methods.length = 0;
+    const updated = await s.updateMessage(updatedBig);
+    // UploadMessage, then GetMessage when the stored JSON was too large for the response (json_omitted).
+    assert.equal(methods[0], "UploadMessage");
+    assert.ok(!methods.includes("UpdateMessage"));
+    assert.equal(JSON.stringify(updated), JSON.stringify(updatedBig));
+    assert.equal(await s.updateMessage(bigMessage("absent", 4 * MiB)), null);
+    const upserted = await s.upsertMessage(bigMessage("v", 4 * MiB), { parentId: null });
+    assert.deepEqual([upserted.inserted, upserted.changed], [true, false]);
+    assert.equal((await s.getHistory({ leafId: "v" })).length, 1, "a root");
+    const again = await s.upsertMessage(bigMessage("v", 6 * MiB));
+    assert.deepEqual([again.inserted, again.changed], [false, true]);
+    const target = client.object(freshKey()).session("copy");
+    const imported = bigMessage("imp", 9 * MiB);
+    methods.length = 0;
+    assert.deepEqual(await target.importMessages([msg("first"), imported, msg("last")]), { imported: 3, skipped: 0 });
+    assert.deepEqual(methods, ["ImportMessages"]);
+    const copy = await target.getHistory();
+    assert.deepEqual(copy.map((m) => m.id), ["first", "imp", "last"]);
+    assert.equal(JSON.stringify(copy[1]), JSON.stringify(imported));
+});
+//# sourceMappingURL=large.test.js.map

@@ -1,0 +1,75 @@
+"""Canonical text of parsed JSON values, written the way JavaScript's `JSON.stringify` writes them.
+
+Both sides' results are parsed by Python's `json` (dicts keep key order; ints and floats stay
+distinct types) and compared as this text, so key order, number formatting and escapes all count.
+Independent of the server's own `jsjson` module on purpose.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def js_number(value: float) -> str:
+    """ECMAScript Number::toString for a finite double (NaN/Infinity become null, as JSON does)."""
+    if math.isnan(value) or math.isinf(value):
+        return "null"
+    if value == 0:
+        return "0"
+    sign = "-" if value < 0 else ""
+    text = repr(abs(value))  # shortest round-trip digits
+    mantissa, _, exp_text = text.partition("e")
+    exponent = int(exp_text) if exp_text else 0
+    int_part, _, frac_part = mantissa.partition(".")
+    digits = (int_part + frac_part).lstrip("0")
+    # value = 0.digits × 10^n
+    lead_zeros = len(int_part + frac_part) - len((int_part + frac_part).lstrip("0"))
+    n = len(int_part) + exponent - lead_zeros
+    digits = digits.rstrip("0") or "0"
+    k = len(digits)
+    if k <= n <= 21:
+        out = digits + "0" * (n - k)
+    elif 0 < n <= 21:
+        out = digits[:n] + "." + digits[n:]
+    elif -6 < n <= 0:
+        out = "0." + "0" * (-n) + digits
+    else:
+        e = n - 1
+        out = digits[0] + ("." + digits[1:] if k > 1 else "") + "e" + ("+" if e >= 0 else "-") + str(abs(e))
+    return sign + out
+
+
+def js_string(value: str) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group(0)):04x}", text)
+
+
+def canon(value: Any) -> str:
+    """`JSON.stringify(value)` for a value parsed from JSON."""
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return js_number(value)
+    if isinstance(value, str):
+        return js_string(value)
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(canon(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(js_string(str(k)) + ":" + canon(v) for k, v in value.items()) + "}"
+    raise TypeError(f"not a JSON value: {type(value).__name__}")
+
+
+def canon_opt(value: Any) -> str | None:
+    """canon() with None (JS null / Python None for "absent") kept as None."""
+    return None if value is None else canon(value)

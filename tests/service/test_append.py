@@ -1,0 +1,356 @@
+"""AppendMessage / AppendMessages: parents, idempotency, seq, overlay guard, sanitizing, reserved
+metadata, token estimates, content hash and canonical JSON (reference notes §2, §15, §16).
+
+Expected stored bytes and token estimates below were observed on upstream (agents@0.32.0 in
+workerd, Sessions configured with reservedMetadataKeys ["reserved", "channel"], as the live
+server fixture is).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sessions_client import SessionsError
+from tests.service.support import (
+    ids,
+    js_json,
+    message_row,
+    message_rows,
+    sha256_hex,
+    text_message,
+)
+
+# ── parents ─────────────────────────────────────────────────────────────────
+
+
+def test_auto_parent_is_the_newest_row(session: Any, data_dir: Path, object_key: str) -> None:
+    first = session.append_message(text_message("a"))
+    second = session.append_message(text_message("b"))
+    third = session.append_message(text_message("c"))
+
+    assert (first.inserted, first.parent_id) == (True, None)
+    assert (second.inserted, second.parent_id) == (True, "a")
+    assert (third.inserted, third.parent_id) == (True, "b")
+    rows = message_rows(data_dir, object_key)
+    assert [(r["id"], r["parent_id"]) for r in rows] == [("a", None), ("b", "a"), ("c", "b")]
+
+
+def test_auto_parent_follows_a_branch_append(session: Any, data_dir: Path, object_key: str) -> None:
+    session.append_messages([text_message("a"), text_message("b"), text_message("c")])
+    session.append_message(text_message("x"), parent_id="a")
+    after = session.append_message(text_message("y"))
+
+    assert after.parent_id == "x"
+    assert message_row(data_dir, object_key, "y")["parent_id"] == "x"  # type: ignore[index]
+
+
+def test_root_parent_makes_a_new_root_that_becomes_the_leaf(session: Any, data_dir: Path, object_key: str) -> None:
+    session.append_messages([text_message("a"), text_message("b")])
+    result = session.append_message(text_message("r"), parent_id=None)
+
+    assert result.inserted is True
+    assert result.parent_id is None
+    assert message_row(data_dir, object_key, "r")["parent_id"] is None  # type: ignore[index]
+    assert session.get_latest_leaf()["id"] == "r"
+    assert ids(session.get_history()) == ["r"]
+
+
+def test_explicit_parent_is_used(session: Any, data_dir: Path, object_key: str) -> None:
+    session.append_messages([text_message("a"), text_message("b"), text_message("c")])
+    result = session.append_message(text_message("d"), parent_id="b")
+
+    assert result.parent_id == "b"
+    assert message_row(data_dir, object_key, "d")["parent_id"] == "b"  # type: ignore[index]
+    assert ids(session.get_history()) == ["a", "b", "d"]
+
+
+@pytest.mark.parametrize("parent", ["no-such-message", ""], ids=["unknown", "empty-string"])
+def test_unknown_or_empty_parent_makes_a_root(session: Any, data_dir: Path, object_key: str, parent: str) -> None:
+    session.append_messages([text_message("a"), text_message("b")])
+    result = session.append_message(text_message("c"), parent_id=parent)
+
+    assert result.inserted is True
+    assert result.parent_id is None
+    assert message_row(data_dir, object_key, "c")["parent_id"] is None  # type: ignore[index]
+    assert ids(session.get_history()) == ["c"]
+
+
+def test_parent_from_another_session_makes_a_root(obj: Any, data_dir: Path, object_key: str) -> None:
+    other = obj.session("other")
+    other.append_message(text_message("p"))
+    session = obj.session("main")
+    session.append_message(text_message("a"))
+
+    result = session.append_message(text_message("c"), parent_id="p")
+
+    assert result.parent_id is None
+    assert message_row(data_dir, object_key, "c", "main")["parent_id"] is None  # type: ignore[index]
+
+
+def test_branch_append_becomes_the_active_leaf(session: Any) -> None:
+    session.append_messages([text_message("a"), text_message("b"), text_message("c")])
+    session.append_message(text_message("b2"), parent_id="a")
+
+    assert session.get_latest_leaf()["id"] == "b2"
+    assert ids(session.get_history()) == ["a", "b2"]
+    assert ids(session.get_history(leaf_id="c")) == ["a", "b", "c"]
+
+
+# ── idempotency and seq ─────────────────────────────────────────────────────
+
+
+def test_duplicate_id_returns_the_stored_message_and_writes_nothing(
+    session: Any, data_dir: Path, object_key: str
+) -> None:
+    original = text_message("a", "first")
+    session.append_message(original)
+    session.append_message(text_message("b"))
+    before = message_rows(data_dir, object_key)
+
+    again = session.append_message(text_message("a", "second", role="assistant"), parent_id="b")
+
+    assert again.inserted is False
+    assert again.message == original
+    assert again.parent_id is None  # the stored row's parent, not the one asked for
+    assert message_rows(data_dir, object_key) == before  # same rows, seq, content, hash
+    assert session.get_latest_leaf()["id"] == "b"  # the duplicate did not move the leaf
+    assert session.get_message("a") == original
+    # the duplicate consumed no seq
+    session.append_message(text_message("c"))
+    assert message_row(data_dir, object_key, "c")["seq"] == 3  # type: ignore[index]
+
+
+def test_seq_counts_per_session(obj: Any, data_dir: Path, object_key: str) -> None:
+    one, two = obj.session("one"), obj.session("two")
+    one.append_message(text_message("a"))
+    one.append_message(text_message("b"))
+    two.append_message(text_message("x"))
+    one.append_message(text_message("c"))
+    two.append_message(text_message("y"))
+
+    assert [(r["id"], r["seq"]) for r in message_rows(data_dir, object_key, "one")] == [("a", 1), ("b", 2), ("c", 3)]
+    assert [(r["id"], r["seq"]) for r in message_rows(data_dir, object_key, "two")] == [("x", 1), ("y", 2)]
+
+
+def test_row_columns_of_an_append(session: Any, data_dir: Path, object_key: str) -> None:
+    before_ms = int(time.time() * 1000)
+    session.append_message(text_message("a", "hello", role="assistant"))
+    after_ms = int(time.time() * 1000)
+
+    row = message_row(data_dir, object_key, "a")
+    assert row is not None
+    assert row["session_id"] == ""
+    assert row["type"] == "message"
+    assert row["role"] == "assistant"
+    assert row["content_chunks"] == 0
+    assert before_ms - 5 <= row["created_at"] <= after_ms + 5  # epoch milliseconds
+
+
+# ── overlay guard (0.32+) ───────────────────────────────────────────────────
+
+
+def test_compaction_prefixed_id_is_refused_without_writing(session: Any, data_dir: Path, object_key: str) -> None:
+    session.append_message(text_message("a"))
+    overlay = {"id": "compaction_abc", "role": "assistant", "parts": [{"type": "text", "text": "summary"}]}
+
+    result = session.append_message(overlay)
+
+    assert result.inserted is False
+    assert result.message == overlay
+    assert ids(message_rows(data_dir, object_key)) == ["a"]
+    assert session.get_message("compaction_abc") is None
+    nxt = session.append_message(text_message("b"))
+    assert nxt.parent_id == "a"
+    assert message_row(data_dir, object_key, "b")["seq"] == 2  # type: ignore[index]
+
+
+# ── sanitize and reserved metadata ──────────────────────────────────────────
+
+SANITIZE_INPUT: dict[str, Any] = {
+    "id": "s1",
+    "role": "assistant",
+    "parts": [
+        {
+            "type": "text",
+            "text": "hi",
+            "providerMetadata": {
+                "openai": {"itemId": "it", "reasoningEncryptedContent": "enc", "keep": 1},
+                "other": {"a": 1},
+            },
+            "z": 1,
+        },
+        {"type": "reasoning", "text": "   ", "providerMetadata": {"openai": {"itemId": "x"}}},
+        {"type": "reasoning", "text": "thinking"},
+        {
+            "type": "tool-x",
+            "toolCallId": "c",
+            "input": {"q": 1},
+            "callProviderMetadata": {"openai": {"itemId": "y"}},
+            "state": "input-available",
+        },
+    ],
+    "metadata": {"reserved": 1, "channel": "c", "keep": 2},
+}
+# Observed on upstream for appendMessage(SANITIZE_INPUT, {source: "client"}).
+SANITIZED_CLIENT_JSON = (
+    '{"id":"s1","role":"assistant","parts":[{"type":"text","text":"hi","z":1,'
+    '"providerMetadata":{"other":{"a":1},"openai":{"keep":1}}},{"type":"reasoning","text":"thinking"},'
+    '{"type":"tool-x","toolCallId":"c","input":{"q":1},"state":"input-available"}],"metadata":{"keep":2}}'
+)
+SANITIZED_CLIENT_TOKENS = 10
+
+
+def test_sanitize_and_client_strip_in_stored_bytes(session: Any, data_dir: Path, object_key: str) -> None:
+    result = session.append_message(SANITIZE_INPUT, source="client")
+
+    row = message_row(data_dir, object_key, "s1")
+    assert row is not None
+    assert row["content"] == SANITIZED_CLIENT_JSON
+    assert row["token_estimate"] == SANITIZED_CLIENT_TOKENS
+    assert row["content_hash"] == sha256_hex(SANITIZED_CLIENT_JSON)
+    assert js_json(result.message) == SANITIZED_CLIENT_JSON  # the prepared form, key order included
+    assert js_json(session.get_message("s1")) == SANITIZED_CLIENT_JSON
+
+
+def test_server_source_keeps_reserved_metadata_but_still_sanitizes(
+    session: Any, data_dir: Path, object_key: str
+) -> None:
+    session.append_message(SANITIZE_INPUT)  # source defaults to "server"
+
+    content = message_row(data_dir, object_key, "s1")["content"]  # type: ignore[index]
+    assert content == SANITIZED_CLIENT_JSON.replace(
+        '"metadata":{"keep":2}', '"metadata":{"reserved":1,"channel":"c","keep":2}'
+    )
+
+
+def test_client_strip_removes_metadata_that_becomes_empty(session: Any, data_dir: Path, object_key: str) -> None:
+    message = text_message("m", "x", metadata={"reserved": 1, "channel": "c"})
+    result = session.append_message(message, source="client")
+
+    expected = '{"id":"m","role":"user","parts":[{"type":"text","text":"x"}]}'
+    assert message_row(data_dir, object_key, "m")["content"] == expected  # type: ignore[index]
+    assert "metadata" not in result.message
+
+
+def test_reserved_keys_on_update_stripped_only_for_client(session: Any, data_dir: Path, object_key: str) -> None:
+    session.append_message(text_message("s2", "x", metadata={"reserved": 1, "channel": "c"}))
+    session.append_message(text_message("s3", "x", metadata={"reserved": 1, "channel": "c"}))
+
+    client_update = session.update_message(
+        text_message("s3", "x", metadata={"reserved": 2, "channel": "d", "k": 1}), source="client"
+    )
+    server_update = session.update_message(text_message("s2", "x", metadata={"reserved": 2}))
+
+    assert client_update == text_message("s3", "x", metadata={"k": 1})
+    assert server_update == text_message("s2", "x", metadata={"reserved": 2})
+    # observed on upstream
+    assert (
+        message_row(data_dir, object_key, "s3")["content"]  # type: ignore[index]
+        == '{"id":"s3","role":"user","parts":[{"type":"text","text":"x"}],"metadata":{"k":1}}'
+    )
+    assert (
+        message_row(data_dir, object_key, "s2")["content"]  # type: ignore[index]
+        == '{"id":"s2","role":"user","parts":[{"type":"text","text":"x"}],"metadata":{"reserved":2}}'
+    )
+
+
+def test_client_update_that_strips_everything_removes_metadata(session: Any, data_dir: Path, object_key: str) -> None:
+    session.append_message(text_message("m", "x"))
+    session.update_message(text_message("m", "y", metadata={"channel": "c"}), source="client")
+    assert (
+        message_row(data_dir, object_key, "m")["content"]  # type: ignore[index]
+        == '{"id":"m","role":"user","parts":[{"type":"text","text":"y"}]}'
+    )
+
+
+# ── token estimate, content hash, canonical JSON ────────────────────────────
+
+
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        (text_message("t", "hello"), 6),
+        ({"id": "t", "role": "user", "parts": []}, 4),
+        (text_message("t", "one two three four five six seven"), 14),  # ceil(max(33/4, 7*1.3)) + 4
+        (text_message("t", "a" * 400), 104),
+    ],
+    ids=["hello", "empty-parts", "words", "chars"],
+)
+def test_token_estimate_is_stamped(
+    session: Any, data_dir: Path, object_key: str, message: dict[str, Any], expected: int
+) -> None:
+    session.append_message(message)
+    assert message_row(data_dir, object_key, "t")["token_estimate"] == expected  # type: ignore[index]
+    assert session.get_history_row_stats()[0].token_estimate == expected
+
+
+def test_content_hash_is_sha256_of_the_stored_json(session: Any, data_dir: Path, object_key: str) -> None:
+    session.append_message(text_message("h", "héllo 😀"))
+    row = message_row(data_dir, object_key, "h")
+    assert row is not None
+    assert row["content_hash"] == sha256_hex(row["content"])
+    assert row["content_hash"] == row["content_hash"].lower()
+    assert len(row["content_hash"]) == 64
+
+
+def test_canonical_json_numbers_and_integer_keys(session: Any, data_dir: Path, object_key: str) -> None:
+    raw = '{"id":"n","role":"user","parts":[],"x":1.0,"y":1e21,"z":1e-7,"w":-0,"10":1,"2":2}'
+    session.append_message(raw)
+
+    expected = '{"2":2,"10":1,"id":"n","role":"user","parts":[],"x":1,"y":1e+21,"z":1e-7,"w":0}'
+    row = message_row(data_dir, object_key, "n")
+    assert row is not None
+    assert row["content"] == expected  # observed on upstream
+    assert row["content_hash"] == sha256_hex(expected)
+    assert row["token_estimate"] == 4
+
+
+def test_canonical_json_strings_keys_and_big_numbers(session: Any, data_dir: Path, object_key: str) -> None:
+    raw = (
+        r'{"id":"s","role":"user","parts":[{"type":"text","text":"\ud800x\u00e9\u2028\u001f\"\\/"}],'
+        r'"4294967295":1,"4294967294":2,"01":3,"-1":4,"1.5":5,"0":6,'
+        r'"n":[1e16,2e-7,123456789012345678901234567890,1.5e300,0.1,-0.0,100,1E2]}'
+    )
+    session.append_message(raw)
+
+    # observed on upstream: integer-like keys first (numeric order), lone surrogate escaped,
+    # U+2028 and other non-ASCII kept raw, JS number formatting
+    expected = (
+        '{"0":6,"4294967294":2,"id":"s","role":"user","parts":[{"type":"text","text":"\\ud800x\u00e9\u2028'
+        '\\u001f\\"\\\\/"}],"4294967295":1,"01":3,"-1":4,"1.5":5,'
+        '"n":[10000000000000000,2e-7,1.2345678901234568e+29,1.5e+300,0.1,0,100,100]}'
+    )
+    row = message_row(data_dir, object_key, "s")
+    assert row is not None
+    assert row["content"] == expected
+    assert row["content_hash"] == sha256_hex(expected)
+    assert row["token_estimate"] == 7
+
+
+# ── AppendMessages ──────────────────────────────────────────────────────────
+
+
+def test_append_messages_chains_and_returns_one_result_each(session: Any, data_dir: Path, object_key: str) -> None:
+    session.append_message(text_message("a"))
+    results = session.append_messages([text_message("b"), text_message("a"), text_message("c")], parent_id=None)
+
+    assert [(r.inserted, r.parent_id) for r in results] == [(True, None), (False, None), (True, "b")]
+    rows = message_rows(data_dir, object_key)
+    assert [(r["id"], r["seq"], r["parent_id"]) for r in rows] == [("a", 1, None), ("b", 2, None), ("c", 3, "b")]
+
+
+def test_append_messages_is_all_or_nothing(session: Any, data_dir: Path, object_key: str) -> None:
+    session.append_message(text_message("a"))
+    before = message_rows(data_dir, object_key)
+
+    with pytest.raises(SessionsError) as caught:
+        session.append_messages([text_message("b"), '{"id":"c","role":"user","parts":{}}', text_message("d")])
+
+    assert caught.value.reason == "INVALID_MESSAGE"
+    assert message_rows(data_dir, object_key) == before
+    assert session.append_message(text_message("e")).parent_id == "a"
+    assert message_row(data_dir, object_key, "e")["seq"] == 2  # type: ignore[index]

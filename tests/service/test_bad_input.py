@@ -1,0 +1,181 @@
+"""Bad input on every write path: INVALID_ARGUMENT with the documented ErrorInfo reason, and
+nothing written (DESIGN.md §4, §9; proto ErrorReason)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from sessions_client import ImportItem, SessionsError
+from sessions_proto.v1 import sessions_pb2 as pb
+from tests.service.support import error_reason, message_rows, object_file, open_readonly, text_message
+
+BAD_MESSAGES = [
+    ('{"id":"x","role":"user","parts":[]', "INVALID_JSON"),
+    ("not json at all", "INVALID_JSON"),
+    ("", "INVALID_JSON"),
+    ('{"id":"x","role":"user","parts":[]} trailing', "INVALID_JSON"),
+    ('["id","role"]', "INVALID_MESSAGE"),
+    ('"a string"', "INVALID_MESSAGE"),
+    ("42", "INVALID_MESSAGE"),
+    ("null", "INVALID_MESSAGE"),
+    ('{"role":"user","parts":[]}', "INVALID_MESSAGE"),
+    ('{"id":7,"role":"user","parts":[]}', "INVALID_MESSAGE"),
+    ('{"id":null,"role":"user","parts":[]}', "INVALID_MESSAGE"),
+    ('{"id":"x","parts":[]}', "INVALID_MESSAGE"),
+    ('{"id":"x","role":["user"],"parts":[]}', "INVALID_MESSAGE"),
+    ('{"id":"x","role":"user"}', "INVALID_MESSAGE"),
+    ('{"id":"x","role":"user","parts":{}}', "INVALID_MESSAGE"),
+    ('{"id":"x","role":"user","parts":"text"}', "INVALID_MESSAGE"),
+    ('{"id":"x","role":"user","parts":[{"text":"no type"}]}', "INVALID_MESSAGE"),
+    ('{"id":"x","role":"user","parts":[{"type":3}]}', "INVALID_MESSAGE"),
+    ('{"id":"x","role":"user","parts":["text"]}', "INVALID_MESSAGE"),
+    ('{"id":"x","role":"user","parts":[{"type":"text","text":"ok"},null]}', "INVALID_MESSAGE"),
+]
+BAD_IDS = [
+    "truncated",
+    "not-json",
+    "empty",
+    "trailing",
+    "array",
+    "string",
+    "number",
+    "null",
+    "no-id",
+    "numeric-id",
+    "null-id",
+    "no-role",
+    "array-role",
+    "no-parts",
+    "parts-object",
+    "parts-string",
+    "part-without-type",
+    "part-numeric-type",
+    "part-string",
+    "part-null",
+]
+
+
+def file_state(data_dir: Path, object_key: str) -> tuple[list[dict[str, Any]], int]:
+    """All message rows (every session) and the number of continuation rows."""
+    with open_readonly(object_file(data_dir, object_key)) as conn:
+        chunks = conn.execute("SELECT count(*) FROM cf_agents_session_message_chunks").fetchone()[0]
+    return message_rows(data_dir, object_key, None), chunks
+
+
+@pytest.mark.parametrize(("raw", "reason"), BAD_MESSAGES, ids=BAD_IDS)
+def test_append_rejects_bad_message(session: Any, data_dir: Path, object_key: str, raw: str, reason: str) -> None:
+    session.append_message(text_message("a"))
+    before = file_state(data_dir, object_key)
+
+    with pytest.raises(SessionsError) as caught:
+        session.append_message(raw)
+
+    assert caught.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert caught.value.reason == reason
+    assert file_state(data_dir, object_key) == before
+    # nothing consumed a seq or moved the leaf
+    nxt = session.append_message(text_message("b"))
+    assert nxt.parent_id == "a"
+    assert message_rows(data_dir, object_key)[-1]["seq"] == 2
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        ('{"id":"a","role":"user","parts":[}', "INVALID_JSON"),
+        ('{"id":"a","parts":[]}', "INVALID_MESSAGE"),
+        ('{"id":"a","role":"user","parts":{}}', "INVALID_MESSAGE"),
+        ('{"id":"a","role":"user","parts":[{"type":null}]}', "INVALID_MESSAGE"),
+        ("[]", "INVALID_MESSAGE"),
+    ],
+    ids=["json", "no-role", "parts-object", "part-null-type", "array"],
+)
+@pytest.mark.parametrize("operation", ["update", "upsert"])
+def test_update_and_upsert_reject_bad_message(
+    session: Any, data_dir: Path, object_key: str, raw: str, reason: str, operation: str
+) -> None:
+    session.append_message(text_message("a", "original"))
+    before = file_state(data_dir, object_key)
+
+    with pytest.raises(SessionsError) as caught:
+        if operation == "update":
+            session.update_message(raw)
+        else:
+            session.upsert_message(raw)
+
+    assert caught.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert caught.value.reason == reason
+    assert file_state(data_dir, object_key) == before
+
+
+def test_update_of_absent_id_without_role_is_invalid(session: Any, data_dir: Path, object_key: str) -> None:
+    """DESIGN.md §9: a message without a string role is rejected on every path (upstream would
+    return null here)."""
+    session.append_message(text_message("a"))
+    with pytest.raises(SessionsError) as caught:
+        session.update_message('{"id":"missing","parts":[]}')
+    assert caught.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert caught.value.reason == "INVALID_MESSAGE"
+
+
+def test_duplicate_append_without_role_is_invalid(session: Any, data_dir: Path, object_key: str) -> None:
+    """DESIGN.md §9 (upstream would return the stored row)."""
+    session.append_message(text_message("a"))
+    with pytest.raises(SessionsError) as caught:
+        session.append_message('{"id":"a","parts":[]}')
+    assert caught.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert caught.value.reason == "INVALID_MESSAGE"
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        ('{"id":"b","role":"user","parts":[', "INVALID_JSON"),
+        ('{"id":"b","parts":[]}', "INVALID_MESSAGE"),
+        ('{"id":"b","role":"user","parts":7}', "INVALID_MESSAGE"),
+        ('{"role":"user","parts":[]}', "INVALID_MESSAGE"),
+    ],
+    ids=["json", "no-role", "parts-number", "no-id"],
+)
+def test_import_stream_rejects_bad_message(
+    session: Any, data_dir: Path, object_key: str, raw: str, reason: str
+) -> None:
+    session.append_message(text_message("a"))
+    before = file_state(data_dir, object_key)
+
+    with pytest.raises(SessionsError) as caught:
+        session.import_messages([ImportItem(raw, "a", 1_700_000_000_000)])
+
+    assert caught.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert caught.value.reason == reason
+    assert file_state(data_dir, object_key) == before
+
+
+def test_append_messages_item_error_names_the_reason(session: Any, data_dir: Path, object_key: str) -> None:
+    session.append_message(text_message("a"))
+    before = file_state(data_dir, object_key)
+    with pytest.raises(SessionsError) as caught:
+        session.append_messages([text_message("b"), "{oops"])
+    assert caught.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert caught.value.reason == "INVALID_JSON"
+    assert file_state(data_dir, object_key) == before
+
+
+def test_bad_message_on_a_fresh_object_writes_no_message(client: Any, data_dir: Path, object_key: str) -> None:
+    session = client.object(object_key).session()
+    with pytest.raises(SessionsError) as caught:
+        session.append_message('{"id":"x","role":"user","parts":null}')
+    assert caught.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert message_rows(data_dir, object_key, None) == []
+
+
+def test_upload_stream_without_header_is_invalid(stub: Any, object_key: str) -> None:
+    frames = [pb.UploadMessageRequest(json_piece='{"id":"a","role":"user","parts":[]}')]
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.UploadMessage(iter(frames))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
+    assert error_reason(caught.value) == "INVALID_STREAM"

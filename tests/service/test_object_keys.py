@@ -1,0 +1,177 @@
+"""Object keys: validated, hashed into file names, never used as paths; the x-object-key routing
+header must agree with the request body (DESIGN.md §2, §4, §8)."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from sessions_client import SessionsClient, SessionsError
+from sessions_proto.v1 import sessions_pb2 as pb
+from tests.conftest import start_server
+from tests.service.support import (
+    error_reason,
+    files_under,
+    message_rows,
+    object_file,
+    open_readonly,
+    text_message,
+)
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["", "a\x00b", "\x00", "line\nbreak", "tab\there", "bell\x07", "del\x7f", "c1\x85control", "k" * 2000],
+    ids=["empty", "nul", "only-nul", "newline", "tab", "bell", "del", "c1", "2000-bytes"],
+)
+def test_invalid_object_key_is_refused(client: Any, key: str) -> None:
+    session = client.object(key).session()
+    with pytest.raises(SessionsError) as caught:
+        session.append_message(text_message("a"))
+    assert caught.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert caught.value.reason == "INVALID_OBJECT_KEY"
+
+
+def test_invalid_object_key_is_refused_on_reads(client: Any) -> None:
+    session = client.object("bad\x00key").session()
+    for read in (session.get_history, session.get_latest_leaf, session.get_history_row_stats):
+        with pytest.raises(SessionsError) as caught:
+            read()
+        assert caught.value.code == grpc.StatusCode.INVALID_ARGUMENT
+        assert caught.value.reason == "INVALID_OBJECT_KEY"
+
+
+def test_too_long_key_creates_no_file(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    server = start_server(data_dir)
+    try:
+        with SessionsClient(server.address) as client:
+            with pytest.raises(SessionsError):
+                client.object("k" * 2000).session().append_message(text_message("a"))
+            with pytest.raises(SessionsError):
+                client.object("nul\x00").session().append_message(text_message("a"))
+    finally:
+        server.stop()
+    assert files_under(data_dir) == []
+
+
+HOSTILE_KEYS = [
+    "../x",
+    "../../../../../../tmp/evil",
+    "/etc/passwd",
+    "a/../../b",
+    "..",
+    ".",
+    "C:\\Windows\\system32",
+    "~root/.ssh/authorized_keys",
+    "objects/00/00/x.sqlite",
+    "ключ/😀/漢字",
+    "%2e%2e%2fx",
+    "k" * 1024,
+]
+
+
+def test_hostile_keys_are_ordinary_keys_inside_the_data_dir(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    server = start_server(data_dir)
+    try:
+        with SessionsClient(server.address) as client:
+            for index, key in enumerate(HOSTILE_KEYS):
+                session = client.object(key).session()
+                session.append_message(text_message(f"m{index}", key))
+            # each key is its own object holding exactly its own message
+            for index, key in enumerate(HOSTILE_KEYS):
+                history = client.object(key).session().get_history()
+                assert history == [text_message(f"m{index}", key)]
+    finally:
+        server.stop()
+
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]
+    objects = (data_dir / "objects").resolve()
+    for path in files_under(data_dir):
+        assert path.resolve().is_relative_to(objects), path
+    expected = {object_file(data_dir, key) for key in HOSTILE_KEYS}
+    databases = {p for p in files_under(data_dir) if p.suffix == ".sqlite"}
+    assert databases == expected
+    for key in HOSTILE_KEYS:
+        digest = hashlib.sha256(key.encode("utf-8")).hexdigest()
+        assert object_file(data_dir, key).name == f"{digest}.sqlite"
+        assert key not in str(object_file(data_dir, key).relative_to(data_dir))
+
+
+def test_the_key_is_recorded_inside_its_file(client: Any, data_dir: Path) -> None:
+    key = "recorded/../key ü"
+    client.object(key).session().append_message(text_message("a"))
+    found = False
+    with open_readonly(object_file(data_dir, key)) as conn:
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        for table in tables:
+            if table.startswith("cf_agents_session_"):
+                continue
+            for row in conn.execute(f'SELECT * FROM "{table}"'):
+                found = found or key in tuple(row)
+    assert found, "the object key is not stored inside the object's file"
+
+
+def test_keys_differing_only_in_case_or_unicode_form_are_distinct(client: Any, object_key: str) -> None:
+    composed, decomposed = f"{object_key}-\u00e9", f"{object_key}-e\u0301"
+    for key in (object_key, object_key.upper(), composed, decomposed):
+        client.object(key).session().append_message(text_message(key))
+    for key in (object_key, object_key.upper(), composed, decomposed):
+        assert [m["id"] for m in client.object(key).session().get_history()] == [key]
+
+
+# ── routing header ──────────────────────────────────────────────────────────
+
+
+def append_request(object_key: str) -> pb.AppendMessageRequest:
+    return pb.AppendMessageRequest(
+        object_key=object_key, message_json='{"id":"a","role":"user","parts":[]}', parent_mode=pb.PARENT_MODE_AUTO
+    )
+
+
+def test_object_key_header_mismatch_is_refused(stub: Any, data_dir: Path, object_key: str) -> None:
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.AppendMessage(append_request(object_key), metadata=(("x-object-key", "other"),))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
+    assert error_reason(caught.value) == "OBJECT_KEY_MISMATCH"
+    assert message_rows(data_dir, object_key) == []
+    assert message_rows(data_dir, "other") == []
+
+
+def test_object_key_header_mismatch_is_refused_on_streaming_reads(stub: Any, object_key: str) -> None:
+    request = pb.StreamHistoryRequest(object_key=object_key)
+    with pytest.raises(grpc.RpcError) as caught:
+        list(stub.StreamHistory(request, metadata=(("x-object-key", "other"),)))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
+    assert error_reason(caught.value) == "OBJECT_KEY_MISMATCH"
+
+
+def test_percent_encoded_header_matches(stub: Any, data_dir: Path) -> None:
+    key = "héllo wörld/😀?&="
+    header = urllib.parse.quote(key, safe="")
+    response = stub.AppendMessage(append_request(key), metadata=(("x-object-key", header),))
+    assert response.inserted is True
+    assert [r["id"] for r in message_rows(data_dir, key)] == ["a"]
+
+
+def test_header_is_optional(stub: Any, data_dir: Path, object_key: str) -> None:
+    response = stub.AppendMessage(append_request(object_key))
+    assert response.inserted is True
+    assert response.message.info.seq == 1
+    assert [r["id"] for r in message_rows(data_dir, object_key)] == ["a"]
+
+
+def test_object_file_is_a_plain_sqlite_database(client: Any, data_dir: Path, object_key: str) -> None:
+    client.object(object_key).session().append_message(text_message("a"))
+    path = object_file(data_dir, object_key)
+    assert path.read_bytes()[:16] == b"SQLite format 3\x00"
+    with open_readonly(path) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert isinstance(sqlite3.sqlite_version, str)
