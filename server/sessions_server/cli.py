@@ -16,6 +16,7 @@ from sessions_server.config import (
     ServerConfig,
 )
 from sessions_server.domain.keys import MAX_OBJECT_KEY_BYTES
+from sessions_server.domain.limits import Limits
 from sessions_server.storage.registry import DEFAULT_MAX_OPEN_OBJECTS
 
 
@@ -73,7 +74,46 @@ def build_parser() -> argparse.ArgumentParser:
         help="environment variable holding the summarizer's API key",
     )
     serve.add_argument("--summarizer-timeout-seconds", type=float, default=60.0, help="summarizer call timeout")
+    serve.add_argument("--tls-cert", type=Path, help="PEM certificate chain; enables TLS")
+    serve.add_argument("--tls-key", type=Path, help="PEM private key for --tls-cert")
+    serve.add_argument("--tls-client-ca", type=Path, help="PEM CA bundle; requires client certificates (mTLS)")
+    serve.add_argument(
+        "--allow-plaintext", action="store_true", help="allow plaintext on a non-loopback address (trusted networks)"
+    )
+    serve.add_argument(
+        "--tokens-file", type=Path, help="JSON file of hashed bearer tokens and their grants (re-read on SIGHUP)"
+    )
+    serve.add_argument(
+        "--auth-protect-reflection", action="store_true", help="require a token for server reflection too"
+    )
+    limits = Limits()
+    serve.add_argument(
+        "--max-client-message-bytes",
+        type=int,
+        default=limits.max_client_message_bytes,
+        help=f"largest source=client message, bytes; 0 = no limit (default {limits.max_client_message_bytes})",
+    )
+    serve.add_argument(
+        "--max-object-bytes",
+        type=int,
+        default=limits.max_object_bytes,
+        help=f"object size above which writes are refused, bytes (default {limits.max_object_bytes})",
+    )
+    serve.add_argument(
+        "--max-subscribers-per-object",
+        type=int,
+        default=limits.max_subscribers_per_object,
+        help=f"concurrent Subscribe streams per object (default {limits.max_subscribers_per_object})",
+    )
+    serve.add_argument(
+        "--max-concurrent-streams",
+        type=int,
+        default=limits.max_concurrent_streams,
+        help=f"concurrent streaming calls per server (default {limits.max_concurrent_streams})",
+    )
     serve.add_argument("--log-level", default="WARNING", help="logging level (default WARNING)")
+    hasher = commands.add_parser("hash-token", help="print the SHA-256 of a bearer token, for the tokens file")
+    hasher.add_argument("token", nargs="?", help="the token (read from standard input when omitted)")
     imp = commands.add_parser(
         "import-store",
         help="copy an upstream store file (e.g. a workerd Durable Object SQLite file) in as an object",
@@ -87,6 +127,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "hash-token":
+        from sessions_server.transport.auth import hash_token
+
+        token = args.token if args.token is not None else sys.stdin.readline().strip()
+        print(hash_token(token))
+        return 0
     if args.command == "import-store":
         return _import_store(args.file, args.object_key, args.data_dir, replace=args.replace)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -105,6 +151,18 @@ def main(argv: list[str] | None = None) -> int:
         summarizer_model=args.summarizer_model,
         summarizer_api_key_env=args.summarizer_api_key_env,
         summarizer_timeout_seconds=args.summarizer_timeout_seconds,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        tls_client_ca=args.tls_client_ca,
+        allow_plaintext=args.allow_plaintext,
+        tokens_file=args.tokens_file,
+        auth_protect_reflection=args.auth_protect_reflection,
+        limits=Limits(
+            max_client_message_bytes=args.max_client_message_bytes,
+            max_object_bytes=args.max_object_bytes,
+            max_subscribers_per_object=args.max_subscribers_per_object,
+            max_concurrent_streams=args.max_concurrent_streams,
+        ),
     )
     return asyncio.run(_run(config))
 

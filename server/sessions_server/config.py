@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sessions_server.domain.keys import MAX_OBJECT_KEY_BYTES
+from sessions_server.domain.limits import Limits
 from sessions_server.storage.registry import DEFAULT_MAX_OPEN_OBJECTS
 
 DEFAULT_LISTEN = "127.0.0.1:50051"
@@ -33,4 +34,11 @@ class ServerConfig:
     summarizer_model: str = "gpt-4o-mini"
     summarizer_api_key_env: str = "SESSIONS_SUMMARIZER_API_KEY"
     summarizer_timeout_seconds: float = 60.0
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_client_ca: Path | None = None
+    allow_plaintext: bool = False
+    tokens_file: Path | None = None
+    auth_protect_reflection: bool = False
+    limits: Limits = field(default_factory=Limits)
     extra_options: tuple[tuple[str, int], ...] = field(default_factory=tuple)

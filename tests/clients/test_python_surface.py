@@ -27,6 +27,7 @@ EXPECTED_EXPORTS = {
     "SessionHandle",
     "SessionsClient",
     "SessionsError",
+    "TlsConfig",
     "UpsertResult",
 }
 

@@ -61,25 +61,30 @@ func (e *Error) GRPCStatus() *status.Status {
 	return status.New(e.Code, e.Message)
 }
 
-// Code returns the gRPC code of err: the Error's code, codes.OK for nil, codes.Unknown otherwise.
+// Code returns the gRPC code of err: codes.OK for nil; works on *Error and on plain gRPC errors
+// (from Stub calls) alike.
 func Code(err error) codes.Code {
 	if err == nil {
 		return codes.OK
 	}
-	var e *Error
-	if errors.As(err, &e) {
-		return e.Code
-	}
-	return status.Code(err)
+	return FromError(err).Code
 }
 
-// Reason returns the ErrorInfo reason of err, or "" when it has none.
+// Reason returns the ErrorInfo reason of err (an *Error or a plain gRPC error), or "".
 func Reason(err error) string {
-	var e *Error
-	if errors.As(err, &e) {
-		return e.Reason
+	if err == nil {
+		return ""
 	}
-	return ""
+	return FromError(err).Reason
+}
+
+// FromError converts any error (a gRPC status error from a Stub call, a context error) into an
+// *Error; nil for nil.
+func FromError(err error) *Error {
+	if err == nil {
+		return nil
+	}
+	return toError(err).(*Error)
 }
 
 // toError converts a gRPC (or context) error into *Error; nil stays nil.

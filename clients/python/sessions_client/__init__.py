@@ -27,6 +27,7 @@ from sessions_client._common import (
     RowStat,
     SearchResult,
     SessionsError,
+    TlsConfig,
     UpsertResult,
 )
 from sessions_client._sync import ObjectHandle, SessionHandle, SessionsClient
@@ -51,5 +52,6 @@ __all__ = [
     "SessionHandle",
     "SessionsClient",
     "SessionsError",
+    "TlsConfig",
     "UpsertResult",
 ]

@@ -132,8 +132,23 @@ class MessageWithInfo:
         return json.loads(self.json)  # type: ignore[no-any-return]
 
 
-def routing_metadata(object_key: str) -> tuple[tuple[str, str], ...]:
-    return ((OBJECT_KEY_HEADER, urllib.parse.quote(object_key, safe="")),)
+def routing_metadata(object_key: str, token: str | None = None) -> tuple[tuple[str, str], ...]:
+    """The object key for routers (percent-encoded) and, when given, the bearer token."""
+    routing = (OBJECT_KEY_HEADER, urllib.parse.quote(object_key, safe=""))
+    return (routing, ("authorization", f"Bearer {token}")) if token else (routing,)
+
+
+@dataclass(frozen=True)
+class TlsConfig:
+    """TLS settings: the CA that signed the server's certificate (None: system roots) and, for
+    mTLS, the client's certificate chain and key. All PEM bytes."""
+
+    root_certificates: bytes | None = None
+    certificate_chain: bytes | None = None
+    private_key: bytes | None = None
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        return grpc.ssl_channel_credentials(self.root_certificates, self.private_key, self.certificate_chain)
 
 
 def to_json(message: Message | str) -> str:

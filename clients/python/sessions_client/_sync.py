@@ -31,6 +31,7 @@ from sessions_client._common import (
     RowStat,
     SearchResult,
     SessionsError,
+    TlsConfig,
     UpsertResult,
     attachment_mode,
     collect_search,
@@ -60,8 +61,17 @@ class SessionsClient:
         channel: grpc.Channel | None = None,
         options: Sequence[tuple[str, Any]] = (),
         timeout: float | None = None,
+        token: str | None = None,
+        tls: TlsConfig | None = None,
     ) -> None:
-        self._channel = channel or grpc.insecure_channel(target, options=list(options))
+        if channel is None:
+            channel = (
+                grpc.secure_channel(target, tls.credentials(), options=list(options))
+                if tls is not None
+                else grpc.insecure_channel(target, options=list(options))
+            )
+        self._channel = channel
+        self._token = token
         self._stub = pb_grpc.SessionServiceStub(self._channel)
         self.timeout = timeout
 
@@ -79,12 +89,12 @@ class SessionsClient:
 
     def _call(self, object_key: str, fn: Callable[..., T], request: Any) -> T:
         try:
-            return fn(request, metadata=routing_metadata(object_key), timeout=self.timeout)
+            return fn(request, metadata=routing_metadata(object_key, self._token), timeout=self.timeout)
         except grpc.RpcError as error:
             raise SessionsError.from_rpc_error(error) from None
 
     def _stream(self, object_key: str, fn: Callable[..., Any], request: Any) -> Iterator[Any]:
-        call = fn(request, metadata=routing_metadata(object_key), timeout=self.timeout)
+        call = fn(request, metadata=routing_metadata(object_key, self._token), timeout=self.timeout)
         try:
             yield from call
         except grpc.RpcError as error:

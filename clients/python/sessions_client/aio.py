@@ -32,6 +32,7 @@ from sessions_client._common import (
     RowStat,
     SearchResult,
     SessionsError,
+    TlsConfig,
     UpsertResult,
     attachment_mode,
     collect_search,
@@ -61,8 +62,17 @@ class SessionsClient:
         channel: grpc.aio.Channel | None = None,
         options: Sequence[tuple[str, Any]] = (),
         timeout: float | None = None,
+        token: str | None = None,
+        tls: TlsConfig | None = None,
     ) -> None:
-        self._channel = channel or grpc.aio.insecure_channel(target, options=list(options))
+        if channel is None:
+            channel = (
+                grpc.aio.secure_channel(target, tls.credentials(), options=list(options))
+                if tls is not None
+                else grpc.aio.insecure_channel(target, options=list(options))
+            )
+        self._channel = channel
+        self._token = token
         self._stub = pb_grpc.SessionServiceStub(self._channel)
         self.timeout = timeout
 
@@ -80,12 +90,12 @@ class SessionsClient:
 
     async def _call(self, object_key: str, fn: Callable[..., Any], request: Any) -> Any:
         try:
-            return await fn(request, metadata=routing_metadata(object_key), timeout=self.timeout)
+            return await fn(request, metadata=routing_metadata(object_key, self._token), timeout=self.timeout)
         except grpc.RpcError as error:
             raise SessionsError.from_rpc_error(error) from None
 
     async def _stream(self, object_key: str, fn: Callable[..., Any], request: Any) -> AsyncIterator[Any]:
-        call = fn(request, metadata=routing_metadata(object_key), timeout=self.timeout)
+        call = fn(request, metadata=routing_metadata(object_key, self._token), timeout=self.timeout)
         try:
             async for response in call:
                 yield response

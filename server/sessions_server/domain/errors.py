@@ -51,6 +51,18 @@ class Unavailable(SessionsError):
     reason = "DRAINING"
 
 
+class Unauthenticated(SessionsError):
+    """The call carries no valid credentials."""
+
+    reason = "UNAUTHENTICATED"
+
+
+class PermissionDenied(SessionsError):
+    """The credentials do not grant this call."""
+
+    reason = "PERMISSION_DENIED"
+
+
 class StorageFailure(SessionsError):
     """The storage engine failed (disk full, I/O error); the write was rolled back."""
 

@@ -26,6 +26,7 @@ from sessions_server.domain.errors import (
     StorageFailure,
     Unavailable,
 )
+from sessions_server.domain.limits import Limits, exceeded
 from sessions_server.domain.overlays import OverlaySpan, overlay_id, overlay_message_json, plan_overlays
 from sessions_server.storage import queries
 from sessions_server.storage.feed import ChangeEvent, FeedClosed, Reset
@@ -147,6 +148,7 @@ class SessionsService:
         summarizer: Summarizer | None = None,
         max_query_bytes: int = search_rules.MAX_QUERY_BYTES,
         search_seconds: float = DEFAULT_SEARCH_SECONDS,
+        limits: Limits | None = None,
     ) -> None:
         self.registry = registry
         self.reserved_metadata_keys = tuple(reserved_metadata_keys)
@@ -154,15 +156,19 @@ class SessionsService:
         self.compactor = Compactor(self, summarizer)
         self.max_query_bytes = max_query_bytes
         self.search_seconds = search_seconds
+        self.limits = limits or Limits()
 
     def check_names(self, object_key: str, session_id: str) -> None:
         keys.check_object_key(object_key, max_bytes=self.max_object_key_bytes)
         keys.check_session_id(session_id)
 
     @contextlib.asynccontextmanager
-    async def object(self, object_key: str) -> AsyncIterator[ObjectStore]:
+    async def object(self, object_key: str, *, writing: bool = False) -> AsyncIterator[ObjectStore]:
+        """The open object (opened on demand). `writing` first checks the object's size limit."""
         try:
             async with self.registry.use(object_key) as store:
+                if writing and store.file_bytes() > self.limits.max_object_bytes:
+                    raise exceeded("the object is full", "max_object_bytes", self.limits.max_object_bytes, "bytes")
                 yield store
         except StorageError as exc:
             raise _storage_failure(exc) from exc
@@ -170,6 +176,9 @@ class SessionsService:
             raise FailedPrecondition(str(exc), reason="INVALID_MESSAGE") from exc
 
     def _prepare(self, text: str, from_client: bool, field: str) -> tuple[messages.Message, messages.PreparedMessage]:
+        cap = self.limits.max_client_message_bytes
+        if from_client and cap and len(text) > cap // 4 and len(text.encode("utf-8", "surrogatepass")) > cap:
+            raise exceeded(f"{field} from a client is larger than allowed", "max_client_message_bytes", cap, "bytes")
         message = messages.parse_message(text, field=field)
         prepared = messages.prepare_for_write(
             message, from_client=from_client, reserved_keys=self.reserved_metadata_keys
@@ -220,7 +229,7 @@ class SessionsService:
 
         if all(prepared is None for _, _, prepared in staged):
             return run(None)  # type: ignore[arg-type]  # no job touches storage
-        async with self.object(object_key) as store:
+        async with self.object(object_key, writing=True) as store:
             results = await store.write(run)
             inserted = [r.message.info for r in results if r.inserted and r.message.info is not None]
             if inserted:
@@ -241,7 +250,7 @@ class SessionsService:
                 ctx.emit(ChangeEvent("update", session_id, message_json=prepared.json, message_info=outcome.info))
             return outcome
 
-        async with self.object(object_key) as store:
+        async with self.object(object_key, writing=True) as store:
             outcome = await store.write(run)
             if outcome.status == "updated":
                 forget_estimate(store, session_id)
@@ -279,7 +288,7 @@ class SessionsService:
                 ctx.emit(ChangeEvent("update", session_id, message_json=prepared.json, message_info=updated.info))
             return False, UpdateResult(True, updated.status == "updated", MessageView(updated.info, prepared.json))
 
-        async with self.object(object_key) as store:
+        async with self.object(object_key, writing=True) as store:
             inserted, result = await store.write(run)
             if inserted and result.message is not None and result.message.info is not None:
                 await self._after_inserted_appends(store, object_key, session_id, [result.message.info])
@@ -329,7 +338,7 @@ class SessionsService:
     async def importer(self, object_key: str, session_id: str) -> AsyncIterator[Importer]:
         """An import session: messages are validated as they arrive and committed in order."""
         self.check_names(object_key, session_id)
-        async with self.object(object_key) as store:
+        async with self.object(object_key, writing=True) as store:
             importer = Importer(store, session_id)
             try:
                 yield importer
@@ -535,6 +544,9 @@ class SessionsService:
         if session_filter is not None:
             keys.check_session_id(session_filter)
         async with self.object(object_key) as store:
+            cap = self.limits.max_subscribers_per_object
+            if store.feed.subscriber_count >= cap:
+                raise exceeded("too many subscribers on this object", "max_subscribers_per_object", cap)
             subscription = store.feed.subscribe(session_filter, resume_after)
             try:
                 if not resume_after:

@@ -19,6 +19,8 @@ _CODES: dict[type[errors.SessionsError], grpc.StatusCode] = {
     errors.LimitExceeded: grpc.StatusCode.RESOURCE_EXHAUSTED,
     errors.FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
     errors.NotFound: grpc.StatusCode.NOT_FOUND,
+    errors.Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
+    errors.PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
     errors.Unavailable: grpc.StatusCode.UNAVAILABLE,
     errors.StorageFailure: grpc.StatusCode.UNAVAILABLE,
 }

@@ -8,7 +8,10 @@ flight get `drain_seconds` to finish, then objects close (queued writes commit f
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
+import signal
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -19,9 +22,11 @@ from grpc_reflection.v1alpha import reflection
 
 from sessions_proto.v1 import sessions_pb2, sessions_pb2_grpc
 from sessions_server.config import ServerConfig
+from sessions_server.domain.errors import SessionsError
 from sessions_server.domain.service import SessionsService
 from sessions_server.integrations.chat_completions import ChatCompletionsSummarizer
 from sessions_server.storage.registry import ObjectRegistry
+from sessions_server.transport.auth import TokenAuthority
 from sessions_server.transport.servicer import Draining, SessionServicer
 
 log = logging.getLogger("sessions.server")
@@ -41,6 +46,7 @@ class RunningServer:
     draining: Draining
     drain_seconds: float
     service: SessionsService
+    authority: TokenAuthority | None
 
     async def stop(self) -> None:
         """Graceful stop: NOT_SERVING, refuse new calls, let in-flight calls finish, close."""
@@ -75,23 +81,27 @@ async def create_server(config: ServerConfig) -> RunningServer:
         summarizer=summarizer,
         max_query_bytes=config.max_query_bytes,
         search_seconds=config.search_seconds,
+        limits=config.limits,
     )
+    authority = TokenAuthority(config.tokens_file) if config.tokens_file else None
     draining = Draining()
+    interceptors = [ReflectionGuard(authority)] if authority is not None and config.auth_protect_reflection else []
     server = grpc.aio.server(
+        interceptors=interceptors,
         options=[
             ("grpc.max_receive_message_length", config.max_request_bytes),
             ("grpc.max_send_message_length", 4 * 1024 * 1024),
             ("grpc.so_reuseport", 0),
             *config.extra_options,
-        ]
+        ],
     )
     sessions_pb2_grpc.add_SessionServiceServicer_to_server(
-        SessionServicer(service, draining, progress_seconds=config.progress_seconds), server
+        SessionServicer(service, draining, progress_seconds=config.progress_seconds, authority=authority), server
     )
     health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
-    port = server.add_insecure_port(config.listen)
+    port = _bind(server, config)
     if port == 0:
         raise OSError(f"could not bind {config.listen}")
     await server.start()
@@ -99,8 +109,76 @@ async def create_server(config: ServerConfig) -> RunningServer:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     host = config.listen.rsplit(":", 1)[0]
     return RunningServer(
-        server, port, f"{host}:{port}", registry, executor, health_servicer, draining, config.drain_seconds, service
+        server,
+        port,
+        f"{host}:{port}",
+        registry,
+        executor,
+        health_servicer,
+        draining,
+        config.drain_seconds,
+        service,
+        authority,
     )
+
+
+def _is_loopback(host: str) -> bool:
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _bind(server: grpc.aio.Server, config: ServerConfig) -> int:
+    """Binds with TLS (mTLS when a client CA is given); plaintext only on loopback unless allowed."""
+    host = config.listen.rsplit(":", 1)[0]
+    if config.tls_cert or config.tls_key:
+        if not (config.tls_cert and config.tls_key):
+            raise OSError("--tls-cert and --tls-key go together")
+        credentials = grpc.ssl_server_credentials(
+            [(config.tls_key.read_bytes(), config.tls_cert.read_bytes())],
+            root_certificates=config.tls_client_ca.read_bytes() if config.tls_client_ca else None,
+            require_client_auth=config.tls_client_ca is not None,
+        )
+        return server.add_secure_port(config.listen, credentials)
+    if config.tls_client_ca:
+        raise OSError("--tls-client-ca needs --tls-cert and --tls-key")
+    if not _is_loopback(host) and not config.allow_plaintext:
+        raise OSError(
+            f"refusing plaintext on non-loopback address {host}: give --tls-cert/--tls-key, "
+            "or --allow-plaintext behind a trusted network"
+        )
+    return server.add_insecure_port(config.listen)
+
+
+class ReflectionGuard(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
+    """Requires a valid bearer token for server reflection (health stays open)."""
+
+    def __init__(self, authority: TokenAuthority) -> None:
+        self._authority = authority
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        method = handler_call_details.method or ""
+        if "ServerReflection" in method:
+            try:
+                self._authority.check(handler_call_details.invocation_metadata or (), "", write=False)
+            except SessionsError as exc:
+                return _deny(exc)
+        return await continuation(handler_call_details)
+
+
+def _deny(exc: SessionsError) -> grpc.RpcMethodHandler[Any, Any]:
+    async def abort(request_iterator: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, exc.message)
+
+    return grpc.stream_stream_rpc_method_handler(abort)
 
 
 async def serve(config: ServerConfig, stop: asyncio.Event) -> None:
@@ -108,6 +186,8 @@ async def serve(config: ServerConfig, stop: asyncio.Event) -> None:
     running = await create_server(config)
     print(f"sessions-server listening on {running.address} (data: {config.data_dir})", flush=True)
     log.info("listening on %s", running.address)
+    if running.authority is not None:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, running.authority.reload)
     await stop.wait()
     log.info("draining")
     await running.stop()

@@ -18,6 +18,7 @@ from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
 from sessions_server.domain import search as search_rules
 from sessions_server.domain.compactor import Policy
 from sessions_server.domain.errors import InvalidArgument, SessionsError, Unavailable
+from sessions_server.domain.limits import exceeded
 from sessions_server.domain.service import (
     DEFAULT_BATCH_BYTES,
     DEFAULT_BATCH_SIZE,
@@ -32,6 +33,7 @@ from sessions_server.domain.service import (
 from sessions_server.storage.feed import ChangeEvent, Reset
 from sessions_server.storage.rows import Compaction, Parent
 from sessions_server.transport import framing
+from sessions_server.transport.auth import TokenAuthority
 from sessions_server.transport.errors import internal_status, status_for
 
 OBJECT_KEY_HEADER = "x-object-key"
@@ -83,16 +85,28 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
     """gRPC handlers for sessions.v1.SessionService."""
 
     def __init__(
-        self, service: SessionsService, draining: Draining, *, progress_seconds: float = DEFAULT_PROGRESS_SECONDS
+        self,
+        service: SessionsService,
+        draining: Draining,
+        *,
+        progress_seconds: float = DEFAULT_PROGRESS_SECONDS,
+        authority: TokenAuthority | None = None,
     ) -> None:
         self._service = service
         self._draining = draining
         self._progress_seconds = progress_seconds
+        self._authority = authority
+        self._slots = StreamSlots(service.limits.max_concurrent_streams)
 
-    def _admit(self, context: grpc.aio.ServicerContext[Any, Any], object_key: str) -> None:
+    def _admit(self, context: grpc.aio.ServicerContext[Any, Any], object_key: str, *, write: bool) -> None:
+        """Refuses the call while draining, authorizes it (before anything reveals whether the
+        object exists), and checks the routing header against the body."""
         if self._draining.active:
             raise Unavailable("the server is shutting down; retry on a new connection")
-        for key, value in context.invocation_metadata() or ():
+        metadata = context.invocation_metadata() or ()
+        if self._authority is not None:
+            self._authority.check(metadata, object_key, write=write)
+        for key, value in metadata:
             if key == OBJECT_KEY_HEADER:
                 header = urllib.parse.unquote(value if isinstance(value, str) else value.decode())
                 if header != object_key:
@@ -106,7 +120,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
 
     async def AppendMessage(self, request: pb.AppendMessageRequest, context: Any) -> pb.AppendMessageResponse:
         async def run() -> pb.AppendMessageResponse:
-            self._admit(context, request.object_key)
+            self._admit(context, request.object_key, write=True)
             result = await self._service.append(
                 request.object_key,
                 request.session_id,
@@ -120,7 +134,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
 
     async def AppendMessages(self, request: pb.AppendMessagesRequest, context: Any) -> pb.AppendMessagesResponse:
         async def run() -> pb.AppendMessagesResponse:
-            self._admit(context, request.object_key)
+            self._admit(context, request.object_key, write=True)
             items = [
                 AppendInput(item.message_json, _parent(item.parent_mode, item.parent_id), _from_client(item.source))
                 for item in request.items
@@ -136,7 +150,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
 
     async def UpdateMessage(self, request: pb.UpdateMessageRequest, context: Any) -> pb.UpdateMessageResponse:
         async def run() -> pb.UpdateMessageResponse:
-            self._admit(context, request.object_key)
+            self._admit(context, request.object_key, write=True)
             result = await self._service.update(
                 request.object_key, request.session_id, request.message_json, from_client=_from_client(request.source)
             )
@@ -149,7 +163,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
 
     async def UpsertMessage(self, request: pb.UpsertMessageRequest, context: Any) -> pb.UpsertMessageResponse:
         async def run() -> pb.UpsertMessageResponse:
-            self._admit(context, request.object_key)
+            self._admit(context, request.object_key, write=True)
             inserted, result = await self._service.upsert(
                 request.object_key,
                 request.session_id,
@@ -177,7 +191,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                             "the first UploadMessage frame must carry the header", reason="INVALID_STREAM"
                         )
                     header = frame.header
-                    self._admit(context, header.object_key)
+                    self._admit(context, header.object_key, write=True)
                 elif frame.HasField("header"):
                     raise InvalidArgument(
                         "only the first UploadMessage frame may carry a header", reason="INVALID_STREAM"
@@ -221,7 +235,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
 
     async def DeleteMessages(self, request: pb.DeleteMessagesRequest, context: Any) -> pb.DeleteMessagesResponse:
         async def run() -> pb.DeleteMessagesResponse:
-            self._admit(context, request.object_key)
+            self._admit(context, request.object_key, write=True)
             deleted = await self._service.delete(request.object_key, request.session_id, list(request.message_ids))
             return pb.DeleteMessagesResponse(deleted_count=deleted)
 
@@ -229,7 +243,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
 
     async def ClearMessages(self, request: pb.ClearMessagesRequest, context: Any) -> pb.ClearMessagesResponse:
         async def run() -> pb.ClearMessagesResponse:
-            self._admit(context, request.object_key)
+            self._admit(context, request.object_key, write=True)
             deleted = await self._service.clear(request.object_key, request.session_id)
             return pb.ClearMessagesResponse(deleted_count=deleted)
 
@@ -245,7 +259,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             except StopAsyncIteration:
                 return pb.ImportMessagesResponse()
             object_key, session_id = first.object_key, first.session_id
-            self._admit(context, object_key)
+            self._admit(context, object_key, write=True)
             async with self._service.importer(object_key, session_id) as importer:
                 pieces: list[str] = []
                 head: pb.ImportMessagesRequest | None = None
@@ -278,7 +292,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
 
     async def GetMessage(self, request: pb.GetMessageRequest, context: Any) -> AsyncIterator[pb.GetMessageResponse]:
         async def run() -> AsyncIterator[pb.GetMessageResponse]:
-            self._admit(context, request.object_key)
+            self._admit(context, request.object_key, write=False)
             view = await self._service.get_message(
                 request.object_key, request.session_id, request.message_id, inline=_inline(request.attachments)
             )
@@ -286,12 +300,12 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 for frame in framing.message_frames(view):
                     yield pb.GetMessageResponse(frame=frame)
 
-        async for response in _stream(context, run):
+        async for response in _stream(context, run, self._slots):
             yield response
 
     async def GetMessages(self, request: pb.GetMessagesRequest, context: Any) -> AsyncIterator[pb.GetMessagesResponse]:
         async def run() -> AsyncIterator[pb.GetMessagesResponse]:
-            self._admit(context, request.object_key)
+            self._admit(context, request.object_key, write=False)
             views = self._service.get_messages(
                 request.object_key, request.session_id, list(request.message_ids), inline=_inline(request.attachments)
             )
@@ -300,14 +314,14 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                     for frame in framing.message_frames(view):
                         yield pb.GetMessagesResponse(frame=frame)
 
-        async for response in _stream(context, run):
+        async for response in _stream(context, run, self._slots):
             yield response
 
     async def GetLatestLeaf(
         self, request: pb.GetLatestLeafRequest, context: Any
     ) -> AsyncIterator[pb.GetLatestLeafResponse]:
         async def run() -> AsyncIterator[pb.GetLatestLeafResponse]:
-            self._admit(context, request.object_key)
+            self._admit(context, request.object_key, write=False)
             view = await self._service.get_latest_leaf(
                 request.object_key, request.session_id, inline=_inline(request.attachments)
             )
@@ -315,12 +329,12 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 for frame in framing.message_frames(view):
                     yield pb.GetLatestLeafResponse(frame=frame)
 
-        async for response in _stream(context, run):
+        async for response in _stream(context, run, self._slots):
             yield response
 
     async def GetBranches(self, request: pb.GetBranchesRequest, context: Any) -> AsyncIterator[pb.GetBranchesResponse]:
         async def run() -> AsyncIterator[pb.GetBranchesResponse]:
-            self._admit(context, request.object_key)
+            self._admit(context, request.object_key, write=False)
             views = self._service.get_branches(
                 request.object_key, request.session_id, request.message_id, inline=_inline(request.attachments)
             )
@@ -329,14 +343,14 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                     for frame in framing.message_frames(view):
                         yield pb.GetBranchesResponse(frame=frame)
 
-        async for response in _stream(context, run):
+        async for response in _stream(context, run, self._slots):
             yield response
 
     async def StreamHistory(
         self, request: pb.StreamHistoryRequest, context: Any
     ) -> AsyncIterator[pb.StreamHistoryResponse]:
         async def run() -> AsyncIterator[pb.StreamHistoryResponse]:
-            self._admit(context, request.object_key)
+            self._admit(context, request.object_key, write=False)
             views = self._service.history(
                 request.object_key,
                 request.session_id,
@@ -361,14 +375,14 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                                 frame=frame, batch_end=batch_end and index == len(frames) - 1
                             )
 
-        async for response in _stream(context, run):
+        async for response in _stream(context, run, self._slots):
             yield response
 
     async def GetRecentHistory(
         self, request: pb.GetRecentHistoryRequest, context: Any
     ) -> AsyncIterator[pb.GetRecentHistoryResponse]:
         async def run() -> AsyncIterator[pb.GetRecentHistoryResponse]:
-            self._admit(context, request.object_key)
+            self._admit(context, request.object_key, write=False)
             items = self._service.recent_history(
                 request.object_key,
                 request.session_id,
@@ -389,14 +403,14 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                     for frame in framing.message_frames(item):
                         yield pb.GetRecentHistoryResponse(frame=frame)
 
-        async for response in _stream(context, run):
+        async for response in _stream(context, run, self._slots):
             yield response
 
     async def GetHistoryRowStats(
         self, request: pb.GetHistoryRowStatsRequest, context: Any
     ) -> AsyncIterator[pb.GetHistoryRowStatsResponse]:
         async def run() -> AsyncIterator[pb.GetHistoryRowStatsResponse]:
-            self._admit(context, request.object_key)
+            self._admit(context, request.object_key, write=False)
             stats = await self._service.row_stats(request.object_key, request.session_id, leaf_id=request.leaf_id)
             for start in range(0, len(stats), ROW_STATS_PER_FRAME):
                 yield pb.GetHistoryRowStatsResponse(
@@ -406,14 +420,14 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                     ]
                 )
 
-        async for response in _stream(context, run):
+        async for response in _stream(context, run, self._slots):
             yield response
 
     async def ReadAttachment(
         self, request: pb.ReadAttachmentRequest, context: Any
     ) -> AsyncIterator[pb.ReadAttachmentResponse]:
         async def run() -> AsyncIterator[pb.ReadAttachmentResponse]:
-            self._admit(context, request.object_key)
+            self._admit(context, request.object_key, write=False)
             first = True
             chunks = self._service.read_attachment(request.object_key, request.hash)
             async with contextlib.aclosing(chunks):
@@ -426,14 +440,14 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                             first = False
                         yield response
 
-        async for response in _stream(context, run):
+        async for response in _stream(context, run, self._slots):
             yield response
 
     # ── compaction ──────────────────────────────────────────────────────────
 
     async def AddCompaction(self, request: pb.AddCompactionRequest, context: Any) -> pb.AddCompactionResponse:
         async def run() -> pb.AddCompactionResponse:
-            self._admit(context, request.object_key)
+            self._admit(context, request.object_key, write=True)
             record = await self._service.compactor.add(
                 request.object_key,
                 request.session_id,
@@ -447,7 +461,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
 
     async def ListCompactions(self, request: pb.ListCompactionsRequest, context: Any) -> pb.ListCompactionsResponse:
         async def run() -> pb.ListCompactionsResponse:
-            self._admit(context, request.object_key)
+            self._admit(context, request.object_key, write=False)
             records = await self._service.compactor.records(request.object_key, request.session_id)
             return pb.ListCompactionsResponse(compactions=[_compaction(r) for r in records])
 
@@ -455,7 +469,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
 
     async def PlanCompaction(self, request: pb.PlanCompactionRequest, context: Any) -> pb.PlanCompactionResponse:
         async def run() -> pb.PlanCompactionResponse:
-            self._admit(context, request.object_key)
+            self._admit(context, request.object_key, write=False)
             plan = await self._service.compactor.plan(
                 request.object_key,
                 request.session_id,
@@ -476,7 +490,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
 
     async def Compact(self, request: pb.CompactRequest, context: Any) -> pb.CompactResponse:
         async def run() -> pb.CompactResponse:
-            self._admit(context, request.object_key)
+            self._admit(context, request.object_key, write=True)
             record = await self._service.compactor.compact(
                 request.object_key, request.session_id, leaf_id=request.leaf_id
             )
@@ -490,7 +504,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         self, request: pb.SetCompactionPolicyRequest, context: Any
     ) -> pb.SetCompactionPolicyResponse:
         async def run() -> pb.SetCompactionPolicyResponse:
-            self._admit(context, request.object_key)
+            self._admit(context, request.object_key, write=True)
             policy = await self._service.compactor.set_policy(
                 request.object_key,
                 request.session_id,
@@ -504,7 +518,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         self, request: pb.GetCompactionPolicyRequest, context: Any
     ) -> pb.GetCompactionPolicyResponse:
         async def run() -> pb.GetCompactionPolicyResponse:
-            self._admit(context, request.object_key)
+            self._admit(context, request.object_key, write=False)
             policy = await self._service.compactor.get_policy(request.object_key, request.session_id)
             return pb.GetCompactionPolicyResponse(policy=_policy(policy))
 
@@ -516,7 +530,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         self, request: pb.SearchMessagesRequest, context: Any
     ) -> AsyncIterator[pb.SearchMessagesResponse]:
         async def run() -> AsyncIterator[pb.SearchMessagesResponse]:
-            self._admit(context, request.object_key)
+            self._admit(context, request.object_key, write=False)
             if request.mode not in (pb.SEARCH_MODE_UNSPECIFIED, pb.SEARCH_MODE_PHRASE, pb.SEARCH_MODE_ALL_WORDS):
                 raise InvalidArgument(f"unknown search mode {request.mode}", field="mode")
             hits = await self._service.search(
@@ -535,14 +549,14 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                         response.id, response.role, response.session_id = hit.id, hit.role, hit.session_id
                     yield response
 
-        async for response in _stream(context, run):
+        async for response in _stream(context, run, self._slots):
             yield response
 
     # ── change feed ─────────────────────────────────────────────────────────
 
     async def Subscribe(self, request: pb.SubscribeRequest, context: Any) -> AsyncIterator[pb.SubscribeResponse]:
         async def run() -> AsyncIterator[pb.SubscribeResponse]:
-            self._admit(context, request.object_key)
+            self._admit(context, request.object_key, write=False)
             inline = _inline(request.attachments)
             items = self._service.subscribe(
                 request.object_key,
@@ -555,14 +569,14 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                     for response in feed_responses(item, inline):
                         yield response
 
-        async for response in _stream(context, run):
+        async for response in _stream(context, run, self._slots):
             yield response
 
     # ── admin ───────────────────────────────────────────────────────────────
 
     async def ListSessions(self, request: pb.ListSessionsRequest, context: Any) -> pb.ListSessionsResponse:
         async def run() -> pb.ListSessionsResponse:
-            self._admit(context, request.object_key)
+            self._admit(context, request.object_key, write=False)
             sessions = await self._service.list_sessions(request.object_key)
             return pb.ListSessionsResponse(
                 sessions=[pb.SessionSummary(session_id=sid, message_count=count) for sid, count in sessions]
@@ -572,7 +586,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
 
     async def GetObjectStats(self, request: pb.GetObjectStatsRequest, context: Any) -> pb.GetObjectStatsResponse:
         async def run() -> pb.GetObjectStatsResponse:
-            self._admit(context, request.object_key)
+            self._admit(context, request.object_key, write=False)
             return pb.GetObjectStatsResponse(**await self._service.object_stats(request.object_key))
 
         return await _unary(context, run)
@@ -652,12 +666,31 @@ async def _unary(context: Any, run: Callable[[], Awaitable[Resp]]) -> Resp:
     raise AssertionError("unreachable: abort raises")
 
 
-async def _stream(context: Any, run: Callable[[], AsyncIterator[Resp]]) -> AsyncIterator[Resp]:
+class StreamSlots:
+    """Counts concurrent streaming calls against `max_concurrent_streams`."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.active = 0
+
+    @contextlib.contextmanager
+    def take(self) -> Iterator[None]:
+        if self.active >= self.limit:
+            raise exceeded("too many concurrent streams on this server", "max_concurrent_streams", self.limit)
+        self.active += 1
+        try:
+            yield
+        finally:
+            self.active -= 1
+
+
+async def _stream(context: Any, run: Callable[[], AsyncIterator[Resp]], slots: StreamSlots) -> AsyncIterator[Resp]:
     iterator = run()
     try:
-        async with contextlib.aclosing(iterator):  # type: ignore[type-var]
-            async for item in iterator:
-                yield item
+        with slots.take():
+            async with contextlib.aclosing(iterator):  # type: ignore[type-var]
+                async for item in iterator:
+                    yield item
     except SessionsError as exc:
         await _abort(context, exc)
     except (grpc.aio.AbortError, grpc.aio.UsageError):

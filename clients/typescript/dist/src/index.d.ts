@@ -89,8 +89,12 @@ export interface HistoryBatchOptions extends HistoryOptions {
 export interface SubscribeOptions {
     /** Only events of this session (undefined: every session of the object). */
     sessionId?: string;
-    /** Resume after this revision (0: start live, from the next event). */
-    resumeAfterRevision?: number | bigint;
+    /**
+     * Resume after this revision (0: start live, from the next event). Revisions are uint64 values
+     * around 2^63 (`epoch_ms << 22 | counter`), so keep them as bigint (or a decimal string):
+     * a JS number loses their low bits.
+     */
+    resumeAfterRevision?: bigint | string | number;
     /** Cancels the subscription (breaking out of the loop does too). */
     signal?: AbortSignal;
 }
@@ -105,7 +109,8 @@ export interface Compaction {
 }
 /** One change event of an object, with its message reassembled. */
 export interface ChangeEvent {
-    revision: number;
+    /** The object-wide revision (uint64, beyond Number.MAX_SAFE_INTEGER: always a bigint). */
+    revision: bigint;
     type: ChangeTypeName;
     sessionId: string;
     /** APPEND, UPDATE, IMPORT: the message. */

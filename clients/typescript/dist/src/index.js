@@ -395,7 +395,7 @@ export class ObjectHandle {
         for await (const response of this.client.stream(this.key, (o) => this.client.rpc.subscribe(request, o), options.signal)) {
             if (head === null) {
                 head = {
-                    revision: toNumber(response.revision),
+                    revision: response.revision,
                     type: (ChangeType[response.type] ?? "UNSPECIFIED"),
                     sessionId: response.sessionId,
                     inserted: response.inserted,

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Regenerates into a temporary directory and diffs against the committed src/gen/.
+# Exit 0: up to date; exit 1: drift (run scripts/generate.sh and commit); other: error.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+
+"$here/scripts/generate.sh" "$tmp"
+
+if ! diff -ru "$here/src/gen" "$tmp/src/gen"; then
+  echo "check-generated: clients/typescript/src/gen is out of date; run clients/typescript/scripts/generate.sh" >&2
+  exit 1
+fi
+echo "check-generated: clients/typescript/src/gen is up to date"

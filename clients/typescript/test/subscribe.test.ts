@@ -1,0 +1,123 @@
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+
+import type { ChangeEvent, SessionsClient } from "../src/index.js";
+import { TestServer, freshKey, msg } from "./server.js";
+
+let server: TestServer;
+let client: SessionsClient;
+
+before(async () => {
+  server = await TestServer.start();
+  client = server.client();
+});
+after(async () => {
+  await server?.stop();
+});
+
+/** Reads events until `until` says stop (PROGRESS events skipped), with a deadline. */
+async function collect(
+  iterator: AsyncIterator<ChangeEvent>,
+  until: (events: ChangeEvent[]) => boolean,
+  timeoutMs = 15_000,
+): Promise<ChangeEvent[]> {
+  const events: ChangeEvent[] = [];
+  const deadline = Date.now() + timeoutMs;
+  while (!until(events)) {
+    const remaining = deadline - Date.now();
+    if (remaining <= 0) throw new Error(`timed out with ${events.length} events: ${events.map((e) => e.type)}`);
+    let timer: NodeJS.Timeout | undefined;
+    const next = await Promise.race([
+      iterator.next(),
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`timed out with ${events.map((e) => e.type)}`)), remaining);
+      }),
+    ]).finally(() => clearTimeout(timer));
+    if (next.done) break;
+    if (next.value.type !== "PROGRESS") events.push(next.value);
+  }
+  return events;
+}
+
+test("subscribe streams every kind of write in order, reassembles large messages, resumes", async () => {
+  const o = client.object(freshKey());
+  const s = o.session("feed");
+  const feed = s.subscribe();
+  const it = feed[Symbol.asyncIterator]();
+  const first = await it.next();
+  assert.equal(first.value?.type, "PROGRESS", "a live subscription starts with its revision");
+  const startRevision = first.value!.revision;
+
+  await s.appendMessage(msg("a"));
+  await s.appendMessage(msg("a")); // duplicate: an APPEND event with inserted=false
+  await s.appendMessage(msg("b"), { parentId: "a" });
+  await s.updateMessage(msg("b", "edited"));
+  const big = { id: "big", role: "assistant", parts: [{ type: "text", text: "🙂漢".repeat(1024 * 1024) }] };
+  await s.appendMessage(big, { parentId: null });
+  await s.deleteMessages(["a"]);
+  await o.session("other").appendMessage(msg("elsewhere")); // filtered out
+  await s.importMessages([msg("i1")]);
+  await s.clearMessages();
+
+  const events = await collect(it, (e) => e.some((x) => x.type === "CLEAR"));
+  await it.return?.(undefined);
+  assert.deepEqual(
+    events.map((e) => [e.type, e.sessionId, e.message?.id ?? null]),
+    [
+      ["APPEND", "feed", "a"],
+      ["APPEND", "feed", "a"],
+      ["APPEND", "feed", "b"],
+      ["UPDATE", "feed", "b"],
+      ["APPEND", "feed", "big"],
+      ["DELETE", "feed", null],
+      ["IMPORT", "feed", "i1"],
+      ["CLEAR", "feed", null],
+    ],
+  );
+  assert.deepEqual(
+    events.map((e) => e.inserted),
+    [true, false, true, false, true, false, false, false],
+  );
+  assert.equal(events[2]!.parentMode, "ID");
+  assert.equal(events[2]!.parentId, "a");
+  assert.equal(events[4]!.parentMode, "ROOT");
+  assert.deepEqual(events[3]!.message, msg("b", "edited"));
+  assert.equal(JSON.stringify(events[4]!.message), JSON.stringify(big), "reassembled byte-exact");
+  assert.deepEqual(events[5]!.messageIds, ["a"]);
+  for (let i = 1; i < events.length; i++) assert.ok(events[i]!.revision > events[i - 1]!.revision);
+  assert.ok(events[0]!.revision > startRevision);
+  assert.equal(typeof events[0]!.revision, "bigint");
+
+  // Resume after the first event: the rest is replayed, in order.
+  const replay = o.subscribe({ sessionId: "feed", resumeAfterRevision: events[0]!.revision });
+  const replayed = await collect(replay[Symbol.asyncIterator](), (e) => e.some((x) => x.type === "CLEAR"));
+  await replay.return(undefined);
+  assert.deepEqual(
+    replayed.map((e) => e.revision),
+    events.slice(1).map((e) => e.revision),
+  );
+});
+
+test("an unfiltered object subscription sees every session; break ends it", async () => {
+  const o = client.object(freshKey());
+  const seen: string[] = [];
+  let started!: () => void;
+  const ready = new Promise<void>((r) => (started = r));
+  const reader = (async () => {
+    for await (const event of o.subscribe()) {
+      if (event.type === "PROGRESS") {
+        started();
+        continue;
+      }
+      seen.push(`${event.sessionId}/${event.message?.id}`);
+      if (seen.length === 2) break;
+    }
+  })();
+  await ready;
+  await o.session("one").appendMessage(msg("x"));
+  await o.session("two").appendMessage(msg("y"));
+  await reader;
+  assert.deepEqual(seen, ["one/x", "two/y"]);
+  // The connection is still fine after the cancelled subscription.
+  assert.deepEqual(await o.session("two").getMessage("y"), msg("y"));
+});

@@ -1,0 +1,570 @@
+"""Runs the same operations on upstream (the oracle) and on our server, and compares.
+
+A `Pair` owns one fresh object key on both sides. Every write method runs the operation on both,
+compares what each returned, then `check()`s the whole state: stored rows of every session
+(content, slices, seq, parent, token estimate, digest; `created_at` by shape unless it was given),
+and every read with its options (paths from each leaf forward and newest-first, unknown and empty
+leaf ids, latest leaf, branches and message of every id, row stats, recent history at budget
+boundaries, history batches by count and bytes). A mismatch raises `Mismatch` naming the step,
+the operation and each differing value.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sessions_client import AUTO, SessionsClient, SessionsError
+from sessions_server.storage.paths import object_path
+from tests.conformance.harness.canon import canon, canon_opt
+from tests.conformance.harness.oracle import Oracle, OracleError, RawJson
+from tests.conformance.harness.stored import (
+    MESSAGE_COLUMNS,
+    Stored,
+    file_rows,
+    row_bytes,
+    upstream_rows,
+)
+
+Msg = dict[str, Any] | str  # a message, or its exact JSON text
+NOW_WINDOW_MS = 24 * 3600 * 1000
+UNKNOWN_ID = "no-such-message"
+
+
+class Mismatch(AssertionError):
+    """Upstream and our server disagree."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one side answered: a value (canonical, comparable) or an error."""
+
+    value: Any = None
+    error: str | None = None
+
+    def show(self) -> str:
+        if self.error is not None:
+            return f"<error {self.error}>"
+        return _short(self.value)
+
+
+def _short(value: Any, limit: int = 600) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    if len(text) > limit:
+        return text[: limit // 2] + f" …({len(text)} chars)… " + text[-limit // 2 :]
+    return text
+
+
+def first_difference(a: str, b: str) -> str:
+    i = next((n for n, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+    return f"first difference at char {i}: upstream …{a[max(0, i - 40) : i + 60]!r}… ours …{b[max(0, i - 40) : i + 60]!r}…"
+
+
+def message_text(message: Msg) -> str:
+    return message if isinstance(message, str) else json.dumps(message, ensure_ascii=False, separators=(",", ":"))
+
+
+def message_id(message: Msg) -> str | None:
+    try:
+        value = json.loads(message) if isinstance(message, str) else message
+    except ValueError:
+        return None
+    ident = value.get("id") if isinstance(value, dict) else None
+    return ident if isinstance(ident, str) else None
+
+
+def _oracle_message(message: Msg) -> Any:
+    return RawJson(message) if isinstance(message, str) else message
+
+
+def _canon_list(messages: Iterable[Any]) -> list[str]:
+    return [canon(m) for m in messages]
+
+
+class Pair:
+    """One object, two implementations. `level` sets how much `check()` reads after each step:
+    "full" reads every message id as a leaf; "normal" the leaves plus a sample; "rows" stored rows only."""
+
+    def __init__(
+        self,
+        oracle: Oracle,
+        client: SessionsClient,
+        data_dir: Path,
+        *,
+        key: str | None = None,
+        level: str = "full",
+        label: str = "",
+    ) -> None:
+        self.oracle = oracle
+        self.client = client
+        self.data_dir = data_dir
+        self.key = key or f"conf-{label + '-' if label else ''}{uuid.uuid4().hex[:16]}"
+        self.level = level
+        self.sessions: set[str] = {""}
+        self.step = 0
+        self.log: list[str] = []
+        self.fixed_created_at: dict[tuple[str, str], int] = {}
+        self.up_rows = Stored()
+        self.our_rows = Stored()
+        self.checks = 0
+        self._last_parent: str | None = None
+        self._last_changed = False
+        self._last_count = 0
+        self._last_imported = False
+
+    # ── plumbing ────────────────────────────────────────────────────────────
+
+    def ours(self, session: str = "") -> Any:
+        return self.client.object(self.key).session(session)
+
+    def up(self, op: str, body: dict[str, Any] | None = None, session: str = "") -> Any:
+        return self.oracle.call(self.key, session, op, body or {})
+
+    def our_file(self) -> Path:
+        return object_path(self.data_dir, self.key)
+
+    def _fail(self, problems: Sequence[str]) -> None:
+        history = "\n".join(f"  {line}" for line in self.log[-12:])
+        raise Mismatch(
+            f"object {self.key!r}, step {self.step}: {self.log[-1] if self.log else '(none)'}\n"
+            + "\n".join(f"- {p}" for p in problems)
+            + f"\nrecent steps:\n{history}"
+        )
+
+    @staticmethod
+    def _run_up(fn: Callable[[], Any], shape: Callable[[Any], Any]) -> Outcome:
+        try:
+            return Outcome(shape(fn()))
+        except OracleError as exc:
+            return Outcome(error=f"{exc.name or 'Error'}: {exc}")
+
+    @staticmethod
+    def _run_ours(fn: Callable[[], Any], shape: Callable[[Any], Any]) -> Outcome:
+        try:
+            return Outcome(shape(fn()))
+        except SessionsError as exc:
+            return Outcome(error=f"{exc.code.name}: {exc.message}")
+
+    def _compare(self, what: str, up: Outcome, ours: Outcome, problems: list[str]) -> None:
+        if up.error is not None or ours.error is not None:
+            if up.error is None or ours.error is None:
+                problems.append(f"{what}: upstream {up.show()} | ours {ours.show()}")
+            return
+        if up.value != ours.value:
+            detail = f"{what}:\n    upstream {up.show()}\n    ours     {ours.show()}"
+            if isinstance(up.value, str) and isinstance(ours.value, str):
+                detail += "\n    " + first_difference(up.value, ours.value)
+            problems.append(detail)
+
+    def _write(
+        self,
+        label: str,
+        session: str,
+        up_call: Callable[[], Any],
+        our_call: Callable[[], Any],
+        up_shape: Callable[[Any], Any],
+        our_shape: Callable[[Any], Any],
+        extra: Callable[[Outcome, Outcome, list[str]], None] | None = None,
+        check: bool = True,
+    ) -> tuple[Outcome, Outcome]:
+        self.step += 1
+        self.log.append(f"[{session!r}] {label}")
+        self.sessions.add(session)
+        up = self._run_up(up_call, up_shape)
+        ours = self._run_ours(our_call, our_shape)
+        problems: list[str] = []
+        self._compare("returned", up, ours, problems)
+        if check:
+            self._load_rows()
+            if extra is not None:
+                extra(up, ours, problems)
+            self._check_rows(problems)
+        if problems:
+            self._fail(problems)
+        if check:
+            self._check_reads()
+        return up, ours
+
+    # ── writes ──────────────────────────────────────────────────────────────
+
+    @staticmethod
+    def _opts(parent: Any, source: str | None) -> dict[str, Any]:
+        opts: dict[str, Any] = {}
+        if parent is not AUTO:
+            opts["parentId"] = parent
+        if source is not None:
+            opts["source"] = source
+        return opts
+
+    def append(
+        self, message: Msg, parent: Any = AUTO, source: str | None = None, session: str = "", check: bool = True
+    ) -> tuple[Outcome, Outcome]:
+        opts = self._opts(parent, source)
+        mid = message_id(message)
+        label = f"append {_short(message_text(message), 160)} parent={parent!r} source={source}"
+
+        def up_shape(r: Any) -> Any:
+            return {"inserted": r["inserted"], "message": canon(r["message"])}
+
+        def our_shape(r: Any) -> Any:
+            self._last_parent = r.parent_id
+            return {"inserted": r.inserted, "message": canon(r.message)}
+
+        def extra(up: Outcome, ours: Outcome, problems: list[str]) -> None:
+            # Ours also reports the parent it used (a documented addition); it must be upstream's.
+            if up.error is None and ours.error is None and mid is not None:
+                row = self.up_rows.row(session, mid)
+                if row is not None and row["parent_id"] != self._last_parent:
+                    problems.append(
+                        f"reported parent: ours {self._last_parent!r}, upstream stored parent_id {row['parent_id']!r}"
+                    )
+
+        return self._write(
+            label,
+            session,
+            lambda: self.up("appendMessage", {"message": _oracle_message(message), "options": opts}, session),
+            lambda: self.ours(session).append_message(
+                message, parent_id=parent, source=source or "server"
+            ),
+            up_shape,
+            our_shape,
+            extra,
+            check,
+        )
+
+    def update(self, message: Msg, source: str | None = None, session: str = "") -> tuple[Outcome, Outcome]:
+        opts = self._opts(AUTO, source)
+        return self._write(
+            f"update {_short(message_text(message), 160)} source={source}",
+            session,
+            lambda: self.up("updateMessage", {"message": _oracle_message(message), "options": opts}, session),
+            lambda: self.ours(session).update_message(message, source=source or "server"),
+            canon_opt,
+            canon_opt,
+        )
+
+    def upsert(
+        self, message: Msg, parent: Any = AUTO, source: str | None = None, session: str = ""
+    ) -> tuple[Outcome, Outcome]:
+        opts = self._opts(parent, source)
+        mid = message_id(message)
+        before = self.up_rows
+
+        def our_shape(r: Any) -> Any:
+            self._last_changed = r.changed
+            return {"inserted": r.inserted, "message": canon(r.message)}
+
+        def extra(up: Outcome, ours: Outcome, problems: list[str]) -> None:
+            # Ours also says whether an existing row changed: it must match upstream's stored bytes.
+            if up.error is None and ours.error is None and mid is not None and not up.value["inserted"]:
+                changed = before.full_content(session, mid) != self.up_rows.full_content(session, mid)
+                if changed != self._last_changed:
+                    problems.append(f"upsert `changed`: ours {self._last_changed}, upstream row changed: {changed}")
+
+        return self._write(
+            f"upsert {_short(message_text(message), 160)} parent={parent!r} source={source}",
+            session,
+            lambda: self.up("upsertMessage", {"message": _oracle_message(message), "options": opts}, session),
+            lambda: self.ours(session).upsert_message(message, parent_id=parent, source=source or "server"),
+            lambda r: {"inserted": r["inserted"], "message": canon(r["message"])},
+            our_shape,
+            extra,
+        )
+
+    def delete(self, ids: Sequence[str], session: str = "") -> tuple[Outcome, Outcome]:
+        before = len(self.up_rows.session_rows(session))
+
+        def extra(up: Outcome, ours: Outcome, problems: list[str]) -> None:
+            removed = before - len(self.up_rows.session_rows(session))
+            if ours.error is None and self._last_count != removed:
+                problems.append(f"deleted_count: ours {self._last_count}, upstream rows removed {removed}")
+
+        def our_shape(n: int) -> None:
+            self._last_count = n
+
+        return self._write(
+            f"delete {list(ids)!r}",
+            session,
+            lambda: self.up("deleteMessages", {"ids": list(ids)}, session),
+            lambda: self.ours(session).delete_messages(list(ids)),
+            lambda r: r,
+            our_shape,
+            extra,
+        )
+
+    def clear(self, session: str = "") -> tuple[Outcome, Outcome]:
+        before = len(self.up_rows.session_rows(session))
+
+        def extra(up: Outcome, ours: Outcome, problems: list[str]) -> None:
+            if ours.error is None and self._last_count != before:
+                problems.append(f"clear deleted_count: ours {self._last_count}, upstream rows removed {before}")
+
+        def our_shape(n: int) -> None:
+            self._last_count = n
+
+        return self._write(
+            "clear",
+            session,
+            lambda: self.up("clearMessages", {}, session),
+            lambda: self.ours(session).clear_messages(),
+            lambda r: r,
+            our_shape,
+            extra,
+        )
+
+    def import_(
+        self, message: Msg, parent: str | None, created_at: int, session: str = ""
+    ) -> tuple[Outcome, Outcome]:
+        mid = message_id(message)
+        existed = mid is not None and self.up_rows.row(session, mid) is not None
+
+        def extra(up: Outcome, ours: Outcome, problems: list[str]) -> None:
+            inserted = mid is not None and not existed and self.up_rows.row(session, mid) is not None
+            if ours.error is None and self._last_imported != inserted:
+                problems.append(f"import result: ours imported={self._last_imported}, upstream inserted={inserted}")
+            if inserted and mid is not None:
+                self.fixed_created_at[(session, mid)] = created_at
+
+        def our_shape(imported: bool) -> None:
+            self._last_imported = imported
+
+        return self._write(
+            f"import {_short(message_text(message), 160)} parent={parent!r} created_at={created_at}",
+            session,
+            lambda: self.up(
+                "importMessage",
+                {"message": _oracle_message(message), "options": {"parentId": parent, "createdAt": created_at}},
+                session,
+            ),
+            lambda: self.ours(session).import_message(message, parent_id=parent, created_at=created_at),
+            lambda r: None,
+            our_shape,
+            extra,
+        )
+
+    # ── state checks ────────────────────────────────────────────────────────
+
+    def _load_rows(self) -> None:
+        self.up_rows = upstream_rows(self.oracle, self.key)
+        self.our_rows = file_rows(self.our_file())
+        self.sessions |= self.up_rows.sessions() | self.our_rows.sessions()
+
+    def _created_at_ok(self, session: str, mid: str, up: Any, ours: Any) -> str | None:
+        fixed = self.fixed_created_at.get((session, mid))
+        if fixed is not None:
+            if up != fixed or ours != fixed:
+                return f"created_at of imported {mid!r}: given {fixed}, upstream {up}, ours {ours}"
+            return None
+        if up == ours:
+            return None
+        now = time.time() * 1000
+        for side, value in (("upstream", up), ("ours", ours)):
+            if not isinstance(value, int) or abs(value - now) > NOW_WINDOW_MS:
+                return f"created_at of {mid!r}: upstream {up}, ours {ours} ({side} is not a current ms time)"
+        return None
+
+    def _check_rows(self, problems: list[str]) -> None:
+        up, ours = self.up_rows, self.our_rows
+        up_keys = [(r["session_id"], r["id"]) for r in up.messages]
+        our_keys = [(r["session_id"], r["id"]) for r in ours.messages]
+        if up_keys != our_keys:
+            problems.append(f"stored message rows: upstream {up_keys} | ours {our_keys}")
+            return
+        for a, b in zip(up.messages, ours.messages, strict=True):
+            for col in MESSAGE_COLUMNS:
+                if col == "created_at":
+                    issue = self._created_at_ok(a["session_id"], a["id"], a[col], b[col])
+                    if issue:
+                        problems.append(issue)
+                    continue
+                if a[col] != b[col]:
+                    detail = f"row {a['session_id']!r}/{a['id']!r} column {col}: upstream {_short(a[col], 300)!s} | ours {_short(b[col], 300)!s}"
+                    if isinstance(a[col], str) and isinstance(b[col], str):
+                        detail += "\n    " + first_difference(a[col], b[col])
+                    problems.append(detail)
+        for table in ("chunks", "attachment_meta", "attachment_chunks", "attachment_refs", "config"):
+            a_rows, b_rows = up.tables.get(table, []), ours.tables.get(table, [])
+            if a_rows != b_rows:
+                problems.append(f"table {table}: upstream {_short(a_rows, 400)} | ours {_short(b_rows, 400)}")
+        a_comp = [{k: v for k, v in r.items() if k not in ("id", "created_at")} for r in up.tables.get("compactions", [])]
+        b_comp = [{k: v for k, v in r.items() if k not in ("id", "created_at")} for r in ours.tables.get("compactions", [])]
+        if a_comp != b_comp:
+            problems.append(f"table compactions: upstream {a_comp} | ours {b_comp}")
+
+    def check(self, level: str | None = None) -> None:
+        """Compares stored rows and (unless level "rows") every read."""
+        self.log.append(f"check level={level or self.level}")
+        self._load_rows()
+        problems: list[str] = []
+        self._check_rows(problems)
+        if problems:
+            self._fail(problems)
+        self._check_reads(level)
+
+    # ── reads ───────────────────────────────────────────────────────────────
+
+    def read_plan(self, session: str, level: str) -> list[tuple[str, str, dict[str, Any]]]:
+        """(label, op, body) reads to compare for one session, derived from upstream's rows."""
+        rows = sorted(self.up_rows.session_rows(session), key=lambda r: r["seq"])
+        ids = [r["id"] for r in rows]
+        parents = {r["parent_id"] for r in rows}
+        leaves = [i for i in ids if i not in parents]
+        if level == "full" or len(ids) <= 8:
+            leaf_ids = ids
+        else:
+            sample = ids[:: max(1, len(ids) // 5)]
+            leaf_ids = list(dict.fromkeys(leaves + sample))
+        plan: list[tuple[str, str, dict[str, Any]]] = [
+            ("getHistory()", "getHistory", {}),
+            ("getHistory(newestFirst)", "getHistory", {"options": {"newestFirst": True}}),
+            ("getHistory(leafId='')", "getHistory", {"options": {"leafId": ""}}),
+            ("getHistory(leafId=unknown)", "getHistory", {"options": {"leafId": UNKNOWN_ID}}),
+            ("getLatestLeaf()", "getLatestLeaf", {}),
+            ("getHistoryRowStats()", "getHistoryRowStats", {}),
+            ("getHistoryRowStats(unknown)", "getHistoryRowStats", {"leafId": UNKNOWN_ID}),
+            ("getMessage(unknown)", "getMessage", {"id": UNKNOWN_ID}),
+            ("getMessage('')", "getMessage", {"id": ""}),
+            ("getBranches(unknown)", "getBranches", {"messageId": UNKNOWN_ID}),
+            ("getRecentHistory(1000000000)", "getRecentHistory", {"maxContentBytes": 10**9}),
+            ("getRecentHistory(unknown leaf)", "getRecentHistory", {"maxContentBytes": 10**9, "options": {"leafId": UNKNOWN_ID}}),
+        ]
+        for mid in ids:
+            plan.append((f"getMessage({mid!r})", "getMessage", {"id": mid}))
+            plan.append((f"getBranches({mid!r})", "getBranches", {"messageId": mid}))
+        for leaf in leaf_ids:
+            plan.append((f"getHistory(leafId={leaf!r})", "getHistory", {"options": {"leafId": leaf}}))
+            plan.append(
+                (f"getHistory(leafId={leaf!r}, newestFirst)", "getHistory", {"options": {"leafId": leaf, "newestFirst": True}})
+            )
+            plan.append((f"getHistoryRowStats({leaf!r})", "getHistoryRowStats", {"leafId": leaf}))
+        # Recent-history budgets around the path's row sizes (exact fit, one byte short, 1).
+        for leaf in [None, *leaves[:3]]:
+            path = self._upstream_path(session, leaf)
+            sizes = [row_bytes(self.up_rows, session, mid) for mid in path]
+            budgets = {0, 1, sum(sizes), sum(sizes) - 1, sum(sizes) + 1}
+            suffix = 0
+            for size in reversed(sizes[-6:]):
+                suffix += size
+                budgets |= {suffix, suffix - 1, suffix + 1}
+            opts = {} if leaf is None else {"options": {"leafId": leaf}}
+            for budget in sorted(b for b in budgets if b >= 0):
+                plan.append((f"getRecentHistory({budget}, leaf={leaf!r})", "getRecentHistory", {"maxContentBytes": budget, **opts}))
+        first = self._upstream_path(session, None)[:1]
+        one = row_bytes(self.up_rows, session, first[0]) if first else 10
+        for label, options in (
+            ("batchSize=2", {"batchSize": 2}),
+            ("batchSize=2.7", {"batchSize": 2.7}),
+            ("batchSize=0", {"batchSize": 0}),
+            ("maxBatchBytes=1", {"maxBatchBytes": 1}),
+            (f"batchSize=3,maxBatchBytes={one + 10}", {"batchSize": 3, "maxBatchBytes": one + 10}),
+            ("newestFirst,batchSize=2", {"newestFirst": True, "batchSize": 2}),
+            ("default", {}),
+        ):
+            plan.append((f"historyBatches({label})", "historyBatches", {"options": options}))
+        for leaf in leaves[:2]:
+            plan.append(
+                (f"historyBatches(leafId={leaf!r},batchSize=2)", "historyBatches", {"options": {"leafId": leaf, "batchSize": 2}})
+            )
+        return plan
+
+    def _upstream_path(self, session: str, leaf: str | None) -> list[str]:
+        rows = {r["id"]: r for r in self.up_rows.session_rows(session)}
+        if not rows:
+            return []
+        if leaf is None:
+            leaf = max(rows.values(), key=lambda r: r["seq"])["id"]
+        path: list[str] = []
+        current: str | None = leaf
+        while current is not None and current in rows and len(path) <= 10_000:
+            path.append(current)
+            current = rows[current]["parent_id"]
+        return path[::-1]
+
+    def _our_read(self, session: str, op: str, body: dict[str, Any]) -> Any:
+        s = self.ours(session)
+        opts = body.get("options", {})
+        if op == "getHistory":
+            return _canon_list(s.get_history(leaf_id=opts.get("leafId"), newest_first=bool(opts.get("newestFirst"))))
+        if op == "getLatestLeaf":
+            return canon_opt(s.get_latest_leaf())
+        if op == "getHistoryRowStats":
+            return [
+                {"id": r.id, "role": r.role, "bytes": r.bytes, "tokenEstimate": r.token_estimate}
+                for r in s.get_history_row_stats(leaf_id=body.get("leafId"))
+            ]
+        if op == "getMessage":
+            return canon_opt(s.get_message(body["id"]))
+        if op == "getBranches":
+            return _canon_list(s.get_branches(body["messageId"]))
+        if op == "getRecentHistory":
+            r = s.get_recent_history(body["maxContentBytes"], leaf_id=opts.get("leafId"))
+            return {"messages": _canon_list(r.messages), "truncated": r.truncated, "totalContentBytes": r.total_content_bytes}
+        if op == "historyBatches":
+            kwargs: dict[str, Any] = {}
+            if "batchSize" in opts:
+                kwargs["batch_size"] = opts["batchSize"]
+            if "maxBatchBytes" in opts:
+                kwargs["max_batch_bytes"] = opts["maxBatchBytes"]
+            batches = s.history_batches(
+                leaf_id=opts.get("leafId"), newest_first=bool(opts.get("newestFirst")), **kwargs
+            )
+            return [_canon_list(b) for b in batches]
+        raise ValueError(op)
+
+    @staticmethod
+    def _up_shape(op: str, result: Any) -> Any:
+        if op in ("getHistory", "getBranches"):
+            return _canon_list(result)
+        if op in ("getLatestLeaf", "getMessage"):
+            return canon_opt(result)
+        if op == "getHistoryRowStats":
+            return [{"id": r["id"], "role": r["role"], "bytes": r["bytes"], "tokenEstimate": r["tokenEstimate"]} for r in result]
+        if op == "getRecentHistory":
+            return {
+                "messages": _canon_list(result["messages"]),
+                "truncated": result["truncated"],
+                "totalContentBytes": result["totalContentBytes"],
+            }
+        if op == "historyBatches":
+            return [_canon_list(b) for b in result]
+        raise ValueError(op)
+
+    def compare_reads(self, session: str, plan: Sequence[tuple[str, str, dict[str, Any]]], problems: list[str]) -> None:
+        results = self.oracle.batch(self.key, [(session, op, body) for _, op, body in plan])
+        for (label, op, body), (ok, result) in zip(plan, results, strict=True):
+            if ok:
+                up = Outcome(self._up_shape(op, result))
+            else:
+                up = Outcome(error=f"{result.name or 'Error'}: {result}")
+            ours = self._run_ours(lambda op=op, body=body: self._our_read(session, op, body), lambda v: v)
+            self._compare(f"[{session!r}] {label}", up, ours, problems)
+
+    def _check_reads(self, level: str | None = None) -> None:
+        level = level or self.level
+        if level == "rows":
+            return
+        self.checks += 1
+        problems: list[str] = []
+        for session in sorted(self.sessions):
+            self.compare_reads(session, self.read_plan(session, level), problems)
+        if problems:
+            self._fail(problems)
+
+    def read(self, op: str, body: dict[str, Any] | None = None, session: str = "") -> Any:
+        """One read on both sides; asserts equal; returns upstream's (canonical) value."""
+        body = body or {}
+        self.log.append(f"read {op} {body}")
+        problems: list[str] = []
+        results = self.oracle.batch(self.key, [(session, op, body)])
+        ok, result = results[0]
+        up = Outcome(self._up_shape(op, result)) if ok else Outcome(error=str(result))
+        ours = self._run_ours(lambda: self._our_read(session, op, body), lambda v: v)
+        self._compare(f"[{session!r}] {op} {body}", up, ours, problems)
+        if problems:
+            self._fail(problems)
+        return up.value

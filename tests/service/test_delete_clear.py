@@ -1,0 +1,121 @@
+"""DeleteMessages and ClearMessages (reference notes §5): splicing to the nearest surviving
+ancestor, the active leaf afterwards, continuation rows, seq after delete and clear."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tests.service.support import chunk_rows, ids, message_row, message_rows, text_message
+
+
+def parents(data_dir: Path, object_key: str, session_id: str = "") -> dict[str, str | None]:
+    return {r["id"]: r["parent_id"] for r in message_rows(data_dir, object_key, session_id)}
+
+
+def test_delete_splices_children_to_nearest_surviving_ancestor(session: Any, data_dir: Path, object_key: str) -> None:
+    session.append_messages([text_message(i) for i in "abcd"])
+
+    assert session.delete_messages(["b", "c"]) == 2
+
+    assert parents(data_dir, object_key) == {"a": None, "d": "a"}
+    assert ids(session.get_history()) == ["a", "d"]
+    assert session.get_latest_leaf()["id"] == "d"
+
+
+def test_delete_mid_chain(session: Any, data_dir: Path, object_key: str) -> None:
+    session.append_messages([text_message("s1"), text_message("s2"), text_message("s3")])
+    session.delete_messages(["s2"])
+    assert ids(session.get_history()) == ["s1", "s3"]
+    assert parents(data_dir, object_key) == {"s1": None, "s3": "s1"}
+
+
+def build_two_branches(session: Any) -> None:
+    """root ─ left-1 ─ left-2 ─ left-leaf, and root ─ right."""
+    session.append_messages([text_message("root"), text_message("left-1"), text_message("left-2")])
+    session.append_message(text_message("left-leaf"))
+    session.append_message(text_message("right"), parent_id="root")
+
+
+def test_delete_of_a_span_rewires_only_the_boundary_child(session: Any, data_dir: Path, object_key: str) -> None:
+    build_two_branches(session)
+    session.delete_messages(["left-1", "left-2"])
+    assert parents(data_dir, object_key) == {"root": None, "left-leaf": "root", "right": "root"}
+    assert ids(session.get_history(leaf_id="left-leaf")) == ["root", "left-leaf"]
+
+
+def test_deleting_root_and_a_leaf_makes_the_sibling_a_root(session: Any, data_dir: Path, object_key: str) -> None:
+    build_two_branches(session)
+    session.delete_messages(["root", "left-leaf"])
+    assert parents(data_dir, object_key) == {"left-1": None, "left-2": "left-1", "right": None}
+    assert ids(session.get_history(leaf_id="right")) == ["right"]
+    assert ids(session.get_history(leaf_id="left-2")) == ["left-1", "left-2"]
+
+
+def test_after_deleting_the_leaf_the_max_seq_row_is_the_leaf(session: Any, data_dir: Path, object_key: str) -> None:
+    """Upstream [ran]: chain a-b-c-d-e plus c2 under b, appended after d; deleting e makes c2 the
+    active leaf, not d."""
+    session.append_messages([text_message(i) for i in "abcd"])
+    session.append_message(text_message("c2"), parent_id="b")
+    session.append_message(text_message("e"), parent_id="d")
+
+    session.delete_messages(["e"])
+
+    assert session.get_latest_leaf()["id"] == "c2"
+    assert ids(session.get_history()) == ["a", "b", "c2"]
+    # the next auto append attaches to it and takes max(seq)+1, reusing e's seq (observed)
+    result = session.append_message(text_message("f"))
+    assert result.parent_id == "c2"
+    assert message_row(data_dir, object_key, "f")["seq"] == 6  # type: ignore[index]
+
+
+def test_delete_counts_only_existing_ids(session: Any, data_dir: Path, object_key: str) -> None:
+    session.append_messages([text_message(i) for i in "abc"])
+    assert session.delete_messages(["b", "nope", "b"]) == 1
+    assert ids(message_rows(data_dir, object_key)) == ["a", "c"]
+    assert session.delete_messages([]) == 0
+    assert session.delete_messages(["zzz"]) == 0
+    assert ids(message_rows(data_dir, object_key)) == ["a", "c"]
+
+
+def test_delete_removes_continuation_rows(session: Any, data_dir: Path, object_key: str) -> None:
+    session.append_message(text_message("small"))
+    session.append_message(text_message("big", "x" * 2_000_000))
+    session.append_message(text_message("big2", "y" * 2_000_000))
+    assert {c["id"] for c in chunk_rows(data_dir, object_key)} == {"big", "big2"}
+
+    session.delete_messages(["big"])
+
+    assert [(c["id"], c["idx"]) for c in chunk_rows(data_dir, object_key)] == [("big2", 1)]
+    assert ids(session.get_history()) == ["small", "big2"]
+
+
+def test_delete_and_clear_on_an_empty_session(session: Any, data_dir: Path, object_key: str) -> None:
+    assert session.delete_messages(["a"]) == 0
+    assert session.clear_messages() == 0
+    assert session.get_latest_leaf() is None
+    session.append_message(text_message("a"))
+    assert message_row(data_dir, object_key, "a")["seq"] == 1  # type: ignore[index]
+
+
+def test_clear_removes_everything_and_restarts_seq(obj: Any, data_dir: Path, object_key: str) -> None:
+    session, other = obj.session(), obj.session("other")
+    session.append_messages([text_message("a"), text_message("b", "z" * 2_000_000), text_message("c")])
+    other.append_messages([text_message("a"), text_message("big", "q" * 2_000_000)])
+
+    assert session.clear_messages() == 3
+
+    assert message_rows(data_dir, object_key) == []
+    assert chunk_rows(data_dir, object_key) == []
+    assert session.get_latest_leaf() is None
+    assert session.get_history() == []
+    assert session.get_history_row_stats() == []
+    # the other session is untouched
+    assert ids(message_rows(data_dir, object_key, "other")) == ["a", "big"]
+    assert [c["id"] for c in chunk_rows(data_dir, object_key, "other")] == ["big"]
+    # a cleared session starts again at seq 1 with a root
+    result = session.append_message(text_message("n"))
+    assert result.parent_id is None
+    assert [(r["id"], r["seq"]) for r in message_rows(data_dir, object_key)] == [("n", 1)]
+    assert session.clear_messages() == 1
+    assert session.clear_messages() == 0

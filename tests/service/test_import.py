@@ -1,0 +1,163 @@
+"""ImportMessages (reference notes §11): verbatim rows with an explicit parent and created time,
+the imported row becomes the active leaf, duplicates are skipped, large messages are chunked.
+
+Expected rows were observed on upstream's importMessage."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sessions_client import ImportItem
+from tests.service.support import (
+    ROW_BUDGET_BYTES,
+    chunk_rows,
+    ids,
+    js_json,
+    message_row,
+    message_rows,
+    sha256_hex,
+    stored_json,
+    text_message,
+    utf8_len,
+)
+
+UNSANITIZED: dict[str, Any] = {
+    "id": "imp",
+    "role": "assistant",
+    "parts": [
+        {"type": "reasoning", "text": ""},
+        {"type": "text", "text": "hello", "providerMetadata": {"openai": {"itemId": "x"}}, "z": 1},
+    ],
+    "metadata": {"channel": "c"},
+}
+
+
+def test_import_is_verbatim_with_explicit_parent_and_created_at(session: Any, data_dir: Path, object_key: str) -> None:
+    session.append_messages([text_message(i) for i in "abc"])
+
+    assert session.import_message(UNSANITIZED, parent_id="a", created_at=1_700_000_000_123) is True
+
+    row = message_row(data_dir, object_key, "imp")
+    assert row is not None
+    # no sanitize (provider ids, empty reasoning part, key order kept), no reserved-key strip
+    assert row["content"] == (
+        '{"id":"imp","role":"assistant","parts":[{"type":"reasoning","text":""},{"type":"text","text":"hello",'
+        '"providerMetadata":{"openai":{"itemId":"x"}},"z":1}],"metadata":{"channel":"c"}}'
+    )
+    assert row["parent_id"] == "a"
+    assert row["created_at"] == 1_700_000_000_123
+    assert row["seq"] == 4
+    assert row["token_estimate"] == 6
+    assert row["content_hash"] == sha256_hex(row["content"])
+    assert row["role"] == "assistant"
+    assert session.get_message("imp") == UNSANITIZED
+
+
+def test_imported_row_becomes_the_active_leaf(session: Any, data_dir: Path, object_key: str) -> None:
+    session.append_messages([text_message(i) for i in "abc"])
+    session.import_message(text_message("x"), parent_id="a", created_at=1)
+
+    assert session.get_latest_leaf()["id"] == "x"
+    assert ids(session.get_history()) == ["a", "x"]
+    nxt = session.append_message(text_message("y"))
+    assert nxt.parent_id == "x"
+    assert message_row(data_dir, object_key, "y")["seq"] == 5  # type: ignore[index]
+
+
+def test_import_parent_is_not_validated(session: Any, data_dir: Path, object_key: str) -> None:
+    session.append_messages([text_message("a"), text_message("b")])
+    session.import_message(text_message("orphan"), parent_id="ghost", created_at=2)
+
+    assert message_row(data_dir, object_key, "orphan")["parent_id"] == "ghost"  # type: ignore[index]
+    # the path stops at the missing parent (observed on upstream)
+    assert ids(session.get_history()) == ["orphan"]
+    assert [s.id for s in session.get_history_row_stats()] == ["orphan"]
+
+
+def test_import_root_and_datetime_created_at(session: Any, data_dir: Path, object_key: str) -> None:
+    when = datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=UTC)
+    session.import_message(text_message("r"), parent_id=None, created_at=when)
+    row = message_row(data_dir, object_key, "r")
+    assert row is not None
+    assert row["parent_id"] is None
+    assert row["created_at"] == int(when.timestamp() * 1000)
+
+
+def test_import_does_not_refuse_overlay_ids(session: Any, data_dir: Path, object_key: str) -> None:
+    session.append_message(text_message("a"))
+    assert session.import_message(text_message("compaction_q", "compaction_q"), parent_id="a", created_at=5) is True
+    assert ids(message_rows(data_dir, object_key)) == ["a", "compaction_q"]
+    # with no matching compaction record it is an ordinary visible row
+    assert ids(session.get_history()) == ["a", "compaction_q"]
+    assert message_row(data_dir, object_key, "compaction_q")["token_estimate"] == 7  # type: ignore[index]
+
+
+def test_duplicate_import_is_skipped(session: Any, data_dir: Path, object_key: str) -> None:
+    session.append_messages([text_message("a"), text_message("b")])
+    before = message_rows(data_dir, object_key)
+
+    result = session.import_messages(
+        [
+            ImportItem({**text_message("a"), "x": 1}, None, 6),
+            ImportItem(text_message("b", "other"), "a", 7),
+        ]
+    )
+
+    assert (result.imported, result.skipped) == (0, 2)
+    assert message_rows(data_dir, object_key) == before
+    assert session.get_latest_leaf()["id"] == "b"
+    session.append_message(text_message("c"))
+    assert message_row(data_dir, object_key, "c")["seq"] == 3  # type: ignore[index]
+
+
+def test_import_stream_mixes_new_and_duplicate(session: Any, data_dir: Path, object_key: str) -> None:
+    session.append_message(text_message("a"))
+    result = session.import_messages(
+        [
+            ImportItem(text_message("n1"), "a", 10),
+            ImportItem(text_message("a", "dup"), None, 11),
+            ImportItem(text_message("n2"), "n1", 12),
+        ]
+    )
+    assert (result.imported, result.skipped) == (2, 1)
+    rows = message_rows(data_dir, object_key)
+    assert [(r["id"], r["seq"], r["parent_id"], r["created_at"]) for r in rows][1:] == [
+        ("n1", 2, "a", 10),
+        ("n2", 3, "n1", 12),
+    ]
+    assert rows[0]["content"] == js_json(text_message("a"))
+
+
+def test_plain_messages_import_as_a_chain(session: Any, data_dir: Path, object_key: str) -> None:
+    result = session.import_messages([text_message("m1"), text_message("m2"), text_message("m3")])
+    assert (result.imported, result.skipped) == (3, 0)
+    rows = message_rows(data_dir, object_key)
+    assert [(r["id"], r["seq"], r["parent_id"]) for r in rows] == [("m1", 1, None), ("m2", 2, "m1"), ("m3", 3, "m2")]
+    assert ids(session.get_history()) == ["m1", "m2", "m3"]
+
+
+def test_empty_import_is_fine(session: Any) -> None:
+    result = session.import_messages([])
+    assert (result.imported, result.skipped) == (0, 0)
+    assert session.get_history() == []
+
+
+def test_large_import_is_chunked(session: Any, data_dir: Path, object_key: str) -> None:
+    three_mb = text_message("big", "t" * 3_000_000)
+    larger = text_message("bigger", "好😀" * 600_000)  # 4.2 MB: sent in several stream pieces
+    result = session.import_messages([ImportItem(three_mb, None, 1), ImportItem(larger, "big", 2)])
+    assert (result.imported, result.skipped) == (2, 0)
+
+    for message, continuations in ((three_mb, 1), (larger, 2)):
+        text = js_json(message)
+        row = message_row(data_dir, object_key, message["id"])
+        assert row is not None
+        assert row["content_chunks"] == continuations
+        assert stored_json(data_dir, object_key, message["id"]) == text
+        assert row["content_hash"] == sha256_hex(text)
+        assert all(utf8_len(c["content"]) <= ROW_BUDGET_BYTES for c in chunk_rows(data_dir, object_key))
+        assert utf8_len(row["content"]) <= ROW_BUDGET_BYTES
+    assert session.get_message("bigger") == larger
+    assert session.get_history() == [three_mb, larger]
