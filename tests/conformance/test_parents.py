@@ -66,7 +66,15 @@ def test_self_parent_and_odd_ids(pair: Pair) -> None:
     pair.append(msg("ünïcødé-✓"))
     pair.append(msg("😀"), parent="a")
     pair.append(msg("0"))
-    pair.append(msg(""), parent=None)  # empty id
+    pair.append(msg("compaction"))  # prefix-like but not `compaction_`
+
+
+def test_empty_id_message(pair: Pair) -> None:
+    """A message whose id is "" (a string, so accepted). Upstream treats a falsy leaf id as "no
+    leaf": once the "" row is the newest, path reads are empty and getLatestLeaf is null."""
+    pair.append(msg("a"))
+    pair.append(msg(""), parent=None)
+    pair.append(msg("b"), parent="")
 
 
 def test_many_branches_getbranches_order(pair: Pair) -> None:

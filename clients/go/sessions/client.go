@@ -233,4 +233,3 @@ func (o *Object) unaryCtx(ctx context.Context) (context.Context, context.CancelF
 	}
 	return context.WithCancel(ctx)
 }
-

@@ -518,11 +518,11 @@ func TestRoutingMetadata(t *testing.T) {
 func TestEscapeObjectKeyMatchesPythonQuote(t *testing.T) {
 	// Expected values from Python's urllib.parse.quote(key, safe="").
 	cases := map[string]string{
-		"plain-Key_1.2~":                  "plain-Key_1.2~",
-		"tenant/ä b?x=1&y#z%41+":          "tenant%2F%C3%A4%20b%3Fx%3D1%26y%23z%2541%2B",
-		"😀中文":                            "%F0%9F%98%80%E4%B8%AD%E6%96%87",
-		"a:b@c=d;e,f$g!h*i'j(k)l":         "a%3Ab%40c%3Dd%3Be%2Cf%24g%21h%2Ai%27j%28k%29l",
-		"":                                "",
+		"plain-Key_1.2~":                   "plain-Key_1.2~",
+		"tenant/ä b?x=1&y#z%41+":           "tenant%2F%C3%A4%20b%3Fx%3D1%26y%23z%2541%2B",
+		"😀中文":                              "%F0%9F%98%80%E4%B8%AD%E6%96%87",
+		"a:b@c=d;e,f$g!h*i'j(k)l":          "a%3Ab%40c%3Dd%3Be%2Cf%24g%21h%2Ai%27j%28k%29l",
+		"":                                 "",
 		"tab\tnewline\nnul\x00del\x7f end": "tab%09newline%0Anul%00del%7F%20end",
 	}
 	for key, want := range cases {
@@ -581,4 +581,3 @@ func TestCallTimeoutOption(t *testing.T) {
 		t.Fatalf("history = %v", got)
 	}
 }
-

@@ -87,7 +87,8 @@ class TokenAuthority:
         except ValueError as exc:
             log.error("keeping previous token grants: %s", exc)
 
-    def check(self, metadata: Iterable[tuple[str, str | bytes]], object_key: str, *, write: bool) -> Grant:
+    def authenticate(self, metadata: Iterable[tuple[str, str | bytes]]) -> Grant:
+        """The grant of the call's bearer token; UNAUTHENTICATED without a known one."""
         token = _bearer(metadata)
         if token is None:
             raise Unauthenticated("missing bearer token (metadata `authorization: Bearer <token>`)")
@@ -95,6 +96,11 @@ class TokenAuthority:
         grant = next((g for g in self._grants if hmac.compare_digest(g.digest, digest)), None)
         if grant is None:
             raise Unauthenticated("unknown bearer token")
+        return grant
+
+    def check(self, metadata: Iterable[tuple[str, str | bytes]], object_key: str, *, write: bool) -> Grant:
+        """Authenticates, then authorizes reading or writing `object_key`."""
+        grant = self.authenticate(metadata)
         if not grant.allows(object_key, write):
             action = "write" if write else "read"
             raise PermissionDenied(f"token {grant.name!r} may not {action} this object key")

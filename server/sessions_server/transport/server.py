@@ -168,7 +168,7 @@ class ReflectionGuard(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
         method = handler_call_details.method or ""
         if "ServerReflection" in method:
             try:
-                self._authority.check(handler_call_details.invocation_metadata or (), "", write=False)
+                self._authority.authenticate(handler_call_details.invocation_metadata or ())
             except SessionsError as exc:
                 return _deny(exc)
         return await continuation(handler_call_details)

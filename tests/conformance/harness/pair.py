@@ -88,7 +88,8 @@ def _canon_list(messages: Iterable[Any]) -> list[str]:
 
 class Pair:
     """One object, two implementations. `level` sets how much `check()` reads after each step:
-    "full" reads every message id as a leaf; "normal" the leaves plus a sample; "rows" stored rows only."""
+    "full" reads every message id as a leaf; "normal" the leaves plus a sample; "light" a few reads
+    (for very large messages); "rows" stored rows only."""
 
     def __init__(
         self,
@@ -412,6 +413,8 @@ class Pair:
         """(label, op, body) reads to compare for one session, derived from upstream's rows."""
         rows = sorted(self.up_rows.session_rows(session), key=lambda r: r["seq"])
         ids = [r["id"] for r in rows]
+        if level == "light":
+            return self._light_plan(session, ids)
         parents = {r["parent_id"] for r in rows}
         leaves = [i for i in ids if i not in parents]
         if level == "full" or len(ids) <= 8:
@@ -470,6 +473,23 @@ class Pair:
             plan.append(
                 (f"historyBatches(leafId={leaf!r},batchSize=2)", "historyBatches", {"options": {"leafId": leaf, "batchSize": 2}})
             )
+        return plan
+
+    def _light_plan(self, session: str, ids: list[str]) -> list[tuple[str, str, dict[str, Any]]]:
+        """A few reads for scenarios with very large messages (each read moves every byte)."""
+        plan: list[tuple[str, str, dict[str, Any]]] = [
+            ("getHistory()", "getHistory", {}),
+            ("getLatestLeaf()", "getLatestLeaf", {}),
+            ("getHistoryRowStats()", "getHistoryRowStats", {}),
+            ("historyBatches(maxBatchBytes=1)", "historyBatches", {"options": {"maxBatchBytes": 1}}),
+        ]
+        plan += [(f"getMessage({mid!r})", "getMessage", {"id": mid}) for mid in ids]
+        sizes = [row_bytes(self.up_rows, session, mid) for mid in self._upstream_path(session, None)]
+        budgets = {1, sum(sizes), sum(sizes) - 1}
+        if len(sizes) > 1:
+            budgets |= {sizes[-1] + sizes[-2], sizes[-1] + sizes[-2] - 1}
+        for budget in sorted(b for b in budgets if b >= 0):
+            plan.append((f"getRecentHistory({budget})", "getRecentHistory", {"maxContentBytes": budget}))
         return plan
 
     def _upstream_path(self, session: str, leaf: str | None) -> list[str]:

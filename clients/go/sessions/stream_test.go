@@ -1,0 +1,252 @@
+package sessions_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/sessions-dev/sessions/clients/go/sessions"
+)
+
+// bigMessage returns a message of about size bytes whose text mixes emoji (4-byte UTF-8), CJK
+// (3-byte), accented letters (2-byte), ASCII and characters JSON must escape, so piece cuts fall
+// inside multi-byte characters unless the code cuts on boundaries.
+func bigMessage(id string, size int) json.RawMessage {
+	const pattern = "😀中文テキスト한국어 é ascii \"q\" \\ \n\t 🎉🧪 終わり"
+	head := fmt.Sprintf(`{"id":%q,"role":"user","parts":[{"type":"text","text":"`, id)
+	tail := `"}]}`
+	var b strings.Builder
+	b.Grow(size + len(pattern)*2)
+	b.WriteString(head)
+	for b.Len() < size-len(tail) {
+		quoted, _ := json.Marshal(pattern)
+		b.Write(quoted[1 : len(quoted)-1])
+	}
+	b.WriteString(tail)
+	return json.RawMessage(b.String())
+}
+
+func TestTwentyMegabyteMessageRoundTrip(t *testing.T) {
+	ctx := testCtx(t)
+	s := newSession(t)
+	big := bigMessage("big", 20*1024*1024)
+	if !json.Valid(big) || !utf8.Valid(big) || len(big) < 20*1024*1024 {
+		t.Fatalf("test message is not what it should be (%d bytes)", len(big))
+	}
+	mustAppend(t, s, textMessage("before", "user", "small"))
+
+	res := mustAppend(t, s, big) // over 3 MiB: goes through UploadMessage
+	if !res.Inserted || res.Message.Info.ID != "big" || res.Message.Info.ParentID != "before" {
+		t.Fatalf("append = inserted %v info %+v", res.Inserted, res.Message.Info)
+	}
+	if !bytes.Equal(res.Message.JSON, big) {
+		t.Fatalf("append returned %d bytes, want the %d sent", len(res.Message.JSON), len(big))
+	}
+	mustAppend(t, s, textMessage("after", "assistant", "small"))
+
+	got, found, err := s.GetMessage(ctx, "big")
+	if err != nil || !found || !bytes.Equal(got.JSON, big) {
+		t.Fatalf("GetMessage: found %v err %v, %d bytes, equal %v", found, err, len(got.JSON), bytes.Equal(got.JSON, big))
+	}
+	if got.Info.ID != "big" || got.Info.Role != "user" || got.Info.ParentID != "before" {
+		t.Fatalf("info of a large message = %+v", got.Info)
+	}
+	several, err := s.GetMessages(ctx, []string{"after", "big", "before"})
+	if err != nil || !equalStrings(ids(several), []string{"after", "big", "before"}) || !bytes.Equal(several[1].JSON, big) {
+		t.Fatalf("GetMessages with a large message: %v %v", ids(several), err)
+	}
+	branches, err := s.GetBranches(ctx, "before")
+	if err != nil || len(branches) != 1 || !bytes.Equal(branches[0].JSON, big) {
+		t.Fatalf("GetBranches with a large message: %v", err)
+	}
+
+	it := s.History(ctx)
+	var seen []string
+	for it.Next() {
+		m := it.Message()
+		seen = append(seen, m.Info.ID)
+		if m.Info.ID == "big" && !bytes.Equal(m.JSON, big) {
+			t.Fatalf("history returned the large message as %d bytes", len(m.JSON))
+		}
+		if it.Held() != 1 {
+			t.Fatalf("Held() = %d", it.Held())
+		}
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if !equalStrings(seen, []string{"before", "big", "after"}) {
+		t.Fatalf("history = %v", seen)
+	}
+	if it.Frames() <= 3 {
+		t.Fatalf("a 20 MB message should arrive in several frames, got %d frames in all", it.Frames())
+	}
+
+	recent, err := s.GetRecentHistory(ctx, 100*1024*1024)
+	if err != nil || len(recent.Messages) != 3 || !bytes.Equal(recent.Messages[1].JSON, big) {
+		t.Fatalf("recent history with a large message: %v", err)
+	}
+	var batched [][]string
+	for batch, err := range s.HistoryBatches(ctx, sessions.WithMaxBatchBytes(1024)).All() {
+		if err != nil {
+			t.Fatal(err)
+		}
+		batched = append(batched, ids(batch))
+		for _, m := range batch {
+			if m.Info.ID == "big" && !bytes.Equal(m.JSON, big) {
+				t.Fatal("batched history returned a different large message")
+			}
+		}
+	}
+	if len(batched) != 3 {
+		t.Fatalf("batches = %v, want each message alone", batched)
+	}
+
+	// Large updates and upserts take the streaming path too.
+	big2 := bigMessage("big", 20*1024*1024+7)
+	upd, err := s.UpdateMessage(ctx, big2)
+	if err != nil || !upd.Found || !upd.Changed || !bytes.Equal(upd.Message.JSON, big2) {
+		t.Fatalf("large update: %v found %v changed %v", err, upd.Found, upd.Changed)
+	}
+	missing, err := s.UpdateMessage(ctx, bigMessage("nope", 4*1024*1024))
+	if err != nil || missing.Found {
+		t.Fatalf("large update of a missing id: %+v %v", missing.Found, err)
+	}
+	ups, err := s.UpsertMessage(ctx, bigMessage("big-upsert", 4*1024*1024), sessions.WithParent("before"))
+	if err != nil || !ups.Inserted || ups.Message.Info.ParentID != "before" {
+		t.Fatalf("large upsert: %v %+v", err, ups.Message.Info)
+	}
+	dup := mustAppend(t, s, big2)
+	if dup.Inserted || !bytes.Equal(dup.Message.JSON, big2) {
+		t.Fatalf("duplicate large append: inserted %v", dup.Inserted)
+	}
+	// Invalid large JSON fails with the server's reason over the streaming path too.
+	bad := append(bytes.Clone(big[:4*1024*1024]), '"')
+	if _, err := s.AppendMessage(ctx, json.RawMessage(bad)); sessions.Reason(err) != sessions.ReasonInvalidJSON {
+		t.Fatalf("large invalid JSON: %v", err)
+	}
+}
+
+// TestHistoryStreamsOneMessageAtATime reads a 200-message history and checks, through the
+// iterator's own API, that it holds at most one decoded message and reads frames only as it
+// goes: after the i-th message it has received exactly i frames.
+func TestHistoryStreamsOneMessageAtATime(t *testing.T) {
+	ctx := testCtx(t)
+	s := newSession(t)
+	const n = 200
+	msgs := make([]any, n)
+	for i := range msgs {
+		msgs[i] = textMessage(fmt.Sprintf("m%03d", i), []string{"user", "assistant"}[i%2], strings.Repeat("x", 1000))
+	}
+	if _, err := s.AppendMessages(ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
+
+	it := s.History(ctx)
+	defer it.Close()
+	if it.Held() != 0 || it.Frames() != 0 {
+		t.Fatalf("before Next: held %d, frames %d", it.Held(), it.Frames())
+	}
+	count := 0
+	for it.Next() {
+		if held := it.Held(); held != 1 {
+			t.Fatalf("message %d: iterator holds %d messages", count, held)
+		}
+		if frames := it.Frames(); frames != int64(count+1) {
+			t.Fatalf("message %d: iterator has received %d frames (it reads ahead)", count, frames)
+		}
+		if want := fmt.Sprintf("m%03d", count); it.Message().Info.ID != want {
+			t.Fatalf("message %d is %s, want %s", count, it.Message().Info.ID, want)
+		}
+		count++
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if count != n || it.Held() != 0 {
+		t.Fatalf("read %d messages, held %d after the end", count, it.Held())
+	}
+
+	// Newest first, through range-over-func.
+	count = 0
+	for m, err := range s.History(ctx, sessions.NewestFirst()).All() {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := fmt.Sprintf("m%03d", n-1-count); m.Info.ID != want {
+			t.Fatalf("newest-first message %d is %s, want %s", count, m.Info.ID, want)
+		}
+		count++
+	}
+	if count != n {
+		t.Fatalf("newest first read %d", count)
+	}
+}
+
+func TestHistoryEarlyBreak(t *testing.T) {
+	ctx := testCtx(t)
+	s := newSession(t)
+	msgs := make([]any, 300)
+	for i := range msgs {
+		msgs[i] = textMessage(fmt.Sprintf("m%03d", i), "user", strings.Repeat("y", 2000))
+	}
+	if _, err := s.AppendMessages(ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
+
+	// Break out of a range loop: the stream is cancelled, no error surfaces.
+	for round := range 20 {
+		count := 0
+		for m, err := range s.History(ctx, sessions.NewestFirst()).All() {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.Info.ID != "m299" && count == 0 {
+				t.Fatalf("round %d: first newest-first message is %s", round, m.Info.ID)
+			}
+			count++
+			if count == 3 {
+				break
+			}
+		}
+		if count != 3 {
+			t.Fatalf("round %d: read %d", round, count)
+		}
+	}
+
+	// Close mid-stream with the explicit API.
+	it := s.History(ctx)
+	for range 5 {
+		if !it.Next() {
+			t.Fatalf("stream ended early: %v", it.Err())
+		}
+	}
+	if err := it.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if it.Next() || it.Err() != nil || it.Held() != 0 {
+		t.Fatalf("after Close: err %v held %d", it.Err(), it.Held())
+	}
+	_ = it.Close() // twice is fine
+
+	// Breaking out of batches too.
+	batches := 0
+	for batch, err := range s.HistoryBatches(ctx, sessions.WithBatchSize(10)).All() {
+		if err != nil || len(batch) != 10 {
+			t.Fatalf("batch: %d %v", len(batch), err)
+		}
+		batches++
+		break
+	}
+	if batches != 1 {
+		t.Fatal("no batch")
+	}
+
+	// The server is unharmed: a full read still works.
+	if got := collectHistory(t, s); len(got) != 300 || got[299] != "m299" {
+		t.Fatalf("full history after early breaks has %d messages", len(got))
+	}
+}

@@ -1,0 +1,205 @@
+"""TLS, mTLS and bearer-token authorization against a real server."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from sessions_client import SessionsClient, SessionsError, TlsConfig
+from sessions_server.config import ServerConfig
+from sessions_server.storage.paths import object_path
+from sessions_server.transport.auth import hash_token
+from tests.conftest import LiveServer, start_server
+
+MESSAGE = {"id": "m1", "role": "user", "parts": [{"type": "text", "text": "hi"}]}
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A CA, a server certificate for 127.0.0.1/localhost, and a client certificate."""
+    root = tmp_path_factory.mktemp("pki")
+    _openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=test-ca",
+        cwd=root,
+    )
+    (root / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    for name in ("server", "client"):
+        _openssl(
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            f"{name}.key",
+            "-out",
+            f"{name}.csr",
+            "-subj",
+            f"/CN={name}",
+            cwd=root,
+        )
+        _openssl(
+            "x509",
+            "-req",
+            "-in",
+            f"{name}.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            f"{name}.pem",
+            "-days",
+            "2",
+            "-extfile",
+            "san.ext",
+            cwd=root,
+        )
+    return root
+
+
+@pytest.fixture
+def tokens_file(tmp_path: Path) -> Path:
+    path = tmp_path / "tokens.json"
+    path.write_text(
+        json.dumps(
+            {
+                "tokens": [
+                    {"name": "writer", "sha256": hash_token("w-secret"), "prefixes": ["tenant-a/"], "access": "write"},
+                    {"name": "reader", "sha256": hash_token("r-secret"), "prefixes": ["tenant-a/"], "access": "read"},
+                ]
+            }
+        )
+    )
+    return path
+
+
+@pytest.fixture
+def auth_server(tmp_path: Path, tokens_file: Path) -> Iterator[LiveServer]:
+    server = start_server(tmp_path / "data", tokens_file=tokens_file)
+    yield server
+    server.stop()
+
+
+def _code(call: object) -> grpc.StatusCode:
+    with pytest.raises(SessionsError) as info:
+        call()  # type: ignore[operator]
+    return info.value.code
+
+
+def test_tokens_grant_prefixes_and_access(auth_server: LiveServer) -> None:
+    with SessionsClient(auth_server.address, token="w-secret") as writer:
+        assert writer.object("tenant-a/x").session().append_message(MESSAGE).inserted
+    with SessionsClient(auth_server.address, token="r-secret") as reader:
+        assert reader.object("tenant-a/x").session().get_message("m1") == MESSAGE
+        assert _code(lambda: reader.object("tenant-a/x").session().append_message(MESSAGE)) == (
+            grpc.StatusCode.PERMISSION_DENIED
+        )
+        assert _code(lambda: reader.object("tenant-b/x").session().get_message("m1")) == (
+            grpc.StatusCode.PERMISSION_DENIED
+        )
+
+
+def test_missing_or_unknown_token_is_unauthenticated_and_reveals_nothing(auth_server: LiveServer) -> None:
+    with SessionsClient(auth_server.address) as anonymous, SessionsClient(auth_server.address, token="nope") as bad:
+        for client in (anonymous, bad):
+            existing = _code(lambda c=client: c.object("tenant-a/x").session().get_message("m1"))
+            absent = _code(lambda c=client: c.object("tenant-a/never").session().get_message("m1"))
+            assert existing == absent == grpc.StatusCode.UNAUTHENTICATED
+    # Refused calls never open (or create) the object.
+    assert not object_path(auth_server.data_dir, "tenant-a/never").exists()
+
+
+def test_health_stays_open_and_tokens_reload(auth_server: LiveServer, tokens_file: Path) -> None:
+    channel = grpc.insecure_channel(auth_server.address)
+    status = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest()).status
+    assert status == health_pb2.HealthCheckResponse.SERVING
+    channel.close()
+    tokens_file.write_text(
+        json.dumps({"tokens": [{"name": "new", "sha256": hash_token("n-secret"), "prefixes": [""], "access": "write"}]})
+    )
+    auth_server.running.authority.reload()  # what SIGHUP triggers
+    with SessionsClient(auth_server.address, token="n-secret") as fresh:
+        assert fresh.object("any/key").session().append_message(MESSAGE).inserted
+    with SessionsClient(auth_server.address, token="w-secret") as revoked:
+        assert _code(lambda: revoked.object("tenant-a/x").session().get_message("m1")) == (
+            grpc.StatusCode.UNAUTHENTICATED
+        )
+
+
+def test_reflection_can_require_a_token(tmp_path: Path, tokens_file: Path) -> None:
+    server = start_server(tmp_path / "data", tokens_file=tokens_file, auth_protect_reflection=True)
+    try:
+        channel = grpc.insecure_channel(server.address)
+        stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+        request = reflection_pb2.ServerReflectionRequest(list_services="")
+        with pytest.raises(grpc.RpcError) as info:
+            list(stub.ServerReflectionInfo(iter([request])))
+        assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        answers = list(stub.ServerReflectionInfo(iter([request]), metadata=(("authorization", "Bearer r-secret"),)))
+        names = {s.name for s in answers[0].list_services_response.service}
+        assert "sessions.v1.SessionService" in names
+        channel.close()
+    finally:
+        server.stop()
+
+
+def test_tls_and_mtls(tmp_path: Path, pki: Path) -> None:
+    tls = start_server(tmp_path / "tls", tls_cert=pki / "server.pem", tls_key=pki / "server.key")
+    try:
+        config = TlsConfig(root_certificates=(pki / "ca.pem").read_bytes())
+        with SessionsClient(tls.address, tls=config) as client:
+            assert client.object("k").session().append_message(MESSAGE).inserted
+        with SessionsClient(tls.address, timeout=5) as plaintext:
+            assert _code(lambda: plaintext.object("k").session().get_message("m1")) == grpc.StatusCode.UNAVAILABLE
+    finally:
+        tls.stop()
+    mtls = start_server(
+        tmp_path / "mtls", tls_cert=pki / "server.pem", tls_key=pki / "server.key", tls_client_ca=pki / "ca.pem"
+    )
+    try:
+        anonymous = TlsConfig(root_certificates=(pki / "ca.pem").read_bytes())
+        with SessionsClient(mtls.address, tls=anonymous, timeout=5) as client:
+            assert _code(lambda: client.object("k").session().get_message("m1")) == grpc.StatusCode.UNAVAILABLE
+        identified = TlsConfig(
+            root_certificates=(pki / "ca.pem").read_bytes(),
+            certificate_chain=(pki / "client.pem").read_bytes(),
+            private_key=(pki / "client.key").read_bytes(),
+        )
+        with SessionsClient(mtls.address, tls=identified) as client:
+            assert client.object("k").session().append_message(MESSAGE).inserted
+    finally:
+        mtls.stop()
+
+
+def test_plaintext_refused_off_loopback(tmp_path: Path) -> None:
+    import asyncio
+
+    from sessions_server.transport.server import create_server
+
+    config = ServerConfig(data_dir=tmp_path, listen="0.0.0.0:0")
+    with pytest.raises(OSError, match="refusing plaintext"):
+        asyncio.run(create_server(config))
