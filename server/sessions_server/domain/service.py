@@ -23,6 +23,7 @@ from sessions_server.domain.errors import (
     InvalidArgument,
     LimitExceeded,
     NotFound,
+    SessionsError,
     StorageFailure,
     Unavailable,
 )
@@ -132,7 +133,9 @@ def _views_by_id(conn: Any, session_id: str, ids: Sequence[str], inline: bool) -
     return views
 
 
-def _storage_failure(exc: StorageError) -> StorageFailure:
+def _storage_failure(exc: StorageError) -> SessionsError:
+    if "full" in str(exc):  # SQLITE_FULL: the disk (or the file size limit) is exhausted
+        return LimitExceeded(f"{exc}; free disk space on the server", reason="STORAGE_FULL")
     return StorageFailure(str(exc))
 
 

@@ -20,13 +20,14 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from sessions_proto.v1 import sessions_pb2, sessions_pb2_grpc
+from sessions_proto.v1 import sessions_pb2
 from sessions_server.config import ServerConfig
 from sessions_server.domain.errors import SessionsError
 from sessions_server.domain.service import SessionsService
 from sessions_server.integrations.chat_completions import ChatCompletionsSummarizer
 from sessions_server.storage.registry import ObjectRegistry
 from sessions_server.transport.auth import TokenAuthority
+from sessions_server.transport.handlers import generic_handler
 from sessions_server.transport.servicer import Draining, SessionServicer
 
 log = logging.getLogger("sessions.server")
@@ -95,9 +96,8 @@ async def create_server(config: ServerConfig) -> RunningServer:
             *config.extra_options,
         ],
     )
-    sessions_pb2_grpc.add_SessionServiceServicer_to_server(
-        SessionServicer(service, draining, progress_seconds=config.progress_seconds, authority=authority), server
-    )
+    servicer = SessionServicer(service, draining, progress_seconds=config.progress_seconds, authority=authority)
+    server.add_generic_rpc_handlers((generic_handler(servicer),))
     health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server)

@@ -1,0 +1,104 @@
+"""Registers the servicer with request decoding that never blames the server for bad bytes.
+
+Stock generated registration lets a request that fails to decode (e.g. a string field holding
+invalid UTF-8) surface as UNKNOWN. Here each method decodes through a wrapper that turns such a
+request into a marker, and the handler answers INVALID_ARGUMENT with an ErrorInfo instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import grpc
+from google.protobuf import message as protobuf_message
+
+from sessions_proto.v1 import sessions_pb2
+from sessions_server.domain.errors import InvalidArgument
+from sessions_server.transport.errors import status_for
+
+SERVICE = sessions_pb2.DESCRIPTOR.services_by_name["SessionService"]
+
+
+class MalformedRequest:
+    """Stands in for a request message that could not be decoded."""
+
+    def __init__(self, detail: str) -> None:
+        self.detail = detail
+
+    def error(self) -> InvalidArgument:
+        return InvalidArgument(f"the request could not be decoded: {self.detail}", reason="INVALID_FIELD")
+
+
+def _decoder(message_class: type[protobuf_message.Message]) -> Callable[[bytes], Any]:
+    def decode(data: bytes) -> Any:
+        try:
+            return message_class.FromString(data)
+        except protobuf_message.DecodeError as exc:
+            return MalformedRequest(str(exc))
+
+    return decode
+
+
+async def _checked(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    async for request in requests:
+        if isinstance(request, MalformedRequest):
+            raise request.error()
+        yield request
+
+
+async def _abort_malformed(context: grpc.aio.ServicerContext[Any, Any], request: MalformedRequest) -> None:
+    status = status_for(request.error())
+    await context.abort(status.code, status.details, status.trailing_metadata)
+
+
+def generic_handler(servicer: Any) -> grpc.GenericRpcHandler[Any, Any]:
+    """A handler for every SessionService method of `servicer`."""
+    handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
+    for method in SERVICE.methods:
+        request_class = sessions_pb2.__dict__[method.input_type.name]
+        response_class = sessions_pb2.__dict__[method.output_type.name]
+        behavior = getattr(servicer, method.name)
+        decode = _decoder(request_class)
+        encode = response_class.SerializeToString
+        if method.client_streaming:
+            handlers[method.name] = _client_streaming(method, behavior, decode, encode)
+        elif method.server_streaming:
+            handlers[method.name] = grpc.unary_stream_rpc_method_handler(
+                _server_stream_behavior(behavior), request_deserializer=decode, response_serializer=encode
+            )
+        else:
+            handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+                _unary_behavior(behavior), request_deserializer=decode, response_serializer=encode
+            )
+    return grpc.method_handlers_generic_handler(SERVICE.full_name, handlers)
+
+
+def _client_streaming(
+    method: Any, behavior: Any, decode: Callable[[bytes], Any], encode: Callable[[Any], bytes]
+) -> grpc.RpcMethodHandler[Any, Any]:
+    async def run(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        return await behavior(_checked(requests), context)
+
+    if method.server_streaming:
+        raise TypeError("bidirectional methods are not part of the contract")
+    return grpc.stream_unary_rpc_method_handler(run, request_deserializer=decode, response_serializer=encode)
+
+
+def _unary_behavior(behavior: Any) -> Any:
+    async def run(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        if isinstance(request, MalformedRequest):
+            await _abort_malformed(context, request)
+        return await behavior(request, context)
+
+    return run
+
+
+def _server_stream_behavior(behavior: Any) -> Any:
+    async def run(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
+        if isinstance(request, MalformedRequest):
+            await _abort_malformed(context, request)
+        async for response in behavior(request, context):
+            yield response
+
+    return run
