@@ -133,7 +133,8 @@ class Pair:
         history = "\n".join(f"  {line}" for line in self.log[-12:])
         raise Mismatch(
             f"object {self.key!r}, step {self.step}: {self.log[-1] if self.log else '(none)'}\n"
-            + "\n".join(f"- {p}" for p in problems)
+            + "\n".join(f"- {p}" for p in problems[:12])
+            + (f"\n- … and {len(problems) - 12} more differences" if len(problems) > 12 else "")
             + f"\nrecent steps:\n{history}"
         )
 

@@ -150,6 +150,24 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """The storage engine failed (disk full, I/O error); nothing was written."""
     ERROR_REASON_LIMIT_EXCEEDED: _ErrorReason.ValueType  # 9
     """A configured limit was exceeded (metadata: limit, limit_value)."""
+    ERROR_REASON_STORAGE_FULL: _ErrorReason.ValueType  # 10
+    """The disk holding the object is full (or the file size limit was reached); nothing was written."""
+    ERROR_REASON_NOT_FOUND: _ErrorReason.ValueType  # 11
+    """A thing named by id does not exist where an answer needs it (e.g. an attachment hash)."""
+    ERROR_REASON_NO_SUMMARIZER: _ErrorReason.ValueType  # 12
+    """Compact was called but the server has no summarizer configured."""
+    ERROR_REASON_UNAUTHENTICATED: _ErrorReason.ValueType  # 13
+    """The call carries no valid bearer token."""
+    ERROR_REASON_PERMISSION_DENIED: _ErrorReason.ValueType  # 14
+    """The bearer token does not grant this object key or this kind of access."""
+    ERROR_REASON_INTERNAL: _ErrorReason.ValueType  # 15
+    """The server failed on its own; the message names the error class and the log has details."""
+    ERROR_REASON_FAILED_PRECONDITION: _ErrorReason.ValueType  # 16
+    """The stored state does not allow the request (see the message)."""
+    ERROR_REASON_OBJECT_NOT_OWNED: _ErrorReason.ValueType  # 17
+    """This server does not own the object (ownership guard); route it to its shard."""
+    ERROR_REASON_OBJECT_MOVING: _ErrorReason.ValueType  # 18
+    """The object is being moved to another server; retry shortly."""
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """The reasons found in google.rpc.ErrorInfo.reason (without the ERROR_REASON_ prefix)."""
@@ -176,6 +194,24 @@ ERROR_REASON_STORAGE_FAILURE: ErrorReason.ValueType  # 8
 """The storage engine failed (disk full, I/O error); nothing was written."""
 ERROR_REASON_LIMIT_EXCEEDED: ErrorReason.ValueType  # 9
 """A configured limit was exceeded (metadata: limit, limit_value)."""
+ERROR_REASON_STORAGE_FULL: ErrorReason.ValueType  # 10
+"""The disk holding the object is full (or the file size limit was reached); nothing was written."""
+ERROR_REASON_NOT_FOUND: ErrorReason.ValueType  # 11
+"""A thing named by id does not exist where an answer needs it (e.g. an attachment hash)."""
+ERROR_REASON_NO_SUMMARIZER: ErrorReason.ValueType  # 12
+"""Compact was called but the server has no summarizer configured."""
+ERROR_REASON_UNAUTHENTICATED: ErrorReason.ValueType  # 13
+"""The call carries no valid bearer token."""
+ERROR_REASON_PERMISSION_DENIED: ErrorReason.ValueType  # 14
+"""The bearer token does not grant this object key or this kind of access."""
+ERROR_REASON_INTERNAL: ErrorReason.ValueType  # 15
+"""The server failed on its own; the message names the error class and the log has details."""
+ERROR_REASON_FAILED_PRECONDITION: ErrorReason.ValueType  # 16
+"""The stored state does not allow the request (see the message)."""
+ERROR_REASON_OBJECT_NOT_OWNED: ErrorReason.ValueType  # 17
+"""This server does not own the object (ownership guard); route it to its shard."""
+ERROR_REASON_OBJECT_MOVING: ErrorReason.ValueType  # 18
+"""The object is being moved to another server; retry shortly."""
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015
 
 class _UploadOperation:
