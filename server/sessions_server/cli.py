@@ -111,7 +111,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=limits.max_concurrent_streams,
         help=f"concurrent streaming calls per server (default {limits.max_concurrent_streams})",
     )
+    serve.add_argument(
+        "--ring-file", type=Path, help="JSON shard ring; refuse objects this shard does not own (ownership guard)"
+    )
     serve.add_argument("--log-level", default="WARNING", help="logging level (default WARNING)")
+    mover = commands.add_parser("move-object", help="move an object from one server to another, verified")
+    mover.add_argument("--object-key", required=True, action="append", help="the object to move (repeatable)")
+    mover.add_argument("--from", dest="source", required=True, help="source server address")
+    mover.add_argument("--to", dest="destination", required=True, help="destination server address")
+    mover.add_argument("--token", help="bearer token valid on both servers (or SESSIONS_TOKEN)")
     hasher = commands.add_parser("hash-token", help="print the SHA-256 of a bearer token, for the tokens file")
     hasher.add_argument("token", nargs="?", help="the token (read from standard input when omitted)")
     imp = commands.add_parser(
@@ -127,6 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "move-object":
+        return _move_objects(args.source, args.destination, args.object_key, args.token)
     if args.command == "hash-token":
         from sessions_server.transport.auth import hash_token
 
@@ -157,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         allow_plaintext=args.allow_plaintext,
         tokens_file=args.tokens_file,
         auth_protect_reflection=args.auth_protect_reflection,
+        ring_file=args.ring_file,
         limits=Limits(
             max_client_message_bytes=args.max_client_message_bytes,
             max_object_bytes=args.max_object_bytes,
@@ -165,6 +176,24 @@ def main(argv: list[str] | None = None) -> int:
         ),
     )
     return asyncio.run(_run(config))
+
+
+def _move_objects(source: str, destination: str, object_keys: list[str], token: str | None) -> int:
+    import os
+
+    from sessions_client import SessionsClient, SessionsError
+    from sessions_client.admin import move_object
+
+    token = token or os.environ.get("SESSIONS_TOKEN")
+    with SessionsClient(source, token=token) as src, SessionsClient(destination, token=token) as dst:
+        for key in object_keys:
+            try:
+                report = move_object(src, dst, key, destination_name=destination)
+            except SessionsError as exc:
+                print(f"sessions-server move-object: {key!r}: {exc}", file=sys.stderr)
+                return 1
+            print(f"moved {key!r}: {report.size_bytes} bytes, {report.message_rows} messages -> {destination}")
+    return 0
 
 
 def _import_store(source: Path, object_key: str, data_dir: Path, *, replace: bool) -> int:
@@ -188,7 +217,7 @@ async def _run(config: ServerConfig) -> int:
         loop.add_signal_handler(sig, stop.set)
     try:
         await serve(config, stop)
-    except OSError as exc:
+    except (OSError, ValueError) as exc:
         print(f"sessions-server: {exc}", file=sys.stderr)
         return 1
     return 0

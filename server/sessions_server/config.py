@@ -41,4 +41,5 @@ class ServerConfig:
     tokens_file: Path | None = None
     auth_protect_reflection: bool = False
     limits: Limits = field(default_factory=Limits)
+    ring_file: Path | None = None
     extra_options: tuple[tuple[str, int], ...] = field(default_factory=tuple)

@@ -17,8 +17,8 @@ import pytest
 
 from sessions_client import SessionsClient
 from tests.conformance.harness.oracle import ORACLE_DIR, Oracle, OracleProcess
+from tests.conformance.harness.ours import OurServerProcess
 from tests.conformance.harness.pair import Pair
-from tests.conftest import LiveServer, start_server
 
 SKIP_ENV = "SESSIONS_SKIP_CONFORMANCE"
 CONFORMANCE_DIR = Path(__file__).resolve().parent
@@ -84,20 +84,22 @@ def oracle(oracle_process: OracleProcess) -> Oracle:
 
 
 @pytest.fixture(scope="session")
-def our_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    server = start_server(tmp_path_factory.mktemp("ours"))
+def our_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OurServerProcess]:
+    base = tmp_path_factory.mktemp("ours")
+    server = OurServerProcess(base / "data", base / "server.log")
+    server.start()
     yield server
     server.stop()
 
 
 @pytest.fixture(scope="session")
-def our_client(our_server: LiveServer) -> Iterator[SessionsClient]:
+def our_client(our_server: OurServerProcess) -> Iterator[SessionsClient]:
     with SessionsClient(our_server.address) as client:
         yield client
 
 
 @pytest.fixture
-def make_pair(oracle: Oracle, our_client: SessionsClient, our_server: LiveServer) -> Callable[..., Pair]:
+def make_pair(oracle: Oracle, our_client: SessionsClient, our_server: OurServerProcess) -> Callable[..., Pair]:
     """`make_pair(level="full"|"normal"|"rows", label="...")`: a fresh object key on both sides."""
 
     def make(level: str = "full", label: str = "") -> Pair:

@@ -1,4 +1,4 @@
-"""AppendMessage / AppendMessages: parents, idempotency, seq, overlay guard, sanitizing, reserved
+"""AppendMessage / AppendMessages: idempotency, seq, overlay guard, sanitizing, reserved
 metadata, token estimates, content hash and canonical JSON (reference notes §2, §15, §16).
 
 Expected stored bytes and token estimates below were observed on upstream (agents@0.32.0 in
@@ -23,82 +23,6 @@ from tests.service.support import (
     sha256_hex,
     text_message,
 )
-
-# ── parents ─────────────────────────────────────────────────────────────────
-
-
-def test_auto_parent_is_the_newest_row(session: Any, data_dir: Path, object_key: str) -> None:
-    first = session.append_message(text_message("a"))
-    second = session.append_message(text_message("b"))
-    third = session.append_message(text_message("c"))
-
-    assert (first.inserted, first.parent_id) == (True, None)
-    assert (second.inserted, second.parent_id) == (True, "a")
-    assert (third.inserted, third.parent_id) == (True, "b")
-    rows = message_rows(data_dir, object_key)
-    assert [(r["id"], r["parent_id"]) for r in rows] == [("a", None), ("b", "a"), ("c", "b")]
-
-
-def test_auto_parent_follows_a_branch_append(session: Any, data_dir: Path, object_key: str) -> None:
-    session.append_messages([text_message("a"), text_message("b"), text_message("c")])
-    session.append_message(text_message("x"), parent_id="a")
-    after = session.append_message(text_message("y"))
-
-    assert after.parent_id == "x"
-    assert message_row(data_dir, object_key, "y")["parent_id"] == "x"  # type: ignore[index]
-
-
-def test_root_parent_makes_a_new_root_that_becomes_the_leaf(session: Any, data_dir: Path, object_key: str) -> None:
-    session.append_messages([text_message("a"), text_message("b")])
-    result = session.append_message(text_message("r"), parent_id=None)
-
-    assert result.inserted is True
-    assert result.parent_id is None
-    assert message_row(data_dir, object_key, "r")["parent_id"] is None  # type: ignore[index]
-    assert session.get_latest_leaf()["id"] == "r"
-    assert ids(session.get_history()) == ["r"]
-
-
-def test_explicit_parent_is_used(session: Any, data_dir: Path, object_key: str) -> None:
-    session.append_messages([text_message("a"), text_message("b"), text_message("c")])
-    result = session.append_message(text_message("d"), parent_id="b")
-
-    assert result.parent_id == "b"
-    assert message_row(data_dir, object_key, "d")["parent_id"] == "b"  # type: ignore[index]
-    assert ids(session.get_history()) == ["a", "b", "d"]
-
-
-@pytest.mark.parametrize("parent", ["no-such-message", ""], ids=["unknown", "empty-string"])
-def test_unknown_or_empty_parent_makes_a_root(session: Any, data_dir: Path, object_key: str, parent: str) -> None:
-    session.append_messages([text_message("a"), text_message("b")])
-    result = session.append_message(text_message("c"), parent_id=parent)
-
-    assert result.inserted is True
-    assert result.parent_id is None
-    assert message_row(data_dir, object_key, "c")["parent_id"] is None  # type: ignore[index]
-    assert ids(session.get_history()) == ["c"]
-
-
-def test_parent_from_another_session_makes_a_root(obj: Any, data_dir: Path, object_key: str) -> None:
-    other = obj.session("other")
-    other.append_message(text_message("p"))
-    session = obj.session("main")
-    session.append_message(text_message("a"))
-
-    result = session.append_message(text_message("c"), parent_id="p")
-
-    assert result.parent_id is None
-    assert message_row(data_dir, object_key, "c", "main")["parent_id"] is None  # type: ignore[index]
-
-
-def test_branch_append_becomes_the_active_leaf(session: Any) -> None:
-    session.append_messages([text_message("a"), text_message("b"), text_message("c")])
-    session.append_message(text_message("b2"), parent_id="a")
-
-    assert session.get_latest_leaf()["id"] == "b2"
-    assert ids(session.get_history()) == ["a", "b2"]
-    assert ids(session.get_history(leaf_id="c")) == ["a", "b", "c"]
-
 
 # ── idempotency and seq ─────────────────────────────────────────────────────
 

@@ -18,8 +18,7 @@ from tests.service.support import (
 
 
 def build_tree(session: Any) -> None:
-    """a ─ b ─ c ─ d        (d is older than the branch below)
-           └ x ─ y          (y is the newest row: the active leaf)"""
+    """The tree a-b-c-d plus x-y under b (y is the newest row, so the active leaf)."""
     session.append_messages([text_message(i, f"text {i}") for i in "abcd"])
     session.append_message(text_message("x", "text x"), parent_id="b")
     session.append_message(text_message("y", "text y"))

@@ -37,6 +37,7 @@ type Client struct {
 	ownsConn    bool
 	stub        pb.SessionServiceClient
 	callTimeout time.Duration
+	token       string
 }
 
 // DialOption configures Dial.
@@ -48,6 +49,7 @@ type dialConfig struct {
 	conn        *grpc.ClientConn
 	block       bool
 	callTimeout time.Duration
+	token       string
 }
 
 // WithTransportCredentials sets the connection's credentials (TLS, mTLS). The default is an
@@ -64,6 +66,12 @@ func WithGRPCOptions(opts ...grpc.DialOption) DialOption {
 // WithConn uses an existing connection instead of opening one; Close leaves it open.
 func WithConn(conn *grpc.ClientConn) DialOption {
 	return func(c *dialConfig) { c.conn = conn }
+}
+
+// WithToken sends `authorization: Bearer <token>` with every call, for servers that check
+// bearer tokens. Use it with TLS (WithTransportCredentials) outside loopback.
+func WithToken(token string) DialOption {
+	return func(c *dialConfig) { c.token = token }
 }
 
 // WithBlock makes Dial wait until the connection is ready (or ctx ends) instead of connecting
@@ -88,7 +96,7 @@ func Dial(ctx context.Context, target string, opts ...DialOption) (*Client, erro
 	if err := ctx.Err(); err != nil {
 		return nil, toError(err)
 	}
-	client := &Client{conn: cfg.conn, callTimeout: cfg.callTimeout}
+	client := &Client{conn: cfg.conn, callTimeout: cfg.callTimeout, token: cfg.token}
 	if client.conn == nil {
 		creds := cfg.creds
 		if creds == nil {
@@ -140,7 +148,7 @@ func (c *Client) Close() error {
 func (c *Client) Conn() *grpc.ClientConn { return c.conn }
 
 // Stub returns the generated stub, for RPCs this package does not wrap. Add the routing
-// metadata with RoutingContext.
+// metadata with CallContext.
 func (c *Client) Stub() pb.SessionServiceClient { return c.stub }
 
 // Object returns a handle on one object (an isolated store) of the server.
@@ -176,10 +184,10 @@ func (s *Session) ID() string { return s.id }
 // Object returns the session's object.
 func (s *Session) Object() *Object { return s.object }
 
-// RoutingContext returns ctx with the x-object-key routing metadata for key, for calls made
-// directly on Stub().
-func RoutingContext(ctx context.Context, key string) context.Context {
-	return metadata.AppendToOutgoingContext(ctx, ObjectKeyHeader, EscapeObjectKey(key))
+// CallContext returns ctx with the metadata this client sends on calls for the object key (the
+// x-object-key routing header and the bearer token, if any), for calls made directly on Stub().
+func (c *Client) CallContext(ctx context.Context, key string) context.Context {
+	return c.Object(key).routed(ctx)
 }
 
 // EscapeObjectKey percent-encodes a key as Python's urllib.parse.quote(key, safe="") does:
@@ -217,8 +225,11 @@ func unreservedByte(b byte) bool {
 	return false
 }
 
-// routed returns ctx carrying the object's routing metadata.
+// routed returns ctx carrying the object's routing metadata (and the bearer token, if any).
 func (o *Object) routed(ctx context.Context) context.Context {
+	if o.client.token != "" {
+		return metadata.AppendToOutgoingContext(ctx, ObjectKeyHeader, o.escapedKey, "authorization", "Bearer "+o.client.token)
+	}
 	return metadata.AppendToOutgoingContext(ctx, ObjectKeyHeader, o.escapedKey)
 }
 

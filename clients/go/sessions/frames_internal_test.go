@@ -62,3 +62,17 @@ func TestAssembler(t *testing.T) {
 		t.Fatalf("unfinished message: %v", err)
 	}
 }
+
+func TestReasonConstantsAreInTheContract(t *testing.T) {
+	for _, reason := range []string{
+		ReasonInvalidJSON, ReasonInvalidMessage, ReasonInvalidObjectKey, ReasonInvalidField,
+		ReasonObjectKeyMismatch, ReasonInvalidStream, ReasonDraining, ReasonStorageFailure,
+		ReasonLimitExceeded, ReasonStorageFull, ReasonNotFound, ReasonNoSummarizer,
+		ReasonUnauthenticated, ReasonPermissionDenied, ReasonInternal, ReasonFailedPrecondition,
+		ReasonObjectNotOwned, ReasonObjectMoving,
+	} {
+		if _, ok := pb.ErrorReason_value["ERROR_REASON_"+reason]; !ok {
+			t.Errorf("reason %s is not in the ErrorReason enum", reason)
+		}
+	}
+}

@@ -51,6 +51,9 @@ type readOptions struct {
 	batchSize     uint32
 	maxBatchBytes uint64
 	resumeAfter   uint64
+
+	includeProgress   bool
+	reconnectAttempts *int
 }
 
 func newReadOptions(opts []ReadOption) readOptions {
@@ -93,4 +96,16 @@ func WithMaxBatchBytes(n uint64) ReadOption {
 // ResumeAfter makes Subscribe resume after this revision instead of starting live.
 func ResumeAfter(revision uint64) ReadOption {
 	return func(o *readOptions) { o.resumeAfter = revision }
+}
+
+// IncludeProgress makes Subscribe also return PROGRESS events (dropped by default): the feed
+// is alive at that revision and nothing happened.
+func IncludeProgress() ReadOption {
+	return func(o *readOptions) { o.includeProgress = true }
+}
+
+// WithReconnectAttempts sets how many times in a row Subscribe reconnects after the server went
+// away (UNAVAILABLE or CANCELLED) before it gives up (default 20; 0 never reconnects).
+func WithReconnectAttempts(n int) ReadOption {
+	return func(o *readOptions) { o.reconnectAttempts = &n }
 }

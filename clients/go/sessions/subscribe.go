@@ -4,27 +4,44 @@ import (
 	"context"
 	"io"
 	"iter"
+	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 
 	pb "github.com/sessions-dev/sessions/clients/go/gen/sessions/v1"
 )
 
-// Subscription streams an object's change events in commit order, one at a time. Remember the
-// last Revision seen to resume with ResumeAfter; a ChangeReset event means events were missed
-// (re-read state, then continue). Not safe for concurrent use.
+// defaultReconnectAttempts is how many times in a row Subscribe reconnects before giving up.
+const defaultReconnectAttempts = 20
+
+// Subscription streams an object's change events in commit order, one at a time. When the
+// server drains or restarts it reconnects by itself, resuming after the last revision seen; a
+// ChangeReset event means events were missed (re-read state, then continue). PROGRESS events
+// are dropped unless IncludeProgress is given. Not safe for concurrent use.
 type Subscription struct {
-	cancel  context.CancelFunc
-	stream  grpc.ServerStreamingClient[pb.SubscribeResponse]
-	asm     assembler
-	pending *Event
-	cur     Event
-	err     error
-	done    bool
+	ctx             context.Context
+	cancel          context.CancelFunc
+	stub            pb.SessionServiceClient
+	key             string
+	sessionID       *string
+	attachments     pb.AttachmentMode
+	includeProgress bool
+	maxAttempts     int
+
+	stream       grpc.ServerStreamingClient[pb.SubscribeResponse]
+	streamCancel context.CancelFunc
+	attempts     int
+	last         uint64
+	asm          assembler
+	pending      *Event
+	cur          Event
+	err          error
+	done         bool
 }
 
 // Subscribe streams the changes of every session of the object. It starts live (from the next
-// event) unless ResumeAfter is given. The stream runs until ctx ends or Close.
+// event) unless ResumeAfter is given, and runs until ctx ends or Close.
 func (o *Object) Subscribe(ctx context.Context, opts ...ReadOption) *Subscription {
 	return o.subscribe(ctx, nil, opts)
 }
@@ -38,59 +55,61 @@ func (s *Session) Subscribe(ctx context.Context, opts ...ReadOption) *Subscripti
 func (o *Object) subscribe(ctx context.Context, sessionID *string, opts []ReadOption) *Subscription {
 	ro := newReadOptions(opts)
 	sctx, cancel := context.WithCancel(o.routed(ctx))
-	sub := &Subscription{cancel: cancel}
-	stream, err := o.client.stub.Subscribe(sctx, &pb.SubscribeRequest{
-		ObjectKey:           o.key,
-		SessionId:           sessionID,
-		ResumeAfterRevision: ro.resumeAfter,
-		Attachments:         attachmentMode(ro),
-	})
-	if err != nil {
-		sub.finish(toError(err))
-		return sub
+	maxAttempts := defaultReconnectAttempts
+	if ro.reconnectAttempts != nil {
+		maxAttempts = *ro.reconnectAttempts
 	}
-	sub.stream = stream
-	return sub
+	return &Subscription{
+		ctx:             sctx,
+		cancel:          cancel,
+		stub:            o.client.stub,
+		key:             o.key,
+		sessionID:       sessionID,
+		attachments:     attachmentMode(ro),
+		includeProgress: ro.includeProgress,
+		maxAttempts:     maxAttempts,
+		last:            ro.resumeAfter,
+	}
 }
 
-// Next waits for the next event. It returns false when the stream ends, on an error (see Err),
-// or after Close.
+// Next waits for the next event. It returns false when the server ends the stream, on an error
+// that reconnecting did not cure (see Err), when ctx ends, or after Close.
 func (s *Subscription) Next() bool {
 	s.cur = Event{}
-	if s.done {
-		return false
-	}
-	for {
+	for !s.done {
+		if s.stream == nil {
+			if err := s.connect(); err != nil {
+				s.retryOrFinish(err)
+				continue
+			}
+		}
 		resp, err := s.stream.Recv()
 		if err == io.EOF {
 			s.finish(s.asm.finish())
 			return false
 		}
 		if err != nil {
-			s.finish(toError(err))
-			return false
-		}
-		if resp.GetMessage() == nil {
-			s.cur = eventFrom(resp)
-			return true
-		}
-		msg, ok := s.asm.feed(resp.GetMessage())
-		if !ok { // the first of several pieces carries the event's fields
-			if s.pending == nil {
-				ev := eventFrom(resp)
-				s.pending = &ev
-			}
+			s.retryOrFinish(toError(err))
 			continue
 		}
-		ev := eventFrom(resp)
-		if s.pending != nil {
-			ev, s.pending = *s.pending, nil
+		ev, complete := s.feed(resp)
+		if !complete {
+			continue
 		}
-		ev.Message = &msg
+		s.attempts = 0
+		s.last = ev.Revision // everything up to it has been delivered (or reset)
+		if ev.Type == ChangeProgress && !s.includeProgress {
+			continue
+		}
 		s.cur = ev
 		return true
 	}
+	return false
 }
+
+// Revision returns the revision of the last event received (PROGRESS included): pass it to
+// ResumeAfter to continue a later subscription where this one stopped.
+func (s *Subscription) Revision() uint64 { return s.last }
 
 // Event returns the current event (valid after Next returned true).
 func (s *Subscription) Event() Event { return s.cur }
@@ -123,8 +142,77 @@ func (s *Subscription) All() iter.Seq2[Event, error] {
 	}
 }
 
+func (s *Subscription) connect() error {
+	sctx, cancel := context.WithCancel(s.ctx)
+	stream, err := s.stub.Subscribe(sctx, &pb.SubscribeRequest{
+		ObjectKey:           s.key,
+		SessionId:           s.sessionID,
+		ResumeAfterRevision: s.last,
+		Attachments:         s.attachments,
+	})
+	if err != nil {
+		cancel()
+		return toError(err)
+	}
+	s.stream, s.streamCancel = stream, cancel
+	return nil
+}
+
+// retryOrFinish drops the current stream and, for a server that went away (UNAVAILABLE, or
+// CANCELLED by the server), waits and reconnects; any other error ends the subscription.
+func (s *Subscription) retryOrFinish(err error) {
+	s.dropStream()
+	code := Code(err)
+	if s.ctx.Err() != nil {
+		s.finish(toError(s.ctx.Err()))
+		return
+	}
+	if (code != codes.Unavailable && code != codes.Canceled) || s.attempts >= s.maxAttempts {
+		s.finish(err)
+		return
+	}
+	s.attempts++
+	delay := min(2*time.Second, 50*time.Millisecond<<s.attempts)
+	select {
+	case <-time.After(delay):
+	case <-s.ctx.Done():
+		s.finish(toError(s.ctx.Err()))
+	}
+}
+
+func (s *Subscription) dropStream() {
+	if s.streamCancel != nil {
+		s.streamCancel()
+	}
+	s.stream, s.streamCancel, s.pending = nil, nil, nil
+	s.asm = assembler{}
+}
+
+// feed joins the frames of one event; the first frame carries the event's fields.
+func (s *Subscription) feed(resp *pb.SubscribeResponse) (Event, bool) {
+	if resp.GetMessage() == nil {
+		return eventFrom(resp), true
+	}
+	if s.pending == nil {
+		ev := eventFrom(resp)
+		s.pending = &ev
+	}
+	msg, ok := s.asm.feed(resp.GetMessage())
+	if !ok {
+		return Event{}, false
+	}
+	ev := *s.pending
+	s.pending = nil
+	ev.Message = &msg
+	return ev, true
+}
+
 func (s *Subscription) finish(err error) {
+	if s.done {
+		return
+	}
 	s.err, s.done = err, true
+	s.dropStream()
 	s.cancel()
 }
 

@@ -32,8 +32,11 @@ async function startServer() {
   const override = process.env.SESSIONS_SERVER_CMD?.trim();
   const [cmd, ...args] = override ? override.split(/\s+/) : [join(repo, ".venv", "bin", "sessions-server")];
   const child = spawn(cmd, [...args, "serve", "--listen", "127.0.0.1:0", "--data-dir", dataDir], {
-    stdio: ["ignore", "pipe", "inherit"],
+    stdio: ["ignore", "pipe", "pipe"],
   });
+  let errors = "";
+  child.stderr.setEncoding("utf8");
+  child.stderr.on("data", (chunk) => (errors = (errors + chunk).slice(-8192)));
   const address = await new Promise((ok, fail) => {
     let out = "";
     child.stdout.setEncoding("utf8");
@@ -42,7 +45,7 @@ async function startServer() {
       const m = /sessions-server listening on (\S+:\d+)/.exec(out);
       if (m) ok(m[1]);
     });
-    child.on("exit", (code) => fail(new Error(`server exited (${code}): ${out}`)));
+    child.on("exit", (code) => fail(new Error(`server exited (${code}): ${out}\n${errors}`)));
     setTimeout(() => fail(new Error("server did not start in 30 s")), 30_000).unref();
   });
   return {

@@ -129,7 +129,7 @@ export interface SubscribeOptions {
   sessionId?: string;
   /**
    * Resume after this revision (0: start live, from the next event). Revisions are uint64 values
-   * around 2^63 (`epoch_ms << 22 | counter`), so keep them as bigint (or a decimal string):
+   * around 2^62 (`epoch_ms << 22 | counter`), so keep them as bigint (or a decimal string):
    * a JS number loses their low bits.
    */
   resumeAfterRevision?: bigint | string | number;
@@ -464,6 +464,13 @@ function compactionOf(c: CompactionPb | undefined): Compaction | undefined {
 
 type Rpc = Client<typeof SessionService>;
 
+/** Per-call options passed to the generated client. */
+export interface CallOptions {
+  headers: Record<string, string>;
+  timeoutMs?: number;
+  signal?: AbortSignal;
+}
+
 /** A connection to a Sessions server. Call `close()` when done. */
 export class SessionsClient {
   /** The generated Connect client, for RPCs the wrapper does not cover; pass `routingHeaders(key)`. */
@@ -503,12 +510,13 @@ export class SessionsClient {
     this.sessionManager.abort();
   }
 
-  /** @internal Call options for one object: routing header, deadline, cancellation. */
-  callOptions(objectKey: string, signal?: AbortSignal): { headers: Record<string, string>; timeoutMs?: number; signal?: AbortSignal } {
-    const options: { headers: Record<string, string>; timeoutMs?: number; signal?: AbortSignal } = {
-      headers: routingHeaders(objectKey),
-    };
-    if (this.timeoutMs !== undefined) options.timeoutMs = this.timeoutMs;
+  /**
+   * @internal Call options for one object: routing header, deadline (`timeoutMs`, unless
+   * `deadline` is false, as for the long-lived change feed), cancellation.
+   */
+  callOptions(objectKey: string, signal?: AbortSignal, deadline = true): CallOptions {
+    const options: CallOptions = { headers: routingHeaders(objectKey) };
+    if (deadline && this.timeoutMs !== undefined) options.timeoutMs = this.timeoutMs;
     if (signal !== undefined) options.signal = signal;
     return options;
   }
@@ -526,22 +534,35 @@ export class SessionsClient {
    * @internal Runs a server-streaming call; breaking out of the loop (or an error) cancels it so
    * the server stops reading.
    */
-  async *stream<T>(objectKey: string, start: (options: ReturnType<SessionsClient["callOptions"]>) => AsyncIterable<T>, signal?: AbortSignal): AsyncGenerator<T> {
+  async *stream<T>(
+    objectKey: string,
+    start: (options: CallOptions) => AsyncIterable<T>,
+    signal?: AbortSignal,
+    deadline = true,
+  ): AsyncGenerator<T> {
     const controller = new AbortController();
     const onAbort = () => controller.abort(signal?.reason);
+    // The deadline is kept here rather than by Connect's `timeoutMs`: Connect leaves its deadline
+    // timer running when a stream is cancelled through its signal, which keeps the process alive.
+    const timeoutMs = deadline ? this.timeoutMs : undefined;
+    const timer =
+      timeoutMs === undefined
+        ? undefined
+        : setTimeout(() => controller.abort(new ConnectError("the operation timed out", Code.DeadlineExceeded)), timeoutMs);
     if (signal !== undefined) {
       if (signal.aborted) controller.abort(signal.reason);
       else signal.addEventListener("abort", onAbort, { once: true });
     }
     let finished = false;
     try {
-      for await (const response of start(this.callOptions(objectKey, controller.signal))) {
+      for await (const response of start(this.callOptions(objectKey, controller.signal, false))) {
         yield response;
       }
       finished = true;
     } catch (error) {
       throw SessionsError.from(error);
     } finally {
+      clearTimeout(timer);
       signal?.removeEventListener("abort", onAbort);
       // The consumer stopped early (break, return, throw): cancel so the server stops reading.
       if (!finished) controller.abort(new ConnectError("the caller stopped reading the stream", Code.Canceled));
@@ -596,7 +617,8 @@ export class ObjectHandle {
     };
     const assembler = new FrameAssembler();
     let head: ChangeEvent | null = null;
-    for await (const response of this.client.stream(this.key, (o) => this.client.rpc.subscribe(request, o), options.signal)) {
+    const responses = this.client.stream(this.key, (o) => this.client.rpc.subscribe(request, o), options.signal, false);
+    for await (const response of responses) {
       if (head === null) {
         head = {
           revision: response.revision,
@@ -773,10 +795,12 @@ export class SessionHandle {
   /** One message by id; null when it does not exist. */
   async getMessage(messageId: string): Promise<Message | null> {
     const request = { objectKey: this.key, sessionId: this.id, messageId };
+    let message: Message | null = null;
+    // Read to the end (one message at most) rather than cancel the call after the first.
     for await (const found of this.messages((o) => this.rpc.getMessage(request, o))) {
-      return parseMessage(found.json);
+      message ??= parseMessage(found.json);
     }
-    return null;
+    return message;
   }
 
   /** Messages in the order of `ids`, null where absent. */
@@ -794,10 +818,11 @@ export class SessionHandle {
   /** The active leaf (the session's newest message); null for an empty session. */
   async getLatestLeaf(): Promise<Message | null> {
     const request = { objectKey: this.key, sessionId: this.id };
+    let message: Message | null = null;
     for await (const found of this.messages((o) => this.rpc.getLatestLeaf(request, o))) {
-      return parseMessage(found.json);
+      message ??= parseMessage(found.json);
     }
-    return null;
+    return message;
   }
 
   /** The direct children of a message, oldest first. */
@@ -902,7 +927,7 @@ export class SessionHandle {
   // ── helpers ───────────────────────────────────────────────────────────────
 
   private async *messages(
-    start: (options: ReturnType<SessionsClient["callOptions"]>) => AsyncIterable<{ frame?: MessageFrame | undefined }>,
+    start: (options: CallOptions) => AsyncIterable<{ frame?: MessageFrame | undefined }>,
   ): AsyncGenerator<Assembled> {
     const assembler = new FrameAssembler();
     for await (const response of this.client.stream(this.key, start)) {

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
-import type { SessionHandle, SessionsClient } from "../src/index.js";
+import { SessionsError, type SessionHandle, type SessionsClient } from "../src/index.js";
 import { TestServer, freshKey, msg } from "./server.js";
 
 let server: TestServer;
@@ -171,6 +171,26 @@ describe("early break", () => {
     await iterator.return(undefined);
     assert.equal(aborted.filter((m) => m === "StreamHistory").length, 21);
     assert.deepEqual(await s.getMessage("m2999"), msg("m2999", "z".repeat(1000)));
+  });
+});
+
+describe("deadlines", () => {
+  test("timeoutMs bounds a stream with DEADLINE_EXCEEDED", async () => {
+    const s0 = client.object(freshKey()).session();
+    await s0.appendMessages(Array.from({ length: 20 }, (_, i) => msg(`m${i}`)));
+    const impatient = server.client({ timeoutMs: 100 });
+    const s = impatient.object(s0.key).session();
+    assert.equal((await s.getHistory()).length, 20, "a quick read finishes in time");
+    await assert.rejects(
+      (async () => {
+        for await (const _ of s.history()) await new Promise((r) => setTimeout(r, 250));
+      })(),
+      (e: unknown) => {
+        assert.ok(e instanceof SessionsError);
+        assert.equal(e.code, "DEADLINE_EXCEEDED");
+        return true;
+      },
+    );
   });
 });
 

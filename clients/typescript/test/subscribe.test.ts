@@ -121,3 +121,15 @@ test("an unfiltered object subscription sees every session; break ends it", asyn
   // The connection is still fine after the cancelled subscription.
   assert.deepEqual(await o.session("two").getMessage("y"), msg("y"));
 });
+
+test("the client's default deadline does not end a subscription", async () => {
+  const impatient = server.client({ timeoutMs: 300 });
+  const o = impatient.object(freshKey());
+  const it = o.subscribe()[Symbol.asyncIterator]();
+  assert.equal((await it.next()).value?.type, "PROGRESS");
+  await new Promise((r) => setTimeout(r, 700));
+  await o.session().appendMessage(msg("late"));
+  const [event] = await collect(it, (e) => e.length > 0);
+  await it.return?.(undefined);
+  assert.equal(event!.message?.id, "late");
+});

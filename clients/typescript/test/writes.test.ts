@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 
 import { create } from "@bufbuild/protobuf";
+import type { Interceptor } from "@connectrpc/connect";
 import { ImportItem, SessionsError, routingHeaders, encodeObjectKey, type SessionsClient } from "../src/index.js";
 import { AppendMessageRequestSchema, ParentMode } from "../src/gen/sessions/v1/sessions_pb.js";
 import { TestServer, freshKey, msg } from "./server.js";
@@ -218,9 +219,27 @@ describe("routing metadata", () => {
     );
   });
 
-  test("a client with a token sends it and still works", async () => {
-    const withToken = server.client({ token: "t0k3n", timeoutMs: 30_000 });
-    const s = withToken.object(freshKey()).session();
+  test("every call carries x-object-key; a token is sent as a bearer authorization header", async () => {
+    const seen: [string, string | null, string | null][] = [];
+    const spy: Interceptor = (next) => (req) => {
+      seen.push([req.method.name, req.header.get("x-object-key"), req.header.get("authorization")]);
+      return next(req);
+    };
+    const withToken = server.client({ token: "t0k3n", timeoutMs: 30_000, interceptors: [spy] });
+    const key = `k/${freshKey()} ü`;
+    const s = withToken.object(key).session();
     assert.equal((await s.appendMessage(msg("a"))).inserted, true);
+    await s.getHistory();
+    await s.importMessages([msg("b")]);
+    await s.appendMessage({ ...msg("big"), pad: "p".repeat(3 * 1024 * 1024) });
+    assert.deepEqual(
+      seen.map(([method]) => method),
+      ["AppendMessage", "StreamHistory", "ImportMessages", "UploadMessage", "GetMessage"],
+    );
+    for (const [, header, auth] of seen) {
+      assert.equal(header, encodeObjectKey(key));
+      assert.equal(decodeURIComponent(header!), key);
+      assert.equal(auth, "Bearer t0k3n");
+    }
   });
 });

@@ -84,7 +84,7 @@ class Compactor:
     ) -> Compaction:
         """Stores an overlay record (no validation of the ids, as upstream)."""
         self._service.check_names(object_key, session_id)
-        async with self._service.object(object_key) as store:
+        async with self._service.object(object_key, writing=True) as store:
             record = await store.write(lambda ctx: _insert_record(ctx, session_id, summary, from_id, to_id, event))
             forget_estimate(store, session_id)
             return record
@@ -143,7 +143,7 @@ class Compactor:
             queries.set_config(ctx.conn, session_id, POLICY_THRESHOLD_KEY, str(policy.threshold_tokens))
             queries.set_config(ctx.conn, session_id, POLICY_KEEP_RECENT_KEY, str(policy.keep_recent_tokens))
 
-        async with self._service.object(object_key) as store:
+        async with self._service.object(object_key, writing=True) as store:
             await store.write(run)
             store.memo[_memo_key("policy", session_id)] = policy
         return policy

@@ -28,7 +28,9 @@ from sessions_server.domain.errors import (
     Unavailable,
 )
 from sessions_server.domain.limits import Limits, exceeded
+from sessions_server.domain.objects import ObjectAdmin
 from sessions_server.domain.overlays import OverlaySpan, overlay_id, overlay_message_json, plan_overlays
+from sessions_server.domain.placement import Placement
 from sessions_server.storage import queries
 from sessions_server.storage.feed import ChangeEvent, FeedClosed, Reset
 from sessions_server.storage.registry import ObjectRegistry
@@ -152,6 +154,7 @@ class SessionsService:
         max_query_bytes: int = search_rules.MAX_QUERY_BYTES,
         search_seconds: float = DEFAULT_SEARCH_SECONDS,
         limits: Limits | None = None,
+        placement: Placement | None = None,
     ) -> None:
         self.registry = registry
         self.reserved_metadata_keys = tuple(reserved_metadata_keys)
@@ -160,6 +163,7 @@ class SessionsService:
         self.max_query_bytes = max_query_bytes
         self.search_seconds = search_seconds
         self.limits = limits or Limits()
+        self.objects = ObjectAdmin(registry, placement=placement)
 
     def check_names(self, object_key: str, session_id: str) -> None:
         keys.check_object_key(object_key, max_bytes=self.max_object_key_bytes)
@@ -168,6 +172,7 @@ class SessionsService:
     @contextlib.asynccontextmanager
     async def object(self, object_key: str, *, writing: bool = False) -> AsyncIterator[ObjectStore]:
         """The open object (opened on demand). `writing` first checks the object's size limit."""
+        self.objects.admit(object_key, writing=writing)
         try:
             async with self.registry.use(object_key) as store:
                 if writing and store.file_bytes() > self.limits.max_object_bytes:

@@ -8,11 +8,14 @@ schema upgrade, key record, and the legacy lift.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import sqlite3
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 from sessions_server.storage import schema
-from sessions_server.storage.paths import object_path
+from sessions_server.storage.paths import FILE_SUFFIX, OBJECTS_DIR, object_path
 
 
 class StoreImportError(Exception):
@@ -52,3 +55,88 @@ def import_store_file(source: Path, object_key: str, data_dir: Path, *, replace:
             Path(str(target) + suffix).unlink()
     partial.replace(target)
     return target
+
+
+def _verify_integrity(path: Path) -> None:
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        result = conn.execute("PRAGMA integrity_check").fetchone()[0]
+    finally:
+        conn.close()
+    if result != "ok":
+        raise StoreImportError(f"integrity check failed: {result}")
+
+
+def snapshot_object(source: Path, scratch_dir: Path) -> Path:
+    """A consistent copy of a live object file (backup API: committed state, WAL included)."""
+    scratch_dir.mkdir(parents=True, exist_ok=True)
+    copy = scratch_dir / f"export-{uuid.uuid4().hex}{FILE_SUFFIX}"
+    src = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
+    dst = sqlite3.connect(copy)
+    try:
+        src.backup(dst)
+        dst.execute("PRAGMA journal_mode = DELETE")  # one self-contained file, no WAL beside it
+    finally:
+        src.close()
+        dst.close()
+    return copy
+
+
+def file_chunks(path: Path, chunk_bytes: int) -> Iterator[bytes]:
+    with path.open("rb") as stream:
+        while chunk := stream.read(chunk_bytes):
+            yield chunk
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    for chunk in file_chunks(path, 1 << 20):
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
+def install_received_file(received: Path, object_key: str, data_dir: Path, *, replace: bool) -> Path:
+    """Verifies a received object file and installs it as `object_key`."""
+    _verify_integrity(received)
+    return import_store_file(received, object_key, data_dir, replace=replace)
+
+
+def remove_object_files(path: Path) -> bool:
+    """Deletes an object's file with its WAL and shared-memory files; True if it existed."""
+    existed = path.exists()
+    for suffix in ("-wal", "-shm", ""):
+        with contextlib.suppress(FileNotFoundError):
+            Path(str(path) + suffix).unlink()
+    return existed
+
+
+def list_object_files(data_dir: Path, after: str, limit: int) -> list[Path]:
+    """Object files in file-name order, after the file name `after`."""
+    root = data_dir / OBJECTS_DIR
+    if not root.exists():
+        return []
+    names = sorted(p for p in root.glob(f"*/*/*{FILE_SUFFIX}") if p.name > after)
+    return names[:limit]
+
+
+def recorded_object_key(path: Path) -> str | None:
+    """The object key recorded inside an object file, or None when unreadable."""
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    except sqlite3.Error:
+        return None
+    try:
+        row = conn.execute("SELECT value FROM _sessions_meta WHERE key = 'object_key'").fetchone()
+    except sqlite3.Error:
+        return None
+    finally:
+        conn.close()
+    return None if row is None else str(row[0])
+
+
+def count_message_rows(path: Path) -> int:
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return int(conn.execute("SELECT COUNT(*) FROM cf_agents_session_messages").fetchone()[0])
+    finally:
+        conn.close()

@@ -42,6 +42,8 @@ class ObjectRegistry:
             yield store
         finally:
             store.users -= 1
+            if store.users == 0:
+                store.idle.set()
             self._evict_idle()
 
     async def _acquire(self, object_key: str) -> ObjectStore:
@@ -50,6 +52,7 @@ class ObjectRegistry:
             if store is not None:
                 self._open.move_to_end(object_key)
                 store.users += 1
+                store.idle.clear()
                 return store
             pending = self._opening.get(object_key)
             if pending is not None:
@@ -69,6 +72,7 @@ class ObjectRegistry:
                 del self._opening[object_key]
             self._open[object_key] = store
             store.users += 1
+            store.idle.clear()
             future.set_result(store)
             return store
 
@@ -85,6 +89,21 @@ class ObjectRegistry:
             task = asyncio.get_running_loop().create_task(store.close())
             self._closing.add(task)
             task.add_done_callback(self._closing.discard)
+
+    def is_open(self, object_key: str) -> bool:
+        return object_key in self._open
+
+    async def close_object(self, object_key: str) -> None:
+        """Closes one object once nobody uses it (its feed subscribers are ended first)."""
+        store = self._open.get(object_key)
+        if store is None:
+            return
+        store.feed.close_all()
+        while store.users:
+            await store.idle.wait()
+        if self._open.get(object_key) is store:
+            del self._open[object_key]
+        await store.close()
 
     def close_feeds(self) -> None:
         """Ends every change-feed subscription (first step of a drain)."""

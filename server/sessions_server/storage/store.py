@@ -110,6 +110,7 @@ class ObjectStore:
         self._writer_task: asyncio.Task[None] | None = None
         self._closed = False
         self.users = 0  # in-flight calls holding this store open (registry bookkeeping)
+        self.idle = asyncio.Event()  # set whenever `users` drops to zero
         self.row_writes = 0
         self.feed = FeedHub()
         self.memo: dict[str, Any] = {}  # per-session derived state the domain keeps (token estimates)

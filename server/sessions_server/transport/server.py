@@ -23,6 +23,7 @@ from grpc_reflection.v1alpha import reflection
 from sessions_proto.v1 import sessions_pb2
 from sessions_server.config import ServerConfig
 from sessions_server.domain.errors import SessionsError
+from sessions_server.domain.placement import Placement
 from sessions_server.domain.service import SessionsService
 from sessions_server.integrations.chat_completions import ChatCompletionsSummarizer
 from sessions_server.storage.registry import ObjectRegistry
@@ -83,6 +84,7 @@ async def create_server(config: ServerConfig) -> RunningServer:
         max_query_bytes=config.max_query_bytes,
         search_seconds=config.search_seconds,
         limits=config.limits,
+        placement=Placement.from_ring_file(config.ring_file) if config.ring_file else None,
     )
     authority = TokenAuthority(config.tokens_file) if config.tokens_file else None
     draining = Draining()

@@ -591,6 +591,65 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
 
         return await _unary(context, run)
 
+    async def ListObjects(self, request: pb.ListObjectsRequest, context: Any) -> pb.ListObjectsResponse:
+        async def run() -> pb.ListObjectsResponse:
+            self._admit_admin(context)
+            keys, token = await self._service.objects.list_keys(request.page_size, request.page_token)
+            return pb.ListObjectsResponse(object_keys=keys, next_page_token=token)
+
+        return await _unary(context, run)
+
+    async def ExportObject(
+        self, request: pb.ExportObjectRequest, context: Any
+    ) -> AsyncIterator[pb.ExportObjectResponse]:
+        async def run() -> AsyncIterator[pb.ExportObjectResponse]:
+            self._admit(context, request.object_key, write=True)
+            frames = self._service.objects.export(
+                request.object_key, lock_for_move=request.lock_for_move, lease_seconds=request.lease_seconds
+            )
+            async with contextlib.aclosing(frames):
+                async for frame in frames:
+                    yield pb.ExportObjectResponse(size_bytes=frame.size_bytes, data=frame.data, sha256=frame.sha256)
+
+        async for response in _stream(context, run, self._slots):
+            yield response
+
+    async def ImportObject(
+        self, request_iterator: AsyncIterable[pb.ImportObjectRequest], context: Any
+    ) -> pb.ImportObjectResponse:
+        async def run() -> pb.ImportObjectResponse:
+            frames = request_iterator.__aiter__()
+            first = await anext(frames, None)
+            if first is None or not first.object_key:
+                raise InvalidArgument("the first ImportObject frame must name object_key", reason="INVALID_STREAM")
+            self._admit(context, first.object_key, write=True)
+
+            async def data() -> AsyncIterator[tuple[bytes, str]]:
+                frame: pb.ImportObjectRequest | None = first
+                while frame is not None:
+                    yield frame.data, frame.sha256
+                    frame = await anext(frames, None)
+
+            size, rows = await self._service.objects.receive(first.object_key, data(), replace=first.replace)
+            return pb.ImportObjectResponse(size_bytes=size, message_rows=rows)
+
+        return await _unary(context, run)
+
+    async def DeleteObject(self, request: pb.DeleteObjectRequest, context: Any) -> pb.DeleteObjectResponse:
+        async def run() -> pb.DeleteObjectResponse:
+            self._admit(context, request.object_key, write=True)
+            deleted = await self._service.objects.delete(request.object_key, moved_to=request.moved_to)
+            return pb.DeleteObjectResponse(deleted=deleted)
+
+        return await _unary(context, run)
+
+    def _admit_admin(self, context: Any) -> None:
+        """Server-wide admin calls: a token must grant every key (prefix "")."""
+        if self._draining.active:
+            raise Unavailable("the server is shutting down; retry on a new connection")
+        if self._authority is not None:
+            self._authority.check(context.invocation_metadata() or (), "", write=False)
+
 
 def _compaction(record: Compaction) -> pb.Compaction:
     return pb.Compaction(

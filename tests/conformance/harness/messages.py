@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 
-def msg(mid: str, text: str = "", role: str | None = None, **extra: Any) -> dict[str, Any]:
+def msg(mid: str, text: str | None = None, role: str | None = None, **extra: Any) -> dict[str, Any]:
     """A UIMessage with one text part (`text` defaults to a phrase naming the id)."""
     out: dict[str, Any] = {
         "id": mid,
         "role": role or ("user" if sum(map(ord, mid)) % 2 == 0 else "assistant"),
-        "parts": [{"type": "text", "text": text or f"message {mid} says hello"}],
+        "parts": [{"type": "text", "text": f"message {mid} says hello" if text is None else text}],
     }
     out.update(extra)
     return out

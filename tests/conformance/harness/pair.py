@@ -15,6 +15,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from tests.conformance.harness.stored import (
 )
 
 Msg = dict[str, Any] | str  # a message, or its exact JSON text
+READ_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="conformance-reads")
 NOW_WINDOW_MS = 24 * 3600 * 1000
 UNKNOWN_ID = "no-such-message"
 
@@ -255,7 +257,7 @@ class Pair:
     ) -> tuple[Outcome, Outcome]:
         opts = self._opts(parent, source)
         mid = message_id(message)
-        before = self.up_rows
+        before = self._fresh_upstream_rows()
 
         def our_shape(r: Any) -> Any:
             self._last_changed = r.changed
@@ -279,7 +281,7 @@ class Pair:
         )
 
     def delete(self, ids: Sequence[str], session: str = "") -> tuple[Outcome, Outcome]:
-        before = len(self.up_rows.session_rows(session))
+        before = len(self._fresh_upstream_rows().session_rows(session))
 
         def extra(up: Outcome, ours: Outcome, problems: list[str]) -> None:
             removed = before - len(self.up_rows.session_rows(session))
@@ -300,7 +302,7 @@ class Pair:
         )
 
     def clear(self, session: str = "") -> tuple[Outcome, Outcome]:
-        before = len(self.up_rows.session_rows(session))
+        before = len(self._fresh_upstream_rows().session_rows(session))
 
         def extra(up: Outcome, ours: Outcome, problems: list[str]) -> None:
             if ours.error is None and self._last_count != before:
@@ -323,7 +325,7 @@ class Pair:
         self, message: Msg, parent: str | None, created_at: int, session: str = ""
     ) -> tuple[Outcome, Outcome]:
         mid = message_id(message)
-        existed = mid is not None and self.up_rows.row(session, mid) is not None
+        existed = mid is not None and self._fresh_upstream_rows().row(session, mid) is not None
 
         def extra(up: Outcome, ours: Outcome, problems: list[str]) -> None:
             inserted = mid is not None and not existed and self.up_rows.row(session, mid) is not None
@@ -350,6 +352,10 @@ class Pair:
         )
 
     # ── state checks ────────────────────────────────────────────────────────
+
+    def _fresh_upstream_rows(self) -> Stored:
+        self.up_rows = upstream_rows(self.oracle, self.key, ("messages", "chunks"))
+        return self.up_rows
 
     def _load_rows(self) -> None:
         self.up_rows = upstream_rows(self.oracle, self.key)
@@ -450,11 +456,13 @@ class Pair:
         for leaf in [None, *leaves[:3]]:
             path = self._upstream_path(session, leaf)
             sizes = [row_bytes(self.up_rows, session, mid) for mid in path]
-            budgets = {0, 1, sum(sizes), sum(sizes) - 1, sum(sizes) + 1}
-            suffix = 0
-            for size in reversed(sizes[-6:]):
-                suffix += size
-                budgets |= {suffix, suffix - 1, suffix + 1}
+            budgets = {1, sum(sizes), sum(sizes) - 1}
+            if leaf is None:
+                budgets.add(0)
+                suffix = 0
+                for size in reversed(sizes[-3:]):
+                    suffix += size
+                    budgets |= {suffix, suffix - 1}
             opts = {} if leaf is None else {"options": {"leafId": leaf}}
             for budget in sorted(b for b in budgets if b >= 0):
                 plan.append((f"getRecentHistory({budget}, leaf={leaf!r})", "getRecentHistory", {"maxContentBytes": budget, **opts}))
@@ -556,13 +564,15 @@ class Pair:
         raise ValueError(op)
 
     def compare_reads(self, session: str, plan: Sequence[tuple[str, str, dict[str, Any]]], problems: list[str]) -> None:
+        ours_future = READ_POOL.map(
+            lambda item: self._run_ours(lambda: self._our_read(session, item[1], item[2]), lambda v: v), plan
+        )
         results = self.oracle.batch(self.key, [(session, op, body) for _, op, body in plan])
-        for (label, op, body), (ok, result) in zip(plan, results, strict=True):
+        for (label, op, _body), (ok, result), ours in zip(plan, results, ours_future, strict=True):
             if ok:
                 up = Outcome(self._up_shape(op, result))
             else:
                 up = Outcome(error=f"{result.name or 'Error'}: {result}")
-            ours = self._run_ours(lambda op=op, body=body: self._our_read(session, op, body), lambda v: v)
             self._compare(f"[{session!r}] {label}", up, ours, problems)
 
     def _check_reads(self, level: str | None = None) -> None:

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -37,6 +38,7 @@ type Server struct {
 
 	cmd      *exec.Cmd
 	ownsData bool
+	workDir  string
 	logPath  string
 	logFile  *os.File
 	waitDone chan struct{}
@@ -68,24 +70,33 @@ func Command() ([]string, error) {
 }
 
 // Start starts a server on 127.0.0.1 (a free port) with a new temporary data directory, plus
-// any extra server arguments, and waits until it listens.
+// any extra server arguments, and waits until it listens. Stop removes the directory.
 func Start(extraArgs ...string) (*Server, error) {
+	return StartAt("127.0.0.1:0", "", extraArgs...)
+}
+
+// StartAt starts a server listening on listen with the given data directory (a new temporary
+// one when empty, removed by Stop; a given one is left in place, so a restart finds its data).
+func StartAt(listen, dataDir string, extraArgs ...string) (*Server, error) {
 	command, err := Command()
 	if err != nil {
 		return nil, err
 	}
-	dataDir, err := os.MkdirTemp("", "sessions-go-test-")
+	workDir, err := os.MkdirTemp("", "sessions-go-test-")
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{DataDir: filepath.Join(dataDir, "data"), ownsData: true, waitDone: make(chan struct{})}
-	s.logPath = filepath.Join(dataDir, "server.log")
+	s := &Server{DataDir: dataDir, workDir: workDir, waitDone: make(chan struct{})}
+	if dataDir == "" {
+		s.DataDir, s.ownsData = filepath.Join(workDir, "data"), true
+	}
+	s.logPath = filepath.Join(workDir, "server.log")
 	s.logFile, err = os.Create(s.logPath)
 	if err != nil {
-		_ = os.RemoveAll(dataDir)
+		_ = os.RemoveAll(workDir)
 		return nil, err
 	}
-	args := append(append([]string{}, command[1:]...), "serve", "--listen", "127.0.0.1:0", "--data-dir", s.DataDir)
+	args := append(append([]string{}, command[1:]...), "serve", "--listen", listen, "--data-dir", s.DataDir)
 	args = append(args, extraArgs...)
 	s.cmd = exec.Command(command[0], args...)
 	s.cmd.Stderr = s.logFile
@@ -139,6 +150,17 @@ func Start(extraArgs ...string) (*Server, error) {
 	}
 }
 
+// FreeAddr returns a 127.0.0.1 address with a port that was free a moment ago, for a server
+// that must come back on the same address after a restart.
+func FreeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
 // LogTail returns the last n bytes of the server's stdout and stderr.
 func (s *Server) LogTail(n int) string {
 	data, err := os.ReadFile(s.logPath)
@@ -182,6 +204,7 @@ func (s *Server) cleanup() {
 		_ = s.logFile.Close()
 	}
 	if s.ownsData {
-		_ = os.RemoveAll(filepath.Dir(s.DataDir))
+		_ = os.RemoveAll(s.DataDir)
 	}
+	_ = os.RemoveAll(s.workDir)
 }

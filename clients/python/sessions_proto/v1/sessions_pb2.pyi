@@ -2329,3 +2329,225 @@ class GetObjectStatsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetObjectStatsResponse: _TypeAlias = GetObjectStatsResponse  # noqa: Y015
+
+@_typing.final
+class ListObjectsRequest(_message.Message):
+    """Request for ListObjects."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    page_size: _builtins.int
+    """Keys per page (0: 100; at most 1,000)."""
+    page_token: _builtins.str
+    """The next_page_token of the previous page; empty for the first."""
+    def __init__(
+        self,
+        *,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListObjectsRequest: _TypeAlias = ListObjectsRequest  # noqa: Y015
+
+@_typing.final
+class ListObjectsResponse(_message.Message):
+    """Response for ListObjects."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OBJECT_KEYS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Pass to the next call; empty on the last page."""
+    @_builtins.property
+    def object_keys(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The object keys of this page."""
+
+    def __init__(
+        self,
+        *,
+        object_keys: _abc.Iterable[_builtins.str] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "object_keys", b"object_keys"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListObjectsResponse: _TypeAlias = ListObjectsResponse  # noqa: Y015
+
+@_typing.final
+class ExportObjectRequest(_message.Message):
+    """Request for ExportObject."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OBJECT_KEY_FIELD_NUMBER: _builtins.int
+    LOCK_FOR_MOVE_FIELD_NUMBER: _builtins.int
+    LEASE_SECONDS_FIELD_NUMBER: _builtins.int
+    object_key: _builtins.str
+    """The object key."""
+    lock_for_move: _builtins.bool
+    """Refuse writes to the object from the snapshot on (a move in progress)."""
+    lease_seconds: _builtins.int
+    """How long the move lock lasts after the export ends without a DeleteObject (0: 60 s)."""
+    def __init__(
+        self,
+        *,
+        object_key: _builtins.str = ...,
+        lock_for_move: _builtins.bool = ...,
+        lease_seconds: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease_seconds", b"lease_seconds", "lock_for_move", b"lock_for_move", "object_key", b"object_key"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExportObjectRequest: _TypeAlias = ExportObjectRequest  # noqa: Y015
+
+@_typing.final
+class ExportObjectResponse(_message.Message):
+    """One frame of an exported object file."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SIZE_BYTES_FIELD_NUMBER: _builtins.int
+    DATA_FIELD_NUMBER: _builtins.int
+    SHA256_FIELD_NUMBER: _builtins.int
+    size_bytes: _builtins.int
+    """The file's size in bytes (first frame only)."""
+    data: _builtins.bytes
+    """The next bytes of the file (at most 3 MiB per frame)."""
+    sha256: _builtins.str
+    """The lowercase hex SHA-256 of the whole file (last frame only)."""
+    def __init__(
+        self,
+        *,
+        size_bytes: _builtins.int = ...,
+        data: _builtins.bytes = ...,
+        sha256: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "sha256", b"sha256", "size_bytes", b"size_bytes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExportObjectResponse: _TypeAlias = ExportObjectResponse  # noqa: Y015
+
+@_typing.final
+class ImportObjectRequest(_message.Message):
+    """One frame of an ImportObject stream."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OBJECT_KEY_FIELD_NUMBER: _builtins.int
+    REPLACE_FIELD_NUMBER: _builtins.int
+    DATA_FIELD_NUMBER: _builtins.int
+    SHA256_FIELD_NUMBER: _builtins.int
+    object_key: _builtins.str
+    """The object key (first frame only)."""
+    replace: _builtins.bool
+    """Replace an existing object with the same key (first frame only)."""
+    data: _builtins.bytes
+    """The next bytes of the file."""
+    sha256: _builtins.str
+    """The lowercase hex SHA-256 of the whole file (required on the last frame)."""
+    def __init__(
+        self,
+        *,
+        object_key: _builtins.str = ...,
+        replace: _builtins.bool = ...,
+        data: _builtins.bytes = ...,
+        sha256: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "object_key", b"object_key", "replace", b"replace", "sha256", b"sha256"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ImportObjectRequest: _TypeAlias = ImportObjectRequest  # noqa: Y015
+
+@_typing.final
+class ImportObjectResponse(_message.Message):
+    """Response for ImportObject."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SIZE_BYTES_FIELD_NUMBER: _builtins.int
+    MESSAGE_ROWS_FIELD_NUMBER: _builtins.int
+    size_bytes: _builtins.int
+    """Bytes received."""
+    message_rows: _builtins.int
+    """Message rows in the imported object."""
+    def __init__(
+        self,
+        *,
+        size_bytes: _builtins.int = ...,
+        message_rows: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["message_rows", b"message_rows", "size_bytes", b"size_bytes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ImportObjectResponse: _TypeAlias = ImportObjectResponse  # noqa: Y015
+
+@_typing.final
+class DeleteObjectRequest(_message.Message):
+    """Request for DeleteObject."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OBJECT_KEY_FIELD_NUMBER: _builtins.int
+    MOVED_TO_FIELD_NUMBER: _builtins.int
+    object_key: _builtins.str
+    """The object key."""
+    moved_to: _builtins.str
+    """Where the object went (e.g. the destination's address), reported to later callers."""
+    def __init__(
+        self,
+        *,
+        object_key: _builtins.str = ...,
+        moved_to: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["moved_to", b"moved_to", "object_key", b"object_key"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteObjectRequest: _TypeAlias = DeleteObjectRequest  # noqa: Y015
+
+@_typing.final
+class DeleteObjectResponse(_message.Message):
+    """Response for DeleteObject."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DELETED_FIELD_NUMBER: _builtins.int
+    deleted: _builtins.bool
+    """True when a stored object was removed."""
+    def __init__(
+        self,
+        *,
+        deleted: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted", b"deleted"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteObjectResponse: _TypeAlias = DeleteObjectResponse  # noqa: Y015

@@ -165,6 +165,26 @@ class SessionServiceStub:
                 request_serializer=sessions_dot_v1_dot_sessions__pb2.GetObjectStatsRequest.SerializeToString,
                 response_deserializer=sessions_dot_v1_dot_sessions__pb2.GetObjectStatsResponse.FromString,
                 _registered_method=True)
+        self.ListObjects = channel.unary_unary(
+                '/sessions.v1.SessionService/ListObjects',
+                request_serializer=sessions_dot_v1_dot_sessions__pb2.ListObjectsRequest.SerializeToString,
+                response_deserializer=sessions_dot_v1_dot_sessions__pb2.ListObjectsResponse.FromString,
+                _registered_method=True)
+        self.ExportObject = channel.unary_stream(
+                '/sessions.v1.SessionService/ExportObject',
+                request_serializer=sessions_dot_v1_dot_sessions__pb2.ExportObjectRequest.SerializeToString,
+                response_deserializer=sessions_dot_v1_dot_sessions__pb2.ExportObjectResponse.FromString,
+                _registered_method=True)
+        self.ImportObject = channel.stream_unary(
+                '/sessions.v1.SessionService/ImportObject',
+                request_serializer=sessions_dot_v1_dot_sessions__pb2.ImportObjectRequest.SerializeToString,
+                response_deserializer=sessions_dot_v1_dot_sessions__pb2.ImportObjectResponse.FromString,
+                _registered_method=True)
+        self.DeleteObject = channel.unary_unary(
+                '/sessions.v1.SessionService/DeleteObject',
+                request_serializer=sessions_dot_v1_dot_sessions__pb2.DeleteObjectRequest.SerializeToString,
+                response_deserializer=sessions_dot_v1_dot_sessions__pb2.DeleteObjectResponse.FromString,
+                _registered_method=True)
 
 
 class SessionServiceServicer:
@@ -366,6 +386,37 @@ class SessionServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListObjects(self, request, context):
+        """Lists the object keys stored on this server, a page at a time (in file order, not key order).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ExportObject(self, request, context):
+        """Streams a consistent copy of an object's file, for moving it to another server. With
+        `lock_for_move`, writes to the object are refused (UNAVAILABLE, OBJECT_MOVING: retry) from
+        the snapshot on, until DeleteObject completes the move or the lease expires.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ImportObject(self, request_iterator, context):
+        """Receives an exported object file, verifies its digest and integrity, and serves it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteObject(self, request, context):
+        """Removes an object from this server (the last step of a move). Later calls for the key are
+        refused with FAILED_PRECONDITION (OBJECT_NOT_OWNED) naming where it went, until restart.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SessionServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -498,6 +549,26 @@ def add_SessionServiceServicer_to_server(servicer, server):
                     servicer.GetObjectStats,
                     request_deserializer=sessions_dot_v1_dot_sessions__pb2.GetObjectStatsRequest.FromString,
                     response_serializer=sessions_dot_v1_dot_sessions__pb2.GetObjectStatsResponse.SerializeToString,
+            ),
+            'ListObjects': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListObjects,
+                    request_deserializer=sessions_dot_v1_dot_sessions__pb2.ListObjectsRequest.FromString,
+                    response_serializer=sessions_dot_v1_dot_sessions__pb2.ListObjectsResponse.SerializeToString,
+            ),
+            'ExportObject': grpc.unary_stream_rpc_method_handler(
+                    servicer.ExportObject,
+                    request_deserializer=sessions_dot_v1_dot_sessions__pb2.ExportObjectRequest.FromString,
+                    response_serializer=sessions_dot_v1_dot_sessions__pb2.ExportObjectResponse.SerializeToString,
+            ),
+            'ImportObject': grpc.stream_unary_rpc_method_handler(
+                    servicer.ImportObject,
+                    request_deserializer=sessions_dot_v1_dot_sessions__pb2.ImportObjectRequest.FromString,
+                    response_serializer=sessions_dot_v1_dot_sessions__pb2.ImportObjectResponse.SerializeToString,
+            ),
+            'DeleteObject': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteObject,
+                    request_deserializer=sessions_dot_v1_dot_sessions__pb2.DeleteObjectRequest.FromString,
+                    response_serializer=sessions_dot_v1_dot_sessions__pb2.DeleteObjectResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1203,6 +1274,114 @@ class SessionService:
             '/sessions.v1.SessionService/GetObjectStats',
             sessions_dot_v1_dot_sessions__pb2.GetObjectStatsRequest.SerializeToString,
             sessions_dot_v1_dot_sessions__pb2.GetObjectStatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListObjects(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sessions.v1.SessionService/ListObjects',
+            sessions_dot_v1_dot_sessions__pb2.ListObjectsRequest.SerializeToString,
+            sessions_dot_v1_dot_sessions__pb2.ListObjectsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExportObject(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/sessions.v1.SessionService/ExportObject',
+            sessions_dot_v1_dot_sessions__pb2.ExportObjectRequest.SerializeToString,
+            sessions_dot_v1_dot_sessions__pb2.ExportObjectResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ImportObject(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/sessions.v1.SessionService/ImportObject',
+            sessions_dot_v1_dot_sessions__pb2.ImportObjectRequest.SerializeToString,
+            sessions_dot_v1_dot_sessions__pb2.ImportObjectResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteObject(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sessions.v1.SessionService/DeleteObject',
+            sessions_dot_v1_dot_sessions__pb2.DeleteObjectRequest.SerializeToString,
+            sessions_dot_v1_dot_sessions__pb2.DeleteObjectResponse.FromString,
             options,
             channel_credentials,
             insecure,

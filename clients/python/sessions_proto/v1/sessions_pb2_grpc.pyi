@@ -133,6 +133,19 @@ class SessionServiceStub:
     """Lists the sessions of an object with their message counts."""
     GetObjectStats: _grpc.UnaryUnaryMultiCallable[_sessions_pb2.GetObjectStatsRequest, _sessions_pb2.GetObjectStatsResponse]
     """Reports an object's storage: bytes, rows, attachments and row writes."""
+    ListObjects: _grpc.UnaryUnaryMultiCallable[_sessions_pb2.ListObjectsRequest, _sessions_pb2.ListObjectsResponse]
+    """Lists the object keys stored on this server, a page at a time (in file order, not key order)."""
+    ExportObject: _grpc.UnaryStreamMultiCallable[_sessions_pb2.ExportObjectRequest, _sessions_pb2.ExportObjectResponse]
+    """Streams a consistent copy of an object's file, for moving it to another server. With
+    `lock_for_move`, writes to the object are refused (UNAVAILABLE, OBJECT_MOVING: retry) from
+    the snapshot on, until DeleteObject completes the move or the lease expires.
+    """
+    ImportObject: _grpc.StreamUnaryMultiCallable[_sessions_pb2.ImportObjectRequest, _sessions_pb2.ImportObjectResponse]
+    """Receives an exported object file, verifies its digest and integrity, and serves it."""
+    DeleteObject: _grpc.UnaryUnaryMultiCallable[_sessions_pb2.DeleteObjectRequest, _sessions_pb2.DeleteObjectResponse]
+    """Removes an object from this server (the last step of a move). Later calls for the key are
+    refused with FAILED_PRECONDITION (OBJECT_NOT_OWNED) naming where it went, until restart.
+    """
 
 @_typing.type_check_only
 class SessionServiceAsyncStub(SessionServiceStub):
@@ -216,6 +229,19 @@ class SessionServiceAsyncStub(SessionServiceStub):
     """Lists the sessions of an object with their message counts."""
     GetObjectStats: _aio.UnaryUnaryMultiCallable[_sessions_pb2.GetObjectStatsRequest, _sessions_pb2.GetObjectStatsResponse]  # type: ignore[assignment]
     """Reports an object's storage: bytes, rows, attachments and row writes."""
+    ListObjects: _aio.UnaryUnaryMultiCallable[_sessions_pb2.ListObjectsRequest, _sessions_pb2.ListObjectsResponse]  # type: ignore[assignment]
+    """Lists the object keys stored on this server, a page at a time (in file order, not key order)."""
+    ExportObject: _aio.UnaryStreamMultiCallable[_sessions_pb2.ExportObjectRequest, _sessions_pb2.ExportObjectResponse]  # type: ignore[assignment]
+    """Streams a consistent copy of an object's file, for moving it to another server. With
+    `lock_for_move`, writes to the object are refused (UNAVAILABLE, OBJECT_MOVING: retry) from
+    the snapshot on, until DeleteObject completes the move or the lease expires.
+    """
+    ImportObject: _aio.StreamUnaryMultiCallable[_sessions_pb2.ImportObjectRequest, _sessions_pb2.ImportObjectResponse]  # type: ignore[assignment]
+    """Receives an exported object file, verifies its digest and integrity, and serves it."""
+    DeleteObject: _aio.UnaryUnaryMultiCallable[_sessions_pb2.DeleteObjectRequest, _sessions_pb2.DeleteObjectResponse]  # type: ignore[assignment]
+    """Removes an object from this server (the last step of a move). Later calls for the key are
+    refused with FAILED_PRECONDITION (OBJECT_NOT_OWNED) naming where it went, until restart.
+    """
 
 class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
     """SessionService reads and writes the messages of sessions inside objects."""
@@ -452,5 +478,42 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_sessions_pb2.GetObjectStatsResponse, _abc.Awaitable[_sessions_pb2.GetObjectStatsResponse]]:
         """Reports an object's storage: bytes, rows, attachments and row writes."""
+
+    @_abc_1.abstractmethod
+    def ListObjects(
+        self,
+        request: _sessions_pb2.ListObjectsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_sessions_pb2.ListObjectsResponse, _abc.Awaitable[_sessions_pb2.ListObjectsResponse]]:
+        """Lists the object keys stored on this server, a page at a time (in file order, not key order)."""
+
+    @_abc_1.abstractmethod
+    def ExportObject(
+        self,
+        request: _sessions_pb2.ExportObjectRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_sessions_pb2.ExportObjectResponse], _abc.AsyncIterator[_sessions_pb2.ExportObjectResponse]]:
+        """Streams a consistent copy of an object's file, for moving it to another server. With
+        `lock_for_move`, writes to the object are refused (UNAVAILABLE, OBJECT_MOVING: retry) from
+        the snapshot on, until DeleteObject completes the move or the lease expires.
+        """
+
+    @_abc_1.abstractmethod
+    def ImportObject(
+        self,
+        request_iterator: _MaybeAsyncIterator[_sessions_pb2.ImportObjectRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_sessions_pb2.ImportObjectResponse, _abc.Awaitable[_sessions_pb2.ImportObjectResponse]]:
+        """Receives an exported object file, verifies its digest and integrity, and serves it."""
+
+    @_abc_1.abstractmethod
+    def DeleteObject(
+        self,
+        request: _sessions_pb2.DeleteObjectRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_sessions_pb2.DeleteObjectResponse, _abc.Awaitable[_sessions_pb2.DeleteObjectResponse]]:
+        """Removes an object from this server (the last step of a move). Later calls for the key are
+        refused with FAILED_PRECONDITION (OBJECT_NOT_OWNED) naming where it went, until restart.
+        """
 
 def add_SessionServiceServicer_to_server(servicer: SessionServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

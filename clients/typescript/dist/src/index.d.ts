@@ -91,7 +91,7 @@ export interface SubscribeOptions {
     sessionId?: string;
     /**
      * Resume after this revision (0: start live, from the next event). Revisions are uint64 values
-     * around 2^63 (`epoch_ms << 22 | counter`), so keep them as bigint (or a decimal string):
+     * around 2^62 (`epoch_ms << 22 | counter`), so keep them as bigint (or a decimal string):
      * a JS number loses their low bits.
      */
     resumeAfterRevision?: bigint | string | number;
@@ -181,6 +181,12 @@ export declare function routingHeaders(objectKey: string): Record<string, string
 /** Cuts JSON text into pieces of at most PIECE_BYTES UTF-8 bytes, on character boundaries. */
 export declare function pieces(text: string, pieceBytes?: number): Generator<string>;
 type Rpc = Client<typeof SessionService>;
+/** Per-call options passed to the generated client. */
+export interface CallOptions {
+    headers: Record<string, string>;
+    timeoutMs?: number;
+    signal?: AbortSignal;
+}
 /** A connection to a Sessions server. Call `close()` when done. */
 export declare class SessionsClient {
     /** The generated Connect client, for RPCs the wrapper does not cover; pass `routingHeaders(key)`. */
@@ -193,19 +199,18 @@ export declare class SessionsClient {
     object(objectKey: string): ObjectHandle;
     /** Closes the HTTP/2 connection (and any call still open on it). */
     close(): void;
-    /** @internal Call options for one object: routing header, deadline, cancellation. */
-    callOptions(objectKey: string, signal?: AbortSignal): {
-        headers: Record<string, string>;
-        timeoutMs?: number;
-        signal?: AbortSignal;
-    };
+    /**
+     * @internal Call options for one object: routing header, deadline (`timeoutMs`, unless
+     * `deadline` is false, as for the long-lived change feed), cancellation.
+     */
+    callOptions(objectKey: string, signal?: AbortSignal, deadline?: boolean): CallOptions;
     /** @internal Runs a unary or client-streaming call, converting its errors. */
     call<T>(run: () => Promise<T>): Promise<T>;
     /**
      * @internal Runs a server-streaming call; breaking out of the loop (or an error) cancels it so
      * the server stops reading.
      */
-    stream<T>(objectKey: string, start: (options: ReturnType<SessionsClient["callOptions"]>) => AsyncIterable<T>, signal?: AbortSignal): AsyncGenerator<T>;
+    stream<T>(objectKey: string, start: (options: CallOptions) => AsyncIterable<T>, signal?: AbortSignal, deadline?: boolean): AsyncGenerator<T>;
 }
 /** One object (an isolated store) on the server. */
 export declare class ObjectHandle {

@@ -300,12 +300,13 @@ export class SessionsClient {
     close() {
         this.sessionManager.abort();
     }
-    /** @internal Call options for one object: routing header, deadline, cancellation. */
-    callOptions(objectKey, signal) {
-        const options = {
-            headers: routingHeaders(objectKey),
-        };
-        if (this.timeoutMs !== undefined)
+    /**
+     * @internal Call options for one object: routing header, deadline (`timeoutMs`, unless
+     * `deadline` is false, as for the long-lived change feed), cancellation.
+     */
+    callOptions(objectKey, signal, deadline = true) {
+        const options = { headers: routingHeaders(objectKey) };
+        if (deadline && this.timeoutMs !== undefined)
             options.timeoutMs = this.timeoutMs;
         if (signal !== undefined)
             options.signal = signal;
@@ -324,9 +325,15 @@ export class SessionsClient {
      * @internal Runs a server-streaming call; breaking out of the loop (or an error) cancels it so
      * the server stops reading.
      */
-    async *stream(objectKey, start, signal) {
+    async *stream(objectKey, start, signal, deadline = true) {
         const controller = new AbortController();
         const onAbort = () => controller.abort(signal?.reason);
+        // The deadline is kept here rather than by Connect's `timeoutMs`: Connect leaves its deadline
+        // timer running when a stream is cancelled through its signal, which keeps the process alive.
+        const timeoutMs = deadline ? this.timeoutMs : undefined;
+        const timer = timeoutMs === undefined
+            ? undefined
+            : setTimeout(() => controller.abort(new ConnectError("the operation timed out", Code.DeadlineExceeded)), timeoutMs);
         if (signal !== undefined) {
             if (signal.aborted)
                 controller.abort(signal.reason);
@@ -335,7 +342,7 @@ export class SessionsClient {
         }
         let finished = false;
         try {
-            for await (const response of start(this.callOptions(objectKey, controller.signal))) {
+            for await (const response of start(this.callOptions(objectKey, controller.signal, false))) {
                 yield response;
             }
             finished = true;
@@ -344,6 +351,7 @@ export class SessionsClient {
             throw SessionsError.from(error);
         }
         finally {
+            clearTimeout(timer);
             signal?.removeEventListener("abort", onAbort);
             // The consumer stopped early (break, return, throw): cancel so the server stops reading.
             if (!finished)
@@ -392,7 +400,8 @@ export class ObjectHandle {
         };
         const assembler = new FrameAssembler();
         let head = null;
-        for await (const response of this.client.stream(this.key, (o) => this.client.rpc.subscribe(request, o), options.signal)) {
+        const responses = this.client.stream(this.key, (o) => this.client.rpc.subscribe(request, o), options.signal, false);
+        for await (const response of responses) {
             if (head === null) {
                 head = {
                     revision: response.revision,
@@ -534,10 +543,12 @@ export class SessionHandle {
     /** One message by id; null when it does not exist. */
     async getMessage(messageId) {
         const request = { objectKey: this.key, sessionId: this.id, messageId };
+        let message = null;
+        // Read to the end (one message at most) rather than cancel the call after the first.
         for await (const found of this.messages((o) => this.rpc.getMessage(request, o))) {
-            return parseMessage(found.json);
+            message ??= parseMessage(found.json);
         }
-        return null;
+        return message;
     }
     /** Messages in the order of `ids`, null where absent. */
     async getMessages(ids) {
@@ -553,10 +564,11 @@ export class SessionHandle {
     /** The active leaf (the session's newest message); null for an empty session. */
     async getLatestLeaf() {
         const request = { objectKey: this.key, sessionId: this.id };
+        let message = null;
         for await (const found of this.messages((o) => this.rpc.getLatestLeaf(request, o))) {
-            return parseMessage(found.json);
+            message ??= parseMessage(found.json);
         }
-        return null;
+        return message;
     }
     /** The direct children of a message, oldest first. */
     async getBranches(messageId) {

@@ -187,10 +187,25 @@ describe("routing metadata", () => {
             return true;
         });
     });
-    test("a client with a token sends it and still works", async () => {
-        const withToken = server.client({ token: "t0k3n", timeoutMs: 30_000 });
-        const s = withToken.object(freshKey()).session();
+    test("every call carries x-object-key; a token is sent as a bearer authorization header", async () => {
+        const seen = [];
+        const spy = (next) => (req) => {
+            seen.push([req.method.name, req.header.get("x-object-key"), req.header.get("authorization")]);
+            return next(req);
+        };
+        const withToken = server.client({ token: "t0k3n", timeoutMs: 30_000, interceptors: [spy] });
+        const key = `k/${freshKey()} ü`;
+        const s = withToken.object(key).session();
         assert.equal((await s.appendMessage(msg("a"))).inserted, true);
+        await s.getHistory();
+        await s.importMessages([msg("b")]);
+        await s.appendMessage({ ...msg("big"), pad: "p".repeat(3 * 1024 * 1024) });
+        assert.deepEqual(seen.map(([method]) => method), ["AppendMessage", "StreamHistory", "ImportMessages", "UploadMessage", "GetMessage"]);
+        for (const [, header, auth] of seen) {
+            assert.equal(header, encodeObjectKey(key));
+            assert.equal(decodeURIComponent(header), key);
+            assert.equal(auth, "Bearer t0k3n");
+        }
     });
 });
 //# sourceMappingURL=writes.test.js.map

@@ -234,21 +234,48 @@ const (
 	ErrorReason_ERROR_REASON_STORAGE_FAILURE ErrorReason = 8
 	// A configured limit was exceeded (metadata: limit, limit_value).
 	ErrorReason_ERROR_REASON_LIMIT_EXCEEDED ErrorReason = 9
+	// The disk holding the object is full (or the file size limit was reached); nothing was written.
+	ErrorReason_ERROR_REASON_STORAGE_FULL ErrorReason = 10
+	// A thing named by id does not exist where an answer needs it (e.g. an attachment hash).
+	ErrorReason_ERROR_REASON_NOT_FOUND ErrorReason = 11
+	// Compact was called but the server has no summarizer configured.
+	ErrorReason_ERROR_REASON_NO_SUMMARIZER ErrorReason = 12
+	// The call carries no valid bearer token.
+	ErrorReason_ERROR_REASON_UNAUTHENTICATED ErrorReason = 13
+	// The bearer token does not grant this object key or this kind of access.
+	ErrorReason_ERROR_REASON_PERMISSION_DENIED ErrorReason = 14
+	// The server failed on its own; the message names the error class and the log has details.
+	ErrorReason_ERROR_REASON_INTERNAL ErrorReason = 15
+	// The stored state does not allow the request (see the message).
+	ErrorReason_ERROR_REASON_FAILED_PRECONDITION ErrorReason = 16
+	// This server does not own the object (ownership guard); route it to its shard.
+	ErrorReason_ERROR_REASON_OBJECT_NOT_OWNED ErrorReason = 17
+	// The object is being moved to another server; retry shortly.
+	ErrorReason_ERROR_REASON_OBJECT_MOVING ErrorReason = 18
 )
 
 // Enum value maps for ErrorReason.
 var (
 	ErrorReason_name = map[int32]string{
-		0: "ERROR_REASON_UNSPECIFIED",
-		1: "ERROR_REASON_INVALID_JSON",
-		2: "ERROR_REASON_INVALID_MESSAGE",
-		3: "ERROR_REASON_INVALID_OBJECT_KEY",
-		4: "ERROR_REASON_INVALID_FIELD",
-		5: "ERROR_REASON_OBJECT_KEY_MISMATCH",
-		6: "ERROR_REASON_INVALID_STREAM",
-		7: "ERROR_REASON_DRAINING",
-		8: "ERROR_REASON_STORAGE_FAILURE",
-		9: "ERROR_REASON_LIMIT_EXCEEDED",
+		0:  "ERROR_REASON_UNSPECIFIED",
+		1:  "ERROR_REASON_INVALID_JSON",
+		2:  "ERROR_REASON_INVALID_MESSAGE",
+		3:  "ERROR_REASON_INVALID_OBJECT_KEY",
+		4:  "ERROR_REASON_INVALID_FIELD",
+		5:  "ERROR_REASON_OBJECT_KEY_MISMATCH",
+		6:  "ERROR_REASON_INVALID_STREAM",
+		7:  "ERROR_REASON_DRAINING",
+		8:  "ERROR_REASON_STORAGE_FAILURE",
+		9:  "ERROR_REASON_LIMIT_EXCEEDED",
+		10: "ERROR_REASON_STORAGE_FULL",
+		11: "ERROR_REASON_NOT_FOUND",
+		12: "ERROR_REASON_NO_SUMMARIZER",
+		13: "ERROR_REASON_UNAUTHENTICATED",
+		14: "ERROR_REASON_PERMISSION_DENIED",
+		15: "ERROR_REASON_INTERNAL",
+		16: "ERROR_REASON_FAILED_PRECONDITION",
+		17: "ERROR_REASON_OBJECT_NOT_OWNED",
+		18: "ERROR_REASON_OBJECT_MOVING",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":         0,
@@ -261,6 +288,15 @@ var (
 		"ERROR_REASON_DRAINING":            7,
 		"ERROR_REASON_STORAGE_FAILURE":     8,
 		"ERROR_REASON_LIMIT_EXCEEDED":      9,
+		"ERROR_REASON_STORAGE_FULL":        10,
+		"ERROR_REASON_NOT_FOUND":           11,
+		"ERROR_REASON_NO_SUMMARIZER":       12,
+		"ERROR_REASON_UNAUTHENTICATED":     13,
+		"ERROR_REASON_PERMISSION_DENIED":   14,
+		"ERROR_REASON_INTERNAL":            15,
+		"ERROR_REASON_FAILED_PRECONDITION": 16,
+		"ERROR_REASON_OBJECT_NOT_OWNED":    17,
+		"ERROR_REASON_OBJECT_MOVING":       18,
 	}
 )
 
@@ -4614,6 +4650,473 @@ func (x *GetObjectStatsResponse) GetSessionCount() int64 {
 	return 0
 }
 
+// Request for ListObjects.
+type ListObjectsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Keys per page (0: 100; at most 1,000).
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The next_page_token of the previous page; empty for the first.
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListObjectsRequest) Reset() {
+	*x = ListObjectsRequest{}
+	mi := &file_sessions_v1_sessions_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListObjectsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListObjectsRequest) ProtoMessage() {}
+
+func (x *ListObjectsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sessions_v1_sessions_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListObjectsRequest.ProtoReflect.Descriptor instead.
+func (*ListObjectsRequest) Descriptor() ([]byte, []int) {
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *ListObjectsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListObjectsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// Response for ListObjects.
+type ListObjectsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The object keys of this page.
+	ObjectKeys []string `protobuf:"bytes,1,rep,name=object_keys,json=objectKeys,proto3" json:"object_keys,omitempty"`
+	// Pass to the next call; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListObjectsResponse) Reset() {
+	*x = ListObjectsResponse{}
+	mi := &file_sessions_v1_sessions_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListObjectsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListObjectsResponse) ProtoMessage() {}
+
+func (x *ListObjectsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sessions_v1_sessions_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListObjectsResponse.ProtoReflect.Descriptor instead.
+func (*ListObjectsResponse) Descriptor() ([]byte, []int) {
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *ListObjectsResponse) GetObjectKeys() []string {
+	if x != nil {
+		return x.ObjectKeys
+	}
+	return nil
+}
+
+func (x *ListObjectsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// Request for ExportObject.
+type ExportObjectRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The object key.
+	ObjectKey string `protobuf:"bytes,1,opt,name=object_key,json=objectKey,proto3" json:"object_key,omitempty"`
+	// Refuse writes to the object from the snapshot on (a move in progress).
+	LockForMove bool `protobuf:"varint,2,opt,name=lock_for_move,json=lockForMove,proto3" json:"lock_for_move,omitempty"`
+	// How long the move lock lasts after the export ends without a DeleteObject (0: 60 s).
+	LeaseSeconds  int32 `protobuf:"varint,3,opt,name=lease_seconds,json=leaseSeconds,proto3" json:"lease_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportObjectRequest) Reset() {
+	*x = ExportObjectRequest{}
+	mi := &file_sessions_v1_sessions_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportObjectRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportObjectRequest) ProtoMessage() {}
+
+func (x *ExportObjectRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sessions_v1_sessions_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportObjectRequest.ProtoReflect.Descriptor instead.
+func (*ExportObjectRequest) Descriptor() ([]byte, []int) {
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *ExportObjectRequest) GetObjectKey() string {
+	if x != nil {
+		return x.ObjectKey
+	}
+	return ""
+}
+
+func (x *ExportObjectRequest) GetLockForMove() bool {
+	if x != nil {
+		return x.LockForMove
+	}
+	return false
+}
+
+func (x *ExportObjectRequest) GetLeaseSeconds() int32 {
+	if x != nil {
+		return x.LeaseSeconds
+	}
+	return 0
+}
+
+// One frame of an exported object file.
+type ExportObjectResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The file's size in bytes (first frame only).
+	SizeBytes int64 `protobuf:"varint,1,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	// The next bytes of the file (at most 3 MiB per frame).
+	Data []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	// The lowercase hex SHA-256 of the whole file (last frame only).
+	Sha256        string `protobuf:"bytes,3,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportObjectResponse) Reset() {
+	*x = ExportObjectResponse{}
+	mi := &file_sessions_v1_sessions_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportObjectResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportObjectResponse) ProtoMessage() {}
+
+func (x *ExportObjectResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sessions_v1_sessions_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportObjectResponse.ProtoReflect.Descriptor instead.
+func (*ExportObjectResponse) Descriptor() ([]byte, []int) {
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *ExportObjectResponse) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *ExportObjectResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *ExportObjectResponse) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+// One frame of an ImportObject stream.
+type ImportObjectRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The object key (first frame only).
+	ObjectKey string `protobuf:"bytes,1,opt,name=object_key,json=objectKey,proto3" json:"object_key,omitempty"`
+	// Replace an existing object with the same key (first frame only).
+	Replace bool `protobuf:"varint,2,opt,name=replace,proto3" json:"replace,omitempty"`
+	// The next bytes of the file.
+	Data []byte `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	// The lowercase hex SHA-256 of the whole file (required on the last frame).
+	Sha256        string `protobuf:"bytes,4,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportObjectRequest) Reset() {
+	*x = ImportObjectRequest{}
+	mi := &file_sessions_v1_sessions_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportObjectRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportObjectRequest) ProtoMessage() {}
+
+func (x *ImportObjectRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sessions_v1_sessions_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportObjectRequest.ProtoReflect.Descriptor instead.
+func (*ImportObjectRequest) Descriptor() ([]byte, []int) {
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{67}
+}
+
+func (x *ImportObjectRequest) GetObjectKey() string {
+	if x != nil {
+		return x.ObjectKey
+	}
+	return ""
+}
+
+func (x *ImportObjectRequest) GetReplace() bool {
+	if x != nil {
+		return x.Replace
+	}
+	return false
+}
+
+func (x *ImportObjectRequest) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *ImportObjectRequest) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+// Response for ImportObject.
+type ImportObjectResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Bytes received.
+	SizeBytes int64 `protobuf:"varint,1,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	// Message rows in the imported object.
+	MessageRows   int64 `protobuf:"varint,2,opt,name=message_rows,json=messageRows,proto3" json:"message_rows,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportObjectResponse) Reset() {
+	*x = ImportObjectResponse{}
+	mi := &file_sessions_v1_sessions_proto_msgTypes[68]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportObjectResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportObjectResponse) ProtoMessage() {}
+
+func (x *ImportObjectResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sessions_v1_sessions_proto_msgTypes[68]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportObjectResponse.ProtoReflect.Descriptor instead.
+func (*ImportObjectResponse) Descriptor() ([]byte, []int) {
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{68}
+}
+
+func (x *ImportObjectResponse) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *ImportObjectResponse) GetMessageRows() int64 {
+	if x != nil {
+		return x.MessageRows
+	}
+	return 0
+}
+
+// Request for DeleteObject.
+type DeleteObjectRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The object key.
+	ObjectKey string `protobuf:"bytes,1,opt,name=object_key,json=objectKey,proto3" json:"object_key,omitempty"`
+	// Where the object went (e.g. the destination's address), reported to later callers.
+	MovedTo       string `protobuf:"bytes,2,opt,name=moved_to,json=movedTo,proto3" json:"moved_to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteObjectRequest) Reset() {
+	*x = DeleteObjectRequest{}
+	mi := &file_sessions_v1_sessions_proto_msgTypes[69]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteObjectRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteObjectRequest) ProtoMessage() {}
+
+func (x *DeleteObjectRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sessions_v1_sessions_proto_msgTypes[69]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteObjectRequest.ProtoReflect.Descriptor instead.
+func (*DeleteObjectRequest) Descriptor() ([]byte, []int) {
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{69}
+}
+
+func (x *DeleteObjectRequest) GetObjectKey() string {
+	if x != nil {
+		return x.ObjectKey
+	}
+	return ""
+}
+
+func (x *DeleteObjectRequest) GetMovedTo() string {
+	if x != nil {
+		return x.MovedTo
+	}
+	return ""
+}
+
+// Response for DeleteObject.
+type DeleteObjectResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// True when a stored object was removed.
+	Deleted       bool `protobuf:"varint,1,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteObjectResponse) Reset() {
+	*x = DeleteObjectResponse{}
+	mi := &file_sessions_v1_sessions_proto_msgTypes[70]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteObjectResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteObjectResponse) ProtoMessage() {}
+
+func (x *DeleteObjectResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sessions_v1_sessions_proto_msgTypes[70]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteObjectResponse.ProtoReflect.Descriptor instead.
+func (*DeleteObjectResponse) Descriptor() ([]byte, []int) {
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{70}
+}
+
+func (x *DeleteObjectResponse) GetDeleted() bool {
+	if x != nil {
+		return x.Deleted
+	}
+	return false
+}
+
 var File_sessions_v1_sessions_proto protoreflect.FileDescriptor
 
 const file_sessions_v1_sessions_proto_rawDesc = "" +
@@ -4966,7 +5469,41 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"\x10attachment_bytes\x18\x05 \x01(\x03R\x0fattachmentBytes\x12\x1d\n" +
 	"\n" +
 	"row_writes\x18\x06 \x01(\x03R\trowWrites\x12#\n" +
-	"\rsession_count\x18\a \x01(\x03R\fsessionCount*j\n" +
+	"\rsession_count\x18\a \x01(\x03R\fsessionCount\"P\n" +
+	"\x12ListObjectsRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"^\n" +
+	"\x13ListObjectsResponse\x12\x1f\n" +
+	"\vobject_keys\x18\x01 \x03(\tR\n" +
+	"objectKeys\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"}\n" +
+	"\x13ExportObjectRequest\x12\x1d\n" +
+	"\n" +
+	"object_key\x18\x01 \x01(\tR\tobjectKey\x12\"\n" +
+	"\rlock_for_move\x18\x02 \x01(\bR\vlockForMove\x12#\n" +
+	"\rlease_seconds\x18\x03 \x01(\x05R\fleaseSeconds\"a\n" +
+	"\x14ExportObjectResponse\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x01 \x01(\x03R\tsizeBytes\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\x12\x16\n" +
+	"\x06sha256\x18\x03 \x01(\tR\x06sha256\"z\n" +
+	"\x13ImportObjectRequest\x12\x1d\n" +
+	"\n" +
+	"object_key\x18\x01 \x01(\tR\tobjectKey\x12\x18\n" +
+	"\areplace\x18\x02 \x01(\bR\areplace\x12\x12\n" +
+	"\x04data\x18\x03 \x01(\fR\x04data\x12\x16\n" +
+	"\x06sha256\x18\x04 \x01(\tR\x06sha256\"X\n" +
+	"\x14ImportObjectResponse\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x01 \x01(\x03R\tsizeBytes\x12!\n" +
+	"\fmessage_rows\x18\x02 \x01(\x03R\vmessageRows\"O\n" +
+	"\x13DeleteObjectRequest\x12\x1d\n" +
+	"\n" +
+	"object_key\x18\x01 \x01(\tR\tobjectKey\x12\x19\n" +
+	"\bmoved_to\x18\x02 \x01(\tR\amovedTo\"0\n" +
+	"\x14DeleteObjectResponse\x12\x18\n" +
+	"\adeleted\x18\x01 \x01(\bR\adeleted*j\n" +
 	"\x0eAttachmentMode\x12\x1f\n" +
 	"\x1bATTACHMENT_MODE_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16ATTACHMENT_MODE_INLINE\x10\x01\x12\x1b\n" +
@@ -4980,7 +5517,7 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"\x06Source\x12\x16\n" +
 	"\x12SOURCE_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rSOURCE_SERVER\x10\x01\x12\x11\n" +
-	"\rSOURCE_CLIENT\x10\x02*\xd6\x02\n" +
+	"\rSOURCE_CLIENT\x10\x02*\xfb\x04\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19ERROR_REASON_INVALID_JSON\x10\x01\x12 \n" +
@@ -4991,7 +5528,17 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"\x1bERROR_REASON_INVALID_STREAM\x10\x06\x12\x19\n" +
 	"\x15ERROR_REASON_DRAINING\x10\a\x12 \n" +
 	"\x1cERROR_REASON_STORAGE_FAILURE\x10\b\x12\x1f\n" +
-	"\x1bERROR_REASON_LIMIT_EXCEEDED\x10\t*\x8a\x01\n" +
+	"\x1bERROR_REASON_LIMIT_EXCEEDED\x10\t\x12\x1d\n" +
+	"\x19ERROR_REASON_STORAGE_FULL\x10\n" +
+	"\x12\x1a\n" +
+	"\x16ERROR_REASON_NOT_FOUND\x10\v\x12\x1e\n" +
+	"\x1aERROR_REASON_NO_SUMMARIZER\x10\f\x12 \n" +
+	"\x1cERROR_REASON_UNAUTHENTICATED\x10\r\x12\"\n" +
+	"\x1eERROR_REASON_PERMISSION_DENIED\x10\x0e\x12\x19\n" +
+	"\x15ERROR_REASON_INTERNAL\x10\x0f\x12$\n" +
+	" ERROR_REASON_FAILED_PRECONDITION\x10\x10\x12!\n" +
+	"\x1dERROR_REASON_OBJECT_NOT_OWNED\x10\x11\x12\x1e\n" +
+	"\x1aERROR_REASON_OBJECT_MOVING\x10\x12*\x8a\x01\n" +
 	"\x0fUploadOperation\x12 \n" +
 	"\x1cUPLOAD_OPERATION_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17UPLOAD_OPERATION_APPEND\x10\x01\x12\x1b\n" +
@@ -5015,7 +5562,7 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"\x1cCHANGE_TYPE_COMPACTION_ERROR\x10\b\x12\x15\n" +
 	"\x11CHANGE_TYPE_RESET\x10\t\x12\x18\n" +
 	"\x14CHANGE_TYPE_PROGRESS\x10\n" +
-	"2\xb9\x12\n" +
+	"2\x8e\x15\n" +
 	"\x0eSessionService\x12V\n" +
 	"\rAppendMessage\x12!.sessions.v1.AppendMessageRequest\x1a\".sessions.v1.AppendMessageResponse\x12Y\n" +
 	"\x0eAppendMessages\x12\".sessions.v1.AppendMessagesRequest\x1a#.sessions.v1.AppendMessagesResponse\x12V\n" +
@@ -5043,7 +5590,11 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"\x0eSearchMessages\x12\".sessions.v1.SearchMessagesRequest\x1a#.sessions.v1.SearchMessagesResponse0\x01\x12L\n" +
 	"\tSubscribe\x12\x1d.sessions.v1.SubscribeRequest\x1a\x1e.sessions.v1.SubscribeResponse0\x01\x12S\n" +
 	"\fListSessions\x12 .sessions.v1.ListSessionsRequest\x1a!.sessions.v1.ListSessionsResponse\x12Y\n" +
-	"\x0eGetObjectStats\x12\".sessions.v1.GetObjectStatsRequest\x1a#.sessions.v1.GetObjectStatsResponseB\xb5\x01\n" +
+	"\x0eGetObjectStats\x12\".sessions.v1.GetObjectStatsRequest\x1a#.sessions.v1.GetObjectStatsResponse\x12P\n" +
+	"\vListObjects\x12\x1f.sessions.v1.ListObjectsRequest\x1a .sessions.v1.ListObjectsResponse\x12U\n" +
+	"\fExportObject\x12 .sessions.v1.ExportObjectRequest\x1a!.sessions.v1.ExportObjectResponse0\x01\x12U\n" +
+	"\fImportObject\x12 .sessions.v1.ImportObjectRequest\x1a!.sessions.v1.ImportObjectResponse(\x01\x12S\n" +
+	"\fDeleteObject\x12 .sessions.v1.DeleteObjectRequest\x1a!.sessions.v1.DeleteObjectResponseB\xb5\x01\n" +
 	"\x0fcom.sessions.v1B\rSessionsProtoP\x01ZFgithub.com/sessions-dev/sessions/clients/go/gen/sessions/v1;sessionsv1\xa2\x02\x03SXX\xaa\x02\vSessions.V1\xca\x02\vSessions\\V1\xe2\x02\x17Sessions\\V1\\GPBMetadata\xea\x02\fSessions::V1b\x06proto3"
 
 var (
@@ -5059,7 +5610,7 @@ func file_sessions_v1_sessions_proto_rawDescGZIP() []byte {
 }
 
 var file_sessions_v1_sessions_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_sessions_v1_sessions_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
+var file_sessions_v1_sessions_proto_msgTypes = make([]protoimpl.MessageInfo, 71)
 var file_sessions_v1_sessions_proto_goTypes = []any{
 	(AttachmentMode)(0),                 // 0: sessions.v1.AttachmentMode
 	(ParentMode)(0),                     // 1: sessions.v1.ParentMode
@@ -5131,6 +5682,14 @@ var file_sessions_v1_sessions_proto_goTypes = []any{
 	(*ListSessionsResponse)(nil),        // 67: sessions.v1.ListSessionsResponse
 	(*GetObjectStatsRequest)(nil),       // 68: sessions.v1.GetObjectStatsRequest
 	(*GetObjectStatsResponse)(nil),      // 69: sessions.v1.GetObjectStatsResponse
+	(*ListObjectsRequest)(nil),          // 70: sessions.v1.ListObjectsRequest
+	(*ListObjectsResponse)(nil),         // 71: sessions.v1.ListObjectsResponse
+	(*ExportObjectRequest)(nil),         // 72: sessions.v1.ExportObjectRequest
+	(*ExportObjectResponse)(nil),        // 73: sessions.v1.ExportObjectResponse
+	(*ImportObjectRequest)(nil),         // 74: sessions.v1.ImportObjectRequest
+	(*ImportObjectResponse)(nil),        // 75: sessions.v1.ImportObjectResponse
+	(*DeleteObjectRequest)(nil),         // 76: sessions.v1.DeleteObjectRequest
+	(*DeleteObjectResponse)(nil),        // 77: sessions.v1.DeleteObjectResponse
 }
 var file_sessions_v1_sessions_proto_depIdxs = []int32{
 	7,  // 0: sessions.v1.MessageFrame.info:type_name -> sessions.v1.MessageInfo
@@ -5206,34 +5765,42 @@ var file_sessions_v1_sessions_proto_depIdxs = []int32{
 	63, // 70: sessions.v1.SessionService.Subscribe:input_type -> sessions.v1.SubscribeRequest
 	65, // 71: sessions.v1.SessionService.ListSessions:input_type -> sessions.v1.ListSessionsRequest
 	68, // 72: sessions.v1.SessionService.GetObjectStats:input_type -> sessions.v1.GetObjectStatsRequest
-	12, // 73: sessions.v1.SessionService.AppendMessage:output_type -> sessions.v1.AppendMessageResponse
-	15, // 74: sessions.v1.SessionService.AppendMessages:output_type -> sessions.v1.AppendMessagesResponse
-	17, // 75: sessions.v1.SessionService.UpdateMessage:output_type -> sessions.v1.UpdateMessageResponse
-	19, // 76: sessions.v1.SessionService.UpsertMessage:output_type -> sessions.v1.UpsertMessageResponse
-	22, // 77: sessions.v1.SessionService.UploadMessage:output_type -> sessions.v1.UploadMessageResponse
-	24, // 78: sessions.v1.SessionService.DeleteMessages:output_type -> sessions.v1.DeleteMessagesResponse
-	26, // 79: sessions.v1.SessionService.ClearMessages:output_type -> sessions.v1.ClearMessagesResponse
-	28, // 80: sessions.v1.SessionService.ImportMessages:output_type -> sessions.v1.ImportMessagesResponse
-	30, // 81: sessions.v1.SessionService.GetMessage:output_type -> sessions.v1.GetMessageResponse
-	32, // 82: sessions.v1.SessionService.GetMessages:output_type -> sessions.v1.GetMessagesResponse
-	34, // 83: sessions.v1.SessionService.GetLatestLeaf:output_type -> sessions.v1.GetLatestLeafResponse
-	36, // 84: sessions.v1.SessionService.GetBranches:output_type -> sessions.v1.GetBranchesResponse
-	38, // 85: sessions.v1.SessionService.StreamHistory:output_type -> sessions.v1.StreamHistoryResponse
-	41, // 86: sessions.v1.SessionService.GetRecentHistory:output_type -> sessions.v1.GetRecentHistoryResponse
-	44, // 87: sessions.v1.SessionService.GetHistoryRowStats:output_type -> sessions.v1.GetHistoryRowStatsResponse
-	46, // 88: sessions.v1.SessionService.ReadAttachment:output_type -> sessions.v1.ReadAttachmentResponse
-	49, // 89: sessions.v1.SessionService.AddCompaction:output_type -> sessions.v1.AddCompactionResponse
-	51, // 90: sessions.v1.SessionService.ListCompactions:output_type -> sessions.v1.ListCompactionsResponse
-	53, // 91: sessions.v1.SessionService.PlanCompaction:output_type -> sessions.v1.PlanCompactionResponse
-	55, // 92: sessions.v1.SessionService.Compact:output_type -> sessions.v1.CompactResponse
-	58, // 93: sessions.v1.SessionService.SetCompactionPolicy:output_type -> sessions.v1.SetCompactionPolicyResponse
-	60, // 94: sessions.v1.SessionService.GetCompactionPolicy:output_type -> sessions.v1.GetCompactionPolicyResponse
-	62, // 95: sessions.v1.SessionService.SearchMessages:output_type -> sessions.v1.SearchMessagesResponse
-	64, // 96: sessions.v1.SessionService.Subscribe:output_type -> sessions.v1.SubscribeResponse
-	67, // 97: sessions.v1.SessionService.ListSessions:output_type -> sessions.v1.ListSessionsResponse
-	69, // 98: sessions.v1.SessionService.GetObjectStats:output_type -> sessions.v1.GetObjectStatsResponse
-	73, // [73:99] is the sub-list for method output_type
-	47, // [47:73] is the sub-list for method input_type
+	70, // 73: sessions.v1.SessionService.ListObjects:input_type -> sessions.v1.ListObjectsRequest
+	72, // 74: sessions.v1.SessionService.ExportObject:input_type -> sessions.v1.ExportObjectRequest
+	74, // 75: sessions.v1.SessionService.ImportObject:input_type -> sessions.v1.ImportObjectRequest
+	76, // 76: sessions.v1.SessionService.DeleteObject:input_type -> sessions.v1.DeleteObjectRequest
+	12, // 77: sessions.v1.SessionService.AppendMessage:output_type -> sessions.v1.AppendMessageResponse
+	15, // 78: sessions.v1.SessionService.AppendMessages:output_type -> sessions.v1.AppendMessagesResponse
+	17, // 79: sessions.v1.SessionService.UpdateMessage:output_type -> sessions.v1.UpdateMessageResponse
+	19, // 80: sessions.v1.SessionService.UpsertMessage:output_type -> sessions.v1.UpsertMessageResponse
+	22, // 81: sessions.v1.SessionService.UploadMessage:output_type -> sessions.v1.UploadMessageResponse
+	24, // 82: sessions.v1.SessionService.DeleteMessages:output_type -> sessions.v1.DeleteMessagesResponse
+	26, // 83: sessions.v1.SessionService.ClearMessages:output_type -> sessions.v1.ClearMessagesResponse
+	28, // 84: sessions.v1.SessionService.ImportMessages:output_type -> sessions.v1.ImportMessagesResponse
+	30, // 85: sessions.v1.SessionService.GetMessage:output_type -> sessions.v1.GetMessageResponse
+	32, // 86: sessions.v1.SessionService.GetMessages:output_type -> sessions.v1.GetMessagesResponse
+	34, // 87: sessions.v1.SessionService.GetLatestLeaf:output_type -> sessions.v1.GetLatestLeafResponse
+	36, // 88: sessions.v1.SessionService.GetBranches:output_type -> sessions.v1.GetBranchesResponse
+	38, // 89: sessions.v1.SessionService.StreamHistory:output_type -> sessions.v1.StreamHistoryResponse
+	41, // 90: sessions.v1.SessionService.GetRecentHistory:output_type -> sessions.v1.GetRecentHistoryResponse
+	44, // 91: sessions.v1.SessionService.GetHistoryRowStats:output_type -> sessions.v1.GetHistoryRowStatsResponse
+	46, // 92: sessions.v1.SessionService.ReadAttachment:output_type -> sessions.v1.ReadAttachmentResponse
+	49, // 93: sessions.v1.SessionService.AddCompaction:output_type -> sessions.v1.AddCompactionResponse
+	51, // 94: sessions.v1.SessionService.ListCompactions:output_type -> sessions.v1.ListCompactionsResponse
+	53, // 95: sessions.v1.SessionService.PlanCompaction:output_type -> sessions.v1.PlanCompactionResponse
+	55, // 96: sessions.v1.SessionService.Compact:output_type -> sessions.v1.CompactResponse
+	58, // 97: sessions.v1.SessionService.SetCompactionPolicy:output_type -> sessions.v1.SetCompactionPolicyResponse
+	60, // 98: sessions.v1.SessionService.GetCompactionPolicy:output_type -> sessions.v1.GetCompactionPolicyResponse
+	62, // 99: sessions.v1.SessionService.SearchMessages:output_type -> sessions.v1.SearchMessagesResponse
+	64, // 100: sessions.v1.SessionService.Subscribe:output_type -> sessions.v1.SubscribeResponse
+	67, // 101: sessions.v1.SessionService.ListSessions:output_type -> sessions.v1.ListSessionsResponse
+	69, // 102: sessions.v1.SessionService.GetObjectStats:output_type -> sessions.v1.GetObjectStatsResponse
+	71, // 103: sessions.v1.SessionService.ListObjects:output_type -> sessions.v1.ListObjectsResponse
+	73, // 104: sessions.v1.SessionService.ExportObject:output_type -> sessions.v1.ExportObjectResponse
+	75, // 105: sessions.v1.SessionService.ImportObject:output_type -> sessions.v1.ImportObjectResponse
+	77, // 106: sessions.v1.SessionService.DeleteObject:output_type -> sessions.v1.DeleteObjectResponse
+	77, // [77:107] is the sub-list for method output_type
+	47, // [47:77] is the sub-list for method input_type
 	47, // [47:47] is the sub-list for extension type_name
 	47, // [47:47] is the sub-list for extension extendee
 	0,  // [0:47] is the sub-list for field type_name
@@ -5253,7 +5820,7 @@ func file_sessions_v1_sessions_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sessions_v1_sessions_proto_rawDesc), len(file_sessions_v1_sessions_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   63,
+			NumMessages:   71,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

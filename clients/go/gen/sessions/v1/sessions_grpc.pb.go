@@ -69,6 +69,10 @@ const (
 	SessionService_Subscribe_FullMethodName           = "/sessions.v1.SessionService/Subscribe"
 	SessionService_ListSessions_FullMethodName        = "/sessions.v1.SessionService/ListSessions"
 	SessionService_GetObjectStats_FullMethodName      = "/sessions.v1.SessionService/GetObjectStats"
+	SessionService_ListObjects_FullMethodName         = "/sessions.v1.SessionService/ListObjects"
+	SessionService_ExportObject_FullMethodName        = "/sessions.v1.SessionService/ExportObject"
+	SessionService_ImportObject_FullMethodName        = "/sessions.v1.SessionService/ImportObject"
+	SessionService_DeleteObject_FullMethodName        = "/sessions.v1.SessionService/DeleteObject"
 )
 
 // SessionServiceClient is the client API for SessionService service.
@@ -142,6 +146,17 @@ type SessionServiceClient interface {
 	ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error)
 	// Reports an object's storage: bytes, rows, attachments and row writes.
 	GetObjectStats(ctx context.Context, in *GetObjectStatsRequest, opts ...grpc.CallOption) (*GetObjectStatsResponse, error)
+	// Lists the object keys stored on this server, a page at a time (in file order, not key order).
+	ListObjects(ctx context.Context, in *ListObjectsRequest, opts ...grpc.CallOption) (*ListObjectsResponse, error)
+	// Streams a consistent copy of an object's file, for moving it to another server. With
+	// `lock_for_move`, writes to the object are refused (UNAVAILABLE, OBJECT_MOVING: retry) from
+	// the snapshot on, until DeleteObject completes the move or the lease expires.
+	ExportObject(ctx context.Context, in *ExportObjectRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExportObjectResponse], error)
+	// Receives an exported object file, verifies its digest and integrity, and serves it.
+	ImportObject(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ImportObjectRequest, ImportObjectResponse], error)
+	// Removes an object from this server (the last step of a move). Later calls for the key are
+	// refused with FAILED_PRECONDITION (OBJECT_NOT_OWNED) naming where it went, until restart.
+	DeleteObject(ctx context.Context, in *DeleteObjectRequest, opts ...grpc.CallOption) (*DeleteObjectResponse, error)
 }
 
 type sessionServiceClient struct {
@@ -508,6 +523,58 @@ func (c *sessionServiceClient) GetObjectStats(ctx context.Context, in *GetObject
 	return out, nil
 }
 
+func (c *sessionServiceClient) ListObjects(ctx context.Context, in *ListObjectsRequest, opts ...grpc.CallOption) (*ListObjectsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListObjectsResponse)
+	err := c.cc.Invoke(ctx, SessionService_ListObjects_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sessionServiceClient) ExportObject(ctx context.Context, in *ExportObjectRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExportObjectResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &SessionService_ServiceDesc.Streams[12], SessionService_ExportObject_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ExportObjectRequest, ExportObjectResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SessionService_ExportObjectClient = grpc.ServerStreamingClient[ExportObjectResponse]
+
+func (c *sessionServiceClient) ImportObject(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ImportObjectRequest, ImportObjectResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &SessionService_ServiceDesc.Streams[13], SessionService_ImportObject_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ImportObjectRequest, ImportObjectResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SessionService_ImportObjectClient = grpc.ClientStreamingClient[ImportObjectRequest, ImportObjectResponse]
+
+func (c *sessionServiceClient) DeleteObject(ctx context.Context, in *DeleteObjectRequest, opts ...grpc.CallOption) (*DeleteObjectResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteObjectResponse)
+	err := c.cc.Invoke(ctx, SessionService_DeleteObject_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SessionServiceServer is the server API for SessionService service.
 // All implementations must embed UnimplementedSessionServiceServer
 // for forward compatibility.
@@ -579,6 +646,17 @@ type SessionServiceServer interface {
 	ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error)
 	// Reports an object's storage: bytes, rows, attachments and row writes.
 	GetObjectStats(context.Context, *GetObjectStatsRequest) (*GetObjectStatsResponse, error)
+	// Lists the object keys stored on this server, a page at a time (in file order, not key order).
+	ListObjects(context.Context, *ListObjectsRequest) (*ListObjectsResponse, error)
+	// Streams a consistent copy of an object's file, for moving it to another server. With
+	// `lock_for_move`, writes to the object are refused (UNAVAILABLE, OBJECT_MOVING: retry) from
+	// the snapshot on, until DeleteObject completes the move or the lease expires.
+	ExportObject(*ExportObjectRequest, grpc.ServerStreamingServer[ExportObjectResponse]) error
+	// Receives an exported object file, verifies its digest and integrity, and serves it.
+	ImportObject(grpc.ClientStreamingServer[ImportObjectRequest, ImportObjectResponse]) error
+	// Removes an object from this server (the last step of a move). Later calls for the key are
+	// refused with FAILED_PRECONDITION (OBJECT_NOT_OWNED) naming where it went, until restart.
+	DeleteObject(context.Context, *DeleteObjectRequest) (*DeleteObjectResponse, error)
 	mustEmbedUnimplementedSessionServiceServer()
 }
 
@@ -666,6 +744,18 @@ func (UnimplementedSessionServiceServer) ListSessions(context.Context, *ListSess
 }
 func (UnimplementedSessionServiceServer) GetObjectStats(context.Context, *GetObjectStatsRequest) (*GetObjectStatsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetObjectStats not implemented")
+}
+func (UnimplementedSessionServiceServer) ListObjects(context.Context, *ListObjectsRequest) (*ListObjectsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListObjects not implemented")
+}
+func (UnimplementedSessionServiceServer) ExportObject(*ExportObjectRequest, grpc.ServerStreamingServer[ExportObjectResponse]) error {
+	return status.Error(codes.Unimplemented, "method ExportObject not implemented")
+}
+func (UnimplementedSessionServiceServer) ImportObject(grpc.ClientStreamingServer[ImportObjectRequest, ImportObjectResponse]) error {
+	return status.Error(codes.Unimplemented, "method ImportObject not implemented")
+}
+func (UnimplementedSessionServiceServer) DeleteObject(context.Context, *DeleteObjectRequest) (*DeleteObjectResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteObject not implemented")
 }
 func (UnimplementedSessionServiceServer) mustEmbedUnimplementedSessionServiceServer() {}
 func (UnimplementedSessionServiceServer) testEmbeddedByValue()                        {}
@@ -1064,6 +1154,60 @@ func _SessionService_GetObjectStats_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SessionService_ListObjects_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListObjectsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessionServiceServer).ListObjects(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SessionService_ListObjects_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessionServiceServer).ListObjects(ctx, req.(*ListObjectsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SessionService_ExportObject_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ExportObjectRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(SessionServiceServer).ExportObject(m, &grpc.GenericServerStream[ExportObjectRequest, ExportObjectResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SessionService_ExportObjectServer = grpc.ServerStreamingServer[ExportObjectResponse]
+
+func _SessionService_ImportObject_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(SessionServiceServer).ImportObject(&grpc.GenericServerStream[ImportObjectRequest, ImportObjectResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SessionService_ImportObjectServer = grpc.ClientStreamingServer[ImportObjectRequest, ImportObjectResponse]
+
+func _SessionService_DeleteObject_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteObjectRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessionServiceServer).DeleteObject(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SessionService_DeleteObject_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessionServiceServer).DeleteObject(ctx, req.(*DeleteObjectRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // SessionService_ServiceDesc is the grpc.ServiceDesc for SessionService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1127,6 +1271,14 @@ var SessionService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "GetObjectStats",
 			Handler:    _SessionService_GetObjectStats_Handler,
 		},
+		{
+			MethodName: "ListObjects",
+			Handler:    _SessionService_ListObjects_Handler,
+		},
+		{
+			MethodName: "DeleteObject",
+			Handler:    _SessionService_DeleteObject_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
@@ -1188,6 +1340,16 @@ var SessionService_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "Subscribe",
 			Handler:       _SessionService_Subscribe_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "ExportObject",
+			Handler:       _SessionService_ExportObject_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "ImportObject",
+			Handler:       _SessionService_ImportObject_Handler,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "sessions/v1/sessions.proto",

@@ -1,0 +1,260 @@
+package sessions_test
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/sessions-dev/sessions/clients/go/internal/testserver"
+	"github.com/sessions-dev/sessions/clients/go/sessions"
+)
+
+// nextEvent waits for the subscription's next event.
+func nextEvent(t *testing.T, sub *sessions.Subscription) sessions.Event {
+	t.Helper()
+	if !sub.Next() {
+		t.Fatalf("subscription ended: %v", sub.Err())
+	}
+	return sub.Event()
+}
+
+// liveSubscription subscribes and waits for the server's first PROGRESS event, which says where
+// the live feed starts, so writes made after it are sure to be seen.
+func liveSubscription(t *testing.T, ctx context.Context, subscribe func(context.Context, ...sessions.ReadOption) *sessions.Subscription) *sessions.Subscription {
+	t.Helper()
+	sub := subscribe(ctx, sessions.IncludeProgress())
+	t.Cleanup(func() { _ = sub.Close() })
+	if ev := nextEvent(t, sub); ev.Type != sessions.ChangeProgress {
+		t.Fatalf("first event = %v, want PROGRESS", ev.Type)
+	}
+	return sub
+}
+
+func TestSubscribeChangeFeed(t *testing.T) {
+	ctx, cancel := context.WithTimeout(testCtx(t), time.Minute)
+	defer cancel()
+	s := newSession(t)
+	other := s.Object().Session("other")
+	sub := liveSubscription(t, ctx, s.Subscribe)
+	objectSub := liveSubscription(t, ctx, s.Object().Subscribe)
+
+	mustAppend(t, s, textMessage("a", "user", "hello"))
+	mustAppend(t, other, textMessage("o", "user", "not in this session"))
+	mustAppend(t, s, textMessage("a", "user", "duplicate"))
+	mustAppend(t, s, textMessage("b", "assistant", "answer"), sessions.WithParent("a"))
+	if _, err := s.UpdateMessage(ctx, textMessage("b", "assistant", "better answer")); err != nil {
+		t.Fatal(err)
+	}
+	big := bigMessage("big", 5*1024*1024) // its event arrives in pieces
+	mustAppend(t, s, big)
+	if _, err := s.ImportMessages(ctx, []sessions.ImportItem{{Message: textMessage("i", "user", "imported"), ParentID: "a"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DeleteMessages(ctx, "i", "nope"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ClearMessages(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	type want struct {
+		typ      sessions.ChangeType
+		id       string
+		inserted bool
+	}
+	wants := []want{
+		{sessions.ChangeAppend, "a", true},
+		{sessions.ChangeAppend, "a", false},
+		{sessions.ChangeAppend, "b", true},
+		{sessions.ChangeUpdate, "b", false},
+		{sessions.ChangeAppend, "big", true},
+		{sessions.ChangeImport, "i", false},
+		{sessions.ChangeDelete, "", false},
+		{sessions.ChangeClear, "", false},
+	}
+	var revisions []uint64
+	for i, w := range wants {
+		ev := nextEvent(t, sub)
+		for ev.Type == sessions.ChangeProgress {
+			ev = nextEvent(t, sub)
+		}
+		if ev.Type != w.typ || ev.SessionID != "s" {
+			t.Fatalf("event %d = %v in %q, want %v", i, ev.Type, ev.SessionID, w.typ)
+		}
+		if w.id != "" && (ev.Message == nil || ev.Message.Info.ID != w.id) {
+			t.Fatalf("event %d (%v) carries message %+v, want %s", i, ev.Type, ev.Message, w.id)
+		}
+		if ev.Type == sessions.ChangeAppend && ev.Inserted != w.inserted {
+			t.Fatalf("event %d: inserted = %v, want %v", i, ev.Inserted, w.inserted)
+		}
+		if len(revisions) > 0 && ev.Revision <= revisions[len(revisions)-1] {
+			t.Fatalf("revision went from %d to %d", revisions[len(revisions)-1], ev.Revision)
+		}
+		revisions = append(revisions, ev.Revision)
+		switch w.id {
+		case "a":
+			if w.inserted && (ev.ParentMode != sessions.ParentAuto || !bytes.Equal(ev.Message.JSON, textMessage("a", "user", "hello"))) {
+				t.Fatalf("append event = %+v %s", ev, ev.Message.JSON)
+			}
+		case "b":
+			if ev.Type == sessions.ChangeAppend && (ev.ParentMode != sessions.ParentByID || ev.ParentID != "a") {
+				t.Fatalf("append with parent: mode %v id %q", ev.ParentMode, ev.ParentID)
+			}
+			if ev.Type == sessions.ChangeUpdate && !bytes.Equal(ev.Message.JSON, textMessage("b", "assistant", "better answer")) {
+				t.Fatalf("update event carries %s", ev.Message.JSON)
+			}
+		case "big":
+			if !bytes.Equal(ev.Message.JSON, big) {
+				t.Fatalf("large message event reassembled to %d bytes, want %d", len(ev.Message.JSON), len(big))
+			}
+		case "i":
+			if ev.ParentID != "a" {
+				t.Fatalf("import event parent = %q", ev.ParentID)
+			}
+		}
+		if ev.Type == sessions.ChangeDelete && (len(ev.MessageIDs) != 2 || ev.MessageIDs[0] != "i" || ev.MessageIDs[1] != "nope") {
+			t.Fatalf("delete event ids = %v", ev.MessageIDs)
+		}
+	}
+
+	// The object-wide feed also sees the other session's append, in commit order.
+	var sessionsSeen []string
+	for range len(wants) + 1 {
+		ev := nextEvent(t, objectSub)
+		for ev.Type == sessions.ChangeProgress {
+			ev = nextEvent(t, objectSub)
+		}
+		sessionsSeen = append(sessionsSeen, ev.SessionID)
+	}
+	if !equalStrings(sessionsSeen, []string{"s", "other", "s", "s", "s", "s", "s", "s", "s"}) {
+		t.Fatalf("object feed sessions = %v", sessionsSeen)
+	}
+
+	// Resuming after a revision replays what followed it (PROGRESS dropped by default).
+	resumeCtx, cancelResume := context.WithTimeout(ctx, 30*time.Second)
+	defer cancelResume()
+	resumed := s.Subscribe(resumeCtx, sessions.ResumeAfter(revisions[3]))
+	defer resumed.Close()
+	for i := 4; i < len(wants); i++ {
+		ev := nextEvent(t, resumed)
+		if ev.Type == sessions.ChangeReset {
+			t.Fatalf("resume after a recent revision answered RESET: %s", ev.Error)
+		}
+		if ev.Revision != revisions[i] || ev.Type != wants[i].typ {
+			t.Fatalf("resumed event %d = rev %d %v, want rev %d %v", i, ev.Revision, ev.Type, revisions[i], wants[i].typ)
+		}
+	}
+	if resumed.Revision() != revisions[len(revisions)-1] {
+		t.Fatalf("Revision() = %d", resumed.Revision())
+	}
+
+	// Closing ends the iteration without an error.
+	if err := sub.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if sub.Next() || sub.Err() != nil {
+		t.Fatalf("after Close: %v", sub.Err())
+	}
+}
+
+func TestSubscribeEndsWithContext(t *testing.T) {
+	s := newSession(t)
+	ctx, cancel := context.WithCancel(testCtx(t))
+	sub := liveSubscription(t, ctx, s.Subscribe)
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		cancel()
+	}()
+	count := 0
+	for _, err := range sub.All() {
+		if err != nil {
+			if sessions.Code(err) != codes.Canceled {
+				t.Fatalf("subscription ended with %v", err)
+			}
+			break
+		}
+		count++
+	}
+	if count != 0 {
+		t.Fatalf("got %d events from an idle session", count)
+	}
+}
+
+// TestSubscribeReconnectsAfterRestart restarts a server (same address, same data) under a live
+// subscription: the subscription reconnects by itself, resuming after the last revision it saw.
+func TestSubscribeReconnectsAfterRestart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(testCtx(t), time.Minute)
+	defer cancel()
+	addr, err := testserver.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dataDir := t.TempDir()
+	args := []string{"--drain-seconds", "0.5"}
+	first, err := testserver.StartAt(addr, dataDir, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Stop()
+	c, err := sessions.Dial(ctx, addr, sessions.WithBlock())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s := c.Object(objectKey(t)).Session("")
+
+	sub := liveSubscription(t, ctx, s.Subscribe)
+	mustAppend(t, s, textMessage("before", "user", "before the restart"))
+	ev := nextEvent(t, sub)
+	for ev.Type == sessions.ChangeProgress {
+		ev = nextEvent(t, sub)
+	}
+	if ev.Type != sessions.ChangeAppend || ev.Message.Info.ID != "before" {
+		t.Fatalf("event before restart = %v", ev.Type)
+	}
+
+	if err := first.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	second, err := testserver.StartAt(addr, dataDir, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Stop()
+
+	// The subscription reconnects by itself and resumes after the last revision it saw. That
+	// revision is from before the restart, so the server answers RESET (re-read state).
+	ev = nextEvent(t, sub)
+	for ev.Type == sessions.ChangeProgress {
+		ev = nextEvent(t, sub)
+	}
+	if ev.Type != sessions.ChangeReset || ev.Error == "" {
+		t.Fatalf("first event after the restart = %v %q, want RESET with a reason", ev.Type, ev.Error)
+	}
+
+	// The client's connection comes back by itself too; the first calls may see UNAVAILABLE.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, err := s.AppendMessage(ctx, textMessage("after", "user", "after the restart"))
+		if err == nil {
+			break
+		}
+		if sessions.Code(err) != codes.Unavailable || time.Now().After(deadline) {
+			t.Fatalf("append after restart: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	ev = nextEvent(t, sub)
+	for ev.Type == sessions.ChangeProgress {
+		ev = nextEvent(t, sub)
+	}
+	if ev.Type != sessions.ChangeAppend || ev.Message.Info.ID != "after" {
+		t.Fatalf("event after the reset = %v", ev.Type)
+	}
+	if history, err := s.GetHistory(ctx); err != nil || !equalStrings(ids(history), []string{"before", "after"}) {
+		t.Fatalf("history after restart = %v, %v", ids(history), err)
+	}
+}

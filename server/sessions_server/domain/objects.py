@@ -1,0 +1,155 @@
+"""Whole objects: listing, moving between servers, ownership.
+
+A move copies a consistent snapshot of the object's file to another server and then removes the
+source. With a move lock, the source refuses writes from the snapshot on (UNAVAILABLE with
+OBJECT_MOVING, which clients retry), so no acknowledged write can be left behind; after the
+source is deleted it answers OBJECT_NOT_OWNED naming the destination until it restarts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from sessions_server.domain import keys
+from sessions_server.domain.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from sessions_server.domain.placement import Placement
+from sessions_server.storage import files
+from sessions_server.storage.paths import object_path
+from sessions_server.storage.registry import ObjectRegistry
+
+EXPORT_FRAME_BYTES = 3 * 1024 * 1024
+DEFAULT_LEASE_SECONDS = 60
+DEFAULT_PAGE_SIZE = 100
+MAX_PAGE_SIZE = 1000
+SCRATCH_DIR = "scratch"
+
+
+@dataclass(frozen=True, slots=True)
+class ExportFrame:
+    size_bytes: int
+    data: bytes
+    sha256: str
+
+
+class ObjectAdmin:
+    """Object-level operations and the admission rules they imply for every other call."""
+
+    def __init__(self, registry: ObjectRegistry, *, placement: Placement | None = None) -> None:
+        self._registry = registry
+        self._placement = placement
+        self._moving: dict[str, float] = {}  # object key -> lock expiry (monotonic seconds)
+        self._moved: dict[str, str] = {}  # object key -> where it went
+
+    @property
+    def data_dir(self) -> Path:
+        return self._registry.data_dir
+
+    def admit(self, object_key: str, *, writing: bool) -> None:
+        """Refuses calls for objects this server does not own, has moved away, or is moving."""
+        if self._placement is not None:
+            self._placement.check(object_key)
+        moved_to = self._moved.get(object_key)
+        if moved_to is not None:
+            raise FailedPrecondition(
+                f"the object was moved to {moved_to or 'another server'}", reason="OBJECT_NOT_OWNED", owner=moved_to
+            )
+        if writing:
+            expiry = self._moving.get(object_key)
+            if expiry is not None:
+                if time.monotonic() < expiry:
+                    raise Unavailable("the object is being moved; retry shortly", reason="OBJECT_MOVING")
+                del self._moving[object_key]
+
+    async def list_keys(self, page_size: int, page_token: str) -> tuple[list[str], str]:
+        size = DEFAULT_PAGE_SIZE if page_size <= 0 else min(page_size, MAX_PAGE_SIZE)
+        paths = await asyncio.to_thread(files.list_object_files, self.data_dir, page_token, size)
+        found = []
+        for path in paths:
+            key = await asyncio.to_thread(files.recorded_object_key, path)
+            if key is not None and key not in self._moved:
+                found.append(key)
+        token = paths[-1].name if len(paths) == size else ""
+        return found, token
+
+    async def export(self, object_key: str, *, lock_for_move: bool, lease_seconds: int) -> AsyncGenerator[ExportFrame]:
+        """A consistent copy of the object's file in frames; the last frame carries the digest."""
+        keys.check_object_key(object_key)
+        self.admit(object_key, writing=lock_for_move)
+        path = object_path(self.data_dir, object_key)
+        if not path.exists():
+            raise NotFound("no such object on this server", field="object_key")
+        lease = DEFAULT_LEASE_SECONDS if lease_seconds <= 0 else lease_seconds
+        async with self._registry.use(object_key) as store:
+            if lock_for_move:
+                self._moving[object_key] = time.monotonic() + lease
+                await store.write(lambda ctx: None)  # writes queued before the lock commit first
+            scratch = self.data_dir / SCRATCH_DIR
+            copy = await asyncio.to_thread(files.snapshot_object, path, scratch)
+        try:
+            size = copy.stat().st_size
+            digest = hashlib.sha256()
+            first = True
+            for chunk in files.file_chunks(copy, EXPORT_FRAME_BYTES):
+                digest.update(chunk)
+                yield ExportFrame(size if first else 0, chunk, "")
+                first = False
+                if lock_for_move:
+                    self._moving[object_key] = time.monotonic() + lease
+            yield ExportFrame(size if first else 0, b"", digest.hexdigest())
+        finally:
+            copy.unlink(missing_ok=True)
+
+    async def receive(
+        self, object_key: str, frames: AsyncIterator[tuple[bytes, str]], *, replace: bool
+    ) -> tuple[int, int]:
+        """Writes a received file, verifies its digest and integrity, installs it. Returns
+        (bytes received, message rows)."""
+        keys.check_object_key(object_key)
+        self.admit(object_key, writing=True)
+        if self._registry.is_open(object_key) and not replace:
+            raise FailedPrecondition("the object already exists here (set replace)", reason="FAILED_PRECONDITION")
+        scratch = self.data_dir / SCRATCH_DIR
+        scratch.mkdir(parents=True, exist_ok=True)
+        partial = scratch / f"import-{hashlib.sha256(object_key.encode()).hexdigest()}-{time.monotonic_ns()}"
+        digest = hashlib.sha256()
+        size = 0
+        expected = ""
+        try:
+            with partial.open("wb") as out:
+                async for data, sha in frames:
+                    out.write(data)
+                    digest.update(data)
+                    size += len(data)
+                    expected = sha or expected
+            if not expected:
+                raise InvalidArgument("the last ImportObject frame must carry sha256", reason="INVALID_STREAM")
+            if expected != digest.hexdigest():
+                raise InvalidArgument("the received file does not match its sha256", reason="INVALID_STREAM")
+            await self._registry.close_object(object_key)
+            try:
+                target = await asyncio.to_thread(
+                    files.install_received_file, partial, object_key, self.data_dir, replace=replace
+                )
+            except files.StoreImportError as exc:
+                raise InvalidArgument(f"the received file cannot be served: {exc}", field="data") from None
+        finally:
+            partial.unlink(missing_ok=True)
+        self._moved.pop(object_key, None)
+        rows = await asyncio.to_thread(files.count_message_rows, target)
+        return size, rows
+
+    async def delete(self, object_key: str, *, moved_to: str) -> bool:
+        """Removes the object; later calls are refused, naming `moved_to`."""
+        keys.check_object_key(object_key)
+        if self._placement is not None:
+            self._placement.check(object_key)
+        self._moved[object_key] = moved_to
+        await self._registry.close_object(object_key)
+        existed = await asyncio.to_thread(files.remove_object_files, object_path(self.data_dir, object_key))
+        self._moving.pop(object_key, None)
+        return existed

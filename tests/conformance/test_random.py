@@ -1,0 +1,24 @@
+"""Randomized differential scenarios with fixed seeds (1-5 by default).
+
+    CONFORMANCE_SEEDS=1-200 CONFORMANCE_STEPS=60 tests/conformance/run.sh -k random
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import pytest
+
+from tests.conformance.harness.gen import Generator, parse_seeds
+from tests.conformance.harness.pair import Pair
+
+SEEDS = parse_seeds(os.environ.get("CONFORMANCE_SEEDS", "1-5"))
+STEPS = int(os.environ.get("CONFORMANCE_STEPS", "30"))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_random_scenario(make_pair: Callable[..., Pair], seed: int) -> None:
+    pair = make_pair(level="normal", label=f"seed{seed}")
+    Generator(seed, pair, steps=STEPS).run()
+    pair.check(level="full")

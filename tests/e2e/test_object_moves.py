@@ -1,0 +1,137 @@
+"""Moving objects between servers: complete, verified, and no acknowledged write left behind."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import grpc
+import pytest
+
+from sessions_client import SessionsClient, SessionsError
+from sessions_client.admin import move_object
+from sessions_proto.v1 import sessions_pb2 as pb
+from sessions_server.storage.paths import object_path
+from tests.e2e.conftest import ServerProcess
+
+
+def _stable(messages: list[dict[str, object]]) -> list[dict[str, object]]:
+    """Overlay messages carry the time of the read; everything else must match exactly."""
+    return [
+        {k: v for k, v in m.items() if k != "createdAt"} if str(m["id"]).startswith("compaction_") else m
+        for m in messages
+    ]
+
+
+def _text(message_id: str, text: str) -> dict[str, object]:
+    return {"id": message_id, "role": "user", "parts": [{"type": "text", "text": text}]}
+
+
+@pytest.fixture
+def two_servers(tmp_path: Path):  # type: ignore[no-untyped-def]
+    first = ServerProcess(tmp_path / "a").start()
+    second = ServerProcess(tmp_path / "b").start()
+    yield first, second
+    first.stop()
+    second.stop()
+
+
+def test_move_carries_sessions_compactions_and_attachments(two_servers) -> None:  # type: ignore[no-untyped-def]
+    source, destination = two_servers
+    image = "data:image/png;base64," + "iVBORw0KGgo" * 30_000 + "A="
+    with SessionsClient(source.address) as a, SessionsClient(destination.address) as b:
+        obj = a.object("moving/1")
+        main, side = obj.session(), obj.session("side")
+        for index in range(30):
+            main.append_message(_text(f"m{index}", f"hello {index}"))
+        main.append_message(
+            {"id": "img", "role": "user", "parts": [{"type": "file", "mediaType": "image/png", "url": image}]}
+        )
+        side.append_message(_text("s1", "x" * 3_000_000))  # continuation rows
+        record = main.add_compaction("summary", "m3", "m9")
+        expected = main.get_history()
+        expected_side = side.get_history()
+
+        report = move_object(a, b, "moving/1", destination_name=destination.address)
+
+        assert report.message_rows == 32
+        moved = b.object("moving/1")
+        assert _stable(moved.session().get_history()) == _stable(expected)
+        assert moved.session("side").get_history() == expected_side
+        assert [c.id for c in moved.session().list_compactions()] == [record.id]
+        assert not object_path(source.data_dir, "moving/1").exists()
+        with pytest.raises(SessionsError) as refused:
+            main.append_message(_text("late", "after the move"))
+        assert refused.value.code == grpc.StatusCode.FAILED_PRECONDITION
+        assert refused.value.reason == "OBJECT_NOT_OWNED"
+        assert destination.address in refused.value.message
+
+
+def test_writes_during_a_move_are_refused_retryably_and_none_is_lost(two_servers) -> None:  # type: ignore[no-untyped-def]
+    source, destination = two_servers
+    acknowledged: list[str] = []
+    refused: list[str] = []
+    stop = threading.Event()
+    with SessionsClient(source.address) as a, SessionsClient(destination.address) as b:
+        session = a.object("busy").session()
+        session.append_message(_text("m0", "start"))
+        acknowledged.append("m0")
+
+        def writer() -> None:
+            with SessionsClient(source.address) as own:
+                own_session = own.object("busy").session()
+                index = 1
+                while not stop.is_set():
+                    try:
+                        own_session.append_message(_text(f"m{index}", "during"))
+                        acknowledged.append(f"m{index}")
+                    except SessionsError as error:
+                        refused.append(f"{error.code.name}:{error.reason}")
+                        if error.reason == "OBJECT_NOT_OWNED":
+                            return
+                    index += 1
+
+        thread = threading.Thread(target=writer)
+        thread.start()
+        while len(acknowledged) < 20:  # let some writes land before the move starts
+            pass
+        move_object(a, b, "busy", destination_name=destination.address)
+        stop.set()
+        thread.join()
+        stored = [m["id"] for m in b.object("busy").session().history()]
+    assert set(acknowledged) <= set(stored)
+    assert all(reason in ("UNAVAILABLE:OBJECT_MOVING", "FAILED_PRECONDITION:OBJECT_NOT_OWNED") for reason in refused)
+
+
+def test_move_object_command(two_servers) -> None:  # type: ignore[no-untyped-def]
+    source, destination = two_servers
+    with SessionsClient(source.address) as a:
+        a.object("cli/1").session().append_message(_text("m1", "one"))
+        a.object("cli/2").session().append_message(_text("m1", "two"))
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sessions_server.cli",
+            "move-object",
+            "--from",
+            source.address,
+            "--to",
+            destination.address,
+            "--object-key",
+            "cli/1",
+            "--object-key",
+            "cli/2",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "moved 'cli/1'" in result.stdout
+    with SessionsClient(destination.address) as b:
+        assert b.object("cli/2").session().get_message("m1") == _text("m1", "two")
+        keys = set(b._stub.ListObjects(pb.ListObjectsRequest()).object_keys)
+    assert keys == {"cli/1", "cli/2"}

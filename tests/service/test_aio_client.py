@@ -1,0 +1,80 @@
+"""The asyncio client does the same round trip as the blocking one."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from sessions_client import ImportItem, SessionsError
+from sessions_client.aio import SessionsClient
+from tests.service.support import ids, js_json, message_rows, stored_json, text_message
+
+
+def test_aio_round_trip(live_server: Any, data_dir: Path, object_key: str) -> None:
+    async def scenario() -> None:
+        async with SessionsClient(live_server.address) as client:
+            session = client.object(object_key).session("s")
+            first = await session.append_message(text_message("a", "hello"))
+            assert (first.inserted, first.parent_id) == (True, None)
+            second = await session.append_message(text_message("b"))
+            assert second.parent_id == "a"
+            dup = await session.append_message(text_message("a", "other"))
+            assert (dup.inserted, dup.message) == (False, text_message("a", "hello"))
+            results = await session.append_messages([text_message("c"), text_message("d")], parent_id="a")
+            assert [r.parent_id for r in results] == ["a", "c"]
+
+            assert await session.update_message(text_message("b", "new")) == text_message("b", "new")
+            assert await session.update_message(text_message("zz")) is None
+            upsert = await session.upsert_message(text_message("e"), parent_id=None)
+            assert upsert.inserted is True
+
+            assert await session.get_message("b") == text_message("b", "new")
+            assert await session.get_message("missing") is None
+            assert (await session.get_latest_leaf())["id"] == "e"
+            assert ids(await session.get_branches("a")) == ["b", "c"]
+            assert ids(await session.get_history(leaf_id="d")) == ["a", "c", "d"]
+            assert ids(await session.get_history(leaf_id="d", newest_first=True)) == ["d", "c", "a"]
+            streamed = [m["id"] async for m in session.history(leaf_id="d")]
+            assert streamed == ["a", "c", "d"]
+            batches = [ids(b) async for b in session.history_batches(batch_size=2, leaf_id="d")]
+            assert batches == [["a", "c"], ["d"]]
+            recent = await session.get_recent_history(1, leaf_id="d")
+            assert (ids(recent.messages), recent.truncated) == (["d"], True)
+            stats = await session.get_history_row_stats(leaf_id="d")
+            assert recent.total_content_bytes == sum(s.bytes for s in stats)
+
+            imported = await session.import_messages([ImportItem(text_message("i"), "d", 42)])
+            assert (imported.imported, imported.skipped) == (1, 0)
+            assert (await session.get_latest_leaf())["id"] == "i"
+            assert await session.delete_messages(["c"]) == 1
+            assert ids(await session.get_history(leaf_id="d")) == ["a", "d"]
+
+            big = text_message("big", "😀" * 1_500_000)  # 6 MB: the streaming write path
+            assert (await session.append_message(big)).inserted is True
+            assert await session.get_message("big") == big
+
+            with pytest.raises(SessionsError) as caught:
+                await session.append_message("{not json")
+            assert caught.value.code == grpc.StatusCode.INVALID_ARGUMENT
+            assert caught.value.reason == "INVALID_JSON"
+
+    asyncio.run(scenario())
+
+    assert stored_json(data_dir, object_key, "big", "s") == js_json(text_message("big", "😀" * 1_500_000))
+    assert [r["id"] for r in message_rows(data_dir, object_key, "s")] == ["a", "b", "d", "e", "i", "big"]
+
+
+def test_aio_clear(live_server: Any, data_dir: Path, object_key: str) -> None:
+    async def scenario() -> None:
+        async with SessionsClient(live_server.address) as client:
+            session = client.object(object_key).session()
+            await session.append_messages([text_message("a"), text_message("b")])
+            assert await session.clear_messages() == 2
+            assert await session.get_history() == []
+
+    asyncio.run(scenario())
+    assert message_rows(data_dir, object_key) == []

@@ -1,0 +1,60 @@
+"""The standard gRPC health service and server reflection are on (issue 2, DESIGN.md §4)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+SERVICE = "sessions.v1.SessionService"
+
+
+def test_health_check_is_serving(plain_channel: grpc.Channel) -> None:
+    health = health_pb2_grpc.HealthStub(plain_channel)
+    overall = health.Check(health_pb2.HealthCheckRequest(service=""))
+    assert overall.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_reflection_lists_the_services(plain_channel: grpc.Channel) -> None:
+    reflection = reflection_pb2_grpc.ServerReflectionStub(plain_channel)
+    responses = list(reflection.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")])))
+    names = {s.name for s in responses[0].list_services_response.service}
+    assert SERVICE in names
+    assert "grpc.health.v1.Health" in names
+
+
+def test_reflection_describes_the_contract(plain_channel: grpc.Channel) -> None:
+    from google.protobuf import descriptor_pb2
+
+    reflection = reflection_pb2_grpc.ServerReflectionStub(plain_channel)
+    request = reflection_pb2.ServerReflectionRequest(file_containing_symbol=SERVICE)
+    responses = list(reflection.ServerReflectionInfo(iter([request])))
+    protos = responses[0].file_descriptor_response.file_descriptor_proto
+    files = [descriptor_pb2.FileDescriptorProto.FromString(p) for p in protos]
+    services = {f"{f.package}.{s.name}": s for f in files for s in f.service}
+    methods = {m.name for m in services[SERVICE].method}
+    expected = {
+        "AppendMessage",
+        "AppendMessages",
+        "UpdateMessage",
+        "UpsertMessage",
+        "DeleteMessages",
+        "ClearMessages",
+        "ImportMessages",
+        "GetMessage",
+        "GetMessages",
+        "GetLatestLeaf",
+        "GetBranches",
+        "StreamHistory",
+        "GetRecentHistory",
+        "GetHistoryRowStats",
+    }
+    assert expected <= methods
+
+
+def test_live_server_answers_on_its_address(live_server: Any) -> None:
+    host, _, port = live_server.address.rpartition(":")
+    assert host in ("127.0.0.1", "localhost")
+    assert int(port) > 0

@@ -1,0 +1,86 @@
+"""Sessions inside one object are isolated (reference notes §10, §12): the same message id can
+live in two sessions, and writes and reads in one never touch the other."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tests.service.support import chunk_rows, ids, js_json, message_row, message_rows, text_message
+
+
+def test_same_id_in_two_sessions(obj: Any, data_dir: Path, object_key: str) -> None:
+    one, two = obj.session("one"), obj.session("two")
+    first = one.append_message(text_message("m", "in one"))
+    second = two.append_message(text_message("m", "in two"))
+
+    assert first.inserted and second.inserted
+    assert one.get_message("m") == text_message("m", "in one")
+    assert two.get_message("m") == text_message("m", "in two")
+    assert message_row(data_dir, object_key, "m", "one")["seq"] == 1  # type: ignore[index]
+    assert message_row(data_dir, object_key, "m", "two")["seq"] == 1  # type: ignore[index]
+    # both live in the object's one file
+    assert [(r["session_id"], r["id"]) for r in message_rows(data_dir, object_key, None)] == [
+        ("one", "m"),
+        ("two", "m"),
+    ]
+
+
+def test_updates_deletes_and_clear_are_per_session(obj: Any, data_dir: Path, object_key: str) -> None:
+    default, one, two = obj.session(), obj.session("one"), obj.session("two")
+    for session in (default, one, two):
+        session.append_messages([text_message("a"), text_message("b"), text_message("c", "x" * 2_000_000)])
+
+    one.update_message(text_message("a", "changed in one"))
+    assert default.get_message("a") == text_message("a")
+    assert two.get_message("a") == text_message("a")
+    assert message_row(data_dir, object_key, "a", "one")["content"] == js_json(  # type: ignore[index]
+        text_message("a", "changed in one")
+    )
+
+    assert two.delete_messages(["b"]) == 1
+    assert ids(two.get_history()) == ["a", "c"]
+    assert ids(one.get_history()) == ["a", "b", "c"]
+    assert ids(default.get_history()) == ["a", "b", "c"]
+
+    assert one.clear_messages() == 3
+    assert one.get_history() == []
+    assert ids(default.get_history()) == ["a", "b", "c"]
+    assert ids(two.get_history()) == ["a", "c"]
+    assert sorted((c["session_id"], c["id"]) for c in chunk_rows(data_dir, object_key, None)) == [
+        ("", "c"),
+        ("two", "c"),
+    ]
+
+
+def test_parents_leaves_and_branches_are_per_session(obj: Any) -> None:
+    one, two = obj.session("one"), obj.session("two")
+    one.append_messages([text_message("a"), text_message("b")])
+    two.append_messages([text_message("x")])
+    two.append_message(text_message("y"), parent_id="a")  # "a" exists only in session one
+
+    assert one.get_latest_leaf()["id"] == "b"
+    assert two.get_latest_leaf()["id"] == "y"
+    assert ids(two.get_history()) == ["y"]
+    assert ids(one.get_branches("a")) == ["b"]
+    assert two.get_branches("a") == []
+    assert one.get_history(leaf_id="y") == []
+    assert [s.id for s in two.get_history_row_stats()] == ["y"]
+
+
+def test_same_session_id_in_two_objects_is_independent(client: Any, object_key: str) -> None:
+    a = client.object(object_key + "-a").session("s")
+    b = client.object(object_key + "-b").session("s")
+    a.append_message(text_message("m", "a"))
+    assert b.get_message("m") is None
+    b.append_message(text_message("m", "b"))
+    assert a.get_message("m") == text_message("m", "a")
+    assert b.get_message("m") == text_message("m", "b")
+
+
+def test_odd_session_ids(obj: Any, data_dir: Path, object_key: str) -> None:
+    for session_id in ("", " ", "../x", "ü😀", "a\x00b", "-"):
+        obj.session(session_id).append_message(text_message("m", repr(session_id)))
+    for session_id in ("", " ", "../x", "ü😀", "a\x00b", "-"):
+        assert obj.session(session_id).get_history() == [text_message("m", repr(session_id))]
+    assert len(message_rows(data_dir, object_key, None)) == 6
