@@ -114,6 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--ring-file", type=Path, help="JSON shard ring; refuse objects this shard does not own (ownership guard)"
     )
+    serve.add_argument("--metrics-listen", help="HOST:PORT for a Prometheus /metrics endpoint")
+    serve.add_argument("--log-format", choices=("text", "json"), default="text", help="log line format")
     serve.add_argument("--log-level", default="WARNING", help="logging level (default WARNING)")
     mover = commands.add_parser("move-object", help="move an object from one server to another, verified")
     mover.add_argument("--object-key", required=True, action="append", help="the object to move (repeatable)")
@@ -145,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "import-store":
         return _import_store(args.file, args.object_key, args.data_dir, replace=args.replace)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    _configure_logging(args.log_level, args.log_format)
     config = ServerConfig(
         data_dir=args.data_dir,
         listen=args.listen,
@@ -168,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         tokens_file=args.tokens_file,
         auth_protect_reflection=args.auth_protect_reflection,
         ring_file=args.ring_file,
+        metrics_listen=args.metrics_listen,
         limits=Limits(
             max_client_message_bytes=args.max_client_message_bytes,
             max_object_bytes=args.max_object_bytes,
@@ -176,6 +179,18 @@ def main(argv: list[str] | None = None) -> int:
         ),
     )
     return asyncio.run(_run(config))
+
+
+def _configure_logging(level: str, log_format: str) -> None:
+    from sessions_server.transport.metrics import JsonFormatter, RequestIdFilter
+
+    handler = logging.StreamHandler()
+    handler.addFilter(RequestIdFilter())
+    if log_format == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s"))
+    logging.basicConfig(level=level.upper(), handlers=[handler])
 
 
 def _move_objects(source: str, destination: str, object_keys: list[str], token: str | None) -> int:

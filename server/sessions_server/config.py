@@ -42,4 +42,5 @@ class ServerConfig:
     auth_protect_reflection: bool = False
     limits: Limits = field(default_factory=Limits)
     ring_file: Path | None = None
+    metrics_listen: str | None = None
     extra_options: tuple[tuple[str, int], ...] = field(default_factory=tuple)

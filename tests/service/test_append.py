@@ -8,6 +8,7 @@ server fixture is).
 
 from __future__ import annotations
 
+import base64
 import time
 from pathlib import Path
 from typing import Any
@@ -191,7 +192,62 @@ def test_client_update_that_strips_everything_removes_metadata(session: Any, dat
     )
 
 
+def test_sanitizer_on_odd_provider_metadata(session: Any, data_dir: Path, object_key: str) -> None:
+    message = {
+        "id": "odd",
+        "role": "assistant",
+        "parts": [
+            {"type": "text", "text": "a", "providerMetadata": {"openai": "str"}},
+            {"type": "text", "text": "b", "providerMetadata": {"openai": None}, "z": 1},
+            {"type": "text", "text": "c", "providerMetadata": {"openai": {}, "x": 1}, "z": 2},
+            {"type": "text", "text": "d", "callProviderMetadata": {"openai": [1, 2]}},
+            {"type": "text", "text": "e", "providerMetadata": {"other": 1, "openai": {"k": 1}}, "z": 3},
+        ],
+    }
+    session.append_message(message)
+    # observed on upstream: object spread of a string/array, falsy openai untouched, metadata
+    # moved to the end of the part even when nothing was removed
+    expected = (
+        '{"id":"odd","role":"assistant","parts":[{"type":"text","text":"a","providerMetadata":{"openai":'
+        '{"0":"s","1":"t","2":"r"}}},{"type":"text","text":"b","providerMetadata":{"openai":null},"z":1},'
+        '{"type":"text","text":"c","z":2,"providerMetadata":{"x":1}},{"type":"text","text":"d",'
+        '"callProviderMetadata":{"openai":{"0":1,"1":2}}},{"type":"text","text":"e","z":3,'
+        '"providerMetadata":{"other":1,"openai":{"k":1}}}]}'
+    )
+    row = message_row(data_dir, object_key, "odd")
+    assert row is not None
+    assert row["content"] == expected
+    assert row["token_estimate"] == 14
+
+
+def test_reasoning_parts_dropped_by_js_trim(session: Any, data_dir: Path, object_key: str) -> None:
+    message = {
+        "id": "rs",
+        "role": "assistant",
+        "parts": [
+            {"type": "reasoning", "text": "\u00a0\ufeff"},  # JS whitespace only: dropped
+            {"type": "reasoning", "text": "\x1c"},  # not JS whitespace: kept
+            {"type": "reasoning", "reasoning": "legacy"},  # no string text: dropped
+            {"type": "reasoning", "text": 5},  # dropped
+            {"type": "reasoning", "text": " ", "providerMetadata": {"anthropic": {"sig": "x"}}},  # kept
+        ],
+    }
+    session.append_message(message)
+    row = message_row(data_dir, object_key, "rs")
+    assert row is not None
+    assert row["content"] == (  # observed on upstream
+        '{"id":"rs","role":"assistant","parts":[{"type":"reasoning","text":"\\u001c"},'
+        '{"type":"reasoning","text":" ","providerMetadata":{"anthropic":{"sig":"x"}}}]}'
+    )
+    assert row["token_estimate"] == 7
+
+
 # ── token estimate, content hash, canonical JSON ────────────────────────────
+
+PNG_URL = "data:image/png;base64," + base64.b64encode(b"\x89PNG" + b"\0" * 100).decode()
+PDF_URL = "data:application/pdf;base64," + base64.b64encode(b"%PDF" + b"x" * 996).decode()
+TEXT_URL = "data:text/plain,hello%20world"
+# Expected estimates below were observed on upstream for these exact messages.
 
 
 @pytest.mark.parametrize(
@@ -201,8 +257,44 @@ def test_client_update_that_strips_everything_removes_metadata(session: Any, dat
         ({"id": "t", "role": "user", "parts": []}, 4),
         (text_message("t", "one two three four five six seven"), 14),  # ceil(max(33/4, 7*1.3)) + 4
         (text_message("t", "a" * 400), 104),
+        (
+            {
+                "id": "t",
+                "role": "assistant",
+                "parts": [
+                    {
+                        "type": "tool-search",
+                        "toolCallId": "c1",
+                        "state": "output-available",
+                        "input": {"q": "hello world"},
+                        "output": "some result text here",
+                    }
+                ],
+            },
+            15,
+        ),
+        # JS whitespace: \x1c is not whitespace (one word), NBSP and U+3000 are
+        ({"id": "t", "role": "user", "parts": [{"type": "text", "text": "a\x1cb\x1cc"}]}, 6),
+        ({"id": "t", "role": "user", "parts": [{"type": "text", "text": "a\u00a0b\u3000c d"}]}, 10),
+        # file parts with data URLs: images flat 1600; others by decoded size; the header is ignored
+        ({"id": "t", "role": "user", "parts": [{"type": "file", "mediaType": "image/png", "url": PNG_URL}]}, 1604),
+        ({"id": "t", "role": "user", "parts": [{"type": "file", "url": PNG_URL}]}, 31),
+        ({"id": "t", "role": "user", "parts": [{"type": "file", "mediaType": "application/pdf", "url": PDF_URL}]}, 255),
+        ({"id": "t", "role": "user", "parts": [{"type": "file", "mediaType": "text/plain", "url": TEXT_URL}]}, 8),
     ],
-    ids=["hello", "empty-parts", "words", "chars"],
+    ids=[
+        "hello",
+        "empty-parts",
+        "words",
+        "chars",
+        "tool",
+        "js-non-space",
+        "js-spaces",
+        "image",
+        "image-no-type",
+        "pdf",
+        "text-url",
+    ],
 )
 def test_token_estimate_is_stamped(
     session: Any, data_dir: Path, object_key: str, message: dict[str, Any], expected: int
@@ -278,3 +370,35 @@ def test_append_messages_is_all_or_nothing(session: Any, data_dir: Path, object_
     assert message_rows(data_dir, object_key) == before
     assert session.append_message(text_message("e")).parent_id == "a"
     assert message_row(data_dir, object_key, "e")["seq"] == 2  # type: ignore[index]
+
+
+def test_canonical_json_number_edges(session: Any, data_dir: Path, object_key: str) -> None:
+    raw = (
+        '{"id":"num","role":"user","parts":[],"a":1e400,"b":18446744073709551616,"c":9007199254740993,'
+        '"d":-1e-400,"e":0.000001,"f":1.5e-7,"g":123e-20,"h":1e20,"i":5e-324}'
+    )
+    session.append_message(raw)
+    expected = (  # observed on upstream
+        '{"id":"num","role":"user","parts":[],"a":null,"b":18446744073709552000,"c":9007199254740992,'
+        '"d":0,"e":0.000001,"f":1.5e-7,"g":1.23e-18,"h":100000000000000000000,"i":5e-324}'
+    )
+    assert message_row(data_dir, object_key, "num")["content"] == expected  # type: ignore[index]
+
+
+def test_append_messages_duplicates_and_overlays_inside_one_batch(
+    session: Any, data_dir: Path, object_key: str
+) -> None:
+    results = session.append_messages(
+        [
+            text_message("x", "first"),
+            text_message("x", "second"),
+            text_message("compaction_1", "summary", role="assistant"),
+            text_message("y"),
+        ]
+    )
+    assert [r.inserted for r in results] == [True, False, False, True]
+    assert results[1].message == text_message("x", "first")
+    assert results[2].message == text_message("compaction_1", "summary", role="assistant")
+    assert results[3].parent_id == "x"
+    rows = message_rows(data_dir, object_key)
+    assert [(r["id"], r["seq"], r["parent_id"]) for r in rows] == [("x", 1, None), ("y", 2, "x")]

@@ -256,3 +256,23 @@ def test_large_unary_append_through_a_plain_stub(stub: Any, data_dir: Path, obje
     assert_stored_exactly(data_dir, object_key, message)
     leaf = join_frames(list(stub.GetLatestLeaf(pb.GetLatestLeafRequest(object_key=object_key))), lambda r: r.frame)
     assert [json for _, json in leaf] == [js_json(message)]
+
+
+def test_large_update_and_upsert_through_the_streaming_path(session: Any, data_dir: Path, object_key: str) -> None:
+    big = text_message("m", "é" * 2_000_000)  # 4 MB: the client streams it
+    before = chunk_rows(data_dir, object_key)
+    assert session.update_message(big) is None  # absent id: nothing written
+    assert message_row(data_dir, object_key, "m") is None
+    assert chunk_rows(data_dir, object_key) == before
+
+    session.append_message(text_message("a"))
+    inserted = session.upsert_message(big, parent_id="a")
+    assert (inserted.inserted, inserted.changed, inserted.message) == (True, False, big)
+    assert_stored_exactly(data_dir, object_key, big)
+
+    changed = text_message("m", "ü" * 2_100_000)
+    result = session.upsert_message(changed, parent_id=None)
+    assert (result.inserted, result.changed) == (False, True)
+    assert message_row(data_dir, object_key, "m")["parent_id"] == "a"  # type: ignore[index]
+    assert_stored_exactly(data_dir, object_key, changed)
+    assert session.get_message("m") == changed

@@ -9,7 +9,10 @@ trap 'rm -rf "$tmp"' EXIT
 
 "$here/scripts/generate.sh" "$tmp"
 
-if ! diff -ru "$here/src/gen" "$tmp/src/gen"; then
+if ! diff -rq "$here/src/gen" "$tmp/src/gen" >/dev/null; then
+  # The descriptor is one long base64 line: show which files differ and a short diff.
+  diff -rq "$here/src/gen" "$tmp/src/gen" >&2 || true
+  diff -ru "$here/src/gen" "$tmp/src/gen" | cut -c1-200 | head -n 80 >&2 || true
   echo "check-generated: clients/typescript/src/gen is out of date; run clients/typescript/scripts/generate.sh" >&2
   exit 1
 fi

@@ -76,6 +76,7 @@ class Compactor:
         self._service = service
         self._summarizer = summarizer
         self._running: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self.on_stored: Callable[[str], None] = lambda kind: None  # observability hook
 
     # ── records ─────────────────────────────────────────────────────────────
 
@@ -87,6 +88,7 @@ class Compactor:
         async with self._service.object(object_key, writing=True) as store:
             record = await store.write(lambda ctx: _insert_record(ctx, session_id, summary, from_id, to_id, event))
             forget_estimate(store, session_id)
+            self.on_stored(event)
             return record
 
     async def records(self, object_key: str, session_id: str) -> list[Compaction]:

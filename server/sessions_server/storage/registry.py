@@ -90,6 +90,15 @@ class ObjectRegistry:
             self._closing.add(task)
             task.add_done_callback(self._closing.discard)
 
+    def row_writes(self) -> int:
+        return sum(store.row_writes for store in self._open.values())
+
+    def open_bytes(self) -> int:
+        return sum(store.file_bytes() for store in self._open.values())
+
+    def subscriber_count(self) -> int:
+        return sum(store.feed.subscriber_count for store in self._open.values())
+
     def is_open(self, object_key: str) -> bool:
         return object_key in self._open
 

@@ -29,6 +29,7 @@ from sessions_server.integrations.chat_completions import ChatCompletionsSummari
 from sessions_server.storage.registry import ObjectRegistry
 from sessions_server.transport.auth import TokenAuthority
 from sessions_server.transport.handlers import generic_handler
+from sessions_server.transport.metrics import Metrics, MetricsInterceptor
 from sessions_server.transport.servicer import Draining, SessionServicer
 
 log = logging.getLogger("sessions.server")
@@ -88,7 +89,15 @@ async def create_server(config: ServerConfig) -> RunningServer:
     )
     authority = TokenAuthority(config.tokens_file) if config.tokens_file else None
     draining = Draining()
-    interceptors = [ReflectionGuard(authority)] if authority is not None and config.auth_protect_reflection else []
+    metrics = Metrics()
+    metrics.open_objects.set_function(lambda: registry.open_count)
+    metrics.row_writes.set_function(registry.row_writes)
+    metrics.bytes_stored.set_function(registry.open_bytes)
+    metrics.subscribers.set_function(registry.subscriber_count)
+    service.compactor.on_stored = lambda kind: metrics.compactions.labels(kind).inc()
+    interceptors: list[Any] = [MetricsInterceptor(metrics)]
+    if authority is not None and config.auth_protect_reflection:
+        interceptors.append(ReflectionGuard(authority))
     server = grpc.aio.server(
         interceptors=interceptors,
         options=[
@@ -107,6 +116,8 @@ async def create_server(config: ServerConfig) -> RunningServer:
     if port == 0:
         raise OSError(f"could not bind {config.listen}")
     await server.start()
+    if config.metrics_listen:
+        metrics.serve(config.metrics_listen)
     for name in ("", SERVICE_NAME):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     host = config.listen.rsplit(":", 1)[0]

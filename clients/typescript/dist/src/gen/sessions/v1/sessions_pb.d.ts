@@ -1961,6 +1961,216 @@ export type GetObjectStatsResponse = Message<"sessions.v1.GetObjectStatsResponse
  */
 export declare const GetObjectStatsResponseSchema: GenMessage<GetObjectStatsResponse>;
 /**
+ * Request for ListObjects.
+ *
+ * @generated from message sessions.v1.ListObjectsRequest
+ */
+export type ListObjectsRequest = Message<"sessions.v1.ListObjectsRequest"> & {
+    /**
+     * Keys per page (0: 100; at most 1,000).
+     *
+     * @generated from field: int32 page_size = 1;
+     */
+    pageSize: number;
+    /**
+     * The next_page_token of the previous page; empty for the first.
+     *
+     * @generated from field: string page_token = 2;
+     */
+    pageToken: string;
+};
+/**
+ * Describes the message sessions.v1.ListObjectsRequest.
+ * Use `create(ListObjectsRequestSchema)` to create a new message.
+ */
+export declare const ListObjectsRequestSchema: GenMessage<ListObjectsRequest>;
+/**
+ * Response for ListObjects.
+ *
+ * @generated from message sessions.v1.ListObjectsResponse
+ */
+export type ListObjectsResponse = Message<"sessions.v1.ListObjectsResponse"> & {
+    /**
+     * The object keys of this page.
+     *
+     * @generated from field: repeated string object_keys = 1;
+     */
+    objectKeys: string[];
+    /**
+     * Pass to the next call; empty on the last page.
+     *
+     * @generated from field: string next_page_token = 2;
+     */
+    nextPageToken: string;
+};
+/**
+ * Describes the message sessions.v1.ListObjectsResponse.
+ * Use `create(ListObjectsResponseSchema)` to create a new message.
+ */
+export declare const ListObjectsResponseSchema: GenMessage<ListObjectsResponse>;
+/**
+ * Request for ExportObject.
+ *
+ * @generated from message sessions.v1.ExportObjectRequest
+ */
+export type ExportObjectRequest = Message<"sessions.v1.ExportObjectRequest"> & {
+    /**
+     * The object key.
+     *
+     * @generated from field: string object_key = 1;
+     */
+    objectKey: string;
+    /**
+     * Refuse writes to the object from the snapshot on (a move in progress).
+     *
+     * @generated from field: bool lock_for_move = 2;
+     */
+    lockForMove: boolean;
+    /**
+     * How long the move lock lasts after the export ends without a DeleteObject (0: 60 s).
+     *
+     * @generated from field: int32 lease_seconds = 3;
+     */
+    leaseSeconds: number;
+};
+/**
+ * Describes the message sessions.v1.ExportObjectRequest.
+ * Use `create(ExportObjectRequestSchema)` to create a new message.
+ */
+export declare const ExportObjectRequestSchema: GenMessage<ExportObjectRequest>;
+/**
+ * One frame of an exported object file.
+ *
+ * @generated from message sessions.v1.ExportObjectResponse
+ */
+export type ExportObjectResponse = Message<"sessions.v1.ExportObjectResponse"> & {
+    /**
+     * The file's size in bytes (first frame only).
+     *
+     * @generated from field: int64 size_bytes = 1;
+     */
+    sizeBytes: bigint;
+    /**
+     * The next bytes of the file (at most 3 MiB per frame).
+     *
+     * @generated from field: bytes data = 2;
+     */
+    data: Uint8Array;
+    /**
+     * The lowercase hex SHA-256 of the whole file (last frame only).
+     *
+     * @generated from field: string sha256 = 3;
+     */
+    sha256: string;
+};
+/**
+ * Describes the message sessions.v1.ExportObjectResponse.
+ * Use `create(ExportObjectResponseSchema)` to create a new message.
+ */
+export declare const ExportObjectResponseSchema: GenMessage<ExportObjectResponse>;
+/**
+ * One frame of an ImportObject stream.
+ *
+ * @generated from message sessions.v1.ImportObjectRequest
+ */
+export type ImportObjectRequest = Message<"sessions.v1.ImportObjectRequest"> & {
+    /**
+     * The object key (first frame only).
+     *
+     * @generated from field: string object_key = 1;
+     */
+    objectKey: string;
+    /**
+     * Replace an existing object with the same key (first frame only).
+     *
+     * @generated from field: bool replace = 2;
+     */
+    replace: boolean;
+    /**
+     * The next bytes of the file.
+     *
+     * @generated from field: bytes data = 3;
+     */
+    data: Uint8Array;
+    /**
+     * The lowercase hex SHA-256 of the whole file (required on the last frame).
+     *
+     * @generated from field: string sha256 = 4;
+     */
+    sha256: string;
+};
+/**
+ * Describes the message sessions.v1.ImportObjectRequest.
+ * Use `create(ImportObjectRequestSchema)` to create a new message.
+ */
+export declare const ImportObjectRequestSchema: GenMessage<ImportObjectRequest>;
+/**
+ * Response for ImportObject.
+ *
+ * @generated from message sessions.v1.ImportObjectResponse
+ */
+export type ImportObjectResponse = Message<"sessions.v1.ImportObjectResponse"> & {
+    /**
+     * Bytes received.
+     *
+     * @generated from field: int64 size_bytes = 1;
+     */
+    sizeBytes: bigint;
+    /**
+     * Message rows in the imported object.
+     *
+     * @generated from field: int64 message_rows = 2;
+     */
+    messageRows: bigint;
+};
+/**
+ * Describes the message sessions.v1.ImportObjectResponse.
+ * Use `create(ImportObjectResponseSchema)` to create a new message.
+ */
+export declare const ImportObjectResponseSchema: GenMessage<ImportObjectResponse>;
+/**
+ * Request for DeleteObject.
+ *
+ * @generated from message sessions.v1.DeleteObjectRequest
+ */
+export type DeleteObjectRequest = Message<"sessions.v1.DeleteObjectRequest"> & {
+    /**
+     * The object key.
+     *
+     * @generated from field: string object_key = 1;
+     */
+    objectKey: string;
+    /**
+     * Where the object went (e.g. the destination's address), reported to later callers.
+     *
+     * @generated from field: string moved_to = 2;
+     */
+    movedTo: string;
+};
+/**
+ * Describes the message sessions.v1.DeleteObjectRequest.
+ * Use `create(DeleteObjectRequestSchema)` to create a new message.
+ */
+export declare const DeleteObjectRequestSchema: GenMessage<DeleteObjectRequest>;
+/**
+ * Response for DeleteObject.
+ *
+ * @generated from message sessions.v1.DeleteObjectResponse
+ */
+export type DeleteObjectResponse = Message<"sessions.v1.DeleteObjectResponse"> & {
+    /**
+     * True when a stored object was removed.
+     *
+     * @generated from field: bool deleted = 1;
+     */
+    deleted: boolean;
+};
+/**
+ * Describes the message sessions.v1.DeleteObjectResponse.
+ * Use `create(DeleteObjectResponseSchema)` to create a new message.
+ */
+export declare const DeleteObjectResponseSchema: GenMessage<DeleteObjectResponse>;
+/**
  * How reads return inline media that is stored as an attachment.
  *
  * @generated from enum sessions.v1.AttachmentMode
@@ -2120,7 +2330,61 @@ export declare enum ErrorReason {
      *
      * @generated from enum value: ERROR_REASON_LIMIT_EXCEEDED = 9;
      */
-    LIMIT_EXCEEDED = 9
+    LIMIT_EXCEEDED = 9,
+    /**
+     * The disk holding the object is full (or the file size limit was reached); nothing was written.
+     *
+     * @generated from enum value: ERROR_REASON_STORAGE_FULL = 10;
+     */
+    STORAGE_FULL = 10,
+    /**
+     * A thing named by id does not exist where an answer needs it (e.g. an attachment hash).
+     *
+     * @generated from enum value: ERROR_REASON_NOT_FOUND = 11;
+     */
+    NOT_FOUND = 11,
+    /**
+     * Compact was called but the server has no summarizer configured.
+     *
+     * @generated from enum value: ERROR_REASON_NO_SUMMARIZER = 12;
+     */
+    NO_SUMMARIZER = 12,
+    /**
+     * The call carries no valid bearer token.
+     *
+     * @generated from enum value: ERROR_REASON_UNAUTHENTICATED = 13;
+     */
+    UNAUTHENTICATED = 13,
+    /**
+     * The bearer token does not grant this object key or this kind of access.
+     *
+     * @generated from enum value: ERROR_REASON_PERMISSION_DENIED = 14;
+     */
+    PERMISSION_DENIED = 14,
+    /**
+     * The server failed on its own; the message names the error class and the log has details.
+     *
+     * @generated from enum value: ERROR_REASON_INTERNAL = 15;
+     */
+    INTERNAL = 15,
+    /**
+     * The stored state does not allow the request (see the message).
+     *
+     * @generated from enum value: ERROR_REASON_FAILED_PRECONDITION = 16;
+     */
+    FAILED_PRECONDITION = 16,
+    /**
+     * This server does not own the object (ownership guard); route it to its shard.
+     *
+     * @generated from enum value: ERROR_REASON_OBJECT_NOT_OWNED = 17;
+     */
+    OBJECT_NOT_OWNED = 17,
+    /**
+     * The object is being moved to another server; retry shortly.
+     *
+     * @generated from enum value: ERROR_REASON_OBJECT_MOVING = 18;
+     */
+    OBJECT_MOVING = 18
 }
 /**
  * Describes the enum sessions.v1.ErrorReason.
@@ -2545,5 +2809,48 @@ export declare const SessionService: GenService<{
         methodKind: "unary";
         input: typeof GetObjectStatsRequestSchema;
         output: typeof GetObjectStatsResponseSchema;
+    };
+    /**
+     * Lists the object keys stored on this server, a page at a time (in file order, not key order).
+     *
+     * @generated from rpc sessions.v1.SessionService.ListObjects
+     */
+    listObjects: {
+        methodKind: "unary";
+        input: typeof ListObjectsRequestSchema;
+        output: typeof ListObjectsResponseSchema;
+    };
+    /**
+     * Streams a consistent copy of an object's file, for moving it to another server. With
+     * `lock_for_move`, writes to the object are refused (UNAVAILABLE, OBJECT_MOVING: retry) from
+     * the snapshot on, until DeleteObject completes the move or the lease expires.
+     *
+     * @generated from rpc sessions.v1.SessionService.ExportObject
+     */
+    exportObject: {
+        methodKind: "server_streaming";
+        input: typeof ExportObjectRequestSchema;
+        output: typeof ExportObjectResponseSchema;
+    };
+    /**
+     * Receives an exported object file, verifies its digest and integrity, and serves it.
+     *
+     * @generated from rpc sessions.v1.SessionService.ImportObject
+     */
+    importObject: {
+        methodKind: "client_streaming";
+        input: typeof ImportObjectRequestSchema;
+        output: typeof ImportObjectResponseSchema;
+    };
+    /**
+     * Removes an object from this server (the last step of a move). Later calls for the key are
+     * refused with FAILED_PRECONDITION (OBJECT_NOT_OWNED) naming where it went, until restart.
+     *
+     * @generated from rpc sessions.v1.SessionService.DeleteObject
+     */
+    deleteObject: {
+        methodKind: "unary";
+        input: typeof DeleteObjectRequestSchema;
+        output: typeof DeleteObjectResponseSchema;
     };
 }>;

@@ -1,0 +1,318 @@
+package sessions
+
+import (
+	"context"
+	"io"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+
+	pb "github.com/sessions-dev/sessions/clients/go/gen/sessions/v1"
+)
+
+// ── admin and attachments (object level) ────────────────────────────────────
+
+// SessionSummary is one session of an object.
+type SessionSummary struct {
+	ID           string
+	MessageCount int64
+}
+
+// ObjectStats reports an object's storage.
+type ObjectStats struct {
+	FileBytes        int64
+	MessageRows      int64
+	ContinuationRows int64
+	AttachmentCount  int64
+	AttachmentBytes  int64
+	// RowWrites counts rows written since the object was created, as upstream bills them.
+	RowWrites    int64
+	SessionCount int64
+}
+
+// Attachment is one stored attachment payload.
+type Attachment struct {
+	Hash      string
+	MediaType string
+	Data      []byte
+}
+
+// ListSessions lists the sessions that hold messages or compactions, with their message counts.
+func (o *Object) ListSessions(ctx context.Context) ([]SessionSummary, error) {
+	cctx, cancel := o.unaryCtx(ctx)
+	defer cancel()
+	resp, err := o.client.stub.ListSessions(cctx, &pb.ListSessionsRequest{ObjectKey: o.key})
+	if err != nil {
+		return nil, toError(err)
+	}
+	out := make([]SessionSummary, 0, len(resp.GetSessions()))
+	for _, s := range resp.GetSessions() {
+		out = append(out, SessionSummary{ID: s.GetSessionId(), MessageCount: s.GetMessageCount()})
+	}
+	return out, nil
+}
+
+// GetObjectStats reports the object's storage: bytes, rows, attachments and row writes.
+func (o *Object) GetObjectStats(ctx context.Context) (ObjectStats, error) {
+	cctx, cancel := o.unaryCtx(ctx)
+	defer cancel()
+	r, err := o.client.stub.GetObjectStats(cctx, &pb.GetObjectStatsRequest{ObjectKey: o.key})
+	if err != nil {
+		return ObjectStats{}, toError(err)
+	}
+	return ObjectStats{
+		FileBytes:        r.GetFileBytes(),
+		MessageRows:      r.GetMessageRows(),
+		ContinuationRows: r.GetContinuationRows(),
+		AttachmentCount:  r.GetAttachmentCount(),
+		AttachmentBytes:  r.GetAttachmentBytes(),
+		RowWrites:        r.GetRowWrites(),
+		SessionCount:     r.GetSessionCount(),
+	}, nil
+}
+
+// ReadAttachment reads one attachment payload by its hash (the hex after
+// `attachment:sha256:` in a message read WithAttachmentPointers).
+func (o *Object) ReadAttachment(ctx context.Context, hash string) (Attachment, error) {
+	cctx, cancel := o.unaryCtx(ctx)
+	defer cancel()
+	stream, err := o.client.stub.ReadAttachment(cctx, &pb.ReadAttachmentRequest{ObjectKey: o.key, Hash: hash})
+	if err != nil {
+		return Attachment{}, toError(err)
+	}
+	out := Attachment{Hash: hash}
+	first := true
+	for {
+		resp, err := stream.Recv()
+		if err == io.EOF {
+			return out, nil
+		}
+		if err != nil {
+			return Attachment{}, toError(err)
+		}
+		if first {
+			out.MediaType = resp.GetMediaType()
+			if size := resp.GetSizeBytes(); size > 0 && size <= 1<<31 {
+				out.Data = make([]byte, 0, size)
+			}
+			first = false
+		}
+		out.Data = append(out.Data, resp.GetData()...)
+	}
+}
+
+// ── search ──────────────────────────────────────────────────────────────────
+
+// SearchOptions configures Search.
+type SearchOptions struct {
+	// Limit is the largest number of results (0: the server's default, 20).
+	Limit int32
+	// AllWords matches every word of the query in any order, instead of the whole query as one
+	// phrase (upstream's semantics).
+	AllWords bool
+	// AllSessions searches every session of the object.
+	AllSessions bool
+}
+
+// SearchResult is one full-text search hit.
+type SearchResult struct {
+	ID        string
+	Role      string
+	SessionID string
+	// Content is the indexed text of the message.
+	Content string
+}
+
+// Search runs a full-text search over message text, best match first.
+func (s *Session) Search(ctx context.Context, query string, opts SearchOptions) ([]SearchResult, error) {
+	mode := pb.SearchMode_SEARCH_MODE_PHRASE
+	if opts.AllWords {
+		mode = pb.SearchMode_SEARCH_MODE_ALL_WORDS
+	}
+	cctx, cancel := s.object.unaryCtx(ctx)
+	defer cancel()
+	stream, err := s.client.stub.SearchMessages(cctx, &pb.SearchMessagesRequest{
+		ObjectKey:   s.object.key,
+		SessionId:   s.id,
+		Query:       query,
+		Limit:       opts.Limit,
+		Mode:        mode,
+		AllSessions: opts.AllSessions,
+	})
+	if err != nil {
+		return nil, toError(err)
+	}
+	var out []SearchResult
+	var content strings.Builder
+	var hit *SearchResult
+	for {
+		resp, err := stream.Recv()
+		if err == io.EOF {
+			if hit != nil {
+				return nil, clientError(codes.DataLoss, ReasonInvalidStream, streamEndedInsideMessage)
+			}
+			return out, nil
+		}
+		if err != nil {
+			return nil, toError(err)
+		}
+		if hit == nil {
+			hit = &SearchResult{ID: resp.GetId(), Role: resp.GetRole(), SessionID: resp.GetSessionId()}
+			content.Reset()
+		}
+		content.WriteString(resp.GetContent())
+		if !resp.GetMorePieces() {
+			hit.Content = content.String()
+			out = append(out, *hit)
+			hit = nil
+		}
+	}
+}
+
+// ── compaction ──────────────────────────────────────────────────────────────
+
+// CompactionPlan is the range and prompt for a client-side summarizer.
+type CompactionPlan struct {
+	FromMessageID string
+	ToMessageID   string
+	Prompt        string
+	// BudgetTokens is the summary length target given in the prompt.
+	BudgetTokens int64
+}
+
+// CompactionPolicy is a session's automatic compaction policy.
+type CompactionPolicy struct {
+	// ThresholdTokens: compact after an inserted append when the session's token estimate
+	// exceeds it; 0 disables automatic compaction.
+	ThresholdTokens int64
+	// KeepRecentTokens is the token budget of the recent tail kept verbatim (0: 20,000).
+	KeepRecentTokens int64
+}
+
+// AddCompaction stores a compaction overlay: reads replace the path from fromID to toID with
+// one synthetic message holding the summary. Nothing is deleted.
+func (s *Session) AddCompaction(ctx context.Context, summary, fromID, toID string) (Compaction, error) {
+	cctx, cancel := s.object.unaryCtx(ctx)
+	defer cancel()
+	resp, err := s.client.stub.AddCompaction(cctx, &pb.AddCompactionRequest{
+		ObjectKey: s.object.key, SessionId: s.id, Summary: summary, FromMessageId: fromID, ToMessageId: toID,
+	})
+	if err != nil {
+		return Compaction{}, toError(err)
+	}
+	return *compactionOrZero(resp.GetCompaction()), nil
+}
+
+// ListCompactions lists every compaction record of the session, oldest first.
+func (s *Session) ListCompactions(ctx context.Context) ([]Compaction, error) {
+	cctx, cancel := s.object.unaryCtx(ctx)
+	defer cancel()
+	resp, err := s.client.stub.ListCompactions(cctx, &pb.ListCompactionsRequest{ObjectKey: s.object.key, SessionId: s.id})
+	if err != nil {
+		return nil, toError(err)
+	}
+	out := make([]Compaction, 0, len(resp.GetCompactions()))
+	for _, c := range resp.GetCompactions() {
+		out = append(out, *compactionOrZero(c))
+	}
+	return out, nil
+}
+
+// PlanCompaction plans a compaction of the path (the active branch, or WithLeaf) as upstream's
+// createCompactFunction does; planned is false when there is nothing to compact.
+// keepRecentTokens 0 means the server's default (20,000).
+func (s *Session) PlanCompaction(ctx context.Context, keepRecentTokens int64, opts ...ReadOption) (plan CompactionPlan, planned bool, err error) {
+	o := newReadOptions(opts)
+	cctx, cancel := s.object.unaryCtx(ctx)
+	defer cancel()
+	resp, err := s.client.stub.PlanCompaction(cctx, &pb.PlanCompactionRequest{
+		ObjectKey: s.object.key, SessionId: s.id, LeafId: o.leafID, KeepRecentTokens: keepRecentTokens,
+	})
+	if err != nil {
+		return CompactionPlan{}, false, toError(err)
+	}
+	if !resp.GetPlanned() {
+		return CompactionPlan{}, false, nil
+	}
+	return CompactionPlan{
+		FromMessageID: resp.GetFromMessageId(),
+		ToMessageID:   resp.GetToMessageId(),
+		Prompt:        resp.GetPrompt(),
+		BudgetTokens:  resp.GetBudgetTokens(),
+	}, true, nil
+}
+
+// Compact compacts the path with the server's configured summarizer; nil when there was nothing
+// to compact. Without a summarizer the server answers FAILED_PRECONDITION (NO_SUMMARIZER).
+func (s *Session) Compact(ctx context.Context, opts ...ReadOption) (*Compaction, error) {
+	o := newReadOptions(opts)
+	cctx, cancel := s.object.unaryCtx(ctx)
+	defer cancel()
+	resp, err := s.client.stub.Compact(cctx, &pb.CompactRequest{ObjectKey: s.object.key, SessionId: s.id, LeafId: o.leafID})
+	if err != nil {
+		return nil, toError(err)
+	}
+	if !resp.GetCompacted() {
+		return nil, nil
+	}
+	return compactionOrZero(resp.GetCompaction()), nil
+}
+
+// CompactWith compacts with a summarizer that runs here: it plans on the server, calls
+// summarize with the prompt, and stores the summary (upstream's createCompactFunction). It
+// returns nil when there was nothing to compact or the summary is blank.
+func (s *Session) CompactWith(ctx context.Context, summarize func(ctx context.Context, prompt string) (string, error), keepRecentTokens int64, opts ...ReadOption) (*Compaction, error) {
+	plan, planned, err := s.PlanCompaction(ctx, keepRecentTokens, opts...)
+	if err != nil || !planned {
+		return nil, err
+	}
+	summary, err := summarize(ctx, plan.Prompt)
+	if err != nil {
+		return nil, err
+	}
+	if strings.TrimSpace(summary) == "" {
+		return nil, nil
+	}
+	record, err := s.AddCompaction(ctx, summary, plan.FromMessageID, plan.ToMessageID)
+	if err != nil {
+		return nil, err
+	}
+	return &record, nil
+}
+
+// SetCompactionPolicy stores the session's automatic compaction policy.
+func (s *Session) SetCompactionPolicy(ctx context.Context, policy CompactionPolicy) (CompactionPolicy, error) {
+	cctx, cancel := s.object.unaryCtx(ctx)
+	defer cancel()
+	resp, err := s.client.stub.SetCompactionPolicy(cctx, &pb.SetCompactionPolicyRequest{
+		ObjectKey: s.object.key,
+		SessionId: s.id,
+		Policy:    &pb.CompactionPolicy{ThresholdTokens: policy.ThresholdTokens, KeepRecentTokens: policy.KeepRecentTokens},
+	})
+	if err != nil {
+		return CompactionPolicy{}, toError(err)
+	}
+	return policyFrom(resp.GetPolicy()), nil
+}
+
+// GetCompactionPolicy reads the session's automatic compaction policy (all zero when none).
+func (s *Session) GetCompactionPolicy(ctx context.Context) (CompactionPolicy, error) {
+	cctx, cancel := s.object.unaryCtx(ctx)
+	defer cancel()
+	resp, err := s.client.stub.GetCompactionPolicy(cctx, &pb.GetCompactionPolicyRequest{ObjectKey: s.object.key, SessionId: s.id})
+	if err != nil {
+		return CompactionPolicy{}, toError(err)
+	}
+	return policyFrom(resp.GetPolicy()), nil
+}
+
+func policyFrom(p *pb.CompactionPolicy) CompactionPolicy {
+	return CompactionPolicy{ThresholdTokens: p.GetThresholdTokens(), KeepRecentTokens: p.GetKeepRecentTokens()}
+}
+
+func compactionOrZero(p *pb.Compaction) *Compaction {
+	if c := compactionFrom(p); c != nil {
+		return c
+	}
+	return &Compaction{}
+}

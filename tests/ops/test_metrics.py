@@ -1,0 +1,39 @@
+"""The Prometheus endpoint reports RPCs by method and code, and object gauges."""
+
+from __future__ import annotations
+
+import socket
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from sessions_client import SessionsClient, SessionsError
+from tests.conftest import start_server
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_metrics_endpoint_counts_rpcs_and_objects(tmp_path: Path) -> None:
+    port = _free_port()
+    server = start_server(tmp_path / "data", metrics_listen=f"127.0.0.1:{port}")
+    try:
+        with SessionsClient(server.address) as client:
+            session = client.object("metrics").session()
+            session.append_message({"id": "m1", "role": "user", "parts": []})
+            session.get_history()
+            with pytest.raises(SessionsError):
+                session.append_message("not json")
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    finally:
+        server.stop()
+    assert 'sessions_rpcs_total{code="OK",method="AppendMessage"} 1.0' in body
+    assert 'sessions_rpcs_total{code="INVALID_ARGUMENT",method="AppendMessage"} 1.0' in body
+    assert 'sessions_rpcs_total{code="OK",method="StreamHistory"} 1.0' in body
+    assert "sessions_open_objects 1.0" in body
+    assert "sessions_row_writes 1.0" in body
+    assert 'sessions_rpc_seconds_count{method="AppendMessage"} 2.0' in body
