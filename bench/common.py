@@ -494,9 +494,17 @@ class OracleClient:
 
     def raw(self, key: str, op: str, body: bytes, session: str = "-") -> bytes:
         path = f"/obj/{urllib.parse.quote(key, safe='')}/{urllib.parse.quote(session, safe='')}/{op}"
-        self.conn.request("POST", path, body=body, headers={"content-type": "application/json"})
-        response = self.conn.getresponse()
-        data = response.read()
+        for attempt in range(2):  # the server may close an idle keep-alive connection
+            try:
+                self.conn.request("POST", path, body=body, headers={"content-type": "application/json"})
+                response = self.conn.getresponse()
+                data = response.read()
+                break
+            except (http.client.HTTPException, OSError):
+                self.conn.close()
+                self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=600)
+                if attempt == 1:
+                    raise
         if response.status != 200:
             raise RuntimeError(f"oracle {op}: HTTP {response.status}: {data[:300]!r}")
         return data

@@ -42,10 +42,18 @@ def _protoc(out_dir: Path) -> None:
     subprocess.run(cmd, check=True, cwd=PROTO_ROOT)
 
 
-def _render(tmp: Path) -> dict[str, str]:
-    """Runs protoc and returns the package's files (relative path -> text), imports rewritten."""
+def _descriptor_set(tmp: Path) -> bytes:
+    """The contract as a FileDescriptorSet with source info, so reflection shows the comments."""
+    out = tmp / "sessions.binpb"
+    buf = Path(sys.executable).parent / "buf"
+    subprocess.run([str(buf), "build", "-o", str(out), "--path", f"proto/{PROTO_PACKAGE}"], check=True, cwd=ROOT)
+    return out.read_bytes()
+
+
+def _render(tmp: Path) -> dict[str, str | bytes]:
+    """Runs protoc and returns the package's files (relative path -> content), imports rewritten."""
     _protoc(tmp)
-    files: dict[str, str] = {
+    files: dict[str, str | bytes] = {
         "__init__.py": '"""Generated protobuf and gRPC stubs for the sessions contract."""\n',
         "v1/__init__.py": '"""Generated stubs for sessions.v1 (do not edit; run `make generate`)."""\n',
         "py.typed": "",
@@ -55,6 +63,7 @@ def _render(tmp: Path) -> dict[str, str]:
         text = text.replace("from sessions.v1 import", f"from {PYTHON_IMPORT} import")
         text = text.replace("import sessions.v1.", f"import {PYTHON_IMPORT}.")
         files[f"v1/{path.name}"] = text
+    files["v1/sessions_descriptor.binpb"] = _descriptor_set(tmp)
     return files
 
 
@@ -65,8 +74,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         wanted = _render(Path(tmp))
     if args.check:
-        existing = {
-            str(p.relative_to(OUTPUT)): p.read_text()
+        existing: dict[str, str | bytes] = {
+            str(p.relative_to(OUTPUT)): p.read_bytes() if p.suffix == ".binpb" else p.read_text()
             for p in OUTPUT.rglob("*")
             if p.is_file() and "__pycache__" not in p.parts
         }
@@ -74,10 +83,14 @@ def main() -> int:
             print("generated code is up to date")
             return 0
         for name in sorted(set(existing) | set(wanted)):
-            if existing.get(name) != wanted.get(name):
+            old, new = existing.get(name, ""), wanted.get(name, "")
+            if old != new:
+                if isinstance(old, bytes) or isinstance(new, bytes):
+                    print(f"{name}: binary content differs")
+                    continue
                 diff = difflib.unified_diff(
-                    existing.get(name, "").splitlines(),
-                    wanted.get(name, "").splitlines(),
+                    old.splitlines(),
+                    new.splitlines(),
                     f"committed/{name}",
                     f"generated/{name}",
                     lineterm="",
@@ -91,7 +104,10 @@ def main() -> int:
     for name, text in wanted.items():
         target = OUTPUT / name
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text)
+        if isinstance(text, bytes):
+            target.write_bytes(text)
+        else:
+            target.write_text(text)
     print(f"wrote {len(wanted)} files to {OUTPUT.relative_to(ROOT)}")
     return 0
 

@@ -90,6 +90,19 @@ def _sqlite_backup(src: Path, dest: Path) -> Path:
     return dest
 
 
+def _with_page_size(src: Path, dest: Path, page_size: int) -> Path:
+    shutil.copyfile(src, dest)
+    conn = sqlite3.connect(dest, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode = DELETE")
+        conn.execute(f"PRAGMA page_size = {page_size}")
+        conn.execute("VACUUM")
+        assert conn.execute("PRAGMA page_size").fetchone()[0] == page_size
+    finally:
+        conn.close()
+    return dest
+
+
 @dataclass
 class World:
     base: Path
@@ -135,6 +148,11 @@ def world(
         pair.check(level="rows")
         keys[f"ours2up-{name}"] = pair.key
         copies[f"ours2up-{name}"] = _sqlite_backup(pair.our_file(), base / f"ours2up-{name}.sqlite")
+        if name == "rich":
+            # The same store rewritten with 16 KiB pages (what our new files are meant to use),
+            # so upstream reading such a file is covered whatever page size the server wrote.
+            keys["ours2up-rich-16k"] = pair.key
+            copies["ours2up-rich-16k"] = _with_page_size(copies[f"ours2up-{name}"], base / "ours2up-rich-16k.sqlite", 16384)
 
     for name, build_fixture in LEGACY.items():
         fixture = build_fixture(base / f"{name}.sqlite")
@@ -208,7 +226,7 @@ def test_our_file_is_what_upstream_gets(world: World) -> None:
     assert "_sessions_meta" in tables
 
 
-@pytest.mark.parametrize("name", list(SCENARIOS))
+@pytest.mark.parametrize("name", [*SCENARIOS, "rich-16k"])
 def test_our_store_read_by_upstream(world: World, our_client: SessionsClient, our_server: OurServerProcess, name: str) -> None:
     key = world.keys[f"ours2up-{name}"]
     assert world.second_oracle.client is not None
@@ -223,15 +241,15 @@ def test_our_store_read_by_upstream(world: World, our_client: SessionsClient, ou
 
 
 def _tables_upstream(oracle: Oracle, key: str) -> set[str]:
-    rows = oracle.sql(key, "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'assistant_fts_%'")
-    return {r["name"] for r in rows}
+    rows = oracle.sql(key, "SELECT name FROM sqlite_master WHERE type = 'table'")
+    return {r["name"] for r in rows if not r["name"].startswith(("assistant_fts_", "_cf_"))}
 
 
 def _tables_ours(path: Path) -> set[str]:
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
-        rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'assistant_fts_%'")
-        return {r[0] for r in rows} - {"_sessions_meta"}
+        rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        return {r[0] for r in rows if not r[0].startswith(("assistant_fts_", "_cf_"))} - {"_sessions_meta"}
     finally:
         conn.close()
 
@@ -244,6 +262,16 @@ def _kv_file(path: Path) -> dict[str, Any]:
         return {}
     finally:
         conn.close()
+
+
+# What upstream is expected to leave behind (reference notes §10), asserted so the fixtures keep
+# exercising both the complete and the incomplete lift.
+EXPECTED_LEGACY_LEFT = {
+    "legacy": {"assistant_config"},
+    "legacy-conflict": {"assistant_config", "assistant_messages"},
+    "legacy-null-role": {"assistant_config", "assistant_messages"},
+}
+VERSION_1 = {"cf_agents:sessions_schema_version": b"\xff\x0fI\x02"}
 
 
 @pytest.mark.parametrize("name", list(LEGACY))
@@ -262,6 +290,9 @@ def test_legacy_lift_matches_upstream(world: World, name: str) -> None:
     up_kv, our_kv = _kv_file(up_copy), _kv_file(pair.our_file())
     if up_kv != our_kv:
         problems.append(f"_cf_KV after the lift: upstream {up_kv} | ours {our_kv}")
+    left = {t for t in up_tables if t.startswith("assistant_")}
+    assert left == EXPECTED_LEGACY_LEFT[name], f"upstream left {left}: fixture no longer exercises the case"
+    assert (up_kv == VERSION_1) == (name == "legacy"), f"upstream schema version after {name}: {up_kv}"
     assert not problems, "\n".join(problems)
     pair.check(level="full")
     _more_writes(pair)

@@ -356,6 +356,7 @@ export function* pieces(text: string, pieceBytes: number = PIECE_BYTES): Generat
   while (start < data.length) {
     let end = Math.min(start + pieceBytes, data.length);
     while (end < data.length && (data[end]! & 0xc0) === 0x80) end -= 1;
+    if (end === start) throw new RangeError("pieceBytes is smaller than one UTF-8 character");
     yield data.toString("utf8", start, end);
     start = end;
   }

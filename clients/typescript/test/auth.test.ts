@@ -36,6 +36,7 @@ function expectCode(code: string) {
   return (e: unknown) => {
     assert.ok(e instanceof SessionsError, String(e));
     assert.equal(e.code, code);
+    assert.equal(e.reason, code, "ErrorInfo reason");
     return true;
   };
 }

@@ -18,7 +18,7 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection_pb2_grpc
 
 from sessions_proto.v1 import sessions_pb2
 from sessions_server.config import ServerConfig
@@ -30,6 +30,8 @@ from sessions_server.storage.registry import ObjectRegistry
 from sessions_server.transport.auth import TokenAuthority
 from sessions_server.transport.handlers import generic_handler
 from sessions_server.transport.metrics import Metrics, MetricsInterceptor
+from sessions_server.transport.reflection import SERVICE_NAME as REFLECTION_SERVICE
+from sessions_server.transport.reflection import ReflectionServicer
 from sessions_server.transport.servicer import Draining, SessionServicer
 
 log = logging.getLogger("sessions.server")
@@ -111,7 +113,9 @@ async def create_server(config: ServerConfig) -> RunningServer:
     server.add_generic_rpc_handlers((generic_handler(servicer),))
     health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+    reflection_pb2_grpc.add_ServerReflectionServicer_to_server(
+        ReflectionServicer((SERVICE_NAME, health.SERVICE_NAME, REFLECTION_SERVICE)), server
+    )
     port = _bind(server, config)
     if port == 0:
         raise OSError(f"could not bind {config.listen}")

@@ -22,7 +22,7 @@ from typing import Any
 
 from sessions_client import AUTO, SessionsClient, SessionsError
 from sessions_server.storage.paths import object_path
-from tests.conformance.harness.canon import canon, canon_opt
+from tests.conformance.harness.canon import canon, canon_message, canon_message_opt, canon_opt
 from tests.conformance.harness.oracle import Oracle, OracleError, RawJson
 from tests.conformance.harness.stored import (
     MESSAGE_COLUMNS,
@@ -85,7 +85,7 @@ def _oracle_message(message: Msg) -> Any:
 
 
 def _canon_list(messages: Iterable[Any]) -> list[str]:
-    return [canon(m) for m in messages]
+    return [canon_message(m) for m in messages]
 
 
 class Pair:
@@ -189,6 +189,9 @@ class Pair:
             if extra is not None:
                 extra(up, ours, problems)
             self._check_rows(problems)
+        elif extra is not None:
+            self._fresh_upstream_rows()
+            extra(up, ours, problems)
         if problems:
             self._fail(problems)
         if check:
@@ -531,14 +534,14 @@ class Pair:
         if op == "getHistory":
             return _canon_list(s.get_history(leaf_id=opts.get("leafId"), newest_first=bool(opts.get("newestFirst"))))
         if op == "getLatestLeaf":
-            return canon_opt(s.get_latest_leaf())
+            return canon_message_opt(s.get_latest_leaf())
         if op == "getHistoryRowStats":
             return [
                 {"id": r.id, "role": r.role, "bytes": r.bytes, "tokenEstimate": r.token_estimate}
                 for r in s.get_history_row_stats(leaf_id=body.get("leafId"))
             ]
         if op == "getMessage":
-            return canon_opt(s.get_message(body["id"]))
+            return canon_message_opt(s.get_message(body["id"]))
         if op == "getBranches":
             return _canon_list(s.get_branches(body["messageId"]))
         if op == "getRecentHistory":
@@ -561,7 +564,7 @@ class Pair:
         if op in ("getHistory", "getBranches"):
             return _canon_list(result)
         if op in ("getLatestLeaf", "getMessage"):
-            return canon_opt(result)
+            return canon_message_opt(result)
         if op == "getHistoryRowStats":
             return [{"id": r["id"], "role": r["role"], "bytes": r["bytes"], "tokenEstimate": r["tokenEstimate"]} for r in result]
         if op == "getRecentHistory":

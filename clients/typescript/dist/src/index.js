@@ -169,6 +169,8 @@ export function* pieces(text, pieceBytes = PIECE_BYTES) {
         let end = Math.min(start + pieceBytes, data.length);
         while (end < data.length && (data[end] & 0xc0) === 0x80)
             end -= 1;
+        if (end === start)
+            throw new RangeError("pieceBytes is smaller than one UTF-8 character");
         yield data.toString("utf8", start, end);
         start = end;
     }

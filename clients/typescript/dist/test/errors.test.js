@@ -70,4 +70,18 @@ test("an unreachable server is UNAVAILABLE", async () => {
         dead.close();
     }
 });
+test("pieces() cuts on UTF-8 boundaries and loses nothing", async () => {
+    const { pieces } = await import("../src/index.js");
+    const text = "a🙂漢é".repeat(1000);
+    for (const size of [4, 5, 7, 64, 1000]) {
+        const parts = [...pieces(text, size)];
+        assert.equal(parts.join(""), text);
+        for (const part of parts) {
+            assert.ok(Buffer.byteLength(part, "utf8") <= size);
+            assert.ok(!part.includes("\uFFFD"));
+        }
+    }
+    assert.deepEqual([...pieces("", 4)], [""]);
+    assert.throws(() => [...pieces("🙂🙂", 3)], RangeError);
+});
 //# sourceMappingURL=errors.test.js.map
