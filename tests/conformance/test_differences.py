@@ -35,23 +35,64 @@ BAD_SHAPES: list[tuple[str, dict[str, Any]]] = [
 ]
 
 
-@pytest.mark.parametrize(("name", "message"), BAD_SHAPES, ids=[c[0] for c in BAD_SHAPES])
-def test_append_bad_shape_upstream_throws_we_reject(pair: Pair, name: str, message: dict[str, Any]) -> None:
-    """Upstream throws (TypeError / SqlError NOT NULL; "no-parts" is stored by upstream); we answer
-    INVALID_ARGUMENT. Nothing is stored on our side."""
-    pair.append(msg("a"))
+# What upstream does with each bad shape, per write path, on a fresh object (update: an absent id).
+# "throws": the call fails; "ignored": returns quietly, nothing stored; "null": update returns null;
+# "stored": upstream writes the row anyway.
+UPSTREAM_OUTCOME: dict[tuple[str, str], str] = {
+    ("no-role", "append"): "throws",  # SqlError NOT NULL
+    ("no-role", "import"): "ignored",  # INSERT OR IGNORE swallows NOT NULL
+    ("no-role", "update"): "null",
+    ("null-role", "append"): "throws",
+    ("null-role", "import"): "ignored",
+    ("null-role", "update"): "null",
+    ("numeric-role", "append"): "stored",
+    ("numeric-role", "import"): "stored",
+    ("numeric-role", "update"): "null",
+    ("numeric-id", "append"): "throws",  # TypeError: msg.id.startsWith
+    ("numeric-id", "import"): "stored",  # as the text "7.0"
+    ("numeric-id", "update"): "throws",
+    ("no-id", "append"): "throws",
+    ("no-id", "import"): "ignored",
+    ("no-id", "update"): "throws",
+    ("parts-object", "append"): "throws",
+    ("parts-object", "import"): "throws",
+    ("parts-object", "update"): "throws",
+    ("no-parts", "append"): "throws",
+    ("no-parts", "import"): "throws",
+    ("no-parts", "update"): "throws",
+}
+
+
+@pytest.mark.parametrize(("name", "path"), list(UPSTREAM_OUTCOME), ids=[f"{n}-{p}" for n, p in UPSTREAM_OUTCOME])
+def test_bad_shape_rejected_on_every_path(pair: Pair, name: str, path: str) -> None:
+    """DESIGN §9: without a string id/role or an array parts we answer INVALID_ARGUMENT on every
+    write path and store nothing; upstream throws on some paths, drops or stores on others."""
+    message = dict(BAD_SHAPES)[name]
+    op, body = {
+        "append": ("appendMessage", {"message": message}),
+        "import": ("importMessage", {"message": message, "options": {"parentId": None, "createdAt": 1}}),
+        "update": ("updateMessage", {"message": message}),
+    }[path]
     try:
-        up = pair.up("appendMessage", {"message": message})
-        upstream = f"returned {up}"
-    except OracleError as exc:
-        upstream = f"threw {exc.name}: {exc}"
-    _ours_rejects(lambda: pair.ours().append_message(message))
-    if name == "no-parts":
-        # Upstream's estimator tolerates a missing parts array on append.
-        assert upstream.startswith("returned") or upstream.startswith("threw"), upstream
-    else:
-        assert upstream.startswith("threw"), f"upstream no longer throws for {name}: {upstream}"
-    assert [r["id"] for r in pair.our_rows_now().messages] == ["a"]
+        result = pair.up(op, body)
+        rows = pair.oracle.sql(pair.key, "SELECT id FROM cf_agents_session_messages")
+        if rows:
+            outcome = "stored"
+        elif path == "update" and result is None:
+            outcome = "null"
+        else:
+            outcome = "ignored"
+    except OracleError:
+        outcome = "throws"
+    assert outcome == UPSTREAM_OUTCOME[(name, path)], f"upstream now {outcome!r} for {name} on {path}"
+    ours = pair.ours()
+    call = {
+        "append": lambda: ours.append_message(message),
+        "import": lambda: ours.import_message(message, parent_id=None, created_at=1),
+        "update": lambda: ours.update_message(message),
+    }[path]
+    _ours_rejects(call)
+    assert pair.our_rows_now().messages == []
 
 
 def test_duplicate_append_without_role(pair: Pair) -> None:
@@ -80,17 +121,6 @@ def test_import_without_role(pair: Pair) -> None:
     assert pair.up("importMessage", {"message": NO_ROLE, "options": {"parentId": "a", "createdAt": 1}}) is None
     _ours_rejects(lambda: pair.ours().import_message(NO_ROLE, parent_id="a", created_at=1))
     pair.check()  # neither side stored it
-
-
-@pytest.mark.parametrize(("name", "message"), BAD_SHAPES[3:], ids=[c[0] for c in BAD_SHAPES[3:]])
-def test_import_bad_shape(pair: Pair, name: str, message: dict[str, Any]) -> None:
-    """Import validates like every other write path here; upstream's outcome is recorded."""
-    try:
-        pair.up("importMessage", {"message": message, "options": {"parentId": None, "createdAt": 1}})
-    except OracleError:
-        pass
-    _ours_rejects(lambda: pair.ours().import_message(message, parent_id=None, created_at=1))
-    assert pair.our_rows_now().messages == []
 
 
 def test_resolved_parent_is_reported(pair: Pair) -> None:

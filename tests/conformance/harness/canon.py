@@ -92,18 +92,20 @@ def _is_current_iso(value: Any, window_s: float = 86_400.0) -> bool:
     return abs(stamp.timestamp() - time.time()) <= window_s
 
 
-def canon_message(message: Any) -> str:
+def canon_message(message: Any, overlay_names: dict[str, str] | None = None) -> str:
     """canon() of a read message, with a synthetic overlay's `createdAt` (set by upstream at read
-    time) compared by shape: an ISO time of "now" on both sides."""
-    if (
-        isinstance(message, dict)
-        and isinstance(message.get("id"), str)
-        and message["id"].startswith("compaction_")
-        and _is_current_iso(message.get("createdAt"))
-    ):
-        message = {k: (READ_TIME if k == "createdAt" else v) for k, v in message.items()}
+    time) compared by shape (an ISO time of "now" on both sides), and overlay ids
+    (`compaction_<random record id>`) renamed to a side-independent name from `overlay_names`."""
+    if isinstance(message, dict) and isinstance(message.get("id"), str) and message["id"].startswith("compaction_"):
+        renamed = (overlay_names or {}).get(message["id"])
+        synthetic = _is_current_iso(message.get("createdAt"))
+        if renamed is not None or synthetic:
+            message = {
+                k: (READ_TIME if k == "createdAt" and synthetic else renamed if k == "id" and renamed else v)
+                for k, v in message.items()
+            }
     return canon(message)
 
 
-def canon_message_opt(message: Any) -> str | None:
-    return None if message is None else canon_message(message)
+def canon_message_opt(message: Any, overlay_names: dict[str, str] | None = None) -> str | None:
+    return None if message is None else canon_message(message, overlay_names)

@@ -84,8 +84,15 @@ def _oracle_message(message: Msg) -> Any:
     return RawJson(message) if isinstance(message, str) else message
 
 
-def _canon_list(messages: Iterable[Any]) -> list[str]:
-    return [canon_message(m) for m in messages]
+def _canon_list(messages: Iterable[Any], names: dict[str, str] | None = None) -> list[str]:
+    return [canon_message(m, names) for m in messages]
+
+
+def overlay_names(stored: Stored) -> dict[str, str]:
+    """`compaction_<record id>` → a name both sides share: session and the record's seq."""
+    return {
+        f"compaction_{r['id']}": f"compaction_<{r['session_id']}#{r['seq']}>" for r in stored.tables.get("compactions", [])
+    }
 
 
 class Pair:
@@ -378,8 +385,8 @@ class Pair:
 
     def _created_at_ok(self, session: str, mid: str, up: Any, ours: Any) -> str | None:
         fixed = self.fixed_created_at.get((session, mid))
-        if fixed is not None:
-            if up != fixed or ours != fixed:
+        if fixed is not None and up == fixed:  # (else the id was deleted and written again since)
+            if ours != fixed:
                 return f"created_at of imported {mid!r}: given {fixed}, upstream {up}, ours {ours}"
             return None
         if up == ours:
@@ -531,22 +538,23 @@ class Pair:
     def _our_read(self, session: str, op: str, body: dict[str, Any]) -> Any:
         s = self.ours(session)
         opts = body.get("options", {})
+        names = overlay_names(self.our_rows)
         if op == "getHistory":
-            return _canon_list(s.get_history(leaf_id=opts.get("leafId"), newest_first=bool(opts.get("newestFirst"))))
+            return _canon_list(s.get_history(leaf_id=opts.get("leafId"), newest_first=bool(opts.get("newestFirst"))), names)
         if op == "getLatestLeaf":
-            return canon_message_opt(s.get_latest_leaf())
+            return canon_message_opt(s.get_latest_leaf(), names)
         if op == "getHistoryRowStats":
             return [
                 {"id": r.id, "role": r.role, "bytes": r.bytes, "tokenEstimate": r.token_estimate}
                 for r in s.get_history_row_stats(leaf_id=body.get("leafId"))
             ]
         if op == "getMessage":
-            return canon_message_opt(s.get_message(body["id"]))
+            return canon_message_opt(s.get_message(body["id"]), names)
         if op == "getBranches":
-            return _canon_list(s.get_branches(body["messageId"]))
+            return _canon_list(s.get_branches(body["messageId"]), names)
         if op == "getRecentHistory":
             r = s.get_recent_history(body["maxContentBytes"], leaf_id=opts.get("leafId"))
-            return {"messages": _canon_list(r.messages), "truncated": r.truncated, "totalContentBytes": r.total_content_bytes}
+            return {"messages": _canon_list(r.messages, names), "truncated": r.truncated, "totalContentBytes": r.total_content_bytes}
         if op == "historyBatches":
             kwargs: dict[str, Any] = {}
             if "batchSize" in opts:
@@ -556,25 +564,25 @@ class Pair:
             batches = s.history_batches(
                 leaf_id=opts.get("leafId"), newest_first=bool(opts.get("newestFirst")), **kwargs
             )
-            return [_canon_list(b) for b in batches]
+            return [_canon_list(b, names) for b in batches]
         raise ValueError(op)
 
-    @staticmethod
-    def _up_shape(op: str, result: Any) -> Any:
-        if op in ("getHistory", "getBranches"):
-            return _canon_list(result)
+    def _up_shape(self, op: str, result: Any) -> Any:
+        names = overlay_names(self.up_rows)
+        if op in ("getHistory", "getBranches", "history"):
+            return _canon_list(result, names)
         if op in ("getLatestLeaf", "getMessage"):
-            return canon_message_opt(result)
+            return canon_message_opt(result, names)
         if op == "getHistoryRowStats":
             return [{"id": r["id"], "role": r["role"], "bytes": r["bytes"], "tokenEstimate": r["tokenEstimate"]} for r in result]
         if op == "getRecentHistory":
             return {
-                "messages": _canon_list(result["messages"]),
+                "messages": _canon_list(result["messages"], names),
                 "truncated": result["truncated"],
                 "totalContentBytes": result["totalContentBytes"],
             }
         if op == "historyBatches":
-            return [_canon_list(b) for b in result]
+            return [_canon_list(b, names) for b in result]
         raise ValueError(op)
 
     def compare_reads(self, session: str, plan: Sequence[tuple[str, str, dict[str, Any]]], problems: list[str]) -> None:

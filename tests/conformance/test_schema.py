@@ -1,0 +1,37 @@
+"""The file format: the same tables, columns, keys and DDL as upstream creates (reference notes §1)."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+
+from tests.conformance.harness.messages import msg
+from tests.conformance.harness.pair import Pair
+
+
+def _norm(sql: str | None) -> str:
+    return re.sub(r"\s+", " ", sql or "").replace("IF NOT EXISTS ", "").strip()
+
+
+def test_tables_columns_and_ddl(pair: Pair) -> None:
+    pair.append(msg("a"))
+    up_master = pair.oracle.sql(pair.key, "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY name")
+    up = {r["name"]: r for r in up_master if not r["name"].startswith("_cf_")}
+    conn = sqlite3.connect(f"file:{pair.our_file()}?mode=ro", uri=True)
+    conn.row_factory = sqlite3.Row
+    try:
+        ours = {
+            r["name"]: dict(r)
+            for r in conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY name")
+            if not r["name"].startswith("_cf_") and r["name"] != "_sessions_meta"
+        }
+        assert sorted(up) == sorted(ours)
+        for name, row in up.items():
+            assert _norm(row["sql"]) == _norm(ours[name]["sql"]), name
+            if row["type"] != "table":
+                continue
+            up_cols = pair.oracle.sql(pair.key, f"SELECT * FROM pragma_table_info('{name}')")
+            our_cols = [dict(r) for r in conn.execute(f"SELECT * FROM pragma_table_info('{name}')")]
+            assert up_cols == our_cols, name
+    finally:
+        conn.close()

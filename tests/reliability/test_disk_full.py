@@ -1,0 +1,371 @@
+"""Disk full and I/O errors: a write that cannot be stored fails cleanly and leaves no trace.
+
+Two ways to run out of space, both without touching the host's real disk:
+
+- `tmpfs`: a 32 MiB tmpfs is mounted over the data directory (we run as root); the test fills it
+  with a filler file leaving a little slack, so growing a WAL fails with ENOSPC (SQLITE_FULL).
+  If the mount is refused (no privileges in this environment), this variant falls back to
+  `rlimit` and says so in its output; it never skips.
+- `rlimit`: the server process runs with SIGXFSZ ignored and, once seeded, gets
+  RLIMIT_FSIZE = (largest file in the data directory + slack) through prlimit(2), so writing past
+  it fails with EFBIG (SQLite reports a disk I/O error, or SQLITE_FULL for a short write).
+  "Freeing space" raises the limit again.
+
+Accepted answers for a write that hits the wall: RESOURCE_EXHAUSTED with reason STORAGE_FULL,
+or UNAVAILABLE with reason STORAGE_FAILURE. The statuses seen are printed (`DISK FULL ...`).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+import pytest
+
+from sessions_client import SessionsClient, SessionsError
+from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
+from sessions_server.storage.paths import object_path
+from tests.reliability.support import (
+    SERVING,
+    Server,
+    canonical,
+    check_object_file,
+    health_status,
+    stored_json,
+    table_dump,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TMPFS_BYTES = 32 * 1024 * 1024
+SLACK_BYTES = 256 * 1024
+ACCEPTED = {
+    (grpc.StatusCode.RESOURCE_EXHAUSTED, "STORAGE_FULL"),
+    (grpc.StatusCode.UNAVAILABLE, "STORAGE_FAILURE"),
+}
+
+
+def _ignore_sigxfsz() -> None:
+    """preexec_fn: writing past RLIMIT_FSIZE must fail with EFBIG, not kill the server."""
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+
+@dataclass
+class LimitedStorage:
+    """A data directory whose space can be exhausted and freed while a server uses it."""
+
+    mode: str
+    data_dir: Path
+    note: str = ""
+    mount_point: Path | None = None
+    filler: Path | None = None
+    pid: int | None = None
+    preexec_fn: Callable[[], None] = field(default=_ignore_sigxfsz)
+
+    def exhaust(self, pid: int | None = None) -> None:
+        """Leaves about SLACK_BYTES of room (tmpfs), or caps file growth at the largest current
+        file plus SLACK_BYTES (rlimit, applied to `pid`, default the server process)."""
+        if self.mode == "tmpfs":
+            assert self.mount_point is not None
+            self.filler = self.mount_point / "filler"
+            block = b"\0" * (64 * 1024)
+            with self.filler.open("wb") as out:
+                try:
+                    while True:
+                        out.write(block)
+                        out.flush()
+                except OSError:
+                    pass
+            size = self.filler.stat().st_size
+            os.truncate(self.filler, max(0, size - SLACK_BYTES))
+            return
+        self.pid = pid if pid is not None else self.pid
+        largest = max((p.stat().st_size for p in self.data_dir.rglob("*") if p.is_file()), default=0)
+        resource.prlimit(self.pid or os.getpid(), resource.RLIMIT_FSIZE, (largest + SLACK_BYTES, resource.RLIM_INFINITY))
+
+    def free(self) -> None:
+        if self.mode == "tmpfs":
+            if self.filler is not None:
+                self.filler.unlink(missing_ok=True)
+            return
+        with contextlib.suppress(ProcessLookupError):
+            resource.prlimit(self.pid or os.getpid(), resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY,) * 2)
+
+
+@pytest.fixture(params=["tmpfs", "rlimit"])
+def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LimitedStorage]:
+    if request.param == "tmpfs":
+        mount_point = tmp_path / "mnt"
+        mount_point.mkdir()
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={TMPFS_BYTES}", "tmpfs", str(mount_point)],
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode == 0:
+            try:
+                yield LimitedStorage("tmpfs", mount_point / "data", mount_point=mount_point)
+            finally:
+                if subprocess.run(["umount", str(mount_point)], capture_output=True).returncode != 0:
+                    subprocess.run(["umount", "-l", str(mount_point)], capture_output=True)
+            return
+        note = f"tmpfs mount refused ({(done.stderr or done.stdout).strip()}); using RLIMIT_FSIZE"
+        yield LimitedStorage("rlimit", tmp_path / "data", note=note)
+        return
+    yield LimitedStorage("rlimit", tmp_path / "data")
+
+
+def _text_message(message_id: str, size: int, role: str = "user") -> str:
+    unit = f"{message_id} lorem ipsum dolor sit amet "
+    return canonical({"id": message_id, "role": role, "parts": [{"type": "text", "text": (unit * (size // len(unit) + 1))[:size]}]})
+
+
+def _image_message(message_id: str, payload: bytes) -> str:
+    url = "data:image/png;base64," + base64.b64encode(payload).decode("ascii")
+    parts = [{"type": "text", "text": "see image"}, {"type": "file", "mediaType": "image/png", "url": url}]
+    return canonical({"id": message_id, "role": "user", "parts": parts})
+
+
+def _status(exc: SessionsError) -> tuple[grpc.StatusCode, str | None]:
+    return exc.code, exc.reason
+
+
+def test_full_storage_fails_the_write_cleanly_and_keeps_serving_reads(
+    storage: LimitedStorage, capsys: pytest.CaptureFixture[str]
+) -> None:
+    key = "disk-full"
+    server = Server(storage.data_dir, preexec_fn=storage.preexec_fn).start()
+    seen: list[str] = []
+    try:
+        with SessionsClient(server.address, timeout=60) as client:
+            session = client.object(key).session()
+            image = os.urandom(300_000)
+            committed = [_text_message(f"m{i}", 500 + 37 * i) for i in range(20)]
+            committed.append(_text_message("multi", 2_000_000, role="assistant"))  # two rows
+            committed.append(_image_message("pic", image))  # an attachment
+            for text in committed:
+                assert session.append_message(text).inserted
+            path = object_path(storage.data_dir, key)
+            before = table_dump(path)
+
+            storage.exhaust(server.pid)
+
+            # Each of these needs far more than the slack; each must fail and leave no trace.
+            attempts: list[tuple[str, Callable[[], object]]] = [
+                ("append 6 MB (UploadMessage)", lambda: session.append_message(_text_message("big", 6_000_000))),
+                ("append 2.5 MB (unary)", lambda: session.append_message(_text_message("mid", 2_500_000))),
+                (
+                    "append_messages [small, 2 MB]",
+                    lambda: session.append_messages([_text_message("b1", 100), _text_message("b2", 2_000_000)]),
+                ),
+                ("append 1.2 MB image", lambda: session.append_message(_image_message("pic2", os.urandom(1_200_000)))),
+                ("update m5 to 5 MB", lambda: session.update_message(_text_message("m5", 5_000_000))),
+            ]
+            for label, attempt in attempts:
+                with pytest.raises(SessionsError) as failure:
+                    attempt()
+                status = _status(failure.value)
+                seen.append(f"{label} -> {status[0].name}/{status[1]}: {failure.value.message}")
+                assert status in ACCEPTED, f"{label}: {failure.value}"
+                assert table_dump(path) == before, f"{label}: the failed write changed the object's rows"
+
+            # Reads keep working and show exactly what was committed.
+            assert health_status(server.address) == SERVING
+            assert session.get_history() == [json.loads(t) for t in committed]
+            with grpc.insecure_channel(server.address) as channel:
+                stub = pb_grpc.SessionServiceStub(channel)
+                for text in committed:
+                    assert stored_json(stub, key, "", json.loads(text)["id"]) == text
+            attachment = client.object(key).read_attachment(hashlib.sha256(image).hexdigest())
+            assert attachment.data == image
+            assert client.object(key).get_object_stats().message_rows == len(committed)
+            assert session.get_message("big") is None and session.get_message("b1") is None
+
+            storage.free()
+
+            # Space is back: the same writes now succeed.
+            big = _text_message("big", 6_000_000)
+            assert session.append_message(big).inserted
+            assert session.append_messages([_text_message("b1", 100), _text_message("b2", 2_000_000)])[1].inserted
+            assert session.update_message(_text_message("m5", 5_000_000)) is not None
+            ids = [m["id"] for m in session.get_history()]
+            assert ids == [json.loads(t)["id"] for t in committed] + ["big", "b1", "b2"]
+        assert server.signal(signal.SIGTERM) == 0
+    finally:
+        server.stop()
+        storage.free()
+    report = check_object_file(object_path(storage.data_dir, key), readonly=False)
+    assert report.integrity == "ok" and not report.torn, (report.integrity, report.torn)
+    with capsys.disabled():
+        print(f"\nDISK FULL [{storage.mode}{'; ' + storage.note if storage.note else ''}]:")
+        for line in seen:
+            print(f"  {line}")
+
+
+def group_commit_child(data_dir: str, mode: str, mount_point: str) -> None:
+    """Runs in a child process: one write batch [A small, B huge, C small, D small] against a
+    full disk, through the domain service so the four jobs share one transaction. Prints what
+    each call answered as JSON."""
+    import asyncio
+
+    from sessions_server.storage.rows import Parent
+    from tests.conftest import start_server
+
+    storage = LimitedStorage(mode, Path(data_dir), mount_point=Path(mount_point) if mount_point else None)
+    server = start_server(Path(data_dir))
+    service = server.running.service
+
+    def run(coro: object) -> object:
+        return asyncio.run_coroutine_threadsafe(coro, server.loop).result(timeout=120)  # type: ignore[arg-type]
+
+    run(service.append("group", "s", _text_message("m0", 100), Parent.auto(), from_client=False))
+    storage.exhaust(os.getpid())
+
+    async def one(message_id: str, size: int) -> dict[str, object]:
+        try:
+            result = await service.append("group", "s", _text_message(message_id, size), Parent.auto(), from_client=False)
+            return {"id": message_id, "ok": True, "parent": result.message.info.parent_id}
+        except Exception as exc:  # reported to the parent test
+            return {"id": message_id, "ok": False, "error": f"{type(exc).__name__}: {exc}"}
+
+    async def batch() -> list[dict[str, object]]:
+        # Created in one loop step: the first write starts the writer task, which runs after
+        # all four jobs are queued, so they form one batch (one transaction, four savepoints).
+        return list(await asyncio.gather(one("A", 100), one("B", 3_000_000), one("C", 100), one("D", 100)))
+
+    outcome = run(batch())
+    storage.free()
+    server.stop()
+    print("RESULT " + json.dumps(outcome))
+
+
+def test_a_failing_job_does_not_break_its_group_commit(storage: LimitedStorage) -> None:
+    """Jobs queued together share one transaction with a SAVEPOINT each. When one of them runs
+    out of space, SQLite may roll back the whole transaction by itself; the jobs before and after
+    it must then still be answered truthfully: a job answered with an error is not stored, a job
+    answered OK is stored, and no stored row names a parent that was rolled back."""
+    storage.data_dir.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from tests.reliability.test_disk_full import group_commit_child as f; f(*sys.argv[1:])",
+            str(storage.data_dir),
+            storage.mode,
+            str(storage.mount_point or ""),
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        preexec_fn=_ignore_sigxfsz,  # noqa: PLW1509
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert done.returncode == 0 and lines, f"child failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
+    answers = {a["id"]: a for a in json.loads(lines[-1][len("RESULT ") :])}
+
+    path = object_path(storage.data_dir, "group")
+    report = check_object_file(path, readonly=False)
+    from tests.reliability.support import open_file
+
+    with open_file(path) as conn:
+        stored = {
+            row[0]: row[1] for row in conn.execute("SELECT id, parent_id FROM cf_agents_session_messages WHERE session_id = 's'")
+        }
+    problems = []
+    assert not answers["B"]["ok"], "the 3 MB write fit in a full disk?"
+    for message_id, answer in answers.items():
+        if answer["ok"] and message_id not in stored:
+            problems.append(f"{message_id}: answered OK but not stored")
+        if not answer["ok"] and message_id in stored:
+            problems.append(f"{message_id}: answered {answer['error']!r} but stored (parent {stored[message_id]!r})")
+    problems += report.torn
+    if report.integrity != "ok":
+        problems.append(f"integrity: {report.integrity}")
+    assert not problems, f"[{storage.mode}] answers={answers} stored={stored}\n" + "\n".join(problems)
+
+
+def test_concurrent_writers_during_disk_full_get_truthful_answers(storage: LimitedStorage) -> None:
+    """Small writers keep appending while huge writes fail on a full disk. Afterwards (and after
+    a SIGKILL and restart): every acknowledged append is stored, every failed one is absent, and
+    the file holds no torn or dangling rows."""
+    key = "disk-full-busy"
+    server = Server(storage.data_dir, preexec_fn=storage.preexec_fn).start()
+    acknowledged: list[tuple[str, str]] = []
+    failed: list[tuple[str, str, str]] = []
+    unexpected: list[str] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def small_writer(worker: int) -> None:
+        with SessionsClient(server.address, timeout=60) as client:
+            session = client.object(key).session(f"s{worker}")
+            index = 0
+            while not stop.is_set():
+                message_id = f"w{worker}-{index}"
+                index += 1
+                try:
+                    session.append_message(_text_message(message_id, 300))
+                except SessionsError as exc:
+                    with lock:
+                        failed.append((f"s{worker}", message_id, f"{exc.code.name}/{exc.reason}"))
+                        if _status(exc) not in ACCEPTED:
+                            unexpected.append(f"{message_id}: {exc}")
+                else:
+                    with lock:
+                        acknowledged.append((f"s{worker}", message_id))
+
+    try:
+        with SessionsClient(server.address, timeout=60) as client:
+            client.object(key).session("s0").append_message(_text_message("seed", 100))
+            acknowledged.append(("s0", "seed"))
+            storage.exhaust(server.pid)
+            threads = [threading.Thread(target=small_writer, args=(w,)) for w in range(4)]
+            for thread in threads:
+                thread.start()
+            try:
+                for index in range(6):
+                    try:
+                        client.object(key).session("big").append_message(_text_message(f"big{index}", 3_000_000))
+                        unexpected.append(f"big{index} was stored on a full disk")
+                    except SessionsError as exc:
+                        if _status(exc) not in ACCEPTED:
+                            unexpected.append(f"big{index}: {exc}")
+                        failed.append(("big", f"big{index}", f"{exc.code.name}/{exc.reason}"))
+            finally:
+                stop.set()
+                for thread in threads:
+                    thread.join(timeout=120)
+            assert health_status(server.address) == SERVING
+        server.kill()
+        storage.free()
+        path = object_path(storage.data_dir, key)
+        report = check_object_file(path, readonly=False)
+        from tests.reliability.support import open_file
+
+        with open_file(path) as conn:
+            stored = set(conn.execute("SELECT session_id, id FROM cf_agents_session_messages").fetchall())
+    finally:
+        server.stop()
+        storage.free()
+    lost = [a for a in acknowledged if a not in stored]
+    phantom = [f for f in failed if (f[0], f[1]) in stored]
+    problems = [f"acknowledged but lost: {lost[:10]}"] if lost else []
+    problems += [f"answered {f[2]} but stored: {f[:2]}" for f in phantom[:10]]
+    problems += unexpected[:10] + report.torn[:10]
+    if report.integrity != "ok":
+        problems.append(f"integrity: {report.integrity}")
+    assert not problems, (
+        f"[{storage.mode}] {len(acknowledged)} acknowledged, {len(failed)} failed\n" + "\n".join(problems)
+    )
