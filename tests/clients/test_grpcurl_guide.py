@@ -3,6 +3,7 @@ guide cannot rot. A `"…"` in an expected block matches any value (times, revis
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -22,7 +23,7 @@ def _examples() -> list[tuple[str, str, str]]:
     """(command, expected kind, expected text) for each sh block and the block after it."""
     blocks = BLOCK.findall(GUIDE.read_text())
     examples = []
-    for (kind, body), (next_kind, expected) in zip(blocks, blocks[1:], strict=False):
+    for (kind, body), (next_kind, expected) in itertools.pairwise(blocks):
         if kind == "sh":
             examples.append((body.strip(), next_kind, expected))
     return examples
