@@ -323,12 +323,16 @@ class Profiler:
             self.summary = summarize_collapsed(self.path)
 
 
-_IDLE_FRAMES = ("select (selectors.py", "poll (selectors.py", "_worker (concurrent/futures/thread.py",
-                "wait (threading.py", "_bootstrap_inner", "epoll_wait")
+_IDLE_LEAVES = ("select (selectors.py", "poll (selectors.py", "epoll_wait", "wait (threading.py", "get (queue.py",
+                "_worker (concurrent/futures/thread.py", "pthread_cond_wait", "pthread_cond_timedwait")
+_BOILERPLATE = ("<frozen runpy>", "asyncio/runners.py", "asyncio/base_events.py", "asyncio/events.py",
+                "threading.py", "concurrent/futures/thread.py", "cli.py", "(libc.so", "thread_run (", "task_step")
 
 
 def summarize_collapsed(path: Path, top: int = 15) -> dict[str, Any]:
-    """Self and inclusive shares of functions across busy samples of a py-spy raw profile."""
+    """Self and inclusive shares of functions across busy samples of a py-spy raw profile.
+    Samples whose leaf is a wait (selector, condition, queue) count as idle. Inclusive shares
+    list only the project's, gRPC's and SQLite's frames (not the event loop or thread plumbing)."""
     self_counts: dict[str, int] = {}
     incl_counts: dict[str, int] = {}
     threads: dict[str, int] = {}
@@ -342,11 +346,7 @@ def summarize_collapsed(path: Path, top: int = 15) -> dict[str, Any]:
             continue
         frames = stack.split(";")
         leaf = frames[-1] if frames else "?"
-        if "(idle)" in stack or any(leaf.startswith(p) or p in leaf for p in _IDLE_FRAMES[:2]):
-            idle += count
-            continue
-        # A thread waiting in its pool for work (leaf = a lock wait) is idle too.
-        if leaf.startswith(("wait (threading.py", "get (queue.py", "_worker (concurrent")):
+        if "(idle)" in stack or any(leaf.startswith(p) for p in _IDLE_LEAVES) or "_queue_SimpleQueue_get" in stack:
             idle += count
             continue
         total += count
@@ -354,6 +354,8 @@ def summarize_collapsed(path: Path, top: int = 15) -> dict[str, Any]:
         threads[thread] = threads.get(thread, 0) + count
         self_counts[leaf] = self_counts.get(leaf, 0) + count
         for frame in set(frames[1:]):
+            if any(b in frame for b in _BOILERPLATE):
+                continue
             incl_counts[frame] = incl_counts.get(frame, 0) + count
 
     def share(counts: dict[str, int]) -> list[tuple[str, float]]:

@@ -61,9 +61,7 @@ def oracle_ready() -> None:
     problem = _node_problem()
     if problem:
         _fail(problem)
-    result = subprocess.run(
-        ["bash", str(ORACLE_DIR / "ensure.sh")], capture_output=True, text=True, timeout=600
-    )
+    result = subprocess.run(["bash", str(ORACLE_DIR / "ensure.sh")], capture_output=True, text=True, timeout=600)
     if result.returncode != 0:
         _fail(f"oracle install failed: {result.stderr[-3000:]}")
 

@@ -63,7 +63,10 @@ def test_same_payload_twice_one_record_two_refs(pair: Pair) -> None:
         ("octet-stream", image_part(payload(700, 6), "application/octet-stream")),
         ("pdf", image_part(payload(900, 7), "application/pdf")),
         ("empty-payload", {"type": "file", "mediaType": "image/png", "url": "data:image/png;base64,"}),
-        ("whitespace-base64", {"type": "file", "mediaType": "image/png", "url": "data:image/png;base64,QUJD\nREVG IA=="}),
+        (
+            "whitespace-base64",
+            {"type": "file", "mediaType": "image/png", "url": "data:image/png;base64,QUJD\nREVG IA=="},
+        ),
         ("unpadded-base64", {"type": "file", "mediaType": "image/png", "url": "data:image/png;base64,QUJDRA"}),
         ("base64url-stays-inline", {"type": "file", "mediaType": "image/png", "url": "data:image/png;base64,-_-_"}),
         ("bad-length-stays-inline", {"type": "file", "mediaType": "image/png", "url": "data:image/png;base64,QUJDR"}),
@@ -72,7 +75,10 @@ def test_same_payload_twice_one_record_two_refs(pair: Pair) -> None:
         ("https-url", {"type": "file", "mediaType": "image/png", "url": "https://example.com/a.png"}),
         ("data-field", {"type": "file", "mediaType": "image/png", "data": b64(payload(800, 9))}),
         ("data-field-text-type", {"type": "file", "mediaType": "text/csv", "data": b64(b"a,b\n")}),
-        ("data-field-with-https-url", {"type": "file", "mediaType": "image/png", "url": "https://x", "data": b64(b"xyz")}),
+        (
+            "data-field-with-https-url",
+            {"type": "file", "mediaType": "image/png", "url": "https://x", "data": b64(b"xyz")},
+        ),
     ],
 )
 def test_extraction_rules(pair: Pair, name: str, part: dict[str, Any]) -> None:
@@ -135,5 +141,7 @@ def test_duplicate_import_leaves_no_orphan_payload(pair: Pair) -> None:
     pair.up("importMessage", body)
     assert not pair.ours().import_message(image_msg("a", image_part(data)), parent_id=None, created_at=T0)
     digest = hashlib.sha256(data).hexdigest()
-    assert [r["hash"] for r in pair.oracle.sql(pair.key, "SELECT hash FROM cf_agents_session_attachment_meta")] == [digest]
+    assert [r["hash"] for r in pair.oracle.sql(pair.key, "SELECT hash FROM cf_agents_session_attachment_meta")] == [
+        digest
+    ]
     assert pair.our_rows_now().tables["attachment_meta"] == []

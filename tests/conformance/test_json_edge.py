@@ -18,8 +18,14 @@ NUMBER_CASES = [
     ("integers", '{"a":1,"b":-1,"c":0,"d":-0,"e":1.0,"f":-0.0,"g":100}'),
     ("exponents", '{"a":1e16,"b":1e21,"c":1e-7,"d":1e-6,"e":1E5,"f":1e+2,"g":-1.5e-10,"h":123e-20}'),
     ("overflow", '{"inf":1e400,"ninf":-1e400,"tiny":1e-400,"max":1.7976931348623157e308,"min":5e-324}'),
-    ("precision", '{"a":18446744073709551616,"b":9007199254740993,"c":123456789012345678901234567890,"d":0.1,"e":0.30000000000000004}'),
-    ("decimals", '{"a":1.50,"b":0.000001234,"c":1.234e-7,"d":12345678.9,"e":100000000000000000000,"f":999999999999999999999}'),
+    (
+        "precision",
+        '{"a":18446744073709551616,"b":9007199254740993,"c":123456789012345678901234567890,"d":0.1,"e":0.30000000000000004}',
+    ),
+    (
+        "decimals",
+        '{"a":1.50,"b":0.000001234,"c":1.234e-7,"d":12345678.9,"e":100000000000000000000,"f":999999999999999999999}',
+    ),
     ("arrays", '[1,2.5e0,-0,[1e21,[0.0]],{"z":1}]'),
 ]
 
@@ -57,7 +63,7 @@ def test_string_escapes(pair: Pair, name: str, text: str) -> None:
 @pytest.mark.parametrize(("name", "text"), STRING_CASES, ids=[c[0] for c in STRING_CASES])
 def test_string_as_message_id(pair: Pair, name: str, text: str) -> None:
     pair.append(f'{{"id":{text},"role":"user","parts":[]}}')
-    pair.append(f'{{"id":"child","role":"user","parts":[]}}')
+    pair.append('{"id":"child","role":"user","parts":[]}')
 
 
 KEY_CASES = [
@@ -95,13 +101,25 @@ TOKEN_TEXTS = [
 @pytest.mark.parametrize(("name", "text"), TOKEN_TEXTS, ids=[c[0] for c in TOKEN_TEXTS])
 def test_token_estimates(pair: Pair, name: str, text: str) -> None:
     pair.append({"id": "t1", "role": "user", "parts": [{"type": "text", "text": text}]})
-    pair.append({"id": "t2", "role": "assistant", "parts": [{"type": "reasoning", "text": text}, {"type": "text", "text": text}]})
+    pair.append(
+        {
+            "id": "t2",
+            "role": "assistant",
+            "parts": [{"type": "reasoning", "text": text}, {"type": "text", "text": text}],
+        }
+    )
     pair.append(
         {
             "id": "t3",
             "role": "assistant",
             "parts": [
-                {"type": "tool-search", "toolCallId": "c1", "state": "output-available", "input": {"q": text}, "output": text},
+                {
+                    "type": "tool-search",
+                    "toolCallId": "c1",
+                    "state": "output-available",
+                    "input": {"q": text},
+                    "output": text,
+                },
                 {"type": "dynamic-tool", "toolName": "x", "toolCallId": "c2", "input": text, "result": [text, 1]},
                 {"type": "source-url", "url": "https://example.com", "text": text},
                 {"type": "data-x", "result": {"v": text}},

@@ -21,7 +21,11 @@ def _bulk_ours(pair: Pair, count: int, text_bytes: int, prefix: str) -> None:
     session = pair.ours()
     for start in range(0, count, 1000):
         batch = [
-            {"id": f"{prefix}-{i}", "role": "user" if i % 2 == 0 else "assistant", "parts": [{"type": "text", "text": text}]}
+            {
+                "id": f"{prefix}-{i}",
+                "role": "user" if i % 2 == 0 else "assistant",
+                "parts": [{"type": "text", "text": text}],
+            }
             for i in range(start, min(count, start + 1000))
         ]
         results = session.append_messages(batch)
@@ -30,7 +34,13 @@ def _bulk_ours(pair: Pair, count: int, text_bytes: int, prefix: str) -> None:
 
 def _summary(result: dict[str, Any]) -> dict[str, Any]:
     ids = [m["id"] for m in result["messages"]]
-    return {"count": len(ids), "first": ids[:2], "last": ids[-2:], "truncated": result["truncated"], "total": result["totalContentBytes"]}
+    return {
+        "count": len(ids),
+        "first": ids[:2],
+        "last": ids[-2:],
+        "truncated": result["truncated"],
+        "total": result["totalContentBytes"],
+    }
 
 
 def _recent(pair: Pair, budget: int) -> None:
@@ -43,7 +53,10 @@ def _recent(pair: Pair, budget: int) -> None:
 
 def _history_ids(pair: Pair, options: dict[str, Any]) -> None:
     up = pair.oracle.call(pair.key, "", "getHistory", {"summary": True, "options": options})
-    ours = [m["id"] for m in pair.ours().history(leaf_id=options.get("leafId"), newest_first=bool(options.get("newestFirst")))]
+    ours = [
+        m["id"]
+        for m in pair.ours().history(leaf_id=options.get("leafId"), newest_first=bool(options.get("newestFirst")))
+    ]
     assert (up["count"], up["ids"]) == (len(ours), ours), f"getHistory({options})"
 
 

@@ -1,6 +1,6 @@
 """Randomized differential scenarios with fixed seeds (1-5 by default).
 
-    CONFORMANCE_SEEDS=1-200 CONFORMANCE_STEPS=60 tests/conformance/run.sh -k random
+CONFORMANCE_SEEDS=1-200 CONFORMANCE_STEPS=60 tests/conformance/run.sh -k random
 """
 
 from __future__ import annotations

@@ -61,9 +61,7 @@ def test_history_break_after_first(pair: Pair) -> None:
     for options in ({}, {"newestFirst": True}, {"leafId": "c3", "newestFirst": True}, {"leafId": "c3"}):
         up = pair.oracle.call(pair.key, "", "history", {"options": options, "limit": 1})
         ours = list(
-            islice(
-                pair.ours().history(leaf_id=options.get("leafId"), newest_first=bool(options.get("newestFirst"))), 1
-            )
+            islice(pair.ours().history(leaf_id=options.get("leafId"), newest_first=bool(options.get("newestFirst"))), 1)
         )
         assert [canon(m) for m in up] == [canon(m) for m in ours], options
 

@@ -32,8 +32,14 @@ PROVIDER_CASES: list[tuple[str, dict[str, Any]]] = [
 def test_provider_metadata(pair: Pair, name: str, meta: dict[str, Any]) -> None:
     parts = [
         {"type": "text", "text": "a", "providerMetadata": meta, "after": 1},
-        {"type": "tool-x", "toolCallId": "t1", "state": "output-available", "input": {"q": 1}, "output": "ok",
-         "callProviderMetadata": meta},
+        {
+            "type": "tool-x",
+            "toolCallId": "t1",
+            "state": "output-available",
+            "input": {"q": 1},
+            "output": "ok",
+            "callProviderMetadata": meta,
+        },
         {"type": "step-start", "providerMetadata": meta, "callProviderMetadata": meta},
     ]
     pair.append(parts_msg("m1", parts))
@@ -100,7 +106,9 @@ def test_import_does_not_sanitize(pair: Pair) -> None:
         {"type": "reasoning", "text": "  "},
         {"type": "text", "text": "a", "providerMetadata": {"openai": {"itemId": "i"}, "z": 1}},
     ]
-    pair.import_(parts_msg("m1", parts, metadata={"reserved": 1, "channel": 2}), parent=None, created_at=1_600_000_000_000)
+    pair.import_(
+        parts_msg("m1", parts, metadata={"reserved": 1, "channel": 2}), parent=None, created_at=1_600_000_000_000
+    )
     pair.append(msg("m2"))
 
 

@@ -34,7 +34,10 @@ from tests.conformance.harness.ours import OurServerProcess, import_store
 from tests.conformance.harness.pair import Pair
 
 T0 = 1_600_000_000_000
-NUMBERS = '{"id":"nums","role":"user","parts":[{"type":"text","text":"n"}],"metadata":{"a":1e21,"b":-0,"c":1.50,"d":1e400,"e":"\\ud800"}}'
+NUMBERS = (
+    '{"id":"nums","role":"user","parts":[{"type":"text","text":"n"}],'
+    '"metadata":{"a":1e21,"b":-0,"c":1.50,"d":1e400,"e":"\\ud800"}}'
+)
 
 
 def scenario_rich(pair: Pair) -> None:
@@ -152,7 +155,9 @@ def world(
             # The same store rewritten with 16 KiB pages (what our new files are meant to use),
             # so upstream reading such a file is covered whatever page size the server wrote.
             keys["ours2up-rich-16k"] = pair.key
-            copies["ours2up-rich-16k"] = _with_page_size(copies[f"ours2up-{name}"], base / "ours2up-rich-16k.sqlite", 16384)
+            copies["ours2up-rich-16k"] = _with_page_size(
+                copies[f"ours2up-{name}"], base / "ours2up-rich-16k.sqlite", 16384
+            )
 
     for name, build_fixture in LEGACY.items():
         fixture = build_fixture(base / f"{name}.sqlite")
@@ -227,7 +232,9 @@ def test_our_file_is_what_upstream_gets(world: World) -> None:
 
 
 @pytest.mark.parametrize("name", [*SCENARIOS, "rich-16k"])
-def test_our_store_read_by_upstream(world: World, our_client: SessionsClient, our_server: OurServerProcess, name: str) -> None:
+def test_our_store_read_by_upstream(
+    world: World, our_client: SessionsClient, our_server: OurServerProcess, name: str
+) -> None:
     key = world.keys[f"ours2up-{name}"]
     assert world.second_oracle.client is not None
     pair = Pair(world.second_oracle.client, our_client, our_server.data_dir, key=key)

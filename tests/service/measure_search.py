@@ -19,7 +19,55 @@ from pathlib import Path
 from sessions_client import SessionsClient
 from tests.conftest import start_server
 
-WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda", "mu", "nu", "xi", "omicron", "pi", "rho", "sigma", "tau", "upsilon", "phi", "chi", "psi", "omega", "deploy", "server", "client", "message", "session", "search", "index", "query", "result", "agent", "tool", "model", "prompt", "token", "summary", "history", "branch", "overlay", "attachment", "image", "stream", "feed", "revision"]
+WORDS = [
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "epsilon",
+    "zeta",
+    "eta",
+    "theta",
+    "iota",
+    "kappa",
+    "lambda",
+    "mu",
+    "nu",
+    "xi",
+    "omicron",
+    "pi",
+    "rho",
+    "sigma",
+    "tau",
+    "upsilon",
+    "phi",
+    "chi",
+    "psi",
+    "omega",
+    "deploy",
+    "server",
+    "client",
+    "message",
+    "session",
+    "search",
+    "index",
+    "query",
+    "result",
+    "agent",
+    "tool",
+    "model",
+    "prompt",
+    "token",
+    "summary",
+    "history",
+    "branch",
+    "overlay",
+    "attachment",
+    "image",
+    "stream",
+    "feed",
+    "revision",
+]
 
 
 def build_text(rng: random.Random, index: int) -> str:
@@ -29,7 +77,7 @@ def build_text(rng: random.Random, index: int) -> str:
 
 def percentile(samples: list[float], fraction: float) -> float:
     ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(round(fraction * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
 def main() -> None:

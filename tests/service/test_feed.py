@@ -13,6 +13,7 @@ sentinel's event is the next one.
 
 from __future__ import annotations
 
+import itertools
 import queue
 import threading
 import time
@@ -145,7 +146,11 @@ def image_message(message_id: str, payload: bytes) -> dict[str, Any]:
         "role": "user",
         "parts": [
             {"type": "text", "text": "look"},
-            {"type": "file", "mediaType": "image/png", "url": "data:image/png;base64," + base64.b64encode(payload).decode()},
+            {
+                "type": "file",
+                "mediaType": "image/png",
+                "url": "data:image/png;base64," + base64.b64encode(payload).decode(),
+            },
         ],
     }
 
@@ -262,9 +267,7 @@ def test_clear_always_emits(feeds: Callable[..., Feed], obj: Any) -> None:
     assert [(e.type, e.session_id) for e in events] == [("append", "full"), ("clear", "full"), ("clear", "empty")]
 
 
-def test_import_emits_the_input_message_and_duplicates_emit_nothing(
-    feeds: Callable[..., Feed], session: Any
-) -> None:
+def test_import_emits_the_input_message_and_duplicates_emit_nothing(feeds: Callable[..., Feed], session: Any) -> None:
     feed = feeds()
     first = {"id": "i1", "role": "user", "parts": [{"type": "text", "text": "verbatim"}], "extra": {"z": 1, "a": 2}}
     second = text_message("i2", "child")
@@ -408,7 +411,7 @@ def test_concurrent_writers_each_acknowledged_append_arrives_once_in_commit_orde
     assert Counter(seen) == Counter(i for ids in acknowledged.values() for i in ids)
     assert max(Counter(seen).values()) == 1
     revisions = [e.revision for e in events]
-    assert all(later > earlier for earlier, later in zip(revisions, revisions[1:], strict=False))
+    assert all(later > earlier for earlier, later in itertools.pairwise(revisions))
     for writer, ids in acknowledged.items():
         assert [i for i in seen if i.startswith(f"w{writer}-")] == ids
     # Commit order: the feed order is the order the rows were written (seq).

@@ -174,3 +174,17 @@ def test_object_file_is_a_plain_sqlite_database(client: Any, data_dir: Path, obj
     assert path.read_bytes()[:16] == b"SQLite format 3\x00"
     with open_readonly(path) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def test_object_key_header_mismatch_is_refused_on_client_streams(stub: Any, data_dir: Path, object_key: str) -> None:
+    header = pb.UploadHeader(object_key=object_key, operation=pb.UPLOAD_OPERATION_APPEND)
+    upload = [pb.UploadMessageRequest(header=header, json_piece='{"id":"a","role":"user","parts":[]}')]
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.UploadMessage(iter(upload), metadata=(("x-object-key", "other"),))
+    assert error_reason(caught.value) == "OBJECT_KEY_MISMATCH"
+
+    frames = [pb.ImportMessagesRequest(object_key=object_key, json_piece='{"id":"a","role":"user","parts":[]}')]
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.ImportMessages(iter(frames), metadata=(("x-object-key", "other"),))
+    assert error_reason(caught.value) == "OBJECT_KEY_MISMATCH"
+    assert message_rows(data_dir, object_key) == []

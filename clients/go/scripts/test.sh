@@ -5,5 +5,11 @@ set -euo pipefail
 
 GO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$GO_DIR"
+unformatted="$(gofmt -l sessions internal cmd)"
+if [[ -n "$unformatted" ]]; then
+  echo "gofmt needed:" >&2
+  echo "$unformatted" >&2
+  exit 1
+fi
 go vet ./...
 go test "$@" ./...

@@ -8,7 +8,7 @@
 //	res, err := s.AppendMessage(ctx, json.RawMessage(`{"id":"m1","role":"user","parts":[]}`))
 //	for msg, err := range s.History(ctx).All() { ... }
 //
-// Messages travel as JSON text and come back byte-exact as json.RawMessage. The client sends the
+// Messages travel as JSON text and come back exactly as stored, as json.RawMessage. The client sends the
 // routing metadata (x-object-key), reassembles messages that the server sends in pieces, picks
 // the client-streaming UploadMessage path for messages over 3 MiB, and turns failures into
 // *Error values carrying the gRPC code and the server's ErrorInfo reason.

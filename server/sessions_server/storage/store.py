@@ -118,7 +118,8 @@ class ObjectStore:
     @classmethod
     def open(cls, object_key: str, path: Path, executor: Executor) -> ObjectStore:
         path.parent.mkdir(parents=True, exist_ok=True)
-        conn = _connect(path)
+        # Not `_connect`: a new file must get its page size before WAL mode creates it.
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=10.0)
         try:
             schema.initialize(conn, object_key)
         except BaseException:

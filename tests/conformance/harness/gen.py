@@ -139,7 +139,9 @@ class Generator:
                     break
 
     def op_append(self, session: str) -> None:
-        self.pair.append(self.message(self.fresh_id(session)), parent=self.parent(session), source=self.source(), session=session)
+        self.pair.append(
+            self.message(self.fresh_id(session)), parent=self.parent(session), source=self.source(), session=session
+        )
 
     def op_append_duplicate(self, session: str) -> None:
         existing = self.existing(session)

@@ -48,7 +48,14 @@ MESSAGES: list[tuple[str, str, str | None, str | None, str, str | None]] = [
     ("m1", "", None, "user", _m("m1", "first"), "2026-01-02 03:04:05"),
     ("m2", "", "m1", "assistant", _m("m2", "reply one", "assistant"), "2026-01-02 03:04:06"),
     ("m3", "", "m1", "assistant", _m("m3", "reply two (branch)", "assistant"), "2026-01-02 03:04:07"),
-    ("m4", "", "m3", "user", '{ "id": "m4", "role": "user", "parts": [ {"type": "text", "text": "spaced JSON"} ] }', "2026-01-02 03:04:07"),
+    (
+        "m4",
+        "",
+        "m3",
+        "user",
+        '{ "id": "m4", "role": "user", "parts": [ {"type": "text", "text": "spaced JSON"} ] }',
+        "2026-01-02 03:04:07",
+    ),
     ("m5", "", "m4", "assistant", _m("m5", "unicode ü 😀 \u2028", "assistant"), "2026-01-02T03:05:00.000Z"),
     ("m6", "", "m5", "user", _m("m6", "after an overlay window"), "2026-01-02 03:06:00"),
     ("early", "", None, "user", _m("early", "null timestamp sorts first"), None),
@@ -57,7 +64,14 @@ MESSAGES: list[tuple[str, str, str | None, str | None, str, str | None]] = [
     ("tail", "", "noparts", "user", _m("tail", "child of unparseable rows"), "2026-01-02 03:09:00"),
     ("a1", "s1", None, "user", _m("a1", "other session"), "2025-12-31 23:59:59"),
     ("a2", "s1", "a1", "assistant", _m("a2", "other session reply", "assistant"), "garbage date"),
-    ("compaction_c-old", "s1", "a2", "assistant", _m("compaction_c-old", "echoed overlay", "assistant"), "2026-01-01 00:00:01"),
+    (
+        "compaction_c-old",
+        "s1",
+        "a2",
+        "assistant",
+        _m("compaction_c-old", "echoed overlay", "assistant"),
+        "2026-01-01 00:00:01",
+    ),
     ("a3", "s1", "compaction_c-old", "user", _m("a3", "after the echoed overlay"), "2026-01-01 00:00:02"),
 ]
 COMPACTIONS = [

@@ -56,7 +56,9 @@ class OurServerProcess:
                 threading.Thread(target=self._drain, args=(self.proc.stdout,), daemon=True).start()
                 return self.address
         self.stop()
-        raise RuntimeError(f"our server did not start: {''.join(lines)}\n{self.log_path.read_text(errors='replace')[-2000:]}")
+        raise RuntimeError(
+            f"our server did not start: {''.join(lines)}\n{self.log_path.read_text(errors='replace')[-2000:]}"
+        )
 
     @staticmethod
     def _drain(stream: IO[bytes]) -> None:

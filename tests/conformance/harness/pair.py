@@ -64,7 +64,9 @@ def _short(value: Any, limit: int = 600) -> str:
 
 def first_difference(a: str, b: str) -> str:
     i = next((n for n, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
-    return f"first difference at char {i}: upstream …{a[max(0, i - 40) : i + 60]!r}… ours …{b[max(0, i - 40) : i + 60]!r}…"
+    return (
+        f"first difference at char {i}: upstream …{a[max(0, i - 40) : i + 60]!r}… ours …{b[max(0, i - 40) : i + 60]!r}…"
+    )
 
 
 def message_text(message: Msg) -> str:
@@ -91,7 +93,8 @@ def _canon_list(messages: Iterable[Any], names: dict[str, str] | None = None) ->
 def overlay_names(stored: Stored) -> dict[str, str]:
     """`compaction_<record id>` → a name both sides share: session and the record's seq."""
     return {
-        f"compaction_{r['id']}": f"compaction_<{r['session_id']}#{r['seq']}>" for r in stored.tables.get("compactions", [])
+        f"compaction_{r['id']}": f"compaction_<{r['session_id']}#{r['seq']}>"
+        for r in stored.tables.get("compactions", [])
     }
 
 
@@ -243,9 +246,7 @@ class Pair:
             label,
             session,
             lambda: self.up("appendMessage", {"message": _oracle_message(message), "options": opts}, session),
-            lambda: self.ours(session).append_message(
-                message, parent_id=parent, source=source or "server"
-            ),
+            lambda: self.ours(session).append_message(message, parent_id=parent, source=source or "server"),
             up_shape,
             our_shape,
             extra,
@@ -369,6 +370,82 @@ class Pair:
             check,
         )
 
+    # ── compaction ──────────────────────────────────────────────────────────
+
+    def add_compaction(
+        self, summary: str, from_id: str, to_id: str, session: str = "", check: bool = True
+    ) -> tuple[Outcome, Outcome]:
+        """addCompaction: the record's random id and creation time are compared by shape."""
+
+        def up_shape(r: Any) -> Any:
+            assert isinstance(r["id"], str) and r["id"], r
+            assert isinstance(r["createdAt"], str) and r["createdAt"].endswith("Z"), r
+            return {"summary": r["summary"], "from": r["fromMessageId"], "to": r["toMessageId"]}
+
+        def our_shape(r: Any) -> Any:
+            assert isinstance(r.id, str) and r.id, r
+            assert abs(r.created_at_ms - time.time() * 1000) < NOW_WINDOW_MS, r
+            return {"summary": r.summary, "from": r.from_message_id, "to": r.to_message_id}
+
+        return self._write(
+            f"addCompaction {summary!r} {from_id!r}..{to_id!r}",
+            session,
+            lambda: self.up(
+                "addCompaction", {"summary": summary, "fromMessageId": from_id, "toMessageId": to_id}, session
+            ),
+            lambda: self.ours(session).add_compaction(summary, from_id, to_id),
+            up_shape,
+            our_shape,
+            check=check,
+        )
+
+    def compact_reference(
+        self, keep_recent_tokens: int, leaf: str | None = None, session: str = "", check: bool = True
+    ) -> tuple[Outcome, Outcome]:
+        """compact() with upstream's createCompactFunction and a fake summarizer answering
+        `SUMMARY(<prompt length in UTF-16 units> chars)`; ours plans on the server and the client
+        stores the overlay. The prompt itself is compared too."""
+        body: dict[str, Any] = {"mode": "reference", "keepRecentTokens": keep_recent_tokens}
+        if leaf is not None:
+            body["leafId"] = leaf
+
+        def fake(prompt: str) -> str:
+            return f"SUMMARY({len(prompt.encode('utf-16-le')) // 2} chars)"
+
+        def up_shape(r: Any) -> Any:
+            res = r["result"]
+            got = (
+                None
+                if res is None
+                else {"from": res["fromMessageId"], "to": res["toMessageId"], "summary": res["summary"]}
+            )
+            return {"result": got, "prompt": r["prompt"] if r["summarizeCalled"] else None}
+
+        def our_call() -> Any:
+            s = self.ours(session)
+            plan = s.plan_compaction(leaf_id=leaf, keep_recent_tokens=keep_recent_tokens)
+            record = s.compact(fake, leaf_id=leaf, keep_recent_tokens=keep_recent_tokens)
+            return plan, record
+
+        def our_shape(r: Any) -> Any:
+            plan, record = r
+            got = (
+                None
+                if record is None
+                else {"from": record.from_message_id, "to": record.to_message_id, "summary": record.summary}
+            )
+            return {"result": got, "prompt": None if plan is None else plan.prompt}
+
+        return self._write(
+            f"compact(reference, keepRecentTokens={keep_recent_tokens}, leaf={leaf!r})",
+            session,
+            lambda: self.up("compact", body, session),
+            our_call,
+            up_shape,
+            our_shape,
+            check=check,
+        )
+
     # ── state checks ────────────────────────────────────────────────────────
 
     def our_rows_now(self) -> Stored:
@@ -412,7 +489,8 @@ class Pair:
                         problems.append(issue)
                     continue
                 if a[col] != b[col]:
-                    detail = f"row {a['session_id']!r}/{a['id']!r} column {col}: upstream {_short(a[col], 300)!s} | ours {_short(b[col], 300)!s}"
+                    where = f"row {a['session_id']!r}/{a['id']!r} column {col}"
+                    detail = f"{where}: upstream {_short(a[col], 300)} | ours {_short(b[col], 300)}"
                     if isinstance(a[col], str) and isinstance(b[col], str):
                         detail += "\n    " + first_difference(a[col], b[col])
                     problems.append(detail)
@@ -420,8 +498,12 @@ class Pair:
             a_rows, b_rows = up.tables.get(table, []), ours.tables.get(table, [])
             if a_rows != b_rows:
                 problems.append(f"table {table}: upstream {_short(a_rows, 400)} | ours {_short(b_rows, 400)}")
-        a_comp = [{k: v for k, v in r.items() if k not in ("id", "created_at")} for r in up.tables.get("compactions", [])]
-        b_comp = [{k: v for k, v in r.items() if k not in ("id", "created_at")} for r in ours.tables.get("compactions", [])]
+        a_comp = [
+            {k: v for k, v in r.items() if k not in ("id", "created_at")} for r in up.tables.get("compactions", [])
+        ]
+        b_comp = [
+            {k: v for k, v in r.items() if k not in ("id", "created_at")} for r in ours.tables.get("compactions", [])
+        ]
         if a_comp != b_comp:
             problems.append(f"table compactions: upstream {a_comp} | ours {b_comp}")
 
@@ -462,7 +544,11 @@ class Pair:
             ("getMessage('')", "getMessage", {"id": ""}),
             ("getBranches(unknown)", "getBranches", {"messageId": UNKNOWN_ID}),
             ("getRecentHistory(1000000000)", "getRecentHistory", {"maxContentBytes": 10**9}),
-            ("getRecentHistory(unknown leaf)", "getRecentHistory", {"maxContentBytes": 10**9, "options": {"leafId": UNKNOWN_ID}}),
+            (
+                "getRecentHistory(unknown leaf)",
+                "getRecentHistory",
+                {"maxContentBytes": 10**9, "options": {"leafId": UNKNOWN_ID}},
+            ),
         ]
         for mid in ids:
             plan.append((f"getMessage({mid!r})", "getMessage", {"id": mid}))
@@ -470,7 +556,11 @@ class Pair:
         for leaf in leaf_ids:
             plan.append((f"getHistory(leafId={leaf!r})", "getHistory", {"options": {"leafId": leaf}}))
             plan.append(
-                (f"getHistory(leafId={leaf!r}, newestFirst)", "getHistory", {"options": {"leafId": leaf, "newestFirst": True}})
+                (
+                    f"getHistory(leafId={leaf!r}, newestFirst)",
+                    "getHistory",
+                    {"options": {"leafId": leaf, "newestFirst": True}},
+                )
             )
             plan.append((f"getHistoryRowStats({leaf!r})", "getHistoryRowStats", {"leafId": leaf}))
         # Recent-history budgets around the path's row sizes (exact fit, one byte short, 1).
@@ -486,7 +576,13 @@ class Pair:
                     budgets |= {suffix, suffix - 1}
             opts = {} if leaf is None else {"options": {"leafId": leaf}}
             for budget in sorted(b for b in budgets if b >= 0):
-                plan.append((f"getRecentHistory({budget}, leaf={leaf!r})", "getRecentHistory", {"maxContentBytes": budget, **opts}))
+                plan.append(
+                    (
+                        f"getRecentHistory({budget}, leaf={leaf!r})",
+                        "getRecentHistory",
+                        {"maxContentBytes": budget, **opts},
+                    )
+                )
         first = self._upstream_path(session, None)[:1]
         one = row_bytes(self.up_rows, session, first[0]) if first else 10
         for label, options in (
@@ -501,7 +597,11 @@ class Pair:
             plan.append((f"historyBatches({label})", "historyBatches", {"options": options}))
         for leaf in leaves[:2]:
             plan.append(
-                (f"historyBatches(leafId={leaf!r},batchSize=2)", "historyBatches", {"options": {"leafId": leaf, "batchSize": 2}})
+                (
+                    f"historyBatches(leafId={leaf!r},batchSize=2)",
+                    "historyBatches",
+                    {"options": {"leafId": leaf, "batchSize": 2}},
+                )
             )
         return plan
 
@@ -540,7 +640,9 @@ class Pair:
         opts = body.get("options", {})
         names = overlay_names(self.our_rows)
         if op == "getHistory":
-            return _canon_list(s.get_history(leaf_id=opts.get("leafId"), newest_first=bool(opts.get("newestFirst"))), names)
+            return _canon_list(
+                s.get_history(leaf_id=opts.get("leafId"), newest_first=bool(opts.get("newestFirst"))), names
+            )
         if op == "getLatestLeaf":
             return canon_message_opt(s.get_latest_leaf(), names)
         if op == "getHistoryRowStats":
@@ -554,7 +656,11 @@ class Pair:
             return _canon_list(s.get_branches(body["messageId"]), names)
         if op == "getRecentHistory":
             r = s.get_recent_history(body["maxContentBytes"], leaf_id=opts.get("leafId"))
-            return {"messages": _canon_list(r.messages, names), "truncated": r.truncated, "totalContentBytes": r.total_content_bytes}
+            return {
+                "messages": _canon_list(r.messages, names),
+                "truncated": r.truncated,
+                "totalContentBytes": r.total_content_bytes,
+            }
         if op == "historyBatches":
             kwargs: dict[str, Any] = {}
             if "batchSize" in opts:
@@ -574,7 +680,10 @@ class Pair:
         if op in ("getLatestLeaf", "getMessage"):
             return canon_message_opt(result, names)
         if op == "getHistoryRowStats":
-            return [{"id": r["id"], "role": r["role"], "bytes": r["bytes"], "tokenEstimate": r["tokenEstimate"]} for r in result]
+            return [
+                {"id": r["id"], "role": r["role"], "bytes": r["bytes"], "tokenEstimate": r["tokenEstimate"]}
+                for r in result
+            ]
         if op == "getRecentHistory":
             return {
                 "messages": _canon_list(result["messages"], names),
@@ -591,10 +700,7 @@ class Pair:
         )
         results = self.oracle.batch(self.key, [(session, op, body) for _, op, body in plan])
         for (label, op, _body), (ok, result), ours in zip(plan, results, ours_future, strict=True):
-            if ok:
-                up = Outcome(self._up_shape(op, result))
-            else:
-                up = Outcome(error=f"{result.name or 'Error'}: {result}")
+            up = Outcome(self._up_shape(op, result)) if ok else Outcome(error=f"{result.name or 'Error'}: {result}")
             self._compare(f"[{session!r}] {label}", up, ours, problems)
 
     def _check_reads(self, level: str | None = None) -> None:
@@ -614,6 +720,7 @@ class Pair:
         """One read on both sides; asserts equal; returns upstream's (canonical) value."""
         body = body or {}
         self.log.append(f"read {op} {body}")
+        self._load_rows()
         problems: list[str] = []
         results = self.oracle.batch(self.key, [(session, op, body)])
         ok, result = results[0]

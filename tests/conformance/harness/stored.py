@@ -38,7 +38,9 @@ ATT_CHUNKS_SQL = (
     "SELECT hash, idx, length(data) AS n, hex(substr(data, 1, 32)) AS head "
     "FROM cf_agents_session_attachment_chunks ORDER BY hash, idx"
 )
-REFS_SQL = "SELECT session_id, message_id, hash FROM cf_agents_session_attachment_refs ORDER BY session_id, message_id, hash"
+REFS_SQL = (
+    "SELECT session_id, message_id, hash FROM cf_agents_session_attachment_refs ORDER BY session_id, message_id, hash"
+)
 CONFIG_SQL = "SELECT session_id, key, value FROM cf_agents_session_config ORDER BY session_id, key"
 
 QUERIES = {

@@ -1,0 +1,163 @@
+"""Full-text search (reference notes §8): the lazily created FTS5 index, its maintenance, and the
+phrase query. The index rows are compared too (upstream's read through the sql op)."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+import pytest
+
+from tests.conformance.harness.messages import big_text, msg, parts_msg
+from tests.conformance.harness.oracle import OracleError
+from tests.conformance.harness.pair import Pair
+
+FTS_SQL = "SELECT id, session_id, role, content FROM cf_agents_session_fts ORDER BY session_id, id, content"
+
+
+def _fts_tables(pair: Pair) -> tuple[bool, bool]:
+    up = bool(pair.oracle.sql(pair.key, "SELECT name FROM sqlite_master WHERE name = 'cf_agents_session_fts'"))
+    conn = sqlite3.connect(f"file:{pair.our_file()}?mode=ro", uri=True)
+    try:
+        ours = (
+            conn.execute("SELECT name FROM sqlite_master WHERE name = 'cf_agents_session_fts'").fetchone() is not None
+        )
+    finally:
+        conn.close()
+    return up, ours
+
+
+def _fts_rows(pair: Pair) -> None:
+    up = [tuple(r.values()) for r in pair.oracle.sql(pair.key, FTS_SQL)]
+    conn = sqlite3.connect(f"file:{pair.our_file()}?mode=ro", uri=True)
+    try:
+        ours = [tuple(r) for r in conn.execute(FTS_SQL)]
+    finally:
+        conn.close()
+    assert up == ours, "FTS index rows differ"
+
+
+def search(pair: Pair, query: str, limit: int | None = None, session: str = "") -> list[dict[str, Any]]:
+    body: dict[str, Any] = {"query": query}
+    if limit is not None:
+        body["options"] = {"limit": limit}
+    up = pair.up("search", body, session)
+    kwargs = {} if limit is None else {"limit": limit}
+    ours = [{"id": r.id, "role": r.role, "content": r.content} for r in pair.ours(session).search(query, **kwargs)]
+    assert [dict(r) for r in up] == ours, f"search {query!r} limit={limit} session={session!r}"
+    return ours
+
+
+def _corpus(pair: Pair) -> None:
+    pair.append(msg("a", "alpha beta gamma"), check=False)
+    pair.append(msg("c", "The runners were running quickly to the café"), check=False)
+    pair.append(
+        parts_msg(
+            "d",
+            [
+                {"type": "reasoning", "text": "hidden reasoning alpha"},
+                {"type": "tool-x", "toolCallId": "1", "output": "alpha"},
+            ],
+        ),
+        check=False,
+    )
+    pair.append(msg("e", 'say "hi" to FTS operators AND OR NOT near*'), check=False)
+    pair.append(msg("f", "alpha beta gamma alpha beta gamma delta"), session="other", check=False)
+
+
+QUERIES = [
+    "alpha",
+    "alpha gamma",
+    "gamma alpha",
+    "beta gamma",
+    "run",
+    "cafe",
+    "CAFÉ",
+    'say "hi"',
+    "AND",
+    "near*",
+    "",
+    "  ",
+    "!!!",
+    "delta",
+    "zzz",
+]
+
+
+def test_index_created_by_first_search_and_backfilled(pair: Pair) -> None:
+    _corpus(pair)
+    assert _fts_tables(pair) == (False, False)
+    search(pair, "alpha")
+    assert _fts_tables(pair) == (True, True)
+    _fts_rows(pair)
+    for query in QUERIES:
+        search(pair, query)
+    search(pair, "alpha", session="other")
+
+
+EMPTY_MIDDLE_PART = parts_msg(
+    "b", [{"type": "text", "text": "alpha"}, {"type": "text", "text": ""}, {"type": "text", "text": "gamma"}]
+)
+
+
+def test_backfill_joins_nonempty_text_parts(pair: Pair) -> None:
+    """The first-search backfill (SQL) joins only non-empty text parts with single spaces:
+    "alpha gamma"; the append-time path joins every text part: "alpha  gamma"."""
+    pair.append(EMPTY_MIDDLE_PART)
+    search(pair, "alpha")
+    _fts_rows(pair)
+    pair.append({**EMPTY_MIDDLE_PART, "id": "b2"})
+    _fts_rows(pair)
+
+
+@pytest.mark.parametrize("limit", [1, 2, -1, 100])
+def test_limit(pair: Pair, limit: int) -> None:
+    _corpus(pair)
+    search(pair, "alpha", limit=limit)
+
+
+def test_limit_zero(pair: Pair) -> None:
+    """Upstream passes LIMIT 0 to SQLite: no results."""
+    _corpus(pair)
+    search(pair, "alpha", limit=0)
+
+
+def test_maintenance_after_creation(pair: Pair) -> None:
+    _corpus(pair)
+    search(pair, "alpha")
+    pair.append(msg("g", "fresh alpha words"))
+    pair.append(EMPTY_MIDDLE_PART)
+    pair.update(msg("a", "now omega only"))
+    pair.update(msg("c", "The runners were running quickly to the café"))  # unchanged text
+    pair.update(parts_msg("b", [{"type": "text", "text": ""}]))  # text now empty: entry removed
+    pair.import_(msg("h", "imported alpha"), parent="g", created_at=1_600_000_000_000)
+    pair.delete(["e"])
+    _fts_rows(pair)
+    for query in ("alpha", "omega", "fresh alpha", "imported"):
+        search(pair, query)
+    pair.clear()
+    _fts_rows(pair)
+    search(pair, "alpha", session="other")
+
+
+def test_continuation_rows_indexed_by_us_not_by_upstream_backfill(pair: Pair) -> None:
+    """DESIGN §9 (deliberate): upstream's first-search backfill reads only slice 0, so a message
+    that already had continuation rows is never indexed; ours indexes it."""
+    pair.session_levels[""] = "light"
+    pair.append(msg("big", big_text(1_700_000) + " needle"), check=False)
+    pair.append(msg("small", "needle too"), check=False)
+    up = [r["id"] for r in pair.up("search", {"query": "needle"})]
+    ours = [r.id for r in pair.ours().search("needle")]
+    assert up == ["small"]
+    assert sorted(ours) == ["big", "small"]
+
+
+def test_very_long_text_with_search_on(pair: Pair) -> None:
+    """DESIGN §9 (deliberate): once the index exists upstream fails a ~2.5 MB text append with
+    SQLITE_TOOBIG; ours stores and indexes it."""
+    pair.append(msg("a", "seed"))
+    search(pair, "seed")
+    huge = msg("huge", big_text(2_500_000))
+    with pytest.raises(OracleError, match=r"TOOBIG|too big"):
+        pair.up("appendMessage", {"message": huge})
+    assert pair.ours().append_message(huge).inserted
