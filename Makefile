@@ -5,8 +5,13 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 LISTEN ?= 127.0.0.1:50051
 DATA_DIR ?= ./data
+# Node >= 20 runs the TypeScript client tests and the conformance suite against upstream.
+HAVE_NODE := $(shell node -e 'process.exit(+process.versions.node.split(".")[0] >= 20 ? 0 : 1)' 2>/dev/null && echo yes)
+HAVE_GO := $(shell command -v go >/dev/null 2>&1 && echo yes)
+PYTEST_IGNORE := $(if $(HAVE_NODE),,--ignore=tests/conformance)
 
-.PHONY: setup serve test test-only generate check-generated lint format
+.PHONY: setup serve test test-only test-python test-typescript test-go conformance generate check-generated \
+	lint format bench bench-quick bench-history
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,21 +26,48 @@ serve: setup
 
 generate: setup
 	$(PY) tools/generate.py
+	$(if $(HAVE_NODE),clients/typescript/scripts/generate.sh)
+	$(if $(HAVE_GO),clients/go/scripts/generate.sh)
 
 check-generated: setup
 	$(PY) tools/generate.py --check
+	$(if $(HAVE_NODE),clients/typescript/scripts/check-generated.sh)
+	$(if $(HAVE_GO),clients/go/scripts/check-generated.sh)
 
 lint: setup
 	$(VENV)/bin/buf lint
 	$(VENV)/bin/buf format --diff --exit-code
+	$(VENV)/bin/buf breaking --against proto/baseline/sessions-v1.binpb
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
 format: setup
 	$(VENV)/bin/buf format -w
+	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
 test: setup check-generated lint test-only
 
-test-only: setup
-	$(PY) -m pytest
+test-only: test-python test-typescript test-go
+
+test-python: setup
+	$(if $(HAVE_NODE),tests/conformance/oracle/ensure.sh)
+	$(PY) -m pytest $(PYTEST_IGNORE)
+
+test-typescript: setup
+	$(if $(HAVE_NODE),clients/typescript/scripts/test.sh,@echo "node >= 20 not found: TypeScript client tests not run")
+
+test-go: setup
+	$(if $(HAVE_GO),clients/go/scripts/test.sh,@echo "go not found: Go client tests not run")
+
+conformance: setup
+	tests/conformance/run.sh
+
+bench: setup
+	$(PY) bench/run.py --json bench/results.json
+
+bench-quick: setup
+	$(PY) bench/run.py --quick
+
+bench-history: setup
+	$(PY) bench/history.py

@@ -17,6 +17,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/sessions-dev/sessions/clients/go/internal/testserver"
@@ -66,6 +67,7 @@ func run(target string, appends, historyLen, size, runs int) error {
 
 	// Serial appends: one call at a time, each waiting for the server's commit.
 	s := obj.Session("appends")
+	cpu0 := cpuTime()
 	start := time.Now()
 	for i := range appends {
 		if _, err := s.AppendMessage(ctx, message(fmt.Sprintf("a%06d", i), size)); err != nil {
@@ -73,8 +75,9 @@ func run(target string, appends, historyLen, size, runs int) error {
 		}
 	}
 	elapsed := time.Since(start)
-	fmt.Printf("append   %5d x %d B serial:   %7.3f s  %8.0f msg/s  (%.2f ms/append)\n",
-		appends, size, elapsed.Seconds(), float64(appends)/elapsed.Seconds(), elapsed.Seconds()*1000/float64(appends))
+	fmt.Printf("append   %5d x %d B serial:   %7.3f s  %8.0f msg/s  (%.2f ms/append; client CPU %.0f µs/msg)\n",
+		appends, size, elapsed.Seconds(), float64(appends)/elapsed.Seconds(), elapsed.Seconds()*1000/float64(appends),
+		perMessage(cpuTime()-cpu0, appends))
 
 	// History streaming: fill with batched appends (not timed), then stream the whole path.
 	h := obj.Session("history")
@@ -89,6 +92,7 @@ func run(target string, appends, historyLen, size, runs int) error {
 		}
 	}
 	var times []time.Duration
+	cpu0 = cpuTime()
 	for range runs {
 		start := time.Now()
 		n, bytes := 0, 0
@@ -106,10 +110,12 @@ func run(target string, appends, historyLen, size, runs int) error {
 		}
 		_ = bytes
 	}
+	readCPU := cpuTime() - cpu0
 	slices.Sort(times)
 	best, median := times[0], times[len(times)/2]
-	fmt.Printf("history  %5d x %d B streamed: %7.3f s  %8.0f msg/s  (best of %d; median %.3f s = %.0f msg/s)\n",
-		historyLen, size, best.Seconds(), float64(historyLen)/best.Seconds(), runs, median.Seconds(), float64(historyLen)/median.Seconds())
+	fmt.Printf("history  %5d x %d B streamed: %7.3f s  %8.0f msg/s  (best of %d; median %.3f s = %.0f msg/s; client CPU %.0f µs/msg)\n",
+		historyLen, size, best.Seconds(), float64(historyLen)/best.Seconds(), runs, median.Seconds(), float64(historyLen)/median.Seconds(),
+		perMessage(readCPU, historyLen*runs))
 
 	// Batched reading of the same path, for comparison.
 	start = time.Now()
@@ -123,6 +129,22 @@ func run(target string, appends, historyLen, size, runs int) error {
 	elapsed = time.Since(start)
 	fmt.Printf("batches  %5d x %d B (100/batch): %7.3f s  %8.0f msg/s\n", n, size, elapsed.Seconds(), float64(n)/elapsed.Seconds())
 	return nil
+}
+
+// cpuTime returns the CPU time (user + system) this process has used so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func perMessage(d time.Duration, n int) float64 {
+	if n == 0 {
+		return 0
+	}
+	return float64(d.Microseconds()) / float64(n)
 }
 
 // message returns a text message whose JSON is exactly size bytes (or the minimum).

@@ -1,0 +1,97 @@
+"""Row-write accounting (issue 5): `GetObjectStats.row_writes` counts rows written as upstream's
+storage billing counts them (reference notes §4 "Cost", §12 "Billed rows"). Each test measures
+the delta one operation adds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sessions_client import SessionsClient
+from tests.conftest import start_server
+from tests.service.support import text_message
+from tests.service.test_attachments import file_part, image_message, payload
+
+
+def writes(session: Any, operation: Callable[[], Any]) -> int:
+    before = session.object.get_object_stats().row_writes
+    operation()
+    return int(session.object.get_object_stats().row_writes - before)
+
+
+def test_text_append_writes_one_row(session: Any):
+    assert writes(session, lambda: session.append_message(text_message("m1", "hello"))) == 1
+    assert writes(session, lambda: session.append_message(text_message("m2", "again"))) == 1
+
+
+def test_twenty_text_appends_write_twenty_rows(session: Any):
+    def run() -> None:
+        for index in range(20):
+            session.append_message(text_message(f"m{index}", f"turn {index}"))
+
+    assert writes(session, run) == 20
+
+
+def test_200_kib_image_append_writes_four_rows(session: Any):
+    # message row, one payload chunk, payload meta, reference
+    message = image_message("img", file_part(payload(200 * 1024, 1)))
+    assert writes(session, lambda: session.append_message(message)) == 4
+
+
+def test_2_mib_image_append_writes_five_rows(session: Any):
+    # message row, two payload chunks, payload meta, reference
+    message = image_message("img", file_part(payload(2 * 1024 * 1024, 2)))
+    assert writes(session, lambda: session.append_message(message)) == 5
+
+
+def test_known_payload_append_writes_message_and_reference_only(session: Any):
+    data = payload(200 * 1024, 3)
+    session.append_message(image_message("a", file_part(data)))
+    assert writes(session, lambda: session.append_message(image_message("b", file_part(data)))) == 2
+
+
+def test_unchanged_update_writes_nothing(session: Any):
+    message = text_message("m1", "hello")
+    session.append_message(message)
+    assert writes(session, lambda: session.update_message(message)) == 0
+    image = image_message("img", file_part(payload(200 * 1024, 4)))
+    session.append_message(image)
+    assert writes(session, lambda: session.update_message(image)) == 0
+
+
+def test_changed_text_update_writes_one_row(session: Any):
+    session.append_message(text_message("m1", "hello"))
+    assert writes(session, lambda: session.update_message(text_message("m1", "hello, changed"))) == 1
+
+
+def test_duplicate_append_writes_nothing(session: Any):
+    session.append_message(text_message("m1", "hello"))
+    assert writes(session, lambda: session.append_message(text_message("m1", "other"))) == 0
+
+
+def test_overlay_id_append_writes_nothing(session: Any):
+    session.append_message(text_message("m1", "hello"))
+    assert writes(session, lambda: session.append_message(text_message("compaction_x", "echo"))) == 0
+
+
+def test_row_writes_survive_a_restart(tmp_path: Path):
+    """GetObjectStats documents row writes "since the object was created by this service"."""
+    server = start_server(tmp_path / "data")
+    try:
+        with SessionsClient(server.address) as client:
+            session = client.object("counted").session()
+            session.append_message(text_message("m1", "hello"))
+            session.append_message(image_message("img", file_part(payload(1000, 5))))
+            assert client.object("counted").get_object_stats().row_writes == 5
+    finally:
+        server.stop()
+    server = start_server(tmp_path / "data")
+    try:
+        with SessionsClient(server.address) as client:
+            assert client.object("counted").get_object_stats().row_writes == 5
+            client.object("counted").session().append_message(text_message("m2", "again"))
+            assert client.object("counted").get_object_stats().row_writes == 6
+    finally:
+        server.stop()
