@@ -116,6 +116,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--metrics-listen", help="HOST:PORT for a Prometheus /metrics endpoint")
     serve.add_argument("--log-format", choices=("text", "json"), default="text", help="log line format")
+    serve.add_argument(
+        "--max-message-id-bytes",
+        type=int,
+        default=limits.max_message_id_bytes,
+        help=f"longest message id, bytes (default {limits.max_message_id_bytes})",
+    )
+    serve.add_argument(
+        "--max-summary-bytes",
+        type=int,
+        default=limits.max_summary_bytes,
+        help=f"longest compaction summary, bytes (default {limits.max_summary_bytes})",
+    )
     serve.add_argument("--log-level", default="WARNING", help="logging level (default WARNING)")
     mover = commands.add_parser("move-object", help="move an object from one server to another, verified")
     mover.add_argument("--object-key", required=True, action="append", help="the object to move (repeatable)")
@@ -176,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
             max_object_bytes=args.max_object_bytes,
             max_subscribers_per_object=args.max_subscribers_per_object,
             max_concurrent_streams=args.max_concurrent_streams,
+            max_message_id_bytes=args.max_message_id_bytes,
+            max_summary_bytes=args.max_summary_bytes,
         ),
     )
     return asyncio.run(_run(config))

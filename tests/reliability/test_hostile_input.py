@@ -603,12 +603,9 @@ def target(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequ
         f"{len(METHODS)} RPCs x {EXAMPLES} examples; crashes={len(tally.crashes)} wrong codes={len(tally.wrong)} "
         f"partial writes={len(tally.partial)}; codes={dict(tally.codes.most_common())}"
     )
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_line("")
-        reporter.write_line(summary)
-    else:
-        print(summary)
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    with capture.global_and_fixture_disabled() if capture is not None else contextlib.nullcontext():
+        print("\n" + summary)
     found.channel.close()
     found.server.stop()
 

@@ -355,7 +355,7 @@ def test_import_is_indexed_and_a_duplicate_import_changes_nothing(
     assert indexed(data_dir, object_key)[("", "i1")] == "imported  words"
 
 
-def test_hidden_overlay_rows_are_excluded(indexed_session: Any) -> None:
+def test_hidden_overlay_rows_are_excluded(indexed_session: Any, data_dir: Path, object_key: str) -> None:
     """A stored `compaction_<X>` row whose X names one of the session's compaction records is a
     hidden echo of the overlay: never a search result. One without a record stays visible."""
     indexed_session.append_messages([text_message("m1", "first"), text_message("m2", "second")])
@@ -363,6 +363,8 @@ def test_hidden_overlay_rows_are_excluded(indexed_session: Any) -> None:
     indexed_session.import_message(text_message(f"compaction_{record.id}", "echoedoverlay"), parent_id="m2")
     indexed_session.import_message(text_message("compaction_unknown", "foreignoverlay"), parent_id="m2")
 
+    # The echo is stored and indexed (import is verbatim); the query leaves it out.
+    assert indexed(data_dir, object_key)[("", f"compaction_{record.id}")] == "echoedoverlay"
     assert indexed_session.search("echoedoverlay") == []
     assert indexed_session.search("echoedoverlay", all_sessions=True) == []
     assert hit_ids(indexed_session.search("foreignoverlay")) == ["compaction_unknown"]

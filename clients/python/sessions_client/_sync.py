@@ -162,9 +162,15 @@ class ObjectHandle:
         return Attachment(digest, media_type, b"".join(chunks))
 
     def list_sessions(self) -> list[tuple[str, int]]:
-        request = pb.ListSessionsRequest(object_key=self.key)
-        response = self.client._call(self.key, self.client._stub.ListSessions, request)
-        return [(s.session_id, int(s.message_count)) for s in response.sessions]
+        sessions: list[tuple[str, int]] = []
+        token = ""
+        while True:
+            request = pb.ListSessionsRequest(object_key=self.key, page_token=token)
+            response = self.client._call(self.key, self.client._stub.ListSessions, request)
+            sessions.extend((s.session_id, int(s.message_count)) for s in response.sessions)
+            token = response.next_page_token
+            if not token:
+                return sessions
 
     def get_object_stats(self) -> ObjectStats:
         request = pb.GetObjectStatsRequest(object_key=self.key)
@@ -391,9 +397,15 @@ class SessionHandle:
         return CompactionRecord.of(self._client._call(self._key, self._stub.AddCompaction, request).compaction)
 
     def list_compactions(self) -> list[CompactionRecord]:
-        request = pb.ListCompactionsRequest(object_key=self._key, session_id=self.id)
-        response = self._client._call(self._key, self._stub.ListCompactions, request)
-        return [CompactionRecord.of(record) for record in response.compactions]
+        records: list[CompactionRecord] = []
+        token = ""
+        while True:
+            request = pb.ListCompactionsRequest(object_key=self._key, session_id=self.id, page_token=token)
+            response = self._client._call(self._key, self._stub.ListCompactions, request)
+            records.extend(CompactionRecord.of(record) for record in response.compactions)
+            token = response.next_page_token
+            if not token:
+                return records
 
     def plan_compaction(self, *, leaf_id: str | None = None, keep_recent_tokens: int = 0) -> CompactionPlan | None:
         request = pb.PlanCompactionRequest(

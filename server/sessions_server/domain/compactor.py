@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sessions_server.domain import compaction, jsjson
 from sessions_server.domain.errors import FailedPrecondition, InvalidArgument
+from sessions_server.domain.limits import check_size
 from sessions_server.domain.overlays import plan_overlays
 from sessions_server.storage import queries
 from sessions_server.storage.feed import ChangeEvent
@@ -85,6 +86,10 @@ class Compactor:
     ) -> Compaction:
         """Stores an overlay record (no validation of the ids, as upstream)."""
         self._service.check_names(object_key, session_id)
+        limit = self._service.limits.max_summary_bytes
+        check_size(summary, limit, "the summary", "max_summary_bytes", "summary")
+        for field, value in (("from_message_id", from_id), ("to_message_id", to_id)):
+            check_size(value, self._service.limits.max_message_id_bytes, field, "max_message_id_bytes", field)
         async with self._service.object(object_key, writing=True) as store:
             record = await store.write(lambda ctx: _insert_record(ctx, session_id, summary, from_id, to_id, event))
             forget_estimate(store, session_id)

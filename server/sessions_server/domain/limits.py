@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sessions_server.domain.errors import LimitExceeded
+from sessions_server.domain.errors import InvalidArgument, LimitExceeded
 
 GIB = 1024 * 1024 * 1024
 
@@ -23,6 +23,25 @@ class Limits:
     max_subscribers_per_object: int = 256
     # Concurrent streaming calls (server- or client-streaming) on the whole server.
     max_concurrent_streams: int = 4096
+    # Longest message id: ids travel beside every frame, which must stay under 4 MiB.
+    max_message_id_bytes: int = 16 * 1024
+    # Longest compaction summary: overlays are listed and streamed whole.
+    max_summary_bytes: int = 1024 * 1024
+
+
+def check_size(value: str, limit: int, what: str, limit_name: str, field: str) -> None:
+    """INVALID_ARGUMENT when a text is longer (UTF-8 bytes) than a limit."""
+    if len(value) * 4 <= limit:
+        return
+    size = len(value.encode("utf-8", "surrogatepass"))
+    if size > limit:
+        raise InvalidArgument(
+            f"{what} is {size} bytes; the limit is {limit} bytes ({limit_name})",
+            reason="LIMIT_EXCEEDED",
+            field=field,
+            limit=limit_name,
+            limit_value=str(limit),
+        )
 
 
 def exceeded(what: str, limit_name: str, limit_value: int, unit: str = "") -> LimitExceeded:

@@ -27,7 +27,7 @@ from sessions_server.domain.errors import (
     StorageFailure,
     Unavailable,
 )
-from sessions_server.domain.limits import Limits, exceeded
+from sessions_server.domain.limits import Limits, check_size, exceeded
 from sessions_server.domain.objects import ObjectAdmin
 from sessions_server.domain.overlays import OverlaySpan, overlay_id, overlay_message_json, plan_overlays
 from sessions_server.domain.placement import Placement
@@ -77,6 +77,7 @@ class MessageView:
 
     info: RowInfo | None
     json: str
+    overlay: bool = False  # a synthetic compaction overlay (its info names id and role only)
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +189,7 @@ class SessionsService:
         if from_client and cap and len(text) > cap // 4 and len(text.encode("utf-8", "surrogatepass")) > cap:
             raise exceeded(f"{field} from a client is larger than allowed", "max_client_message_bytes", cap, "bytes")
         message = messages.parse_message(text, field=field)
+        check_size(message["id"], self.limits.max_message_id_bytes, "the message id", "max_message_id_bytes", field)
         prepared = messages.prepare_for_write(
             message, from_client=from_client, reserved_keys=self.reserved_metadata_keys
         )
@@ -347,7 +349,7 @@ class SessionsService:
         """An import session: messages are validated as they arrive and committed in order."""
         self.check_names(object_key, session_id)
         async with self.object(object_key, writing=True) as store:
-            importer = Importer(store, session_id)
+            importer = Importer(store, session_id, self.limits)
             try:
                 yield importer
             finally:
@@ -705,7 +707,8 @@ class Importer:
     """Validates imported messages as they arrive and commits each in its own job, pipelined so
     that a bulk import shares commits (group commit) while staying in order."""
 
-    def __init__(self, store: ObjectStore, session_id: str) -> None:
+    def __init__(self, store: ObjectStore, session_id: str, limits: Limits) -> None:
+        self._limits = limits
         self._store = store
         self._session_id = session_id
         self._pending: list[asyncio.Future[bool]] = []
@@ -716,6 +719,7 @@ class Importer:
     async def add(self, text: str, parent_id: str | None, created_at_ms: int) -> None:
         field = f"message[{self.received}]"
         message = messages.parse_message(text, field=field)
+        check_size(message["id"], self._limits.max_message_id_bytes, "the message id", "max_message_id_bytes", field)
         prepared = messages.prepare_for_import(message)
         row = prepared.row()
         self.received += 1
@@ -825,7 +829,9 @@ async def _stream_path(
         segments.reverse()
     for segment in segments:
         if isinstance(segment, Compaction):
-            yield MessageView(None, overlay_message_json(segment))
+            yield MessageView(
+                RowInfo(overlay_id(segment), "assistant", None, 0, 0, 0), overlay_message_json(segment), overlay=True
+            )
             continue
         rows = list(reversed(segment)) if newest_first else list(segment)
         windows = (

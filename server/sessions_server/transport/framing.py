@@ -55,15 +55,37 @@ def message_frames(view: MessageView, *, with_info: bool = True) -> Iterator[pb.
 
 
 def _info_for(view: MessageView) -> pb.MessageInfo:
-    # Synthetic messages (overlays, refused overlay writes) have no row: their info is empty.
-    return pb.MessageInfo() if view.info is None else info_message(view.info)
+    # A refused overlay write has no row: its info is empty. Overlays name their id and role.
+    if view.info is None:
+        return pb.MessageInfo()
+    if view.overlay:
+        return pb.MessageInfo(id=view.info.id, role=view.info.role, overlay=True)
+    return info_message(view.info)
 
 
-def written_message(view: MessageView) -> pb.WrittenMessage:
-    """A write's stored message: inline when it fits one frame, else omitted (read it back)."""
+def json_bytes(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+class ResponseBudget:
+    """Bytes of message JSON one response may still carry; what does not fit is omitted and
+    read back by the client, so no response exceeds the 4 MiB frame limit."""
+
+    def __init__(self, limit_bytes: int = PIECE_BYTES) -> None:
+        self.remaining = limit_bytes
+
+    def take(self, size: int) -> bool:
+        if size > self.remaining:
+            return False
+        self.remaining -= size
+        return True
+
+
+def written_message(view: MessageView, budget: ResponseBudget | None = None) -> pb.WrittenMessage:
+    """A write's stored message: inline when it fits the response, else omitted (read it back)."""
     out = pb.WrittenMessage()
     out.info.CopyFrom(_info_for(view))
-    if len(view.json) * 4 <= PIECE_BYTES or len(view.json.encode("utf-8", "surrogatepass")) <= PIECE_BYTES:
+    if (budget or ResponseBudget()).take(json_bytes(view.json)):
         out.json = view.json
     else:
         out.json_omitted = True

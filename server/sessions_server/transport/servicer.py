@@ -6,6 +6,7 @@ errors into statuses with ErrorInfo details, and frames message content (framing
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import urllib.parse
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterator
@@ -39,6 +40,7 @@ from sessions_server.transport.errors import internal_status, status_for
 OBJECT_KEY_HEADER = "x-object-key"
 ROW_STATS_PER_FRAME = 1000
 ATTACHMENT_FRAME_BYTES = 3 * 1024 * 1024
+FRAME_BUDGET_BYTES = 3 * 1024 * 1024
 DEFAULT_PROGRESS_SECONDS = 10.0
 
 Req = TypeVar("Req")
@@ -140,9 +142,11 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 for item in request.items
             ]
             results = await self._service.append_many(request.object_key, request.session_id, items)
+            budget = framing.ResponseBudget()
             return pb.AppendMessagesResponse(
                 results=[
-                    pb.AppendResult(inserted=r.inserted, message=framing.written_message(r.message)) for r in results
+                    pb.AppendResult(inserted=r.inserted, message=framing.written_message(r.message, budget))
+                    for r in results
                 ]
             )
 
@@ -412,13 +416,18 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         async def run() -> AsyncIterator[pb.GetHistoryRowStatsResponse]:
             self._admit(context, request.object_key, write=False)
             stats = await self._service.row_stats(request.object_key, request.session_id, leaf_id=request.leaf_id)
-            for start in range(0, len(stats), ROW_STATS_PER_FRAME):
-                yield pb.GetHistoryRowStatsResponse(
-                    stats=[
-                        pb.RowStat(id=s.id, role=s.role, bytes=s.bytes, token_estimate=s.token_estimate)
-                        for s in stats[start : start + ROW_STATS_PER_FRAME]
-                    ]
-                )
+            frame = pb.GetHistoryRowStatsResponse()
+            size = 0
+            for s in stats:
+                stat = pb.RowStat(id=s.id, role=s.role, bytes=s.bytes, token_estimate=s.token_estimate)
+                stat_size = stat.ByteSize() + 8
+                if frame.stats and (len(frame.stats) >= ROW_STATS_PER_FRAME or size + stat_size > FRAME_BUDGET_BYTES):
+                    yield frame
+                    frame, size = pb.GetHistoryRowStatsResponse(), 0
+                frame.stats.append(stat)
+                size += stat_size
+            if frame.stats:
+                yield frame
 
         async for response in _stream(context, run, self._slots):
             yield response
@@ -463,7 +472,19 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         async def run() -> pb.ListCompactionsResponse:
             self._admit(context, request.object_key, write=False)
             records = await self._service.compactor.records(request.object_key, request.session_id)
-            return pb.ListCompactionsResponse(compactions=[_compaction(r) for r in records])
+            after = _page_token_int(request.page_token)
+            size_limit = _page_size(request.page_size, default=100, maximum=1000)
+            response = pb.ListCompactionsResponse()
+            budget = FRAME_BUDGET_BYTES
+            remaining = [r for r in records if r.seq > after]
+            for record in remaining:
+                item = _compaction(record)
+                if response.compactions and (len(response.compactions) >= size_limit or item.ByteSize() + 16 > budget):
+                    response.next_page_token = str(response.compactions[-1].seq)
+                    break
+                response.compactions.append(item)
+                budget -= item.ByteSize() + 16
+            return response
 
         return await _unary(context, run)
 
@@ -578,9 +599,15 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         async def run() -> pb.ListSessionsResponse:
             self._admit(context, request.object_key, write=False)
             sessions = await self._service.list_sessions(request.object_key)
-            return pb.ListSessionsResponse(
-                sessions=[pb.SessionSummary(session_id=sid, message_count=count) for sid, count in sessions]
+            after = _decode_token(request.page_token)
+            size_limit = _page_size(request.page_size, default=1000, maximum=10_000)
+            page = [(sid, count) for sid, count in sessions if after is None or sid > after]
+            response = pb.ListSessionsResponse(
+                sessions=[pb.SessionSummary(session_id=sid, message_count=count) for sid, count in page[:size_limit]]
             )
+            if len(page) > size_limit:
+                response.next_page_token = _encode_token(page[size_limit - 1][0])
+            return response
 
         return await _unary(context, run)
 
@@ -649,6 +676,32 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             raise Unavailable("the server is shutting down; retry on a new connection")
         if self._authority is not None:
             self._authority.check(context.invocation_metadata() or (), "", write=False)
+
+
+def _page_size(value: int, *, default: int, maximum: int) -> int:
+    return default if value <= 0 else min(value, maximum)
+
+
+def _page_token_int(token: str) -> int:
+    if not token:
+        return 0
+    try:
+        return int(token)
+    except ValueError:
+        raise InvalidArgument("page_token is not one this server issued", field="page_token") from None
+
+
+def _encode_token(text: str) -> str:
+    return base64.urlsafe_b64encode(text.encode("utf-8", "surrogatepass")).decode("ascii")
+
+
+def _decode_token(token: str) -> str | None:
+    if not token:
+        return None
+    try:
+        return base64.urlsafe_b64decode(token.encode("ascii")).decode("utf-8", "surrogatepass")
+    except (ValueError, UnicodeError):
+        raise InvalidArgument("page_token is not one this server issued", field="page_token") from None
 
 
 def _compaction(record: Compaction) -> pb.Compaction:

@@ -1702,19 +1702,27 @@ class ListCompactionsRequest(_message.Message):
 
     OBJECT_KEY_FIELD_NUMBER: _builtins.int
     SESSION_ID_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     object_key: _builtins.str
     """The object key."""
     session_id: _builtins.str
     """The session id."""
+    page_size: _builtins.int
+    """Records per page (0: 100; at most 1,000; a page also stops before 3 MiB of summaries)."""
+    page_token: _builtins.str
+    """The next_page_token of the previous page; empty for the first."""
     def __init__(
         self,
         *,
         object_key: _builtins.str = ...,
         session_id: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["object_key", b"object_key", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["object_key", b"object_key", "page_size", b"page_size", "page_token", b"page_token", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1727,18 +1735,22 @@ class ListCompactionsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     COMPACTIONS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Pass to the next call; empty on the last page."""
     @_builtins.property
     def compactions(self) -> _containers.RepeatedCompositeFieldContainer[Global___Compaction]:
-        """Every record, oldest first."""
+        """The records of this page, oldest first."""
 
     def __init__(
         self,
         *,
         compactions: _abc.Iterable[Global___Compaction] | None = ...,
+        next_page_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["compactions", b"compactions"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["compactions", b"compactions", "next_page_token", b"next_page_token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2195,16 +2207,24 @@ class ListSessionsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     OBJECT_KEY_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     object_key: _builtins.str
     """The object key."""
+    page_size: _builtins.int
+    """Sessions per page (0: 1,000; at most 10,000)."""
+    page_token: _builtins.str
+    """The next_page_token of the previous page; empty for the first."""
     def __init__(
         self,
         *,
         object_key: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["object_key", b"object_key"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["object_key", b"object_key", "page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2243,18 +2263,22 @@ class ListSessionsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     SESSIONS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Pass to the next call; empty on the last page."""
     @_builtins.property
     def sessions(self) -> _containers.RepeatedCompositeFieldContainer[Global___SessionSummary]:
-        """The sessions that hold messages or compactions."""
+        """The sessions of this page (those holding messages or compactions), by session id."""
 
     def __init__(
         self,
         *,
         sessions: _abc.Iterable[Global___SessionSummary] | None = ...,
+        next_page_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["sessions", b"sessions"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "sessions", b"sessions"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -3347,7 +3347,11 @@ type ListCompactionsRequest struct {
 	// The object key.
 	ObjectKey string `protobuf:"bytes,1,opt,name=object_key,json=objectKey,proto3" json:"object_key,omitempty"`
 	// The session id.
-	SessionId     string `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	SessionId string `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Records per page (0: 100; at most 1,000; a page also stops before 3 MiB of summaries).
+	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The next_page_token of the previous page; empty for the first.
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3396,11 +3400,27 @@ func (x *ListCompactionsRequest) GetSessionId() string {
 	return ""
 }
 
+func (x *ListCompactionsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListCompactionsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 // Response for ListCompactions.
 type ListCompactionsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Every record, oldest first.
-	Compactions   []*Compaction `protobuf:"bytes,1,rep,name=compactions,proto3" json:"compactions,omitempty"`
+	// The records of this page, oldest first.
+	Compactions []*Compaction `protobuf:"bytes,1,rep,name=compactions,proto3" json:"compactions,omitempty"`
+	// Pass to the next call; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3440,6 +3460,13 @@ func (x *ListCompactionsResponse) GetCompactions() []*Compaction {
 		return x.Compactions
 	}
 	return nil
+}
+
+func (x *ListCompactionsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 // Request for PlanCompaction.
@@ -4360,7 +4387,11 @@ func (x *SubscribeResponse) GetError() string {
 type ListSessionsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The object key.
-	ObjectKey     string `protobuf:"bytes,1,opt,name=object_key,json=objectKey,proto3" json:"object_key,omitempty"`
+	ObjectKey string `protobuf:"bytes,1,opt,name=object_key,json=objectKey,proto3" json:"object_key,omitempty"`
+	// Sessions per page (0: 1,000; at most 10,000).
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The next_page_token of the previous page; empty for the first.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4398,6 +4429,20 @@ func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
 func (x *ListSessionsRequest) GetObjectKey() string {
 	if x != nil {
 		return x.ObjectKey
+	}
+	return ""
+}
+
+func (x *ListSessionsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListSessionsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
 	}
 	return ""
 }
@@ -4460,8 +4505,10 @@ func (x *SessionSummary) GetMessageCount() int64 {
 // Response for ListSessions.
 type ListSessionsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The sessions that hold messages or compactions.
-	Sessions      []*SessionSummary `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	// The sessions of this page (those holding messages or compactions), by session id.
+	Sessions []*SessionSummary `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	// Pass to the next call; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4501,6 +4548,13 @@ func (x *ListSessionsResponse) GetSessions() []*SessionSummary {
 		return x.Sessions
 	}
 	return nil
+}
+
+func (x *ListSessionsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 // Request for GetObjectStats.
@@ -5356,14 +5410,18 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"\x15AddCompactionResponse\x127\n" +
 	"\n" +
 	"compaction\x18\x01 \x01(\v2\x17.sessions.v1.CompactionR\n" +
-	"compaction\"V\n" +
+	"compaction\"\x92\x01\n" +
 	"\x16ListCompactionsRequest\x12\x1d\n" +
 	"\n" +
 	"object_key\x18\x01 \x01(\tR\tobjectKey\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x02 \x01(\tR\tsessionId\"T\n" +
+	"session_id\x18\x02 \x01(\tR\tsessionId\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"|\n" +
 	"\x17ListCompactionsResponse\x129\n" +
-	"\vcompactions\x18\x01 \x03(\v2\x17.sessions.v1.CompactionR\vcompactions\"\x9c\x01\n" +
+	"\vcompactions\x18\x01 \x03(\v2\x17.sessions.v1.CompactionR\vcompactions\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x9c\x01\n" +
 	"\x15PlanCompactionRequest\x12\x1d\n" +
 	"\n" +
 	"object_key\x18\x01 \x01(\tR\tobjectKey\x12\x1d\n" +
@@ -5447,16 +5505,20 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"compaction\x18\t \x01(\v2\x17.sessions.v1.CompactionR\n" +
 	"compaction\x12\x14\n" +
 	"\x05error\x18\n" +
-	" \x01(\tR\x05error\"4\n" +
+	" \x01(\tR\x05error\"p\n" +
 	"\x13ListSessionsRequest\x12\x1d\n" +
 	"\n" +
-	"object_key\x18\x01 \x01(\tR\tobjectKey\"T\n" +
+	"object_key\x18\x01 \x01(\tR\tobjectKey\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"T\n" +
 	"\x0eSessionSummary\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12#\n" +
-	"\rmessage_count\x18\x02 \x01(\x03R\fmessageCount\"O\n" +
+	"\rmessage_count\x18\x02 \x01(\x03R\fmessageCount\"w\n" +
 	"\x14ListSessionsResponse\x127\n" +
-	"\bsessions\x18\x01 \x03(\v2\x1b.sessions.v1.SessionSummaryR\bsessions\"6\n" +
+	"\bsessions\x18\x01 \x03(\v2\x1b.sessions.v1.SessionSummaryR\bsessions\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"6\n" +
 	"\x15GetObjectStatsRequest\x12\x1d\n" +
 	"\n" +
 	"object_key\x18\x01 \x01(\tR\tobjectKey\"\xa1\x02\n" +
