@@ -39,6 +39,7 @@ class OurServerProcess:
         args = [str(SERVER_BIN), "serve", "--listen", "127.0.0.1:0", "--data-dir", str(self.data_dir)]
         for key in RESERVED_KEYS:
             args += ["--reserved-metadata-key", key]
+        args += self.extra_args()
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL)
         log.close()
@@ -59,6 +60,9 @@ class OurServerProcess:
         raise RuntimeError(
             f"our server did not start: {''.join(lines)}\n{self.log_path.read_text(errors='replace')[-2000:]}"
         )
+
+    def extra_args(self) -> list[str]:
+        return []
 
     @staticmethod
     def _drain(stream: IO[bytes]) -> None:

@@ -1,0 +1,127 @@
+"""Server-side compaction (`Compact` RPC and automatic compaction by policy) against upstream's
+compact() / compactAfter() with createCompactFunction. Both sides use the same fake model: it
+answers `SUMMARY(<prompt length in UTF-16 units> chars)`; ours reaches it as an OpenAI-compatible
+chat-completions endpoint on loopback, served here."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sessions_client import SessionsClient
+from tests.conformance.harness.messages import msg
+from tests.conformance.harness.oracle import Oracle
+from tests.conformance.harness.ours import OurServerProcess
+from tests.conformance.harness.pair import Pair
+
+
+def fake_summary(prompt: str) -> str:
+    return f"SUMMARY({len(prompt.encode('utf-16-le')) // 2} chars)"
+
+
+class _FakeModel(BaseHTTPRequestHandler):
+    prompts: list[str] = []
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        body = json.loads(self.rfile.read(int(self.headers.get("content-length", "0"))))
+        prompt = body["messages"][-1]["content"]
+        type(self).prompts.append(prompt)
+        reply = json.dumps({"choices": [{"message": {"role": "assistant", "content": fake_summary(prompt)}}]}).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(reply)))
+        self.end_headers()
+        self.wfile.write(reply)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+class SummarizingServer(OurServerProcess):
+    def __init__(self, data_dir: Path, log_path: Path, summarizer_url: str) -> None:
+        super().__init__(data_dir, log_path)
+        self.summarizer_url = summarizer_url
+
+    def extra_args(self) -> list[str]:
+        return ["--summarizer-url", self.summarizer_url]
+
+
+@pytest.fixture(scope="module")
+def summarizing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[OurServerProcess, SessionsClient]]:
+    model = ThreadingHTTPServer(("127.0.0.1", 0), _FakeModel)
+    threading.Thread(target=model.serve_forever, daemon=True).start()
+    base = tmp_path_factory.mktemp("summarizing")
+    server = SummarizingServer(base / "data", base / "server.log", f"http://127.0.0.1:{model.server_address[1]}")
+    server.start()
+    client = SessionsClient(server.address)
+    try:
+        yield server, client
+    finally:
+        client.close()
+        server.stop()
+        model.shutdown()
+
+
+@pytest.fixture
+def spair(oracle: Oracle, summarizing: tuple[OurServerProcess, SessionsClient]) -> Pair:
+    server, client = summarizing
+    return Pair(oracle, client, server.data_dir, level="normal")
+
+
+def _chain(pair: Pair, n: int, prefix: str = "m", check: bool = False) -> None:
+    for i in range(n):
+        pair.append(msg(f"{prefix}{i}", f"turn {i} " + "words " * (i % 5)), check=check)
+
+
+def _compact_both(pair: Pair, keep_recent: int, leaf: str | None = None) -> None:
+    body: dict[str, Any] = {"mode": "reference", "keepRecentTokens": keep_recent}
+    if leaf is not None:
+        body["leafId"] = leaf
+    up = pair.up("compact", body)["result"]
+    ours_session = pair.ours()
+    ours_session.set_compaction_policy(0, keep_recent_tokens=keep_recent)
+    record = ours_session.compact(leaf_id=leaf)
+    up_view = None if up is None else (up["fromMessageId"], up["toMessageId"], up["summary"])
+    our_view = None if record is None else (record.from_message_id, record.to_message_id, record.summary)
+    assert up_view == our_view, f"compact(keepRecentTokens={keep_recent}, leaf={leaf})"
+    pair.check()
+
+
+def test_compact_rpc(spair: Pair) -> None:
+    _chain(spair, 5)
+    _compact_both(spair, 1)  # too short: null, model not called
+    _chain(spair, 8, prefix="n")
+    _compact_both(spair, 1)
+    _chain(spair, 4, prefix="o")
+    _compact_both(spair, 1)  # extends from the visible overlay's start
+    _compact_both(spair, 30, leaf="n3")
+
+
+def _wait_for_compactions(pair: Pair, count: int, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if len(pair.ours().list_compactions()) >= count:
+            time.sleep(0.05)
+            return
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("threshold", [60, 150])
+def test_auto_compaction_policy(spair: Pair, threshold: int) -> None:
+    """compactAfter(threshold): after each inserted append whose session estimate is strictly over
+    the threshold, compact the active branch. Ours runs it in the background: wait for it."""
+    spair.up("compactAfter", {"threshold": threshold, "mode": "reference", "keepRecentTokens": 1})
+    spair.ours().set_compaction_policy(threshold, keep_recent_tokens=1)
+    for i in range(24):
+        spair.append(msg(f"m{i}", f"turn {i} " + "words " * (i % 7)), check=False)
+        expected = len(spair.oracle.sql(spair.key, "SELECT id FROM cf_agents_session_compactions"))
+        _wait_for_compactions(spair, expected)
+        spair.check(level="rows" if i % 4 else "normal")
+    assert spair.oracle.sql(spair.key, "SELECT count(*) AS n FROM cf_agents_session_compactions")[0]["n"] > 0
