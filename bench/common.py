@@ -346,7 +346,8 @@ def summarize_collapsed(path: Path, top: int = 15) -> dict[str, Any]:
             continue
         frames = stack.split(";")
         leaf = frames[-1] if frames else "?"
-        if "(idle)" in stack or any(leaf.startswith(p) for p in _IDLE_LEAVES) or "_queue_SimpleQueue_get" in stack:
+        poller = "_poll_wrapper" in frames[0] and leaf.startswith("Thread.run (")  # gRPC's poller, in C
+        if "(idle)" in stack or poller or any(p in leaf for p in _IDLE_LEAVES) or "_queue_SimpleQueue_get" in stack:
             idle += count
             continue
         total += count

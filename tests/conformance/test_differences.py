@@ -135,3 +135,17 @@ def test_resolved_parent_is_reported(pair: Pair) -> None:
     ours_c = pair.ours().append_message(msg("c"))
     assert set(up_c) == {"inserted", "message"} and ours_c.parent_id == "b"
     pair.check()
+
+
+def test_compaction_policy_persisted_in_config_table(pair: Pair) -> None:
+    """DESIGN §5: ours keeps the per-session compaction policy in `cf_agents_session_config`, which
+    upstream creates but never writes (its compactAfter() is in-memory, per handle)."""
+    pair.append(msg("a"))
+    pair.up("compactAfter", {"threshold": 1000, "mode": "null"})
+    pair.ours().set_compaction_policy(1000, keep_recent_tokens=5)
+    assert pair.oracle.sql(pair.key, "SELECT * FROM cf_agents_session_config") == []
+    rows = pair.our_rows_now().tables["config"]
+    assert {r["key"]: r["value"] for r in rows} == {
+        "compaction.threshold_tokens": "1000",
+        "compaction.keep_recent_tokens": "5",
+    }

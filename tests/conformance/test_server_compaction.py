@@ -72,7 +72,9 @@ def summarizing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[OurS
 @pytest.fixture
 def spair(oracle: Oracle, summarizing: tuple[OurServerProcess, SessionsClient]) -> Pair:
     server, client = summarizing
-    return Pair(oracle, client, server.data_dir, level="normal")
+    pair = Pair(oracle, client, server.data_dir, level="normal")
+    pair.ignore_tables.add("config")  # ours persists the policy there (DESIGN §5); upstream never writes it
+    return pair
 
 
 def _chain(pair: Pair, n: int, prefix: str = "m", check: bool = False) -> None:
@@ -125,3 +127,22 @@ def test_auto_compaction_policy(spair: Pair, threshold: int) -> None:
         _wait_for_compactions(spair, expected)
         spair.check(level="rows" if i % 4 else "normal")
     assert spair.oracle.sql(spair.key, "SELECT count(*) AS n FROM cf_agents_session_compactions")[0]["n"] > 0
+
+
+def test_compact_rpc_event(spair: Pair, summarizing: tuple[OurServerProcess, SessionsClient]) -> None:
+    """A server-side compaction is announced like upstream's compact(): a payload-less `compact`."""
+    from tests.conformance.test_feed import Recorder, _our_event, _up_event
+
+    server, _ = summarizing
+    spair.up("events", {})
+    recorder = Recorder(spair, server.address)
+    try:
+        _chain(spair, 12)
+        spair.up("events", {})
+        recorder.take(12)
+        _compact_both(spair, 1)
+        up = [_up_event(e) for e in spair.up("events", {})]
+        ours = [_our_event(e) for e in recorder.take(len(up))]
+        assert up == ours
+    finally:
+        recorder.close()

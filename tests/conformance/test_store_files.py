@@ -127,8 +127,7 @@ def world(
 ) -> Iterator[World]:
     base = tmp_path_factory.mktemp("store-files")
     imported_dir = base / "imported-data"
-    second = OracleProcess(base / "second-oracle", base / "second-oracle.log")
-    second.bundled = oracle_process.bundled
+    second = OracleProcess(base / "second-oracle", base / "second-oracle.log", bundle_dir=oracle_process.bundle_dir)
     keys: dict[str, str] = {}
     copies: dict[str, Path] = {}
     outputs: dict[str, str] = {}

@@ -63,7 +63,7 @@ class ChatCompletionsStub:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", "0"))
                 body = json.loads(self.rfile.read(length).decode("utf-8"))
                 with stub._lock:
@@ -81,7 +81,9 @@ class ChatCompletionsStub:
                 if mode == FAIL:
                     self._answer(500, {"error": {"message": "stub failure"}})
                     return
-                text = "   \n" if mode == EMPTY else (stub.content if stub.content is not None else f"summary #{number}")
+                text = (
+                    "   \n" if mode == EMPTY else (stub.content if stub.content is not None else f"summary #{number}")
+                )
                 self._answer(
                     200,
                     {
@@ -110,7 +112,9 @@ class ChatCompletionsStub:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, name="chat-completions-stub", daemon=True).start()
+        threading.Thread(
+            target=lambda: self._server.serve_forever(poll_interval=0.02), name="chat-completions-stub", daemon=True
+        ).start()
         return self
 
     def release(self) -> None:

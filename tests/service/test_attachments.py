@@ -50,7 +50,13 @@ def image_message(message_id: str, *parts: dict[str, Any], text: str = "look at 
 
 
 def tool_message(message_id: str, output: Any) -> dict[str, Any]:
-    part = {"type": "tool-screenshot", "toolCallId": "call-1", "state": "output-available", "input": {}, "output": output}
+    part = {
+        "type": "tool-screenshot",
+        "toolCallId": "call-1",
+        "state": "output-available",
+        "input": {},
+        "output": output,
+    }
     return {"id": message_id, "role": "assistant", "parts": [part]}
 
 
@@ -183,10 +189,10 @@ def test_file_part_with_data_field_is_extracted(session: Any, object_key: str, d
         pytest.param(
             {"type": "file", "mediaType": "image/png", "url": "data:image/png;base64,QQ=A"}, id="padding-inside"
         ),
+        pytest.param({"type": "file", "mediaType": "image/png", "url": "data:image/png;base64,QQ==="}, id="three-pads"),
         pytest.param(
-            {"type": "file", "mediaType": "image/png", "url": "data:image/png;base64,QQ==="}, id="three-pads"
+            {"type": "file", "mediaType": "image/svg+xml", "url": "data:image/svg+xml,%3Csvg%2F%3E"}, id="not-base64"
         ),
-        pytest.param({"type": "file", "mediaType": "image/svg+xml", "url": "data:image/svg+xml,%3Csvg%2F%3E"}, id="not-base64"),
         pytest.param({"type": "file", "mediaType": "image/png", "url": "data:image/png;base64"}, id="no-comma"),
         pytest.param(
             {"type": "file", "mediaType": "image/png", "url": "https://example.com/a.png", "data": b64(payload(90))},
@@ -195,9 +201,7 @@ def test_file_part_with_data_field_is_extracted(session: Any, object_key: str, d
         pytest.param({"type": "file", "mediaType": "image/png", "url": POINTER + "0" * 64}, id="pointer-url-unknown"),
     ],
 )
-def test_records_that_are_not_media_stay_inline(
-    session: Any, object_key: str, data_dir: Path, part: dict[str, Any]
-):
+def test_records_that_are_not_media_stay_inline(session: Any, object_key: str, data_dir: Path, part: dict[str, Any]):
     message = image_message("m", part)
     session.append_message(message)
     assert stored(data_dir, object_key, "m") == js_json(message)
@@ -378,7 +382,12 @@ def test_read_restores_the_common_case_byte_for_byte(session: Any):
         "parts": [
             {"type": "text", "text": "two images"},
             file_part(data),
-            {"type": "file", "mediaType": "application/pdf", "filename": "x.pdf", "url": file_part(data[:99], "application/pdf")["url"]},
+            {
+                "type": "file",
+                "mediaType": "application/pdf",
+                "filename": "x.pdf",
+                "url": file_part(data[:99], "application/pdf")["url"],
+            },
         ],
         "metadata": {"k": 1},
     }

@@ -19,7 +19,9 @@ from tests.service.chat_completions_stub import FeedReader
 from tests.service.support import FRAME_LIMIT_BYTES, error_reason, message_row, text_message
 from tests.service.test_attachments import b64, file_part, image_message, payload, pointer, sha
 
-ROUTING = lambda key: (("x-object-key", key),)  # noqa: E731
+
+def routing(key: str) -> tuple[tuple[str, str], ...]:
+    return (("x-object-key", key),)
 
 
 def charge(size: int) -> int:
@@ -117,9 +119,10 @@ def test_pointer_mode_history_transfers_kilobytes_not_images(session: Any):
 def test_change_feed_pointer_mode(live_server: Any, session: Any, object_key: str):
     data = payload(5000, 20)
     message = image_message("m", file_part(data))
-    with FeedReader(live_server.address, object_key, pointers=True) as pointed, FeedReader(
-        live_server.address, object_key
-    ) as inline:
+    with (
+        FeedReader(live_server.address, object_key, pointers=True) as pointed,
+        FeedReader(live_server.address, object_key) as inline,
+    ):
         session.append_message(message)
         event = pointed.until("append")
         assert event.message is not None and event.message["parts"][1]["url"] == pointer(data)
@@ -138,7 +141,11 @@ def test_read_attachment_of_a_5_mb_payload_in_frames_within_4_mib(
 ):
     data = payload(5_000_000, 22)
     session.append_message(image_message("big", file_part(data, "video/mp4")))
-    frames = list(stub.ReadAttachment(pb.ReadAttachmentRequest(object_key=object_key, hash=sha(data)), metadata=ROUTING(object_key)))
+    frames = list(
+        stub.ReadAttachment(
+            pb.ReadAttachmentRequest(object_key=object_key, hash=sha(data)), metadata=routing(object_key)
+        )
+    )
     assert len(frames) >= 2
     assert all(frame.ByteSize() <= FRAME_LIMIT_BYTES for frame in frames)
     assert (frames[0].media_type, frames[0].size_bytes) == ("video/mp4", 5_000_000)
@@ -148,9 +155,17 @@ def test_read_attachment_of_a_5_mb_payload_in_frames_within_4_mib(
     assert session.get_message("big")["parts"][1]["url"] == file_part(data, "video/mp4")["url"]
 
 
-def test_read_attachment_of_an_empty_payload(obj: Any, session: Any, stub: sessions_pb2_grpc.SessionServiceStub, object_key: str):
-    session.append_message(image_message("e", {"type": "file", "mediaType": "image/png", "url": "data:image/png;base64,"}))
-    frames = list(stub.ReadAttachment(pb.ReadAttachmentRequest(object_key=object_key, hash=sha(b"")), metadata=ROUTING(object_key)))
+def test_read_attachment_of_an_empty_payload(
+    obj: Any, session: Any, stub: sessions_pb2_grpc.SessionServiceStub, object_key: str
+):
+    session.append_message(
+        image_message("e", {"type": "file", "mediaType": "image/png", "url": "data:image/png;base64,"})
+    )
+    frames = list(
+        stub.ReadAttachment(
+            pb.ReadAttachmentRequest(object_key=object_key, hash=sha(b"")), metadata=routing(object_key)
+        )
+    )
     assert (frames[0].media_type, frames[0].size_bytes) == ("image/png", 0)
     assert b"".join(frame.data for frame in frames) == b""
     assert obj.read_attachment(sha(b"")).data == b""
@@ -178,7 +193,11 @@ def test_read_attachment_malformed_hash_is_invalid_argument(
     stub: sessions_pb2_grpc.SessionServiceStub, object_key: str, digest: str
 ):
     with pytest.raises(grpc.RpcError) as caught:
-        list(stub.ReadAttachment(pb.ReadAttachmentRequest(object_key=object_key, hash=digest), metadata=ROUTING(object_key)))
+        list(
+            stub.ReadAttachment(
+                pb.ReadAttachmentRequest(object_key=object_key, hash=digest), metadata=routing(object_key)
+            )
+        )
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert error_reason(caught.value) == "INVALID_FIELD"
 

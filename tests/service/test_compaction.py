@@ -275,6 +275,16 @@ def test_hidden_overlay_row_is_skipped_and_walked_through(session: Any, object_k
     assert_all_reads(session, ["m1", hidden, "m4", "m5", "b6"], leaf_id="b6")
 
 
+def test_hidden_row_between_two_compactions_appears_once_in_every_read(session: Any):
+    session.append_messages([text_message(f"m{i}", f"turn {i}") for i in range(3)])
+    a = session.add_compaction("A", "m1", "m2")
+    session.import_message(text_message(oid(a), "A", role="assistant"), parent_id="m2", created_at=1)
+    session.append_messages([text_message(f"m{i}", f"turn {i}") for i in range(3, 7)])  # m3 under the hidden row
+    b = session.add_compaction("B", "m4", "m5")
+    assert_all_reads(session, ["m0", oid(a), "m3", oid(b), "m6"])
+    assert ids(session.get_history(newest_first=True)) == ["m6", oid(b), "m3", oid(a), "m0"]
+
+
 def test_hidden_rows_replaced_by_their_children_in_get_branches_sorted_by_seq(session: Any):
     turns(session, 3)  # m0..m2
     record = session.add_compaction("S", "m1", "m1")

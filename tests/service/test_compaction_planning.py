@@ -15,7 +15,7 @@ import pytest
 from sessions_client import SessionsError
 from tests.service.support import text_message
 
-WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau".split()
+WORDS = ("alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda", "mu")
 
 SECTIONS = """## Topic
 [What the conversation is about]
@@ -37,8 +37,7 @@ def first_prompt(content: str, budget: int) -> str:
     """Upstream's first-compaction template (compaction-helpers.ts, buildSummaryPrompt)."""
     return (
         "Create a concise summary of this conversation that preserves the important information for future "
-        f"context.\n\nCONVERSATION TO SUMMARIZE:\n{content}\n\nUse this structure:\n\n"
-        + SECTIONS.format(budget=budget)
+        f"context.\n\nCONVERSATION TO SUMMARIZE:\n{content}\n\nUse this structure:\n\n" + SECTIONS.format(budget=budget)
     )
 
 
@@ -243,7 +242,7 @@ def test_tool_parts_render_in_the_prompt(session: Any):
     long_json = '{"text":"' + "x" * 600 + '"}'
     assert (
         '[assistant]\nusing tools\n[Tool: unknown]\nInput: {"q":1}\nOutput: {"hits":2}\n'
-        f"[Tool: search]\nInput: {long_json[:500]}\n\n---\n\n[tool]\n\n[Tool: unknown]\nOutput: \"ok\""
+        f'[Tool: search]\nInput: {long_json[:500]}\n\n---\n\n[tool]\n\n[Tool: unknown]\nOutput: "ok"'
     ) in plan.prompt
 
 

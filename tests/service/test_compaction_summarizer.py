@@ -238,9 +238,7 @@ def test_compact_follows_the_leaf_given(summarizing: Summarizing, llm: ChatCompl
 # ── automatic compaction ────────────────────────────────────────────────────
 
 
-def test_append_strictly_over_the_threshold_compacts_automatically(
-    summarizing: Summarizing, llm: ChatCompletionsStub
-):
+def test_append_strictly_over_the_threshold_compacts_automatically(summarizing: Summarizing, llm: ChatCompletionsStub):
     session = _setup(summarizing, "auto")
     message, tokens = trigger_message()
     session.set_compaction_policy(estimate(session) + tokens - 1, keep_recent_tokens=1)
@@ -283,9 +281,7 @@ def test_upsert_of_a_new_id_and_batched_appends_also_trigger(summarizing: Summar
     assert len(llm.requests) == 2  # one per triggering call
 
 
-def test_estimate_equal_to_the_threshold_does_not_compact(
-    summarizing: Summarizing, llm: ChatCompletionsStub
-):
+def test_estimate_equal_to_the_threshold_does_not_compact(summarizing: Summarizing, llm: ChatCompletionsStub):
     session = _setup(summarizing, "equal")
     message, tokens = trigger_message()
     session.set_compaction_policy(estimate(session) + tokens, keep_recent_tokens=1)
@@ -331,7 +327,12 @@ def test_summarizer_failure_never_fails_the_append_and_emits_compaction_error(
         appended = session.append_message(text_message("t1", "first trigger"))
         assert appended.inserted
         failed = feed.until("compaction_error", "compact")
-        assert (failed.type, failed.session_id, failed.message, failed.compaction) == ("compaction_error", "s", None, None)
+        assert (failed.type, failed.session_id, failed.message, failed.compaction) == (
+            "compaction_error",
+            "s",
+            None,
+            None,
+        )
         assert "500" in failed.error
         assert session.get_message("t1") == text_message("t1", "first trigger")
         assert session.list_compactions() == []

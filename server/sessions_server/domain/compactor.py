@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sessions_server.domain import compaction, jsjson
-from sessions_server.domain.errors import FailedPrecondition, InvalidArgument
+from sessions_server.domain.errors import FailedPrecondition, InvalidArgument, Unavailable
 from sessions_server.domain.limits import check_size
 from sessions_server.domain.overlays import plan_overlays
 from sessions_server.storage import queries
@@ -132,7 +132,10 @@ class Compactor:
         planned = await self.plan(object_key, session_id, leaf_id=leaf_id, keep_recent_tokens=keep_recent_tokens)
         if planned is None:
             return None
-        summary = await self._summarizer.summarize(planned.prompt)
+        try:
+            summary = await self._summarizer.summarize(planned.prompt)
+        except Exception as exc:
+            raise Unavailable(f"the summarizer failed: {exc}", reason="SUMMARIZER_FAILED") from exc
         if not summary.strip():
             return None
         return await self.add(

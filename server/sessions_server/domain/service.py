@@ -696,7 +696,7 @@ def _build_search_index(ctx: WriteContext) -> None:
             return
         for session_id, stored in page:
             if _stored_row_ok(stored):
-                text = messages.search_text(jsjson.parse(stored.content))
+                text = messages.backfill_search_text(jsjson.parse(stored.content))
                 if text:
                     queries.insert_search_row(conn, session_id, stored.info.id, stored.info.role, text)
                     ctx.row_writes += 1

@@ -70,6 +70,9 @@ class Subscription:
         self._hub = hub
         self.session_filter = session_filter
         self._queue: deque[ChangeEvent | Reset] = deque()
+        # Retained events a resume replays: references into the ring, delivered before anything
+        # queued live and not counted against the queue's bounds.
+        self.backlog: deque[ChangeEvent | Reset] = deque()
         self._bytes = 0
         self._max_events = max_events
         self._max_bytes = max_bytes
@@ -97,6 +100,8 @@ class Subscription:
 
     async def next(self, timeout: float | None = None) -> ChangeEvent | Reset | None:
         """The next event, or None when `timeout` passed with nothing to deliver."""
+        if self.backlog:
+            return self.backlog.popleft()
         while not self._queue:
             if self.closed:
                 raise FeedClosed("the object's change feed closed")
@@ -173,14 +178,14 @@ class FeedHub:
             if not same_epoch and resume_after < current and resume_after >= oldest_kept - 1:
                 same_epoch = True  # the counter rolled into a new epoch while we kept its events
             if resume_after > current:
-                subscription.offer(Reset(current, "unknown revision (the server restarted)"))
+                subscription.backlog.append(Reset(current, "unknown revision (the server restarted)"))
             elif resume_after < oldest_kept - 1 or not same_epoch:
                 reason = "events were not retained" if same_epoch else "the server restarted"
-                subscription.offer(Reset(current, reason))
+                subscription.backlog.append(Reset(current, reason))
             else:
-                for event in self._ring:
-                    if event.revision > resume_after and subscription.wants(event):
-                        subscription.offer(event)
+                subscription.backlog.extend(
+                    event for event in self._ring if event.revision > resume_after and subscription.wants(event)
+                )
         self._subscribers.add(subscription)
         return subscription
 

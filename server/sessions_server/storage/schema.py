@@ -137,6 +137,20 @@ def _check_object_key(conn: sqlite3.Connection, object_key: str) -> None:
         raise ObjectKeyConflict(f"file belongs to object key {row[0]!r}, not {object_key!r}")
 
 
+def read_row_writes(conn: sqlite3.Connection) -> int:
+    """Rows written by this service so far (saved when the object closes; a crash loses the count
+    since the last clean close, never data)."""
+    row = conn.execute("SELECT value FROM _sessions_meta WHERE key = 'row_writes'").fetchone()
+    try:
+        return int(row[0]) if row else 0
+    except ValueError:
+        return 0
+
+
+def write_row_writes(conn: sqlite3.Connection, count: int) -> None:
+    conn.execute("INSERT OR REPLACE INTO _sessions_meta (key, value) VALUES ('row_writes', ?)", (str(count),))
+
+
 def read_schema_version(conn: sqlite3.Connection) -> int:
     """Decodes the V8-serialized version record; anything unreadable counts as 0 (lift again)."""
     row = conn.execute("SELECT value FROM _cf_KV WHERE key = ?", (SCHEMA_VERSION_KEY,)).fetchone()

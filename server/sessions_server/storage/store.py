@@ -125,7 +125,9 @@ class ObjectStore:
         except BaseException:
             conn.close()
             raise
-        return cls(object_key, path, conn, executor)
+        store = cls(object_key, path, conn, executor)
+        store.row_writes = schema.read_row_writes(conn)
+        return store
 
     # ── writes ──────────────────────────────────────────────────────────────
 
@@ -278,6 +280,8 @@ class ObjectStore:
             readers, self._readers = self._readers, []
         for conn in readers:
             conn.close()
+        with contextlib.suppress(sqlite3.Error):
+            schema.write_row_writes(self._writer, self.row_writes)
         with contextlib.suppress(sqlite3.Error):
             self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         self._writer.close()

@@ -756,14 +756,18 @@ def feed_responses(item: ChangeEvent | Reset | Progress, inline: bool) -> Iterat
     if item.message_json is None:
         yield head
         return
-    text = item.message_json
-    if not inline:
-        text = item.cache.get("pointer") or item.cache.setdefault("pointer", pointer_form(text))
-    frames = list(framing.message_frames(MessageView(item.message_info, text)))
-    head.message.CopyFrom(frames[0])
-    yield head
-    for frame in frames[1:]:
-        yield pb.SubscribeResponse(revision=item.revision, type=head.type, session_id=item.session_id, message=frame)
+    key = "inline" if inline else "pointer"
+    cached = item.cache.get(key)
+    if cached is None:  # built once per event and mode, shared by every subscriber
+        text = item.message_json if inline else pointer_form(item.message_json)
+        frames = list(framing.message_frames(MessageView(item.message_info, text)))
+        head.message.CopyFrom(frames[0])
+        cached = [head] + [
+            pb.SubscribeResponse(revision=item.revision, type=head.type, session_id=item.session_id, message=frame)
+            for frame in frames[1:]
+        ]
+        item.cache[key] = cached
+    yield from cached
 
 
 async def _unary(context: Any, run: Callable[[], Awaitable[Resp]]) -> Resp:

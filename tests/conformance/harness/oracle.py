@@ -128,13 +128,18 @@ class Oracle:
 class OracleProcess:
     """`node serve.mjs` with a persist directory; started and stopped (SIGTERM to its own PID) here."""
 
-    def __init__(self, persist_dir: Path, log_path: Path) -> None:
+    def __init__(self, persist_dir: Path, log_path: Path, bundle_dir: Path | None = None) -> None:
         self.persist_dir = persist_dir
         self.log_path = log_path
+        # The worker bundle (wrangler --dry-run output); per run, so concurrent runs never share it.
+        self.bundle_dir = bundle_dir or persist_dir.parent / "bundle"
         self.proc: subprocess.Popen[bytes] | None = None
         self.client: Oracle | None = None
-        self.bundled = False
         self._files: dict[str, str] = {}
+
+    @property
+    def bundled(self) -> bool:
+        return (self.bundle_dir / "worker.js").exists()
 
     # ── lifecycle ───────────────────────────────────────────────────────────
 
@@ -142,7 +147,8 @@ class OracleProcess:
         assert self.proc is None, "oracle already running"
         self.persist_dir.mkdir(parents=True, exist_ok=True)
         args = [shutil.which("node") or "node", "serve.mjs", "--port", "0", "--persist", str(self.persist_dir)]
-        if self.bundled and (ORACLE_DIR / "dist" / "worker.js").exists():
+        args += ["--bundle-dir", str(self.bundle_dir)]
+        if self.bundled:
             args.append("--no-bundle")
         log = open(self.log_path, "ab")  # noqa: SIM115 - kept open for the child's lifetime
         env = {**os.environ, "WRANGLER_SEND_METRICS": "false", "CI": "true"}
@@ -169,7 +175,6 @@ class OracleProcess:
             raise RuntimeError(f"oracle did not start: {''.join(lines)}\n{tail}")
         # Drain further stdout so the child never blocks on a full pipe.
         threading.Thread(target=self._drain, args=(self.proc.stdout,), daemon=True).start()
-        self.bundled = True
         client = Oracle("127.0.0.1", port)
         while time.monotonic() < deadline:
             if client.healthy():

@@ -120,6 +120,7 @@ class Pair:
         self.level = level
         self.sessions: set[str] = {""}
         self.session_levels: dict[str, str] = {}  # per-session override of `level`
+        self.ignore_tables: set[str] = set()  # e.g. "config" where ours stores a policy (DESIGN §5)
         self.step = 0
         self.log: list[str] = []
         self.fixed_created_at: dict[tuple[str, str], int] = {}
@@ -495,6 +496,8 @@ class Pair:
                         detail += "\n    " + first_difference(a[col], b[col])
                     problems.append(detail)
         for table in ("chunks", "attachment_meta", "attachment_chunks", "attachment_refs", "config"):
+            if table in self.ignore_tables:
+                continue
             a_rows, b_rows = up.tables.get(table, []), ours.tables.get(table, [])
             if a_rows != b_rows:
                 problems.append(f"table {table}: upstream {_short(a_rows, 400)} | ours {_short(b_rows, 400)}")

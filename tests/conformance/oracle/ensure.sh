@@ -15,6 +15,8 @@ if [ "$major" -lt 20 ]; then
   exit 1
 fi
 stamp=node_modules/.conformance-installed
+exec 9> .ensure.lock          # concurrent runs wait for one install
+flock 9
 if [ -f "$stamp" ] && [ "$stamp" -nt package-lock.json ] && [ -d node_modules/agents ] && [ -d node_modules/miniflare ]; then
   exit 0
 fi

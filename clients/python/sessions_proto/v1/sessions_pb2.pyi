@@ -168,6 +168,8 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """This server does not own the object (ownership guard); route it to its shard."""
     ERROR_REASON_OBJECT_MOVING: _ErrorReason.ValueType  # 18
     """The object is being moved to another server; retry shortly."""
+    ERROR_REASON_SUMMARIZER_FAILED: _ErrorReason.ValueType  # 19
+    """The configured summarizer failed or timed out (see the message); nothing was stored."""
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """The reasons found in google.rpc.ErrorInfo.reason (without the ERROR_REASON_ prefix)."""
@@ -212,6 +214,8 @@ ERROR_REASON_OBJECT_NOT_OWNED: ErrorReason.ValueType  # 17
 """This server does not own the object (ownership guard); route it to its shard."""
 ERROR_REASON_OBJECT_MOVING: ErrorReason.ValueType  # 18
 """The object is being moved to another server; retry shortly."""
+ERROR_REASON_SUMMARIZER_FAILED: ErrorReason.ValueType  # 19
+"""The configured summarizer failed or timed out (see the message); nothing was stored."""
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015
 
 class _UploadOperation:

@@ -252,6 +252,8 @@ const (
 	ErrorReason_ERROR_REASON_OBJECT_NOT_OWNED ErrorReason = 17
 	// The object is being moved to another server; retry shortly.
 	ErrorReason_ERROR_REASON_OBJECT_MOVING ErrorReason = 18
+	// The configured summarizer failed or timed out (see the message); nothing was stored.
+	ErrorReason_ERROR_REASON_SUMMARIZER_FAILED ErrorReason = 19
 )
 
 // Enum value maps for ErrorReason.
@@ -276,6 +278,7 @@ var (
 		16: "ERROR_REASON_FAILED_PRECONDITION",
 		17: "ERROR_REASON_OBJECT_NOT_OWNED",
 		18: "ERROR_REASON_OBJECT_MOVING",
+		19: "ERROR_REASON_SUMMARIZER_FAILED",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":         0,
@@ -297,6 +300,7 @@ var (
 		"ERROR_REASON_FAILED_PRECONDITION": 16,
 		"ERROR_REASON_OBJECT_NOT_OWNED":    17,
 		"ERROR_REASON_OBJECT_MOVING":       18,
+		"ERROR_REASON_SUMMARIZER_FAILED":   19,
 	}
 )
 
@@ -5579,7 +5583,7 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"\x06Source\x12\x16\n" +
 	"\x12SOURCE_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rSOURCE_SERVER\x10\x01\x12\x11\n" +
-	"\rSOURCE_CLIENT\x10\x02*\xfb\x04\n" +
+	"\rSOURCE_CLIENT\x10\x02*\x9f\x05\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19ERROR_REASON_INVALID_JSON\x10\x01\x12 \n" +
@@ -5600,7 +5604,8 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"\x15ERROR_REASON_INTERNAL\x10\x0f\x12$\n" +
 	" ERROR_REASON_FAILED_PRECONDITION\x10\x10\x12!\n" +
 	"\x1dERROR_REASON_OBJECT_NOT_OWNED\x10\x11\x12\x1e\n" +
-	"\x1aERROR_REASON_OBJECT_MOVING\x10\x12*\x8a\x01\n" +
+	"\x1aERROR_REASON_OBJECT_MOVING\x10\x12\x12\"\n" +
+	"\x1eERROR_REASON_SUMMARIZER_FAILED\x10\x13*\x8a\x01\n" +
 	"\x0fUploadOperation\x12 \n" +
 	"\x1cUPLOAD_OPERATION_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17UPLOAD_OPERATION_APPEND\x10\x01\x12\x1b\n" +
