@@ -4,6 +4,8 @@ RSS sampling, message builders, statistics, raw-SQLite baselines and table print
 Everything here runs on loopback only and stops what it starts (by its own PID).
 """
 
+# ruff: noqa: E501  (result tables are printed as long Markdown rows)
+
 from __future__ import annotations
 
 import contextlib
@@ -45,7 +47,7 @@ def percentile(values: Sequence[float], p: float) -> float:
     if not values:
         return float("nan")
     ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, int(round(p / 100.0 * (len(ordered) - 1)))))
+    index = min(len(ordered) - 1, max(0, round(p / 100.0 * (len(ordered) - 1))))
     return float(ordered[index])
 
 
@@ -97,7 +99,9 @@ class MessageFactory:
 
     def __init__(self, size: int = 1024, prefix: str = "m", pool: int = 512, seed: int = 1) -> None:
         rng = random.Random(seed)
-        overhead = len(json.dumps({"id": f"{prefix}0000000", "role": "assistant", "parts": [{"type": "text", "text": ""}]}))
+        overhead = len(
+            json.dumps({"id": f"{prefix}0000000", "role": "assistant", "parts": [{"type": "text", "text": ""}]})
+        )
         body = max(16, size - overhead - 12)
         self.texts = [text_of(body, rng) for _ in range(pool)]
         self.prefix = prefix
@@ -197,10 +201,27 @@ class ServerProcess(ChildProcess):
     def __init__(self, data_dir: Path, extra: Sequence[str] = (), log_path: Path | None = None) -> None:
         self.data_dir = data_dir
         data_dir.mkdir(parents=True, exist_ok=True)
-        args = [sys.executable, "-m", "sessions_server.cli", "serve", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir), *extra]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "server"), str(ROOT / "clients" / "python"), os.environ.get("PYTHONPATH", "")])}
+        args = [
+            sys.executable,
+            "-m",
+            "sessions_server.cli",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            str(data_dir),
+            *extra,
+        ]
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(
+                [str(ROOT / "server"), str(ROOT / "clients" / "python"), os.environ.get("PYTHONPATH", "")]
+            ),
+        }
         log = open(log_path or (data_dir.parent / f"{data_dir.name}.server.log"), "ab")  # noqa: SIM115
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, env=env, cwd=ROOT)
+        self.proc = subprocess.Popen(
+            args, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, env=env, cwd=ROOT
+        )
         log.close()
         match = _wait_for_line(self.proc, r"listening on (\S+:\d+)", 60, "sessions-server")
         self.address = match.group(1)
@@ -303,9 +324,23 @@ class Profiler:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.out_dir / f"{self.name}.txt"
         self.proc = subprocess.Popen(
-            [spy, "record", "--pid", str(self.pid), "--rate", str(self.rate), "--format", "raw", "--threads",
-             "--output", str(self.path), "--nonblocking"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+            [
+                spy,
+                "record",
+                "--pid",
+                str(self.pid),
+                "--rate",
+                str(self.rate),
+                "--format",
+                "raw",
+                "--threads",
+                "--output",
+                str(self.path),
+                "--nonblocking",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
         )
         time.sleep(0.5)  # attach before the workload starts
         return self
@@ -323,10 +358,28 @@ class Profiler:
             self.summary = summarize_collapsed(self.path)
 
 
-_IDLE_LEAVES = ("select (selectors.py", "poll (selectors.py", "epoll_wait", "wait (threading.py", "get (queue.py",
-                "_worker (concurrent/futures/thread.py", "pthread_cond_wait", "pthread_cond_timedwait")
-_BOILERPLATE = ("<frozen runpy>", "asyncio/runners.py", "asyncio/base_events.py", "asyncio/events.py",
-                "threading.py", "concurrent/futures/thread.py", "cli.py", "(libc.so", "thread_run (", "task_step")
+_IDLE_LEAVES = (
+    "select (selectors.py",
+    "poll (selectors.py",
+    "epoll_wait",
+    "wait (threading.py",
+    "get (queue.py",
+    "_worker (concurrent/futures/thread.py",
+    "pthread_cond_wait",
+    "pthread_cond_timedwait",
+)
+_BOILERPLATE = (
+    "<frozen runpy>",
+    "asyncio/runners.py",
+    "asyncio/base_events.py",
+    "asyncio/events.py",
+    "threading.py",
+    "concurrent/futures/thread.py",
+    "cli.py",
+    "(libc.so",
+    "thread_run (",
+    "task_step",
+)
 
 
 def summarize_collapsed(path: Path, top: int = 15) -> dict[str, Any]:
@@ -454,7 +507,9 @@ class OracleProcess(ChildProcess):
             args.append("--no-bundle")
         env = {**os.environ, "WRANGLER_SEND_METRICS": "false", "CI": "true"}
         log = open(log_path, "ab")  # noqa: SIM115
-        self.proc = subprocess.Popen(args, cwd=directory, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, env=env)
+        self.proc = subprocess.Popen(
+            args, cwd=directory, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, env=env
+        )
         log.close()
         match = _wait_for_line(self.proc, r"listening on http://127\.0\.0\.1:(\d+)", 120, "oracle")
         self.port = int(match.group(1))
@@ -555,7 +610,9 @@ def print_rows(rows: list[Row], out: Callable[[str], None] = print) -> None:
     for row in rows:
         base = "; ".join(f"{k} {fmt(v)}" for k, v in row.baselines.items()) or "—"
         ratio = "; ".join(f"{k} {fmt(v)}x" for k, v in row.ratios.items()) or "—"
-        out(f"| {row.workload} | {row.metric} | {fmt(row.service)} | {base} | {ratio} | {row.target or '—'} | {row.verdict or '—'} |")
+        out(
+            f"| {row.workload} | {row.metric} | {fmt(row.service)} | {base} | {ratio} | {row.target or '—'} | {row.verdict or '—'} |"
+        )
         if row.notes:
             out(f"|   ↳ | {row.notes} | | | | | |")
 

@@ -19,6 +19,8 @@ What it measures, against a `sessions-server` subprocess on loopback (fresh data
 `--quick` uses 20 MB for the RSS transcript and fewer samples (the 100,000 transcript stays).
 """
 
+# ruff: noqa: E501  (result tables are printed as long Markdown rows)
+
 from __future__ import annotations
 
 import argparse
@@ -33,7 +35,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import (  # noqa: E402
+import grpc
+from common import (
     MIB,
     MessageFactory,
     Profiler,
@@ -47,15 +50,15 @@ from common import (  # noqa: E402
     timer,
 )
 
-import grpc  # noqa: E402
-
-from sessions_client import SessionsClient  # noqa: E402
-from sessions_client._common import routing_metadata  # noqa: E402
-from sessions_proto.v1 import sessions_pb2 as pb  # noqa: E402
-from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc  # noqa: E402
-from sessions_server.storage.paths import object_path  # noqa: E402
+from sessions_client import SessionsClient
+from sessions_client._common import routing_metadata
+from sessions_proto.v1 import sessions_pb2 as pb
+from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
+from sessions_server.storage.paths import object_path
 
 BATCH = 1000
+MAX_OPEN = 4  # --max-open-objects: touching the fillers hibernates the measured object
+FILLERS = [f"filler-{i}" for i in range(MAX_OPEN + 2)]
 
 
 def log(text: str) -> None:
@@ -164,6 +167,7 @@ def main() -> int:
     big_mb = args.big_mb or (20 if args.quick else 200)
     reps = args.reps or (3 if args.quick else 5)
     samples = args.samples or (30 if args.quick else 60)
+    cold_samples = max(5, samples // 3)
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="sessions-bench-history-"))
     work.mkdir(parents=True, exist_ok=True)
     started = time.time()
@@ -179,13 +183,15 @@ def main() -> int:
         },
         "sizes": {},
     }
-    server = ServerProcess(work / "data")
+    server = ServerProcess(work / "data", ["--max-open-objects", str(MAX_OPEN)])
     log(f"server {server.address} pid {server.pid}, data {work / 'data'}")
     options = [("grpc.max_receive_message_length", 64 * MIB)]
     channel = grpc.insecure_channel(server.address, options=options)
     stub = pb_grpc.SessionServiceStub(channel)
     client = SessionsClient(server.address, options=options)
     try:
+        for filler in FILLERS:
+            client.object(filler).session().append_message(MessageFactory(200, prefix="f").json(0))
         for size in sizes:
             key = f"history-{size}"
             rate = build(client, key, size, 1024, BATCH)
@@ -202,6 +208,18 @@ def main() -> int:
                 for _ in range(max(10, samples // 3)):
                     _, whole = newest_first(stub, key, 50)
                     fifties.append(whole)
+            # cold: the object hibernated (closed) first, by touching more objects than stay open
+            colds = []
+            for _ in range(cold_samples):
+                for filler in FILLERS:
+                    for _r in stub.GetLatestLeaf(
+                        pb.GetLatestLeafRequest(object_key=filler), metadata=routing_metadata(filler)
+                    ):
+                        pass
+                time.sleep(0.02)
+                first, _ = newest_first(stub, key, 1)
+                colds.append(first)
+            entry["newest_first_cold_first_ms_p50"] = 1000 * median(colds)
             entry["newest_first_first_ms_p50"] = 1000 * median(firsts)
             entry["newest_first_first_ms_p90"] = 1000 * percentile(firsts, 90)
             entry["newest_first_50_ms_p50"] = 1000 * median(fifties)
@@ -239,21 +257,34 @@ def main() -> int:
                 f"  {size}: newest-first first p50 {entry['newest_first_first_ms_p50']:.2f} ms; forward "
                 f"{count} msgs {entry['forward_mib_per_s']:.1f} MiB/s (raw scan {entry['raw_scan_mib_per_s']:.0f} MiB/s)"
             )
-        # RSS while streaming: the 10 MB transcript, then the big one
-        rss: dict[str, Any] = {}
-        small_key = next((f"history-{s}" for s in sizes if s == 10000), None)
-        if small_key:
-            rss["10MB"] = rss_while_streaming(server, stub, small_key)
+        # RSS while streaming: a fresh server process per transcript (the data stays on disk; the
+        # OS page cache is warm from the build), so allocator memory kept from the build does not
+        # hide what streaming needs.
         per_message = 20 * 1024
         big_count = max(1, big_mb * 1000 * 1000 // per_message)
         big_key = "history-big"
         rate = build(client, big_key, big_count, per_message, 50, prefix="g")
         log(f"built {big_count} x 20 KB (~{big_mb} MB) in batches of 50: {rate:,.0f} msgs/s")
-        rss_while_streaming(server, stub, big_key)  # warm the OS page cache, as for the others
-        with Profiler(server.pid, args.profile, "history-big-forward") as prof:
-            rss[f"{big_mb}MB"] = rss_while_streaming(server, stub, big_key)
-        if prof.summary:
-            rss["profile"] = prof.summary
+        rss_while_streaming(server, stub, big_key)  # reads it once (page cache), as the others were
+        client.close()
+        channel.close()
+        server.stop()
+        rss: dict[str, Any] = {}
+        plan = [(f"{big_mb}MB", big_key)]
+        if 10000 in sizes:
+            plan.insert(0, ("10MB", "history-10000"))
+        for label, key in plan:
+            server = ServerProcess(work / "data")
+            channel = grpc.insecure_channel(server.address, options=options)
+            stub = pb_grpc.SessionServiceStub(channel)
+            client = SessionsClient(server.address, options=options)
+            with Profiler(server.pid, args.profile, f"history-rss-{label}") as prof:
+                rss[label] = rss_while_streaming(server, stub, key)
+            if prof.summary:
+                rss[f"profile {label}"] = prof.summary
+            client.close()
+            channel.close()
+            server.stop()
         results["rss"] = rss
     finally:
         client.close()
@@ -275,15 +306,19 @@ def report(results: dict[str, Any], sizes: list[int], big_mb: int) -> None:
     out = print
     s = results["sizes"]
     out("")
-    out(f"## bench/history.py — {results['meta']['machine']}, Python {results['meta']['python']}"
-        f"{' (quick)' if results['meta']['quick'] else ''}, {results['meta']['seconds']} s")
+    out(
+        f"## bench/history.py — {results['meta']['machine']}, Python {results['meta']['python']}"
+        f"{' (quick)' if results['meta']['quick'] else ''}, {results['meta']['seconds']} s"
+    )
     out("")
-    out("| transcript (~1 KB msgs) | newest-first: first msg p50 | newest-first: 50 msgs p50 | forward stream: msgs (capped at 10,001) | msgs/s | MiB/s | raw sqlite3 scan MiB/s | stream / raw |")
-    out("|---|---|---|---|---|---|---|---|")
+    out(
+        "| transcript (~1 KB msgs) | newest-first: first msg p50 | first msg, cold object | newest-first: 50 msgs p50 | forward stream: msgs (capped at 10,001) | msgs/s | MiB/s | raw sqlite3 scan MiB/s | stream / raw |"
+    )
+    out("|---|---|---|---|---|---|---|---|---|")
     for size in sizes:
         e = s[str(size)]
         out(
-            f"| {size:,} | {e['newest_first_first_ms_p50']:.2f} ms | {e['newest_first_50_ms_p50']:.2f} ms | "
+            f"| {size:,} | {e['newest_first_first_ms_p50']:.2f} ms | {e['newest_first_cold_first_ms_p50']:.2f} ms | {e['newest_first_50_ms_p50']:.2f} ms | "
             f"{e['forward_messages']:,} ({e['forward_mib']:.1f} MiB) | {e['forward_msgs_per_s']:,.0f} | "
             f"{e['forward_mib_per_s']:.1f} | {e['raw_scan_mib_per_s']:.0f} | {e['forward_vs_raw_scan']:.3f}x |"
         )
@@ -293,40 +328,57 @@ def report(results: dict[str, Any], sizes: list[int], big_mb: int) -> None:
     lo, hi = str(min(sizes)), str(max(sizes))
     if lo != hi:
         r = s[hi]["newest_first_first_ms_p50"] / s[lo]["newest_first_first_ms_p50"]
-        out(f"| newest-first first message, {int(hi):,} vs {int(lo):,} msgs | {r:.2f}x | <= 1.5x | {verdict(r <= 1.5)} |")
+        out(
+            f"| newest-first first message, {int(hi):,} vs {int(lo):,} msgs | {r:.2f}x | <= 1.5x | {verdict(r <= 1.5)} |"
+        )
         results["ratio_newest_first_large_vs_small"] = r
+        rc = s[hi]["newest_first_cold_first_ms_p50"] / s[lo]["newest_first_cold_first_ms_p50"]
+        out(
+            f"| same, cold (hibernated) object | {rc:.2f}x | <= 1.5x (issue 3: cost independent of length) | {verdict(rc <= 1.5)} |"
+        )
+        results["ratio_newest_first_cold_large_vs_small"] = rc
     for size in sizes:
         e = s[str(size)]
-        out(f"| forward stream vs raw sqlite3 scan, {size:,} msgs | {e['forward_vs_raw_scan']:.3f}x | (report; issue 11: >= 0.4x) | "
-            f"{verdict(e['forward_vs_raw_scan'] >= 0.4)} |")
+        out(
+            f"| forward stream vs raw sqlite3 scan, {size:,} msgs | {e['forward_vs_raw_scan']:.3f}x | (report; issue 11: >= 0.4x) | "
+            f"{verdict(e['forward_vs_raw_scan'] >= 0.4)} |"
+        )
     rss = results.get("rss", {})
     for label, r in rss.items():
-        if label == "profile":
+        if label.startswith("profile"):
             continue
         ok = r["growth_mib"] < 100
-        out(f"| server RSS growth streaming {label} ({r['messages']:,} msgs, {r['transcript_mib']:.0f} MiB) | "
+        out(
+            f"| server RSS growth streaming {label} ({r['messages']:,} msgs, {r['transcript_mib']:.0f} MiB) | "
             f"+{r['growth_mib']:.1f} MiB (before {r['rss_before_mib']:.0f}, peak {r['rss_peak_mib']:.0f}, after "
             f"{r['rss_after_mib']:.0f} MiB; {r['seconds']:.1f} s, {r['transcript_mib'] / r['seconds']:.1f} MiB/s) | "
-            f"< 100 MiB, flat | {verdict(ok)} |")
+            f"< 100 MiB, flat | {verdict(ok)} |"
+        )
     big = rss.get(f"{big_mb}MB")
     small = rss.get("10MB")
     if big and small:
         flat = big["growth_mib"] - small["growth_mib"]
-        out(f"| RSS growth {big_mb} MB minus 10 MB transcript | {flat:+.1f} MiB | flat (< 100 MiB) | {verdict(flat < 100)} |")
+        out(
+            f"| RSS growth {big_mb} MB minus 10 MB transcript | {flat:+.1f} MiB | flat (< 100 MiB) | {verdict(flat < 100)} |"
+        )
         results["rss_growth_difference_mib"] = flat
     out("")
     out("Measured: StreamHistory through the generated stub (default channel options but a 64 MiB receive")
     out("limit), one client on loopback, server as a subprocess; newest-first = time from the call to the")
-    out("first message, stream then cancelled; forward = whole path root first (at 100,000 messages the")
+    out(
+        "first message, stream then cancelled (cold: after the object was closed by LRU eviction, --max-open-objects 4); forward = whole path root first (at 100,000 messages the"
+    )
     out("depth cap returns the newest 10,001); raw scan = SELECT content of the same id range from the")
-    out("object file in this process (OS page cache warm for both). RSS = server VmRSS/VmHWM.")
+    out("object file in this process (OS page cache warm for both). RSS = server VmRSS/VmHWM, a fresh")
+    out("server process per transcript (before = its RSS after start-up, peak while streaming the whole path).")
     for size in sizes:
         e = s[str(size)]
         for name in ("profile_newest_first", "profile_forward"):
             if name in e:
                 out(f"\nprofile {name} {size}:\n{format_profile(e[name])}")
-    if "profile" in rss:
-        out(f"\nprofile big forward:\n{format_profile(rss['profile'])}")
+    for label, summary in rss.items():
+        if label.startswith("profile"):
+            out(f"\n{label} (fresh server, streaming):\n{format_profile(summary)}")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from sessions_server.config import (
 )
 from sessions_server.domain.keys import MAX_OBJECT_KEY_BYTES
 from sessions_server.domain.limits import Limits
+from sessions_server.storage.feed import FeedSettings
 from sessions_server.storage.registry import DEFAULT_MAX_OPEN_OBJECTS
 
 
@@ -128,6 +129,31 @@ def build_parser() -> argparse.ArgumentParser:
         default=limits.max_summary_bytes,
         help=f"longest compaction summary, bytes (default {limits.max_summary_bytes})",
     )
+    feed = FeedSettings()
+    serve.add_argument(
+        "--feed-retain-events",
+        type=int,
+        default=feed.retain_events,
+        help=f"events kept per object for resuming subscribers (default {feed.retain_events})",
+    )
+    serve.add_argument(
+        "--feed-retain-bytes",
+        type=int,
+        default=feed.retain_bytes,
+        help=f"bytes of events kept per object for resuming (default {feed.retain_bytes})",
+    )
+    serve.add_argument(
+        "--subscriber-queue-events",
+        type=int,
+        default=feed.queue_events,
+        help=f"events a slow subscriber may lag before it is reset (default {feed.queue_events})",
+    )
+    serve.add_argument(
+        "--subscriber-queue-bytes",
+        type=int,
+        default=feed.queue_bytes,
+        help=f"bytes a slow subscriber may lag before it is reset (default {feed.queue_bytes})",
+    )
     serve.add_argument("--log-level", default="WARNING", help="logging level (default WARNING)")
     mover = commands.add_parser("move-object", help="move an object from one server to another, verified")
     mover.add_argument("--object-key", required=True, action="append", help="the object to move (repeatable)")
@@ -183,6 +209,9 @@ def main(argv: list[str] | None = None) -> int:
         auth_protect_reflection=args.auth_protect_reflection,
         ring_file=args.ring_file,
         metrics_listen=args.metrics_listen,
+        feed=FeedSettings(
+            args.feed_retain_events, args.feed_retain_bytes, args.subscriber_queue_events, args.subscriber_queue_bytes
+        ),
         limits=Limits(
             max_client_message_bytes=args.max_client_message_bytes,
             max_object_bytes=args.max_object_bytes,

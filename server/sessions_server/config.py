@@ -7,6 +7,7 @@ from pathlib import Path
 
 from sessions_server.domain.keys import MAX_OBJECT_KEY_BYTES
 from sessions_server.domain.limits import Limits
+from sessions_server.storage.feed import FeedSettings
 from sessions_server.storage.registry import DEFAULT_MAX_OPEN_OBJECTS
 
 DEFAULT_LISTEN = "127.0.0.1:50051"
@@ -43,4 +44,5 @@ class ServerConfig:
     limits: Limits = field(default_factory=Limits)
     ring_file: Path | None = None
     metrics_listen: str | None = None
+    feed: FeedSettings = field(default_factory=FeedSettings)
     extra_options: tuple[tuple[str, int], ...] = field(default_factory=tuple)

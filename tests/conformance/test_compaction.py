@@ -129,3 +129,24 @@ def test_compact_tool_alignment(pair: Pair) -> None:
     _tool_turns(pair)
     up, _ = pair.compact_reference(keep_recent_tokens=1)
     assert up.value["result"] is not None and "[Tool: " in up.value["prompt"]
+
+
+def test_span_never_covers_unsummarized_message(pair: Pair) -> None:
+    """DESIGN §9 (deliberate): with an earlier overlay inside the protected head, upstream's
+    compact() extends the new span back to that overlay's start and so hides m2, which the
+    summary never saw. Ours must either keep m2 visible or have it in the summarized prompt."""
+    _chain(pair, 12)
+    pair.add_compaction("early", "m1", "m1")
+    up = pair.up("compact", {"mode": "reference", "keepRecentTokens": 1})
+    assert (up["result"]["fromMessageId"], up["result"]["toMessageId"]) == ("m1", "m9")
+    assert "turn 2 " not in up["prompt"]
+    assert "m2" not in [m["id"] for m in pair.up("getHistory", {})]
+
+    ours = pair.ours()
+    plan = ours.plan_compaction(keep_recent_tokens=1)
+    assert plan is not None
+    ours.compact(lambda prompt: "S", keep_recent_tokens=1)
+    visible = [m["id"] for m in ours.get_history()]
+    assert "m2" in visible or "turn 2 " in plan.prompt, (
+        f"ours hides m2 without summarizing it: plan {plan.from_message_id}..{plan.to_message_id}, history {visible}"
+    )

@@ -108,6 +108,8 @@ def _text_message_of_size(mid: str, total_bytes: int, tail: str = "") -> dict[st
 def test_row_budget_boundary(make_pair: Callable[..., Pair], delta: int) -> None:
     pair = make_pair(level="light")
     pair.append(_text_message_of_size("b", BUDGET + delta))
+    row = pair.up_rows.row("", "b")
+    assert row is not None and row["content_chunks"] == (1 if delta > 0 else 0), "upstream no longer at the boundary"
     pair.update(_text_message_of_size("b", BUDGET + delta + 1))
     pair.update(_text_message_of_size("b", BUDGET + delta - 1))
     pair.append(_text_message_of_size("c", 2 * BUDGET + delta))
@@ -129,6 +131,11 @@ def test_multibyte_at_the_cut(make_pair: Callable[..., Pair], name: str, char: s
     closing = len('"}]}')
     size = BUDGET + offset + closing
     pair.append(_text_message_of_size("e", size, tail=char))
+    row = pair.up_rows.row("", "e")
+    assert row is not None and row["content_chunks"] == 1
+    char_start = size - closing - len(char.encode())
+    expected = char_start if char_start + len(char.encode()) > BUDGET else BUDGET
+    assert len(str(row["content"]).encode()) == expected, "upstream's cut moved: the case no longer straddles"
     pair.import_(_text_message_of_size("i", size, tail=char * 3), parent=None, created_at=1_600_000_000_000)
 
 

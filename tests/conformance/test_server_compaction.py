@@ -27,12 +27,9 @@ def fake_summary(prompt: str) -> str:
 
 
 class _FakeModel(BaseHTTPRequestHandler):
-    prompts: list[str] = []
-
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+    def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers.get("content-length", "0"))))
         prompt = body["messages"][-1]["content"]
-        type(self).prompts.append(prompt)
         reply = json.dumps({"choices": [{"message": {"role": "assistant", "content": fake_summary(prompt)}}]}).encode()
         self.send_response(200)
         self.send_header("content-type", "application/json")

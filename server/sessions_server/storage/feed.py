@@ -14,6 +14,7 @@ subscriber is told to reset, so a slow reader never slows writers or other reade
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -27,6 +28,16 @@ DEFAULT_RETAIN_EVENTS = 10_000
 DEFAULT_RETAIN_BYTES = 64 * 1024 * 1024
 DEFAULT_QUEUE_EVENTS = 1_000
 DEFAULT_QUEUE_BYTES = 32 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class FeedSettings:
+    """Retention of an object's recent events (for resuming) and each subscriber's queue bound."""
+
+    retain_events: int = DEFAULT_RETAIN_EVENTS
+    retain_bytes: int = DEFAULT_RETAIN_BYTES
+    queue_events: int = DEFAULT_QUEUE_EVENTS
+    queue_bytes: int = DEFAULT_QUEUE_BYTES
 
 
 @dataclass(slots=True)
@@ -121,25 +132,32 @@ class Subscription:
         self._wakeup.set()
 
 
+_last_epoch = 0
+_epoch_lock = threading.Lock()
+
+
+def _next_epoch() -> int:
+    """A millisecond clock that never repeats in this process, so an object reopened within the
+    same millisecond (after an idle close) still gets revisions above its earlier ones."""
+    global _last_epoch
+    with _epoch_lock:
+        _last_epoch = max(int(time.time() * 1000), _last_epoch + 1)
+        return _last_epoch
+
+
 class FeedHub:
     """Revisions, the retention ring and the subscribers of one object."""
 
-    def __init__(
-        self,
-        *,
-        retain_events: int = DEFAULT_RETAIN_EVENTS,
-        retain_bytes: int = DEFAULT_RETAIN_BYTES,
-        queue_events: int = DEFAULT_QUEUE_EVENTS,
-        queue_bytes: int = DEFAULT_QUEUE_BYTES,
-    ) -> None:
-        self._epoch = int(time.time() * 1000)
+    def __init__(self, settings: FeedSettings | None = None) -> None:
+        settings = settings or FeedSettings()
+        self._epoch = _next_epoch()
         self._counter = 0
         self._ring: deque[ChangeEvent] = deque()
         self._ring_bytes = 0
-        self._retain_events = retain_events
-        self._retain_bytes = retain_bytes
-        self._queue_events = queue_events
-        self._queue_bytes = queue_bytes
+        self._retain_events = settings.retain_events
+        self._retain_bytes = settings.retain_bytes
+        self._queue_events = settings.queue_events
+        self._queue_bytes = settings.queue_bytes
         self._subscribers: set[Subscription] = set()
 
     @property
@@ -156,7 +174,7 @@ class FeedHub:
         for event in events:
             self._counter += 1
             if self._counter >= COUNTER_LIMIT:
-                self._epoch = max(self._epoch + 1, int(time.time() * 1000))
+                self._epoch = _next_epoch()
                 self._counter = 1
             event.revision = self.revision
             self._ring.append(event)

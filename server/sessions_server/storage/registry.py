@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from concurrent.futures import Executor
 from pathlib import Path
 
+from sessions_server.storage.feed import FeedSettings
 from sessions_server.storage.paths import object_path
 from sessions_server.storage.store import ObjectStore
 
@@ -23,8 +24,16 @@ DEFAULT_MAX_OPEN_OBJECTS = 256
 class ObjectRegistry:
     """Opens, caches and closes ObjectStores. Use `async with registry.use(key) as store:`."""
 
-    def __init__(self, data_dir: Path, executor: Executor, *, max_open: int = DEFAULT_MAX_OPEN_OBJECTS) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        executor: Executor,
+        *,
+        max_open: int = DEFAULT_MAX_OPEN_OBJECTS,
+        feed: FeedSettings | None = None,
+    ) -> None:
         self.data_dir = data_dir
+        self._feed = feed
         self._executor = executor
         self._max_open = max(1, max_open)
         self._open: OrderedDict[str, ObjectStore] = OrderedDict()
@@ -63,7 +72,9 @@ class ObjectRegistry:
             self._opening[object_key] = future
             try:
                 path = object_path(self.data_dir, object_key)
-                store = await loop.run_in_executor(self._executor, ObjectStore.open, object_key, path, self._executor)
+                store = await loop.run_in_executor(
+                    self._executor, ObjectStore.open, object_key, path, self._executor, self._feed
+                )
             except BaseException as exc:
                 future.set_exception(exc)
                 future.exception()  # mark retrieved: waiters retry the open themselves

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sessions_server.storage import queries, schema
-from sessions_server.storage.feed import ChangeEvent, FeedHub
+from sessions_server.storage.feed import ChangeEvent, FeedHub, FeedSettings
 from sessions_server.storage.rows import (
     AppendOutcome,
     NewRow,
@@ -96,7 +96,14 @@ class _Job:
 class ObjectStore:
     """An open object file. Create with `ObjectStore.open` (blocking; call on the executor)."""
 
-    def __init__(self, object_key: str, path: Path, writer: sqlite3.Connection, executor: Executor) -> None:
+    def __init__(
+        self,
+        object_key: str,
+        path: Path,
+        writer: sqlite3.Connection,
+        executor: Executor,
+        feed: FeedSettings | None = None,
+    ) -> None:
         self.object_key = object_key
         self.path = path
         self._writer = writer
@@ -112,11 +119,11 @@ class ObjectStore:
         self.users = 0  # in-flight calls holding this store open (registry bookkeeping)
         self.idle = asyncio.Event()  # set whenever `users` drops to zero
         self.row_writes = 0
-        self.feed = FeedHub()
+        self.feed = FeedHub(feed)
         self.memo: dict[str, Any] = {}  # per-session derived state the domain keeps (token estimates)
 
     @classmethod
-    def open(cls, object_key: str, path: Path, executor: Executor) -> ObjectStore:
+    def open(cls, object_key: str, path: Path, executor: Executor, feed: FeedSettings | None = None) -> ObjectStore:
         path.parent.mkdir(parents=True, exist_ok=True)
         # Not `_connect`: a new file must get its page size before WAL mode creates it.
         conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=10.0)
@@ -125,7 +132,7 @@ class ObjectStore:
         except BaseException:
             conn.close()
             raise
-        store = cls(object_key, path, conn, executor)
+        store = cls(object_key, path, conn, executor, feed)
         store.row_writes = schema.read_row_writes(conn)
         return store
 

@@ -68,7 +68,7 @@ async def create_server(config: ServerConfig) -> RunningServer:
     """Builds and starts a server bound to `config.listen` (port 0 picks a free port)."""
     config.data_dir.mkdir(parents=True, exist_ok=True)
     executor = ThreadPoolExecutor(max_workers=config.worker_threads, thread_name_prefix="sessions-sql")
-    registry = ObjectRegistry(config.data_dir, executor, max_open=config.max_open_objects)
+    registry = ObjectRegistry(config.data_dir, executor, max_open=config.max_open_objects, feed=config.feed)
     summarizer = (
         ChatCompletionsSummarizer(
             config.summarizer_url,
