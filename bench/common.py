@@ -262,6 +262,31 @@ def reset_peak_rss(pid: int) -> bool:
         return False
 
 
+def file_is_open(pid: int, path: Path) -> bool:
+    """True when process `pid` holds `path` (or its -wal/-shm) open: tells a hibernated object."""
+    prefix = str(path)
+    fd_dir = f"/proc/{pid}/fd"
+    for fd in os.listdir(fd_dir):
+        with contextlib.suppress(OSError):
+            if os.readlink(f"{fd_dir}/{fd}").startswith(prefix):
+                return True
+    return False
+
+
+def hibernate(pid: int, path: Path, touch: Callable[[], None], rounds: int = 50) -> bool:
+    """Calls `touch` (requests to other objects, past the server's --max-open-objects) until the
+    server has closed `path`; False if it never did. Eviction skips objects still in use, and a
+    cancelled stream may hold its object for a moment, so one round is not always enough."""
+    for _ in range(rounds):
+        touch()
+        deadline = time.monotonic() + 0.2
+        while time.monotonic() < deadline:
+            if not file_is_open(pid, path):
+                return True
+            time.sleep(0.005)
+    return False
+
+
 class RssSampler:
     """Samples VmRSS (and VmHWM) of `pid` every `interval` seconds in a thread."""
 
@@ -296,6 +321,30 @@ class RssSampler:
             status = read_status_kib(self.pid)
             self.peak_kib = max(self.peak_kib, status.get("VmRSS", 0))
             self.hwm_kib = max(self.hwm_kib, status.get("VmHWM", 0))
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (from /proc/<pid>/stat)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuMeter:
+    """Accumulates a process's CPU seconds over the `with` blocks it is used in: less sensitive
+    to other load on the machine than wall-clock rates."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.seconds = 0.0
+        self._start = 0.0
+
+    def __enter__(self) -> CpuMeter:
+        self._start = cpu_seconds(self.pid)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds += cpu_seconds(self.pid) - self._start
 
 
 # ── profiling (py-spy, optional) ─────────────────────────────────────────────

@@ -43,6 +43,7 @@ from common import (
     RssSampler,
     ServerProcess,
     format_profile,
+    hibernate,
     median,
     percentile,
     read_status_kib,
@@ -210,13 +211,19 @@ def main() -> int:
                     fifties.append(whole)
             # cold: the object hibernated (closed) first, by touching more objects than stay open
             colds = []
-            for _ in range(cold_samples):
+            path = object_path(server.data_dir, key)
+
+            def touch_fillers() -> None:
                 for filler in FILLERS:
                     for _r in stub.GetLatestLeaf(
                         pb.GetLatestLeafRequest(object_key=filler), metadata=routing_metadata(filler)
                     ):
                         pass
-                time.sleep(0.02)
+
+            for _ in range(cold_samples):
+                if not hibernate(server.pid, path, touch_fillers):
+                    log("  warning: the object did not hibernate; cold sample skipped")
+                    continue
                 first, _ = newest_first(stub, key, 1)
                 colds.append(first)
             entry["newest_first_cold_first_ms_p50"] = 1000 * median(colds)

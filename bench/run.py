@@ -45,6 +45,7 @@ from common import (
     INSERT_SQL,
     MIB,
     ROOT,
+    CpuMeter,
     EchoProcess,
     MessageFactory,
     OracleProcess,
@@ -54,6 +55,7 @@ from common import (
     big_message_json,
     fmt,
     format_profile,
+    hibernate,
     median,
     percentile,
     prepare_oracle,
@@ -249,22 +251,25 @@ class Bench:
         for _ in range(3):  # warm-up
             self.stub.AppendMessage(pb.AppendMessageRequest(object_key=key, message_json=factory.json()), metadata=md)
             self.echo_call(payload)
+        assert self.server is not None and self.echo is not None
+        svc_cpu, echo_cpu = CpuMeter(self.server.pid), CpuMeter(self.echo.pid)
         with self.profile("serial") as prof:
             for _rep in range(self.reps):
                 lat = []
                 t = timer()
-                for _ in range(n):
-                    t0 = time.perf_counter()
-                    self.stub.AppendMessage(
-                        pb.AppendMessageRequest(object_key=key, message_json=factory.json()), metadata=md
-                    )
-                    lat.append(time.perf_counter() - t0)
+                with svc_cpu:
+                    for _ in range(n):
+                        t0 = time.perf_counter()
+                        self.stub.AppendMessage(
+                            pb.AppendMessageRequest(object_key=key, message_json=factory.json()), metadata=md
+                        )
+                        lat.append(time.perf_counter() - t0)
                 svc.append(n / t())
                 svc_lat += lat
-                # pause the profile's attention: baselines run in this process or elsewhere
                 t = timer()
-                for _ in range(n):
-                    self.echo_call(payload)
+                with echo_cpu:
+                    for _ in range(n):
+                        self.echo_call(payload)
                 echo.append(n / t())
                 t = timer()
                 for _ in range(n):
@@ -313,7 +318,8 @@ class Bench:
         ok_up = None if up_ops is None else svc_ops / up_ops >= 2.0
         notes = [
             f"service p50 {1000 * percentile(svc_lat, 50):.2f} ms, p99 {1000 * percentile(svc_lat, 99):.2f} ms; "
-            f"{n} appends x {self.reps} reps, request {len(payload)} B"
+            f"{n} appends x {self.reps} reps, request {len(payload)} B; server CPU "
+            f"{1000 * svc_cpu.seconds / (n * self.reps):.2f} ms/append (echo {1000 * echo_cpu.seconds / (n * self.reps):.2f} ms/call)"
         ]
         if up_ops is None:
             notes.append(f"upstream {self.upstream_reason}")
@@ -376,23 +382,32 @@ class Bench:
             object_key="conc-one", message_json=MessageFactory(1024).json(0)
         ).SerializeToString()
         one, many, echo = [], [], []
+        cpu_one, cpu_many, cpu_echo = CpuMeter(self.server.pid), CpuMeter(self.server.pid), CpuMeter(self.echo.pid)
         with self.profile("concurrent") as prof:
             for _ in range(self.reps):
-                one.append(
-                    asyncio.run(self._concurrent(self.server.address, clients, m, ["conc-one"] * clients, payload))
-                )
-                many.append(
-                    asyncio.run(
-                        self._concurrent(
-                            self.server.address, clients, m, [f"conc-{i}" for i in range(clients)], payload
+                with cpu_one:
+                    one.append(
+                        asyncio.run(self._concurrent(self.server.address, clients, m, ["conc-one"] * clients, payload))
+                    )
+                with cpu_many:
+                    many.append(
+                        asyncio.run(
+                            self._concurrent(
+                                self.server.address, clients, m, [f"conc-{i}" for i in range(clients)], payload
+                            )
                         )
                     )
-                )
-                echo.append(asyncio.run(self._concurrent(self.echo.address, clients, m, None, payload)))
+                with cpu_echo:
+                    echo.append(asyncio.run(self._concurrent(self.echo.address, clients, m, None, payload)))
+        calls = clients * (m + 2) * self.reps
         self.keep_profile("concurrent", prof)
         e = median(echo)
         r1, r16 = median(one) / e, median(many) / e
         note = f"{clients} grpc.aio channels in one client process, {m} appends each x {self.reps} reps"
+        cpu = (
+            f"; server CPU {1000 * cpu_one.seconds / calls:.2f} ms/append to 1 object, "
+            f"{1000 * cpu_many.seconds / calls:.2f} to 16 (echo {1000 * cpu_echo.seconds / calls:.2f} ms/call)"
+        )
         self.add(
             Row(
                 "16 concurrent clients -> 1 object",
@@ -402,7 +417,7 @@ class Bench:
                 {"vs echo": r1},
                 ">= 0.7x echo",
                 verdict(r1 >= 0.7),
-                note,
+                note + cpu + " (incl. connection set-up)",
                 one,
             )
         )
@@ -430,12 +445,15 @@ class Bench:
         seq = 0
         svc, sql = [], []
         self.append_items(key, factory.batch(100))  # warm (opens the object)
+        assert self.server is not None
+        cpu = CpuMeter(self.server.pid)
         with self.profile("batch") as prof:
             for _ in range(self.reps):
                 batches = [factory.batch(100) for _ in range(k)]
                 t = timer()
-                for jsons in batches:
-                    self.append_items(key, jsons)
+                with cpu:
+                    for jsons in batches:
+                        self.append_items(key, jsons)
                 svc.append(100 * k / t())
                 rows_list = []
                 for _ in range(k):
@@ -464,7 +482,8 @@ class Bench:
                 {"vs sqlite": r},
                 ">= 0.5x raw",
                 verdict(r >= 0.5),
-                f"{k} calls x {self.reps} reps",
+                f"{k} calls x {self.reps} reps; server CPU {1000 * cpu.seconds / (k * self.reps):.1f} ms/call "
+                f"({1000 * cpu.seconds / (100 * k * self.reps):.3f} ms/message)",
                 svc,
             )
         )
@@ -500,9 +519,12 @@ class Bench:
         self.stream_all(key)  # warm (open object, page cache)
         svc, svc_msgs, batched, raw, echo1, echo50, up_full, up_sum, oa = [], [], [], [], [], [], [], [], []
         nbytes = count = 0
+        assert self.echo is not None
+        cpu, cpu_echo = CpuMeter(self.server.pid), CpuMeter(self.echo.pid)
         with self.profile("history-10k") as prof:
             for _ in range(self.reps):
-                count, nbytes, seconds = self.stream_all(key)
+                with cpu:
+                    count, nbytes, seconds = self.stream_all(key)
                 svc.append(nbytes / MIB / seconds)
                 svc_msgs.append(count / seconds)
                 _, b2, s2 = self.stream_all(key, batch_size=50)
@@ -517,8 +539,9 @@ class Bench:
                 # the same bytes through a bare gRPC stream: one frame per message, and 50 per frame
                 frame = max(1, nbytes // max(1, count))
                 t = timer()
-                for _ in self.echo_stream(f"{count} {frame}".encode()):
-                    pass
+                with cpu_echo:
+                    for _ in self.echo_stream(f"{count} {frame}".encode()):
+                        pass
                 echo1.append(nbytes / MIB / t())
                 t = timer()
                 for _ in self.echo_stream(f"{max(1, count // 50)} {frame * 50}".encode()):
@@ -547,7 +570,8 @@ class Bench:
         }
         notes = [
             f"{count} msgs, {nbytes / MIB:.1f} MiB, {median(svc_msgs):,.0f} msgs/s; batched (batch_size=50) {median(batched):.1f} MiB/s; "
-            f"build {rate:,.0f} msgs/s"
+            f"build {rate:,.0f} msgs/s; server CPU {1000 * cpu.seconds / (count * self.reps):.3f} ms/message "
+            f"(echo stream 1/frame {1000 * cpu_echo.seconds / (count * self.reps):.3f} ms/frame)"
         ]
         if up_sum:
             notes.append(
@@ -681,10 +705,16 @@ class Bench:
         self.keep_profile("recent-warm", prof)
         conn.close()
         with self.profile("recent-cold") as prof:
-            for _ in range(self.n_cold_samples):
+            skipped = 0
+
+            def touch_fillers() -> None:
                 for f in fillers:
                     self.touch(f)
-                time.sleep(0.02)  # let the evicted object's close finish
+
+            for _ in range(self.n_cold_samples):
+                if not hibernate(self.server.pid, path, touch_fillers):
+                    skipped += 1
+                    continue
                 first, whole = self.newest_first(key)
                 cold_first.append(first)
                 cold_all.append(whole)
@@ -729,7 +759,8 @@ class Bench:
                 {"vs sqlite": ratio(cf, 1000 * median(raw_cold))},
                 "<= 5 ms",
                 verdict(cf <= 5.0),
-                f"all 50: p50 {1000 * median(cold_all):.2f} ms; evicted by touching 40 other objects (--max-open-objects 32); "
+                f"all 50: p50 {1000 * median(cold_all):.2f} ms; closed by LRU eviction (requests to 40 other objects, --max-open-objects 32; "
+                f"checked in /proc/<pid>/fd, {skipped} samples skipped); "
                 f"OS page cache warm; {len(cold_first)} samples",
                 cold_first,
             )

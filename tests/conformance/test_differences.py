@@ -5,6 +5,7 @@ feature modules' difference tests as those land."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import grpc
@@ -149,3 +150,15 @@ def test_compaction_policy_persisted_in_config_table(pair: Pair) -> None:
         "compaction.threshold_tokens": "1000",
         "compaction.keep_recent_tokens": "5",
     }
+
+
+@pytest.mark.parametrize("text", [r'"a\ud800b"', r'"\udc00"', r'"\udc00\ud800"'], ids=["high", "low", "reversed"])
+def test_lone_surrogate_ids_are_rejected(pair: Pair, text: str) -> None:
+    """Upstream stores ids holding a lone UTF-16 surrogate. Ours lifts ids into protobuf strings,
+    which must be valid UTF-8, so it answers INVALID_ARGUMENT (INVALID_MESSAGE) and stores nothing."""
+    message = f'{{"id":{text},"role":"user","parts":[]}}'
+    upstream = pair.up("appendMessage", {"message": json.loads(message)})
+    assert upstream["inserted"] is True
+    error = _ours_rejects(lambda: pair.ours().append_message(message))
+    assert error.reason == "INVALID_MESSAGE"
+    assert pair.ours().get_history() == []

@@ -60,7 +60,14 @@ def test_string_escapes(pair: Pair, name: str, text: str) -> None:
     pair.import_(_raw("s2", f'{{"k":{text}}}', text), parent="s1", created_at=1_600_000_000_000)
 
 
-@pytest.mark.parametrize(("name", "text"), STRING_CASES, ids=[c[0] for c in STRING_CASES])
+LONE_SURROGATE_IDS = {"lone-high", "lone-low", "reversed-pair"}
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [c for c in STRING_CASES if c[0] not in LONE_SURROGATE_IDS],
+    ids=[c[0] for c in STRING_CASES if c[0] not in LONE_SURROGATE_IDS],
+)
 def test_string_as_message_id(pair: Pair, name: str, text: str) -> None:
     pair.append(f'{{"id":{text},"role":"user","parts":[]}}')
     pair.append('{"id":"child","role":"user","parts":[]}')

@@ -58,7 +58,7 @@ KILLS = int(os.environ.get("CRASH_KILLS", "25" if SOAK else "3"))
 WRITERS = 8 if SOAK else 6
 OBJECTS = 24 if SOAK else 8
 SESSIONS = 3
-ACKS_PER_CYCLE = (20, 160)  # a cycle is killed after this many acknowledged appends (random)
+ACKS_PER_CYCLE = (15, 120)  # a cycle is killed after this many acknowledged appends (random)
 CALL_TIMEOUT_SECONDS = 120.0
 CYCLE_DEADLINE_SECONDS = 90.0
 
@@ -273,3 +273,48 @@ def test_sigkill_under_load_loses_nothing_acknowledged(tmp_path: Path, capsys: p
     with capsys.disabled():
         print("\n" + summary)
     assert not failures, summary + "\n" + "\n".join(failures)
+
+
+def test_the_torn_row_checker_sees_tears(tmp_path: Path) -> None:
+    """The offline checker used above is not vacuous: damage of each kind it looks for is found."""
+    import shutil
+    import sqlite3
+
+    from sessions_server.storage.paths import object_path
+    from tests.conftest import start_server
+
+    server = start_server(tmp_path / "data")
+    try:
+        with SessionsClient(server.address) as client:
+            session = client.object("checked").session()
+            image = {"type": "file", "mediaType": "image/png", "url": "data:image/png;base64," + "aWlp" * 1000}
+            texts = [
+                canonical({"id": "a", "role": "user", "parts": [{"type": "text", "text": "root"}]}),
+                canonical({"id": "b", "role": "assistant", "parts": [{"type": "text", "text": "t" * 2_000_000}]}),
+                canonical({"id": "c", "role": "user", "parts": [image]}),
+            ]
+            for text in texts:
+                session.append_message(text)
+    finally:
+        server.stop()
+    source = object_path(tmp_path / "data", "checked")
+    clean = check_object_file(source)
+    assert clean.integrity == "ok" and not clean.torn and clean.continuation_rows == 1 and clean.attachments == 1
+
+    damage = {
+        "continuation": "DELETE FROM cf_agents_session_message_chunks WHERE id = 'b'",
+        "orphan chunk": "INSERT INTO cf_agents_session_message_chunks VALUES ('', 'ghost', 1, 'x')",
+        "payload chunk": "DELETE FROM cf_agents_session_attachment_chunks",
+        "payload meta": "DELETE FROM cf_agents_session_attachment_meta",
+        "reference": "DELETE FROM cf_agents_session_attachment_refs",
+        "parent": "DELETE FROM cf_agents_session_messages WHERE id = 'a'",
+        "content": "UPDATE cf_agents_session_messages SET content = substr(content, 1, 10) WHERE id = 'a'",
+    }
+    for label, statement in damage.items():
+        copy = tmp_path / f"{label.replace(' ', '-')}.sqlite"
+        shutil.copyfile(source, copy)
+        conn = sqlite3.connect(copy)
+        conn.execute(statement)
+        conn.commit()
+        conn.close()
+        assert check_object_file(copy).torn, f"damage to the {label} went unnoticed"

@@ -386,13 +386,16 @@ class SessionHandle:
 
     # ── compaction ──────────────────────────────────────────────────────────
 
-    def add_compaction(self, summary: str, from_message_id: str, to_message_id: str) -> CompactionRecord:
+    def add_compaction(
+        self, summary: str, from_message_id: str, to_message_id: str, *, from_compact: bool = False
+    ) -> CompactionRecord:
         request = pb.AddCompactionRequest(
             object_key=self._key,
             session_id=self.id,
             summary=summary,
             from_message_id=from_message_id,
             to_message_id=to_message_id,
+            from_compact=from_compact,
         )
         return CompactionRecord.of(self._client._call(self._key, self._stub.AddCompaction, request).compaction)
 
@@ -437,7 +440,7 @@ class SessionHandle:
         summary = summarize(plan.prompt)
         if not summary.strip():
             return None
-        return self.add_compaction(summary, plan.from_message_id, plan.to_message_id)
+        return self.add_compaction(summary, plan.from_message_id, plan.to_message_id, from_compact=True)
 
     def set_compaction_policy(self, threshold_tokens: int, *, keep_recent_tokens: int = 0) -> CompactionPolicy:
         request = pb.SetCompactionPolicyRequest(

@@ -381,13 +381,16 @@ class SessionHandle:
             for s in response.stats
         ]
 
-    async def add_compaction(self, summary: str, from_message_id: str, to_message_id: str) -> CompactionRecord:
+    async def add_compaction(
+        self, summary: str, from_message_id: str, to_message_id: str, *, from_compact: bool = False
+    ) -> CompactionRecord:
         request = pb.AddCompactionRequest(
             object_key=self._key,
             session_id=self.id,
             summary=summary,
             from_message_id=from_message_id,
             to_message_id=to_message_id,
+            from_compact=from_compact,
         )
         return CompactionRecord.of((await self._client._call(self._key, self._stub.AddCompaction, request)).compaction)
 
@@ -434,7 +437,7 @@ class SessionHandle:
         summary = await summarize(plan.prompt)
         if not summary.strip():
             return None
-        return await self.add_compaction(summary, plan.from_message_id, plan.to_message_id)
+        return await self.add_compaction(summary, plan.from_message_id, plan.to_message_id, from_compact=True)
 
     async def set_compaction_policy(self, threshold_tokens: int, *, keep_recent_tokens: int = 0) -> CompactionPolicy:
         request = pb.SetCompactionPolicyRequest(

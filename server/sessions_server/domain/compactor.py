@@ -191,7 +191,7 @@ class Compactor:
 
             def derive(conn: Any) -> TokenMemo:
                 leaf = store.latest_leaf_id(conn, session_id)
-                if leaf is None:
+                if not leaf:
                     return TokenMemo(None, 0.0, 0)
                 path = queries.path_stats(conn, session_id, leaf)
                 rows = [(row.id, row.token_estimate) for row in path.rows]

@@ -9,6 +9,7 @@ INVALID_ARGUMENT on every write path (DESIGN.md §9).
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,7 @@ from sessions_server.domain.tokens import estimate_row_tokens
 from sessions_server.storage.rows import NewRow, PayloadRow
 
 COMPACTION_PREFIX = "compaction_"
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 Message = dict[str, Any]
 
@@ -132,6 +134,11 @@ def check_message_shape(value: Any, *, field: str) -> None:
         reject("`id` must be a string")
     if not isinstance(value.get("role"), str):
         reject("`role` must be a string")
+    # Ids and roles are lifted beside the JSON as protobuf strings, which must be valid UTF-8:
+    # a lone surrogate (legal in JavaScript strings, escaped in JSON) cannot travel there.
+    for key in ("id", "role"):
+        if _LONE_SURROGATE.search(value[key]):
+            reject(f"`{key}` holds a lone UTF-16 surrogate, which is not valid Unicode text")
     parts = value.get("parts")
     if not isinstance(parts, list):
         reject("`parts` must be an array")

@@ -41,9 +41,10 @@ def fts_expression(query: str, mode: str, *, max_query_bytes: int = MAX_QUERY_BY
     return " ".join(_quote(word) for word in words)
 
 
-def effective_limit(limit: int) -> int:
-    """0 means upstream's default of 20; anything else is capped (negative: the cap)."""
-    if limit == 0:
+def effective_limit(limit: int | None) -> int:
+    """None means upstream's default of 20; 0 returns nothing (SQLite's LIMIT 0, as upstream);
+    negative means no limit upstream, the cap here; larger values are capped."""
+    if limit is None:
         return DEFAULT_LIMIT
     if limit < 0:
         return MAX_LIMIT

@@ -389,7 +389,7 @@ class SessionsService:
             hidden = _hidden_ids(queries.compactions(conn, session_id))
             while leaf is not None and leaf in hidden:
                 _, leaf = queries.parent_of(conn, session_id, leaf)
-            return None if leaf is None else _view(conn, queries.get_message(conn, session_id, leaf), inline)
+            return None if not leaf else _view(conn, queries.get_message(conn, session_id, leaf), inline)
 
         async with self.object(object_key) as store:
             return await store.read(lambda conn: run(conn, store))
@@ -433,7 +433,7 @@ class SessionsService:
 
             def plan(conn: Any) -> tuple[list[PathStat], list[Compaction]]:
                 leaf = _resolve_leaf(store, conn, session_id, leaf_id)
-                if leaf is None:
+                if not leaf:  # an empty id as the leaf reads as no leaf, as upstream
                     return [], []
                 return queries.path_stats(conn, session_id, leaf).rows, queries.compactions(conn, session_id)
 
@@ -451,7 +451,7 @@ class SessionsService:
 
             def plan(conn: Any) -> tuple[list[PathStat], bool, int, list[Compaction]]:
                 leaf = _resolve_leaf(store, conn, session_id, leaf_id)
-                if leaf is None:
+                if not leaf:  # an empty id as the leaf reads as no leaf, as upstream
                     return [], False, 0, []
                 path = queries.path_stats(conn, session_id, leaf)
                 if not path.rows:
@@ -483,7 +483,7 @@ class SessionsService:
 
             def run(conn: Any) -> list[PathStat]:
                 leaf = _resolve_leaf(store, conn, session_id, leaf_id)
-                return [] if leaf is None else queries.path_stats(conn, session_id, leaf).rows
+                return [] if not leaf else queries.path_stats(conn, session_id, leaf).rows
 
             return await store.read(run)
 
@@ -511,7 +511,7 @@ class SessionsService:
         session_id: str,
         query: str,
         *,
-        limit: int = 0,
+        limit: int | None = None,
         mode: str = search_rules.PHRASE,
         all_sessions: bool = False,
     ) -> list[SearchHit]:
@@ -522,7 +522,7 @@ class SessionsService:
         async with self.object(object_key) as store:
             if not await store.read(queries.fts_exists):
                 await store.write(_build_search_index)
-            if expression is None:
+            if expression is None or wanted == 0:
                 return []
             deadline = time.monotonic() + self.search_seconds
 
@@ -644,7 +644,7 @@ class SessionsService:
     ) -> AsyncGenerator[MessageView, None]:
         def ids(conn: Any) -> list[str]:
             leaf = _resolve_leaf(store, conn, session_id, leaf_id)
-            return [] if leaf is None else queries.path_ids(conn, session_id, leaf)
+            return [] if not leaf else queries.path_ids(conn, session_id, leaf)
 
         path = await store.read(ids)
         if from_id not in path:
@@ -774,7 +774,8 @@ def _hidden_ids(records: Sequence[Compaction]) -> set[str]:
 
 def _resolve_leaf(store: ObjectStore, conn: Any, session_id: str, leaf_id: str) -> str | None:
     """A non-empty leaf id is used only if it exists in the session (else the read is empty);
-    an empty one means the active leaf."""
+    an empty one means the active leaf. Path reads then treat an empty-string leaf (a message
+    whose id is "") as no leaf, as upstream's truthiness test does; newest-first walks from it."""
     if leaf_id:
         return leaf_id if queries.exists(conn, session_id, leaf_id) else None
     return store.latest_leaf_id(conn, session_id)

@@ -463,6 +463,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 request.summary,
                 request.from_message_id,
                 request.to_message_id,
+                event="compact" if request.from_compact else "compaction",
             )
             return pb.AddCompactionResponse(compaction=_compaction(record))
 
@@ -558,7 +559,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 request.object_key,
                 request.session_id,
                 request.query,
-                limit=request.limit,
+                limit=request.limit if request.HasField("limit") else None,
                 mode=search_rules.ALL_WORDS if request.mode == pb.SEARCH_MODE_ALL_WORDS else search_rules.PHRASE,
                 all_sessions=request.all_sessions,
             )

@@ -1647,6 +1647,7 @@ class AddCompactionRequest(_message.Message):
     SUMMARY_FIELD_NUMBER: _builtins.int
     FROM_MESSAGE_ID_FIELD_NUMBER: _builtins.int
     TO_MESSAGE_ID_FIELD_NUMBER: _builtins.int
+    FROM_COMPACT_FIELD_NUMBER: _builtins.int
     object_key: _builtins.str
     """The object key."""
     session_id: _builtins.str
@@ -1657,6 +1658,10 @@ class AddCompactionRequest(_message.Message):
     """First message of the span (not validated, as upstream)."""
     to_message_id: _builtins.str
     """Last message of the span (not validated, as upstream)."""
+    from_compact: _builtins.bool
+    """The summary comes from a compaction the caller ran (plan, summarize, store): the change
+    event is `compact` with no payload, as upstream's compact() emits, not `compaction`.
+    """
     def __init__(
         self,
         *,
@@ -1665,10 +1670,11 @@ class AddCompactionRequest(_message.Message):
         summary: _builtins.str = ...,
         from_message_id: _builtins.str = ...,
         to_message_id: _builtins.str = ...,
+        from_compact: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["from_message_id", b"from_message_id", "object_key", b"object_key", "session_id", b"session_id", "summary", b"summary", "to_message_id", b"to_message_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["from_compact", b"from_compact", "from_message_id", b"from_message_id", "object_key", b"object_key", "session_id", b"session_id", "summary", b"summary", "to_message_id", b"to_message_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2043,7 +2049,9 @@ class SearchMessagesRequest(_message.Message):
     query: _builtins.str
     """The query text; FTS operators are treated as literal text."""
     limit: _builtins.int
-    """Maximum results (0: 20; capped by the server)."""
+    """Maximum results: unset means 20 (upstream's default); 0 returns none; negative means the
+    server's cap (upstream: no limit); larger values are capped.
+    """
     mode: Global___SearchMode.ValueType
     """How the query matches."""
     all_sessions: _builtins.bool
@@ -2054,15 +2062,17 @@ class SearchMessagesRequest(_message.Message):
         object_key: _builtins.str = ...,
         session_id: _builtins.str = ...,
         query: _builtins.str = ...,
-        limit: _builtins.int = ...,
+        limit: _builtins.int | None = ...,
         mode: Global___SearchMode.ValueType = ...,
         all_sessions: _builtins.bool = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_limit", b"_limit", "limit", b"limit"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["all_sessions", b"all_sessions", "limit", b"limit", "mode", b"mode", "object_key", b"object_key", "query", b"query", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_limit", b"_limit", "all_sessions", b"all_sessions", "limit", b"limit", "mode", b"mode", "object_key", b"object_key", "query", b"query", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__limit: _TypeAlias = _typing.Literal["limit"]  # noqa: Y015
+    _WhichOneofArgType__limit: _TypeAlias = _typing.Literal["_limit", b"_limit"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__limit) -> _WhichOneofReturnType__limit | None: ...
 
 Global___SearchMessagesRequest: _TypeAlias = SearchMessagesRequest  # noqa: Y015
 

@@ -3229,7 +3229,10 @@ type AddCompactionRequest struct {
 	// First message of the span (not validated, as upstream).
 	FromMessageId string `protobuf:"bytes,4,opt,name=from_message_id,json=fromMessageId,proto3" json:"from_message_id,omitempty"`
 	// Last message of the span (not validated, as upstream).
-	ToMessageId   string `protobuf:"bytes,5,opt,name=to_message_id,json=toMessageId,proto3" json:"to_message_id,omitempty"`
+	ToMessageId string `protobuf:"bytes,5,opt,name=to_message_id,json=toMessageId,proto3" json:"to_message_id,omitempty"`
+	// The summary comes from a compaction the caller ran (plan, summarize, store): the change
+	// event is `compact` with no payload, as upstream's compact() emits, not `compaction`.
+	FromCompact   bool `protobuf:"varint,6,opt,name=from_compact,json=fromCompact,proto3" json:"from_compact,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3297,6 +3300,13 @@ func (x *AddCompactionRequest) GetToMessageId() string {
 		return x.ToMessageId
 	}
 	return ""
+}
+
+func (x *AddCompactionRequest) GetFromCompact() bool {
+	if x != nil {
+		return x.FromCompact
+	}
+	return false
 }
 
 // Response for AddCompaction.
@@ -4023,8 +4033,9 @@ type SearchMessagesRequest struct {
 	SessionId string `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// The query text; FTS operators are treated as literal text.
 	Query string `protobuf:"bytes,3,opt,name=query,proto3" json:"query,omitempty"`
-	// Maximum results (0: 20; capped by the server).
-	Limit int32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Maximum results: unset means 20 (upstream's default); 0 returns none; negative means the
+	// server's cap (upstream: no limit); larger values are capped.
+	Limit *int32 `protobuf:"varint,4,opt,name=limit,proto3,oneof" json:"limit,omitempty"`
 	// How the query matches.
 	Mode SearchMode `protobuf:"varint,5,opt,name=mode,proto3,enum=sessions.v1.SearchMode" json:"mode,omitempty"`
 	// Search every session of the object.
@@ -4085,8 +4096,8 @@ func (x *SearchMessagesRequest) GetQuery() string {
 }
 
 func (x *SearchMessagesRequest) GetLimit() int32 {
-	if x != nil {
-		return x.Limit
+	if x != nil && x.Limit != nil {
+		return *x.Limit
 	}
 	return 0
 }
@@ -5402,7 +5413,7 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"\asummary\x18\x03 \x01(\tR\asummary\x12&\n" +
 	"\x0ffrom_message_id\x18\x04 \x01(\tR\rfromMessageId\x12\"\n" +
 	"\rto_message_id\x18\x05 \x01(\tR\vtoMessageId\x12\"\n" +
-	"\rcreated_at_ms\x18\x06 \x01(\x03R\vcreatedAtMs\"\xba\x01\n" +
+	"\rcreated_at_ms\x18\x06 \x01(\x03R\vcreatedAtMs\"\xdd\x01\n" +
 	"\x14AddCompactionRequest\x12\x1d\n" +
 	"\n" +
 	"object_key\x18\x01 \x01(\tR\tobjectKey\x12\x1d\n" +
@@ -5410,7 +5421,8 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"session_id\x18\x02 \x01(\tR\tsessionId\x12\x18\n" +
 	"\asummary\x18\x03 \x01(\tR\asummary\x12&\n" +
 	"\x0ffrom_message_id\x18\x04 \x01(\tR\rfromMessageId\x12\"\n" +
-	"\rto_message_id\x18\x05 \x01(\tR\vtoMessageId\"P\n" +
+	"\rto_message_id\x18\x05 \x01(\tR\vtoMessageId\x12!\n" +
+	"\ffrom_compact\x18\x06 \x01(\bR\vfromCompact\"P\n" +
 	"\x15AddCompactionResponse\x127\n" +
 	"\n" +
 	"compaction\x18\x01 \x01(\v2\x17.sessions.v1.CompactionR\n" +
@@ -5467,16 +5479,17 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x02 \x01(\tR\tsessionId\"T\n" +
 	"\x1bGetCompactionPolicyResponse\x125\n" +
-	"\x06policy\x18\x01 \x01(\v2\x1d.sessions.v1.CompactionPolicyR\x06policy\"\xd1\x01\n" +
+	"\x06policy\x18\x01 \x01(\v2\x1d.sessions.v1.CompactionPolicyR\x06policy\"\xe0\x01\n" +
 	"\x15SearchMessagesRequest\x12\x1d\n" +
 	"\n" +
 	"object_key\x18\x01 \x01(\tR\tobjectKey\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x02 \x01(\tR\tsessionId\x12\x14\n" +
-	"\x05query\x18\x03 \x01(\tR\x05query\x12\x14\n" +
-	"\x05limit\x18\x04 \x01(\x05R\x05limit\x12+\n" +
+	"\x05query\x18\x03 \x01(\tR\x05query\x12\x19\n" +
+	"\x05limit\x18\x04 \x01(\x05H\x00R\x05limit\x88\x01\x01\x12+\n" +
 	"\x04mode\x18\x05 \x01(\x0e2\x17.sessions.v1.SearchModeR\x04mode\x12!\n" +
-	"\fall_sessions\x18\x06 \x01(\bR\vallSessions\"\x96\x01\n" +
+	"\fall_sessions\x18\x06 \x01(\bR\vallSessionsB\b\n" +
+	"\x06_limit\"\x96\x01\n" +
 	"\x16SearchMessagesResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x1d\n" +
@@ -5880,6 +5893,7 @@ func file_sessions_v1_sessions_proto_init() {
 	}
 	file_sessions_v1_sessions_proto_msgTypes[0].OneofWrappers = []any{}
 	file_sessions_v1_sessions_proto_msgTypes[20].OneofWrappers = []any{}
+	file_sessions_v1_sessions_proto_msgTypes[54].OneofWrappers = []any{}
 	file_sessions_v1_sessions_proto_msgTypes[56].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

@@ -1,0 +1,223 @@
+"""The re-shard procedure of docs/operations.md ("Adding a shard"), run end to end behind nginx
+while a background writer keeps appending: two shards, then a third; the objects whose owner
+changed move with `sessions-server move-object` (planned by deploy/reshard.py); every object reads
+back through the proxy from its new owner and no acknowledged write is lost."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+
+from sessions_client import SessionsClient, SessionsError
+from sessions_client._common import routing_metadata
+from sessions_proto.v1 import sessions_pb2 as pb
+from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
+from sessions_server.domain.placement import KetamaRing, Placement, routing_key
+from sessions_server.storage.paths import object_path
+from tests.deploy.support import DEPLOY, Proxy, Shard, free_port, text_message, write_ring
+
+RETRYABLE_REASONS = {"OBJECT_MOVING", "OBJECT_NOT_OWNED"}
+
+
+def _reshard_module():  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location("reshard", DEPLOY / "reshard.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class Writer(threading.Thread):
+    """Appends to a set of objects through the proxy until stopped; a refused write (moving, not
+    owned here any more, shard restarting) is retried with the same message id, as a client
+    during a re-shard would. Records what was acknowledged."""
+
+    def __init__(self, address: str, keys: list[str]) -> None:
+        super().__init__(daemon=True)
+        self.address = address
+        self.keys = keys
+        self.acknowledged: dict[str, list[str]] = {key: [] for key in keys}
+        self.refusals: dict[str, int] = {}
+        self.stop_event = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            with SessionsClient(self.address, timeout=30) as client:
+                index = 0
+                while not self.stop_event.is_set():
+                    key = self.keys[index % len(self.keys)]
+                    message_id = f"w{index}"
+                    self._append_until_acknowledged(client, key, message_id)
+                    self.acknowledged[key].append(message_id)
+                    index += 1
+        except BaseException as error:
+            self.error = error
+
+    def _append_until_acknowledged(self, client: SessionsClient, key: str, message_id: str) -> None:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                client.object(key).session().append_message(text_message(message_id, f"{key} {message_id}"))
+                return
+            except SessionsError as error:
+                retryable = error.reason in RETRYABLE_REASONS or error.code == grpc.StatusCode.UNAVAILABLE
+                if not retryable or time.monotonic() > deadline:
+                    raise
+                label = error.reason or error.code.name
+                self.refusals[label] = self.refusals.get(label, 0) + 1
+                time.sleep(0.02)
+
+
+def test_adding_a_shard_under_write_load(tmp_path: Path) -> None:
+    reshard = _reshard_module()
+    ports = [free_port() for _ in range(3)]
+    names = [f"127.0.0.1:{port}" for port in ports]
+    old, new = names[:2], names
+    rings = {name: write_ring(tmp_path / f"ring-old-{i}.json", old, name) for i, name in enumerate(old)}
+    shards = [Shard(f"shard{i}", tmp_path / f"shard{i}", port, "--ring-file", str(rings[names[i]]))
+              for i, port in enumerate(ports[:2])]
+    proxy = Proxy("nginx", tmp_path / "nginx", free_port(), old)
+    writer: Writer | None = None
+    try:
+        for shard in shards:
+            shard.start()
+        proxy.start()
+        old_ring, new_ring = KetamaRing.of(old), KetamaRing.of(new)
+        keys = [f"tenant/{i}" for i in range(80)]
+        moving = [k for k in keys if new_ring.owner(routing_key(k)) != old_ring.owner(routing_key(k))]
+        assert 10 <= len(moving) <= 45, "a third shard takes about a third of the keys"
+        assert all(new_ring.owner(routing_key(k)) == names[2] for k in moving), "consistent hashing"
+        with SessionsClient(proxy.address) as client:
+            for key in keys:
+                client.object(key).session().append_messages(
+                    text_message(f"m{i}", f"{key} {i}") for i in range(3)
+                )
+        # The writer hits objects that move and objects that stay.
+        writer = Writer(proxy.address, moving[:6] + [k for k in keys if k not in moving][:4])
+        writer.start()
+        while sum(len(v) for v in writer.acknowledged.values()) < 30 and writer.is_alive():
+            time.sleep(0.01)
+
+        # 1. The new shard starts with the new ring (it owns its keys; nginx does not route to it yet).
+        third_ring = write_ring(tmp_path / "ring-new-2.json", new, names[2])
+        shards.append(Shard("shard2", tmp_path / "shard2", ports[2], "--ring-file", str(third_ring)).start())
+        # 2. Move every object whose owner changed (old shards still run with the old ring).
+        moves = reshard.plan_moves(old, new)
+        assert {key for group in moves.values() for key in group} == set(moving)
+        reshard.run_moves(moves)
+        # 3. nginx gets the third upstream.
+        proxy.reload(new)
+        with SessionsClient(proxy.address) as probe:  # a fresh connection sees the new workers
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    probe.object(moving[0]).session().get_history()
+                    break
+                except SessionsError as error:
+                    if error.reason != "OBJECT_NOT_OWNED" or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.05)
+        # 4. The old shards restart with the new ring, so they refuse the moved keys for good.
+        for i, shard in enumerate(shards[:2]):
+            ring = write_ring(tmp_path / f"ring-new-{i}.json", new, names[i])
+            shard.restart("--ring-file", str(ring))
+        # Some writes after the procedure, then stop the writer.
+        settled = sum(len(v) for v in writer.acknowledged.values())
+        while sum(len(v) for v in writer.acknowledged.values()) < settled + 30 and writer.is_alive():
+            time.sleep(0.01)
+        writer.stop_event.set()
+        writer.join(timeout=90)
+        assert writer.error is None, writer.error
+        print(f"writer: {sum(len(v) for v in writer.acknowledged.values())} acknowledged, refusals {writer.refusals}")
+        assert set(writer.refusals) <= {"OBJECT_MOVING", "OBJECT_NOT_OWNED", "UNAVAILABLE"}, writer.refusals
+
+        placement = Placement("nginx-ketama", tuple(new), names[0], new_ring)
+        with SessionsClient(proxy.address) as client:
+            for key in keys:
+                ids = [m["id"] for m in client.object(key).session().get_history()]
+                assert ids[:3] == ["m0", "m1", "m2"], key
+                assert ids[3:] == writer.acknowledged.get(key, []), f"{key}: acknowledged writes lost or reordered"
+                holders = [s for s in shards if object_path(s.data_dir, key).exists()]
+                assert [h.address for h in holders] == [placement.owner(key)], key
+    finally:
+        if writer is not None:
+            writer.stop_event.set()
+            writer.join(timeout=30)
+        proxy.stop()
+        for shard in shards:
+            shard.stop()
+
+
+def test_a_shard_restarted_with_the_new_ring_cannot_hand_over_its_objects(tmp_path: Path) -> None:
+    """Why the procedure moves objects BEFORE the old shards get the new ring: with the current
+    server, ExportObject/DeleteObject go through the ownership guard, so a shard that no longer
+    owns an object by its ring refuses to export it (see docs/operations.md). When the server lets
+    a shard hand over objects it holds but does not own, this test must change with the procedure."""
+    a_port, c_port = free_port(), free_port()
+    a_name, b_name, c_name = f"127.0.0.1:{a_port}", "127.0.0.1:1", f"127.0.0.1:{c_port}"
+    old, new = [a_name, b_name], [a_name, b_name, c_name]
+    old_ring, new_ring = KetamaRing.of(old), KetamaRing.of(new)
+    key = next(
+        f"k{i}" for i in range(10_000)
+        if old_ring.owner(routing_key(f"k{i}")) == a_name and new_ring.owner(routing_key(f"k{i}")) == c_name
+    )
+    a = Shard("a", tmp_path / "a", a_port, "--ring-file", str(write_ring(tmp_path / "a-old.json", old, a_name)))
+    c = Shard("c", tmp_path / "c", c_port, "--ring-file", str(write_ring(tmp_path / "c.json", new, c_name)))
+    try:
+        a.start()
+        c.start()
+        with SessionsClient(a.address) as client:
+            client.object(key).session().append_message(text_message("m0", "x"))
+        a.restart("--ring-file", str(write_ring(tmp_path / "a-new.json", new, a_name)))
+        result = subprocess.run(
+            [sys.executable, "-m", "sessions_server.cli", "move-object", "--from", a.address, "--to", c.address,
+             "--object-key", key],
+            capture_output=True, text=True, check=False,
+        )
+        assert result.returncode != 0
+        # The source's refusal, as ExportObject gives it (move-object itself reports it only as
+        # "UNKNOWN: Exception iterating requests!", see the report to the lead).
+        with grpc.insecure_channel(a.address) as channel:
+            stub = pb_grpc.SessionServiceStub(channel)
+            export = stub.ExportObject(
+                pb.ExportObjectRequest(object_key=key, lock_for_move=True), metadata=routing_metadata(key)
+            )
+            with pytest.raises(grpc.RpcError) as refused:
+                list(export)
+        error = SessionsError.from_rpc_error(refused.value)
+        assert (error.code, error.reason) == (grpc.StatusCode.FAILED_PRECONDITION, "OBJECT_NOT_OWNED")
+        assert object_path(a.data_dir, key).exists(), "the data stays on the old shard, unreachable"
+    finally:
+        a.stop()
+        c.stop()
+
+
+@pytest.mark.parametrize("count", [2])
+def test_reshard_tool_prints_the_plan(tmp_path: Path, count: int) -> None:
+    ports = [free_port() for _ in range(count)]
+    names = [f"127.0.0.1:{p}" for p in ports]
+    shards = [Shard(f"s{i}", tmp_path / f"s{i}", p) for i, p in enumerate(ports)]
+    try:
+        for shard in shards:
+            shard.start()
+        with SessionsClient(shards[0].address) as client:
+            for i in range(20):
+                client.object(f"plan/{i}").session().append_message(text_message("m", "x"))
+        extra = "127.0.0.1:1"
+        result = subprocess.run(
+            [sys.executable, str(DEPLOY / "reshard.py"), "--old", ",".join(names), "--new", ",".join([*names, extra])],
+            capture_output=True, text=True, check=True,
+        )
+        expected = sum(1 for i in range(20) if KetamaRing.of([*names, extra]).owner(routing_key(f"plan/{i}")) != names[0])
+        assert f"{expected} objects change owner" in result.stdout
+    finally:
+        for shard in shards:
+            shard.stop()
