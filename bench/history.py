@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import shutil
 import sqlite3
 import sys
 import tempfile
@@ -163,6 +164,7 @@ def main() -> int:
     parser.add_argument("--samples", type=int, help="newest-first samples per size (default 60; 30 with --quick)")
     parser.add_argument("--work-dir", type=Path, help="where the data directory goes (default: a temp dir)")
     parser.add_argument("--profile", type=Path, help="py-spy profiles of the server into this directory")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory (data of ~300 MB)")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s]
     big_mb = args.big_mb or (20 if args.quick else 200)
@@ -297,6 +299,8 @@ def main() -> int:
         client.close()
         channel.close()
         server.stop()
+        if not args.keep and args.work_dir is None:  # only a temp dir made here
+            shutil.rmtree(work, ignore_errors=True)
     results["meta"]["seconds"] = round(time.time() - started, 1)
     report(results, sizes, big_mb)
     if args.json:

@@ -1044,7 +1044,7 @@ class Bench:
         finally:
             self.stop()
         self.report(time.time() - started)
-        if not self.args.keep:
+        if not self.args.keep and self.args.work_dir is None:  # only a temp dir made here
             shutil.rmtree(self.work, ignore_errors=True)
         return 1 if failures else 0
 

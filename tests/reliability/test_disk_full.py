@@ -164,14 +164,14 @@ def test_full_storage_fails_the_write_cleanly_and_keeps_serving_reads(
 
             # Each of these needs far more than the slack; each must fail and leave no trace.
             attempts: list[tuple[str, Callable[[], object]]] = [
-                ("append 6 MB (UploadMessage)", lambda: session.append_message(_text_message("big", 6_000_000))),
+                ("append 8 MB (UploadMessage)", lambda: session.append_message(_text_message("big", 8_000_000))),
                 ("append 2.9 MB (unary)", lambda: session.append_message(_text_message("mid", 2_900_000))),
                 (
                     "append_messages [small, 2 MB]",
                     lambda: session.append_messages([_text_message("b1", 100), _text_message("b2", 2_000_000)]),
                 ),
                 ("append 1.2 MB image", lambda: session.append_message(_image_message("pic2", os.urandom(1_200_000)))),
-                ("update m5 to 5 MB", lambda: session.update_message(_text_message("m5", 5_000_000))),
+                ("update m5 to 8 MB", lambda: session.update_message(_text_message("m5", 8_000_000))),
             ]
             for label, attempt in attempts:
                 with pytest.raises(SessionsError) as failure:
@@ -196,10 +196,10 @@ def test_full_storage_fails_the_write_cleanly_and_keeps_serving_reads(
             storage.free()
 
             # Space is back: the same writes now succeed.
-            big = _text_message("big", 6_000_000)
+            big = _text_message("big", 8_000_000)
             assert session.append_message(big).inserted
             assert session.append_messages([_text_message("b1", 100), _text_message("b2", 2_000_000)])[1].inserted
-            assert session.update_message(_text_message("m5", 5_000_000)) is not None
+            assert session.update_message(_text_message("m5", 8_000_000)) is not None
             ids = [m["id"] for m in session.get_history()]
             assert ids == [json.loads(t)["id"] for t in committed] + ["big", "b1", "b2"]
         assert server.signal(signal.SIGTERM) == 0
@@ -219,7 +219,7 @@ BUSY_CALL_TIMEOUT_SECONDS = 20.0
 
 
 def group_commit_child(data_dir: str, mode: str, mount_point: str, tail_bytes: str) -> None:
-    """Runs in a child process: one write batch [A small, B 3 MB, C `tail_bytes`, D small]
+    """Runs in a child process: one write batch [A small, B 8 MB, C `tail_bytes`, D small]
     against a full disk, through the domain service so the four jobs share one transaction;
     then space is freed and one more append is tried. Prints what each call answered as JSON
     ("hung" when no answer came within GROUP_CALL_TIMEOUT_SECONDS)."""
@@ -249,7 +249,7 @@ def group_commit_child(data_dir: str, mode: str, mount_point: str, tail_bytes: s
     async def batch() -> list[dict[str, object]]:
         # Created in one loop step: the first write starts the writer task, which runs after
         # all four jobs are queued, so they form one batch (one transaction, four savepoints).
-        sizes = (("A", 100), ("B", 3_000_000), ("C", int(tail_bytes)), ("D", 100))
+        sizes = (("A", 100), ("B", 8_000_000), ("C", int(tail_bytes)), ("D", 100))
         return list(await asyncio.gather(*(one(message_id, size) for message_id, size in sizes)))
 
     run(one("m0", 100))
@@ -295,7 +295,7 @@ def test_a_failing_job_does_not_break_its_group_commit(storage: LimitedStorage, 
     with open_file(path) as conn:
         stored = dict(conn.execute("SELECT id, parent_id FROM cf_agents_session_messages WHERE session_id = 's'"))
     problems = []
-    assert answers["B"].get("hung") or not answers["B"]["ok"], "the 3 MB write fit in a full disk?"
+    assert answers["B"].get("hung") or not answers["B"]["ok"], "the 8 MB write fit in a full disk?"
     for message_id, answer in answers.items():
         if answer.get("hung"):
             problems.append(f"{message_id}: no answer within {GROUP_CALL_TIMEOUT_SECONDS:.0f} s (the call hangs)")
@@ -355,7 +355,7 @@ def test_concurrent_writers_during_disk_full_get_truthful_answers(storage: Limit
             try:
                 for index in range(6):
                     try:
-                        client.object(key).session("big").append_message(_text_message(f"big{index}", 3_000_000))
+                        client.object(key).session("big").append_message(_text_message(f"big{index}", 8_000_000))
                         unexpected.append(f"big{index} was stored on a full disk")
                     except SessionsError as exc:
                         if _status(exc) not in ACCEPTED:

@@ -105,8 +105,9 @@ func (o *Object) ReadAttachment(ctx context.Context, hash string) (Attachment, e
 
 // SearchOptions configures Search.
 type SearchOptions struct {
-	// Limit is the largest number of results (0: the server's default, 20).
-	Limit int32
+	// Limit is the largest number of results; nil means the server's default (20), 0 returns
+	// none, as upstream.
+	Limit *int32
 	// AllWords matches every word of the query in any order, instead of the whole query as one
 	// phrase (upstream's semantics).
 	AllWords bool

@@ -1,6 +1,8 @@
 package sessions_test
 
 import (
+	"google.golang.org/protobuf/proto"
+
 	"bytes"
 	"context"
 	"encoding/base64"
@@ -107,7 +109,7 @@ func TestSearch(t *testing.T) {
 	if err != nil || len(hits) != 2 {
 		t.Fatalf("all-sessions search = %+v, %v", hits, err)
 	}
-	if hits, err := s.Search(ctx, "quick", sessions.SearchOptions{AllSessions: true, Limit: 1}); err != nil || len(hits) != 1 {
+	if hits, err := s.Search(ctx, "quick", sessions.SearchOptions{AllSessions: true, Limit: proto.Int32(1)}); err != nil || len(hits) != 1 {
 		t.Fatalf("limited search = %+v, %v", hits, err)
 	}
 }
