@@ -552,8 +552,9 @@ class OracleProcess(ChildProcess):
     def __init__(self, directory: Path, persist: Path, log_path: Path) -> None:
         persist.mkdir(parents=True, exist_ok=True)
         args = [shutil.which("node") or "node", "serve.mjs", "--port", "0", "--persist", str(persist)]
-        if (directory / "dist" / "worker.js").exists():
-            args.append("--no-bundle")
+        bundle, source = directory / "dist" / "worker.js", directory / "src" / "worker.js"
+        if bundle.exists() and source.exists() and bundle.stat().st_mtime >= source.stat().st_mtime:
+            args.append("--no-bundle")  # the bundle is current; otherwise serve.mjs rebuilds it (offline, ~2 s)
         env = {**os.environ, "WRANGLER_SEND_METRICS": "false", "CI": "true"}
         log = open(log_path, "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(

@@ -374,14 +374,16 @@ def report(results: dict[str, Any], sizes: list[int], big_mb: int) -> None:
         )
         results["rss_growth_difference_mib"] = flat
     out("")
-    out("Measured: StreamHistory through the generated stub (default channel options but a 64 MiB receive")
-    out("limit), one client on loopback, server as a subprocess; newest-first = time from the call to the")
-    out(
-        "first message, stream then cancelled (cold: after the object was closed by LRU eviction, --max-open-objects 4); forward = whole path root first (at 100,000 messages the"
-    )
-    out("depth cap returns the newest 10,001); raw scan = SELECT content of the same id range from the")
-    out("object file in this process (OS page cache warm for both). RSS = server VmRSS/VmHWM, a fresh")
-    out("server process per transcript (before = its RSS after start-up, peak while streaming the whole path).")
+    for line in (
+        "Measured: StreamHistory through the generated stub (default channel options but a 64 MiB receive",
+        "limit), one client on loopback, server as a subprocess. Newest-first = time from the call to the first",
+        "message, then the stream is cancelled; cold = after the server closed the object by LRU eviction",
+        "(--max-open-objects 4, checked in /proc/<pid>/fd). Forward = the whole path root first (at 100,000",
+        "messages the depth cap returns the newest 10,001). Raw scan = SELECT content of the same id range",
+        "from the object file in this process (OS page cache warm for both). RSS = server VmRSS/VmHWM of a",
+        "fresh server process per transcript (before = after start-up; peak while streaming the whole path).",
+    ):
+        out(line)
     for size in sizes:
         e = s[str(size)]
         for name in ("profile_newest_first", "profile_forward"):

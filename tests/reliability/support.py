@@ -74,7 +74,7 @@ class Server:
             text=True,
             errors="replace",
             env={**os.environ},
-            preexec_fn=self.preexec_fn,  # noqa: PLW1509 - resource limits for the child only
+            preexec_fn=self.preexec_fn,
         )
         found = threading.Event()
 
@@ -194,7 +194,7 @@ class FileReport:
     attachments: int = 0
 
 
-def check_object_file(path: Path, *, readonly: bool = True, integrity: bool = True) -> FileReport:
+def check_object_file(path: Path, *, readonly: bool = True, integrity: bool = True, parents: bool = True) -> FileReport:
     """Integrity check plus the invariants a torn write would break:
 
     - a message row with content_chunks = n has chunk rows idx exactly 1..n, no chunk row lacks
@@ -203,7 +203,8 @@ def check_object_file(path: Path, *, readonly: bool = True, integrity: bool = Tr
       `bytes` and hash to its address; no chunk row lacks its meta row;
     - every attachment reference names a complete payload, and every pointer inside a message's
       content has a reference and a payload;
-    - every non-null parent_id names a row of the same session (these tests never delete).
+    - with `parents`, every non-null parent_id names a row of the same session (appends resolve
+      parents and deletes re-parent children; only ImportMessages stores parents verbatim).
     """
     report = FileReport(path)
     with open_file(path, readonly=readonly) as conn:
@@ -217,9 +218,10 @@ def check_object_file(path: Path, *, readonly: bool = True, integrity: bool = Tr
             chunks.setdefault((session_id, message_id), []).append((idx, content))
             report.continuation_rows += 1
         ids: set[tuple[str, str]] = set()
-        parents: list[tuple[str, str, str]] = []
+        linked: list[tuple[str, str, str]] = []
         refs: set[tuple[str, str, str]] = {
-            (s, m, h) for s, m, h in conn.execute("SELECT session_id, message_id, hash FROM cf_agents_session_attachment_refs")
+            (s, m, h)
+            for s, m, h in conn.execute("SELECT session_id, message_id, hash FROM cf_agents_session_attachment_refs")
         }
         meta = {
             h: (int(b), int(n))
@@ -236,13 +238,11 @@ def check_object_file(path: Path, *, readonly: bool = True, integrity: bool = Tr
             report.messages += 1
             where = f"{path.name} session {session_id!r} message {message_id!r}"
             ids.add((session_id, message_id))
-            if parent_id is not None:
-                parents.append((session_id, message_id, parent_id))
+            if parent_id is not None and parents:
+                linked.append((session_id, message_id, parent_id))
             got = chunks.pop((session_id, message_id), [])
             if [idx for idx, _ in got] != list(range(1, int(content_chunks) + 1)):
-                report.torn.append(
-                    f"{where}: content_chunks={content_chunks} but chunk rows {[idx for idx, _ in got]}"
-                )
+                report.torn.append(f"{where}: content_chunks={content_chunks} but chunk rows {[idx for idx, _ in got]}")
                 continue
             text = content + "".join(c for _, c in got)
             try:
@@ -258,10 +258,11 @@ def check_object_file(path: Path, *, readonly: bool = True, integrity: bool = Tr
                 if pointer not in meta:
                     report.torn.append(f"{where}: pointer {pointer[:12]} has no payload")
         for (session_id, message_id), got in chunks.items():
+            indexes = [i for i, _ in got]
             report.torn.append(
-                f"{path.name} session {session_id!r}: chunk rows {[i for i, _ in got]} of missing message {message_id!r}"
+                f"{path.name} session {session_id!r}: chunk rows {indexes} of missing message {message_id!r}"
             )
-        for session_id, message_id, parent_id in parents:
+        for session_id, message_id, parent_id in linked:
             if (session_id, parent_id) not in ids:
                 report.torn.append(
                     f"{path.name} session {session_id!r} message {message_id!r}: parent {parent_id!r} does not exist"

@@ -49,7 +49,6 @@ from tests.reliability.support import (
     digest,
     object_files,
     stored_json,
-    wait_until,
 )
 
 SOAK = os.environ.get("CRASH_SOAK") == "1"
@@ -258,7 +257,12 @@ def test_sigkill_under_load_loses_nothing_acknowledged(tmp_path: Path, capsys: p
         kinds: dict[str, int] = totals["kinds"]  # type: ignore[assignment]
         for sent in ledger.acknowledged:
             kinds[sent.kind] = kinds.get(sent.kind, 0) + 1
-        for label, problems in (("lost", lost), ("mismatched", mismatched), ("torn", torn), ("integrity", bad_integrity)):
+        for label, problems in (
+            ("lost", lost),
+            ("mismatched", mismatched),
+            ("torn", torn),
+            ("integrity", bad_integrity),
+        ):
             if problems:
                 failures.append(f"seed {seed}: {len(problems)} {label}:\n  " + "\n  ".join(problems[:20]))
         assert len(reports) >= 1, "no object files were written"

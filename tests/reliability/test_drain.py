@@ -44,13 +44,17 @@ CLIENT_OPTIONS = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
 
 def _message(message_id: str, size: int) -> str:
     unit = f"{message_id} drain test text "
-    return canonical({"id": message_id, "role": "user", "parts": [{"type": "text", "text": (unit * (size // len(unit) + 1))[:size]}]})
+    return canonical(
+        {"id": message_id, "role": "user", "parts": [{"type": "text", "text": (unit * (size // len(unit) + 1))[:size]}]}
+    )
 
 
 @dataclass
 class Observed:
     lock: threading.Lock = field(default_factory=threading.Lock)
-    appends: list[tuple[str, str, str, float, float, str]] = field(default_factory=list)  # key, session, id, t0, t1, outcome
+    appends: list[tuple[str, str, str, float, float, str]] = field(
+        default_factory=list
+    )  # key, session, id, t0, t1, outcome
     history_outcomes: Counter[str] = field(default_factory=Counter)
     history_reads: int = 0
     wrong: list[str] = field(default_factory=list)
@@ -137,7 +141,9 @@ def test_sigterm_under_load_drains_cleanly(tmp_path: Path, capsys: pytest.Captur
         """Reads one frame, then pauses until the drain has begun, then reads on."""
         with grpc.insecure_channel(address, options=CLIENT_OPTIONS) as channel:
             stub = pb_grpc.SessionServiceStub(channel)
-            call = stub.StreamHistory(pb.StreamHistoryRequest(object_key=HISTORY_KEY), metadata=routing(HISTORY_KEY), timeout=120)
+            call = stub.StreamHistory(
+                pb.StreamHistoryRequest(object_key=HISTORY_KEY), metadata=routing(HISTORY_KEY), timeout=120
+            )
             try:
                 next(call)
                 held_history["started"] = "yes"
@@ -177,7 +183,9 @@ def test_sigterm_under_load_drains_cleanly(tmp_path: Path, capsys: pytest.Captur
     def subscriber() -> None:
         with grpc.insecure_channel(address) as channel:
             stub = pb_grpc.SessionServiceStub(channel)
-            call = stub.Subscribe(pb.SubscribeRequest(object_key=WRITE_KEYS[0]), metadata=routing(WRITE_KEYS[0]), timeout=120)
+            call = stub.Subscribe(
+                pb.SubscribeRequest(object_key=WRITE_KEYS[0]), metadata=routing(WRITE_KEYS[0]), timeout=120
+            )
             try:
                 for _ in call:
                     seen.subscribe_ready.set()
@@ -210,7 +218,12 @@ def test_sigterm_under_load_drains_cleanly(tmp_path: Path, capsys: pytest.Captur
                 except grpc.RpcError as error:
                     label = error.code().name
                 seen.health_checks.append((time.monotonic(), label))
-                if label != "SERVING" and term_sent.is_set() and server.proc is not None and server.proc.poll() is not None:
+                if (
+                    label != "SERVING"
+                    and term_sent.is_set()
+                    and server.proc is not None
+                    and server.proc.poll() is not None
+                ):
                     return
                 time.sleep(0.01)  # polling interval, not synchronisation
 
@@ -231,15 +244,19 @@ def test_sigterm_under_load_drains_cleanly(tmp_path: Path, capsys: pytest.Captur
         # Load is running when appends have been answered, a history read finished, the held
         # calls are open and the Subscribe and Watch streams are established.
         ready = wait_until(
-            lambda: sum(1 for a in seen.appends if a[5] == "OK") >= 20
-            and seen.history_reads >= 1
-            and "started" in held_history
-            and "first_sent" in upload
-            and seen.subscribe_ready.is_set()
-            and bool(seen.watch),
+            lambda: (
+                sum(1 for a in seen.appends if a[5] == "OK") >= 20
+                and seen.history_reads >= 1
+                and "started" in held_history
+                and "first_sent" in upload
+                and seen.subscribe_ready.is_set()
+                and bool(seen.watch)
+            ),
             timeout=90,
         )
-        assert ready, f"load did not start: {len(seen.appends)} appends, {seen.history_reads} reads, {held_history}, {upload}"
+        assert ready, (
+            f"load did not start: {len(seen.appends)} appends, {seen.history_reads} reads, {held_history}, {upload}"
+        )
         assert seen.watch[0][1] == SERVING
 
         term_time[0] = time.monotonic()
@@ -289,7 +306,8 @@ def test_sigterm_under_load_drains_cleanly(tmp_path: Path, capsys: pytest.Captur
     outcomes = Counter(a[5] for a in seen.appends)
     after_not_serving = [label for t, label in seen.health_checks if t > seen.watch[-1][0]]
     summary = (
-        f"DRAIN SUMMARY exit={exit_code} appends={dict(outcomes)} (answered OK across the SIGTERM: {len(during_drain)}) "
+        f"DRAIN SUMMARY exit={exit_code} appends={dict(outcomes)} "
+        f"(answered OK across the SIGTERM: {len(during_drain)}) "
         f"held upload={upload.get('end')} held history={held_history.get('end')} "
         f"history streams={dict(seen.history_outcomes)} subscribe={seen.subscribe_end} "
         f"watch={[health_pb2.HealthCheckResponse.ServingStatus.Name(s) for _, s in seen.watch]} "
@@ -302,9 +320,8 @@ def test_sigterm_under_load_drains_cleanly(tmp_path: Path, capsys: pytest.Captur
     assert exit_code == 0, f"exit {exit_code}:\n{server.output()[-3000:]}"
     assert upload.get("end") == "OK" and upload.get("inserted"), f"held upload: {upload.get('end')}"
     assert upload_stored == upload_text, "the upload answered OK during the drain is not stored intact"
-    assert held_history.get("end") in ("OK", "UNAVAILABLE/", "CANCELLED/") or str(held_history.get("end", "")).split("/")[0] in {
-        c.name for c in RECONNECT
-    }, f"held history stream ended with {held_history.get('end')}"
+    held_end = held_history.get("end", "no end")
+    assert held_end == "OK" or held_end.split("/")[0] in {c.name for c in RECONNECT}, f"held history: {held_end}"
     assert seen.subscribe_end[0] == "UNAVAILABLE", f"Subscribe ended with {seen.subscribe_end}"
     assert "SERVING" not in after_not_serving, f"health said SERVING after NOT_SERVING: {seen.health_checks[-20:]}"
     assert new_call.startswith("UNAVAILABLE"), f"a new call during the drain was answered {new_call}"

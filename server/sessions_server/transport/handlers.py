@@ -95,10 +95,9 @@ def _unary_behavior(behavior: Any) -> Any:
 
 
 def _server_stream_behavior(behavior: Any) -> Any:
-    async def run(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
+    async def run(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         if isinstance(request, MalformedRequest):
             await _abort_malformed(context, request)
-        async for response in behavior(request, context):
-            yield response
+        await behavior(request, context)
 
     return run

@@ -294,7 +294,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
 
     # ── reads ───────────────────────────────────────────────────────────────
 
-    async def GetMessage(self, request: pb.GetMessageRequest, context: Any) -> AsyncIterator[pb.GetMessageResponse]:
+    async def GetMessage(self, request: pb.GetMessageRequest, context: Any) -> None:  # type: ignore[override]
         async def run() -> AsyncIterator[pb.GetMessageResponse]:
             self._admit(context, request.object_key, write=False)
             view = await self._service.get_message(
@@ -304,10 +304,9 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 for frame in framing.message_frames(view):
                     yield pb.GetMessageResponse(frame=frame)
 
-        async for response in _stream(context, run, self._slots):
-            yield response
+        await _stream(context, run, self._slots)
 
-    async def GetMessages(self, request: pb.GetMessagesRequest, context: Any) -> AsyncIterator[pb.GetMessagesResponse]:
+    async def GetMessages(self, request: pb.GetMessagesRequest, context: Any) -> None:  # type: ignore[override]
         async def run() -> AsyncIterator[pb.GetMessagesResponse]:
             self._admit(context, request.object_key, write=False)
             views = self._service.get_messages(
@@ -318,12 +317,9 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                     for frame in framing.message_frames(view):
                         yield pb.GetMessagesResponse(frame=frame)
 
-        async for response in _stream(context, run, self._slots):
-            yield response
+        await _stream(context, run, self._slots)
 
-    async def GetLatestLeaf(
-        self, request: pb.GetLatestLeafRequest, context: Any
-    ) -> AsyncIterator[pb.GetLatestLeafResponse]:
+    async def GetLatestLeaf(self, request: pb.GetLatestLeafRequest, context: Any) -> None:  # type: ignore[override]
         async def run() -> AsyncIterator[pb.GetLatestLeafResponse]:
             self._admit(context, request.object_key, write=False)
             view = await self._service.get_latest_leaf(
@@ -333,10 +329,9 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 for frame in framing.message_frames(view):
                     yield pb.GetLatestLeafResponse(frame=frame)
 
-        async for response in _stream(context, run, self._slots):
-            yield response
+        await _stream(context, run, self._slots)
 
-    async def GetBranches(self, request: pb.GetBranchesRequest, context: Any) -> AsyncIterator[pb.GetBranchesResponse]:
+    async def GetBranches(self, request: pb.GetBranchesRequest, context: Any) -> None:  # type: ignore[override]
         async def run() -> AsyncIterator[pb.GetBranchesResponse]:
             self._admit(context, request.object_key, write=False)
             views = self._service.get_branches(
@@ -347,12 +342,9 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                     for frame in framing.message_frames(view):
                         yield pb.GetBranchesResponse(frame=frame)
 
-        async for response in _stream(context, run, self._slots):
-            yield response
+        await _stream(context, run, self._slots)
 
-    async def StreamHistory(
-        self, request: pb.StreamHistoryRequest, context: Any
-    ) -> AsyncIterator[pb.StreamHistoryResponse]:
+    async def StreamHistory(self, request: pb.StreamHistoryRequest, context: Any) -> None:  # type: ignore[override]
         async def run() -> AsyncIterator[pb.StreamHistoryResponse]:
             self._admit(context, request.object_key, write=False)
             views = self._service.history(
@@ -379,12 +371,9 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                                 frame=frame, batch_end=batch_end and index == len(frames) - 1
                             )
 
-        async for response in _stream(context, run, self._slots):
-            yield response
+        await _stream(context, run, self._slots)
 
-    async def GetRecentHistory(
-        self, request: pb.GetRecentHistoryRequest, context: Any
-    ) -> AsyncIterator[pb.GetRecentHistoryResponse]:
+    async def GetRecentHistory(self, request: pb.GetRecentHistoryRequest, context: Any) -> None:  # type: ignore[override]
         async def run() -> AsyncIterator[pb.GetRecentHistoryResponse]:
             self._admit(context, request.object_key, write=False)
             items = self._service.recent_history(
@@ -407,12 +396,9 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                     for frame in framing.message_frames(item):
                         yield pb.GetRecentHistoryResponse(frame=frame)
 
-        async for response in _stream(context, run, self._slots):
-            yield response
+        await _stream(context, run, self._slots)
 
-    async def GetHistoryRowStats(
-        self, request: pb.GetHistoryRowStatsRequest, context: Any
-    ) -> AsyncIterator[pb.GetHistoryRowStatsResponse]:
+    async def GetHistoryRowStats(self, request: pb.GetHistoryRowStatsRequest, context: Any) -> None:  # type: ignore[override]
         async def run() -> AsyncIterator[pb.GetHistoryRowStatsResponse]:
             self._admit(context, request.object_key, write=False)
             stats = await self._service.row_stats(request.object_key, request.session_id, leaf_id=request.leaf_id)
@@ -429,12 +415,9 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             if frame.stats:
                 yield frame
 
-        async for response in _stream(context, run, self._slots):
-            yield response
+        await _stream(context, run, self._slots)
 
-    async def ReadAttachment(
-        self, request: pb.ReadAttachmentRequest, context: Any
-    ) -> AsyncIterator[pb.ReadAttachmentResponse]:
+    async def ReadAttachment(self, request: pb.ReadAttachmentRequest, context: Any) -> None:  # type: ignore[override]
         async def run() -> AsyncIterator[pb.ReadAttachmentResponse]:
             self._admit(context, request.object_key, write=False)
             first = True
@@ -449,8 +432,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                             first = False
                         yield response
 
-        async for response in _stream(context, run, self._slots):
-            yield response
+        await _stream(context, run, self._slots)
 
     # ── compaction ──────────────────────────────────────────────────────────
 
@@ -548,9 +530,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
 
     # ── search ──────────────────────────────────────────────────────────────
 
-    async def SearchMessages(
-        self, request: pb.SearchMessagesRequest, context: Any
-    ) -> AsyncIterator[pb.SearchMessagesResponse]:
+    async def SearchMessages(self, request: pb.SearchMessagesRequest, context: Any) -> None:  # type: ignore[override]
         async def run() -> AsyncIterator[pb.SearchMessagesResponse]:
             self._admit(context, request.object_key, write=False)
             if request.mode not in (pb.SEARCH_MODE_UNSPECIFIED, pb.SEARCH_MODE_PHRASE, pb.SEARCH_MODE_ALL_WORDS):
@@ -571,12 +551,11 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                         response.id, response.role, response.session_id = hit.id, hit.role, hit.session_id
                     yield response
 
-        async for response in _stream(context, run, self._slots):
-            yield response
+        await _stream(context, run, self._slots)
 
     # ── change feed ─────────────────────────────────────────────────────────
 
-    async def Subscribe(self, request: pb.SubscribeRequest, context: Any) -> AsyncIterator[pb.SubscribeResponse]:
+    async def Subscribe(self, request: pb.SubscribeRequest, context: Any) -> None:  # type: ignore[override]
         async def run() -> AsyncIterator[pb.SubscribeResponse]:
             self._admit(context, request.object_key, write=False)
             inline = _inline(request.attachments)
@@ -591,8 +570,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                     for response in feed_responses(item, inline):
                         yield response
 
-        async for response in _stream(context, run, self._slots):
-            yield response
+        await _stream(context, run, self._slots)
 
     # ── admin ───────────────────────────────────────────────────────────────
 
@@ -627,9 +605,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
 
         return await _unary(context, run)
 
-    async def ExportObject(
-        self, request: pb.ExportObjectRequest, context: Any
-    ) -> AsyncIterator[pb.ExportObjectResponse]:
+    async def ExportObject(self, request: pb.ExportObjectRequest, context: Any) -> None:  # type: ignore[override]
         async def run() -> AsyncIterator[pb.ExportObjectResponse]:
             self._admit(context, request.object_key, write=True)
             frames = self._service.objects.export(
@@ -639,8 +615,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 async for frame in frames:
                     yield pb.ExportObjectResponse(size_bytes=frame.size_bytes, data=frame.data, sha256=frame.sha256)
 
-        async for response in _stream(context, run, self._slots):
-            yield response
+        await _stream(context, run, self._slots)
 
     async def ImportObject(
         self, request_iterator: AsyncIterable[pb.ImportObjectRequest], context: Any
@@ -801,13 +776,16 @@ class StreamSlots:
             self.active -= 1
 
 
-async def _stream(context: Any, run: Callable[[], AsyncIterator[Resp]], slots: StreamSlots) -> AsyncIterator[Resp]:
+async def _stream(context: Any, run: Callable[[], AsyncIterator[Resp]], slots: StreamSlots) -> None:
+    """Writes a server stream with `context.write`. Written as a coroutine (not a generator) so a
+    client's cancellation or deadline raises inside it at once and every `finally` runs: the read
+    stops, its connection and its hold on the object are released."""
     iterator = run()
     try:
         with slots.take():
             async with contextlib.aclosing(iterator):  # type: ignore[type-var]
                 async for item in iterator:
-                    yield item
+                    await context.write(item)
     except SessionsError as exc:
         await _abort(context, exc)
     except (grpc.aio.AbortError, grpc.aio.UsageError):

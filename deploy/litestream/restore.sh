@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Rebuild a Sessions shard's data directory (or one object) from its Litestream replica.
+#
+#   restore.sh --replica REPLICA --data-dir DIR [--object-key KEY]... [--timestamp RFC3339]
+#              [--endpoint URL] [--region R] [--jobs N] [--force] [--integrity-check none|quick|full]
+#              [--skip-missing]
+#
+# REPLICA is the shard's replica root as configured in litestream.yml, without the trailing
+# /objects: s3://BUCKET/PREFIX (with --endpoint for a non-AWS store), or file:///PATH / a plain path
+# (litestream-file.yml). Every object is restored to DIR/objects/ab/cd/<sha256 of key>.sqlite,
+# exactly where the server looks for it. Without --object-key, every object found in the replica
+# is restored (S3 listing uses Python with boto3: PYTHON=/path/to/python if not python3). With
+# --timestamp, each object is restored to its state at that time (point-in-time recovery; objects
+# created after it are skipped). Run it with the shard's server STOPPED (or on a fresh directory),
+# then start the server on DIR. --skip-missing: an object with nothing in the replica yet is skipped
+# instead of failing the run. Needs `litestream` (v0.5) on PATH or LITESTREAM=/path/to/litestream.
+set -euo pipefail
+
+LITESTREAM=${LITESTREAM:-litestream}
+PYTHON=${PYTHON:-python3}
+replica="" data_dir="" timestamp="" endpoint="" region="us-east-1" jobs=8 force="" check="quick" skip=""
+keys=()
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --replica) replica=$2; shift 2 ;;
+        --data-dir) data_dir=$2; shift 2 ;;
+        --object-key) keys+=("$2"); shift 2 ;;
+        --timestamp) timestamp=$2; shift 2 ;;
+        --endpoint) endpoint=$2; shift 2 ;;
+        --region) region=$2; shift 2 ;;
+        --jobs) jobs=$2; shift 2 ;;
+        --force) force=1; shift ;;
+        --skip-missing) skip=1; shift ;;
+        --integrity-check) check=$2; shift 2 ;;
+        -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+        *) echo "restore.sh: unknown argument $1" >&2; exit 2 ;;
+    esac
+done
+[[ -n "$replica" && -n "$data_dir" ]] || { echo "restore.sh: --replica and --data-dir are required" >&2; exit 2; }
+replica=${replica%/}
+# Litestream 0.5.18's S3 client fails to start when AWS_CA_BUNDLE is set ("unable to add custom
+# RootCAs HTTPClient"); it uses the system roots, so the variable is dropped for it.
+unset AWS_CA_BUNDLE
+
+# The file name of an object: hex SHA-256 of its UTF-8 key, fanned out as ab/cd/ (storage/paths.py).
+relative_path() {
+    local name
+    name=$(printf '%s' "$1" | sha256sum | cut -c1-64).sqlite
+    printf '%s/%s/%s' "${name:0:2}" "${name:2:2}" "$name"
+}
+
+# Every object in the replica, as relative paths ab/cd/<sha>.sqlite.
+list_replica() {
+    case "$replica" in
+        s3://*)
+            "$PYTHON" - "$replica" "$endpoint" "$region" <<'EOF'
+import re, sys
+import boto3
+url, endpoint, region = sys.argv[1:4]
+bucket, _, prefix = url[len("s3://"):].partition("/")
+prefix = (prefix.strip("/") + "/objects/").lstrip("/")
+s3 = boto3.client("s3", endpoint_url=endpoint or None, region_name=region)
+pattern = re.compile(r"([0-9a-f]{2}/[0-9a-f]{2}/[0-9a-f]{64}\.sqlite)/")
+found = set()
+for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+    for item in page.get("Contents", []):
+        match = pattern.match(item["Key"][len(prefix):])
+        if match:
+            found.add(match.group(1))
+print("\n".join(sorted(found)))
+EOF
+            ;;
+        *)
+            local root=${replica#file://}
+            [[ -d "$root/objects" ]] || return 0
+            (cd "$root/objects" && find . -mindepth 3 -maxdepth 3 -type d -name '*.sqlite' | sed 's#^\./##' | sort)
+            ;;
+    esac
+}
+
+source_url() {  # the replica URL of one object
+    case "$replica" in
+        s3://*)
+            local query="region=$region"
+            [[ -n "$endpoint" ]] && query="endpoint=$endpoint&$query"
+            printf '%s/objects/%s?%s' "$replica" "$1" "$query" ;;
+        file://*) printf '%s/objects/%s' "$replica" "$1" ;;
+        *) printf 'file://%s/objects/%s' "$(cd "$replica" && pwd)" "$1" ;;
+    esac
+}
+
+restore_one() {  # relative path -> DIR/objects/<relative path>
+    local rel=$1 target="$data_dir/objects/$1" output
+    mkdir -p "$(dirname "$target")"
+    local args=(restore -integrity-check "$check" -o "$target")
+    [[ -n "$timestamp" ]] && args+=(-timestamp "$timestamp")
+    [[ -n "$force" ]] && args+=(-force)
+    [[ -n "$skip" ]] && args+=(-if-replica-exists)
+    if ! output=$("$LITESTREAM" "${args[@]}" "$(source_url "$rel")" 2>&1); then
+        if [[ -n "$timestamp" && "$output" == *"no matching backup files available"* ]]; then
+            echo "skipped $rel: no state at $timestamp" >&2
+            return 0
+        fi
+        echo "restore of $rel failed: $output" >&2
+        return 1
+    fi
+    echo "restored $rel"
+}
+
+mkdir -p "$data_dir/objects"
+if [[ ${#keys[@]} -gt 0 ]]; then
+    paths=()
+    for key in "${keys[@]}"; do paths+=("$(relative_path "$key")"); done
+else
+    mapfile -t paths < <(list_replica)
+fi
+[[ ${#paths[@]} -gt 0 ]] || { echo "restore.sh: nothing to restore in $replica" >&2; exit 1; }
+
+export -f restore_one source_url
+export LITESTREAM replica data_dir timestamp endpoint region force check skip
+start=$(date +%s.%N)
+printf '%s\n' "${paths[@]}" | xargs -P "$jobs" -I{} bash -c 'restore_one "$1"' _ {}
+end=$(date +%s.%N)
+awk -v n="${#paths[@]}" -v d="$data_dir" -v s="$start" -v e="$end" \
+    'BEGIN { printf "restore.sh: %d object(s) into %s in %.2f s\n", n, d, e - s }' >&2
