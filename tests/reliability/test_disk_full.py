@@ -81,7 +81,7 @@ class LimitedStorage:
             assert self.mount_point is not None
             self.filler = self.mount_point / "filler"
             block = b"\0" * (64 * 1024)
-            with self.filler.open("wb") as out:
+            with self.filler.open("wb", buffering=0) as out:  # nothing left to flush on close
                 try:
                     while True:
                         out.write(block)

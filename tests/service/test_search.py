@@ -479,10 +479,12 @@ def test_limit_is_capped_and_a_negative_limit_means_the_cap(many_matches: Any) -
     assert len(set(hit_ids(results))) == MAX_LIMIT
 
 
-def test_zero_limit_on_the_wire_means_20(stub: Any, many_matches: Any, object_key: str) -> None:
-    request = pb.SearchMessagesRequest(object_key=object_key, query="common", limit=0)
-    responses = list(stub.SearchMessages(request))
-    assert len([r for r in responses if not r.more_pieces]) == 20
+def test_unset_limit_means_20_and_zero_means_none(stub: Any, many_matches: Any, object_key: str) -> None:
+    unset = list(stub.SearchMessages(pb.SearchMessagesRequest(object_key=object_key, query="common")))
+    assert len([r for r in unset if not r.more_pieces]) == 20
+    # 0 is upstream's `LIMIT 0`: no results (the field has presence, so 0 is not "unset").
+    zero = list(stub.SearchMessages(pb.SearchMessagesRequest(object_key=object_key, query="common", limit=0)))
+    assert zero == []
 
 
 def test_search_is_limited_to_the_session_unless_all_sessions(obj: Any) -> None:

@@ -176,7 +176,7 @@ class SessionsService:
         self.objects.admit(object_key, writing=writing)
         try:
             async with self.registry.use(object_key) as store:
-                if writing and store.file_bytes() > self.limits.max_object_bytes:
+                if writing and store.cached_file_bytes() > self.limits.max_object_bytes:
                     raise exceeded("the object is full", "max_object_bytes", self.limits.max_object_bytes, "bytes")
                 yield store
         except StorageError as exc:
@@ -522,6 +522,7 @@ class SessionsService:
         async with self.object(object_key) as store:
             if not await store.read(queries.fts_exists):
                 await store.write(_build_search_index)
+                store.search_index_committed()
             if expression is None or wanted == 0:
                 return []
             deadline = time.monotonic() + self.search_seconds

@@ -21,6 +21,13 @@ from sessions_server.storage.rows import (
     StoredMessage,
 )
 
+
+class ObjectConnection(sqlite3.Connection):
+    """A connection to an object file that remembers facts about its schema."""
+
+    fts_known = False
+
+
 _ROW_COLUMNS = "id, role, parent_id, seq, created_at, token_estimate, content, content_chunks, content_hash"
 
 # A stored `compaction_<X>` row is hidden when X names one of the session's own compaction
@@ -371,10 +378,23 @@ def collect_payloads(conn: sqlite3.Connection, hashes: Iterable[str]) -> None:
 
 
 def fts_exists(conn: sqlite3.Connection) -> bool:
-    return (
+    """Whether the search index exists. Remembered per connection once it does: it is never
+    dropped, and only this process creates it (on the writer, see `create_fts`)."""
+    if getattr(conn, "fts_known", False):
+        return True
+    present = (
         conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'cf_agents_session_fts'").fetchone()
         is not None
     )
+    if present and not conn.in_transaction:  # inside a transaction it could still roll back
+        remember_fts(conn)
+    return present
+
+
+def remember_fts(conn: sqlite3.Connection) -> None:
+    """Records, after the index's creation committed, that `conn` need not look it up again."""
+    if isinstance(conn, ObjectConnection):
+        conn.fts_known = True
 
 
 # ── attachments ──────────────────────────────────────────────────────────────

@@ -84,6 +84,24 @@ TABLES_DDL = (
         key TEXT PRIMARY KEY,
         value TEXT NOT NULL
       ) WITHOUT ROWID""",
+    # Beyond upstream: finding a session's newest row (the active leaf) is otherwise a scan and
+    # sort of the whole session on every cold open. Upstream's own query uses it transparently,
+    # and its code never depends on the absence of indexes.
+    """CREATE INDEX IF NOT EXISTS _sessions_messages_by_seq ON cf_agents_session_messages (session_id, seq)""",
+)
+EXPECTED_OBJECTS = frozenset(
+    {
+        "cf_agents_session_messages",
+        "cf_agents_session_message_chunks",
+        "cf_agents_session_compactions",
+        "cf_agents_session_config",
+        "cf_agents_session_attachment_meta",
+        "cf_agents_session_attachment_chunks",
+        "cf_agents_session_attachment_refs",
+        "_cf_KV",
+        "_sessions_meta",
+        "_sessions_messages_by_seq",
+    }
 )
 
 
@@ -100,10 +118,12 @@ def configure_connection(conn: sqlite3.Connection) -> None:
 
 def initialize(conn: sqlite3.Connection, object_key: str) -> None:
     """Creates or upgrades the schema, checks the recorded key, and runs the legacy lift."""
-    is_new = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0
-    if is_new:
+    names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+    if not names:
         conn.execute(f"PRAGMA page_size = {NEW_FILE_PAGE_SIZE}")
     configure_connection(conn)
+    if names >= EXPECTED_OBJECTS and _is_current(conn, object_key):
+        return  # an object this service opened before: nothing to create, lift or check
     conn.execute("BEGIN IMMEDIATE")
     try:
         for ddl in TABLES_DDL:
@@ -121,6 +141,17 @@ def initialize(conn: sqlite3.Connection, object_key: str) -> None:
     except BaseException:
         conn.execute("ROLLBACK")
         raise
+
+
+def _is_current(conn: sqlite3.Connection, object_key: str) -> bool:
+    """Schema version 1, the digest column present, and the file recorded as this object's."""
+    row = conn.execute("SELECT value FROM _sessions_meta WHERE key = 'object_key'").fetchone()
+    if row is None:
+        return False
+    if row[0] != object_key:
+        raise ObjectKeyConflict(f"file belongs to object key {row[0]!r}, not {object_key!r}")
+    columns = {r[1] for r in conn.execute("PRAGMA table_info('cf_agents_session_messages')")}
+    return "content_hash" in columns and read_schema_version(conn) >= 1
 
 
 def _add_content_hash_column(conn: sqlite3.Connection) -> None:

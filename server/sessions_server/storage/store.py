@@ -116,6 +116,8 @@ class ObjectStore:
         self._queue: list[_Job] = []
         self._writer_task: asyncio.Task[None] | None = None
         self._closed = False
+        self._row_writes_saved = 0
+        self._size_cache = (0.0, 0)  # (monotonic time, bytes): writes check the size limit often
         self.users = 0  # in-flight calls holding this store open (registry bookkeeping)
         self.idle = asyncio.Event()  # set whenever `users` drops to zero
         self.row_writes = 0
@@ -126,14 +128,17 @@ class ObjectStore:
     def open(cls, object_key: str, path: Path, executor: Executor, feed: FeedSettings | None = None) -> ObjectStore:
         path.parent.mkdir(parents=True, exist_ok=True)
         # Not `_connect`: a new file must get its page size before WAL mode creates it.
-        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=10.0)
+        conn = sqlite3.connect(
+            path, isolation_level=None, check_same_thread=False, timeout=10.0, factory=queries.ObjectConnection
+        )
         try:
             schema.initialize(conn, object_key)
         except BaseException:
             conn.close()
             raise
         store = cls(object_key, path, conn, executor, feed)
-        store.row_writes = schema.read_row_writes(conn)
+        store.row_writes = store._row_writes_saved = schema.read_row_writes(conn)
+        queries.fts_exists(conn)  # outside any transaction: remembered when present
         return store
 
     # ── writes ──────────────────────────────────────────────────────────────
@@ -154,7 +159,11 @@ class ObjectStore:
         while self._queue:
             batch = self._queue[:MAX_JOBS_PER_COMMIT]
             del self._queue[: len(batch)]
-            outcomes, events = await loop.run_in_executor(self._executor, self._commit_batch, batch)
+            try:
+                outcomes, events = await loop.run_in_executor(self._executor, self._commit_batch, batch)
+            except BaseException as exc:
+                failure = StorageError(f"storage failed, nothing was written: {exc}")
+                outcomes, events = self._abandon(batch, str(failure)), []
             if events:
                 self.feed.publish(events)  # committed: publish before anyone is answered
             for job, (ok, value) in zip(batch, outcomes, strict=True):
@@ -178,15 +187,15 @@ class ObjectStore:
             before_tails = dict(ctx.pending_tails)
             before_writes = ctx.row_writes
             before_events = len(ctx.events)
-            conn.execute("SAVEPOINT job")
             try:
+                conn.execute("SAVEPOINT job")
                 value = job.run(ctx)
+                conn.execute("RELEASE job")
             except BaseException as exc:
-                try:
-                    conn.execute("ROLLBACK TO job")
-                    conn.execute("RELEASE job")
-                except sqlite3.Error:
-                    pass
+                if not self._undo_job(conn):
+                    # SQLite abandoned the whole transaction (e.g. the disk filled mid-statement):
+                    # nothing of this batch is written, so no job may be answered as stored.
+                    return self._abandon(batch, f"storage failed, nothing was written: {exc}"), []
                 ctx.pending_tails = before_tails
                 ctx.row_writes = before_writes
                 del ctx.events[before_events:]
@@ -194,18 +203,11 @@ class ObjectStore:
                     exc = StorageError(f"storage failed: {exc}")
                 outcomes.append((False, exc))
                 continue
-            conn.execute("RELEASE job")
             outcomes.append((True, value))
         try:
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-            with self._tails_lock:
-                self._tails.clear()
-                self._commits += 1
-            failure = StorageError(f"commit failed, nothing was written: {exc}")
-            return [(False, failure) for _ in batch], []
+            return self._abandon(batch, f"commit failed, nothing was written: {exc}"), []
         with self._tails_lock:
             for session_id, tail in ctx.pending_tails.items():
                 if tail is _FORGET:
@@ -215,6 +217,28 @@ class ObjectStore:
             self._commits += 1
         self.row_writes += ctx.row_writes
         return outcomes, ctx.events
+
+    @staticmethod
+    def _undo_job(conn: sqlite3.Connection) -> bool:
+        """Rolls one job back to its savepoint; False when the transaction itself is gone."""
+        if not conn.in_transaction:
+            return False
+        try:
+            conn.execute("ROLLBACK TO job")
+            conn.execute("RELEASE job")
+        except sqlite3.Error:
+            return False
+        return conn.in_transaction
+
+    def _abandon(self, batch: list[_Job], reason: str) -> list[tuple[bool, Any]]:
+        """Rolls the whole batch back and fails every job in it; caches forget what they saw."""
+        with contextlib.suppress(sqlite3.Error):
+            if self._writer.in_transaction:
+                self._writer.execute("ROLLBACK")
+        with self._tails_lock:
+            self._tails.clear()
+            self._commits += 1
+        return [(False, StorageError(reason)) for _ in batch]
 
     # ── reads ───────────────────────────────────────────────────────────────
 
@@ -259,6 +283,19 @@ class ObjectStore:
                 self._tails[session_id] = tail
         return tail.leaf_id
 
+    def search_index_committed(self) -> None:
+        """The search index now exists for good: writes stop looking it up."""
+        queries.remember_fts(self._writer)
+
+    def cached_file_bytes(self, max_age_seconds: float = 1.0) -> int:
+        """`file_bytes`, re-measured at most once per `max_age_seconds` (for the write path)."""
+        measured_at, size = self._size_cache
+        now = time.monotonic()
+        if now - measured_at > max_age_seconds:
+            size = self.file_bytes()
+            self._size_cache = (now, size)
+        return size
+
     def file_bytes(self) -> int:
         """Bytes of the object's database file and its WAL."""
         total = 0
@@ -287,15 +324,20 @@ class ObjectStore:
             readers, self._readers = self._readers, []
         for conn in readers:
             conn.close()
-        with contextlib.suppress(sqlite3.Error):
-            schema.write_row_writes(self._writer, self.row_writes)
-        with contextlib.suppress(sqlite3.Error):
-            self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        if self.row_writes != self._row_writes_saved:
+            with contextlib.suppress(sqlite3.Error):
+                schema.write_row_writes(self._writer, self.row_writes)
+        wal = Path(str(self.path) + "-wal")
+        if wal.exists() and wal.stat().st_size > 0:
+            with contextlib.suppress(sqlite3.Error):
+                self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         self._writer.close()
 
 
 def _connect(path: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=10.0)
+    conn = sqlite3.connect(
+        path, isolation_level=None, check_same_thread=False, timeout=10.0, factory=queries.ObjectConnection
+    )
     schema.configure_connection(conn)
     return conn
 
@@ -322,7 +364,8 @@ def append_in(
     stored_row_ok: Callable[[StoredMessage], bool],
 ) -> AppendOutcome:
     conn = ctx.conn
-    existing = queries.get_message(conn, session_id, row.id)
+    # The common path (a fresh id) costs a key-only probe, not a content read.
+    existing = queries.get_message(conn, session_id, row.id) if queries.exists(conn, session_id, row.id) else None
     if existing is not None:
         if stored_row_ok(existing):
             return AppendOutcome(False, existing.info, existing)
