@@ -23,6 +23,17 @@ OBJECT_KEY_HEADER: Final = "x-object-key"
 # with default 4 MiB limits accepts it. Pieces of a streamed message are this size too.
 UNARY_LIMIT_BYTES: Final = 3 * 1024 * 1024
 PIECE_BYTES: Final = 3 * 1024 * 1024
+# Messages the server may pack into one response on long reads (one gRPC frame per message
+# would otherwise dominate the cost of streaming history).
+PACKED_MESSAGES: Final = 128
+
+
+def frames_of(response: Any) -> list[pb.MessageFrame]:
+    """The MessageFrames of a read response: packed `frames`, or the single `frame`."""
+    packed = getattr(response, "frames", None)  # only the long reads can pack
+    if packed:
+        return list(packed)
+    return [response.frame] if response.HasField("frame") else []
 
 
 class _Auto:

@@ -10,6 +10,7 @@ import grpc
 
 from sessions_client._common import (
     AUTO,
+    PACKED_MESSAGES,
     RECONNECT_CODES,
     UNARY_LIMIT_BYTES,
     AppendResult,
@@ -35,6 +36,7 @@ from sessions_client._common import (
     UpsertResult,
     attachment_mode,
     collect_search,
+    frames_of,
     import_frames,
     json_size,
     parent_fields,
@@ -285,7 +287,11 @@ class SessionHandle:
     def get_messages(self, ids: Sequence[str], *, pointers: bool = False) -> list[Message | None]:
         """Messages in the order of `ids`, None where absent."""
         request = pb.GetMessagesRequest(
-            object_key=self._key, session_id=self.id, message_ids=list(ids), attachments=attachment_mode(pointers)
+            object_key=self._key,
+            session_id=self.id,
+            message_ids=list(ids),
+            attachments=attachment_mode(pointers),
+            max_messages_per_response=PACKED_MESSAGES,
         )
         by_id = {m.info.id: m.message() for m in self._messages(self._stub.GetMessages, request)}
         return [by_id.get(i) for i in ids]
@@ -298,7 +304,11 @@ class SessionHandle:
 
     def get_branches(self, message_id: str, *, pointers: bool = False) -> list[Message]:
         request = pb.GetBranchesRequest(
-            object_key=self._key, session_id=self.id, message_id=message_id, attachments=attachment_mode(pointers)
+            object_key=self._key,
+            session_id=self.id,
+            message_id=message_id,
+            attachments=attachment_mode(pointers),
+            max_messages_per_response=PACKED_MESSAGES,
         )
         return [m.message() for m in self._messages(self._stub.GetBranches, request)]
 
@@ -312,6 +322,7 @@ class SessionHandle:
             leaf_id=leaf_id or "",
             newest_first=newest_first,
             attachments=attachment_mode(pointers),
+            max_messages_per_response=PACKED_MESSAGES,
         )
         for found in self._messages(self._stub.StreamHistory, request):
             yield found.message()
@@ -333,13 +344,15 @@ class SessionHandle:
             batch_size=max(1, int(batch_size)),
             max_batch_bytes=max(1, int(max_batch_bytes)),
             attachments=attachment_mode(pointers),
+            max_messages_per_response=PACKED_MESSAGES,
         )
         batch: list[Message] = []
         assembler = FrameAssembler()
         for response in self._client._stream(self._key, self._stub.StreamHistory, request):
-            done = assembler.feed(response.frame)
-            if done is not None:
-                batch.append(done.message())
+            for frame in frames_of(response):
+                done = assembler.feed(frame)
+                if done is not None:
+                    batch.append(done.message())
             if response.batch_end:
                 yield batch
                 batch = []
@@ -361,6 +374,7 @@ class SessionHandle:
             max_content_bytes=int(max_content_bytes),
             leaf_id=leaf_id or "",
             attachments=attachment_mode(pointers),
+            max_messages_per_response=PACKED_MESSAGES,
         )
         truncated, total = False, 0
         out: list[Message] = []
@@ -369,8 +383,8 @@ class SessionHandle:
             if response.HasField("summary"):
                 truncated = response.summary.truncated
                 total = response.summary.total_content_bytes
-            if response.HasField("frame"):
-                done = assembler.feed(response.frame)
+            for frame in frames_of(response):
+                done = assembler.feed(frame)
                 if done is not None:
                     out.append(done.message())
         assembler.finish()
@@ -484,9 +498,10 @@ class SessionHandle:
     def _messages(self, method: Callable[..., Any], request: Any) -> Iterator[MessageWithInfo]:
         assembler = FrameAssembler()
         for response in self._client._stream(self._key, method, request):
-            done = assembler.feed(response.frame)
-            if done is not None:
-                yield done
+            for frame in frames_of(response):
+                done = assembler.feed(frame)
+                if done is not None:
+                    yield done
         assembler.finish()
 
     def _written(self, written: pb.WrittenMessage) -> Message:

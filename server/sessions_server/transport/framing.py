@@ -6,7 +6,8 @@ simple); a larger one is cut on UTF-8 boundaries into consecutive pieces that cl
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+from collections.abc import AsyncIterator, Iterator
 
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_server.domain.service import MessageView
@@ -90,3 +91,53 @@ def written_message(view: MessageView, budget: ResponseBudget | None = None) -> 
     else:
         out.json_omitted = True
     return out
+
+
+# A packed response stops adding whole messages past this many bytes of JSON; big messages still
+# travel as pieces of at most PIECE_BYTES, each in a response of its own.
+PACK_BYTES = 1024 * 1024
+
+
+async def packed_frames(
+    items: AsyncIterator[tuple[MessageView, bool]], max_messages: int
+) -> AsyncIterator[tuple[list[pb.MessageFrame], bool]]:
+    """Groups messages into responses of up to `max_messages` frames and PACK_BYTES of JSON. A
+    response is sent as soon as the source would have to wait (so the first message of a read is
+    never held back for a full pack), and a message ending a batch ends its response. Yields
+    (frames, batch_end)."""
+    frames: list[pb.MessageFrame] = []
+    used = count = 0
+    pending: asyncio.Future[tuple[MessageView, bool]] | None = asyncio.ensure_future(anext(items))
+    while pending is not None:
+        if frames and not pending.done():
+            await asyncio.sleep(0)  # let an in-memory next item arrive without waiting on I/O
+            if not pending.done():
+                yield frames, False
+                frames, used, count = [], 0, 0
+        try:
+            view, batch_end = await pending
+        except StopAsyncIteration:
+            break
+        pending = asyncio.ensure_future(anext(items))
+        size = json_bytes(view.json)
+        if frames and (count >= max_messages or used + size > PACK_BYTES):
+            yield frames, False
+            frames, used, count = [], 0, 0
+        pieces = list(message_frames(view))
+        if len(pieces) > 1:
+            if frames:
+                yield frames, False
+                frames, used, count = [], 0, 0
+            for index, piece in enumerate(pieces):
+                yield [piece], batch_end and index == len(pieces) - 1
+            continue
+        frames.extend(pieces)
+        used += size
+        count += 1
+        if batch_end:
+            yield frames, True
+            frames, used, count = [], 0, 0
+    if pending is not None and not pending.done():
+        pending.cancel()
+    if frames:
+        yield frames, False

@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import urllib.parse
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
 import grpc
@@ -313,6 +313,12 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 request.object_key, request.session_id, list(request.message_ids), inline=_inline(request.attachments)
             )
             async with contextlib.aclosing(views):
+                if request.max_messages_per_response > 1:
+                    packs = framing.packed_frames(_unmarked(views), request.max_messages_per_response)
+                    async with contextlib.aclosing(packs):  # type: ignore[type-var]
+                        async for frames, _ in packs:
+                            yield pb.GetMessagesResponse(frames=frames)
+                    return
                 async for view in views:
                     for frame in framing.message_frames(view):
                         yield pb.GetMessagesResponse(frame=frame)
@@ -338,6 +344,12 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 request.object_key, request.session_id, request.message_id, inline=_inline(request.attachments)
             )
             async with contextlib.aclosing(views):
+                if request.max_messages_per_response > 1:
+                    packs = framing.packed_frames(_unmarked(views), request.max_messages_per_response)
+                    async with contextlib.aclosing(packs):  # type: ignore[type-var]
+                        async for frames, _ in packs:
+                            yield pb.GetBranchesResponse(frames=frames)
+                    return
                 async for view in views:
                     for frame in framing.message_frames(view):
                         yield pb.GetBranchesResponse(frame=frame)
@@ -355,20 +367,26 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 inline=_inline(request.attachments),
             )
             async with contextlib.aclosing(views):
-                if not (request.batch_size or request.max_batch_bytes):
-                    async for view in views:
-                        for frame in framing.message_frames(view):
-                            yield pb.StreamHistoryResponse(frame=frame)
-                    return
-                batches = mark_batches(
-                    views, request.batch_size or DEFAULT_BATCH_SIZE, request.max_batch_bytes or DEFAULT_BATCH_BYTES
+                batched = bool(request.batch_size or request.max_batch_bytes)
+                marked = (
+                    mark_batches(
+                        views, request.batch_size or DEFAULT_BATCH_SIZE, request.max_batch_bytes or DEFAULT_BATCH_BYTES
+                    )
+                    if batched
+                    else _unmarked(views)
                 )
-                async with contextlib.aclosing(batches):
-                    async for view, batch_end in batches:
+                async with contextlib.aclosing(marked):
+                    if request.max_messages_per_response > 1:
+                        packs = framing.packed_frames(marked, request.max_messages_per_response)
+                        async with contextlib.aclosing(packs):  # type: ignore[type-var]
+                            async for frames, batch_end in packs:
+                                yield pb.StreamHistoryResponse(frames=frames, batch_end=batch_end and batched)
+                        return
+                    async for view, batch_end in marked:
                         frames = list(framing.message_frames(view))
                         for index, frame in enumerate(frames):
                             yield pb.StreamHistoryResponse(
-                                frame=frame, batch_end=batch_end and index == len(frames) - 1
+                                frame=frame, batch_end=batched and batch_end and index == len(frames) - 1
                             )
 
         await _stream(context, run, self._slots)
@@ -384,16 +402,22 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 inline=_inline(request.attachments),
             )
             async with contextlib.aclosing(items):
-                async for item in items:
-                    if isinstance(item, RecentSummary):
-                        yield pb.GetRecentHistoryResponse(
-                            summary=pb.RecentHistorySummary(
-                                truncated=item.truncated, total_content_bytes=item.total_content_bytes
-                            )
-                        )
-                        continue
-                    assert isinstance(item, MessageView)
-                    for frame in framing.message_frames(item):
+                summary = await anext(items)
+                assert isinstance(summary, RecentSummary)
+                yield pb.GetRecentHistoryResponse(
+                    summary=pb.RecentHistorySummary(
+                        truncated=summary.truncated, total_content_bytes=summary.total_content_bytes
+                    )
+                )
+                views = _unmarked(items)  # type: ignore[arg-type]
+                if request.max_messages_per_response > 1:
+                    packs = framing.packed_frames(views, request.max_messages_per_response)
+                    async with contextlib.aclosing(packs):  # type: ignore[type-var]
+                        async for frames, _ in packs:
+                            yield pb.GetRecentHistoryResponse(frames=frames)
+                    return
+                async for view, _ in views:
+                    for frame in framing.message_frames(view):
                         yield pb.GetRecentHistoryResponse(frame=frame)
 
         await _stream(context, run, self._slots)
@@ -756,6 +780,11 @@ async def _unary(context: Any, run: Callable[[], Awaitable[Resp]]) -> Resp:
     except Exception as exc:
         await _abort(context, exc)
     raise AssertionError("unreachable: abort raises")
+
+
+async def _unmarked(views: AsyncIterator[MessageView]) -> AsyncGenerator[tuple[MessageView, bool], None]:
+    async for view in views:
+        yield view, False
 
 
 class StreamSlots:

@@ -1114,12 +1114,17 @@ class GetMessagesRequest(_message.Message):
     SESSION_ID_FIELD_NUMBER: _builtins.int
     MESSAGE_IDS_FIELD_NUMBER: _builtins.int
     ATTACHMENTS_FIELD_NUMBER: _builtins.int
+    MAX_MESSAGES_PER_RESPONSE_FIELD_NUMBER: _builtins.int
     object_key: _builtins.str
     """The object key."""
     session_id: _builtins.str
     """The session id."""
     attachments: Global___AttachmentMode.ValueType
     """How attachment payloads are returned."""
+    max_messages_per_response: _builtins.int
+    """Pack up to this many messages into one response's `frames` (0 or 1: one message per
+    response in `frame`, simplest for grpcurl). Packing saves a frame per message on long reads.
+    """
     @_builtins.property
     def message_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """The message ids."""
@@ -1131,10 +1136,11 @@ class GetMessagesRequest(_message.Message):
         session_id: _builtins.str = ...,
         message_ids: _abc.Iterable[_builtins.str] | None = ...,
         attachments: Global___AttachmentMode.ValueType = ...,
+        max_messages_per_response: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attachments", b"attachments", "message_ids", b"message_ids", "object_key", b"object_key", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attachments", b"attachments", "max_messages_per_response", b"max_messages_per_response", "message_ids", b"message_ids", "object_key", b"object_key", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1147,18 +1153,26 @@ class GetMessagesResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     FRAME_FIELD_NUMBER: _builtins.int
+    FRAMES_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def frame(self) -> Global___MessageFrame:
         """A message, or a piece of one."""
+
+    @_builtins.property
+    def frames(self) -> _containers.RepeatedCompositeFieldContainer[Global___MessageFrame]:
+        """With max_messages_per_response > 1: the next frames, in order (whole messages, or the
+        pieces of a large one); `frame` is then unset.
+        """
 
     def __init__(
         self,
         *,
         frame: Global___MessageFrame | None = ...,
+        frames: _abc.Iterable[Global___MessageFrame] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["frame", b"frame"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["frame", b"frame"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["frame", b"frame", "frames", b"frames"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1228,6 +1242,7 @@ class GetBranchesRequest(_message.Message):
     SESSION_ID_FIELD_NUMBER: _builtins.int
     MESSAGE_ID_FIELD_NUMBER: _builtins.int
     ATTACHMENTS_FIELD_NUMBER: _builtins.int
+    MAX_MESSAGES_PER_RESPONSE_FIELD_NUMBER: _builtins.int
     object_key: _builtins.str
     """The object key."""
     session_id: _builtins.str
@@ -1236,6 +1251,10 @@ class GetBranchesRequest(_message.Message):
     """The parent whose children to read."""
     attachments: Global___AttachmentMode.ValueType
     """How attachment payloads are returned."""
+    max_messages_per_response: _builtins.int
+    """Pack up to this many messages into one response's `frames` (0 or 1: one message per
+    response in `frame`, simplest for grpcurl). Packing saves a frame per message on long reads.
+    """
     def __init__(
         self,
         *,
@@ -1243,10 +1262,11 @@ class GetBranchesRequest(_message.Message):
         session_id: _builtins.str = ...,
         message_id: _builtins.str = ...,
         attachments: Global___AttachmentMode.ValueType = ...,
+        max_messages_per_response: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attachments", b"attachments", "message_id", b"message_id", "object_key", b"object_key", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attachments", b"attachments", "max_messages_per_response", b"max_messages_per_response", "message_id", b"message_id", "object_key", b"object_key", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1259,18 +1279,26 @@ class GetBranchesResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     FRAME_FIELD_NUMBER: _builtins.int
+    FRAMES_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def frame(self) -> Global___MessageFrame:
         """A child message, or a piece of one."""
+
+    @_builtins.property
+    def frames(self) -> _containers.RepeatedCompositeFieldContainer[Global___MessageFrame]:
+        """With max_messages_per_response > 1: the next frames, in order (whole messages, or the
+        pieces of a large one); `frame` is then unset.
+        """
 
     def __init__(
         self,
         *,
         frame: Global___MessageFrame | None = ...,
+        frames: _abc.Iterable[Global___MessageFrame] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["frame", b"frame"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["frame", b"frame"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["frame", b"frame", "frames", b"frames"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1289,6 +1317,7 @@ class StreamHistoryRequest(_message.Message):
     BATCH_SIZE_FIELD_NUMBER: _builtins.int
     MAX_BATCH_BYTES_FIELD_NUMBER: _builtins.int
     ATTACHMENTS_FIELD_NUMBER: _builtins.int
+    MAX_MESSAGES_PER_RESPONSE_FIELD_NUMBER: _builtins.int
     object_key: _builtins.str
     """The object key."""
     session_id: _builtins.str
@@ -1309,6 +1338,10 @@ class StreamHistoryRequest(_message.Message):
     """
     attachments: Global___AttachmentMode.ValueType
     """How attachment payloads are returned."""
+    max_messages_per_response: _builtins.int
+    """Pack up to this many messages into one response's `frames` (0 or 1: one message per
+    response in `frame`, simplest for grpcurl). Packing saves a frame per message on long reads.
+    """
     def __init__(
         self,
         *,
@@ -1319,10 +1352,11 @@ class StreamHistoryRequest(_message.Message):
         batch_size: _builtins.int = ...,
         max_batch_bytes: _builtins.int = ...,
         attachments: Global___AttachmentMode.ValueType = ...,
+        max_messages_per_response: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attachments", b"attachments", "batch_size", b"batch_size", "leaf_id", b"leaf_id", "max_batch_bytes", b"max_batch_bytes", "newest_first", b"newest_first", "object_key", b"object_key", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attachments", b"attachments", "batch_size", b"batch_size", "leaf_id", b"leaf_id", "max_batch_bytes", b"max_batch_bytes", "max_messages_per_response", b"max_messages_per_response", "newest_first", b"newest_first", "object_key", b"object_key", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1336,21 +1370,29 @@ class StreamHistoryResponse(_message.Message):
 
     FRAME_FIELD_NUMBER: _builtins.int
     BATCH_END_FIELD_NUMBER: _builtins.int
+    FRAMES_FIELD_NUMBER: _builtins.int
     batch_end: _builtins.bool
     """True on the last frame of a batch (batched reads only)."""
     @_builtins.property
     def frame(self) -> Global___MessageFrame:
         """A message, or a piece of one."""
 
+    @_builtins.property
+    def frames(self) -> _containers.RepeatedCompositeFieldContainer[Global___MessageFrame]:
+        """With max_messages_per_response > 1: the next frames, in order (whole messages, or the
+        pieces of a large one); `frame` is then unset.
+        """
+
     def __init__(
         self,
         *,
         frame: Global___MessageFrame | None = ...,
         batch_end: _builtins.bool = ...,
+        frames: _abc.Iterable[Global___MessageFrame] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["frame", b"frame"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_end", b"batch_end", "frame", b"frame"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_end", b"batch_end", "frame", b"frame", "frames", b"frames"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1367,6 +1409,7 @@ class GetRecentHistoryRequest(_message.Message):
     MAX_CONTENT_BYTES_FIELD_NUMBER: _builtins.int
     LEAF_ID_FIELD_NUMBER: _builtins.int
     ATTACHMENTS_FIELD_NUMBER: _builtins.int
+    MAX_MESSAGES_PER_RESPONSE_FIELD_NUMBER: _builtins.int
     object_key: _builtins.str
     """The object key."""
     session_id: _builtins.str
@@ -1377,6 +1420,10 @@ class GetRecentHistoryRequest(_message.Message):
     """The leaf whose path to read; empty means the active leaf."""
     attachments: Global___AttachmentMode.ValueType
     """How attachment payloads are returned."""
+    max_messages_per_response: _builtins.int
+    """Pack up to this many messages into one response's `frames` (0 or 1: one message per
+    response in `frame`, simplest for grpcurl). Packing saves a frame per message on long reads.
+    """
     def __init__(
         self,
         *,
@@ -1385,10 +1432,11 @@ class GetRecentHistoryRequest(_message.Message):
         max_content_bytes: _builtins.int = ...,
         leaf_id: _builtins.str = ...,
         attachments: Global___AttachmentMode.ValueType = ...,
+        max_messages_per_response: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attachments", b"attachments", "leaf_id", b"leaf_id", "max_content_bytes", b"max_content_bytes", "object_key", b"object_key", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attachments", b"attachments", "leaf_id", b"leaf_id", "max_content_bytes", b"max_content_bytes", "max_messages_per_response", b"max_messages_per_response", "object_key", b"object_key", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1428,6 +1476,7 @@ class GetRecentHistoryResponse(_message.Message):
 
     SUMMARY_FIELD_NUMBER: _builtins.int
     FRAME_FIELD_NUMBER: _builtins.int
+    FRAMES_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def summary(self) -> Global___RecentHistorySummary:
         """Set on the first response only."""
@@ -1436,15 +1485,22 @@ class GetRecentHistoryResponse(_message.Message):
     def frame(self) -> Global___MessageFrame:
         """A message, or a piece of one."""
 
+    @_builtins.property
+    def frames(self) -> _containers.RepeatedCompositeFieldContainer[Global___MessageFrame]:
+        """With max_messages_per_response > 1: the next frames, in order (whole messages, or the
+        pieces of a large one); `frame` is then unset.
+        """
+
     def __init__(
         self,
         *,
         summary: Global___RecentHistorySummary | None = ...,
         frame: Global___MessageFrame | None = ...,
+        frames: _abc.Iterable[Global___MessageFrame] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["frame", b"frame", "summary", b"summary"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["frame", b"frame", "summary", b"summary"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["frame", b"frame", "frames", b"frames", "summary", b"summary"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -2136,9 +2136,12 @@ type GetMessagesRequest struct {
 	// The message ids.
 	MessageIds []string `protobuf:"bytes,3,rep,name=message_ids,json=messageIds,proto3" json:"message_ids,omitempty"`
 	// How attachment payloads are returned.
-	Attachments   AttachmentMode `protobuf:"varint,4,opt,name=attachments,proto3,enum=sessions.v1.AttachmentMode" json:"attachments,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Attachments AttachmentMode `protobuf:"varint,4,opt,name=attachments,proto3,enum=sessions.v1.AttachmentMode" json:"attachments,omitempty"`
+	// Pack up to this many messages into one response's `frames` (0 or 1: one message per
+	// response in `frame`, simplest for grpcurl). Packing saves a frame per message on long reads.
+	MaxMessagesPerResponse uint32 `protobuf:"varint,5,opt,name=max_messages_per_response,json=maxMessagesPerResponse,proto3" json:"max_messages_per_response,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *GetMessagesRequest) Reset() {
@@ -2199,11 +2202,21 @@ func (x *GetMessagesRequest) GetAttachments() AttachmentMode {
 	return AttachmentMode_ATTACHMENT_MODE_UNSPECIFIED
 }
 
+func (x *GetMessagesRequest) GetMaxMessagesPerResponse() uint32 {
+	if x != nil {
+		return x.MaxMessagesPerResponse
+	}
+	return 0
+}
+
 // Response frame for GetMessages.
 type GetMessagesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// A message, or a piece of one.
-	Frame         *MessageFrame `protobuf:"bytes,1,opt,name=frame,proto3" json:"frame,omitempty"`
+	Frame *MessageFrame `protobuf:"bytes,1,opt,name=frame,proto3" json:"frame,omitempty"`
+	// With max_messages_per_response > 1: the next frames, in order (whole messages, or the
+	// pieces of a large one); `frame` is then unset.
+	Frames        []*MessageFrame `protobuf:"bytes,2,rep,name=frames,proto3" json:"frames,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2241,6 +2254,13 @@ func (*GetMessagesResponse) Descriptor() ([]byte, []int) {
 func (x *GetMessagesResponse) GetFrame() *MessageFrame {
 	if x != nil {
 		return x.Frame
+	}
+	return nil
+}
+
+func (x *GetMessagesResponse) GetFrames() []*MessageFrame {
+	if x != nil {
+		return x.Frames
 	}
 	return nil
 }
@@ -2365,9 +2385,12 @@ type GetBranchesRequest struct {
 	// The parent whose children to read.
 	MessageId string `protobuf:"bytes,3,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
 	// How attachment payloads are returned.
-	Attachments   AttachmentMode `protobuf:"varint,4,opt,name=attachments,proto3,enum=sessions.v1.AttachmentMode" json:"attachments,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Attachments AttachmentMode `protobuf:"varint,4,opt,name=attachments,proto3,enum=sessions.v1.AttachmentMode" json:"attachments,omitempty"`
+	// Pack up to this many messages into one response's `frames` (0 or 1: one message per
+	// response in `frame`, simplest for grpcurl). Packing saves a frame per message on long reads.
+	MaxMessagesPerResponse uint32 `protobuf:"varint,5,opt,name=max_messages_per_response,json=maxMessagesPerResponse,proto3" json:"max_messages_per_response,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *GetBranchesRequest) Reset() {
@@ -2428,11 +2451,21 @@ func (x *GetBranchesRequest) GetAttachments() AttachmentMode {
 	return AttachmentMode_ATTACHMENT_MODE_UNSPECIFIED
 }
 
+func (x *GetBranchesRequest) GetMaxMessagesPerResponse() uint32 {
+	if x != nil {
+		return x.MaxMessagesPerResponse
+	}
+	return 0
+}
+
 // Response frame for GetBranches.
 type GetBranchesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// A child message, or a piece of one.
-	Frame         *MessageFrame `protobuf:"bytes,1,opt,name=frame,proto3" json:"frame,omitempty"`
+	Frame *MessageFrame `protobuf:"bytes,1,opt,name=frame,proto3" json:"frame,omitempty"`
+	// With max_messages_per_response > 1: the next frames, in order (whole messages, or the
+	// pieces of a large one); `frame` is then unset.
+	Frames        []*MessageFrame `protobuf:"bytes,2,rep,name=frames,proto3" json:"frames,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2474,6 +2507,13 @@ func (x *GetBranchesResponse) GetFrame() *MessageFrame {
 	return nil
 }
 
+func (x *GetBranchesResponse) GetFrames() []*MessageFrame {
+	if x != nil {
+		return x.Frames
+	}
+	return nil
+}
+
 // Request for StreamHistory.
 type StreamHistoryRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2493,9 +2533,12 @@ type StreamHistoryRequest struct {
 	// message forms a batch alone; 0: 4 MiB when batch_size is set).
 	MaxBatchBytes uint64 `protobuf:"varint,6,opt,name=max_batch_bytes,json=maxBatchBytes,proto3" json:"max_batch_bytes,omitempty"`
 	// How attachment payloads are returned.
-	Attachments   AttachmentMode `protobuf:"varint,7,opt,name=attachments,proto3,enum=sessions.v1.AttachmentMode" json:"attachments,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Attachments AttachmentMode `protobuf:"varint,7,opt,name=attachments,proto3,enum=sessions.v1.AttachmentMode" json:"attachments,omitempty"`
+	// Pack up to this many messages into one response's `frames` (0 or 1: one message per
+	// response in `frame`, simplest for grpcurl). Packing saves a frame per message on long reads.
+	MaxMessagesPerResponse uint32 `protobuf:"varint,8,opt,name=max_messages_per_response,json=maxMessagesPerResponse,proto3" json:"max_messages_per_response,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *StreamHistoryRequest) Reset() {
@@ -2577,13 +2620,23 @@ func (x *StreamHistoryRequest) GetAttachments() AttachmentMode {
 	return AttachmentMode_ATTACHMENT_MODE_UNSPECIFIED
 }
 
+func (x *StreamHistoryRequest) GetMaxMessagesPerResponse() uint32 {
+	if x != nil {
+		return x.MaxMessagesPerResponse
+	}
+	return 0
+}
+
 // Response frame for StreamHistory.
 type StreamHistoryResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// A message, or a piece of one.
 	Frame *MessageFrame `protobuf:"bytes,1,opt,name=frame,proto3" json:"frame,omitempty"`
 	// True on the last frame of a batch (batched reads only).
-	BatchEnd      bool `protobuf:"varint,2,opt,name=batch_end,json=batchEnd,proto3" json:"batch_end,omitempty"`
+	BatchEnd bool `protobuf:"varint,2,opt,name=batch_end,json=batchEnd,proto3" json:"batch_end,omitempty"`
+	// With max_messages_per_response > 1: the next frames, in order (whole messages, or the
+	// pieces of a large one); `frame` is then unset.
+	Frames        []*MessageFrame `protobuf:"bytes,3,rep,name=frames,proto3" json:"frames,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2632,6 +2685,13 @@ func (x *StreamHistoryResponse) GetBatchEnd() bool {
 	return false
 }
 
+func (x *StreamHistoryResponse) GetFrames() []*MessageFrame {
+	if x != nil {
+		return x.Frames
+	}
+	return nil
+}
+
 // Request for GetRecentHistory.
 type GetRecentHistoryRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2644,9 +2704,12 @@ type GetRecentHistoryRequest struct {
 	// The leaf whose path to read; empty means the active leaf.
 	LeafId string `protobuf:"bytes,4,opt,name=leaf_id,json=leafId,proto3" json:"leaf_id,omitempty"`
 	// How attachment payloads are returned.
-	Attachments   AttachmentMode `protobuf:"varint,5,opt,name=attachments,proto3,enum=sessions.v1.AttachmentMode" json:"attachments,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Attachments AttachmentMode `protobuf:"varint,5,opt,name=attachments,proto3,enum=sessions.v1.AttachmentMode" json:"attachments,omitempty"`
+	// Pack up to this many messages into one response's `frames` (0 or 1: one message per
+	// response in `frame`, simplest for grpcurl). Packing saves a frame per message on long reads.
+	MaxMessagesPerResponse uint32 `protobuf:"varint,6,opt,name=max_messages_per_response,json=maxMessagesPerResponse,proto3" json:"max_messages_per_response,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *GetRecentHistoryRequest) Reset() {
@@ -2714,6 +2777,13 @@ func (x *GetRecentHistoryRequest) GetAttachments() AttachmentMode {
 	return AttachmentMode_ATTACHMENT_MODE_UNSPECIFIED
 }
 
+func (x *GetRecentHistoryRequest) GetMaxMessagesPerResponse() uint32 {
+	if x != nil {
+		return x.MaxMessagesPerResponse
+	}
+	return 0
+}
+
 // Summary of a recent-history read.
 type RecentHistorySummary struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2775,7 +2845,10 @@ type GetRecentHistoryResponse struct {
 	// Set on the first response only.
 	Summary *RecentHistorySummary `protobuf:"bytes,1,opt,name=summary,proto3" json:"summary,omitempty"`
 	// A message, or a piece of one.
-	Frame         *MessageFrame `protobuf:"bytes,2,opt,name=frame,proto3" json:"frame,omitempty"`
+	Frame *MessageFrame `protobuf:"bytes,2,opt,name=frame,proto3" json:"frame,omitempty"`
+	// With max_messages_per_response > 1: the next frames, in order (whole messages, or the
+	// pieces of a large one); `frame` is then unset.
+	Frames        []*MessageFrame `protobuf:"bytes,3,rep,name=frames,proto3" json:"frames,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2820,6 +2893,13 @@ func (x *GetRecentHistoryResponse) GetSummary() *RecentHistorySummary {
 func (x *GetRecentHistoryResponse) GetFrame() *MessageFrame {
 	if x != nil {
 		return x.Frame
+	}
+	return nil
+}
+
+func (x *GetRecentHistoryResponse) GetFrames() []*MessageFrame {
+	if x != nil {
+		return x.Frames
 	}
 	return nil
 }
@@ -5326,7 +5406,7 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"message_id\x18\x03 \x01(\tR\tmessageId\x12=\n" +
 	"\vattachments\x18\x04 \x01(\x0e2\x1b.sessions.v1.AttachmentModeR\vattachments\"E\n" +
 	"\x12GetMessageResponse\x12/\n" +
-	"\x05frame\x18\x01 \x01(\v2\x19.sessions.v1.MessageFrameR\x05frame\"\xb2\x01\n" +
+	"\x05frame\x18\x01 \x01(\v2\x19.sessions.v1.MessageFrameR\x05frame\"\xed\x01\n" +
 	"\x12GetMessagesRequest\x12\x1d\n" +
 	"\n" +
 	"object_key\x18\x01 \x01(\tR\tobjectKey\x12\x1d\n" +
@@ -5334,9 +5414,11 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"session_id\x18\x02 \x01(\tR\tsessionId\x12\x1f\n" +
 	"\vmessage_ids\x18\x03 \x03(\tR\n" +
 	"messageIds\x12=\n" +
-	"\vattachments\x18\x04 \x01(\x0e2\x1b.sessions.v1.AttachmentModeR\vattachments\"F\n" +
+	"\vattachments\x18\x04 \x01(\x0e2\x1b.sessions.v1.AttachmentModeR\vattachments\x129\n" +
+	"\x19max_messages_per_response\x18\x05 \x01(\rR\x16maxMessagesPerResponse\"y\n" +
 	"\x13GetMessagesResponse\x12/\n" +
-	"\x05frame\x18\x01 \x01(\v2\x19.sessions.v1.MessageFrameR\x05frame\"\x93\x01\n" +
+	"\x05frame\x18\x01 \x01(\v2\x19.sessions.v1.MessageFrameR\x05frame\x121\n" +
+	"\x06frames\x18\x02 \x03(\v2\x19.sessions.v1.MessageFrameR\x06frames\"\x93\x01\n" +
 	"\x14GetLatestLeafRequest\x12\x1d\n" +
 	"\n" +
 	"object_key\x18\x01 \x01(\tR\tobjectKey\x12\x1d\n" +
@@ -5344,7 +5426,7 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"session_id\x18\x02 \x01(\tR\tsessionId\x12=\n" +
 	"\vattachments\x18\x03 \x01(\x0e2\x1b.sessions.v1.AttachmentModeR\vattachments\"H\n" +
 	"\x15GetLatestLeafResponse\x12/\n" +
-	"\x05frame\x18\x01 \x01(\v2\x19.sessions.v1.MessageFrameR\x05frame\"\xb0\x01\n" +
+	"\x05frame\x18\x01 \x01(\v2\x19.sessions.v1.MessageFrameR\x05frame\"\xeb\x01\n" +
 	"\x12GetBranchesRequest\x12\x1d\n" +
 	"\n" +
 	"object_key\x18\x01 \x01(\tR\tobjectKey\x12\x1d\n" +
@@ -5352,9 +5434,11 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"session_id\x18\x02 \x01(\tR\tsessionId\x12\x1d\n" +
 	"\n" +
 	"message_id\x18\x03 \x01(\tR\tmessageId\x12=\n" +
-	"\vattachments\x18\x04 \x01(\x0e2\x1b.sessions.v1.AttachmentModeR\vattachments\"F\n" +
+	"\vattachments\x18\x04 \x01(\x0e2\x1b.sessions.v1.AttachmentModeR\vattachments\x129\n" +
+	"\x19max_messages_per_response\x18\x05 \x01(\rR\x16maxMessagesPerResponse\"y\n" +
 	"\x13GetBranchesResponse\x12/\n" +
-	"\x05frame\x18\x01 \x01(\v2\x19.sessions.v1.MessageFrameR\x05frame\"\x96\x02\n" +
+	"\x05frame\x18\x01 \x01(\v2\x19.sessions.v1.MessageFrameR\x05frame\x121\n" +
+	"\x06frames\x18\x02 \x03(\v2\x19.sessions.v1.MessageFrameR\x06frames\"\xd1\x02\n" +
 	"\x14StreamHistoryRequest\x12\x1d\n" +
 	"\n" +
 	"object_key\x18\x01 \x01(\tR\tobjectKey\x12\x1d\n" +
@@ -5365,10 +5449,12 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"\n" +
 	"batch_size\x18\x05 \x01(\rR\tbatchSize\x12&\n" +
 	"\x0fmax_batch_bytes\x18\x06 \x01(\x04R\rmaxBatchBytes\x12=\n" +
-	"\vattachments\x18\a \x01(\x0e2\x1b.sessions.v1.AttachmentModeR\vattachments\"e\n" +
+	"\vattachments\x18\a \x01(\x0e2\x1b.sessions.v1.AttachmentModeR\vattachments\x129\n" +
+	"\x19max_messages_per_response\x18\b \x01(\rR\x16maxMessagesPerResponse\"\x98\x01\n" +
 	"\x15StreamHistoryResponse\x12/\n" +
 	"\x05frame\x18\x01 \x01(\v2\x19.sessions.v1.MessageFrameR\x05frame\x12\x1b\n" +
-	"\tbatch_end\x18\x02 \x01(\bR\bbatchEnd\"\xdb\x01\n" +
+	"\tbatch_end\x18\x02 \x01(\bR\bbatchEnd\x121\n" +
+	"\x06frames\x18\x03 \x03(\v2\x19.sessions.v1.MessageFrameR\x06frames\"\x96\x02\n" +
 	"\x17GetRecentHistoryRequest\x12\x1d\n" +
 	"\n" +
 	"object_key\x18\x01 \x01(\tR\tobjectKey\x12\x1d\n" +
@@ -5376,13 +5462,15 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"session_id\x18\x02 \x01(\tR\tsessionId\x12*\n" +
 	"\x11max_content_bytes\x18\x03 \x01(\x03R\x0fmaxContentBytes\x12\x17\n" +
 	"\aleaf_id\x18\x04 \x01(\tR\x06leafId\x12=\n" +
-	"\vattachments\x18\x05 \x01(\x0e2\x1b.sessions.v1.AttachmentModeR\vattachments\"d\n" +
+	"\vattachments\x18\x05 \x01(\x0e2\x1b.sessions.v1.AttachmentModeR\vattachments\x129\n" +
+	"\x19max_messages_per_response\x18\x06 \x01(\rR\x16maxMessagesPerResponse\"d\n" +
 	"\x14RecentHistorySummary\x12\x1c\n" +
 	"\ttruncated\x18\x01 \x01(\bR\ttruncated\x12.\n" +
-	"\x13total_content_bytes\x18\x02 \x01(\x03R\x11totalContentBytes\"\x88\x01\n" +
+	"\x13total_content_bytes\x18\x02 \x01(\x03R\x11totalContentBytes\"\xbb\x01\n" +
 	"\x18GetRecentHistoryResponse\x12;\n" +
 	"\asummary\x18\x01 \x01(\v2!.sessions.v1.RecentHistorySummaryR\asummary\x12/\n" +
-	"\x05frame\x18\x02 \x01(\v2\x19.sessions.v1.MessageFrameR\x05frame\"r\n" +
+	"\x05frame\x18\x02 \x01(\v2\x19.sessions.v1.MessageFrameR\x05frame\x121\n" +
+	"\x06frames\x18\x03 \x03(\v2\x19.sessions.v1.MessageFrameR\x06frames\"r\n" +
 	"\x19GetHistoryRowStatsRequest\x12\x1d\n" +
 	"\n" +
 	"object_key\x18\x01 \x01(\tR\tobjectKey\x12\x1d\n" +
@@ -5796,94 +5884,98 @@ var file_sessions_v1_sessions_proto_depIdxs = []int32{
 	8,  // 21: sessions.v1.GetMessageResponse.frame:type_name -> sessions.v1.MessageFrame
 	0,  // 22: sessions.v1.GetMessagesRequest.attachments:type_name -> sessions.v1.AttachmentMode
 	8,  // 23: sessions.v1.GetMessagesResponse.frame:type_name -> sessions.v1.MessageFrame
-	0,  // 24: sessions.v1.GetLatestLeafRequest.attachments:type_name -> sessions.v1.AttachmentMode
-	8,  // 25: sessions.v1.GetLatestLeafResponse.frame:type_name -> sessions.v1.MessageFrame
-	0,  // 26: sessions.v1.GetBranchesRequest.attachments:type_name -> sessions.v1.AttachmentMode
-	8,  // 27: sessions.v1.GetBranchesResponse.frame:type_name -> sessions.v1.MessageFrame
-	0,  // 28: sessions.v1.StreamHistoryRequest.attachments:type_name -> sessions.v1.AttachmentMode
-	8,  // 29: sessions.v1.StreamHistoryResponse.frame:type_name -> sessions.v1.MessageFrame
-	0,  // 30: sessions.v1.GetRecentHistoryRequest.attachments:type_name -> sessions.v1.AttachmentMode
-	40, // 31: sessions.v1.GetRecentHistoryResponse.summary:type_name -> sessions.v1.RecentHistorySummary
-	8,  // 32: sessions.v1.GetRecentHistoryResponse.frame:type_name -> sessions.v1.MessageFrame
-	43, // 33: sessions.v1.GetHistoryRowStatsResponse.stats:type_name -> sessions.v1.RowStat
-	47, // 34: sessions.v1.AddCompactionResponse.compaction:type_name -> sessions.v1.Compaction
-	47, // 35: sessions.v1.ListCompactionsResponse.compactions:type_name -> sessions.v1.Compaction
-	47, // 36: sessions.v1.CompactResponse.compaction:type_name -> sessions.v1.Compaction
-	56, // 37: sessions.v1.SetCompactionPolicyRequest.policy:type_name -> sessions.v1.CompactionPolicy
-	56, // 38: sessions.v1.SetCompactionPolicyResponse.policy:type_name -> sessions.v1.CompactionPolicy
-	56, // 39: sessions.v1.GetCompactionPolicyResponse.policy:type_name -> sessions.v1.CompactionPolicy
-	5,  // 40: sessions.v1.SearchMessagesRequest.mode:type_name -> sessions.v1.SearchMode
-	0,  // 41: sessions.v1.SubscribeRequest.attachments:type_name -> sessions.v1.AttachmentMode
-	6,  // 42: sessions.v1.SubscribeResponse.type:type_name -> sessions.v1.ChangeType
-	8,  // 43: sessions.v1.SubscribeResponse.message:type_name -> sessions.v1.MessageFrame
-	1,  // 44: sessions.v1.SubscribeResponse.parent_mode:type_name -> sessions.v1.ParentMode
-	47, // 45: sessions.v1.SubscribeResponse.compaction:type_name -> sessions.v1.Compaction
-	66, // 46: sessions.v1.ListSessionsResponse.sessions:type_name -> sessions.v1.SessionSummary
-	11, // 47: sessions.v1.SessionService.AppendMessage:input_type -> sessions.v1.AppendMessageRequest
-	14, // 48: sessions.v1.SessionService.AppendMessages:input_type -> sessions.v1.AppendMessagesRequest
-	16, // 49: sessions.v1.SessionService.UpdateMessage:input_type -> sessions.v1.UpdateMessageRequest
-	18, // 50: sessions.v1.SessionService.UpsertMessage:input_type -> sessions.v1.UpsertMessageRequest
-	21, // 51: sessions.v1.SessionService.UploadMessage:input_type -> sessions.v1.UploadMessageRequest
-	23, // 52: sessions.v1.SessionService.DeleteMessages:input_type -> sessions.v1.DeleteMessagesRequest
-	25, // 53: sessions.v1.SessionService.ClearMessages:input_type -> sessions.v1.ClearMessagesRequest
-	27, // 54: sessions.v1.SessionService.ImportMessages:input_type -> sessions.v1.ImportMessagesRequest
-	29, // 55: sessions.v1.SessionService.GetMessage:input_type -> sessions.v1.GetMessageRequest
-	31, // 56: sessions.v1.SessionService.GetMessages:input_type -> sessions.v1.GetMessagesRequest
-	33, // 57: sessions.v1.SessionService.GetLatestLeaf:input_type -> sessions.v1.GetLatestLeafRequest
-	35, // 58: sessions.v1.SessionService.GetBranches:input_type -> sessions.v1.GetBranchesRequest
-	37, // 59: sessions.v1.SessionService.StreamHistory:input_type -> sessions.v1.StreamHistoryRequest
-	39, // 60: sessions.v1.SessionService.GetRecentHistory:input_type -> sessions.v1.GetRecentHistoryRequest
-	42, // 61: sessions.v1.SessionService.GetHistoryRowStats:input_type -> sessions.v1.GetHistoryRowStatsRequest
-	45, // 62: sessions.v1.SessionService.ReadAttachment:input_type -> sessions.v1.ReadAttachmentRequest
-	48, // 63: sessions.v1.SessionService.AddCompaction:input_type -> sessions.v1.AddCompactionRequest
-	50, // 64: sessions.v1.SessionService.ListCompactions:input_type -> sessions.v1.ListCompactionsRequest
-	52, // 65: sessions.v1.SessionService.PlanCompaction:input_type -> sessions.v1.PlanCompactionRequest
-	54, // 66: sessions.v1.SessionService.Compact:input_type -> sessions.v1.CompactRequest
-	57, // 67: sessions.v1.SessionService.SetCompactionPolicy:input_type -> sessions.v1.SetCompactionPolicyRequest
-	59, // 68: sessions.v1.SessionService.GetCompactionPolicy:input_type -> sessions.v1.GetCompactionPolicyRequest
-	61, // 69: sessions.v1.SessionService.SearchMessages:input_type -> sessions.v1.SearchMessagesRequest
-	63, // 70: sessions.v1.SessionService.Subscribe:input_type -> sessions.v1.SubscribeRequest
-	65, // 71: sessions.v1.SessionService.ListSessions:input_type -> sessions.v1.ListSessionsRequest
-	68, // 72: sessions.v1.SessionService.GetObjectStats:input_type -> sessions.v1.GetObjectStatsRequest
-	70, // 73: sessions.v1.SessionService.ListObjects:input_type -> sessions.v1.ListObjectsRequest
-	72, // 74: sessions.v1.SessionService.ExportObject:input_type -> sessions.v1.ExportObjectRequest
-	74, // 75: sessions.v1.SessionService.ImportObject:input_type -> sessions.v1.ImportObjectRequest
-	76, // 76: sessions.v1.SessionService.DeleteObject:input_type -> sessions.v1.DeleteObjectRequest
-	12, // 77: sessions.v1.SessionService.AppendMessage:output_type -> sessions.v1.AppendMessageResponse
-	15, // 78: sessions.v1.SessionService.AppendMessages:output_type -> sessions.v1.AppendMessagesResponse
-	17, // 79: sessions.v1.SessionService.UpdateMessage:output_type -> sessions.v1.UpdateMessageResponse
-	19, // 80: sessions.v1.SessionService.UpsertMessage:output_type -> sessions.v1.UpsertMessageResponse
-	22, // 81: sessions.v1.SessionService.UploadMessage:output_type -> sessions.v1.UploadMessageResponse
-	24, // 82: sessions.v1.SessionService.DeleteMessages:output_type -> sessions.v1.DeleteMessagesResponse
-	26, // 83: sessions.v1.SessionService.ClearMessages:output_type -> sessions.v1.ClearMessagesResponse
-	28, // 84: sessions.v1.SessionService.ImportMessages:output_type -> sessions.v1.ImportMessagesResponse
-	30, // 85: sessions.v1.SessionService.GetMessage:output_type -> sessions.v1.GetMessageResponse
-	32, // 86: sessions.v1.SessionService.GetMessages:output_type -> sessions.v1.GetMessagesResponse
-	34, // 87: sessions.v1.SessionService.GetLatestLeaf:output_type -> sessions.v1.GetLatestLeafResponse
-	36, // 88: sessions.v1.SessionService.GetBranches:output_type -> sessions.v1.GetBranchesResponse
-	38, // 89: sessions.v1.SessionService.StreamHistory:output_type -> sessions.v1.StreamHistoryResponse
-	41, // 90: sessions.v1.SessionService.GetRecentHistory:output_type -> sessions.v1.GetRecentHistoryResponse
-	44, // 91: sessions.v1.SessionService.GetHistoryRowStats:output_type -> sessions.v1.GetHistoryRowStatsResponse
-	46, // 92: sessions.v1.SessionService.ReadAttachment:output_type -> sessions.v1.ReadAttachmentResponse
-	49, // 93: sessions.v1.SessionService.AddCompaction:output_type -> sessions.v1.AddCompactionResponse
-	51, // 94: sessions.v1.SessionService.ListCompactions:output_type -> sessions.v1.ListCompactionsResponse
-	53, // 95: sessions.v1.SessionService.PlanCompaction:output_type -> sessions.v1.PlanCompactionResponse
-	55, // 96: sessions.v1.SessionService.Compact:output_type -> sessions.v1.CompactResponse
-	58, // 97: sessions.v1.SessionService.SetCompactionPolicy:output_type -> sessions.v1.SetCompactionPolicyResponse
-	60, // 98: sessions.v1.SessionService.GetCompactionPolicy:output_type -> sessions.v1.GetCompactionPolicyResponse
-	62, // 99: sessions.v1.SessionService.SearchMessages:output_type -> sessions.v1.SearchMessagesResponse
-	64, // 100: sessions.v1.SessionService.Subscribe:output_type -> sessions.v1.SubscribeResponse
-	67, // 101: sessions.v1.SessionService.ListSessions:output_type -> sessions.v1.ListSessionsResponse
-	69, // 102: sessions.v1.SessionService.GetObjectStats:output_type -> sessions.v1.GetObjectStatsResponse
-	71, // 103: sessions.v1.SessionService.ListObjects:output_type -> sessions.v1.ListObjectsResponse
-	73, // 104: sessions.v1.SessionService.ExportObject:output_type -> sessions.v1.ExportObjectResponse
-	75, // 105: sessions.v1.SessionService.ImportObject:output_type -> sessions.v1.ImportObjectResponse
-	77, // 106: sessions.v1.SessionService.DeleteObject:output_type -> sessions.v1.DeleteObjectResponse
-	77, // [77:107] is the sub-list for method output_type
-	47, // [47:77] is the sub-list for method input_type
-	47, // [47:47] is the sub-list for extension type_name
-	47, // [47:47] is the sub-list for extension extendee
-	0,  // [0:47] is the sub-list for field type_name
+	8,  // 24: sessions.v1.GetMessagesResponse.frames:type_name -> sessions.v1.MessageFrame
+	0,  // 25: sessions.v1.GetLatestLeafRequest.attachments:type_name -> sessions.v1.AttachmentMode
+	8,  // 26: sessions.v1.GetLatestLeafResponse.frame:type_name -> sessions.v1.MessageFrame
+	0,  // 27: sessions.v1.GetBranchesRequest.attachments:type_name -> sessions.v1.AttachmentMode
+	8,  // 28: sessions.v1.GetBranchesResponse.frame:type_name -> sessions.v1.MessageFrame
+	8,  // 29: sessions.v1.GetBranchesResponse.frames:type_name -> sessions.v1.MessageFrame
+	0,  // 30: sessions.v1.StreamHistoryRequest.attachments:type_name -> sessions.v1.AttachmentMode
+	8,  // 31: sessions.v1.StreamHistoryResponse.frame:type_name -> sessions.v1.MessageFrame
+	8,  // 32: sessions.v1.StreamHistoryResponse.frames:type_name -> sessions.v1.MessageFrame
+	0,  // 33: sessions.v1.GetRecentHistoryRequest.attachments:type_name -> sessions.v1.AttachmentMode
+	40, // 34: sessions.v1.GetRecentHistoryResponse.summary:type_name -> sessions.v1.RecentHistorySummary
+	8,  // 35: sessions.v1.GetRecentHistoryResponse.frame:type_name -> sessions.v1.MessageFrame
+	8,  // 36: sessions.v1.GetRecentHistoryResponse.frames:type_name -> sessions.v1.MessageFrame
+	43, // 37: sessions.v1.GetHistoryRowStatsResponse.stats:type_name -> sessions.v1.RowStat
+	47, // 38: sessions.v1.AddCompactionResponse.compaction:type_name -> sessions.v1.Compaction
+	47, // 39: sessions.v1.ListCompactionsResponse.compactions:type_name -> sessions.v1.Compaction
+	47, // 40: sessions.v1.CompactResponse.compaction:type_name -> sessions.v1.Compaction
+	56, // 41: sessions.v1.SetCompactionPolicyRequest.policy:type_name -> sessions.v1.CompactionPolicy
+	56, // 42: sessions.v1.SetCompactionPolicyResponse.policy:type_name -> sessions.v1.CompactionPolicy
+	56, // 43: sessions.v1.GetCompactionPolicyResponse.policy:type_name -> sessions.v1.CompactionPolicy
+	5,  // 44: sessions.v1.SearchMessagesRequest.mode:type_name -> sessions.v1.SearchMode
+	0,  // 45: sessions.v1.SubscribeRequest.attachments:type_name -> sessions.v1.AttachmentMode
+	6,  // 46: sessions.v1.SubscribeResponse.type:type_name -> sessions.v1.ChangeType
+	8,  // 47: sessions.v1.SubscribeResponse.message:type_name -> sessions.v1.MessageFrame
+	1,  // 48: sessions.v1.SubscribeResponse.parent_mode:type_name -> sessions.v1.ParentMode
+	47, // 49: sessions.v1.SubscribeResponse.compaction:type_name -> sessions.v1.Compaction
+	66, // 50: sessions.v1.ListSessionsResponse.sessions:type_name -> sessions.v1.SessionSummary
+	11, // 51: sessions.v1.SessionService.AppendMessage:input_type -> sessions.v1.AppendMessageRequest
+	14, // 52: sessions.v1.SessionService.AppendMessages:input_type -> sessions.v1.AppendMessagesRequest
+	16, // 53: sessions.v1.SessionService.UpdateMessage:input_type -> sessions.v1.UpdateMessageRequest
+	18, // 54: sessions.v1.SessionService.UpsertMessage:input_type -> sessions.v1.UpsertMessageRequest
+	21, // 55: sessions.v1.SessionService.UploadMessage:input_type -> sessions.v1.UploadMessageRequest
+	23, // 56: sessions.v1.SessionService.DeleteMessages:input_type -> sessions.v1.DeleteMessagesRequest
+	25, // 57: sessions.v1.SessionService.ClearMessages:input_type -> sessions.v1.ClearMessagesRequest
+	27, // 58: sessions.v1.SessionService.ImportMessages:input_type -> sessions.v1.ImportMessagesRequest
+	29, // 59: sessions.v1.SessionService.GetMessage:input_type -> sessions.v1.GetMessageRequest
+	31, // 60: sessions.v1.SessionService.GetMessages:input_type -> sessions.v1.GetMessagesRequest
+	33, // 61: sessions.v1.SessionService.GetLatestLeaf:input_type -> sessions.v1.GetLatestLeafRequest
+	35, // 62: sessions.v1.SessionService.GetBranches:input_type -> sessions.v1.GetBranchesRequest
+	37, // 63: sessions.v1.SessionService.StreamHistory:input_type -> sessions.v1.StreamHistoryRequest
+	39, // 64: sessions.v1.SessionService.GetRecentHistory:input_type -> sessions.v1.GetRecentHistoryRequest
+	42, // 65: sessions.v1.SessionService.GetHistoryRowStats:input_type -> sessions.v1.GetHistoryRowStatsRequest
+	45, // 66: sessions.v1.SessionService.ReadAttachment:input_type -> sessions.v1.ReadAttachmentRequest
+	48, // 67: sessions.v1.SessionService.AddCompaction:input_type -> sessions.v1.AddCompactionRequest
+	50, // 68: sessions.v1.SessionService.ListCompactions:input_type -> sessions.v1.ListCompactionsRequest
+	52, // 69: sessions.v1.SessionService.PlanCompaction:input_type -> sessions.v1.PlanCompactionRequest
+	54, // 70: sessions.v1.SessionService.Compact:input_type -> sessions.v1.CompactRequest
+	57, // 71: sessions.v1.SessionService.SetCompactionPolicy:input_type -> sessions.v1.SetCompactionPolicyRequest
+	59, // 72: sessions.v1.SessionService.GetCompactionPolicy:input_type -> sessions.v1.GetCompactionPolicyRequest
+	61, // 73: sessions.v1.SessionService.SearchMessages:input_type -> sessions.v1.SearchMessagesRequest
+	63, // 74: sessions.v1.SessionService.Subscribe:input_type -> sessions.v1.SubscribeRequest
+	65, // 75: sessions.v1.SessionService.ListSessions:input_type -> sessions.v1.ListSessionsRequest
+	68, // 76: sessions.v1.SessionService.GetObjectStats:input_type -> sessions.v1.GetObjectStatsRequest
+	70, // 77: sessions.v1.SessionService.ListObjects:input_type -> sessions.v1.ListObjectsRequest
+	72, // 78: sessions.v1.SessionService.ExportObject:input_type -> sessions.v1.ExportObjectRequest
+	74, // 79: sessions.v1.SessionService.ImportObject:input_type -> sessions.v1.ImportObjectRequest
+	76, // 80: sessions.v1.SessionService.DeleteObject:input_type -> sessions.v1.DeleteObjectRequest
+	12, // 81: sessions.v1.SessionService.AppendMessage:output_type -> sessions.v1.AppendMessageResponse
+	15, // 82: sessions.v1.SessionService.AppendMessages:output_type -> sessions.v1.AppendMessagesResponse
+	17, // 83: sessions.v1.SessionService.UpdateMessage:output_type -> sessions.v1.UpdateMessageResponse
+	19, // 84: sessions.v1.SessionService.UpsertMessage:output_type -> sessions.v1.UpsertMessageResponse
+	22, // 85: sessions.v1.SessionService.UploadMessage:output_type -> sessions.v1.UploadMessageResponse
+	24, // 86: sessions.v1.SessionService.DeleteMessages:output_type -> sessions.v1.DeleteMessagesResponse
+	26, // 87: sessions.v1.SessionService.ClearMessages:output_type -> sessions.v1.ClearMessagesResponse
+	28, // 88: sessions.v1.SessionService.ImportMessages:output_type -> sessions.v1.ImportMessagesResponse
+	30, // 89: sessions.v1.SessionService.GetMessage:output_type -> sessions.v1.GetMessageResponse
+	32, // 90: sessions.v1.SessionService.GetMessages:output_type -> sessions.v1.GetMessagesResponse
+	34, // 91: sessions.v1.SessionService.GetLatestLeaf:output_type -> sessions.v1.GetLatestLeafResponse
+	36, // 92: sessions.v1.SessionService.GetBranches:output_type -> sessions.v1.GetBranchesResponse
+	38, // 93: sessions.v1.SessionService.StreamHistory:output_type -> sessions.v1.StreamHistoryResponse
+	41, // 94: sessions.v1.SessionService.GetRecentHistory:output_type -> sessions.v1.GetRecentHistoryResponse
+	44, // 95: sessions.v1.SessionService.GetHistoryRowStats:output_type -> sessions.v1.GetHistoryRowStatsResponse
+	46, // 96: sessions.v1.SessionService.ReadAttachment:output_type -> sessions.v1.ReadAttachmentResponse
+	49, // 97: sessions.v1.SessionService.AddCompaction:output_type -> sessions.v1.AddCompactionResponse
+	51, // 98: sessions.v1.SessionService.ListCompactions:output_type -> sessions.v1.ListCompactionsResponse
+	53, // 99: sessions.v1.SessionService.PlanCompaction:output_type -> sessions.v1.PlanCompactionResponse
+	55, // 100: sessions.v1.SessionService.Compact:output_type -> sessions.v1.CompactResponse
+	58, // 101: sessions.v1.SessionService.SetCompactionPolicy:output_type -> sessions.v1.SetCompactionPolicyResponse
+	60, // 102: sessions.v1.SessionService.GetCompactionPolicy:output_type -> sessions.v1.GetCompactionPolicyResponse
+	62, // 103: sessions.v1.SessionService.SearchMessages:output_type -> sessions.v1.SearchMessagesResponse
+	64, // 104: sessions.v1.SessionService.Subscribe:output_type -> sessions.v1.SubscribeResponse
+	67, // 105: sessions.v1.SessionService.ListSessions:output_type -> sessions.v1.ListSessionsResponse
+	69, // 106: sessions.v1.SessionService.GetObjectStats:output_type -> sessions.v1.GetObjectStatsResponse
+	71, // 107: sessions.v1.SessionService.ListObjects:output_type -> sessions.v1.ListObjectsResponse
+	73, // 108: sessions.v1.SessionService.ExportObject:output_type -> sessions.v1.ExportObjectResponse
+	75, // 109: sessions.v1.SessionService.ImportObject:output_type -> sessions.v1.ImportObjectResponse
+	77, // 110: sessions.v1.SessionService.DeleteObject:output_type -> sessions.v1.DeleteObjectResponse
+	81, // [81:111] is the sub-list for method output_type
+	51, // [51:81] is the sub-list for method input_type
+	51, // [51:51] is the sub-list for extension type_name
+	51, // [51:51] is the sub-list for extension extendee
+	0,  // [0:51] is the sub-list for field type_name
 }
 
 func init() { file_sessions_v1_sessions_proto_init() }

@@ -1,0 +1,86 @@
+"""Packed responses: many messages per frame on request, never over 4 MiB, batches respected."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import grpc
+
+from sessions_client._common import FrameAssembler, routing_metadata
+from sessions_proto.v1 import sessions_pb2 as pb
+from sessions_proto.v1 import sessions_pb2_grpc
+
+FOUR_MIB = 4 * 1024 * 1024
+
+
+def _text(message_id: str, size: int) -> dict[str, Any]:
+    return {"id": message_id, "role": "user", "parts": [{"type": "text", "text": "y" * size}]}
+
+
+def _read(responses: Any) -> tuple[list[dict[str, Any]], list[int], list[bool]]:
+    assembler = FrameAssembler()
+    messages, per_response, ends = [], [], []
+    for response in responses:
+        assert response.ByteSize() <= FOUR_MIB
+        frames = list(response.frames) or ([response.frame] if response.HasField("frame") else [])
+        per_response.append(len(frames))
+        ends.append(getattr(response, "batch_end", False))
+        for frame in frames:
+            done = assembler.feed(frame)
+            if done is not None:
+                messages.append(json.loads(done.json))
+    return messages, per_response, ends
+
+
+def test_history_packs_messages_and_keeps_large_ones_in_pieces(live_server: Any, session: Any, object_key: str) -> None:
+    sent = (
+        [_text(f"m{i}", 100) for i in range(25)] + [_text("big", 7_000_000)] + [_text(f"n{i}", 100) for i in range(5)]
+    )
+    for message in sent:
+        session.append_message(message)
+    channel = grpc.insecure_channel(live_server.address)
+    stub = sessions_pb2_grpc.SessionServiceStub(channel)
+    request = pb.StreamHistoryRequest(object_key=object_key, max_messages_per_response=10)
+    messages, per_response, _ = _read(stub.StreamHistory(request, metadata=routing_metadata(object_key)))
+    assert messages == sent
+    assert max(per_response) == 10  # packed
+    assert len(per_response) < len(sent)  # fewer responses than messages
+    unpacked, counts, _ = _read(stub.StreamHistory(pb.StreamHistoryRequest(object_key=object_key)))
+    assert unpacked == sent and max(counts) == 1  # the default stays one message per response
+    channel.close()
+
+
+def test_packed_batches_end_on_batch_boundaries(live_server: Any, session: Any, object_key: str) -> None:
+    session.append_messages([_text(f"m{i}", 10) for i in range(7)])
+    channel = grpc.insecure_channel(live_server.address)
+    stub = sessions_pb2_grpc.SessionServiceStub(channel)
+    request = pb.StreamHistoryRequest(object_key=object_key, batch_size=3, max_messages_per_response=100)
+    messages, per_response, ends = _read(stub.StreamHistory(request))
+    assert [m["id"] for m in messages] == [f"m{i}" for i in range(7)]
+    assert per_response == [3, 3, 1] and ends == [True, True, True]
+    channel.close()
+
+
+def test_recent_history_and_get_messages_pack(live_server: Any, session: Any, object_key: str) -> None:
+    sent = [_text(f"m{i}", 50) for i in range(12)]
+    session.append_messages(sent)
+    channel = grpc.insecure_channel(live_server.address)
+    stub = sessions_pb2_grpc.SessionServiceStub(channel)
+    recent = list(
+        stub.GetRecentHistory(
+            pb.GetRecentHistoryRequest(object_key=object_key, max_content_bytes=10**9, max_messages_per_response=5)
+        )
+    )
+    assert recent[0].HasField("summary")
+    messages, per_response, _ = _read(recent[1:])
+    assert messages == sent and max(per_response) == 5
+    got, counts, _ = _read(
+        stub.GetMessages(
+            pb.GetMessagesRequest(
+                object_key=object_key, message_ids=[m["id"] for m in sent], max_messages_per_response=4
+            )
+        )
+    )
+    assert got == sent and max(counts) == 4
+    channel.close()
