@@ -27,10 +27,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from sessions_client import SessionsClient  # noqa: E402
-from sessions_server.storage.paths import object_path  # noqa: E402
 from tests.deploy.litestream_support import Replicator, S3Server, message_rows, restore  # noqa: E402
 from tests.deploy.support import Shard, free_port, text_message  # noqa: E402
+
+from sessions_client import SessionsClient  # noqa: E402
+from sessions_server.storage.paths import object_path  # noqa: E402
 
 KB_TEXT = "x" * 1000
 
@@ -122,7 +123,11 @@ def measure_restore(shard: Shard, replicator: Replicator, s3: S3Server, work: Pa
             raise TimeoutError(f"{len(wanted - present)} objects never reached the replica")
         time.sleep(0.5)
     replicated_s = time.monotonic() - started
-    results: dict[str, float] = {"objects": objects, "write_s": round(write_s, 1), "all_in_replica_s": round(replicated_s, 1)}
+    results: dict[str, float] = {
+        "objects": objects,
+        "write_s": round(write_s, 1),
+        "all_in_replica_s": round(replicated_s, 1),
+    }
     for jobs in (8, 16):
         target = work / f"restored-{jobs}"
         shutil.rmtree(target, ignore_errors=True)

@@ -31,7 +31,12 @@ def litestream_binary() -> str:
 
 
 def aws_env() -> dict[str, str]:
-    env = {**os.environ, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}
+    env = {
+        **os.environ,
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
     env.pop("AWS_CA_BUNDLE", None)  # Litestream 0.5.18's S3 client refuses to start with it
     return env
 
@@ -53,7 +58,9 @@ class S3Server:
         with (self.workdir / "moto.log").open("ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
-                stdout=log, stderr=subprocess.STDOUT, env=aws_env(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=aws_env(),
             )
         wait_for(lambda: port_open(self.port), timeout=60, what="moto to listen")
         self.client().create_bucket(Bucket=BUCKET)
@@ -62,8 +69,13 @@ class S3Server:
     def client(self):  # type: ignore[no-untyped-def]
         import boto3
 
-        return boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1",
-                            aws_access_key_id="test", aws_secret_access_key="test")
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="test",
+            aws_secret_access_key="test",
+        )
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -96,11 +108,16 @@ class Replicator:
         }
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
-                [litestream_binary(), "replicate", "-config", str(CONFIG)], stdout=log, stderr=subprocess.STDOUT,
+                [litestream_binary(), "replicate", "-config", str(CONFIG)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
                 env=env,
             )
-        wait_for(lambda: b"found databases in directory" in self.log_path.read_bytes() or self.proc.poll() is not None,
-                 timeout=30, what="litestream to start")
+        wait_for(
+            lambda: b"found databases in directory" in self.log_path.read_bytes() or self.proc.poll() is not None,
+            timeout=30,
+            what="litestream to start",
+        )
         assert self.proc.poll() is None, self.log_path.read_text(errors="replace")
         return self
 
@@ -122,8 +139,15 @@ class Replicator:
 
 
 def restore(
-    replica: str, s3: S3Server, data_dir: Path, *, keys: Iterable[str] = (), timestamp: str = "", jobs: int = 8,
-    check: str = "none", skip_missing: bool = False,
+    replica: str,
+    s3: S3Server,
+    data_dir: Path,
+    *,
+    keys: Iterable[str] = (),
+    timestamp: str = "",
+    jobs: int = 8,
+    check: str = "none",
+    skip_missing: bool = False,
 ) -> subprocess.CompletedProcess[str]:
     """deploy/litestream/restore.sh into `data_dir` (all objects, or `keys`)."""
     command = ["bash", str(RESTORE), "--replica", replica, "--data-dir", str(data_dir), "--endpoint", s3.endpoint]

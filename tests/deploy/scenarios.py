@@ -87,7 +87,7 @@ def write_many_and_check_placement(c: Cluster) -> None:
 def large_message_and_history_streaming(c: Cluster) -> None:
     """A 20 MB message goes up as a client stream (UploadMessage) and comes back in ≤ 4 MiB frames;
     a long history streams in batches, all through the proxy."""
-    big_text = ("0123456789abcdef" * (LARGE_BYTES // 16 + 1))[:LARGE_BYTES - 1] + "é"
+    big_text = ("0123456789abcdef" * (LARGE_BYTES // 16 + 1))[: LARGE_BYTES - 1] + "é"
     big = text_message("big", big_text)
     with SessionsClient(c.proxy.address) as client:
         session = client.object("large/one").session()

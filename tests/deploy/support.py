@@ -148,7 +148,9 @@ def render_nginx(listen_port: int, servers: list[str], workdir: Path) -> str:
     text, count = re.subn(r"^        server \S+ max_fails=0;\n", "", text, flags=re.MULTILINE)
     assert count >= 1, "the shipped upstream block has no `server ... max_fails=0;` lines"
     text = replace_once(
-        r"^        hash \$http_x_object_key consistent;\n", "        hash $http_x_object_key consistent;\n" + lines, text
+        r"^        hash \$http_x_object_key consistent;\n",
+        "        hash $http_x_object_key consistent;\n" + lines,
+        text,
     )
     # Temp paths in the work directory, so the test needs no write access to /var/lib/nginx.
     for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"):
@@ -204,8 +206,11 @@ class Proxy:
         self._write_conf(self.servers)
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(self._command(), stdout=out, stderr=subprocess.STDOUT)
-        wait_for(lambda: port_open(self.port) or self.proc is None or self.proc.poll() is not None,
-                 timeout=30, what=f"{self.kind} to listen")
+        wait_for(
+            lambda: port_open(self.port) or self.proc is None or self.proc.poll() is not None,
+            timeout=30,
+            what=f"{self.kind} to listen",
+        )
         assert self.proc.poll() is None, f"{self.kind} exited: {self.log.read_text(errors='replace')}"
         return self
 

@@ -38,7 +38,9 @@ def _instruction(name: str) -> str:
 def test_hadolint_finds_nothing() -> None:
     result = subprocess.run(
         [_hadolint(), "--config", str(ROOT / ".hadolint.yaml"), "--format", "json", str(DOCKERFILE)],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert result.returncode == 0 and json.loads(result.stdout or "[]") == [], result.stdout + result.stderr
 

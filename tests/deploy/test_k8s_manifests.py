@@ -11,7 +11,6 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from tests.deploy.support import DEPLOY

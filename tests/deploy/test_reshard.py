@@ -82,8 +82,10 @@ def test_adding_a_shard_under_write_load(tmp_path: Path) -> None:
     names = [f"127.0.0.1:{port}" for port in ports]
     old, new = names[:2], names
     rings = {name: write_ring(tmp_path / f"ring-old-{i}.json", old, name) for i, name in enumerate(old)}
-    shards = [Shard(f"shard{i}", tmp_path / f"shard{i}", port, "--ring-file", str(rings[names[i]]))
-              for i, port in enumerate(ports[:2])]
+    shards = [
+        Shard(f"shard{i}", tmp_path / f"shard{i}", port, "--ring-file", str(rings[names[i]]))
+        for i, port in enumerate(ports[:2])
+    ]
     proxy = Proxy("nginx", tmp_path / "nginx", free_port(), old)
     writer: Writer | None = None
     try:
@@ -97,9 +99,7 @@ def test_adding_a_shard_under_write_load(tmp_path: Path) -> None:
         assert all(new_ring.owner(routing_key(k)) == names[2] for k in moving), "consistent hashing"
         with SessionsClient(proxy.address) as client:
             for key in keys:
-                client.object(key).session().append_messages(
-                    text_message(f"m{i}", f"{key} {i}") for i in range(3)
-                )
+                client.object(key).session().append_messages(text_message(f"m{i}", f"{key} {i}") for i in range(3))
         # The writer hits objects that move and objects that stay.
         writer = Writer(proxy.address, moving[:6] + [k for k in keys if k not in moving][:4])
         writer.start()
@@ -166,7 +166,8 @@ def test_a_shard_restarted_with_the_new_ring_cannot_hand_over_its_objects(tmp_pa
     old, new = [a_name, b_name], [a_name, b_name, c_name]
     old_ring, new_ring = KetamaRing.of(old), KetamaRing.of(new)
     key = next(
-        f"k{i}" for i in range(10_000)
+        f"k{i}"
+        for i in range(10_000)
         if old_ring.owner(routing_key(f"k{i}")) == a_name and new_ring.owner(routing_key(f"k{i}")) == c_name
     )
     a = Shard("a", tmp_path / "a", a_port, "--ring-file", str(write_ring(tmp_path / "a-old.json", old, a_name)))
@@ -178,9 +179,21 @@ def test_a_shard_restarted_with_the_new_ring_cannot_hand_over_its_objects(tmp_pa
             client.object(key).session().append_message(text_message("m0", "x"))
         a.restart("--ring-file", str(write_ring(tmp_path / "a-new.json", new, a_name)))
         result = subprocess.run(
-            [sys.executable, "-m", "sessions_server.cli", "move-object", "--from", a.address, "--to", c.address,
-             "--object-key", key],
-            capture_output=True, text=True, check=False,
+            [
+                sys.executable,
+                "-m",
+                "sessions_server.cli",
+                "move-object",
+                "--from",
+                a.address,
+                "--to",
+                c.address,
+                "--object-key",
+                key,
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
         )
         assert result.returncode != 0
         # The source's refusal, as ExportObject gives it (move-object itself reports it only as
@@ -214,9 +227,13 @@ def test_reshard_tool_prints_the_plan(tmp_path: Path, count: int) -> None:
         extra = "127.0.0.1:1"
         result = subprocess.run(
             [sys.executable, str(DEPLOY / "reshard.py"), "--old", ",".join(names), "--new", ",".join([*names, extra])],
-            capture_output=True, text=True, check=True,
+            capture_output=True,
+            text=True,
+            check=True,
         )
-        expected = sum(1 for i in range(20) if KetamaRing.of([*names, extra]).owner(routing_key(f"plan/{i}")) != names[0])
+        expected = sum(
+            1 for i in range(20) if KetamaRing.of([*names, extra]).owner(routing_key(f"plan/{i}")) != names[0]
+        )
         assert f"{expected} objects change owner" in result.stdout
     finally:
         for shard in shards:

@@ -152,9 +152,7 @@ KEY_OBJECTS = [
 ]
 for obj in KEY_OBJECTS:
     add('{"role":"user","parts":[' + _text('"keys"') + '],"metadata":' + obj + "}")
-add(
-    '{"parts":[{"type":"text","text":"top"}],"9":1,"role":"user","0":2,"createdAt":"2024-01-01T00:00:00.000Z"}'
-)
+add('{"parts":[{"type":"text","text":"top"}],"9":1,"role":"user","0":2,"createdAt":"2024-01-01T00:00:00.000Z"}')
 
 # 3. Strings: unicode, escapes, control characters, lone surrogates.
 STRINGS = [
@@ -223,21 +221,12 @@ REASONING_TEXTS = [
 ]
 for s in REASONING_TEXTS:
     add('{"role":"assistant","parts":[{"type":"reasoning","text":' + s + "}," + _text('"after"') + "]}")
-add(
-    '{"role":"assistant","parts":[{"type":"reasoning","reasoning":"legacy only"},{"type":"text","text":"t"}]}'
-)
+add('{"role":"assistant","parts":[{"type":"reasoning","reasoning":"legacy only"},{"type":"text","text":"t"}]}')
 add('{"role":"assistant","parts":[{"type":"reasoning","text":null,"reasoning":"legacy with null text"}]}')
 add('{"role":"assistant","parts":[{"type":"reasoning","text":"","providerMetadata":{}}]}')
-add(
-    '{"role":"assistant","parts":[{"type":"reasoning","text":"","providerMetadata":{"anthropic":{"s":"x"}}}]}'
-)
-add(
-    '{"role":"assistant","parts":[{"type":"reasoning","text":"","providerMetadata":{"openai":{"itemId":"i"}}}]}'
-)
-add(
-    '{"role":"assistant","parts":[{"type":"reasoning","text":" ",'
-    '"providerMetadata":{"openai":{"itemId":"i","x":1}}}]}'
-)
+add('{"role":"assistant","parts":[{"type":"reasoning","text":"","providerMetadata":{"anthropic":{"s":"x"}}}]}')
+add('{"role":"assistant","parts":[{"type":"reasoning","text":"","providerMetadata":{"openai":{"itemId":"i"}}}]}')
+add('{"role":"assistant","parts":[{"type":"reasoning","text":" ","providerMetadata":{"openai":{"itemId":"i","x":1}}}]}')
 add('{"role":"assistant","parts":[{"type":"reasoning","text":"","providerMetadata":[1]}]}')
 add('{"role":"assistant","parts":[{"type":"reasoning","text":"","providerMetadata":[]}]}')
 add('{"role":"assistant","parts":[{"type":"reasoning","text":"","providerMetadata":"str"}]}')
@@ -275,11 +264,7 @@ for ov in OPENAI_VALUES:
         + ov
         + ',"anthropic":{"a":1}},"text":"pm","state":"done"}]}'
     )
-    add(
-        '{"role":"assistant","parts":[{"type":"text","text":"pm only","providerMetadata":{"openai":'
-        + ov
-        + "}}]}"
-    )
+    add('{"role":"assistant","parts":[{"type":"text","text":"pm only","providerMetadata":{"openai":' + ov + "}}]}")
 METADATA_VALUES = [
     '{"openai":{"itemId":"i"},"z":1}',
     '{"z":1,"openai":{"itemId":"i","other":2}}',

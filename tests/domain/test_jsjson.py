@@ -113,9 +113,7 @@ def test_format_number(value: float, expected: str) -> None:
 
 def test_index_keys_first_then_insertion_order() -> None:
     text = '{"b":1,"10":2,"01":3,"-1":4,"4294967295":5,"4294967294":6,"0":7,"1.5":8,"2":9}'
-    assert roundtrip(text) == (
-        '{"0":7,"2":9,"10":2,"4294967294":6,"b":1,"01":3,"-1":4,"4294967295":5,"1.5":8}'
-    )
+    assert roundtrip(text) == ('{"0":7,"2":9,"10":2,"4294967294":6,"b":1,"01":3,"-1":4,"4294967295":5,"1.5":8}')
     assert list(parse(text)) == ["0", "2", "10", "4294967294", "b", "01", "-1", "4294967295", "1.5"]
 
 
@@ -163,10 +161,7 @@ def test_js_key_order_keeps_ordered_dict_identity() -> None:
 
 def test_string_escapes() -> None:
     text = '"\\u0000\\u0001\\b\\t\\n\\u000b\\f\\r\\u001f \\" \\\\ \\/ \\u007f \\u2028\\u2029 é 中 😀"'
-    assert (
-        roundtrip(text)
-        == '"\\u0000\\u0001\\b\\t\\n\\u000b\\f\\r\\u001f \\" \\\\ / \x7f \u2028\u2029 é 中 😀"'
-    )
+    assert roundtrip(text) == '"\\u0000\\u0001\\b\\t\\n\\u000b\\f\\r\\u001f \\" \\\\ / \x7f \u2028\u2029 é 中 😀"'
 
 
 def test_lone_surrogates_escaped_lowercase_and_pairs_joined() -> None:

@@ -61,9 +61,7 @@ def test_object_spread() -> None:
 def test_openai_item_id_removed_and_metadata_key_moves_last() -> None:
     part = {"type": "text", "providerMetadata": {"openai": {"itemId": "i", "other": 1}, "z": 1}, "text": "t"}
     out = sanitize_message(msg(part))
-    assert stringify(out["parts"][0]) == (
-        '{"type":"text","text":"t","providerMetadata":{"z":1,"openai":{"other":1}}}'
-    )
+    assert stringify(out["parts"][0]) == ('{"type":"text","text":"t","providerMetadata":{"z":1,"openai":{"other":1}}}')
 
 
 def test_metadata_removed_when_nothing_left() -> None:
@@ -78,9 +76,7 @@ def test_metadata_removed_when_nothing_left() -> None:
 
 def test_key_moves_even_when_nothing_removed() -> None:
     text = '{"parts":[{"callProviderMetadata":{"openai":{"x":1}},"type":"tool-a","input":1}]}'
-    assert sanitized_json(text) == (
-        '{"parts":[{"type":"tool-a","input":1,"callProviderMetadata":{"openai":{"x":1}}}]}'
-    )
+    assert sanitized_json(text) == ('{"parts":[{"type":"tool-a","input":1,"callProviderMetadata":{"openai":{"x":1}}}]}')
 
 
 @pytest.mark.parametrize(
@@ -118,10 +114,7 @@ def test_metadata_without_openai_key_untouched(metadata: str) -> None:
 
 
 def test_both_metadata_keys_processed_in_order() -> None:
-    text = (
-        '{"parts":[{"callProviderMetadata":{"openai":{"a":1}},"providerMetadata":{"openai":{"b":2}},'
-        '"type":"x"}]}'
-    )
+    text = '{"parts":[{"callProviderMetadata":{"openai":{"a":1}},"providerMetadata":{"openai":{"b":2}},"type":"x"}]}'
     assert sanitized_json(text) == (
         '{"parts":[{"type":"x","providerMetadata":{"openai":{"b":2}},"callProviderMetadata":{"openai":{"a":1}}}]}'
     )
