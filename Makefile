@@ -64,10 +64,11 @@ conformance: setup
 	tests/conformance/run.sh
 
 bench: setup
-	$(PY) bench/run.py --json bench/results.json
+	$(PY) bench/run.py --json bench/out/run.json
+	$(PY) bench/history.py --json bench/out/history.json
 
 bench-quick: setup
-	$(PY) bench/run.py --quick
+	$(PY) bench/run.py --quick --json bench/out/run-quick.json
 
 bench-history: setup
-	$(PY) bench/history.py
+	$(PY) bench/history.py --json bench/out/history.json
