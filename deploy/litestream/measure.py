@@ -165,8 +165,10 @@ def main() -> int:
     parser.add_argument("--rpo-samples", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--round-seconds", type=float, default=5.0)
+    parser.add_argument("--only", choices=["throughput", "rpo", "restore"], action="append")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    wanted = set(args.only or ["throughput", "rpo", "restore"])
     work = Path(tempfile.mkdtemp(prefix="sessions-litestream-"))
     s3 = S3Server(work / "s3").start()
     # Above the object count: closing an object stalls while Litestream holds its read lock
@@ -181,12 +183,15 @@ def main() -> int:
     replicator = Replicator(replicated.data_dir, s3, "shard-a", work / "litestream.log").start()
     report: dict[str, object] = {}
     try:
-        report["throughput"] = measure_throughput(replicated, plain, args.rounds, args.round_seconds)
-        print(json.dumps(report["throughput"]), flush=True)
-        report["rpo"] = measure_rpo(replicated, replicator, s3, work, args.rpo_samples)
-        print(json.dumps(report["rpo"]), flush=True)
-        report["restore"] = measure_restore(replicated, replicator, s3, work, args.objects)
-        print(json.dumps(report["restore"]), flush=True)
+        if "throughput" in wanted:
+            report["throughput"] = measure_throughput(replicated, plain, args.rounds, args.round_seconds)
+            print(json.dumps(report["throughput"]), flush=True)
+        if "rpo" in wanted:
+            report["rpo"] = measure_rpo(replicated, replicator, s3, work, args.rpo_samples)
+            print(json.dumps(report["rpo"]), flush=True)
+        if "restore" in wanted:  # last: it stops the replicator
+            report["restore"] = measure_restore(replicated, replicator, s3, work, args.objects)
+            print(json.dumps(report["restore"]), flush=True)
     finally:
         replicator.kill()
         for shard in (replicated, plain):

@@ -231,16 +231,20 @@ def group_commit_child(data_dir: str, mode: str, mount_point: str, tail_bytes: s
     then space is freed and one more append is tried. Prints what each call answered as JSON
     ("hung" when no answer came within GROUP_CALL_TIMEOUT_SECONDS)."""
     import asyncio
+    from concurrent.futures import ThreadPoolExecutor
 
+    from sessions_server.domain.service import SessionsService
+    from sessions_server.storage.registry import ObjectRegistry
     from sessions_server.storage.rows import Parent
-    from tests.conftest import start_server
 
     storage = LimitedStorage(mode, Path(data_dir), mount_point=Path(mount_point) if mount_point else None)
-    server = start_server(Path(data_dir))
-    service = server.running.service
+    # The domain service on its own loop, without a gRPC server: the file-size limit applies to
+    # the whole process, and gRPC's own threads are not what this test is about.
+    loop = asyncio.new_event_loop()
+    service = SessionsService(ObjectRegistry(Path(data_dir), ThreadPoolExecutor(max_workers=4)))
 
     def run(coro: object) -> object:
-        return asyncio.run_coroutine_threadsafe(coro, server.loop).result(timeout=120)  # type: ignore[arg-type]
+        return loop.run_until_complete(coro)  # type: ignore[arg-type]
 
     async def one(message_id: str, size: int) -> dict[str, object]:
         text = _text_message(message_id, size)
