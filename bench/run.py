@@ -493,10 +493,12 @@ class Bench:
     def stream_all(self, key: str, **kw: Any) -> tuple[int, int, float]:
         t = timer()
         count = size = 0
-        for response in self.stub.StreamHistory(pb.StreamHistoryRequest(object_key=key, **kw), metadata=self.md(key)):
-            if response.frame.HasField("info"):
-                count += 1
-            size += len(response.frame.json)
+        request = pb.StreamHistoryRequest(object_key=key, max_messages_per_response=128, **kw)
+        for response in self.stub.StreamHistory(request, metadata=self.md(key)):
+            for frame in response.frames or [response.frame]:
+                if frame.HasField("info"):
+                    count += 1
+                size += len(frame.json)
         return count, size, t()
 
     def w_history(self) -> None:
@@ -641,17 +643,19 @@ class Bench:
     def newest_first(self, key: str, take: int = 50) -> tuple[float, float]:
         t = timer()
         call = self.stub.StreamHistory(
-            pb.StreamHistoryRequest(object_key=key, newest_first=True), metadata=self.md(key)
+            pb.StreamHistoryRequest(object_key=key, newest_first=True, max_messages_per_response=128),
+            metadata=self.md(key),
         )
         first = 0.0
         got = 0
         for response in call:
-            if response.frame.HasField("info"):
-                got += 1
-                if got == 1:
-                    first = t()
-                if got >= take and not response.frame.more_pieces:
-                    break
+            for frame in response.frames or [response.frame]:
+                if frame.HasField("info"):
+                    got += 1
+                    if got == 1:
+                        first = t()
+            if got >= take:
+                break
         whole = t()
         call.cancel()
         return first, whole

@@ -82,6 +82,12 @@ def write_many_and_check_placement(c: Cluster) -> None:
             assert holders[0].address == c.placement.owner(key), f"{key!r}: nginx and our ring disagree"
         c.owned.setdefault(holders[0].address, []).append(key)
     assert len(c.owned) == len(c.shards), f"some shard got no keys: {c.owned.keys()}"
+    if c.placement is not None:  # the guard is live: a shard that does not own a key refuses it
+        key = KEYS[0]
+        wrong = next(shard for shard in c.shards if shard.address != c.placement.owner(key))
+        with SessionsClient(wrong.address) as direct, pytest.raises(SessionsError) as refused:
+            direct.object(key).session().get_history()
+        assert (refused.value.code, refused.value.reason) == (grpc.StatusCode.FAILED_PRECONDITION, "OBJECT_NOT_OWNED")
 
 
 def large_message_and_history_streaming(c: Cluster) -> None:
