@@ -10,8 +10,11 @@ HAVE_NODE := $(shell node -e 'process.exit(+process.versions.node.split(".")[0] 
 HAVE_GO := $(shell command -v go >/dev/null 2>&1 && echo yes)
 PYTEST_IGNORE := $(if $(HAVE_NODE),,--ignore=tests/conformance)
 
+LITESTREAM_VERSION := v0.5.18
+LITESTREAM_BIN := .tools/bin/litestream
+
 .PHONY: setup serve test test-only test-python test-typescript test-go conformance generate check-generated \
-	lint format bench bench-quick bench-history
+	lint format bench bench-quick bench-history litestream restore
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -59,6 +62,17 @@ test-typescript: setup
 
 test-go: setup
 	$(if $(HAVE_GO),clients/go/scripts/test.sh,@echo "go not found: Go client tests not run")
+
+$(LITESTREAM_BIN):
+	GOBIN=$(CURDIR)/.tools/bin go install github.com/benbjohnson/litestream/cmd/litestream@$(LITESTREAM_VERSION)
+
+litestream: $(LITESTREAM_BIN)
+
+# make restore REPLICA=s3://bucket/shard-0 DATA_DIR=./restored [ENDPOINT=https://...] [KEY=object-key] [AT=2026-11-30T18:00:00Z]
+restore: setup $(LITESTREAM_BIN)
+	LITESTREAM=$(CURDIR)/$(LITESTREAM_BIN) PYTHON=$(CURDIR)/$(PY) deploy/litestream/restore.sh --replica '$(REPLICA)' \
+		--data-dir '$(DATA_DIR)' $(if $(ENDPOINT),--endpoint '$(ENDPOINT)') $(if $(KEY),--object-key '$(KEY)') \
+		$(if $(AT),--timestamp '$(AT)')
 
 conformance: setup
 	tests/conformance/run.sh

@@ -24,9 +24,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tests.deploy.support import Proxy, Shard, free_port, text_message  # noqa: E402
+
 from sessions_client import SessionsClient  # noqa: E402
 from sessions_server.storage.paths import object_path  # noqa: E402
-from tests.deploy.support import Proxy, Shard, free_port, text_message  # noqa: E402
 
 KB_TEXT = "x" * 1000
 

@@ -174,11 +174,6 @@ def test_lose_the_shard_restore_everything_and_a_point_in_time(replicated_shard,
     assert integrity(object_path(at_moment, "pitr/one")) == "ok"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="server change needed: the close-time wal_checkpoint(TRUNCATE) waits busy_timeout (10 s) on "
-    "Litestream's read lock, once per open object, one after another at shutdown; see docs/operations.md",
-)
 def test_shutdown_does_not_stall_while_litestream_replicates(tmp_path: Path) -> None:
     s3 = S3Server(tmp_path / "s3").start()
     data = tmp_path / "shard" / "data"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -33,10 +34,14 @@ def move_object(
     export = source._stub.ExportObject(
         pb.ExportObjectRequest(object_key=object_key, lock_for_move=True), metadata=metadata_source
     )
+    try:
+        head = next(export)  # the source's own refusal (not found, not owned) surfaces as itself
+    except grpc.RpcError as error:
+        raise SessionsError.from_rpc_error(error) from None
 
     def frames() -> Iterator[pb.ImportObjectRequest]:
         first = True
-        for frame in export:
+        for frame in itertools.chain([head], export):
             request = pb.ImportObjectRequest(data=frame.data, sha256=frame.sha256)
             if first:
                 request.object_key = object_key

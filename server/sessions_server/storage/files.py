@@ -50,7 +50,9 @@ def import_store_file(source: Path, object_key: str, data_dir: Path, *, replace:
         with contextlib.suppress(FileNotFoundError):
             partial.unlink()
         raise StoreImportError(f"{source} is not a usable SQLite store: {exc}") from exc
-    for suffix in ("-wal", "-shm"):
+    # Unlink before renaming: a replicator tracking the old file must see a new file, not keep
+    # following the old inode.
+    for suffix in ("-wal", "-shm", ""):
         with contextlib.suppress(FileNotFoundError):
             Path(str(target) + suffix).unlink()
     partial.replace(target)

@@ -330,6 +330,9 @@ class ObjectStore:
         wal = Path(str(self.path) + "-wal")
         if wal.exists() and wal.stat().st_size > 0:
             with contextlib.suppress(sqlite3.Error):
+                # Never wait for readers here: a replicator (Litestream) always holds a read
+                # transaction; then the WAL is left to it instead of stalling the close.
+                self._writer.execute("PRAGMA busy_timeout = 0")
                 self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         self._writer.close()
 
