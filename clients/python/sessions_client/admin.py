@@ -35,7 +35,7 @@ def move_object(
         pb.ExportObjectRequest(object_key=object_key, lock_for_move=True), metadata=metadata_source
     )
     try:
-        head = next(export)  # the source's own refusal (not found, not owned) surfaces as itself
+        head = next(iter(export))  # the source's own refusal (not found, not owned) surfaces as itself
     except grpc.RpcError as error:
         raise SessionsError.from_rpc_error(error) from None
 
