@@ -106,46 +106,61 @@ def _inline_media(record: dict[str, Any]) -> tuple[str, str, bytes] | None:
     return None
 
 
+_NOT_HANDLED = object()
+
+
+def _rewrite(value: Any, depth: int, visit: Callable[[dict[str, Any]], Any]) -> Any:
+    """Copies `value` with records rewritten by `visit` (which returns _NOT_HANDLED to descend
+    into a record), down to MAX_WALK_DEPTH; returns the very same object where nothing changed."""
+    if depth > MAX_WALK_DEPTH or not isinstance(value, dict | list):
+        return value
+    if isinstance(value, list):
+        walked = [_rewrite(entry, depth + 1, visit) for entry in value]
+        return walked if any(a is not b for a, b in zip(walked, value, strict=True)) else value
+    replacement = visit(value)
+    if replacement is not _NOT_HANDLED:
+        return replacement
+    changed = False
+    out: dict[str, Any] = {}
+    for key, entry in value.items():
+        walked_entry = _rewrite(entry, depth + 1, visit)
+        changed = changed or walked_entry is not entry
+        out[key] = walked_entry
+    return out if changed else value
+
+
+def _with_parts(message: dict[str, Any], parts: Any) -> dict[str, Any]:
+    if parts is message.get("parts"):
+        return message
+    copy = dict(message)
+    copy["parts"] = parts
+    return copy
+
+
 def extract(message: dict[str, Any]) -> Extraction:
     """Replaces inline media with pointers. Returns the same dict when nothing was extracted."""
     payloads: list[Payload] = []
     seen: set[str] = set()
 
-    def walk(value: Any, depth: int) -> Any:
-        if depth > MAX_WALK_DEPTH or not isinstance(value, dict | list):
-            return value
-        if isinstance(value, list):
-            walked = [walk(entry, depth + 1) for entry in value]
-            return walked if any(a is not b for a, b in zip(walked, value, strict=True)) else value
-        media = _inline_media(value)
-        if media is not None:
-            field, media_type, data = media
-            digest = hashlib.sha256(data).hexdigest()
-            if digest not in seen:
-                seen.add(digest)
-                payloads.append(Payload(digest, media_type, data))
-            replaced = dict(value)
-            replaced["mediaType"] = media_type
-            replaced[field] = POINTER_PREFIX + digest
-            return replaced
-        changed = False
-        out: dict[str, Any] = {}
-        for key, entry in value.items():
-            walked_entry = walk(entry, depth + 1)
-            changed = changed or walked_entry is not entry
-            out[key] = walked_entry
-        return out if changed else value
+    def visit(record: dict[str, Any]) -> Any:
+        media = _inline_media(record)
+        if media is None:
+            return _NOT_HANDLED
+        field, media_type, data = media
+        digest = hashlib.sha256(data).hexdigest()
+        if digest not in seen:
+            seen.add(digest)
+            payloads.append(Payload(digest, media_type, data))
+        replaced = dict(record)
+        replaced["mediaType"] = media_type
+        replaced[field] = POINTER_PREFIX + digest
+        return replaced
 
     parts = message.get("parts")
     if not isinstance(parts, list) or not parts:
         return Extraction(message, [], [])
-    new_parts = walk(parts, 0)
-    references = sorted_unique(pointers_of(new_parts))
-    if new_parts is parts:
-        return Extraction(message, payloads, references)
-    staged = dict(message)
-    staged["parts"] = new_parts
-    return Extraction(staged, payloads, references)
+    new_parts = _rewrite(parts, 0, visit)
+    return Extraction(_with_parts(message, new_parts), payloads, sorted_unique(pointers_of(new_parts)))
 
 
 def sorted_unique(items: list[str]) -> list[str]:
@@ -177,45 +192,24 @@ def pointers_of(value: Any, depth: int = 0) -> list[str]:
 def resolve(message: dict[str, Any], load: Callable[[str], tuple[str, bytes] | None]) -> dict[str, Any]:
     """Puts payloads back inline; a pointer whose payload is unknown stays as it is."""
 
-    def walk(value: Any, depth: int) -> Any:
-        if depth > MAX_WALK_DEPTH or not isinstance(value, dict | list):
-            return value
-        if isinstance(value, list):
-            walked = [walk(entry, depth + 1) for entry in value]
-            return walked if any(a is not b for a, b in zip(walked, value, strict=True)) else value
-        url_hash = pointer_hash(value.get("url"))
-        if url_hash is not None:
-            loaded = load(url_hash)
+    def visit(record: dict[str, Any]) -> Any:
+        for field in ("url", "data"):
+            digest = pointer_hash(record.get(field))
+            if digest is None:
+                continue
+            loaded = load(digest)
             if loaded is None:
-                return value
-            restored = dict(value)
-            restored["url"] = f"data:{loaded[0]};base64,{encode_base64(loaded[1])}"
+                return record
+            restored = dict(record)
+            encoded = encode_base64(loaded[1])
+            restored[field] = f"data:{loaded[0]};base64,{encoded}" if field == "url" else encoded
             return restored
-        data_hash = pointer_hash(value.get("data"))
-        if data_hash is not None:
-            loaded = load(data_hash)
-            if loaded is None:
-                return value
-            restored = dict(value)
-            restored["data"] = encode_base64(loaded[1])
-            return restored
-        changed = False
-        out: dict[str, Any] = {}
-        for key, entry in value.items():
-            walked_entry = walk(entry, depth + 1)
-            changed = changed or walked_entry is not entry
-            out[key] = walked_entry
-        return out if changed else value
+        return _NOT_HANDLED
 
     parts = message.get("parts")
     if not isinstance(parts, list):
         return message
-    new_parts = walk(parts, 0)
-    if new_parts is parts:
-        return message
-    resolved = dict(message)
-    resolved["parts"] = new_parts
-    return resolved
+    return _with_parts(message, _rewrite(parts, 0, visit))
 
 
 def may_hold_pointers(json_text: str) -> bool:
