@@ -313,15 +313,8 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 request.object_key, request.session_id, list(request.message_ids), inline=_inline(request.attachments)
             )
             async with contextlib.aclosing(views):
-                if request.max_messages_per_response > 1:
-                    packs = framing.packed_frames(_unmarked(views), request.max_messages_per_response)
-                    async with contextlib.aclosing(packs):  # type: ignore[type-var]
-                        async for frames, _ in packs:
-                            yield pb.GetMessagesResponse(frames=frames)
-                    return
-                async for view in views:
-                    for frame in framing.message_frames(view):
-                        yield pb.GetMessagesResponse(frame=frame)
+                async for frames, _ in _frame_groups(_unmarked(views), request.max_messages_per_response):
+                    yield pb.GetMessagesResponse(**frames)
 
         await _stream(context, run, self._slots)
 
@@ -344,15 +337,8 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 request.object_key, request.session_id, request.message_id, inline=_inline(request.attachments)
             )
             async with contextlib.aclosing(views):
-                if request.max_messages_per_response > 1:
-                    packs = framing.packed_frames(_unmarked(views), request.max_messages_per_response)
-                    async with contextlib.aclosing(packs):  # type: ignore[type-var]
-                        async for frames, _ in packs:
-                            yield pb.GetBranchesResponse(frames=frames)
-                    return
-                async for view in views:
-                    for frame in framing.message_frames(view):
-                        yield pb.GetBranchesResponse(frame=frame)
+                async for frames, _ in _frame_groups(_unmarked(views), request.max_messages_per_response):
+                    yield pb.GetBranchesResponse(**frames)
 
         await _stream(context, run, self._slots)
 
@@ -376,18 +362,8 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                     else _unmarked(views)
                 )
                 async with contextlib.aclosing(marked):
-                    if request.max_messages_per_response > 1:
-                        packs = framing.packed_frames(marked, request.max_messages_per_response)
-                        async with contextlib.aclosing(packs):  # type: ignore[type-var]
-                            async for frames, batch_end in packs:
-                                yield pb.StreamHistoryResponse(frames=frames, batch_end=batch_end and batched)
-                        return
-                    async for view, batch_end in marked:
-                        frames = list(framing.message_frames(view))
-                        for index, frame in enumerate(frames):
-                            yield pb.StreamHistoryResponse(
-                                frame=frame, batch_end=batched and batch_end and index == len(frames) - 1
-                            )
+                    async for frames, batch_end in _frame_groups(marked, request.max_messages_per_response):
+                        yield pb.StreamHistoryResponse(**frames, batch_end=batched and batch_end)
 
         await _stream(context, run, self._slots)
 
@@ -410,15 +386,8 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                     )
                 )
                 views = _unmarked(items)  # type: ignore[arg-type]
-                if request.max_messages_per_response > 1:
-                    packs = framing.packed_frames(views, request.max_messages_per_response)
-                    async with contextlib.aclosing(packs):  # type: ignore[type-var]
-                        async for frames, _ in packs:
-                            yield pb.GetRecentHistoryResponse(frames=frames)
-                    return
-                async for view, _ in views:
-                    for frame in framing.message_frames(view):
-                        yield pb.GetRecentHistoryResponse(frame=frame)
+                async for frames, _ in _frame_groups(views, request.max_messages_per_response):
+                    yield pb.GetRecentHistoryResponse(**frames)
 
         await _stream(context, run, self._slots)
 
@@ -785,6 +754,24 @@ async def _unary(context: Any, run: Callable[[], Awaitable[Resp]]) -> Resp:
 async def _unmarked(views: AsyncIterator[MessageView]) -> AsyncGenerator[tuple[MessageView, bool], None]:
     async for view in views:
         yield view, False
+
+
+async def _frame_groups(
+    marked: AsyncIterator[tuple[MessageView, bool]], max_messages: int
+) -> AsyncGenerator[tuple[dict[str, Any], bool], None]:
+    """The message fields of consecutive responses, with whether each ends a batch: packed
+    `frames` when the caller asked for more than one message per response, else one `frame`
+    per response (a large message in several)."""
+    if max_messages > 1:
+        packs = framing.packed_frames(marked, max_messages)
+        async with contextlib.aclosing(packs):  # type: ignore[type-var]
+            async for frames, batch_end in packs:
+                yield {"frames": frames}, batch_end
+        return
+    async for view, batch_end in marked:
+        pieces = list(framing.message_frames(view))
+        for index, piece in enumerate(pieces):
+            yield {"frame": piece}, batch_end and index == len(pieces) - 1
 
 
 class StreamSlots:
