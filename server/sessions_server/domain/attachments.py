@@ -160,11 +160,7 @@ def extract(message: dict[str, Any]) -> Extraction:
     if not isinstance(parts, list) or not parts:
         return Extraction(message, [], [])
     new_parts = _rewrite(parts, 0, visit)
-    return Extraction(_with_parts(message, new_parts), payloads, sorted_unique(pointers_of(new_parts)))
-
-
-def sorted_unique(items: list[str]) -> list[str]:
-    return list(dict.fromkeys(items))
+    return Extraction(_with_parts(message, new_parts), payloads, list(dict.fromkeys(pointers_of(new_parts))))
 
 
 def pointers_of(value: Any, depth: int = 0) -> list[str]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sqlite3
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -39,6 +38,8 @@ from sessions_server.storage.rows import (
     Compaction,
     Parent,
     PathStat,
+    QueryInterrupted,
+    QueryRejected,
     RowInfo,
     StorageError,
     StoredMessage,
@@ -68,7 +69,6 @@ DEFAULT_BATCH_SIZE = 50
 DEFAULT_BATCH_BYTES = 4 * 1024 * 1024
 IMPORT_PIPELINE_DEPTH = 64
 DEFAULT_SEARCH_SECONDS = 2.0
-SEARCH_PROGRESS_STEPS = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -526,25 +526,19 @@ class SessionsService:
             if expression is None or wanted == 0:
                 return []
             deadline = time.monotonic() + self.search_seconds
-
-            def run(conn: Any) -> list[SearchHit]:
-                conn.set_progress_handler(lambda: int(time.monotonic() > deadline), SEARCH_PROGRESS_STEPS)
-                try:
-                    rows = queries.search(conn, None if all_sessions else session_id, expression, wanted)
-                except sqlite3.OperationalError as exc:
-                    if "interrupted" in str(exc):
-                        raise LimitExceeded(
-                            f"the search took longer than its {self.search_seconds:g} s budget; "
-                            "narrow the query or raise --search-seconds",
-                            limit="search_seconds",
-                            limit_value=f"{self.search_seconds:g}",
-                        ) from None
-                    raise InvalidArgument(f"the query could not be run: {exc}", field="query") from None
-                finally:
-                    conn.set_progress_handler(None, 0)
-                return [SearchHit(*row) for row in rows]
-
-            return await store.read(run)
+            scope = None if all_sessions else session_id
+            try:
+                rows = await store.read(lambda conn: queries.search(conn, scope, expression, wanted, deadline))
+            except QueryInterrupted:
+                raise LimitExceeded(
+                    f"the search took longer than its {self.search_seconds:g} s budget; "
+                    "narrow the query or raise --search-seconds",
+                    limit="search_seconds",
+                    limit_value=f"{self.search_seconds:g}",
+                ) from None
+            except QueryRejected as exc:
+                raise InvalidArgument(f"the query could not be run: {exc}", field="query") from None
+            return [SearchHit(*row) for row in rows]
 
     async def subscribe(
         self, object_key: str, session_filter: str | None, resume_after: int, *, progress_seconds: float
@@ -875,9 +869,3 @@ async def mark_batches(
             count, used = 0, 0
     if previous is not None:
         yield previous, True
-
-
-def check_positive_budget(value: int, field: str) -> int:
-    if value < 0:
-        raise InvalidArgument(f"{field} must not be negative", field=field)
-    return value

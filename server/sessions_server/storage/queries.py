@@ -7,6 +7,7 @@ transaction. Nothing here caches: the store (`store.py`) owns caches and transac
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Iterable, Sequence
 
 from sessions_server.storage.rows import (
@@ -17,6 +18,8 @@ from sessions_server.storage.rows import (
     PathStat,
     PathStats,
     PayloadRow,
+    QueryInterrupted,
+    QueryRejected,
     RowInfo,
     StoredMessage,
 )
@@ -598,6 +601,7 @@ def object_counts(conn: sqlite3.Connection) -> dict[str, int]:
 FTS_DDL = """CREATE VIRTUAL TABLE cf_agents_session_fts
        USING fts5(id UNINDEXED, session_id UNINDEXED, role UNINDEXED, content, tokenize='porter unicode61')"""
 BACKFILL_PAGE_ROWS = 500
+SEARCH_PROGRESS_STEPS = 10_000  # VM steps between deadline checks
 
 
 def create_fts(conn: sqlite3.Connection) -> None:
@@ -624,19 +628,28 @@ def insert_search_row(conn: sqlite3.Connection, session_id: str, message_id: str
 
 
 def search(
-    conn: sqlite3.Connection, session_id: str | None, expression: str, limit: int
+    conn: sqlite3.Connection, session_id: str | None, expression: str, limit: int, deadline: float
 ) -> list[tuple[str, str, str, str]]:
-    """(id, role, session_id, indexed text) best match first; hidden overlay rows excluded."""
+    """(id, role, session_id, indexed text) best match first; hidden overlay rows excluded.
+    Interrupted (QueryInterrupted) once the monotonic clock passes `deadline`."""
     hidden = _HIDDEN_SQL.format(id="f.id", session="f.session_id")
     session_filter = "" if session_id is None else "AND f.session_id = ?"
     params: tuple[object, ...] = (expression,) + (() if session_id is None else (session_id,)) + (limit,)
-    return [
-        (str(r[0]), str(r[1]), str(r[2]), str(r[3]))
-        for r in conn.execute(
-            f"""SELECT f.id, f.role, f.session_id, f.content FROM cf_agents_session_fts AS f
-                JOIN cf_agents_session_messages AS m ON m.session_id = f.session_id AND m.id = f.id
-                WHERE cf_agents_session_fts MATCH ? {session_filter} AND NOT {hidden}
-                ORDER BY rank LIMIT ?""",
-            params,
-        )
-    ]
+    conn.set_progress_handler(lambda: int(time.monotonic() > deadline), SEARCH_PROGRESS_STEPS)
+    try:
+        return [
+            (str(r[0]), str(r[1]), str(r[2]), str(r[3]))
+            for r in conn.execute(
+                f"""SELECT f.id, f.role, f.session_id, f.content FROM cf_agents_session_fts AS f
+                    JOIN cf_agents_session_messages AS m ON m.session_id = f.session_id AND m.id = f.id
+                    WHERE cf_agents_session_fts MATCH ? {session_filter} AND NOT {hidden}
+                    ORDER BY rank LIMIT ?""",
+                params,
+            )
+        ]
+    except sqlite3.OperationalError as exc:
+        if "interrupted" in str(exc):
+            raise QueryInterrupted(str(exc)) from None
+        raise QueryRejected(str(exc)) from None
+    finally:
+        conn.set_progress_handler(None, 0)

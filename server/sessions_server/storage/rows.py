@@ -135,5 +135,13 @@ class StoredRowUnreadable(Exception):
     """An append's id is taken by a row whose content does not parse as a message."""
 
 
+class QueryInterrupted(Exception):
+    """A query ran past its deadline and was interrupted."""
+
+
+class QueryRejected(Exception):
+    """SQLite refused a query built from caller input (e.g. an FTS expression)."""
+
+
 class StorageError(Exception):
     """SQLite failed (I/O error, disk full, corruption); the transaction was rolled back."""
