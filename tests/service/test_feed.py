@@ -639,7 +639,9 @@ def test_a_stalled_subscriber_does_not_block_writers_and_later_sees_a_reset(
     live_server: Any, feeds: Callable[..., Feed], session: Any, object_key: str
 ) -> None:
     healthy = feeds()
-    channel = grpc.insecure_channel(live_server.address)
+    # Its own connection: gRPC shares a connection between channels to one address, and a stream
+    # that is never read eventually holds that connection's flow-control window for everyone.
+    channel = grpc.insecure_channel(live_server.address, options=[("grpc.use_local_subchannel_pool", 1)])
     try:
         stub = sessions_pb2_grpc.SessionServiceStub(channel)
         call = stub.Subscribe(

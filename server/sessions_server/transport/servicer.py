@@ -807,4 +807,6 @@ async def _stream(context: Any, run: Callable[[], AsyncIterator[Resp]], slots: S
     except (grpc.aio.AbortError, grpc.aio.UsageError):
         raise
     except Exception as exc:
+        if context.cancelled() or context.done():
+            return  # the client went away mid-write: nothing to report to anyone
         await _abort(context, exc)
