@@ -212,11 +212,14 @@ class SessionsService:
             # Overlay ids are derived on read: upstream answers inserted=false, writes and emits nothing.
             staged.append((index, message, None if messages.is_overlay_id(prepared.id) else prepared))
 
+        def refused(message: messages.Message) -> AppendResult:
+            return AppendResult(False, MessageView(None, jsjson.stringify(message)))
+
         def run(ctx: WriteContext) -> list[AppendResult]:
             results = []
             for index, message, prepared in staged:
                 if prepared is None:
-                    results.append(AppendResult(False, MessageView(None, jsjson.stringify(message))))
+                    results.append(refused(message))
                     continue
                 parent = items[index].parent
                 outcome = append_in(ctx, session_id, prepared.row(), parent, _stored_row_ok)
@@ -238,7 +241,7 @@ class SessionsService:
             return results
 
         if all(prepared is None for _, _, prepared in staged):
-            return run(None)  # type: ignore[arg-type]  # no job touches storage
+            return [refused(message) for _, message, _ in staged]  # nothing to store
         async with self.object(object_key, writing=True) as store:
             results = await store.write(run)
             inserted = [r.message.info for r in results if r.inserted and r.message.info is not None]
@@ -727,18 +730,11 @@ class Importer:
         )
 
         def run(ctx: WriteContext) -> bool:
-            inserted = import_in(ctx, self._session_id, row, parent_id, created_at_ms)
-            if inserted:
-                event.message_info = RowInfo(
-                    row.id,
-                    row.role,
-                    parent_id,
-                    ctx.tail(self._session_id).next_seq - 1,
-                    created_at_ms,
-                    row.token_estimate,
-                )
+            info = import_in(ctx, self._session_id, row, parent_id, created_at_ms)
+            if info is not None:
+                event.message_info = info
                 ctx.emit(event)
-            return inserted
+            return info is not None
 
         future = asyncio.ensure_future(self._store.write(run))
         self._pending.append(future)

@@ -411,17 +411,19 @@ def update_in(ctx: WriteContext, session_id: str, row: NewRow) -> UpdateOutcome:
     return UpdateOutcome("updated", queries.row_info(conn, session_id, row.id))
 
 
-def import_in(ctx: WriteContext, session_id: str, row: NewRow, parent_id: str | None, created_at_ms: int) -> bool:
-    """Imports one row verbatim unless its id exists; the imported row becomes the tail. An
-    existing id stores nothing at all, not even payloads (upstream leaves orphans; §9)."""
+def import_in(
+    ctx: WriteContext, session_id: str, row: NewRow, parent_id: str | None, created_at_ms: int
+) -> RowInfo | None:
+    """Imports one row verbatim unless its id exists (None); the imported row becomes the tail.
+    An existing id stores nothing at all, not even payloads (upstream leaves orphans; §9)."""
     if queries.exists(ctx.conn, session_id, row.id):
-        return False
+        return None
     tail = ctx.tail(session_id)
     ctx.row_writes += queries.insert_message(
         ctx.conn, session_id, row, seq=tail.next_seq, parent_id=parent_id, created_at_ms=created_at_ms
     )
     ctx.set_tail(session_id, Tail(row.id, tail.next_seq + 1))
-    return True
+    return RowInfo(row.id, row.role, parent_id, tail.next_seq, created_at_ms, row.token_estimate)
 
 
 def delete_in(ctx: WriteContext, session_id: str, ids: list[str]) -> int:
