@@ -110,7 +110,9 @@ class Compactor:
         if keep_recent_tokens < 0:
             raise InvalidArgument("keep_recent_tokens must not be negative", field="keep_recent_tokens")
         history = [
-            jsjson.parse(view.json) async for view in self._service.history(object_key, session_id, leaf_id=leaf_id)
+            jsjson.parse(view.json)
+            async for window in self._service.history(object_key, session_id, leaf_id=leaf_id)
+            for view in window
         ]
         records = await self.records(object_key, session_id)
         return compaction.plan_compaction(

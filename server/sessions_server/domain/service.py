@@ -369,17 +369,15 @@ class SessionsService:
 
     async def get_messages(
         self, object_key: str, session_id: str, message_ids: Sequence[str], *, inline: bool = True
-    ) -> AsyncGenerator[MessageView, None]:
-        """Found messages in request order, fetched in bounded windows."""
+    ) -> AsyncGenerator[list[MessageView], None]:
+        """Found messages in request order, one bounded window (one read) per list."""
         self.check_names(object_key, session_id)
         ids = list(dict.fromkeys(message_ids))
         async with self.object(object_key) as store:
             for start in range(0, len(ids), WINDOW_ROWS):
                 window = ids[start : start + WINDOW_ROWS]
                 found = await store.read(lambda conn, w=window: _views_by_id(conn, session_id, w, inline))  # type: ignore[misc]
-                for message_id in window:
-                    if message_id in found:
-                        yield found[message_id]
+                yield [found[message_id] for message_id in window if message_id in found]
 
     async def get_latest_leaf(self, object_key: str, session_id: str, *, inline: bool = True) -> MessageView | None:
         """The active leaf, skipping hidden overlay rows towards the root."""
@@ -399,7 +397,7 @@ class SessionsService:
 
     async def get_branches(
         self, object_key: str, session_id: str, message_id: str, *, inline: bool = True
-    ) -> AsyncGenerator[MessageView, None]:
+    ) -> AsyncGenerator[list[MessageView], None]:
         """Direct children in seq order; hidden overlay children are replaced by their own."""
         self.check_names(object_key, session_id)
 
@@ -420,18 +418,18 @@ class SessionsService:
 
         async with self.object(object_key) as store:
             views = await store.read(run)
-        for view in views:
-            yield view
+        yield views
 
     async def history(
         self, object_key: str, session_id: str, *, leaf_id: str = "", newest_first: bool = False, inline: bool = True
-    ) -> AsyncGenerator[MessageView, None]:
-        """One root-to-leaf path with overlays applied, root first or newest first."""
+    ) -> AsyncGenerator[list[MessageView], None]:
+        """One root-to-leaf path with overlays applied, root first or newest first, in windows:
+        each list is what one read fetched, so a caller can frame it without waiting again."""
         self.check_names(object_key, session_id)
         async with self.object(object_key) as store:
             if newest_first:
-                async for view in self._walk_from_leaf(store, session_id, leaf_id, inline):
-                    yield view
+                async for window in self._walk_from_leaf(store, session_id, leaf_id, inline):
+                    yield window
                 return
 
             def plan(conn: Any) -> tuple[list[PathStat], list[Compaction]]:
@@ -441,14 +439,14 @@ class SessionsService:
                 return queries.path_stats(conn, session_id, leaf).rows, queries.compactions(conn, session_id)
 
             stats, records = await store.read(plan)
-            async for view in _stream_path(store, session_id, stats, records, inline=inline):
-                yield view
+            async for window in _stream_path(store, session_id, stats, records, inline=inline):
+                yield window
 
     async def recent_history(
         self, object_key: str, session_id: str, max_content_bytes: int, *, leaf_id: str = "", inline: bool = True
-    ) -> AsyncGenerator[RecentSummary | MessageView, None]:
+    ) -> AsyncGenerator[RecentSummary | list[MessageView], None]:
         """The longest recent suffix whose stored bytes fit the budget, never less than the leaf.
-        Yields the summary first, then the messages."""
+        Yields the summary first, then the messages in windows."""
         self.check_names(object_key, session_id)
         async with self.object(object_key) as store:
 
@@ -476,8 +474,8 @@ class SessionsService:
 
             window, truncated, total, records = await store.read(plan)
             yield RecentSummary(truncated, total)
-            async for view in _stream_path(store, session_id, window, records, inline=inline):
-                yield view
+            async for views in _stream_path(store, session_id, window, records, inline=inline):
+                yield views
 
     async def row_stats(self, object_key: str, session_id: str, *, leaf_id: str = "") -> list[PathStat]:
         """Per-row stored bytes and token estimates along a path (at most 10,001 rows)."""
@@ -585,7 +583,7 @@ class SessionsService:
 
     async def _walk_from_leaf(
         self, store: ObjectStore, session_id: str, leaf_id: str, inline: bool
-    ) -> AsyncGenerator[MessageView, None]:
+    ) -> AsyncGenerator[list[MessageView], None]:
         """Leaf to root by point reads, one row per step; switches to planned overlays at the
         first row that ends some compaction (everything after it is exact without planning)."""
 
@@ -624,11 +622,11 @@ class SessionsService:
             )
             depth += walked
             steps = min(steps * 2, WALK_MAX_STEPS)
-            for view in views:
-                yield view
+            if views:
+                yield views
             if switch and next_id is not None:
-                async for view in self._overlaid_prefix(store, session_id, leaf_id, next_id, records, inline):
-                    yield view
+                async for window in self._overlaid_prefix(store, session_id, leaf_id, next_id, records, inline):
+                    yield window
                 return
 
     async def _overlaid_prefix(
@@ -639,7 +637,7 @@ class SessionsService:
         from_id: str,
         records: list[Compaction],
         inline: bool,
-    ) -> AsyncGenerator[MessageView, None]:
+    ) -> AsyncGenerator[list[MessageView], None]:
         def ids(conn: Any) -> list[str]:
             leaf = _resolve_leaf(store, conn, session_id, leaf_id)
             return [] if not leaf else queries.path_ids(conn, session_id, leaf)
@@ -650,10 +648,10 @@ class SessionsService:
         end = path.index(from_id)
         spans = [span for span in plan_overlays(path, records) if span.end <= end]
         stats = [PathStat(message_id, "", 0, 0) for message_id in path[: end + 1]]
-        async for view in _stream_path(
+        async for window in _stream_path(
             store, session_id, stats, records, newest_first=True, spans=spans, inline=inline
         ):
-            yield view
+            yield window
 
 
 @dataclass(frozen=True, slots=True)
@@ -798,9 +796,9 @@ async def _stream_path(
     newest_first: bool = False,
     spans: Sequence[OverlaySpan] | None = None,
     inline: bool = True,
-) -> AsyncGenerator[MessageView, None]:
-    """Streams path rows with overlays collapsed, hydrating one bounded window at a time; no
-    window is retained after it has been yielded."""
+) -> AsyncGenerator[list[MessageView], None]:
+    """Streams path rows with overlays collapsed, hydrating one bounded window at a time and
+    yielding it whole (an overlay alone); no window is retained after it has been yielded."""
     if spans is None:
         spans = plan_overlays([row.id for row in stats], records)
     span_at = {span.start: span for span in spans}
@@ -821,9 +819,13 @@ async def _stream_path(
         segments.reverse()
     for segment in segments:
         if isinstance(segment, Compaction):
-            yield MessageView(
-                RowInfo(overlay_id(segment), "assistant", None, 0, 0, 0), overlay_message_json(segment), overlay=True
-            )
+            yield [
+                MessageView(
+                    RowInfo(overlay_id(segment), "assistant", None, 0, 0, 0),
+                    overlay_message_json(segment),
+                    overlay=True,
+                )
+            ]
             continue
         rows = list(reversed(segment)) if newest_first else list(segment)
         windows = (
@@ -834,34 +836,42 @@ async def _stream_path(
         for window in windows:
             ids = [row.id for row in window]
             found = await store.read(lambda conn, i=ids: _views_by_id(conn, session_id, i, inline))  # type: ignore[misc]
-            for message_id in ids:
-                if message_id in found:
-                    yield found[message_id]
+            views = [found[message_id] for message_id in ids if message_id in found]
+            if views:
+                yield views
 
 
-async def mark_batches(
-    views: AsyncIterator[MessageView], batch_size: int, max_batch_bytes: int
-) -> AsyncGenerator[tuple[MessageView, bool], None]:
+class BatchMarker:
     """Pairs each message with whether it ends a batch, by upstream's historyBatches rules: close
-    the batch before a message that would overflow it, and after one that fills it."""
-    size_limit = max(1, batch_size)
-    byte_limit = max(1, max_batch_bytes)
-    count = 0
-    used = 0
-    previous: MessageView | None = None
-    async for view in views:
-        size = len(view.json.encode("utf-8", "surrogatepass"))
-        if previous is not None:
-            closes = count >= size_limit or used + size > byte_limit
-            yield previous, closes
-            if closes:
-                count, used = 0, 0
-        count += 1
-        used += size
-        previous = view
-        if count >= size_limit or used >= byte_limit:
-            yield previous, True
-            previous = None
-            count, used = 0, 0
-    if previous is not None:
-        yield previous, True
+    the batch before a message that would overflow it, and after one that fills it. Fed a window
+    at a time; the last message of a window waits for the next (or `finish`) when its batch could
+    still close before it."""
+
+    def __init__(self, batch_size: int, max_batch_bytes: int) -> None:
+        self.size_limit = max(1, batch_size)
+        self.byte_limit = max(1, max_batch_bytes)
+        self.count = 0
+        self.used = 0
+        self.previous: MessageView | None = None
+
+    def mark(self, views: Sequence[MessageView]) -> list[tuple[MessageView, bool]]:
+        out: list[tuple[MessageView, bool]] = []
+        for view in views:
+            size = len(view.json.encode("utf-8", "surrogatepass"))
+            if self.previous is not None:
+                closes = self.count >= self.size_limit or self.used + size > self.byte_limit
+                out.append((self.previous, closes))
+                if closes:
+                    self.count, self.used = 0, 0
+            self.count += 1
+            self.used += size
+            self.previous = view
+            if self.count >= self.size_limit or self.used >= self.byte_limit:
+                out.append((view, True))
+                self.previous = None
+                self.count, self.used = 0, 0
+        return out
+
+    def finish(self) -> list[tuple[MessageView, bool]]:
+        last, self.previous = self.previous, None
+        return [] if last is None else [(last, True)]

@@ -6,8 +6,8 @@ simple); a larger one is cut on UTF-8 boundaries into consecutive pieces that cl
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
 
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_server.domain.service import MessageView
@@ -15,6 +15,8 @@ from sessions_server.storage.rows import RowInfo
 
 # Leaves room under the 4 MiB default receive limit for the frame's other fields.
 PIECE_BYTES = 3 * 1024 * 1024
+
+Resp = TypeVar("Resp")
 
 
 def info_message(info: RowInfo) -> pb.MessageInfo:
@@ -51,17 +53,33 @@ def message_frames(view: MessageView, *, with_info: bool = True) -> Iterator[pb.
     for index, piece in enumerate(pieces):
         frame = pb.MessageFrame(json=piece, more_pieces=index < len(pieces) - 1)
         if index == 0 and with_info:
-            frame.info.CopyFrom(_info_for(view))
+            _fill_info(frame.info, view)
         yield frame
 
 
+def _fill_info(target: pb.MessageInfo, view: MessageView) -> None:
+    """Sets the info in place (assigning fields is several times cheaper than building a message
+    and copying it, which counts at tens of thousands of frames a second)."""
+    info = view.info
+    if info is None:  # a refused overlay write has no row: its info is present and empty
+        target.SetInParent()
+        return
+    target.id = info.id
+    target.role = info.role
+    if view.overlay:  # a synthetic overlay names its id and role only
+        target.overlay = True
+        return
+    target.seq = info.seq
+    target.created_at_ms = info.created_at_ms
+    target.token_estimate = info.token_estimate
+    if info.parent_id is not None:
+        target.parent_id = info.parent_id
+
+
 def _info_for(view: MessageView) -> pb.MessageInfo:
-    # A refused overlay write has no row: its info is empty. Overlays name their id and role.
-    if view.info is None:
-        return pb.MessageInfo()
-    if view.overlay:
-        return pb.MessageInfo(id=view.info.id, role=view.info.role, overlay=True)
-    return info_message(view.info)
+    out = pb.MessageInfo()
+    _fill_info(out, view)
+    return out
 
 
 def json_bytes(text: str) -> int:
@@ -98,46 +116,48 @@ def written_message(view: MessageView, budget: ResponseBudget | None = None) -> 
 PACK_BYTES = 1024 * 1024
 
 
-async def packed_frames(
-    items: AsyncIterator[tuple[MessageView, bool]], max_messages: int
-) -> AsyncIterator[tuple[list[pb.MessageFrame], bool]]:
-    """Groups messages into responses of up to `max_messages` frames and PACK_BYTES of JSON. A
-    response is sent as soon as the source would have to wait (so the first message of a read is
-    never held back for a full pack), and a message ending a batch ends its response. Yields
-    (frames, batch_end)."""
-    frames: list[pb.MessageFrame] = []
-    used = count = 0
-    pending: asyncio.Future[tuple[MessageView, bool]] | None = asyncio.ensure_future(anext(items))
-    while pending is not None:
-        if frames and not pending.done():
-            await asyncio.sleep(0)  # let an in-memory next item arrive without waiting on I/O
-            if not pending.done():
-                yield frames, False
-                frames, used, count = [], 0, 0
-        try:
-            view, batch_end = await pending
-        except StopAsyncIteration:
-            break
-        pending = asyncio.ensure_future(anext(items))
-        size = json_bytes(view.json)
-        if frames and (count >= max_messages or used + size > PACK_BYTES):
-            yield frames, False
-            frames, used, count = [], 0, 0
-        pieces = list(message_frames(view))
-        if len(pieces) > 1:
-            if frames:
-                yield frames, False
-                frames, used, count = [], 0, 0
+def framed_responses(
+    marked: Iterable[tuple[MessageView, bool]], max_messages: int, make: Callable[[], Resp]
+) -> Iterator[tuple[Resp, bool]]:
+    """Responses (from `make`, filled in place) carrying the messages, with whether each ends a
+    batch. With `max_messages` > 1 a response packs up to that many messages and PACK_BYTES of
+    JSON, and a message ending a batch ends its response; else each message has a `frame` of its
+    own. A message over PIECE_BYTES travels as consecutive pieces, one response each. Nothing is
+    carried over between calls: the caller hands over what it has, and it all goes out."""
+    packed = max_messages > 1
+    response: Any = None
+    count = used = 0
+    for view, batch_end in marked:
+        text = view.json
+        size = json_bytes(text)
+        if size > PIECE_BYTES or not packed:
+            if response is not None:
+                yield response, False
+                response = None
+            pieces = [text] if size <= PIECE_BYTES else list(split_utf8(text))
+            last = len(pieces) - 1
             for index, piece in enumerate(pieces):
-                yield [piece], batch_end and index == len(pieces) - 1
+                single: Any = make()
+                frame = single.frames.add() if packed else single.frame
+                frame.json = piece
+                if index == 0:
+                    _fill_info(frame.info, view)
+                if index < last:
+                    frame.more_pieces = True
+                yield single, batch_end and index == last
             continue
-        frames.extend(pieces)
-        used += size
+        if response is not None and (count >= max_messages or used + size > PACK_BYTES):
+            yield response, False
+            response = None
+        if response is None:
+            response, count, used = make(), 0, 0
+        frame = response.frames.add()
+        frame.json = text
+        _fill_info(frame.info, view)
         count += 1
+        used += size
         if batch_end:
-            yield frames, True
-            frames, used, count = [], 0, 0
-    if pending is not None and not pending.done():
-        pending.cancel()
-    if frames:
-        yield frames, False
+            yield response, True
+            response = None
+    if response is not None:
+        yield response, False

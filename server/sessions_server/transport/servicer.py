@@ -24,11 +24,11 @@ from sessions_server.domain.service import (
     DEFAULT_BATCH_BYTES,
     DEFAULT_BATCH_SIZE,
     AppendInput,
+    BatchMarker,
     MessageView,
     Progress,
     RecentSummary,
     SessionsService,
-    mark_batches,
     pointer_form,
 )
 from sessions_server.storage.feed import ChangeEvent, Reset
@@ -313,8 +313,8 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 request.object_key, request.session_id, list(request.message_ids), inline=_inline(request.attachments)
             )
             async with contextlib.aclosing(views):
-                async for frames, _ in _frame_groups(_unmarked(views), request.max_messages_per_response):
-                    yield pb.GetMessagesResponse(**frames)
+                async for response, _ in _responses(views, request.max_messages_per_response, pb.GetMessagesResponse):
+                    yield response
 
         await _stream(context, run, self._slots)
 
@@ -337,8 +337,8 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 request.object_key, request.session_id, request.message_id, inline=_inline(request.attachments)
             )
             async with contextlib.aclosing(views):
-                async for frames, _ in _frame_groups(_unmarked(views), request.max_messages_per_response):
-                    yield pb.GetBranchesResponse(**frames)
+                async for response, _ in _responses(views, request.max_messages_per_response, pb.GetBranchesResponse):
+                    yield response
 
         await _stream(context, run, self._slots)
 
@@ -352,18 +352,17 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 newest_first=request.newest_first,
                 inline=_inline(request.attachments),
             )
+            batches = (
+                BatchMarker(request.batch_size or DEFAULT_BATCH_SIZE, request.max_batch_bytes or DEFAULT_BATCH_BYTES)
+                if request.batch_size or request.max_batch_bytes
+                else None
+            )
             async with contextlib.aclosing(views):
-                batched = bool(request.batch_size or request.max_batch_bytes)
-                marked = (
-                    mark_batches(
-                        views, request.batch_size or DEFAULT_BATCH_SIZE, request.max_batch_bytes or DEFAULT_BATCH_BYTES
-                    )
-                    if batched
-                    else _unmarked(views)
-                )
-                async with contextlib.aclosing(marked):
-                    async for frames, batch_end in _frame_groups(marked, request.max_messages_per_response):
-                        yield pb.StreamHistoryResponse(**frames, batch_end=batched and batch_end)
+                responses = _responses(views, request.max_messages_per_response, pb.StreamHistoryResponse, batches)
+                async for response, batch_end in responses:
+                    if batch_end:
+                        response.batch_end = True
+                    yield response
 
         await _stream(context, run, self._slots)
 
@@ -385,9 +384,11 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                         truncated=summary.truncated, total_content_bytes=summary.total_content_bytes
                     )
                 )
-                views = _unmarked(items)  # type: ignore[arg-type]
-                async for frames, _ in _frame_groups(views, request.max_messages_per_response):
-                    yield pb.GetRecentHistoryResponse(**frames)
+                windows: AsyncIterator[list[MessageView]] = items  # type: ignore[assignment]
+                async for response, _ in _responses(
+                    windows, request.max_messages_per_response, pb.GetRecentHistoryResponse
+                ):
+                    yield response
 
         await _stream(context, run, self._slots)
 
@@ -751,27 +752,21 @@ async def _unary(context: Any, run: Callable[[], Awaitable[Resp]]) -> Resp:
     raise AssertionError("unreachable: abort raises")
 
 
-async def _unmarked(views: AsyncIterator[MessageView]) -> AsyncGenerator[tuple[MessageView, bool], None]:
-    async for view in views:
-        yield view, False
-
-
-async def _frame_groups(
-    marked: AsyncIterator[tuple[MessageView, bool]], max_messages: int
-) -> AsyncGenerator[tuple[dict[str, Any], bool], None]:
-    """The message fields of consecutive responses, with whether each ends a batch: packed
-    `frames` when the caller asked for more than one message per response, else one `frame`
-    per response (a large message in several)."""
-    if max_messages > 1:
-        packs = framing.packed_frames(marked, max_messages)
-        async with contextlib.aclosing(packs):  # type: ignore[type-var]
-            async for frames, batch_end in packs:
-                yield {"frames": frames}, batch_end
-        return
-    async for view, batch_end in marked:
-        pieces = list(framing.message_frames(view))
-        for index, piece in enumerate(pieces):
-            yield {"frame": piece}, batch_end and index == len(pieces) - 1
+async def _responses(
+    windows: AsyncIterator[list[MessageView]],
+    max_messages: int,
+    make: Callable[[], Resp],
+    batches: BatchMarker | None = None,
+) -> AsyncGenerator[tuple[Resp, bool], None]:
+    """The responses of a message read, window by window, with whether each ends a batch: a
+    window is framed as soon as it is read, so nothing waits on the next read."""
+    async for window in windows:
+        marked = batches.mark(window) if batches is not None else [(view, False) for view in window]
+        for item in framing.framed_responses(marked, max_messages, make):
+            yield item
+    if batches is not None:
+        for item in framing.framed_responses(batches.finish(), max_messages, make):
+            yield item
 
 
 class StreamSlots:
