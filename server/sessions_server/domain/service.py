@@ -60,6 +60,10 @@ from sessions_server.storage.store import (
 # query (an oversized row alone); newest-first prefix streams use fixed 8-row windows.
 WINDOW_ROWS = 50
 WINDOW_BYTES = 4 * 1024 * 1024
+# Past the first window of a forward read, windows double up to this many rows (the byte bound
+# stays): the first message comes as soon as upstream's would, and a long read pays one
+# executor hop per few hundred rows instead of per 50.
+WINDOW_MAX_ROWS = 400
 NEWEST_FIRST_PREFIX_WINDOW_ROWS = 8
 # Newest-first walks read this many rows per executor hop at first, doubling up to the maximum,
 # so a reader that stops after one message costs a handful of point reads.
@@ -71,7 +75,7 @@ IMPORT_PIPELINE_DEPTH = 64
 DEFAULT_SEARCH_SECONDS = 2.0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built per message on every read, and frozen init costs 5x
 class MessageView:
     """A message as a read or write returns it: lifted facts (None for synthetic ones) and JSON."""
 
@@ -770,9 +774,12 @@ def _resolve_leaf(store: ObjectStore, conn: Any, session_id: str, leaf_id: str) 
     return store.latest_leaf_id(conn, session_id)
 
 
-def _windows(rows: Sequence[PathStat], max_rows: int, max_bytes: int | None) -> list[list[PathStat]]:
-    """Cuts rows into hydration windows: at most `max_rows`, and at most `max_bytes` of stored
-    bytes when given, a single oversized row standing alone."""
+def _windows(
+    rows: Sequence[PathStat], max_rows: int, max_bytes: int | None, *, grow_to: int = 0
+) -> list[list[PathStat]]:
+    """Cuts rows into hydration windows: at most `max_rows` (doubling after each window up to
+    `grow_to` when given), and at most `max_bytes` of stored bytes when given, a single
+    oversized row standing alone."""
     out: list[list[PathStat]] = []
     current: list[PathStat] = []
     used = 0
@@ -780,6 +787,7 @@ def _windows(rows: Sequence[PathStat], max_rows: int, max_bytes: int | None) -> 
         if current and (len(current) >= max_rows or (max_bytes is not None and used + row.bytes > max_bytes)):
             out.append(current)
             current, used = [], 0
+            max_rows = max(max_rows, min(max_rows * 2, grow_to))
         current.append(row)
         used += row.bytes
     if current:
@@ -831,7 +839,7 @@ async def _stream_path(
         windows = (
             _windows(rows, NEWEST_FIRST_PREFIX_WINDOW_ROWS, None)
             if newest_first
-            else _windows(rows, WINDOW_ROWS, WINDOW_BYTES)
+            else _windows(rows, WINDOW_ROWS, WINDOW_BYTES, grow_to=WINDOW_MAX_ROWS)
         )
         for window in windows:
             ids = [row.id for row in window]

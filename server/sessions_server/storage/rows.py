@@ -10,7 +10,7 @@ MAX_PATH_DEPTH: Final = 10_000
 COMPACTION_PREFIX: Final = "compaction_"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built per row on every read, and frozen init costs 5x
 class RowInfo:
     """The lifted columns of a message row."""
 
@@ -22,7 +22,7 @@ class RowInfo:
     token_estimate: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built per row on every read, and frozen init costs 5x
 class StoredMessage:
     """A message row with its content reassembled from the row and its continuation rows.
 
@@ -59,7 +59,7 @@ class NewRow:
     search_text: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built per row on every read, and frozen init costs 5x
 class PathStat:
     """One row on a path: stored bytes (row, continuations, attachments) and token estimate."""
 
