@@ -9,6 +9,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from sessions_server.storage.rows import (
     COMPACTION_PREFIX,
@@ -31,7 +32,11 @@ class ObjectConnection(sqlite3.Connection):
     fts_known = False
 
 
-_ROW_COLUMNS = "id, role, parent_id, seq, created_at, token_estimate, content, content_chunks, content_hash"
+# Lifted columns cast in SQL (a file written elsewhere may hold any type in any column), so rows
+# map to records without a Python conversion per field.
+_INFO_COLUMNS = """CAST(id AS TEXT), CAST(role AS TEXT), CAST(parent_id AS TEXT), CAST(seq AS INTEGER),
+    CAST(created_at AS INTEGER), CAST(token_estimate AS INTEGER)"""
+_ROW_COLUMNS = f"{_INFO_COLUMNS}, content, content_chunks, content_hash"
 
 # A stored `compaction_<X>` row is hidden when X names one of the session's own compaction
 # records: it duplicates an overlay the session renders itself (reference notes §6).
@@ -47,27 +52,38 @@ _PATH_CTE = f"""WITH RECURSIVE path(id, parent_id, depth) AS (
     WHERE path.depth < {MAX_PATH_DEPTH}
 )"""
 
-# Stored size of a row as hydration costs it: slice 0, continuation slices, and each referenced
-# attachment payload at its base64 length.
-_BYTES_SQL = """LENGTH(CAST(m.content AS BLOB))
+# Stored size of a row as hydration costs it: slice 0, continuation slices, and (when the object
+# holds any) each referenced attachment payload at its base64 length.
+_ROW_BYTES_SQL = """LENGTH(CAST(m.content AS BLOB))
     + CASE WHEN m.content_chunks = 0 THEN 0 ELSE COALESCE((
         SELECT SUM(LENGTH(CAST(c.content AS BLOB))) FROM cf_agents_session_message_chunks AS c
-        WHERE c.session_id = m.session_id AND c.id = m.id), 0) END
-    + COALESCE((
+        WHERE c.session_id = m.session_id AND c.id = m.id), 0) END"""
+_ATTACHMENT_BYTES_SQL = """ + COALESCE((
         SELECT SUM((meta.bytes + 2) / 3 * 4) FROM cf_agents_session_attachment_refs AS r
         JOIN cf_agents_session_attachment_meta AS meta ON meta.hash = r.hash
         WHERE r.session_id = m.session_id AND r.message_id = m.id), 0)"""
 
 
-def _info(row: Sequence[object]) -> RowInfo:
-    return RowInfo(
-        id=str(row[0]),
-        role=str(row[1]),
-        parent_id=None if row[2] is None else str(row[2]),
-        seq=int(row[3]),  # type: ignore[call-overload]
-        created_at_ms=int(row[4]),  # type: ignore[call-overload]
-        token_estimate=int(row[5]),  # type: ignore[call-overload]
-    )
+def _stats_cte(with_attachments: bool) -> str:
+    """The path walk carrying each row's role, stored bytes and token estimate: computed where
+    the walk already stands on the row, which costs half of joining the rows again after."""
+    row = f"m.role, {_ROW_BYTES_SQL}{_ATTACHMENT_BYTES_SQL if with_attachments else ''}, m.token_estimate"
+    return f"""WITH RECURSIVE path(id, parent_id, depth, role, bytes, tokens) AS (
+    SELECT m.id, m.parent_id, 0, {row} FROM cf_agents_session_messages AS m
+    WHERE m.session_id = ?1 AND m.id = ?2
+    UNION ALL
+    SELECT m.id, m.parent_id, path.depth + 1, {row}
+    FROM path JOIN cf_agents_session_messages AS m ON m.session_id = ?1 AND m.id = path.parent_id
+    WHERE path.depth < {MAX_PATH_DEPTH}
+)"""
+
+
+_STATS_CTE = {flag: _stats_cte(flag) for flag in (False, True)}
+
+
+def _info(row: Sequence[Any]) -> RowInfo:
+    """A row selected as `_INFO_COLUMNS` (types already cast) as a record."""
+    return RowInfo(row[0], row[1], row[2], row[3], row[4], row[5])
 
 
 def continuations(conn: sqlite3.Connection, session_id: str, ids: Sequence[str]) -> dict[str, str]:
@@ -85,14 +101,14 @@ def continuations(conn: sqlite3.Connection, session_id: str, ids: Sequence[str])
     return {message_id: "".join(parts) for message_id, parts in joined.items()}
 
 
-def _assemble(conn: sqlite3.Connection, session_id: str, rows: list[Sequence[object]]) -> list[StoredMessage]:
-    chunked = [str(row[0]) for row in rows if row[7]]
+def _assemble(conn: sqlite3.Connection, session_id: str, rows: list[Sequence[Any]]) -> list[StoredMessage]:
+    chunked = [row[0] for row in rows if row[7]]
     extra = continuations(conn, session_id, chunked) if chunked else {}
     out = []
     for row in rows:
         content = str(row[6])
         if row[7]:
-            content += extra.get(str(row[0]), "")
+            content += extra.get(row[0], "")
         out.append(StoredMessage(_info(row), content, row[8] is not None))
     return out
 
@@ -157,14 +173,28 @@ def children(conn: sqlite3.Connection, session_id: str, parent_id: str) -> list[
     return _assemble(conn, session_id, rows)
 
 
+def has_attachment_refs(conn: sqlite3.Connection, session_id: str) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM cf_agents_session_attachment_refs WHERE session_id = ? LIMIT 1", (session_id,)
+    ).fetchone()
+    return row is not None
+
+
+def has_compactions(conn: sqlite3.Connection, session_id: str) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM cf_agents_session_compactions WHERE session_id = ? LIMIT 1", (session_id,)
+    ).fetchone()
+    return row is not None
+
+
 def path_stats(conn: sqlite3.Connection, session_id: str, leaf_id: str) -> PathStats:
     """The path from the root to `leaf_id` without content, hidden overlay rows left out."""
-    hidden = _HIDDEN_SQL.format(id="path.id", session="?1")
+    # Without compaction records nothing can be hidden, and without attachment references no
+    # row has payload bytes: each per-row test left out is a fifth of the walk.
+    hidden = _HIDDEN_SQL.format(id="path.id", session="?1") if has_compactions(conn, session_id) else "0"
+    cte = _STATS_CTE[has_attachment_refs(conn, session_id)]
     walked = conn.execute(
-        f"""{_PATH_CTE}
-            SELECT path.id, m.role, {_BYTES_SQL}, m.token_estimate, {hidden}
-            FROM path JOIN cf_agents_session_messages AS m ON m.session_id = ?1 AND m.id = path.id
-            ORDER BY path.depth DESC""",
+        f"{cte} SELECT id, role, bytes, tokens, {hidden} FROM path ORDER BY depth DESC",
         (session_id, leaf_id),
     ).fetchall()
     rows = [PathStat(str(r[0]), str(r[1]), int(r[2]), int(r[3])) for r in walked if not r[4]]
@@ -283,8 +313,7 @@ def rewrite_message(conn: sqlite3.Connection, session_id: str, row: NewRow, old_
 
 def row_info(conn: sqlite3.Connection, session_id: str, message_id: str) -> RowInfo | None:
     row = conn.execute(
-        """SELECT id, role, parent_id, seq, created_at, token_estimate FROM cf_agents_session_messages
-           WHERE session_id = ? AND id = ?""",
+        f"SELECT {_INFO_COLUMNS} FROM cf_agents_session_messages WHERE session_id = ? AND id = ?",
         (session_id, message_id),
     ).fetchone()
     return None if row is None else _info(row)
