@@ -114,6 +114,9 @@ def configure_connection(conn: sqlite3.Connection) -> None:
     conn.execute("PRAGMA busy_timeout = 10000")
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA synchronous = FULL")
+    # Every write job runs in a savepoint; with file-backed temp storage SQLite would open (and
+    # unlink) a statement journal in the temp directory every few commits.
+    conn.execute("PRAGMA temp_store = MEMORY")
 
 
 def initialize(conn: sqlite3.Connection, object_key: str) -> None:

@@ -183,15 +183,27 @@ class ObjectStore:
         except sqlite3.Error as exc:
             failure = StorageError(f"could not start a write transaction: {exc}")
             return [(False, failure) for _ in batch], []
+        # A lone job needs no savepoint: if it fails, the whole transaction is its to roll back.
+        alone = len(batch) == 1
         for job in batch:
             before_tails = dict(ctx.pending_tails)
             before_writes = ctx.row_writes
             before_events = len(ctx.events)
             try:
-                conn.execute("SAVEPOINT job")
-                value = job.run(ctx)
-                conn.execute("RELEASE job")
+                if alone:
+                    value = job.run(ctx)
+                else:
+                    conn.execute("SAVEPOINT job")
+                    value = job.run(ctx)
+                    conn.execute("RELEASE job")
             except BaseException as exc:
+                if alone:
+                    with contextlib.suppress(sqlite3.Error):
+                        if conn.in_transaction:
+                            conn.execute("ROLLBACK")
+                    if isinstance(exc, sqlite3.Error):
+                        exc = StorageError(f"storage failed: {exc}")
+                    return [(False, exc)], []
                 if not self._undo_job(conn):
                     # SQLite abandoned the whole transaction (e.g. the disk filled mid-statement):
                     # nothing of this batch is written, so no job may be answered as stored.
