@@ -8,9 +8,11 @@ import (
 	pb "github.com/sessions-dev/sessions/clients/go/gen/sessions/v1"
 )
 
-// HistoryIterator streams one root-to-leaf path, one message at a time: it holds only the
-// current message (and, while a large message arrives in pieces, that message's pieces), never
-// the path. Use it as
+// HistoryIterator streams one root-to-leaf path, one message at a time. The server packs up to
+// 128 small messages into one response (about 1 MiB of JSON at most); the iterator reads the
+// next response only when the current one is used up, and decodes one message per Next. It
+// holds the current message, the not yet returned frames of one response and, while a large
+// message arrives in pieces, that message's pieces; never the path. Use it as
 //
 //	it := s.History(ctx)
 //	defer it.Close()
@@ -38,17 +40,18 @@ func (s *Session) History(ctx context.Context, opts ...ReadOption) *HistoryItera
 	sctx, cancel := context.WithCancel(s.object.routed(ctx))
 	it := &HistoryIterator{cancel: cancel}
 	stream, err := s.client.stub.StreamHistory(sctx, &pb.StreamHistoryRequest{
-		ObjectKey:   s.object.key,
-		SessionId:   s.id,
-		LeafId:      o.leafID,
-		NewestFirst: o.newestFirst,
-		Attachments: attachmentMode(o),
+		ObjectKey:              s.object.key,
+		SessionId:              s.id,
+		LeafId:                 o.leafID,
+		NewestFirst:            o.newestFirst,
+		Attachments:            attachmentMode(o),
+		MaxMessagesPerResponse: packedMessages,
 	})
 	if err != nil {
 		it.finish(toError(err))
 		return it
 	}
-	it.stream = newMessageStream(stream, (*pb.StreamHistoryResponse).GetFrame, nil)
+	it.stream = newMessageStream(stream, nil)
 	return it
 }
 
@@ -59,7 +62,7 @@ func (it *HistoryIterator) Next() bool {
 	if it.done {
 		return false
 	}
-	msg, _, err := it.stream.next()
+	msg, err := it.stream.next()
 	if err != nil {
 		if err == io.EOF {
 			err = nil
@@ -86,14 +89,15 @@ func (it *HistoryIterator) Held() int {
 	return 0
 }
 
-// Frames returns how many response frames the iterator has received so far. Frames are read
-// only as Next needs them, so for a path of single-frame messages it equals the number of
-// messages returned.
+// Frames returns how many responses (gRPC frames) the iterator has received so far. Each carries
+// up to 128 packed messages, or one piece of a message over 3 MiB, so a long path of small
+// messages takes far fewer responses than messages. Responses are read only as Next needs them:
+// the next one once every message of the current one has been returned.
 func (it *HistoryIterator) Frames() int64 {
 	if it.stream == nil {
 		return 0
 	}
-	return it.stream.frames
+	return it.stream.responses
 }
 
 // Close stops the stream (the server stops reading) and drops the current message. It is safe
@@ -151,19 +155,20 @@ func (s *Session) HistoryBatches(ctx context.Context, opts ...ReadOption) *Batch
 	sctx, cancel := context.WithCancel(s.object.routed(ctx))
 	it := &BatchIterator{cancel: cancel}
 	stream, err := s.client.stub.StreamHistory(sctx, &pb.StreamHistoryRequest{
-		ObjectKey:     s.object.key,
-		SessionId:     s.id,
-		LeafId:        o.leafID,
-		NewestFirst:   o.newestFirst,
-		BatchSize:     o.batchSize,
-		MaxBatchBytes: o.maxBatchBytes,
-		Attachments:   attachmentMode(o),
+		ObjectKey:              s.object.key,
+		SessionId:              s.id,
+		LeafId:                 o.leafID,
+		NewestFirst:            o.newestFirst,
+		BatchSize:              o.batchSize,
+		MaxBatchBytes:          o.maxBatchBytes,
+		Attachments:            attachmentMode(o),
+		MaxMessagesPerResponse: packedMessages,
 	})
 	if err != nil {
 		it.finish(toError(err))
 		return it
 	}
-	it.stream = newMessageStream(stream, (*pb.StreamHistoryResponse).GetFrame, nil)
+	it.stream = newMessageStream(stream, nil)
 	return it
 }
 
@@ -175,7 +180,7 @@ func (it *BatchIterator) Next() bool {
 	}
 	var batch []Message
 	for {
-		msg, resp, err := it.stream.next()
+		msg, ok, ended, err := it.stream.step()
 		if err == io.EOF {
 			it.finish(nil)
 			if len(batch) > 0 { // a server that did not mark the last batch end
@@ -188,8 +193,13 @@ func (it *BatchIterator) Next() bool {
 			it.finish(err)
 			return false
 		}
-		batch = append(batch, msg)
-		if resp.GetBatchEnd() {
+		if ok {
+			batch = append(batch, msg)
+			continue
+		}
+		// batch_end marks a response whose last frame ends a batch: the batch ends once every
+		// frame of that response has been read, as in the Python client.
+		if ended.GetBatchEnd() {
 			it.cur = batch
 			return true
 		}

@@ -9,6 +9,12 @@ import (
 	pb "github.com/sessions-dev/sessions/clients/go/gen/sessions/v1"
 )
 
+// packedMessages is how many messages a long read asks the server to pack into one response
+// (max_messages_per_response), the Python client's PACKED_MESSAGES: one gRPC frame per message
+// would otherwise dominate the cost of streaming history. The server also stops a response at
+// about 1 MiB of JSON, and sends each piece of a message over 3 MiB in a response of its own.
+const packedMessages = 128
+
 func attachmentMode(o readOptions) pb.AttachmentMode {
 	if o.pointers {
 		return pb.AttachmentMode_ATTACHMENT_MODE_POINTER
@@ -27,7 +33,7 @@ func (s *Session) GetMessage(ctx context.Context, id string, opts ...ReadOption)
 	if err != nil {
 		return Message{}, false, toError(err)
 	}
-	msgs, err := collect(stream, (*pb.GetMessageResponse).GetFrame, nil)
+	msgs, err := collect(stream, nil)
 	if err != nil || len(msgs) == 0 {
 		return Message{}, false, err
 	}
@@ -41,11 +47,12 @@ func (s *Session) GetMessages(ctx context.Context, ids []string, opts ...ReadOpt
 	defer cancel()
 	stream, err := s.client.stub.GetMessages(cctx, &pb.GetMessagesRequest{
 		ObjectKey: s.object.key, SessionId: s.id, MessageIds: ids, Attachments: attachmentMode(o),
+		MaxMessagesPerResponse: packedMessages,
 	})
 	if err != nil {
 		return nil, toError(err)
 	}
-	return collect(stream, (*pb.GetMessagesResponse).GetFrame, nil)
+	return collect(stream, nil)
 }
 
 // GetLatestLeaf reads the active leaf, the newest message of the session; found is false for
@@ -60,7 +67,7 @@ func (s *Session) GetLatestLeaf(ctx context.Context, opts ...ReadOption) (msg Me
 	if err != nil {
 		return Message{}, false, toError(err)
 	}
-	msgs, err := collect(stream, (*pb.GetLatestLeafResponse).GetFrame, nil)
+	msgs, err := collect(stream, nil)
 	if err != nil || len(msgs) == 0 {
 		return Message{}, false, err
 	}
@@ -74,11 +81,12 @@ func (s *Session) GetBranches(ctx context.Context, id string, opts ...ReadOption
 	defer cancel()
 	stream, err := s.client.stub.GetBranches(cctx, &pb.GetBranchesRequest{
 		ObjectKey: s.object.key, SessionId: s.id, MessageId: id, Attachments: attachmentMode(o),
+		MaxMessagesPerResponse: packedMessages,
 	})
 	if err != nil {
 		return nil, toError(err)
 	}
-	return collect(stream, (*pb.GetBranchesResponse).GetFrame, nil)
+	return collect(stream, nil)
 }
 
 // GetHistory reads a whole path into memory (root first, or newest first with NewestFirst).
@@ -101,17 +109,18 @@ func (s *Session) GetRecentHistory(ctx context.Context, maxContentBytes int64, o
 	cctx, cancel := s.object.unaryCtx(ctx)
 	defer cancel()
 	stream, err := s.client.stub.GetRecentHistory(cctx, &pb.GetRecentHistoryRequest{
-		ObjectKey:       s.object.key,
-		SessionId:       s.id,
-		MaxContentBytes: maxContentBytes,
-		LeafId:          o.leafID,
-		Attachments:     attachmentMode(o),
+		ObjectKey:              s.object.key,
+		SessionId:              s.id,
+		MaxContentBytes:        maxContentBytes,
+		LeafId:                 o.leafID,
+		Attachments:            attachmentMode(o),
+		MaxMessagesPerResponse: packedMessages,
 	})
 	if err != nil {
 		return RecentHistory{}, toError(err)
 	}
 	var out RecentHistory
-	msgs, err := collect(stream, (*pb.GetRecentHistoryResponse).GetFrame, func(r *pb.GetRecentHistoryResponse) {
+	msgs, err := collect(stream, func(r *pb.GetRecentHistoryResponse) {
 		if summary := r.GetSummary(); summary != nil {
 			out.Truncated = summary.GetTruncated()
 			out.TotalContentBytes = summary.GetTotalContentBytes()
@@ -151,50 +160,113 @@ func (s *Session) GetHistoryRowStats(ctx context.Context, opts ...ReadOption) ([
 	}
 }
 
-// messageStream reads whole messages from a server stream of MessageFrames, holding at most the
-// pieces of one message.
+// frameResponse is a message-read response: each has a single `frame`.
+type frameResponse interface {
+	GetFrame() *pb.MessageFrame
+}
+
+// packedResponse is the response of a long read, which can also carry packed `frames`.
+type packedResponse interface {
+	frameResponse
+	GetFrames() []*pb.MessageFrame
+}
+
+// framesOf returns the MessageFrames of a read response: its packed `frames` when it has any,
+// else its single `frame` (none when neither is set), as the Python client's frames_of.
+func framesOf(resp frameResponse) []*pb.MessageFrame {
+	if packed, ok := resp.(packedResponse); ok {
+		if frames := packed.GetFrames(); len(frames) > 0 {
+			return frames
+		}
+	}
+	if frame := resp.GetFrame(); frame != nil {
+		return []*pb.MessageFrame{frame}
+	}
+	return nil
+}
+
+// messageStream reads whole messages from a server stream of MessageFrames. It reads a response
+// only when the previous one's frames are used up, and holds the frames of that one response
+// not yet returned (up to packedMessages messages) and the pieces of at most one message.
 type messageStream[R any] struct {
 	recv       func() (*R, error)
-	frame      func(*R) *pb.MessageFrame
+	framesOf   func(*R) []*pb.MessageFrame
 	onResponse func(*R)
 	asm        assembler
-	frames     int64
+	resp       *R                 // the response being read; nil when it is used up
+	pending    []*pb.MessageFrame // its frames not fed yet
+	responses  int64
 }
 
-func newMessageStream[R any](stream grpc.ServerStreamingClient[R], frame func(*R) *pb.MessageFrame, onResponse func(*R)) *messageStream[R] {
-	return &messageStream[R]{recv: stream.Recv, frame: frame, onResponse: onResponse}
+func newMessageStream[R any, P interface {
+	*R
+	frameResponse
+}](stream grpc.ServerStreamingClient[R], onResponse func(*R)) *messageStream[R] {
+	return &messageStream[R]{
+		recv:       stream.Recv,
+		framesOf:   func(r *R) []*pb.MessageFrame { return framesOf(P(r)) },
+		onResponse: onResponse,
+	}
 }
 
-// next returns the next whole message and the response that carried its last piece; io.EOF
-// when the stream ended cleanly.
-func (m *messageStream[R]) next() (Message, *R, error) {
+// step feeds the assembler one frame, reading the next response when the current one is used
+// up. It returns a message when that frame completes one (ok), or, once every frame of a
+// response has been fed, that response (ended) before any later response is read; io.EOF when
+// the stream ended cleanly.
+func (m *messageStream[R]) step() (msg Message, ok bool, ended *R, err error) {
 	for {
-		resp, err := m.recv()
-		if err == io.EOF {
-			if err := m.asm.finish(); err != nil {
-				return Message{}, nil, err
+		if m.resp == nil {
+			resp, err := m.recv()
+			if err == io.EOF {
+				if err := m.asm.finish(); err != nil {
+					return Message{}, false, nil, err
+				}
+				return Message{}, false, nil, io.EOF
 			}
-			return Message{}, nil, io.EOF
+			if err != nil {
+				return Message{}, false, nil, toError(err)
+			}
+			m.responses++
+			if m.onResponse != nil {
+				m.onResponse(resp)
+			}
+			m.resp, m.pending = resp, m.framesOf(resp)
 		}
+		if len(m.pending) == 0 {
+			ended, m.resp, m.pending = m.resp, nil, nil
+			return Message{}, false, ended, nil
+		}
+		frame := m.pending[0]
+		m.pending[0] = nil // fed: let it go before the rest of the response
+		m.pending = m.pending[1:]
+		if msg, ok := m.asm.feed(frame); ok {
+			return msg, true, nil, nil
+		}
+	}
+}
+
+// next returns the next whole message; io.EOF when the stream ended cleanly.
+func (m *messageStream[R]) next() (Message, error) {
+	for {
+		msg, ok, _, err := m.step()
 		if err != nil {
-			return Message{}, nil, toError(err)
+			return Message{}, err
 		}
-		m.frames++
-		if m.onResponse != nil {
-			m.onResponse(resp)
-		}
-		if msg, ok := m.asm.feed(m.frame(resp)); ok {
-			return msg, resp, nil
+		if ok {
+			return msg, nil
 		}
 	}
 }
 
 // collect reads every message of a short server stream.
-func collect[R any](stream grpc.ServerStreamingClient[R], frame func(*R) *pb.MessageFrame, onResponse func(*R)) ([]Message, error) {
-	ms := newMessageStream(stream, frame, onResponse)
+func collect[R any, P interface {
+	*R
+	frameResponse
+}](stream grpc.ServerStreamingClient[R], onResponse func(*R)) ([]Message, error) {
+	ms := newMessageStream[R, P](stream, onResponse)
 	var out []Message
 	for {
-		msg, _, err := ms.next()
+		msg, err := ms.next()
 		if err == io.EOF {
 			return out, nil
 		}

@@ -131,19 +131,24 @@ func TestTwentyMegabyteMessageRoundTrip(t *testing.T) {
 }
 
 // TestHistoryStreamsOneMessageAtATime reads a 200-message history and checks, through the
-// iterator's own API, that it holds at most one decoded message and reads frames only as it
-// goes: after the i-th message it has received exactly i frames.
+// iterator's own API and against the responses recorded on the wire, that it holds at most one
+// decoded message, that the messages come packed (far fewer responses than messages, at most
+// 128 in one), and that it never reads ahead: the current message is always in the newest
+// response received, and Frames() counts exactly the responses received.
 func TestHistoryStreamsOneMessageAtATime(t *testing.T) {
 	ctx := testCtx(t)
-	s := newSession(t)
+	s, rec := recordedSession(t, "s")
 	const n = 200
 	msgs := make([]any, n)
+	want := make([]json.RawMessage, n)
 	for i := range msgs {
-		msgs[i] = textMessage(fmt.Sprintf("m%03d", i), []string{"user", "assistant"}[i%2], strings.Repeat("x", 1000))
+		want[i] = textMessage(fmt.Sprintf("m%03d", i), []string{"user", "assistant"}[i%2], strings.Repeat("x", 1000))
+		msgs[i] = want[i]
 	}
 	if _, err := s.AppendMessages(ctx, msgs); err != nil {
 		t.Fatal(err)
 	}
+	rec.reset()
 
 	it := s.History(ctx)
 	defer it.Close()
@@ -155,11 +160,20 @@ func TestHistoryStreamsOneMessageAtATime(t *testing.T) {
 		if held := it.Held(); held != 1 {
 			t.Fatalf("message %d: iterator holds %d messages", count, held)
 		}
-		if frames := it.Frames(); frames != int64(count+1) {
-			t.Fatalf("message %d: iterator has received %d frames (it reads ahead)", count, frames)
+		received := rec.frameCounts(t, "StreamHistory")
+		if it.Frames() != int64(len(received)) {
+			t.Fatalf("message %d: Frames() = %d, %d responses received", count, it.Frames(), len(received))
 		}
-		if want := fmt.Sprintf("m%03d", count); it.Message().Info.ID != want {
-			t.Fatalf("message %d is %s, want %s", count, it.Message().Info.ID, want)
+		before := 0 // messages in every response received but the newest
+		for _, k := range received[:len(received)-1] {
+			before += k
+		}
+		if count < before || count >= before+received[len(received)-1] {
+			t.Fatalf("message %d is not in the newest response (responses %v): the iterator reads ahead", count, received)
+		}
+		m := it.Message()
+		if wantID := fmt.Sprintf("m%03d", count); m.Info.ID != wantID || !bytes.Equal(m.JSON, want[count]) {
+			t.Fatalf("message %d is %s (%d bytes), want %s", count, m.Info.ID, len(m.JSON), wantID)
 		}
 		count++
 	}
@@ -169,6 +183,17 @@ func TestHistoryStreamsOneMessageAtATime(t *testing.T) {
 	if count != n || it.Held() != 0 {
 		t.Fatalf("read %d messages, held %d after the end", count, it.Held())
 	}
+	// 200 messages need at least two responses of 128; one response per message means no packing.
+	received := rec.frameCounts(t, "StreamHistory")
+	if len(received) < 2 || len(received) >= n/2 || it.Frames() != int64(len(received)) {
+		t.Fatalf("%d messages came in %d responses %v (Frames() = %d)", n, len(received), received, it.Frames())
+	}
+	for _, k := range received {
+		if k < 1 || k > 128 {
+			t.Fatalf("a response carried %d messages: %v", k, received)
+		}
+	}
+	rec.reset()
 
 	// Newest first, through range-over-func.
 	count = 0

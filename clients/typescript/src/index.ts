@@ -7,8 +7,9 @@
  *     for await (const message of session.history()) console.log(message);
  *
  * Messages are plain objects, sent as `JSON.stringify` text and read back with `JSON.parse`.
- * Every call sends the routing metadata `x-object-key` (percent-encoded UTF-8), reassembles
- * messages that the server sends in pieces, and writes messages above 3 MiB through the
+ * Every call sends the routing metadata `x-object-key` (percent-encoded UTF-8), asks long reads
+ * to pack up to 128 messages per response (`max_messages_per_response`), reassembles messages
+ * that the server sends in pieces, and writes messages above 3 MiB through the
  * client-streaming `UploadMessage`. Failures are thrown as `SessionsError` (status code plus the
  * `ErrorInfo` reason from the `grpc-status-details-bin` trailer).
  */
@@ -209,6 +210,12 @@ export const OBJECT_KEY_HEADER = "x-object-key";
 export const UNARY_LIMIT_BYTES = 3 * 1024 * 1024;
 /** Size of each piece of a streamed message, in UTF-8 bytes. */
 export const PIECE_BYTES = 3 * 1024 * 1024;
+/**
+ * Messages the server may pack into one response on long reads (`max_messages_per_response`):
+ * one gRPC frame per message would otherwise dominate the cost of streaming history. The same
+ * value as the Python client's PACKED_MESSAGES.
+ */
+const PACKED_MESSAGES = 128;
 
 const ERROR_INFO_TYPE = "google.rpc.ErrorInfo";
 
@@ -411,6 +418,18 @@ function isImportItem(item: unknown): item is ImportItem | ImportItemLike {
     "parentId" in item &&
     !("parts" in item)
   );
+}
+
+/** A read response: packed `frames` (long reads), or one `frame`. */
+interface FramedResponse {
+  frame?: MessageFrame | undefined;
+  frames?: MessageFrame[];
+}
+
+/** The MessageFrames of a read response: packed `frames`, or the single `frame` (as in Python). */
+function framesOf(response: FramedResponse): MessageFrame[] {
+  if (response.frames !== undefined && response.frames.length > 0) return response.frames;
+  return response.frame !== undefined ? [response.frame] : [];
 }
 
 /** A reassembled message and its lifted facts. */
@@ -807,7 +826,7 @@ export class SessionHandle {
   /** Messages in the order of `ids`, null where absent. */
   async getMessages(ids: Iterable<string>): Promise<(Message | null)[]> {
     const messageIds = [...ids];
-    const request = { objectKey: this.key, sessionId: this.id, messageIds };
+    const request = { objectKey: this.key, sessionId: this.id, messageIds, maxMessagesPerResponse: PACKED_MESSAGES };
     const byId = new Map<string, Message>();
     for await (const found of this.messages((o) => this.rpc.getMessages(request, o))) {
       const message = parseMessage(found.json);
@@ -828,7 +847,7 @@ export class SessionHandle {
 
   /** The direct children of a message, oldest first. */
   async getBranches(messageId: string): Promise<Message[]> {
-    const request = { objectKey: this.key, sessionId: this.id, messageId };
+    const request = { objectKey: this.key, sessionId: this.id, messageId, maxMessagesPerResponse: PACKED_MESSAGES };
     const out: Message[] = [];
     for await (const found of this.messages((o) => this.rpc.getBranches(request, o))) {
       out.push(parseMessage(found.json));
@@ -843,6 +862,7 @@ export class SessionHandle {
       sessionId: this.id,
       leafId: options.leafId ?? "",
       newestFirst: options.newestFirst ?? false,
+      maxMessagesPerResponse: PACKED_MESSAGES,
     };
     for await (const found of this.messages((o) => this.rpc.streamHistory(request, o))) {
       yield parseMessage(found.json);
@@ -858,14 +878,16 @@ export class SessionHandle {
       newestFirst: options.newestFirst ?? false,
       batchSize: Math.max(1, Math.trunc(options.batchSize ?? 50)),
       maxBatchBytes: BigInt(Math.max(1, Math.trunc(options.maxBatchBytes ?? 4 * 1024 * 1024))),
+      maxMessagesPerResponse: PACKED_MESSAGES,
     };
     let batch: Message[] = [];
     const assembler = new FrameAssembler();
     for await (const response of this.client.stream(this.key, (o) => this.rpc.streamHistory(request, o))) {
-      if (response.frame !== undefined) {
-        const done = assembler.feed(response.frame);
+      for (const frame of framesOf(response)) {
+        const done = assembler.feed(frame);
         if (done !== null) batch.push(parseMessage(done.json));
       }
+      // The server ends a batch only at the end of a response (after its last frame).
       if (response.batchEnd) {
         yield batch;
         batch = [];
@@ -889,6 +911,7 @@ export class SessionHandle {
       sessionId: this.id,
       maxContentBytes: BigInt(Math.trunc(maxContentBytes)),
       leafId: options.leafId ?? "",
+      maxMessagesPerResponse: PACKED_MESSAGES,
     };
     let truncated = false;
     let total = 0;
@@ -899,8 +922,8 @@ export class SessionHandle {
         truncated = response.summary.truncated;
         total = toNumber(response.summary.totalContentBytes);
       }
-      if (response.frame !== undefined) {
-        const done = assembler.feed(response.frame);
+      for (const frame of framesOf(response)) {
+        const done = assembler.feed(frame);
         if (done !== null) messages.push(parseMessage(done.json));
       }
     }
@@ -928,13 +951,14 @@ export class SessionHandle {
   // ── helpers ───────────────────────────────────────────────────────────────
 
   private async *messages(
-    start: (options: CallOptions) => AsyncIterable<{ frame?: MessageFrame | undefined }>,
+    start: (options: CallOptions) => AsyncIterable<FramedResponse>,
   ): AsyncGenerator<Assembled> {
     const assembler = new FrameAssembler();
     for await (const response of this.client.stream(this.key, start)) {
-      if (response.frame === undefined) continue;
-      const done = assembler.feed(response.frame);
-      if (done !== null) yield done;
+      for (const frame of framesOf(response)) {
+        const done = assembler.feed(frame);
+        if (done !== null) yield done;
+      }
     }
     assembler.finish();
   }
