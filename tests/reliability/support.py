@@ -37,6 +37,16 @@ POINTER = re.compile(r"attachment:sha256:([0-9a-f]{64})")
 START_TIMEOUT_SECONDS = 60.0
 
 
+def exec_after(setup: str) -> str:
+    """Python for `python -c`: runs `setup` (rlimits, signal dispositions: what survives exec),
+    then replaces itself with `python <its own arguments>`.
+
+    Used instead of `preexec_fn`, which forces a plain fork of this multi-threaded test process:
+    with gRPC channels open here, grpcio's fork handlers can crash that child before it execs
+    (grpc/grpc#43055). Without `preexec_fn` the child is spawned without them."""
+    return f"import os, sys\n{setup}\nos.execv(sys.executable, [sys.executable, *sys.argv[1:]])"
+
+
 class ServerDied(RuntimeError):
     """The server process exited before it printed its address."""
 
@@ -48,11 +58,11 @@ class Server:
         self,
         data_dir: Path,
         *extra: str,
-        preexec_fn: Callable[[], None] | None = None,
+        setup: str = "",
     ) -> None:
         self.data_dir = data_dir
         self.extra = extra
-        self.preexec_fn = preexec_fn
+        self.setup = setup
         self.proc: subprocess.Popen[str] | None = None
         self.address = ""
         self.lines: list[str] = []
@@ -66,6 +76,8 @@ class Server:
     def start(self) -> Server:
         command = [sys.executable, "-m", "sessions_server.cli", "serve", "--listen", "127.0.0.1:0"]
         command += ["--data-dir", str(self.data_dir), *self.extra]
+        if self.setup:
+            command = [sys.executable, "-c", exec_after(self.setup), *command[1:]]
         self.lines = []
         self.proc = subprocess.Popen(
             command,
@@ -74,7 +86,6 @@ class Server:
             text=True,
             errors="replace",
             env={**os.environ},
-            preexec_fn=self.preexec_fn,
         )
         found = threading.Event()
 

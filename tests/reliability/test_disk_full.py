@@ -28,7 +28,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -57,9 +57,9 @@ ACCEPTED = {
 }
 
 
-def _ignore_sigxfsz() -> None:
-    """preexec_fn: writing past RLIMIT_FSIZE must fail with EFBIG, not kill the server."""
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+# Run in the server's process before it starts (`Server(setup=...)`): writing past RLIMIT_FSIZE
+# must fail with EFBIG, not kill the server.
+IGNORE_SIGXFSZ = "import signal\nsignal.signal(signal.SIGXFSZ, signal.SIG_IGN)"
 
 
 @dataclass
@@ -72,7 +72,7 @@ class LimitedStorage:
     mount_point: Path | None = None
     filler: Path | None = None
     pid: int | None = None
-    preexec_fn: Callable[[], None] = field(default=_ignore_sigxfsz)
+    setup: str = IGNORE_SIGXFSZ
 
     def exhaust(self, pid: int | None = None) -> None:
         """Leaves about SLACK_BYTES of room (tmpfs), or caps file growth at the largest current
@@ -153,7 +153,7 @@ def test_full_storage_fails_the_write_cleanly_and_keeps_serving_reads(
     storage: LimitedStorage, capsys: pytest.CaptureFixture[str]
 ) -> None:
     key = "disk-full"
-    server = Server(storage.data_dir, preexec_fn=storage.preexec_fn).start()
+    server = Server(storage.data_dir, setup=storage.setup).start()
     seen: list[str] = []
     try:
         with SessionsClient(server.address, timeout=60) as client:
@@ -284,7 +284,8 @@ def test_a_failing_job_does_not_break_its_group_commit(storage: LimitedStorage, 
         [
             sys.executable,
             "-c",
-            "import sys; from tests.reliability.test_disk_full import group_commit_child as f; f(*sys.argv[1:])",
+            f"{IGNORE_SIGXFSZ}\nimport sys\nfrom tests.reliability.test_disk_full import group_commit_child as f\n"
+            "f(*sys.argv[1:])",
             str(storage.data_dir),
             storage.mode,
             str(storage.mount_point or ""),
@@ -294,7 +295,6 @@ def test_a_failing_job_does_not_break_its_group_commit(storage: LimitedStorage, 
         capture_output=True,
         text=True,
         timeout=180,
-        preexec_fn=_ignore_sigxfsz,
     )
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     assert done.returncode == 0 and lines, f"child failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
@@ -328,7 +328,7 @@ def test_concurrent_writers_during_disk_full_get_truthful_answers(storage: Limit
     failed one is absent, no call hangs, the file holds no torn or dangling rows, and once space
     is freed the object takes writes again."""
     key = "disk-full-busy"
-    server = Server(storage.data_dir, preexec_fn=storage.preexec_fn).start()
+    server = Server(storage.data_dir, setup=storage.setup).start()
     acknowledged: list[tuple[str, str]] = []
     failed: list[tuple[str, str, str]] = []
     unexpected: list[str] = []

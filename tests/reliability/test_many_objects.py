@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import random
-import resource
 import shutil
 import signal
 import threading
@@ -47,9 +46,8 @@ THREADS = 12
 WINDOW = 4  # calls in flight per thread
 
 
-def _limit_descriptors() -> None:
-    """preexec_fn: the server gets a 1,024-descriptor limit, whatever the host allows."""
-    resource.setrlimit(resource.RLIMIT_NOFILE, (NOFILE, NOFILE))
+# The server gets a 1,024-descriptor limit, whatever the host allows.
+LIMIT_DESCRIPTORS = f"import resource\nresource.setrlimit(resource.RLIMIT_NOFILE, ({NOFILE}, {NOFILE}))"
 
 
 @pytest.fixture
@@ -78,7 +76,7 @@ def _text(index: int) -> str:
 
 @pytest.mark.timeout(600)
 def test_twenty_thousand_objects_keep_descriptors_bounded(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    server = Server(data_dir, "--max-open-objects", str(MAX_OPEN), preexec_fn=_limit_descriptors).start()
+    server = Server(data_dir, "--max-open-objects", str(MAX_OPEN), setup=LIMIT_DESCRIPTORS).start()
     pid = server.pid
     samples: list[int] = []
     stop = threading.Event()
