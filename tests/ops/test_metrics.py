@@ -10,12 +10,17 @@ import pytest
 
 from sessions_client import SessionsClient, SessionsError
 from tests.conftest import start_server
+from tests.reliability.support import wait_until
 
 
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _scrape(port: int) -> str:
+    return str(urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode())
 
 
 def test_metrics_endpoint_counts_rpcs_and_objects(tmp_path: Path) -> None:
@@ -28,11 +33,20 @@ def test_metrics_endpoint_counts_rpcs_and_objects(tmp_path: Path) -> None:
             session.get_history()
             with pytest.raises(SessionsError):
                 session.append_message("not json")
-        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        # A failed call is counted as its handler unwinds, which can be just after the client has
+        # seen the status (grpc sends it from `abort`): read until it shows, within a bound.
+        failed = 'sessions_rpcs_total{code="INVALID_ARGUMENT",method="AppendMessage"} 1.0'
+        scraped = [""]
+
+        def counted() -> bool:
+            scraped[0] = _scrape(port)
+            return failed in scraped[0]
+
+        assert wait_until(counted, timeout=10), scraped[0]
+        body = scraped[0]
     finally:
         server.stop()
     assert 'sessions_rpcs_total{code="OK",method="AppendMessage"} 1.0' in body
-    assert 'sessions_rpcs_total{code="INVALID_ARGUMENT",method="AppendMessage"} 1.0' in body
     assert 'sessions_rpcs_total{code="OK",method="StreamHistory"} 1.0' in body
     assert "sessions_open_objects 1.0" in body
     assert "sessions_row_writes 1.0" in body
