@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sessions_server.domain import compaction, jsjson
+from sessions_server.domain import compaction, jsjson, paths
 from sessions_server.domain.errors import FailedPrecondition, InvalidArgument, Unavailable
 from sessions_server.domain.limits import check_size
 from sessions_server.domain.overlays import plan_overlays
@@ -67,7 +67,9 @@ def _memo_key(kind: str, session_id: str) -> str:
 
 
 def forget_estimate(store: ObjectStore, session_id: str) -> None:
+    """The session changed other than by appends: what is remembered about it may be wrong."""
     store.memo.pop(_memo_key("tokens", session_id), None)
+    paths.forget(store, session_id)
 
 
 class Compactor:

@@ -14,7 +14,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sessions_server.domain import attachments, jsjson, keys, messages
+from sessions_server.domain import attachments, jsjson, keys, messages, paths
 from sessions_server.domain import search as search_rules
 from sessions_server.domain.compactor import Compactor, Summarizer, forget_estimate
 from sessions_server.domain.errors import (
@@ -251,7 +251,11 @@ class SessionsService:
             return [refused(message) for _, message, _ in staged]  # nothing to store
         async with self.object(object_key, writing=True) as store:
             results = await store.write(run)
-            inserted = [r.message.info for r in results if r.inserted and r.message.info is not None]
+            inserted = [
+                _appended_row(result.message.info, prepared)
+                for (_, _, prepared), result in zip(staged, results, strict=True)
+                if result.inserted and result.message.info is not None and prepared is not None
+            ]
             if inserted:
                 await self._after_inserted_appends(store, object_key, session_id, inserted)
             return results
@@ -311,7 +315,8 @@ class SessionsService:
         async with self.object(object_key, writing=True) as store:
             inserted, result = await store.write(run)
             if inserted and result.message is not None and result.message.info is not None:
-                await self._after_inserted_appends(store, object_key, session_id, [result.message.info])
+                appended = [_appended_row(result.message.info, prepared)]
+                await self._after_inserted_appends(store, object_key, session_id, appended)
             elif result.changed:
                 forget_estimate(store, session_id)
             return inserted, result
@@ -349,9 +354,10 @@ class SessionsService:
             return deleted
 
     async def _after_inserted_appends(
-        self, store: ObjectStore, object_key: str, session_id: str, infos: list[RowInfo]
+        self, store: ObjectStore, object_key: str, session_id: str, appended: list[paths.AppendedRow]
     ) -> None:
-        self.compactor.note_appends(store, session_id, infos)
+        paths.note_appends(store, session_id, appended)
+        self.compactor.note_appends(store, session_id, [row.info for row in appended])
         await self.compactor.after_inserted_append(store, object_key, session_id)
 
     @contextlib.asynccontextmanager
@@ -443,7 +449,7 @@ class SessionsService:
                 leaf = _resolve_leaf(store, conn, session_id, leaf_id)
                 if not leaf:  # an empty id as the leaf reads as no leaf, as upstream
                     return [], []
-                return queries.path_stats(conn, session_id, leaf).rows, queries.compactions(conn, session_id)
+                return paths.path_stats(store, conn, session_id, leaf).rows, queries.compactions(conn, session_id)
 
             stats, records = await store.read(plan)
             async for window in _stream_path(store, session_id, stats, records, inline=inline):
@@ -461,7 +467,7 @@ class SessionsService:
                 leaf = _resolve_leaf(store, conn, session_id, leaf_id)
                 if not leaf:  # an empty id as the leaf reads as no leaf, as upstream
                     return [], False, 0, []
-                path = queries.path_stats(conn, session_id, leaf)
+                path = paths.path_stats(store, conn, session_id, leaf)
                 if not path.rows:
                     return [], False, 0, []
                 total = sum(row.bytes for row in path.rows)
@@ -491,7 +497,7 @@ class SessionsService:
 
             def run(conn: Any) -> list[PathStat]:
                 leaf = _resolve_leaf(store, conn, session_id, leaf_id)
-                return [] if not leaf else queries.path_stats(conn, session_id, leaf).rows
+                return [] if not leaf else paths.path_stats(store, conn, session_id, leaf).rows
 
             return await store.read(run)
 
@@ -762,6 +768,14 @@ class Importer:
         await self._settle(list(self._pending))
         if self.imported:
             forget_estimate(self._store, self._session_id)
+
+
+def _appended_row(info: RowInfo, prepared: messages.PreparedMessage) -> paths.AppendedRow:
+    """An inserted row as the path memo counts it (stored JSON bytes; unknown with attachments)."""
+    if prepared.extraction.references:
+        return paths.AppendedRow(info, None)
+    text = prepared.stored_json
+    return paths.AppendedRow(info, len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass")))
 
 
 def _hidden_ids(records: Sequence[Compaction]) -> set[str]:

@@ -1,0 +1,104 @@
+"""Reads served from the remembered path agree with reads of a freshly opened object.
+
+The server remembers each session's last walked path and extends it on appends to its leaf
+(domain/paths.py). Here every step compares what the open object answers (remembered path)
+with what it answers after being closed and reopened (a fresh walk): row stats, history root
+first, recent history, for the active leaf and for explicit leaves, across appends, branches,
+updates, deletes, compactions, attachments and non-ASCII content.
+"""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sessions_client import SessionsClient
+from tests.conftest import LiveServer, start_server
+from tests.service.support import text_message
+
+
+@pytest.fixture(scope="module")
+def one_open_object(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """A server that keeps a single object open: touching another closes the previous one."""
+    server = start_server(tmp_path_factory.mktemp("memo"), max_open_objects=1)
+    yield server
+    server.stop()
+
+
+class Pair:
+    """The session under test and a second object whose use closes (hibernates) the first."""
+
+    def __init__(self, client: SessionsClient) -> None:
+        self.session = client.object(f"memo-{uuid.uuid4().hex}").session()
+        self.other = client.object(f"other-{uuid.uuid4().hex}").session()
+
+    def reads(self, leaf_id: str | None) -> tuple[Any, ...]:
+        recent = self.session.get_recent_history(3_000, leaf_id=leaf_id)
+        return (
+            self.session.get_history_row_stats(leaf_id=leaf_id),
+            undated(self.session.get_history(leaf_id=leaf_id)),
+            (undated(recent.messages), recent.truncated, recent.total_content_bytes),
+        )
+
+    def check(self, leaf_id: str | None = None) -> None:
+        """Reads twice while open (the second from the remembered path), then after a reopen."""
+        self.session.get_history_row_stats(leaf_id=leaf_id)
+        remembered = self.reads(leaf_id)
+        self.other.get_latest_leaf()  # closes the session's object: its memos are gone
+        fresh = self.session.get_history_row_stats(leaf_id=leaf_id)
+        assert remembered[0] == fresh
+        self.other.get_latest_leaf()
+        assert remembered == self.reads(leaf_id)
+
+
+def undated(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Overlays carry the time of the read as `createdAt` (as upstream's): left out here."""
+    return [{k: v for k, v in m.items() if k != "createdAt"} for m in messages]
+
+
+def image_part(seed: int) -> dict[str, Any]:
+    data = bytes((seed * 31 + i) % 251 for i in range(3_000))
+    return {"type": "file", "mediaType": "image/png", "url": "data:image/png;base64," + base64.b64encode(data).decode()}
+
+
+def test_remembered_paths_match_fresh_walks(one_open_object: LiveServer, tmp_path: Path) -> None:
+    with SessionsClient(one_open_object.address) as client:
+        pair = Pair(client)
+        session = pair.session
+        session.append_messages([text_message(i, f"text {i}") for i in ("a", "b", "c")])
+        pair.check()
+
+        session.append_message(text_message("d", "tail append"))  # extends the remembered path
+        pair.check()
+        pair.check(leaf_id="b")
+
+        session.append_message(text_message("e", "branch from b"), parent_id="b")
+        pair.check()
+        pair.check(leaf_id="d")
+
+        session.append_messages([text_message("f", "ünïcödé 🎉 " * 40), text_message("g", "ascii")])
+        pair.check()
+
+        session.append_message({"id": "h", "role": "user", "parts": [image_part(1)]})
+        pair.check()
+        session.append_message(text_message("i", "after the image"))
+        pair.check()
+
+        session.update_message(text_message("b", "b rewritten, longer than before " * 10))
+        pair.check()
+
+        session.add_compaction("summary of a..b", "a", "b")
+        pair.check()
+        session.append_message(text_message("j", "after the compaction"))
+        pair.check()
+
+        session.delete_messages(["f"])
+        pair.check()
+        session.append_message(text_message("k", "after the delete"))
+        pair.check()
+        assert [m["id"] for m in session.get_history()][-3:] == ["i", "j", "k"]
