@@ -520,11 +520,21 @@ class Bench:
             self.up_history_key = up_key
         self.stream_all(key)  # warm (open object, page cache)
         svc, svc_msgs, batched, raw, echo1, echo50, up_full, up_sum, oa = [], [], [], [], [], [], [], [], []
+        walked = []
+        # Each timed read follows an append, as an agent reads after adding a message: the server
+        # then extends the path it remembered. The path's walk is measured apart, on an explicit
+        # older leaf (the last message built), which the server does not remember at that point.
+        built_leaf = MessageFactory(1024, prefix="h").ident(self.n_history - 1)
+        appended = MessageFactory(1024, prefix="x")
         nbytes = count = 0
         assert self.echo is not None
         cpu, cpu_echo = CpuMeter(self.server.pid), CpuMeter(self.echo.pid)
         with self.profile("history-10k") as prof:
             for _ in range(self.reps):
+                _, wb, ws = self.stream_all(key, leaf_id=built_leaf)
+                walked.append(wb / MIB / ws)
+                self.stream_all(key)  # the active leaf, walked again: remembered from here on
+                self.append_items(key, [appended.json()])
                 with cpu:
                     count, nbytes, seconds = self.stream_all(key)
                 svc.append(nbytes / MIB / seconds)
@@ -571,7 +581,8 @@ class Bench:
             "openai get_items": median(oa) if oa else None,
         }
         notes = [
-            f"{count} msgs, {nbytes / MIB:.1f} MiB, {median(svc_msgs):,.0f} msgs/s; batched (batch_size=50) {median(batched):.1f} MiB/s; "
+            f"{count} msgs, {nbytes / MIB:.1f} MiB, {median(svc_msgs):,.0f} msgs/s, each read after an append (remembered path extended); "
+            f"path walked (older leaf, not remembered) {median(walked):.1f} MiB/s; batched (batch_size=50) {median(batched):.1f} MiB/s; "
             f"build {rate:,.0f} msgs/s; server CPU {1000 * cpu.seconds / (count * self.reps):.3f} ms/message "
             f"(echo stream 1/frame {1000 * cpu_echo.seconds / (count * self.reps):.3f} ms/frame)"
         ]
@@ -610,12 +621,14 @@ class Bench:
             loop.run_until_complete(oa2.add_items([{"role": "user", "content": f"{text} {i}"} for i in range(2000)]))
             loop.run_until_complete(oa2.get_items())
         svc2, oat = [], []
+        extra = MessageFactory(1024, prefix="y")
         with self.profile("history-2k") as prof:
-            for _ in range(self.reps):
+            for rep in range(self.reps):
+                self.append_items(key2, [extra.json()])  # as above: each read follows an append
                 t = timer()
                 got = session.get_history()
                 svc2.append(1000 * t())
-                assert len(got) == 2000
+                assert len(got) == 2001 + rep
                 if oa2 is not None:
                     t = timer()
                     loop.run_until_complete(oa2.get_items())

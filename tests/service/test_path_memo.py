@@ -38,11 +38,11 @@ class Pair:
         self.other = client.object(f"other-{uuid.uuid4().hex}").session()
 
     def reads(self, leaf_id: str | None) -> tuple[Any, ...]:
-        recent = self.session.get_recent_history(3_000, leaf_id=leaf_id)
+        recent = [self.session.get_recent_history(budget, leaf_id=leaf_id) for budget in (3_000, 10**12)]
         return (
             self.session.get_history_row_stats(leaf_id=leaf_id),
             undated(self.session.get_history(leaf_id=leaf_id)),
-            (undated(recent.messages), recent.truncated, recent.total_content_bytes),
+            [(undated(r.messages), r.truncated, r.total_content_bytes) for r in recent],
         )
 
     def check(self, leaf_id: str | None = None) -> None:
@@ -102,3 +102,22 @@ def test_remembered_paths_match_fresh_walks(one_open_object: LiveServer, tmp_pat
         session.append_message(text_message("k", "after the delete"))
         pair.check()
         assert [m["id"] for m in session.get_history()][-3:] == ["i", "j", "k"]
+
+
+def test_remembered_paths_at_the_depth_cap_match_fresh_walks(one_open_object: LiveServer) -> None:
+    """Past 10,001 rows a walk stops at the cap; each append then pushes the oldest row out of it
+    (and recent history reports `truncated` for the cap)."""
+    with SessionsClient(one_open_object.address) as client:
+        pair = Pair(client)
+        for start in range(0, 10_001, 1_000):
+            count = min(1_000, 10_001 - start)
+            pair.session.append_messages([text_message(f"m{i:05d}", f"t{i}") for i in range(start, start + count)])
+        pair.check()  # exactly at the cap: the whole path, not truncated
+        assert not pair.session.get_recent_history(10**12).truncated
+        pair.session.append_message(text_message("over-1", "one past the cap"))
+        pair.check()
+        pair.session.append_messages([text_message("over-2"), text_message("over-3")])
+        pair.check()
+        stats = pair.session.get_history_row_stats()
+        assert len(stats) == 10_001 and stats[0].id == "m00003" and stats[-1].id == "over-3"
+        assert pair.session.get_recent_history(10**12).truncated

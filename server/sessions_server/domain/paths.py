@@ -88,13 +88,21 @@ def note_appends(store: ObjectStore, session_id: str, appended: Iterable[Appende
         if held is None:
             return
         for row in appended:
-            # A walk stops after MAX_PATH_DEPTH + 1 rows: one more would drop the oldest row.
-            if row.info.parent_id != held.leaf_id or row.bytes is None or held.walked > MAX_PATH_DEPTH:
+            if row.info.parent_id != held.leaf_id or row.bytes is None:
                 del memo.paths[session_id]
                 return
+            if held.walked > MAX_PATH_DEPTH:
+                # The walk is at its cap (MAX_PATH_DEPTH + 1 rows): the new row pushes the oldest
+                # out. Which row becomes the oldest is known only if no walked row is hidden.
+                if held.walked != len(held.rows):
+                    del memo.paths[session_id]
+                    return
+                del held.rows[0]
+                held.oldest_id = held.rows[0].id if held.rows else row.info.id
+            else:
+                held.walked += 1
             info = row.info
             held.rows.append(PathStat(info.id, info.role, row.bytes, info.token_estimate))
-            held.walked += 1
             held.leaf_id = info.id
 
 
