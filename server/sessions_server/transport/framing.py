@@ -11,25 +11,11 @@ from typing import Any, TypeVar
 
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_server.domain.service import MessageView
-from sessions_server.storage.rows import RowInfo
 
 # Leaves room under the 4 MiB default receive limit for the frame's other fields.
 PIECE_BYTES = 3 * 1024 * 1024
 
 Resp = TypeVar("Resp")
-
-
-def info_message(info: RowInfo) -> pb.MessageInfo:
-    out = pb.MessageInfo(
-        id=info.id,
-        role=info.role,
-        seq=info.seq,
-        created_at_ms=info.created_at_ms,
-        token_estimate=info.token_estimate,
-    )
-    if info.parent_id is not None:
-        out.parent_id = info.parent_id
-    return out
 
 
 def split_utf8(text: str, piece_bytes: int = PIECE_BYTES) -> Iterator[str]:
@@ -76,12 +62,6 @@ def _fill_info(target: pb.MessageInfo, view: MessageView) -> None:
         target.parent_id = info.parent_id
 
 
-def _info_for(view: MessageView) -> pb.MessageInfo:
-    out = pb.MessageInfo()
-    _fill_info(out, view)
-    return out
-
-
 def json_bytes(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
@@ -103,7 +83,7 @@ class ResponseBudget:
 def written_message(view: MessageView, budget: ResponseBudget | None = None) -> pb.WrittenMessage:
     """A write's stored message: inline when it fits the response, else omitted (read it back)."""
     out = pb.WrittenMessage()
-    out.info.CopyFrom(_info_for(view))
+    _fill_info(out.info, view)
     if (budget or ResponseBudget()).take(json_bytes(view.json)):
         out.json = view.json
     else:
