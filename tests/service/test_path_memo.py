@@ -10,14 +10,19 @@ updates, deletes, compactions, attachments and non-ASCII content.
 from __future__ import annotations
 
 import base64
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
 from sessions_client import SessionsClient
+from sessions_client._common import routing_metadata
+from sessions_proto.v1 import sessions_pb2 as pb
+from sessions_proto.v1 import sessions_pb2_grpc
 from tests.conftest import LiveServer, start_server
 from tests.service.support import text_message
 
@@ -34,7 +39,8 @@ class Pair:
     """The session under test and a second object whose use closes (hibernates) the first."""
 
     def __init__(self, client: SessionsClient) -> None:
-        self.session = client.object(f"memo-{uuid.uuid4().hex}").session()
+        self.key = f"memo-{uuid.uuid4().hex}"
+        self.session = client.object(self.key).session()
         self.other = client.object(f"other-{uuid.uuid4().hex}").session()
 
     def reads(self, leaf_id: str | None) -> tuple[Any, ...]:
@@ -121,3 +127,49 @@ def test_remembered_paths_at_the_depth_cap_match_fresh_walks(one_open_object: Li
         stats = pair.session.get_history_row_stats()
         assert len(stats) == 10_001 and stats[0].id == "m00003" and stats[-1].id == "over-3"
         assert pair.session.get_recent_history(10**12).truncated
+
+
+def test_remembered_paths_stay_right_under_concurrent_appends_and_reads(one_open_object: LiveServer) -> None:
+    """Writers append (tail and branch) while readers read: what the memo holds at the end still
+    matches a fresh walk, and every reader saw a root-first path ending at some committed row."""
+    with SessionsClient(one_open_object.address) as client:
+        pair = Pair(client)
+        pair.session.append_message(text_message("root"))
+        errors: list[str] = []
+
+        def write(worker: int) -> None:
+            for n in range(40):
+                parent: Any = "root" if n % 10 == 9 else None  # now and then a branch from the root
+                message = text_message(f"w{worker}-{n}", f"{worker}/{n}")
+                if parent is None:
+                    pair.session.append_message(message)
+                else:
+                    pair.session.append_message(message, parent_id=parent)
+
+        key = pair.key
+        channel = grpc.insecure_channel(one_open_object.address)
+        stub = sessions_pb2_grpc.SessionServiceStub(channel)
+
+        def read() -> None:
+            # Root first, each row's parent is the row before it: the remembered path is a real
+            # chain, whichever appends it was extended by.
+            for _ in range(40):
+                request = pb.StreamHistoryRequest(object_key=key, max_messages_per_response=128)
+                infos = [
+                    frame.info
+                    for response in stub.StreamHistory(request, metadata=routing_metadata(key))
+                    for frame in response.frames
+                ]
+                parents = [info.parent_id for info in infos[1:]]
+                if parents != [info.id for info in infos[:-1]] or infos[0].id != "root":
+                    errors.append(f"not a chain: {[(i.id, i.parent_id) for i in infos]}")
+
+        threads = [threading.Thread(target=write, args=(w,)) for w in range(3)]
+        threads += [threading.Thread(target=read) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+        channel.close()
+        assert not errors, errors[:3]
+        pair.check()
