@@ -667,6 +667,35 @@ def print_rows(rows: list[Row], out: Callable[[str], None] = print) -> None:
             out(f"|   ↳ | {row.notes} | | | | | |")
 
 
+# Messages per response, as the clients ask for them (one gRPC frame per message costs more than
+# the message on long reads).
+PACKED = 128
+
+
+def newest_first(stub: Any, key: str, take: int) -> tuple[float, float]:
+    """(seconds to the first message, seconds to `take` messages) of a newest-first StreamHistory
+    through the generated stub, which is then cancelled."""
+    from sessions_client._common import routing_metadata
+    from sessions_proto.v1 import sessions_pb2 as pb
+
+    t = timer()
+    request = pb.StreamHistoryRequest(object_key=key, newest_first=True, max_messages_per_response=PACKED)
+    call = stub.StreamHistory(request, metadata=routing_metadata(key))
+    first = 0.0
+    got = 0
+    for response in call:
+        for frame in response.frames or [response.frame]:
+            if frame.HasField("info"):
+                got += 1
+                if got == 1:
+                    first = t()
+        if got >= take:
+            break
+    whole = t()
+    call.cancel()
+    return first, whole
+
+
 def timer() -> Callable[[], float]:
     start = time.perf_counter()
     return lambda: time.perf_counter() - start

@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import grpc
 from common import (
     MIB,
+    PACKED,
     MessageFactory,
     Profiler,
     RssSampler,
@@ -46,6 +47,7 @@ from common import (
     format_profile,
     hibernate,
     median,
+    newest_first,
     percentile,
     read_status_kib,
     reset_peak_rss,
@@ -80,11 +82,6 @@ def build(client: SessionsClient, key: str, count: int, size: int, batch: int, p
     return count / t()
 
 
-# Messages per response, as the clients ask for them (one gRPC frame per message costs more than
-# the message on long reads).
-PACKED = 128
-
-
 def stream_forward(stub: Any, key: str) -> tuple[int, int, str, str, float]:
     """(messages, JSON bytes, first id, last id, seconds) of a full forward StreamHistory."""
     md = routing_metadata(key)
@@ -101,28 +98,6 @@ def stream_forward(stub: Any, key: str) -> tuple[int, int, str, str, float]:
                     first = last
             size += len(frame.json)  # ASCII JSON: characters = bytes
     return count, size, first, last, t()
-
-
-def newest_first(stub: Any, key: str, take: int) -> tuple[float, float]:
-    """(seconds to the first message, seconds to `take` messages) of a newest-first read, then
-    cancels the stream."""
-    md = routing_metadata(key)
-    t = timer()
-    request = pb.StreamHistoryRequest(object_key=key, newest_first=True, max_messages_per_response=PACKED)
-    call = stub.StreamHistory(request, metadata=md)
-    first = 0.0
-    got = 0
-    for response in call:
-        for frame in response.frames or [response.frame]:
-            if frame.HasField("info"):
-                got += 1
-                if got == 1:
-                    first = t()
-        if got >= take:
-            break
-    whole = t()
-    call.cancel()
-    return first, whole
 
 
 def raw_scan(path: Path, first_id: str, last_id: str) -> tuple[int, int, float]:

@@ -44,6 +44,7 @@ from common import (
     BENCH_DIR,
     INSERT_SQL,
     MIB,
+    PACKED,
     ROOT,
     CpuMeter,
     EchoProcess,
@@ -57,6 +58,7 @@ from common import (
     format_profile,
     hibernate,
     median,
+    newest_first,
     percentile,
     prepare_oracle,
     raw_row,
@@ -493,7 +495,7 @@ class Bench:
     def stream_all(self, key: str, **kw: Any) -> tuple[int, int, float]:
         t = timer()
         count = size = 0
-        request = pb.StreamHistoryRequest(object_key=key, max_messages_per_response=128, **kw)
+        request = pb.StreamHistoryRequest(object_key=key, max_messages_per_response=PACKED, **kw)
         for response in self.stub.StreamHistory(request, metadata=self.md(key)):
             for frame in response.frames or [response.frame]:
                 if frame.HasField("info"):
@@ -653,26 +655,6 @@ class Bench:
 
     # ── 4b. last 50 messages: first-message latency, warm and cold ────────────
 
-    def newest_first(self, key: str, take: int = 50) -> tuple[float, float]:
-        t = timer()
-        call = self.stub.StreamHistory(
-            pb.StreamHistoryRequest(object_key=key, newest_first=True, max_messages_per_response=128),
-            metadata=self.md(key),
-        )
-        first = 0.0
-        got = 0
-        for response in call:
-            for frame in response.frames or [response.frame]:
-                if frame.HasField("info"):
-                    got += 1
-                    if got == 1:
-                        first = t()
-            if got >= take:
-                break
-        whole = t()
-        call.cancel()
-        return first, whole
-
     def w_recent(self) -> None:
         assert self.server is not None
         key = "history-10k"
@@ -683,7 +665,7 @@ class Bench:
         for f in fillers:
             self.append_items(f, [MessageFactory(200, prefix="f").json(0)])
         for _ in range(5):
-            self.newest_first(key)
+            newest_first(self.stub, key, 50)
         warm_first, warm_all, cold_first, cold_all = [], [], [], []
         raw_warm, raw_cold, up, oa = [], [], [], []
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
@@ -701,7 +683,7 @@ class Bench:
             self.oracle.client.call(up_key, "bulkAppend", {"count": self.n_history, "textBytes": 950, "idPrefix": "h"})
         with self.profile("recent-warm") as prof:
             for _ in range(self.n_recent_samples):
-                first, whole = self.newest_first(key)
+                first, whole = newest_first(self.stub, key, 50)
                 warm_first.append(first)
                 warm_all.append(whole)
                 t = timer()
@@ -732,7 +714,7 @@ class Bench:
                 if not hibernate(self.server.pid, path, touch_fillers):
                     skipped += 1
                     continue
-                first, whole = self.newest_first(key)
+                first, whole = newest_first(self.stub, key, 50)
                 cold_first.append(first)
                 cold_all.append(whole)
                 t = timer()

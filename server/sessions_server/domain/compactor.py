@@ -197,7 +197,7 @@ class Compactor:
                 leaf = store.latest_leaf_id(conn, session_id)
                 if not leaf:
                     return TokenMemo(None, 0.0, 0)
-                path = queries.path_stats(conn, session_id, leaf)
+                path = paths.path_stats(store, conn, session_id, leaf)
                 rows = [(row.id, row.token_estimate) for row in path.rows]
                 spans = [
                     (span.start, span.end, span.compaction.summary)

@@ -134,7 +134,7 @@ def _views_by_id(conn: Any, session_id: str, ids: Sequence[str], inline: bool) -
     found = queries.get_messages(conn, session_id, ids)
     views = {}
     for message_id, stored in found.items():
-        if stored.stamped and not (inline and attachments.POINTER_PREFIX in stored.content):
+        if stored.stamped and not (inline and attachments.may_hold_pointers(stored.content)):
             views[message_id] = MessageView(stored.info, stored.content)  # the common row, inlined
             continue
         view = _view(conn, stored, inline)

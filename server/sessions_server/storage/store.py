@@ -197,13 +197,14 @@ class ObjectStore:
                     value = job.run(ctx)
                     conn.execute("RELEASE job")
             except BaseException as exc:
+                refused: BaseException = (
+                    StorageError(f"storage failed: {exc}") if isinstance(exc, sqlite3.Error) else exc
+                )
                 if alone:
                     with contextlib.suppress(sqlite3.Error):
                         if conn.in_transaction:
                             conn.execute("ROLLBACK")
-                    if isinstance(exc, sqlite3.Error):
-                        exc = StorageError(f"storage failed: {exc}")
-                    return [(False, exc)], []
+                    return [(False, refused)], []
                 if not self._undo_job(conn):
                     # SQLite abandoned the whole transaction (e.g. the disk filled mid-statement):
                     # nothing of this batch is written, so no job may be answered as stored.
@@ -211,9 +212,7 @@ class ObjectStore:
                 ctx.pending_tails = before_tails
                 ctx.row_writes = before_writes
                 del ctx.events[before_events:]
-                if isinstance(exc, sqlite3.Error):
-                    exc = StorageError(f"storage failed: {exc}")
-                outcomes.append((False, exc))
+                outcomes.append((False, refused))
                 continue
             outcomes.append((True, value))
         try:
