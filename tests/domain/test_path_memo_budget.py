@@ -1,4 +1,5 @@
-"""The path memo stays within its process-wide row budget, and what it serves stays right.
+"""The path memo stays within its process-wide budgets (row stats, message bytes), and what it
+serves stays right.
 
 Runs the domain over real object files (no gRPC): several sessions read in turn under a small
 budget, so remembered paths are dropped least recently used first and walked again.
@@ -14,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from sessions_server.domain import paths
-from sessions_server.domain.service import AppendInput, SessionsService
+from sessions_server.domain.service import AppendInput, MessageView, SessionsService
 from sessions_server.storage.registry import ObjectRegistry
-from sessions_server.storage.rows import Parent
+from sessions_server.storage.rows import Parent, RowInfo
 
 
 def _message(message_id: str) -> str:
@@ -55,3 +56,53 @@ def test_remembered_rows_stay_within_the_budget(tmp_path: Path, monkeypatch: pyt
         assert 0 < len(paths._paths) <= 2
 
     asyncio.run(scenario())
+
+
+def _views_accounted() -> int:
+    return sum(held.bytes for held in paths._views.values())
+
+
+def test_remembered_messages_stay_within_the_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under a small byte budget, sessions' messages are dropped least recently used first and
+    read again from storage; what every read returns stays right, and a path too large for a
+    session's share is streamed without being remembered at all."""
+    one = paths.view_cost(_view(_message("s0-000")))
+    monkeypatch.setattr(paths, "MAX_VIEW_BYTES", 250 * one)
+    monkeypatch.setattr(paths, "MAX_SESSION_VIEW_BYTES", 150 * one)
+    monkeypatch.setattr(paths, "_views", OrderedDict())
+    monkeypatch.setattr(paths, "_view_bytes", 0)
+    service = SessionsService(ObjectRegistry(tmp_path, ThreadPoolExecutor(max_workers=2)))
+
+    async def history(session_id: str) -> list[str]:
+        return [view.json async for window in service.history("views", session_id) for view in window]
+
+    async def scenario() -> None:
+        expected: dict[str, list[str]] = {}
+        for index in range(4):  # 4 sessions of 100 messages: at most two fit in the budget
+            session_id = f"s{index}"
+            texts = [_message(f"{session_id}-{n:03d}") for n in range(100)]
+            await service.append_many("views", session_id, [AppendInput(t, Parent.auto(), True) for t in texts])
+            expected[session_id] = texts
+        for round_ in range(3):
+            for session_id, texts in expected.items():
+                assert await history(session_id) == texts
+                assert paths._view_bytes == _views_accounted() <= paths.MAX_VIEW_BYTES
+                assert any(key[1] == session_id for key in paths._views)  # just read: remembered
+                text = _message(f"{session_id}-x{round_}")
+                await service.append("views", session_id, text, Parent.auto(), from_client=True)
+                texts.append(text)
+                assert paths._view_bytes == _views_accounted() <= paths.MAX_VIEW_BYTES
+        assert 0 < len(paths._views) <= 2
+
+        big = [_message(f"big-{n:03d}") for n in range(200)]  # over the session's share
+        await service.append_many("views", "big", [AppendInput(t, Parent.auto(), True) for t in big])
+        before = dict(paths._views)
+        assert await history("big") == big
+        assert all(key[1] != "big" for key in paths._views)
+        assert paths._views == before  # streaming it evicted nobody
+
+    asyncio.run(scenario())
+
+
+def _view(text: str) -> MessageView:
+    return MessageView(RowInfo("x", "user", None, 1, 0, 1), text)

@@ -1,7 +1,7 @@
 """Reads served from the remembered path agree with reads of a freshly opened object.
 
-The server remembers each session's last walked path and extends it on appends to its leaf
-(domain/paths.py). Here every step compares what the open object answers (remembered path)
+The server remembers each session's last walked path and extends it on appends to its leaf,
+and the messages read along it, adding appended ones (domain/paths.py). Here every step compares what the open object answers (remembered path)
 with what it answers after being closed and reopened (a fresh walk): row stats, history root
 first, recent history, for the active leaf and for explicit leaves, across appends, branches,
 updates, deletes, compactions, attachments and non-ASCII content.
@@ -48,13 +48,16 @@ class Pair:
         return (
             self.session.get_history_row_stats(leaf_id=leaf_id),
             undated(self.session.get_history(leaf_id=leaf_id)),
+            undated(self.session.get_history(leaf_id=leaf_id, pointers=True)),
             [(undated(r.messages), r.truncated, r.total_content_bytes) for r in recent],
         )
 
     def check(self, leaf_id: str | None = None) -> None:
-        """Reads twice while open (the second from the remembered path), then after a reopen."""
+        """Reads while open (the path and messages remembered from earlier reads and appends),
+        again (all from the memo), then after a reopen."""
         self.session.get_history_row_stats(leaf_id=leaf_id)
         remembered = self.reads(leaf_id)
+        assert self.reads(leaf_id) == remembered
         self.other.get_latest_leaf()  # closes the session's object: its memos are gone
         fresh = self.session.get_history_row_stats(leaf_id=leaf_id)
         assert remembered[0] == fresh

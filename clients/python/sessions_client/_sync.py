@@ -24,6 +24,7 @@ from sessions_client._common import (
     ImportItem,
     ImportResult,
     Message,
+    MessageDecoder,
     MessageWithInfo,
     Mirror,
     ObjectStats,
@@ -316,16 +317,11 @@ class SessionHandle:
         self, *, leaf_id: str | None = None, newest_first: bool = False, pointers: bool = False
     ) -> Iterator[Message]:
         """Streams a path; stop iterating (or close the iterator) to stop the server's reads."""
-        request = pb.StreamHistoryRequest(
-            object_key=self._key,
-            session_id=self.id,
-            leaf_id=leaf_id or "",
-            newest_first=newest_first,
-            attachments=attachment_mode(pointers),
-            max_messages_per_response=PACKED_MESSAGES,
-        )
-        for found in self._messages(self._stub.StreamHistory, request):
-            yield found.message()
+        request = self._history_request(leaf_id, newest_first, pointers)
+        decoder = MessageDecoder()
+        for response in self._client._stream(self._key, self._stub.StreamHistory, request):
+            yield from decoder.messages(response)
+        decoder.finish()
 
     def history_batches(
         self,
@@ -363,7 +359,13 @@ class SessionHandle:
     def get_history(
         self, *, leaf_id: str | None = None, newest_first: bool = False, pointers: bool = False
     ) -> list[Message]:
-        return list(self.history(leaf_id=leaf_id, newest_first=newest_first, pointers=pointers))
+        request = self._history_request(leaf_id, newest_first, pointers)
+        decoder = MessageDecoder()
+        out: list[Message] = []
+        for response in self._client._stream(self._key, self._stub.StreamHistory, request):
+            out.extend(decoder.messages(response))
+        decoder.finish()
+        return out
 
     def get_recent_history(
         self, max_content_bytes: int, *, leaf_id: str | None = None, pointers: bool = False
@@ -494,6 +496,16 @@ class SessionHandle:
         return mirror
 
     # ── helpers ─────────────────────────────────────────────────────────────
+
+    def _history_request(self, leaf_id: str | None, newest_first: bool, pointers: bool) -> pb.StreamHistoryRequest:
+        return pb.StreamHistoryRequest(
+            object_key=self._key,
+            session_id=self.id,
+            leaf_id=leaf_id or "",
+            newest_first=newest_first,
+            attachments=attachment_mode(pointers),
+            max_messages_per_response=PACKED_MESSAGES,
+        )
 
     def _messages(self, method: Callable[..., Any], request: Any) -> Iterator[MessageWithInfo]:
         assembler = FrameAssembler()

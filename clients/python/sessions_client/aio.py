@@ -26,6 +26,7 @@ from sessions_client._common import (
     ImportItem,
     ImportResult,
     Message,
+    MessageDecoder,
     MessageWithInfo,
     ObjectStats,
     ParentArg,
@@ -313,16 +314,12 @@ class SessionHandle:
     async def history(
         self, *, leaf_id: str | None = None, newest_first: bool = False, pointers: bool = False
     ) -> AsyncIterator[Message]:
-        request = pb.StreamHistoryRequest(
-            object_key=self._key,
-            session_id=self.id,
-            leaf_id=leaf_id or "",
-            newest_first=newest_first,
-            attachments=attachment_mode(pointers),
-            max_messages_per_response=PACKED_MESSAGES,
-        )
-        async for found in self._messages(self._stub.StreamHistory, request):
-            yield found.message()
+        request = self._history_request(leaf_id, newest_first, pointers)
+        decoder = MessageDecoder()
+        async for response in self._client._stream(self._key, self._stub.StreamHistory, request):
+            for message in decoder.messages(response):
+                yield message
+        decoder.finish()
 
     async def history_batches(
         self,
@@ -360,7 +357,13 @@ class SessionHandle:
     async def get_history(
         self, *, leaf_id: str | None = None, newest_first: bool = False, pointers: bool = False
     ) -> list[Message]:
-        return [m async for m in self.history(leaf_id=leaf_id, newest_first=newest_first, pointers=pointers)]
+        request = self._history_request(leaf_id, newest_first, pointers)
+        decoder = MessageDecoder()
+        out: list[Message] = []
+        async for response in self._client._stream(self._key, self._stub.StreamHistory, request):
+            out.extend(decoder.messages(response))
+        decoder.finish()
+        return out
 
     async def get_recent_history(
         self, max_content_bytes: int, *, leaf_id: str | None = None, pointers: bool = False
@@ -480,6 +483,16 @@ class SessionHandle:
         )
         responses = [r async for r in self._client._stream(self._key, self._stub.SearchMessages, request)]
         return collect_search(responses)
+
+    def _history_request(self, leaf_id: str | None, newest_first: bool, pointers: bool) -> pb.StreamHistoryRequest:
+        return pb.StreamHistoryRequest(
+            object_key=self._key,
+            session_id=self.id,
+            leaf_id=leaf_id or "",
+            newest_first=newest_first,
+            attachments=attachment_mode(pointers),
+            max_messages_per_response=PACKED_MESSAGES,
+        )
 
     async def _messages(self, method: Callable[..., Any], request: Any) -> AsyncIterator[MessageWithInfo]:
         assembler = FrameAssembler()

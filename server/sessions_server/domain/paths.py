@@ -1,4 +1,5 @@
-"""A memo of recently walked session paths (root to a leaf, as row stats), per open object.
+"""A memo of recently walked session paths (root to a leaf, as row stats) and of their
+messages, per open object.
 
 Walking a path costs a point read per row, and an agent reads its whole history after nearly
 every append. Appends never change an existing path: a new row only extends the path of its
@@ -6,26 +7,41 @@ parent. So a remembered path is extended by appends to its leaf and dropped by e
 change to the session (update, delete, clear, compaction, import). Readers get a copy; a walk
 that raced with a change is not remembered (the session's version moved while it ran).
 
-Memory is bounded for the whole process: at most MAX_REMEMBERED_ROWS row stats in all, least
-recently used paths dropped first. Hooks run on the event loop and lookups on reader threads,
-all under one lock (each holds it for a dictionary operation or a list copy).
+The messages (views) read along a path are remembered the same way: a message's stored form
+changes only by an update, delete, clear, compaction or import, each of which forgets the whole
+session, and an append only adds one. A read then streams the remembered messages without a
+storage read, and the transport keeps its encoding of each on the view, so it is built once.
+Only rows read as stored are kept (not those whose attachments were restored into them).
+
+Memory is bounded for the whole process: at most MAX_REMEMBERED_ROWS row stats and
+MAX_VIEW_BYTES of message JSON (counted twice, for its encoding) in all, least recently used
+sessions dropped first; a session whose messages would take more than MAX_SESSION_VIEW_BYTES
+is not kept. Hooks run on the event loop and lookups on reader threads or the loop, all under
+one lock (each holds it for a dictionary operation or a list copy).
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sessions_server.storage import queries
 from sessions_server.storage.rows import MAX_PATH_DEPTH, PathStat, PathStats, RowInfo
 from sessions_server.storage.store import ObjectStore
 
+if TYPE_CHECKING:
+    from sessions_server.domain.service import MessageView
+
 MEMO_KEY = "paths"
 # About 200 bytes each: some 50 MB at most, for 25 sessions at the 10,001-row depth cap.
 MAX_REMEMBERED_ROWS = 250_000
+MAX_VIEW_BYTES = 96 * 1024 * 1024
+MAX_SESSION_VIEW_BYTES = MAX_VIEW_BYTES // 3
+# What a remembered message costs beyond its JSON and encoding (the view, its info, the dict).
+VIEW_OVERHEAD_BYTES = 400
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +51,7 @@ class AppendedRow:
 
     info: RowInfo
     bytes: int | None
+    view: MessageView | None = None  # what a read returns for it, when that is the stored JSON
 
 
 @dataclass(slots=True)
@@ -55,9 +72,18 @@ class _ObjectMemo:
     versions: dict[str, int] = field(default_factory=dict)
 
 
+@dataclass(slots=True)
+class _Views:
+    version: int
+    by_id: dict[str, MessageView] = field(default_factory=dict)
+    bytes: int = 0
+
+
 _lock = threading.Lock()
 _paths: OrderedDict[tuple[_ObjectMemo, str], _Path] = OrderedDict()  # least recently used first
 _rows = 0
+_views: OrderedDict[tuple[_ObjectMemo, str], _Views] = OrderedDict()  # least recently used first
+_view_bytes = 0
 
 
 def _object_memo(store: ObjectStore) -> _ObjectMemo:
@@ -101,12 +127,13 @@ def path_stats(store: ObjectStore, conn: Any, session_id: str, leaf_id: str) -> 
     return stats
 
 
-def note_appends(store: ObjectStore, session_id: str, appended: Iterable[AppendedRow]) -> None:
+def note_appends(store: ObjectStore, session_id: str, appended: Sequence[AppendedRow]) -> None:
     """Extends the remembered path by committed appends to its leaf (in commit order); an append
     elsewhere moves the active leaf away from it, which makes it useless: it is dropped."""
     global _rows
     key = (_object_memo(store), session_id)
     with _lock:
+        _note_appended_views(key, appended)
         held = _paths.get(key)
         if held is None:
             return
@@ -133,8 +160,92 @@ def note_appends(store: ObjectStore, session_id: str, appended: Iterable[Appende
 
 
 def forget(store: ObjectStore, session_id: str) -> None:
-    """The session changed in a way other than appends: its remembered path may be wrong."""
+    """The session changed in a way other than appends: its remembered path and messages may be
+    wrong."""
     memo = _object_memo(store)
     with _lock:
         memo.versions[session_id] = memo.versions.get(session_id, 0) + 1
         _drop((memo, session_id))
+        _drop_views((memo, session_id))
+
+
+# ── messages ──────────────────────────────────────────────────────────────────────────────────
+
+
+def view_cost(view: MessageView) -> int:
+    """What remembering `view` counts against the budgets: its JSON twice (text and encoding)."""
+    text = view.json
+    return 2 * (len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))) + VIEW_OVERHEAD_BYTES
+
+
+def fits_session_share(byte_counts: Iterable[int]) -> bool:
+    """Whether messages of these stored sizes may be remembered for one session."""
+    return sum(2 * size + VIEW_OVERHEAD_BYTES for size in byte_counts) <= MAX_SESSION_VIEW_BYTES
+
+
+def _drop_views(key: tuple[_ObjectMemo, str]) -> None:
+    global _view_bytes
+    held = _views.pop(key, None)
+    if held is not None:
+        _view_bytes -= held.bytes
+
+
+def _add_views(key: tuple[_ObjectMemo, str], held: _Views, views: Iterable[MessageView]) -> None:
+    """Adds views to a session's part (already in `_views`); drops the part past its limit and
+    the least recently used parts past the process budget."""
+    global _view_bytes
+    for view in views:
+        assert view.info is not None
+        if view.info.id in held.by_id:
+            continue
+        cost = view_cost(view)
+        if held.bytes + cost > MAX_SESSION_VIEW_BYTES:
+            _drop_views(key)
+            return
+        held.by_id[view.info.id] = view
+        held.bytes += cost
+        _view_bytes += cost
+    _views.move_to_end(key)
+    while _view_bytes > MAX_VIEW_BYTES and _views:
+        _drop_views(next(iter(_views)))
+
+
+def remembered_views(store: ObjectStore, session_id: str, ids: Iterable[str]) -> tuple[dict[str, MessageView], int]:
+    """The remembered messages among `ids`, and the session's version to remember more under."""
+    memo = _object_memo(store)
+    key = (memo, session_id)
+    with _lock:
+        version = memo.versions.get(session_id, 0)
+        held = _views.get(key)
+        if held is None or held.version != version:
+            return {}, version
+        _views.move_to_end(key)
+        by_id = held.by_id
+        return {i: by_id[i] for i in ids if i in by_id}, version
+
+
+def remember_views(store: ObjectStore, session_id: str, version: int, views: Iterable[MessageView]) -> None:
+    """Remembers messages read as stored, unless the session changed since `version` was read."""
+    memo = _object_memo(store)
+    key = (memo, session_id)
+    with _lock:
+        if memo.versions.get(session_id, 0) != version:
+            return
+        held = _views.get(key)
+        if held is None or held.version != version:
+            _drop_views(key)
+            held = _views[key] = _Views(version)
+        _add_views(key, held, views)
+
+
+def _note_appended_views(key: tuple[_ObjectMemo, str], appended: Iterable[AppendedRow]) -> None:
+    """Appends add messages and change none: the session's remembered messages stay valid."""
+    held = _views.get(key)
+    if held is None:
+        return
+    added = []
+    for row in appended:
+        if row.view is None:
+            continue  # read back from storage when it is first read
+        added.append(row.view)
+    _add_views(key, held, added)

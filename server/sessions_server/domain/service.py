@@ -82,6 +82,9 @@ class MessageView:
     info: RowInfo | None
     json: str
     overlay: bool = False  # a synthetic compaction overlay (its info names id and role only)
+    # The transport's encoding of this view, kept on it: views remembered by the path memo are
+    # shared by every read of the session, so each is encoded once.
+    encoded: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,13 +132,19 @@ def _view(conn: Any, stored: StoredMessage | None, inline: bool) -> MessageView 
     return MessageView(stored.info, stored.content)
 
 
-def _views_by_id(conn: Any, session_id: str, ids: Sequence[str], inline: bool) -> dict[str, MessageView]:
-    """One hydration window: the rows by id (one query, plus one for continuations), as views."""
+def _views_by_id(
+    conn: Any, session_id: str, ids: Sequence[str], inline: bool, as_stored: list[MessageView] | None = None
+) -> dict[str, MessageView]:
+    """One hydration window: the rows by id (one query, plus one for continuations), as views.
+    Views that are the stored JSON as is (the same in every attachment mode) are also added to
+    `as_stored` when given."""
     found = queries.get_messages(conn, session_id, ids)
     views = {}
     for message_id, stored in found.items():
-        if stored.stamped and not (inline and attachments.may_hold_pointers(stored.content)):
-            views[message_id] = MessageView(stored.info, stored.content)  # the common row, inlined
+        if stored.stamped and not attachments.may_hold_pointers(stored.content):
+            plain = views[message_id] = MessageView(stored.info, stored.content)  # the common row
+            if as_stored is not None:
+                as_stored.append(plain)
             continue
         view = _view(conn, stored, inline)
         if view is not None:
@@ -775,7 +784,9 @@ def _appended_row(info: RowInfo, prepared: messages.PreparedMessage) -> paths.Ap
     if prepared.extraction.references:
         return paths.AppendedRow(info, None)
     text = prepared.stored_json
-    return paths.AppendedRow(info, len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass")))
+    # What a read of the new row returns is its stored JSON (checked as a read would check it).
+    view = MessageView(info, text) if not attachments.may_hold_pointers(text) else None
+    return paths.AppendedRow(info, len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass")), view)
 
 
 def _hidden_ids(records: Sequence[Compaction]) -> set[str]:
@@ -827,6 +838,8 @@ async def _stream_path(
     if spans is None:
         spans = plan_overlays([row.id for row in stats], records)
     span_at = {span.start: span for span in spans}
+    # A path too large to remember is streamed without filling the memo (and evicting others).
+    remember = paths.fits_session_share(row.bytes for row in stats)
     segments: list[Compaction | Sequence[PathStat]] = []
     index = 0
     while index < len(stats):
@@ -860,7 +873,15 @@ async def _stream_path(
         )
         for window in windows:
             ids = [row.id for row in window]
-            found = await store.read(lambda conn, i=ids: _views_by_id(conn, session_id, i, inline))  # type: ignore[misc]
+            found, version = paths.remembered_views(store, session_id, ids)
+            if len(found) < len(ids):
+                missing = [message_id for message_id in ids if message_id not in found]
+                as_stored: list[MessageView] | None = [] if remember else None
+                found.update(
+                    await store.read(lambda conn, i=missing, a=as_stored: _views_by_id(conn, session_id, i, inline, a))  # type: ignore[misc]
+                )
+                if as_stored:
+                    paths.remember_views(store, session_id, version, as_stored)
             views = [found[message_id] for message_id in ids if message_id in found]
             if views:
                 yield views

@@ -96,24 +96,71 @@ def written_message(view: MessageView, budget: ResponseBudget | None = None) -> 
 PACK_BYTES = 1024 * 1024
 
 
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def encoded_frame(view: MessageView) -> bytes:
+    """The view as a whole-message MessageFrame, length-prefixed for a repeated field, kept on
+    the view (views the domain remembers are read again and again)."""
+    encoded = view.encoded
+    if encoded is None:
+        frame = pb.MessageFrame(json=view.json)
+        _fill_info(frame.info, view)
+        data = frame.SerializeToString()
+        encoded = view.encoded = _varint(len(data)) + data
+    return encoded
+
+
+_FRAMES_TAGS: dict[Any, bytes] = {}
+
+
+def _frames_tag(response_class: Any) -> bytes:
+    """The wire tag of a response type's `repeated MessageFrame frames`."""
+    tag = _FRAMES_TAGS.get(response_class)
+    if tag is None:
+        number = response_class.DESCRIPTOR.fields_by_name["frames"].number
+        tag = _FRAMES_TAGS[response_class] = _varint(number << 3 | 2)
+    return tag
+
+
+_BATCH_END = _varint(pb.StreamHistoryResponse.DESCRIPTOR.fields_by_name["batch_end"].number << 3) + b"\x01"
+
+
+def with_batch_end(response: pb.StreamHistoryResponse | bytes) -> pb.StreamHistoryResponse | bytes:
+    """`response` with `batch_end` set (an encoded response gets the field appended)."""
+    if isinstance(response, bytes):
+        return response + _BATCH_END
+    response.batch_end = True
+    return response
+
+
 def framed_responses(
     marked: Iterable[tuple[MessageView, bool]], max_messages: int, make: Callable[[], Resp]
-) -> Iterator[tuple[Resp, bool]]:
-    """Responses (from `make`, filled in place) carrying the messages, with whether each ends a
-    batch. With `max_messages` > 1 a response packs up to that many messages and PACK_BYTES of
-    JSON, and a message ending a batch ends its response; else each message has a `frame` of its
-    own. A message over PIECE_BYTES travels as consecutive pieces, one response each. Nothing is
-    carried over between calls: the caller hands over what it has, and it all goes out."""
+) -> Iterator[tuple[Resp | bytes, bool]]:
+    """Responses carrying the messages, with whether each ends a batch. With `max_messages` > 1
+    a response packs up to that many messages and PACK_BYTES of JSON, and a message ending a
+    batch ends its response; it is encoded here from each view's encoded frame (`make` is then
+    the response type, whose only field set is `frames`). Else each message has a `frame` of
+    its own in a response from `make`. A message over PIECE_BYTES travels as consecutive
+    pieces, one response each. Nothing is carried over between calls: the caller hands over
+    what it has, and it all goes out."""
     packed = max_messages > 1
-    response: Any = None
+    tag = _frames_tag(make) if packed else b""
+    parts: list[bytes] = []
     count = used = 0
     for view, batch_end in marked:
         text = view.json
         size = json_bytes(text)
         if size > PIECE_BYTES or not packed:
-            if response is not None:
-                yield response, False
-                response = None
+            if parts:
+                yield b"".join(parts), False
+                parts, count, used = [], 0, 0
             pieces = [text] if size <= PIECE_BYTES else list(split_utf8(text))
             last = len(pieces) - 1
             for index, piece in enumerate(pieces):
@@ -126,18 +173,15 @@ def framed_responses(
                     frame.more_pieces = True
                 yield single, batch_end and index == last
             continue
-        if response is not None and (count >= max_messages or used + size > PACK_BYTES):
-            yield response, False
-            response = None
-        if response is None:
-            response, count, used = make(), 0, 0
-        frame = response.frames.add()
-        frame.json = text
-        _fill_info(frame.info, view)
+        if parts and (count >= max_messages or used + size > PACK_BYTES):
+            yield b"".join(parts), False
+            parts, count, used = [], 0, 0
+        parts.append(tag)
+        parts.append(encoded_frame(view))
         count += 1
         used += size
         if batch_end:
-            yield response, True
-            response = None
-    if response is not None:
-        yield response, False
+            yield b"".join(parts), True
+            parts, count, used = [], 0, 0
+    if parts:
+        yield b"".join(parts), False

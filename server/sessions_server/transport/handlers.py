@@ -40,6 +40,16 @@ def _decoder(message_class: type[protobuf_message.Message]) -> Callable[[bytes],
     return decode
 
 
+def _encoder(message_class: type[protobuf_message.Message]) -> Callable[[Any], bytes]:
+    serialize = message_class.SerializeToString
+
+    def encode(response: Any) -> bytes:
+        # Packed reads are encoded by the framing from per-message encodings it keeps.
+        return response if type(response) is bytes else serialize(response)
+
+    return encode
+
+
 async def _checked(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
     async for request in requests:
         if isinstance(request, MalformedRequest):
@@ -60,7 +70,7 @@ def generic_handler(servicer: Any) -> grpc.GenericRpcHandler[Any, Any]:
         response_class = sessions_pb2.__dict__[method.output_type.name]
         behavior = getattr(servicer, method.name)
         decode = _decoder(request_class)
-        encode = response_class.SerializeToString
+        encode = _encoder(response_class)
         if method.client_streaming:
             handlers[method.name] = _client_streaming(method, behavior, decode, encode)
         elif method.server_streaming:

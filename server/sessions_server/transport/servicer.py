@@ -307,7 +307,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         await _stream(context, run, self._slots)
 
     async def GetMessages(self, request: pb.GetMessagesRequest, context: Any) -> None:  # type: ignore[override]
-        async def run() -> AsyncIterator[pb.GetMessagesResponse]:
+        async def run() -> AsyncIterator[pb.GetMessagesResponse | bytes]:
             self._admit(context, request.object_key, write=False)
             views = self._service.get_messages(
                 request.object_key, request.session_id, list(request.message_ids), inline=_inline(request.attachments)
@@ -331,7 +331,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         await _stream(context, run, self._slots)
 
     async def GetBranches(self, request: pb.GetBranchesRequest, context: Any) -> None:  # type: ignore[override]
-        async def run() -> AsyncIterator[pb.GetBranchesResponse]:
+        async def run() -> AsyncIterator[pb.GetBranchesResponse | bytes]:
             self._admit(context, request.object_key, write=False)
             views = self._service.get_branches(
                 request.object_key, request.session_id, request.message_id, inline=_inline(request.attachments)
@@ -343,7 +343,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         await _stream(context, run, self._slots)
 
     async def StreamHistory(self, request: pb.StreamHistoryRequest, context: Any) -> None:  # type: ignore[override]
-        async def run() -> AsyncIterator[pb.StreamHistoryResponse]:
+        async def run() -> AsyncIterator[pb.StreamHistoryResponse | bytes]:
             self._admit(context, request.object_key, write=False)
             views = self._service.history(
                 request.object_key,
@@ -360,14 +360,12 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             async with contextlib.aclosing(views):
                 responses = _responses(views, request.max_messages_per_response, pb.StreamHistoryResponse, batches)
                 async for response, batch_end in responses:
-                    if batch_end:
-                        response.batch_end = True
-                    yield response
+                    yield framing.with_batch_end(response) if batch_end else response
 
         await _stream(context, run, self._slots)
 
     async def GetRecentHistory(self, request: pb.GetRecentHistoryRequest, context: Any) -> None:  # type: ignore[override]
-        async def run() -> AsyncIterator[pb.GetRecentHistoryResponse]:
+        async def run() -> AsyncIterator[pb.GetRecentHistoryResponse | bytes]:
             self._admit(context, request.object_key, write=False)
             items = self._service.recent_history(
                 request.object_key,
@@ -757,7 +755,7 @@ async def _responses(
     max_messages: int,
     make: Callable[[], Resp],
     batches: BatchMarker | None = None,
-) -> AsyncGenerator[tuple[Resp, bool], None]:
+) -> AsyncGenerator[tuple[Resp | bytes, bool], None]:
     """The responses of a message read, window by window, with whether each ends a batch: a
     window is framed as soon as it is read, so nothing waits on the next read."""
     async for window in windows:
