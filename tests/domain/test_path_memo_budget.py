@@ -104,5 +104,48 @@ def test_remembered_messages_stay_within_the_budget(tmp_path: Path, monkeypatch:
     asyncio.run(scenario())
 
 
-def _view(text: str) -> MessageView:
-    return MessageView(RowInfo("x", "user", None, 1, 0, 1), text)
+def _view(text: str, message_id: str = "x") -> MessageView:
+    return MessageView(RowInfo(message_id, "user", None, 1, 0, 1), text)
+
+
+def test_a_session_outgrowing_its_share_is_forgotten(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    one = paths.view_cost(_view(_message("grow-000")))
+    monkeypatch.setattr(paths, "MAX_SESSION_VIEW_BYTES", 50 * one)
+    monkeypatch.setattr(paths, "_views", OrderedDict())
+    monkeypatch.setattr(paths, "_view_bytes", 0)
+    service = SessionsService(ObjectRegistry(tmp_path, ThreadPoolExecutor(max_workers=2)))
+
+    async def scenario() -> None:
+        texts = [_message(f"grow-{n:03d}") for n in range(40)]
+        await service.append_many("grow", "", [AppendInput(t, Parent.auto(), True) for t in texts])
+        assert [v.json async for w in service.history("grow", "") for v in w] == texts
+        assert len(paths._views) == 1
+        for n in range(40, 60):  # appends are remembered until the session passes its share
+            texts.append(_message(f"grow-{n:03d}"))
+            await service.append("grow", "", texts[-1], Parent.auto(), from_client=True)
+            assert paths._view_bytes == _views_accounted() <= paths.MAX_SESSION_VIEW_BYTES
+        assert len(paths._views) == 0
+        assert [v.json async for w in service.history("grow", "") for v in w] == texts
+        assert len(paths._views) == 0  # and it is not taken up again while it is too large
+
+    asyncio.run(scenario())
+
+
+def test_messages_read_before_a_change_are_not_remembered_after_it(tmp_path: Path) -> None:
+    """A read that raced with an update (or any change that forgets the session) must not store
+    what it read: the version it started under is stale."""
+    service = SessionsService(ObjectRegistry(tmp_path, ThreadPoolExecutor(max_workers=2)))
+
+    async def scenario() -> None:
+        await service.append("race", "", _message("r1"), Parent.auto(), from_client=True)
+        async with service.object("race") as store:
+            _, version = paths.remembered_views(store, "", ["r1"])
+            stale = _view(_message("r1"), "r1")
+            paths.forget(store, "")  # e.g. an update committed while the read ran
+            paths.remember_views(store, "", version, [stale])
+            assert paths.remembered_views(store, "", ["r1"])[0] == {}
+            _, current = paths.remembered_views(store, "", ["r1"])
+            paths.remember_views(store, "", current, [stale])
+            assert paths.remembered_views(store, "", ["r1"])[0] == {"r1": stale}  # a current read is kept
+
+    asyncio.run(scenario())

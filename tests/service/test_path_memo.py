@@ -1,10 +1,11 @@
 """Reads served from the remembered path agree with reads of a freshly opened object.
 
 The server remembers each session's last walked path and extends it on appends to its leaf,
-and the messages read along it, adding appended ones (domain/paths.py). Here every step compares what the open object answers (remembered path)
-with what it answers after being closed and reopened (a fresh walk): row stats, history root
-first, recent history, for the active leaf and for explicit leaves, across appends, branches,
-updates, deletes, compactions, attachments and non-ASCII content.
+and the messages read along it, adding appended ones (domain/paths.py). Here every step
+compares what the open object answers (remembered path and messages) with what it answers
+after being closed and reopened (a fresh walk): row stats, history root first (inline and with
+attachment pointers), recent history, for the active leaf and for explicit leaves, across
+appends, branches, updates, deletes, compactions, attachments and non-ASCII content.
 """
 
 from __future__ import annotations
@@ -97,6 +98,11 @@ def test_remembered_paths_match_fresh_walks(one_open_object: LiveServer, tmp_pat
         pair.check()
         session.append_message(text_message("i", "after the image"))
         pair.check()
+        for _ in range(2):  # the second pair of reads is served from the memo
+            [inline] = [m for m in session.get_history() if m["id"] == "h"]
+            [pointer] = [m for m in session.get_history(pointers=True) if m["id"] == "h"]
+            assert inline["parts"][0]["url"] == image_part(1)["url"]
+            assert pointer["parts"][0]["url"].startswith("attachment:sha256:")
 
         session.update_message(text_message("b", "b rewritten, longer than before " * 10))
         pair.check()

@@ -74,7 +74,6 @@ class _ObjectMemo:
 
 @dataclass(slots=True)
 class _Views:
-    version: int
     by_id: dict[str, MessageView] = field(default_factory=dict)
     bytes: int = 0
 
@@ -217,7 +216,7 @@ def remembered_views(store: ObjectStore, session_id: str, ids: Iterable[str]) ->
     with _lock:
         version = memo.versions.get(session_id, 0)
         held = _views.get(key)
-        if held is None or held.version != version:
+        if held is None:
             return {}, version
         _views.move_to_end(key)
         by_id = held.by_id
@@ -232,9 +231,8 @@ def remember_views(store: ObjectStore, session_id: str, version: int, views: Ite
         if memo.versions.get(session_id, 0) != version:
             return
         held = _views.get(key)
-        if held is None or held.version != version:
-            _drop_views(key)
-            held = _views[key] = _Views(version)
+        if held is None:
+            held = _views[key] = _Views()
         _add_views(key, held, views)
 
 
