@@ -4,8 +4,9 @@ The server remembers each session's last walked path and extends it on appends t
 and the messages read along it, adding appended ones (domain/paths.py). Here every step
 compares what the open object answers (remembered path and messages) with what it answers
 after being closed and reopened (a fresh walk): row stats, history root first (inline and with
-attachment pointers), recent history, for the active leaf and for explicit leaves, across
-appends, branches, updates, deletes, compactions, attachments and non-ASCII content.
+attachment pointers) and newest first (against a walk from the leaf), recent history, for the
+active leaf and for explicit leaves, across appends, branches, updates, deletes, compactions,
+attachments and non-ASCII content.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class Pair:
             self.session.get_history_row_stats(leaf_id=leaf_id),
             undated(self.session.get_history(leaf_id=leaf_id)),
             undated(self.session.get_history(leaf_id=leaf_id, pointers=True)),
+            undated(self.session.get_history(leaf_id=leaf_id, newest_first=True)),
             [(undated(r.messages), r.truncated, r.total_content_bytes) for r in recent],
         )
 
@@ -62,6 +64,9 @@ class Pair:
         self.other.get_latest_leaf()  # closes the session's object: its memos are gone
         fresh = self.session.get_history_row_stats(leaf_id=leaf_id)
         assert remembered[0] == fresh
+        self.other.get_latest_leaf()
+        walked = undated(self.session.get_history(leaf_id=leaf_id, newest_first=True))  # leaf to root
+        assert remembered[3] == walked
         self.other.get_latest_leaf()
         assert remembered == self.reads(leaf_id)
 

@@ -126,6 +126,17 @@ def path_stats(store: ObjectStore, conn: Any, session_id: str, leaf_id: str) -> 
     return stats
 
 
+def remembered_path(store: ObjectStore, session_id: str, leaf_id: str) -> list[PathStat] | None:
+    """The remembered path to `leaf_id` (a copy), or None: never walks."""
+    key = (_object_memo(store), session_id)
+    with _lock:
+        held = _paths.get(key)
+        if held is None or held.leaf_id != leaf_id:
+            return None
+        _paths.move_to_end(key)
+        return list(held.rows)
+
+
 def note_appends(store: ObjectStore, session_id: str, appended: Sequence[AppendedRow]) -> None:
     """Extends the remembered path by committed appends to its leaf (in commit order); an append
     elsewhere moves the active leaf away from it, which makes it useless: it is dropped."""

@@ -607,12 +607,18 @@ class SessionsService:
         self, store: ObjectStore, session_id: str, leaf_id: str, inline: bool
     ) -> AsyncGenerator[list[MessageView], None]:
         """Leaf to root by point reads, one row per step; switches to planned overlays at the
-        first row that ends some compaction (everything after it is exact without planning)."""
+        first row that ends some compaction (everything after it is exact without planning).
+        A path the memo holds is streamed from it instead."""
 
         def start(conn: Any) -> tuple[str | None, list[Compaction]]:
             return _resolve_leaf(store, conn, session_id, leaf_id), queries.compactions(conn, session_id)
 
         next_id, records = await store.read(start)
+        remembered = paths.remembered_path(store, session_id, next_id) if next_id else None
+        if remembered is not None:  # no walk: the path's messages are likely remembered too
+            async for window in _stream_path(store, session_id, remembered, records, newest_first=True, inline=inline):
+                yield window
+            return
         span_ends = {record.to_message_id for record in records}
         hidden = _hidden_ids(records)
         depth = 0
