@@ -669,7 +669,7 @@ def print_rows(rows: list[Row], out: Callable[[str], None] = print) -> None:
 
 # Messages per response, as the clients ask for them (one gRPC frame per message costs more than
 # the message on long reads).
-PACKED = 128
+PACKED = 400
 
 
 def newest_first(stub: Any, key: str, take: int) -> tuple[float, float]:

@@ -24,8 +24,10 @@ OBJECT_KEY_HEADER: Final = "x-object-key"
 UNARY_LIMIT_BYTES: Final = 3 * 1024 * 1024
 PIECE_BYTES: Final = 3 * 1024 * 1024
 # Messages the server may pack into one response on long reads (one gRPC frame per message
-# would otherwise dominate the cost of streaming history).
-PACKED_MESSAGES: Final = 128
+# would otherwise dominate the cost of streaming history). The server reads at most 400 rows at
+# a time and frames each read on its own, so asking for more changes nothing; asking for fewer
+# splits its reads into more responses, at about 0.15 ms of server time each.
+PACKED_MESSAGES: Final = 400
 
 
 def frames_of(response: Any) -> list[pb.MessageFrame]:
