@@ -15,6 +15,7 @@ from sessions_server.config import (
     DEFAULT_MAX_REQUEST_BYTES,
     ServerConfig,
 )
+from sessions_server.domain import paths
 from sessions_server.domain.keys import MAX_OBJECT_KEY_BYTES
 from sessions_server.domain.limits import Limits
 from sessions_server.storage.feed import FeedSettings
@@ -47,6 +48,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=DEFAULT_MAX_OPEN_OBJECTS,
         help=f"objects kept open before idle ones close (default {DEFAULT_MAX_OPEN_OBJECTS})",
+    )
+    serve.add_argument(
+        "--message-memo-bytes",
+        type=int,
+        default=paths.DEFAULT_MESSAGE_BUDGET_BYTES,
+        help="memory for messages remembered from recent reads and appends, all objects together; "
+        f"a third at most for one session; 0 turns it off (default {paths.DEFAULT_MESSAGE_BUDGET_BYTES})",
     )
     serve.add_argument(
         "--max-object-key-bytes",
@@ -186,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "import-store":
         return _import_store(args.file, args.object_key, args.data_dir, replace=args.replace)
     _configure_logging(args.log_level, args.log_format)
+    paths.set_message_budget(args.message_memo_bytes)
     config = ServerConfig(
         data_dir=args.data_dir,
         listen=args.listen,

@@ -149,3 +149,29 @@ def test_messages_read_before_a_change_are_not_remembered_after_it(tmp_path: Pat
             assert paths.remembered_views(store, "", ["r1"])[0] == {"r1": stale}  # a current read is kept
 
     asyncio.run(scenario())
+
+
+def test_a_zero_message_budget_remembers_nothing_and_reads_stay_right(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--message-memo-bytes 0`: every read comes from storage."""
+    monkeypatch.setattr(paths, "_views", OrderedDict())
+    monkeypatch.setattr(paths, "_view_bytes", 0)
+    monkeypatch.setattr(paths, "MAX_VIEW_BYTES", paths.MAX_VIEW_BYTES)
+    monkeypatch.setattr(paths, "MAX_SESSION_VIEW_BYTES", paths.MAX_SESSION_VIEW_BYTES)
+    service = SessionsService(ObjectRegistry(tmp_path, ThreadPoolExecutor(max_workers=2)))
+
+    async def scenario() -> None:
+        texts = [_message(f"z-{n:02d}") for n in range(30)]
+        await service.append_many("zero", "", [AppendInput(t, Parent.auto(), True) for t in texts])
+        assert [v.json async for w in service.history("zero", "") for v in w] == texts
+        assert len(paths._views) == 1
+        paths.set_message_budget(0)  # drops what it held
+        assert len(paths._views) == 0 and paths._view_bytes == 0
+        texts.append(_message("z-30"))
+        await service.append("zero", "", texts[-1], Parent.auto(), from_client=True)
+        for _ in range(2):
+            assert [v.json async for w in service.history("zero", "") for v in w] == texts
+            assert len(paths._views) == 0
+
+    asyncio.run(scenario())

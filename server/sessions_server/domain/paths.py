@@ -38,7 +38,8 @@ if TYPE_CHECKING:
 MEMO_KEY = "paths"
 # About 200 bytes each: some 50 MB at most, for 25 sessions at the 10,001-row depth cap.
 MAX_REMEMBERED_ROWS = 250_000
-MAX_VIEW_BYTES = 96 * 1024 * 1024
+DEFAULT_MESSAGE_BUDGET_BYTES = 96 * 1024 * 1024
+MAX_VIEW_BYTES = DEFAULT_MESSAGE_BUDGET_BYTES
 MAX_SESSION_VIEW_BYTES = MAX_VIEW_BYTES // 3
 # What a remembered message costs beyond its JSON and encoding (the view, its info, the dict).
 VIEW_OVERHEAD_BYTES = 400
@@ -186,6 +187,19 @@ def view_cost(view: MessageView) -> int:
     """What remembering `view` counts against the budgets: its JSON twice (text and encoding)."""
     text = view.json
     return 2 * (len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))) + VIEW_OVERHEAD_BYTES
+
+
+def set_message_budget(total_bytes: int) -> None:
+    """Sets MAX_VIEW_BYTES (a third of it for any one session; 0 remembers no messages) and drops
+    what no longer fits. Process-wide, like the memo: the command line sets it once."""
+    global MAX_VIEW_BYTES, MAX_SESSION_VIEW_BYTES
+    with _lock:
+        MAX_VIEW_BYTES = max(0, total_bytes)
+        MAX_SESSION_VIEW_BYTES = MAX_VIEW_BYTES // 3
+        for key in [key for key, held in _views.items() if held.bytes > MAX_SESSION_VIEW_BYTES]:
+            _drop_views(key)
+        while _view_bytes > MAX_VIEW_BYTES and _views:
+            _drop_views(next(iter(_views)))
 
 
 def fits_session_share(byte_counts: Iterable[int]) -> bool:
