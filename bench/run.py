@@ -227,6 +227,23 @@ class Bench:
         for _ in self.stub.GetLatestLeaf(pb.GetLatestLeafRequest(object_key=key), metadata=self.md(key)):
             pass
 
+    # More objects than the server's --max-open-objects 32: touching them all closes any other.
+    FILLERS = tuple(f"filler-{i}" for i in range(40))
+
+    def make_fillers(self) -> None:
+        for f in self.FILLERS:
+            self.append_items(f, [MessageFactory(200, prefix="f").json(0)])  # the same id: idempotent
+
+    def close_object(self, path: Path) -> bool:
+        """Makes the server close the object at `path` (LRU eviction); False if it stayed open."""
+        assert self.server is not None
+
+        def touch_fillers() -> None:
+            for f in self.FILLERS:
+                self.touch(f)
+
+        return hibernate(self.server.pid, path, touch_fillers)
+
     def openai_session(self, name: str) -> Any:
         from agents import SQLiteSession
 
@@ -531,8 +548,15 @@ class Bench:
         nbytes = count = 0
         assert self.echo is not None
         cpu, cpu_echo = CpuMeter(self.server.pid), CpuMeter(self.echo.pid)
+        # From storage: the first read after the server closed the object, when nothing of it
+        # is remembered.
+        self.make_fillers()
+        cold: list[float] = []
         with self.profile("history-10k") as prof:
             for _ in range(self.reps):
+                if self.close_object(path):
+                    _, cb, cs = self.stream_all(key)
+                    cold.append(cb / MIB / cs)
                 _, wb, ws = self.stream_all(key, leaf_id=built_leaf)
                 walked.append(wb / MIB / ws)
                 self.stream_all(key)  # the active leaf, walked again: remembered from here on
@@ -584,7 +608,7 @@ class Bench:
         }
         notes = [
             f"{count} msgs, {nbytes / MIB:.1f} MiB, {median(svc_msgs):,.0f} msgs/s, each read after an append (remembered path extended); "
-            f"path walked (older leaf, not remembered) {median(walked):.1f} MiB/s; batched (batch_size=50) {median(batched):.1f} MiB/s; "
+            f"from storage (object reopened) {median(cold) if cold else float('nan'):.1f} MiB/s; path walked (older leaf: its path is not remembered, its messages are) {median(walked):.1f} MiB/s; batched (batch_size=50) {median(batched):.1f} MiB/s; "
             f"build {rate:,.0f} msgs/s; server CPU {1000 * cpu.seconds / (count * self.reps):.3f} ms/message "
             f"(echo stream 1/frame {1000 * cpu_echo.seconds / (count * self.reps):.3f} ms/frame)"
         ]
@@ -661,9 +685,7 @@ class Bench:
         if self.args.only and "history" not in self.args.only:
             self.build(key, self.n_history, 1024, 1000, prefix="h")
         path = object_path(self.server.data_dir, key)
-        fillers = [f"filler-{i}" for i in range(40)]  # more than --max-open-objects 32: evicts `key`
-        for f in fillers:
-            self.append_items(f, [MessageFactory(200, prefix="f").json(0)])
+        self.make_fillers()
         for _ in range(5):
             newest_first(self.stub, key, 50)
         warm_first, warm_all, cold_first, cold_all = [], [], [], []
@@ -705,13 +727,8 @@ class Bench:
         conn.close()
         with self.profile("recent-cold") as prof:
             skipped = 0
-
-            def touch_fillers() -> None:
-                for f in fillers:
-                    self.touch(f)
-
             for _ in range(self.n_cold_samples):
-                if not hibernate(self.server.pid, path, touch_fillers):
+                if not self.close_object(path):
                     skipped += 1
                     continue
                 first, whole = newest_first(self.stub, key, 50)
