@@ -9,7 +9,7 @@
 //	for msg, err := range s.History(ctx).All() { ... }
 //
 // Messages travel as JSON text and come back exactly as stored, as json.RawMessage. The client sends the
-// routing metadata (x-object-key), asks long reads to pack up to 128 messages per response
+// routing metadata (x-object-key), asks long reads to pack up to 400 messages per response
 // (max_messages_per_response), reassembles messages that the server sends in pieces, picks
 // the client-streaming UploadMessage path for messages over 3 MiB, and turns failures into
 // *Error values carrying the gRPC code and the server's ErrorInfo reason.

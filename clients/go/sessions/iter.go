@@ -9,7 +9,7 @@ import (
 )
 
 // HistoryIterator streams one root-to-leaf path, one message at a time. The server packs up to
-// 128 small messages into one response (about 1 MiB of JSON at most); the iterator reads the
+// 400 small messages into one response (about 1 MiB of JSON at most); the iterator reads the
 // next response only when the current one is used up, and decodes one message per Next. It
 // holds the current message, the not yet returned frames of one response and, while a large
 // message arrives in pieces, that message's pieces; never the path. Use it as
@@ -90,7 +90,7 @@ func (it *HistoryIterator) Held() int {
 }
 
 // Frames returns how many responses (gRPC frames) the iterator has received so far. Each carries
-// up to 128 packed messages, or one piece of a message over 3 MiB, so a long path of small
+// up to 400 packed messages, or one piece of a message over 3 MiB, so a long path of small
 // messages takes far fewer responses than messages. Responses are read only as Next needs them:
 // the next one once every message of the current one has been returned.
 func (it *HistoryIterator) Frames() int64 {

@@ -1,6 +1,6 @@
 package sessions_test
 
-// Packed reads: the client asks long reads for up to 128 messages per response
+// Packed reads: the client asks long reads for up to 400 messages per response
 // (max_messages_per_response) and reassembles them from `frames`, including a message large
 // enough to travel as pieces, and batch ends that the server marks at the end of a response. A
 // recording stream interceptor checks what actually crossed the wire, so these tests fail if
@@ -23,7 +23,7 @@ import (
 	"github.com/sessions-dev/sessions/clients/go/sessions"
 )
 
-const packed = 128
+const packed = 400
 
 type seenFrame struct {
 	id    string // "" when the frame has no info (a later piece)
@@ -169,7 +169,7 @@ func recordedSession(t *testing.T, id string) (*sessions.Session, *recorder) {
 }
 
 // assertPacked checks that a call asked for packing and was answered packed: only `frames`, at
-// most 128 a response, one frame with info per message, and fewer responses than messages.
+// most `packed` a response, one frame with info per message, and fewer responses than messages.
 func assertPacked(t *testing.T, call *seenCall, messages int) {
 	t.Helper()
 	if call.maxPerResponse != packed {
@@ -408,16 +408,32 @@ func TestPackedLongHistory(t *testing.T) {
 			t.Fatalf("%d responses mark a batch end, want 43", ends)
 		}
 
-		// A batch larger than a packed response spans several responses.
-		large := batchesOf(t, s, sessions.WithBatchSize(200))
-		if got := batchSizes(large); fmt.Sprint(got) != "[200 100]" {
-			t.Fatalf("batches of 200: %v", got)
+		// A batch larger than a packed response spans several responses: 900 messages in
+		// batches of 500, so the first batch needs at least two responses of 400 and the second
+		// one more.
+		longer, lrec := recordedSession(t, "longer")
+		many := smallMessages("n", 900)
+		if _, err := longer.AppendMessages(ctx, anys(many)); err != nil {
+			t.Fatal(err)
 		}
-		assertMessages(t, "batches of 200", flatten(large), all)
-		call = rec.only(t, "StreamHistory")
-		assertPacked(t, call, n)
-		if len(call.responses) < 4 || batchEnds(call) != 2 {
-			t.Fatalf("batches of 200 came in %d responses with %d batch ends", len(call.responses), batchEnds(call))
+		lrec.reset()
+		large := batchesOf(t, longer, sessions.WithBatchSize(500))
+		if got := batchSizes(large); fmt.Sprint(got) != "[500 400]" {
+			t.Fatalf("batches of 500: %v", got)
+		}
+		assertMessages(t, "batches of 500", flatten(large), many)
+		call = lrec.only(t, "StreamHistory")
+		assertPacked(t, call, len(many))
+		firstEnd := -1
+		for i, r := range call.responses {
+			if r.batchEnd {
+				firstEnd = i
+				break
+			}
+		}
+		if firstEnd < 1 || len(call.responses) < 3 || batchEnds(call) != 2 {
+			t.Fatalf("batches of 500 came in %d responses with %d batch ends, the first in response %d",
+				len(call.responses), batchEnds(call), firstEnd)
 		}
 
 		// By bytes, newest first.

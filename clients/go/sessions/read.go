@@ -11,9 +11,11 @@ import (
 
 // packedMessages is how many messages a long read asks the server to pack into one response
 // (max_messages_per_response), the Python client's PACKED_MESSAGES: one gRPC frame per message
-// would otherwise dominate the cost of streaming history. The server also stops a response at
+// would otherwise dominate the cost of streaming history. 400 is what the server reads at once,
+// and it frames each read separately: a larger value gains nothing, a smaller one cuts a read
+// into more responses (about 0.15 ms of server time each). The server also stops a response at
 // about 1 MiB of JSON, and sends each piece of a message over 3 MiB in a response of its own.
-const packedMessages = 128
+const packedMessages = 400
 
 func attachmentMode(o readOptions) pb.AttachmentMode {
 	if o.pointers {

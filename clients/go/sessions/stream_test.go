@@ -130,15 +130,16 @@ func TestTwentyMegabyteMessageRoundTrip(t *testing.T) {
 	}
 }
 
-// TestHistoryStreamsOneMessageAtATime reads a 200-message history and checks, through the
+// TestHistoryStreamsOneMessageAtATime reads a 900-message history and checks, through the
 // iterator's own API and against the responses recorded on the wire, that it holds at most one
 // decoded message, that the messages come packed (far fewer responses than messages, at most
-// 128 in one), and that it never reads ahead: the current message is always in the newest
-// response received, and Frames() counts exactly the responses received.
+// 400 in one, and a full server read of 400 rows in one), and that it never reads ahead: the
+// current message is always in the newest response received, and Frames() counts exactly the
+// responses received.
 func TestHistoryStreamsOneMessageAtATime(t *testing.T) {
 	ctx := testCtx(t)
 	s, rec := recordedSession(t, "s")
-	const n = 200
+	const n = 900
 	msgs := make([]any, n)
 	want := make([]json.RawMessage, n)
 	for i := range msgs {
@@ -183,15 +184,22 @@ func TestHistoryStreamsOneMessageAtATime(t *testing.T) {
 	if count != n || it.Held() != 0 {
 		t.Fatalf("read %d messages, held %d after the end", count, it.Held())
 	}
-	// 200 messages need at least two responses of 128; one response per message means no packing.
+	// 900 messages need at least three responses of 400; one response per message means no
+	// packing. The server reads at most 400 rows at a time, and a read that large (these
+	// messages are about 1 KB, far under the 1 MiB a response may carry) arrives whole.
 	received := rec.frameCounts(t, "StreamHistory")
-	if len(received) < 2 || len(received) >= n/2 || it.Frames() != int64(len(received)) {
+	if len(received) < 3 || len(received) >= n/2 || it.Frames() != int64(len(received)) {
 		t.Fatalf("%d messages came in %d responses %v (Frames() = %d)", n, len(received), received, it.Frames())
 	}
+	most := 0
 	for _, k := range received {
-		if k < 1 || k > 128 {
+		if k < 1 || k > packed {
 			t.Fatalf("a response carried %d messages: %v", k, received)
 		}
+		most = max(most, k)
+	}
+	if most != packed {
+		t.Fatalf("no response carried a full read of %d messages: %v", packed, received)
 	}
 	rec.reset()
 

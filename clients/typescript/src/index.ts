@@ -8,7 +8,7 @@
  *
  * Messages are plain objects, sent as `JSON.stringify` text and read back with `JSON.parse`.
  * Every call sends the routing metadata `x-object-key` (percent-encoded UTF-8), asks long reads
- * to pack up to 128 messages per response (`max_messages_per_response`), reassembles messages
+ * to pack up to 400 messages per response (`max_messages_per_response`), reassembles messages
  * that the server sends in pieces, and writes messages above 3 MiB through the
  * client-streaming `UploadMessage`. Failures are thrown as `SessionsError` (status code plus the
  * `ErrorInfo` reason from the `grpc-status-details-bin` trailer).
@@ -212,10 +212,12 @@ export const UNARY_LIMIT_BYTES = 3 * 1024 * 1024;
 export const PIECE_BYTES = 3 * 1024 * 1024;
 /**
  * Messages the server may pack into one response on long reads (`max_messages_per_response`):
- * one gRPC frame per message would otherwise dominate the cost of streaming history. The same
- * value as the Python client's PACKED_MESSAGES.
+ * one gRPC frame per message would otherwise dominate the cost of streaming history. 400 is
+ * what the server reads at once, and it frames each read separately: a larger value gains
+ * nothing, a smaller one cuts a read into more responses (about 0.15 ms of server time each).
+ * The same value as the Python client's PACKED_MESSAGES.
  */
-const PACKED_MESSAGES = 128;
+const PACKED_MESSAGES = 400;
 
 const ERROR_INFO_TYPE = "google.rpc.ErrorInfo";
 

@@ -1,4 +1,4 @@
-// Packed reads: the client asks long reads for up to 128 messages per response
+// Packed reads: the client asks long reads for up to 400 messages per response
 // (`max_messages_per_response`) and reassembles them from `frames`, including a message large
 // enough to travel as pieces, and batch ends that the server marks at the end of a response.
 // A recording interceptor checks what actually crossed the wire, so these tests fail if the
@@ -10,7 +10,7 @@ import type { Interceptor } from "@connectrpc/connect";
 import type { Message, SessionHandle, SessionsClient } from "../src/index.js";
 import { TestServer, freshKey, msg } from "./server.js";
 
-const PACKED = 128;
+const PACKED = 400;
 const MiB = 1024 * 1024;
 
 interface SeenFrame {
@@ -104,7 +104,7 @@ function only(method: string): SeenCall {
   return found[0]!;
 }
 
-/** Asserts a call asked for packing and was answered packed: `frames` only, at most 128 each. */
+/** Asserts a call asked for packing and was answered packed: `frames` only, at most PACKED each. */
 function assertPacked(call: SeenCall, messages: number): void {
   assert.equal(call.maxMessagesPerResponse, PACKED, `${call.method} asks for packed responses`);
   const data = call.responses.filter((r) => r.frame || r.frames.length > 0);
@@ -205,7 +205,7 @@ describe("a long history of small messages", () => {
     assertPacked(only("GetRecentHistory"), 170);
   });
 
-  test("historyBatches: batch ends survive packing, small batches and batches over 128", async () => {
+  test("historyBatches: batch ends survive packing, small batches and batches over 400", async () => {
     const sevens = await batchesOf(s, { batchSize: 7 });
     assert.deepEqual(
       sevens.map((b) => b.length),
@@ -217,17 +217,23 @@ describe("a long history of small messages", () => {
     // A batch end closes its response: one marked response per batch, ending on its last message.
     assert.equal(call.responses.filter((r) => r.batchEnd).length, 43);
 
-    // Batches larger than a packed response span several responses.
+    // Batches larger than a packed response span several responses: 900 messages in batches
+    // of 500, so the first batch needs at least two responses of 400 and the second one more.
+    const longer = client.object(freshKey("packed")).session("longer");
+    const many = smallMessages("n", 900);
+    await appendAll(longer, many);
     calls.length = 0;
-    const large = await batchesOf(s, { batchSize: 200 });
+    const large = await batchesOf(longer, { batchSize: 500 });
     assert.deepEqual(
       large.map((b) => b.length),
-      [200, 100],
+      [500, 400],
     );
-    assert.deepEqual(large.flat(), all);
+    assert.deepEqual(large.flat(), many);
     const spanning = only("StreamHistory");
-    assertPacked(spanning, N);
-    assert.ok(spanning.responses.length >= 4, "200 messages need at least two responses of 128");
+    assertPacked(spanning, many.length);
+    const firstEnd = spanning.responses.findIndex((r) => r.batchEnd);
+    assert.ok(firstEnd >= 1, `a batch of 500 spans at least two responses of ${PACKED}, ended in response ${firstEnd}`);
+    assert.ok(spanning.responses.length >= 3, "900 messages in batches of 500 need at least three responses of 400");
     assert.equal(spanning.responses.filter((r) => r.batchEnd).length, 2);
 
     // By bytes, newest first.

@@ -181,7 +181,7 @@ describe("deadlines", () => {
     const impatient = server.client({ timeoutMs: 100 });
     const s = impatient.object(s0.key).session();
     assert.equal((await s.getHistory()).length, 20, "a quick read finishes in time");
-    // The messages arrive packed (up to 128 a response): those already received are still
+    // The messages arrive packed (up to 400 a response): those already received are still
     // delivered after the deadline, which surfaces when the stream is read past them.
     let read = 0;
     await assert.rejects(
