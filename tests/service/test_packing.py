@@ -84,3 +84,38 @@ def test_recent_history_and_get_messages_pack(live_server: Any, session: Any, ob
     )
     assert got == sent and max(counts) == 4
     channel.close()
+
+
+def test_packed_frames_equal_single_frames_and_stay_equal_when_read_again(
+    live_server: Any, session: Any, object_key: str
+) -> None:
+    """Packed responses are encoded from per-message encodings the server keeps with the messages
+    it remembers: every frame (info included, and a compaction overlay's) must be the frame an
+    unpacked read sends, on the first read and on later ones served from memory."""
+    session.append_messages([_text(f"m{i}", 40 + i) for i in range(9)])
+    session.append_message(_text("branch", 5), parent_id="m3")
+    session.append_message(_text("tail", 5), parent_id="m8")
+    session.add_compaction("summary of m1..m2", "m1", "m2")
+    channel = grpc.insecure_channel(live_server.address)
+    stub = sessions_pb2_grpc.SessionServiceStub(channel)
+    md = routing_metadata(object_key)
+
+    def frames(per_response: int) -> list[tuple[pb.MessageInfo, dict[str, Any], bool]]:
+        request = pb.StreamHistoryRequest(object_key=object_key, max_messages_per_response=per_response)
+        out = []
+        for response in stub.StreamHistory(request, metadata=md):
+            for frame in response.frames if per_response > 1 else [response.frame]:
+                message = json.loads(frame.json)
+                if frame.info.overlay:
+                    message.pop("createdAt")  # an overlay carries the time of the read
+                out.append((frame.info, message, frame.more_pieces))
+        return out
+
+    single = frames(1)
+    infos = [info for info, _, _ in single]
+    assert [info.id for info in infos[:3]] == ["m0", infos[1].id, "m3"] and infos[1].overlay
+    assert infos[1].id.startswith("compaction_") and not infos[1].HasField("parent_id")
+    assert infos[-1].id == "tail" and infos[-1].parent_id == "m8" and infos[-1].seq == 11
+    for _ in range(3):
+        assert frames(4) == single
+    channel.close()
