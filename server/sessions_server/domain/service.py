@@ -608,23 +608,12 @@ class SessionsService:
     ) -> AsyncGenerator[list[MessageView], None]:
         """Leaf to root by point reads, one row per step; switches to planned overlays at the
         first row that ends some compaction (everything after it is exact without planning).
-        A path the memo holds is streamed from it instead."""
+        A path the memo holds is streamed from it instead. The first read also takes the walk's
+        first steps, so the newest messages come back after one read."""
+        span_ends: set[str] = set()
+        hidden: set[str] = set()
 
-        def start(conn: Any) -> tuple[str | None, list[Compaction]]:
-            return _resolve_leaf(store, conn, session_id, leaf_id), queries.compactions(conn, session_id)
-
-        next_id, records = await store.read(start)
-        remembered = paths.remembered_path(store, session_id, next_id) if next_id else None
-        if remembered is not None:  # no walk: the path's messages are likely remembered too
-            async for window in _stream_path(store, session_id, remembered, records, newest_first=True, inline=inline):
-                yield window
-            return
-        span_ends = {record.to_message_id for record in records}
-        hidden = _hidden_ids(records)
-        depth = 0
-        steps = WALK_FIRST_STEPS
-
-        def walk(conn: Any, first: str, budget: int, depth: int) -> tuple[list[MessageView], int, str | None, bool]:
+        def walk(conn: Any, first: str, budget: int, depth: int) -> _WalkStep:
             views: list[MessageView] = []
             rows = 0
             current: str | None = first
@@ -643,11 +632,31 @@ class SessionsService:
                 depth += 1
             return views, rows, (current if depth <= MAX_PATH_DEPTH else None), False
 
+        def start(conn: Any) -> tuple[str | None, list[Compaction], list[PathStat] | None, _WalkStep | None]:
+            leaf = _resolve_leaf(store, conn, session_id, leaf_id)
+            records = queries.compactions(conn, session_id)
+            remembered = paths.remembered_path(store, session_id, leaf) if leaf else None
+            if not leaf or remembered is not None:
+                return leaf, records, remembered, None
+            span_ends.update(record.to_message_id for record in records)
+            hidden.update(_hidden_ids(records))
+            return leaf, records, None, walk(conn, leaf, WALK_FIRST_STEPS, 0)
+
+        next_id, records, remembered, step = await store.read(start)
+        if remembered is not None:  # no walk: the path's messages are likely remembered too
+            async for window in _stream_path(store, session_id, remembered, records, newest_first=True, inline=inline):
+                yield window
+            return
+        depth = 0
+        steps = WALK_FIRST_STEPS
         while next_id is not None and depth <= MAX_PATH_DEPTH:
-            first = next_id
-            views, walked, next_id, switch = await store.read(
-                lambda conn, f=first, b=steps, d=depth: walk(conn, f, b, d)  # type: ignore[misc]
-            )
+            taken: _WalkStep
+            if step is not None:
+                taken, step = step, None
+            else:
+                first = next_id
+                taken = await store.read(lambda conn, f=first, b=steps, d=depth: walk(conn, f, b, d))  # type: ignore[misc]
+            views, walked, next_id, switch = taken
             depth += walked
             steps = min(steps * 2, WALK_MAX_STEPS)
             if views:
@@ -793,6 +802,11 @@ def _appended_row(info: RowInfo, prepared: messages.PreparedMessage) -> paths.Ap
     # What a read of the new row returns is its stored JSON (checked as a read would check it).
     view = MessageView(info, text) if not attachments.may_hold_pointers(text) else None
     return paths.AppendedRow(info, len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass")), view)
+
+
+# One step of a walk from the leaf: the views read, rows walked, where to go on, and whether the
+# walk reached a row that ends a compaction (from which overlays must be planned).
+_WalkStep = tuple[list[MessageView], int, str | None, bool]
 
 
 def _hidden_ids(records: Sequence[Compaction]) -> set[str]:
