@@ -24,6 +24,14 @@ def _message(message_id: str) -> str:
     return f'{{"id":"{message_id}","role":"user","parts":[{{"type":"text","text":"{message_id}"}}]}}'
 
 
+async def _append_all(service: SessionsService, key: str, session_id: str, texts: list[str]) -> None:
+    await service.append_many(key, session_id, [AppendInput(t, Parent.auto(), True) for t in texts])
+
+
+async def _history_json(service: SessionsService, key: str, session_id: str) -> list[str]:
+    return [view.json async for window in service.history(key, session_id) for view in window]
+
+
 def _accounted() -> int:
     return sum(len(path.rows) for path in paths._paths.values())
 
@@ -62,30 +70,36 @@ def _views_accounted() -> int:
     return sum(held.bytes for held in paths._views.values())
 
 
-def test_remembered_messages_stay_within_the_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def fresh_views(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """An empty message memo (what other tests left is not ours to count) whose budgets a test
+    may change; all of it is put back afterwards."""
+    monkeypatch.setattr(paths, "_views", OrderedDict())
+    monkeypatch.setattr(paths, "_view_bytes", 0)
+    monkeypatch.setattr(paths, "MAX_VIEW_BYTES", paths.MAX_VIEW_BYTES)
+    monkeypatch.setattr(paths, "MAX_SESSION_VIEW_BYTES", paths.MAX_SESSION_VIEW_BYTES)
+    return monkeypatch
+
+
+def test_remembered_messages_stay_within_the_budget(tmp_path: Path, fresh_views: pytest.MonkeyPatch) -> None:
     """Under a small byte budget, sessions' messages are dropped least recently used first and
     read again from storage; what every read returns stays right, and a path too large for a
     session's share is streamed without being remembered at all."""
     one = paths.view_cost(_view(_message("s0-000")))
-    monkeypatch.setattr(paths, "MAX_VIEW_BYTES", 250 * one)
-    monkeypatch.setattr(paths, "MAX_SESSION_VIEW_BYTES", 150 * one)
-    monkeypatch.setattr(paths, "_views", OrderedDict())
-    monkeypatch.setattr(paths, "_view_bytes", 0)
+    fresh_views.setattr(paths, "MAX_VIEW_BYTES", 250 * one)
+    fresh_views.setattr(paths, "MAX_SESSION_VIEW_BYTES", 150 * one)
     service = SessionsService(ObjectRegistry(tmp_path, ThreadPoolExecutor(max_workers=2)))
-
-    async def history(session_id: str) -> list[str]:
-        return [view.json async for window in service.history("views", session_id) for view in window]
 
     async def scenario() -> None:
         expected: dict[str, list[str]] = {}
         for index in range(4):  # 4 sessions of 100 messages: at most two fit in the budget
             session_id = f"s{index}"
             texts = [_message(f"{session_id}-{n:03d}") for n in range(100)]
-            await service.append_many("views", session_id, [AppendInput(t, Parent.auto(), True) for t in texts])
+            await _append_all(service, "views", session_id, texts)
             expected[session_id] = texts
         for round_ in range(3):
             for session_id, texts in expected.items():
-                assert await history(session_id) == texts
+                assert await _history_json(service, "views", session_id) == texts
                 assert paths._view_bytes == _views_accounted() <= paths.MAX_VIEW_BYTES
                 assert any(key[1] == session_id for key in paths._views)  # just read: remembered
                 text = _message(f"{session_id}-x{round_}")
@@ -95,9 +109,9 @@ def test_remembered_messages_stay_within_the_budget(tmp_path: Path, monkeypatch:
         assert 0 < len(paths._views) <= 2
 
         big = [_message(f"big-{n:03d}") for n in range(200)]  # over the session's share
-        await service.append_many("views", "big", [AppendInput(t, Parent.auto(), True) for t in big])
+        await _append_all(service, "views", "big", big)
         before = dict(paths._views)
-        assert await history("big") == big
+        assert await _history_json(service, "views", "big") == big
         assert all(key[1] != "big" for key in paths._views)
         assert paths._views == before  # streaming it evicted nobody
 
@@ -108,24 +122,22 @@ def _view(text: str, message_id: str = "x") -> MessageView:
     return MessageView(RowInfo(message_id, "user", None, 1, 0, 1), text)
 
 
-def test_a_session_outgrowing_its_share_is_forgotten(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_session_outgrowing_its_share_is_forgotten(tmp_path: Path, fresh_views: pytest.MonkeyPatch) -> None:
     one = paths.view_cost(_view(_message("grow-000")))
-    monkeypatch.setattr(paths, "MAX_SESSION_VIEW_BYTES", 50 * one)
-    monkeypatch.setattr(paths, "_views", OrderedDict())
-    monkeypatch.setattr(paths, "_view_bytes", 0)
+    fresh_views.setattr(paths, "MAX_SESSION_VIEW_BYTES", 50 * one)
     service = SessionsService(ObjectRegistry(tmp_path, ThreadPoolExecutor(max_workers=2)))
 
     async def scenario() -> None:
         texts = [_message(f"grow-{n:03d}") for n in range(40)]
-        await service.append_many("grow", "", [AppendInput(t, Parent.auto(), True) for t in texts])
-        assert [v.json async for w in service.history("grow", "") for v in w] == texts
+        await _append_all(service, "grow", "", texts)
+        assert await _history_json(service, "grow", "") == texts
         assert len(paths._views) == 1
         for n in range(40, 60):  # appends are remembered until the session passes its share
             texts.append(_message(f"grow-{n:03d}"))
             await service.append("grow", "", texts[-1], Parent.auto(), from_client=True)
             assert paths._view_bytes == _views_accounted() <= paths.MAX_SESSION_VIEW_BYTES
         assert len(paths._views) == 0
-        assert [v.json async for w in service.history("grow", "") for v in w] == texts
+        assert await _history_json(service, "grow", "") == texts
         assert len(paths._views) == 0  # and it is not taken up again while it is too large
 
     asyncio.run(scenario())
@@ -152,26 +164,22 @@ def test_messages_read_before_a_change_are_not_remembered_after_it(tmp_path: Pat
 
 
 def test_a_zero_message_budget_remembers_nothing_and_reads_stay_right(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, fresh_views: pytest.MonkeyPatch
 ) -> None:
     """`--message-memo-bytes 0`: every read comes from storage."""
-    monkeypatch.setattr(paths, "_views", OrderedDict())
-    monkeypatch.setattr(paths, "_view_bytes", 0)
-    monkeypatch.setattr(paths, "MAX_VIEW_BYTES", paths.MAX_VIEW_BYTES)
-    monkeypatch.setattr(paths, "MAX_SESSION_VIEW_BYTES", paths.MAX_SESSION_VIEW_BYTES)
     service = SessionsService(ObjectRegistry(tmp_path, ThreadPoolExecutor(max_workers=2)))
 
     async def scenario() -> None:
         texts = [_message(f"z-{n:02d}") for n in range(30)]
-        await service.append_many("zero", "", [AppendInput(t, Parent.auto(), True) for t in texts])
-        assert [v.json async for w in service.history("zero", "") for v in w] == texts
+        await _append_all(service, "zero", "", texts)
+        assert await _history_json(service, "zero", "") == texts
         assert len(paths._views) == 1
         paths.set_message_budget(0)  # drops what it held
         assert len(paths._views) == 0 and paths._view_bytes == 0
         texts.append(_message("z-30"))
         await service.append("zero", "", texts[-1], Parent.auto(), from_client=True)
         for _ in range(2):
-            assert [v.json async for w in service.history("zero", "") for v in w] == texts
+            assert await _history_json(service, "zero", "") == texts
             assert len(paths._views) == 0
 
     asyncio.run(scenario())

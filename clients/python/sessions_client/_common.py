@@ -239,6 +239,20 @@ class FrameAssembler:
             raise SessionsError(grpc.StatusCode.DATA_LOSS, "stream ended inside a message", "INVALID_STREAM", {})
 
 
+def history_request(
+    object_key: str, session_id: str, leaf_id: str | None, newest_first: bool, pointers: bool
+) -> pb.StreamHistoryRequest:
+    """A StreamHistory request as the clients send it: packed responses."""
+    return pb.StreamHistoryRequest(
+        object_key=object_key,
+        session_id=session_id,
+        leaf_id=leaf_id or "",
+        newest_first=newest_first,
+        attachments=attachment_mode(pointers),
+        max_messages_per_response=PACKED_MESSAGES,
+    )
+
+
 class MessageDecoder:
     """Decodes the messages of a read's responses, joining pieces; for reads that return bare
     messages, so frame info is never looked at (it costs a wrapper per frame)."""

@@ -38,6 +38,7 @@ from sessions_client._common import (
     attachment_mode,
     collect_search,
     frames_of,
+    history_request,
     import_frames,
     json_size,
     parent_fields,
@@ -317,7 +318,7 @@ class SessionHandle:
         self, *, leaf_id: str | None = None, newest_first: bool = False, pointers: bool = False
     ) -> Iterator[Message]:
         """Streams a path; stop iterating (or close the iterator) to stop the server's reads."""
-        request = self._history_request(leaf_id, newest_first, pointers)
+        request = history_request(self._key, self.id, leaf_id, newest_first, pointers)
         decoder = MessageDecoder()
         for response in self._client._stream(self._key, self._stub.StreamHistory, request):
             yield from decoder.messages(response)
@@ -359,7 +360,7 @@ class SessionHandle:
     def get_history(
         self, *, leaf_id: str | None = None, newest_first: bool = False, pointers: bool = False
     ) -> list[Message]:
-        request = self._history_request(leaf_id, newest_first, pointers)
+        request = history_request(self._key, self.id, leaf_id, newest_first, pointers)
         decoder = MessageDecoder()
         out: list[Message] = []
         for response in self._client._stream(self._key, self._stub.StreamHistory, request):
@@ -496,16 +497,6 @@ class SessionHandle:
         return mirror
 
     # ── helpers ─────────────────────────────────────────────────────────────
-
-    def _history_request(self, leaf_id: str | None, newest_first: bool, pointers: bool) -> pb.StreamHistoryRequest:
-        return pb.StreamHistoryRequest(
-            object_key=self._key,
-            session_id=self.id,
-            leaf_id=leaf_id or "",
-            newest_first=newest_first,
-            attachments=attachment_mode(pointers),
-            max_messages_per_response=PACKED_MESSAGES,
-        )
 
     def _messages(self, method: Callable[..., Any], request: Any) -> Iterator[MessageWithInfo]:
         assembler = FrameAssembler()

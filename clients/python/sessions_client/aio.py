@@ -39,6 +39,7 @@ from sessions_client._common import (
     attachment_mode,
     collect_search,
     frames_of,
+    history_request,
     import_frames,
     json_size,
     parent_fields,
@@ -314,7 +315,7 @@ class SessionHandle:
     async def history(
         self, *, leaf_id: str | None = None, newest_first: bool = False, pointers: bool = False
     ) -> AsyncIterator[Message]:
-        request = self._history_request(leaf_id, newest_first, pointers)
+        request = history_request(self._key, self.id, leaf_id, newest_first, pointers)
         decoder = MessageDecoder()
         async for response in self._client._stream(self._key, self._stub.StreamHistory, request):
             for message in decoder.messages(response):
@@ -357,7 +358,7 @@ class SessionHandle:
     async def get_history(
         self, *, leaf_id: str | None = None, newest_first: bool = False, pointers: bool = False
     ) -> list[Message]:
-        request = self._history_request(leaf_id, newest_first, pointers)
+        request = history_request(self._key, self.id, leaf_id, newest_first, pointers)
         decoder = MessageDecoder()
         out: list[Message] = []
         async for response in self._client._stream(self._key, self._stub.StreamHistory, request):
@@ -483,16 +484,6 @@ class SessionHandle:
         )
         responses = [r async for r in self._client._stream(self._key, self._stub.SearchMessages, request)]
         return collect_search(responses)
-
-    def _history_request(self, leaf_id: str | None, newest_first: bool, pointers: bool) -> pb.StreamHistoryRequest:
-        return pb.StreamHistoryRequest(
-            object_key=self._key,
-            session_id=self.id,
-            leaf_id=leaf_id or "",
-            newest_first=newest_first,
-            attachments=attachment_mode(pointers),
-            max_messages_per_response=PACKED_MESSAGES,
-        )
 
     async def _messages(self, method: Callable[..., Any], request: Any) -> AsyncIterator[MessageWithInfo]:
         assembler = FrameAssembler()
