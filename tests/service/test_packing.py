@@ -119,3 +119,20 @@ def test_packed_frames_equal_single_frames_and_stay_equal_when_read_again(
     for _ in range(3):
         assert frames(4) == single
     channel.close()
+
+
+def test_remembered_large_messages_still_keep_responses_under_four_mib(
+    live_server: Any, session: Any, object_key: str
+) -> None:
+    """Messages between the pack limit (1 MiB) and the piece size (3 MiB) each get a response of
+    their own, also when read again from the server's memory (framed from kept encodings)."""
+    sent = [_text(f"m{i}", 2_500_000) for i in range(3)] + [_text("small", 10)]
+    session.append_messages(sent)
+    channel = grpc.insecure_channel(live_server.address)
+    stub = sessions_pb2_grpc.SessionServiceStub(channel)
+    request = pb.StreamHistoryRequest(object_key=object_key, max_messages_per_response=400)
+    for _ in range(3):  # the first read from storage, then from memory
+        messages, per_response, _ = _read(stub.StreamHistory(request, metadata=routing_metadata(object_key)))
+        assert messages == sent
+        assert per_response == [1, 1, 1, 1]
+    channel.close()

@@ -234,18 +234,18 @@ def _add_views(key: tuple[_ObjectMemo, str], held: _Views, views: Iterable[Messa
         _drop_views(next(iter(_views)))
 
 
-def remembered_views(store: ObjectStore, session_id: str, ids: Iterable[str]) -> tuple[dict[str, MessageView], int]:
-    """The remembered messages among `ids`, and the session's version to remember more under."""
+def remembered_views(store: ObjectStore, session_id: str, ids: Sequence[str]) -> tuple[list[MessageView | None], int]:
+    """The remembered message of each of `ids` (None where there is none), and the session's
+    version to remember more under."""
     memo = _object_memo(store)
     key = (memo, session_id)
     with _lock:
         version = memo.versions.get(session_id, 0)
         held = _views.get(key)
         if held is None:
-            return {}, version
+            return [None] * len(ids), version
         _views.move_to_end(key)
-        by_id = held.by_id
-        return {i: by_id[i] for i in ids if i in by_id}, version
+        return list(map(held.by_id.get, ids)), version
 
 
 def remember_views(store: ObjectStore, session_id: str, version: int, views: Iterable[MessageView]) -> None:

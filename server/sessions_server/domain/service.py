@@ -893,18 +893,24 @@ async def _stream_path(
         )
         for window in windows:
             ids = [row.id for row in window]
-            found, version = paths.remembered_views(store, session_id, ids)
-            if len(found) < len(ids):
-                missing = [message_id for message_id in ids if message_id not in found]
-                as_stored: list[MessageView] | None = [] if remember else None
-                found.update(
-                    await store.read(lambda conn, i=missing, a=as_stored: _views_by_id(conn, session_id, i, inline, a))  # type: ignore[misc]
-                )
-                if as_stored:
-                    paths.remember_views(store, session_id, version, as_stored)
-            views = [found[message_id] for message_id in ids if message_id in found]
-            if views:
-                yield views
+            remembered, version = paths.remembered_views(store, session_id, ids)
+            missing = [message_id for message_id, view in zip(ids, remembered, strict=True) if view is None]
+            if not missing:
+                yield remembered  # type: ignore[misc]  # no None left
+                continue
+            as_stored: list[MessageView] | None = [] if remember else None
+            found = await store.read(
+                lambda conn, i=missing, a=as_stored: _views_by_id(conn, session_id, i, inline, a)  # type: ignore[misc]
+            )
+            if as_stored:
+                paths.remember_views(store, session_id, version, as_stored)
+            views = [
+                found.get(message_id) if view is None else view
+                for message_id, view in zip(ids, remembered, strict=True)
+            ]
+            kept = [view for view in views if view is not None]  # without the rows reads skip (unparseable)
+            if kept:
+                yield kept
 
 
 class BatchMarker:

@@ -144,40 +144,46 @@ def framed_responses(
     marked: Iterable[tuple[MessageView, bool]], max_messages: int, make: Callable[[], Resp]
 ) -> Iterator[tuple[Resp | bytes, bool]]:
     """Responses carrying the messages, with whether each ends a batch. With `max_messages` > 1
-    a response packs up to that many messages and PACK_BYTES of JSON, and a message ending a
-    batch ends its response; it is encoded here from each view's encoded frame (`make` is then
-    the response type, whose only field set is `frames`). Else each message has a `frame` of
-    its own in a response from `make`. A message over PIECE_BYTES travels as consecutive
-    pieces, one response each. Nothing is carried over between calls: the caller hands over
-    what it has, and it all goes out."""
+    a response packs up to that many messages and about PACK_BYTES of JSON (a message encoded
+    before counts its encoding), and a message ending a batch ends its response; the response
+    is encoded here from each view's encoded frame (`make` is then the response type, whose
+    only field set is `frames`). Else each message has a `frame` of its own in a response from
+    `make`. A message over PIECE_BYTES travels as consecutive pieces, one response each.
+    Nothing is carried over between calls: the caller hands over what it has, and it all goes
+    out."""
     packed = max_messages > 1
     tag = _frames_tag(make) if packed else b""
     parts: list[bytes] = []
     count = used = 0
     for view, batch_end in marked:
-        text = view.json
-        size = json_bytes(text)
-        if size > PIECE_BYTES or not packed:
-            if parts:
-                yield b"".join(parts), False
-                parts, count, used = [], 0, 0
-            pieces = [text] if size <= PIECE_BYTES else list(split_utf8(text))
-            last = len(pieces) - 1
-            for index, piece in enumerate(pieces):
-                single: Any = make()
-                frame = single.frames.add() if packed else single.frame
-                frame.json = piece
-                if index == 0:
-                    _fill_info(frame.info, view)
-                if index < last:
-                    frame.more_pieces = True
-                yield single, batch_end and index == last
-            continue
+        encoded = view.encoded if packed else None
+        if encoded is not None:  # framed before, so it fits in a piece; its encoding counts
+            size = len(encoded)
+        else:
+            text = view.json
+            size = json_bytes(text)
+            if size > PIECE_BYTES or not packed:
+                if parts:
+                    yield b"".join(parts), False
+                    parts, count, used = [], 0, 0
+                pieces = [text] if size <= PIECE_BYTES else list(split_utf8(text))
+                last = len(pieces) - 1
+                for index, piece in enumerate(pieces):
+                    single: Any = make()
+                    frame = single.frames.add() if packed else single.frame
+                    frame.json = piece
+                    if index == 0:
+                        _fill_info(frame.info, view)
+                    if index < last:
+                        frame.more_pieces = True
+                    yield single, batch_end and index == last
+                continue
+            encoded = encoded_frame(view)
         if parts and (count >= max_messages or used + size > PACK_BYTES):
             yield b"".join(parts), False
             parts, count, used = [], 0, 0
         parts.append(tag)
-        parts.append(encoded_frame(view))
+        parts.append(encoded)
         count += 1
         used += size
         if batch_end:
