@@ -198,8 +198,7 @@ def set_message_budget(total_bytes: int) -> None:
         MAX_SESSION_VIEW_BYTES = MAX_VIEW_BYTES // 3
         for key in [key for key, held in _views.items() if held.bytes > MAX_SESSION_VIEW_BYTES]:
             _drop_views(key)
-        while _view_bytes > MAX_VIEW_BYTES and _views:
-            _drop_views(next(iter(_views)))
+        _evict_views()
 
 
 def fits_session_share(byte_counts: Iterable[int]) -> bool:
@@ -230,6 +229,11 @@ def _add_views(key: tuple[_ObjectMemo, str], held: _Views, views: Iterable[Messa
         held.bytes += cost
         _view_bytes += cost
     _views.move_to_end(key)
+    _evict_views()
+
+
+def _evict_views() -> None:
+    """Drops the least recently used sessions' messages until the rest fit MAX_VIEW_BYTES."""
     while _view_bytes > MAX_VIEW_BYTES and _views:
         _drop_views(next(iter(_views)))
 
@@ -264,11 +268,5 @@ def remember_views(store: ObjectStore, session_id: str, version: int, views: Ite
 def _note_appended_views(key: tuple[_ObjectMemo, str], appended: Iterable[AppendedRow]) -> None:
     """Appends add messages and change none: the session's remembered messages stay valid."""
     held = _views.get(key)
-    if held is None:
-        return
-    added = []
-    for row in appended:
-        if row.view is None:
-            continue  # read back from storage when it is first read
-        added.append(row.view)
-    _add_views(key, held, added)
+    if held is not None:  # a row without a view is read from storage when it is first read
+        _add_views(key, held, [row.view for row in appended if row.view is not None])
