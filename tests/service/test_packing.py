@@ -6,10 +6,15 @@ import json
 from typing import Any
 
 import grpc
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sessions_client._common import FrameAssembler, routing_metadata
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc
+from sessions_server.domain.service import MessageView
+from sessions_server.storage.rows import RowInfo
+from sessions_server.transport import framing
 
 FOUR_MIB = 4 * 1024 * 1024
 
@@ -136,3 +141,25 @@ def test_remembered_large_messages_still_keep_responses_under_four_mib(
         assert messages == sent
         assert per_response == [1, 1, 1, 1]
     channel.close()
+
+
+@given(
+    sizes=st.lists(st.integers(min_value=0, max_value=400_000), min_size=1, max_size=60),
+    max_messages=st.integers(min_value=2, max_value=20),
+)
+@settings(max_examples=60, deadline=None)
+def test_remembered_window_is_packed_as_message_by_message(sizes: list[int], max_messages: int) -> None:
+    """A window whose messages all carry their encoding is cut and joined in one go: the bytes
+    must equal the message-by-message packing (same cuts by count and PACK_BYTES)."""
+    views = [
+        MessageView(RowInfo(f"m{i}", "user", None, i, 0, 0), json.dumps(_text(f"m{i}", size)))
+        for i, size in enumerate(sizes)
+    ]
+    for view in views:
+        framing.encoded_frame(view)
+    one_by_one = [
+        r for r, _ in framing.framed_responses([(v, False) for v in views], max_messages, pb.GetMessagesResponse)
+    ]
+    assert list(framing.window_responses(views, max_messages, pb.GetMessagesResponse)) == one_by_one
+    decoded = [pb.GetMessagesResponse.FromString(response) for response in one_by_one]
+    assert [frame.info.id for response in decoded for frame in response.frames] == [f"m{i}" for i in range(len(sizes))]

@@ -22,10 +22,13 @@ one lock (each holds it for a dictionary operation or a list copy).
 
 from __future__ import annotations
 
+import operator
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import compress, repeat
 from typing import TYPE_CHECKING, Any
 
 from sessions_server.storage import queries
@@ -121,6 +124,10 @@ def path_stats(store: ObjectStore, conn: Any, session_id: str, leaf_id: str) -> 
             return held.stats()
         version = memo.versions.get(session_id, 0)
     stats = queries.path_stats(conn, session_id, leaf_id)
+    # Ids are interned here and where messages are remembered, so a read's lookups of a long
+    # remembered path match by identity instead of comparing thousands of strings.
+    for row in stats.rows:
+        row.id = sys.intern(row.id)
     with _lock:
         if memo.versions.get(session_id, 0) == version:
             _keep(key, _Path(leaf_id, list(stats.rows), stats.walked, stats.oldest_id))
@@ -164,7 +171,7 @@ def note_appends(store: ObjectStore, session_id: str, appended: Sequence[Appende
             else:
                 held.walked += 1
             info = row.info
-            held.rows.append(PathStat(info.id, info.role, row.bytes, info.token_estimate))
+            held.rows.append(PathStat(sys.intern(info.id), info.role, row.bytes, info.token_estimate))
             _rows += 1
             held.leaf_id = info.id
         _keep(key, held)
@@ -201,9 +208,9 @@ def set_message_budget(total_bytes: int) -> None:
         _evict_views()
 
 
-def fits_session_share(byte_counts: Iterable[int]) -> bool:
-    """Whether messages of these stored sizes may be remembered for one session."""
-    return sum(2 * size + VIEW_OVERHEAD_BYTES for size in byte_counts) <= MAX_SESSION_VIEW_BYTES
+def fits_session_share(stored_bytes: int, count: int) -> bool:
+    """Whether `count` messages of `stored_bytes` in all may be remembered for one session."""
+    return 2 * stored_bytes + count * VIEW_OVERHEAD_BYTES <= MAX_SESSION_VIEW_BYTES
 
 
 def _drop_views(key: tuple[_ObjectMemo, str]) -> None:
@@ -225,7 +232,7 @@ def _add_views(key: tuple[_ObjectMemo, str], held: _Views, views: Iterable[Messa
         if held.bytes + cost > MAX_SESSION_VIEW_BYTES:
             _drop_views(key)
             return
-        held.by_id[view.info.id] = view
+        held.by_id[sys.intern(view.info.id)] = view
         held.bytes += cost
         _view_bytes += cost
     _views.move_to_end(key)
@@ -238,18 +245,21 @@ def _evict_views() -> None:
         _drop_views(next(iter(_views)))
 
 
-def remembered_views(store: ObjectStore, session_id: str, ids: Sequence[str]) -> tuple[list[MessageView | None], int]:
-    """The remembered message of each of `ids` (None where there is none), and the session's
-    version to remember more under."""
+def remembered_views(
+    store: ObjectStore, session_id: str, ids: Sequence[str]
+) -> tuple[list[MessageView | None], list[str], int]:
+    """The remembered message of each of `ids` (None where there is none), the ids that have
+    none, and the session's version to remember more under."""
     memo = _object_memo(store)
     key = (memo, session_id)
     with _lock:
         version = memo.versions.get(session_id, 0)
         held = _views.get(key)
         if held is None:
-            return [None] * len(ids), version
+            return [None] * len(ids), list(ids), version
         _views.move_to_end(key)
-        return list(map(held.by_id.get, ids)), version
+        views = list(map(held.by_id.get, ids))
+    return views, list(compress(ids, map(operator.is_, views, repeat(None)))), version
 
 
 def remember_views(store: ObjectStore, session_id: str, version: int, views: Iterable[MessageView]) -> None:

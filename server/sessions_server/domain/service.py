@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import operator
 import time
+from bisect import bisect_right
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any
 
 from sessions_server.domain import attachments, jsjson, keys, messages, paths
@@ -71,6 +74,9 @@ WALK_FIRST_STEPS = 4
 WALK_MAX_STEPS = 64
 DEFAULT_BATCH_SIZE = 50
 DEFAULT_BATCH_BYTES = 4 * 1024 * 1024
+_ROW_ID = operator.attrgetter("id")
+_STORED_BYTES = operator.attrgetter("bytes")
+_SPAN_START = operator.attrgetter("start")
 IMPORT_PIPELINE_DEPTH = 64
 DEFAULT_SEARCH_SECONDS = 2.0
 
@@ -824,22 +830,23 @@ def _resolve_leaf(store: ObjectStore, conn: Any, session_id: str, leaf_id: str) 
 
 def _windows(
     rows: Sequence[PathStat], max_rows: int, max_bytes: int | None, *, grow_to: int = 0
-) -> list[list[PathStat]]:
+) -> list[Sequence[PathStat]]:
     """Cuts rows into hydration windows: at most `max_rows` (doubling after each window up to
     `grow_to` when given), and at most `max_bytes` of stored bytes when given, a single
     oversized row standing alone."""
-    out: list[list[PathStat]] = []
-    current: list[PathStat] = []
-    used = 0
-    for row in rows:
-        if current and (len(current) >= max_rows or (max_bytes is not None and used + row.bytes > max_bytes)):
-            out.append(current)
-            current, used = [], 0
-            max_rows = max(max_rows, min(max_rows * 2, grow_to))
-        current.append(row)
-        used += row.bytes
-    if current:
-        out.append(current)
+    # Cut points come from running byte totals by bisection: a remembered read of a long path
+    # spends no Python per row here.
+    totals = [0, *accumulate(map(_STORED_BYTES, rows))] if max_bytes is not None else []
+    out: list[Sequence[PathStat]] = []
+    start = 0
+    while start < len(rows):
+        end = min(len(rows), start + max_rows)
+        if max_bytes is not None:
+            fits = bisect_right(totals, totals[start] + max_bytes, start + 1, end + 1) - 1
+            end = max(start + 1, fits)
+        out.append(rows[start:end])
+        start = end
+        max_rows = max(max_rows, min(max_rows * 2, grow_to))
     return out
 
 
@@ -856,23 +863,20 @@ async def _stream_path(
     """Streams path rows with overlays collapsed, hydrating one bounded window at a time and
     yielding it whole (an overlay alone); no window is retained after it has been yielded."""
     if spans is None:
-        spans = plan_overlays([row.id for row in stats], records)
-    span_at = {span.start: span for span in spans}
+        spans = plan_overlays(list(map(_ROW_ID, stats)), records) if records else []
     # A path too large to remember is streamed without filling the memo (and evicting others).
-    remember = paths.fits_session_share(row.bytes for row in stats)
+    remember = paths.fits_session_share(sum(map(_STORED_BYTES, stats)), len(stats))
     segments: list[Compaction | Sequence[PathStat]] = []
     index = 0
-    while index < len(stats):
-        span = span_at.get(index)
-        if span is not None:
-            segments.append(span.compaction)
-            index = span.end + 1
-            continue
-        run_end = index + 1
-        while run_end < len(stats) and run_end not in span_at:
-            run_end += 1
-        segments.append(stats[index:run_end])
-        index = run_end
+    for span in sorted(spans, key=_SPAN_START):
+        if span.start < index:
+            continue  # inside an overlay already taken
+        if span.start > index:
+            segments.append(stats[index : span.start])
+        segments.append(span.compaction)
+        index = span.end + 1
+    if index < len(stats):
+        segments.append(stats[index:])
     if newest_first:
         segments.reverse()
     for segment in segments:
@@ -892,9 +896,8 @@ async def _stream_path(
             else _windows(rows, WINDOW_ROWS, WINDOW_BYTES, grow_to=WINDOW_MAX_ROWS)
         )
         for window in windows:
-            ids = [row.id for row in window]
-            remembered, version = paths.remembered_views(store, session_id, ids)
-            missing = [message_id for message_id, view in zip(ids, remembered, strict=True) if view is None]
+            ids = list(map(_ROW_ID, window))
+            remembered, missing, version = paths.remembered_views(store, session_id, ids)
             if not missing:
                 yield remembered  # type: ignore[misc]  # no None left
                 continue

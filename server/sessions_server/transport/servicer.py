@@ -759,8 +759,11 @@ async def _responses(
     """The responses of a message read, window by window, with whether each ends a batch: a
     window is framed as soon as it is read, so nothing waits on the next read."""
     async for window in windows:
-        marked = batches.mark(window) if batches is not None else [(view, False) for view in window]
-        for item in framing.framed_responses(marked, max_messages, make):
+        if batches is None:
+            for response in framing.window_responses(window, max_messages, make):
+                yield response, False
+            continue
+        for item in framing.framed_responses(batches.mark(window), max_messages, make):
             yield item
     if batches is not None:
         for item in framing.framed_responses(batches.finish(), max_messages, make):

@@ -1,0 +1,49 @@
+"""Hydration windows: how a path's rows are cut for reading, checked against the rule itself.
+
+A window holds at most `max_rows` rows (the limit doubling after each window, up to `grow_to`)
+and at most `max_bytes` stored bytes, except that a row larger than that stands alone; and it
+is as long as those limits allow, so a long read takes few windows.
+"""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sessions_server.domain.service import _windows
+from sessions_server.storage.rows import PathStat
+
+
+def _rows(sizes: list[int]) -> list[PathStat]:
+    return [PathStat(f"m{index}", "user", size, 0) for index, size in enumerate(sizes)]
+
+
+@given(
+    sizes=st.lists(st.integers(min_value=0, max_value=5_000), max_size=300),
+    max_rows=st.integers(min_value=1, max_value=40),
+    max_bytes=st.one_of(st.none(), st.integers(min_value=1, max_value=20_000)),
+    grow_to=st.integers(min_value=0, max_value=100),
+)
+def test_windows_are_as_long_as_the_limits_allow(
+    sizes: list[int], max_rows: int, max_bytes: int | None, grow_to: int
+) -> None:
+    rows = _rows(sizes)
+    windows = _windows(rows, max_rows, max_bytes, grow_to=grow_to)
+    assert [row for window in windows for row in window] == rows
+    limit = max_rows
+    taken = 0
+    for window in windows:
+        stored = sum(row.bytes for row in window)
+        assert 1 <= len(window) <= limit
+        assert len(window) == 1 or max_bytes is None or stored <= max_bytes
+        taken += len(window)
+        if taken < len(rows):  # a window ends only where the next row would break a limit
+            following = rows[taken].bytes
+            assert len(window) == limit or (max_bytes is not None and stored + following > max_bytes)
+        limit = max(limit, min(limit * 2, grow_to))
+
+
+def test_first_windows_grow_and_an_oversized_row_stands_alone() -> None:
+    rows = _rows([10] * 20 + [1_000] + [10] * 3)
+    windows = _windows(rows, 2, 500, grow_to=8)
+    assert [len(window) for window in windows] == [2, 4, 8, 6, 1, 3]
