@@ -8,6 +8,7 @@ budget, so remembered paths are dropped least recently used first and walked aga
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 from sessions_server.domain import paths
 from sessions_server.domain.service import AppendInput, MessageView, SessionsService
 from sessions_server.storage.registry import ObjectRegistry
-from sessions_server.storage.rows import Parent, RowInfo
+from sessions_server.storage.rows import MAX_PATH_DEPTH, Parent, RowInfo
 
 
 def _message(message_id: str) -> str:
@@ -70,10 +71,21 @@ def _views_accounted() -> int:
     return sum(held.bytes for held in paths._views.values())
 
 
+def _paths_in_order_consistent() -> bool:
+    """A remembered path keeps its messages in order only while its session's messages are
+    held (else dropping them would free nothing), one per row."""
+    return all(
+        path.views is None or (key in paths._views and len(path.views) == len(path.rows))
+        for key, path in paths._paths.items()
+    )
+
+
 @pytest.fixture
 def fresh_views(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
-    """An empty message memo (what other tests left is not ours to count) whose budgets a test
+    """An empty memo (what other tests left is not ours to count) whose message budgets a test
     may change; all of it is put back afterwards."""
+    monkeypatch.setattr(paths, "_paths", OrderedDict())
+    monkeypatch.setattr(paths, "_rows", 0)
     monkeypatch.setattr(paths, "_views", OrderedDict())
     monkeypatch.setattr(paths, "_view_bytes", 0)
     monkeypatch.setattr(paths, "MAX_VIEW_BYTES", paths.MAX_VIEW_BYTES)
@@ -100,12 +112,14 @@ def test_remembered_messages_stay_within_the_budget(tmp_path: Path, fresh_views:
         for round_ in range(3):
             for session_id, texts in expected.items():
                 assert await _history_json(service, "views", session_id) == texts
+                assert await _history_json(service, "views", session_id) == texts  # in order, in memory
                 assert paths._view_bytes == _views_accounted() <= paths.MAX_VIEW_BYTES
-                assert any(key[1] == session_id for key in paths._views)  # just read: remembered
+                assert any(key[1] == session_id and path.views for key, path in paths._paths.items())
                 text = _message(f"{session_id}-x{round_}")
                 await service.append("views", session_id, text, Parent.auto(), from_client=True)
                 texts.append(text)
                 assert paths._view_bytes == _views_accounted() <= paths.MAX_VIEW_BYTES
+                assert _paths_in_order_consistent()
         assert 0 < len(paths._views) <= 2
 
         big = [_message(f"big-{n:03d}") for n in range(200)]  # over the session's share
@@ -131,11 +145,14 @@ def test_a_session_outgrowing_its_share_is_forgotten(tmp_path: Path, fresh_views
         texts = [_message(f"grow-{n:03d}") for n in range(40)]
         await _append_all(service, "grow", "", texts)
         assert await _history_json(service, "grow", "") == texts
+        assert await _history_json(service, "grow", "") == texts
         assert len(paths._views) == 1
+        assert any(path.views for path in paths._paths.values())  # the second read kept them in order
         for n in range(40, 60):  # appends are remembered until the session passes its share
             texts.append(_message(f"grow-{n:03d}"))
             await service.append("grow", "", texts[-1], Parent.auto(), from_client=True)
             assert paths._view_bytes == _views_accounted() <= paths.MAX_SESSION_VIEW_BYTES
+            assert _paths_in_order_consistent()
         assert len(paths._views) == 0
         assert await _history_json(service, "grow", "") == texts
         assert len(paths._views) == 0  # and it is not taken up again while it is too large
@@ -181,5 +198,29 @@ def test_a_zero_message_budget_remembers_nothing_and_reads_stay_right(
         for _ in range(2):
             assert await _history_json(service, "zero", "") == texts
             assert len(paths._views) == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_path_at_the_depth_cap_keeps_its_messages_in_step(tmp_path: Path, fresh_views: pytest.MonkeyPatch) -> None:
+    """At the depth cap an append pushes the oldest row out of the remembered path: the
+    messages kept in path order must lose theirs too, and reads stay right."""
+    service = SessionsService(ObjectRegistry(tmp_path, ThreadPoolExecutor(max_workers=2)))
+    cap_rows = MAX_PATH_DEPTH + 1
+
+    async def scenario() -> None:
+        ids = [f"c{n:05d}" for n in range(cap_rows)]
+        for start in range(0, cap_rows, 2_000):
+            await _append_all(service, "cap", "", [_message(i) for i in ids[start : start + 2_000]])
+        for _ in range(2):  # the second read keeps the path's messages in order
+            assert [json.loads(text)["id"] for text in await _history_json(service, "cap", "")] == ids
+        (path,) = paths._paths.values()
+        assert path.views is not None
+        for n in range(3):
+            ids.append(f"d{n}")
+            await service.append("cap", "", _message(ids[-1]), Parent.auto(), from_client=True)
+            assert path.views is not None and len(path.views) == len(path.rows) == cap_rows
+            read = [json.loads(text)["id"] for text in await _history_json(service, "cap", "")]
+            assert read == ids[-cap_rows:]
 
     asyncio.run(scenario())

@@ -29,7 +29,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, repeat
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from sessions_server.storage import queries
 from sessions_server.storage.rows import MAX_PATH_DEPTH, PathStat, PathStats, RowInfo
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from sessions_server.domain.service import MessageView
 
 MEMO_KEY = "paths"
+_ROW_ID = operator.attrgetter("id")
 # About 200 bytes each: some 50 MB at most, for 25 sessions at the 10,001-row depth cap.
 MAX_REMEMBERED_ROWS = 250_000
 DEFAULT_MESSAGE_BUDGET_BYTES = 96 * 1024 * 1024
@@ -64,6 +65,9 @@ class _Path:
     rows: list[PathStat]
     walked: int
     oldest_id: str | None
+    # The rows' messages in path order, once every one is remembered: a read then takes them
+    # without a lookup per message. Cleared whenever the session's messages are dropped.
+    views: list[MessageView] | None = None
 
     def stats(self) -> PathStats:
         return PathStats(list(self.rows), self.walked, self.oldest_id)
@@ -166,12 +170,19 @@ def note_appends(store: ObjectStore, session_id: str, appended: Sequence[Appende
                     _drop(key)
                     return
                 del held.rows[0]
+                if held.views is not None:
+                    del held.views[0]
                 _rows -= 1
                 held.oldest_id = held.rows[0].id if held.rows else row.info.id
             else:
                 held.walked += 1
             info = row.info
             held.rows.append(PathStat(sys.intern(info.id), info.role, row.bytes, info.token_estimate))
+            if held.views is not None:
+                if row.view is None:  # read from storage when first read
+                    held.views = None
+                else:
+                    held.views.append(row.view)
             _rows += 1
             held.leaf_id = info.id
         _keep(key, held)
@@ -218,6 +229,9 @@ def _drop_views(key: tuple[_ObjectMemo, str]) -> None:
     held = _views.pop(key, None)
     if held is not None:
         _view_bytes -= held.bytes
+    path = _paths.get(key)
+    if path is not None:
+        path.views = None
 
 
 def _add_views(key: tuple[_ObjectMemo, str], held: _Views, views: Iterable[MessageView]) -> None:
@@ -260,6 +274,34 @@ def remembered_views(
         _views.move_to_end(key)
         views = list(map(held.by_id.get, ids))
     return views, list(compress(ids, map(operator.is_, views, repeat(None)))), version
+
+
+def path_views(store: ObjectStore, session_id: str, stats: Sequence[PathStat]) -> list[MessageView] | None:
+    """The messages of `stats` in order, when `stats` is the remembered path (or its tail) and
+    every one of its messages is remembered; else None."""
+    key = (_object_memo(store), session_id)
+    with _lock:
+        held = _paths.get(key)
+        if (
+            held is None
+            or not stats
+            or len(stats) > len(held.rows)
+            or stats[-1].id != held.leaf_id
+            or stats[0].id != held.rows[len(held.rows) - len(stats)].id
+        ):
+            return None
+        views = held.views
+        if views is None:
+            kept = _views.get(key)
+            if kept is None:
+                return None
+            found = list(map(kept.by_id.get, map(_ROW_ID, held.rows)))
+            if any(map(operator.is_, found, repeat(None))):
+                return None
+            views = held.views = cast("list[MessageView]", found)
+            _views.move_to_end(key)
+        _paths.move_to_end(key)
+        return views[len(views) - len(stats) :]
 
 
 def remember_views(store: ObjectStore, session_id: str, version: int, views: Iterable[MessageView]) -> None:

@@ -864,6 +864,11 @@ async def _stream_path(
     yielding it whole (an overlay alone); no window is retained after it has been yielded."""
     if spans is None:
         spans = plan_overlays(list(map(_ROW_ID, stats)), records) if records else []
+    if not spans and not newest_first:
+        in_memory = paths.path_views(store, session_id, stats)
+        if in_memory is not None:
+            yield in_memory  # one window: framing cuts it into responses as they go out
+            return
     # A path too large to remember is streamed without filling the memo (and evicting others).
     remember = paths.fits_session_share(sum(map(_STORED_BYTES, stats)), len(stats))
     segments: list[Compaction | Sequence[PathStat]] = []
