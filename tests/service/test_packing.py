@@ -146,20 +146,29 @@ def test_remembered_large_messages_still_keep_responses_under_four_mib(
 @given(
     sizes=st.lists(st.integers(min_value=0, max_value=400_000), min_size=1, max_size=60),
     max_messages=st.integers(min_value=2, max_value=20),
+    encoded_before=st.lists(st.booleans(), min_size=60, max_size=60),
 )
 @settings(max_examples=60, deadline=None)
-def test_remembered_window_is_packed_as_message_by_message(sizes: list[int], max_messages: int) -> None:
-    """A window whose messages all carry their encoding is cut and joined in one go: the bytes
-    must equal the message-by-message packing (same cuts by count and PACK_BYTES)."""
+def test_a_window_is_packed_whole_within_the_limits(
+    sizes: list[int], max_messages: int, encoded_before: list[bool]
+) -> None:
+    """A window is cut and joined in one go, encoding the views that have no encoding yet.
+    When all had one (a remembered read), the bytes equal the message-by-message packing;
+    always, every message arrives once, in order, within the count and size limits."""
     views = [
         MessageView(RowInfo(f"m{i}", "user", None, i, 0, 0), json.dumps(_text(f"m{i}", size)))
         for i, size in enumerate(sizes)
     ]
-    for view in views:
-        framing.encoded_frame(view)
-    one_by_one = [
-        r for r, _ in framing.framed_responses([(v, False) for v in views], max_messages, pb.GetMessagesResponse)
-    ]
-    assert list(framing.window_responses(views, max_messages, pb.GetMessagesResponse)) == one_by_one
-    decoded = [pb.GetMessagesResponse.FromString(response) for response in one_by_one]
-    assert [frame.info.id for response in decoded for frame in response.frames] == [f"m{i}" for i in range(len(sizes))]
+    for view, before in zip(views, encoded_before, strict=False):
+        if before:
+            framing.encoded_frame(view)
+    responses = list(framing.window_responses(views, max_messages, pb.GetMessagesResponse))
+    assert all(view.encoded is not None for view in views)  # kept for the next read
+    if all(encoded_before[: len(views)]):
+        marked = [(view, False) for view in views]
+        assert responses == [r for r, _ in framing.framed_responses(marked, max_messages, pb.GetMessagesResponse)]
+    decoded = [pb.GetMessagesResponse.FromString(response) for response in responses]
+    assert [frame.json for response in decoded for frame in response.frames] == [view.json for view in views]
+    for response in decoded:
+        assert 1 <= len(response.frames) <= max_messages
+        assert len(response.frames) == 1 or response.ByteSize() <= framing.PACK_BYTES + 4 * len(response.frames)

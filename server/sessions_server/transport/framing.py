@@ -9,7 +9,7 @@ from __future__ import annotations
 import operator
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from itertools import accumulate
+from itertools import accumulate, compress, repeat
 from typing import Any, TypeVar, cast
 
 from sessions_proto.v1 import sessions_pb2 as pb
@@ -149,14 +149,20 @@ _ENCODED = operator.attrgetter("encoded")
 def window_responses(
     views: Sequence[MessageView], max_messages: int, make: Callable[[], Resp]
 ) -> Iterator[Resp | bytes]:
-    """`framed_responses` for a window with no batch ends. When every view is encoded already
-    (a remembered read), responses are cut by running sizes and joined whole: no Python runs
-    per message, which is most of what a read of a remembered path costs."""
+    """`framed_responses` for a window with no batch ends. Packed, with no message that needs
+    pieces, the window is cut into responses by the running sizes of the views' encodings
+    (built for those that have none yet) and each response is joined whole: no Python runs per
+    message on a remembered read, and nothing per message is allocated (which would also
+    wake the garbage collector over everything the memo holds)."""
     kept: list[bytes | None] = list(map(_ENCODED, views)) if max_messages > 1 else [None]
     if None in kept:
-        for response, _ in framed_responses([(view, False) for view in views], max_messages, make):
-            yield response
-        return
+        missing = list(compress(range(len(kept)), map(operator.is_, kept, repeat(None))))
+        if max_messages <= 1 or any(json_bytes(views[index].json) > PIECE_BYTES for index in missing):
+            for response, _ in framed_responses([(view, False) for view in views], max_messages, make):
+                yield response
+            return
+        for index in missing:
+            kept[index] = encoded_frame(views[index])
     encodings = cast("list[bytes]", kept)
     tag = _frames_tag(make)
     totals = [0, *accumulate(map(len, encodings))]
