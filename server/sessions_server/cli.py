@@ -20,6 +20,7 @@ from sessions_server.domain.keys import MAX_OBJECT_KEY_BYTES
 from sessions_server.domain.limits import Limits
 from sessions_server.storage.feed import FeedSettings
 from sessions_server.storage.registry import DEFAULT_MAX_OPEN_OBJECTS
+from sessions_server.transport import packed_cache
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,7 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=paths.DEFAULT_MESSAGE_BUDGET_BYTES,
         help="memory for messages remembered from recent reads and appends, all objects together; "
-        f"a third at most for one session; 0 turns it off (default {paths.DEFAULT_MESSAGE_BUDGET_BYTES})",
+        "a third at most for one session, and a third more for the responses of remembered reads; "
+        f"0 turns it off (default {paths.DEFAULT_MESSAGE_BUDGET_BYTES})",
     )
     serve.add_argument(
         "--max-object-key-bytes",
@@ -195,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         return _import_store(args.file, args.object_key, args.data_dir, replace=args.replace)
     _configure_logging(args.log_level, args.log_format)
     paths.set_message_budget(args.message_memo_bytes)
+    packed_cache.set_budget(args.message_memo_bytes // 3)
     config = ServerConfig(
         data_dir=args.data_dir,
         listen=args.listen,

@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import grpc
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sessions_client._common import FrameAssembler, routing_metadata
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc
-from sessions_server.domain.service import MessageView
-from sessions_server.storage.rows import RowInfo
-from sessions_server.transport import framing
+from sessions_server.domain import paths
+from sessions_server.domain.service import AppendInput, MessageView, SessionsService
+from sessions_server.storage.registry import ObjectRegistry
+from sessions_server.storage.rows import MAX_PATH_DEPTH, Parent, RowInfo
+from sessions_server.transport import framing, packed_cache
 
 FOUR_MIB = 4 * 1024 * 1024
 
@@ -172,3 +179,85 @@ def test_a_window_is_packed_whole_within_the_limits(
     for response in decoded:
         assert 1 <= len(response.frames) <= max_messages
         assert len(response.frames) == 1 or response.ByteSize() <= framing.PACK_BYTES + 4 * len(response.frames)
+
+
+@pytest.fixture
+def fresh_packed(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """An empty cache of packed responses (and message memo), put back afterwards."""
+    monkeypatch.setattr(packed_cache, "_kept", OrderedDict())
+    monkeypatch.setattr(packed_cache, "_kept_bytes", 0)
+    monkeypatch.setattr(packed_cache, "MAX_PACKED_BYTES", packed_cache.MAX_PACKED_BYTES)
+    monkeypatch.setattr(paths, "_paths", OrderedDict())
+    monkeypatch.setattr(paths, "_rows", 0)
+    monkeypatch.setattr(paths, "_views", OrderedDict())
+    monkeypatch.setattr(paths, "_view_bytes", 0)
+    monkeypatch.setattr(paths, "MAX_VIEW_BYTES", paths.MAX_VIEW_BYTES)
+    monkeypatch.setattr(paths, "MAX_SESSION_VIEW_BYTES", paths.MAX_SESSION_VIEW_BYTES)
+    return monkeypatch
+
+
+def _read_packed(service: SessionsService, key: str, max_messages: int) -> list[bytes]:
+    async def read() -> list[bytes]:
+        out: list[bytes] = []
+        async for window in service.history(key, ""):
+            out += [bytes(r) for r in framing.window_responses(window, max_messages, pb.StreamHistoryResponse)]
+        return out
+
+    return asyncio.run(read())
+
+
+def _ids(responses: list[bytes]) -> list[str]:
+    return [f.info.id for r in responses for f in pb.StreamHistoryResponse.FromString(r).frames]
+
+
+def test_kept_responses_do_not_pile_up_at_the_depth_cap(tmp_path: Path, fresh_packed: pytest.MonkeyPatch) -> None:
+    """Past the depth cap every append moves the path's start by a row. A read then stops its
+    first response where a kept one begins and does not keep it: what is kept stays one read's
+    worth however many appends come, and every read still returns the right rows."""
+    service = SessionsService(ObjectRegistry(tmp_path, ThreadPoolExecutor(max_workers=2)))
+    cap_rows = MAX_PATH_DEPTH + 1
+    ids = [f"c{n:05d}" for n in range(cap_rows)]
+
+    async def build() -> None:
+        for start in range(0, cap_rows, 2_000):
+            items = [AppendInput(json.dumps(_text(i, 10)), Parent.auto(), True) for i in ids[start : start + 2_000]]
+            await service.append_many("cap", "", items)
+
+    asyncio.run(build())
+    for _ in range(3):  # from storage; remembered; then from kept responses
+        assert _ids(_read_packed(service, "cap", 400)) == ids
+    kept = packed_cache.kept_bytes()
+    assert kept > 0
+    for n in range(30):
+        ids.append(f"d{n:02d}")
+        asyncio.run(service.append("cap", "", json.dumps(_text(ids[-1], 10)), Parent.auto(), from_client=True))
+        assert _ids(_read_packed(service, "cap", 400)) == ids[-cap_rows:]
+        assert packed_cache.kept_bytes() <= kept + 2 * 400 * 100  # at most the tail kept anew
+
+
+def test_only_remembered_reads_keep_responses_within_the_budget(
+    tmp_path: Path, fresh_packed: pytest.MonkeyPatch
+) -> None:
+    service = SessionsService(ObjectRegistry(tmp_path, ThreadPoolExecutor(max_workers=2)))
+    for key in ("a", "b"):
+        items = [AppendInput(json.dumps(_text(f"{key}{n}", 100)), Parent.auto(), True) for n in range(50)]
+        asyncio.run(service.append_many(key, "", items))
+    fresh_packed.setattr(paths, "MAX_VIEW_BYTES", 0)  # nothing remembered: every read is fresh
+    fresh_packed.setattr(paths, "MAX_SESSION_VIEW_BYTES", 0)
+    for _ in range(2):
+        _read_packed(service, "a", 5)
+    assert packed_cache.kept_bytes() == 0
+    fresh_packed.setattr(paths, "MAX_VIEW_BYTES", 10**8)
+    fresh_packed.setattr(paths, "MAX_SESSION_VIEW_BYTES", 10**7)
+    for _ in range(2):
+        first = _read_packed(service, "a", 5)
+    one_read = packed_cache.kept_bytes()
+    assert one_read > 0 and len(packed_cache._kept) == 10
+    packed_cache.set_budget(one_read)  # room for one session's responses
+    for _ in range(2):
+        _read_packed(service, "b", 5)
+    assert packed_cache.kept_bytes() <= one_read
+    assert all(
+        entry.first.info is not None and entry.first.info.id.startswith("b") for entry in packed_cache._kept.values()
+    )
+    assert _read_packed(service, "a", 5) == first  # evicted: built again, the same bytes

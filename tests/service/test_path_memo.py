@@ -12,6 +12,7 @@ attachments and non-ASCII content.
 from __future__ import annotations
 
 import base64
+import json
 import threading
 import uuid
 from collections.abc import Iterator
@@ -40,7 +41,8 @@ def one_open_object(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveSe
 class Pair:
     """The session under test and a second object whose use closes (hibernates) the first."""
 
-    def __init__(self, client: SessionsClient) -> None:
+    def __init__(self, client: SessionsClient, address: str) -> None:
+        self.address = address
         self.key = f"memo-{uuid.uuid4().hex}"
         self.session = client.object(self.key).session()
         self.other = client.object(f"other-{uuid.uuid4().hex}").session()
@@ -53,7 +55,20 @@ class Pair:
             undated(self.session.get_history(leaf_id=leaf_id, pointers=True)),
             undated(self.session.get_history(leaf_id=leaf_id, newest_first=True)),
             [(undated(r.messages), r.truncated, r.total_content_bytes) for r in recent],
+            self.packed_by_three(leaf_id),
         )
+
+    def packed_by_three(self, leaf_id: str | None) -> list[dict[str, Any]]:
+        """History three messages at most per response: a remembered read sends the responses it
+        kept from the reads before, which must still be the right ones. (Where a read cuts its
+        responses may differ: past the depth cap, a read starting one row later stops its first
+        response where a kept one begins.)"""
+        request = pb.StreamHistoryRequest(object_key=self.key, leaf_id=leaf_id or "", max_messages_per_response=3)
+        with grpc.insecure_channel(self.address) as channel:
+            stub = sessions_pb2_grpc.SessionServiceStub(channel)
+            responses = list(stub.StreamHistory(request, metadata=routing_metadata(self.key)))
+        assert all(1 <= len(response.frames) <= 3 for response in responses)
+        return undated([json.loads(frame.json) for response in responses for frame in response.frames])
 
     def check(self, leaf_id: str | None = None) -> None:
         """Reads while open (the path and messages remembered from earlier reads and appends),
@@ -83,7 +98,7 @@ def image_part(seed: int) -> dict[str, Any]:
 
 def test_remembered_paths_match_fresh_walks(one_open_object: LiveServer, tmp_path: Path) -> None:
     with SessionsClient(one_open_object.address) as client:
-        pair = Pair(client)
+        pair = Pair(client, one_open_object.address)
         session = pair.session
         session.append_messages([text_message(i, f"text {i}") for i in ("a", "b", "c")])
         pair.check()
@@ -128,7 +143,7 @@ def test_remembered_paths_at_the_depth_cap_match_fresh_walks(one_open_object: Li
     """Past 10,001 rows a walk stops at the cap; each append then pushes the oldest row out of it
     (and recent history reports `truncated` for the cap)."""
     with SessionsClient(one_open_object.address) as client:
-        pair = Pair(client)
+        pair = Pair(client, one_open_object.address)
         for start in range(0, 10_001, 1_000):
             count = min(1_000, 10_001 - start)
             pair.session.append_messages([text_message(f"m{i:05d}", f"t{i}") for i in range(start, start + count)])
@@ -147,7 +162,7 @@ def test_remembered_paths_stay_right_under_concurrent_appends_and_reads(one_open
     """Writers append (tail and branch) while readers read: what the memo holds at the end still
     matches a fresh walk, and every reader saw a root-first path ending at some committed row."""
     with SessionsClient(one_open_object.address) as client:
-        pair = Pair(client)
+        pair = Pair(client, one_open_object.address)
         pair.session.append_message(text_message("root"))
         errors: list[str] = []
 

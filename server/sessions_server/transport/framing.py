@@ -6,14 +6,12 @@ simple); a larger one is cut on UTF-8 boundaries into consecutive pieces that cl
 
 from __future__ import annotations
 
-import operator
-from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from itertools import accumulate, compress, repeat
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_server.domain.service import MessageView
+from sessions_server.transport import packed_cache
 
 # Leaves room under the 4 MiB default receive limit for the frame's other fields.
 PIECE_BYTES = 3 * 1024 * 1024
@@ -143,35 +141,65 @@ def with_batch_end(response: pb.StreamHistoryResponse | bytes) -> pb.StreamHisto
     return response
 
 
-_ENCODED = operator.attrgetter("encoded")
-
-
 def window_responses(
     views: Sequence[MessageView], max_messages: int, make: Callable[[], Resp]
 ) -> Iterator[Resp | bytes]:
-    """`framed_responses` for a window with no batch ends. Packed, with no message that needs
-    pieces, the window is cut into responses by the running sizes of the views' encodings
-    (built for those that have none yet) and each response is joined whole: no Python runs per
-    message on a remembered read, and nothing per message is allocated (which would also
-    wake the garbage collector over everything the memo holds)."""
-    kept: list[bytes | None] = list(map(_ENCODED, views)) if max_messages > 1 else [None]
-    if None in kept:
-        missing = list(compress(range(len(kept)), map(operator.is_, kept, repeat(None))))
-        if max_messages <= 1 or any(json_bytes(views[index].json) > PIECE_BYTES for index in missing):
-            for response, _ in framed_responses([(view, False) for view in views], max_messages, make):
-                yield response
-            return
-        for index in missing:
-            kept[index] = encoded_frame(views[index])
-    encodings = cast("list[bytes]", kept)
+    """`framed_responses` for a window with no batch ends. Packed, each response is first looked
+    up among kept ones (packed_cache), else collected from the views' encodings (made for those
+    that have none yet) and joined whole; a message that needs pieces goes alone, in pieces."""
+    if max_messages <= 1:
+        for response, _ in framed_responses([(view, False) for view in views], max_messages, make):
+            yield response
+        return
     tag = _frames_tag(make)
-    totals = [0, *accumulate(map(len, encodings))]
     start = 0
-    while start < len(encodings):
-        end = min(len(encodings), start + max_messages)
-        end = max(start + 1, bisect_right(totals, totals[start] + PACK_BYTES, start + 1, end + 1) - 1)
-        yield tag.join([b"", *encodings[start:end]])  # the tag before each frame
+    while start < len(views):
+        kept = packed_cache.starting_at(views[start], max_messages, tag)
+        if kept is not None and start + kept.count <= len(views) and views[start + kept.count - 1] is kept.last:
+            yield kept.data
+            start += kept.count
+            continue
+        parts, end, keepable = _collect(views, start, max_messages, tag)
+        if not parts:  # the message needs pieces
+            for response, _ in framed_responses([(views[start], False)], max_messages, make):
+                yield response
+            start += 1
+            continue
+        data = tag.join([b"", *parts])  # the tag before each frame
+        if keepable:
+            packed_cache.keep(
+                packed_cache.PackedResponse(views[start], views[end - 1], end - start, max_messages, tag, data)
+            )
+        yield data
         start = end
+
+
+def _collect(views: Sequence[MessageView], start: int, max_messages: int, tag: bytes) -> tuple[list[bytes], int, bool]:
+    """The encodings of the response that begins at `views[start]`, where it ends, and whether it
+    may be kept: every view in it was encoded before (remembered), and it ended at a limit, not
+    at the end of the views or where a kept response begins (which a read that starts one row
+    later, at the depth cap, meets before the limit)."""
+    parts: list[bytes] = []
+    used = 0
+    remembered = True
+    index = start
+    stop = min(len(views), start + max_messages)
+    while index < stop:
+        view = views[index]
+        if index > start and packed_cache.starting_at(view, max_messages, tag) is not None:
+            return parts, index, False
+        encoded = view.encoded
+        if encoded is None:
+            if json_bytes(view.json) > PIECE_BYTES:
+                return parts, index, remembered
+            remembered = False
+            encoded = encoded_frame(view)
+        if parts and used + len(encoded) > PACK_BYTES:
+            return parts, index, remembered
+        parts.append(encoded)
+        used += len(encoded)
+        index += 1
+    return parts, index, remembered and index - start == max_messages
 
 
 def framed_responses(

@@ -1,0 +1,86 @@
+"""Packed responses of remembered reads, kept to be sent again as they are.
+
+An agent reads its whole history after nearly every append. The domain hands the transport the
+same remembered message views each time, and the transport keeps, per packed response, the
+bytes it sent: the next read finds a response by its first view and sends it again after
+checking that its last view sits where it belongs in the new read. Per message, a repeated read
+then does nothing at all, which is what keeps its cost from growing with the transcript.
+
+A kept response holds its first and last views, so neither can be freed and its key (the first
+view's id) cannot be reused by another view while the entry lives. Views are never changed
+once built; a changed message comes as a new view (the domain drops the old ones), whose id
+finds nothing here. Only responses built entirely from views encoded before (remembered ones)
+are kept, and only those closed by a limit, not by the end of a read, so an append does not
+leave a trail of ever-longer tails. Bounded for the whole process: MAX_PACKED_BYTES, least
+recently used first out. The event loop is the only user (no lock).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from sessions_server.domain.service import MessageView
+
+# The command line sets a third of --message-memo-bytes; this is that third of its default.
+MAX_PACKED_BYTES = 32 * 1024 * 1024
+# What an entry costs beyond its bytes: the entry, the dictionary slot.
+ENTRY_OVERHEAD_BYTES = 200
+
+
+@dataclass(slots=True, eq=False)
+class PackedResponse:
+    """One packed response: `count` frames from `first` to `last`, for `max_messages` per
+    response and the response type whose frames field has wire tag `tag`."""
+
+    first: MessageView
+    last: MessageView
+    count: int
+    max_messages: int
+    tag: bytes
+    data: bytes
+
+
+_kept: OrderedDict[int, PackedResponse] = OrderedDict()  # by id(first), least recently used first
+_kept_bytes = 0
+
+
+def starting_at(view: MessageView, max_messages: int, tag: bytes) -> PackedResponse | None:
+    """The kept response that begins with `view`, for these packing parameters."""
+    kept = _kept.get(id(view))
+    if kept is None or kept.first is not view or kept.max_messages != max_messages or kept.tag != tag:
+        return None
+    _kept.move_to_end(id(view))
+    return kept
+
+
+def keep(response: PackedResponse) -> None:
+    """Keeps `response` (replacing what began with the same view) within the budget."""
+    global _kept_bytes
+    _forget(id(response.first))
+    cost = len(response.data) + ENTRY_OVERHEAD_BYTES
+    if cost > MAX_PACKED_BYTES:
+        return
+    _kept[id(response.first)] = response
+    _kept_bytes += cost
+    while _kept_bytes > MAX_PACKED_BYTES:
+        _forget(next(iter(_kept)))
+
+
+def set_budget(total_bytes: int) -> None:
+    """Sets MAX_PACKED_BYTES (0 keeps nothing) and drops what no longer fits."""
+    global MAX_PACKED_BYTES
+    MAX_PACKED_BYTES = max(0, total_bytes)
+    while _kept_bytes > MAX_PACKED_BYTES and _kept:
+        _forget(next(iter(_kept)))
+
+
+def kept_bytes() -> int:
+    return _kept_bytes
+
+
+def _forget(key: int) -> None:
+    global _kept_bytes
+    dropped = _kept.pop(key, None)
+    if dropped is not None:
+        _kept_bytes -= len(dropped.data) + ENTRY_OVERHEAD_BYTES
