@@ -137,6 +137,13 @@ def _with_parts(message: dict[str, Any], parts: Any) -> dict[str, Any]:
     return copy
 
 
+def may_hold_media(json_text: str) -> bool:
+    """Cheap pre-check on the JSON text a message was parsed from: False only when no record in
+    it can be inline media or a pointer. Either needs a `"data` (a `data` key, a data URL) or
+    the pointer prefix in the text, unless a \\u escape spells it."""
+    return '"data' in json_text or POINTER_PREFIX in json_text or "\\u" in json_text
+
+
 def extract(message: dict[str, Any]) -> Extraction:
     """Replaces inline media with pointers. Returns the same dict when nothing was extracted."""
     payloads: list[Payload] = []

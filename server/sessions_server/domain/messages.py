@@ -41,8 +41,9 @@ class PreparedMessage:
     stored_json: str
 
     @classmethod
-    def of(cls, message: Message, token_estimate: int) -> PreparedMessage:
-        extraction = attachments.extract(message)
+    def of(cls, message: Message, token_estimate: int, *, may_hold_media: bool = True) -> PreparedMessage:
+        """`may_hold_media` False (see attachments.may_hold_media) skips the walk for media."""
+        extraction = attachments.extract(message) if may_hold_media else attachments.Extraction(message, [], [])
         return cls(message, token_estimate, extraction, jsjson.stringify(extraction.message))
 
     @property
@@ -176,12 +177,17 @@ def is_overlay_id(message_id: str) -> bool:
     return message_id.startswith(COMPACTION_PREFIX)
 
 
-def prepare_for_write(message: Message, *, from_client: bool, reserved_keys: Sequence[str]) -> PreparedMessage:
-    """Append, update and upsert: sanitize, strip reserved metadata for client input, stamp."""
+def prepare_for_write(
+    message: Message, *, from_client: bool, reserved_keys: Sequence[str], source_text: str | None = None
+) -> PreparedMessage:
+    """Append, update and upsert: sanitize, strip reserved metadata for client input, stamp.
+    `source_text`, the JSON the message was parsed from, lets a message with no media skip the
+    walk for it (sanitizing only removes)."""
     prepared = sanitize_message(message)
     if from_client:
         prepared = strip_reserved_metadata(prepared, reserved_keys)
-    return PreparedMessage.of(prepared, estimate_row_tokens(prepared))
+    may_hold_media = source_text is None or attachments.may_hold_media(source_text)
+    return PreparedMessage.of(prepared, estimate_row_tokens(prepared), may_hold_media=may_hold_media)
 
 
 def prepare_for_import(message: Message) -> PreparedMessage:

@@ -213,7 +213,7 @@ class SessionsService:
         message = messages.parse_message(text, field=field)
         check_size(message["id"], self.limits.max_message_id_bytes, "the message id", "max_message_id_bytes", field)
         prepared = messages.prepare_for_write(
-            message, from_client=from_client, reserved_keys=self.reserved_metadata_keys
+            message, from_client=from_client, reserved_keys=self.reserved_metadata_keys, source_text=text
         )
         return message, prepared
 
