@@ -11,7 +11,9 @@ The messages (views) read along a path are remembered the same way: a message's 
 changes only by an update, delete, clear, compaction or import, each of which forgets the whole
 session, and an append only adds one. A read then streams the remembered messages without a
 storage read, and the transport keeps its encoding of each on the view, so it is built once.
-Only rows read as stored are kept (not those whose attachments were restored into them).
+Only rows read as stored are kept (not those whose attachments were restored into them). Once
+every message of a remembered path is remembered, the path also keeps them in its order (and
+appends extend that list): a read of it then costs nothing per message.
 
 Memory is bounded for the whole process: at most MAX_REMEMBERED_ROWS row stats and
 MAX_VIEW_BYTES of message JSON (counted twice, for its encoding) in all, least recently used

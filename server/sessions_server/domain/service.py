@@ -861,7 +861,8 @@ async def _stream_path(
     inline: bool = True,
 ) -> AsyncGenerator[list[MessageView], None]:
     """Streams path rows with overlays collapsed, hydrating one bounded window at a time and
-    yielding it whole (an overlay alone); no window is retained after it has been yielded."""
+    yielding it whole (an overlay alone); no window is retained after it has been yielded. A
+    path whose messages are all remembered comes as one window: it is in memory already."""
     if spans is None:
         spans = plan_overlays(list(map(_ROW_ID, stats)), records) if records else []
     if not spans and not newest_first:
