@@ -44,3 +44,10 @@ def test_an_escaped_data_url_is_still_looked_at() -> None:
 def test_plain_text_skips_the_walk() -> None:
     text = json.dumps({"id": "m", "role": "user", "parts": [{"type": "text", "text": "about metadata and dates"}]})
     assert not attachments.may_hold_media(text)
+
+
+def test_a_long_text_is_walked_instead() -> None:
+    """Past MEDIA_PRECHECK_MAX_CHARS scanning the text costs more than the walk it would save."""
+    long_text = "no media here " * (attachments.MEDIA_PRECHECK_MAX_CHARS // 10)
+    text = json.dumps({"id": "m", "role": "user", "parts": [{"type": "text", "text": long_text}]})
+    assert attachments.may_hold_media(text)

@@ -19,6 +19,7 @@ from typing import Any
 POINTER_PREFIX = "attachment:sha256:"
 MAX_WALK_DEPTH = 8
 DEFAULT_MEDIA_TYPE = "application/octet-stream"
+MEDIA_PRECHECK_MAX_CHARS = 64 * 1024
 
 _POINTER_RE = re.compile(r"attachment:sha256:([0-9a-f]{64})\Z")
 _BASE64_RE = re.compile(r"[A-Za-z0-9+/]*={0,2}\Z")
@@ -140,7 +141,10 @@ def _with_parts(message: dict[str, Any], parts: Any) -> dict[str, Any]:
 def may_hold_media(json_text: str) -> bool:
     """Cheap pre-check on the JSON text a message was parsed from: False only when no record in
     it can be inline media or a pointer. Either needs a `"data` (a `data` key, a data URL) or
-    the pointer prefix in the text, unless a \\u escape spells it."""
+    the pointer prefix in the text, unless a \\u escape spells it. The check costs per
+    character and the walk it saves per record, so a long text is simply walked."""
+    if len(json_text) > MEDIA_PRECHECK_MAX_CHARS:
+        return True
     return '"data' in json_text or POINTER_PREFIX in json_text or "\\u" in json_text
 
 
