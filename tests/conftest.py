@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -17,9 +18,23 @@ from pathlib import Path
 import pytest
 
 from sessions_server.config import ServerConfig
+from sessions_server.domain import paths
 from sessions_server.transport.server import RunningServer, create_server
 
 RESERVED_KEYS = ("reserved", "channel")
+
+
+@pytest.fixture
+def fresh_memo(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """An empty path and message memo (domain/paths.py: what other tests left is not ours to
+    count) whose budgets a test may change; all of it is put back afterwards."""
+    monkeypatch.setattr(paths, "_paths", OrderedDict())
+    monkeypatch.setattr(paths, "_rows", 0)
+    monkeypatch.setattr(paths, "_views", OrderedDict())
+    monkeypatch.setattr(paths, "_view_bytes", 0)
+    monkeypatch.setattr(paths, "MAX_VIEW_BYTES", paths.MAX_VIEW_BYTES)
+    monkeypatch.setattr(paths, "MAX_SESSION_VIEW_BYTES", paths.MAX_SESSION_VIEW_BYTES)
+    return monkeypatch
 
 
 @dataclass

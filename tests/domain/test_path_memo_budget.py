@@ -80,26 +80,13 @@ def _paths_in_order_consistent() -> bool:
     )
 
 
-@pytest.fixture
-def fresh_views(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
-    """An empty memo (what other tests left is not ours to count) whose message budgets a test
-    may change; all of it is put back afterwards."""
-    monkeypatch.setattr(paths, "_paths", OrderedDict())
-    monkeypatch.setattr(paths, "_rows", 0)
-    monkeypatch.setattr(paths, "_views", OrderedDict())
-    monkeypatch.setattr(paths, "_view_bytes", 0)
-    monkeypatch.setattr(paths, "MAX_VIEW_BYTES", paths.MAX_VIEW_BYTES)
-    monkeypatch.setattr(paths, "MAX_SESSION_VIEW_BYTES", paths.MAX_SESSION_VIEW_BYTES)
-    return monkeypatch
-
-
-def test_remembered_messages_stay_within_the_budget(tmp_path: Path, fresh_views: pytest.MonkeyPatch) -> None:
+def test_remembered_messages_stay_within_the_budget(tmp_path: Path, fresh_memo: pytest.MonkeyPatch) -> None:
     """Under a small byte budget, sessions' messages are dropped least recently used first and
     read again from storage; what every read returns stays right, and a path too large for a
     session's share is streamed without being remembered at all."""
     one = paths.view_cost(_view(_message("s0-000")))
-    fresh_views.setattr(paths, "MAX_VIEW_BYTES", 250 * one)
-    fresh_views.setattr(paths, "MAX_SESSION_VIEW_BYTES", 150 * one)
+    fresh_memo.setattr(paths, "MAX_VIEW_BYTES", 250 * one)
+    fresh_memo.setattr(paths, "MAX_SESSION_VIEW_BYTES", 150 * one)
     service = SessionsService(ObjectRegistry(tmp_path, ThreadPoolExecutor(max_workers=2)))
 
     async def scenario() -> None:
@@ -136,9 +123,9 @@ def _view(text: str, message_id: str = "x") -> MessageView:
     return MessageView(RowInfo(message_id, "user", None, 1, 0, 1), text)
 
 
-def test_a_session_outgrowing_its_share_is_forgotten(tmp_path: Path, fresh_views: pytest.MonkeyPatch) -> None:
+def test_a_session_outgrowing_its_share_is_forgotten(tmp_path: Path, fresh_memo: pytest.MonkeyPatch) -> None:
     one = paths.view_cost(_view(_message("grow-000")))
-    fresh_views.setattr(paths, "MAX_SESSION_VIEW_BYTES", 50 * one)
+    fresh_memo.setattr(paths, "MAX_SESSION_VIEW_BYTES", 50 * one)
     service = SessionsService(ObjectRegistry(tmp_path, ThreadPoolExecutor(max_workers=2)))
 
     async def scenario() -> None:
@@ -181,7 +168,7 @@ def test_messages_read_before_a_change_are_not_remembered_after_it(tmp_path: Pat
 
 
 def test_a_zero_message_budget_remembers_nothing_and_reads_stay_right(
-    tmp_path: Path, fresh_views: pytest.MonkeyPatch
+    tmp_path: Path, fresh_memo: pytest.MonkeyPatch
 ) -> None:
     """`--message-memo-bytes 0`: every read comes from storage."""
     service = SessionsService(ObjectRegistry(tmp_path, ThreadPoolExecutor(max_workers=2)))
@@ -202,7 +189,7 @@ def test_a_zero_message_budget_remembers_nothing_and_reads_stay_right(
     asyncio.run(scenario())
 
 
-def test_a_path_at_the_depth_cap_keeps_its_messages_in_step(tmp_path: Path, fresh_views: pytest.MonkeyPatch) -> None:
+def test_a_path_at_the_depth_cap_keeps_its_messages_in_step(tmp_path: Path, fresh_memo: pytest.MonkeyPatch) -> None:
     """At the depth cap an append pushes the oldest row out of the remembered path: the
     messages kept in path order must lose theirs too, and reads stay right."""
     service = SessionsService(ObjectRegistry(tmp_path, ThreadPoolExecutor(max_workers=2)))

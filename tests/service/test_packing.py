@@ -182,18 +182,12 @@ def test_a_window_is_packed_whole_within_the_limits(
 
 
 @pytest.fixture
-def fresh_packed(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
-    """An empty cache of packed responses (and message memo), put back afterwards."""
-    monkeypatch.setattr(packed_cache, "_kept", OrderedDict())
-    monkeypatch.setattr(packed_cache, "_kept_bytes", 0)
-    monkeypatch.setattr(packed_cache, "MAX_PACKED_BYTES", packed_cache.MAX_PACKED_BYTES)
-    monkeypatch.setattr(paths, "_paths", OrderedDict())
-    monkeypatch.setattr(paths, "_rows", 0)
-    monkeypatch.setattr(paths, "_views", OrderedDict())
-    monkeypatch.setattr(paths, "_view_bytes", 0)
-    monkeypatch.setattr(paths, "MAX_VIEW_BYTES", paths.MAX_VIEW_BYTES)
-    monkeypatch.setattr(paths, "MAX_SESSION_VIEW_BYTES", paths.MAX_SESSION_VIEW_BYTES)
-    return monkeypatch
+def fresh_packed(fresh_memo: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """An empty cache of packed responses and memo, put back afterwards."""
+    fresh_memo.setattr(packed_cache, "_kept", OrderedDict())
+    fresh_memo.setattr(packed_cache, "_kept_bytes", 0)
+    fresh_memo.setattr(packed_cache, "MAX_PACKED_BYTES", packed_cache.MAX_PACKED_BYTES)
+    return fresh_memo
 
 
 def _read_packed(service: SessionsService, key: str, max_messages: int) -> list[bytes]:
