@@ -186,7 +186,7 @@ def _collect(views: Sequence[MessageView], start: int, max_messages: int, tag: b
     stop = min(len(views), start + max_messages)
     while index < stop:
         view = views[index]
-        if index > start and packed_cache.starting_at(view, max_messages, tag) is not None:
+        if index > start and packed_cache.begins_at(view, max_messages, tag):
             return parts, index, False
         encoded = view.encoded
         if encoded is None:

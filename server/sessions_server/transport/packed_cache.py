@@ -11,12 +11,13 @@ view's id) cannot be reused by another view while the entry lives. Views are nev
 once built; a changed message comes as a new view (the domain drops the old ones), whose id
 finds nothing here. Only responses built entirely from views encoded before (remembered ones)
 are kept, and only those closed by a limit, not by the end of a read, so an append does not
-leave a trail of ever-longer tails. Bounded for the whole process: MAX_PACKED_BYTES, least
-recently used first out. The event loop is the only user (no lock).
+leave a trail of ever-longer tails. Bounded for the whole process: MAX_PACKED_BYTES (the
+responses and the views they hold), least recently used first out.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -41,46 +42,69 @@ class PackedResponse:
     data: bytes
 
 
+_lock = threading.Lock()  # one server per process has one loop; tests run several servers
 _kept: OrderedDict[int, PackedResponse] = OrderedDict()  # by id(first), least recently used first
 _kept_bytes = 0
 
 
 def starting_at(view: MessageView, max_messages: int, tag: bytes) -> PackedResponse | None:
     """The kept response that begins with `view`, for these packing parameters."""
-    kept = _kept.get(id(view))
-    if kept is None or kept.first is not view or kept.max_messages != max_messages or kept.tag != tag:
-        return None
-    _kept.move_to_end(id(view))
-    return kept
+    with _lock:
+        kept = _matching(view, max_messages, tag)
+        if kept is not None:
+            _kept.move_to_end(id(view))
+        return kept
+
+
+def begins_at(view: MessageView, max_messages: int, tag: bytes) -> bool:
+    """Whether a kept response begins with `view` (a look that does not count as a use)."""
+    with _lock:
+        return _matching(view, max_messages, tag) is not None
 
 
 def keep(response: PackedResponse) -> None:
     """Keeps `response` (replacing what began with the same view) within the budget."""
     global _kept_bytes
-    _forget(id(response.first))
-    cost = len(response.data) + ENTRY_OVERHEAD_BYTES
-    if cost > MAX_PACKED_BYTES:
-        return
-    _kept[id(response.first)] = response
-    _kept_bytes += cost
-    while _kept_bytes > MAX_PACKED_BYTES:
-        _forget(next(iter(_kept)))
+    with _lock:
+        _forget(id(response.first))
+        cost = _cost(response)
+        if cost > MAX_PACKED_BYTES:
+            return
+        _kept[id(response.first)] = response
+        _kept_bytes += cost
+        while _kept_bytes > MAX_PACKED_BYTES:
+            _forget(next(iter(_kept)))
 
 
 def set_budget(total_bytes: int) -> None:
     """Sets MAX_PACKED_BYTES (0 keeps nothing) and drops what no longer fits."""
     global MAX_PACKED_BYTES
-    MAX_PACKED_BYTES = max(0, total_bytes)
-    while _kept_bytes > MAX_PACKED_BYTES and _kept:
-        _forget(next(iter(_kept)))
+    with _lock:
+        MAX_PACKED_BYTES = max(0, total_bytes)
+        while _kept_bytes > MAX_PACKED_BYTES and _kept:
+            _forget(next(iter(_kept)))
 
 
 def kept_bytes() -> int:
     return _kept_bytes
 
 
+def _matching(view: MessageView, max_messages: int, tag: bytes) -> PackedResponse | None:
+    kept = _kept.get(id(view))
+    if kept is None or kept.first is not view or kept.max_messages != max_messages or kept.tag != tag:
+        return None
+    return kept
+
+
+def _cost(response: PackedResponse) -> int:
+    """Its bytes, and the two views it holds alive (counted in full: the memo may drop them)."""
+    views = (response.first,) if response.last is response.first else (response.first, response.last)
+    held = sum(len(view.json) + len(view.encoded or b"") for view in views)
+    return len(response.data) + held + ENTRY_OVERHEAD_BYTES
+
+
 def _forget(key: int) -> None:
     global _kept_bytes
     dropped = _kept.pop(key, None)
     if dropped is not None:
-        _kept_bytes -= len(dropped.data) + ENTRY_OVERHEAD_BYTES
+        _kept_bytes -= _cost(dropped)
