@@ -89,14 +89,17 @@ def stream_forward(stub: Any, key: str) -> tuple[int, int, str, str, float]:
     count = size = 0
     first = last = ""
     request = pb.StreamHistoryRequest(object_key=key, max_messages_per_response=PACKED)
+    frames: Any = []
+    # Per message the loop takes its JSON and its length, as the raw scan does per row. The
+    # messages here travel whole, one frame each: frames count them.
     for response in stub.StreamHistory(request, metadata=md):
-        for frame in response.frames or [response.frame]:
-            if frame.HasField("info"):
-                count += 1
-                last = frame.info.id
-                if not first:
-                    first = last
+        frames = response.frames or [response.frame]
+        if not first:
+            first = frames[0].info.id
+        count += len(frames)
+        for frame in frames:
             size += len(frame.json)  # ASCII JSON: characters = bytes
+    last = frames[-1].info.id if frames else ""
     return count, size, first, last, t()
 
 
