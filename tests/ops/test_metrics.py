@@ -51,3 +51,12 @@ def test_metrics_endpoint_counts_rpcs_and_objects(tmp_path: Path) -> None:
     assert "sessions_open_objects 1.0" in body
     assert "sessions_row_writes 1.0" in body
     assert 'sessions_rpc_seconds_count{method="AppendMessage"} 2.0' in body
+
+
+def test_fresh_request_ids_are_distinct_and_short() -> None:
+    """Calls without an `x-request-id` get one of 16 hex characters, never the same twice."""
+    from sessions_server.transport.metrics import _fresh_request_id
+
+    ids = [_fresh_request_id() for _ in range(1_000)]
+    assert len(set(ids)) == len(ids)
+    assert all(len(i) == 16 and int(i, 16) >= 0 for i in ids)

@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
+import itertools
 import logging
+import os
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -53,11 +54,34 @@ class Metrics:
         start_http_server(int(port), addr=host or "127.0.0.1", registry=self.registry)
 
 
+# A request id is this process's random prefix and a call counter: unique per call, and cheap
+# (a uuid4 per call took 2% of the event loop under 16 concurrent writers).
+_REQUEST_ID_PREFIX = os.urandom(4).hex()
+_request_numbers = itertools.count(1)
+
+
+def _fresh_request_id() -> str:
+    return f"{_REQUEST_ID_PREFIX}{next(_request_numbers) & 0xFFFFFFFF:08x}"
+
+
 class MetricsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
     """Counts and times every call; sets the request id for logging."""
 
     def __init__(self, metrics: Metrics) -> None:
         self._metrics = metrics
+        # Labelled series, looked up once each: `labels()` takes a lock and builds a key.
+        self._counters: dict[tuple[str, str], Any] = {}
+        self._timers: dict[str, Any] = {}
+
+    def _finished(self, method: str, code: str, seconds: float) -> None:
+        counter = self._counters.get((method, code))
+        if counter is None:
+            counter = self._counters[(method, code)] = self._metrics.rpcs.labels(method, code)
+        timer = self._timers.get(method)
+        if timer is None:
+            timer = self._timers[method] = self._metrics.latency.labels(method)
+        counter.inc()
+        timer.observe(seconds)
 
     async def intercept_service(
         self,
@@ -69,7 +93,7 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
             return handler
         method = (handler_call_details.method or "").rsplit("/", 1)[-1]
         incoming = dict(handler_call_details.invocation_metadata or ()).get("x-request-id")
-        metrics = self._metrics
+        finished = self._finished
 
         def finish(context: Any, started: float, failure: BaseException | None) -> None:
             code = context.code() if hasattr(context, "code") else None
@@ -79,11 +103,10 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
                 name = "OK"
             else:
                 name = "CANCELLED" if isinstance(failure, asyncio.CancelledError) else "UNKNOWN"
-            metrics.rpcs.labels(method, name).inc()
-            metrics.latency.labels(method).observe(time.perf_counter() - started)
+            finished(method, name, time.perf_counter() - started)
 
         def begin() -> float:
-            request_id.set(str(incoming) if incoming else uuid.uuid4().hex[:16])
+            request_id.set(str(incoming) if incoming else _fresh_request_id())
             return time.perf_counter()
 
         if handler.unary_unary or handler.stream_unary:
