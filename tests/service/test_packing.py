@@ -18,7 +18,7 @@ from sessions_client._common import FrameAssembler, routing_metadata
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc
 from sessions_server.domain import paths
-from sessions_server.domain.service import AppendInput, MessageView, SessionsService
+from sessions_server.domain.service import AppendInput, AppendResult, MessageView, SessionsService
 from sessions_server.storage.registry import ObjectRegistry
 from sessions_server.storage.rows import MAX_PATH_DEPTH, Parent, RowInfo
 from sessions_server.transport import framing, packed_cache
@@ -255,3 +255,33 @@ def test_only_remembered_reads_keep_responses_within_the_budget(
         entry.first.info is not None and entry.first.info.id.startswith("b") for entry in packed_cache._kept.values()
     )
     assert _read_packed(service, "a", 5) == first  # evicted: built again, the same bytes
+
+
+@given(
+    outcomes=st.lists(
+        st.tuples(st.booleans(), st.integers(min_value=0, max_value=1_200_000), st.booleans()), max_size=8
+    )
+)
+@settings(max_examples=40, deadline=None)
+def test_append_results_encode_as_the_protobuf_types_do(outcomes: list[tuple[bool, int, bool]]) -> None:
+    """Append responses are encoded from the views' frame encodings: the bytes must be what
+    the protobuf types give, JSON past the response's budget omitted, a refused overlay's info
+    present and empty."""
+    results = [
+        AppendResult(
+            inserted,
+            MessageView(RowInfo(f"m{i}", "user", "p" if i else None, i, 7, 3) if has_row else None, "x" * size),
+        )
+        for i, (inserted, size, has_row) in enumerate(outcomes)
+    ]
+    budget = framing.ResponseBudget()
+    expected = pb.AppendMessagesResponse(
+        results=[
+            pb.AppendResult(inserted=r.inserted, message=framing.written_message(r.message, budget)) for r in results
+        ]
+    )
+    assert framing.encoded_append_results(results) == expected.SerializeToString()
+    for result in results:
+        single = pb.AppendMessageResponse(inserted=result.inserted, message=framing.written_message(result.message))
+        encoded = framing.encoded_append_result(result, framing.ResponseBudget(), pb.AppendMessageResponse)
+        assert encoded == single.SerializeToString()

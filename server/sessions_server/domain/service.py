@@ -267,7 +267,7 @@ class SessionsService:
         async with self.object(object_key, writing=True) as store:
             results = await store.write(run)
             inserted = [
-                _appended_row(result.message.info, prepared)
+                _appended_row(result.message, prepared)
                 for (_, _, prepared), result in zip(staged, results, strict=True)
                 if result.inserted and result.message.info is not None and prepared is not None
             ]
@@ -330,7 +330,7 @@ class SessionsService:
         async with self.object(object_key, writing=True) as store:
             inserted, result = await store.write(run)
             if inserted and result.message is not None and result.message.info is not None:
-                appended = [_appended_row(result.message.info, prepared)]
+                appended = [_appended_row(result.message, prepared)]
                 await self._after_inserted_appends(store, object_key, session_id, appended)
             elif result.changed:
                 forget_estimate(store, session_id)
@@ -800,13 +800,20 @@ class Importer:
             forget_estimate(self._store, self._session_id)
 
 
-def _appended_row(info: RowInfo, prepared: messages.PreparedMessage) -> paths.AppendedRow:
-    """An inserted row as the path memo counts it (stored JSON bytes; unknown with attachments)."""
+def _appended_row(answered: MessageView, prepared: messages.PreparedMessage) -> paths.AppendedRow:
+    """An inserted row as the path memo counts it (stored JSON bytes; unknown with attachments),
+    given the view the write answers with."""
+    info = answered.info
+    assert info is not None
     if prepared.extraction.references:
         return paths.AppendedRow(info, None)
     text = prepared.stored_json
     # What a read of the new row returns is its stored JSON (checked as a read would check it).
-    view = MessageView(info, text) if not attachments.may_hold_pointers(text) else None
+    # When that is what the write answers too, the memo takes the answered view, so the
+    # encoding the transport makes for the answer serves reads as well.
+    view: MessageView | None = None
+    if not attachments.may_hold_pointers(text):
+        view = answered if answered.json is text else MessageView(info, text)
     return paths.AppendedRow(info, len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass")), view)
 
 

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from sessions_proto.v1 import sessions_pb2 as pb
-from sessions_server.domain.service import MessageView
+from sessions_server.domain.service import AppendResult, MessageView
 from sessions_server.transport import packed_cache
 
 # Leaves room under the 4 MiB default receive limit for the frame's other fields.
@@ -116,6 +116,48 @@ def encoded_frame(view: MessageView) -> bytes:
         data = frame.SerializeToString()
         encoded = view.encoded = _varint(len(data)) + data
     return encoded
+
+
+def encoded_append_result(result: AppendResult, budget: ResponseBudget, response_class: Any = pb.AppendResult) -> bytes:
+    """`result` encoded as an AppendResult (or an AppendMessageResponse, whose fields are the
+    same). A WrittenMessage with its JSON inline has the wire form of a whole-message
+    MessageFrame, so the view's frame encoding serves, and is kept on the view for reads."""
+    inserted_tag, message_tag = _append_tags(response_class)
+    head = inserted_tag + b"\x01" if result.inserted else b""
+    view = result.message
+    if budget.take(json_bytes(view.json)):
+        return head + message_tag + encoded_frame(view)
+    omitted = pb.WrittenMessage(json_omitted=True)
+    _fill_info(omitted.info, view)
+    data = omitted.SerializeToString()
+    return head + message_tag + _varint(len(data)) + data
+
+
+def encoded_append_results(results: Iterable[AppendResult]) -> bytes:
+    """An AppendMessagesResponse of `results`, encoded; JSON beyond one response's budget is
+    omitted (read back by the client)."""
+    budget = ResponseBudget()
+    out: list[bytes] = []
+    for result in results:
+        data = encoded_append_result(result, budget)
+        out += (_RESULTS_TAG, _varint(len(data)), data)
+    return b"".join(out)
+
+
+_APPEND_TAGS: dict[Any, tuple[bytes, bytes]] = {}
+_RESULTS_TAG = _varint(pb.AppendMessagesResponse.DESCRIPTOR.fields_by_name["results"].number << 3 | 2)
+
+
+def _append_tags(response_class: Any) -> tuple[bytes, bytes]:
+    """The wire tags of a response type's `bool inserted` and `WrittenMessage message`."""
+    tags = _APPEND_TAGS.get(response_class)
+    if tags is None:
+        fields = response_class.DESCRIPTOR.fields_by_name
+        tags = _APPEND_TAGS[response_class] = (
+            _varint(fields["inserted"].number << 3),
+            _varint(fields["message"].number << 3 | 2),
+        )
+    return tags
 
 
 _FRAMES_TAGS: dict[Any, bytes] = {}

@@ -120,8 +120,10 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
 
     # ── writes ──────────────────────────────────────────────────────────────
 
-    async def AppendMessage(self, request: pb.AppendMessageRequest, context: Any) -> pb.AppendMessageResponse:
-        async def run() -> pb.AppendMessageResponse:
+    # Appends answer with their response already encoded (framing.encoded_append_result): the
+    # method's serializer passes bytes through.
+    async def AppendMessage(self, request: pb.AppendMessageRequest, context: Any) -> bytes:  # type: ignore[override]
+        async def run() -> bytes:
             self._admit(context, request.object_key, write=True)
             result = await self._service.append(
                 request.object_key,
@@ -130,25 +132,19 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 _parent(request.parent_mode, request.parent_id),
                 from_client=_from_client(request.source),
             )
-            return pb.AppendMessageResponse(inserted=result.inserted, message=framing.written_message(result.message))
+            return framing.encoded_append_result(result, framing.ResponseBudget(), pb.AppendMessageResponse)
 
         return await _unary(context, run)
 
-    async def AppendMessages(self, request: pb.AppendMessagesRequest, context: Any) -> pb.AppendMessagesResponse:
-        async def run() -> pb.AppendMessagesResponse:
+    async def AppendMessages(self, request: pb.AppendMessagesRequest, context: Any) -> bytes:  # type: ignore[override]
+        async def run() -> bytes:
             self._admit(context, request.object_key, write=True)
             items = [
                 AppendInput(item.message_json, _parent(item.parent_mode, item.parent_id), _from_client(item.source))
                 for item in request.items
             ]
             results = await self._service.append_many(request.object_key, request.session_id, items)
-            budget = framing.ResponseBudget()
-            return pb.AppendMessagesResponse(
-                results=[
-                    pb.AppendResult(inserted=r.inserted, message=framing.written_message(r.message, budget))
-                    for r in results
-                ]
-            )
+            return framing.encoded_append_results(results)
 
         return await _unary(context, run)
 
