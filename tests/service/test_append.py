@@ -9,10 +9,12 @@ server fixture is).
 from __future__ import annotations
 
 import base64
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
 from sessions_client import SessionsError
@@ -21,6 +23,7 @@ from tests.service.support import (
     js_json,
     message_row,
     message_rows,
+    object_file,
     sha256_hex,
     text_message,
 )
@@ -47,6 +50,29 @@ def test_duplicate_id_returns_the_stored_message_and_writes_nothing(
     # the duplicate consumed no seq
     session.append_message(text_message("c"))
     assert message_row(data_dir, object_key, "c")["seq"] == 3  # type: ignore[index]
+
+
+def test_an_id_taken_by_an_unreadable_row_is_refused_and_nothing_is_written(
+    session: Any, data_dir: Path, object_key: str
+) -> None:
+    """A row written by another tool whose content is not a message keeps its id: appending that
+    id neither overwrites it nor answers it as the stored message."""
+    session.append_message(text_message("a"))
+    with sqlite3.connect(object_file(data_dir, object_key), isolation_level=None) as conn:
+        conn.execute(
+            """INSERT INTO cf_agents_session_messages (session_id, id, seq, role, content, created_at)
+               VALUES ('', 'bad', 7, 'user', 'not json', 1)"""
+        )
+    before = message_rows(data_dir, object_key)
+
+    with pytest.raises(SessionsError) as caught:
+        session.append_message(text_message("bad", "fresh"))
+
+    assert caught.value.code == grpc.StatusCode.FAILED_PRECONDITION
+    assert caught.value.reason == "INVALID_MESSAGE"
+    assert "bad" in caught.value.message and "not a valid message" in caught.value.message
+    assert message_rows(data_dir, object_key) == before
+    assert session.append_message(text_message("b")).inserted is True
 
 
 def test_seq_counts_per_session(obj: Any, data_dir: Path, object_key: str) -> None:

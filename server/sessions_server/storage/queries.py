@@ -30,6 +30,10 @@ class ObjectConnection(sqlite3.Connection):
     """A connection to an object file that remembers facts about its schema."""
 
     fts_known = False
+    # Only the object's writer creates the index (`create_fts`), so only the writer may also
+    # remember that it is absent: without that, every append looked it up (8 µs a message).
+    creates_fts = False
+    fts_absent = False
 
 
 # Lifted columns cast in SQL (a file written elsewhere may hold any type in any column), so rows
@@ -233,15 +237,16 @@ def insert_message(
     seq: int,
     parent_id: str | None,
     created_at_ms: int,
-) -> int:
-    """Writes a new message in upstream's order: payloads, the row, continuations, references,
-    the search row. Returns the rows written (what upstream's billing counts)."""
-    written = put_payloads(conn, row.payloads)
-    conn.execute(
+) -> int | None:
+    """Writes a message unless its id is taken in the session: then it writes nothing, not even
+    payloads, and returns None. Otherwise the rows written (what upstream's billing counts).
+    The row goes first, so a fresh id, the common case, costs no separate probe."""
+    inserted = conn.execute(
         """INSERT INTO cf_agents_session_messages
               (session_id, id, seq, parent_id, role, content, content_chunks, token_estimate,
                created_at, content_hash)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            ON CONFLICT DO NOTHING""",
         (
             session_id,
             row.id,
@@ -254,8 +259,10 @@ def insert_message(
             created_at_ms,
             row.digest,
         ),
-    )
-    written += len(row.slices)
+    ).rowcount
+    if not inserted:
+        return None
+    written = put_payloads(conn, row.payloads) + len(row.slices)
     write_continuations(conn, session_id, row.id, row.slices)
     written += add_refs(conn, session_id, row.id, row.references)
     written += index_search_text(conn, session_id, row.id, row.role, row.search_text, replace=False)
@@ -414,12 +421,16 @@ def fts_exists(conn: sqlite3.Connection) -> bool:
     dropped, and only this process creates it (on the writer, see `create_fts`)."""
     if getattr(conn, "fts_known", False):
         return True
+    if getattr(conn, "fts_absent", False):
+        return False
     present = (
         conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'cf_agents_session_fts'").fetchone()
         is not None
     )
     if present and not conn.in_transaction:  # inside a transaction it could still roll back
         remember_fts(conn)
+    elif not present and getattr(conn, "creates_fts", False):
+        conn.fts_absent = True  # type: ignore[attr-defined]
     return present
 
 
@@ -634,6 +645,9 @@ SEARCH_PROGRESS_STEPS = 10_000  # VM steps between deadline checks
 
 
 def create_fts(conn: sqlite3.Connection) -> None:
+    # Looked up again from here on: the creation may still roll back with its transaction.
+    if isinstance(conn, ObjectConnection):
+        conn.fts_absent = False
     conn.execute(FTS_DDL)
 
 

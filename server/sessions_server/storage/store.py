@@ -138,7 +138,8 @@ class ObjectStore:
             raise
         store = cls(object_key, path, conn, executor, feed)
         store.row_writes = store._row_writes_saved = schema.read_row_writes(conn)
-        queries.fts_exists(conn)  # outside any transaction: remembered when present
+        conn.creates_fts = True  # this connection becomes the writer, the only one that creates it
+        queries.fts_exists(conn)  # outside any transaction: remembered either way
         return store
 
     # ── writes ──────────────────────────────────────────────────────────────
@@ -378,12 +379,6 @@ def append_in(
     stored_row_ok: Callable[[StoredMessage], bool],
 ) -> AppendOutcome:
     conn = ctx.conn
-    # The common path (a fresh id) costs a key-only probe, not a content read.
-    existing = queries.get_message(conn, session_id, row.id) if queries.exists(conn, session_id, row.id) else None
-    if existing is not None:
-        if stored_row_ok(existing):
-            return AppendOutcome(False, existing.info, existing)
-        raise StoredRowUnreadable(f"message id {row.id!r} is taken by a stored row that is not a valid message")
     tail = ctx.tail(session_id)
     parent_id: str | None
     if parent.kind == "auto":
@@ -394,9 +389,15 @@ def append_in(
         wanted = parent.message_id
         parent_id = wanted if wanted and queries.exists(conn, session_id, wanted) else None
     created = now_ms()
-    ctx.row_writes += queries.insert_message(
+    written = queries.insert_message(
         conn, session_id, row, seq=tail.next_seq, parent_id=parent_id, created_at_ms=created
     )
+    if written is None:
+        existing = queries.get_message(conn, session_id, row.id)
+        if existing is not None and stored_row_ok(existing):
+            return AppendOutcome(False, existing.info, existing)
+        raise StoredRowUnreadable(f"message id {row.id!r} is taken by a stored row that is not a valid message")
+    ctx.row_writes += written
     ctx.set_tail(session_id, Tail(row.id, tail.next_seq + 1))
     info = RowInfo(row.id, row.role, parent_id, tail.next_seq, created, row.token_estimate)
     return AppendOutcome(True, info, None)
@@ -427,12 +428,13 @@ def import_in(
 ) -> RowInfo | None:
     """Imports one row verbatim unless its id exists (None); the imported row becomes the tail.
     An existing id stores nothing at all, not even payloads (upstream leaves orphans; §9)."""
-    if queries.exists(ctx.conn, session_id, row.id):
-        return None
     tail = ctx.tail(session_id)
-    ctx.row_writes += queries.insert_message(
+    written = queries.insert_message(
         ctx.conn, session_id, row, seq=tail.next_seq, parent_id=parent_id, created_at_ms=created_at_ms
     )
+    if written is None:
+        return None
+    ctx.row_writes += written
     ctx.set_tail(session_id, Tail(row.id, tail.next_seq + 1))
     return RowInfo(row.id, row.role, parent_id, tail.next_seq, created_at_ms, row.token_estimate)
 
