@@ -418,7 +418,8 @@ def collect_payloads(conn: sqlite3.Connection, hashes: Iterable[str]) -> None:
 
 def fts_exists(conn: sqlite3.Connection) -> bool:
     """Whether the search index exists. Remembered per connection once it does: it is never
-    dropped, and only this process creates it (on the writer, see `create_fts`)."""
+    dropped, and only this process creates it (on the writer, see `create_fts`). The writer also
+    remembers its absence, until it creates it."""
     if getattr(conn, "fts_known", False):
         return True
     if getattr(conn, "fts_absent", False):
