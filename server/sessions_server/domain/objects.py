@@ -130,11 +130,11 @@ class ObjectAdmin:
                 raise InvalidArgument("the last ImportObject frame must carry sha256", reason="INVALID_STREAM")
             if expected != digest.hexdigest():
                 raise InvalidArgument("the received file does not match its sha256", reason="INVALID_STREAM")
-            await self._registry.close_object(object_key)
             try:
-                target = await asyncio.to_thread(
-                    files.install_received_file, partial, object_key, self.data_dir, replace=replace
-                )
+                async with self._registry.closed(object_key):
+                    target = await asyncio.to_thread(
+                        files.install_received_file, partial, object_key, self.data_dir, replace=replace
+                    )
             except files.StoreImportError as exc:
                 raise InvalidArgument(f"the received file cannot be served: {exc}", field="data") from None
         finally:
@@ -149,7 +149,7 @@ class ObjectAdmin:
         if self._placement is not None:
             self._placement.check(object_key)
         self._moved[object_key] = moved_to
-        await self._registry.close_object(object_key)
-        existed = await asyncio.to_thread(files.remove_object_files, object_path(self.data_dir, object_key))
+        async with self._registry.closed(object_key):
+            existed = await asyncio.to_thread(files.remove_object_files, object_path(self.data_dir, object_key))
         self._moving.pop(object_key, None)
         return existed

@@ -39,6 +39,7 @@ class ObjectRegistry:
         self._open: OrderedDict[str, ObjectStore] = OrderedDict()
         self._opening: dict[str, asyncio.Future[ObjectStore]] = {}
         self._closing: set[asyncio.Task[None]] = set()
+        self._held: dict[str, asyncio.Event] = {}
 
     @property
     def open_count(self) -> int:
@@ -57,6 +58,10 @@ class ObjectRegistry:
 
     async def _acquire(self, object_key: str) -> ObjectStore:
         while True:
+            held = self._held.get(object_key)
+            if held is not None:
+                await held.wait()
+                continue
             store = self._open.get(object_key)
             if store is not None:
                 self._open.move_to_end(object_key)
@@ -112,6 +117,23 @@ class ObjectRegistry:
 
     def is_open(self, object_key: str) -> bool:
         return object_key in self._open
+
+    @contextlib.asynccontextmanager
+    async def closed(self, object_key: str) -> AsyncIterator[None]:
+        """Closes the object and keeps it closed for the block: requests for it wait until the
+        block ends, so none writes to a file that the block replaces or removes."""
+        while (held := self._held.get(object_key)) is not None:
+            await held.wait()
+        gate = self._held[object_key] = asyncio.Event()
+        try:
+            pending = self._opening.get(object_key)
+            if pending is not None:  # an open under way would register the file after the block began
+                await asyncio.wait([pending])  # its outcome is its waiters' business
+            await self.close_object(object_key)
+            yield
+        finally:
+            del self._held[object_key]
+            gate.set()
 
     async def close_object(self, object_key: str) -> None:
         """Closes one object once nobody uses it (its feed subscribers are ended first)."""
