@@ -232,8 +232,10 @@ class EchoProcess(ChildProcess):
 
     name = "echo"
 
-    def __init__(self) -> None:
+    def __init__(self, commit_file: Path | None = None) -> None:
         args = [sys.executable, str(BENCH_DIR / "echo_server.py"), "--listen", "127.0.0.1:0"]
+        if commit_file is not None:
+            args += ["--commit-file", str(commit_file)]
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
         match = _wait_for_line(self.proc, r"listening on (\S+:\d+)", 30, "echo server")
         self.address = match.group(1)

@@ -77,6 +77,7 @@ from sessions_server.storage.paths import object_path
 CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 * MIB), ("grpc.max_send_message_length", 64 * MIB)]
 ECHO_METHOD = "/bench.Echo/Echo"
 ECHO_STREAM = "/bench.Echo/Stream"
+ECHO_COMMIT = "/bench.Echo/Commit"
 TEMPLATE_KEY = "cold-XXXXX"  # same length as the keys it is copied to
 WORKLOADS = ("serial", "concurrent", "batch", "history", "recent", "large", "search", "cold")
 
@@ -153,13 +154,14 @@ class Bench:
             self.openai_reason = "skipped: openai-agents not installed (pip install -r bench/requirements.txt)"
         self.server = ServerProcess(self.work / "data", ["--max-open-objects", "32"])
         log(f"server {self.server.address} pid {self.server.pid}; data {self.work / 'data'}")
-        self.echo = EchoProcess()
+        self.echo = EchoProcess(commit_file=self.work / "echo-commit.sqlite")
         channel = grpc.insecure_channel(self.server.address, options=CHANNEL_OPTIONS)
         echo_channel = grpc.insecure_channel(self.echo.address, options=CHANNEL_OPTIONS)
         self.channels += [channel, echo_channel]
         self.stub = pb_grpc.SessionServiceStub(channel)
         self.echo_call = echo_channel.unary_unary(ECHO_METHOD)
         self.echo_stream = echo_channel.unary_stream(ECHO_STREAM)
+        self.echo_commit = echo_channel.unary_unary(ECHO_COMMIT)
         self.client = SessionsClient(self.server.address, options=CHANNEL_OPTIONS)
         if self.args.no_upstream:
             self.upstream_reason = "skipped: --no-upstream"
@@ -266,12 +268,14 @@ class Bench:
             openai = self.openai_session("serial")
         openai_loop = asyncio.new_event_loop()
         text = factory.texts[0]
-        svc, svc_lat, echo, sql, up, oa = [], [], [], [], [], []
+        svc, svc_lat, echo, sql, up, oa, echo_commit = [], [], [], [], [], [], []
         for _ in range(3):  # warm-up
             self.stub.AppendMessage(pb.AppendMessageRequest(object_key=key, message_json=factory.json()), metadata=md)
             self.echo_call(payload)
+            self.echo_commit(payload)
         assert self.server is not None and self.echo is not None
         svc_cpu, echo_cpu = CpuMeter(self.server.pid), CpuMeter(self.echo.pid)
+        echo_commit_cpu = CpuMeter(self.echo.pid)
         with self.profile("serial") as prof:
             for _rep in range(self.reps):
                 lat = []
@@ -290,6 +294,11 @@ class Bench:
                     for _ in range(n):
                         self.echo_call(payload)
                 echo.append(n / t())
+                t = timer()
+                with echo_commit_cpu:
+                    for _ in range(n):
+                        self.echo_commit(payload)
+                echo_commit.append(n / t())
                 t = timer()
                 for _ in range(n):
                     raw_seq[0] += 1
@@ -325,6 +334,7 @@ class Bench:
             "echo": echo_ops,
             "sqlite commit": sql_ops,
             "composite floor": floor,
+            "echo + commit": median(echo_commit),
             "upstream": up_ops,
             "openai add_items": median(oa) if oa else None,
         }
@@ -338,7 +348,13 @@ class Bench:
         notes = [
             f"service p50 {1000 * percentile(svc_lat, 50):.2f} ms, p99 {1000 * percentile(svc_lat, 99):.2f} ms; "
             f"{n} appends x {self.reps} reps, request {len(payload)} B; server CPU "
-            f"{1000 * svc_cpu.seconds / (n * self.reps):.2f} ms/append (echo {1000 * echo_cpu.seconds / (n * self.reps):.2f} ms/call)"
+            f"{1000 * svc_cpu.seconds / (n * self.reps):.2f} ms/append (echo {1000 * echo_cpu.seconds / (n * self.reps):.2f} ms/call)",
+            # Not a target baseline: the same durable commit behind a grpc.aio handler with no
+            # service logic shows what the stack costs when each call waits for an fsync.
+            f"echo + commit = the echo server storing each request in a durable commit on a worker "
+            f"thread, no service logic (diagnostic, not a target): server CPU "
+            f"{1000 * echo_commit_cpu.seconds / (n * self.reps):.2f} ms/call; service vs it "
+            f"{svc_ops / median(echo_commit):.2f}x",
         ]
         if up_ops is None:
             notes.append(f"upstream {self.upstream_reason}")
