@@ -12,14 +12,11 @@ import sqlite3
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
 
 import pytest
 
 from sessions_server.storage import queries
 from sessions_server.storage.store import ObjectStore, WriteContext
-
-T = TypeVar("T")
 
 
 class BuildFailed(Exception):
@@ -57,22 +54,18 @@ def test_the_writer_remembers_absence_until_it_creates_the_index(tmp_path: Path)
         executor = ThreadPoolExecutor(max_workers=2)
         store = await loop.run_in_executor(executor, ObjectStore.open, "key", path, executor)
         seen: list[tuple[str, object]] = []
-
-        async def write(run: Callable[[WriteContext], T]) -> T:
-            return await store.write(run)
-
         try:
-            seen.append(("append before any index writes", await write(index_text("a"))))
+            seen.append(("append before any index writes", await store.write(index_text("a"))))
             seen.append(("reader before", await store.read(queries.fts_exists)))
             with pytest.raises(BuildFailed):
-                await write(failing_build)
+                await store.write(failing_build)
             seen.append(("on disk after the failed build", on_disk(path)))
-            seen.append(("append after the failed build writes", await write(index_text("b"))))
-            await write(lambda ctx: queries.create_fts(ctx.conn))
-            seen.append(("append after the build writes", await write(index_text("c"))))
+            seen.append(("append after the failed build writes", await store.write(index_text("b"))))
+            await store.write(lambda ctx: queries.create_fts(ctx.conn))
+            seen.append(("append after the build writes", await store.write(index_text("c"))))
             seen.append(("reader after", await store.read(queries.fts_exists)))
             store.search_index_committed()
-            seen.append(("append once remembered writes", await write(index_text("d"))))
+            seen.append(("append once remembered writes", await store.write(index_text("d"))))
         finally:
             await store.close()
             executor.shutdown()
