@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import uvloop
 
 from sessions_server.config import ServerConfig
 from sessions_server.domain import paths
@@ -54,8 +55,9 @@ class LiveServer:
 
 
 def start_server(data_dir: Path, **overrides: object) -> LiveServer:
-    """Starts a server bound to 127.0.0.1:0 with `data_dir`; returns once it is serving."""
-    loop = asyncio.new_event_loop()
+    """Starts a server bound to 127.0.0.1:0 with `data_dir`; returns once it is serving. It runs
+    on uvloop, the event loop `sessions-server serve` picks (asyncio: tests/e2e)."""
+    loop = uvloop.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, name="test-server-loop", daemon=True)
     thread.start()
     config = ServerConfig(

@@ -24,6 +24,7 @@ class ServerProcess:
         self.extra = extra
         self.proc: subprocess.Popen[str] | None = None
         self.address = ""
+        self.banner = ""  # the line that announced the address
 
     def start(self) -> ServerProcess:
         command = [sys.executable, "-m", "sessions_server.cli", "serve", "--listen", "127.0.0.1:0"]
@@ -36,6 +37,7 @@ class ServerProcess:
             match = LISTENING.search(line)
             if match:
                 self.address = match.group(1)
+                self.banner = line
                 return self
         raise RuntimeError(f"server exited before listening (code {self.proc.wait()})")
 

@@ -106,3 +106,18 @@ def test_restart_keeps_active_leaf_and_seq(server_process: ServerProcess) -> Non
         conn.close()
     finally:
         restarted.stop()
+
+
+def test_uvloop_by_default_and_asyncio_on_request(tmp_path: Path) -> None:
+    """Both event loops serve the same contract; the default is uvloop (installed with the server)."""
+    for choice, expected in (("auto", "uvloop"), ("asyncio", "asyncio")):
+        server = ServerProcess(tmp_path / choice, "--event-loop", choice).start()
+        try:
+            assert f"loop: {expected})" in server.banner
+            with SessionsClient(server.address) as client:
+                session = client.object("loop-object").session()
+                assert session.append_message(_message(1)).inserted
+                assert session.get_history() == [_message(1)]
+            assert server.signal(signal.SIGTERM) == 0
+        finally:
+            server.stop()

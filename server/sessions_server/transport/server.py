@@ -201,7 +201,8 @@ def _deny(exc: SessionsError) -> grpc.RpcMethodHandler[Any, Any]:
 async def serve(config: ServerConfig, stop: asyncio.Event) -> None:
     """Runs until `stop` is set, then stops gracefully."""
     running = await create_server(config)
-    print(f"sessions-server listening on {running.address} (data: {config.data_dir})", flush=True)
+    loop = "uvloop" if type(asyncio.get_running_loop()).__module__.startswith("uvloop") else "asyncio"
+    print(f"sessions-server listening on {running.address} (data: {config.data_dir}, loop: {loop})", flush=True)
     log.info("listening on %s", running.address)
     if running.authority is not None:
         asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, running.authority.reload)
