@@ -1,6 +1,7 @@
 """The bare gRPC baseline: a grpc.aio server that does nothing but answer, with no proto.
 
-Methods (raw bytes, generic handlers, same server options as the Sessions server's defaults):
+Methods (raw bytes, generic handlers, same server options and event loop as the Sessions server's
+defaults: uvloop when installed):
   /bench.Echo/Echo     unary: answers the request bytes
   /bench.Echo/Stream   server streaming: request is `COUNT SIZE` (ASCII); answers COUNT frames of SIZE bytes
   /bench.Echo/Commit   unary: stores the request bytes as one row in a durable SQLite commit on a
@@ -84,4 +85,11 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    # The event loop `sessions-server serve` picks by default, so the baseline's transport costs
+    # what the service's does.
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main())
+    else:
+        uvloop.run(main())
