@@ -246,13 +246,13 @@ def test_only_remembered_reads_keep_responses_within_the_budget(
     for _ in range(2):
         first = _read_packed(service, "a", 5)
     one_read = packed_cache.kept_bytes()
-    assert one_read > 0 and len(packed_cache._kept) == 10
+    assert one_read > 0 and len(packed_cache.kept_responses()) == 10
     packed_cache.set_budget(one_read)  # room for one session's responses
     for _ in range(2):
         _read_packed(service, "b", 5)
     assert packed_cache.kept_bytes() <= one_read
     assert all(
-        entry.first.info is not None and entry.first.info.id.startswith("b") for entry in packed_cache._kept.values()
+        entry.first.info is not None and entry.first.info.id.startswith("b") for entry in packed_cache.kept_responses()
     )
     assert _read_packed(service, "a", 5) == first  # evicted: built again, the same bytes
 

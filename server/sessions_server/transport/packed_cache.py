@@ -43,7 +43,8 @@ class PackedResponse:
 
 
 _lock = threading.Lock()  # one server per process has one loop; tests run several servers
-_kept: OrderedDict[int, PackedResponse] = OrderedDict()  # by id(first), least recently used first
+# By id(first), least recently used first; each with the cost it was counted at.
+_kept: OrderedDict[int, tuple[PackedResponse, int]] = OrderedDict()
 _kept_bytes = 0
 
 
@@ -70,10 +71,9 @@ def keep(response: PackedResponse) -> None:
         cost = _cost(response)
         if cost > MAX_PACKED_BYTES:
             return
-        _kept[id(response.first)] = response
+        _kept[id(response.first)] = (response, cost)
         _kept_bytes += cost
-        while _kept_bytes > MAX_PACKED_BYTES:
-            _forget(next(iter(_kept)))
+        _evict()
 
 
 def set_budget(total_bytes: int) -> None:
@@ -81,17 +81,25 @@ def set_budget(total_bytes: int) -> None:
     global MAX_PACKED_BYTES
     with _lock:
         MAX_PACKED_BYTES = max(0, total_bytes)
-        while _kept_bytes > MAX_PACKED_BYTES and _kept:
-            _forget(next(iter(_kept)))
+        _evict()
 
 
 def kept_bytes() -> int:
     return _kept_bytes
 
 
+def kept_responses() -> list[PackedResponse]:
+    """The kept responses, least recently used first."""
+    with _lock:
+        return [response for response, _ in _kept.values()]
+
+
 def _matching(view: MessageView, max_messages: int, tag: bytes) -> PackedResponse | None:
-    kept = _kept.get(id(view))
-    if kept is None or kept.first is not view or kept.max_messages != max_messages or kept.tag != tag:
+    entry = _kept.get(id(view))
+    if entry is None:
+        return None
+    kept = entry[0]
+    if kept.first is not view or kept.max_messages != max_messages or kept.tag != tag:
         return None
     return kept
 
@@ -103,8 +111,14 @@ def _cost(response: PackedResponse) -> int:
     return len(response.data) + held + ENTRY_OVERHEAD_BYTES
 
 
+def _evict() -> None:
+    """Drops the least recently used responses until the rest fit MAX_PACKED_BYTES."""
+    while _kept_bytes > MAX_PACKED_BYTES and _kept:
+        _forget(next(iter(_kept)))
+
+
 def _forget(key: int) -> None:
     global _kept_bytes
     dropped = _kept.pop(key, None)
     if dropped is not None:
-        _kept_bytes -= _cost(dropped)
+        _kept_bytes -= dropped[1]
