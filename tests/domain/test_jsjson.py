@@ -6,6 +6,8 @@ import json
 import time
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from sessions_server.domain import jsjson
 from sessions_server.domain.jsjson import (
@@ -339,3 +341,89 @@ def test_js_trim() -> None:
 def test_js_word_count(text: str, words: int) -> None:
     assert js_word_count(text) == words
     assert js_word_count(text) == len([w for w in jsjson.JS_WHITESPACE_RE.split(text) if w])
+
+
+# ── the fast path (orjson) agrees with the exact path ────────────────────────────────────────
+
+
+def typed(value: object) -> object:
+    """`value` with every type and every object's key order made explicit (1 == 1.0 == True in Python)."""
+    if isinstance(value, dict):
+        return ("object", [(key, typed(item)) for key, item in value.items()])
+    if isinstance(value, list):
+        return ("array", [typed(item) for item in value])
+    return (type(value).__name__, value)
+
+
+def exact_stringify(value: object) -> str:
+    parts: list[str] = []
+    jsjson._encode(value, parts)
+    return jsjson._SURROGATE_RE.sub(jsjson._escape_surrogate, "".join(parts))
+
+
+_keys = st.one_of(
+    st.text(max_size=6),
+    st.integers(min_value=0, max_value=2**33).map(str),
+    st.sampled_from(["0", "00", "01", "-1", "1.5", "4294967294", "4294967295", "a", "length"]),
+)
+_numbers = st.one_of(
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.integers(min_value=-(2**53) - 2, max_value=2**53 + 2),
+    st.floats(allow_nan=False, allow_infinity=False),
+)
+_strings = st.text(alphabet=st.characters(codec="utf-8"), max_size=12) | st.sampled_from(["\x00\x1f\x7f", "\u2028"])
+_values = st.recursive(
+    st.none() | st.booleans() | _numbers | _strings,
+    lambda inner: st.lists(inner, max_size=4) | st.lists(st.tuples(_keys, inner), max_size=5),
+    max_leaves=25,
+)
+
+
+def _text_of(value: object, spaced: bool) -> str:
+    """JSON text for a generated value; a list of pairs becomes an object (duplicate keys kept)."""
+    sep, colon = (" , ", " : ") if spaced else (",", ":")
+    if isinstance(value, list) and value and all(isinstance(p, tuple) for p in value):
+        return "{" + sep.join(json.dumps(k) + colon + _text_of(v, spaced) for k, v in value) + "}"
+    if isinstance(value, list):
+        return "[" + sep.join(_text_of(v, spaced) for v in value) + "]"
+    if isinstance(value, float):
+        return repr(value).replace("inf", "1e999")
+    return json.dumps(value, ensure_ascii=spaced)
+
+
+@given(_values, st.booleans())
+def test_parse_agrees_with_the_exact_parser(value: object, spaced: bool) -> None:
+    text = _text_of(value, spaced)
+    parsed = parse(text)
+    assert typed(parsed) == typed(jsjson._parse_exact(text))
+    assert stringify(parsed) == exact_stringify(jsjson._parse_exact(text))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[1e2]",
+        "[1.0]",
+        "[9007199254740993]",
+        "[-9007199254740993]",
+        "[18446744073709551616]",
+        '{"b":1,"1":2}',
+        '{"2":1,"1":2}',
+        '{"1":1,"1":2,"a":3}',
+        '["\\ud800"]',
+        '{"\\udc00x":1}',
+        "[" * 300 + "]" * 300,
+        '{"a":' * 300 + "1" + "}" * 300,
+    ],
+)
+def test_values_the_fast_parser_would_get_wrong_take_the_exact_path(text: str) -> None:
+    assert typed(parse(text)) == typed(jsjson._parse_exact(text))
+    assert roundtrip(text) == exact_stringify(jsjson._parse_exact(text))
+
+
+def test_stringify_of_values_orjson_refuses() -> None:
+    deep: object = "x"
+    for _ in range(300):
+        deep = [deep]
+    assert stringify(deep) == "[" * 300 + '"x"' + "]" * 300
+    assert stringify({"a": "\udfff\ud800"}) == '{"a":"\\udfff\\ud800"}'

@@ -21,6 +21,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+import orjson
+
 __all__ = [
     "JS_WHITESPACE",
     "JS_WHITESPACE_RE",
@@ -284,6 +286,23 @@ def parse(text: str) -> Any:
         if depth > MAX_JSON_DEPTH:
             raise JsonInputError(f"invalid JSON: nesting deeper than {MAX_JSON_DEPTH} levels")
         _ensure_recursion_headroom(depth)
+    # orjson is strict RFC 8259 and several times faster. Its result is what the exact parse would
+    # give whenever the value holds no float, no integer beyond JS's safe range and no object whose
+    # keys JS would reorder; anything else, and every text it refuses, takes the exact path, which
+    # also words the errors.
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        pass
+    else:
+        if not _needs_slow_path(value)[0]:
+            return value
+    return _parse_exact(text)
+
+
+def _parse_exact(text: str) -> Any:
+    """`parse` through the standard library's decoder, with every JS normalisation applied.
+    Call only after `parse` has checked the nesting depth."""
     try:
         return _DECODER.decode(text)
     except json.JSONDecodeError as exc:
@@ -415,7 +434,12 @@ def stringify(value: Any) -> str:
         _encode(value, parts)
         text = "".join(parts)
     else:
-        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        try:
+            # For plain data orjson writes JSON.stringify's bytes. It refuses lone surrogates and
+            # nesting past 254 levels; those go through the standard library below.
+            return orjson.dumps(value).decode("utf-8")
+        except orjson.JSONEncodeError:
+            text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     if not text.isascii():
         try:
             text.encode("utf-8")
