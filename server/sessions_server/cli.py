@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import signal
 import sys
@@ -299,9 +300,27 @@ def _import_store(source: Path, object_key: str, data_dir: Path, *, replace: boo
     return 0
 
 
+YOUNG_COLLECTION_THRESHOLD = 10_000
+"""Net container allocations between young-generation collections (CPython's default is 700)."""
+
+
+def _tune_garbage_collector() -> None:
+    """Keep the cyclic collector off the request path.
+
+    With CPython's default threshold one `AppendMessages` of 100 messages ran two young
+    collections: its short-lived objects were promoted and then swept again by full collections
+    that walk every remembered message (27-40 ms each, about 6% of the server's time). A larger
+    young generation lets a request's objects die by reference count first. Freezing moves what
+    startup built (modules, descriptors) out of every later collection.
+    """
+    gc.freeze()
+    gc.set_threshold(YOUNG_COLLECTION_THRESHOLD)
+
+
 async def _run(config: ServerConfig) -> int:
     from sessions_server.transport.server import serve
 
+    _tune_garbage_collector()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

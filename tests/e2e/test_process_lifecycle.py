@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
 import signal
+import socket
 import sqlite3
 import threading
+import urllib.request
 from pathlib import Path
 
 import grpc
@@ -121,3 +124,30 @@ def test_uvloop_by_default_and_asyncio_on_request(tmp_path: Path) -> None:
             assert server.signal(signal.SIGTERM) == 0
         finally:
             server.stop()
+
+
+def _young_collections(metrics_port: int) -> int:
+    body = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
+    match = re.search(r'^python_gc_collections_total\{generation="0"\} (\d+)', body, re.MULTILINE)
+    assert match, body
+    return int(match.group(1))
+
+
+def test_the_garbage_collector_stays_off_the_request_path(tmp_path: Path) -> None:
+    """With CPython's default threshold each 100-message append ran about two young collections."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        metrics_port = sock.getsockname()[1]
+    server = ServerProcess(tmp_path, "--metrics-listen", f"127.0.0.1:{metrics_port}").start()
+    try:
+        with SessionsClient(server.address) as client:
+            session = client.object("gc-object").session()
+            session.append_messages([_message(index, 900) for index in range(100)])  # warm: opens the object
+            before = _young_collections(metrics_port)
+            calls = 40
+            for call in range(1, calls + 1):
+                session.append_messages([_message(call * 100 + index, 900) for index in range(100)])
+            young = _young_collections(metrics_port) - before
+        assert young < calls / 4, f"{young} young collections during {calls} appends of 100 messages"
+    finally:
+        server.stop()

@@ -20,6 +20,7 @@ from typing import Any
 
 import grpc
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.gc_collector import GCCollector
 
 request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
 
@@ -29,6 +30,7 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        GCCollector(registry=self.registry)  # python_gc_collections_total by generation
         self.rpcs = Counter(
             "sessions_rpcs", "RPCs finished, by method and status code", ["method", "code"], registry=self.registry
         )
