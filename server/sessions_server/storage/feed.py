@@ -153,6 +153,7 @@ class FeedHub:
         self._epoch = _next_epoch()
         self._counter = 0
         self._ring: deque[ChangeEvent] = deque()
+        self._ring_sizes: deque[int] = deque()  # each ring event's `size`, computed once
         self._ring_bytes = 0
         self._retain_events = settings.retain_events
         self._retain_bytes = settings.retain_bytes
@@ -171,19 +172,24 @@ class FeedHub:
 
     def publish(self, events: list[ChangeEvent]) -> None:
         """Assigns revisions, retains, and delivers; call only after the events' commit."""
+        ring, sizes = self._ring, self._ring_sizes
         for event in events:
             self._counter += 1
             if self._counter >= COUNTER_LIMIT:
                 self._epoch = _next_epoch()
                 self._counter = 1
-            event.revision = self.revision
-            self._ring.append(event)
-            self._ring_bytes += event.size
-            while self._ring and (len(self._ring) > self._retain_events or self._ring_bytes > self._retain_bytes):
-                self._ring_bytes -= self._ring.popleft().size
-            for subscriber in list(self._subscribers):
-                if subscriber.wants(event):
-                    subscriber.offer(event)
+            event.revision = (self._epoch << COUNTER_BITS) | self._counter
+            size = event.size
+            ring.append(event)
+            sizes.append(size)
+            self._ring_bytes += size
+            while ring and (len(ring) > self._retain_events or self._ring_bytes > self._retain_bytes):
+                ring.popleft()
+                self._ring_bytes -= sizes.popleft()
+            if self._subscribers:
+                for subscriber in list(self._subscribers):
+                    if subscriber.wants(event):
+                        subscriber.offer(event)
 
     def subscribe(self, session_filter: str | None, resume_after: int) -> Subscription:
         """A new subscriber, first given the retained events after `resume_after` (0: live only),
