@@ -394,9 +394,10 @@ def _text_of(value: object, spaced: bool) -> str:
 @given(_values, st.booleans())
 def test_parse_agrees_with_the_exact_parser(value: object, spaced: bool) -> None:
     text = _text_of(value, spaced)
-    parsed = parse(text)
+    parsed, plain = jsjson.parse_checked(text)
     assert typed(parsed) == typed(jsjson._parse_exact(text))
     assert stringify(parsed) == exact_stringify(jsjson._parse_exact(text))
+    assert stringify(parsed, plain=plain) == exact_stringify(jsjson._parse_exact(text))
 
 
 @pytest.mark.parametrize(
@@ -404,6 +405,8 @@ def test_parse_agrees_with_the_exact_parser(value: object, spaced: bool) -> None
     [
         "[1e2]",
         "[1.0]",
+        "[1e21]",
+        "[0.000001]",
         "[9007199254740993]",
         "[-9007199254740993]",
         "[18446744073709551616]",
@@ -417,8 +420,23 @@ def test_parse_agrees_with_the_exact_parser(value: object, spaced: bool) -> None
     ],
 )
 def test_values_the_fast_parser_would_get_wrong_take_the_exact_path(text: str) -> None:
-    assert typed(parse(text)) == typed(jsjson._parse_exact(text))
+    parsed, plain = jsjson.parse_checked(text)
+    assert typed(parsed) == typed(jsjson._parse_exact(text))
+    assert stringify(parsed, plain=plain) == exact_stringify(jsjson._parse_exact(text))
     assert roundtrip(text) == exact_stringify(jsjson._parse_exact(text))
+
+
+def test_messages_are_plain_data_and_removing_keeps_them_plain() -> None:
+    message, plain = jsjson.parse_checked(
+        '{"id":"m1","role":"user","metadata":{"0":1,"k":[true,null]},"parts":[{"type":"text","text":"é"}]}'
+    )
+    assert plain
+    del message["metadata"]["k"]
+    message["parts"].pop()
+    expected = '{"id":"m1","role":"user","metadata":{"0":1},"parts":[]}'
+    assert stringify(message, plain=True) == stringify(message) == expected
+    for text in ("[1.5]", "[1e2]", '{"b":1,"0":2}', "[9007199254740993]", '["\\ud800"]'):
+        assert not jsjson.parse_checked(text)[1], text
 
 
 def test_stringify_of_values_orjson_refuses() -> None:

@@ -280,6 +280,13 @@ def parse(text: str) -> Any:
     Raises `JsonInputError` for anything `JSON.parse` rejects (including `NaN`/`Infinity`
     literals and a leading BOM) and for nesting deeper than `MAX_JSON_DEPTH`.
     """
+    return parse_checked(text)[0]
+
+
+def parse_checked(text: str) -> tuple[Any, bool]:
+    """`parse`, and whether the value is plain data: no float, no integer beyond JS's safe range,
+    every object's keys in JS order. `stringify(value, plain=True)` writes plain data without
+    scanning it again; removing keys or items keeps data plain."""
     opening = text.count("[") + text.count("{")
     if opening > 64:
         depth = _text_depth(text) if opening > MAX_JSON_DEPTH else opening
@@ -296,8 +303,8 @@ def parse(text: str) -> Any:
         pass
     else:
         if not _needs_slow_path(value)[0]:
-            return value
-    return _parse_exact(text)
+            return value, True
+    return _parse_exact(text), False
 
 
 def _parse_exact(text: str) -> Any:
@@ -420,12 +427,18 @@ def _encode(value: Any, out: list[str]) -> None:
         raise TypeError(f"value of type {type(value).__name__} is not JSON serializable")
 
 
-def stringify(value: Any) -> str:
+def stringify(value: Any, *, plain: bool = False) -> str:
     """JS `JSON.stringify(value)` for plain JSON data (dict, list, str, int, float, bool, None).
 
     Compact, non-ASCII unescaped, lone surrogates escaped as `\\udxxx`, numbers formatted like
-    JS, object keys in JS property order.
+    JS, object keys in JS property order. `plain`: the caller knows the value is plain data (see
+    `parse_checked`), so it is not scanned for what orjson would write differently.
     """
+    if plain:
+        try:
+            return orjson.dumps(value).decode("utf-8")
+        except orjson.JSONEncodeError:
+            pass  # nesting past orjson's limit: the scan below sets the recursion headroom
     slow, depth = _needs_slow_path(value)
     if depth > 64:
         _ensure_recursion_headroom(depth)

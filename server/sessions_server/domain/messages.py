@@ -41,10 +41,14 @@ class PreparedMessage:
     stored_json: str
 
     @classmethod
-    def of(cls, message: Message, token_estimate: int, *, may_hold_media: bool = True) -> PreparedMessage:
-        """`may_hold_media` False (see attachments.may_hold_media) skips the walk for media."""
+    def of(
+        cls, message: Message, token_estimate: int, *, may_hold_media: bool = True, plain: bool = False
+    ) -> PreparedMessage:
+        """`may_hold_media` False (see attachments.may_hold_media) skips the walk for media;
+        `plain`: the message is plain data (jsjson.parse_checked)."""
         extraction = attachments.extract(message) if may_hold_media else attachments.Extraction(message, [], [])
-        return cls(message, token_estimate, extraction, jsjson.stringify(extraction.message))
+        plain = plain and extraction.message is message  # media pointers are new values
+        return cls(message, token_estimate, extraction, jsjson.stringify(extraction.message, plain=plain))
 
     @property
     def id(self) -> str:
@@ -109,16 +113,17 @@ def js_string(value: Any) -> str:
     return "[object Object]"
 
 
-def parse_message(text: str, *, field: str = "message_json") -> Message:
-    """Parses client JSON text into a message, or raises InvalidArgument naming the field."""
+def parse_message(text: str, *, field: str = "message_json") -> tuple[Message, bool]:
+    """Parses client JSON text into a message, or raises InvalidArgument naming the field.
+    Also answers whether the message is plain data (jsjson.parse_checked)."""
     try:
-        value = jsjson.parse(text)
+        value, plain = jsjson.parse_checked(text)
     except jsjson.JsonInputError as exc:
         raise InvalidArgument(
             f"{field} is not valid JSON: {exc}", reason="INVALID_JSON", field=field, detail=str(exc)
         ) from None
     check_message_shape(value, field=field)
-    return value  # type: ignore[no-any-return]
+    return value, plain
 
 
 def check_message_shape(value: Any, *, field: str) -> None:
@@ -178,21 +183,26 @@ def is_overlay_id(message_id: str) -> bool:
 
 
 def prepare_for_write(
-    message: Message, *, from_client: bool, reserved_keys: Sequence[str], source_text: str | None = None
+    message: Message,
+    *,
+    from_client: bool,
+    reserved_keys: Sequence[str],
+    source_text: str | None = None,
+    plain: bool = False,
 ) -> PreparedMessage:
     """Append, update and upsert: sanitize, strip reserved metadata for client input, stamp.
     `source_text`, the JSON the message was parsed from, lets a message with no media skip the
-    walk for it (sanitizing only removes)."""
+    walk for it, and a `plain` message stays plain (sanitizing and stripping only remove)."""
     prepared = sanitize_message(message)
     if from_client:
         prepared = strip_reserved_metadata(prepared, reserved_keys)
     may_hold_media = source_text is None or attachments.may_hold_media(source_text)
-    return PreparedMessage.of(prepared, estimate_row_tokens(prepared), may_hold_media=may_hold_media)
+    return PreparedMessage.of(prepared, estimate_row_tokens(prepared), may_hold_media=may_hold_media, plain=plain)
 
 
-def prepare_for_import(message: Message) -> PreparedMessage:
+def prepare_for_import(message: Message, *, plain: bool = False) -> PreparedMessage:
     """Import is verbatim: no sanitizing, no stripping, but the same stamps and extraction."""
-    return PreparedMessage.of(message, estimate_row_tokens(message))
+    return PreparedMessage.of(message, estimate_row_tokens(message), plain=plain)
 
 
 def _json_type(value: Any) -> str:

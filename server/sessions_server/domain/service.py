@@ -210,10 +210,10 @@ class SessionsService:
         cap = self.limits.max_client_message_bytes
         if from_client and cap and len(text) > cap // 4 and len(text.encode("utf-8", "surrogatepass")) > cap:
             raise exceeded(f"{field} from a client is larger than allowed", "max_client_message_bytes", cap, "bytes")
-        message = messages.parse_message(text, field=field)
+        message, plain = messages.parse_message(text, field=field)
         check_size(message["id"], self.limits.max_message_id_bytes, "the message id", "max_message_id_bytes", field)
         prepared = messages.prepare_for_write(
-            message, from_client=from_client, reserved_keys=self.reserved_metadata_keys, source_text=text
+            message, from_client=from_client, reserved_keys=self.reserved_metadata_keys, source_text=text, plain=plain
         )
         return message, prepared
 
@@ -757,9 +757,9 @@ class Importer:
 
     async def add(self, text: str, parent_id: str | None, created_at_ms: int) -> None:
         field = f"message[{self.received}]"
-        message = messages.parse_message(text, field=field)
+        message, plain = messages.parse_message(text, field=field)
         check_size(message["id"], self._limits.max_message_id_bytes, "the message id", "max_message_id_bytes", field)
-        prepared = messages.prepare_for_import(message)
+        prepared = messages.prepare_for_import(message, plain=plain)
         row = prepared.row()
         self.received += 1
         event = ChangeEvent(
