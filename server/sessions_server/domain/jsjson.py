@@ -7,6 +7,10 @@ what a JavaScript engine does with JSON:
   equals `JSON.stringify(JSON.parse(text))` byte for byte: numbers become the value a JS double
   would print as, object keys are kept in JS property order, duplicate keys keep the last value.
 * `stringify` is `JSON.stringify` for plain data (dict, list, str, int, float, bool, None).
+* Both go through orjson where it gives the same result (no floats, integers within JS's
+  safe range, keys already in JS order: one scan of the value decides), and through the
+  standard library with the JS normalisations otherwise. `parse_checked` hands that scan's answer
+  on, so a value parsed and written back is scanned once.
 * `utf16_length`, `JS_WHITESPACE_RE`, `js_is_whitespace`, `js_trim` and `js_word_count` give the
   JS notions of string length and whitespace (`s.length`, `\\s`, `String#trim`).
 """
