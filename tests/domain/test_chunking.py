@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from sessions_server.domain.chunking import ROW_BUDGET_BYTES, split_content, utf8_length
@@ -101,11 +99,9 @@ def test_utf8_length() -> None:
     assert utf8_length("\ud800") == 3
 
 
-def test_split_is_fast() -> None:
+def test_a_20_mb_text_splits_within_the_budget_and_reassembles() -> None:
+    # Its speed is measured by bench/ (the 5 MB message row), not asserted here.
     text = "é😀中 " * 2_000_000  # 20 MB of UTF-8
-    started = time.perf_counter()
     out = split_content(text)
-    elapsed = time.perf_counter() - started
     assert "".join(out) == text
     assert all(utf8_length(s) <= ROW_BUDGET_BYTES for s in out)
-    assert elapsed < 1.0
