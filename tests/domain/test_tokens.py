@@ -6,7 +6,10 @@ import math
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from sessions_server.domain.jsjson import js_word_count, utf16_length
 from sessions_server.domain.tokens import (
     estimate_attachment_tokens,
     estimate_message_tokens,
@@ -39,6 +42,31 @@ def msg(*parts: dict[str, Any]) -> dict[str, Any]:
 )
 def test_estimate_string_tokens(text: str, tokens: int) -> None:
     assert estimate_string_tokens(text) == tokens
+
+
+@given(
+    st.text(alphabet=st.sampled_from("ab \t\n\x0b\x0c\r"), max_size=200)
+    | st.text(alphabet=st.sampled_from("abcdefgh \t\n\xa0\u3000é😀"), max_size=200)
+    | st.lists(st.sampled_from(["word", "a", " ", "\t", "\n", "  "]), max_size=80).map("".join)
+)
+def test_string_tokens_follow_the_formula(text: str) -> None:
+    # The ASCII shortcut (at most one more word than whitespace characters) must never change it.
+    formula = math.ceil(max(utf16_length(text) / 4, js_word_count(text) * 1.3)) if text else 0
+    assert estimate_string_tokens(text) == formula
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a\tb\tc\td\te\tf",  # words separated only by tabs: spaces alone would bound them at 1
+        "a\nb\rc\x0bd\x0ce f",
+        "abcdefghijklm nopqrstuvwxyz",  # 2 words bound, 2.6 <= 27/4: the shortcut answers
+        "abcde",  # 1.3 > 5/4: the words decide
+        "x" * 5_000_000 + " y",  # long, ASCII
+    ],
+)
+def test_string_tokens_shortcut_cases(text: str) -> None:
+    assert estimate_string_tokens(text) == math.ceil(max(len(text) / 4, js_word_count(text) * 1.3))
 
 
 def test_word_estimate_uses_double_arithmetic() -> None:

@@ -291,29 +291,34 @@ def parse_checked(text: str) -> tuple[Any, bool]:
     """`parse`, and whether the value is plain data: no float, no integer beyond JS's safe range,
     every object's keys in JS order. `stringify(value, plain=True)` writes plain data without
     scanning it again; removing keys or items keeps data plain."""
-    opening = text.count("[") + text.count("{")
-    if opening > 64:
-        depth = _text_depth(text) if opening > MAX_JSON_DEPTH else opening
-        if depth > MAX_JSON_DEPTH:
-            raise JsonInputError(f"invalid JSON: nesting deeper than {MAX_JSON_DEPTH} levels")
-        _ensure_recursion_headroom(depth)
     # orjson is strict RFC 8259 and several times faster. Its result is what the exact parse would
     # give whenever the value holds no float, no integer beyond JS's safe range and no object whose
-    # keys JS would reorder; anything else, and every text it refuses, takes the exact path, which
-    # also words the errors.
+    # keys JS would reorder; anything else, and every text it refuses (it nests 1,024 levels at
+    # most), takes the exact path, which also words the errors.
     try:
         value = orjson.loads(text)
     except orjson.JSONDecodeError:
         pass
     else:
-        if not _needs_slow_path(value)[0]:
+        slow, depth = _needs_slow_path(value)
+        if not slow:  # the scan went through the whole value, so `depth` is its nesting
+            _check_depth(depth)
             return value, True
     return _parse_exact(text), False
 
 
+def _check_depth(depth: int) -> None:
+    if depth > MAX_JSON_DEPTH:
+        raise JsonInputError(f"invalid JSON: nesting deeper than {MAX_JSON_DEPTH} levels")
+    if depth > 64:
+        _ensure_recursion_headroom(depth)  # for the decoder, and for whoever walks the value next
+
+
 def _parse_exact(text: str) -> Any:
-    """`parse` through the standard library's decoder, with every JS normalisation applied.
-    Call only after `parse` has checked the nesting depth."""
+    """`parse` through the standard library's decoder, with every JS normalisation applied."""
+    opening = text.count("[") + text.count("{")
+    if opening > 64:
+        _check_depth(_text_depth(text) if opening > MAX_JSON_DEPTH else opening)
     try:
         return _DECODER.decode(text)
     except json.JSONDecodeError as exc:
