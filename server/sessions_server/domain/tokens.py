@@ -45,9 +45,9 @@ def estimate_string_tokens(text: str) -> int:
         return 0
     char_estimate = utf16_length(text) / CHARS_PER_TOKEN
     if text.isascii():
-        # Words are separated by whitespace, so there are at most one more than its characters.
-        # When even that many cannot outweigh the characters, counting them exactly is not
-        # needed. (`in` finds a character several times faster than `count` counts it.)
+        # Words are separated by whitespace, so there is at most one word more than there are
+        # whitespace characters. When even that many cannot outweigh the characters, counting
+        # the words exactly is not needed. (`in` finds a character several times faster than `count` counts it.)
         most_words = sum(text.count(ch) for ch in _ASCII_WHITESPACE if ch in text) + 1
         if most_words * WORDS_TOKEN_MULTIPLIER <= char_estimate:
             return math.ceil(char_estimate)
