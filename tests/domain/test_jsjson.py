@@ -383,7 +383,7 @@ def _text_of(value: object, spaced: bool) -> str:
     if isinstance(value, list):
         return "[" + sep.join(_text_of(v, spaced) for v in value) + "]"
     if isinstance(value, float):
-        return repr(value).replace("inf", "1e999")
+        return repr(value)
     return json.dumps(value, ensure_ascii=spaced)
 
 

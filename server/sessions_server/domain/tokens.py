@@ -12,7 +12,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sessions_server.domain.jsjson import js_word_count, stringify, utf16_length
+from sessions_server.domain.jsjson import JS_WHITESPACE, js_word_count, stringify, utf16_length
 
 __all__ = [
     "CHARS_PER_TOKEN",
@@ -36,7 +36,7 @@ MAX_ATTACHMENT_TOKENS = 20_000
 DEFAULT_MEDIA_TYPE = "application/octet-stream"
 
 
-_ASCII_WHITESPACE = "\t\n\x0b\x0c\r "  # the ASCII members of JS `\s`
+_ASCII_WHITESPACE = "".join(ch for ch in JS_WHITESPACE if ch.isascii())
 
 
 def estimate_string_tokens(text: str) -> int:

@@ -178,7 +178,7 @@ class FeedHub:
             if self._counter >= COUNTER_LIMIT:
                 self._epoch = _next_epoch()
                 self._counter = 1
-            event.revision = (self._epoch << COUNTER_BITS) | self._counter
+            event.revision = self.revision
             size = event.size
             ring.append(event)
             sizes.append(size)
