@@ -265,7 +265,7 @@ class SessionsService:
         if all(prepared is None for _, _, prepared in staged):
             return [refused(message) for _, message, _ in staged]  # nothing to store
         async with self.object(object_key, writing=True) as store:
-            results = await store.write(run)
+            results = await store.write(run, size_hint=sum(len(item.text) for item in items))
             inserted = [
                 _appended_row(result.message, prepared)
                 for (_, _, prepared), result in zip(staged, results, strict=True)

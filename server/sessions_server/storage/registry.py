@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Executor
 from pathlib import Path
 
@@ -31,9 +31,13 @@ class ObjectRegistry:
         *,
         max_open: int = DEFAULT_MAX_OPEN_OBJECTS,
         feed: FeedSettings | None = None,
+        calls_in_flight: Callable[[], int] | None = None,
     ) -> None:
+        """`calls_in_flight` counts the requests the server is handling; with it, a store may
+        commit a small write without a thread hop when its caller is alone (`ObjectStore.write`)."""
         self.data_dir = data_dir
         self._feed = feed
+        self._calls_in_flight = calls_in_flight
         self._executor = executor
         self._max_open = max(1, max_open)
         self._open: OrderedDict[str, ObjectStore] = OrderedDict()
@@ -78,7 +82,13 @@ class ObjectRegistry:
             try:
                 path = object_path(self.data_dir, object_key)
                 store = await loop.run_in_executor(
-                    self._executor, ObjectStore.open, object_key, path, self._executor, self._feed
+                    self._executor,
+                    ObjectStore.open,
+                    object_key,
+                    path,
+                    self._executor,
+                    self._feed,
+                    self._calls_in_flight,
                 )
             except BaseException as exc:
                 future.set_exception(exc)

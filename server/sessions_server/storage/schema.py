@@ -109,9 +109,12 @@ class ObjectKeyConflict(Exception):
     """The file at an object's path records a different object key."""
 
 
+BUSY_TIMEOUT_MS = 10_000  # how long a statement waits for another connection's lock
+
+
 def configure_connection(conn: sqlite3.Connection) -> None:
     """Settings every connection to an object file needs: WAL, full durability, no FK surprises."""
-    conn.execute("PRAGMA busy_timeout = 10000")
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA synchronous = FULL")
     # Every write job runs in a savepoint; with file-backed temp storage SQLite would open (and

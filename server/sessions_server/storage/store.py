@@ -4,7 +4,15 @@ Writes to an object are serialized like a Durable Object's single thread, and co
 groups: jobs that queue while a commit is in flight run together in the next transaction, each
 inside its own SAVEPOINT so one failing job rolls back alone, and all of them are answered after
 the one COMMIT (one fsync) that makes them durable. Reads run concurrently on their own
-connections. Blocking SQLite work always runs on the executor, never on the event loop.
+connections, on the executor.
+
+Blocking SQLite work runs on the executor, with one exception: a small write that finds the
+whole server quiet (no other unary call in flight, nothing queued or committing on this object,
+the write lock free, this object's recent commits quick) commits on the event loop's thread.
+Handing it to the writer thread and back would cost two thread wake-ups and an event-loop wake-up
+from idle, more CPU than the commit itself, and there is nobody else to serve meanwhile. A call
+that arrives during such a commit waits at most that one short commit; under concurrency writes
+take the writer thread and commit in groups as above.
 
 The tail of a session (its newest row and the next seq) is cached, since finding it scans the
 session's rows. Jobs see a batch-local view; the shared cache changes only after COMMIT, and a
@@ -22,7 +30,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from sessions_server.storage import queries, schema
 from sessions_server.storage.feed import ChangeEvent, FeedHub, FeedSettings
@@ -41,6 +49,15 @@ T = TypeVar("T")
 
 MAX_JOBS_PER_COMMIT = 256
 MAX_IDLE_READERS = 4
+# A write commits on the calling thread only when it is at most this large (the caller's estimate)
+# and this object's commits have lately taken at most this long (a slow disk keeps to the thread).
+INLINE_MAX_BYTES = 256 * 1024
+INLINE_MAX_SECONDS = 0.005
+# ...and only when the calls in flight at this object's recent writes averaged below this: under
+# concurrency a write sometimes finds itself alone for a moment, and committing it alone would
+# split the group commit that the others are about to join.
+INLINE_MAX_RECENT_CALLS = 1.5
+RECENT_WEIGHT = 0.25  # of the newest sample in the running estimates below
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,11 +120,17 @@ class ObjectStore:
         writer: sqlite3.Connection,
         executor: Executor,
         feed: FeedSettings | None = None,
+        calls_in_flight: Callable[[], int] | None = None,
     ) -> None:
         self.object_key = object_key
         self.path = path
         self._writer = writer
+        self._writer_waits_for_locks = True  # the connection's busy timeout is BUSY_TIMEOUT_MS
         self._executor = executor
+        self._calls_in_flight = calls_in_flight
+        self._recent_calls = 1.0  # running estimate of the calls in flight at this object's writes
+        self._commit_seconds = 0.0  # running estimate of one commit cycle's wall time
+        self.inline_writes = 0  # writes committed on the calling thread
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
         self._tails: dict[str, Tail] = {}
@@ -125,7 +148,16 @@ class ObjectStore:
         self.memo: dict[str, Any] = {}  # per-session derived state the domain keeps (token estimates)
 
     @classmethod
-    def open(cls, object_key: str, path: Path, executor: Executor, feed: FeedSettings | None = None) -> ObjectStore:
+    def open(
+        cls,
+        object_key: str,
+        path: Path,
+        executor: Executor,
+        feed: FeedSettings | None = None,
+        calls_in_flight: Callable[[], int] | None = None,
+    ) -> ObjectStore:
+        """Opens (creating if needed) the object's file. `calls_in_flight` counts the requests
+        the server is handling, the caller's included (see the module docstring)."""
         path.parent.mkdir(parents=True, exist_ok=True)
         # Not `_connect`: a new file must get its page size before WAL mode creates it.
         conn = sqlite3.connect(
@@ -136,7 +168,7 @@ class ObjectStore:
         except BaseException:
             conn.close()
             raise
-        store = cls(object_key, path, conn, executor, feed)
+        store = cls(object_key, path, conn, executor, feed, calls_in_flight)
         store.row_writes = store._row_writes_saved = schema.read_row_writes(conn)
         conn.creates_fts = True  # this connection becomes the writer, the only one that creates it
         queries.fts_exists(conn)  # outside any transaction: remembered either way
@@ -144,16 +176,53 @@ class ObjectStore:
 
     # ── writes ──────────────────────────────────────────────────────────────
 
-    async def write(self, run: Callable[[WriteContext], T]) -> T:
-        """Runs `run` inside the object's write transaction; returns after COMMIT."""
+    async def write(self, run: Callable[[WriteContext], T], *, size_hint: int | None = None) -> T:
+        """Runs `run` inside the object's write transaction; returns after COMMIT.
+
+        `size_hint` is the caller's estimate of the bytes the job writes, if it knows; without
+        one the job always runs on the writer thread."""
         if self._closed:
             raise RuntimeError("object store is closed")
         loop = asyncio.get_running_loop()
         job = _Job(run, loop.create_future())
+        if self._may_commit_here(size_hint) and self._begin_here():
+            try:
+                outcomes, events = self._commit_batch([job], begun=True)
+            except BaseException as exc:
+                outcomes, events = self._abandon([job], f"storage failed, nothing was written: {exc}"), []
+            self.inline_writes += 1
+            self._settle([job], outcomes, events)
+            return cast(T, job.future.result())
         self._queue.append(job)
         if self._writer_task is None or self._writer_task.done():
             self._writer_task = loop.create_task(self._drain())
         return await asyncio.shield(job.future)
+
+    def _may_commit_here(self, size_hint: int | None) -> bool:
+        if size_hint is None or self._calls_in_flight is None:
+            return False
+        calls = self._calls_in_flight()
+        self._recent_calls += (calls - self._recent_calls) * RECENT_WEIGHT
+        return (
+            calls <= 1
+            and self._recent_calls < INLINE_MAX_RECENT_CALLS
+            and size_hint <= INLINE_MAX_BYTES
+            and not self._writing
+            and self._commit_seconds <= INLINE_MAX_SECONDS
+        )
+
+    def _begin_here(self) -> bool:
+        """Starts the write transaction without waiting for another connection's lock (a
+        replicator's checkpoint, say): the event loop must not block on it; False if taken."""
+        conn = self._writer
+        try:
+            if self._writer_waits_for_locks:
+                conn.execute("PRAGMA busy_timeout = 0")
+                self._writer_waits_for_locks = False
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error:
+            return False
+        return True
 
     async def _drain(self) -> None:
         loop = asyncio.get_running_loop()
@@ -165,25 +234,42 @@ class ObjectStore:
             except BaseException as exc:
                 failure = StorageError(f"storage failed, nothing was written: {exc}")
                 outcomes, events = self._abandon(batch, str(failure)), []
-            if events:
-                self.feed.publish(events)  # committed: publish before anyone is answered
-            for job, (ok, value) in zip(batch, outcomes, strict=True):
-                if job.future.done():
-                    continue
-                if ok:
-                    job.future.set_result(value)
-                else:
-                    job.future.set_exception(value)
+            self._settle(batch, outcomes, events)
 
-    def _commit_batch(self, batch: list[_Job]) -> tuple[list[tuple[bool, Any]], list[ChangeEvent]]:
+    def _settle(self, batch: list[_Job], outcomes: list[tuple[bool, Any]], events: list[ChangeEvent]) -> None:
+        if events:
+            self.feed.publish(events)  # committed: publish before anyone is answered
+        for job, (ok, value) in zip(batch, outcomes, strict=True):
+            if job.future.done():
+                continue
+            if ok:
+                job.future.set_result(value)
+            else:
+                job.future.set_exception(value)
+
+    def _commit_batch(
+        self, batch: list[_Job], *, begun: bool = False
+    ) -> tuple[list[tuple[bool, Any]], list[ChangeEvent]]:
+        started = time.perf_counter()
+        try:
+            return self._run_batch(batch, begun)
+        finally:
+            elapsed = time.perf_counter() - started
+            self._commit_seconds += (elapsed - self._commit_seconds) * RECENT_WEIGHT
+
+    def _run_batch(self, batch: list[_Job], begun: bool) -> tuple[list[tuple[bool, Any]], list[ChangeEvent]]:
         conn = self._writer
         ctx = WriteContext(conn, self._tails)
         outcomes: list[tuple[bool, Any]] = []
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            failure = StorageError(f"could not start a write transaction: {exc}")
-            return [(False, failure) for _ in batch], []
+        if not begun:
+            try:
+                if not self._writer_waits_for_locks:
+                    conn.execute(f"PRAGMA busy_timeout = {schema.BUSY_TIMEOUT_MS}")
+                    self._writer_waits_for_locks = True
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                failure = StorageError(f"could not start a write transaction: {exc}")
+                return [(False, failure) for _ in batch], []
         # A lone job needs no savepoint: if it fails, the whole transaction is its to roll back.
         alone = len(batch) == 1
         for job in batch:
@@ -320,7 +406,12 @@ class ObjectStore:
 
     @property
     def busy(self) -> bool:
-        return self.users > 0 or bool(self._queue) or (self._writer_task is not None and not self._writer_task.done())
+        return self.users > 0 or self._writing
+
+    @property
+    def _writing(self) -> bool:
+        """Jobs are queued or committing on the writer thread."""
+        return bool(self._queue) or (self._writer_task is not None and not self._writer_task.done())
 
     async def close(self) -> None:
         """Waits for queued writes, then closes every connection (checkpointing the WAL)."""

@@ -68,7 +68,15 @@ async def create_server(config: ServerConfig) -> RunningServer:
     """Builds and starts a server bound to `config.listen` (port 0 picks a free port)."""
     config.data_dir.mkdir(parents=True, exist_ok=True)
     executor = ThreadPoolExecutor(max_workers=config.worker_threads, thread_name_prefix="sessions-sql")
-    registry = ObjectRegistry(config.data_dir, executor, max_open=config.max_open_objects, feed=config.feed)
+    metrics = Metrics()
+    calls = MetricsInterceptor(metrics)
+    registry = ObjectRegistry(
+        config.data_dir,
+        executor,
+        max_open=config.max_open_objects,
+        feed=config.feed,
+        calls_in_flight=lambda: calls.unary_in_flight,
+    )
     summarizer = (
         ChatCompletionsSummarizer(
             config.summarizer_url,
@@ -91,13 +99,12 @@ async def create_server(config: ServerConfig) -> RunningServer:
     )
     authority = TokenAuthority(config.tokens_file) if config.tokens_file else None
     draining = Draining()
-    metrics = Metrics()
     metrics.open_objects.set_function(lambda: registry.open_count)
     metrics.row_writes.set_function(registry.row_writes)
     metrics.bytes_stored.set_function(registry.open_bytes)
     metrics.subscribers.set_function(registry.subscriber_count)
     service.compactor.on_stored = lambda kind: metrics.compactions.labels(kind).inc()
-    interceptors: list[Any] = [MetricsInterceptor(metrics)]
+    interceptors: list[Any] = [calls]
     if authority is not None and config.auth_protect_reflection:
         interceptors.append(ReflectionGuard(authority))
     server = grpc.aio.server(

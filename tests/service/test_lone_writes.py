@@ -1,0 +1,80 @@
+"""Through gRPC: a lone client's appends commit without the hop to the writer thread, and any
+other call in flight sends writes back to it (storage/store.py `ObjectStore.write`).
+
+The server counts the calls it is handling (`sessions_unary_rpcs_in_flight`); streams, which
+stay open for long, are not counted."""
+
+from __future__ import annotations
+
+import socket
+import sqlite3
+import threading
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from sessions_client import SessionsClient
+from tests.conftest import start_server
+from tests.reliability.support import wait_until
+from tests.service.support import text_message
+from tests.service.test_feed import Feed
+from tests.storage.upstream_schema import object_file
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _in_flight(port: int) -> float:
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    line = next(line for line in body.splitlines() if line.startswith("sessions_unary_rpcs_in_flight "))
+    return float(line.split()[1])
+
+
+def test_a_lone_clients_appends_commit_in_place(live_server: Any, client: Any, object_key: str) -> None:
+    session = client.object(object_key).session()
+    feed = Feed(live_server.address, object_key)  # open from here on; a stream is not a call
+    try:
+        for i in range(10):
+            session.append_message(text_message(f"m{i}"))
+        session.append_messages([text_message(f"b{i}") for i in range(5)])
+        seen = [event.message["id"] for event in feed.take(15)]
+    finally:
+        feed.close()
+    store = live_server.running.registry._open[object_key]
+    assert store.inline_writes == 11
+    expected = [f"m{i}" for i in range(10)] + [f"b{i}" for i in range(5)]
+    assert seen == expected
+    assert [m["id"] for m in session.get_history()] == expected
+
+
+def test_a_call_in_flight_sends_other_writes_to_the_writer_thread(tmp_path: Path) -> None:
+    port = _free_port()
+    server = start_server(tmp_path / "data", metrics_listen=f"127.0.0.1:{port}")
+    try:
+        with SessionsClient(server.address) as client:
+            blocked, other = client.object("blocked").session(), client.object("other").session()
+            blocked.append_message(text_message("first"))
+            other.append_message(text_message("first"))
+            assert _in_flight(port) == 0
+            # Another connection takes the blocked object's write lock: its next append waits.
+            holder = sqlite3.connect(object_file(tmp_path / "data", "blocked"), isolation_level=None)
+            holder.execute("BEGIN IMMEDIATE")
+            waiting = threading.Thread(target=blocked.append_message, args=(text_message("waited"),))
+            waiting.start()
+            try:
+                assert wait_until(lambda: _in_flight(port) == 1, timeout=10)
+                other.append_message(text_message("second"))
+            finally:
+                holder.execute("ROLLBACK")
+                holder.close()
+                waiting.join(timeout=30)
+            assert wait_until(lambda: _in_flight(port) == 0, timeout=10)
+            stores = server.running.registry._open
+            assert (stores["blocked"].inline_writes, stores["other"].inline_writes) == (1, 1)
+            assert [m["id"] for m in blocked.get_history()] == ["first", "waited"]
+            assert [m["id"] for m in other.get_history()] == ["first", "second"]
+    finally:
+        server.stop()
