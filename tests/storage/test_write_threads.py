@@ -223,7 +223,7 @@ def test_a_write_never_overtakes_queued_writes(tmp_path: Path) -> None:
             ran_on = await asyncio.gather(
                 store.write(note("queued first")), store.write(note("small, second"), size_hint=100)
             )
-            return ran_on, store.inline_writes
+            return list(ran_on), store.inline_writes
 
     ran_on, inline_writes = asyncio.run(scenario())
     assert stored_notes(path) == ["queued first", "small, second"]
