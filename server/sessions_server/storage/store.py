@@ -7,12 +7,13 @@ the one COMMIT (one fsync) that makes them durable. Reads run concurrently on th
 connections, on the executor.
 
 Blocking SQLite work runs on the executor, with one exception: a small write that finds the
-whole server quiet (no other unary call in flight, nothing queued or committing on this object,
-the write lock free, this object's recent commits quick) commits on the event loop's thread.
-Handing it to the writer thread and back would cost two thread wake-ups and an event-loop wake-up
-from idle, more CPU than the commit itself, and there is nobody else to serve meanwhile. A call
-that arrives during such a commit waits at most that one short commit; under concurrency writes
-take the writer thread and commit in groups as above.
+whole server quiet commits on the event loop's thread. Quiet means no other call with one
+response in flight (streams do not count), none at this object's recent writes either, nothing
+queued or committing on this object, its recent commits quick and its write lock free. Handing
+such a write to the writer thread and back costs two thread wake-ups and an event-loop wake-up
+from idle, more CPU than the commit itself, while there is nobody else to serve. A call that
+arrives during such a commit waits for that one short commit; under concurrency writes take the
+writer thread and commit in groups as above.
 
 The tail of a session (its newest row and the next seq) is cached, since finding it scans the
 session's rows. Jobs see a batch-local view; the shared cache changes only after COMMIT, and a
@@ -130,7 +131,7 @@ class ObjectStore:
         self._calls_in_flight = calls_in_flight
         self._recent_calls = 1.0  # running estimate of the calls in flight at this object's writes
         self._commit_seconds = 0.0  # running estimate of one commit cycle's wall time
-        self.inline_writes = 0  # writes committed on the calling thread
+        self.inline_writes = 0  # writes run (and committed, unless they failed) on the calling thread
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
         self._tails: dict[str, Tail] = {}
