@@ -237,14 +237,19 @@ class SessionsService:
         def refused(message: messages.Message) -> AppendResult:
             return AppendResult(False, MessageView(None, jsjson.stringify(message)))
 
+        # Built before the transaction: the slices, digest and search text are pure work that
+        # would otherwise hold the object's write lock (and, on the writer thread, contend for
+        # the interpreter with the event loop).
+        rows = [None if prepared is None else prepared.row() for _, _, prepared in staged]
+
         def run(ctx: WriteContext) -> list[AppendResult]:
             results = []
-            for index, message, prepared in staged:
-                if prepared is None:
+            for (index, message, prepared), row in zip(staged, rows, strict=True):
+                if prepared is None or row is None:
                     results.append(refused(message))
                     continue
                 parent = items[index].parent
-                outcome = append_in(ctx, session_id, prepared.row(), parent, _stored_row_ok)
+                outcome = append_in(ctx, session_id, row, parent, _stored_row_ok)
                 view = MessageView(
                     outcome.info, outcome.existing.content if outcome.existing is not None else prepared.json
                 )
