@@ -11,14 +11,23 @@ import sqlite3
 import threading
 import urllib.request
 from pathlib import Path
-from typing import Any
+
+import pytest
 
 from sessions_client import SessionsClient
+from sessions_server.storage import store as store_module
 from tests.conftest import start_server
 from tests.reliability.support import wait_until
 from tests.service.support import text_message
 from tests.service.test_feed import Feed
 from tests.storage.upstream_schema import object_file
+
+
+@pytest.fixture(autouse=True)
+def any_disk_is_quick(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slow fsync on a busy machine would send the next writes to the thread (by design, see
+    tests/storage/test_write_threads.py); here only the counting of calls is under test."""
+    monkeypatch.setattr(store_module, "INLINE_MAX_SECONDS", 60.0)
 
 
 def _free_port() -> int:
@@ -33,21 +42,27 @@ def _in_flight(port: int) -> float:
     return float(line.split()[1])
 
 
-def test_a_lone_clients_appends_commit_in_place(live_server: Any, client: Any, object_key: str) -> None:
-    session = client.object(object_key).session()
-    feed = Feed(live_server.address, object_key)  # open from here on; a stream is not a call
+def test_a_lone_clients_appends_commit_in_place(tmp_path: Path) -> None:
+    server = start_server(tmp_path / "data")  # its own server: no other test's call in flight
     try:
-        for i in range(10):
-            session.append_message(text_message(f"m{i}"))
-        session.append_messages([text_message(f"b{i}") for i in range(5)])
-        seen = [event.message["id"] for event in feed.take(15)]
+        with SessionsClient(server.address) as client:
+            session = client.object("lone").session()
+            feed = Feed(server.address, "lone")  # open from here on; a stream is not a call
+            try:
+                for i in range(10):
+                    session.append_message(text_message(f"m{i}"))
+                session.append_messages([text_message(f"b{i}") for i in range(5)])
+                seen = [event.message["id"] for event in feed.take(15)]
+            finally:
+                feed.close()
+            history = [m["id"] for m in session.get_history()]
+        inline_writes = server.running.registry._open["lone"].inline_writes
     finally:
-        feed.close()
-    store = live_server.running.registry._open[object_key]
-    assert store.inline_writes == 11
+        server.stop()
+    assert inline_writes == 11
     expected = [f"m{i}" for i in range(10)] + [f"b{i}" for i in range(5)]
     assert seen == expected
-    assert [m["id"] for m in session.get_history()] == expected
+    assert history == expected
 
 
 def test_a_call_in_flight_sends_other_writes_to_the_writer_thread(tmp_path: Path) -> None:
