@@ -116,14 +116,21 @@ class ObjectRegistry:
             self._closing.add(task)
             task.add_done_callback(self._closing.discard)
 
+    # The gauges below are read by the metrics endpoint's thread while the event loop opens,
+    # closes and reorders objects: they sum over a snapshot (taking it runs no Python code, so
+    # no other thread can change the dict meanwhile).
+
+    def _snapshot(self) -> tuple[ObjectStore, ...]:
+        return tuple(self._open.values())
+
     def row_writes(self) -> int:
-        return sum(store.row_writes for store in self._open.values())
+        return sum(store.row_writes for store in self._snapshot())
 
     def open_bytes(self) -> int:
-        return sum(store.file_bytes() for store in self._open.values())
+        return sum(store.file_bytes() for store in self._snapshot())
 
     def subscriber_count(self) -> int:
-        return sum(store.feed.subscriber_count for store in self._open.values())
+        return sum(store.feed.subscriber_count for store in self._snapshot())
 
     def is_open(self, object_key: str) -> bool:
         return object_key in self._open
