@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import urllib.request
 from pathlib import Path
 
@@ -10,13 +9,8 @@ import pytest
 
 from sessions_client import SessionsClient, SessionsError
 from tests.conftest import start_server
+from tests.deploy.support import free_port
 from tests.reliability.support import wait_until
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _scrape(port: int) -> str:
@@ -24,7 +18,7 @@ def _scrape(port: int) -> str:
 
 
 def test_metrics_endpoint_counts_rpcs_and_objects(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     server = start_server(tmp_path / "data", metrics_listen=f"127.0.0.1:{port}")
     try:
         with SessionsClient(server.address) as client:

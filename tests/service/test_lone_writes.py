@@ -6,7 +6,6 @@ stay open for long, are not counted."""
 
 from __future__ import annotations
 
-import socket
 import sqlite3
 import threading
 import urllib.request
@@ -17,6 +16,7 @@ import pytest
 from sessions_client import SessionsClient
 from sessions_server.storage import store as store_module
 from tests.conftest import start_server
+from tests.deploy.support import free_port
 from tests.reliability.support import wait_until
 from tests.service.support import text_message
 from tests.service.test_feed import Feed
@@ -28,12 +28,6 @@ def any_disk_is_quick(monkeypatch: pytest.MonkeyPatch) -> None:
     """A slow fsync on a busy machine would send the next writes to the thread (by design, see
     tests/storage/test_write_threads.py); here only the counting of calls is under test."""
     monkeypatch.setattr(store_module, "INLINE_MAX_SECONDS", 60.0)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _in_flight(port: int) -> float:
@@ -66,7 +60,7 @@ def test_a_lone_clients_appends_commit_in_place(tmp_path: Path) -> None:
 
 
 def test_a_call_in_flight_sends_other_writes_to_the_writer_thread(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     server = start_server(tmp_path / "data", metrics_listen=f"127.0.0.1:{port}")
     try:
         with SessionsClient(server.address) as client:

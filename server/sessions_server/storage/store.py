@@ -162,7 +162,11 @@ class ObjectStore:
         path.parent.mkdir(parents=True, exist_ok=True)
         # Not `_connect`: a new file must get its page size before WAL mode creates it.
         conn = sqlite3.connect(
-            path, isolation_level=None, check_same_thread=False, timeout=10.0, factory=queries.ObjectConnection
+            path,
+            isolation_level=None,
+            check_same_thread=False,
+            timeout=schema.BUSY_TIMEOUT_MS / 1000,
+            factory=queries.ObjectConnection,
         )
         try:
             schema.initialize(conn, object_key)
@@ -443,7 +447,11 @@ class ObjectStore:
 
 def _connect(path: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(
-        path, isolation_level=None, check_same_thread=False, timeout=10.0, factory=queries.ObjectConnection
+        path,
+        isolation_level=None,
+        check_same_thread=False,
+        timeout=schema.BUSY_TIMEOUT_MS / 1000,
+        factory=queries.ObjectConnection,
     )
     schema.configure_connection(conn)
     return conn
