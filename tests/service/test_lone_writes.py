@@ -1,8 +1,8 @@
 """Through gRPC: a lone client's appends commit without the hop to the writer thread, and any
 other call in flight sends writes back to it (storage/store.py `ObjectStore.write`).
 
-The server counts the calls it is handling (`sessions_unary_rpcs_in_flight`); streams, which
-stay open for long, are not counted."""
+The server counts the calls it is handling (`sessions_rpcs_in_flight`); change feeds, which
+stay open idle for long, are not counted."""
 
 from __future__ import annotations
 
@@ -30,9 +30,9 @@ def any_disk_is_quick(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(store_module, "INLINE_MAX_SECONDS", 60.0)
 
 
-def _in_flight(port: int) -> float:
+def unary_calls_in_flight(port: int) -> float:
     body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    line = next(line for line in body.splitlines() if line.startswith("sessions_unary_rpcs_in_flight "))
+    line = next(line for line in body.splitlines() if line.startswith("sessions_rpcs_in_flight "))
     return float(line.split()[1])
 
 
@@ -67,20 +67,20 @@ def test_a_call_in_flight_sends_other_writes_to_the_writer_thread(tmp_path: Path
             blocked, other = client.object("blocked").session(), client.object("other").session()
             blocked.append_message(text_message("first"))
             other.append_message(text_message("first"))
-            assert _in_flight(port) == 0
+            assert unary_calls_in_flight(port) == 0
             # Another connection takes the blocked object's write lock: its next append waits.
             holder = sqlite3.connect(object_file(tmp_path / "data", "blocked"), isolation_level=None)
             holder.execute("BEGIN IMMEDIATE")
             waiting = threading.Thread(target=blocked.append_message, args=(text_message("waited"),))
             waiting.start()
             try:
-                assert wait_until(lambda: _in_flight(port) == 1, timeout=10)
+                assert wait_until(lambda: unary_calls_in_flight(port) == 1, timeout=10)
                 other.append_message(text_message("second"))
             finally:
                 holder.execute("ROLLBACK")
                 holder.close()
                 waiting.join(timeout=30)
-            assert wait_until(lambda: _in_flight(port) == 0, timeout=10)
+            assert wait_until(lambda: unary_calls_in_flight(port) == 0, timeout=10)
             stores = server.running.registry._open
             assert (stores["blocked"].inline_writes, stores["other"].inline_writes) == (1, 1)
             assert [m["id"] for m in blocked.get_history()] == ["first", "waited"]

@@ -426,7 +426,7 @@ class SessionsService:
             return None if not leaf else _view(conn, queries.get_message(conn, session_id, leaf), inline)
 
         async with self.object(object_key) as store:
-            return await store.read(lambda conn: run(conn, store))
+            return await store.read(lambda conn: run(conn, store), quick=True)
 
     async def get_branches(
         self, object_key: str, session_id: str, message_id: str, *, inline: bool = True
@@ -653,7 +653,7 @@ class SessionsService:
             hidden.update(_hidden_ids(records))
             return leaf, records, None, walk(conn, leaf, WALK_FIRST_STEPS, 0)
 
-        next_id, records, remembered, step = await store.read(start)
+        next_id, records, remembered, step = await store.read(start, quick=True)
         if remembered is not None:  # no walk: the path's messages are likely remembered too
             async for window in _stream_path(store, session_id, remembered, records, newest_first=True, inline=inline):
                 yield window

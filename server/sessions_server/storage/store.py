@@ -6,14 +6,19 @@ inside its own SAVEPOINT so one failing job rolls back alone, and all of them ar
 the one COMMIT (one fsync) that makes them durable. Reads run concurrently on their own
 connections, on the executor.
 
-Blocking SQLite work runs on the executor, with one exception: a small write that finds the
-whole server quiet commits on the event loop's thread. Quiet means no other call with one
-response in flight (streams do not count), none at this object's recent writes either, nothing
-queued or committing on this object, its recent commits quick and its write lock free. Handing
-such a write to the writer thread and back costs two thread wake-ups and an event-loop wake-up
-from idle, more CPU than the commit itself, while there is nobody else to serve. A call that
-arrives during such a commit waits for that one short commit; under concurrency writes take the
-writer thread and commit in groups as above.
+Blocking SQLite work runs on the executor, with two exceptions, both when the whole server is
+quiet: a small write commits, and a quick read runs, on the event loop's thread. Handing such
+work to a thread and back costs two thread wake-ups and an event-loop wake-up from idle, more
+CPU than the work itself, while there is nobody else to serve. A call that arrives meanwhile
+waits for that one short piece of work; under concurrency everything takes the threads.
+- A write commits in place when no other call is in flight (change feeds, which stay open
+  idle, do not count), none was at this object's recent writes either, nothing is queued or
+  committing on this object, its recent commits were quick and its write lock is free.
+  Otherwise it takes the writer thread and commits in a group as above.
+- A read the caller marks quick (a few point reads: a leaf, the first steps of a walk) runs in
+  place when no other call is in flight and this object's recent quick reads were quick. It
+  runs on a connection of its own that never waits for a lock: a read that meets one runs
+  again on the executor, where reads wait as usual.
 
 The tail of a session (its newest row and the next seq) is cached, since finding it scans the
 session's rows. Jobs see a batch-local view; the shared cache changes only after COMMIT, and a
@@ -51,7 +56,8 @@ T = TypeVar("T")
 MAX_JOBS_PER_COMMIT = 256
 MAX_IDLE_READERS = 4
 # A write commits on the calling thread only when it is at most this large (the caller's estimate)
-# and this object's commits have lately taken at most this long (a slow disk keeps to the thread).
+# and this object's commits have lately taken at most this long (a slow disk keeps to the thread);
+# a quick read runs there only when this object's quick reads have lately taken at most as long.
 INLINE_MAX_BYTES = 256 * 1024
 INLINE_MAX_SECONDS = 0.005
 # ...and only when the calls in flight at this object's recent writes averaged below this: under
@@ -105,6 +111,10 @@ class WriteContext:
         self.events.append(event)
 
 
+class _LockTaken(Exception):
+    """A read in place met another connection's lock; it runs again on the executor."""
+
+
 @dataclass
 class _Job:
     run: Callable[[WriteContext], Any]
@@ -132,6 +142,9 @@ class ObjectStore:
         self._recent_calls = 1.0  # running estimate of the calls in flight at this object's writes
         self._commit_seconds = 0.0  # running estimate of one commit cycle's wall time
         self.inline_writes = 0  # writes run (and committed, unless they failed) on the calling thread
+        self._quick_read_seconds = 0.0  # running estimate of one quick read's wall time
+        self._quick_reader: sqlite3.Connection | None = None  # quick reads in place use only this
+        self.inline_reads = 0  # quick reads answered on the calling thread
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
         self._tails: dict[str, Tail] = {}
@@ -345,19 +358,58 @@ class ObjectStore:
 
     # ── reads ───────────────────────────────────────────────────────────────
 
-    async def read(self, run: Callable[[sqlite3.Connection], T]) -> T:
-        """Runs `run` with a read connection on the executor."""
+    async def read(self, run: Callable[[sqlite3.Connection], T], *, quick: bool = False) -> T:
+        """Runs `run` with a read connection on the executor. `quick`: the caller knows `run`
+        to be a few point reads, which may then run in place (see the module docstring); `run`
+        must be safe to run twice, as a read is."""
         if self._closed:
             raise RuntimeError("object store is closed")
+        if quick and self._may_read_here():
+            try:
+                return self._read_here(run)
+            except _LockTaken:
+                pass
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._read_blocking, run)
+        return await loop.run_in_executor(self._executor, self._read_blocking, run, quick)
 
-    def _read_blocking(self, run: Callable[[sqlite3.Connection], T]) -> T:
+    def _may_read_here(self) -> bool:
+        return (
+            self._calls_in_flight is not None
+            and self._calls_in_flight() <= 1
+            and self._quick_read_seconds <= INLINE_MAX_SECONDS
+        )
+
+    def _read_here(self, run: Callable[[sqlite3.Connection], T]) -> T:
+        conn = self._quick_reader
+        if conn is None:
+            conn = self._quick_reader = _connect(self.path)
+            conn.execute("PRAGMA query_only = 1")
+            conn.execute("PRAGMA busy_timeout = 0")  # the event loop must not wait for a lock
+        started = time.perf_counter()
+        try:
+            value = run(conn)
+        except sqlite3.Error as exc:
+            if exc.sqlite_errorcode & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+                raise _LockTaken from exc
+            raise StorageError(f"storage read failed: {exc}") from exc
+        finally:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            self._note_quick_read(started)
+        self.inline_reads += 1
+        return value
+
+    def _note_quick_read(self, started: float) -> None:
+        elapsed = time.perf_counter() - started
+        self._quick_read_seconds += (elapsed - self._quick_read_seconds) * RECENT_WEIGHT
+
+    def _read_blocking(self, run: Callable[[sqlite3.Connection], T], quick: bool = False) -> T:
         with self._readers_lock:
             conn = self._readers.pop() if self._readers else None
         if conn is None:
             conn = _connect(self.path)
             conn.execute("PRAGMA query_only = 1")
+        started = time.perf_counter()
         try:
             return run(conn)
         except sqlite3.Error as exc:
@@ -365,6 +417,8 @@ class ObjectStore:
         finally:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
+            if quick:  # so that a slow object's quick reads, on either path, keep to the executor
+                self._note_quick_read(started)
             with self._readers_lock:
                 if len(self._readers) < MAX_IDLE_READERS and not self._closed:
                     self._readers.append(conn)
@@ -430,6 +484,9 @@ class ObjectStore:
     def _close_blocking(self) -> None:
         with self._readers_lock:
             readers, self._readers = self._readers, []
+        if self._quick_reader is not None:
+            readers.append(self._quick_reader)
+            self._quick_reader = None
         for conn in readers:
             conn.close()
         if self.row_writes != self._row_writes_saved:

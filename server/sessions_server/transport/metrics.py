@@ -47,9 +47,9 @@ class Metrics:
         )
         self.bytes_stored = Gauge("sessions_open_object_bytes", "Bytes of open object files", registry=self.registry)
         self.subscribers = Gauge("sessions_subscribers", "Active Subscribe streams", registry=self.registry)
-        self.unary_in_flight = Gauge(
-            "sessions_unary_rpcs_in_flight",
-            "Calls with one response (all but streaming reads and Subscribe) being handled",
+        self.calls_in_flight = Gauge(
+            "sessions_rpcs_in_flight",
+            "Calls being handled, but change feeds (Subscribe, health Watch) and bidirectional streams",
             registry=self.registry,
         )
         self.compactions = Counter(
@@ -71,19 +71,23 @@ def _fresh_request_id() -> str:
     return f"{_REQUEST_ID_PREFIX}{next(_request_numbers) & 0xFFFFFFFF:08x}"
 
 
+# Streams that stay open idle for as long as a client likes: they do not make the server busy.
+CHANGE_FEEDS = frozenset({"/sessions.v1.SessionService/Subscribe", "/grpc.health.v1.Health/Watch"})
+
+
 class MetricsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
     """Counts and times every call; sets the request id for logging."""
 
     def __init__(self, metrics: Metrics) -> None:
         self._metrics = metrics
-        self.unary_in_flight = 0  # calls with one response, from dispatch until their task ends
-        metrics.unary_in_flight.set_function(lambda: self.unary_in_flight)
+        self.calls_in_flight = 0  # calls but change feeds, from dispatch until their task ends
+        metrics.calls_in_flight.set_function(lambda: self.calls_in_flight)
         # Labelled series, looked up once each: `labels()` takes a lock and builds a key.
         self._counters: dict[tuple[str, str], Any] = {}
         self._timers: dict[str, Any] = {}
 
-    def _unary_ended(self, task: asyncio.Task[Any]) -> None:
-        self.unary_in_flight -= 1
+    def _call_ended(self, task: asyncio.Task[Any]) -> None:
+        self.calls_in_flight -= 1
 
     def _finished(self, method: str, code: str, seconds: float) -> None:
         counter = self._counters.get((method, code))
@@ -104,11 +108,11 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
         if handler is None:
             return handler
         task = asyncio.current_task()  # grpc.aio runs each call in its own task
-        if task is not None and (handler.unary_unary or handler.stream_unary):
+        if task is not None and not handler.stream_stream and handler_call_details.method not in CHANGE_FEEDS:
             # Counted from dispatch, before the request arrives, until the call's task ends: a
-            # call cancelled before its handler runs never reaches the wrapper below.
-            self.unary_in_flight += 1
-            task.add_done_callback(self._unary_ended)
+            # call cancelled before its handler runs never reaches the wrappers below.
+            self.calls_in_flight += 1
+            task.add_done_callback(self._call_ended)
         method = (handler_call_details.method or "").rsplit("/", 1)[-1]
         incoming = dict(handler_call_details.invocation_metadata or ()).get("x-request-id")
         finished = self._finished

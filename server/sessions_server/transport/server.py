@@ -75,7 +75,7 @@ async def create_server(config: ServerConfig) -> RunningServer:
         executor,
         max_open=config.max_open_objects,
         feed=config.feed,
-        calls_in_flight=lambda: calls.unary_in_flight,
+        calls_in_flight=lambda: calls.calls_in_flight,
     )
     summarizer = (
         ChatCompletionsSummarizer(

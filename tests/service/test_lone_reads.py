@@ -1,0 +1,88 @@
+"""Through gRPC: a lone client's quick reads (the active leaf, the first steps of a newest-first
+walk) run without the hop to the executor, and any other call in flight sends them back to it
+(storage/store.py `ObjectStore.read`)."""
+
+from __future__ import annotations
+
+import itertools
+import sqlite3
+import threading
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from sessions_client import SessionsClient
+from sessions_server.storage import store as store_module
+from tests.conftest import start_server
+from tests.deploy.support import free_port
+from tests.reliability.support import wait_until
+from tests.service.support import text_message
+from tests.service.test_lone_writes import unary_calls_in_flight
+from tests.storage.upstream_schema import object_file
+
+
+@pytest.fixture(autouse=True)
+def any_read_is_quick(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slow read on a busy machine would send the next quick reads to the executor (by design,
+    see tests/storage/test_read_threads.py); here only the choice of the reads is under test."""
+    monkeypatch.setattr(store_module, "INLINE_MAX_SECONDS", 60.0)
+
+
+def test_a_lone_clients_leaf_and_newest_first_walk_start_in_place(tmp_path: Path) -> None:
+    """A health Watch stays open meanwhile: like a change feed, it does not make the server busy."""
+    server = start_server(tmp_path / "data")  # its own server: no other test's call in flight
+    try:
+        with SessionsClient(server.address) as client, grpc.insecure_channel(server.address) as channel:
+            watch = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(), timeout=60)
+            assert next(watch).status == health_pb2.HealthCheckResponse.SERVING  # the Watch is in flight
+            session = client.object("lone").session()
+            session.append_messages([text_message(f"m{i}") for i in range(30)])
+            store = server.running.registry._open["lone"]
+            before = store.inline_reads
+            leaf = session.get_latest_leaf()
+            newest = [m["id"] for m in itertools.islice(session.history(newest_first=True), 30)]
+            whole = [m["id"] for m in session.get_history()]
+            in_place = store.inline_reads - before
+            watch.cancel()
+    finally:
+        server.stop()
+    assert leaf is not None and leaf["id"] == "m29"
+    assert newest == [f"m{i}" for i in reversed(range(30))]
+    assert whole == [f"m{i}" for i in range(30)]
+    assert in_place == 2  # the leaf, and the walk's first read; the rest on the executor
+
+
+def test_a_call_in_flight_sends_quick_reads_to_the_executor(tmp_path: Path) -> None:
+    port = free_port()
+    server = start_server(tmp_path / "data", metrics_listen=f"127.0.0.1:{port}")
+    try:
+        with SessionsClient(server.address) as client:
+            blocked, other = client.object("blocked").session(), client.object("other").session()
+            blocked.append_message(text_message("first"))
+            other.append_message(text_message("only"))
+            stores = server.running.registry._open
+            # Another connection takes the blocked object's write lock: its next append waits.
+            holder = sqlite3.connect(object_file(tmp_path / "data", "blocked"), isolation_level=None)
+            holder.execute("BEGIN IMMEDIATE")
+            waiting = threading.Thread(target=blocked.append_message, args=(text_message("waited"),))
+            waiting.start()
+            try:
+                assert wait_until(lambda: unary_calls_in_flight(port) == 1, timeout=10)
+                while_busy = stores["other"].inline_reads
+                leaf_while_busy = other.get_latest_leaf()
+                busy_in_place = stores["other"].inline_reads - while_busy
+            finally:
+                holder.execute("ROLLBACK")
+                holder.close()
+                waiting.join(timeout=30)
+            assert wait_until(lambda: unary_calls_in_flight(port) == 0, timeout=10)
+            quiet = stores["other"].inline_reads
+            leaf_when_quiet = other.get_latest_leaf()
+            quiet_in_place = stores["other"].inline_reads - quiet
+    finally:
+        server.stop()
+    assert leaf_while_busy is not None and leaf_while_busy["id"] == "only"
+    assert leaf_when_quiet is not None and leaf_when_quiet["id"] == "only"
+    assert (busy_in_place, quiet_in_place) == (0, 1)

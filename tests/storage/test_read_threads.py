@@ -1,0 +1,228 @@
+"""Where a read runs (storage/store.py `ObjectStore.read`).
+
+A read its caller marks quick runs on the calling thread (the event loop's) when the caller is
+the server's only request and the object's quick reads have been quick; every other read runs
+on the executor. A quick read in place never waits for a lock: it runs again on the executor."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from sessions_server.storage import schema
+from sessions_server.storage import store as store_module
+from sessions_server.storage.store import ObjectStore, StorageError
+from tests.storage.test_write_threads import note, opened
+
+
+@pytest.fixture(autouse=True)
+def any_read_is_quick(monkeypatch: pytest.MonkeyPatch) -> None:
+    """However slowly this machine reads, these tests count it as quick (one test below
+    restores the real limit to show what a slow read does)."""
+    monkeypatch.setattr(store_module, "INLINE_MAX_SECONDS", 60.0)
+
+
+def notes_and_thread(conn: sqlite3.Connection) -> tuple[list[str], int]:
+    """A read answering the stored notes and the id of the thread it ran on."""
+    return [str(row[0]) for row in conn.execute("SELECT body FROM notes ORDER BY rowid")], threading.get_ident()
+
+
+def test_a_lone_quick_read_runs_on_the_calling_thread_and_sees_committed_writes(tmp_path: Path) -> None:
+    path = tmp_path / "object.sqlite"
+
+    async def scenario() -> tuple[list[str], int, list[str], int, int]:
+        async with opened(path, lambda: 1) as store:
+            await store.write(note("first"))  # on the writer thread
+            before, ran_on = await store.read(notes_and_thread, quick=True)
+            await store.write(note("second"), size_hint=100)  # in place
+            after, _ = await store.read(notes_and_thread, quick=True)
+            return before, ran_on, after, store.inline_reads, store.inline_writes
+
+    before, ran_on, after, inline_reads, inline_writes = asyncio.run(scenario())
+    assert ran_on == threading.get_ident()
+    assert (before, after) == (["first"], ["first", "second"])
+    assert (inline_reads, inline_writes) == (2, 1)
+
+
+@pytest.mark.parametrize(
+    ("calls", "quick"),
+    [
+        (lambda: 2, True),  # another request is being handled
+        (lambda: 1, False),  # the caller does not know the read to be short
+        (None, True),  # the server does not count its calls
+    ],
+    ids=["another call in flight", "not marked quick", "no call count"],
+)
+def test_other_reads_run_on_the_executor(tmp_path: Path, calls: Callable[[], int] | None, quick: bool) -> None:
+    path = tmp_path / "object.sqlite"
+
+    async def scenario() -> tuple[list[str], int, int]:
+        async with opened(path, calls) as store:
+            await store.write(note("n"))
+            notes, ran_on = await store.read(notes_and_thread, quick=quick)
+            return notes, ran_on, store.inline_reads
+
+    notes, ran_on, inline_reads = asyncio.run(scenario())
+    assert notes == ["n"]
+    assert ran_on != threading.get_ident()
+    assert inline_reads == 0
+
+
+def test_a_read_that_meets_a_lock_in_place_runs_again_on_the_executor(tmp_path: Path) -> None:
+    """Readers of a WAL file rarely meet a lock, but when one does (recovery after a crash, a
+    connection in exclusive mode), the event loop must not wait the busy timeout for it: the
+    read gives up at once and runs again on the executor, where reads wait as usual."""
+    path = tmp_path / "object.sqlite"
+    holder = sqlite3.connect(path, isolation_level=None)
+    other = sqlite3.connect(path, isolation_level=None, timeout=0)
+    holder.execute("BEGIN IMMEDIATE")
+    with pytest.raises(sqlite3.OperationalError) as taken:
+        other.execute("BEGIN IMMEDIATE")  # a real SQLITE_BUSY, raised by the read below
+    holder.execute("ROLLBACK")
+    holder.close()
+    other.close()
+    assert taken.value.sqlite_errorcode == sqlite3.SQLITE_BUSY
+    attempts: list[tuple[int, int]] = []
+
+    def locked_in_place(conn: sqlite3.Connection) -> tuple[int, int]:
+        waits = int(conn.execute("PRAGMA busy_timeout").fetchone()[0])
+        attempts.append((threading.get_ident(), waits))
+        if threading.get_ident() == loop_thread:
+            raise taken.value
+        return threading.get_ident(), waits
+
+    loop_thread = threading.get_ident()
+
+    async def scenario() -> tuple[int, int, int]:
+        async with opened(path, lambda: 1) as store:
+            ran_on, waits = await store.read(locked_in_place, quick=True)
+            return ran_on, waits, store.inline_reads
+
+    ran_on, waits, inline_reads = asyncio.run(scenario())
+    assert [thread == loop_thread for thread, _ in attempts] == [True, False]
+    assert attempts[0][1] == 0  # in place: gives up at once
+    assert ran_on != loop_thread
+    assert waits == schema.BUSY_TIMEOUT_MS  # on the executor: waits the usual busy timeout
+    assert inline_reads == 0
+
+
+def test_a_failing_read_in_place_reports_a_storage_error_and_the_store_goes_on(tmp_path: Path) -> None:
+    path = tmp_path / "object.sqlite"
+
+    def bad_query(conn: sqlite3.Connection) -> None:
+        conn.execute("SELECT no_such_column FROM notes")
+
+    async def scenario() -> tuple[str, list[str], int]:
+        async with opened(path, lambda: 1) as store:
+            await store.write(note("kept"))
+            with pytest.raises(StorageError) as failed:
+                await store.read(bad_query, quick=True)
+            notes, _ = await store.read(notes_and_thread, quick=True)
+            return str(failed.value), notes, store.inline_reads
+
+    message, notes, inline_reads = asyncio.run(scenario())
+    assert "no_such_column" in message
+    assert notes == ["kept"]
+    assert inline_reads == 1
+
+
+def test_a_read_in_place_leaves_no_transaction_open(tmp_path: Path) -> None:
+    """A read that opened a transaction (for one snapshot across statements) and failed midway
+    must not pin the WAL: the next write's checkpoint, and every later read, see new data."""
+    path = tmp_path / "object.sqlite"
+
+    def snapshot_then_fail(conn: sqlite3.Connection) -> None:
+        conn.execute("BEGIN")
+        conn.execute("SELECT count(*) FROM notes").fetchone()
+        raise ValueError("the read's own failure")
+
+    async def scenario() -> list[str]:
+        async with opened(path, lambda: 1) as store:
+            await store.write(note("before"))
+            with pytest.raises(ValueError):
+                await store.read(snapshot_then_fail, quick=True)
+            await store.write(note("after"), size_hint=100)
+            notes, _ = await store.read(notes_and_thread, quick=True)
+            return notes
+
+    assert asyncio.run(scenario()) == ["before", "after"]
+
+
+def test_slow_quick_reads_keep_to_the_executor_until_they_are_quick_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A quick read that took long (a huge message, a cold disk; here a slow read) sends this
+    object's next quick reads to the executor, where they are still timed: once they are
+    quick again, they run in place again."""
+    limit = 0.005
+    monkeypatch.setattr(store_module, "INLINE_MAX_SECONDS", limit)
+    path = tmp_path / "object.sqlite"
+
+    def slow(conn: sqlite3.Connection) -> int:
+        time.sleep(limit * 20)  # stands in for a read that takes this long
+        return threading.get_ident()
+
+    def fast(conn: sqlite3.Connection) -> int:
+        return threading.get_ident()
+
+    async def scenario() -> list[bool]:
+        async with opened(path, lambda: 1) as store:
+            await store.read(slow, quick=True)
+            return [await store.read(fast, quick=True) == threading.get_ident() for _ in range(40)]
+
+    here = asyncio.run(scenario())
+    assert here[0] is False
+    assert here[-1] is True
+    assert all(here[here.index(True) :])
+
+
+def test_reads_wait_for_nothing_the_writer_does(tmp_path: Path) -> None:
+    """A quick read in place reads the last committed state while the writer holds its write
+    transaction open (WAL readers never wait for the writer)."""
+    path = tmp_path / "object.sqlite"
+
+    async def scenario() -> tuple[list[str], int]:
+        async with opened(path, lambda: 1) as store:
+            await store.write(note("committed"))
+            writer = sqlite3.connect(path, isolation_level=None)
+            writer.execute("BEGIN IMMEDIATE")
+            writer.execute("INSERT INTO notes (body) VALUES ('uncommitted')")
+            try:
+                notes, ran_on = await store.read(notes_and_thread, quick=True)
+            finally:
+                writer.execute("ROLLBACK")
+                writer.close()
+            return notes, ran_on
+
+    notes, ran_on = asyncio.run(scenario())
+    assert notes == ["committed"]
+    assert ran_on == threading.get_ident()
+
+
+def open_descriptors(path: Path) -> int:
+    """This process's file descriptors open on `path` (every SQLite connection holds one)."""
+    fds = Path("/proc/self/fd")
+    return sum(1 for fd in fds.iterdir() if fd.resolve() == path.resolve())
+
+
+def test_closing_the_store_closes_the_connection_for_reads_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "object.sqlite"
+
+    async def scenario() -> tuple[ObjectStore, int, int]:
+        async with opened(path, lambda: 1) as store:
+            await store.read(notes_and_thread, quick=True)
+            open_while_open = open_descriptors(path)
+        return store, open_while_open, store.inline_reads
+
+    store, open_while_open, inline_reads = asyncio.run(scenario())
+    assert inline_reads == 1
+    assert open_while_open >= 2  # the writer and the connection for reads in place
+    assert open_descriptors(path) == 0
+    with pytest.raises(RuntimeError, match="closed"):
+        asyncio.run(store.read(notes_and_thread, quick=True))
