@@ -78,3 +78,30 @@ def test_aio_clear(live_server: Any, data_dir: Path, object_key: str) -> None:
 
     asyncio.run(scenario())
     assert message_rows(data_dir, object_key) == []
+
+
+def test_aio_client_reads_an_omitted_message_back_only_when_the_server_changed_it(
+    live_server: Any, object_key: str
+) -> None:
+    kept = text_message("kept", "k" * 5_000_000)
+    stored = text_message("changed", "c" * 5_000_000)
+    sent = text_message("changed", "c" * 5_000_000)
+    sent["parts"][0]["providerMetadata"] = {"openai": {"itemId": "item_1"}}  # the server strips it
+
+    async def scenario() -> list[str]:
+        async with SessionsClient(live_server.address) as client:
+            session = client.object(object_key).session()
+            reads: list[str] = []
+            get_message = session._stub.GetMessage
+
+            def counted(request: Any, **kwargs: Any) -> Any:
+                reads.append(request.message_id)
+                return get_message(request, **kwargs)
+
+            session._stub.GetMessage = counted
+            assert (await session.append_message(kept)).message == kept  # as sent: no read back
+            assert (await session.append_message(sent)).message == stored  # changed: read back
+            assert (await session.upsert_message(kept)).message == kept
+            return reads
+
+    assert asyncio.run(scenario()) == ["changed"]

@@ -253,6 +253,7 @@ def test_large_unary_append_through_a_plain_stub(stub: Any, data_dir: Path, obje
     assert response.inserted is True
     assert response.ByteSize() <= FRAME_LIMIT_BYTES
     assert (response.message.json_omitted, response.message.json) == (True, "")
+    assert response.message.json_as_sent is True  # stored byte for byte as sent
     assert_stored_exactly(data_dir, object_key, message)
     leaf = join_frames(list(stub.GetLatestLeaf(pb.GetLatestLeafRequest(object_key=object_key))), lambda r: r.frame)
     assert [json for _, json in leaf] == [js_json(message)]
@@ -276,3 +277,56 @@ def test_large_update_and_upsert_through_the_streaming_path(session: Any, data_d
     assert message_row(data_dir, object_key, "m")["parent_id"] == "a"  # type: ignore[index]
     assert_stored_exactly(data_dir, object_key, changed)
     assert session.get_message("m") == changed
+
+
+def _sanitized_away(message_id: str, text: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A message whose part carries OpenAI's ephemeral item id, and the form the server stores."""
+    metadata = {"openai": {"itemId": "item_1"}}
+    sent = {
+        "id": message_id,
+        "role": "assistant",
+        "parts": [{"type": "text", "text": text, "providerMetadata": metadata}],
+    }
+    return sent, {"id": message_id, "role": "assistant", "parts": [{"type": "text", "text": text}]}
+
+
+def test_an_omitted_message_is_marked_as_sent_only_when_stored_byte_for_byte(stub: Any, object_key: str) -> None:
+    """`json_as_sent` tells a client that the omitted JSON is its own; a message the server
+    changed (sanitized), or a taken id whose stored message differs, is not marked."""
+    sent, stored = _sanitized_away("s", "s" * 5_000_000)
+
+    def append(message: dict[str, Any] | str) -> Any:
+        text = message if isinstance(message, str) else js_json(message)
+        return stub.AppendMessage(pb.AppendMessageRequest(object_key=object_key, message_json=text)).message
+
+    changed = append(sent)
+    assert (changed.json_omitted, changed.json_as_sent) == (True, False)
+    again = append(stored)  # the id is taken by exactly this JSON: the answer is the stored message
+    assert (again.json_omitted, again.json_as_sent) == (True, True)
+    other = append(text_message("s", "t" * 5_000_000))  # the id is taken by a different message
+    assert (other.json_omitted, other.json_as_sent) == (True, False)
+    small = append(text_message("small"))
+    assert (small.json_omitted, small.json_as_sent) == (False, False)  # the JSON travels: no mark
+
+
+def test_the_python_client_reads_an_omitted_message_back_only_when_the_server_changed_it(
+    session: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads: list[str] = []
+    get_message = session._stub.GetMessage
+
+    def counted(request: Any, **kwargs: Any) -> Any:
+        reads.append(request.message_id)
+        return get_message(request, **kwargs)
+
+    monkeypatch.setattr(session._stub, "GetMessage", counted)
+    kept = text_message("kept", "k" * 5_000_000)
+    sent, stored = _sanitized_away("changed", "c" * 5_000_000)
+    assert session.append_message(kept).message == kept  # as sent: no read back
+    assert session.append_message(sent).message == stored  # changed: read back
+    assert session.upsert_message(kept).message == kept
+    assert [r.message for r in session.append_messages([text_message("a", "a" * 3_000_000), kept])] == [
+        text_message("a", "a" * 3_000_000),
+        kept,
+    ]
+    assert reads == ["changed"]

@@ -259,29 +259,36 @@ def test_only_remembered_reads_keep_responses_within_the_budget(
 
 @given(
     outcomes=st.lists(
-        st.tuples(st.booleans(), st.integers(min_value=0, max_value=1_200_000), st.booleans()), max_size=8
+        st.tuples(st.booleans(), st.integers(min_value=0, max_value=1_200_000), st.booleans(), st.sampled_from("xy")),
+        max_size=8,
     )
 )
 @settings(max_examples=40, deadline=None)
-def test_append_results_encode_as_the_protobuf_types_do(outcomes: list[tuple[bool, int, bool]]) -> None:
+def test_append_results_encode_as_the_protobuf_types_do(outcomes: list[tuple[bool, int, bool, str]]) -> None:
     """Append responses are encoded from the views' frame encodings: the bytes must be what
-    the protobuf types give, JSON past the response's budget omitted, a refused overlay's info
-    present and empty."""
+    the protobuf types give, JSON past the response's budget omitted (and marked as sent when
+    the request carried exactly that JSON), a refused overlay's info present and empty."""
     results = [
         AppendResult(
             inserted,
             MessageView(RowInfo(f"m{i}", "user", "p" if i else None, i, 7, 3) if has_row else None, "x" * size),
         )
-        for i, (inserted, size, has_row) in enumerate(outcomes)
+        for i, (inserted, size, has_row, _) in enumerate(outcomes)
     ]
+    sent = [letter * size for _, size, _, letter in outcomes]  # "x": the stored JSON is as sent
     budget = framing.ResponseBudget()
     expected = pb.AppendMessagesResponse(
         results=[
-            pb.AppendResult(inserted=r.inserted, message=framing.written_message(r.message, budget)) for r in results
+            pb.AppendResult(inserted=r.inserted, message=framing.written_message(r.message, budget, text))
+            for r, text in zip(results, sent, strict=True)
         ]
     )
-    assert framing.encoded_append_results(results) == expected.SerializeToString()
-    for result in results:
-        single = pb.AppendMessageResponse(inserted=result.inserted, message=framing.written_message(result.message))
-        encoded = framing.encoded_append_result(result, framing.ResponseBudget(), pb.AppendMessageResponse)
+    assert framing.encoded_append_results(results, sent) == expected.SerializeToString()
+    for result, text in zip(results, sent, strict=True):
+        single = pb.AppendMessageResponse(
+            inserted=result.inserted, message=framing.written_message(result.message, sent=text)
+        )
+        encoded = framing.encoded_append_result(result, framing.ResponseBudget(), pb.AppendMessageResponse, text)
         assert encoded == single.SerializeToString()
+        if single.message.json_omitted:
+            assert single.message.json_as_sent == (text == result.message.json)

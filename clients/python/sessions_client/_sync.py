@@ -208,7 +208,7 @@ class SessionHandle:
         text = to_json(message)
         if json_size(text) > UNARY_LIMIT_BYTES:
             upload = self._upload(pb.UPLOAD_OPERATION_APPEND, text, parent_id, source)
-            return AppendResult(upload.inserted, self._written(upload.message), parent_of(upload.message.info))
+            return AppendResult(upload.inserted, self._written(upload.message, text), parent_of(upload.message.info))
         request = pb.AppendMessageRequest(
             object_key=self._key,
             session_id=self.id,
@@ -217,30 +217,34 @@ class SessionHandle:
             **parent_fields(parent_id),
         )
         response = self._client._call(self._key, self._stub.AppendMessage, request)
-        return AppendResult(response.inserted, self._written(response.message), parent_of(response.message.info))
+        return AppendResult(response.inserted, self._written(response.message, text), parent_of(response.message.info))
 
     def append_messages(
         self, messages: Iterable[Message | str], *, parent_id: ParentArg = AUTO, source: str = "server"
     ) -> list[AppendResult]:
         """Appends in one transaction; `parent_id` applies to the first, the rest chain (AUTO)."""
+        texts = [to_json(message) for message in messages]
         items = []
-        for index, message in enumerate(messages):
+        for index, text in enumerate(texts):
             fields = parent_fields(parent_id if index == 0 else AUTO)
-            items.append(pb.AppendItem(message_json=to_json(message), source=source_value(source), **fields))
+            items.append(pb.AppendItem(message_json=text, source=source_value(source), **fields))
         request = pb.AppendMessagesRequest(object_key=self._key, session_id=self.id, items=items)
         response = self._client._call(self._key, self._stub.AppendMessages, request)
-        return [AppendResult(r.inserted, self._written(r.message), parent_of(r.message.info)) for r in response.results]
+        return [
+            AppendResult(r.inserted, self._written(r.message, text), parent_of(r.message.info))
+            for r, text in zip(response.results, texts, strict=True)
+        ]
 
     def update_message(self, message: Message | str, *, source: str = "server") -> Message | None:
         text = to_json(message)
         if json_size(text) > UNARY_LIMIT_BYTES:
             upload = self._upload(pb.UPLOAD_OPERATION_UPDATE, text, AUTO, source)
-            return self._written(upload.message) if upload.found else None
+            return self._written(upload.message, text) if upload.found else None
         request = pb.UpdateMessageRequest(
             object_key=self._key, session_id=self.id, message_json=text, source=source_value(source)
         )
         response = self._client._call(self._key, self._stub.UpdateMessage, request)
-        return self._written(response.message) if response.found else None
+        return self._written(response.message, text) if response.found else None
 
     def upsert_message(
         self, message: Message | str, *, parent_id: ParentArg = AUTO, source: str = "server"
@@ -248,7 +252,7 @@ class SessionHandle:
         text = to_json(message)
         if json_size(text) > UNARY_LIMIT_BYTES:
             upload = self._upload(pb.UPLOAD_OPERATION_UPSERT, text, parent_id, source)
-            return UpsertResult(upload.inserted, upload.changed, self._written(upload.message))
+            return UpsertResult(upload.inserted, upload.changed, self._written(upload.message, text))
         request = pb.UpsertMessageRequest(
             object_key=self._key,
             session_id=self.id,
@@ -257,7 +261,7 @@ class SessionHandle:
             **parent_fields(parent_id),
         )
         response = self._client._call(self._key, self._stub.UpsertMessage, request)
-        return UpsertResult(response.inserted, response.changed, self._written(response.message))
+        return UpsertResult(response.inserted, response.changed, self._written(response.message, text))
 
     def delete_messages(self, ids: Iterable[str]) -> int:
         request = pb.DeleteMessagesRequest(object_key=self._key, session_id=self.id, message_ids=list(ids))
@@ -507,7 +511,11 @@ class SessionHandle:
                     yield done
         assembler.finish()
 
-    def _written(self, written: pb.WrittenMessage) -> Message:
+    def _written(self, written: pb.WrittenMessage, sent: str) -> Message:
+        """The written message: from the response, else the JSON this call sent when the server
+        says it is exactly that, else read back."""
+        if written.json_omitted and written.json_as_sent:
+            return MessageWithInfo(written.info, sent).message()
         if written.json_omitted:
             fetched = self.get_message(written.info.id)
             if fetched is None:

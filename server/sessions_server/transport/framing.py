@@ -81,14 +81,18 @@ class ResponseBudget:
         return True
 
 
-def written_message(view: MessageView, budget: ResponseBudget | None = None) -> pb.WrittenMessage:
-    """A write's stored message: inline when it fits the response, else omitted (read it back)."""
+def written_message(
+    view: MessageView, budget: ResponseBudget | None = None, sent: str | None = None
+) -> pb.WrittenMessage:
+    """A write's stored message: inline when it fits the response, else omitted (read it back,
+    unless it is `sent`, the JSON the request carried)."""
     out = pb.WrittenMessage()
     _fill_info(out.info, view)
     if (budget or ResponseBudget()).take(json_bytes(view.json)):
         out.json = view.json
     else:
         out.json_omitted = True
+        out.json_as_sent = view.json == sent
     return out
 
 
@@ -118,7 +122,9 @@ def encoded_frame(view: MessageView) -> bytes:
     return encoded
 
 
-def encoded_append_result(result: AppendResult, budget: ResponseBudget, response_class: Any = pb.AppendResult) -> bytes:
+def encoded_append_result(
+    result: AppendResult, budget: ResponseBudget, response_class: Any = pb.AppendResult, sent: str | None = None
+) -> bytes:
     """`result` encoded as an AppendResult (or an AppendMessageResponse, whose fields are the
     same). A WrittenMessage with its JSON inline has the wire form of a whole-message
     MessageFrame, so the view's frame encoding serves, and is kept on the view for reads."""
@@ -127,19 +133,19 @@ def encoded_append_result(result: AppendResult, budget: ResponseBudget, response
     view = result.message
     if budget.take(json_bytes(view.json)):
         return head + message_tag + encoded_frame(view)
-    omitted = pb.WrittenMessage(json_omitted=True)
+    omitted = pb.WrittenMessage(json_omitted=True, json_as_sent=view.json == sent)
     _fill_info(omitted.info, view)
     data = omitted.SerializeToString()
     return head + message_tag + _varint(len(data)) + data
 
 
-def encoded_append_results(results: Iterable[AppendResult]) -> bytes:
+def encoded_append_results(results: Iterable[AppendResult], sent: Iterable[str]) -> bytes:
     """An AppendMessagesResponse of `results`, encoded; JSON beyond one response's budget is
-    omitted (read back by the client)."""
+    omitted (read back by the client, unless it is the item's `sent` JSON)."""
     budget = ResponseBudget()
     out: list[bytes] = []
-    for result in results:
-        data = encoded_append_result(result, budget)
+    for result, text in zip(results, sent, strict=True):
+        data = encoded_append_result(result, budget, sent=text)
         out += (_RESULTS_TAG, _varint(len(data)), data)
     return b"".join(out)
 

@@ -125,14 +125,15 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
     async def AppendMessage(self, request: pb.AppendMessageRequest, context: Any) -> bytes:  # type: ignore[override]
         async def run() -> bytes:
             self._admit(context, request.object_key, write=True)
+            text = request.message_json  # each access decodes the field anew
             result = await self._service.append(
                 request.object_key,
                 request.session_id,
-                request.message_json,
+                text,
                 _parent(request.parent_mode, request.parent_id),
                 from_client=_from_client(request.source),
             )
-            return framing.encoded_append_result(result, framing.ResponseBudget(), pb.AppendMessageResponse)
+            return framing.encoded_append_result(result, framing.ResponseBudget(), pb.AppendMessageResponse, text)
 
         return await _unary(context, run)
 
@@ -144,19 +145,20 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 for item in request.items
             ]
             results = await self._service.append_many(request.object_key, request.session_id, items)
-            return framing.encoded_append_results(results)
+            return framing.encoded_append_results(results, (item.text for item in items))
 
         return await _unary(context, run)
 
     async def UpdateMessage(self, request: pb.UpdateMessageRequest, context: Any) -> pb.UpdateMessageResponse:
         async def run() -> pb.UpdateMessageResponse:
             self._admit(context, request.object_key, write=True)
+            text = request.message_json
             result = await self._service.update(
-                request.object_key, request.session_id, request.message_json, from_client=_from_client(request.source)
+                request.object_key, request.session_id, text, from_client=_from_client(request.source)
             )
             response = pb.UpdateMessageResponse(found=result.found, changed=result.changed)
             if result.message is not None:
-                response.message.CopyFrom(framing.written_message(result.message))
+                response.message.CopyFrom(framing.written_message(result.message, sent=text))
             return response
 
         return await _unary(context, run)
@@ -164,16 +166,17 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
     async def UpsertMessage(self, request: pb.UpsertMessageRequest, context: Any) -> pb.UpsertMessageResponse:
         async def run() -> pb.UpsertMessageResponse:
             self._admit(context, request.object_key, write=True)
+            text = request.message_json
             inserted, result = await self._service.upsert(
                 request.object_key,
                 request.session_id,
-                request.message_json,
+                text,
                 _parent(request.parent_mode, request.parent_id),
                 from_client=_from_client(request.source),
             )
             response = pb.UpsertMessageResponse(inserted=inserted, changed=result.changed)
             if result.message is not None:
-                response.message.CopyFrom(framing.written_message(result.message))
+                response.message.CopyFrom(framing.written_message(result.message, sent=text))
             return response
 
         return await _unary(context, run)
@@ -211,7 +214,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                     from_client=from_client,
                 )
                 return pb.UploadMessageResponse(
-                    inserted=appended.inserted, found=True, message=framing.written_message(appended.message)
+                    inserted=appended.inserted, found=True, message=framing.written_message(appended.message, sent=text)
                 )
             if header.operation == pb.UPLOAD_OPERATION_UPDATE:
                 result = await self._service.update(header.object_key, header.session_id, text, from_client=from_client)
@@ -228,7 +231,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 raise InvalidArgument("header.operation must be APPEND, UPDATE or UPSERT", field="header.operation")
             response = pb.UploadMessageResponse(inserted=inserted, found=result.found, changed=result.changed)
             if result.message is not None:
-                response.message.CopyFrom(framing.written_message(result.message))
+                response.message.CopyFrom(framing.written_message(result.message, sent=text))
             return response
 
         return await _unary(context, run)

@@ -415,10 +415,16 @@ class WrittenMessage(_message.Message):
     INFO_FIELD_NUMBER: _builtins.int
     JSON_FIELD_NUMBER: _builtins.int
     JSON_OMITTED_FIELD_NUMBER: _builtins.int
+    JSON_AS_SENT_FIELD_NUMBER: _builtins.int
     json: _builtins.str
     """The stored message JSON; empty when `json_omitted`."""
     json_omitted: _builtins.bool
     """True when the JSON is too large for one response frame; read it with GetMessage."""
+    json_as_sent: _builtins.bool
+    """Set only with `json_omitted`: true when the omitted JSON is byte for byte the message JSON
+    this request sent (nothing was sanitized, stripped or re-serialized), so the client can
+    use its own JSON instead of reading the message back.
+    """
     @_builtins.property
     def info(self) -> Global___MessageInfo:
         """Facts about the stored row; `parent_id` is the parent actually used."""
@@ -429,10 +435,11 @@ class WrittenMessage(_message.Message):
         info: Global___MessageInfo | None = ...,
         json: _builtins.str = ...,
         json_omitted: _builtins.bool = ...,
+        json_as_sent: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["info", b"info"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["info", b"info", "json", b"json", "json_omitted", b"json_omitted"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["info", b"info", "json", b"json", "json_as_sent", b"json_as_sent", "json_omitted", b"json_omitted"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

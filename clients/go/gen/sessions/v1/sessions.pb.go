@@ -698,7 +698,11 @@ type WrittenMessage struct {
 	// The stored message JSON; empty when `json_omitted`.
 	Json string `protobuf:"bytes,2,opt,name=json,proto3" json:"json,omitempty"`
 	// True when the JSON is too large for one response frame; read it with GetMessage.
-	JsonOmitted   bool `protobuf:"varint,3,opt,name=json_omitted,json=jsonOmitted,proto3" json:"json_omitted,omitempty"`
+	JsonOmitted bool `protobuf:"varint,3,opt,name=json_omitted,json=jsonOmitted,proto3" json:"json_omitted,omitempty"`
+	// Set only with `json_omitted`: true when the omitted JSON is byte for byte the message JSON
+	// this request sent (nothing was sanitized, stripped or re-serialized), so the client can
+	// use its own JSON instead of reading the message back.
+	JsonAsSent    bool `protobuf:"varint,4,opt,name=json_as_sent,json=jsonAsSent,proto3" json:"json_as_sent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -750,6 +754,13 @@ func (x *WrittenMessage) GetJson() string {
 func (x *WrittenMessage) GetJsonOmitted() bool {
 	if x != nil {
 		return x.JsonOmitted
+	}
+	return false
+}
+
+func (x *WrittenMessage) GetJsonAsSent() bool {
+	if x != nil {
+		return x.JsonAsSent
 	}
 	return false
 }
@@ -5285,11 +5296,13 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"\x04info\x18\x01 \x01(\v2\x18.sessions.v1.MessageInfoR\x04info\x12\x12\n" +
 	"\x04json\x18\x02 \x01(\tR\x04json\x12\x1f\n" +
 	"\vmore_pieces\x18\x03 \x01(\bR\n" +
-	"morePieces\"u\n" +
+	"morePieces\"\x97\x01\n" +
 	"\x0eWrittenMessage\x12,\n" +
 	"\x04info\x18\x01 \x01(\v2\x18.sessions.v1.MessageInfoR\x04info\x12\x12\n" +
 	"\x04json\x18\x02 \x01(\tR\x04json\x12!\n" +
-	"\fjson_omitted\x18\x03 \x01(\bR\vjsonOmitted\"a\n" +
+	"\fjson_omitted\x18\x03 \x01(\bR\vjsonOmitted\x12 \n" +
+	"\fjson_as_sent\x18\x04 \x01(\bR\n" +
+	"jsonAsSent\"a\n" +
 	"\fAppendResult\x12\x1a\n" +
 	"\binserted\x18\x01 \x01(\bR\binserted\x125\n" +
 	"\amessage\x18\x02 \x01(\v2\x1b.sessions.v1.WrittenMessageR\amessage\"\xfb\x01\n" +
