@@ -182,6 +182,43 @@ def test_slow_quick_reads_keep_to_the_executor_until_they_are_quick_again(
     assert all(here[here.index(True) :])
 
 
+def test_a_read_that_outlasts_its_time_in_place_runs_again_on_the_executor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read marked quick that is not (a huge message, a cold disk; here a long computation in
+    SQL) stops once it has held the event loop for INLINE_MAX_SECONDS and runs to the end on the
+    executor, with no time limit there."""
+    limit = 0.005
+    monkeypatch.setattr(store_module, "INLINE_MAX_SECONDS", limit)
+    path = tmp_path / "object.sqlite"
+    loop_thread = threading.get_ident()
+    attempts: list[tuple[bool, float]] = []
+
+    def long_count(conn: sqlite3.Connection) -> tuple[int, int]:
+        started = time.perf_counter()
+        try:
+            (total,) = conn.execute(
+                "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 300000) "
+                "SELECT count(*) FROM n"
+            ).fetchone()
+            return int(total), threading.get_ident()
+        finally:
+            attempts.append((threading.get_ident() == loop_thread, time.perf_counter() - started))
+
+    async def scenario() -> tuple[int, int, int]:
+        async with opened(path, lambda: 1) as store:
+            total, ran_on = await store.read(long_count, quick=True)
+            return total, ran_on, store.inline_reads
+
+    total, ran_on, inline_reads = asyncio.run(scenario())
+    assert total == 300000
+    assert ran_on != loop_thread
+    assert inline_reads == 0
+    assert [in_place for in_place, _ in attempts] == [True, False]
+    in_place_seconds, executor_seconds = attempts[0][1], attempts[1][1]
+    assert in_place_seconds < executor_seconds  # stopped early, not run to the end twice
+
+
 def test_reads_wait_for_nothing_the_writer_does(tmp_path: Path) -> None:
     """A quick read in place reads the last committed state while the writer holds its write
     transaction open (WAL readers never wait for the writer)."""

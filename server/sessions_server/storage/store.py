@@ -17,8 +17,9 @@ waits for that one short piece of work; under concurrency everything takes the t
   Otherwise it takes the writer thread and commits in a group as above.
 - A read the caller marks quick (a few point reads: a leaf, the first steps of a walk) runs in
   place when no other call is in flight and this object's recent quick reads were quick. It
-  runs on a connection of its own that never waits for a lock: a read that meets one runs
-  again on the executor, where reads wait as usual.
+  runs on a connection of its own that never waits for a lock and stops once it has run for
+  INLINE_MAX_SECONDS: a read that meets a lock or runs out of time runs again on the executor,
+  where reads wait and run as long as they need.
 
 The tail of a session (its newest row and the next seq) is cached, since finding it scans the
 session's rows. Jobs see a batch-local view; the shared cache changes only after COMMIT, and a
@@ -64,6 +65,7 @@ INLINE_MAX_SECONDS = 0.005
 # concurrency a write sometimes finds itself alone for a moment, and committing it alone would
 # split the group commit that the others are about to join.
 INLINE_MAX_RECENT_CALLS = 1.5
+PROGRESS_STEPS = 200  # SQLite virtual-machine steps between deadline checks of a read in place
 RECENT_WEIGHT = 0.25  # of the newest sample in the running estimates below
 
 
@@ -111,8 +113,9 @@ class WriteContext:
         self.events.append(event)
 
 
-class _LockTaken(Exception):
-    """A read in place met another connection's lock; it runs again on the executor."""
+class _RunAgain(Exception):
+    """A read in place met another connection's lock, or ran out of time; it runs again on the
+    executor."""
 
 
 @dataclass
@@ -144,6 +147,7 @@ class ObjectStore:
         self.inline_writes = 0  # writes run (and committed, unless they failed) on the calling thread
         self._quick_read_seconds = 0.0  # running estimate of one quick read's wall time
         self._quick_reader: sqlite3.Connection | None = None  # quick reads in place use only this
+        self._quick_deadline = 0.0  # when the quick read in place must stop
         self.inline_reads = 0  # quick reads answered on the calling thread
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
@@ -367,7 +371,7 @@ class ObjectStore:
         if quick and self._may_read_here():
             try:
                 return self._read_here(run)
-            except _LockTaken:
+            except _RunAgain:
                 pass
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, self._read_blocking, run, quick)
@@ -385,12 +389,17 @@ class ObjectStore:
             conn = self._quick_reader = _connect(self.path)
             conn.execute("PRAGMA query_only = 1")
             conn.execute("PRAGMA busy_timeout = 0")  # the event loop must not wait for a lock
+            # A read that outlasts its time in place (huge messages, a cold disk) is stopped
+            # between SQLite steps and runs again on the executor.
+            conn.set_progress_handler(lambda: time.perf_counter() > self._quick_deadline, PROGRESS_STEPS)
         started = time.perf_counter()
+        self._quick_deadline = started + INLINE_MAX_SECONDS
         try:
             value = run(conn)
         except sqlite3.Error as exc:
-            if exc.sqlite_errorcode & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
-                raise _LockTaken from exc
+            code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+            if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_INTERRUPT):
+                raise _RunAgain from exc
             raise StorageError(f"storage read failed: {exc}") from exc
         finally:
             if conn.in_transaction:
