@@ -2,11 +2,18 @@ package sessions_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
+	"path"
+	"reflect"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 	"unicode/utf8"
+
+	"google.golang.org/grpc"
 
 	"github.com/sessions-dev/sessions/clients/go/sessions"
 )
@@ -127,6 +134,99 @@ func TestTwentyMegabyteMessageRoundTrip(t *testing.T) {
 	bad := append(bytes.Clone(big[:4*1024*1024]), '"')
 	if _, err := s.AppendMessage(ctx, json.RawMessage(bad)); sessions.Reason(err) != sessions.ReasonInvalidJSON {
 		t.Fatalf("large invalid JSON: %v", err)
+	}
+}
+
+// methodLog records the name of every RPC a client starts, unary and streaming.
+type methodLog struct {
+	mu    sync.Mutex
+	names []string
+}
+
+func (l *methodLog) add(method string) {
+	l.mu.Lock()
+	l.names = append(l.names, path.Base(method))
+	l.mu.Unlock()
+}
+
+// take returns the methods called since the last take, and forgets them.
+func (l *methodLog) take() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	names := l.names
+	l.names = nil
+	return names
+}
+
+func (l *methodLog) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
+	invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	l.add(method)
+	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+func (l *methodLog) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string,
+	streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	l.add(method)
+	return streamer(ctx, desc, cc, method, opts...)
+}
+
+func sameJSON(t *testing.T, a, b []byte) bool {
+	t.Helper()
+	var x, y any
+	if err := json.Unmarshal(a, &x); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &y); err != nil {
+		t.Fatal(err)
+	}
+	return reflect.DeepEqual(x, y)
+}
+
+// A write whose JSON is too large for the response (json_omitted) takes the JSON it sent when
+// the server stored exactly that (json_as_sent), and reads the message back only otherwise.
+func TestLargeWrittenMessageIsReadBackOnlyWhenChanged(t *testing.T) {
+	ctx := testCtx(t)
+	log := &methodLog{}
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	c, err := sessions.Dial(dctx, server.Addr, sessions.WithBlock(), sessions.WithGRPCOptions(
+		grpc.WithUnaryInterceptor(log.unary), grpc.WithStreamInterceptor(log.stream)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	s := c.Object(objectKey(t)).Session("s")
+
+	kept := textMessage("kept", "user", strings.Repeat("k", 5_000_000))
+	res := mustAppend(t, s, kept)
+	if !bytes.Equal(res.Message.JSON, kept) || res.Message.Info.ID != "kept" {
+		t.Fatalf("append returned %d bytes (id %q), want the %d sent", len(res.Message.JSON), res.Message.Info.ID, len(kept))
+	}
+	if calls := log.take(); !equalStrings(calls, []string{"UploadMessage"}) {
+		t.Fatalf("a message stored as sent: calls %v, want no GetMessage", calls)
+	}
+
+	// The server strips OpenAI's ephemeral item id: the stored form has no providerMetadata.
+	text := strings.Repeat("c", 5_000_000)
+	stored := textMessage("changed", "user", text)
+	sent := bytes.Replace(stored, []byte(`"}]}`), []byte(`","providerMetadata":{"openai":{"itemId":"item_1"}}}]}`), 1)
+	res = mustAppend(t, s, json.RawMessage(sent))
+	if !sameJSON(t, res.Message.JSON, stored) || res.Message.Info.ID != "changed" {
+		t.Fatalf("append of a changed message returned %d bytes (id %q), want the stored form", len(res.Message.JSON), res.Message.Info.ID)
+	}
+	if calls := log.take(); !equalStrings(calls, []string{"UploadMessage", "GetMessage"}) {
+		t.Fatalf("a message the server changed: calls %v, want one GetMessage after the upload", calls)
+	}
+
+	// AppendMessages takes each item's JSON by position: the second is omitted from the response.
+	a := textMessage("a", "user", strings.Repeat("a", 3_000_000))
+	b := textMessage("b", "user", strings.Repeat("b", 3_000_000))
+	results, err := s.AppendMessages(ctx, []any{a, b})
+	if err != nil || len(results) != 2 || !bytes.Equal(results[0].Message.JSON, a) || !bytes.Equal(results[1].Message.JSON, b) {
+		t.Fatalf("AppendMessages: %v, %d results", err, len(results))
+	}
+	if calls := log.take(); !equalStrings(calls, []string{"AppendMessages"}) {
+		t.Fatalf("AppendMessages of messages stored as sent: calls %v", calls)
 	}
 }
 

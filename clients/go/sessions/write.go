@@ -29,7 +29,7 @@ func (s *Session) AppendMessage(ctx context.Context, msg any, opts ...Option) (A
 		if err != nil {
 			return AppendResult{}, err
 		}
-		written, err := s.written(ctx, up.GetMessage())
+		written, err := s.written(ctx, up.GetMessage(), text)
 		return AppendResult{Inserted: up.GetInserted(), Message: written}, err
 	}
 	mode, parentID := parentFields(o)
@@ -47,7 +47,7 @@ func (s *Session) AppendMessage(ctx context.Context, msg any, opts ...Option) (A
 	if err != nil {
 		return AppendResult{}, toError(err)
 	}
-	written, err := s.written(ctx, resp.GetMessage())
+	written, err := s.written(ctx, resp.GetMessage(), text)
 	return AppendResult{Inserted: resp.GetInserted(), Message: written}, err
 }
 
@@ -57,11 +57,13 @@ func (s *Session) AppendMessage(ctx context.Context, msg any, opts ...Option) (A
 func (s *Session) AppendMessages(ctx context.Context, msgs []any, opts ...Option) ([]AppendResult, error) {
 	o := newWriteOptions(opts)
 	items := make([]*pb.AppendItem, 0, len(msgs))
+	texts := make([]string, 0, len(msgs))
 	for i, msg := range msgs {
 		text, err := toJSON(msg)
 		if err != nil {
 			return nil, err
 		}
+		texts = append(texts, text)
 		item := &pb.AppendItem{MessageJson: text, ParentMode: pb.ParentMode_PARENT_MODE_AUTO, Source: pb.Source(o.source)}
 		if i == 0 {
 			item.ParentMode, item.ParentId = parentFields(o)
@@ -76,9 +78,13 @@ func (s *Session) AppendMessages(ctx context.Context, msgs []any, opts ...Option
 	if err != nil {
 		return nil, toError(err)
 	}
+	if len(resp.GetResults()) != len(texts) {
+		return nil, clientError(codes.Internal, "", "the server answered %d results for %d messages",
+			len(resp.GetResults()), len(texts))
+	}
 	out := make([]AppendResult, 0, len(resp.GetResults()))
-	for _, r := range resp.GetResults() {
-		written, err := s.written(ctx, r.GetMessage())
+	for i, r := range resp.GetResults() {
+		written, err := s.written(ctx, r.GetMessage(), texts[i])
 		if err != nil {
 			return nil, err
 		}
@@ -103,7 +109,7 @@ func (s *Session) UpdateMessage(ctx context.Context, msg any, opts ...Option) (U
 		}
 		res := UpdateResult{Found: up.GetFound(), Changed: up.GetChanged()}
 		if res.Found {
-			res.Message, err = s.written(ctx, up.GetMessage())
+			res.Message, err = s.written(ctx, up.GetMessage(), text)
 		}
 		return res, err
 	}
@@ -117,7 +123,7 @@ func (s *Session) UpdateMessage(ctx context.Context, msg any, opts ...Option) (U
 	}
 	res := UpdateResult{Found: resp.GetFound(), Changed: resp.GetChanged()}
 	if res.Found {
-		res.Message, err = s.written(ctx, resp.GetMessage())
+		res.Message, err = s.written(ctx, resp.GetMessage(), text)
 	}
 	return res, err
 }
@@ -135,7 +141,7 @@ func (s *Session) UpsertMessage(ctx context.Context, msg any, opts ...Option) (U
 		if err != nil {
 			return UpsertResult{}, err
 		}
-		written, err := s.written(ctx, up.GetMessage())
+		written, err := s.written(ctx, up.GetMessage(), text)
 		return UpsertResult{Inserted: up.GetInserted(), Changed: up.GetChanged(), Message: written}, err
 	}
 	mode, parentID := parentFields(o)
@@ -152,7 +158,7 @@ func (s *Session) UpsertMessage(ctx context.Context, msg any, opts ...Option) (U
 	if err != nil {
 		return UpsertResult{}, toError(err)
 	}
-	written, err := s.written(ctx, resp.GetMessage())
+	written, err := s.written(ctx, resp.GetMessage(), text)
 	return UpsertResult{Inserted: resp.GetInserted(), Changed: resp.GetChanged(), Message: written}, err
 }
 
@@ -323,11 +329,15 @@ func (s *Session) upload(ctx context.Context, op pb.UploadOperation, text string
 	return resp, nil
 }
 
-// written turns a write's WrittenMessage into a Message, reading the JSON back when the server
-// left it out of the response for being too large for one frame.
-func (s *Session) written(ctx context.Context, w *pb.WrittenMessage) (Message, error) {
+// written turns a write's WrittenMessage into a Message. When the server left the JSON out of
+// the response for being too large for one frame, it is sent (the JSON text this call sent) if
+// the server marks the stored JSON as byte for byte that (json_as_sent), else read back.
+func (s *Session) written(ctx context.Context, w *pb.WrittenMessage, sent string) (Message, error) {
 	if !w.GetJsonOmitted() {
 		return Message{JSON: json.RawMessage(w.GetJson()), Info: infoFrom(w.GetInfo())}, nil
+	}
+	if w.GetJsonAsSent() {
+		return Message{JSON: json.RawMessage(sent), Info: infoFrom(w.GetInfo())}, nil
 	}
 	msg, found, err := s.GetMessage(ctx, w.GetInfo().GetId())
 	if err != nil {

@@ -698,7 +698,7 @@ export class SessionHandle {
       const upload = await this.upload(UploadOperation.APPEND, text, options.parentId, options.source);
       return {
         inserted: upload.inserted,
-        message: await this.written(upload.message),
+        message: await this.written(upload.message, text),
         parentId: parentOf(upload.message?.info),
       };
     }
@@ -716,7 +716,7 @@ export class SessionHandle {
     );
     return {
       inserted: response.inserted,
-      message: await this.written(response.message),
+      message: await this.written(response.message, text),
       parentId: parentOf(response.message?.info),
     };
   }
@@ -724,17 +724,25 @@ export class SessionHandle {
   /** Appends in one transaction; `parentId` applies to the first message, the rest chain (auto). */
   async appendMessages(messages: Iterable<MessageInput>, options: WriteOptions = {}): Promise<AppendResult[]> {
     const source = sourceValue(options.source);
-    const items = [...messages].map((message, index) => ({
-      messageJson: toJson(message),
+    const texts = [...messages].map(toJson);
+    const items = texts.map((text, index) => ({
+      messageJson: text,
       source,
       ...parentFields(index === 0 ? options.parentId : undefined),
     }));
     const response = await this.client.call(() =>
       this.rpc.appendMessages({ objectKey: this.key, sessionId: this.id, items }, this.opts()),
     );
+    if (response.results.length !== texts.length) {
+      throw new SessionsError(
+        Code.Internal,
+        `the server answered ${response.results.length} results for ${texts.length} messages`,
+      );
+    }
     const out: AppendResult[] = [];
-    for (const r of response.results) {
-      out.push({ inserted: r.inserted, message: await this.written(r.message), parentId: parentOf(r.message?.info) });
+    for (const [index, r] of response.results.entries()) {
+      const message = await this.written(r.message, texts[index]!);
+      out.push({ inserted: r.inserted, message, parentId: parentOf(r.message?.info) });
     }
     return out;
   }
@@ -744,7 +752,7 @@ export class SessionHandle {
     const text = toJson(message);
     if (jsonSize(text) > UNARY_LIMIT_BYTES) {
       const upload = await this.upload(UploadOperation.UPDATE, text, undefined, options.source);
-      return upload.found ? await this.written(upload.message) : null;
+      return upload.found ? await this.written(upload.message, text) : null;
     }
     const response = await this.client.call(() =>
       this.rpc.updateMessage(
@@ -752,7 +760,7 @@ export class SessionHandle {
         this.opts(),
       ),
     );
-    return response.found ? await this.written(response.message) : null;
+    return response.found ? await this.written(response.message, text) : null;
   }
 
   /** Appends the message when its id is new, otherwise updates it (never re-parents it). */
@@ -760,7 +768,7 @@ export class SessionHandle {
     const text = toJson(message);
     if (jsonSize(text) > UNARY_LIMIT_BYTES) {
       const upload = await this.upload(UploadOperation.UPSERT, text, options.parentId, options.source);
-      return { inserted: upload.inserted, changed: upload.changed, message: await this.written(upload.message) };
+      return { inserted: upload.inserted, changed: upload.changed, message: await this.written(upload.message, text) };
     }
     const response = await this.client.call(() =>
       this.rpc.upsertMessage(
@@ -774,7 +782,7 @@ export class SessionHandle {
         this.opts(),
       ),
     );
-    return { inserted: response.inserted, changed: response.changed, message: await this.written(response.message) };
+    return { inserted: response.inserted, changed: response.changed, message: await this.written(response.message, text) };
   }
 
   /** Deletes messages by id (children are re-parented); returns how many were deleted. */
@@ -965,9 +973,16 @@ export class SessionHandle {
     assembler.finish();
   }
 
-  private async written(written: WrittenMessage | undefined): Promise<Message> {
+  /**
+   * The written message: from the response, else the JSON this call sent when the server says
+   * the omitted JSON is exactly that (`jsonAsSent`), else read back.
+   */
+  private async written(written: WrittenMessage | undefined, sent: string): Promise<Message> {
     if (written === undefined) {
       throw new SessionsError(Code.Internal, "the server returned no stored message");
+    }
+    if (written.jsonOmitted && written.jsonAsSent) {
+      return parseMessage(sent);
     }
     if (written.jsonOmitted) {
       const id = written.info?.id ?? "";

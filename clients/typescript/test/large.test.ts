@@ -95,8 +95,8 @@ test("large update, upsert and import go through pieces too", async () => {
   const updatedBig = bigMessage("u", 5 * MiB);
   methods.length = 0;
   const updated = await s.updateMessage(updatedBig);
-  // UploadMessage, then GetMessage when the stored JSON was too large for the response (json_omitted).
-  assert.equal(methods[0], "UploadMessage");
+  // UploadMessage only: the stored JSON, too large for the response (json_omitted), is the JSON sent (json_as_sent).
+  assert.deepEqual(methods, ["UploadMessage"]);
   assert.ok(!methods.includes("UpdateMessage"));
   assert.equal(JSON.stringify(updated), JSON.stringify(updatedBig));
   assert.equal(await s.updateMessage(bigMessage("absent", 4 * MiB)), null);
@@ -115,4 +115,29 @@ test("large update, upsert and import go through pieces too", async () => {
   const copy = await target.getHistory();
   assert.deepEqual(copy.map((m) => m.id), ["first", "imp", "last"]);
   assert.equal(JSON.stringify(copy[1]), JSON.stringify(imported));
+});
+
+test("a large written message is read back only when the server changed it", async () => {
+  const s = client.object(freshKey()).session();
+  const kept = msg("kept", "k".repeat(5_000_000));
+  methods.length = 0;
+  const appended = await s.appendMessage(kept);
+  assert.deepEqual(appended.message, kept);
+  assert.deepEqual(methods, ["UploadMessage"], "stored as sent: no GetMessage");
+
+  // The server strips OpenAI's ephemeral item id: the stored form differs from what was sent.
+  const stored = msg("changed", "c".repeat(5_000_000));
+  const sent = { ...stored, parts: [{ ...stored.parts[0]!, providerMetadata: { openai: { itemId: "item_1" } } }] };
+  methods.length = 0;
+  const changed = await s.appendMessage(sent);
+  assert.deepEqual(changed.message, stored);
+  assert.deepEqual(methods, ["UploadMessage", "GetMessage"], "changed: read back once");
+
+  // Unary paths too: AppendMessages carries each item's JSON by position.
+  const a = msg("a", "a".repeat(3_000_000));
+  const b = msg("b", "b".repeat(3_000_000));
+  methods.length = 0;
+  const results = await s.appendMessages([a, b]);
+  assert.deepEqual(results.map((r) => r.message), [a, b]);
+  assert.deepEqual(methods, ["AppendMessages"]);
 });
