@@ -240,9 +240,11 @@ class FrameAssembler:
 
 
 def history_request(
-    object_key: str, session_id: str, leaf_id: str | None, newest_first: bool, pointers: bool
+    object_key: str, session_id: str, leaf_id: str | None, newest_first: bool, pointers: bool, limit: int | None
 ) -> pb.StreamHistoryRequest:
     """A StreamHistory request as the clients send it: packed responses."""
+    if limit is not None and not 0 < limit <= 0xFFFFFFFF:
+        raise ValueError(f"limit must be a positive number of messages, got {limit}")
     return pb.StreamHistoryRequest(
         object_key=object_key,
         session_id=session_id,
@@ -250,6 +252,7 @@ def history_request(
         newest_first=newest_first,
         attachments=attachment_mode(pointers),
         max_messages_per_response=PACKED_MESSAGES,
+        max_messages=limit or 0,
     )
 
 

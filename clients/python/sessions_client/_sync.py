@@ -319,10 +319,16 @@ class SessionHandle:
         return [m.message() for m in self._messages(self._stub.GetBranches, request)]
 
     def history(
-        self, *, leaf_id: str | None = None, newest_first: bool = False, pointers: bool = False
+        self,
+        *,
+        leaf_id: str | None = None,
+        newest_first: bool = False,
+        pointers: bool = False,
+        limit: int | None = None,
     ) -> Iterator[Message]:
-        """Streams a path; stop iterating (or close the iterator) to stop the server's reads."""
-        request = history_request(self._key, self.id, leaf_id, newest_first, pointers)
+        """Streams a path; stop iterating (or close the iterator) to stop the server's reads.
+        `limit`: at most that many messages (with newest_first, the newest), read no further."""
+        request = history_request(self._key, self.id, leaf_id, newest_first, pointers, limit)
         decoder = MessageDecoder()
         for response in self._client._stream(self._key, self._stub.StreamHistory, request):
             yield from decoder.messages(response)
@@ -362,9 +368,14 @@ class SessionHandle:
             yield batch
 
     def get_history(
-        self, *, leaf_id: str | None = None, newest_first: bool = False, pointers: bool = False
+        self,
+        *,
+        leaf_id: str | None = None,
+        newest_first: bool = False,
+        pointers: bool = False,
+        limit: int | None = None,
     ) -> list[Message]:
-        request = history_request(self._key, self.id, leaf_id, newest_first, pointers)
+        request = history_request(self._key, self.id, leaf_id, newest_first, pointers, limit)
         decoder = MessageDecoder()
         out: list[Message] = []
         for response in self._client._stream(self._key, self._stub.StreamHistory, request):

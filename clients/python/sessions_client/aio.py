@@ -318,9 +318,14 @@ class SessionHandle:
         return [m.message() async for m in self._messages(self._stub.GetBranches, request)]
 
     async def history(
-        self, *, leaf_id: str | None = None, newest_first: bool = False, pointers: bool = False
+        self,
+        *,
+        leaf_id: str | None = None,
+        newest_first: bool = False,
+        pointers: bool = False,
+        limit: int | None = None,
     ) -> AsyncIterator[Message]:
-        request = history_request(self._key, self.id, leaf_id, newest_first, pointers)
+        request = history_request(self._key, self.id, leaf_id, newest_first, pointers, limit)
         decoder = MessageDecoder()
         async for response in self._client._stream(self._key, self._stub.StreamHistory, request):
             for message in decoder.messages(response):
@@ -361,9 +366,14 @@ class SessionHandle:
             yield batch
 
     async def get_history(
-        self, *, leaf_id: str | None = None, newest_first: bool = False, pointers: bool = False
+        self,
+        *,
+        leaf_id: str | None = None,
+        newest_first: bool = False,
+        pointers: bool = False,
+        limit: int | None = None,
     ) -> list[Message]:
-        request = history_request(self._key, self.id, leaf_id, newest_first, pointers)
+        request = history_request(self._key, self.id, leaf_id, newest_first, pointers, limit)
         decoder = MessageDecoder()
         out: list[Message] = []
         async for response in self._client._stream(self._key, self._stub.StreamHistory, request):

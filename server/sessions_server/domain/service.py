@@ -454,10 +454,31 @@ class SessionsService:
         yield views
 
     async def history(
-        self, object_key: str, session_id: str, *, leaf_id: str = "", newest_first: bool = False, inline: bool = True
+        self,
+        object_key: str,
+        session_id: str,
+        *,
+        leaf_id: str = "",
+        newest_first: bool = False,
+        inline: bool = True,
+        limit: int = 0,
     ) -> AsyncGenerator[list[MessageView], None]:
         """One root-to-leaf path with overlays applied, root first or newest first, in windows:
-        each list is what one read fetched, so a caller can frame it without waiting again."""
+        each list is what one read fetched, so a caller can frame it without waiting again.
+        `limit` (0: none) stops after that many messages; a newest-first walk reads no further."""
+        if limit:
+            async with contextlib.aclosing(
+                self.history(object_key, session_id, leaf_id=leaf_id, newest_first=newest_first, inline=inline)
+                if not newest_first
+                else self._limited_walk(object_key, session_id, leaf_id, inline, limit)
+            ) as windows:
+                remaining = limit
+                async for window in windows:
+                    yield window[:remaining]
+                    remaining -= len(window)
+                    if remaining <= 0:
+                        return
+            return
         self.check_names(object_key, session_id)
         async with self.object(object_key) as store:
             if newest_first:
@@ -614,15 +635,25 @@ class SessionsService:
             counts["row_writes"] = store.row_writes
             return counts
 
+    async def _limited_walk(
+        self, object_key: str, session_id: str, leaf_id: str, inline: bool, limit: int
+    ) -> AsyncGenerator[list[MessageView], None]:
+        self.check_names(object_key, session_id)
+        async with self.object(object_key) as store:
+            async for window in self._walk_from_leaf(store, session_id, leaf_id, inline, limit):
+                yield window
+
     async def _walk_from_leaf(
-        self, store: ObjectStore, session_id: str, leaf_id: str, inline: bool
+        self, store: ObjectStore, session_id: str, leaf_id: str, inline: bool, limit: int = 0
     ) -> AsyncGenerator[list[MessageView], None]:
         """Leaf to root by point reads, one row per step; switches to planned overlays at the
         first row that ends some compaction (everything after it is exact without planning).
         A path the memo holds is streamed from it instead. The first read also takes the walk's
-        first steps, so the newest messages come back after one read."""
+        first steps, so the newest messages come back after one read. With a `limit`, no read
+        takes more rows than the messages still wanted."""
         span_ends: set[str] = set()
         hidden: set[str] = set()
+        wanted = limit or MAX_PATH_DEPTH + 1
 
         def walk(conn: Any, first: str, budget: int, depth: int) -> _WalkStep:
             views: list[MessageView] = []
@@ -651,7 +682,7 @@ class SessionsService:
                 return leaf, records, remembered, None
             span_ends.update(record.to_message_id for record in records)
             hidden.update(_hidden_ids(records))
-            return leaf, records, None, walk(conn, leaf, WALK_FIRST_STEPS, 0)
+            return leaf, records, None, walk(conn, leaf, min(WALK_FIRST_STEPS, wanted), 0)
 
         next_id, records, remembered, step = await store.read(start, quick=True)
         if remembered is not None:  # no walk: the path's messages are likely remembered too
@@ -660,17 +691,18 @@ class SessionsService:
             return
         depth = 0
         steps = WALK_FIRST_STEPS
-        while next_id is not None and depth <= MAX_PATH_DEPTH:
+        while next_id is not None and depth <= MAX_PATH_DEPTH and wanted > 0:
             taken: _WalkStep
             if step is not None:
                 taken, step = step, None
             else:
-                first = next_id
-                taken = await store.read(lambda conn, f=first, b=steps, d=depth: walk(conn, f, b, d))  # type: ignore[misc]
+                first, budget = next_id, min(steps, wanted)
+                taken = await store.read(lambda conn, f=first, b=budget, d=depth: walk(conn, f, b, d))  # type: ignore[misc]
             views, walked, next_id, switch = taken
             depth += walked
             steps = min(steps * 2, WALK_MAX_STEPS)
             if views:
+                wanted -= len(views)
                 yield views
             if switch and next_id is not None:
                 async for window in self._overlaid_prefix(store, session_id, leaf_id, next_id, records, inline):

@@ -350,6 +350,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 leaf_id=request.leaf_id,
                 newest_first=request.newest_first,
                 inline=_inline(request.attachments),
+                limit=request.max_messages,
             )
             batches = (
                 BatchMarker(request.batch_size or DEFAULT_BATCH_SIZE, request.max_batch_bytes or DEFAULT_BATCH_BYTES)

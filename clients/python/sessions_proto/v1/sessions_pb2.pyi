@@ -1325,6 +1325,7 @@ class StreamHistoryRequest(_message.Message):
     MAX_BATCH_BYTES_FIELD_NUMBER: _builtins.int
     ATTACHMENTS_FIELD_NUMBER: _builtins.int
     MAX_MESSAGES_PER_RESPONSE_FIELD_NUMBER: _builtins.int
+    MAX_MESSAGES_FIELD_NUMBER: _builtins.int
     object_key: _builtins.str
     """The object key."""
     session_id: _builtins.str
@@ -1349,6 +1350,10 @@ class StreamHistoryRequest(_message.Message):
     """Pack up to this many messages into one response's `frames` (0 or 1: one message per
     response in `frame`, simplest for grpcurl). Packing saves a frame per message on long reads.
     """
+    max_messages: _builtins.int
+    """Stop after this many messages, in the read's order (0: the whole path). With newest_first,
+    the newest N: the server reads no further, where a cancelled stream has read ahead.
+    """
     def __init__(
         self,
         *,
@@ -1360,10 +1365,11 @@ class StreamHistoryRequest(_message.Message):
         max_batch_bytes: _builtins.int = ...,
         attachments: Global___AttachmentMode.ValueType = ...,
         max_messages_per_response: _builtins.int = ...,
+        max_messages: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attachments", b"attachments", "batch_size", b"batch_size", "leaf_id", b"leaf_id", "max_batch_bytes", b"max_batch_bytes", "max_messages_per_response", b"max_messages_per_response", "newest_first", b"newest_first", "object_key", b"object_key", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attachments", b"attachments", "batch_size", b"batch_size", "leaf_id", b"leaf_id", "max_batch_bytes", b"max_batch_bytes", "max_messages", b"max_messages", "max_messages_per_response", b"max_messages_per_response", "newest_first", b"newest_first", "object_key", b"object_key", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -2548,8 +2548,11 @@ type StreamHistoryRequest struct {
 	// Pack up to this many messages into one response's `frames` (0 or 1: one message per
 	// response in `frame`, simplest for grpcurl). Packing saves a frame per message on long reads.
 	MaxMessagesPerResponse uint32 `protobuf:"varint,8,opt,name=max_messages_per_response,json=maxMessagesPerResponse,proto3" json:"max_messages_per_response,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// Stop after this many messages, in the read's order (0: the whole path). With newest_first,
+	// the newest N: the server reads no further, where a cancelled stream has read ahead.
+	MaxMessages   uint32 `protobuf:"varint,9,opt,name=max_messages,json=maxMessages,proto3" json:"max_messages,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StreamHistoryRequest) Reset() {
@@ -2634,6 +2637,13 @@ func (x *StreamHistoryRequest) GetAttachments() AttachmentMode {
 func (x *StreamHistoryRequest) GetMaxMessagesPerResponse() uint32 {
 	if x != nil {
 		return x.MaxMessagesPerResponse
+	}
+	return 0
+}
+
+func (x *StreamHistoryRequest) GetMaxMessages() uint32 {
+	if x != nil {
+		return x.MaxMessages
 	}
 	return 0
 }
@@ -5451,7 +5461,7 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"\x19max_messages_per_response\x18\x05 \x01(\rR\x16maxMessagesPerResponse\"y\n" +
 	"\x13GetBranchesResponse\x12/\n" +
 	"\x05frame\x18\x01 \x01(\v2\x19.sessions.v1.MessageFrameR\x05frame\x121\n" +
-	"\x06frames\x18\x02 \x03(\v2\x19.sessions.v1.MessageFrameR\x06frames\"\xd1\x02\n" +
+	"\x06frames\x18\x02 \x03(\v2\x19.sessions.v1.MessageFrameR\x06frames\"\xf4\x02\n" +
 	"\x14StreamHistoryRequest\x12\x1d\n" +
 	"\n" +
 	"object_key\x18\x01 \x01(\tR\tobjectKey\x12\x1d\n" +
@@ -5463,7 +5473,8 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"batch_size\x18\x05 \x01(\rR\tbatchSize\x12&\n" +
 	"\x0fmax_batch_bytes\x18\x06 \x01(\x04R\rmaxBatchBytes\x12=\n" +
 	"\vattachments\x18\a \x01(\x0e2\x1b.sessions.v1.AttachmentModeR\vattachments\x129\n" +
-	"\x19max_messages_per_response\x18\b \x01(\rR\x16maxMessagesPerResponse\"\x98\x01\n" +
+	"\x19max_messages_per_response\x18\b \x01(\rR\x16maxMessagesPerResponse\x12!\n" +
+	"\fmax_messages\x18\t \x01(\rR\vmaxMessages\"\x98\x01\n" +
 	"\x15StreamHistoryResponse\x12/\n" +
 	"\x05frame\x18\x01 \x01(\v2\x19.sessions.v1.MessageFrameR\x05frame\x12\x1b\n" +
 	"\tbatch_end\x18\x02 \x01(\bR\bbatchEnd\x121\n" +
