@@ -674,14 +674,17 @@ def print_rows(rows: list[Row], out: Callable[[str], None] = print) -> None:
 PACKED = 400
 
 
-def newest_first(stub: Any, key: str, take: int) -> tuple[float, float]:
+def newest_first(stub: Any, key: str, take: int, *, limited: bool = False) -> tuple[float, float]:
     """(seconds to the first message, seconds to `take` messages) of a newest-first StreamHistory
-    through the generated stub, which is then cancelled."""
+    through the generated stub, which is then cancelled. `limited` asks for `take` messages
+    (`max_messages`), so the server stops there; otherwise it streams on until the cancel."""
     from sessions_client._common import routing_metadata
     from sessions_proto.v1 import sessions_pb2 as pb
 
     t = timer()
-    request = pb.StreamHistoryRequest(object_key=key, newest_first=True, max_messages_per_response=PACKED)
+    request = pb.StreamHistoryRequest(
+        object_key=key, newest_first=True, max_messages_per_response=PACKED, max_messages=take if limited else 0
+    )
     call = stub.StreamHistory(request, metadata=routing_metadata(key))
     first = 0.0
     got = 0
