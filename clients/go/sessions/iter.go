@@ -5,6 +5,8 @@ import (
 	"io"
 	"iter"
 
+	"google.golang.org/grpc/codes"
+
 	pb "github.com/sessions-dev/sessions/clients/go/gen/sessions/v1"
 )
 
@@ -33,12 +35,20 @@ type HistoryIterator struct {
 }
 
 // History streams a path: the active branch by default (WithLeaf for another), root first
-// (NewestFirst for the other way). Errors, including a failure to start the call, come from Err
-// once Next returns false.
+// (NewestFirst for the other way), all of it or at most WithLimit messages. Errors, including a
+// failure to start the call, come from Err once Next returns false.
 func (s *Session) History(ctx context.Context, opts ...ReadOption) *HistoryIterator {
 	o := newReadOptions(opts)
 	sctx, cancel := context.WithCancel(s.object.routed(ctx))
 	it := &HistoryIterator{cancel: cancel}
+	var maxMessages uint32
+	if o.limit != nil {
+		if *o.limit == 0 {
+			it.finish(clientError(codes.InvalidArgument, ReasonInvalidField, "limit must be a positive number of messages, got 0"))
+			return it
+		}
+		maxMessages = *o.limit
+	}
 	stream, err := s.client.stub.StreamHistory(sctx, &pb.StreamHistoryRequest{
 		ObjectKey:              s.object.key,
 		SessionId:              s.id,
@@ -46,6 +56,7 @@ func (s *Session) History(ctx context.Context, opts ...ReadOption) *HistoryItera
 		NewestFirst:            o.newestFirst,
 		Attachments:            attachmentMode(o),
 		MaxMessagesPerResponse: packedMessages,
+		MaxMessages:            maxMessages,
 	})
 	if err != nil {
 		it.finish(toError(err))

@@ -51,6 +51,7 @@ type readOptions struct {
 	batchSize     uint32
 	maxBatchBytes uint64
 	resumeAfter   uint64
+	limit         *uint32
 
 	includeProgress   bool
 	reconnectAttempts *int
@@ -74,6 +75,13 @@ func WithLeaf(id string) ReadOption {
 // grows with what is read, so stop early when looking for something recent.
 func NewestFirst() ReadOption {
 	return func(o *readOptions) { o.newestFirst = true }
+}
+
+// WithLimit reads at most n messages of a path, in the read's order (History, GetHistory): with
+// NewestFirst, the newest n, and the server reads no further. Without it the whole path is read;
+// WithLimit(0) is an error (codes.InvalidArgument, ReasonInvalidField), found before any call.
+func WithLimit(n uint32) ReadOption {
+	return func(o *readOptions) { o.limit = &n }
 }
 
 // WithAttachmentPointers leaves stored attachments as `attachment:sha256:<hex>` pointers

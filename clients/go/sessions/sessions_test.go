@@ -5,10 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -185,6 +188,80 @@ func TestReadsOfAPath(t *testing.T) {
 
 	if got := collectHistory(t, s, sessions.WithLeaf("unknown")); len(got) != 0 {
 		t.Fatalf("history of an unknown leaf = %v, want nothing", got)
+	}
+}
+
+// WithLimit keeps the first messages of the read's order: newest first, the newest. WithLimit(0)
+// is refused before any call.
+func TestHistoryLimit(t *testing.T) {
+	ctx := testCtx(t)
+	log := &methodLog{}
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	c, err := sessions.Dial(dctx, server.Addr, sessions.WithBlock(), sessions.WithGRPCOptions(
+		grpc.WithUnaryInterceptor(log.unary), grpc.WithStreamInterceptor(log.stream)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	s := c.Object(objectKey(t)).Session("s")
+	var msgs []any
+	var all, reversed []string
+	for i := range 30 {
+		id := fmt.Sprintf("m%d", i)
+		msgs = append(msgs, textMessage(id, "user", id))
+		all = append(all, id)
+		reversed = append([]string{id}, reversed...)
+	}
+	if _, err := s.AppendMessages(ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
+
+	streamed := func(opts ...sessions.ReadOption) []string {
+		t.Helper()
+		var got []string
+		for m, err := range s.History(ctx, opts...).All() {
+			if err != nil {
+				t.Fatalf("History: %v", err)
+			}
+			got = append(got, m.Info.ID)
+		}
+		return got
+	}
+	cases := []struct {
+		name string
+		opts []sessions.ReadOption
+		want []string
+	}{
+		{"newest first, 3", []sessions.ReadOption{sessions.NewestFirst(), sessions.WithLimit(3)}, []string{"m29", "m28", "m27"}},
+		{"root first, 3", []sessions.ReadOption{sessions.WithLimit(3)}, []string{"m0", "m1", "m2"}},
+		{"larger than the path", []sessions.ReadOption{sessions.WithLimit(1000)}, all},
+		{"newest first, larger than the path", []sessions.ReadOption{sessions.NewestFirst(), sessions.WithLimit(1000)}, reversed},
+		{"the largest", []sessions.ReadOption{sessions.WithLimit(math.MaxUint32)}, all},
+		{"to a leaf", []sessions.ReadOption{sessions.WithLeaf("m4"), sessions.NewestFirst(), sessions.WithLimit(2)}, []string{"m4", "m3"}},
+	}
+	for _, tc := range cases {
+		if got := collectHistory(t, s, tc.opts...); !equalStrings(got, tc.want) {
+			t.Fatalf("GetHistory %s = %v, want %v", tc.name, got, tc.want)
+		}
+		if got := streamed(tc.opts...); !equalStrings(got, tc.want) {
+			t.Fatalf("History %s = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+
+	log.take()
+	got, err := s.GetHistory(ctx, sessions.WithLimit(0))
+	if sessions.Code(err) != codes.InvalidArgument || sessions.Reason(err) != sessions.ReasonInvalidField ||
+		!strings.Contains(err.Error(), "limit must be a positive number of messages") || got != nil {
+		t.Fatalf("GetHistory with WithLimit(0) = %v, %v; want an InvalidArgument error", got, err)
+	}
+	it := s.History(ctx, sessions.NewestFirst(), sessions.WithLimit(0))
+	if it.Next() || sessions.Code(it.Err()) != codes.InvalidArgument || it.Frames() != 0 {
+		t.Fatalf("History with WithLimit(0): err %v", it.Err())
+	}
+	_ = it.Close()
+	if calls := log.take(); len(calls) != 0 {
+		t.Fatalf("WithLimit(0) made calls %v, want none", calls)
 	}
 }
 

@@ -118,9 +118,11 @@ export interface HistoryOptions {
   leafId?: string;
   /** Read from the leaf towards the root. */
   newestFirst?: boolean;
+  /** At most this many messages, in the read's order (with newestFirst, the newest); the server reads no further. */
+  limit?: number;
 }
 
-export interface HistoryBatchOptions extends HistoryOptions {
+export interface HistoryBatchOptions extends Omit<HistoryOptions, "limit"> {
   batchSize?: number;
   maxBatchBytes?: number;
 }
@@ -382,6 +384,15 @@ function sourceValue(source: SourceArg | undefined): Source {
   if (source === undefined || source === "server") return Source.SERVER;
   if (source === "client") return Source.CLIENT;
   throw new TypeError('source must be "server" or "client"');
+}
+
+/** StreamHistory's max_messages for a `limit` option (0: the whole path). */
+function maxMessages(limit: number | undefined): number {
+  if (limit === undefined) return 0;
+  if (!Number.isInteger(limit) || limit <= 0 || limit > 0xffffffff) {
+    throw new RangeError(`limit must be a positive number of messages, got ${String(limit)}`);
+  }
+  return limit;
 }
 
 function createdAtMs(value: number | Date | undefined): bigint {
@@ -865,7 +876,10 @@ export class SessionHandle {
     return out;
   }
 
-  /** Streams one root-to-leaf path; break out of the loop to stop the server's reads. */
+  /**
+   * Streams one root-to-leaf path; break out of the loop to stop the server's reads. `limit`: at
+   * most that many messages (a RangeError, before any call, unless a positive integer < 2^32).
+   */
   async *history(options: HistoryOptions = {}): AsyncGenerator<Message> {
     const request = {
       objectKey: this.key,
@@ -873,6 +887,7 @@ export class SessionHandle {
       leafId: options.leafId ?? "",
       newestFirst: options.newestFirst ?? false,
       maxMessagesPerResponse: PACKED_MESSAGES,
+      maxMessages: maxMessages(options.limit),
     };
     for await (const found of this.messages((o) => this.rpc.streamHistory(request, o))) {
       yield parseMessage(found.json);
@@ -907,7 +922,7 @@ export class SessionHandle {
     if (batch.length > 0) yield batch;
   }
 
-  /** The whole path as an array. */
+  /** The whole path as an array (with `limit`, at most that many messages). */
   async getHistory(options: HistoryOptions = {}): Promise<Message[]> {
     const out: Message[] = [];
     for await (const message of this.history(options)) out.push(message);

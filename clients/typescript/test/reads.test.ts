@@ -93,6 +93,40 @@ describe("history", () => {
     assert.deepEqual(newest, ["m5", "m4", "m3", "m2", "m1", "m0"]);
   });
 
+  test("limit keeps the first messages of the read's order: newest first, the newest", async () => {
+    const calls: string[] = [];
+    const count: Interceptor = (next) => (req) => {
+      calls.push(req.method.name);
+      return next(req);
+    };
+    const s = server.client({ interceptors: [count] }).object(freshKey()).session();
+    const all = Array.from({ length: 30 }, (_, i) => `m${i}`);
+    await s.appendMessages(all.map((id) => msg(id)));
+    assert.deepEqual(ids(await s.getHistory({ newestFirst: true, limit: 3 })), ["m29", "m28", "m27"]);
+    const newest: string[] = [];
+    for await (const m of s.history({ newestFirst: true, limit: 3 })) newest.push(m.id);
+    assert.deepEqual(newest, ["m29", "m28", "m27"]);
+    assert.deepEqual(ids(await s.getHistory({ limit: 3 })), ["m0", "m1", "m2"]);
+    const oldest: string[] = [];
+    for await (const m of s.history({ limit: 3 })) oldest.push(m.id);
+    assert.deepEqual(oldest, ["m0", "m1", "m2"]);
+    assert.deepEqual(ids(await s.getHistory({ limit: 1000 })), all);
+    assert.deepEqual(ids(await s.getHistory({ newestFirst: true, limit: 30 })), [...all].reverse());
+    assert.deepEqual(ids(await s.getHistory({ leafId: "m4", newestFirst: true, limit: 2 })), ["m4", "m3"]);
+    assert.deepEqual(ids(await s.getHistory({ limit: undefined })), all);
+    calls.length = 0;
+    for (const limit of [0, -1, 1.5, 2 ** 32, Number.NaN, Infinity]) {
+      await assert.rejects(s.getHistory({ limit }), (e: unknown) => {
+        assert.ok(e instanceof RangeError);
+        assert.match(e.message, /^limit must be a positive number of messages, got /);
+        return true;
+      });
+      await assert.rejects(s.history({ newestFirst: true, limit }).next(), RangeError);
+    }
+    assert.deepEqual(calls, [], "an invalid limit makes no call");
+    assert.equal((await s.getHistory({ limit: 2 ** 32 - 1 })).length, 30);
+  });
+
   test("getHistoryRowStats gives stored sizes and token estimates root first", async () => {
     const s = await tree();
     const stats = await s.getHistoryRowStats({ leafId: "c" });
