@@ -453,7 +453,7 @@ class SessionsService:
             views = await store.read(run)
         yield views
 
-    async def history(
+    def history(
         self,
         object_key: str,
         session_id: str,
@@ -466,23 +466,16 @@ class SessionsService:
         """One root-to-leaf path with overlays applied, root first or newest first, in windows:
         each list is what one read fetched, so a caller can frame it without waiting again.
         `limit` (0: none) stops after that many messages; a newest-first walk reads no further."""
-        if limit:
-            async with contextlib.aclosing(
-                self.history(object_key, session_id, leaf_id=leaf_id, newest_first=newest_first, inline=inline)
-                if not newest_first
-                else self._limited_walk(object_key, session_id, leaf_id, inline, limit)
-            ) as windows:
-                remaining = limit
-                async for window in windows:
-                    yield window[:remaining]
-                    remaining -= len(window)
-                    if remaining <= 0:
-                        return
-            return
+        windows = self._path_windows(object_key, session_id, leaf_id, newest_first, inline, limit)
+        return _first_messages(windows, limit) if limit else windows
+
+    async def _path_windows(
+        self, object_key: str, session_id: str, leaf_id: str, newest_first: bool, inline: bool, limit: int
+    ) -> AsyncGenerator[list[MessageView], None]:
         self.check_names(object_key, session_id)
         async with self.object(object_key) as store:
             if newest_first:
-                async for window in self._walk_from_leaf(store, session_id, leaf_id, inline):
+                async for window in self._walk_from_leaf(store, session_id, leaf_id, inline, limit):
                     yield window
                 return
 
@@ -634,14 +627,6 @@ class SessionsService:
             counts["file_bytes"] = store.file_bytes()
             counts["row_writes"] = store.row_writes
             return counts
-
-    async def _limited_walk(
-        self, object_key: str, session_id: str, leaf_id: str, inline: bool, limit: int
-    ) -> AsyncGenerator[list[MessageView], None]:
-        self.check_names(object_key, session_id)
-        async with self.object(object_key) as store:
-            async for window in self._walk_from_leaf(store, session_id, leaf_id, inline, limit):
-                yield window
 
     async def _walk_from_leaf(
         self, store: ObjectStore, session_id: str, leaf_id: str, inline: bool, limit: int = 0
@@ -857,6 +842,19 @@ def _appended_row(answered: MessageView, prepared: messages.PreparedMessage) -> 
 # One step of a walk from the leaf: the views read, rows walked, where to go on, and whether the
 # walk reached a row that ends a compaction (from which overlays must be planned).
 _WalkStep = tuple[list[MessageView], int, str | None, bool]
+
+
+async def _first_messages(
+    windows: AsyncGenerator[list[MessageView], None], limit: int
+) -> AsyncGenerator[list[MessageView], None]:
+    """The first `limit` messages of `windows`; the reads behind them stop there."""
+    async with contextlib.aclosing(windows):
+        remaining = limit
+        async for window in windows:
+            yield window[:remaining]
+            remaining -= len(window)
+            if remaining <= 0:
+                return
 
 
 def _hidden_ids(records: Sequence[Compaction]) -> set[str]:
