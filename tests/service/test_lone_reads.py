@@ -5,8 +5,6 @@ walk) run without the hop to the executor, and any other call in flight sends th
 from __future__ import annotations
 
 import itertools
-import sqlite3
-import threading
 from pathlib import Path
 
 import grpc
@@ -17,10 +15,8 @@ from sessions_client import SessionsClient
 from sessions_server.storage import store as store_module
 from tests.conftest import start_server
 from tests.deploy.support import free_port
-from tests.reliability.support import wait_until
 from tests.service.support import text_message
-from tests.service.test_lone_writes import unary_calls_in_flight
-from tests.storage.upstream_schema import object_file
+from tests.service.test_lone_writes import an_append_waiting_for_a_lock
 
 
 @pytest.fixture(autouse=True)
@@ -63,21 +59,10 @@ def test_a_call_in_flight_sends_quick_reads_to_the_executor(tmp_path: Path) -> N
             blocked.append_message(text_message("first"))
             other.append_message(text_message("only"))
             stores = server.running.registry._open
-            # Another connection takes the blocked object's write lock: its next append waits.
-            holder = sqlite3.connect(object_file(tmp_path / "data", "blocked"), isolation_level=None)
-            holder.execute("BEGIN IMMEDIATE")
-            waiting = threading.Thread(target=blocked.append_message, args=(text_message("waited"),))
-            waiting.start()
-            try:
-                assert wait_until(lambda: unary_calls_in_flight(port) == 1, timeout=10)
+            with an_append_waiting_for_a_lock(tmp_path / "data", "blocked", blocked, port):
                 while_busy = stores["other"].inline_reads
                 leaf_while_busy = other.get_latest_leaf()
                 busy_in_place = stores["other"].inline_reads - while_busy
-            finally:
-                holder.execute("ROLLBACK")
-                holder.close()
-                waiting.join(timeout=30)
-            assert wait_until(lambda: unary_calls_in_flight(port) == 0, timeout=10)
             quiet = stores["other"].inline_reads
             leaf_when_quiet = other.get_latest_leaf()
             quiet_in_place = stores["other"].inline_reads - quiet

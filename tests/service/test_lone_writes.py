@@ -6,10 +6,13 @@ stay open idle for long, are not counted."""
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,6 +37,24 @@ def unary_calls_in_flight(port: int) -> float:
     body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     line = next(line for line in body.splitlines() if line.startswith("sessions_rpcs_in_flight "))
     return float(line.split()[1])
+
+
+@contextlib.contextmanager
+def an_append_waiting_for_a_lock(data_dir: Path, object_key: str, session: Any, metrics_port: int) -> Iterator[None]:
+    """Another connection holds `object_key`'s write lock, so an append to it waits in flight
+    (one call counted) until the block ends."""
+    holder = sqlite3.connect(object_file(data_dir, object_key), isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    waiting = threading.Thread(target=session.append_message, args=(text_message("waited"),))
+    waiting.start()
+    try:
+        assert wait_until(lambda: unary_calls_in_flight(metrics_port) == 1, timeout=10)
+        yield
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+        waiting.join(timeout=30)
+    assert wait_until(lambda: unary_calls_in_flight(metrics_port) == 0, timeout=10)
 
 
 def test_a_lone_clients_appends_commit_in_place(tmp_path: Path) -> None:
@@ -68,19 +89,8 @@ def test_a_call_in_flight_sends_other_writes_to_the_writer_thread(tmp_path: Path
             blocked.append_message(text_message("first"))
             other.append_message(text_message("first"))
             assert unary_calls_in_flight(port) == 0
-            # Another connection takes the blocked object's write lock: its next append waits.
-            holder = sqlite3.connect(object_file(tmp_path / "data", "blocked"), isolation_level=None)
-            holder.execute("BEGIN IMMEDIATE")
-            waiting = threading.Thread(target=blocked.append_message, args=(text_message("waited"),))
-            waiting.start()
-            try:
-                assert wait_until(lambda: unary_calls_in_flight(port) == 1, timeout=10)
+            with an_append_waiting_for_a_lock(tmp_path / "data", "blocked", blocked, port):
                 other.append_message(text_message("second"))
-            finally:
-                holder.execute("ROLLBACK")
-                holder.close()
-                waiting.join(timeout=30)
-            assert wait_until(lambda: unary_calls_in_flight(port) == 0, timeout=10)
             stores = server.running.registry._open
             assert (stores["blocked"].inline_writes, stores["other"].inline_writes) == (1, 1)
             assert [m["id"] for m in blocked.get_history()] == ["first", "waited"]

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -195,15 +194,7 @@ func TestReadsOfAPath(t *testing.T) {
 // is refused before any call.
 func TestHistoryLimit(t *testing.T) {
 	ctx := testCtx(t)
-	log := &methodLog{}
-	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	c, err := sessions.Dial(dctx, server.Addr, sessions.WithBlock(), sessions.WithGRPCOptions(
-		grpc.WithUnaryInterceptor(log.unary), grpc.WithStreamInterceptor(log.stream)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	c, log := dialLogged(t, ctx)
 	s := c.Object(objectKey(t)).Session("s")
 	var msgs []any
 	var all, reversed []string

@@ -170,6 +170,21 @@ func (l *methodLog) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.
 	return streamer(ctx, desc, cc, method, opts...)
 }
 
+// dialLogged connects a client whose calls are recorded in the returned log.
+func dialLogged(t *testing.T, ctx context.Context) (*sessions.Client, *methodLog) {
+	t.Helper()
+	log := &methodLog{}
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	c, err := sessions.Dial(dctx, server.Addr, sessions.WithBlock(), sessions.WithGRPCOptions(
+		grpc.WithUnaryInterceptor(log.unary), grpc.WithStreamInterceptor(log.stream)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c, log
+}
+
 func sameJSON(t *testing.T, a, b []byte) bool {
 	t.Helper()
 	var x, y any
@@ -186,15 +201,7 @@ func sameJSON(t *testing.T, a, b []byte) bool {
 // the server stored exactly that (json_as_sent), and reads the message back only otherwise.
 func TestLargeWrittenMessageIsReadBackOnlyWhenChanged(t *testing.T) {
 	ctx := testCtx(t)
-	log := &methodLog{}
-	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	c, err := sessions.Dial(dctx, server.Addr, sessions.WithBlock(), sessions.WithGRPCOptions(
-		grpc.WithUnaryInterceptor(log.unary), grpc.WithStreamInterceptor(log.stream)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	c, log := dialLogged(t, ctx)
 	s := c.Object(objectKey(t)).Session("s")
 
 	kept := textMessage("kept", "user", strings.Repeat("k", 5_000_000))
