@@ -34,7 +34,8 @@ class ObjectRegistry:
         calls_in_flight: Callable[[], int] | None = None,
     ) -> None:
         """`calls_in_flight` counts the requests the server is handling; with it, a store may
-        commit a small write without a thread hop when its caller is alone (`ObjectStore.write`)."""
+        commit a small write, or run a quick read, without a thread hop when its caller is alone
+        (`ObjectStore.write`, `ObjectStore.read`)."""
         self.data_dir = data_dir
         self._feed = feed
         self._calls_in_flight = calls_in_flight

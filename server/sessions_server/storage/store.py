@@ -69,6 +69,11 @@ PROGRESS_STEPS = 200  # SQLite virtual-machine steps between deadline checks of 
 RECENT_WEIGHT = 0.25  # of the newest sample in the running estimates below
 
 
+def _recent(estimate: float, sample: float) -> float:
+    """A running estimate moved toward its newest sample."""
+    return estimate + (sample - estimate) * RECENT_WEIGHT
+
+
 @dataclass(frozen=True, slots=True)
 class Tail:
     """The newest row of a session (the active leaf) and the seq the next row gets."""
@@ -224,7 +229,7 @@ class ObjectStore:
         if size_hint is None or self._calls_in_flight is None:
             return False
         calls = self._calls_in_flight()
-        self._recent_calls += (calls - self._recent_calls) * RECENT_WEIGHT
+        self._recent_calls = _recent(self._recent_calls, calls)
         return (
             calls <= 1
             and self._recent_calls < INLINE_MAX_RECENT_CALLS
@@ -276,8 +281,7 @@ class ObjectStore:
         try:
             return self._run_batch(batch, begun)
         finally:
-            elapsed = time.perf_counter() - started
-            self._commit_seconds += (elapsed - self._commit_seconds) * RECENT_WEIGHT
+            self._commit_seconds = _recent(self._commit_seconds, time.perf_counter() - started)
 
     def _run_batch(self, batch: list[_Job], begun: bool) -> tuple[list[tuple[bool, Any]], list[ChangeEvent]]:
         conn = self._writer
@@ -409,8 +413,7 @@ class ObjectStore:
         return value
 
     def _note_quick_read(self, started: float) -> None:
-        elapsed = time.perf_counter() - started
-        self._quick_read_seconds += (elapsed - self._quick_read_seconds) * RECENT_WEIGHT
+        self._quick_read_seconds = _recent(self._quick_read_seconds, time.perf_counter() - started)
 
     def _read_blocking(self, run: Callable[[sqlite3.Connection], T], quick: bool = False) -> T:
         with self._readers_lock:

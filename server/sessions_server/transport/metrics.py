@@ -49,7 +49,7 @@ class Metrics:
         self.subscribers = Gauge("sessions_subscribers", "Active Subscribe streams", registry=self.registry)
         self.calls_in_flight = Gauge(
             "sessions_rpcs_in_flight",
-            "Calls being handled, but change feeds (Subscribe, health Watch) and bidirectional streams",
+            "Calls being handled, except change feeds (Subscribe, health Watch) and bidirectional streams",
             registry=self.registry,
         )
         self.compactions = Counter(
