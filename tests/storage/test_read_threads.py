@@ -17,7 +17,8 @@ import pytest
 
 from sessions_server.storage import schema
 from sessions_server.storage import store as store_module
-from sessions_server.storage.store import ObjectStore, StorageError
+from sessions_server.storage.rows import StorageError
+from sessions_server.storage.store import ObjectStore, WriteContext
 from tests.storage.test_write_threads import note, opened
 
 
@@ -248,7 +249,9 @@ def open_descriptors(path: Path) -> int:
     return sum(1 for fd in fds.iterdir() if fd.resolve() == path.resolve())
 
 
-def test_closing_the_store_closes_the_connection_for_reads_in_place(tmp_path: Path) -> None:
+def test_reads_in_place_use_the_writers_connection_and_closing_closes_it(tmp_path: Path) -> None:
+    """A read in place opens no connection of its own (a cold object's first read would pay
+    for one): it reads on the writer's, which is idle then."""
     path = tmp_path / "object.sqlite"
 
     async def scenario() -> tuple[ObjectStore, int, int]:
@@ -259,7 +262,66 @@ def test_closing_the_store_closes_the_connection_for_reads_in_place(tmp_path: Pa
 
     store, open_while_open, inline_reads = asyncio.run(scenario())
     assert inline_reads == 1
-    assert open_while_open >= 2  # the writer and the connection for reads in place
+    assert open_while_open == 1  # the writer's connection only
     assert open_descriptors(path) == 0
     with pytest.raises(RuntimeError, match="closed"):
         asyncio.run(store.read(notes_and_thread, quick=True))
+
+
+def test_a_quick_read_while_the_writer_thread_commits_runs_on_the_executor(tmp_path: Path) -> None:
+    """The writer's connection is not idle while a write runs on the writer thread: a quick
+    read then runs on the executor and sees the last committed state, not the write under way."""
+    path = tmp_path / "object.sqlite"
+    started, release = threading.Event(), threading.Event()
+
+    def held_write(ctx: WriteContext) -> None:
+        ctx.conn.execute("INSERT INTO notes (body) VALUES ('uncommitted')")
+        started.set()
+        release.wait(30)
+
+    async def scenario() -> tuple[list[str], int, list[str], int, int]:
+        async with opened(path, lambda: 1) as store:
+            await store.write(note("committed"), size_hint=100)
+            writing = asyncio.ensure_future(store.write(held_write))  # no size hint: the writer thread
+            try:
+                assert await asyncio.get_running_loop().run_in_executor(None, started.wait, 30)
+                during, ran_on = await store.read(notes_and_thread, quick=True)
+                in_place_during = store.inline_reads
+            finally:
+                release.set()
+            await writing
+            after, _ = await store.read(notes_and_thread, quick=True)
+            return during, ran_on, after, in_place_during, store.inline_reads
+
+    during, ran_on, after, in_place_during, in_place_after = asyncio.run(scenario())
+    assert during == ["committed"]
+    assert ran_on != threading.get_ident()
+    assert in_place_during == 0
+    assert after == ["committed", "uncommitted"]
+    assert in_place_after == 1
+
+
+def test_a_read_in_place_leaves_no_time_limit_on_the_writers_connection(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The time limit of a read in place is the read's alone: a write that runs long on the same
+    connection afterwards is not stopped."""
+    monkeypatch.setattr(store_module, "INLINE_MAX_SECONDS", 0.005)
+    path = tmp_path / "object.sqlite"
+
+    def long_write(ctx: WriteContext) -> None:
+        ctx.conn.execute(
+            "INSERT INTO notes (body) SELECT count(*) FROM "
+            "(WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 300000) SELECT i FROM n)"
+        )
+
+    async def scenario() -> tuple[list[str], int]:
+        async with opened(path, lambda: 1) as store:
+            await store.read(notes_and_thread, quick=True)
+            await store.write(long_write)
+            notes, _ = await store.read(notes_and_thread, quick=True)
+            return notes, store.inline_reads
+
+    notes, inline_reads = asyncio.run(scenario())
+    assert notes == ["300000"]
+    assert inline_reads == 2

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Executor
@@ -16,9 +17,12 @@ from pathlib import Path
 
 from sessions_server.storage.feed import FeedSettings
 from sessions_server.storage.paths import object_path
-from sessions_server.storage.store import ObjectStore
+from sessions_server.storage.store import ObjectStore, recent_estimate
 
 DEFAULT_MAX_OPEN_OBJECTS = 256
+# A ready file opens on the calling thread only while this registry's opens of ready files have
+# lately taken at most this long (a cold or slow disk keeps them on the executor).
+INLINE_OPEN_MAX_SECONDS = 0.005
 
 
 class ObjectRegistry:
@@ -33,9 +37,10 @@ class ObjectRegistry:
         feed: FeedSettings | None = None,
         calls_in_flight: Callable[[], int] | None = None,
     ) -> None:
-        """`calls_in_flight` counts the requests the server is handling; with it, a store may
-        commit a small write, or run a quick read, without a thread hop when its caller is alone
-        (`ObjectStore.write`, `ObjectStore.read`)."""
+        """`calls_in_flight` counts the requests the server is handling; with it, the registry
+        may open a ready file, and a store may commit a small write or run a quick read, without
+        a thread hop when its caller is alone (`_open_store`, `ObjectStore.write`,
+        `ObjectStore.read`)."""
         self.data_dir = data_dir
         self._feed = feed
         self._calls_in_flight = calls_in_flight
@@ -45,6 +50,8 @@ class ObjectRegistry:
         self._opening: dict[str, asyncio.Future[ObjectStore]] = {}
         self._closing: set[asyncio.Task[None]] = set()
         self._held: dict[str, asyncio.Event] = {}
+        self._open_seconds = 0.0  # running estimate of one open of a ready file
+        self.inline_opens = 0  # objects opened on the calling thread
 
     @property
     def open_count(self) -> int:
@@ -81,16 +88,7 @@ class ObjectRegistry:
             future: asyncio.Future[ObjectStore] = loop.create_future()
             self._opening[object_key] = future
             try:
-                path = object_path(self.data_dir, object_key)
-                store = await loop.run_in_executor(
-                    self._executor,
-                    ObjectStore.open,
-                    object_key,
-                    path,
-                    self._executor,
-                    self._feed,
-                    self._calls_in_flight,
-                )
+                store = await self._open_store(object_key)
             except BaseException as exc:
                 future.set_exception(exc)
                 future.exception()  # mark retrieved: waiters retry the open themselves
@@ -102,6 +100,40 @@ class ObjectRegistry:
             store.idle.clear()
             future.set_result(store)
             return store
+
+    async def _open_store(self, object_key: str) -> ObjectStore:
+        """Opens the object's file: in place when the server is quiet, the file is ready and
+        this registry's opens of ready files have been quick (see `storage.store`); anything
+        else, and a file that needs creating or upgrading, on the executor."""
+        path = object_path(self.data_dir, object_key)
+        checked = False
+        if (
+            self._calls_in_flight is not None
+            and self._calls_in_flight() <= 1
+            and self._open_seconds <= INLINE_OPEN_MAX_SECONDS
+        ):
+            store = self._open_ready(object_key, path)
+            if store is not None:
+                self.inline_opens += 1
+                return store
+            checked = True
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._open_blocking, object_key, path, checked)
+
+    def _open_ready(self, object_key: str, path: Path) -> ObjectStore | None:
+        """`ObjectStore.open_ready`, timed on either thread, so that once opens are quick again
+        they run in place again."""
+        started = time.perf_counter()
+        store = ObjectStore.open_ready(object_key, path, self._executor, self._feed, self._calls_in_flight)
+        if store is not None:
+            self._open_seconds = recent_estimate(self._open_seconds, time.perf_counter() - started)
+        return store
+
+    def _open_blocking(self, object_key: str, path: Path, ready_checked: bool) -> ObjectStore:
+        store = None if ready_checked else self._open_ready(object_key, path)
+        if store is None:
+            store = ObjectStore.open(object_key, path, self._executor, self._feed, self._calls_in_flight)
+        return store
 
     def _evict_idle(self) -> None:
         if len(self._open) <= self._max_open:

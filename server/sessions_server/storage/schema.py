@@ -112,14 +112,24 @@ class ObjectKeyConflict(Exception):
 BUSY_TIMEOUT_MS = 10_000  # how long a statement waits for another connection's lock
 
 
-def configure_connection(conn: sqlite3.Connection) -> None:
+def configure_connection(conn: sqlite3.Connection, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> None:
     """Settings every connection to an object file needs: WAL, full durability, no FK surprises."""
-    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    conn.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA synchronous = FULL")
     # Every write job runs in a savepoint; with file-backed temp storage SQLite would open (and
     # unlink) a statement journal in the temp directory every few commits.
     conn.execute("PRAGMA temp_store = MEMORY")
+
+
+def is_ready(conn: sqlite3.Connection, object_key: str, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> bool:
+    """Whether the file is an object this service opened before: nothing to create, lift or
+    check (then the connection is configured). Writes nothing to a file in WAL mode."""
+    names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+    if not names >= EXPECTED_OBJECTS:
+        return False
+    configure_connection(conn, busy_timeout_ms)
+    return _is_current(conn, object_key)
 
 
 def initialize(conn: sqlite3.Connection, object_key: str) -> None:

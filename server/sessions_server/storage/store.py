@@ -6,20 +6,24 @@ inside its own SAVEPOINT so one failing job rolls back alone, and all of them ar
 the one COMMIT (one fsync) that makes them durable. Reads run concurrently on their own
 connections, on the executor.
 
-Blocking SQLite work runs on the executor, with two exceptions, both when the whole server is
-quiet: a small write commits, and a quick read runs, on the event loop's thread. Handing such
-work to a thread and back costs two thread wake-ups and an event-loop wake-up from idle, more
-CPU than the work itself, while there is nobody else to serve. A call that arrives meanwhile
-waits for that one short piece of work; under concurrency everything takes the threads.
+Blocking SQLite work runs on the executor, with three exceptions, all when the whole server is
+quiet: a small write commits, a quick read runs, and a file this service opened before opens
+(`open_ready`, called by the registry), on the event loop's thread. Handing such work to a
+thread and back costs two thread wake-ups and an event-loop wake-up from idle, more CPU than
+the work itself, while there is nobody else to serve. A call that arrives meanwhile waits for
+that one short piece of work; under concurrency everything takes the threads.
 - A write commits in place when no other call is in flight (change feeds, which stay open
   idle, do not count), none was at this object's recent writes either, nothing is queued or
   committing on this object, its recent commits were quick and its write lock is free.
   Otherwise it takes the writer thread and commits in a group as above.
 - A read the caller marks quick (a few point reads: a leaf, the first steps of a walk) runs in
-  place when no other call is in flight and this object's recent quick reads were quick. It
-  runs on a connection of its own that never waits for a lock and stops once it has run for
-  INLINE_MAX_SECONDS: a read that meets a lock or runs out of time runs again on the executor,
-  where reads wait and run as long as they need.
+  place when no other call is in flight, nothing is queued or committing on this object and its
+  recent quick reads were quick. It runs on the writer's connection, idle then, so a cold
+  object's first read opens no second connection; it never waits for a lock and stops once it
+  has run for INLINE_MAX_SECONDS: a read that meets a lock or runs out of time runs again on
+  the executor, where reads wait and run as long as they need.
+- An open in place never waits for a lock either, and writes nothing: a file that is locked,
+  missing, or needs its schema created or upgraded opens on the executor.
 
 The tail of a session (its newest row and the next seq) is cached, since finding it scans the
 session's rows. Jobs see a batch-local view; the shared cache changes only after COMMIT, and a
@@ -69,7 +73,7 @@ PROGRESS_STEPS = 200  # SQLite virtual-machine steps between deadline checks of 
 RECENT_WEIGHT = 0.25  # of the newest sample in the running estimates below
 
 
-def _recent(estimate: float, sample: float) -> float:
+def recent_estimate(estimate: float, sample: float) -> float:
     """A running estimate moved toward its newest sample."""
     return estimate + (sample - estimate) * RECENT_WEIGHT
 
@@ -130,7 +134,8 @@ class _Job:
 
 
 class ObjectStore:
-    """An open object file. Create with `ObjectStore.open` (blocking; call on the executor)."""
+    """An open object file. Create with `ObjectStore.open` (blocking; call on the executor) or
+    `ObjectStore.open_ready`."""
 
     def __init__(
         self,
@@ -151,7 +156,6 @@ class ObjectStore:
         self._commit_seconds = 0.0  # running estimate of one commit cycle's wall time
         self.inline_writes = 0  # writes run (and committed, unless they failed) on the calling thread
         self._quick_read_seconds = 0.0  # running estimate of one quick read's wall time
-        self._quick_reader: sqlite3.Connection | None = None  # quick reads in place use only this
         self._quick_deadline = 0.0  # when the quick read in place must stop
         self.inline_reads = 0  # quick reads answered on the calling thread
         self._readers: list[sqlite3.Connection] = []
@@ -182,23 +186,62 @@ class ObjectStore:
         """Opens (creating if needed) the object's file. `calls_in_flight` counts the requests
         the server is handling, the caller's included (see the module docstring)."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        # Not `_connect`: a new file must get its page size before WAL mode creates it.
-        conn = sqlite3.connect(
-            path,
-            isolation_level=None,
-            check_same_thread=False,
-            timeout=schema.BUSY_TIMEOUT_MS / 1000,
-            factory=queries.ObjectConnection,
-        )
+        conn = _connect_writer(path, schema.BUSY_TIMEOUT_MS)
         try:
             schema.initialize(conn, object_key)
+            return cls._around_writer(object_key, path, conn, executor, feed, calls_in_flight)
         except BaseException:
             conn.close()
             raise
-        store = cls(object_key, path, conn, executor, feed, calls_in_flight)
-        store.row_writes = store._row_writes_saved = schema.read_row_writes(conn)
+
+    @classmethod
+    def open_ready(
+        cls,
+        object_key: str,
+        path: Path,
+        executor: Executor,
+        feed: FeedSettings | None = None,
+        calls_in_flight: Callable[[], int] | None = None,
+    ) -> ObjectStore | None:
+        """`open` for a file this service opened before, short enough to run in place: it writes
+        nothing and never waits for a lock. None when the file is missing, needs its schema
+        created or upgraded, or is locked: then `open` it."""
+        if not path.exists():
+            return None
+        conn = _connect_writer(path, 0)
+        try:
+            if not schema.is_ready(conn, object_key, busy_timeout_ms=0):
+                conn.close()
+                return None
+            store = cls._around_writer(object_key, path, conn, executor, feed, calls_in_flight)
+        except sqlite3.Error as exc:
+            conn.close()
+            if getattr(exc, "sqlite_errorcode", 0) & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+                return None
+            raise
+        except BaseException:
+            conn.close()
+            raise
+        store._writer_waits_for_locks = False
+        return store
+
+    @classmethod
+    def _around_writer(
+        cls,
+        object_key: str,
+        path: Path,
+        conn: queries.ObjectConnection,
+        executor: Executor,
+        feed: FeedSettings | None,
+        calls_in_flight: Callable[[], int] | None,
+    ) -> ObjectStore:
+        """The store of an initialized file, around its writer connection (the caller closes
+        `conn` if this raises)."""
+        row_writes = schema.read_row_writes(conn)
         conn.creates_fts = True  # this connection becomes the writer, the only one that creates it
         queries.fts_exists(conn)  # outside any transaction: remembered either way
+        store = cls(object_key, path, conn, executor, feed, calls_in_flight)
+        store.row_writes = store._row_writes_saved = row_writes
         return store
 
     # ── writes ──────────────────────────────────────────────────────────────
@@ -229,7 +272,7 @@ class ObjectStore:
         if size_hint is None or self._calls_in_flight is None:
             return False
         calls = self._calls_in_flight()
-        self._recent_calls = _recent(self._recent_calls, calls)
+        self._recent_calls = recent_estimate(self._recent_calls, calls)
         return (
             calls <= 1
             and self._recent_calls < INLINE_MAX_RECENT_CALLS
@@ -281,7 +324,7 @@ class ObjectStore:
         try:
             return self._run_batch(batch, begun)
         finally:
-            self._commit_seconds = _recent(self._commit_seconds, time.perf_counter() - started)
+            self._commit_seconds = recent_estimate(self._commit_seconds, time.perf_counter() - started)
 
     def _run_batch(self, batch: list[_Job], begun: bool) -> tuple[list[tuple[bool, Any]], list[ChangeEvent]]:
         conn = self._writer
@@ -385,19 +428,23 @@ class ObjectStore:
             self._calls_in_flight is not None
             and self._calls_in_flight() <= 1
             and self._quick_read_seconds <= INLINE_MAX_SECONDS
+            and not self._writing
         )
 
     def _read_here(self, run: Callable[[sqlite3.Connection], T]) -> T:
-        conn = self._quick_reader
-        if conn is None:
-            conn = self._quick_reader = _connect(self.path)
-            conn.execute("PRAGMA query_only = 1")
+        # On the writer's connection: it is idle (nothing queued or committing, and in-place
+        # commits finish before the loop moves on), so it reads the last committed state, and a
+        # freshly opened object needs no second connection (opening one costs about 0.3 ms).
+        conn = self._writer
+        if self._writer_waits_for_locks:
             conn.execute("PRAGMA busy_timeout = 0")  # the event loop must not wait for a lock
-            # A read that outlasts its time in place (huge messages, a cold disk) is stopped
-            # between SQLite steps and runs again on the executor.
-            conn.set_progress_handler(lambda: time.perf_counter() > self._quick_deadline, PROGRESS_STEPS)
+            self._writer_waits_for_locks = False
         started = time.perf_counter()
         self._quick_deadline = started + INLINE_MAX_SECONDS
+        # A read that outlasts its time in place (huge messages, a cold disk) is stopped between
+        # SQLite steps and runs again on the executor. The handler is the read's alone: commits
+        # on this connection must never be interrupted.
+        conn.set_progress_handler(self._past_quick_deadline, PROGRESS_STEPS)
         try:
             value = run(conn)
         except sqlite3.Error as exc:
@@ -406,14 +453,18 @@ class ObjectStore:
                 raise _RunAgain from exc
             raise StorageError(f"storage read failed: {exc}") from exc
         finally:
+            conn.set_progress_handler(None, 0)
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             self._note_quick_read(started)
         self.inline_reads += 1
         return value
 
+    def _past_quick_deadline(self) -> bool:
+        return time.perf_counter() > self._quick_deadline
+
     def _note_quick_read(self, started: float) -> None:
-        self._quick_read_seconds = _recent(self._quick_read_seconds, time.perf_counter() - started)
+        self._quick_read_seconds = recent_estimate(self._quick_read_seconds, time.perf_counter() - started)
 
     def _read_blocking(self, run: Callable[[sqlite3.Connection], T], quick: bool = False) -> T:
         with self._readers_lock:
@@ -496,9 +547,6 @@ class ObjectStore:
     def _close_blocking(self) -> None:
         with self._readers_lock:
             readers, self._readers = self._readers, []
-        if self._quick_reader is not None:
-            readers.append(self._quick_reader)
-            self._quick_reader = None
         for conn in readers:
             conn.close()
         if self.row_writes != self._row_writes_saved:
@@ -512,6 +560,17 @@ class ObjectStore:
                 self._writer.execute("PRAGMA busy_timeout = 0")
                 self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         self._writer.close()
+
+
+def _connect_writer(path: Path, busy_timeout_ms: int) -> queries.ObjectConnection:
+    # Not `_connect`: a new file must get its page size before WAL mode creates it.
+    return sqlite3.connect(
+        path,
+        isolation_level=None,
+        check_same_thread=False,
+        timeout=busy_timeout_ms / 1000,
+        factory=queries.ObjectConnection,
+    )
 
 
 def _connect(path: Path) -> sqlite3.Connection:

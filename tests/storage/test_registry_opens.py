@@ -1,0 +1,230 @@
+"""Where an object opens (storage/registry.py `ObjectRegistry._open_store`).
+
+A file this service opened before opens on the calling thread (the event loop's) when the
+server is quiet and such opens have been quick: a cold object's first request then pays no
+thread hop. A missing file, one that needs its schema created or upgraded, a locked file, and
+every open while other calls are in flight go to the executor."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sessions_server.storage import registry as registry_module
+from sessions_server.storage import schema
+from sessions_server.storage.paths import object_path
+from sessions_server.storage.registry import ObjectRegistry
+from sessions_server.storage.store import ObjectStore, WriteContext
+from tests.storage.upstream_schema import write_upstream_store
+
+KEY = "opened-object"
+
+
+@pytest.fixture(autouse=True)
+def any_open_is_quick(monkeypatch: pytest.MonkeyPatch) -> None:
+    """However slowly this machine opens files, these tests count it as quick (one test below
+    restores the real limit to show what a slow open does)."""
+    monkeypatch.setattr(registry_module, "INLINE_OPEN_MAX_SECONDS", 60.0)
+
+
+@pytest.fixture
+def opens(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool]]:
+    """Every open as (kind, ran on the test's thread): 'ready' for `ObjectStore.open_ready`
+    (None answers are recorded as 'not ready'), 'full' for `ObjectStore.open`."""
+    calls: list[tuple[str, bool]] = []
+    test_thread = threading.get_ident()
+    open_ready, open_full = ObjectStore.open_ready, ObjectStore.open
+
+    def recording_ready(*args: Any) -> ObjectStore | None:
+        store = open_ready(*args)
+        calls.append(("ready" if store is not None else "not ready", threading.get_ident() == test_thread))
+        return store
+
+    def recording_full(*args: Any) -> ObjectStore:
+        calls.append(("full", threading.get_ident() == test_thread))
+        return open_full(*args)
+
+    monkeypatch.setattr(ObjectStore, "open_ready", staticmethod(recording_ready))
+    monkeypatch.setattr(ObjectStore, "open", staticmethod(recording_full))
+    return calls
+
+
+@asynccontextmanager
+async def registry(data_dir: Path, calls_in_flight: Callable[[], int] | None) -> AsyncIterator[ObjectRegistry]:
+    executor = ThreadPoolExecutor(max_workers=2)
+    objects = ObjectRegistry(data_dir, executor, calls_in_flight=calls_in_flight)
+    try:
+        yield objects
+    finally:
+        await objects.close_all()
+        executor.shutdown()
+
+
+def add_note(body: str) -> Callable[[WriteContext], None]:
+    def run(ctx: WriteContext) -> None:
+        ctx.conn.execute("INSERT OR REPLACE INTO _cf_KV (key, value) VALUES (?, ?)", (f"note:{body}", body))
+
+    return run
+
+
+def read_notes(conn: sqlite3.Connection) -> list[str]:
+    return [str(row[0]) for row in conn.execute("SELECT value FROM _cf_KV WHERE key LIKE 'note:%' ORDER BY key")]
+
+
+async def written_and_closed(data_dir: Path, *bodies: str) -> None:
+    """The object, created with these notes, then closed (as the LRU closes an idle object)."""
+    async with registry(data_dir, None) as objects, objects.use(KEY) as store:
+        for body in bodies:
+            await store.write(add_note(body))
+
+
+def test_a_lone_callers_object_opens_in_place_and_works(tmp_path: Path, opens: list[tuple[str, bool]]) -> None:
+    async def scenario() -> tuple[list[str], list[str], int]:
+        await written_and_closed(tmp_path, "a")
+        opens.clear()
+        async with registry(tmp_path, lambda: 1) as objects:
+            async with objects.use(KEY) as store:
+                before = await store.read(read_notes, quick=True)
+                await store.write(add_note("b"), size_hint=100)
+                await store.write(add_note("c"))  # on the writer thread, which waits for locks again
+                after = await store.read(read_notes)
+            return before, after, objects.inline_opens
+
+    before, after, inline_opens = asyncio.run(scenario())
+    assert opens == [("ready", True)]
+    assert inline_opens == 1
+    assert (before, after) == (["a"], ["a", "b", "c"])
+
+
+@pytest.mark.parametrize(
+    "calls",
+    [lambda: 2, None],
+    ids=["another call in flight", "no call count"],
+)
+def test_other_opens_run_on_the_executor(
+    tmp_path: Path, opens: list[tuple[str, bool]], calls: Callable[[], int] | None
+) -> None:
+    async def scenario() -> tuple[list[str], int]:
+        await written_and_closed(tmp_path, "a")
+        opens.clear()
+        async with registry(tmp_path, calls) as objects, objects.use(KEY) as store:
+            return await store.read(read_notes), objects.inline_opens
+
+    notes, inline_opens = asyncio.run(scenario())
+    assert opens == [("ready", False)]
+    assert (notes, inline_opens) == (["a"], 0)
+
+
+def test_a_new_object_is_created_on_the_executor(tmp_path: Path, opens: list[tuple[str, bool]]) -> None:
+    async def scenario() -> tuple[list[str], int]:
+        async with registry(tmp_path, lambda: 1) as objects, objects.use(KEY) as store:
+            await store.write(add_note("first"))
+            return await store.read(read_notes, quick=True), objects.inline_opens
+
+    notes, inline_opens = asyncio.run(scenario())
+    assert opens == [("not ready", True), ("full", False)]
+    assert (notes, inline_opens) == (["first"], 0)
+    assert object_path(tmp_path, KEY).exists()
+
+
+def test_a_file_that_needs_upgrading_is_upgraded_on_the_executor(tmp_path: Path, opens: list[tuple[str, bool]]) -> None:
+    """An upstream-written file lacks this service's additions: checking it in place writes
+    nothing, and the upgrade runs on the executor."""
+    path = object_path(tmp_path, KEY)
+    write_upstream_store(path, [("", "m1", 1, None, "user", '{"id":"m1","role":"user","parts":[]}', 1)])
+    upstream_tables = tables(path)
+
+    async def scenario() -> tuple[set[str], list[str], int]:
+        async with registry(tmp_path, lambda: 1) as objects, objects.use(KEY) as store:
+            return tables(path), await store.read(message_ids), objects.inline_opens
+
+    after_open, ids, inline_opens = asyncio.run(scenario())
+    assert opens == [("not ready", True), ("full", False)]
+    assert (ids, inline_opens) == (["m1"], 0)
+    assert "_sessions_meta" not in upstream_tables
+    assert after_open == upstream_tables | {"_sessions_meta", "_sessions_messages_by_seq"}
+
+
+def message_ids(conn: sqlite3.Connection) -> list[str]:
+    return [str(row[0]) for row in conn.execute("SELECT id FROM cf_agents_session_messages")]
+
+
+def tables(path: Path) -> set[str]:
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
+        return {str(row[0]) for row in conn.execute("SELECT name FROM sqlite_master")}
+
+
+def test_a_locked_file_never_blocks_the_event_loop(tmp_path: Path, opens: list[tuple[str, bool]]) -> None:
+    """Another connection holding the file exclusively makes the open in place give up at once;
+    the open on the executor waits for the lock as usual (here the holder lets go as it begins)."""
+    path = object_path(tmp_path, KEY)
+    asyncio.run(written_and_closed(tmp_path, "a"))
+    opens.clear()
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("PRAGMA locking_mode = EXCLUSIVE")
+    holder.execute("BEGIN EXCLUSIVE")
+    holder.execute("INSERT OR REPLACE INTO _cf_KV (key, value) VALUES ('note:held', 'held')")
+    full_open = ObjectStore.open
+    let_go_at: list[float] = []
+
+    def open_after_letting_go(*args: Any) -> ObjectStore:
+        holder.execute("COMMIT")
+        holder.close()
+        let_go_at.append(time.perf_counter())
+        return full_open(*args)
+
+    async def scenario() -> tuple[list[str], float]:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(ObjectStore, "open", staticmethod(open_after_letting_go))
+            async with registry(tmp_path, lambda: 1) as objects:
+                started = time.perf_counter()
+                async with objects.use(KEY) as store:
+                    return await store.read(read_notes), started
+
+    notes, started = asyncio.run(scenario())
+    assert [kind for kind, _ in opens] == ["not ready", "full"]
+    assert [here for _, here in opens] == [True, False]
+    assert notes == ["a", "held"]
+    assert let_go_at[0] - started < 1.0  # gave up at once; waiting would have taken the busy timeout (10 s)
+
+
+def test_slow_opens_keep_to_the_executor_until_they_are_quick_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, opens: list[tuple[str, bool]]
+) -> None:
+    """An open that took long (a cold disk; here a slow check of the file) sends the next opens
+    to the executor, where they are still timed: once they are quick again, they run in place."""
+    limit = 0.005
+    monkeypatch.setattr(registry_module, "INLINE_OPEN_MAX_SECONDS", limit)
+    is_ready = schema.is_ready
+    slow_once = [True]
+
+    def slow_first_check(*args: Any, **kwargs: Any) -> bool:
+        if slow_once.pop() if slow_once else False:
+            time.sleep(limit * 20)  # stands in for an open that takes this long
+        return is_ready(*args, **kwargs)
+
+    async def scenario() -> list[bool]:
+        await written_and_closed(tmp_path, "a")
+        opens.clear()
+        monkeypatch.setattr(schema, "is_ready", slow_first_check)
+        async with registry(tmp_path, lambda: 1) as objects:
+            for _ in range(40):
+                async with objects.use(KEY):
+                    pass
+                await objects.close_object(KEY)
+        return [here for _, here in opens]
+
+    here = asyncio.run(scenario())
+    assert here[0] is True  # the slow one, in place
+    assert here[1] is False
+    assert here[-1] is True
+    assert all(here[here.index(True, 1) :])
