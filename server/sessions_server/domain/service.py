@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import operator
 import time
 from bisect import bisect_right
@@ -635,7 +636,8 @@ class SessionsService:
         first row that ends some compaction (everything after it is exact without planning).
         A path the memo holds is streamed from it instead. The first read also takes the walk's
         first steps, so the newest messages come back after one read. With a `limit`, no read
-        takes more rows than the messages still wanted."""
+        takes more rows than the messages still wanted. Every read is point reads of at most
+        WALK_MAX_STEPS rows, marked quick: a lone caller's walk reads without thread hops."""
         span_ends: set[str] = set()
         hidden: set[str] = set()
         wanted = limit or MAX_PATH_DEPTH + 1
@@ -681,8 +683,8 @@ class SessionsService:
             if step is not None:
                 taken, step = step, None
             else:
-                first, budget = next_id, min(steps, wanted)
-                taken = await store.read(lambda conn, f=first, b=budget, d=depth: walk(conn, f, b, d))  # type: ignore[misc]
+                read_step = functools.partial(walk, first=next_id, budget=min(steps, wanted), depth=depth)
+                taken = await store.read(read_step, quick=True)
             views, walked, next_id, switch = taken
             depth += walked
             steps = min(steps * 2, WALK_MAX_STEPS)

@@ -16,7 +16,7 @@ that one short piece of work; under concurrency everything takes the threads.
   idle, do not count), none was at this object's recent writes either, nothing is queued or
   committing on this object, its recent commits were quick and its write lock is free.
   Otherwise it takes the writer thread and commits in a group as above.
-- A read the caller marks quick (a few point reads: a leaf, the first steps of a walk) runs in
+- A read the caller marks quick (point reads: a leaf, a walk's steps of up to 64 rows) runs in
   place when no other call is in flight, nothing is queued or committing on this object and its
   recent quick reads were quick. It runs on the writer's connection, idle then, so a cold
   object's first read opens no second connection; it never waits for a lock and stops once it
@@ -411,8 +411,8 @@ class ObjectStore:
 
     async def read(self, run: Callable[[sqlite3.Connection], T], *, quick: bool = False) -> T:
         """Runs `run` with a read connection on the executor. `quick`: the caller knows `run`
-        to be a few point reads, which may then run in place (see the module docstring); `run`
-        must be safe to run twice, as a read is."""
+        to be point reads (a few dozen at most), which may then run in place (see the module
+        docstring); `run` must be safe to run twice, as a read is."""
         if self._closed:
             raise RuntimeError("object store is closed")
         if quick and self._may_read_here():
