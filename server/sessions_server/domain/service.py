@@ -20,6 +20,7 @@ from typing import Any
 
 from sessions_server.domain import attachments, jsjson, keys, messages, paths
 from sessions_server.domain import search as search_rules
+from sessions_server.domain.chunking import utf8_length
 from sessions_server.domain.compactor import Compactor, Summarizer, forget_estimate
 from sessions_server.domain.errors import (
     FailedPrecondition,
@@ -209,7 +210,7 @@ class SessionsService:
 
     def _prepare(self, text: str, from_client: bool, field: str) -> tuple[messages.Message, messages.PreparedMessage]:
         cap = self.limits.max_client_message_bytes
-        if from_client and cap and len(text) > cap // 4 and len(text.encode("utf-8", "surrogatepass")) > cap:
+        if from_client and cap and len(text) > cap // 4 and utf8_length(text) > cap:
             raise exceeded(f"{field} from a client is larger than allowed", "max_client_message_bytes", cap, "bytes")
         message, plain = messages.parse_message(text, field=field)
         check_size(message["id"], self.limits.max_message_id_bytes, "the message id", "max_message_id_bytes", field)
