@@ -325,3 +325,28 @@ def test_a_read_in_place_leaves_no_time_limit_on_the_writers_connection(
     notes, inline_reads = asyncio.run(scenario())
     assert notes == ["300000"]
     assert inline_reads == 2
+
+
+def test_a_read_in_place_never_meets_an_open_write_transaction(tmp_path: Path) -> None:
+    """Should the writer's connection hold a transaction while no write is under way (it never
+    should), a quick read takes the executor: on that connection it would see the uncommitted
+    rows, and its clean-up would roll them back."""
+    path = tmp_path / "object.sqlite"
+
+    async def scenario() -> tuple[list[str], int, bool, list[str]]:
+        async with opened(path, lambda: 1) as store:
+            await store.write(note("committed"), size_hint=100)
+            writer = store._writer
+            writer.execute("BEGIN IMMEDIATE")
+            writer.execute("INSERT INTO notes (body) VALUES ('pending')")
+            during, ran_on = await store.read(notes_and_thread, quick=True)
+            still_open = writer.in_transaction
+            writer.execute("COMMIT")
+            after, _ = await store.read(notes_and_thread, quick=True)
+            return during, ran_on, still_open, after
+
+    during, ran_on, still_open, after = asyncio.run(scenario())
+    assert during == ["committed"]
+    assert ran_on != threading.get_ident()
+    assert still_open
+    assert after == ["committed", "pending"]

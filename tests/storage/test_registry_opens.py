@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, closing
 from pathlib import Path
 from typing import Any
 
@@ -154,12 +154,33 @@ def test_a_file_that_needs_upgrading_is_upgraded_on_the_executor(tmp_path: Path,
     assert after_open == upstream_tables | {"_sessions_meta", "_sessions_messages_by_seq"}
 
 
+def test_a_file_in_rollback_journal_mode_is_switched_to_wal_on_the_executor(
+    tmp_path: Path, opens: list[tuple[str, bool]]
+) -> None:
+    """A copy of an object (an import, a restore) may come in another journal mode; switching it
+    to WAL writes the file, so that open is not one for the event loop's thread."""
+    path = object_path(tmp_path, KEY)
+
+    async def scenario() -> list[str]:
+        await written_and_closed(tmp_path, "a")
+        with closing(sqlite3.connect(path, isolation_level=None)) as conn:
+            conn.execute("PRAGMA journal_mode = DELETE")
+        opens.clear()
+        async with registry(tmp_path, lambda: 1) as objects, objects.use(KEY) as store:
+            return await store.read(read_notes, quick=True)
+
+    assert asyncio.run(scenario()) == ["a"]
+    assert opens == [("not ready", True), ("full", False)]
+    with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
 def message_ids(conn: sqlite3.Connection) -> list[str]:
     return [str(row[0]) for row in conn.execute("SELECT id FROM cf_agents_session_messages")]
 
 
 def tables(path: Path) -> set[str]:
-    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
+    with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
         return {str(row[0]) for row in conn.execute("SELECT name FROM sqlite_master")}
 
 

@@ -124,9 +124,10 @@ def configure_connection(conn: sqlite3.Connection, busy_timeout_ms: int = BUSY_T
 
 def is_ready(conn: sqlite3.Connection, object_key: str, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> bool:
     """Whether the file is an object this service opened before: nothing to create, lift or
-    check (then the connection is configured). Writes nothing to a file in WAL mode."""
+    check (then the connection is configured). Writes nothing: a file not in WAL mode (one
+    copied in, say) is not ready, as switching it to WAL writes."""
     names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
-    if not names >= EXPECTED_OBJECTS:
+    if not names >= EXPECTED_OBJECTS or conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
         return False
     configure_connection(conn, busy_timeout_ms)
     return _is_current(conn, object_key)

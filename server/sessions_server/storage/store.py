@@ -429,6 +429,7 @@ class ObjectStore:
             and self._calls_in_flight() <= 1
             and self._quick_read_seconds <= INLINE_MAX_SECONDS
             and not self._writing
+            and not self._writer.in_transaction
         )
 
     def _read_here(self, run: Callable[[sqlite3.Connection], T]) -> T:
