@@ -5,11 +5,14 @@ run without the hop to the executor, and any other call in flight sends them bac
 from __future__ import annotations
 
 import itertools
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from sessions_client import SessionsClient
 from sessions_server.storage import store as store_module
@@ -50,6 +53,35 @@ def test_a_lone_clients_leaf_and_newest_first_walk_read_in_place(tmp_path: Path)
     # The leaf, and the walk's reads of up to 4, 8, 16 and 32 rows; the forward read (windows of
     # up to 400 rows) on the executor.
     assert in_place == 5
+
+
+def test_an_open_reflection_stream_does_not_make_the_server_busy(tmp_path: Path) -> None:
+    """Bidirectional streams (server reflection, as grpcurl holds one) stay open between
+    requests like change feeds do, so they are not counted as calls in flight either."""
+    server = start_server(tmp_path / "data")  # its own server: no other test's call in flight
+    done = threading.Event()
+
+    def requests() -> Iterator[reflection_pb2.ServerReflectionRequest]:
+        yield reflection_pb2.ServerReflectionRequest(list_services="")
+        done.wait(60)  # the stream stays open until the test is done with it
+
+    try:
+        with SessionsClient(server.address) as client, grpc.insecure_channel(server.address) as channel:
+            session = client.object("lone").session()
+            session.append_message(text_message("only"))
+            reflection = reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo(requests(), timeout=60)
+            assert next(reflection).HasField("list_services_response")  # the stream is in flight
+            store = server.running.registry._open["lone"]
+            before = store.inline_reads
+            leaf = session.get_latest_leaf()
+            in_place = store.inline_reads - before
+            done.set()
+            reflection.cancel()
+    finally:
+        done.set()
+        server.stop()
+    assert leaf is not None and leaf["id"] == "only"
+    assert in_place == 1
 
 
 def test_a_call_in_flight_sends_quick_reads_to_the_executor(tmp_path: Path) -> None:
