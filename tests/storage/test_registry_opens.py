@@ -2,8 +2,8 @@
 
 A file this service opened before opens on the calling thread (the event loop's) when the
 server is quiet and such opens have been quick: a cold object's first request then pays no
-thread hop. A missing file, one that needs its schema created or upgraded, a locked file, and
-every open while other calls are in flight go to the executor."""
+thread hop. A missing file, one that needs its schema created or upgraded, one not in WAL mode,
+a locked file, and every open while other calls are in flight go to the executor."""
 
 from __future__ import annotations
 
