@@ -3,7 +3,8 @@
 A file this service opened before opens on the calling thread (the event loop's) when the
 server is quiet and such opens have been quick: a cold object's first request then pays no
 thread hop. A missing file, one that needs its schema created or upgraded, one not in WAL mode,
-a locked file, and every open while other calls are in flight go to the executor."""
+one with a large WAL, a locked file, and every open while other calls are in flight go to the
+executor."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import pytest
 
 from sessions_server.storage import registry as registry_module
 from sessions_server.storage import schema
+from sessions_server.storage import store as store_module
 from sessions_server.storage.paths import object_path
 from sessions_server.storage.registry import ObjectRegistry
 from sessions_server.storage.store import ObjectStore, WriteContext
@@ -173,6 +175,31 @@ def test_a_file_in_rollback_journal_mode_is_switched_to_wal_on_the_executor(
     assert opens == [("not ready", True), ("full", False)]
     with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_a_file_with_a_large_wal_opens_on_the_executor(tmp_path: Path, opens: list[tuple[str, bool]]) -> None:
+    """After a crash the first open recovers the WAL, reading all of it: a WAL over
+    READY_OPEN_MAX_WAL_BYTES is left to the executor. (Here another connection keeps the WAL
+    from being checkpointed away.)"""
+    path = object_path(tmp_path, KEY)
+    asyncio.run(written_and_closed(tmp_path, "a"))
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        other.execute("PRAGMA wal_autocheckpoint = 0")
+        big = "x" * (store_module.READY_OPEN_MAX_WAL_BYTES + 1)
+        other.execute("INSERT INTO _cf_KV (key, value) VALUES ('note:big', ?)", (big,))
+        assert Path(f"{path}-wal").stat().st_size > store_module.READY_OPEN_MAX_WAL_BYTES
+        opens.clear()
+
+        async def scenario() -> list[str]:
+            async with registry(tmp_path, lambda: 1) as objects, objects.use(KEY) as store:
+                return await store.read(read_notes, quick=True)
+
+        notes = asyncio.run(scenario())
+    finally:
+        other.close()
+    assert [note[:1] for note in notes] == ["a", "x"]
+    assert opens == [("not ready", True), ("full", False)]
 
 
 def message_ids(conn: sqlite3.Connection) -> list[str]:

@@ -23,7 +23,8 @@ that one short piece of work; under concurrency everything takes the threads.
   has run for INLINE_MAX_SECONDS: a read that meets a lock or runs out of time runs again on
   the executor, where reads wait and run as long as they need.
 - An open in place never waits for a lock either, and writes nothing: a file that is locked,
-  missing, or needs its schema created or upgraded opens on the executor.
+  missing, not in WAL mode, needs its schema created or upgraded, or has a large WAL to
+  recover opens on the executor.
 
 The tail of a session (its newest row and the next seq) is cached, since finding it scans the
 session's rows. Jobs see a batch-local view; the shared cache changes only after COMMIT, and a
@@ -70,6 +71,9 @@ INLINE_MAX_SECONDS = 0.005
 # split the group commit that the others are about to join.
 INLINE_MAX_RECENT_CALLS = 1.5
 PROGRESS_STEPS = 200  # SQLite virtual-machine steps between deadline checks of a read in place
+# `open_ready` leaves a file with a larger WAL to `open` on the executor: recovering a WAL reads
+# all of it, beyond what the event loop's thread should wait for.
+READY_OPEN_MAX_WAL_BYTES = 1024 * 1024
 RECENT_WEIGHT = 0.25  # of the newest sample in the running estimates below
 
 
@@ -205,9 +209,13 @@ class ObjectStore:
     ) -> ObjectStore | None:
         """`open` for a file this service opened before, short enough to run in place: it writes
         nothing and never waits for a lock. None when the file is missing, needs its schema
-        created or upgraded, or is locked: then `open` it."""
+        created or upgraded, is locked, or has a large WAL (after a crash, the first open reads
+        all of it to recover): then `open` it."""
         if not path.exists():
             return None
+        with contextlib.suppress(FileNotFoundError):
+            if Path(f"{path}-wal").stat().st_size > READY_OPEN_MAX_WAL_BYTES:
+                return None
         conn = _connect_writer(path, 0)
         try:
             if not schema.is_ready(conn, object_key, busy_timeout_ms=0):
