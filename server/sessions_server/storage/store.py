@@ -209,8 +209,8 @@ class ObjectStore:
     ) -> ObjectStore | None:
         """`open` for a file this service opened before, short enough to run in place: it writes
         nothing and never waits for a lock. None when the file is missing, needs its schema
-        created or upgraded, is locked, or has a large WAL (after a crash, the first open reads
-        all of it to recover): then `open` it."""
+        created or upgraded, is not in WAL mode, is locked, or has a large WAL (after a crash,
+        the first open reads all of it to recover): then `open` it."""
         if not path.exists():
             return None
         with contextlib.suppress(FileNotFoundError):
