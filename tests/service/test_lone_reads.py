@@ -17,9 +17,8 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from sessions_client import SessionsClient
 from sessions_server.storage import store as store_module
 from tests.conftest import start_server
-from tests.deploy.support import free_port
 from tests.service.support import text_message
-from tests.service.test_lone_writes import an_append_waiting_for_a_lock
+from tests.service.test_lone_writes import a_server_with_two_sessions, an_append_waiting_for_a_lock
 
 
 @pytest.fixture(autouse=True)
@@ -85,23 +84,15 @@ def test_an_open_reflection_stream_does_not_make_the_server_busy(tmp_path: Path)
 
 
 def test_a_call_in_flight_sends_quick_reads_to_the_executor(tmp_path: Path) -> None:
-    port = free_port()
-    server = start_server(tmp_path / "data", metrics_listen=f"127.0.0.1:{port}")
-    try:
-        with SessionsClient(server.address) as client:
-            blocked, other = client.object("blocked").session(), client.object("other").session()
-            blocked.append_message(text_message("first"))
-            other.append_message(text_message("only"))
-            stores = server.running.registry._open
-            with an_append_waiting_for_a_lock(tmp_path / "data", "blocked", blocked, port):
-                while_busy = stores["other"].inline_reads
-                leaf_while_busy = other.get_latest_leaf()
-                busy_in_place = stores["other"].inline_reads - while_busy
-            quiet = stores["other"].inline_reads
-            leaf_when_quiet = other.get_latest_leaf()
-            quiet_in_place = stores["other"].inline_reads - quiet
-    finally:
-        server.stop()
+    with a_server_with_two_sessions(tmp_path, "only") as (server, port, blocked, other):
+        stores = server.running.registry._open
+        with an_append_waiting_for_a_lock(tmp_path / "data", "blocked", blocked, port):
+            while_busy = stores["other"].inline_reads
+            leaf_while_busy = other.get_latest_leaf()
+            busy_in_place = stores["other"].inline_reads - while_busy
+        quiet = stores["other"].inline_reads
+        leaf_when_quiet = other.get_latest_leaf()
+        quiet_in_place = stores["other"].inline_reads - quiet
     assert leaf_while_busy is not None and leaf_while_busy["id"] == "only"
     assert leaf_when_quiet is not None and leaf_when_quiet["id"] == "only"
     assert (busy_in_place, quiet_in_place) == (0, 1)

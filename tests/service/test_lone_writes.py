@@ -57,6 +57,22 @@ def an_append_waiting_for_a_lock(data_dir: Path, object_key: str, session: Any, 
     assert wait_until(lambda: unary_calls_in_flight(metrics_port) == 0, timeout=10)
 
 
+@contextlib.contextmanager
+def a_server_with_two_sessions(tmp_path: Path, other_first_id: str) -> Iterator[tuple[Any, int, Any, Any]]:
+    """(server, metrics port, session "blocked", session "other"), each session holding one
+    message ("first", and `other_first_id`): for `an_append_waiting_for_a_lock` on "blocked"."""
+    port = free_port()
+    server = start_server(tmp_path / "data", metrics_listen=f"127.0.0.1:{port}")
+    try:
+        with SessionsClient(server.address) as client:
+            blocked, other = client.object("blocked").session(), client.object("other").session()
+            blocked.append_message(text_message("first"))
+            other.append_message(text_message(other_first_id))
+            yield server, port, blocked, other
+    finally:
+        server.stop()
+
+
 def test_a_lone_clients_appends_commit_in_place(tmp_path: Path) -> None:
     server = start_server(tmp_path / "data")  # its own server: no other test's call in flight
     try:
@@ -81,19 +97,11 @@ def test_a_lone_clients_appends_commit_in_place(tmp_path: Path) -> None:
 
 
 def test_a_call_in_flight_sends_other_writes_to_the_writer_thread(tmp_path: Path) -> None:
-    port = free_port()
-    server = start_server(tmp_path / "data", metrics_listen=f"127.0.0.1:{port}")
-    try:
-        with SessionsClient(server.address) as client:
-            blocked, other = client.object("blocked").session(), client.object("other").session()
-            blocked.append_message(text_message("first"))
-            other.append_message(text_message("first"))
-            assert unary_calls_in_flight(port) == 0
-            with an_append_waiting_for_a_lock(tmp_path / "data", "blocked", blocked, port):
-                other.append_message(text_message("second"))
-            stores = server.running.registry._open
-            assert (stores["blocked"].inline_writes, stores["other"].inline_writes) == (1, 1)
-            assert [m["id"] for m in blocked.get_history()] == ["first", "waited"]
-            assert [m["id"] for m in other.get_history()] == ["first", "second"]
-    finally:
-        server.stop()
+    with a_server_with_two_sessions(tmp_path, "first") as (server, port, blocked, other):
+        assert unary_calls_in_flight(port) == 0
+        with an_append_waiting_for_a_lock(tmp_path / "data", "blocked", blocked, port):
+            other.append_message(text_message("second"))
+        stores = server.running.registry._open
+        assert (stores["blocked"].inline_writes, stores["other"].inline_writes) == (1, 1)
+        assert [m["id"] for m in blocked.get_history()] == ["first", "waited"]
+        assert [m["id"] for m in other.get_history()] == ["first", "second"]
