@@ -51,7 +51,7 @@ MAX_SESSION_VIEW_BYTES = MAX_VIEW_BYTES // 3
 VIEW_OVERHEAD_BYTES = 400
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built per message on every write, and frozen init costs 5x
 class AppendedRow:
     """A committed append as the memo needs it: `bytes` is None when it references attachments
     (their payloads count too, and are not known here)."""

@@ -44,7 +44,7 @@ class PayloadRow:
     data: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built per message on every write, and frozen init costs 5x
 class NewRow:
     """A message ready to write: stored JSON cut into slices, its stamps, the attachment
     payloads it introduces, every address its stored form references, and its search text."""
@@ -92,7 +92,7 @@ class Compaction:
     created_at_ms: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built per message on every write, and frozen init costs 5x
 class AppendOutcome:
     """What an append did: inserted a row, or found the id already present."""
 

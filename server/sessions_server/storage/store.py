@@ -82,7 +82,7 @@ def recent_estimate(estimate: float, sample: float) -> float:
     return estimate + (sample - estimate) * RECENT_WEIGHT
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built per message on every write, and frozen init costs 5x
 class Tail:
     """The newest row of a session (the active leaf) and the seq the next row gets."""
 

@@ -96,12 +96,19 @@ def written_message(
     return out
 
 
+_ONE_BYTE = tuple(bytes((value,)) for value in range(0x80))
+
 # A packed response stops adding whole messages past this many bytes of JSON; big messages still
 # travel as pieces of at most PIECE_BYTES, each in a response of its own.
 PACK_BYTES = 1024 * 1024
 
 
 def _varint(value: int) -> bytes:
+    # Lengths of whole messages and their frames nearly always fit one or two bytes.
+    if value < 0x80:
+        return _ONE_BYTE[value]
+    if value < 0x4000:
+        return bytes(((value & 0x7F) | 0x80, value >> 7))
     out = bytearray()
     while value > 0x7F:
         out.append((value & 0x7F) | 0x80)
