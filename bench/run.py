@@ -210,8 +210,12 @@ class Bench:
         return routing_metadata(key)
 
     def append_items(self, key: str, jsons: list[str], session: str = "") -> None:
+        # As every client sends writes: the server answers without the JSON it stored as sent.
         request = pb.AppendMessagesRequest(
-            object_key=key, session_id=session, items=[pb.AppendItem(message_json=j) for j in jsons]
+            object_key=key,
+            session_id=session,
+            items=[pb.AppendItem(message_json=j) for j in jsons],
+            omit_json_as_sent=True,
         )
         self.stub.AppendMessages(request, metadata=self.md(key))
 
@@ -258,7 +262,7 @@ class Bench:
         key = "serial"
         factory = MessageFactory(1024, prefix="s")
         md = self.md(key)
-        sample = pb.AppendMessageRequest(object_key=key, message_json=factory.json(10**6 - 1))
+        sample = pb.AppendMessageRequest(object_key=key, message_json=factory.json(10**6 - 1), omit_json_as_sent=True)
         payload = sample.SerializeToString()
         raw = raw_store(self.work / "raw-serial.sqlite")
         raw_seq = [0]
@@ -270,7 +274,10 @@ class Bench:
         text = factory.texts[0]
         svc, svc_lat, echo, sql, up, oa, echo_commit = [], [], [], [], [], [], []
         for _ in range(3):  # warm-up
-            self.stub.AppendMessage(pb.AppendMessageRequest(object_key=key, message_json=factory.json()), metadata=md)
+            self.stub.AppendMessage(
+                pb.AppendMessageRequest(object_key=key, message_json=factory.json(), omit_json_as_sent=True),
+                metadata=md,
+            )
             self.echo_call(payload)
             self.echo_commit(payload)
         assert self.server is not None and self.echo is not None
@@ -284,7 +291,10 @@ class Bench:
                     for _ in range(n):
                         t0 = time.perf_counter()
                         self.stub.AppendMessage(
-                            pb.AppendMessageRequest(object_key=key, message_json=factory.json()), metadata=md
+                            pb.AppendMessageRequest(
+                                object_key=key, message_json=factory.json(), omit_json_as_sent=True
+                            ),
+                            metadata=md,
                         )
                         lat.append(time.perf_counter() - t0)
                 svc.append(n / t())
@@ -400,7 +410,10 @@ class Bench:
                 md = routing_metadata(key)
                 factory = factories[index]
                 for _ in range(count):
-                    await call(pb.AppendMessageRequest(object_key=key, message_json=factory.json()), metadata=md)
+                    await call(
+                        pb.AppendMessageRequest(object_key=key, message_json=factory.json(), omit_json_as_sent=True),
+                        metadata=md,
+                    )
 
             await asyncio.gather(*(one(i, 2) for i in range(clients)))  # connect + warm
             t = timer()
@@ -414,7 +427,7 @@ class Bench:
         assert self.server is not None and self.echo is not None
         clients, m = 16, self.n_concurrent
         payload = pb.AppendMessageRequest(
-            object_key="conc-one", message_json=MessageFactory(1024).json(0)
+            object_key="conc-one", message_json=MessageFactory(1024).json(0), omit_json_as_sent=True
         ).SerializeToString()
         one, many, echo = [], [], []
         cpu_one, cpu_many, cpu_echo = CpuMeter(self.server.pid), CpuMeter(self.server.pid), CpuMeter(self.echo.pid)

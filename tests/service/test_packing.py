@@ -261,13 +261,17 @@ def test_only_remembered_reads_keep_responses_within_the_budget(
     outcomes=st.lists(
         st.tuples(st.booleans(), st.integers(min_value=0, max_value=1_200_000), st.booleans(), st.sampled_from("xy")),
         max_size=8,
-    )
+    ),
+    omit=st.booleans(),
 )
 @settings(max_examples=40, deadline=None)
-def test_append_results_encode_as_the_protobuf_types_do(outcomes: list[tuple[bool, int, bool, str]]) -> None:
+def test_append_results_encode_as_the_protobuf_types_do(
+    outcomes: list[tuple[bool, int, bool, str]], omit: bool
+) -> None:
     """Append responses are encoded from the views' frame encodings: the bytes must be what
     the protobuf types give, JSON past the response's budget omitted (and marked as sent when
-    the request carried exactly that JSON), a refused overlay's info present and empty."""
+    the request carried exactly that JSON), JSON as sent omitted when the request asked
+    (`omit`), a refused overlay's info present and empty."""
     results = [
         AppendResult(
             inserted,
@@ -279,16 +283,18 @@ def test_append_results_encode_as_the_protobuf_types_do(outcomes: list[tuple[boo
     budget = framing.ResponseBudget()
     expected = pb.AppendMessagesResponse(
         results=[
-            pb.AppendResult(inserted=r.inserted, message=framing.written_message(r.message, budget, text))
+            pb.AppendResult(inserted=r.inserted, message=framing.written_message(r.message, budget, text, omit))
             for r, text in zip(results, sent, strict=True)
         ]
     )
-    assert framing.encoded_append_results(results, sent) == expected.SerializeToString()
+    assert framing.encoded_append_results(results, sent, omit) == expected.SerializeToString()
     for result, text in zip(results, sent, strict=True):
         single = pb.AppendMessageResponse(
-            inserted=result.inserted, message=framing.written_message(result.message, sent=text)
+            inserted=result.inserted, message=framing.written_message(result.message, sent=text, omit_as_sent=omit)
         )
-        encoded = framing.encoded_append_result(result, framing.ResponseBudget(), pb.AppendMessageResponse, text)
+        encoded = framing.encoded_append_result(result, framing.ResponseBudget(), pb.AppendMessageResponse, text, omit)
         assert encoded == single.SerializeToString()
         if single.message.json_omitted:
             assert single.message.json_as_sent == (text == result.message.json)
+        if omit and text == result.message.json:
+            assert single.message.json_omitted and single.message.json == ""

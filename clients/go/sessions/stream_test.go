@@ -139,8 +139,9 @@ func TestTwentyMegabyteMessageRoundTrip(t *testing.T) {
 
 // methodLog records the name of every RPC a client starts, unary and streaming.
 type methodLog struct {
-	mu    sync.Mutex
-	names []string
+	mu       sync.Mutex
+	names    []string
+	requests []any // unary requests, in order
 }
 
 func (l *methodLog) add(method string) {
@@ -161,6 +162,9 @@ func (l *methodLog) take() []string {
 func (l *methodLog) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
 	invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	l.add(method)
+	l.mu.Lock()
+	l.requests = append(l.requests, req)
+	l.mu.Unlock()
 	return invoker(ctx, method, req, reply, cc, opts...)
 }
 
@@ -234,6 +238,47 @@ func TestLargeWrittenMessageIsReadBackOnlyWhenChanged(t *testing.T) {
 	}
 	if calls := log.take(); !equalStrings(calls, []string{"AppendMessages"}) {
 		t.Fatalf("AppendMessages of messages stored as sent: calls %v", calls)
+	}
+}
+
+// Writes ask the server to leave out JSON it stored as sent (the client holds it), and take a
+// message the server changed from the response, whole, without reading it back.
+func TestWritesAskForJSONAsSentToBeLeftOut(t *testing.T) {
+	ctx := testCtx(t)
+	c, log := dialLogged(t, ctx)
+	s := c.Object(objectKey(t)).Session("s")
+
+	a := textMessage("a", "user", "hi")
+	if res := mustAppend(t, s, a); !bytes.Equal(res.Message.JSON, a) || res.Message.Info.ID != "a" {
+		t.Fatalf("append returned %s (id %q), want %s", res.Message.JSON, res.Message.Info.ID, a)
+	}
+	stored := textMessage("s", "assistant", "reply")
+	sent := bytes.Replace(stored, []byte(`"}]}`), []byte(`","providerMetadata":{"openai":{"itemId":"item_1"}}}]}`), 1)
+	if res := mustAppend(t, s, json.RawMessage(sent)); !sameJSON(t, res.Message.JSON, stored) {
+		t.Fatalf("append of a changed message returned %s, want the stored form %s", res.Message.JSON, stored)
+	}
+	b, d := textMessage("b", "user", "b"), textMessage("d", "user", "d")
+	results, err := s.AppendMessages(ctx, []any{b})
+	if err != nil || len(results) != 1 || !bytes.Equal(results[0].Message.JSON, b) {
+		t.Fatalf("AppendMessages: %v, %v", err, results)
+	}
+	updated := textMessage("a", "user", "new")
+	if res, err := s.UpdateMessage(ctx, updated); err != nil || !res.Found || !bytes.Equal(res.Message.JSON, updated) {
+		t.Fatalf("UpdateMessage: %v, %+v", err, res)
+	}
+	if res, err := s.UpsertMessage(ctx, d); err != nil || !res.Inserted || !bytes.Equal(res.Message.JSON, d) {
+		t.Fatalf("UpsertMessage: %v, %+v", err, res)
+	}
+
+	writes := []string{"AppendMessage", "AppendMessage", "AppendMessages", "UpdateMessage", "UpsertMessage"}
+	if calls := log.take(); !equalStrings(calls, writes) {
+		t.Fatalf("calls %v, want %v (no GetMessage)", calls, writes)
+	}
+	type omitting interface{ GetOmitJsonAsSent() bool }
+	for i, req := range log.requests {
+		if r, ok := req.(omitting); !ok || !r.GetOmitJsonAsSent() {
+			t.Errorf("%s request %T does not ask to omit JSON as sent", writes[i], req)
+		}
 	}
 }
 

@@ -34,12 +34,13 @@ func (s *Session) AppendMessage(ctx context.Context, msg any, opts ...Option) (A
 	}
 	mode, parentID := parentFields(o)
 	req := &pb.AppendMessageRequest{
-		ObjectKey:   s.object.key,
-		SessionId:   s.id,
-		MessageJson: text,
-		ParentMode:  mode,
-		ParentId:    parentID,
-		Source:      pb.Source(o.source),
+		ObjectKey:      s.object.key,
+		SessionId:      s.id,
+		MessageJson:    text,
+		ParentMode:     mode,
+		ParentId:       parentID,
+		Source:         pb.Source(o.source),
+		OmitJsonAsSent: true,
 	}
 	cctx, cancel := s.object.unaryCtx(ctx)
 	defer cancel()
@@ -73,7 +74,7 @@ func (s *Session) AppendMessages(ctx context.Context, msgs []any, opts ...Option
 	cctx, cancel := s.object.unaryCtx(ctx)
 	defer cancel()
 	resp, err := s.client.stub.AppendMessages(cctx, &pb.AppendMessagesRequest{
-		ObjectKey: s.object.key, SessionId: s.id, Items: items,
+		ObjectKey: s.object.key, SessionId: s.id, Items: items, OmitJsonAsSent: true,
 	})
 	if err != nil {
 		return nil, toError(err)
@@ -117,6 +118,7 @@ func (s *Session) UpdateMessage(ctx context.Context, msg any, opts ...Option) (U
 	defer cancel()
 	resp, err := s.client.stub.UpdateMessage(cctx, &pb.UpdateMessageRequest{
 		ObjectKey: s.object.key, SessionId: s.id, MessageJson: text, Source: pb.Source(o.source),
+		OmitJsonAsSent: true,
 	})
 	if err != nil {
 		return UpdateResult{}, toError(err)
@@ -148,12 +150,13 @@ func (s *Session) UpsertMessage(ctx context.Context, msg any, opts ...Option) (U
 	cctx, cancel := s.object.unaryCtx(ctx)
 	defer cancel()
 	resp, err := s.client.stub.UpsertMessage(cctx, &pb.UpsertMessageRequest{
-		ObjectKey:   s.object.key,
-		SessionId:   s.id,
-		MessageJson: text,
-		ParentMode:  mode,
-		ParentId:    parentID,
-		Source:      pb.Source(o.source),
+		ObjectKey:      s.object.key,
+		SessionId:      s.id,
+		MessageJson:    text,
+		ParentMode:     mode,
+		ParentId:       parentID,
+		Source:         pb.Source(o.source),
+		OmitJsonAsSent: true,
 	})
 	if err != nil {
 		return UpsertResult{}, toError(err)
@@ -330,8 +333,9 @@ func (s *Session) upload(ctx context.Context, op pb.UploadOperation, text string
 }
 
 // written turns a write's WrittenMessage into a Message. When the server left the JSON out of
-// the response for being too large for one frame, it is sent (the JSON text this call sent) if
-// the server marks the stored JSON as byte for byte that (json_as_sent), else read back.
+// the response (as this client's writes ask when it is what they sent, or for being too large
+// for one frame), it is sent (the JSON text this call sent) if the server marks the stored JSON
+// as byte for byte that (json_as_sent), else read back.
 func (s *Session) written(ctx context.Context, w *pb.WrittenMessage, sent string) (Message, error) {
 	if !w.GetJsonOmitted() {
 		return Message{JSON: json.RawMessage(w.GetJson()), Info: infoFrom(w.GetInfo())}, nil

@@ -214,6 +214,7 @@ class SessionHandle:
             session_id=self.id,
             message_json=text,
             source=source_value(source),
+            omit_json_as_sent=True,
             **parent_fields(parent_id),
         )
         response = await self._client._call(self._key, self._stub.AppendMessage, request)
@@ -229,7 +230,9 @@ class SessionHandle:
         for index, text in enumerate(texts):
             fields = parent_fields(parent_id if index == 0 else AUTO)
             items.append(pb.AppendItem(message_json=text, source=source_value(source), **fields))
-        request = pb.AppendMessagesRequest(object_key=self._key, session_id=self.id, items=items)
+        request = pb.AppendMessagesRequest(
+            object_key=self._key, session_id=self.id, items=items, omit_json_as_sent=True
+        )
         response = await self._client._call(self._key, self._stub.AppendMessages, request)
         return [
             AppendResult(r.inserted, await self._written(r.message, text), parent_of(r.message.info))
@@ -242,7 +245,11 @@ class SessionHandle:
             upload = await self._upload(pb.UPLOAD_OPERATION_UPDATE, text, AUTO, source)
             return await self._written(upload.message, text) if upload.found else None
         request = pb.UpdateMessageRequest(
-            object_key=self._key, session_id=self.id, message_json=text, source=source_value(source)
+            object_key=self._key,
+            session_id=self.id,
+            message_json=text,
+            source=source_value(source),
+            omit_json_as_sent=True,
         )
         response = await self._client._call(self._key, self._stub.UpdateMessage, request)
         return await self._written(response.message, text) if response.found else None
@@ -259,6 +266,7 @@ class SessionHandle:
             session_id=self.id,
             message_json=text,
             source=source_value(source),
+            omit_json_as_sent=True,
             **parent_fields(parent_id),
         )
         response = await self._client._call(self._key, self._stub.UpsertMessage, request)
@@ -511,7 +519,7 @@ class SessionHandle:
 
     async def _written(self, written: pb.WrittenMessage, sent: str) -> Message:
         """The written message: from the response, else the JSON this call sent when the server
-        says it is exactly that, else read back."""
+        says it is exactly that (writes ask it to leave such JSON out), else read back."""
         if written.json_omitted and written.json_as_sent:
             return MessageWithInfo(written.info, sent).message()
         if written.json_omitted:

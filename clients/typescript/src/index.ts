@@ -720,6 +720,7 @@ export class SessionHandle {
           sessionId: this.id,
           messageJson: text,
           source: sourceValue(options.source),
+          omitJsonAsSent: true,
           ...parentFields(options.parentId),
         },
         this.opts(),
@@ -742,7 +743,7 @@ export class SessionHandle {
       ...parentFields(index === 0 ? options.parentId : undefined),
     }));
     const response = await this.client.call(() =>
-      this.rpc.appendMessages({ objectKey: this.key, sessionId: this.id, items }, this.opts()),
+      this.rpc.appendMessages({ objectKey: this.key, sessionId: this.id, items, omitJsonAsSent: true }, this.opts()),
     );
     if (response.results.length !== texts.length) {
       throw new SessionsError(
@@ -767,7 +768,13 @@ export class SessionHandle {
     }
     const response = await this.client.call(() =>
       this.rpc.updateMessage(
-        { objectKey: this.key, sessionId: this.id, messageJson: text, source: sourceValue(options.source) },
+        {
+          objectKey: this.key,
+          sessionId: this.id,
+          messageJson: text,
+          source: sourceValue(options.source),
+          omitJsonAsSent: true,
+        },
         this.opts(),
       ),
     );
@@ -788,6 +795,7 @@ export class SessionHandle {
           sessionId: this.id,
           messageJson: text,
           source: sourceValue(options.source),
+          omitJsonAsSent: true,
           ...parentFields(options.parentId),
         },
         this.opts(),
@@ -990,7 +998,8 @@ export class SessionHandle {
 
   /**
    * The written message: from the response, else the JSON this call sent when the server says
-   * the omitted JSON is exactly that (`jsonAsSent`), else read back.
+   * the omitted JSON is exactly that (`jsonAsSent`; writes ask it to leave such JSON out), else
+   * read back.
    */
   private async written(written: WrittenMessage | undefined, sent: string): Promise<Message> {
     if (written === undefined) {

@@ -8,11 +8,14 @@ import { TestServer, freshKey, msg } from "./server.js";
 let server: TestServer;
 let client: SessionsClient;
 const methods: string[] = [];
+/** Unary requests as sent, with their method's name. */
+const unaryRequests: Array<{ method: string; message: { omitJsonAsSent?: boolean } }> = [];
 
 before(async () => {
   server = await TestServer.start();
   const record: Interceptor = (next) => (req) => {
     methods.push(req.method.name);
+    if (!req.stream) unaryRequests.push({ method: req.method.name, message: req.message as { omitJsonAsSent?: boolean } });
     return next(req);
   };
   client = server.client({ interceptors: [record] });
@@ -140,4 +143,24 @@ test("a large written message is read back only when the server changed it", asy
   const results = await s.appendMessages([a, b]);
   assert.deepEqual(results.map((r) => r.message), [a, b]);
   assert.deepEqual(methods, ["AppendMessages"]);
+});
+
+test("writes ask the server to leave out JSON stored as sent, and take a changed message whole", async () => {
+  const s = client.object(freshKey()).session();
+  const stored = msg("s", "reply", "assistant");
+  const sent = { ...stored, parts: [{ ...stored.parts[0]!, providerMetadata: { openai: { itemId: "item_1" } } }] };
+  methods.length = 0;
+  unaryRequests.length = 0;
+  assert.deepEqual((await s.appendMessage(msg("a"))).message, msg("a"));
+  assert.deepEqual((await s.appendMessage(sent)).message, stored); // inline: no read back
+  const results = await s.appendMessages([msg("b"), msg("c")]);
+  assert.deepEqual(results.map((r) => r.message), [msg("b"), msg("c")]);
+  assert.deepEqual(await s.updateMessage(msg("a", "new")), msg("a", "new"));
+  assert.deepEqual((await s.upsertMessage(msg("d"))).message, msg("d"));
+  const writes = ["AppendMessage", "AppendMessage", "AppendMessages", "UpdateMessage", "UpsertMessage"];
+  assert.deepEqual(methods, writes, "no GetMessage");
+  assert.deepEqual(
+    unaryRequests.map((r) => [r.method, r.message.omitJsonAsSent]),
+    writes.map((w) => [w, true]),
+  );
 });

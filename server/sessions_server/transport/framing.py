@@ -82,13 +82,14 @@ class ResponseBudget:
 
 
 def written_message(
-    view: MessageView, budget: ResponseBudget | None = None, sent: str | None = None
+    view: MessageView, budget: ResponseBudget | None = None, sent: str | None = None, omit_as_sent: bool = False
 ) -> pb.WrittenMessage:
     """A write's stored message: inline when it fits the response, else omitted (read it back,
-    unless it is `sent`, the JSON the request carried)."""
+    unless it is `sent`, the JSON the request carried). `omit_as_sent`: the request asked to
+    have JSON that is `sent` left out."""
     out = pb.WrittenMessage()
     _fill_info(out.info, view)
-    if (budget or ResponseBudget()).take(json_bytes(view.json)):
+    if not (omit_as_sent and view.json == sent) and (budget or ResponseBudget()).take(json_bytes(view.json)):
         out.json = view.json
     else:
         out.json_omitted = True
@@ -130,29 +131,36 @@ def encoded_frame(view: MessageView) -> bytes:
 
 
 def encoded_append_result(
-    result: AppendResult, budget: ResponseBudget, response_class: Any = pb.AppendResult, sent: str | None = None
+    result: AppendResult,
+    budget: ResponseBudget,
+    response_class: Any = pb.AppendResult,
+    sent: str | None = None,
+    omit_as_sent: bool = False,
 ) -> bytes:
     """`result` encoded as an AppendResult (or an AppendMessageResponse, whose fields are the
     same). A WrittenMessage with its JSON inline has the wire form of a whole-message
-    MessageFrame, so the view's frame encoding serves, and is kept on the view for reads."""
+    MessageFrame, so the view's frame encoding serves, and is kept on the view for reads.
+    `omit_as_sent`: the request asked to have JSON that is `sent` left out."""
     inserted_tag, message_tag = _append_tags(response_class)
     head = inserted_tag + b"\x01" if result.inserted else b""
     view = result.message
-    if budget.take(json_bytes(view.json)):
+    as_sent = view.json == sent
+    if not (omit_as_sent and as_sent) and budget.take(json_bytes(view.json)):
         return head + message_tag + encoded_frame(view)
-    omitted = pb.WrittenMessage(json_omitted=True, json_as_sent=view.json == sent)
+    omitted = pb.WrittenMessage(json_omitted=True, json_as_sent=as_sent)
     _fill_info(omitted.info, view)
     data = omitted.SerializeToString()
     return head + message_tag + _varint(len(data)) + data
 
 
-def encoded_append_results(results: Iterable[AppendResult], sent: Iterable[str]) -> bytes:
+def encoded_append_results(results: Iterable[AppendResult], sent: Iterable[str], omit_as_sent: bool = False) -> bytes:
     """An AppendMessagesResponse of `results`, encoded; JSON beyond one response's budget is
-    omitted (read back by the client, unless it is the item's `sent` JSON)."""
+    omitted (read back by the client, unless it is the item's `sent` JSON), and so is JSON that
+    is the item's `sent` JSON when the request asked for that (`omit_as_sent`)."""
     budget = ResponseBudget()
     out: list[bytes] = []
     for result, text in zip(results, sent, strict=True):
-        data = encoded_append_result(result, budget, sent=text)
+        data = encoded_append_result(result, budget, sent=text, omit_as_sent=omit_as_sent)
         out += (_RESULTS_TAG, _varint(len(data)), data)
     return b"".join(out)
 

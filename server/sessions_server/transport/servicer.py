@@ -133,7 +133,9 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 _parent(request.parent_mode, request.parent_id),
                 from_client=_from_client(request.source),
             )
-            return framing.encoded_append_result(result, framing.ResponseBudget(), pb.AppendMessageResponse, text)
+            return framing.encoded_append_result(
+                result, framing.ResponseBudget(), pb.AppendMessageResponse, text, request.omit_json_as_sent
+            )
 
         return await _unary(context, run)
 
@@ -145,7 +147,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 for item in request.items
             ]
             results = await self._service.append_many(request.object_key, request.session_id, items)
-            return framing.encoded_append_results(results, (item.text for item in items))
+            return framing.encoded_append_results(results, (item.text for item in items), request.omit_json_as_sent)
 
         return await _unary(context, run)
 
@@ -158,7 +160,9 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             )
             response = pb.UpdateMessageResponse(found=result.found, changed=result.changed)
             if result.message is not None:
-                response.message.CopyFrom(framing.written_message(result.message, sent=text))
+                response.message.CopyFrom(
+                    framing.written_message(result.message, sent=text, omit_as_sent=request.omit_json_as_sent)
+                )
             return response
 
         return await _unary(context, run)
@@ -176,7 +180,9 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             )
             response = pb.UpsertMessageResponse(inserted=inserted, changed=result.changed)
             if result.message is not None:
-                response.message.CopyFrom(framing.written_message(result.message, sent=text))
+                response.message.CopyFrom(
+                    framing.written_message(result.message, sent=text, omit_as_sent=request.omit_json_as_sent)
+                )
             return response
 
         return await _unary(context, run)

@@ -419,7 +419,9 @@ class WrittenMessage(_message.Message):
     json: _builtins.str
     """The stored message JSON; empty when `json_omitted`."""
     json_omitted: _builtins.bool
-    """True when the JSON is too large for one response frame; read it with GetMessage."""
+    """True when the JSON is not in this response: it is too large for one response frame (read
+    it with GetMessage), or the request set `omit_json_as_sent` and the JSON is what it sent.
+    """
     json_as_sent: _builtins.bool
     """Set only with `json_omitted`: true when the omitted JSON is byte for byte the message JSON
     this request sent (nothing was sanitized, stripped or re-serialized), so the client can
@@ -485,6 +487,7 @@ class AppendMessageRequest(_message.Message):
     PARENT_MODE_FIELD_NUMBER: _builtins.int
     PARENT_ID_FIELD_NUMBER: _builtins.int
     SOURCE_FIELD_NUMBER: _builtins.int
+    OMIT_JSON_AS_SENT_FIELD_NUMBER: _builtins.int
     object_key: _builtins.str
     """The object key."""
     session_id: _builtins.str
@@ -497,6 +500,11 @@ class AppendMessageRequest(_message.Message):
     """The parent for PARENT_MODE_ID (or UNSPECIFIED with a non-empty id)."""
     source: Global___Source.ValueType
     """Who produced the message."""
+    omit_json_as_sent: _builtins.bool
+    """When true, a stored message whose JSON is byte for byte the JSON this request sent comes
+    back without it (`json_omitted` and `json_as_sent` set): the caller already holds it. A
+    message the server changed (sanitized, stripped, re-serialized) still comes back whole.
+    """
     def __init__(
         self,
         *,
@@ -506,10 +514,11 @@ class AppendMessageRequest(_message.Message):
         parent_mode: Global___ParentMode.ValueType = ...,
         parent_id: _builtins.str = ...,
         source: Global___Source.ValueType = ...,
+        omit_json_as_sent: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["message_json", b"message_json", "object_key", b"object_key", "parent_id", b"parent_id", "parent_mode", b"parent_mode", "session_id", b"session_id", "source", b"source"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["message_json", b"message_json", "object_key", b"object_key", "omit_json_as_sent", b"omit_json_as_sent", "parent_id", b"parent_id", "parent_mode", b"parent_mode", "session_id", b"session_id", "source", b"source"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -586,10 +595,16 @@ class AppendMessagesRequest(_message.Message):
     OBJECT_KEY_FIELD_NUMBER: _builtins.int
     SESSION_ID_FIELD_NUMBER: _builtins.int
     ITEMS_FIELD_NUMBER: _builtins.int
+    OMIT_JSON_AS_SENT_FIELD_NUMBER: _builtins.int
     object_key: _builtins.str
     """The object key."""
     session_id: _builtins.str
     """The session id."""
+    omit_json_as_sent: _builtins.bool
+    """When true, a stored message whose JSON is byte for byte the JSON this request sent comes
+    back without it (`json_omitted` and `json_as_sent` set): the caller already holds it. A
+    message the server changed (sanitized, stripped, re-serialized) still comes back whole.
+    """
     @_builtins.property
     def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___AppendItem]:
         """The messages, appended in order in one transaction."""
@@ -600,10 +615,11 @@ class AppendMessagesRequest(_message.Message):
         object_key: _builtins.str = ...,
         session_id: _builtins.str = ...,
         items: _abc.Iterable[Global___AppendItem] | None = ...,
+        omit_json_as_sent: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items", "object_key", b"object_key", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items", "object_key", b"object_key", "omit_json_as_sent", b"omit_json_as_sent", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -643,6 +659,7 @@ class UpdateMessageRequest(_message.Message):
     SESSION_ID_FIELD_NUMBER: _builtins.int
     MESSAGE_JSON_FIELD_NUMBER: _builtins.int
     SOURCE_FIELD_NUMBER: _builtins.int
+    OMIT_JSON_AS_SENT_FIELD_NUMBER: _builtins.int
     object_key: _builtins.str
     """The object key."""
     session_id: _builtins.str
@@ -651,6 +668,11 @@ class UpdateMessageRequest(_message.Message):
     """The new message JSON; its `id` names the message to update."""
     source: Global___Source.ValueType
     """Who produced the message."""
+    omit_json_as_sent: _builtins.bool
+    """When true, a stored message whose JSON is byte for byte the JSON this request sent comes
+    back without it (`json_omitted` and `json_as_sent` set): the caller already holds it. A
+    message the server changed (sanitized, stripped, re-serialized) still comes back whole.
+    """
     def __init__(
         self,
         *,
@@ -658,10 +680,11 @@ class UpdateMessageRequest(_message.Message):
         session_id: _builtins.str = ...,
         message_json: _builtins.str = ...,
         source: Global___Source.ValueType = ...,
+        omit_json_as_sent: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["message_json", b"message_json", "object_key", b"object_key", "session_id", b"session_id", "source", b"source"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["message_json", b"message_json", "object_key", b"object_key", "omit_json_as_sent", b"omit_json_as_sent", "session_id", b"session_id", "source", b"source"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -711,6 +734,7 @@ class UpsertMessageRequest(_message.Message):
     PARENT_MODE_FIELD_NUMBER: _builtins.int
     PARENT_ID_FIELD_NUMBER: _builtins.int
     SOURCE_FIELD_NUMBER: _builtins.int
+    OMIT_JSON_AS_SENT_FIELD_NUMBER: _builtins.int
     object_key: _builtins.str
     """The object key."""
     session_id: _builtins.str
@@ -723,6 +747,11 @@ class UpsertMessageRequest(_message.Message):
     """The parent for PARENT_MODE_ID."""
     source: Global___Source.ValueType
     """Who produced the message."""
+    omit_json_as_sent: _builtins.bool
+    """When true, a stored message whose JSON is byte for byte the JSON this request sent comes
+    back without it (`json_omitted` and `json_as_sent` set): the caller already holds it. A
+    message the server changed (sanitized, stripped, re-serialized) still comes back whole.
+    """
     def __init__(
         self,
         *,
@@ -732,10 +761,11 @@ class UpsertMessageRequest(_message.Message):
         parent_mode: Global___ParentMode.ValueType = ...,
         parent_id: _builtins.str = ...,
         source: Global___Source.ValueType = ...,
+        omit_json_as_sent: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["message_json", b"message_json", "object_key", b"object_key", "parent_id", b"parent_id", "parent_mode", b"parent_mode", "session_id", b"session_id", "source", b"source"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["message_json", b"message_json", "object_key", b"object_key", "omit_json_as_sent", b"omit_json_as_sent", "parent_id", b"parent_id", "parent_mode", b"parent_mode", "session_id", b"session_id", "source", b"source"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

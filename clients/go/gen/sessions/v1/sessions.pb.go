@@ -697,7 +697,8 @@ type WrittenMessage struct {
 	Info *MessageInfo `protobuf:"bytes,1,opt,name=info,proto3" json:"info,omitempty"`
 	// The stored message JSON; empty when `json_omitted`.
 	Json string `protobuf:"bytes,2,opt,name=json,proto3" json:"json,omitempty"`
-	// True when the JSON is too large for one response frame; read it with GetMessage.
+	// True when the JSON is not in this response: it is too large for one response frame (read
+	// it with GetMessage), or the request set `omit_json_as_sent` and the JSON is what it sent.
 	JsonOmitted bool `protobuf:"varint,3,opt,name=json_omitted,json=jsonOmitted,proto3" json:"json_omitted,omitempty"`
 	// Set only with `json_omitted`: true when the omitted JSON is byte for byte the message JSON
 	// this request sent (nothing was sanitized, stripped or re-serialized), so the client can
@@ -834,9 +835,13 @@ type AppendMessageRequest struct {
 	// The parent for PARENT_MODE_ID (or UNSPECIFIED with a non-empty id).
 	ParentId string `protobuf:"bytes,5,opt,name=parent_id,json=parentId,proto3" json:"parent_id,omitempty"`
 	// Who produced the message.
-	Source        Source `protobuf:"varint,6,opt,name=source,proto3,enum=sessions.v1.Source" json:"source,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Source Source `protobuf:"varint,6,opt,name=source,proto3,enum=sessions.v1.Source" json:"source,omitempty"`
+	// When true, a stored message whose JSON is byte for byte the JSON this request sent comes
+	// back without it (`json_omitted` and `json_as_sent` set): the caller already holds it. A
+	// message the server changed (sanitized, stripped, re-serialized) still comes back whole.
+	OmitJsonAsSent bool `protobuf:"varint,7,opt,name=omit_json_as_sent,json=omitJsonAsSent,proto3" json:"omit_json_as_sent,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *AppendMessageRequest) Reset() {
@@ -909,6 +914,13 @@ func (x *AppendMessageRequest) GetSource() Source {
 		return x.Source
 	}
 	return Source_SOURCE_UNSPECIFIED
+}
+
+func (x *AppendMessageRequest) GetOmitJsonAsSent() bool {
+	if x != nil {
+		return x.OmitJsonAsSent
+	}
+	return false
 }
 
 // Response for AppendMessage.
@@ -1047,9 +1059,13 @@ type AppendMessagesRequest struct {
 	// The session id.
 	SessionId string `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// The messages, appended in order in one transaction.
-	Items         []*AppendItem `protobuf:"bytes,3,rep,name=items,proto3" json:"items,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Items []*AppendItem `protobuf:"bytes,3,rep,name=items,proto3" json:"items,omitempty"`
+	// When true, a stored message whose JSON is byte for byte the JSON this request sent comes
+	// back without it (`json_omitted` and `json_as_sent` set): the caller already holds it. A
+	// message the server changed (sanitized, stripped, re-serialized) still comes back whole.
+	OmitJsonAsSent bool `protobuf:"varint,4,opt,name=omit_json_as_sent,json=omitJsonAsSent,proto3" json:"omit_json_as_sent,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *AppendMessagesRequest) Reset() {
@@ -1101,6 +1117,13 @@ func (x *AppendMessagesRequest) GetItems() []*AppendItem {
 		return x.Items
 	}
 	return nil
+}
+
+func (x *AppendMessagesRequest) GetOmitJsonAsSent() bool {
+	if x != nil {
+		return x.OmitJsonAsSent
+	}
+	return false
 }
 
 // Response for AppendMessages.
@@ -1159,9 +1182,13 @@ type UpdateMessageRequest struct {
 	// The new message JSON; its `id` names the message to update.
 	MessageJson string `protobuf:"bytes,3,opt,name=message_json,json=messageJson,proto3" json:"message_json,omitempty"`
 	// Who produced the message.
-	Source        Source `protobuf:"varint,4,opt,name=source,proto3,enum=sessions.v1.Source" json:"source,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Source Source `protobuf:"varint,4,opt,name=source,proto3,enum=sessions.v1.Source" json:"source,omitempty"`
+	// When true, a stored message whose JSON is byte for byte the JSON this request sent comes
+	// back without it (`json_omitted` and `json_as_sent` set): the caller already holds it. A
+	// message the server changed (sanitized, stripped, re-serialized) still comes back whole.
+	OmitJsonAsSent bool `protobuf:"varint,5,opt,name=omit_json_as_sent,json=omitJsonAsSent,proto3" json:"omit_json_as_sent,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *UpdateMessageRequest) Reset() {
@@ -1220,6 +1247,13 @@ func (x *UpdateMessageRequest) GetSource() Source {
 		return x.Source
 	}
 	return Source_SOURCE_UNSPECIFIED
+}
+
+func (x *UpdateMessageRequest) GetOmitJsonAsSent() bool {
+	if x != nil {
+		return x.OmitJsonAsSent
+	}
+	return false
 }
 
 // Response for UpdateMessage.
@@ -1300,9 +1334,13 @@ type UpsertMessageRequest struct {
 	// The parent for PARENT_MODE_ID.
 	ParentId string `protobuf:"bytes,5,opt,name=parent_id,json=parentId,proto3" json:"parent_id,omitempty"`
 	// Who produced the message.
-	Source        Source `protobuf:"varint,6,opt,name=source,proto3,enum=sessions.v1.Source" json:"source,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Source Source `protobuf:"varint,6,opt,name=source,proto3,enum=sessions.v1.Source" json:"source,omitempty"`
+	// When true, a stored message whose JSON is byte for byte the JSON this request sent comes
+	// back without it (`json_omitted` and `json_as_sent` set): the caller already holds it. A
+	// message the server changed (sanitized, stripped, re-serialized) still comes back whole.
+	OmitJsonAsSent bool `protobuf:"varint,7,opt,name=omit_json_as_sent,json=omitJsonAsSent,proto3" json:"omit_json_as_sent,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *UpsertMessageRequest) Reset() {
@@ -1375,6 +1413,13 @@ func (x *UpsertMessageRequest) GetSource() Source {
 		return x.Source
 	}
 	return Source_SOURCE_UNSPECIFIED
+}
+
+func (x *UpsertMessageRequest) GetOmitJsonAsSent() bool {
+	if x != nil {
+		return x.OmitJsonAsSent
+	}
+	return false
 }
 
 // Response for UpsertMessage.
@@ -5315,7 +5360,7 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"jsonAsSent\"a\n" +
 	"\fAppendResult\x12\x1a\n" +
 	"\binserted\x18\x01 \x01(\bR\binserted\x125\n" +
-	"\amessage\x18\x02 \x01(\v2\x1b.sessions.v1.WrittenMessageR\amessage\"\xfb\x01\n" +
+	"\amessage\x18\x02 \x01(\v2\x1b.sessions.v1.WrittenMessageR\amessage\"\xa6\x02\n" +
 	"\x14AppendMessageRequest\x12\x1d\n" +
 	"\n" +
 	"object_key\x18\x01 \x01(\tR\tobjectKey\x12\x1d\n" +
@@ -5325,7 +5370,8 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"\vparent_mode\x18\x04 \x01(\x0e2\x17.sessions.v1.ParentModeR\n" +
 	"parentMode\x12\x1b\n" +
 	"\tparent_id\x18\x05 \x01(\tR\bparentId\x12+\n" +
-	"\x06source\x18\x06 \x01(\x0e2\x13.sessions.v1.SourceR\x06source\"j\n" +
+	"\x06source\x18\x06 \x01(\x0e2\x13.sessions.v1.SourceR\x06source\x12)\n" +
+	"\x11omit_json_as_sent\x18\a \x01(\bR\x0eomitJsonAsSent\"j\n" +
 	"\x15AppendMessageResponse\x12\x1a\n" +
 	"\binserted\x18\x01 \x01(\bR\binserted\x125\n" +
 	"\amessage\x18\x02 \x01(\v2\x1b.sessions.v1.WrittenMessageR\amessage\"\xb3\x01\n" +
@@ -5335,26 +5381,28 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"\vparent_mode\x18\x02 \x01(\x0e2\x17.sessions.v1.ParentModeR\n" +
 	"parentMode\x12\x1b\n" +
 	"\tparent_id\x18\x03 \x01(\tR\bparentId\x12+\n" +
-	"\x06source\x18\x04 \x01(\x0e2\x13.sessions.v1.SourceR\x06source\"\x84\x01\n" +
+	"\x06source\x18\x04 \x01(\x0e2\x13.sessions.v1.SourceR\x06source\"\xaf\x01\n" +
 	"\x15AppendMessagesRequest\x12\x1d\n" +
 	"\n" +
 	"object_key\x18\x01 \x01(\tR\tobjectKey\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x02 \x01(\tR\tsessionId\x12-\n" +
-	"\x05items\x18\x03 \x03(\v2\x17.sessions.v1.AppendItemR\x05items\"M\n" +
+	"\x05items\x18\x03 \x03(\v2\x17.sessions.v1.AppendItemR\x05items\x12)\n" +
+	"\x11omit_json_as_sent\x18\x04 \x01(\bR\x0eomitJsonAsSent\"M\n" +
 	"\x16AppendMessagesResponse\x123\n" +
-	"\aresults\x18\x01 \x03(\v2\x19.sessions.v1.AppendResultR\aresults\"\xa4\x01\n" +
+	"\aresults\x18\x01 \x03(\v2\x19.sessions.v1.AppendResultR\aresults\"\xcf\x01\n" +
 	"\x14UpdateMessageRequest\x12\x1d\n" +
 	"\n" +
 	"object_key\x18\x01 \x01(\tR\tobjectKey\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x02 \x01(\tR\tsessionId\x12!\n" +
 	"\fmessage_json\x18\x03 \x01(\tR\vmessageJson\x12+\n" +
-	"\x06source\x18\x04 \x01(\x0e2\x13.sessions.v1.SourceR\x06source\"~\n" +
+	"\x06source\x18\x04 \x01(\x0e2\x13.sessions.v1.SourceR\x06source\x12)\n" +
+	"\x11omit_json_as_sent\x18\x05 \x01(\bR\x0eomitJsonAsSent\"~\n" +
 	"\x15UpdateMessageResponse\x12\x14\n" +
 	"\x05found\x18\x01 \x01(\bR\x05found\x12\x18\n" +
 	"\achanged\x18\x02 \x01(\bR\achanged\x125\n" +
-	"\amessage\x18\x03 \x01(\v2\x1b.sessions.v1.WrittenMessageR\amessage\"\xfb\x01\n" +
+	"\amessage\x18\x03 \x01(\v2\x1b.sessions.v1.WrittenMessageR\amessage\"\xa6\x02\n" +
 	"\x14UpsertMessageRequest\x12\x1d\n" +
 	"\n" +
 	"object_key\x18\x01 \x01(\tR\tobjectKey\x12\x1d\n" +
@@ -5364,7 +5412,8 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"\vparent_mode\x18\x04 \x01(\x0e2\x17.sessions.v1.ParentModeR\n" +
 	"parentMode\x12\x1b\n" +
 	"\tparent_id\x18\x05 \x01(\tR\bparentId\x12+\n" +
-	"\x06source\x18\x06 \x01(\x0e2\x13.sessions.v1.SourceR\x06source\"\x84\x01\n" +
+	"\x06source\x18\x06 \x01(\x0e2\x13.sessions.v1.SourceR\x06source\x12)\n" +
+	"\x11omit_json_as_sent\x18\a \x01(\bR\x0eomitJsonAsSent\"\x84\x01\n" +
 	"\x15UpsertMessageResponse\x12\x1a\n" +
 	"\binserted\x18\x01 \x01(\bR\binserted\x12\x18\n" +
 	"\achanged\x18\x02 \x01(\bR\achanged\x125\n" +
