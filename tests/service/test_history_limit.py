@@ -3,6 +3,7 @@ N, read no further (the client's `limit`)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -27,6 +28,9 @@ def test_a_limit_keeps_the_first_messages_of_either_order(session: Any, transcri
     assert ids(session.get_history(newest_first=True, limit=limit)) == newest[:limit]
     assert ids(session.get_history(limit=limit)) == transcript[:limit]
     assert ids(session.history(newest_first=True, limit=limit)) == newest[:limit]
+    batches = list(session.history_batches(batch_size=2, newest_first=True, limit=limit))
+    assert [id_ for batch in batches for id_ in ids(batch)] == newest[:limit]
+    assert all(0 < len(batch) <= 2 for batch in batches)
 
 
 def test_a_limited_read_carries_a_large_message_whole(session: Any, transcript: list[str]) -> None:
@@ -45,3 +49,19 @@ def test_the_client_refuses_a_limit_that_is_not_a_positive_count(session: Any) -
     for limit in (0, -1, 2**32):
         with pytest.raises(ValueError, match="limit"):
             session.get_history(limit=limit)
+        with pytest.raises(ValueError, match="limit"):
+            next(session.history_batches(limit=limit))
+
+
+def test_the_asyncio_client_limits_batched_reads(live_server: Any, object_key: str) -> None:
+    from sessions_client.aio import SessionsClient
+
+    async def scenario() -> list[list[str]]:
+        async with SessionsClient(live_server.address) as client:
+            session = client.object(object_key).session()
+            await session.append_messages([text_message(f"m{i}") for i in range(10)])
+            with pytest.raises(ValueError, match="limit"):
+                await anext(session.history_batches(limit=0))
+            return [ids(batch) async for batch in session.history_batches(batch_size=3, limit=7)]
+
+    assert asyncio.run(scenario()) == [["m0", "m1", "m2"], ["m3", "m4", "m5"], ["m6"]]

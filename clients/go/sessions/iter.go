@@ -34,6 +34,18 @@ type HistoryIterator struct {
 	done   bool
 }
 
+// maxMessages is StreamHistory's max_messages for the options: 0 (the whole path) without
+// WithLimit, an error for WithLimit(0).
+func (o *readOptions) maxMessages() (uint32, error) {
+	if o.limit == nil {
+		return 0, nil
+	}
+	if *o.limit == 0 {
+		return 0, clientError(codes.InvalidArgument, ReasonInvalidField, "limit must be a positive number of messages, got 0")
+	}
+	return *o.limit, nil
+}
+
 // History streams a path: the active branch by default (WithLeaf for another), root first
 // (NewestFirst for the other way), all of it or at most WithLimit messages. Errors, including a
 // failure to start the call, come from Err once Next returns false.
@@ -41,13 +53,10 @@ func (s *Session) History(ctx context.Context, opts ...ReadOption) *HistoryItera
 	o := newReadOptions(opts)
 	sctx, cancel := context.WithCancel(s.object.routed(ctx))
 	it := &HistoryIterator{cancel: cancel}
-	var maxMessages uint32
-	if o.limit != nil {
-		if *o.limit == 0 {
-			it.finish(clientError(codes.InvalidArgument, ReasonInvalidField, "limit must be a positive number of messages, got 0"))
-			return it
-		}
-		maxMessages = *o.limit
+	maxMessages, err := o.maxMessages()
+	if err != nil {
+		it.finish(err)
+		return it
 	}
 	stream, err := s.client.stub.StreamHistory(sctx, &pb.StreamHistoryRequest{
 		ObjectKey:              s.object.key,
@@ -154,7 +163,8 @@ type BatchIterator struct {
 }
 
 // HistoryBatches streams a path in batches of at most WithBatchSize messages (default 50) and
-// WithMaxBatchBytes JSON bytes (default 4 MiB; a larger message forms a batch alone).
+// WithMaxBatchBytes JSON bytes (default 4 MiB; a larger message forms a batch alone), all of it
+// or at most WithLimit messages.
 func (s *Session) HistoryBatches(ctx context.Context, opts ...ReadOption) *BatchIterator {
 	o := newReadOptions(opts)
 	if o.batchSize == 0 {
@@ -165,6 +175,11 @@ func (s *Session) HistoryBatches(ctx context.Context, opts ...ReadOption) *Batch
 	}
 	sctx, cancel := context.WithCancel(s.object.routed(ctx))
 	it := &BatchIterator{cancel: cancel}
+	maxMessages, err := o.maxMessages()
+	if err != nil {
+		it.finish(err)
+		return it
+	}
 	stream, err := s.client.stub.StreamHistory(sctx, &pb.StreamHistoryRequest{
 		ObjectKey:              s.object.key,
 		SessionId:              s.id,
@@ -174,6 +189,7 @@ func (s *Session) HistoryBatches(ctx context.Context, opts ...ReadOption) *Batch
 		MaxBatchBytes:          o.maxBatchBytes,
 		Attachments:            attachmentMode(o),
 		MaxMessagesPerResponse: packedMessages,
+		MaxMessages:            maxMessages,
 	})
 	if err != nil {
 		it.finish(toError(err))

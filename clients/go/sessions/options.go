@@ -77,9 +77,10 @@ func NewestFirst() ReadOption {
 	return func(o *readOptions) { o.newestFirst = true }
 }
 
-// WithLimit reads at most n messages of a path, in the read's order (History, GetHistory): with
-// NewestFirst, the newest n, and the server reads no further. Without it the whole path is read;
-// WithLimit(0) is an error (codes.InvalidArgument, ReasonInvalidField), found before any call.
+// WithLimit reads at most n messages of a path, in the read's order (History, HistoryBatches,
+// GetHistory): with NewestFirst, the newest n, and the server reads no further. Without it the
+// whole path is read; WithLimit(0) is an error (codes.InvalidArgument, ReasonInvalidField),
+// found before any call.
 func WithLimit(n uint32) ReadOption {
 	return func(o *readOptions) { o.limit = &n }
 }

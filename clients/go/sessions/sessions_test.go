@@ -231,6 +231,19 @@ func TestHistoryLimit(t *testing.T) {
 		{"the largest", []sessions.ReadOption{sessions.WithLimit(math.MaxUint32)}, all},
 		{"to a leaf", []sessions.ReadOption{sessions.WithLeaf("m4"), sessions.NewestFirst(), sessions.WithLimit(2)}, []string{"m4", "m3"}},
 	}
+	batched := func(opts ...sessions.ReadOption) []string {
+		t.Helper()
+		var got []string
+		for batch, err := range s.HistoryBatches(ctx, append(opts, sessions.WithBatchSize(2))...).All() {
+			if err != nil {
+				t.Fatalf("HistoryBatches: %v", err)
+			}
+			for _, m := range batch {
+				got = append(got, m.Info.ID)
+			}
+		}
+		return got
+	}
 	for _, tc := range cases {
 		if got := collectHistory(t, s, tc.opts...); !equalStrings(got, tc.want) {
 			t.Fatalf("GetHistory %s = %v, want %v", tc.name, got, tc.want)
@@ -238,6 +251,19 @@ func TestHistoryLimit(t *testing.T) {
 		if got := streamed(tc.opts...); !equalStrings(got, tc.want) {
 			t.Fatalf("History %s = %v, want %v", tc.name, got, tc.want)
 		}
+		if got := batched(tc.opts...); !equalStrings(got, tc.want) {
+			t.Fatalf("HistoryBatches %s = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	var sizes []int
+	for batch, err := range s.HistoryBatches(ctx, sessions.WithBatchSize(2), sessions.WithLimit(5)).All() {
+		if err != nil {
+			t.Fatal(err)
+		}
+		sizes = append(sizes, len(batch))
+	}
+	if fmt.Sprint(sizes) != "[2 2 1]" {
+		t.Fatalf("HistoryBatches of 5 in twos: batch sizes %v, want [2 2 1]", sizes)
 	}
 
 	log.take()
@@ -251,6 +277,11 @@ func TestHistoryLimit(t *testing.T) {
 		t.Fatalf("History with WithLimit(0): err %v", it.Err())
 	}
 	_ = it.Close()
+	batches := s.HistoryBatches(ctx, sessions.WithLimit(0))
+	if batches.Next() || sessions.Code(batches.Err()) != codes.InvalidArgument {
+		t.Fatalf("HistoryBatches with WithLimit(0): err %v", batches.Err())
+	}
+	_ = batches.Close()
 	if calls := log.take(); len(calls) != 0 {
 		t.Fatalf("WithLimit(0) made calls %v, want none", calls)
 	}

@@ -348,17 +348,13 @@ class SessionHandle:
         leaf_id: str | None = None,
         newest_first: bool = False,
         pointers: bool = False,
+        limit: int | None = None,
     ) -> AsyncIterator[list[Message]]:
-        request = pb.StreamHistoryRequest(
-            object_key=self._key,
-            session_id=self.id,
-            leaf_id=leaf_id or "",
-            newest_first=newest_first,
-            batch_size=max(1, int(batch_size)),
-            max_batch_bytes=max(1, int(max_batch_bytes)),
-            attachments=attachment_mode(pointers),
-            max_messages_per_response=PACKED_MESSAGES,
-        )
+        """A path in batches the server marks (`batch_size` messages, `max_batch_bytes` of JSON;
+        a larger message is a batch alone). `limit`: at most that many messages, as `history`."""
+        request = history_request(self._key, self.id, leaf_id, newest_first, pointers, limit)
+        request.batch_size = max(1, int(batch_size))
+        request.max_batch_bytes = max(1, int(max_batch_bytes))
         batch: list[Message] = []
         assembler = FrameAssembler()
         async for response in self._client._stream(self._key, self._stub.StreamHistory, request):

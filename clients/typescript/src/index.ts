@@ -122,7 +122,7 @@ export interface HistoryOptions {
   limit?: number;
 }
 
-export interface HistoryBatchOptions extends Omit<HistoryOptions, "limit"> {
+export interface HistoryBatchOptions extends HistoryOptions {
   batchSize?: number;
   maxBatchBytes?: number;
 }
@@ -902,7 +902,7 @@ export class SessionHandle {
     }
   }
 
-  /** Streams a path in batches marked by the server (by count and JSON bytes). */
+  /** Streams a path in batches marked by the server (by count and JSON bytes); `limit` as in `history`. */
   async *historyBatches(options: HistoryBatchOptions = {}): AsyncGenerator<Message[]> {
     const request = {
       objectKey: this.key,
@@ -912,6 +912,7 @@ export class SessionHandle {
       batchSize: Math.max(1, Math.trunc(options.batchSize ?? 50)),
       maxBatchBytes: BigInt(Math.max(1, Math.trunc(options.maxBatchBytes ?? 4 * 1024 * 1024))),
       maxMessagesPerResponse: PACKED_MESSAGES,
+      maxMessages: maxMessages(options.limit),
     };
     let batch: Message[] = [];
     const assembler = new FrameAssembler();

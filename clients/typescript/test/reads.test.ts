@@ -91,6 +91,12 @@ describe("history", () => {
     const newest: string[] = [];
     for await (const batch of s.historyBatches({ batchSize: 4, newestFirst: true, leafId: "m5" })) newest.push(...ids(batch));
     assert.deepEqual(newest, ["m5", "m4", "m3", "m2", "m1", "m0"]);
+    const limited: string[][] = [];
+    for await (const batch of s.historyBatches({ batchSize: 2, newestFirst: true, limit: 5 })) limited.push(ids(batch));
+    assert.deepEqual(limited, [["m9", "m8"], ["m7", "m6"], ["m5"]]);
+    await assert.rejects(async () => {
+      for await (const _ of s.historyBatches({ limit: 0 })) void _;
+    }, RangeError);
   });
 
   test("limit keeps the first messages of the read's order: newest first, the newest", async () => {
