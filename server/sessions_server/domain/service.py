@@ -834,8 +834,9 @@ def _appended_row(answered: MessageView, prepared: messages.PreparedMessage) -> 
         return paths.AppendedRow(info, None)
     text = prepared.stored_json
     # What a read of the new row returns is its stored JSON (checked as a read would check it).
-    # When that is what the write answers too, the memo takes the answered view, so the
-    # encoding the transport makes for the answer serves reads as well.
+    # When that is what the write answers too, the memo takes the answered view, so an encoding
+    # the transport makes for the answer serves reads as well (a write that leaves its JSON out
+    # of the answer makes none: the first read does).
     view: MessageView | None = None
     if not attachments.may_hold_pointers(text):
         view = answered if answered.json is text else MessageView(info, text)
