@@ -142,6 +142,18 @@ def _record(monkeypatch: pytest.MonkeyPatch, stub: Any) -> list[tuple[str, Any]]
     return calls
 
 
+def _assert_each_write_asked(calls: list[tuple[str, Any]]) -> None:
+    """The scenario's five writes, no read back, each asking to leave out JSON stored as sent."""
+    assert [name for name, _ in calls] == [
+        "AppendMessage",
+        "AppendMessage",
+        "AppendMessages",
+        "UpdateMessage",
+        "UpsertMessage",
+    ]
+    assert all(request.omit_json_as_sent for _, request in calls)
+
+
 def test_the_python_client_asks_for_json_as_sent_to_be_left_out(session: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     calls = _record(monkeypatch, session._stub)
     sent, stored = _sanitized("s")
@@ -151,14 +163,7 @@ def test_the_python_client_asks_for_json_as_sent_to_be_left_out(session: Any, mo
     assert [r.message for r in results] == [text_message("b"), text_message("c")]
     assert session.update_message(text_message("a", "new")) == text_message("a", "new")
     assert session.upsert_message(text_message("d")).message == text_message("d")
-    assert [name for name, _ in calls] == [
-        "AppendMessage",
-        "AppendMessage",
-        "AppendMessages",
-        "UpdateMessage",
-        "UpsertMessage",
-    ]
-    assert all(request.omit_json_as_sent for _, request in calls)
+    _assert_each_write_asked(calls)
 
 
 def test_the_asyncio_client_asks_for_json_as_sent_to_be_left_out(
@@ -180,11 +185,4 @@ def test_the_asyncio_client_asks_for_json_as_sent_to_be_left_out(
             return calls
 
     calls = asyncio.run(scenario())
-    assert [name for name, _ in calls] == [
-        "AppendMessage",
-        "AppendMessage",
-        "AppendMessages",
-        "UpdateMessage",
-        "UpsertMessage",
-    ]
-    assert all(request.omit_json_as_sent for _, request in calls)
+    _assert_each_write_asked(calls)
