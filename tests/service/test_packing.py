@@ -298,3 +298,21 @@ def test_append_results_encode_as_the_protobuf_types_do(
             assert single.message.json_as_sent == (text == result.message.json)
         if omit and text == result.message.json:
             assert single.message.json_omitted and single.message.json == ""
+
+
+@given(text=st.one_of(st.text(alphabet=st.characters(max_codepoint=0x7F)), st.text()), piece_bytes=st.integers(4, 40))
+@settings(max_examples=300, deadline=None)
+def test_pieces_rejoin_to_the_text_and_stay_under_the_piece_size(text: str, piece_bytes: int) -> None:
+    """ASCII text is cut as it is (a character is a byte), other text on UTF-8 boundaries. A
+    piece holds at least one character (4 bytes; responses cut at 3 MiB)."""
+    pieces = list(framing.split_utf8(text, piece_bytes))
+    assert "".join(pieces) == text
+    assert all(len(p.encode("utf-8", "surrogatepass")) <= piece_bytes for p in pieces)
+    assert all(pieces) or pieces == [""]  # the empty text is one empty piece
+    if text.isascii() and len(text) * 4 > piece_bytes:
+        assert [len(p) for p in pieces] == [min(piece_bytes, len(text) - i) for i in range(0, len(text), piece_bytes)]
+
+
+def test_pieces_must_hold_any_character() -> None:
+    with pytest.raises(ValueError, match="at least 4"):
+        list(framing.split_utf8("€€", 3))

@@ -172,7 +172,9 @@ def to_json(message: Message | str) -> str:
 
 
 def json_size(text: str) -> int:
-    return len(text) if len(text) * 4 <= UNARY_LIMIT_BYTES else len(text.encode("utf-8", "surrogatepass"))
+    if len(text) * 4 <= UNARY_LIMIT_BYTES or text.isascii():
+        return len(text)
+    return len(text.encode("utf-8", "surrogatepass"))
 
 
 def parent_fields(parent_id: ParentArg) -> dict[str, Any]:
@@ -205,6 +207,10 @@ def pieces(text: str) -> Iterator[str]:
     """Cuts JSON text into pieces of at most PIECE_BYTES UTF-8 bytes, on character boundaries."""
     if len(text) * 4 <= PIECE_BYTES:
         yield text
+        return
+    if text.isascii():  # a character is a byte: cut the text itself, no encoded copy
+        for start in range(0, len(text), PIECE_BYTES):
+            yield text[start : start + PIECE_BYTES]
         return
     data = text.encode("utf-8", "surrogatepass")
     start = 0

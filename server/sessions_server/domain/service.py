@@ -984,7 +984,7 @@ class BatchMarker:
     def mark(self, views: Sequence[MessageView]) -> list[tuple[MessageView, bool]]:
         out: list[tuple[MessageView, bool]] = []
         for view in views:
-            size = len(view.json.encode("utf-8", "surrogatepass"))
+            size = utf8_length(view.json)
             if self.previous is not None:
                 closes = self.count >= self.size_limit or self.used + size > self.byte_limit
                 out.append((self.previous, closes))

@@ -21,8 +21,14 @@ Resp = TypeVar("Resp")
 
 def split_utf8(text: str, piece_bytes: int = PIECE_BYTES) -> Iterator[str]:
     """Cuts text into pieces of at most `piece_bytes` UTF-8 bytes, never inside a character."""
+    if piece_bytes < 4:  # a piece must hold the widest character, or the cut could not advance
+        raise ValueError(f"piece_bytes must be at least 4, got {piece_bytes}")
     if len(text) * 4 <= piece_bytes:
         yield text
+        return
+    if text.isascii():  # a character is a byte: cut the text itself, no encoded copy
+        for start in range(0, len(text), piece_bytes):
+            yield text[start : start + piece_bytes]
         return
     data = text.encode("utf-8", "surrogatepass")
     start = 0
