@@ -734,37 +734,50 @@ class Bench:
         if self.oracle is not None and up_key is None:
             up_key = f"recent-{int(time.time())}"
             self.oracle.client.call(up_key, "bulkAppend", {"count": self.n_history, "textBytes": 950, "idPrefix": "h"})
+        remembered_first: list[float] = []
+        remembered_all: list[float] = []
+
+        def sample(firsts: list[float], alls: list[float]) -> None:
+            # Asked as upstream's harness reads (stop after 50): the stream ends there.
+            first, whole = newest_first(self.stub, key, 50, limited=True)
+            firsts.append(first)
+            alls.append(whole)
+            # The machine's floor in the same conditions: a bare gRPC stream's first frame,
+            # also reached after the other processes' calls (a server woken from idle).
+            t = timer()
+            frames = self.echo_stream(b"50 1024")
+            next(frames)
+            echo_first.append(t())
+            frames.cancel()
+            t = timer()
+            cur = conn.execute(q)
+            cur.fetchone()
+            raw_warm.append(t())
+            cur.fetchall()
+            if up_key is not None:
+                t = timer()
+                self.oracle.client.call(
+                    up_key, "history", {"options": {"newestFirst": True}, "limit": 50, "summary": True}
+                )  # type: ignore[union-attr]
+                up.append(t())
+            if openai is not None:
+                t = timer()
+                loop.run_until_complete(openai.get_items(limit=50))
+                oa.append(t())
+
         with self.profile("recent-warm") as prof:
             for _ in range(self.n_recent_samples):
-                # Asked as upstream's harness reads (stop after 50): the stream ends there.
-                first, whole = newest_first(self.stub, key, 50, limited=True)
-                warm_first.append(first)
-                warm_all.append(whole)
-                # The machine's floor in the same conditions: a bare gRPC stream's first frame,
-                # also reached after the other processes' calls (a server woken from idle).
-                t = timer()
-                frames = self.echo_stream(b"50 1024")
-                next(frames)
-                echo_first.append(t())
-                frames.cancel()
-                t = timer()
-                cur = conn.execute(q)
-                cur.fetchone()
-                raw_warm.append(t())
-                cur.fetchall()
-                if up_key is not None:
-                    t = timer()
-                    self.oracle.client.call(
-                        up_key, "history", {"options": {"newestFirst": True}, "limit": 50, "summary": True}
-                    )  # type: ignore[union-attr]
-                    up.append(t())
-                if openai is not None:
-                    t = timer()
-                    loop.run_until_complete(openai.get_items(limit=50))
-                    oa.append(t())
+                sample(warm_first, warm_all)
             # The same read as a stream the client cancels after 50 messages: the server reads on
             # until the cancel arrives, and the next read meets that work.
             unlimited = [newest_first(self.stub, key, 50) for _ in range(self.n_recent_samples // 2)]
+            # An agent reads its whole history after each turn: the server then remembers the
+            # path and its messages, and the last 50 come from memory.
+            request = pb.StreamHistoryRequest(object_key=key, max_messages_per_response=PACKED)
+            for _ in self.stub.StreamHistory(request, metadata=self.md(key)):
+                pass
+            for _ in range(self.n_recent_samples):
+                sample(remembered_first, remembered_all)
         self.keep_profile("recent-warm", prof)
         conn.close()
         with self.profile("recent-cold") as prof:
@@ -815,6 +828,22 @@ class Bench:
                 verdict(wf <= 2.0),
                 notes_w,
                 warm_first,
+            )
+        )
+        rf = 1000 * median(remembered_first)
+        self.add(
+            Row(
+                "last 50 of 10,000 after a whole read (remembered): first message",
+                "ms p50",
+                rf,
+                {"echo stream first frame": 1000 * median(echo_first)},
+                {"vs echo first frame (time)": ratio(median(remembered_first), median(echo_first))},
+                "(report)",
+                "",
+                f"StreamHistory newest_first, max_messages=50, after one whole read of the path; all 50: p50 "
+                f"{1000 * median(remembered_all):.2f} ms; first p90 {1000 * percentile(remembered_first, 90):.2f} ms; "
+                f"{len(remembered_first)} samples",
+                remembered_first,
             )
         )
         self.add(

@@ -4,6 +4,8 @@ the domain over real object files, no gRPC."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,7 @@ import pytest
 from sessions_server.domain import paths
 from sessions_server.domain.service import AppendInput, SessionsService
 from sessions_server.storage import queries
+from sessions_server.storage.paths import object_path
 from sessions_server.storage.registry import ObjectRegistry
 from sessions_server.storage.rows import Parent
 
@@ -56,3 +59,78 @@ def test_a_limited_newest_first_walk_reads_only_the_rows_it_returns(
     got = asyncio.run(read(10))
     assert got == [f"m{i:03d}" for i in range(199, 189, -1)]
     assert rows_read == got
+
+
+def _texts(count: int) -> list[str]:
+    return [f'{{"id":"m{i:03d}","role":"user","parts":[{{"type":"text","text":"{i}"}}]}}' for i in range(count)]
+
+
+async def _read_whole(service: SessionsService, key: str) -> None:
+    """A whole read: the path and its messages are then remembered."""
+    async for _ in service.history(key, ""):
+        pass
+
+
+async def _newest_ids(service: SessionsService, key: str, limit: int) -> list[str]:
+    return [
+        view.info.id
+        async for window in service.history(key, "", newest_first=True, limit=limit)
+        for view in window
+        if view.info is not None
+    ]
+
+
+def test_a_limited_newest_first_read_of_a_remembered_path_takes_only_its_newest_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a whole read, the last few messages come from the memo: no point reads, and only the
+    rows returned are looked up there, however long the path."""
+    looked_up: list[str] = []
+    remembered_views = paths.remembered_views
+
+    def counted(store: Any, session_id: str, ids: Any) -> Any:
+        looked_up.extend(ids)
+        return remembered_views(store, session_id, ids)
+
+    async def run() -> list[str]:
+        service = SessionsService(ObjectRegistry(tmp_path, ThreadPoolExecutor(max_workers=2)))
+        try:
+            await service.append_many("memo", "", [AppendInput(t, Parent.auto(), True) for t in _texts(300)])
+            await _read_whole(service, "memo")
+            monkeypatch.setattr(paths, "remembered_views", counted)
+            monkeypatch.setattr(queries, "get_message", None)  # a point read would fail the test
+            return await _newest_ids(service, "memo", 10)
+        finally:
+            await service.registry.close_all()
+
+    got = asyncio.run(run())
+    assert got == [f"m{i:03d}" for i in range(299, 289, -1)]
+    assert looked_up == got
+
+
+def test_rows_that_do_not_read_as_messages_are_passed_over_in_a_remembered_tail(tmp_path: Path) -> None:
+    """A row upstream's reads skip (not JSON, no digest) is on the remembered path; a limited
+    newest-first read still returns as many messages as asked, walking on past the tail."""
+
+    async def write() -> None:
+        service = SessionsService(ObjectRegistry(tmp_path, ThreadPoolExecutor(max_workers=2)))
+        await service.append_many("skip", "", [AppendInput(t, Parent.auto(), True) for t in _texts(30)])
+        await service.registry.close_all()
+
+    asyncio.run(write())
+    with contextlib.closing(sqlite3.connect(object_path(tmp_path, "skip"))) as conn, conn:
+        conn.execute(
+            "UPDATE cf_agents_session_messages SET content = 'not json', content_hash = NULL WHERE id = 'm027'"
+        )
+
+    async def read(limit: int) -> list[str]:
+        service = SessionsService(ObjectRegistry(tmp_path, ThreadPoolExecutor(max_workers=2)))
+        try:
+            await _read_whole(service, "skip")
+            return await _newest_ids(service, "skip", limit)
+        finally:
+            await service.registry.close_all()
+
+    assert asyncio.run(read(5)) == ["m029", "m028", "m026", "m025", "m024"]
+    assert asyncio.run(read(3)) == ["m029", "m028", "m026"]
+    assert asyncio.run(read(40)) == [f"m{i:03d}" for i in range(29, -1, -1) if i != 27]

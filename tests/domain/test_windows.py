@@ -10,7 +10,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sessions_server.domain.service import _windows
+from sessions_server.domain.service import _windows, _windows_from_end
 from sessions_server.storage.rows import PathStat
 
 
@@ -47,3 +47,18 @@ def test_first_windows_grow_and_an_oversized_row_stands_alone() -> None:
     rows = _rows([10] * 20 + [1_000] + [10] * 3)
     windows = _windows(rows, 2, 500, grow_to=8)
     assert [len(window) for window in windows] == [2, 4, 8, 6, 1, 3]
+
+
+@given(
+    sizes=st.lists(st.integers(min_value=0, max_value=5_000), max_size=300),
+    max_rows=st.integers(min_value=1, max_value=40),
+    max_bytes=st.integers(min_value=1, max_value=20_000),
+    grow_to=st.integers(min_value=0, max_value=100),
+)
+def test_windows_from_the_end_are_the_windows_of_the_reversed_rows(
+    sizes: list[int], max_rows: int, max_bytes: int, grow_to: int
+) -> None:
+    """Newest-first reads cut lazily from the end by the same rule."""
+    rows = _rows(sizes)
+    lazy = [list(window) for window in _windows_from_end(rows, max_rows, max_bytes, grow_to=grow_to)]
+    assert lazy == [list(window) for window in _windows(rows[::-1], max_rows, max_bytes, grow_to=grow_to)]

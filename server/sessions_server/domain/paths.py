@@ -140,15 +140,16 @@ def path_stats(store: ObjectStore, conn: Any, session_id: str, leaf_id: str) -> 
     return stats
 
 
-def remembered_path(store: ObjectStore, session_id: str, leaf_id: str) -> list[PathStat] | None:
-    """The remembered path to `leaf_id` (a copy), or None: never walks."""
+def remembered_path(store: ObjectStore, session_id: str, leaf_id: str, last: int = 0) -> list[PathStat] | None:
+    """The remembered path to `leaf_id` (a copy), or None: never walks. `last` (0: all) copies
+    only that many rows at the leaf's end, so a reader of the newest few pays for those."""
     key = (_object_memo(store), session_id)
     with _lock:
         held = _paths.get(key)
         if held is None or held.leaf_id != leaf_id:
             return None
         _paths.move_to_end(key)
-        return list(held.rows)
+        return held.rows[-last:] if 0 < last < len(held.rows) else list(held.rows)
 
 
 def note_appends(store: ObjectStore, session_id: str, appended: Sequence[AppendedRow]) -> None:

@@ -13,7 +13,7 @@ import functools
 import operator
 import time
 from bisect import bisect_right
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any
@@ -62,14 +62,14 @@ from sessions_server.storage.store import (
 )
 
 # Upstream's hydration windows: forward reads fetch at most 50 rows and 4 MiB of stored bytes per
-# query (an oversized row alone); newest-first prefix streams use fixed 8-row windows.
+# query (an oversized row alone); newest-first prefix streams use 8-row windows.
 WINDOW_ROWS = 50
 WINDOW_BYTES = 4 * 1024 * 1024
-# Past the first window of a forward read, windows double up to this many rows (the byte bound
-# stays): the first message comes as soon as upstream's would, and a long read pays one
-# executor hop per few hundred rows instead of per 50.
+# Past the first window of a read, windows double up to this many rows (forward reads keep the
+# byte bound, and newest-first reads take it on): the first message comes as soon as upstream's
+# would, and a long read pays one executor hop per few hundred rows instead of per 50 (or 8).
 WINDOW_MAX_ROWS = 400
-NEWEST_FIRST_PREFIX_WINDOW_ROWS = 8
+NEWEST_FIRST_WINDOW_ROWS = 8
 # Newest-first walks read this many rows per executor hop at first, doubling up to the maximum,
 # so a reader that stops after one message costs a handful of point reads.
 WALK_FIRST_STEPS = 4
@@ -665,7 +665,9 @@ class SessionsService:
         def start(conn: Any) -> tuple[str | None, list[Compaction], list[PathStat] | None, _WalkStep | None]:
             leaf = _resolve_leaf(store, conn, session_id, leaf_id)
             records = queries.compactions(conn, session_id)
-            remembered = paths.remembered_path(store, session_id, leaf) if leaf else None
+            # Overlays are planned over the whole path; without any, the newest rows suffice.
+            last = 0 if records else wanted
+            remembered = paths.remembered_path(store, session_id, leaf, last) if leaf else None
             if not leaf or remembered is not None:
                 return leaf, records, remembered, None
             span_ends.update(record.to_message_id for record in records)
@@ -673,11 +675,19 @@ class SessionsService:
             return leaf, records, None, walk(conn, leaf, min(WALK_FIRST_STEPS, wanted), 0)
 
         next_id, records, remembered, step = await store.read(start, quick=True)
-        if remembered is not None:  # no walk: the path's messages are likely remembered too
-            async for window in _stream_path(store, session_id, remembered, records, newest_first=True, inline=inline):
-                yield window
-            return
         depth = 0
+        if remembered is not None:  # no walk: the path's messages are likely remembered too
+            asked = wanted
+            async for window in _stream_path(store, session_id, remembered, records, newest_first=True, inline=inline):
+                wanted -= len(window)
+                yield window
+            if records or wanted <= 0 or len(remembered) < asked:
+                return
+            # Only the newest rows were taken and some did not read as messages: walk on from
+            # the oldest of them.
+            oldest = remembered[0].id
+            next_id = await store.read(lambda conn: queries.parent_of(conn, session_id, oldest)[1], quick=True)
+            depth = len(remembered)
         steps = WALK_FIRST_STEPS
         while next_id is not None and depth <= MAX_PATH_DEPTH and wanted > 0:
             taken: _WalkStep
@@ -896,6 +906,24 @@ def _windows(
     return out
 
 
+def _windows_from_end(
+    rows: Sequence[PathStat], max_rows: int, max_bytes: int, *, grow_to: int = 0
+) -> Iterator[Sequence[PathStat]]:
+    """`_windows` of the rows newest first, cut lazily from the end: a reader that stops after a
+    few messages pays for their windows only, however long the path."""
+    end = len(rows)
+    while end > 0:
+        start = end - 1
+        stored = rows[start].bytes
+        floor = max(0, end - max_rows)
+        while start > floor and stored + rows[start - 1].bytes <= max_bytes:
+            start -= 1
+            stored += rows[start].bytes
+        yield rows[start:end][::-1]
+        end = start
+        max_rows = max(max_rows, min(max_rows * 2, grow_to))
+
+
 async def _stream_path(
     store: ObjectStore,
     session_id: str,
@@ -917,7 +945,9 @@ async def _stream_path(
             yield in_memory  # one window: framing cuts it into responses as they go out
             return
     # A path too large to remember is streamed without filling the memo (and evicting others).
-    remember = paths.fits_session_share(sum(map(_STORED_BYTES, stats)), len(stats))
+    # Decided at the first storage read: the sum runs over the whole path, which a newest-first
+    # read of remembered messages never needs.
+    remember: bool | None = None
     segments: list[Compaction | Sequence[PathStat]] = []
     index = 0
     for span in sorted(spans, key=_SPAN_START):
@@ -941,11 +971,10 @@ async def _stream_path(
                 )
             ]
             continue
-        rows = list(reversed(segment)) if newest_first else list(segment)
-        windows = (
-            _windows(rows, NEWEST_FIRST_PREFIX_WINDOW_ROWS, None)
+        windows: Iterable[Sequence[PathStat]] = (
+            _windows_from_end(segment, NEWEST_FIRST_WINDOW_ROWS, WINDOW_BYTES, grow_to=WINDOW_MAX_ROWS)
             if newest_first
-            else _windows(rows, WINDOW_ROWS, WINDOW_BYTES, grow_to=WINDOW_MAX_ROWS)
+            else _windows(segment, WINDOW_ROWS, WINDOW_BYTES, grow_to=WINDOW_MAX_ROWS)
         )
         for window in windows:
             ids = list(map(_ROW_ID, window))
@@ -953,6 +982,8 @@ async def _stream_path(
             if not missing:
                 yield remembered  # type: ignore[misc]  # no None left
                 continue
+            if remember is None:
+                remember = paths.fits_session_share(sum(map(_STORED_BYTES, stats)), len(stats))
             as_stored: list[MessageView] | None = [] if remember else None
             found = await store.read(
                 lambda conn, i=missing, a=as_stored: _views_by_id(conn, session_id, i, inline, a)  # type: ignore[misc]
