@@ -139,6 +139,8 @@ func (s *Session) Search(ctx context.Context, query string, opts SearchOptions) 
 		Limit:       opts.Limit,
 		Mode:        mode,
 		AllSessions: opts.AllSessions,
+		// Every response costs the server a write: take the hits packed.
+		MaxHitsPerResponse: searchHitsPerResponse,
 	})
 	if err != nil {
 		return nil, toError(err)
@@ -157,17 +159,39 @@ func (s *Session) Search(ctx context.Context, query string, opts SearchOptions) 
 		if err != nil {
 			return nil, toError(err)
 		}
-		if hit == nil {
-			hit = &SearchResult{ID: resp.GetId(), Role: resp.GetRole(), SessionID: resp.GetSessionId()}
-			content.Reset()
+		pieces := []searchPiece{resp}
+		if len(resp.GetHits()) > 0 {
+			pieces = pieces[:0]
+			for _, packed := range resp.GetHits() {
+				pieces = append(pieces, packed)
+			}
 		}
-		content.WriteString(resp.GetContent())
-		if !resp.GetMorePieces() {
-			hit.Content = content.String()
-			out = append(out, *hit)
-			hit = nil
+		for _, piece := range pieces {
+			if hit == nil {
+				hit = &SearchResult{ID: piece.GetId(), Role: piece.GetRole(), SessionID: piece.GetSessionId()}
+				content.Reset()
+			}
+			content.WriteString(piece.GetContent())
+			if !piece.GetMorePieces() {
+				hit.Content = content.String()
+				out = append(out, *hit)
+				hit = nil
+			}
 		}
 	}
+}
+
+// searchHitsPerResponse is the packing the client asks for; the server also ends a response at
+// about 1 MiB of text.
+const searchHitsPerResponse = 1000
+
+// searchPiece is a hit, or a piece of one: a whole response, or one of its packed hits.
+type searchPiece interface {
+	GetId() string
+	GetRole() string
+	GetSessionId() string
+	GetContent() string
+	GetMorePieces() bool
 }
 
 // ── compaction ──────────────────────────────────────────────────────────────

@@ -13,6 +13,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	pb "github.com/sessions-dev/sessions/clients/go/gen/sessions/v1"
 	"github.com/sessions-dev/sessions/clients/go/sessions"
 )
 
@@ -111,6 +112,50 @@ func TestSearch(t *testing.T) {
 	}
 	if hits, err := s.Search(ctx, "quick", sessions.SearchOptions{AllSessions: true, Limit: proto.Int32(1)}); err != nil || len(hits) != 1 {
 		t.Fatalf("limited search = %+v, %v", hits, err)
+	}
+}
+
+func TestSearchAsksForPackedHits(t *testing.T) {
+	ctx := testCtx(t)
+	c, log := dialLogged(t, ctx)
+	s := c.Object(objectKey(t)).Session("s")
+	var msgs []any
+	for i := range 30 {
+		msgs = append(msgs, textMessage(fmt.Sprintf("p%02d", i), "user", fmt.Sprintf("packed hit %d", i)))
+	}
+	if _, err := s.AppendMessages(ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
+	hits, err := s.Search(ctx, "packed", sessions.SearchOptions{Limit: proto.Int32(25)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, hit := range hits {
+		if !strings.HasPrefix(hit.ID, "p") || hit.Role != "user" || hit.SessionID != "s" || !strings.HasPrefix(hit.Content, "packed hit ") {
+			t.Fatalf("hit %+v", hit)
+		}
+		seen[hit.ID] = true
+	}
+	if len(hits) != 25 || len(seen) != 25 {
+		t.Fatalf("%d hits, %d distinct, want 25", len(hits), len(seen))
+	}
+	if len(log.streamed) != 1 {
+		t.Fatalf("streams started: %d, want 1", len(log.streamed))
+	}
+	if request, ok := log.streamed[0].(*pb.SearchMessagesRequest); !ok || request.GetMaxHitsPerResponse() <= 1 {
+		t.Fatalf("search request %v: want packed hits", log.streamed[0])
+	}
+
+	// A hit whose text is over one response's 3 MiB comes in pieces, which the client joins.
+	colossal := strings.Repeat("w ", 1_700_000) + "colossal"
+	mustAppend(t, s, textMessage("big", "user", colossal))
+	hits, err = s.Search(ctx, "colossal", sessions.SearchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hits) != 1 || hits[0].ID != "big" || hits[0].Content != colossal {
+		t.Fatalf("large hit: %d hits, want the %d-byte text of big", len(hits), len(colossal))
 	}
 }
 

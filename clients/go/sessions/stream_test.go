@@ -142,6 +142,7 @@ type methodLog struct {
 	mu       sync.Mutex
 	names    []string
 	requests []any // unary requests, in order
+	streamed []any // the first request each stream sends, in order
 }
 
 func (l *methodLog) add(method string) {
@@ -171,7 +172,28 @@ func (l *methodLog) unary(ctx context.Context, method string, req, reply any, cc
 func (l *methodLog) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string,
 	streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 	l.add(method)
-	return streamer(ctx, desc, cc, method, opts...)
+	stream, err := streamer(ctx, desc, cc, method, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &loggedStream{ClientStream: stream, log: l}, nil
+}
+
+// loggedStream records the first message a stream sends: a server stream's request.
+type loggedStream struct {
+	grpc.ClientStream
+	log  *methodLog
+	sent bool
+}
+
+func (s *loggedStream) SendMsg(m any) error {
+	if !s.sent {
+		s.sent = true
+		s.log.mu.Lock()
+		s.log.streamed = append(s.log.streamed, m)
+		s.log.mu.Unlock()
+	}
+	return s.ClientStream.SendMsg(m)
 }
 
 // dialLogged connects a client whose calls are recorded in the returned log.

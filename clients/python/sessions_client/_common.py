@@ -517,15 +517,23 @@ def search_mode(mode: str) -> pb.SearchMode.ValueType:
     raise ValueError('mode must be "phrase" or "all_words"')
 
 
+# Hits the clients ask for per search response: the server also stops a response at about 1 MiB.
+SEARCH_HITS_PER_RESPONSE = 1000
+
+
 def collect_search(responses: Iterable[pb.SearchMessagesResponse]) -> list[SearchResult]:
+    """The hits of a search's responses, packed (`hits`) or one per response, pieces joined."""
     results: list[SearchResult] = []
-    head: pb.SearchMessagesResponse | None = None
+    head: pb.SearchMessagesResponse | pb.SearchHit | None = None
     pieces: list[str] = []
     for response in responses:
-        if head is None:
-            head = response
-        pieces.append(response.content)
-        if not response.more_pieces:
-            results.append(SearchResult(head.id, head.role, "".join(pieces), head.session_id))
-            head, pieces = None, []
+        for hit in response.hits or (response,):
+            if head is None:
+                head = hit
+            pieces.append(hit.content)
+            if not hit.more_pieces:
+                results.append(SearchResult(head.id, head.role, "".join(pieces), head.session_id))
+                head, pieces = None, []
+    if head is not None:
+        raise SessionsError(grpc.StatusCode.DATA_LOSS, "stream ended inside a search hit", "INVALID_STREAM", {})
     return results

@@ -12,6 +12,7 @@ from sessions_client._common import (
     AUTO,
     PACKED_MESSAGES,
     RECONNECT_CODES,
+    SEARCH_HITS_PER_RESPONSE,
     UNARY_LIMIT_BYTES,
     AppendResult,
     Attachment,
@@ -505,6 +506,7 @@ class SessionHandle:
             limit=limit,
             mode=search_mode(mode),
             all_sessions=all_sessions,
+            max_hits_per_response=SEARCH_HITS_PER_RESPONSE,
         )
         return collect_search(self._client._stream(self._key, self._stub.SearchMessages, request))
 

@@ -570,7 +570,7 @@ class SessionsService:
         expression = search_rules.fts_expression(query, mode, max_query_bytes=self.max_query_bytes)
         wanted = search_rules.effective_limit(limit)
         async with self.object(object_key) as store:
-            if not await store.read(queries.fts_exists):
+            if not await store.read(queries.fts_exists, quick=True):
                 await store.write(_build_search_index)
                 store.search_index_committed()
             if expression is None or wanted == 0:

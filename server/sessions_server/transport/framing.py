@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from sessions_proto.v1 import sessions_pb2 as pb
-from sessions_server.domain.service import AppendResult, MessageView
+from sessions_server.domain.service import AppendResult, MessageView, SearchHit
 from sessions_server.transport import packed_cache
 
 # Leaves room under the 4 MiB default receive limit for the frame's other fields.
@@ -322,3 +322,36 @@ def framed_responses(
             parts, count, used = [], 0, 0
     if parts:
         yield b"".join(parts), False
+
+
+def search_responses(hits: Sequence[SearchHit], max_hits: int) -> Iterator[pb.SearchMessagesResponse]:
+    """The responses of a search. With `max_hits` > 1 a response packs up to that many whole hits
+    and about PACK_BYTES of text in `hits`; else each hit has a response of its own. A hit whose
+    text is over PIECE_BYTES travels as consecutive pieces, one response each."""
+    packed: pb.SearchMessagesResponse | None = None
+    used = 0
+    for hit in hits:
+        size = json_bytes(hit.content)
+        if max_hits > 1 and size <= PIECE_BYTES:
+            if packed is not None and (len(packed.hits) >= max_hits or used + size > PACK_BYTES):
+                yield packed
+                packed = None
+            if packed is None:
+                packed, used = pb.SearchMessagesResponse(), 0
+            packed.hits.add(id=hit.id, role=hit.role, session_id=hit.session_id, content=hit.content)
+            used += size
+            continue
+        if packed is not None:
+            yield packed
+            packed = None
+        pieces = [hit.content] if size <= PIECE_BYTES else list(split_utf8(hit.content))
+        for index, piece in enumerate(pieces):
+            response = pb.SearchMessagesResponse()
+            target = response.hits.add() if max_hits > 1 else response
+            target.content = piece
+            target.more_pieces = index < len(pieces) - 1
+            if index == 0:
+                target.id, target.role, target.session_id = hit.id, hit.role, hit.session_id
+            yield response
+    if packed is not None:
+        yield packed

@@ -541,13 +541,8 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 mode=search_rules.ALL_WORDS if request.mode == pb.SEARCH_MODE_ALL_WORDS else search_rules.PHRASE,
                 all_sessions=request.all_sessions,
             )
-            for hit in hits:
-                pieces = list(framing.split_utf8(hit.content))
-                for index, piece in enumerate(pieces):
-                    response = pb.SearchMessagesResponse(content=piece, more_pieces=index < len(pieces) - 1)
-                    if index == 0:
-                        response.id, response.role, response.session_id = hit.id, hit.role, hit.session_id
-                    yield response
+            for response in framing.search_responses(hits, request.max_hits_per_response):
+                yield response
 
         await _stream(context, run, self._slots)
 

@@ -2141,6 +2141,7 @@ class SearchMessagesRequest(_message.Message):
     LIMIT_FIELD_NUMBER: _builtins.int
     MODE_FIELD_NUMBER: _builtins.int
     ALL_SESSIONS_FIELD_NUMBER: _builtins.int
+    MAX_HITS_PER_RESPONSE_FIELD_NUMBER: _builtins.int
     object_key: _builtins.str
     """The object key."""
     session_id: _builtins.str
@@ -2155,6 +2156,11 @@ class SearchMessagesRequest(_message.Message):
     """How the query matches."""
     all_sessions: _builtins.bool
     """Search every session of the object."""
+    max_hits_per_response: _builtins.int
+    """Pack up to this many hits into one response's `hits` (0 or 1: one hit per response in its
+    own fields, simplest for grpcurl). Each response costs the server a write, so packing
+    saves most of a search's time when its query is cheap.
+    """
     def __init__(
         self,
         *,
@@ -2164,10 +2170,11 @@ class SearchMessagesRequest(_message.Message):
         limit: _builtins.int | None = ...,
         mode: Global___SearchMode.ValueType = ...,
         all_sessions: _builtins.bool = ...,
+        max_hits_per_response: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_limit", b"_limit", "limit", b"limit"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_limit", b"_limit", "all_sessions", b"all_sessions", "limit", b"limit", "mode", b"mode", "object_key", b"object_key", "query", b"query", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_limit", b"_limit", "all_sessions", b"all_sessions", "limit", b"limit", "max_hits_per_response", b"max_hits_per_response", "mode", b"mode", "object_key", b"object_key", "query", b"query", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__limit: _TypeAlias = _typing.Literal["limit"]  # noqa: Y015
     _WhichOneofArgType__limit: _TypeAlias = _typing.Literal["_limit", b"_limit"]  # noqa: Y015
@@ -2178,6 +2185,52 @@ Global___SearchMessagesRequest: _TypeAlias = SearchMessagesRequest  # noqa: Y015
 @_typing.final
 class SearchMessagesResponse(_message.Message):
     """Response frame for SearchMessages: one hit, or one piece of a hit's text."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    ROLE_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    CONTENT_FIELD_NUMBER: _builtins.int
+    MORE_PIECES_FIELD_NUMBER: _builtins.int
+    HITS_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    """The matching message id (first piece of a hit)."""
+    role: _builtins.str
+    """The message role (first piece of a hit)."""
+    session_id: _builtins.str
+    """The message's session (first piece of a hit)."""
+    content: _builtins.str
+    """The indexed text, or the next piece of it."""
+    more_pieces: _builtins.bool
+    """True when further pieces of this hit's text follow."""
+    @_builtins.property
+    def hits(self) -> _containers.RepeatedCompositeFieldContainer[Global___SearchHit]:
+        """With max_hits_per_response > 1: the next hits, in order (whole hits, or the pieces of one
+        whose text needs pieces); the fields above are then unset.
+        """
+
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        role: _builtins.str = ...,
+        session_id: _builtins.str = ...,
+        content: _builtins.str = ...,
+        more_pieces: _builtins.bool = ...,
+        hits: _abc.Iterable[Global___SearchHit] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "hits", b"hits", "id", b"id", "more_pieces", b"more_pieces", "role", b"role", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SearchMessagesResponse: _TypeAlias = SearchMessagesResponse  # noqa: Y015
+
+@_typing.final
+class SearchHit(_message.Message):
+    """One search hit, or one piece of a hit's text, in a packed SearchMessagesResponse."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -2211,7 +2264,7 @@ class SearchMessagesResponse(_message.Message):
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___SearchMessagesResponse: _TypeAlias = SearchMessagesResponse  # noqa: Y015
+Global___SearchHit: _TypeAlias = SearchHit  # noqa: Y015
 
 @_typing.final
 class SubscribeRequest(_message.Message):

@@ -4185,9 +4185,13 @@ type SearchMessagesRequest struct {
 	// How the query matches.
 	Mode SearchMode `protobuf:"varint,5,opt,name=mode,proto3,enum=sessions.v1.SearchMode" json:"mode,omitempty"`
 	// Search every session of the object.
-	AllSessions   bool `protobuf:"varint,6,opt,name=all_sessions,json=allSessions,proto3" json:"all_sessions,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	AllSessions bool `protobuf:"varint,6,opt,name=all_sessions,json=allSessions,proto3" json:"all_sessions,omitempty"`
+	// Pack up to this many hits into one response's `hits` (0 or 1: one hit per response in its
+	// own fields, simplest for grpcurl). Each response costs the server a write, so packing
+	// saves most of a search's time when its query is cheap.
+	MaxHitsPerResponse uint32 `protobuf:"varint,7,opt,name=max_hits_per_response,json=maxHitsPerResponse,proto3" json:"max_hits_per_response,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *SearchMessagesRequest) Reset() {
@@ -4262,6 +4266,13 @@ func (x *SearchMessagesRequest) GetAllSessions() bool {
 	return false
 }
 
+func (x *SearchMessagesRequest) GetMaxHitsPerResponse() uint32 {
+	if x != nil {
+		return x.MaxHitsPerResponse
+	}
+	return 0
+}
+
 // Response frame for SearchMessages: one hit, or one piece of a hit's text.
 type SearchMessagesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -4274,7 +4285,10 @@ type SearchMessagesResponse struct {
 	// The indexed text, or the next piece of it.
 	Content string `protobuf:"bytes,4,opt,name=content,proto3" json:"content,omitempty"`
 	// True when further pieces of this hit's text follow.
-	MorePieces    bool `protobuf:"varint,5,opt,name=more_pieces,json=morePieces,proto3" json:"more_pieces,omitempty"`
+	MorePieces bool `protobuf:"varint,5,opt,name=more_pieces,json=morePieces,proto3" json:"more_pieces,omitempty"`
+	// With max_hits_per_response > 1: the next hits, in order (whole hits, or the pieces of one
+	// whose text needs pieces); the fields above are then unset.
+	Hits          []*SearchHit `protobuf:"bytes,6,rep,name=hits,proto3" json:"hits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4344,6 +4358,95 @@ func (x *SearchMessagesResponse) GetMorePieces() bool {
 	return false
 }
 
+func (x *SearchMessagesResponse) GetHits() []*SearchHit {
+	if x != nil {
+		return x.Hits
+	}
+	return nil
+}
+
+// One search hit, or one piece of a hit's text, in a packed SearchMessagesResponse.
+type SearchHit struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The matching message id (first piece of a hit).
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The message role (first piece of a hit).
+	Role string `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
+	// The message's session (first piece of a hit).
+	SessionId string `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The indexed text, or the next piece of it.
+	Content string `protobuf:"bytes,4,opt,name=content,proto3" json:"content,omitempty"`
+	// True when further pieces of this hit's text follow.
+	MorePieces    bool `protobuf:"varint,5,opt,name=more_pieces,json=morePieces,proto3" json:"more_pieces,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SearchHit) Reset() {
+	*x = SearchHit{}
+	mi := &file_sessions_v1_sessions_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SearchHit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SearchHit) ProtoMessage() {}
+
+func (x *SearchHit) ProtoReflect() protoreflect.Message {
+	mi := &file_sessions_v1_sessions_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SearchHit.ProtoReflect.Descriptor instead.
+func (*SearchHit) Descriptor() ([]byte, []int) {
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *SearchHit) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *SearchHit) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *SearchHit) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SearchHit) GetContent() string {
+	if x != nil {
+		return x.Content
+	}
+	return ""
+}
+
+func (x *SearchHit) GetMorePieces() bool {
+	if x != nil {
+		return x.MorePieces
+	}
+	return false
+}
+
 // Request for Subscribe.
 type SubscribeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -4361,7 +4464,7 @@ type SubscribeRequest struct {
 
 func (x *SubscribeRequest) Reset() {
 	*x = SubscribeRequest{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[56]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4373,7 +4476,7 @@ func (x *SubscribeRequest) String() string {
 func (*SubscribeRequest) ProtoMessage() {}
 
 func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[56]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4386,7 +4489,7 @@ func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeRequest.ProtoReflect.Descriptor instead.
 func (*SubscribeRequest) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{56}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *SubscribeRequest) GetObjectKey() string {
@@ -4446,7 +4549,7 @@ type SubscribeResponse struct {
 
 func (x *SubscribeResponse) Reset() {
 	*x = SubscribeResponse{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[57]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4458,7 +4561,7 @@ func (x *SubscribeResponse) String() string {
 func (*SubscribeResponse) ProtoMessage() {}
 
 func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[57]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4471,7 +4574,7 @@ func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeResponse.ProtoReflect.Descriptor instead.
 func (*SubscribeResponse) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{57}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *SubscribeResponse) GetRevision() uint64 {
@@ -4559,7 +4662,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[58]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4571,7 +4674,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[58]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4584,7 +4687,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{58}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ListSessionsRequest) GetObjectKey() string {
@@ -4621,7 +4724,7 @@ type SessionSummary struct {
 
 func (x *SessionSummary) Reset() {
 	*x = SessionSummary{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[59]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4633,7 +4736,7 @@ func (x *SessionSummary) String() string {
 func (*SessionSummary) ProtoMessage() {}
 
 func (x *SessionSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[59]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4646,7 +4749,7 @@ func (x *SessionSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionSummary.ProtoReflect.Descriptor instead.
 func (*SessionSummary) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{59}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *SessionSummary) GetSessionId() string {
@@ -4676,7 +4779,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[60]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4688,7 +4791,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[60]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4701,7 +4804,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{60}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*SessionSummary {
@@ -4729,7 +4832,7 @@ type GetObjectStatsRequest struct {
 
 func (x *GetObjectStatsRequest) Reset() {
 	*x = GetObjectStatsRequest{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[61]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4741,7 +4844,7 @@ func (x *GetObjectStatsRequest) String() string {
 func (*GetObjectStatsRequest) ProtoMessage() {}
 
 func (x *GetObjectStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[61]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4754,7 +4857,7 @@ func (x *GetObjectStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetObjectStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetObjectStatsRequest) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{61}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *GetObjectStatsRequest) GetObjectKey() string {
@@ -4788,7 +4891,7 @@ type GetObjectStatsResponse struct {
 
 func (x *GetObjectStatsResponse) Reset() {
 	*x = GetObjectStatsResponse{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[62]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4800,7 +4903,7 @@ func (x *GetObjectStatsResponse) String() string {
 func (*GetObjectStatsResponse) ProtoMessage() {}
 
 func (x *GetObjectStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[62]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4813,7 +4916,7 @@ func (x *GetObjectStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetObjectStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetObjectStatsResponse) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{62}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *GetObjectStatsResponse) GetFileBytes() int64 {
@@ -4878,7 +4981,7 @@ type ListObjectsRequest struct {
 
 func (x *ListObjectsRequest) Reset() {
 	*x = ListObjectsRequest{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[63]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4890,7 +4993,7 @@ func (x *ListObjectsRequest) String() string {
 func (*ListObjectsRequest) ProtoMessage() {}
 
 func (x *ListObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[63]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4903,7 +5006,7 @@ func (x *ListObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListObjectsRequest.ProtoReflect.Descriptor instead.
 func (*ListObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{63}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ListObjectsRequest) GetPageSize() int32 {
@@ -4933,7 +5036,7 @@ type ListObjectsResponse struct {
 
 func (x *ListObjectsResponse) Reset() {
 	*x = ListObjectsResponse{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[64]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4945,7 +5048,7 @@ func (x *ListObjectsResponse) String() string {
 func (*ListObjectsResponse) ProtoMessage() {}
 
 func (x *ListObjectsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[64]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4958,7 +5061,7 @@ func (x *ListObjectsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListObjectsResponse.ProtoReflect.Descriptor instead.
 func (*ListObjectsResponse) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{64}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ListObjectsResponse) GetObjectKeys() []string {
@@ -4990,7 +5093,7 @@ type ExportObjectRequest struct {
 
 func (x *ExportObjectRequest) Reset() {
 	*x = ExportObjectRequest{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[65]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5002,7 +5105,7 @@ func (x *ExportObjectRequest) String() string {
 func (*ExportObjectRequest) ProtoMessage() {}
 
 func (x *ExportObjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[65]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5015,7 +5118,7 @@ func (x *ExportObjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportObjectRequest.ProtoReflect.Descriptor instead.
 func (*ExportObjectRequest) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{65}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ExportObjectRequest) GetObjectKey() string {
@@ -5054,7 +5157,7 @@ type ExportObjectResponse struct {
 
 func (x *ExportObjectResponse) Reset() {
 	*x = ExportObjectResponse{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[66]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5066,7 +5169,7 @@ func (x *ExportObjectResponse) String() string {
 func (*ExportObjectResponse) ProtoMessage() {}
 
 func (x *ExportObjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[66]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5079,7 +5182,7 @@ func (x *ExportObjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportObjectResponse.ProtoReflect.Descriptor instead.
 func (*ExportObjectResponse) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{66}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ExportObjectResponse) GetSizeBytes() int64 {
@@ -5120,7 +5223,7 @@ type ImportObjectRequest struct {
 
 func (x *ImportObjectRequest) Reset() {
 	*x = ImportObjectRequest{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[67]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5132,7 +5235,7 @@ func (x *ImportObjectRequest) String() string {
 func (*ImportObjectRequest) ProtoMessage() {}
 
 func (x *ImportObjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[67]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5145,7 +5248,7 @@ func (x *ImportObjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportObjectRequest.ProtoReflect.Descriptor instead.
 func (*ImportObjectRequest) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{67}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ImportObjectRequest) GetObjectKey() string {
@@ -5189,7 +5292,7 @@ type ImportObjectResponse struct {
 
 func (x *ImportObjectResponse) Reset() {
 	*x = ImportObjectResponse{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[68]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5201,7 +5304,7 @@ func (x *ImportObjectResponse) String() string {
 func (*ImportObjectResponse) ProtoMessage() {}
 
 func (x *ImportObjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[68]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5214,7 +5317,7 @@ func (x *ImportObjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportObjectResponse.ProtoReflect.Descriptor instead.
 func (*ImportObjectResponse) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{68}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ImportObjectResponse) GetSizeBytes() int64 {
@@ -5244,7 +5347,7 @@ type DeleteObjectRequest struct {
 
 func (x *DeleteObjectRequest) Reset() {
 	*x = DeleteObjectRequest{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[69]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5256,7 +5359,7 @@ func (x *DeleteObjectRequest) String() string {
 func (*DeleteObjectRequest) ProtoMessage() {}
 
 func (x *DeleteObjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[69]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5269,7 +5372,7 @@ func (x *DeleteObjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteObjectRequest.ProtoReflect.Descriptor instead.
 func (*DeleteObjectRequest) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{69}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *DeleteObjectRequest) GetObjectKey() string {
@@ -5297,7 +5400,7 @@ type DeleteObjectResponse struct {
 
 func (x *DeleteObjectResponse) Reset() {
 	*x = DeleteObjectResponse{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[70]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5309,7 +5412,7 @@ func (x *DeleteObjectResponse) String() string {
 func (*DeleteObjectResponse) ProtoMessage() {}
 
 func (x *DeleteObjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[70]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5322,7 +5425,7 @@ func (x *DeleteObjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteObjectResponse.ProtoReflect.Descriptor instead.
 func (*DeleteObjectResponse) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{70}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *DeleteObjectResponse) GetDeleted() bool {
@@ -5640,7 +5743,7 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x02 \x01(\tR\tsessionId\"T\n" +
 	"\x1bGetCompactionPolicyResponse\x125\n" +
-	"\x06policy\x18\x01 \x01(\v2\x1d.sessions.v1.CompactionPolicyR\x06policy\"\xe0\x01\n" +
+	"\x06policy\x18\x01 \x01(\v2\x1d.sessions.v1.CompactionPolicyR\x06policy\"\x93\x02\n" +
 	"\x15SearchMessagesRequest\x12\x1d\n" +
 	"\n" +
 	"object_key\x18\x01 \x01(\tR\tobjectKey\x12\x1d\n" +
@@ -5649,9 +5752,19 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"\x05query\x18\x03 \x01(\tR\x05query\x12\x19\n" +
 	"\x05limit\x18\x04 \x01(\x05H\x00R\x05limit\x88\x01\x01\x12+\n" +
 	"\x04mode\x18\x05 \x01(\x0e2\x17.sessions.v1.SearchModeR\x04mode\x12!\n" +
-	"\fall_sessions\x18\x06 \x01(\bR\vallSessionsB\b\n" +
-	"\x06_limit\"\x96\x01\n" +
+	"\fall_sessions\x18\x06 \x01(\bR\vallSessions\x121\n" +
+	"\x15max_hits_per_response\x18\a \x01(\rR\x12maxHitsPerResponseB\b\n" +
+	"\x06_limit\"\xc2\x01\n" +
 	"\x16SearchMessagesResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04role\x18\x02 \x01(\tR\x04role\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x03 \x01(\tR\tsessionId\x12\x18\n" +
+	"\acontent\x18\x04 \x01(\tR\acontent\x12\x1f\n" +
+	"\vmore_pieces\x18\x05 \x01(\bR\n" +
+	"morePieces\x12*\n" +
+	"\x04hits\x18\x06 \x03(\v2\x16.sessions.v1.SearchHitR\x04hits\"\x89\x01\n" +
+	"\tSearchHit\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x1d\n" +
 	"\n" +
@@ -5851,7 +5964,7 @@ func file_sessions_v1_sessions_proto_rawDescGZIP() []byte {
 }
 
 var file_sessions_v1_sessions_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_sessions_v1_sessions_proto_msgTypes = make([]protoimpl.MessageInfo, 71)
+var file_sessions_v1_sessions_proto_msgTypes = make([]protoimpl.MessageInfo, 72)
 var file_sessions_v1_sessions_proto_goTypes = []any{
 	(AttachmentMode)(0),                 // 0: sessions.v1.AttachmentMode
 	(ParentMode)(0),                     // 1: sessions.v1.ParentMode
@@ -5916,21 +6029,22 @@ var file_sessions_v1_sessions_proto_goTypes = []any{
 	(*GetCompactionPolicyResponse)(nil), // 60: sessions.v1.GetCompactionPolicyResponse
 	(*SearchMessagesRequest)(nil),       // 61: sessions.v1.SearchMessagesRequest
 	(*SearchMessagesResponse)(nil),      // 62: sessions.v1.SearchMessagesResponse
-	(*SubscribeRequest)(nil),            // 63: sessions.v1.SubscribeRequest
-	(*SubscribeResponse)(nil),           // 64: sessions.v1.SubscribeResponse
-	(*ListSessionsRequest)(nil),         // 65: sessions.v1.ListSessionsRequest
-	(*SessionSummary)(nil),              // 66: sessions.v1.SessionSummary
-	(*ListSessionsResponse)(nil),        // 67: sessions.v1.ListSessionsResponse
-	(*GetObjectStatsRequest)(nil),       // 68: sessions.v1.GetObjectStatsRequest
-	(*GetObjectStatsResponse)(nil),      // 69: sessions.v1.GetObjectStatsResponse
-	(*ListObjectsRequest)(nil),          // 70: sessions.v1.ListObjectsRequest
-	(*ListObjectsResponse)(nil),         // 71: sessions.v1.ListObjectsResponse
-	(*ExportObjectRequest)(nil),         // 72: sessions.v1.ExportObjectRequest
-	(*ExportObjectResponse)(nil),        // 73: sessions.v1.ExportObjectResponse
-	(*ImportObjectRequest)(nil),         // 74: sessions.v1.ImportObjectRequest
-	(*ImportObjectResponse)(nil),        // 75: sessions.v1.ImportObjectResponse
-	(*DeleteObjectRequest)(nil),         // 76: sessions.v1.DeleteObjectRequest
-	(*DeleteObjectResponse)(nil),        // 77: sessions.v1.DeleteObjectResponse
+	(*SearchHit)(nil),                   // 63: sessions.v1.SearchHit
+	(*SubscribeRequest)(nil),            // 64: sessions.v1.SubscribeRequest
+	(*SubscribeResponse)(nil),           // 65: sessions.v1.SubscribeResponse
+	(*ListSessionsRequest)(nil),         // 66: sessions.v1.ListSessionsRequest
+	(*SessionSummary)(nil),              // 67: sessions.v1.SessionSummary
+	(*ListSessionsResponse)(nil),        // 68: sessions.v1.ListSessionsResponse
+	(*GetObjectStatsRequest)(nil),       // 69: sessions.v1.GetObjectStatsRequest
+	(*GetObjectStatsResponse)(nil),      // 70: sessions.v1.GetObjectStatsResponse
+	(*ListObjectsRequest)(nil),          // 71: sessions.v1.ListObjectsRequest
+	(*ListObjectsResponse)(nil),         // 72: sessions.v1.ListObjectsResponse
+	(*ExportObjectRequest)(nil),         // 73: sessions.v1.ExportObjectRequest
+	(*ExportObjectResponse)(nil),        // 74: sessions.v1.ExportObjectResponse
+	(*ImportObjectRequest)(nil),         // 75: sessions.v1.ImportObjectRequest
+	(*ImportObjectResponse)(nil),        // 76: sessions.v1.ImportObjectResponse
+	(*DeleteObjectRequest)(nil),         // 77: sessions.v1.DeleteObjectRequest
+	(*DeleteObjectResponse)(nil),        // 78: sessions.v1.DeleteObjectResponse
 }
 var file_sessions_v1_sessions_proto_depIdxs = []int32{
 	7,  // 0: sessions.v1.MessageFrame.info:type_name -> sessions.v1.MessageInfo
@@ -5978,77 +6092,78 @@ var file_sessions_v1_sessions_proto_depIdxs = []int32{
 	56, // 42: sessions.v1.SetCompactionPolicyResponse.policy:type_name -> sessions.v1.CompactionPolicy
 	56, // 43: sessions.v1.GetCompactionPolicyResponse.policy:type_name -> sessions.v1.CompactionPolicy
 	5,  // 44: sessions.v1.SearchMessagesRequest.mode:type_name -> sessions.v1.SearchMode
-	0,  // 45: sessions.v1.SubscribeRequest.attachments:type_name -> sessions.v1.AttachmentMode
-	6,  // 46: sessions.v1.SubscribeResponse.type:type_name -> sessions.v1.ChangeType
-	8,  // 47: sessions.v1.SubscribeResponse.message:type_name -> sessions.v1.MessageFrame
-	1,  // 48: sessions.v1.SubscribeResponse.parent_mode:type_name -> sessions.v1.ParentMode
-	47, // 49: sessions.v1.SubscribeResponse.compaction:type_name -> sessions.v1.Compaction
-	66, // 50: sessions.v1.ListSessionsResponse.sessions:type_name -> sessions.v1.SessionSummary
-	11, // 51: sessions.v1.SessionService.AppendMessage:input_type -> sessions.v1.AppendMessageRequest
-	14, // 52: sessions.v1.SessionService.AppendMessages:input_type -> sessions.v1.AppendMessagesRequest
-	16, // 53: sessions.v1.SessionService.UpdateMessage:input_type -> sessions.v1.UpdateMessageRequest
-	18, // 54: sessions.v1.SessionService.UpsertMessage:input_type -> sessions.v1.UpsertMessageRequest
-	21, // 55: sessions.v1.SessionService.UploadMessage:input_type -> sessions.v1.UploadMessageRequest
-	23, // 56: sessions.v1.SessionService.DeleteMessages:input_type -> sessions.v1.DeleteMessagesRequest
-	25, // 57: sessions.v1.SessionService.ClearMessages:input_type -> sessions.v1.ClearMessagesRequest
-	27, // 58: sessions.v1.SessionService.ImportMessages:input_type -> sessions.v1.ImportMessagesRequest
-	29, // 59: sessions.v1.SessionService.GetMessage:input_type -> sessions.v1.GetMessageRequest
-	31, // 60: sessions.v1.SessionService.GetMessages:input_type -> sessions.v1.GetMessagesRequest
-	33, // 61: sessions.v1.SessionService.GetLatestLeaf:input_type -> sessions.v1.GetLatestLeafRequest
-	35, // 62: sessions.v1.SessionService.GetBranches:input_type -> sessions.v1.GetBranchesRequest
-	37, // 63: sessions.v1.SessionService.StreamHistory:input_type -> sessions.v1.StreamHistoryRequest
-	39, // 64: sessions.v1.SessionService.GetRecentHistory:input_type -> sessions.v1.GetRecentHistoryRequest
-	42, // 65: sessions.v1.SessionService.GetHistoryRowStats:input_type -> sessions.v1.GetHistoryRowStatsRequest
-	45, // 66: sessions.v1.SessionService.ReadAttachment:input_type -> sessions.v1.ReadAttachmentRequest
-	48, // 67: sessions.v1.SessionService.AddCompaction:input_type -> sessions.v1.AddCompactionRequest
-	50, // 68: sessions.v1.SessionService.ListCompactions:input_type -> sessions.v1.ListCompactionsRequest
-	52, // 69: sessions.v1.SessionService.PlanCompaction:input_type -> sessions.v1.PlanCompactionRequest
-	54, // 70: sessions.v1.SessionService.Compact:input_type -> sessions.v1.CompactRequest
-	57, // 71: sessions.v1.SessionService.SetCompactionPolicy:input_type -> sessions.v1.SetCompactionPolicyRequest
-	59, // 72: sessions.v1.SessionService.GetCompactionPolicy:input_type -> sessions.v1.GetCompactionPolicyRequest
-	61, // 73: sessions.v1.SessionService.SearchMessages:input_type -> sessions.v1.SearchMessagesRequest
-	63, // 74: sessions.v1.SessionService.Subscribe:input_type -> sessions.v1.SubscribeRequest
-	65, // 75: sessions.v1.SessionService.ListSessions:input_type -> sessions.v1.ListSessionsRequest
-	68, // 76: sessions.v1.SessionService.GetObjectStats:input_type -> sessions.v1.GetObjectStatsRequest
-	70, // 77: sessions.v1.SessionService.ListObjects:input_type -> sessions.v1.ListObjectsRequest
-	72, // 78: sessions.v1.SessionService.ExportObject:input_type -> sessions.v1.ExportObjectRequest
-	74, // 79: sessions.v1.SessionService.ImportObject:input_type -> sessions.v1.ImportObjectRequest
-	76, // 80: sessions.v1.SessionService.DeleteObject:input_type -> sessions.v1.DeleteObjectRequest
-	12, // 81: sessions.v1.SessionService.AppendMessage:output_type -> sessions.v1.AppendMessageResponse
-	15, // 82: sessions.v1.SessionService.AppendMessages:output_type -> sessions.v1.AppendMessagesResponse
-	17, // 83: sessions.v1.SessionService.UpdateMessage:output_type -> sessions.v1.UpdateMessageResponse
-	19, // 84: sessions.v1.SessionService.UpsertMessage:output_type -> sessions.v1.UpsertMessageResponse
-	22, // 85: sessions.v1.SessionService.UploadMessage:output_type -> sessions.v1.UploadMessageResponse
-	24, // 86: sessions.v1.SessionService.DeleteMessages:output_type -> sessions.v1.DeleteMessagesResponse
-	26, // 87: sessions.v1.SessionService.ClearMessages:output_type -> sessions.v1.ClearMessagesResponse
-	28, // 88: sessions.v1.SessionService.ImportMessages:output_type -> sessions.v1.ImportMessagesResponse
-	30, // 89: sessions.v1.SessionService.GetMessage:output_type -> sessions.v1.GetMessageResponse
-	32, // 90: sessions.v1.SessionService.GetMessages:output_type -> sessions.v1.GetMessagesResponse
-	34, // 91: sessions.v1.SessionService.GetLatestLeaf:output_type -> sessions.v1.GetLatestLeafResponse
-	36, // 92: sessions.v1.SessionService.GetBranches:output_type -> sessions.v1.GetBranchesResponse
-	38, // 93: sessions.v1.SessionService.StreamHistory:output_type -> sessions.v1.StreamHistoryResponse
-	41, // 94: sessions.v1.SessionService.GetRecentHistory:output_type -> sessions.v1.GetRecentHistoryResponse
-	44, // 95: sessions.v1.SessionService.GetHistoryRowStats:output_type -> sessions.v1.GetHistoryRowStatsResponse
-	46, // 96: sessions.v1.SessionService.ReadAttachment:output_type -> sessions.v1.ReadAttachmentResponse
-	49, // 97: sessions.v1.SessionService.AddCompaction:output_type -> sessions.v1.AddCompactionResponse
-	51, // 98: sessions.v1.SessionService.ListCompactions:output_type -> sessions.v1.ListCompactionsResponse
-	53, // 99: sessions.v1.SessionService.PlanCompaction:output_type -> sessions.v1.PlanCompactionResponse
-	55, // 100: sessions.v1.SessionService.Compact:output_type -> sessions.v1.CompactResponse
-	58, // 101: sessions.v1.SessionService.SetCompactionPolicy:output_type -> sessions.v1.SetCompactionPolicyResponse
-	60, // 102: sessions.v1.SessionService.GetCompactionPolicy:output_type -> sessions.v1.GetCompactionPolicyResponse
-	62, // 103: sessions.v1.SessionService.SearchMessages:output_type -> sessions.v1.SearchMessagesResponse
-	64, // 104: sessions.v1.SessionService.Subscribe:output_type -> sessions.v1.SubscribeResponse
-	67, // 105: sessions.v1.SessionService.ListSessions:output_type -> sessions.v1.ListSessionsResponse
-	69, // 106: sessions.v1.SessionService.GetObjectStats:output_type -> sessions.v1.GetObjectStatsResponse
-	71, // 107: sessions.v1.SessionService.ListObjects:output_type -> sessions.v1.ListObjectsResponse
-	73, // 108: sessions.v1.SessionService.ExportObject:output_type -> sessions.v1.ExportObjectResponse
-	75, // 109: sessions.v1.SessionService.ImportObject:output_type -> sessions.v1.ImportObjectResponse
-	77, // 110: sessions.v1.SessionService.DeleteObject:output_type -> sessions.v1.DeleteObjectResponse
-	81, // [81:111] is the sub-list for method output_type
-	51, // [51:81] is the sub-list for method input_type
-	51, // [51:51] is the sub-list for extension type_name
-	51, // [51:51] is the sub-list for extension extendee
-	0,  // [0:51] is the sub-list for field type_name
+	63, // 45: sessions.v1.SearchMessagesResponse.hits:type_name -> sessions.v1.SearchHit
+	0,  // 46: sessions.v1.SubscribeRequest.attachments:type_name -> sessions.v1.AttachmentMode
+	6,  // 47: sessions.v1.SubscribeResponse.type:type_name -> sessions.v1.ChangeType
+	8,  // 48: sessions.v1.SubscribeResponse.message:type_name -> sessions.v1.MessageFrame
+	1,  // 49: sessions.v1.SubscribeResponse.parent_mode:type_name -> sessions.v1.ParentMode
+	47, // 50: sessions.v1.SubscribeResponse.compaction:type_name -> sessions.v1.Compaction
+	67, // 51: sessions.v1.ListSessionsResponse.sessions:type_name -> sessions.v1.SessionSummary
+	11, // 52: sessions.v1.SessionService.AppendMessage:input_type -> sessions.v1.AppendMessageRequest
+	14, // 53: sessions.v1.SessionService.AppendMessages:input_type -> sessions.v1.AppendMessagesRequest
+	16, // 54: sessions.v1.SessionService.UpdateMessage:input_type -> sessions.v1.UpdateMessageRequest
+	18, // 55: sessions.v1.SessionService.UpsertMessage:input_type -> sessions.v1.UpsertMessageRequest
+	21, // 56: sessions.v1.SessionService.UploadMessage:input_type -> sessions.v1.UploadMessageRequest
+	23, // 57: sessions.v1.SessionService.DeleteMessages:input_type -> sessions.v1.DeleteMessagesRequest
+	25, // 58: sessions.v1.SessionService.ClearMessages:input_type -> sessions.v1.ClearMessagesRequest
+	27, // 59: sessions.v1.SessionService.ImportMessages:input_type -> sessions.v1.ImportMessagesRequest
+	29, // 60: sessions.v1.SessionService.GetMessage:input_type -> sessions.v1.GetMessageRequest
+	31, // 61: sessions.v1.SessionService.GetMessages:input_type -> sessions.v1.GetMessagesRequest
+	33, // 62: sessions.v1.SessionService.GetLatestLeaf:input_type -> sessions.v1.GetLatestLeafRequest
+	35, // 63: sessions.v1.SessionService.GetBranches:input_type -> sessions.v1.GetBranchesRequest
+	37, // 64: sessions.v1.SessionService.StreamHistory:input_type -> sessions.v1.StreamHistoryRequest
+	39, // 65: sessions.v1.SessionService.GetRecentHistory:input_type -> sessions.v1.GetRecentHistoryRequest
+	42, // 66: sessions.v1.SessionService.GetHistoryRowStats:input_type -> sessions.v1.GetHistoryRowStatsRequest
+	45, // 67: sessions.v1.SessionService.ReadAttachment:input_type -> sessions.v1.ReadAttachmentRequest
+	48, // 68: sessions.v1.SessionService.AddCompaction:input_type -> sessions.v1.AddCompactionRequest
+	50, // 69: sessions.v1.SessionService.ListCompactions:input_type -> sessions.v1.ListCompactionsRequest
+	52, // 70: sessions.v1.SessionService.PlanCompaction:input_type -> sessions.v1.PlanCompactionRequest
+	54, // 71: sessions.v1.SessionService.Compact:input_type -> sessions.v1.CompactRequest
+	57, // 72: sessions.v1.SessionService.SetCompactionPolicy:input_type -> sessions.v1.SetCompactionPolicyRequest
+	59, // 73: sessions.v1.SessionService.GetCompactionPolicy:input_type -> sessions.v1.GetCompactionPolicyRequest
+	61, // 74: sessions.v1.SessionService.SearchMessages:input_type -> sessions.v1.SearchMessagesRequest
+	64, // 75: sessions.v1.SessionService.Subscribe:input_type -> sessions.v1.SubscribeRequest
+	66, // 76: sessions.v1.SessionService.ListSessions:input_type -> sessions.v1.ListSessionsRequest
+	69, // 77: sessions.v1.SessionService.GetObjectStats:input_type -> sessions.v1.GetObjectStatsRequest
+	71, // 78: sessions.v1.SessionService.ListObjects:input_type -> sessions.v1.ListObjectsRequest
+	73, // 79: sessions.v1.SessionService.ExportObject:input_type -> sessions.v1.ExportObjectRequest
+	75, // 80: sessions.v1.SessionService.ImportObject:input_type -> sessions.v1.ImportObjectRequest
+	77, // 81: sessions.v1.SessionService.DeleteObject:input_type -> sessions.v1.DeleteObjectRequest
+	12, // 82: sessions.v1.SessionService.AppendMessage:output_type -> sessions.v1.AppendMessageResponse
+	15, // 83: sessions.v1.SessionService.AppendMessages:output_type -> sessions.v1.AppendMessagesResponse
+	17, // 84: sessions.v1.SessionService.UpdateMessage:output_type -> sessions.v1.UpdateMessageResponse
+	19, // 85: sessions.v1.SessionService.UpsertMessage:output_type -> sessions.v1.UpsertMessageResponse
+	22, // 86: sessions.v1.SessionService.UploadMessage:output_type -> sessions.v1.UploadMessageResponse
+	24, // 87: sessions.v1.SessionService.DeleteMessages:output_type -> sessions.v1.DeleteMessagesResponse
+	26, // 88: sessions.v1.SessionService.ClearMessages:output_type -> sessions.v1.ClearMessagesResponse
+	28, // 89: sessions.v1.SessionService.ImportMessages:output_type -> sessions.v1.ImportMessagesResponse
+	30, // 90: sessions.v1.SessionService.GetMessage:output_type -> sessions.v1.GetMessageResponse
+	32, // 91: sessions.v1.SessionService.GetMessages:output_type -> sessions.v1.GetMessagesResponse
+	34, // 92: sessions.v1.SessionService.GetLatestLeaf:output_type -> sessions.v1.GetLatestLeafResponse
+	36, // 93: sessions.v1.SessionService.GetBranches:output_type -> sessions.v1.GetBranchesResponse
+	38, // 94: sessions.v1.SessionService.StreamHistory:output_type -> sessions.v1.StreamHistoryResponse
+	41, // 95: sessions.v1.SessionService.GetRecentHistory:output_type -> sessions.v1.GetRecentHistoryResponse
+	44, // 96: sessions.v1.SessionService.GetHistoryRowStats:output_type -> sessions.v1.GetHistoryRowStatsResponse
+	46, // 97: sessions.v1.SessionService.ReadAttachment:output_type -> sessions.v1.ReadAttachmentResponse
+	49, // 98: sessions.v1.SessionService.AddCompaction:output_type -> sessions.v1.AddCompactionResponse
+	51, // 99: sessions.v1.SessionService.ListCompactions:output_type -> sessions.v1.ListCompactionsResponse
+	53, // 100: sessions.v1.SessionService.PlanCompaction:output_type -> sessions.v1.PlanCompactionResponse
+	55, // 101: sessions.v1.SessionService.Compact:output_type -> sessions.v1.CompactResponse
+	58, // 102: sessions.v1.SessionService.SetCompactionPolicy:output_type -> sessions.v1.SetCompactionPolicyResponse
+	60, // 103: sessions.v1.SessionService.GetCompactionPolicy:output_type -> sessions.v1.GetCompactionPolicyResponse
+	62, // 104: sessions.v1.SessionService.SearchMessages:output_type -> sessions.v1.SearchMessagesResponse
+	65, // 105: sessions.v1.SessionService.Subscribe:output_type -> sessions.v1.SubscribeResponse
+	68, // 106: sessions.v1.SessionService.ListSessions:output_type -> sessions.v1.ListSessionsResponse
+	70, // 107: sessions.v1.SessionService.GetObjectStats:output_type -> sessions.v1.GetObjectStatsResponse
+	72, // 108: sessions.v1.SessionService.ListObjects:output_type -> sessions.v1.ListObjectsResponse
+	74, // 109: sessions.v1.SessionService.ExportObject:output_type -> sessions.v1.ExportObjectResponse
+	76, // 110: sessions.v1.SessionService.ImportObject:output_type -> sessions.v1.ImportObjectResponse
+	78, // 111: sessions.v1.SessionService.DeleteObject:output_type -> sessions.v1.DeleteObjectResponse
+	82, // [82:112] is the sub-list for method output_type
+	52, // [52:82] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_sessions_v1_sessions_proto_init() }
@@ -6059,14 +6174,14 @@ func file_sessions_v1_sessions_proto_init() {
 	file_sessions_v1_sessions_proto_msgTypes[0].OneofWrappers = []any{}
 	file_sessions_v1_sessions_proto_msgTypes[20].OneofWrappers = []any{}
 	file_sessions_v1_sessions_proto_msgTypes[54].OneofWrappers = []any{}
-	file_sessions_v1_sessions_proto_msgTypes[56].OneofWrappers = []any{}
+	file_sessions_v1_sessions_proto_msgTypes[57].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sessions_v1_sessions_proto_rawDesc), len(file_sessions_v1_sessions_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   71,
+			NumMessages:   72,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
