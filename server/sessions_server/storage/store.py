@@ -590,7 +590,7 @@ def _connect(path: Path) -> sqlite3.Connection:
         timeout=schema.BUSY_TIMEOUT_MS / 1000,
         factory=queries.ObjectConnection,
     )
-    schema.configure_connection(conn)
+    schema.configure_connection(conn, writes=False)
     return conn
 
 
