@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from sessions_server.domain import paths
-from sessions_server.domain.service import AppendInput, SessionsService
+from sessions_server.domain.service import AppendInput, RecentSummary, SessionsService
 from sessions_server.storage import queries
 from sessions_server.storage.paths import object_path
 from sessions_server.storage.registry import ObjectRegistry
@@ -134,3 +134,45 @@ def test_rows_that_do_not_read_as_messages_are_passed_over_in_a_remembered_tail(
     assert asyncio.run(read(5)) == ["m029", "m028", "m026", "m025", "m024"]
     assert asyncio.run(read(3)) == ["m029", "m028", "m026"]
     assert asyncio.run(read(40)) == [f"m{i:03d}" for i in range(29, -1, -1) if i != 27]
+
+
+def test_a_budgeted_read_of_a_remembered_path_takes_its_newest_rows_without_a_walk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a first read, a recent-history read answers from the memo: it takes the newest rows
+    and the path's stored bytes as kept, with no walk, copy or sum of the whole path."""
+
+    async def run() -> tuple[RecentSummary, list[str], RecentSummary, list[str]]:
+        service = SessionsService(ObjectRegistry(tmp_path, ThreadPoolExecutor(max_workers=2)))
+        try:
+            await service.append_many("budget", "", [AppendInput(t, Parent.auto(), True) for t in _texts(300)])
+            fresh = [item async for item in service.recent_history("budget", "", 1_000)]  # walks, remembers
+            monkeypatch.setattr(paths, "path_stats", None)  # taking the whole path would fail the test
+            await service.append_many("budget", "", [AppendInput(t, Parent.auto(), True) for t in _more(2)])
+            again = [item async for item in service.recent_history("budget", "", 1_000)]
+        finally:
+            await service.registry.close_all()
+        return fresh[0], _ids(fresh[1:]), again[0], _ids(again[1:])  # type: ignore[return-value]
+
+    fresh_summary, fresh_ids, summary, ids = asyncio.run(run())
+    texts = _texts(300)
+    assert (fresh_summary, fresh_ids) == (RecentSummary(True, sum(map(len, texts))), _fitting(texts, 1_000))
+    texts += _more(2)
+    assert (summary, ids) == (RecentSummary(True, sum(map(len, texts))), _fitting(texts, 1_000))
+    assert 2 < len(ids) < 300
+
+
+def _fitting(texts: list[str], budget: int) -> list[str]:
+    """The ids of the newest messages whose JSON fits `budget`, oldest first (at least one)."""
+    taken = [texts[-1]]
+    while len(taken) < len(texts) and sum(map(len, taken)) + len(texts[-len(taken) - 1]) <= budget:
+        taken.insert(0, texts[-len(taken) - 1])
+    return [text.split('"')[3] for text in taken]
+
+
+def _more(count: int) -> list[str]:
+    return [f'{{"id":"x{i}","role":"user","parts":[{{"type":"text","text":"{i}"}}]}}' for i in range(count)]
+
+
+def _ids(windows: list[Any]) -> list[str]:
+    return [view.info.id for window in windows for view in window if view.info is not None]

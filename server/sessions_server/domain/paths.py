@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
 MEMO_KEY = "paths"
 _ROW_ID = operator.attrgetter("id")
+_STORED_BYTES = operator.attrgetter("bytes")
 # About 200 bytes each: some 50 MB at most, for 25 sessions at the 10,001-row depth cap.
 MAX_REMEMBERED_ROWS = 250_000
 DEFAULT_MESSAGE_BUDGET_BYTES = 96 * 1024 * 1024
@@ -62,11 +63,26 @@ class AppendedRow:
 
 
 @dataclass(slots=True)
+class PathSuffix:
+    """The newest rows of a path within a byte budget (`rows`, oldest first), whether older rows
+    were left out, and the whole path's stored bytes, walked rows and oldest row."""
+
+    rows: list[PathStat]
+    cut: bool
+    stored_bytes: int
+    walked: int
+    oldest_id: str | None
+
+
+@dataclass(slots=True)
 class _Path:
     leaf_id: str
     rows: list[PathStat]
     walked: int
     oldest_id: str | None
+    # The rows' stored bytes in all, kept as rows come and go: a budgeted read of the newest
+    # rows reports it without a pass over the path.
+    stored_bytes: int = 0
     # The rows' messages in path order, once every one is remembered: a read then takes them
     # without a lookup per message. Cleared whenever the session's messages are dropped.
     views: list[MessageView] | None = None
@@ -136,8 +152,41 @@ def path_stats(store: ObjectStore, conn: Any, session_id: str, leaf_id: str) -> 
         row.id = sys.intern(row.id)
     with _lock:
         if memo.versions.get(session_id, 0) == version:
-            _keep(key, _Path(leaf_id, list(stats.rows), stats.walked, stats.oldest_id))
+            stored = sum(map(_STORED_BYTES, stats.rows))
+            _keep(key, _Path(leaf_id, list(stats.rows), stats.walked, stats.oldest_id, stored))
     return stats
+
+
+def budget_start(rows: Sequence[PathStat], max_bytes: int) -> int:
+    """Where the newest rows whose stored bytes fit `max_bytes` begin: never after the last row
+    (the leaf is taken whatever its size). Costs the rows taken, not the path."""
+    start = len(rows) - 1
+    if start <= 0:
+        return 0
+    used = rows[start].bytes
+    while start > 0 and used + rows[start - 1].bytes <= max_bytes:
+        start -= 1
+        used += rows[start].bytes
+    return start
+
+
+def suffix_of(stats: PathStats, max_bytes: int) -> PathSuffix:
+    """`stats`' newest rows within `max_bytes` (a pass over the path for its stored bytes)."""
+    start = budget_start(stats.rows, max_bytes)
+    return PathSuffix(stats.rows[start:], start > 0, sum(map(_STORED_BYTES, stats.rows)), stats.walked, stats.oldest_id)
+
+
+def remembered_suffix(store: ObjectStore, session_id: str, leaf_id: str, max_bytes: int) -> PathSuffix | None:
+    """The remembered path to `leaf_id`, as `suffix_of` gives it but with no pass over the path;
+    None when it is not remembered."""
+    key = (_object_memo(store), session_id)
+    with _lock:
+        held = _paths.get(key)
+        if held is None or held.leaf_id != leaf_id:
+            return None
+        _paths.move_to_end(key)
+        start = budget_start(held.rows, max_bytes)
+        return PathSuffix(held.rows[start:], start > 0, held.stored_bytes, held.walked, held.oldest_id)
 
 
 def remembered_path(store: ObjectStore, session_id: str, leaf_id: str, last: int = 0) -> list[PathStat] | None:
@@ -172,6 +221,7 @@ def note_appends(store: ObjectStore, session_id: str, appended: Sequence[Appende
                 if held.walked != len(held.rows):
                     _drop(key)
                     return
+                held.stored_bytes -= held.rows[0].bytes
                 del held.rows[0]
                 if held.views is not None:
                     del held.views[0]
@@ -181,6 +231,7 @@ def note_appends(store: ObjectStore, session_id: str, appended: Sequence[Appende
                 held.walked += 1
             info = row.info
             held.rows.append(PathStat(sys.intern(info.id), info.role, row.bytes, info.token_estimate))
+            held.stored_bytes += row.bytes
             if held.views is not None:
                 if row.view is None:  # read from storage when first read
                     held.views = None

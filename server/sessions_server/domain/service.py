@@ -499,29 +499,37 @@ class SessionsService:
         self.check_names(object_key, session_id)
         async with self.object(object_key) as store:
 
-            def plan(conn: Any) -> tuple[list[PathStat], bool, int, list[Compaction]]:
-                leaf = _resolve_leaf(store, conn, session_id, leaf_id)
-                if not leaf:  # an empty id as the leaf reads as no leaf, as upstream
+            def planned(conn: Any, suffix: paths.PathSuffix) -> _RecentPlan:
+                if not suffix.rows:
                     return [], False, 0, []
-                path = paths.path_stats(store, conn, session_id, leaf)
-                if not path.rows:
-                    return [], False, 0, []
-                total = sum(row.bytes for row in path.rows)
-                start = len(path.rows) - 1
-                used = path.rows[start].bytes
-                while start > 0 and used + path.rows[start - 1].bytes <= max_content_bytes:
-                    start -= 1
-                    used += path.rows[start].bytes
                 # The depth cap hides older rows as the budget does; a path of exactly the cap's
                 # length is complete, so only a walk whose oldest row still has a parent counts.
                 capped = (
-                    path.walked > MAX_PATH_DEPTH
-                    and path.oldest_id is not None
-                    and queries.parent_of(conn, session_id, path.oldest_id)[1] is not None
+                    suffix.walked > MAX_PATH_DEPTH
+                    and suffix.oldest_id is not None
+                    and queries.parent_of(conn, session_id, suffix.oldest_id)[1] is not None
                 )
-                return path.rows[start:], start > 0 or capped, total, queries.compactions(conn, session_id)
+                return suffix.rows, suffix.cut or capped, suffix.stored_bytes, queries.compactions(conn, session_id)
 
-            window, truncated, total, records = await store.read(plan)
+            def remembered(conn: Any) -> _RecentPlan | None:
+                """From the remembered path, in point reads; None when it is not remembered."""
+                leaf = _resolve_leaf(store, conn, session_id, leaf_id)
+                if not leaf:  # an empty id as the leaf reads as no leaf, as upstream
+                    return [], False, 0, []
+                suffix = paths.remembered_suffix(store, session_id, leaf, max_content_bytes)
+                return None if suffix is None else planned(conn, suffix)
+
+            def walked(conn: Any) -> _RecentPlan:
+                leaf = _resolve_leaf(store, conn, session_id, leaf_id)
+                if not leaf:
+                    return [], False, 0, []
+                path = paths.path_stats(store, conn, session_id, leaf)  # walks, and remembers the path
+                return planned(conn, paths.suffix_of(path, max_content_bytes))
+
+            plan = await store.read(remembered, quick=True)
+            if plan is None:
+                plan = await store.read(walked)
+            window, truncated, total, records = plan
             yield RecentSummary(truncated, total)
             async for views in _stream_path(store, session_id, window, records, inline=inline):
                 yield views
@@ -852,6 +860,10 @@ def _appended_row(answered: MessageView, prepared: messages.PreparedMessage) -> 
         view = answered if answered.json is text else MessageView(info, text)
     return paths.AppendedRow(info, len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass")), view)
 
+
+# A budgeted read's plan: the rows to read, whether older ones were left out, the path's stored
+# bytes in all, and the session's compactions.
+_RecentPlan = tuple[list[PathStat], bool, int, list[Compaction]]
 
 # One step of a walk from the leaf: the views read, rows walked, where to go on, and whether the
 # walk reached a row that ends a compaction (from which overlays must be planned).
