@@ -70,14 +70,17 @@ def test_a_hit_too_large_for_a_response_comes_in_pieces_between_packed_ones(
     assert [hit[:3] for hit in packed] == [hit[:3] for hit in single]
     assert all(same_text(p[3], s[3]) for p, s in zip(packed, single, strict=True))
     assert same_text(dict((hit[0], hit[3]) for hit in packed)["big"], large)
+    in_pieces = False
     for response in packed_responses:
         text_bytes = sum(len(hit.content.encode()) for hit in response.hits)
-        if any(hit.more_pieces for hit in response.hits) or any(hit.id == "big" for hit in response.hits):
-            assert len(response.hits) == 1  # a piece travels alone
+        if in_pieces or any(hit.more_pieces for hit in response.hits):
+            assert len(response.hits) == 1  # every piece travels alone, the last one too
             assert text_bytes <= PIECE_BYTES
         else:
             # Whole hits stop a response at about PACK_BYTES: the first hit always goes in.
             assert len(response.hits) == 1 or text_bytes <= PACK_BYTES
+        in_pieces = response.hits[-1].more_pieces
+    assert sum(1 for response in packed_responses if response.hits[0].more_pieces) == 1  # "big": two pieces
 
 
 def _record_searches(monkeypatch: pytest.MonkeyPatch, stub: Any) -> list[pb.SearchMessagesRequest]:
