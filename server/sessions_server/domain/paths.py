@@ -140,9 +140,8 @@ def path_stats(store: ObjectStore, conn: Any, session_id: str, leaf_id: str) -> 
     memo = _object_memo(store)
     key = (memo, session_id)
     with _lock:
-        held = _paths.get(key)
-        if held is not None and held.leaf_id == leaf_id:
-            _paths.move_to_end(key)
+        held = _held_path(key, leaf_id)
+        if held is not None:
             return held.stats()
         version = memo.versions.get(session_id, 0)
     stats = queries.path_stats(conn, session_id, leaf_id)
@@ -179,12 +178,10 @@ def suffix_of(stats: PathStats, max_bytes: int) -> PathSuffix:
 def remembered_suffix(store: ObjectStore, session_id: str, leaf_id: str, max_bytes: int) -> PathSuffix | None:
     """The remembered path to `leaf_id`, as `suffix_of` gives it but with no pass over the path;
     None when it is not remembered."""
-    key = (_object_memo(store), session_id)
     with _lock:
-        held = _paths.get(key)
-        if held is None or held.leaf_id != leaf_id:
+        held = _held_path((_object_memo(store), session_id), leaf_id)
+        if held is None:
             return None
-        _paths.move_to_end(key)
         start = budget_start(held.rows, max_bytes)
         return PathSuffix(held.rows[start:], start > 0, held.stored_bytes, held.walked, held.oldest_id)
 
@@ -192,13 +189,20 @@ def remembered_suffix(store: ObjectStore, session_id: str, leaf_id: str, max_byt
 def remembered_path(store: ObjectStore, session_id: str, leaf_id: str, last: int = 0) -> list[PathStat] | None:
     """The remembered path to `leaf_id` (a copy), or None: never walks. `last` (0: all) copies
     only that many rows at the leaf's end, so a reader of the newest few pays for those."""
-    key = (_object_memo(store), session_id)
     with _lock:
-        held = _paths.get(key)
-        if held is None or held.leaf_id != leaf_id:
+        held = _held_path((_object_memo(store), session_id), leaf_id)
+        if held is None:
             return None
-        _paths.move_to_end(key)
         return held.rows[-last:] if 0 < last < len(held.rows) else list(held.rows)
+
+
+def _held_path(key: tuple[_ObjectMemo, str], leaf_id: str) -> _Path | None:
+    """The remembered path to `leaf_id`, marked recently used; call with `_lock` held."""
+    held = _paths.get(key)
+    if held is None or held.leaf_id != leaf_id:
+        return None
+    _paths.move_to_end(key)
+    return held
 
 
 def note_appends(store: ObjectStore, session_id: str, appended: Sequence[AppendedRow]) -> None:
