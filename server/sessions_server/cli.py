@@ -12,6 +12,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+from sessions_server import allocator
 from sessions_server.config import (
     DEFAULT_DRAIN_SECONDS,
     DEFAULT_LISTEN,
@@ -317,10 +318,23 @@ def _tune_garbage_collector() -> None:
     gc.set_threshold(YOUNG_COLLECTION_THRESHOLD)
 
 
+def _tune_allocator() -> None:
+    log = logging.getLogger("sessions.server")
+    if allocator.reuse_large_buffers():
+        log.info(
+            "malloc: buffers up to %d MiB come from the heap, up to %d MiB of it kept when free",
+            allocator.MMAP_THRESHOLD_BYTES >> 20,
+            allocator.TRIM_THRESHOLD_BYTES >> 20,
+        )
+    else:
+        log.info("malloc: thresholds left as they are (another C library, or set in the environment)")
+
+
 async def _run(config: ServerConfig) -> int:
     from sessions_server.transport.server import serve
 
     _tune_garbage_collector()
+    _tune_allocator()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -25,6 +25,7 @@ class ServerProcess:
         self.proc: subprocess.Popen[str] | None = None
         self.address = ""
         self.banner = ""  # the line that announced the address
+        self.startup: list[str] = []  # what the server wrote before it
 
     def start(self) -> ServerProcess:
         command = [sys.executable, "-m", "sessions_server.cli", "serve", "--listen", "127.0.0.1:0"]
@@ -39,6 +40,7 @@ class ServerProcess:
                 self.address = match.group(1)
                 self.banner = line
                 return self
+            self.startup.append(line)
         raise RuntimeError(f"server exited before listening (code {self.proc.wait()})")
 
     def signal(self, sig: signal.Signals) -> int:

@@ -1,0 +1,53 @@
+"""The C allocator's settings for a process that handles multi-megabyte messages.
+
+glibc's `malloc` serves a request above its mmap threshold with a fresh mapping and unmaps it on
+free, and hands the top of its heap back to the kernel once more than its trim threshold is free
+there. Both thresholds start small (128 KiB) and only the first grows on its own. A 5 MB message
+passes through about ten buffers of its size on the way to disk (the received pieces, the joined
+text, the parsed value, its canonical JSON, the row slices, the digest's input), and with the
+defaults each one is new memory that the kernel zeroes page by page: in process, a 5 MB append
+took 70-85 ms against 50-60 ms with the buffers reused, and the server took 7,000-8,400 page faults
+per 5 MB append and read against 1,300-1,900.
+
+With the thresholds below, buffers of up to 64 MiB come from the heap, and up to 128 MiB of freed
+heap stays with the process for the next large message. The cost is resident memory that is not
+given back after a burst of large messages; messages of ordinary size never reach either bound.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+from collections.abc import Mapping
+
+MMAP_THRESHOLD_BYTES = 64 * 1024 * 1024
+TRIM_THRESHOLD_BYTES = 128 * 1024 * 1024
+
+_M_TRIM_THRESHOLD = -1  # mallopt parameters, from glibc's <malloc.h>
+_M_MMAP_THRESHOLD = -3
+
+# An operator who set any of these has tuned malloc already; the server leaves it as they chose.
+_OPERATOR_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_")
+
+
+def operator_tuned_malloc(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether the environment already sets glibc's malloc thresholds."""
+    if any(name in environ for name in _OPERATOR_SETTINGS):
+        return True
+    return "glibc.malloc." in environ.get("GLIBC_TUNABLES", "")
+
+
+def reuse_large_buffers() -> bool:
+    """Raises glibc's mmap and trim thresholds for this process. Returns whether it did: not on
+    another C library, and not when the operator's environment sets malloc's thresholds."""
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc" or operator_tuned_malloc():
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    # mallopt returns 1 on success; each setting also stops glibc from moving the thresholds.
+    return bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(
+        libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES)
+    )
