@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import sqlite3
 import threading
 import time
@@ -44,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from sessions_server.storage import queries, schema
+from sessions_server.storage import queries, schema, wal
 from sessions_server.storage.feed import ChangeEvent, FeedHub, FeedSettings
 from sessions_server.storage.rows import (
     AppendOutcome,
@@ -58,6 +59,8 @@ from sessions_server.storage.rows import (
 )
 
 T = TypeVar("T")
+
+log = logging.getLogger("sessions.storage")
 
 MAX_JOBS_PER_COMMIT = 256
 MAX_IDLE_READERS = 4
@@ -177,6 +180,9 @@ class ObjectStore:
         self.row_writes = 0
         self.feed = FeedHub(feed)
         self.memo: dict[str, Any] = {}  # per-session derived state the domain keeps (token estimates)
+        self._wal_index: wal.WalIndex | None = None  # None: SQLite checkpoints inside commits
+        self._checkpoints = wal.CheckpointPolicy()
+        self.checkpoints = 0  # checkpoints this store ran after answering writes
 
     @classmethod
     def open(
@@ -250,6 +256,9 @@ class ObjectStore:
         queries.fts_exists(conn)  # outside any transaction: remembered either way
         store = cls(object_key, path, conn, executor, feed, calls_in_flight)
         store.row_writes = store._row_writes_saved = row_writes
+        store._wal_index = wal.WalIndex.open(path)
+        if store._wal_index is not None:
+            conn.execute(f"PRAGMA wal_autocheckpoint = {wal.BACKSTOP_FRAMES}")
         return store
 
     # ── writes ──────────────────────────────────────────────────────────────
@@ -270,11 +279,16 @@ class ObjectStore:
                 outcomes, events = self._abandon([job], f"storage failed, nothing was written: {exc}"), []
             self.inline_writes += 1
             self._settle([job], outcomes, events)
+            if self._checkpoints.due:
+                self._start_writer(loop)  # after this write's answer, not before it
             return cast(T, job.future.result())
         self._queue.append(job)
+        self._start_writer(loop)
+        return await asyncio.shield(job.future)
+
+    def _start_writer(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._writer_task is None or self._writer_task.done():
             self._writer_task = loop.create_task(self._drain())
-        return await asyncio.shield(job.future)
 
     def _may_commit_here(self, size_hint: int | None) -> bool:
         if size_hint is None or self._calls_in_flight is None:
@@ -304,15 +318,30 @@ class ObjectStore:
 
     async def _drain(self) -> None:
         loop = asyncio.get_running_loop()
-        while self._queue:
-            batch = self._queue[:MAX_JOBS_PER_COMMIT]
-            del self._queue[: len(batch)]
-            try:
-                outcomes, events = await loop.run_in_executor(self._executor, self._commit_batch, batch)
-            except BaseException as exc:
-                failure = StorageError(f"storage failed, nothing was written: {exc}")
-                outcomes, events = self._abandon(batch, str(failure)), []
-            self._settle(batch, outcomes, events)
+        while True:
+            if self._queue:
+                batch = self._queue[:MAX_JOBS_PER_COMMIT]
+                del self._queue[: len(batch)]
+                try:
+                    outcomes, events = await loop.run_in_executor(self._executor, self._commit_batch, batch)
+                except BaseException as exc:
+                    failure = StorageError(f"storage failed, nothing was written: {exc}")
+                    outcomes, events = self._abandon(batch, str(failure)), []
+                self._settle(batch, outcomes, events)
+            elif self._checkpoints.due and not self._closed:
+                await loop.run_in_executor(self._executor, self._checkpoint)
+            else:
+                return
+
+    def _checkpoint(self) -> None:
+        """The WAL checkpoint SQLite would have run inside the last commit (see storage/wal.py)."""
+        assert self._wal_index is not None
+        try:
+            self._writer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except sqlite3.Error as exc:
+            log.warning("object %r: WAL checkpoint failed: %s", self.object_key, exc)
+        self.checkpoints += 1
+        self._checkpoints.after_checkpoint(self._wal_index.frames()[0])
 
     def _settle(self, batch: list[_Job], outcomes: list[tuple[bool, Any]], events: list[ChangeEvent]) -> None:
         if events:
@@ -391,6 +420,8 @@ class ObjectStore:
                     self._tails[session_id] = tail
             self._commits += 1
         self.row_writes += ctx.row_writes
+        if self._wal_index is not None:
+            self._checkpoints.after_commit(self._wal_index.frames()[0])
         return outcomes, ctx.events
 
     @staticmethod
@@ -544,10 +575,14 @@ class ObjectStore:
         """Jobs are queued or committing on the writer thread."""
         return bool(self._queue) or (self._writer_task is not None and not self._writer_task.done())
 
-    async def close(self) -> None:
-        """Waits for queued writes, then closes every connection (checkpointing the WAL)."""
+    async def settled(self) -> None:
+        """Returns once no write is queued or committing and no checkpoint is running."""
         while self._writer_task is not None and not self._writer_task.done():
             await asyncio.shield(self._writer_task)
+
+    async def close(self) -> None:
+        """Waits for queued writes, then closes every connection (checkpointing the WAL)."""
+        await self.settled()
         self._closed = True
         self.feed.close_all()
         loop = asyncio.get_running_loop()
@@ -569,6 +604,8 @@ class ObjectStore:
                 self._writer.execute("PRAGMA busy_timeout = 0")
                 self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         self._writer.close()
+        if self._wal_index is not None:
+            self._wal_index.close()
 
 
 def _connect_writer(path: Path, busy_timeout_ms: int) -> queries.ObjectConnection:

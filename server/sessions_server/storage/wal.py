@@ -1,0 +1,80 @@
+"""An object's write-ahead log: how many frames it holds, and when the store checkpoints it.
+
+Left to itself, SQLite checkpoints the WAL inside the commit that brings it to 1,000 frames, so
+the write that crosses the mark waits for the checkpoint as well as its own commit: with 16 KiB
+pages, every ~16 MB written (a 5 MB append took 170-200 ms instead of about 100 every third or
+fourth time). The store instead runs the same PASSIVE checkpoint on the writer's connection
+after it has answered the commit's writes; writes that arrive meanwhile queue and commit
+together right after it. It still runs on the writer, so no commit lands while it copies and
+the WAL starts over from its beginning at the next write, as with SQLite's own.
+
+The store learns when it is due from the frame counts in the wal-index (the `-shm` file, whose
+layout SQLite documents in "WAL-mode File Format", walformat.html): reading its first 100 bytes
+costs one system call per commit. SQLite's own checkpoint stays armed, at a higher mark, should
+these counts ever mislead.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+CHECKPOINT_FRAMES = 1000
+"""Frames added since the last checkpoint that make the next one due (SQLite's own default)."""
+
+BACKSTOP_FRAMES = 4 * CHECKPOINT_FRAMES
+"""The writer connection's `wal_autocheckpoint` while the store checkpoints by itself."""
+
+# Offsets in the wal-index: the first copy of the header's mxFrame (frames in the WAL) and the
+# checkpoint information's nBackfill (frames already copied into the database). Native byte order.
+_MX_FRAME = 16
+_BACKFILL = 96
+
+
+class WalIndex:
+    """Read-only view of one object's wal-index; `open` returns None where there is none (an
+    exclusive-locking connection keeps it in private memory)."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    @classmethod
+    def open(cls, database: Path) -> WalIndex | None:
+        try:
+            return cls(os.open(f"{database}-shm", os.O_RDONLY | os.O_CLOEXEC))
+        except OSError:
+            return None
+
+    def frames(self) -> tuple[int, int]:
+        """(frames in the WAL, frames of them already checkpointed)."""
+        head = os.pread(self._fd, _BACKFILL + 4, 0)
+        if len(head) < _BACKFILL + 4:
+            return 0, 0  # not initialized yet: nothing written since the WAL was created
+        mx_frame = int.from_bytes(head[_MX_FRAME : _MX_FRAME + 4], sys.byteorder)
+        return mx_frame, int.from_bytes(head[_BACKFILL : _BACKFILL + 4], sys.byteorder)
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+class CheckpointPolicy:
+    """Whether a checkpoint is due, from the frame counts seen after each commit.
+
+    A checkpoint is due once CHECKPOINT_FRAMES frames were added since the last one. A reader
+    that holds an old snapshot (a replicator, a long export) keeps a checkpoint from copying
+    the newest frames; counting from where the last checkpoint left the WAL, not from what it
+    copied, keeps the store from checkpointing again after every commit while that lasts."""
+
+    def __init__(self) -> None:
+        self.due = False
+        self._frames_at_last = 0  # frames in the WAL when the last checkpoint finished
+
+    def after_commit(self, frames: int) -> None:
+        if frames < self._frames_at_last:
+            self._frames_at_last = 0  # the WAL started over
+        self.due = frames - self._frames_at_last >= CHECKPOINT_FRAMES
+
+    def after_checkpoint(self, frames: int) -> None:
+        self._frames_at_last = frames
+        self.due = False

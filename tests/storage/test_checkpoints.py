@@ -1,0 +1,115 @@
+"""When an object's WAL is checkpointed (storage/wal.py, storage/store.py).
+
+SQLite would checkpoint inside the commit that brings the WAL to 1,000 frames, so that write's
+answer would wait for it. The store answers the write first and then checkpoints on the writer,
+where writes that arrive meanwhile wait and commit together after it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sqlite3
+from pathlib import Path
+
+from sessions_server.storage import wal
+from tests.storage.test_write_threads import note, opened
+
+NOTE = "x" * 200_000  # about 13 frames at 16 KiB pages; small enough to commit in place
+
+
+def frames(path: Path) -> tuple[int, int]:
+    """(frames in the WAL, frames checkpointed), read from the wal-index as the store reads it."""
+    index = wal.WalIndex.open(path)
+    assert index is not None
+    try:
+        return index.frames()
+    finally:
+        index.close()
+
+
+def test_the_write_that_fills_the_wal_is_answered_before_the_checkpoint(tmp_path: Path) -> None:
+    path = tmp_path / "object.sqlite"
+
+    async def scenario() -> int:
+        written = 0
+        async with opened(path, lambda: 1) as store:
+            seen = (0, 0)
+            while seen[0] < wal.CHECKPOINT_FRAMES:
+                await store.write(note(NOTE), size_hint=len(NOTE))
+                written += 1
+                assert store.checkpoints == 0
+                seen = frames(path)
+            # Answered in place, with the WAL past SQLite's mark and nothing checkpointed yet.
+            assert store.inline_writes > 1
+            assert seen[1] == 0, seen
+            await store.settled()
+            assert store.checkpoints == 1
+            assert frames(path) == (seen[0], seen[0])  # all of it copied into the database
+            await store.write(note("after"), size_hint=10)
+            assert frames(path)[0] < 10  # so the WAL started over from its beginning
+        assert not any(name.endswith("-shm") for name in _open_files()), "the wal-index stayed open after close"
+        return written
+
+    written = asyncio.run(scenario())
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT count(*) FROM notes").fetchone()[0] == written + 1
+
+
+def test_writes_on_the_writer_thread_keep_the_wal_bounded(tmp_path: Path) -> None:
+    path = tmp_path / "object.sqlite"
+    big = "y" * 1_000_000  # about 63 frames
+
+    async def scenario() -> tuple[int, int]:
+        async with opened(path, None) as store:  # no count of calls: every write takes the thread
+            most = 0
+            for _ in range(50):
+                await asyncio.gather(*(store.write(note(big)) for _ in range(2)))
+                most = max(most, frames(path)[0])
+            await store.settled()
+            return store.checkpoints, most
+
+    checkpoints, most = asyncio.run(scenario())
+    assert checkpoints >= 5  # about 6,300 frames written
+    assert most < wal.CHECKPOINT_FRAMES + 2 * 70, most
+
+
+def test_a_reader_on_an_old_snapshot_does_not_make_every_commit_checkpoint(tmp_path: Path) -> None:
+    """A checkpoint cannot copy frames newer than a reader's snapshot; the store then waits for
+    another CHECKPOINT_FRAMES frames before it tries again, rather than retrying per commit."""
+    path = tmp_path / "object.sqlite"
+
+    async def scenario() -> list[int]:
+        async with opened(path, lambda: 1) as store:
+            reader = sqlite3.connect(path, isolation_level=None)
+            reader.execute("BEGIN")
+            reader.execute("SELECT count(*) FROM notes").fetchone()  # holds this snapshot
+            counts = []
+            while frames(path)[0] < wal.CHECKPOINT_FRAMES:
+                await store.write(note(NOTE), size_hint=len(NOTE))
+            await store.settled()
+            counts.append(store.checkpoints)
+            for _ in range(20):  # about 260 frames more: not yet due again
+                await store.write(note(NOTE), size_hint=len(NOTE))
+                await store.settled()
+            counts.append(store.checkpoints)
+            reader.execute("COMMIT")
+            reader.close()
+            for _ in range(2 * wal.CHECKPOINT_FRAMES // 13):  # bounded, should no checkpoint come
+                await store.write(note(NOTE), size_hint=len(NOTE))
+                await store.settled()
+                if store.checkpoints > counts[-1]:
+                    break
+            mx, backfilled = frames(path)
+            counts.append(int(mx == backfilled))  # with the reader gone, the checkpoint copied all
+            return counts
+
+    assert asyncio.run(scenario()) == [1, 1, 1]
+
+
+def _open_files() -> list[str]:
+    names = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the listing's own descriptor is gone by now
+            names.append(os.readlink(f"/proc/self/fd/{fd}"))
+    return names
