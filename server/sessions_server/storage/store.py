@@ -3,8 +3,9 @@
 Writes to an object are serialized like a Durable Object's single thread, and committed in
 groups: jobs that queue while a commit is in flight run together in the next transaction, each
 inside its own SAVEPOINT so one failing job rolls back alone, and all of them are answered after
-the one COMMIT (one fsync) that makes them durable. Reads run concurrently on their own
-connections, on the executor.
+the one COMMIT (one fsync) that makes them durable. Once they are answered, the writer runs the
+WAL checkpoint if one is due (storage/wal.py); writes that arrive meanwhile queue behind it.
+Reads run concurrently on their own connections, on the executor.
 
 Blocking SQLite work runs on the executor, with three exceptions, all when the whole server is
 quiet: a small write commits, a quick read runs, and a file this service opened before opens
@@ -572,7 +573,7 @@ class ObjectStore:
 
     @property
     def _writing(self) -> bool:
-        """Jobs are queued or committing on the writer thread."""
+        """Jobs are queued or committing on the writer thread, or a checkpoint is running."""
         return bool(self._queue) or (self._writer_task is not None and not self._writer_task.done())
 
     async def settled(self) -> None:

@@ -47,8 +47,13 @@ class WalIndex:
             return None
 
     def frames(self) -> tuple[int, int]:
-        """(frames in the WAL, frames of them already checkpointed)."""
-        head = os.pread(self._fd, _BACKFILL + 4, 0)
+        """(frames in the WAL, frames of them already checkpointed). Never raises: it runs right
+        after a commit, which must not be reported as failed; (0, 0) leaves the checkpoint to
+        SQLite's backstop."""
+        try:
+            head = os.pread(self._fd, _BACKFILL + 4, 0)
+        except OSError:
+            return 0, 0
         if len(head) < _BACKFILL + 4:
             return 0, 0  # not initialized yet: nothing written since the WAL was created
         mx_frame = int.from_bytes(head[_MX_FRAME : _MX_FRAME + 4], sys.byteorder)
