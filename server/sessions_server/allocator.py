@@ -3,12 +3,13 @@
 glibc's `malloc` serves a request above its mmap threshold with a fresh mapping and unmaps it on
 free, and hands the top of its heap back to the kernel once more than its trim threshold is free
 there. Both thresholds start small (128 KiB); glibc moves the first up to the size of the last
-mapped block freed, and the second to twice that. A 5 MB message passes through about ten buffers of its size on the way to
-disk (the received pieces, the joined text, the parsed value, its canonical JSON, the row
-slices, the digest's input), and with the defaults most of them are new memory that the kernel
-zeroes page by page: the server took 7,000-9,000 page faults per 5 MB append and read, against
-3,300-5,800 with the thresholds below. Servers alternated after a history workload, with the
-defaults 5 MB appends took 6.5% longer (14 of 16 blocks) and 5 MB reads 44% longer (16 of 16).
+mapped block freed, and the second to twice that. A 5 MB message passes through about ten
+buffers of its size on the way to disk (the received pieces, the joined text, the parsed value,
+its canonical JSON, the row slices, the digest's input), and with the defaults most of them are
+new memory that the kernel zeroes page by page. The server took 7,000-9,000 page faults per
+5 MB append and read, against 3,300-5,800 with the thresholds below; with servers alternated
+after a history workload, the defaults made 5 MB appends 6.5% slower (14 of 16 blocks) and
+5 MB reads 44% slower (16 of 16).
 
 With these thresholds, buffers of up to 32 MiB (the most glibc's own adjustment would allow) come
 from the heap, and up to 64 MiB of freed heap stays with the process for the next large message.

@@ -24,6 +24,11 @@ from sessions_server.storage.paths import object_path
 from tests.deploy.support import DEPLOY, Proxy, Shard, free_port, text_message, write_ring
 
 RETRYABLE_REASONS = {"OBJECT_MOVING", "OBJECT_NOT_OWNED"}
+# A shard restarting refuses calls (UNAVAILABLE). A call in flight while nginx reloads or a shard
+# restarts can also have its stream reset, which the client sees as CANCELLED (2 of 4 full runs
+# of tests/deploy on one day; nginx resets streams its old workers still carry). Neither write
+# was acknowledged, and the retry carries the same message id.
+RETRYABLE_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED}
 
 
 def _reshard_module():  # type: ignore[no-untyped-def]
@@ -68,7 +73,7 @@ class Writer(threading.Thread):
                 client.object(key).session().append_message(text_message(message_id, f"{key} {message_id}"))
                 return
             except SessionsError as error:
-                retryable = error.reason in RETRYABLE_REASONS or error.code == grpc.StatusCode.UNAVAILABLE
+                retryable = error.reason in RETRYABLE_REASONS or error.code in RETRYABLE_CODES
                 if not retryable or time.monotonic() > deadline:
                     raise
                 label = error.reason or error.code.name
@@ -137,7 +142,7 @@ def test_adding_a_shard_under_write_load(tmp_path: Path) -> None:
         writer.join(timeout=90)
         assert writer.error is None, writer.error
         print(f"writer: {sum(len(v) for v in writer.acknowledged.values())} acknowledged, refusals {writer.refusals}")
-        assert set(writer.refusals) <= {"OBJECT_MOVING", "OBJECT_NOT_OWNED", "UNAVAILABLE"}, writer.refusals
+        assert set(writer.refusals) <= RETRYABLE_REASONS | {code.name for code in RETRYABLE_CODES}, writer.refusals
 
         placement = Placement("nginx-ketama", tuple(new), names[0], new_ring)
         with SessionsClient(proxy.address) as client:
