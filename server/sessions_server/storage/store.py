@@ -320,7 +320,12 @@ class ObjectStore:
     async def _drain(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            if self._queue:
+            # A due checkpoint goes before the next batch, as SQLite's own would (inside the
+            # commit that made it due): under steady load the queue is never empty, and a
+            # checkpoint that waited for that would leave the WAL to grow to the backstop.
+            if self._checkpoints.due and not self._closed:
+                await loop.run_in_executor(self._executor, self._checkpoint)
+            elif self._queue:
                 batch = self._queue[:MAX_JOBS_PER_COMMIT]
                 del self._queue[: len(batch)]
                 try:
@@ -329,8 +334,6 @@ class ObjectStore:
                     failure = StorageError(f"storage failed, nothing was written: {exc}")
                     outcomes, events = self._abandon(batch, str(failure)), []
                 self._settle(batch, outcomes, events)
-            elif self._checkpoints.due and not self._closed:
-                await loop.run_in_executor(self._executor, self._checkpoint)
             else:
                 return
 
