@@ -10,12 +10,15 @@ import asyncio
 import contextlib
 import os
 import sqlite3
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from sessions_server.storage import store as store_module
 from sessions_server.storage import wal
+from sessions_server.storage.rows import StorageError
+from sessions_server.storage.store import ObjectStore
 from tests.storage.test_write_threads import note, opened
 
 NOTE = "x" * 200_000  # about 13 frames at 16 KiB pages; small enough to commit in place
@@ -125,3 +128,26 @@ def _open_files() -> list[str]:
         with contextlib.suppress(OSError):  # the listing's own descriptor is gone by now
             names.append(os.readlink(f"/proc/self/fd/{fd}"))
     return names
+
+
+def test_a_checkpoint_the_executor_can_no_longer_run_is_given_up(tmp_path: Path) -> None:
+    """The checkpoint is submitted after the answer; if the executor has shut down by then, the
+    writer gives it up and goes on: the store settles, and the next write is refused (with the
+    executor's error) instead of waiting forever."""
+    path = tmp_path / "object.sqlite"
+
+    async def scenario() -> str:
+        executor = ThreadPoolExecutor(max_workers=2)
+        loop = asyncio.get_running_loop()
+        store = await loop.run_in_executor(executor, ObjectStore.open, "key", path, executor, None, lambda: 1)
+        await store.write(lambda ctx: ctx.conn.execute("CREATE TABLE notes (body TEXT NOT NULL)"), size_hint=10)
+        while frames(path)[0] < wal.CHECKPOINT_FRAMES:
+            await store.write(note(NOTE), size_hint=len(NOTE))
+        executor.shutdown()  # before the writer task, scheduled by the last write, has run
+        await store.settled()
+        assert store.checkpoints == 0
+        with pytest.raises(StorageError) as refused:
+            await store.write(note("queued"))  # no size hint: the writer thread's path
+        return str(refused.value)
+
+    assert "nothing was written" in asyncio.run(scenario())

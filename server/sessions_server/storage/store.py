@@ -324,7 +324,11 @@ class ObjectStore:
             # commit that made it due): under steady load the queue is never empty, and a
             # checkpoint that waited for that would leave the WAL to grow to the backstop.
             if self._checkpoints.due and not self._closed:
-                await loop.run_in_executor(self._executor, self._checkpoint)
+                try:
+                    await loop.run_in_executor(self._executor, self._checkpoint)
+                except RuntimeError as exc:  # the executor shut down; queued writes fail below
+                    log.warning("object %r: WAL checkpoint not run: %s", self.object_key, exc)
+                    self._checkpoints.due = False
             elif self._queue:
                 batch = self._queue[:MAX_JOBS_PER_COMMIT]
                 del self._queue[: len(batch)]
