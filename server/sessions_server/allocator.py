@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import platform
 from collections.abc import Mapping
 
 MMAP_THRESHOLD_BYTES = 32 * 1024 * 1024
@@ -41,10 +40,20 @@ def operator_tuned_malloc(environ: Mapping[str, str] = os.environ) -> bool:
     return "glibc.malloc." in environ.get("GLIBC_TUNABLES", "")
 
 
+def running_on_glibc() -> bool:
+    """Whether the C library this process runs on is glibc. Asked of the library itself:
+    `platform.libc_ver` reads the interpreter's executable, which names the library it was
+    linked against, not the one loaded."""
+    try:
+        return os.confstr("CS_GNU_LIBC_VERSION") is not None
+    except (ValueError, OSError, AttributeError):  # the name unknown here, or no confstr at all
+        return False
+
+
 def reuse_large_buffers() -> bool:
     """Raises glibc's mmap and trim thresholds for this process. Returns whether it did: not on
     another C library, and not when the operator's environment sets malloc's thresholds."""
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc" or operator_tuned_malloc():
+    if not running_on_glibc() or operator_tuned_malloc():
         return False
     try:
         libc = ctypes.CDLL("libc.so.6")

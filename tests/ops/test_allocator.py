@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -13,9 +12,7 @@ import pytest
 from sessions_server import allocator
 from tests.e2e.conftest import ServerProcess
 
-pytestmark = pytest.mark.skipif(
-    platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="the settings are glibc's"
-)
+pytestmark = pytest.mark.skipif(not allocator.running_on_glibc(), reason="the settings are glibc's")
 
 # In a fresh interpreter: optionally tune, then report how many bytes glibc holds in mappings of
 # their own (mallinfo2's hblkhd) while one 5 MiB buffer is alive.
