@@ -316,3 +316,45 @@ def test_pieces_rejoin_to_the_text_and_stay_under_the_piece_size(text: str, piec
 def test_pieces_must_hold_any_character() -> None:
     with pytest.raises(ValueError, match="at least 4"):
         list(framing.split_utf8("€€", 3))
+
+
+def _reference_frames(view: MessageView, piece_bytes: int) -> list[pb.MessageFrame]:
+    """The frames of one message as protobuf objects would build them (the encoding's reference)."""
+    pieces = list(framing.split_utf8(view.json, piece_bytes))
+    frames = []
+    for index, piece in enumerate(pieces):
+        frame = pb.MessageFrame(json=piece, more_pieces=index < len(pieces) - 1)
+        if index == 0:
+            framing._fill_info(frame.info, view)
+        frames.append(frame)
+    return frames
+
+
+@given(
+    text=st.one_of(st.text(alphabet=st.characters(max_codepoint=0x7F)), st.text()),
+    piece_bytes=st.integers(4, 40),
+    has_info=st.booleans(),
+)
+@settings(max_examples=300, deadline=None)
+def test_encoded_message_responses_are_what_protobuf_encodes(text: str, piece_bytes: int, has_info: bool) -> None:
+    """GetMessage's responses and a stream's pieces are encoded by hand from the JSON's bytes:
+    byte for byte what the protobuf objects would serialize, info on the first piece only,
+    `more_pieces` on all but the last; a batch that ends with the message ends on its last piece."""
+    info = RowInfo("m1", "assistant", "m0", 7, 1_700_000_000_000, 42) if has_info else None
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(framing, "PIECE_BYTES", piece_bytes)
+        frames = _reference_frames(MessageView(info, text), piece_bytes)
+
+        got = list(framing.message_responses(MessageView(info, text), pb.GetMessageResponse))
+        assert got == [pb.GetMessageResponse(frame=frame).SerializeToString() for frame in frames]
+
+        for max_messages in (1, 400):
+            view = MessageView(info, text)
+            streamed = list(framing.framed_responses([(view, True)], max_messages, pb.StreamHistoryResponse))
+            reference = [
+                pb.StreamHistoryResponse(frames=[frame]) if max_messages > 1 else pb.StreamHistoryResponse(frame=frame)
+                for frame in frames
+            ]
+            decoded = [pb.StreamHistoryResponse.FromString(r) if isinstance(r, bytes) else r for r, _ in streamed]
+            assert decoded == reference
+            assert [end for _, end in streamed] == [index == len(frames) - 1 for index in range(len(frames))]

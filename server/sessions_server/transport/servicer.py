@@ -300,14 +300,14 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
     # ── reads ───────────────────────────────────────────────────────────────
 
     async def GetMessage(self, request: pb.GetMessageRequest, context: Any) -> None:  # type: ignore[override]
-        async def run() -> AsyncIterator[pb.GetMessageResponse]:
+        async def run() -> AsyncIterator[bytes]:
             self._admit(context, request.object_key, write=False)
             view = await self._service.get_message(
                 request.object_key, request.session_id, request.message_id, inline=_inline(request.attachments)
             )
             if view is not None:
-                for frame in framing.message_frames(view):
-                    yield pb.GetMessageResponse(frame=frame)
+                for response in framing.message_responses(view, pb.GetMessageResponse):
+                    yield response
 
         await _stream(context, run, self._slots)
 
@@ -324,14 +324,14 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         await _stream(context, run, self._slots)
 
     async def GetLatestLeaf(self, request: pb.GetLatestLeafRequest, context: Any) -> None:  # type: ignore[override]
-        async def run() -> AsyncIterator[pb.GetLatestLeafResponse]:
+        async def run() -> AsyncIterator[bytes]:
             self._admit(context, request.object_key, write=False)
             view = await self._service.get_latest_leaf(
                 request.object_key, request.session_id, inline=_inline(request.attachments)
             )
             if view is not None:
-                for frame in framing.message_frames(view):
-                    yield pb.GetLatestLeafResponse(frame=frame)
+                for response in framing.message_responses(view, pb.GetLatestLeafResponse):
+                    yield response
 
         await _stream(context, run, self._slots)
 
