@@ -9,6 +9,7 @@ Needs `litestream` v0.5.18 (.tools/bin, see docs/operations.md) and `moto[server
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import shutil
 import threading
@@ -61,19 +62,31 @@ def _utc(seconds: float) -> str:
     return dt.datetime.fromtimestamp(seconds, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-@pytest.fixture
-def replicated_shard(tmp_path: Path):  # type: ignore[no-untyped-def]
-    s3 = S3Server(tmp_path / "s3").start()
+def _replicated_shard(
+    stack: contextlib.ExitStack, tmp_path: Path, *shard_args: str
+) -> tuple[S3Server, Shard, Replicator]:
+    """An S3 server, a shard and Litestream replicating it, each stopped by `stack` once started:
+    whichever fails to start (Litestream missing, say), those started before it stop."""
+    s3 = S3Server(tmp_path / "s3")
+    stack.callback(s3.stop)
+    s3.start()
     data = tmp_path / "shard" / "data"
     data.mkdir(parents=True)
-    # --max-open-objects above the object count: see docs/operations.md ("Replication") for why
-    # closing an object stalls while Litestream holds its read lock, until the server change.
-    shard = Shard("shard", data, free_port(), "--max-open-objects", "1000").start()
-    replicator = Replicator(data, s3, "shard-0", tmp_path / "litestream.log").start()
-    yield s3, shard, replicator
-    replicator.kill()
-    shard.stop()
-    s3.stop()
+    shard = Shard("shard", data, free_port(), *shard_args)
+    stack.callback(shard.stop)
+    shard.start()
+    replicator = Replicator(data, s3, "shard-0", tmp_path / "litestream.log")
+    stack.callback(replicator.kill)
+    replicator.start()
+    return s3, shard, replicator
+
+
+@pytest.fixture
+def replicated_shard(tmp_path: Path):  # type: ignore[no-untyped-def]
+    with contextlib.ExitStack() as stack:
+        # --max-open-objects above the object count: see docs/operations.md ("Replication") for
+        # why closing an object stalls while Litestream holds its read lock, until the server change.
+        yield _replicated_shard(stack, tmp_path, "--max-open-objects", "1000")
 
 
 def test_lose_the_shard_restore_everything_and_a_point_in_time(replicated_shard, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -175,12 +188,8 @@ def test_lose_the_shard_restore_everything_and_a_point_in_time(replicated_shard,
 
 
 def test_shutdown_does_not_stall_while_litestream_replicates(tmp_path: Path) -> None:
-    s3 = S3Server(tmp_path / "s3").start()
-    data = tmp_path / "shard" / "data"
-    data.mkdir(parents=True)
-    shard = Shard("shard", data, free_port()).start()
-    replicator = Replicator(data, s3, "shard-0", tmp_path / "litestream.log").start()
-    try:
+    with contextlib.ExitStack() as stack:
+        s3, shard, replicator = _replicated_shard(stack, tmp_path)
         with SessionsClient(shard.address) as client:
             session = client.object("o").session()
             session.append_message(text_message("m1", "x"))
@@ -191,7 +200,3 @@ def test_shutdown_does_not_stall_while_litestream_replicates(tmp_path: Path) -> 
         shard.stop()  # SIGTERM: drain, then close every open object
         took = time.monotonic() - started
         assert took < 5.0, f"shutdown took {took:.1f}s with one replicated object open"
-    finally:
-        replicator.kill()
-        shard.stop()
-        s3.stop()
