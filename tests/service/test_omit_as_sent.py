@@ -186,3 +186,35 @@ def test_the_asyncio_client_asks_for_json_as_sent_to_be_left_out(
 
     calls = asyncio.run(scenario())
     _assert_each_write_asked(calls)
+
+
+def test_client_results_carry_the_stored_json_and_parse_it_only_when_read(live_server: Any, object_key: str) -> None:
+    """A caller who only checks `inserted` pays nothing for the message: the results hold the
+    stored JSON (the JSON sent, when stored as sent) and parse it on first read, once."""
+    from sessions_client import SessionsClient
+    from sessions_client.aio import SessionsClient as AsyncSessionsClient
+
+    sent, stored = _sanitized("s")
+
+    def check(result: Any, json_text: str) -> None:
+        assert result.message_json == json_text
+        assert "message" not in vars(result)  # not parsed yet
+        assert result.message == json.loads(json_text)
+        assert result.message is result.message  # parsed once
+
+    with SessionsClient(live_server.address) as client:
+        session = client.object(object_key).session("sync")
+        check(session.append_message(text_message("a")), js_json(text_message("a")))
+        check(session.append_message(sent), stored)
+        for result, message in zip(session.append_messages([text_message("b"), text_message("c")]), "bc", strict=True):
+            check(result, js_json(text_message(message)))
+        check(session.upsert_message(text_message("d")), js_json(text_message("d")))
+
+    async def scenario() -> None:
+        async with AsyncSessionsClient(live_server.address) as client:
+            session = client.object(object_key).session("aio")
+            check(await session.append_message(text_message("a")), js_json(text_message("a")))
+            check(await session.append_message(sent), stored)
+            check(await session.upsert_message(text_message("d")), js_json(text_message("d")))
+
+    asyncio.run(scenario())

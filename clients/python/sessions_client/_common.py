@@ -9,6 +9,7 @@ import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from typing import Any, Final
 
 import grpc
@@ -89,18 +90,30 @@ class SessionsError(Exception):
 @dataclass(frozen=True)
 class AppendResult:
     """An append's outcome: `inserted` is False when the id existed (then `message` is the stored
-    one); `parent_id` is the parent actually used (None for a root)."""
+    one); `parent_id` is the parent actually used (None for a root). `message_json` is the stored
+    message's JSON; `message` parses it when first read, so a caller who only checks `inserted`
+    pays nothing for it (5 ms for a 5 MB message, a few microseconds per message of a batch)."""
 
     inserted: bool
-    message: Message
+    message_json: str = field(repr=False)
     parent_id: str | None
+
+    @cached_property
+    def message(self) -> Message:
+        return json.loads(self.message_json)  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)
 class UpsertResult:
+    """An upsert's outcome; `message` is parsed from `message_json` when first read."""
+
     inserted: bool
     changed: bool
-    message: Message
+    message_json: str = field(repr=False)
+
+    @cached_property
+    def message(self) -> Message:
+        return json.loads(self.message_json)  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)

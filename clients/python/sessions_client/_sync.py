@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
@@ -209,7 +210,9 @@ class SessionHandle:
         text = to_json(message)
         if json_size(text) > UNARY_LIMIT_BYTES:
             upload = self._upload(pb.UPLOAD_OPERATION_APPEND, text, parent_id, source)
-            return AppendResult(upload.inserted, self._written(upload.message, text), parent_of(upload.message.info))
+            return AppendResult(
+                upload.inserted, self._written_json(upload.message, text), parent_of(upload.message.info)
+            )
         request = pb.AppendMessageRequest(
             object_key=self._key,
             session_id=self.id,
@@ -219,7 +222,9 @@ class SessionHandle:
             **parent_fields(parent_id),
         )
         response = self._client._call(self._key, self._stub.AppendMessage, request)
-        return AppendResult(response.inserted, self._written(response.message, text), parent_of(response.message.info))
+        return AppendResult(
+            response.inserted, self._written_json(response.message, text), parent_of(response.message.info)
+        )
 
     def append_messages(
         self, messages: Iterable[Message | str], *, parent_id: ParentArg = AUTO, source: str = "server"
@@ -235,7 +240,7 @@ class SessionHandle:
         )
         response = self._client._call(self._key, self._stub.AppendMessages, request)
         return [
-            AppendResult(r.inserted, self._written(r.message, text), parent_of(r.message.info))
+            AppendResult(r.inserted, self._written_json(r.message, text), parent_of(r.message.info))
             for r, text in zip(response.results, texts, strict=True)
         ]
 
@@ -260,7 +265,7 @@ class SessionHandle:
         text = to_json(message)
         if json_size(text) > UNARY_LIMIT_BYTES:
             upload = self._upload(pb.UPLOAD_OPERATION_UPSERT, text, parent_id, source)
-            return UpsertResult(upload.inserted, upload.changed, self._written(upload.message, text))
+            return UpsertResult(upload.inserted, upload.changed, self._written_json(upload.message, text))
         request = pb.UpsertMessageRequest(
             object_key=self._key,
             session_id=self.id,
@@ -270,7 +275,7 @@ class SessionHandle:
             **parent_fields(parent_id),
         )
         response = self._client._call(self._key, self._stub.UpsertMessage, request)
-        return UpsertResult(response.inserted, response.changed, self._written(response.message, text))
+        return UpsertResult(response.inserted, response.changed, self._written_json(response.message, text))
 
     def delete_messages(self, ids: Iterable[str]) -> int:
         request = pb.DeleteMessagesRequest(object_key=self._key, session_id=self.id, message_ids=list(ids))
@@ -529,18 +534,19 @@ class SessionHandle:
         assembler.finish()
 
     def _written(self, written: pb.WrittenMessage, sent: str) -> Message:
-        """The written message: from the response, else the JSON this call sent when the server
-        says it is exactly that (writes ask it to leave such JSON out), else read back."""
-        if written.json_omitted and written.json_as_sent:
-            return MessageWithInfo(written.info, sent).message()
-        if written.json_omitted:
-            fetched = self.get_message(written.info.id)
-            if fetched is None:
-                raise SessionsError(
-                    grpc.StatusCode.NOT_FOUND, "written message vanished before it was read back", None, {}
-                )
-            return fetched
-        return MessageWithInfo(written.info, written.json).message()
+        return json.loads(self._written_json(written, sent))  # type: ignore[no-any-return]
+
+    def _written_json(self, written: pb.WrittenMessage, sent: str) -> str:
+        """The written message's JSON: from the response, else the JSON this call sent when the
+        server says it is exactly that (writes ask it to leave such JSON out), else read back."""
+        if not written.json_omitted:
+            return written.json
+        if written.json_as_sent:
+            return sent
+        request = pb.GetMessageRequest(object_key=self._key, session_id=self.id, message_id=written.info.id)
+        for found in self._messages(self._stub.GetMessage, request):
+            return found.json
+        raise SessionsError(grpc.StatusCode.NOT_FOUND, "written message vanished before it was read back", None, {})
 
     def _upload(
         self, operation: pb.UploadOperation.ValueType, text: str, parent_id: ParentArg, source: str

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
@@ -208,7 +209,7 @@ class SessionHandle:
         if json_size(text) > UNARY_LIMIT_BYTES:
             upload = await self._upload(pb.UPLOAD_OPERATION_APPEND, text, parent_id, source)
             return AppendResult(
-                upload.inserted, await self._written(upload.message, text), parent_of(upload.message.info)
+                upload.inserted, await self._written_json(upload.message, text), parent_of(upload.message.info)
             )
         request = pb.AppendMessageRequest(
             object_key=self._key,
@@ -220,7 +221,7 @@ class SessionHandle:
         )
         response = await self._client._call(self._key, self._stub.AppendMessage, request)
         return AppendResult(
-            response.inserted, await self._written(response.message, text), parent_of(response.message.info)
+            response.inserted, await self._written_json(response.message, text), parent_of(response.message.info)
         )
 
     async def append_messages(
@@ -236,7 +237,7 @@ class SessionHandle:
         )
         response = await self._client._call(self._key, self._stub.AppendMessages, request)
         return [
-            AppendResult(r.inserted, await self._written(r.message, text), parent_of(r.message.info))
+            AppendResult(r.inserted, await self._written_json(r.message, text), parent_of(r.message.info))
             for r, text in zip(response.results, texts, strict=True)
         ]
 
@@ -261,7 +262,7 @@ class SessionHandle:
         text = to_json(message)
         if json_size(text) > UNARY_LIMIT_BYTES:
             upload = await self._upload(pb.UPLOAD_OPERATION_UPSERT, text, parent_id, source)
-            return UpsertResult(upload.inserted, upload.changed, await self._written(upload.message, text))
+            return UpsertResult(upload.inserted, upload.changed, await self._written_json(upload.message, text))
         request = pb.UpsertMessageRequest(
             object_key=self._key,
             session_id=self.id,
@@ -271,7 +272,7 @@ class SessionHandle:
             **parent_fields(parent_id),
         )
         response = await self._client._call(self._key, self._stub.UpsertMessage, request)
-        return UpsertResult(response.inserted, response.changed, await self._written(response.message, text))
+        return UpsertResult(response.inserted, response.changed, await self._written_json(response.message, text))
 
     async def delete_messages(self, ids: Iterable[str]) -> int:
         request = pb.DeleteMessagesRequest(object_key=self._key, session_id=self.id, message_ids=list(ids))
@@ -516,18 +517,19 @@ class SessionHandle:
         assembler.finish()
 
     async def _written(self, written: pb.WrittenMessage, sent: str) -> Message:
-        """The written message: from the response, else the JSON this call sent when the server
-        says it is exactly that (writes ask it to leave such JSON out), else read back."""
-        if written.json_omitted and written.json_as_sent:
-            return MessageWithInfo(written.info, sent).message()
-        if written.json_omitted:
-            fetched = await self.get_message(written.info.id)
-            if fetched is None:
-                raise SessionsError(
-                    grpc.StatusCode.NOT_FOUND, "written message vanished before it was read back", None, {}
-                )
-            return fetched
-        return MessageWithInfo(written.info, written.json).message()
+        return json.loads(await self._written_json(written, sent))  # type: ignore[no-any-return]
+
+    async def _written_json(self, written: pb.WrittenMessage, sent: str) -> str:
+        """The written message's JSON: from the response, else the JSON this call sent when the
+        server says it is exactly that (writes ask it to leave such JSON out), else read back."""
+        if not written.json_omitted:
+            return written.json
+        if written.json_as_sent:
+            return sent
+        request = pb.GetMessageRequest(object_key=self._key, session_id=self.id, message_id=written.info.id)
+        async for found in self._messages(self._stub.GetMessage, request):
+            return found.json
+        raise SessionsError(grpc.StatusCode.NOT_FOUND, "written message vanished before it was read back", None, {})
 
     async def _upload(
         self, operation: pb.UploadOperation.ValueType, text: str, parent_id: ParentArg, source: str
