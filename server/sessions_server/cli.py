@@ -79,6 +79,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--search-seconds", type=float, default=2.0, help="time budget of one search (default 2)")
     serve.add_argument(
+        "--idle-seconds",
+        type=float,
+        default=2.0,
+        help="seconds without a call after which the server hands freed memory back to the operating "
+        "system, once per quiet spell (glibc, unless the environment tunes malloc); 0 never (default 2)",
+    )
+    serve.add_argument(
         "--max-query-bytes", type=int, default=4096, help="longest search query, UTF-8 bytes (default 4096)"
     )
     serve.add_argument("--summarizer-url", help="OpenAI-compatible base URL for server-side compaction")
@@ -217,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         max_object_key_bytes=args.max_object_key_bytes,
         drain_seconds=args.drain_seconds,
         progress_seconds=args.progress_seconds,
+        idle_seconds=args.idle_seconds,
         search_seconds=args.search_seconds,
         max_query_bytes=args.max_query_bytes,
         summarizer_url=args.summarizer_url,
@@ -318,29 +326,32 @@ def _tune_garbage_collector() -> None:
     gc.set_threshold(YOUNG_COLLECTION_THRESHOLD)
 
 
-def _tune_allocator() -> None:
+def _tune_allocator() -> bool:
+    """Whether malloc's thresholds are the server's (then freed heap goes back when idle)."""
     log = logging.getLogger("sessions.server")
     if allocator.reuse_large_buffers():
         log.info(
-            "malloc: buffers up to %d MiB come from the heap, up to %d MiB of it kept when free",
+            "malloc: buffers up to %d MiB come from the heap, up to %d MiB of it kept when free "
+            "and handed back when the server goes idle",
             allocator.MMAP_THRESHOLD_BYTES >> 20,
             allocator.TRIM_THRESHOLD_BYTES >> 20,
         )
-    else:
-        log.info("malloc: thresholds left as they are (another C library, or set in the environment)")
+        return True
+    log.info("malloc: thresholds left as they are (another C library, or set in the environment)")
+    return False
 
 
 async def _run(config: ServerConfig) -> int:
     from sessions_server.transport.server import serve
 
     _tune_garbage_collector()
-    _tune_allocator()
+    tuned = _tune_allocator()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
-        await serve(config, stop)
+        await serve(config, stop, on_idle=allocator.release_free_heap if tuned else None)
     except (OSError, ValueError) as exc:
         print(f"sessions-server: {exc}", file=sys.stderr)
         return 1

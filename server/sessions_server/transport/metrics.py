@@ -55,6 +55,11 @@ class Metrics:
         self.compactions = Counter(
             "sessions_compactions", "Compaction overlays stored", ["kind"], registry=self.registry
         )
+        self.heap_releases = Counter(
+            "sessions_heap_releases",
+            "Times the server, gone idle, handed free heap memory back to the operating system",
+            registry=self.registry,
+        )
 
     def serve(self, listen: str) -> None:
         host, _, port = listen.rpartition(":")
@@ -73,6 +78,7 @@ def _fresh_request_id() -> str:
 
 # Streams that stay open idle for as long as a client likes: they do not make the server busy.
 CHANGE_FEEDS = frozenset({"/sessions.v1.SessionService/Subscribe", "/grpc.health.v1.Health/Watch"})
+HEALTH_SERVICE = "/grpc.health.v1.Health/"
 
 
 class MetricsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
@@ -81,6 +87,7 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
     def __init__(self, metrics: Metrics) -> None:
         self._metrics = metrics
         self.calls_in_flight = 0  # calls but change feeds, from dispatch until their task ends
+        self.calls_started = 0  # calls but health checks (a probe every few seconds is not work)
         metrics.calls_in_flight.set_function(lambda: self.calls_in_flight)
         # Labelled series, looked up once each: `labels()` takes a lock and builds a key.
         self._counters: dict[tuple[str, str], Any] = {}
@@ -107,6 +114,8 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
         handler = await continuation(handler_call_details)
         if handler is None:
             return handler
+        if not (handler_call_details.method or "").startswith(HEALTH_SERVICE):
+            self.calls_started += 1
         task = asyncio.current_task()  # grpc.aio runs each call in its own task
         if task is not None and not handler.stream_stream and handler_call_details.method not in CHANGE_FEEDS:
             # Counted from dispatch, before the request arrives, until the call's task ends: a

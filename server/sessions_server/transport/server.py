@@ -29,6 +29,7 @@ from sessions_server.integrations.chat_completions import ChatCompletionsSummari
 from sessions_server.storage.registry import ObjectRegistry
 from sessions_server.transport.auth import TokenAuthority
 from sessions_server.transport.handlers import generic_handler
+from sessions_server.transport.idle import run_when_idle
 from sessions_server.transport.metrics import Metrics, MetricsInterceptor
 from sessions_server.transport.reflection import SERVICE_NAME as REFLECTION_SERVICE
 from sessions_server.transport.reflection import ReflectionServicer
@@ -52,6 +53,8 @@ class RunningServer:
     drain_seconds: float
     service: SessionsService
     authority: TokenAuthority | None
+    calls: MetricsInterceptor
+    metrics: Metrics
 
     async def stop(self) -> None:
         """Graceful stop: NOT_SERVING, refuse new calls, let in-flight calls finish, close."""
@@ -143,6 +146,8 @@ async def create_server(config: ServerConfig) -> RunningServer:
         config.drain_seconds,
         service,
         authority,
+        calls,
+        metrics,
     )
 
 
@@ -205,15 +210,29 @@ def _deny(exc: SessionsError) -> grpc.RpcMethodHandler[Any, Any]:
     return grpc.stream_stream_rpc_method_handler(abort)
 
 
-async def serve(config: ServerConfig, stop: asyncio.Event) -> None:
-    """Runs until `stop` is set, then stops gracefully."""
+async def serve(config: ServerConfig, stop: asyncio.Event, on_idle: Callable[[], bool] | None = None) -> None:
+    """Runs until `stop` is set, then stops gracefully. `on_idle` runs off the event loop each
+    time the server goes idle (`config.idle_seconds` without a call); it returns whether it
+    released memory (counted in the metrics)."""
     running = await create_server(config)
     loop = "uvloop" if type(asyncio.get_running_loop()).__module__.startswith("uvloop") else "asyncio"
     print(f"sessions-server listening on {running.address} (data: {config.data_dir}, loop: {loop})", flush=True)
     log.info("listening on %s", running.address)
     if running.authority is not None:
         asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, running.authority.reload)
+    watcher = None
+    if on_idle is not None and config.idle_seconds > 0:
+
+        def release() -> bool:
+            released = on_idle()
+            if released:
+                running.metrics.heap_releases.inc()
+            return released
+
+        watcher = asyncio.create_task(run_when_idle(running.calls, config.idle_seconds, release, running.executor))
     await stop.wait()
+    if watcher is not None:
+        watcher.cancel()
     log.info("draining")
     await running.stop()
     print("sessions-server stopped", flush=True)
