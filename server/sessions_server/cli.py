@@ -81,9 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--idle-seconds",
         type=float,
-        default=2.0,
+        default=ServerConfig.idle_seconds,
         help="seconds without a call after which the server hands freed memory back to the operating "
-        "system, once per quiet spell (glibc, unless the environment tunes malloc); 0 never (default 2)",
+        f"system, once per quiet spell (glibc, unless the environment tunes malloc); 0 never "
+        f"(default {ServerConfig.idle_seconds:g})",
     )
     serve.add_argument(
         "--max-query-bytes", type=int, default=4096, help="longest search query, UTF-8 bytes (default 4096)"

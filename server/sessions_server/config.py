@@ -29,7 +29,7 @@ class ServerConfig:
     worker_threads: int = DEFAULT_WORKER_THREADS
     drain_seconds: float = DEFAULT_DRAIN_SECONDS
     progress_seconds: float = 10.0
-    idle_seconds: float = 2.0
+    idle_seconds: float = 30.0
     search_seconds: float = 2.0
     max_query_bytes: int = 4096
     summarizer_url: str | None = None
