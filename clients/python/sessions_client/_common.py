@@ -347,6 +347,15 @@ def upload_frames(header: pb.UploadHeader, text: str) -> Iterator[pb.UploadMessa
             yield pb.UploadMessageRequest(json_piece=piece)
 
 
+def written_json_in_hand(written: pb.WrittenMessage, sent: str) -> str | None:
+    """A write's stored JSON when the client holds it: from the response, or the JSON the call
+    sent when the server says it stored exactly that (writes ask it to leave such JSON out).
+    None: it must be read back."""
+    if not written.json_omitted:
+        return written.json
+    return sent if written.json_as_sent else None
+
+
 def parent_of(info: pb.MessageInfo) -> str | None:
     return info.parent_id if info.HasField("parent_id") else None
 

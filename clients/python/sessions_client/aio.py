@@ -51,6 +51,7 @@ from sessions_client._common import (
     source_value,
     to_json,
     upload_frames,
+    written_json_in_hand,
 )
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
@@ -520,12 +521,10 @@ class SessionHandle:
         return json.loads(await self._written_json(written, sent))  # type: ignore[no-any-return]
 
     async def _written_json(self, written: pb.WrittenMessage, sent: str) -> str:
-        """The written message's JSON: from the response, else the JSON this call sent when the
-        server says it is exactly that (writes ask it to leave such JSON out), else read back."""
-        if not written.json_omitted:
-            return written.json
-        if written.json_as_sent:
-            return sent
+        """The written message's JSON: in hand (`written_json_in_hand`), else read back."""
+        in_hand = written_json_in_hand(written, sent)
+        if in_hand is not None:
+            return in_hand
         request = pb.GetMessageRequest(object_key=self._key, session_id=self.id, message_id=written.info.id)
         async for found in self._messages(self._stub.GetMessage, request):
             return found.json
