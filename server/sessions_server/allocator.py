@@ -13,8 +13,9 @@ after a history workload, the defaults made 5 MB appends 6.5% slower (14 of 16 b
 
 With these thresholds, buffers of up to 32 MiB (the most glibc's own adjustment would allow) come
 from the heap, and up to 64 MiB of freed heap stays with the process for the next large message.
-64 and 128 MiB measured the same for 5 MB appends and reads. The cost is resident memory not
-given back after a burst of large messages; messages of ordinary size never reach either bound.
+64 and 128 MiB measured the same for 5 MB appends and reads. The cost is resident memory kept
+after a burst of large messages until the server goes idle (`release_free_heap`); messages of
+ordinary size never reach either bound.
 """
 
 from __future__ import annotations
