@@ -47,12 +47,13 @@ def _utf8_cuts(data: bytes, piece_bytes: int) -> Iterator[tuple[int, int]]:
         start = end
 
 
-def message_frames(view: MessageView, *, with_info: bool = True) -> Iterator[pb.MessageFrame]:
-    """The frames of one message: info on the first, `more_pieces` on all but the last."""
+def message_frames(view: MessageView) -> Iterator[pb.MessageFrame]:
+    """The frames of one message as objects (a change event nests them in its response): info on
+    the first, `more_pieces` on all but the last. Responses of reads are `message_responses`."""
     pieces = list(split_utf8(view.json))
     for index, piece in enumerate(pieces):
         frame = pb.MessageFrame(json=piece, more_pieces=index < len(pieces) - 1)
-        if index == 0 and with_info:
+        if index == 0:
             _fill_info(frame.info, view)
         yield frame
 

@@ -39,14 +39,12 @@ async def run_when_idle(
     calls: MetricsInterceptor, every_seconds: float, action: Callable[[], bool], executor: Executor
 ) -> None:
     """Runs `action` on `executor` (off the event loop) each time the server goes idle; its
-    result says whether it did anything, for the log. Runs until cancelled."""
+    result says whether it did anything, for the log. Runs until cancelled, which the server
+    does before it shuts the executor down."""
     watch = IdleWatch()
     loop = asyncio.get_running_loop()
     while True:
         await asyncio.sleep(every_seconds)
         if watch.idle_now(calls.calls_started, calls.calls_in_flight):
-            try:
-                did = await loop.run_in_executor(executor, action)
-            except RuntimeError:  # the executor shut down: the server is stopping
-                return
+            did = await loop.run_in_executor(executor, action)
             log.debug("idle: %s", "released free heap memory" if did else "no free heap memory to release")
