@@ -25,7 +25,7 @@ def test_idle_is_said_once_per_quiet_spell_and_only_after_calls() -> None:
 
 def test_health_checks_do_not_count_as_work(tmp_path: Path) -> None:
     """A probe every few seconds must not keep the server from being idle (nor make it release
-    after each probe); any other call counts, once, from dispatch."""
+    after each probe); any other call counts, once."""
     server = start_server(tmp_path / "data")
     try:
         calls = server.running.calls

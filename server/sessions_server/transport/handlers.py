@@ -3,11 +3,15 @@
 Stock generated registration lets a request that fails to decode (e.g. a string field holding
 invalid UTF-8) surface as UNKNOWN. Here each method decodes through a wrapper that turns such a
 request into a marker, and the handler answers INVALID_ARGUMENT with an ErrorInfo instead.
+
+Every service, ours and the stock ones, registers through a `WrappingRegistrar`, which wraps each
+method's handler once (metering, the reflection guard) where grpc would otherwise run
+interceptors on every call.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import grpc
@@ -111,3 +115,44 @@ def _server_stream_behavior(behavior: Any) -> Any:
         await behavior(request, context)
 
     return run
+
+
+HandlerWrap = Callable[[str, "grpc.RpcMethodHandler[Any, Any]"], "grpc.RpcMethodHandler[Any, Any]"]
+
+
+class WrappingRegistrar:
+    """Stands in for the server while services register (our own and stock ones: health,
+    reflection): each method's handler goes through `wrap(full method name, handler)` once,
+    before the server sees it, instead of through an interceptor on every call."""
+
+    def __init__(self, server: grpc.aio.Server, wrap: HandlerWrap) -> None:
+        self._server = server
+        self._wrap = wrap
+
+    def add_generic_rpc_handlers(self, generic_handlers: Sequence[grpc.GenericRpcHandler[Any, Any]]) -> None:
+        wrapped = tuple(_WrappedLookup(handler, self._wrap) for handler in generic_handlers)
+        self._server.add_generic_rpc_handlers(wrapped)
+
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
+        wrapped = {name: self._wrap(f"/{service}/{name}", handler) for name, handler in handlers.items()}
+        self._server.add_registered_method_handlers(service, wrapped)  # type: ignore[attr-defined]  # not in the stubs
+
+
+class _WrappedLookup(grpc.GenericRpcHandler):  # type: ignore[type-arg]
+    """A generic handler whose handlers are wrapped on their first lookup and kept: the lookups
+    registered here depend on the method name alone."""
+
+    def __init__(self, inner: grpc.GenericRpcHandler[Any, Any], wrap: HandlerWrap) -> None:
+        self._inner = inner
+        self._wrap = wrap
+        self._wrapped: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler[Any, Any] | None:
+        method = handler_call_details.method or ""
+        handler = self._wrapped.get(method)
+        if handler is None:
+            found = self._inner.service(handler_call_details)
+            if found is None:
+                return None  # not kept: a client can ask for any name
+            handler = self._wrapped[method] = self._wrap(method, found)
+        return handler

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import Executor
 
-from sessions_server.transport.metrics import MetricsInterceptor
+from sessions_server.transport.metrics import CallMeter
 
 log = logging.getLogger("sessions.server")
 
@@ -35,9 +35,7 @@ class IdleWatch:
         return False
 
 
-async def run_when_idle(
-    calls: MetricsInterceptor, every_seconds: float, action: Callable[[], bool], executor: Executor
-) -> None:
+async def run_when_idle(calls: CallMeter, every_seconds: float, action: Callable[[], bool], executor: Executor) -> None:
     """Runs `action` on `executor` (off the event loop) each time the server goes idle; its
     result says whether it did anything, for the log. Runs until cancelled, which the server
     does before it shuts the executor down."""

@@ -1,6 +1,6 @@
 """Prometheus metrics and request ids.
 
-An interceptor times every RPC and counts it by method and status code; gauges and counters
+Every RPC is timed and counted by method and status code (`CallMeter`); gauges and counters
 describe the objects (open, row writes, subscribers, compactions). `--metrics-listen HOST:PORT`
 serves them over HTTP for Prometheus. Each call gets a request id (the caller's `x-request-id`
 metadata, or a fresh one) that log lines carry.
@@ -15,7 +15,7 @@ import itertools
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
@@ -81,20 +81,24 @@ CHANGE_FEEDS = frozenset({"/sessions.v1.SessionService/Subscribe", "/grpc.health
 HEALTH_SERVICE = "/grpc.health.v1.Health/"
 
 
-class MetricsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
-    """Counts and times every call; sets the request id for logging."""
+class CallMeter:
+    """Counts and times every call, keeps the count of calls started and in flight, and sets
+    each call's request id for logging.
+
+    Each method's handler is wrapped once (`metered`), where it is registered, rather than by a
+    grpc.aio interceptor: with any interceptor installed, grpc runs a chain of coroutines and the
+    interceptor builds a new handler on every call, which cost ≈100 µs of server CPU per call
+    here (a health check 505 → 605 µs, the active leaf 1,020 → 1,140 µs).
+    """
 
     def __init__(self, metrics: Metrics) -> None:
         self._metrics = metrics
-        self.calls_in_flight = 0  # calls but change feeds, from dispatch until their task ends
+        self.calls_in_flight = 0  # calls but change feeds, while their handler runs
         self.calls_started = 0  # calls but health checks (a probe every few seconds is not work)
         metrics.calls_in_flight.set_function(lambda: self.calls_in_flight)
         # Labelled series, looked up once each: `labels()` takes a lock and builds a key.
         self._counters: dict[tuple[str, str], Any] = {}
         self._timers: dict[str, Any] = {}
-
-    def _call_ended(self, task: asyncio.Task[Any]) -> None:
-        self.calls_in_flight -= 1
 
     def _finished(self, method: str, code: str, seconds: float) -> None:
         counter = self._counters.get((method, code))
@@ -106,28 +110,26 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
         counter.inc()
         timer.observe(seconds)
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any]:
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            return handler
-        if not (handler_call_details.method or "").startswith(HEALTH_SERVICE):
-            self.calls_started += 1
-        task = asyncio.current_task()  # grpc.aio runs each call in its own task
-        if task is not None and not handler.stream_stream and handler_call_details.method not in CHANGE_FEEDS:
-            # Counted from dispatch, before the request arrives, until the call's task ends: a
-            # call cancelled before its handler runs never reaches the wrappers below.
-            self.calls_in_flight += 1
-            task.add_done_callback(self._call_ended)
-        method = (handler_call_details.method or "").rsplit("/", 1)[-1]
-        incoming = dict(handler_call_details.invocation_metadata or ()).get("x-request-id")
+    def metered(self, full_method: str, handler: grpc.RpcMethodHandler[Any, Any]) -> grpc.RpcMethodHandler[Any, Any]:
+        """`handler` (of `/package.Service/Method`) counted, timed and given a request id."""
+        method = full_method.rsplit("/", 1)[-1]
+        is_work = not full_method.startswith(HEALTH_SERVICE)
+        is_tracked = full_method not in CHANGE_FEEDS and not handler.stream_stream
         finished = self._finished
 
-        def finish(context: Any, started: float, failure: BaseException | None) -> None:
-            code = context.code() if hasattr(context, "code") else None
+        def begin(context: Any) -> float:
+            if is_work:
+                self.calls_started += 1
+            if is_tracked:
+                self.calls_in_flight += 1
+            incoming = dict(context.invocation_metadata() or ()).get("x-request-id")
+            request_id.set(str(incoming) if incoming else _fresh_request_id())
+            return time.perf_counter()
+
+        def end(context: Any, started: float, failure: BaseException | None) -> None:
+            if is_tracked:
+                self.calls_in_flight -= 1
+            code = context.code()
             if isinstance(code, grpc.StatusCode):
                 name = code.name
             elif failure is None:
@@ -136,15 +138,11 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
                 name = "CANCELLED" if isinstance(failure, asyncio.CancelledError) else "UNKNOWN"
             finished(method, name, time.perf_counter() - started)
 
-        def begin() -> float:
-            request_id.set(str(incoming) if incoming else _fresh_request_id())
-            return time.perf_counter()
-
         if handler.unary_unary or handler.stream_unary:
             inner: Any = handler.unary_unary or handler.stream_unary
 
             async def unary(request: Any, context: Any) -> Any:
-                started = begin()
+                started = begin(context)
                 failure: BaseException | None = None
                 try:
                     return await inner(request, context)
@@ -152,35 +150,46 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
                     failure = exc
                     raise
                 finally:
-                    finish(context, started, failure)
+                    end(context, started, failure)
 
-            factory = (
+            unary_factory = (
                 grpc.unary_unary_rpc_method_handler if handler.unary_unary else grpc.stream_unary_rpc_method_handler
             )
-            return factory(unary, handler.request_deserializer, handler.response_serializer)
+            return unary_factory(unary, handler.request_deserializer, handler.response_serializer)
 
         inner_stream: Any = handler.unary_stream or handler.stream_stream
+        stream_factory = (
+            grpc.unary_stream_rpc_method_handler if handler.unary_stream else grpc.stream_stream_rpc_method_handler
+        )
+        if not inspect.isasyncgenfunction(inner_stream):
+            # A handler that writes through its context (or only aborts): awaited, so its
+            # responses pass through no extra generator.
+            async def written(request: Any, context: Any) -> None:
+                started = begin(context)
+                failure: BaseException | None = None
+                try:
+                    await inner_stream(request, context)
+                except BaseException as exc:
+                    failure = exc
+                    raise
+                finally:
+                    end(context, started, failure)
 
-        async def stream(request: Any, context: Any) -> Any:
-            started = begin()
+            return stream_factory(written, handler.request_deserializer, handler.response_serializer)
+
+        async def generated(request: Any, context: Any) -> AsyncIterator[Any]:
+            started = begin(context)
             failure: BaseException | None = None
             try:
-                responses = inner_stream(request, context)
-                if inspect.isawaitable(responses):  # a handler that answers by aborting
-                    await responses
-                    return
-                async for response in responses:
+                async for response in inner_stream(request, context):
                     yield response
             except BaseException as exc:
                 failure = exc
                 raise
             finally:
-                finish(context, started, failure)
+                end(context, started, failure)
 
-        factory = (
-            grpc.unary_stream_rpc_method_handler if handler.unary_stream else grpc.stream_stream_rpc_method_handler
-        )
-        return factory(stream, handler.request_deserializer, handler.response_serializer)
+        return stream_factory(generated, handler.request_deserializer, handler.response_serializer)
 
 
 class RequestIdFilter(logging.Filter):

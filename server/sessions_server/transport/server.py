@@ -11,7 +11,7 @@ import asyncio
 import ipaddress
 import logging
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -28,9 +28,9 @@ from sessions_server.domain.service import SessionsService
 from sessions_server.integrations.chat_completions import ChatCompletionsSummarizer
 from sessions_server.storage.registry import ObjectRegistry
 from sessions_server.transport.auth import TokenAuthority
-from sessions_server.transport.handlers import generic_handler
+from sessions_server.transport.handlers import WrappingRegistrar, generic_handler
 from sessions_server.transport.idle import run_when_idle
-from sessions_server.transport.metrics import Metrics, MetricsInterceptor
+from sessions_server.transport.metrics import CallMeter, Metrics
 from sessions_server.transport.reflection import SERVICE_NAME as REFLECTION_SERVICE
 from sessions_server.transport.reflection import ReflectionServicer
 from sessions_server.transport.servicer import Draining, SessionServicer
@@ -53,7 +53,7 @@ class RunningServer:
     drain_seconds: float
     service: SessionsService
     authority: TokenAuthority | None
-    calls: MetricsInterceptor
+    calls: CallMeter
     metrics: Metrics
 
     async def stop(self) -> None:
@@ -72,7 +72,7 @@ async def create_server(config: ServerConfig) -> RunningServer:
     config.data_dir.mkdir(parents=True, exist_ok=True)
     executor = ThreadPoolExecutor(max_workers=config.worker_threads, thread_name_prefix="sessions-sql")
     metrics = Metrics()
-    calls = MetricsInterceptor(metrics)
+    calls = CallMeter(metrics)
     registry = ObjectRegistry(
         config.data_dir,
         executor,
@@ -107,11 +107,7 @@ async def create_server(config: ServerConfig) -> RunningServer:
     metrics.bytes_stored.set_function(registry.open_bytes)
     metrics.subscribers.set_function(registry.subscriber_count)
     service.compactor.on_stored = lambda kind: metrics.compactions.labels(kind).inc()
-    interceptors: list[Any] = [calls]
-    if authority is not None and config.auth_protect_reflection:
-        interceptors.append(ReflectionGuard(authority))
     server = grpc.aio.server(
-        interceptors=interceptors,
         options=[
             ("grpc.max_receive_message_length", config.max_request_bytes),
             ("grpc.max_send_message_length", 4 * 1024 * 1024),
@@ -119,12 +115,20 @@ async def create_server(config: ServerConfig) -> RunningServer:
             *config.extra_options,
         ],
     )
+    guard = authority if authority is not None and config.auth_protect_reflection else None
+
+    def wrap(method: str, handler: grpc.RpcMethodHandler[Any, Any]) -> grpc.RpcMethodHandler[Any, Any]:
+        if guard is not None and "ServerReflection" in method:
+            handler = _reflection_guarded(guard, handler)
+        return calls.metered(method, handler)
+
+    registrar = WrappingRegistrar(server, wrap)
     servicer = SessionServicer(service, draining, progress_seconds=config.progress_seconds, authority=authority)
-    server.add_generic_rpc_handlers((generic_handler(servicer),))
+    registrar.add_generic_rpc_handlers((generic_handler(servicer),))
     health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, registrar)
     reflection_pb2_grpc.add_ServerReflectionServicer_to_server(
-        ReflectionServicer((SERVICE_NAME, health.SERVICE_NAME, REFLECTION_SERVICE)), server
+        ReflectionServicer((SERVICE_NAME, health.SERVICE_NAME, REFLECTION_SERVICE)), registrar
     )
     port = _bind(server, config)
     if port == 0:
@@ -183,31 +187,21 @@ def _bind(server: grpc.aio.Server, config: ServerConfig) -> int:
     return server.add_insecure_port(config.listen)
 
 
-class ReflectionGuard(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
-    """Requires a valid bearer token for server reflection (health stays open)."""
+def _reflection_guarded(
+    authority: TokenAuthority, handler: grpc.RpcMethodHandler[Any, Any]
+) -> grpc.RpcMethodHandler[Any, Any]:
+    """Server reflection that requires a valid bearer token (health stays open)."""
+    inner: Any = handler.stream_stream
 
-    def __init__(self, authority: TokenAuthority) -> None:
-        self._authority = authority
+    async def guarded(requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
+        try:
+            authority.authenticate(context.invocation_metadata() or ())
+        except SessionsError as exc:
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, exc.message)
+        async for response in inner(requests, context):
+            yield response
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any]:
-        method = handler_call_details.method or ""
-        if "ServerReflection" in method:
-            try:
-                self._authority.authenticate(handler_call_details.invocation_metadata or ())
-            except SessionsError as exc:
-                return _deny(exc)
-        return await continuation(handler_call_details)
-
-
-def _deny(exc: SessionsError) -> grpc.RpcMethodHandler[Any, Any]:
-    async def abort(request_iterator: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, exc.message)
-
-    return grpc.stream_stream_rpc_method_handler(abort)
+    return grpc.stream_stream_rpc_method_handler(guarded, handler.request_deserializer, handler.response_serializer)
 
 
 async def serve(config: ServerConfig, stop: asyncio.Event, on_idle: Callable[[], bool] | None = None) -> None:
