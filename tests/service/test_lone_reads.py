@@ -96,3 +96,38 @@ def test_a_call_in_flight_sends_quick_reads_to_the_executor(tmp_path: Path) -> N
     assert leaf_while_busy is not None and leaf_while_busy["id"] == "only"
     assert leaf_when_quiet is not None and leaf_when_quiet["id"] == "only"
     assert (busy_in_place, quiet_in_place) == (0, 1)
+
+
+def test_a_message_read_by_id_runs_in_place_unless_known_to_be_large(tmp_path: Path) -> None:
+    """GetMessage is a point read, quick unless the message is megabytes: one written with
+    continuation rows since the object opened, or one read whole before (domain/large_messages.py)."""
+    big = {"id": "big", "role": "user", "parts": [{"type": "text", "text": "é" * 1_000_000}]}  # 2 MB of UTF-8
+    read_in_place: list[list[int]] = []
+
+    def reads(session: object, store: object, ids: list[str]) -> list[int]:
+        counts = []
+        for message_id in ids:
+            before = store.inline_reads  # type: ignore[attr-defined]
+            found = session.get_message(message_id)  # type: ignore[attr-defined]
+            assert found is not None and found == (big if message_id == "big" else text_message(message_id))
+            counts.append(store.inline_reads - before)  # type: ignore[attr-defined]
+        return counts
+
+    server = start_server(tmp_path / "data")  # its own server: no other test's call in flight
+    try:
+        with SessionsClient(server.address) as client:
+            session = client.object("lone").session()
+            session.append_message(text_message("small"))
+            session.append_message(big)
+            read_in_place.append(reads(session, server.running.registry._open["lone"], ["small", "big", "small"]))
+    finally:
+        server.stop()
+    server = start_server(tmp_path / "data")  # the object opens afresh: nothing is known of it
+    try:
+        with SessionsClient(server.address) as client:
+            session = client.object("lone").session()
+            session.get_latest_leaf()  # opens the object
+            read_in_place.append(reads(session, server.running.registry._open["lone"], ["big", "big", "small"]))
+    finally:
+        server.stop()
+    assert read_in_place == [[1, 0, 1], [1, 0, 1]]

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any
 
-from sessions_server.domain import attachments, jsjson, keys, messages, paths
+from sessions_server.domain import attachments, jsjson, keys, large_messages, messages, paths
 from sessions_server.domain import search as search_rules
 from sessions_server.domain.chunking import utf8_length
 from sessions_server.domain.compactor import Compactor, Summarizer, forget_estimate
@@ -273,6 +273,9 @@ class SessionsService:
             return [refused(message) for _, message, _ in staged]  # nothing to store
         async with self.object(object_key, writing=True) as store:
             results = await store.write(run, size_hint=sum(len(item.text) for item in items))
+            large_messages.note_written(
+                store, session_id, (row for row, result in zip(rows, results, strict=True) if result.inserted)
+            )
             inserted = [
                 _appended_row(result.message, prepared)
                 for (_, _, prepared), result in zip(staged, results, strict=True)
@@ -300,6 +303,7 @@ class SessionsService:
             outcome = await store.write(run)
             if outcome.status == "updated":
                 forget_estimate(store, session_id)
+                large_messages.note_written(store, session_id, (row,))
         if outcome.status == "missing":
             return UpdateResult(False, False, None)
         return UpdateResult(True, outcome.status == "updated", MessageView(outcome.info, prepared.json))
@@ -336,6 +340,8 @@ class SessionsService:
 
         async with self.object(object_key, writing=True) as store:
             inserted, result = await store.write(run)
+            if inserted or result.changed:
+                large_messages.note_written(store, session_id, (row,))
             if inserted and result.message is not None and result.message.info is not None:
                 appended = [_appended_row(result.message, prepared)]
                 await self._after_inserted_appends(store, object_key, session_id, appended)
@@ -400,7 +406,13 @@ class SessionsService:
     ) -> MessageView | None:
         self.check_names(object_key, session_id)
         async with self.object(object_key) as store:
-            return await store.read(lambda conn: _view(conn, queries.get_message(conn, session_id, message_id), inline))
+            view = await store.read(
+                lambda conn: _view(conn, queries.get_message(conn, session_id, message_id), inline),
+                quick=not large_messages.is_known_large(store, session_id, message_id),
+            )
+            if view is not None:
+                large_messages.note_read(store, session_id, message_id, len(view.json))
+            return view
 
     async def get_messages(
         self, object_key: str, session_id: str, message_ids: Sequence[str], *, inline: bool = True
@@ -804,6 +816,7 @@ class Importer:
         check_size(message["id"], self._limits.max_message_id_bytes, "the message id", "max_message_id_bytes", field)
         prepared = messages.prepare_for_import(message, plain=plain)
         row = prepared.row()
+        large_messages.note_written(self._store, self._session_id, (row,))  # a skipped id: one slower read
         self.received += 1
         event = ChangeEvent(
             "import",
