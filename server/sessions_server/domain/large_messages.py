@@ -7,9 +7,9 @@ into it. Such a read would run in place until its time there runs out, then agai
 thread. Telling the two apart from storage costs as much as the read (the row's continuation
 count lies after its content, and SQLite loads a large row whole to compare its key), so the
 open object remembers what its writes and reads have shown: large rows written since it opened,
-and large messages read. An id it does not know is read quickly; if that read is cut short, it
-is learnt then. A stale entry (the message since replaced or deleted) costs one read on a worker
-thread.
+and large messages read. An id it does not know is read quickly (a read that outlasts its time in
+place runs again on a worker thread) and learnt from its size. A stale entry (the message since
+replaced or deleted) costs a read on a worker thread.
 """
 
 from __future__ import annotations
