@@ -62,18 +62,20 @@ def message_responses(view: MessageView, response_class: Any) -> Iterator[bytes]
     """A response type whose only field is `MessageFrame frame`, encoded here for one message:
     whole in one response (the view's kept frame encoding), or in pieces, one response each."""
     tag = _field_tag(response_class, "frame")
-    if json_bytes(view.json) <= PIECE_BYTES:
+    size, data = _utf8_size(view.json)
+    if size <= PIECE_BYTES:
         yield tag + encoded_frame(view)
     else:
-        yield from _piece_responses(view, tag)
+        yield from _piece_responses(view, tag, data)
 
 
-def _piece_responses(view: MessageView, tag: bytes) -> Iterator[bytes]:
-    """One response per piece of the view's JSON, encoded from its UTF-8 bytes: the frame field
-    (`tag`) holding info on the first piece, the piece, and `more_pieces` on all but the last.
-    A 5 MB message built through protobuf objects was copied three more times (set, nested,
-    serialized) and checked for valid UTF-8 twice."""
-    data = view.json.encode("utf-8")
+def _piece_responses(view: MessageView, tag: bytes, data: bytes | None = None) -> Iterator[bytes]:
+    """One response per piece of the view's JSON, encoded from its UTF-8 bytes (`data`, when the
+    caller has them): the frame field (`tag`) holding info on the first piece, the piece, and
+    `more_pieces` on all but the last. A 5 MB message built through protobuf objects was copied
+    three more times (set, nested, serialized) and checked for valid UTF-8 twice."""
+    if data is None:
+        data = view.json.encode("utf-8")
     whole = memoryview(data)
     info = pb.MessageInfo()
     _fill_info(info, view)
@@ -108,6 +110,18 @@ def _fill_info(target: pb.MessageInfo, view: MessageView) -> None:
 
 def json_bytes(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def _utf8_size(text: str) -> tuple[int, bytes | None]:
+    """`json_bytes`, with the UTF-8 bytes when finding the size took encoding them: a message
+    over PIECE_BYTES is then cut from that one encoding."""
+    if text.isascii():
+        return len(text), None
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: sized as before, and its encoding fails later as before
+        return json_bytes(text), None
+    return len(data), data
 
 
 class ResponseBudget:
@@ -338,13 +352,13 @@ def framed_responses(
             size = len(encoded)
         else:
             text = view.json
-            size = json_bytes(text)
+            size, data = _utf8_size(text)
             if size > PIECE_BYTES or not packed:
                 if parts:
                     yield b"".join(parts), False
                     parts, count, used = [], 0, 0
                 if size > PIECE_BYTES:
-                    pieces = list(_piece_responses(view, tag if packed else _field_tag(make, "frame")))
+                    pieces = list(_piece_responses(view, tag if packed else _field_tag(make, "frame"), data))
                     for index, piece in enumerate(pieces, 1):
                         yield piece, batch_end and index == len(pieces)
                     continue
