@@ -15,7 +15,7 @@ import itertools
 import logging
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
@@ -138,50 +138,24 @@ class CallMeter:
                 name = "CANCELLED" if isinstance(failure, asyncio.CancelledError) else "UNKNOWN"
             finished(method, name, time.perf_counter() - started)
 
-        if handler.unary_unary or handler.stream_unary:
-            inner: Any = handler.unary_unary or handler.stream_unary
+        inner: Any = handler.unary_unary or handler.unary_stream or handler.stream_unary or handler.stream_stream
 
-            async def unary(request: Any, context: Any) -> Any:
-                started = begin(context)
-                failure: BaseException | None = None
-                try:
-                    return await inner(request, context)
-                except BaseException as exc:
-                    failure = exc
-                    raise
-                finally:
-                    end(context, started, failure)
-
-            unary_factory = (
-                grpc.unary_unary_rpc_method_handler if handler.unary_unary else grpc.stream_unary_rpc_method_handler
-            )
-            return unary_factory(unary, handler.request_deserializer, handler.response_serializer)
-
-        inner_stream: Any = handler.unary_stream or handler.stream_stream
-        stream_factory = (
-            grpc.unary_stream_rpc_method_handler if handler.unary_stream else grpc.stream_stream_rpc_method_handler
-        )
-        if not inspect.isasyncgenfunction(inner_stream):
-            # A handler that writes through its context (or only aborts): awaited, so its
-            # responses pass through no extra generator.
-            async def written(request: Any, context: Any) -> None:
-                started = begin(context)
-                failure: BaseException | None = None
-                try:
-                    await inner_stream(request, context)
-                except BaseException as exc:
-                    failure = exc
-                    raise
-                finally:
-                    end(context, started, failure)
-
-            return stream_factory(written, handler.request_deserializer, handler.response_serializer)
+        async def awaited(request: Any, context: Any) -> Any:
+            started = begin(context)
+            failure: BaseException | None = None
+            try:
+                return await inner(request, context)
+            except BaseException as exc:
+                failure = exc
+                raise
+            finally:
+                end(context, started, failure)
 
         async def generated(request: Any, context: Any) -> AsyncIterator[Any]:
             started = begin(context)
             failure: BaseException | None = None
             try:
-                async for response in inner_stream(request, context):
+                async for response in inner(request, context):
                     yield response
             except BaseException as exc:
                 failure = exc
@@ -189,7 +163,19 @@ class CallMeter:
             finally:
                 end(context, started, failure)
 
-        return stream_factory(generated, handler.request_deserializer, handler.response_serializer)
+        # A generator's responses pass through one of ours; any other handler (unary, or a stream
+        # written through its context) is awaited, and its responses pass through nothing extra.
+        behavior = generated if inspect.isasyncgenfunction(inner) else awaited
+        factory = _HANDLER_FACTORIES[(handler.request_streaming, handler.response_streaming)]
+        return factory(behavior, handler.request_deserializer, handler.response_serializer)
+
+
+_HANDLER_FACTORIES: dict[tuple[bool, bool], Callable[..., grpc.RpcMethodHandler[Any, Any]]] = {
+    (False, False): grpc.unary_unary_rpc_method_handler,
+    (False, True): grpc.unary_stream_rpc_method_handler,
+    (True, False): grpc.stream_unary_rpc_method_handler,
+    (True, True): grpc.stream_stream_rpc_method_handler,
+}
 
 
 class RequestIdFilter(logging.Filter):
