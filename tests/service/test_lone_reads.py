@@ -8,6 +8,7 @@ import itertools
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -98,28 +99,32 @@ def test_a_call_in_flight_sends_quick_reads_to_the_executor(tmp_path: Path) -> N
     assert (busy_in_place, quiet_in_place) == (0, 1)
 
 
-def test_a_message_read_by_id_runs_in_place_unless_known_to_be_large(tmp_path: Path) -> None:
-    """GetMessage is a point read, quick unless the message is megabytes: one written with
-    continuation rows since the object opened, or one read whole before (domain/large_messages.py)."""
+def test_messages_read_by_id_run_in_place_unless_known_to_be_large(tmp_path: Path) -> None:
+    """GetMessage and GetMessages windows are point reads, quick unless a message is megabytes:
+    one written with continuation rows since the object opened, or one read whole before
+    (domain/large_messages.py)."""
     big = {"id": "big", "role": "user", "parts": [{"type": "text", "text": "é" * 1_000_000}]}  # 2 MB of UTF-8
+    expected = {"big": big, "small": text_message("small"), "other": text_message("other")}
     read_in_place: list[list[int]] = []
 
-    def reads(session: object, store: object, ids: list[str]) -> list[int]:
+    def reads(session: Any, store: Any, asked: list[list[str]]) -> list[int]:
+        """In-place reads per request: a list of one id is GetMessage, of more GetMessages."""
         counts = []
-        for message_id in ids:
-            before = store.inline_reads  # type: ignore[attr-defined]
-            found = session.get_message(message_id)  # type: ignore[attr-defined]
-            assert found is not None and found == (big if message_id == "big" else text_message(message_id))
-            counts.append(store.inline_reads - before)  # type: ignore[attr-defined]
+        for ids in asked:
+            before = store.inline_reads
+            found = [session.get_message(ids[0])] if len(ids) == 1 else session.get_messages(ids)
+            assert found == [expected[message_id] for message_id in ids]
+            counts.append(store.inline_reads - before)
         return counts
 
+    asked = [["small"], ["big"], ["small", "other"], ["other", "big"], ["small"]]
     server = start_server(tmp_path / "data")  # its own server: no other test's call in flight
     try:
         with SessionsClient(server.address) as client:
             session = client.object("lone").session()
-            session.append_message(text_message("small"))
+            session.append_messages([text_message("small"), text_message("other")])
             session.append_message(big)
-            read_in_place.append(reads(session, server.running.registry._open["lone"], ["small", "big", "small"]))
+            read_in_place.append(reads(session, server.running.registry._open["lone"], asked))
     finally:
         server.stop()
     server = start_server(tmp_path / "data")  # the object opens afresh: nothing is known of it
@@ -127,7 +132,8 @@ def test_a_message_read_by_id_runs_in_place_unless_known_to_be_large(tmp_path: P
         with SessionsClient(server.address) as client:
             session = client.object("lone").session()
             session.get_latest_leaf()  # opens the object
-            read_in_place.append(reads(session, server.running.registry._open["lone"], ["big", "big", "small"]))
+            store = server.running.registry._open["lone"]
+            read_in_place.append(reads(session, store, [["other", "big"], *asked]))
     finally:
         server.stop()
-    assert read_in_place == [[1, 0, 1], [1, 0, 1]]
+    assert read_in_place == [[1, 0, 1, 0, 1], [1, 1, 0, 1, 0, 1]]

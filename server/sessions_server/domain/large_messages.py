@@ -1,15 +1,16 @@
-"""Which messages of an open object are known to be large, so that reading one by id skips the
+"""Which messages of an open object are known to be large, so that reading them by id skips the
 quick path.
 
-A read by id is a point read, quick enough to run in place on the event loop (storage's quick
-reads), unless the message is megabytes: continuation rows, or attachment payloads restored
-into it. Such a read would run in place until its time there runs out, then again on a worker
-thread. Telling the two apart from storage costs as much as the read (the row's continuation
-count lies after its content, and SQLite loads a large row whole to compare its key), so the
-open object remembers what its writes and reads have shown: large rows written since it opened,
-and large messages read. An id it does not know is read quickly (a read that outlasts its time in
-place runs again on a worker thread) and learnt from its size. A stale entry (the message since
-replaced or deleted) costs a read on a worker thread.
+A read by id (`GetMessage`, or a window of up to 50 of `GetMessages`) is point reads, quick
+enough to run in place on the event loop (storage's quick reads), unless a message is
+megabytes: continuation rows, or attachment payloads restored into it. Such a read would run in
+place until its time there runs out, then again on a worker thread. Telling the two apart from
+storage costs as much as the read (the row's continuation count lies after its content, and
+SQLite loads a large row whole to compare its key), so the open object remembers what its
+writes and reads have shown: large rows written since it opened, and large messages read. An id
+it does not know is read quickly (a read that outlasts its time in place runs again on a worker
+thread) and learnt from its size. A stale entry (the message since replaced or deleted) costs a
+read on a worker thread.
 """
 
 from __future__ import annotations
@@ -34,6 +35,11 @@ MAX_REMEMBERED: Final = 4096
 def is_known_large(store: ObjectStore, session_id: str, message_id: str) -> bool:
     known = store.memo.get(MEMO_KEY)
     return known is not None and (session_id, message_id) in known
+
+
+def any_known_large(store: ObjectStore, session_id: str, message_ids: Iterable[str]) -> bool:
+    known = store.memo.get(MEMO_KEY)
+    return known is not None and any((session_id, message_id) in known for message_id in message_ids)
 
 
 def note_read(store: ObjectStore, session_id: str, message_id: str, json_chars: int) -> None:

@@ -423,7 +423,12 @@ class SessionsService:
         async with self.object(object_key) as store:
             for start in range(0, len(ids), WINDOW_ROWS):
                 window = ids[start : start + WINDOW_ROWS]
-                found = await store.read(lambda conn, w=window: _views_by_id(conn, session_id, w, inline))  # type: ignore[misc]
+                found = await store.read(
+                    lambda conn, w=window: _views_by_id(conn, session_id, w, inline),  # type: ignore[misc]
+                    quick=not large_messages.any_known_large(store, session_id, window),
+                )
+                for message_id, view in found.items():
+                    large_messages.note_read(store, session_id, message_id, len(view.json))
                 yield [found[message_id] for message_id in window if message_id in found]
 
     async def get_latest_leaf(self, object_key: str, session_id: str, *, inline: bool = True) -> MessageView | None:
