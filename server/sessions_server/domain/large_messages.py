@@ -32,11 +32,6 @@ LARGE_CHARS: Final = 1 << 18
 MAX_REMEMBERED: Final = 4096
 
 
-def is_known_large(store: ObjectStore, session_id: str, message_id: str) -> bool:
-    known = store.memo.get(MEMO_KEY)
-    return known is not None and (session_id, message_id) in known
-
-
 def any_known_large(store: ObjectStore, session_id: str, message_ids: Iterable[str]) -> bool:
     known = store.memo.get(MEMO_KEY)
     return known is not None and any((session_id, message_id) in known for message_id in message_ids)

@@ -408,7 +408,7 @@ class SessionsService:
         async with self.object(object_key) as store:
             view = await store.read(
                 lambda conn: _view(conn, queries.get_message(conn, session_id, message_id), inline),
-                quick=not large_messages.is_known_large(store, session_id, message_id),
+                quick=not large_messages.any_known_large(store, session_id, (message_id,)),
             )
             if view is not None:
                 large_messages.note_read(store, session_id, message_id, len(view.json))
