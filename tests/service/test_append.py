@@ -385,6 +385,37 @@ def test_append_messages_chains_and_returns_one_result_each(session: Any, data_d
     assert [(r["id"], r["seq"], r["parent_id"]) for r in rows] == [("a", 1, None), ("b", 2, None), ("c", 3, "b")]
 
 
+def test_a_batch_meeting_a_stored_id_midway_stores_the_others_once_in_order(
+    session: Any, data_dir: Path, object_key: str
+) -> None:
+    """A batch of fresh ids is written in one statement; one that meets a stored id is written
+    row by row, and what the first attempt wrote must not count as present then."""
+    session.append_message(text_message("a"))
+    batch = [text_message("b"), text_message("c"), text_message("a", "again"), text_message("d")]
+    results = session.append_messages(batch)
+
+    assert [(r.inserted, r.parent_id) for r in results] == [(True, "a"), (True, "b"), (False, None), (True, "c")]
+    assert results[2].message == text_message("a")
+    rows = message_rows(data_dir, object_key)
+    assert [(r["id"], r["seq"], r["parent_id"]) for r in rows] == [
+        ("a", 1, None),
+        ("b", 2, "a"),
+        ("c", 3, "b"),
+        ("d", 4, "c"),
+    ]
+
+
+def test_a_batch_repeating_an_id_keeps_its_first_copy(session: Any, data_dir: Path, object_key: str) -> None:
+    batch = [text_message("p", "one"), text_message("q"), text_message("p", "two"), text_message("r")]
+    results = session.append_messages(batch)
+
+    assert [r.inserted for r in results] == [True, True, False, True]
+    assert results[2].message == text_message("p", "one")
+    assert results[3].parent_id == "q"
+    rows = message_rows(data_dir, object_key)
+    assert [(r["id"], r["seq"], r["parent_id"]) for r in rows] == [("p", 1, None), ("q", 2, "p"), ("r", 3, "q")]
+
+
 def test_append_messages_is_all_or_nothing(session: Any, data_dir: Path, object_key: str) -> None:
     session.append_message(text_message("a"))
     before = message_rows(data_dir, object_key)

@@ -34,6 +34,14 @@ def test_twenty_text_appends_write_twenty_rows(session: Any):
     assert writes(session, run) == 20
 
 
+def test_a_batch_writes_a_row_per_new_message_and_a_retried_batch_none(session: Any):
+    batch = [text_message(f"m{index}", f"turn {index}") for index in range(5)]
+    assert writes(session, lambda: session.append_messages(batch)) == 5
+    assert writes(session, lambda: session.append_messages(batch)) == 0
+    partly_stored = [text_message("n1"), text_message("m0"), text_message("n2")]
+    assert writes(session, lambda: session.append_messages(partly_stored)) == 2
+
+
 def test_200_kib_image_append_writes_four_rows(session: Any):
     # message row, one payload chunk, payload meta, reference
     message = image_message("img", file_part(payload(200 * 1024, 1)))

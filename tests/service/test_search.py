@@ -250,6 +250,20 @@ def test_batch_append_and_upsert_are_indexed(indexed_session: Any, data_dir: Pat
     assert indexed(data_dir, object_key)[("", "u1")] == "upsertchanged"
 
 
+def test_a_batch_meeting_a_stored_id_indexes_each_new_message_once(
+    indexed_session: Any, data_dir: Path, object_key: str
+) -> None:
+    before = indexed_session.object.get_object_stats().row_writes
+    batch = [text_message("n1", "newone"), text_message("seed", "replaced"), text_message("n2", "newtwo")]
+    assert [r.inserted for r in indexed_session.append_messages(batch)] == [True, False, True]
+
+    assert indexed(data_dir, object_key) == {("", "seed"): "seedword", ("", "n1"): "newone", ("", "n2"): "newtwo"}
+    assert hit_ids(indexed_session.search("newone")) == ["n1"]
+    assert indexed_session.search("replaced") == []
+    # each new message: its row and its index row
+    assert indexed_session.object.get_object_stats().row_writes - before == 4
+
+
 def test_duplicate_append_keeps_the_first_text(indexed_session: Any, data_dir: Path, object_key: str) -> None:
     indexed_session.append_message(text_message("m1", "original"))
     assert not indexed_session.append_message(text_message("m1", "replacement")).inserted

@@ -54,6 +54,7 @@ from sessions_server.storage.rows import (
 from sessions_server.storage.store import (
     ObjectStore,
     WriteContext,
+    append_chain_in,
     append_in,
     clear_in,
     delete_in,
@@ -244,14 +245,22 @@ class SessionsService:
         # the interpreter with the event loop).
         rows = [None if prepared is None else prepared.row() for _, _, prepared in staged]
 
+        # Fresh messages under the tail, the common batch, go in one statement (or none at all).
+        chain = [row for row in rows if row is not None]
+        chained = len(chain) == len(rows) and all(item.parent.kind == "auto" for item in items)
+
         def run(ctx: WriteContext) -> list[AppendResult]:
             results = []
+            outcomes = append_chain_in(ctx, session_id, chain) if chained else None
             for (index, message, prepared), row in zip(staged, rows, strict=True):
                 if prepared is None or row is None:
                     results.append(refused(message))
                     continue
                 parent = items[index].parent
-                outcome = append_in(ctx, session_id, row, parent, _stored_row_ok)
+                if outcomes is not None:
+                    outcome = outcomes[index]
+                else:
+                    outcome = append_in(ctx, session_id, row, parent, _stored_row_ok)
                 view = MessageView(
                     outcome.info, outcome.existing.content if outcome.existing is not None else prepared.json
                 )

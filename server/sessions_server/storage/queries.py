@@ -229,6 +229,13 @@ def compactions(conn: sqlite3.Connection, session_id: str) -> list[Compaction]:
     ]
 
 
+_INSERT_MESSAGE_SQL = """INSERT INTO cf_agents_session_messages
+      (session_id, id, seq, parent_id, role, content, content_chunks, token_estimate, created_at, content_hash)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    ON CONFLICT DO NOTHING"""
+_INSERT_SEARCH_ROW_SQL = "INSERT INTO cf_agents_session_fts (id, session_id, role, content) VALUES (?, ?, ?, ?)"
+
+
 def insert_message(
     conn: sqlite3.Connection,
     session_id: str,
@@ -242,11 +249,7 @@ def insert_message(
     payloads, and returns None. Otherwise the rows written (what upstream's billing counts).
     The row goes first, so a fresh id, the common case, costs no separate probe."""
     inserted = conn.execute(
-        """INSERT INTO cf_agents_session_messages
-              (session_id, id, seq, parent_id, role, content, content_chunks, token_estimate,
-               created_at, content_hash)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-            ON CONFLICT DO NOTHING""",
+        _INSERT_MESSAGE_SQL,
         (
             session_id,
             row.id,
@@ -267,6 +270,55 @@ def insert_message(
     written += add_refs(conn, session_id, row.id, row.references)
     written += index_search_text(conn, session_id, row.id, row.role, row.search_text, replace=False)
     return written
+
+
+def insert_plain_chain(
+    conn: sqlite3.Connection,
+    session_id: str,
+    rows: Sequence[NewRow],
+    parents: Sequence[str | None],
+    first_seq: int,
+    created_at_ms: int,
+) -> int | None:
+    """Writes rows of one slice and no attachments (`plain_row`) in one statement, the i-th with
+    `parents[i]` and seq `first_seq + i`, and their search rows when the index exists; returns
+    the rows written. Only when every id is fresh: else it writes nothing and returns None (the
+    caller goes row by row, which tells the inserted from the present). Inside a transaction."""
+    values = [
+        (
+            session_id,
+            row.id,
+            first_seq + index,
+            parents[index],
+            row.role,
+            row.slices[0],
+            0,
+            row.token_estimate,
+            created_at_ms,
+            row.digest,
+        )
+        for index, row in enumerate(rows)
+    ]
+    if len(rows) == 1:  # a taken id inserts nothing: nothing to undo
+        if not conn.execute(_INSERT_MESSAGE_SQL, values[0]).rowcount:
+            return None
+    else:
+        conn.execute("SAVEPOINT plain_chain")
+        if conn.executemany(_INSERT_MESSAGE_SQL, values).rowcount != len(rows):
+            conn.execute("ROLLBACK TO plain_chain")
+            conn.execute("RELEASE plain_chain")
+            return None
+        conn.execute("RELEASE plain_chain")
+    if not fts_exists(conn):
+        return len(rows)
+    searchable = [(row.id, session_id, row.role, row.search_text) for row in rows if row.search_text]
+    conn.executemany(_INSERT_SEARCH_ROW_SQL, searchable)
+    return len(rows) + len(searchable)
+
+
+def plain_row(row: NewRow) -> bool:
+    """Whether `insert_plain_chain` can write the row: one slice, no payloads, no references."""
+    return len(row.slices) == 1 and not row.payloads and not row.references
 
 
 def write_continuations(conn: sqlite3.Connection, session_id: str, message_id: str, slices: Sequence[str]) -> None:
@@ -555,10 +607,7 @@ def index_search_text(
             conn.execute("DELETE FROM cf_agents_session_fts WHERE id = ? AND session_id = ?", (message_id, session_id))
             written += 1
     if text:
-        conn.execute(
-            "INSERT INTO cf_agents_session_fts (id, session_id, role, content) VALUES (?, ?, ?, ?)",
-            (message_id, session_id, role, text),
-        )
+        conn.execute(_INSERT_SEARCH_ROW_SQL, (message_id, session_id, role, text))
         written += 1
     return written
 
@@ -665,10 +714,7 @@ def messages_page(conn: sqlite3.Connection, after: tuple[str, str] | None) -> li
 
 
 def insert_search_row(conn: sqlite3.Connection, session_id: str, message_id: str, role: str, text: str) -> None:
-    conn.execute(
-        "INSERT INTO cf_agents_session_fts (id, session_id, role, content) VALUES (?, ?, ?, ?)",
-        (message_id, session_id, role, text),
-    )
+    conn.execute(_INSERT_SEARCH_ROW_SQL, (message_id, session_id, role, text))
 
 
 def search(

@@ -40,7 +40,7 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
@@ -683,6 +683,28 @@ def append_in(
     ctx.set_tail(session_id, Tail(row.id, tail.next_seq + 1))
     info = RowInfo(row.id, row.role, parent_id, tail.next_seq, created, row.token_estimate)
     return AppendOutcome(True, info, None)
+
+
+def append_chain_in(ctx: WriteContext, session_id: str, rows: Sequence[NewRow]) -> list[AppendOutcome] | None:
+    """Appends rows one after another under the session's tail (each an `auto` parent) in one
+    statement, when each row is plain (queries.plain_row) and every id is fresh; None, having
+    written nothing, when not: then `append_in` row by row finds which are present. A batch
+    of fresh messages, the common case, so costs one statement instead of one per row."""
+    if not all(queries.plain_row(row) for row in rows):
+        return None
+    tail = ctx.tail(session_id)
+    parents = [tail.leaf_id, *(row.id for row in rows[:-1])]
+    created = now_ms()
+    written = queries.insert_plain_chain(ctx.conn, session_id, rows, parents, tail.next_seq, created)
+    if written is None:
+        return None
+    ctx.row_writes += written
+    ctx.set_tail(session_id, Tail(rows[-1].id, tail.next_seq + len(rows)))
+    seq = tail.next_seq
+    return [
+        AppendOutcome(True, RowInfo(row.id, row.role, parent_id, seq + index, created, row.token_estimate), None)
+        for index, (row, parent_id) in enumerate(zip(rows, parents, strict=True))
+    ]
 
 
 def update_in(ctx: WriteContext, session_id: str, row: NewRow) -> UpdateOutcome:
