@@ -690,7 +690,7 @@ def append_chain_in(ctx: WriteContext, session_id: str, rows: Sequence[NewRow]) 
     statement, when each row is plain (queries.plain_row) and every id is fresh; None, having
     written nothing, when not: then `append_in` row by row finds which are present. A batch
     of fresh messages, the common case, so costs one statement instead of one per row."""
-    if not all(queries.plain_row(row) for row in rows):
+    if not rows or not all(queries.plain_row(row) for row in rows):
         return None
     tail = ctx.tail(session_id)
     parents = [tail.leaf_id, *(row.id for row in rows[:-1])]
