@@ -9,7 +9,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sessions_client import ImportItem
+import grpc
+import pytest
+
+from sessions_client import ImportItem, SessionsError
 from tests.service.support import (
     ROW_BUDGET_BYTES,
     chunk_rows,
@@ -128,6 +131,37 @@ def test_import_stream_mixes_new_and_duplicate(session: Any, data_dir: Path, obj
         ("n2", 3, "n1", 12),
     ]
     assert rows[0]["content"] == js_json(text_message("a"))
+
+
+def test_a_long_import_keeps_order_and_skips_a_stored_id_in_a_later_chunk(
+    session: Any, data_dir: Path, object_key: str
+) -> None:
+    """Messages are written in chunks (IMPORT_CHUNK_MESSAGES, 64): 150 span three, and the
+    third meets a stored id, so that chunk goes row by row."""
+    session.append_message(text_message("m140", "stored first"))
+    items = [ImportItem(text_message(f"m{i:03d}"), f"m{i - 1:03d}" if i else None, 1_000 + i) for i in range(150)]
+    items[140] = ImportItem(text_message("m140", "imported"), "m139", 1_140)
+    result = session.import_messages(items)
+
+    assert (result.imported, result.skipped) == (149, 1)
+    rows = message_rows(data_dir, object_key)
+    expected = [(f"m{i:03d}", f"m{i - 1:03d}" if i else None, 1_000 + i) for i in range(150) if i != 140]
+    assert [(r["id"], r["parent_id"], r["created_at"]) for r in rows[1:]] == expected
+    assert [r["seq"] for r in rows] == list(range(1, 151))
+    assert message_row(data_dir, object_key, "m140")["content"] == js_json(text_message("m140", "stored first"))  # type: ignore[index]
+    assert session.get_latest_leaf()["id"] == "m149"
+
+
+def test_messages_before_a_bad_one_are_imported(session: Any, data_dir: Path, object_key: str) -> None:
+    """Each message commits on its own (the contract): an import is not all or nothing, so what
+    came before the bad message is written, and the import answers the bad message's error."""
+    good = [ImportItem(text_message(f"g{i}"), f"g{i - 1}" if i else None, 10 + i) for i in range(3)]
+    with pytest.raises(SessionsError) as caught:
+        session.import_messages([*good, ImportItem('{"id":"bad","role":"user"}', "g2", 13)])
+
+    assert caught.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert [(r["id"], r["seq"]) for r in message_rows(data_dir, object_key)] == [("g0", 1), ("g1", 2), ("g2", 3)]
+    assert ids(session.get_history()) == ["g0", "g1", "g2"]
 
 
 def test_plain_messages_import_as_a_chain(session: Any, data_dir: Path, object_key: str) -> None:

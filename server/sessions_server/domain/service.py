@@ -41,6 +41,7 @@ from sessions_server.storage.registry import ObjectRegistry
 from sessions_server.storage.rows import (
     MAX_PATH_DEPTH,
     Compaction,
+    NewRow,
     Parent,
     PathStat,
     QueryInterrupted,
@@ -58,7 +59,7 @@ from sessions_server.storage.store import (
     append_in,
     clear_in,
     delete_in,
-    import_in,
+    import_all_in,
     update_in,
 )
 
@@ -80,7 +81,11 @@ DEFAULT_BATCH_BYTES = 4 * 1024 * 1024
 _ROW_ID = operator.attrgetter("id")
 _STORED_BYTES = operator.attrgetter("bytes")
 _SPAN_START = operator.attrgetter("start")
-IMPORT_PIPELINE_DEPTH = 64
+# An import writes its messages in chunks of at most this many (or about this many characters of
+# JSON), a job each, and keeps at most IMPORT_PIPELINE_DEPTH chunks waiting for their commits.
+IMPORT_CHUNK_MESSAGES = 64
+IMPORT_CHUNK_CHARS = 1 << 20
+IMPORT_PIPELINE_DEPTH = 4
 DEFAULT_SEARCH_SECONDS = 2.0
 
 
@@ -811,60 +816,93 @@ def _build_search_index(ctx: WriteContext) -> None:
         after = (page[-1][0], page[-1][1].info.id)
 
 
+class _ImportChunk:
+    """Validated messages waiting to be written together, with their change events."""
+
+    __slots__ = ("created_at_ms", "events", "parents", "rows", "text_chars")
+
+    def __init__(self) -> None:
+        self.rows: list[NewRow] = []
+        self.parents: list[str | None] = []
+        self.created_at_ms: list[int] = []
+        self.events: list[ChangeEvent] = []
+        self.text_chars = 0
+
+
 class Importer:
-    """Validates imported messages as they arrive and commits each in its own job, pipelined so
-    that a bulk import shares commits (group commit) while staying in order."""
+    """Validates imported messages as they arrive and writes them in chunks, a job each (one
+    statement for a chunk of new plain messages), pipelined so that a bulk import shares
+    commits (group commit) while staying in order. Whatever was received before a failure is
+    still written (`finish`): the import is not all or nothing."""
 
     def __init__(self, store: ObjectStore, session_id: str, limits: Limits) -> None:
         self._limits = limits
         self._store = store
         self._session_id = session_id
-        self._pending: list[asyncio.Future[bool]] = []
+        self._chunk = _ImportChunk()
+        self._pending: list[asyncio.Future[list[bool]]] = []
         self.imported = 0
         self.skipped = 0
         self.received = 0
 
     async def add(self, text: str, parent_id: str | None, created_at_ms: int) -> None:
-        field = f"message[{self.received}]"
-        message, plain = messages.parse_message(text, field=field)
-        check_size(message["id"], self._limits.max_message_id_bytes, "the message id", "max_message_id_bytes", field)
+        field_name = f"message[{self.received}]"
+        message, plain = messages.parse_message(text, field=field_name)
+        check_size(
+            message["id"], self._limits.max_message_id_bytes, "the message id", "max_message_id_bytes", field_name
+        )
         prepared = messages.prepare_for_import(message, plain=plain)
         row = prepared.row()
         large_messages.note_written(self._store, self._session_id, (row,))  # a skipped id: one slower read
         self.received += 1
-        event = ChangeEvent(
-            "import",
-            self._session_id,
-            message_json=prepared.json,
-            parent_kind="root" if parent_id is None else "id",
-            parent_id=parent_id or "",
+        chunk = self._chunk
+        chunk.rows.append(row)
+        chunk.parents.append(parent_id)
+        chunk.created_at_ms.append(created_at_ms)
+        chunk.events.append(
+            ChangeEvent(
+                "import",
+                self._session_id,
+                message_json=prepared.json,
+                parent_kind="root" if parent_id is None else "id",
+                parent_id=parent_id or "",
+            )
         )
+        chunk.text_chars += len(text)
+        if len(chunk.rows) >= IMPORT_CHUNK_MESSAGES or chunk.text_chars >= IMPORT_CHUNK_CHARS:
+            self._submit()
+            if len(self._pending) >= IMPORT_PIPELINE_DEPTH:
+                await self._settle(self._pending[: IMPORT_PIPELINE_DEPTH // 2])
 
-        def run(ctx: WriteContext) -> bool:
-            info = import_in(ctx, self._session_id, row, parent_id, created_at_ms)
-            if info is not None:
-                event.message_info = info
-                ctx.emit(event)
-            return info is not None
+    def _submit(self) -> None:
+        chunk, self._chunk = self._chunk, _ImportChunk()
+        if not chunk.rows:
+            return
+        session_id = self._session_id
 
-        future = asyncio.ensure_future(self._store.write(run))
-        self._pending.append(future)
-        if len(self._pending) >= IMPORT_PIPELINE_DEPTH:
-            await self._settle(self._pending[: IMPORT_PIPELINE_DEPTH // 2])
+        def run(ctx: WriteContext) -> list[bool]:
+            infos = import_all_in(ctx, session_id, chunk.rows, chunk.parents, chunk.created_at_ms)
+            for info, event in zip(infos, chunk.events, strict=True):
+                if info is not None:
+                    event.message_info = info
+                    ctx.emit(event)
+            return [info is not None for info in infos]
 
-    async def _settle(self, futures: list[asyncio.Future[bool]]) -> None:
+        self._pending.append(asyncio.ensure_future(self._store.write(run)))
+
+    async def _settle(self, futures: list[asyncio.Future[list[bool]]]) -> None:
         del self._pending[: len(futures)]
         for future in futures:
             try:
                 inserted = await future
             except StorageError as exc:
                 raise _storage_failure(exc) from exc
-            if inserted:
-                self.imported += 1
-            else:
-                self.skipped += 1
+            written = sum(inserted)
+            self.imported += written
+            self.skipped += len(inserted) - written
 
     async def finish(self) -> None:
+        self._submit()
         await self._settle(list(self._pending))
         if self.imported:
             forget_estimate(self._store, self._session_id)

@@ -278,12 +278,13 @@ def insert_plain_chain(
     rows: Sequence[NewRow],
     parents: Sequence[str | None],
     first_seq: int,
-    created_at_ms: int,
+    created_at_ms: Sequence[int],
 ) -> int | None:
     """Writes rows of one slice and no attachments (`plain_row`) in one statement, the i-th with
-    `parents[i]` and seq `first_seq + i`, and their search rows when the index exists; returns
-    the rows written. Only when every id is fresh: else it writes nothing and returns None (the
-    caller goes row by row, which tells the inserted from the present). Inside a transaction."""
+    `parents[i]`, `created_at_ms[i]` and seq `first_seq + i`, and their search rows when the
+    index exists; returns the rows written. Only when every id is fresh: else it writes nothing
+    and returns None (the caller goes row by row, which tells the inserted from the present).
+    Inside a transaction."""
     values = [
         (
             session_id,
@@ -294,7 +295,7 @@ def insert_plain_chain(
             row.slices[0],
             0,
             row.token_estimate,
-            created_at_ms,
+            created_at_ms[index],
             row.digest,
         )
         for index, row in enumerate(rows)

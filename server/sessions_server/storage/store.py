@@ -690,20 +690,34 @@ def append_chain_in(ctx: WriteContext, session_id: str, rows: Sequence[NewRow]) 
     statement, when each row is plain (queries.plain_row) and every id is fresh; None, having
     written nothing, when not: then `append_in` row by row finds which are present. A batch
     of fresh messages, the common case, so costs one statement instead of one per row."""
+    infos = _insert_chain(ctx, session_id, rows, None, [now_ms()] * len(rows))
+    return None if infos is None else [AppendOutcome(True, info, None) for info in infos]
+
+
+def _insert_chain(
+    ctx: WriteContext,
+    session_id: str,
+    rows: Sequence[NewRow],
+    parents: Sequence[str | None] | None,
+    created_at_ms: Sequence[int],
+) -> list[RowInfo] | None:
+    """Inserts rows in order, each taking the next seq and becoming the tail, in one statement;
+    `parents` None: each under the one before, the first under the tail. None, having written
+    nothing, unless each row is plain (queries.plain_row) and every id is fresh."""
     if not rows or not all(queries.plain_row(row) for row in rows):
         return None
     tail = ctx.tail(session_id)
-    parents = [tail.leaf_id, *(row.id for row in rows[:-1])]
-    created = now_ms()
-    written = queries.insert_plain_chain(ctx.conn, session_id, rows, parents, tail.next_seq, created)
+    if parents is None:
+        parents = [tail.leaf_id, *(row.id for row in rows[:-1])]
+    seq = tail.next_seq
+    written = queries.insert_plain_chain(ctx.conn, session_id, rows, parents, seq, created_at_ms)
     if written is None:
         return None
     ctx.row_writes += written
-    ctx.set_tail(session_id, Tail(rows[-1].id, tail.next_seq + len(rows)))
-    seq = tail.next_seq
+    ctx.set_tail(session_id, Tail(rows[-1].id, seq + len(rows)))
     return [
-        AppendOutcome(True, RowInfo(row.id, row.role, parent_id, seq + index, created, row.token_estimate), None)
-        for index, (row, parent_id) in enumerate(zip(rows, parents, strict=True))
+        RowInfo(row.id, row.role, parent_id, seq + index, created, row.token_estimate)
+        for index, (row, parent_id, created) in enumerate(zip(rows, parents, created_at_ms, strict=True))
     ]
 
 
@@ -725,6 +739,24 @@ def update_in(ctx: WriteContext, session_id: str, row: NewRow) -> UpdateOutcome:
             return UpdateOutcome("unchanged", stored.info)
     ctx.row_writes += queries.rewrite_message(conn, session_id, row, old_chunks)
     return UpdateOutcome("updated", queries.row_info(conn, session_id, row.id))
+
+
+def import_all_in(
+    ctx: WriteContext,
+    session_id: str,
+    rows: Sequence[NewRow],
+    parents: Sequence[str | None],
+    created_at_ms: Sequence[int],
+) -> list[RowInfo | None]:
+    """`import_in` for each row in order: in one statement when each is plain and every id is
+    fresh (an import into an empty session, the common case), else row by row."""
+    infos = _insert_chain(ctx, session_id, rows, parents, created_at_ms)
+    if infos is not None:
+        return list(infos)
+    return [
+        import_in(ctx, session_id, row, parent_id, created)
+        for row, parent_id, created in zip(rows, parents, created_at_ms, strict=True)
+    ]
 
 
 def import_in(
