@@ -282,6 +282,25 @@ def test_import_emits_the_input_message_and_duplicates_emit_nothing(feeds: Calla
     sentinel(session, feed)
 
 
+def test_a_slow_import_stream_is_written_message_by_message(feeds: Callable[..., Feed], session: Any) -> None:
+    """An import writes in chunks, but holds no message back while none of its writes is under
+    way: a client that sends each message only after the previous one's event sees them all.
+    Held back until a chunk fills or the stream ends, the first would never come (the guard)."""
+    feed = feeds()
+    seen: list[str] = []
+
+    def items() -> Iterator[ImportItem]:
+        for index in range(5):
+            yield ImportItem(text_message(f"s{index}"), f"s{index - 1}" if index else None, 10 + index)
+            event = feed.next()
+            seen.append(f"{event.type}:{event.message['id'] if event.message else None}")
+
+    result = session.import_messages(items())
+
+    assert result.imported == 5
+    assert seen == [f"import:s{index}" for index in range(5)]
+
+
 def test_add_compaction_emits_compaction_with_the_record(feeds: Callable[..., Feed], session: Any) -> None:
     session.append_messages([text_message(f"m{i}") for i in range(4)])
     feed = feeds()

@@ -830,10 +830,12 @@ class _ImportChunk:
 
 
 class Importer:
-    """Validates imported messages as they arrive and writes them in chunks, a job each (one
-    statement for a chunk of new plain messages), pipelined so that a bulk import shares
-    commits (group commit) while staying in order. Whatever was received before a failure is
-    still written (`finish`): the import is not all or nothing."""
+    """Validates imported messages as they arrive and writes them in order, in chunks, a job
+    each (one statement for a chunk of new plain messages). A message goes to the writer at
+    once when none of this import's writes is under way, else it waits for them with those
+    that follow, up to a chunk: a slow stream is written message by message as it arrives, a
+    fast one in chunks that share commits. Whatever was received before a failure is still
+    written (`finish`): the import is not all or nothing."""
 
     def __init__(self, store: ObjectStore, session_id: str, limits: Limits) -> None:
         self._limits = limits
@@ -869,10 +871,19 @@ class Importer:
             )
         )
         chunk.text_chars += len(text)
-        if len(chunk.rows) >= IMPORT_CHUNK_MESSAGES or chunk.text_chars >= IMPORT_CHUNK_CHARS:
+        full = len(chunk.rows) >= IMPORT_CHUNK_MESSAGES or chunk.text_chars >= IMPORT_CHUNK_CHARS
+        if full or self._writes_done():
             self._submit()
             if len(self._pending) >= IMPORT_PIPELINE_DEPTH:
                 await self._settle(self._pending[: IMPORT_PIPELINE_DEPTH // 2])
+
+    def _writes_done(self) -> bool:
+        return all(future.done() for future in self._pending)
+
+    def _after_write(self, _: asyncio.Future[list[bool]]) -> None:
+        """Sends what arrived during this import's writes once the last of them is done."""
+        if self._chunk.rows and self._writes_done():
+            self._submit()
 
     def _submit(self) -> None:
         chunk, self._chunk = self._chunk, _ImportChunk()
@@ -888,7 +899,9 @@ class Importer:
                     ctx.emit(event)
             return [info is not None for info in infos]
 
-        self._pending.append(asyncio.ensure_future(self._store.write(run)))
+        future = asyncio.ensure_future(self._store.write(run))
+        future.add_done_callback(self._after_write)
+        self._pending.append(future)
 
     async def _settle(self, futures: list[asyncio.Future[list[bool]]]) -> None:
         del self._pending[: len(futures)]
