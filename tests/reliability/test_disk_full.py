@@ -34,7 +34,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from sessions_client import SessionsClient, SessionsError
+from sessions_client import ImportItem, SessionsClient, SessionsError
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
 from sessions_server.storage.paths import object_path
 from tests.reliability.support import (
@@ -179,6 +179,10 @@ def test_full_storage_fails_the_write_cleanly_and_keeps_serving_reads(
                 ),
                 ("append 1.2 MB image", lambda: session.append_message(_image_message("pic2", os.urandom(1_200_000)))),
                 ("update m5 to 8 MB", lambda: session.update_message(_text_message("m5", 8_000_000))),
+                (
+                    "import 3 MB (ImportMessages)",
+                    lambda: session.import_messages([ImportItem(_text_message("imp", 3_000_000), "m19", 1)]),
+                ),
             ]
             for label, attempt in attempts:
                 with pytest.raises(SessionsError) as failure:
@@ -199,6 +203,7 @@ def test_full_storage_fails_the_write_cleanly_and_keeps_serving_reads(
             assert attachment.data == image
             assert client.object(key).get_object_stats().message_rows == len(committed)
             assert session.get_message("big") is None and session.get_message("b1") is None
+            assert session.get_message("imp") is None
 
             storage.free()
 

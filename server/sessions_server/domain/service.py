@@ -872,17 +872,15 @@ class Importer:
         )
         chunk.text_chars += len(text)
         full = len(chunk.rows) >= IMPORT_CHUNK_MESSAGES or chunk.text_chars >= IMPORT_CHUNK_CHARS
-        if full or self._writes_done():
+        self._account_done()
+        if full or not self._pending:
             self._submit()
             if len(self._pending) >= IMPORT_PIPELINE_DEPTH:
-                await self._settle(self._pending[: IMPORT_PIPELINE_DEPTH // 2])
-
-    def _writes_done(self) -> bool:
-        return all(future.done() for future in self._pending)
+                await self._settle(IMPORT_PIPELINE_DEPTH // 2)
 
     def _after_write(self, _: asyncio.Future[list[bool]]) -> None:
         """Sends what arrived during this import's writes once the last of them is done."""
-        if self._chunk.rows and self._writes_done():
+        if self._chunk.rows and all(future.done() for future in self._pending):
             self._submit()
 
     def _submit(self) -> None:
@@ -903,11 +901,19 @@ class Importer:
         future.add_done_callback(self._after_write)
         self._pending.append(future)
 
-    async def _settle(self, futures: list[asyncio.Future[list[bool]]]) -> None:
-        del self._pending[: len(futures)]
-        for future in futures:
+    async def _settle(self, count: int) -> None:
+        """Waits for this import's oldest `count` writes and accounts for them."""
+        if count:
+            await asyncio.wait(self._pending[:count])
+        self._account_done()
+
+    def _account_done(self) -> None:
+        """Counts this import's finished writes, oldest first, stopping at one still under way
+        (each message checks, so the list stays short); raises the error of a failed one."""
+        while self._pending and self._pending[0].done():
+            future = self._pending.pop(0)
             try:
-                inserted = await future
+                inserted = future.result()
             except StorageError as exc:
                 raise _storage_failure(exc) from exc
             written = sum(inserted)
@@ -916,7 +922,7 @@ class Importer:
 
     async def finish(self) -> None:
         self._submit()
-        await self._settle(list(self._pending))
+        await self._settle(len(self._pending))
         if self.imported:
             forget_estimate(self._store, self._session_id)
 
