@@ -250,7 +250,8 @@ class SessionsService:
         # the interpreter with the event loop).
         rows = [None if prepared is None else prepared.row() for _, _, prepared in staged]
 
-        # Fresh messages under the tail, the common batch, go in one statement (or none at all).
+        # New messages under the tail, the common batch, go in one statement; a batch that meets
+        # a stored id (a retry, a repeat) goes row by row.
         chain = [row for row in rows if row is not None]
         chained = len(chain) == len(rows) and all(item.parent.kind == "auto" for item in items)
 
