@@ -12,10 +12,13 @@ from typing import Any
 import grpc
 import pytest
 
-from sessions_client import ImportItem, SessionsError
+from sessions_client import ImportItem, ImportResult, SessionsError
+from sessions_client._common import IMPORT_FRAME_BYTES, import_frames, import_result
+from sessions_proto.v1 import sessions_pb2 as pb
 from tests.service.support import (
     ROW_BUDGET_BYTES,
     chunk_rows,
+    error_reason,
     ids,
     js_json,
     message_row,
@@ -195,3 +198,94 @@ def test_large_import_is_chunked(session: Any, data_dir: Path, object_key: str) 
         assert utf8_len(row["content"]) <= ROW_BUDGET_BYTES
     assert session.get_message("bigger") == larger
     assert session.get_history() == [three_mb, larger]
+
+
+def _whole(message_id: str, parent_id: str | None, created_at_ms: int) -> pb.ImportedMessage:
+    whole = pb.ImportedMessage(json=js_json(text_message(message_id)), created_at_ms=created_at_ms)
+    if parent_id is not None:
+        whole.parent_id = parent_id
+    return whole
+
+
+def test_packed_frames_mix_with_pieces_in_order(stub: Any, data_dir: Path, object_key: str) -> None:
+    """Whole messages in a frame are imported before the frame's own piece; one frame may hold
+    many; the frame's parent and created time belong to its piece's message."""
+    big = js_json(text_message("big", "b" * 5_000))
+    frames = [
+        pb.ImportMessagesRequest(
+            object_key=object_key,
+            messages=[_whole("w1", None, 1), _whole("w2", "w1", 2)],
+            json_piece=big[:3_000],
+            more_pieces=True,
+            parent_id="w2",
+            created_at_ms=3,
+        ),
+        pb.ImportMessagesRequest(json_piece=big[3_000:]),
+        pb.ImportMessagesRequest(messages=[_whole("w3", "big", 4)]),
+        pb.ImportMessagesRequest(json_piece=js_json(text_message("p4")), parent_id="w3", created_at_ms=5),
+    ]
+    response = stub.ImportMessages(iter(frames))
+
+    assert (response.imported_count, response.skipped_count) == (5, 0)
+    rows = message_rows(data_dir, object_key)
+    assert [(r["id"], r["seq"], r["parent_id"], r["created_at"]) for r in rows] == [
+        ("w1", 1, None, 1),
+        ("w2", 2, "w1", 2),
+        ("big", 3, "w2", 3),
+        ("w3", 4, "big", 4),
+        ("p4", 5, "w3", 5),
+    ]
+    assert stored_json(data_dir, object_key, "big") == big
+
+
+def test_whole_messages_inside_a_pieced_message_are_refused(stub: Any, data_dir: Path, object_key: str) -> None:
+    frames = [
+        pb.ImportMessagesRequest(object_key=object_key, messages=[_whole("w1", None, 1)]),
+        pb.ImportMessagesRequest(json_piece='{"id":"p",', more_pieces=True),
+        pb.ImportMessagesRequest(messages=[_whole("w2", "w1", 2)], json_piece='"role":"user","parts":[]}'),
+    ]
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.ImportMessages(iter(frames))
+
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
+    assert error_reason(caught.value) == "INVALID_STREAM"
+    assert [r["id"] for r in message_rows(data_dir, object_key)] == ["w1"]  # each message commits on its own
+
+
+def test_a_list_is_imported_packed_and_an_iterator_as_it_comes(session: Any, data_dir: Path, object_key: str) -> None:
+    """The Python client packs a list (here 300 messages, a 400 KB one among them in pieces)
+    and streams an iterator a message a frame; both import the same rows."""
+    messages = [text_message(f"l{i:03d}") for i in range(300)]
+    messages[150] = text_message("l150", "x" * 400_000)
+    assert session.import_messages(messages) == ImportResult(300, 0)
+    other = session.object.session("iterated")
+    assert other.import_messages(iter(messages)) == ImportResult(300, 0)
+
+    for session_id in ("", "iterated"):
+        rows = message_rows(data_dir, object_key, session_id)
+        assert [(r["id"], r["seq"], r["parent_id"]) for r in rows] == [
+            (f"l{i:03d}", i + 1, f"l{i - 1:03d}" if i else None) for i in range(300)
+        ]
+    assert session.get_message("l150") == messages[150]
+
+
+def test_the_client_packs_a_list_and_sends_an_iterator_a_message_a_frame() -> None:
+    messages = [text_message(f"m{i:04d}", "t" * 1_000) for i in range(3_000)]  # ~3.2 MB in all
+    packed = list(import_frames("k", "", messages))
+    assert 3 <= len(packed) <= 5  # frames of about IMPORT_FRAME_BYTES
+    assert all(frame.ByteSize() <= IMPORT_FRAME_BYTES + 64 * 1024 for frame in packed)
+    assert [m.json for frame in packed for m in frame.messages] == [js_json(m) for m in messages]
+    assert (packed[0].object_key, packed[1].object_key) == ("k", "")
+
+    streamed = list(import_frames("k", "", iter(messages)))
+    assert len(streamed) == 3_000 and not any(frame.messages for frame in streamed)
+    assert [frame.json_piece for frame in streamed] == [js_json(m) for m in messages]
+
+
+def test_counts_that_miss_packed_messages_are_an_error() -> None:
+    """A server that predates packed frames reads none of them: the client says so."""
+    sent = [text_message("a"), text_message("b"), text_message("c")]
+    assert import_result(pb.ImportMessagesResponse(imported_count=2, skipped_count=1), sent) == ImportResult(2, 1)
+    with pytest.raises(RuntimeError, match="1 of the 3 messages"):
+        import_result(pb.ImportMessagesResponse(imported_count=1), sent)
+    assert import_result(pb.ImportMessagesResponse(imported_count=1), iter(sent)) == ImportResult(1, 0)

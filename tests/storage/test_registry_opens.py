@@ -249,8 +249,9 @@ def test_slow_opens_keep_to_the_executor_until_they_are_quick_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, opens: list[tuple[str, bool]]
 ) -> None:
     """An open that took long (a cold disk; here a slow check of the file) sends the next opens
-    to the executor, where they are still timed: once they are quick again, they run in place."""
-    limit = 0.005
+    to the executor, where they are still timed: once they are quick again, they run in place.
+    The limit is ten times the server's, so that a loaded machine's opens still count as quick."""
+    limit = 0.05
     monkeypatch.setattr(registry_module, "INLINE_OPEN_MAX_SECONDS", limit)
     is_ready = schema.is_ready
     slow_once = [True]

@@ -42,6 +42,7 @@ from sessions_client._common import (
     frames_of,
     history_request,
     import_frames,
+    import_result,
     json_size,
     parent_fields,
     parent_of,
@@ -291,10 +292,10 @@ class SessionHandle:
         return self.import_messages([ImportItem(message, parent_id, created_at)]).imported == 1
 
     def import_messages(self, items: Iterable[ImportItem | Message]) -> ImportResult:
-        """Streams messages in; plain dicts chain, each parented to the previous one."""
+        """Streams messages in; plain dicts chain, each parented to the previous one. A list or
+        tuple goes packed (many messages a frame), an iterator a message at a time as it yields."""
         frames = import_frames(self._key, self.id, items)
-        response = self._client._call(self._key, self._stub.ImportMessages, frames)
-        return ImportResult(int(response.imported_count), int(response.skipped_count))
+        return import_result(self._client._call(self._key, self._stub.ImportMessages, frames), items)
 
     # ── reads ───────────────────────────────────────────────────────────────
 

@@ -43,6 +43,7 @@ from sessions_client._common import (
     frames_of,
     history_request,
     import_frames,
+    import_result,
     json_size,
     parent_fields,
     parent_of,
@@ -288,8 +289,7 @@ class SessionHandle:
 
     async def import_messages(self, items: Iterable[ImportItem | Message]) -> ImportResult:
         frames = import_frames(self._key, self.id, items)
-        response = await self._client._call(self._key, self._stub.ImportMessages, frames)
-        return ImportResult(int(response.imported_count), int(response.skipped_count))
+        return import_result(await self._client._call(self._key, self._stub.ImportMessages, frames), items)
 
     async def get_message(self, message_id: str, *, pointers: bool = False) -> Message | None:
         request = pb.GetMessageRequest(

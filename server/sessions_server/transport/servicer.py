@@ -278,8 +278,17 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                         raise InvalidArgument(
                             "every ImportMessages frame must name the same object_key", reason="INVALID_STREAM"
                         )
+                    if frame.messages:
+                        if head is not None:
+                            raise InvalidArgument(
+                                "whole messages came while a message sent in pieces was incomplete",
+                                reason="INVALID_STREAM",
+                            )
+                        for whole in frame.messages:
+                            parent = whole.parent_id if whole.HasField("parent_id") else None
+                            await importer.add(whole.json, parent, whole.created_at_ms)
                     if head is None and not frame.json_piece and not frame.more_pieces:
-                        frame = await anext(frames, None)  # a frame that only names the object
+                        frame = await anext(frames, None)  # no piece: it named the object, or held whole messages
                         continue
                     if head is None:
                         head = frame

@@ -1023,6 +1023,7 @@ class ImportMessagesRequest(_message.Message):
     MORE_PIECES_FIELD_NUMBER: _builtins.int
     PARENT_ID_FIELD_NUMBER: _builtins.int
     CREATED_AT_MS_FIELD_NUMBER: _builtins.int
+    MESSAGES_FIELD_NUMBER: _builtins.int
     object_key: _builtins.str
     """The object key; required on the first frame, and equal to it when repeated."""
     session_id: _builtins.str
@@ -1037,6 +1038,14 @@ class ImportMessagesRequest(_message.Message):
     """
     created_at_ms: _builtins.int
     """The created time to store, Unix milliseconds. Read from the first frame of each message."""
+    @_builtins.property
+    def messages(self) -> _containers.RepeatedCompositeFieldContainer[Global___ImportedMessage]:
+        """Whole messages, imported in order before this frame's piece (if any): a client may pack
+        many small messages in one frame, and send a message too large for a frame in pieces
+        through the fields above. Refused (INVALID_STREAM) while a message sent in pieces is
+        incomplete.
+        """
+
     def __init__(
         self,
         *,
@@ -1046,16 +1055,49 @@ class ImportMessagesRequest(_message.Message):
         more_pieces: _builtins.bool = ...,
         parent_id: _builtins.str | None = ...,
         created_at_ms: _builtins.int = ...,
+        messages: _abc.Iterable[Global___ImportedMessage] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_parent_id", b"_parent_id", "parent_id", b"parent_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_parent_id", b"_parent_id", "created_at_ms", b"created_at_ms", "json_piece", b"json_piece", "more_pieces", b"more_pieces", "object_key", b"object_key", "parent_id", b"parent_id", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_parent_id", b"_parent_id", "created_at_ms", b"created_at_ms", "json_piece", b"json_piece", "messages", b"messages", "more_pieces", b"more_pieces", "object_key", b"object_key", "parent_id", b"parent_id", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__parent_id: _TypeAlias = _typing.Literal["parent_id"]  # noqa: Y015
     _WhichOneofArgType__parent_id: _TypeAlias = _typing.Literal["_parent_id", b"_parent_id"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType__parent_id) -> _WhichOneofReturnType__parent_id | None: ...
 
 Global___ImportMessagesRequest: _TypeAlias = ImportMessagesRequest  # noqa: Y015
+
+@_typing.final
+class ImportedMessage(_message.Message):
+    """A whole message in an ImportMessages frame."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JSON_FIELD_NUMBER: _builtins.int
+    PARENT_ID_FIELD_NUMBER: _builtins.int
+    CREATED_AT_MS_FIELD_NUMBER: _builtins.int
+    json: _builtins.str
+    """The message JSON."""
+    parent_id: _builtins.str
+    """The parent id, stored exactly as given (not validated); unset for a root."""
+    created_at_ms: _builtins.int
+    """The created time to store, Unix milliseconds."""
+    def __init__(
+        self,
+        *,
+        json: _builtins.str = ...,
+        parent_id: _builtins.str | None = ...,
+        created_at_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_parent_id", b"_parent_id", "parent_id", b"parent_id"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_parent_id", b"_parent_id", "created_at_ms", b"created_at_ms", "json", b"json", "parent_id", b"parent_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__parent_id: _TypeAlias = _typing.Literal["parent_id"]  # noqa: Y015
+    _WhichOneofArgType__parent_id: _TypeAlias = _typing.Literal["_parent_id", b"_parent_id"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__parent_id) -> _WhichOneofReturnType__parent_id | None: ...
+
+Global___ImportedMessage: _TypeAlias = ImportedMessage  # noqa: Y015
 
 @_typing.final
 class ImportMessagesResponse(_message.Message):

@@ -1931,7 +1931,12 @@ type ImportMessagesRequest struct {
 	// first frame of each message.
 	ParentId *string `protobuf:"bytes,5,opt,name=parent_id,json=parentId,proto3,oneof" json:"parent_id,omitempty"`
 	// The created time to store, Unix milliseconds. Read from the first frame of each message.
-	CreatedAtMs   int64 `protobuf:"varint,6,opt,name=created_at_ms,json=createdAtMs,proto3" json:"created_at_ms,omitempty"`
+	CreatedAtMs int64 `protobuf:"varint,6,opt,name=created_at_ms,json=createdAtMs,proto3" json:"created_at_ms,omitempty"`
+	// Whole messages, imported in order before this frame's piece (if any): a client may pack
+	// many small messages in one frame, and send a message too large for a frame in pieces
+	// through the fields above. Refused (INVALID_STREAM) while a message sent in pieces is
+	// incomplete.
+	Messages      []*ImportedMessage `protobuf:"bytes,7,rep,name=messages,proto3" json:"messages,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2008,6 +2013,77 @@ func (x *ImportMessagesRequest) GetCreatedAtMs() int64 {
 	return 0
 }
 
+func (x *ImportMessagesRequest) GetMessages() []*ImportedMessage {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
+// A whole message in an ImportMessages frame.
+type ImportedMessage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The message JSON.
+	Json string `protobuf:"bytes,1,opt,name=json,proto3" json:"json,omitempty"`
+	// The parent id, stored exactly as given (not validated); unset for a root.
+	ParentId *string `protobuf:"bytes,2,opt,name=parent_id,json=parentId,proto3,oneof" json:"parent_id,omitempty"`
+	// The created time to store, Unix milliseconds.
+	CreatedAtMs   int64 `protobuf:"varint,3,opt,name=created_at_ms,json=createdAtMs,proto3" json:"created_at_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportedMessage) Reset() {
+	*x = ImportedMessage{}
+	mi := &file_sessions_v1_sessions_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportedMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportedMessage) ProtoMessage() {}
+
+func (x *ImportedMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_sessions_v1_sessions_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportedMessage.ProtoReflect.Descriptor instead.
+func (*ImportedMessage) Descriptor() ([]byte, []int) {
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ImportedMessage) GetJson() string {
+	if x != nil {
+		return x.Json
+	}
+	return ""
+}
+
+func (x *ImportedMessage) GetParentId() string {
+	if x != nil && x.ParentId != nil {
+		return *x.ParentId
+	}
+	return ""
+}
+
+func (x *ImportedMessage) GetCreatedAtMs() int64 {
+	if x != nil {
+		return x.CreatedAtMs
+	}
+	return 0
+}
+
 // Response for ImportMessages.
 type ImportMessagesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2021,7 +2097,7 @@ type ImportMessagesResponse struct {
 
 func (x *ImportMessagesResponse) Reset() {
 	*x = ImportMessagesResponse{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[21]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2033,7 +2109,7 @@ func (x *ImportMessagesResponse) String() string {
 func (*ImportMessagesResponse) ProtoMessage() {}
 
 func (x *ImportMessagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[21]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2046,7 +2122,7 @@ func (x *ImportMessagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportMessagesResponse.ProtoReflect.Descriptor instead.
 func (*ImportMessagesResponse) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{21}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ImportMessagesResponse) GetImportedCount() int64 {
@@ -2080,7 +2156,7 @@ type GetMessageRequest struct {
 
 func (x *GetMessageRequest) Reset() {
 	*x = GetMessageRequest{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[22]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2092,7 +2168,7 @@ func (x *GetMessageRequest) String() string {
 func (*GetMessageRequest) ProtoMessage() {}
 
 func (x *GetMessageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[22]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2105,7 +2181,7 @@ func (x *GetMessageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMessageRequest.ProtoReflect.Descriptor instead.
 func (*GetMessageRequest) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{22}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetMessageRequest) GetObjectKey() string {
@@ -2147,7 +2223,7 @@ type GetMessageResponse struct {
 
 func (x *GetMessageResponse) Reset() {
 	*x = GetMessageResponse{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[23]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2159,7 +2235,7 @@ func (x *GetMessageResponse) String() string {
 func (*GetMessageResponse) ProtoMessage() {}
 
 func (x *GetMessageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[23]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2172,7 +2248,7 @@ func (x *GetMessageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMessageResponse.ProtoReflect.Descriptor instead.
 func (*GetMessageResponse) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{23}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetMessageResponse) GetFrame() *MessageFrame {
@@ -2202,7 +2278,7 @@ type GetMessagesRequest struct {
 
 func (x *GetMessagesRequest) Reset() {
 	*x = GetMessagesRequest{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[24]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2214,7 +2290,7 @@ func (x *GetMessagesRequest) String() string {
 func (*GetMessagesRequest) ProtoMessage() {}
 
 func (x *GetMessagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[24]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2227,7 +2303,7 @@ func (x *GetMessagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMessagesRequest.ProtoReflect.Descriptor instead.
 func (*GetMessagesRequest) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{24}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetMessagesRequest) GetObjectKey() string {
@@ -2279,7 +2355,7 @@ type GetMessagesResponse struct {
 
 func (x *GetMessagesResponse) Reset() {
 	*x = GetMessagesResponse{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[25]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2291,7 +2367,7 @@ func (x *GetMessagesResponse) String() string {
 func (*GetMessagesResponse) ProtoMessage() {}
 
 func (x *GetMessagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[25]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2304,7 +2380,7 @@ func (x *GetMessagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMessagesResponse.ProtoReflect.Descriptor instead.
 func (*GetMessagesResponse) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{25}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetMessagesResponse) GetFrame() *MessageFrame {
@@ -2336,7 +2412,7 @@ type GetLatestLeafRequest struct {
 
 func (x *GetLatestLeafRequest) Reset() {
 	*x = GetLatestLeafRequest{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[26]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2348,7 +2424,7 @@ func (x *GetLatestLeafRequest) String() string {
 func (*GetLatestLeafRequest) ProtoMessage() {}
 
 func (x *GetLatestLeafRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[26]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2361,7 +2437,7 @@ func (x *GetLatestLeafRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLatestLeafRequest.ProtoReflect.Descriptor instead.
 func (*GetLatestLeafRequest) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{26}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetLatestLeafRequest) GetObjectKey() string {
@@ -2396,7 +2472,7 @@ type GetLatestLeafResponse struct {
 
 func (x *GetLatestLeafResponse) Reset() {
 	*x = GetLatestLeafResponse{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[27]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2408,7 +2484,7 @@ func (x *GetLatestLeafResponse) String() string {
 func (*GetLatestLeafResponse) ProtoMessage() {}
 
 func (x *GetLatestLeafResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[27]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2421,7 +2497,7 @@ func (x *GetLatestLeafResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLatestLeafResponse.ProtoReflect.Descriptor instead.
 func (*GetLatestLeafResponse) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{27}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetLatestLeafResponse) GetFrame() *MessageFrame {
@@ -2451,7 +2527,7 @@ type GetBranchesRequest struct {
 
 func (x *GetBranchesRequest) Reset() {
 	*x = GetBranchesRequest{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[28]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2463,7 +2539,7 @@ func (x *GetBranchesRequest) String() string {
 func (*GetBranchesRequest) ProtoMessage() {}
 
 func (x *GetBranchesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[28]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2476,7 +2552,7 @@ func (x *GetBranchesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBranchesRequest.ProtoReflect.Descriptor instead.
 func (*GetBranchesRequest) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{28}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetBranchesRequest) GetObjectKey() string {
@@ -2528,7 +2604,7 @@ type GetBranchesResponse struct {
 
 func (x *GetBranchesResponse) Reset() {
 	*x = GetBranchesResponse{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[29]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2540,7 +2616,7 @@ func (x *GetBranchesResponse) String() string {
 func (*GetBranchesResponse) ProtoMessage() {}
 
 func (x *GetBranchesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[29]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2553,7 +2629,7 @@ func (x *GetBranchesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBranchesResponse.ProtoReflect.Descriptor instead.
 func (*GetBranchesResponse) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{29}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetBranchesResponse) GetFrame() *MessageFrame {
@@ -2602,7 +2678,7 @@ type StreamHistoryRequest struct {
 
 func (x *StreamHistoryRequest) Reset() {
 	*x = StreamHistoryRequest{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[30]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2614,7 +2690,7 @@ func (x *StreamHistoryRequest) String() string {
 func (*StreamHistoryRequest) ProtoMessage() {}
 
 func (x *StreamHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[30]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2627,7 +2703,7 @@ func (x *StreamHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamHistoryRequest.ProtoReflect.Descriptor instead.
 func (*StreamHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{30}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *StreamHistoryRequest) GetObjectKey() string {
@@ -2709,7 +2785,7 @@ type StreamHistoryResponse struct {
 
 func (x *StreamHistoryResponse) Reset() {
 	*x = StreamHistoryResponse{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[31]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2721,7 +2797,7 @@ func (x *StreamHistoryResponse) String() string {
 func (*StreamHistoryResponse) ProtoMessage() {}
 
 func (x *StreamHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[31]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2734,7 +2810,7 @@ func (x *StreamHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamHistoryResponse.ProtoReflect.Descriptor instead.
 func (*StreamHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{31}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *StreamHistoryResponse) GetFrame() *MessageFrame {
@@ -2780,7 +2856,7 @@ type GetRecentHistoryRequest struct {
 
 func (x *GetRecentHistoryRequest) Reset() {
 	*x = GetRecentHistoryRequest{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[32]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2792,7 +2868,7 @@ func (x *GetRecentHistoryRequest) String() string {
 func (*GetRecentHistoryRequest) ProtoMessage() {}
 
 func (x *GetRecentHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[32]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2805,7 +2881,7 @@ func (x *GetRecentHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRecentHistoryRequest.ProtoReflect.Descriptor instead.
 func (*GetRecentHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{32}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GetRecentHistoryRequest) GetObjectKey() string {
@@ -2863,7 +2939,7 @@ type RecentHistorySummary struct {
 
 func (x *RecentHistorySummary) Reset() {
 	*x = RecentHistorySummary{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[33]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2875,7 +2951,7 @@ func (x *RecentHistorySummary) String() string {
 func (*RecentHistorySummary) ProtoMessage() {}
 
 func (x *RecentHistorySummary) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[33]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2888,7 +2964,7 @@ func (x *RecentHistorySummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecentHistorySummary.ProtoReflect.Descriptor instead.
 func (*RecentHistorySummary) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{33}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RecentHistorySummary) GetTruncated() bool {
@@ -2921,7 +2997,7 @@ type GetRecentHistoryResponse struct {
 
 func (x *GetRecentHistoryResponse) Reset() {
 	*x = GetRecentHistoryResponse{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[34]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2933,7 +3009,7 @@ func (x *GetRecentHistoryResponse) String() string {
 func (*GetRecentHistoryResponse) ProtoMessage() {}
 
 func (x *GetRecentHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[34]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2946,7 +3022,7 @@ func (x *GetRecentHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRecentHistoryResponse.ProtoReflect.Descriptor instead.
 func (*GetRecentHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{34}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GetRecentHistoryResponse) GetSummary() *RecentHistorySummary {
@@ -2985,7 +3061,7 @@ type GetHistoryRowStatsRequest struct {
 
 func (x *GetHistoryRowStatsRequest) Reset() {
 	*x = GetHistoryRowStatsRequest{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[35]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2997,7 +3073,7 @@ func (x *GetHistoryRowStatsRequest) String() string {
 func (*GetHistoryRowStatsRequest) ProtoMessage() {}
 
 func (x *GetHistoryRowStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[35]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3010,7 +3086,7 @@ func (x *GetHistoryRowStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHistoryRowStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetHistoryRowStatsRequest) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{35}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GetHistoryRowStatsRequest) GetObjectKey() string {
@@ -3051,7 +3127,7 @@ type RowStat struct {
 
 func (x *RowStat) Reset() {
 	*x = RowStat{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[36]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3063,7 +3139,7 @@ func (x *RowStat) String() string {
 func (*RowStat) ProtoMessage() {}
 
 func (x *RowStat) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[36]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3076,7 +3152,7 @@ func (x *RowStat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RowStat.ProtoReflect.Descriptor instead.
 func (*RowStat) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{36}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RowStat) GetId() string {
@@ -3118,7 +3194,7 @@ type GetHistoryRowStatsResponse struct {
 
 func (x *GetHistoryRowStatsResponse) Reset() {
 	*x = GetHistoryRowStatsResponse{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[37]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3130,7 +3206,7 @@ func (x *GetHistoryRowStatsResponse) String() string {
 func (*GetHistoryRowStatsResponse) ProtoMessage() {}
 
 func (x *GetHistoryRowStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[37]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3143,7 +3219,7 @@ func (x *GetHistoryRowStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHistoryRowStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetHistoryRowStatsResponse) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{37}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GetHistoryRowStatsResponse) GetStats() []*RowStat {
@@ -3166,7 +3242,7 @@ type ReadAttachmentRequest struct {
 
 func (x *ReadAttachmentRequest) Reset() {
 	*x = ReadAttachmentRequest{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[38]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3178,7 +3254,7 @@ func (x *ReadAttachmentRequest) String() string {
 func (*ReadAttachmentRequest) ProtoMessage() {}
 
 func (x *ReadAttachmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[38]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3191,7 +3267,7 @@ func (x *ReadAttachmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadAttachmentRequest.ProtoReflect.Descriptor instead.
 func (*ReadAttachmentRequest) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{38}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ReadAttachmentRequest) GetObjectKey() string {
@@ -3223,7 +3299,7 @@ type ReadAttachmentResponse struct {
 
 func (x *ReadAttachmentResponse) Reset() {
 	*x = ReadAttachmentResponse{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[39]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3235,7 +3311,7 @@ func (x *ReadAttachmentResponse) String() string {
 func (*ReadAttachmentResponse) ProtoMessage() {}
 
 func (x *ReadAttachmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[39]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3248,7 +3324,7 @@ func (x *ReadAttachmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadAttachmentResponse.ProtoReflect.Descriptor instead.
 func (*ReadAttachmentResponse) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{39}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ReadAttachmentResponse) GetMediaType() string {
@@ -3293,7 +3369,7 @@ type Compaction struct {
 
 func (x *Compaction) Reset() {
 	*x = Compaction{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[40]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3305,7 +3381,7 @@ func (x *Compaction) String() string {
 func (*Compaction) ProtoMessage() {}
 
 func (x *Compaction) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[40]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3318,7 +3394,7 @@ func (x *Compaction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Compaction.ProtoReflect.Descriptor instead.
 func (*Compaction) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{40}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Compaction) GetId() string {
@@ -3385,7 +3461,7 @@ type AddCompactionRequest struct {
 
 func (x *AddCompactionRequest) Reset() {
 	*x = AddCompactionRequest{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[41]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3397,7 +3473,7 @@ func (x *AddCompactionRequest) String() string {
 func (*AddCompactionRequest) ProtoMessage() {}
 
 func (x *AddCompactionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[41]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3410,7 +3486,7 @@ func (x *AddCompactionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddCompactionRequest.ProtoReflect.Descriptor instead.
 func (*AddCompactionRequest) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{41}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *AddCompactionRequest) GetObjectKey() string {
@@ -3466,7 +3542,7 @@ type AddCompactionResponse struct {
 
 func (x *AddCompactionResponse) Reset() {
 	*x = AddCompactionResponse{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[42]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3478,7 +3554,7 @@ func (x *AddCompactionResponse) String() string {
 func (*AddCompactionResponse) ProtoMessage() {}
 
 func (x *AddCompactionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[42]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3491,7 +3567,7 @@ func (x *AddCompactionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddCompactionResponse.ProtoReflect.Descriptor instead.
 func (*AddCompactionResponse) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{42}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *AddCompactionResponse) GetCompaction() *Compaction {
@@ -3518,7 +3594,7 @@ type ListCompactionsRequest struct {
 
 func (x *ListCompactionsRequest) Reset() {
 	*x = ListCompactionsRequest{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[43]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3530,7 +3606,7 @@ func (x *ListCompactionsRequest) String() string {
 func (*ListCompactionsRequest) ProtoMessage() {}
 
 func (x *ListCompactionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[43]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3543,7 +3619,7 @@ func (x *ListCompactionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCompactionsRequest.ProtoReflect.Descriptor instead.
 func (*ListCompactionsRequest) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{43}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListCompactionsRequest) GetObjectKey() string {
@@ -3587,7 +3663,7 @@ type ListCompactionsResponse struct {
 
 func (x *ListCompactionsResponse) Reset() {
 	*x = ListCompactionsResponse{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[44]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3599,7 +3675,7 @@ func (x *ListCompactionsResponse) String() string {
 func (*ListCompactionsResponse) ProtoMessage() {}
 
 func (x *ListCompactionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[44]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3612,7 +3688,7 @@ func (x *ListCompactionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCompactionsResponse.ProtoReflect.Descriptor instead.
 func (*ListCompactionsResponse) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{44}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListCompactionsResponse) GetCompactions() []*Compaction {
@@ -3646,7 +3722,7 @@ type PlanCompactionRequest struct {
 
 func (x *PlanCompactionRequest) Reset() {
 	*x = PlanCompactionRequest{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[45]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3658,7 +3734,7 @@ func (x *PlanCompactionRequest) String() string {
 func (*PlanCompactionRequest) ProtoMessage() {}
 
 func (x *PlanCompactionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[45]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3671,7 +3747,7 @@ func (x *PlanCompactionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanCompactionRequest.ProtoReflect.Descriptor instead.
 func (*PlanCompactionRequest) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{45}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *PlanCompactionRequest) GetObjectKey() string {
@@ -3721,7 +3797,7 @@ type PlanCompactionResponse struct {
 
 func (x *PlanCompactionResponse) Reset() {
 	*x = PlanCompactionResponse{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[46]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3733,7 +3809,7 @@ func (x *PlanCompactionResponse) String() string {
 func (*PlanCompactionResponse) ProtoMessage() {}
 
 func (x *PlanCompactionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[46]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3746,7 +3822,7 @@ func (x *PlanCompactionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanCompactionResponse.ProtoReflect.Descriptor instead.
 func (*PlanCompactionResponse) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{46}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *PlanCompactionResponse) GetPlanned() bool {
@@ -3799,7 +3875,7 @@ type CompactRequest struct {
 
 func (x *CompactRequest) Reset() {
 	*x = CompactRequest{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[47]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3811,7 +3887,7 @@ func (x *CompactRequest) String() string {
 func (*CompactRequest) ProtoMessage() {}
 
 func (x *CompactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[47]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3824,7 +3900,7 @@ func (x *CompactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactRequest.ProtoReflect.Descriptor instead.
 func (*CompactRequest) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{47}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *CompactRequest) GetObjectKey() string {
@@ -3861,7 +3937,7 @@ type CompactResponse struct {
 
 func (x *CompactResponse) Reset() {
 	*x = CompactResponse{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[48]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3873,7 +3949,7 @@ func (x *CompactResponse) String() string {
 func (*CompactResponse) ProtoMessage() {}
 
 func (x *CompactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[48]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3886,7 +3962,7 @@ func (x *CompactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactResponse.ProtoReflect.Descriptor instead.
 func (*CompactResponse) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{48}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *CompactResponse) GetCompacted() bool {
@@ -3917,7 +3993,7 @@ type CompactionPolicy struct {
 
 func (x *CompactionPolicy) Reset() {
 	*x = CompactionPolicy{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[49]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3929,7 +4005,7 @@ func (x *CompactionPolicy) String() string {
 func (*CompactionPolicy) ProtoMessage() {}
 
 func (x *CompactionPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[49]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3942,7 +4018,7 @@ func (x *CompactionPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactionPolicy.ProtoReflect.Descriptor instead.
 func (*CompactionPolicy) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{49}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *CompactionPolicy) GetThresholdTokens() int64 {
@@ -3974,7 +4050,7 @@ type SetCompactionPolicyRequest struct {
 
 func (x *SetCompactionPolicyRequest) Reset() {
 	*x = SetCompactionPolicyRequest{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[50]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3986,7 +4062,7 @@ func (x *SetCompactionPolicyRequest) String() string {
 func (*SetCompactionPolicyRequest) ProtoMessage() {}
 
 func (x *SetCompactionPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[50]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3999,7 +4075,7 @@ func (x *SetCompactionPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCompactionPolicyRequest.ProtoReflect.Descriptor instead.
 func (*SetCompactionPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{50}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *SetCompactionPolicyRequest) GetObjectKey() string {
@@ -4034,7 +4110,7 @@ type SetCompactionPolicyResponse struct {
 
 func (x *SetCompactionPolicyResponse) Reset() {
 	*x = SetCompactionPolicyResponse{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[51]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4046,7 +4122,7 @@ func (x *SetCompactionPolicyResponse) String() string {
 func (*SetCompactionPolicyResponse) ProtoMessage() {}
 
 func (x *SetCompactionPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[51]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4059,7 +4135,7 @@ func (x *SetCompactionPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCompactionPolicyResponse.ProtoReflect.Descriptor instead.
 func (*SetCompactionPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{51}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *SetCompactionPolicyResponse) GetPolicy() *CompactionPolicy {
@@ -4082,7 +4158,7 @@ type GetCompactionPolicyRequest struct {
 
 func (x *GetCompactionPolicyRequest) Reset() {
 	*x = GetCompactionPolicyRequest{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[52]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4094,7 +4170,7 @@ func (x *GetCompactionPolicyRequest) String() string {
 func (*GetCompactionPolicyRequest) ProtoMessage() {}
 
 func (x *GetCompactionPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[52]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4107,7 +4183,7 @@ func (x *GetCompactionPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCompactionPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetCompactionPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{52}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *GetCompactionPolicyRequest) GetObjectKey() string {
@@ -4135,7 +4211,7 @@ type GetCompactionPolicyResponse struct {
 
 func (x *GetCompactionPolicyResponse) Reset() {
 	*x = GetCompactionPolicyResponse{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[53]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4147,7 +4223,7 @@ func (x *GetCompactionPolicyResponse) String() string {
 func (*GetCompactionPolicyResponse) ProtoMessage() {}
 
 func (x *GetCompactionPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[53]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4160,7 +4236,7 @@ func (x *GetCompactionPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCompactionPolicyResponse.ProtoReflect.Descriptor instead.
 func (*GetCompactionPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{53}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *GetCompactionPolicyResponse) GetPolicy() *CompactionPolicy {
@@ -4196,7 +4272,7 @@ type SearchMessagesRequest struct {
 
 func (x *SearchMessagesRequest) Reset() {
 	*x = SearchMessagesRequest{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[54]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4208,7 +4284,7 @@ func (x *SearchMessagesRequest) String() string {
 func (*SearchMessagesRequest) ProtoMessage() {}
 
 func (x *SearchMessagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[54]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4221,7 +4297,7 @@ func (x *SearchMessagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SearchMessagesRequest.ProtoReflect.Descriptor instead.
 func (*SearchMessagesRequest) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{54}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *SearchMessagesRequest) GetObjectKey() string {
@@ -4295,7 +4371,7 @@ type SearchMessagesResponse struct {
 
 func (x *SearchMessagesResponse) Reset() {
 	*x = SearchMessagesResponse{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[55]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4307,7 +4383,7 @@ func (x *SearchMessagesResponse) String() string {
 func (*SearchMessagesResponse) ProtoMessage() {}
 
 func (x *SearchMessagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[55]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4320,7 +4396,7 @@ func (x *SearchMessagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SearchMessagesResponse.ProtoReflect.Descriptor instead.
 func (*SearchMessagesResponse) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{55}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *SearchMessagesResponse) GetId() string {
@@ -4384,7 +4460,7 @@ type SearchHit struct {
 
 func (x *SearchHit) Reset() {
 	*x = SearchHit{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[56]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4396,7 +4472,7 @@ func (x *SearchHit) String() string {
 func (*SearchHit) ProtoMessage() {}
 
 func (x *SearchHit) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[56]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4409,7 +4485,7 @@ func (x *SearchHit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SearchHit.ProtoReflect.Descriptor instead.
 func (*SearchHit) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{56}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *SearchHit) GetId() string {
@@ -4464,7 +4540,7 @@ type SubscribeRequest struct {
 
 func (x *SubscribeRequest) Reset() {
 	*x = SubscribeRequest{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[57]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4476,7 +4552,7 @@ func (x *SubscribeRequest) String() string {
 func (*SubscribeRequest) ProtoMessage() {}
 
 func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[57]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4489,7 +4565,7 @@ func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeRequest.ProtoReflect.Descriptor instead.
 func (*SubscribeRequest) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{57}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *SubscribeRequest) GetObjectKey() string {
@@ -4549,7 +4625,7 @@ type SubscribeResponse struct {
 
 func (x *SubscribeResponse) Reset() {
 	*x = SubscribeResponse{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[58]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4561,7 +4637,7 @@ func (x *SubscribeResponse) String() string {
 func (*SubscribeResponse) ProtoMessage() {}
 
 func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[58]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4574,7 +4650,7 @@ func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeResponse.ProtoReflect.Descriptor instead.
 func (*SubscribeResponse) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{58}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *SubscribeResponse) GetRevision() uint64 {
@@ -4662,7 +4738,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[59]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4674,7 +4750,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[59]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4687,7 +4763,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{59}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ListSessionsRequest) GetObjectKey() string {
@@ -4724,7 +4800,7 @@ type SessionSummary struct {
 
 func (x *SessionSummary) Reset() {
 	*x = SessionSummary{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[60]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4736,7 +4812,7 @@ func (x *SessionSummary) String() string {
 func (*SessionSummary) ProtoMessage() {}
 
 func (x *SessionSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[60]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4749,7 +4825,7 @@ func (x *SessionSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionSummary.ProtoReflect.Descriptor instead.
 func (*SessionSummary) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{60}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *SessionSummary) GetSessionId() string {
@@ -4779,7 +4855,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[61]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4791,7 +4867,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[61]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4804,7 +4880,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{61}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*SessionSummary {
@@ -4832,7 +4908,7 @@ type GetObjectStatsRequest struct {
 
 func (x *GetObjectStatsRequest) Reset() {
 	*x = GetObjectStatsRequest{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[62]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4844,7 +4920,7 @@ func (x *GetObjectStatsRequest) String() string {
 func (*GetObjectStatsRequest) ProtoMessage() {}
 
 func (x *GetObjectStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[62]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4857,7 +4933,7 @@ func (x *GetObjectStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetObjectStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetObjectStatsRequest) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{62}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *GetObjectStatsRequest) GetObjectKey() string {
@@ -4891,7 +4967,7 @@ type GetObjectStatsResponse struct {
 
 func (x *GetObjectStatsResponse) Reset() {
 	*x = GetObjectStatsResponse{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[63]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4903,7 +4979,7 @@ func (x *GetObjectStatsResponse) String() string {
 func (*GetObjectStatsResponse) ProtoMessage() {}
 
 func (x *GetObjectStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[63]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4916,7 +4992,7 @@ func (x *GetObjectStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetObjectStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetObjectStatsResponse) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{63}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *GetObjectStatsResponse) GetFileBytes() int64 {
@@ -4981,7 +5057,7 @@ type ListObjectsRequest struct {
 
 func (x *ListObjectsRequest) Reset() {
 	*x = ListObjectsRequest{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[64]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4993,7 +5069,7 @@ func (x *ListObjectsRequest) String() string {
 func (*ListObjectsRequest) ProtoMessage() {}
 
 func (x *ListObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[64]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5006,7 +5082,7 @@ func (x *ListObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListObjectsRequest.ProtoReflect.Descriptor instead.
 func (*ListObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{64}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ListObjectsRequest) GetPageSize() int32 {
@@ -5036,7 +5112,7 @@ type ListObjectsResponse struct {
 
 func (x *ListObjectsResponse) Reset() {
 	*x = ListObjectsResponse{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[65]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5048,7 +5124,7 @@ func (x *ListObjectsResponse) String() string {
 func (*ListObjectsResponse) ProtoMessage() {}
 
 func (x *ListObjectsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[65]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5061,7 +5137,7 @@ func (x *ListObjectsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListObjectsResponse.ProtoReflect.Descriptor instead.
 func (*ListObjectsResponse) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{65}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ListObjectsResponse) GetObjectKeys() []string {
@@ -5093,7 +5169,7 @@ type ExportObjectRequest struct {
 
 func (x *ExportObjectRequest) Reset() {
 	*x = ExportObjectRequest{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[66]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5105,7 +5181,7 @@ func (x *ExportObjectRequest) String() string {
 func (*ExportObjectRequest) ProtoMessage() {}
 
 func (x *ExportObjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[66]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5118,7 +5194,7 @@ func (x *ExportObjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportObjectRequest.ProtoReflect.Descriptor instead.
 func (*ExportObjectRequest) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{66}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ExportObjectRequest) GetObjectKey() string {
@@ -5157,7 +5233,7 @@ type ExportObjectResponse struct {
 
 func (x *ExportObjectResponse) Reset() {
 	*x = ExportObjectResponse{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[67]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5169,7 +5245,7 @@ func (x *ExportObjectResponse) String() string {
 func (*ExportObjectResponse) ProtoMessage() {}
 
 func (x *ExportObjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[67]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5182,7 +5258,7 @@ func (x *ExportObjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportObjectResponse.ProtoReflect.Descriptor instead.
 func (*ExportObjectResponse) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{67}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ExportObjectResponse) GetSizeBytes() int64 {
@@ -5223,7 +5299,7 @@ type ImportObjectRequest struct {
 
 func (x *ImportObjectRequest) Reset() {
 	*x = ImportObjectRequest{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[68]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5235,7 +5311,7 @@ func (x *ImportObjectRequest) String() string {
 func (*ImportObjectRequest) ProtoMessage() {}
 
 func (x *ImportObjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[68]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5248,7 +5324,7 @@ func (x *ImportObjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportObjectRequest.ProtoReflect.Descriptor instead.
 func (*ImportObjectRequest) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{68}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ImportObjectRequest) GetObjectKey() string {
@@ -5292,7 +5368,7 @@ type ImportObjectResponse struct {
 
 func (x *ImportObjectResponse) Reset() {
 	*x = ImportObjectResponse{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[69]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5304,7 +5380,7 @@ func (x *ImportObjectResponse) String() string {
 func (*ImportObjectResponse) ProtoMessage() {}
 
 func (x *ImportObjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[69]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5317,7 +5393,7 @@ func (x *ImportObjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportObjectResponse.ProtoReflect.Descriptor instead.
 func (*ImportObjectResponse) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{69}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ImportObjectResponse) GetSizeBytes() int64 {
@@ -5347,7 +5423,7 @@ type DeleteObjectRequest struct {
 
 func (x *DeleteObjectRequest) Reset() {
 	*x = DeleteObjectRequest{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[70]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5359,7 +5435,7 @@ func (x *DeleteObjectRequest) String() string {
 func (*DeleteObjectRequest) ProtoMessage() {}
 
 func (x *DeleteObjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[70]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5372,7 +5448,7 @@ func (x *DeleteObjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteObjectRequest.ProtoReflect.Descriptor instead.
 func (*DeleteObjectRequest) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{70}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *DeleteObjectRequest) GetObjectKey() string {
@@ -5400,7 +5476,7 @@ type DeleteObjectResponse struct {
 
 func (x *DeleteObjectResponse) Reset() {
 	*x = DeleteObjectResponse{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[71]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5412,7 +5488,7 @@ func (x *DeleteObjectResponse) String() string {
 func (*DeleteObjectResponse) ProtoMessage() {}
 
 func (x *DeleteObjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[71]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5425,7 +5501,7 @@ func (x *DeleteObjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteObjectResponse.ProtoReflect.Descriptor instead.
 func (*DeleteObjectResponse) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{71}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *DeleteObjectResponse) GetDeleted() bool {
@@ -5555,7 +5631,7 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x02 \x01(\tR\tsessionId\"<\n" +
 	"\x15ClearMessagesResponse\x12#\n" +
-	"\rdeleted_count\x18\x01 \x01(\x03R\fdeletedCount\"\xe9\x01\n" +
+	"\rdeleted_count\x18\x01 \x01(\x03R\fdeletedCount\"\xa3\x02\n" +
 	"\x15ImportMessagesRequest\x12\x1d\n" +
 	"\n" +
 	"object_key\x18\x01 \x01(\tR\tobjectKey\x12\x1d\n" +
@@ -5566,7 +5642,14 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"\vmore_pieces\x18\x04 \x01(\bR\n" +
 	"morePieces\x12 \n" +
 	"\tparent_id\x18\x05 \x01(\tH\x00R\bparentId\x88\x01\x01\x12\"\n" +
-	"\rcreated_at_ms\x18\x06 \x01(\x03R\vcreatedAtMsB\f\n" +
+	"\rcreated_at_ms\x18\x06 \x01(\x03R\vcreatedAtMs\x128\n" +
+	"\bmessages\x18\a \x03(\v2\x1c.sessions.v1.ImportedMessageR\bmessagesB\f\n" +
+	"\n" +
+	"_parent_id\"y\n" +
+	"\x0fImportedMessage\x12\x12\n" +
+	"\x04json\x18\x01 \x01(\tR\x04json\x12 \n" +
+	"\tparent_id\x18\x02 \x01(\tH\x00R\bparentId\x88\x01\x01\x12\"\n" +
+	"\rcreated_at_ms\x18\x03 \x01(\x03R\vcreatedAtMsB\f\n" +
 	"\n" +
 	"_parent_id\"d\n" +
 	"\x16ImportMessagesResponse\x12%\n" +
@@ -5964,7 +6047,7 @@ func file_sessions_v1_sessions_proto_rawDescGZIP() []byte {
 }
 
 var file_sessions_v1_sessions_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_sessions_v1_sessions_proto_msgTypes = make([]protoimpl.MessageInfo, 72)
+var file_sessions_v1_sessions_proto_msgTypes = make([]protoimpl.MessageInfo, 73)
 var file_sessions_v1_sessions_proto_goTypes = []any{
 	(AttachmentMode)(0),                 // 0: sessions.v1.AttachmentMode
 	(ParentMode)(0),                     // 1: sessions.v1.ParentMode
@@ -5994,57 +6077,58 @@ var file_sessions_v1_sessions_proto_goTypes = []any{
 	(*ClearMessagesRequest)(nil),        // 25: sessions.v1.ClearMessagesRequest
 	(*ClearMessagesResponse)(nil),       // 26: sessions.v1.ClearMessagesResponse
 	(*ImportMessagesRequest)(nil),       // 27: sessions.v1.ImportMessagesRequest
-	(*ImportMessagesResponse)(nil),      // 28: sessions.v1.ImportMessagesResponse
-	(*GetMessageRequest)(nil),           // 29: sessions.v1.GetMessageRequest
-	(*GetMessageResponse)(nil),          // 30: sessions.v1.GetMessageResponse
-	(*GetMessagesRequest)(nil),          // 31: sessions.v1.GetMessagesRequest
-	(*GetMessagesResponse)(nil),         // 32: sessions.v1.GetMessagesResponse
-	(*GetLatestLeafRequest)(nil),        // 33: sessions.v1.GetLatestLeafRequest
-	(*GetLatestLeafResponse)(nil),       // 34: sessions.v1.GetLatestLeafResponse
-	(*GetBranchesRequest)(nil),          // 35: sessions.v1.GetBranchesRequest
-	(*GetBranchesResponse)(nil),         // 36: sessions.v1.GetBranchesResponse
-	(*StreamHistoryRequest)(nil),        // 37: sessions.v1.StreamHistoryRequest
-	(*StreamHistoryResponse)(nil),       // 38: sessions.v1.StreamHistoryResponse
-	(*GetRecentHistoryRequest)(nil),     // 39: sessions.v1.GetRecentHistoryRequest
-	(*RecentHistorySummary)(nil),        // 40: sessions.v1.RecentHistorySummary
-	(*GetRecentHistoryResponse)(nil),    // 41: sessions.v1.GetRecentHistoryResponse
-	(*GetHistoryRowStatsRequest)(nil),   // 42: sessions.v1.GetHistoryRowStatsRequest
-	(*RowStat)(nil),                     // 43: sessions.v1.RowStat
-	(*GetHistoryRowStatsResponse)(nil),  // 44: sessions.v1.GetHistoryRowStatsResponse
-	(*ReadAttachmentRequest)(nil),       // 45: sessions.v1.ReadAttachmentRequest
-	(*ReadAttachmentResponse)(nil),      // 46: sessions.v1.ReadAttachmentResponse
-	(*Compaction)(nil),                  // 47: sessions.v1.Compaction
-	(*AddCompactionRequest)(nil),        // 48: sessions.v1.AddCompactionRequest
-	(*AddCompactionResponse)(nil),       // 49: sessions.v1.AddCompactionResponse
-	(*ListCompactionsRequest)(nil),      // 50: sessions.v1.ListCompactionsRequest
-	(*ListCompactionsResponse)(nil),     // 51: sessions.v1.ListCompactionsResponse
-	(*PlanCompactionRequest)(nil),       // 52: sessions.v1.PlanCompactionRequest
-	(*PlanCompactionResponse)(nil),      // 53: sessions.v1.PlanCompactionResponse
-	(*CompactRequest)(nil),              // 54: sessions.v1.CompactRequest
-	(*CompactResponse)(nil),             // 55: sessions.v1.CompactResponse
-	(*CompactionPolicy)(nil),            // 56: sessions.v1.CompactionPolicy
-	(*SetCompactionPolicyRequest)(nil),  // 57: sessions.v1.SetCompactionPolicyRequest
-	(*SetCompactionPolicyResponse)(nil), // 58: sessions.v1.SetCompactionPolicyResponse
-	(*GetCompactionPolicyRequest)(nil),  // 59: sessions.v1.GetCompactionPolicyRequest
-	(*GetCompactionPolicyResponse)(nil), // 60: sessions.v1.GetCompactionPolicyResponse
-	(*SearchMessagesRequest)(nil),       // 61: sessions.v1.SearchMessagesRequest
-	(*SearchMessagesResponse)(nil),      // 62: sessions.v1.SearchMessagesResponse
-	(*SearchHit)(nil),                   // 63: sessions.v1.SearchHit
-	(*SubscribeRequest)(nil),            // 64: sessions.v1.SubscribeRequest
-	(*SubscribeResponse)(nil),           // 65: sessions.v1.SubscribeResponse
-	(*ListSessionsRequest)(nil),         // 66: sessions.v1.ListSessionsRequest
-	(*SessionSummary)(nil),              // 67: sessions.v1.SessionSummary
-	(*ListSessionsResponse)(nil),        // 68: sessions.v1.ListSessionsResponse
-	(*GetObjectStatsRequest)(nil),       // 69: sessions.v1.GetObjectStatsRequest
-	(*GetObjectStatsResponse)(nil),      // 70: sessions.v1.GetObjectStatsResponse
-	(*ListObjectsRequest)(nil),          // 71: sessions.v1.ListObjectsRequest
-	(*ListObjectsResponse)(nil),         // 72: sessions.v1.ListObjectsResponse
-	(*ExportObjectRequest)(nil),         // 73: sessions.v1.ExportObjectRequest
-	(*ExportObjectResponse)(nil),        // 74: sessions.v1.ExportObjectResponse
-	(*ImportObjectRequest)(nil),         // 75: sessions.v1.ImportObjectRequest
-	(*ImportObjectResponse)(nil),        // 76: sessions.v1.ImportObjectResponse
-	(*DeleteObjectRequest)(nil),         // 77: sessions.v1.DeleteObjectRequest
-	(*DeleteObjectResponse)(nil),        // 78: sessions.v1.DeleteObjectResponse
+	(*ImportedMessage)(nil),             // 28: sessions.v1.ImportedMessage
+	(*ImportMessagesResponse)(nil),      // 29: sessions.v1.ImportMessagesResponse
+	(*GetMessageRequest)(nil),           // 30: sessions.v1.GetMessageRequest
+	(*GetMessageResponse)(nil),          // 31: sessions.v1.GetMessageResponse
+	(*GetMessagesRequest)(nil),          // 32: sessions.v1.GetMessagesRequest
+	(*GetMessagesResponse)(nil),         // 33: sessions.v1.GetMessagesResponse
+	(*GetLatestLeafRequest)(nil),        // 34: sessions.v1.GetLatestLeafRequest
+	(*GetLatestLeafResponse)(nil),       // 35: sessions.v1.GetLatestLeafResponse
+	(*GetBranchesRequest)(nil),          // 36: sessions.v1.GetBranchesRequest
+	(*GetBranchesResponse)(nil),         // 37: sessions.v1.GetBranchesResponse
+	(*StreamHistoryRequest)(nil),        // 38: sessions.v1.StreamHistoryRequest
+	(*StreamHistoryResponse)(nil),       // 39: sessions.v1.StreamHistoryResponse
+	(*GetRecentHistoryRequest)(nil),     // 40: sessions.v1.GetRecentHistoryRequest
+	(*RecentHistorySummary)(nil),        // 41: sessions.v1.RecentHistorySummary
+	(*GetRecentHistoryResponse)(nil),    // 42: sessions.v1.GetRecentHistoryResponse
+	(*GetHistoryRowStatsRequest)(nil),   // 43: sessions.v1.GetHistoryRowStatsRequest
+	(*RowStat)(nil),                     // 44: sessions.v1.RowStat
+	(*GetHistoryRowStatsResponse)(nil),  // 45: sessions.v1.GetHistoryRowStatsResponse
+	(*ReadAttachmentRequest)(nil),       // 46: sessions.v1.ReadAttachmentRequest
+	(*ReadAttachmentResponse)(nil),      // 47: sessions.v1.ReadAttachmentResponse
+	(*Compaction)(nil),                  // 48: sessions.v1.Compaction
+	(*AddCompactionRequest)(nil),        // 49: sessions.v1.AddCompactionRequest
+	(*AddCompactionResponse)(nil),       // 50: sessions.v1.AddCompactionResponse
+	(*ListCompactionsRequest)(nil),      // 51: sessions.v1.ListCompactionsRequest
+	(*ListCompactionsResponse)(nil),     // 52: sessions.v1.ListCompactionsResponse
+	(*PlanCompactionRequest)(nil),       // 53: sessions.v1.PlanCompactionRequest
+	(*PlanCompactionResponse)(nil),      // 54: sessions.v1.PlanCompactionResponse
+	(*CompactRequest)(nil),              // 55: sessions.v1.CompactRequest
+	(*CompactResponse)(nil),             // 56: sessions.v1.CompactResponse
+	(*CompactionPolicy)(nil),            // 57: sessions.v1.CompactionPolicy
+	(*SetCompactionPolicyRequest)(nil),  // 58: sessions.v1.SetCompactionPolicyRequest
+	(*SetCompactionPolicyResponse)(nil), // 59: sessions.v1.SetCompactionPolicyResponse
+	(*GetCompactionPolicyRequest)(nil),  // 60: sessions.v1.GetCompactionPolicyRequest
+	(*GetCompactionPolicyResponse)(nil), // 61: sessions.v1.GetCompactionPolicyResponse
+	(*SearchMessagesRequest)(nil),       // 62: sessions.v1.SearchMessagesRequest
+	(*SearchMessagesResponse)(nil),      // 63: sessions.v1.SearchMessagesResponse
+	(*SearchHit)(nil),                   // 64: sessions.v1.SearchHit
+	(*SubscribeRequest)(nil),            // 65: sessions.v1.SubscribeRequest
+	(*SubscribeResponse)(nil),           // 66: sessions.v1.SubscribeResponse
+	(*ListSessionsRequest)(nil),         // 67: sessions.v1.ListSessionsRequest
+	(*SessionSummary)(nil),              // 68: sessions.v1.SessionSummary
+	(*ListSessionsResponse)(nil),        // 69: sessions.v1.ListSessionsResponse
+	(*GetObjectStatsRequest)(nil),       // 70: sessions.v1.GetObjectStatsRequest
+	(*GetObjectStatsResponse)(nil),      // 71: sessions.v1.GetObjectStatsResponse
+	(*ListObjectsRequest)(nil),          // 72: sessions.v1.ListObjectsRequest
+	(*ListObjectsResponse)(nil),         // 73: sessions.v1.ListObjectsResponse
+	(*ExportObjectRequest)(nil),         // 74: sessions.v1.ExportObjectRequest
+	(*ExportObjectResponse)(nil),        // 75: sessions.v1.ExportObjectResponse
+	(*ImportObjectRequest)(nil),         // 76: sessions.v1.ImportObjectRequest
+	(*ImportObjectResponse)(nil),        // 77: sessions.v1.ImportObjectResponse
+	(*DeleteObjectRequest)(nil),         // 78: sessions.v1.DeleteObjectRequest
+	(*DeleteObjectResponse)(nil),        // 79: sessions.v1.DeleteObjectResponse
 }
 var file_sessions_v1_sessions_proto_depIdxs = []int32{
 	7,  // 0: sessions.v1.MessageFrame.info:type_name -> sessions.v1.MessageInfo
@@ -6067,103 +6151,104 @@ var file_sessions_v1_sessions_proto_depIdxs = []int32{
 	2,  // 17: sessions.v1.UploadHeader.source:type_name -> sessions.v1.Source
 	20, // 18: sessions.v1.UploadMessageRequest.header:type_name -> sessions.v1.UploadHeader
 	9,  // 19: sessions.v1.UploadMessageResponse.message:type_name -> sessions.v1.WrittenMessage
-	0,  // 20: sessions.v1.GetMessageRequest.attachments:type_name -> sessions.v1.AttachmentMode
-	8,  // 21: sessions.v1.GetMessageResponse.frame:type_name -> sessions.v1.MessageFrame
-	0,  // 22: sessions.v1.GetMessagesRequest.attachments:type_name -> sessions.v1.AttachmentMode
-	8,  // 23: sessions.v1.GetMessagesResponse.frame:type_name -> sessions.v1.MessageFrame
-	8,  // 24: sessions.v1.GetMessagesResponse.frames:type_name -> sessions.v1.MessageFrame
-	0,  // 25: sessions.v1.GetLatestLeafRequest.attachments:type_name -> sessions.v1.AttachmentMode
-	8,  // 26: sessions.v1.GetLatestLeafResponse.frame:type_name -> sessions.v1.MessageFrame
-	0,  // 27: sessions.v1.GetBranchesRequest.attachments:type_name -> sessions.v1.AttachmentMode
-	8,  // 28: sessions.v1.GetBranchesResponse.frame:type_name -> sessions.v1.MessageFrame
-	8,  // 29: sessions.v1.GetBranchesResponse.frames:type_name -> sessions.v1.MessageFrame
-	0,  // 30: sessions.v1.StreamHistoryRequest.attachments:type_name -> sessions.v1.AttachmentMode
-	8,  // 31: sessions.v1.StreamHistoryResponse.frame:type_name -> sessions.v1.MessageFrame
-	8,  // 32: sessions.v1.StreamHistoryResponse.frames:type_name -> sessions.v1.MessageFrame
-	0,  // 33: sessions.v1.GetRecentHistoryRequest.attachments:type_name -> sessions.v1.AttachmentMode
-	40, // 34: sessions.v1.GetRecentHistoryResponse.summary:type_name -> sessions.v1.RecentHistorySummary
-	8,  // 35: sessions.v1.GetRecentHistoryResponse.frame:type_name -> sessions.v1.MessageFrame
-	8,  // 36: sessions.v1.GetRecentHistoryResponse.frames:type_name -> sessions.v1.MessageFrame
-	43, // 37: sessions.v1.GetHistoryRowStatsResponse.stats:type_name -> sessions.v1.RowStat
-	47, // 38: sessions.v1.AddCompactionResponse.compaction:type_name -> sessions.v1.Compaction
-	47, // 39: sessions.v1.ListCompactionsResponse.compactions:type_name -> sessions.v1.Compaction
-	47, // 40: sessions.v1.CompactResponse.compaction:type_name -> sessions.v1.Compaction
-	56, // 41: sessions.v1.SetCompactionPolicyRequest.policy:type_name -> sessions.v1.CompactionPolicy
-	56, // 42: sessions.v1.SetCompactionPolicyResponse.policy:type_name -> sessions.v1.CompactionPolicy
-	56, // 43: sessions.v1.GetCompactionPolicyResponse.policy:type_name -> sessions.v1.CompactionPolicy
-	5,  // 44: sessions.v1.SearchMessagesRequest.mode:type_name -> sessions.v1.SearchMode
-	63, // 45: sessions.v1.SearchMessagesResponse.hits:type_name -> sessions.v1.SearchHit
-	0,  // 46: sessions.v1.SubscribeRequest.attachments:type_name -> sessions.v1.AttachmentMode
-	6,  // 47: sessions.v1.SubscribeResponse.type:type_name -> sessions.v1.ChangeType
-	8,  // 48: sessions.v1.SubscribeResponse.message:type_name -> sessions.v1.MessageFrame
-	1,  // 49: sessions.v1.SubscribeResponse.parent_mode:type_name -> sessions.v1.ParentMode
-	47, // 50: sessions.v1.SubscribeResponse.compaction:type_name -> sessions.v1.Compaction
-	67, // 51: sessions.v1.ListSessionsResponse.sessions:type_name -> sessions.v1.SessionSummary
-	11, // 52: sessions.v1.SessionService.AppendMessage:input_type -> sessions.v1.AppendMessageRequest
-	14, // 53: sessions.v1.SessionService.AppendMessages:input_type -> sessions.v1.AppendMessagesRequest
-	16, // 54: sessions.v1.SessionService.UpdateMessage:input_type -> sessions.v1.UpdateMessageRequest
-	18, // 55: sessions.v1.SessionService.UpsertMessage:input_type -> sessions.v1.UpsertMessageRequest
-	21, // 56: sessions.v1.SessionService.UploadMessage:input_type -> sessions.v1.UploadMessageRequest
-	23, // 57: sessions.v1.SessionService.DeleteMessages:input_type -> sessions.v1.DeleteMessagesRequest
-	25, // 58: sessions.v1.SessionService.ClearMessages:input_type -> sessions.v1.ClearMessagesRequest
-	27, // 59: sessions.v1.SessionService.ImportMessages:input_type -> sessions.v1.ImportMessagesRequest
-	29, // 60: sessions.v1.SessionService.GetMessage:input_type -> sessions.v1.GetMessageRequest
-	31, // 61: sessions.v1.SessionService.GetMessages:input_type -> sessions.v1.GetMessagesRequest
-	33, // 62: sessions.v1.SessionService.GetLatestLeaf:input_type -> sessions.v1.GetLatestLeafRequest
-	35, // 63: sessions.v1.SessionService.GetBranches:input_type -> sessions.v1.GetBranchesRequest
-	37, // 64: sessions.v1.SessionService.StreamHistory:input_type -> sessions.v1.StreamHistoryRequest
-	39, // 65: sessions.v1.SessionService.GetRecentHistory:input_type -> sessions.v1.GetRecentHistoryRequest
-	42, // 66: sessions.v1.SessionService.GetHistoryRowStats:input_type -> sessions.v1.GetHistoryRowStatsRequest
-	45, // 67: sessions.v1.SessionService.ReadAttachment:input_type -> sessions.v1.ReadAttachmentRequest
-	48, // 68: sessions.v1.SessionService.AddCompaction:input_type -> sessions.v1.AddCompactionRequest
-	50, // 69: sessions.v1.SessionService.ListCompactions:input_type -> sessions.v1.ListCompactionsRequest
-	52, // 70: sessions.v1.SessionService.PlanCompaction:input_type -> sessions.v1.PlanCompactionRequest
-	54, // 71: sessions.v1.SessionService.Compact:input_type -> sessions.v1.CompactRequest
-	57, // 72: sessions.v1.SessionService.SetCompactionPolicy:input_type -> sessions.v1.SetCompactionPolicyRequest
-	59, // 73: sessions.v1.SessionService.GetCompactionPolicy:input_type -> sessions.v1.GetCompactionPolicyRequest
-	61, // 74: sessions.v1.SessionService.SearchMessages:input_type -> sessions.v1.SearchMessagesRequest
-	64, // 75: sessions.v1.SessionService.Subscribe:input_type -> sessions.v1.SubscribeRequest
-	66, // 76: sessions.v1.SessionService.ListSessions:input_type -> sessions.v1.ListSessionsRequest
-	69, // 77: sessions.v1.SessionService.GetObjectStats:input_type -> sessions.v1.GetObjectStatsRequest
-	71, // 78: sessions.v1.SessionService.ListObjects:input_type -> sessions.v1.ListObjectsRequest
-	73, // 79: sessions.v1.SessionService.ExportObject:input_type -> sessions.v1.ExportObjectRequest
-	75, // 80: sessions.v1.SessionService.ImportObject:input_type -> sessions.v1.ImportObjectRequest
-	77, // 81: sessions.v1.SessionService.DeleteObject:input_type -> sessions.v1.DeleteObjectRequest
-	12, // 82: sessions.v1.SessionService.AppendMessage:output_type -> sessions.v1.AppendMessageResponse
-	15, // 83: sessions.v1.SessionService.AppendMessages:output_type -> sessions.v1.AppendMessagesResponse
-	17, // 84: sessions.v1.SessionService.UpdateMessage:output_type -> sessions.v1.UpdateMessageResponse
-	19, // 85: sessions.v1.SessionService.UpsertMessage:output_type -> sessions.v1.UpsertMessageResponse
-	22, // 86: sessions.v1.SessionService.UploadMessage:output_type -> sessions.v1.UploadMessageResponse
-	24, // 87: sessions.v1.SessionService.DeleteMessages:output_type -> sessions.v1.DeleteMessagesResponse
-	26, // 88: sessions.v1.SessionService.ClearMessages:output_type -> sessions.v1.ClearMessagesResponse
-	28, // 89: sessions.v1.SessionService.ImportMessages:output_type -> sessions.v1.ImportMessagesResponse
-	30, // 90: sessions.v1.SessionService.GetMessage:output_type -> sessions.v1.GetMessageResponse
-	32, // 91: sessions.v1.SessionService.GetMessages:output_type -> sessions.v1.GetMessagesResponse
-	34, // 92: sessions.v1.SessionService.GetLatestLeaf:output_type -> sessions.v1.GetLatestLeafResponse
-	36, // 93: sessions.v1.SessionService.GetBranches:output_type -> sessions.v1.GetBranchesResponse
-	38, // 94: sessions.v1.SessionService.StreamHistory:output_type -> sessions.v1.StreamHistoryResponse
-	41, // 95: sessions.v1.SessionService.GetRecentHistory:output_type -> sessions.v1.GetRecentHistoryResponse
-	44, // 96: sessions.v1.SessionService.GetHistoryRowStats:output_type -> sessions.v1.GetHistoryRowStatsResponse
-	46, // 97: sessions.v1.SessionService.ReadAttachment:output_type -> sessions.v1.ReadAttachmentResponse
-	49, // 98: sessions.v1.SessionService.AddCompaction:output_type -> sessions.v1.AddCompactionResponse
-	51, // 99: sessions.v1.SessionService.ListCompactions:output_type -> sessions.v1.ListCompactionsResponse
-	53, // 100: sessions.v1.SessionService.PlanCompaction:output_type -> sessions.v1.PlanCompactionResponse
-	55, // 101: sessions.v1.SessionService.Compact:output_type -> sessions.v1.CompactResponse
-	58, // 102: sessions.v1.SessionService.SetCompactionPolicy:output_type -> sessions.v1.SetCompactionPolicyResponse
-	60, // 103: sessions.v1.SessionService.GetCompactionPolicy:output_type -> sessions.v1.GetCompactionPolicyResponse
-	62, // 104: sessions.v1.SessionService.SearchMessages:output_type -> sessions.v1.SearchMessagesResponse
-	65, // 105: sessions.v1.SessionService.Subscribe:output_type -> sessions.v1.SubscribeResponse
-	68, // 106: sessions.v1.SessionService.ListSessions:output_type -> sessions.v1.ListSessionsResponse
-	70, // 107: sessions.v1.SessionService.GetObjectStats:output_type -> sessions.v1.GetObjectStatsResponse
-	72, // 108: sessions.v1.SessionService.ListObjects:output_type -> sessions.v1.ListObjectsResponse
-	74, // 109: sessions.v1.SessionService.ExportObject:output_type -> sessions.v1.ExportObjectResponse
-	76, // 110: sessions.v1.SessionService.ImportObject:output_type -> sessions.v1.ImportObjectResponse
-	78, // 111: sessions.v1.SessionService.DeleteObject:output_type -> sessions.v1.DeleteObjectResponse
-	82, // [82:112] is the sub-list for method output_type
-	52, // [52:82] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	28, // 20: sessions.v1.ImportMessagesRequest.messages:type_name -> sessions.v1.ImportedMessage
+	0,  // 21: sessions.v1.GetMessageRequest.attachments:type_name -> sessions.v1.AttachmentMode
+	8,  // 22: sessions.v1.GetMessageResponse.frame:type_name -> sessions.v1.MessageFrame
+	0,  // 23: sessions.v1.GetMessagesRequest.attachments:type_name -> sessions.v1.AttachmentMode
+	8,  // 24: sessions.v1.GetMessagesResponse.frame:type_name -> sessions.v1.MessageFrame
+	8,  // 25: sessions.v1.GetMessagesResponse.frames:type_name -> sessions.v1.MessageFrame
+	0,  // 26: sessions.v1.GetLatestLeafRequest.attachments:type_name -> sessions.v1.AttachmentMode
+	8,  // 27: sessions.v1.GetLatestLeafResponse.frame:type_name -> sessions.v1.MessageFrame
+	0,  // 28: sessions.v1.GetBranchesRequest.attachments:type_name -> sessions.v1.AttachmentMode
+	8,  // 29: sessions.v1.GetBranchesResponse.frame:type_name -> sessions.v1.MessageFrame
+	8,  // 30: sessions.v1.GetBranchesResponse.frames:type_name -> sessions.v1.MessageFrame
+	0,  // 31: sessions.v1.StreamHistoryRequest.attachments:type_name -> sessions.v1.AttachmentMode
+	8,  // 32: sessions.v1.StreamHistoryResponse.frame:type_name -> sessions.v1.MessageFrame
+	8,  // 33: sessions.v1.StreamHistoryResponse.frames:type_name -> sessions.v1.MessageFrame
+	0,  // 34: sessions.v1.GetRecentHistoryRequest.attachments:type_name -> sessions.v1.AttachmentMode
+	41, // 35: sessions.v1.GetRecentHistoryResponse.summary:type_name -> sessions.v1.RecentHistorySummary
+	8,  // 36: sessions.v1.GetRecentHistoryResponse.frame:type_name -> sessions.v1.MessageFrame
+	8,  // 37: sessions.v1.GetRecentHistoryResponse.frames:type_name -> sessions.v1.MessageFrame
+	44, // 38: sessions.v1.GetHistoryRowStatsResponse.stats:type_name -> sessions.v1.RowStat
+	48, // 39: sessions.v1.AddCompactionResponse.compaction:type_name -> sessions.v1.Compaction
+	48, // 40: sessions.v1.ListCompactionsResponse.compactions:type_name -> sessions.v1.Compaction
+	48, // 41: sessions.v1.CompactResponse.compaction:type_name -> sessions.v1.Compaction
+	57, // 42: sessions.v1.SetCompactionPolicyRequest.policy:type_name -> sessions.v1.CompactionPolicy
+	57, // 43: sessions.v1.SetCompactionPolicyResponse.policy:type_name -> sessions.v1.CompactionPolicy
+	57, // 44: sessions.v1.GetCompactionPolicyResponse.policy:type_name -> sessions.v1.CompactionPolicy
+	5,  // 45: sessions.v1.SearchMessagesRequest.mode:type_name -> sessions.v1.SearchMode
+	64, // 46: sessions.v1.SearchMessagesResponse.hits:type_name -> sessions.v1.SearchHit
+	0,  // 47: sessions.v1.SubscribeRequest.attachments:type_name -> sessions.v1.AttachmentMode
+	6,  // 48: sessions.v1.SubscribeResponse.type:type_name -> sessions.v1.ChangeType
+	8,  // 49: sessions.v1.SubscribeResponse.message:type_name -> sessions.v1.MessageFrame
+	1,  // 50: sessions.v1.SubscribeResponse.parent_mode:type_name -> sessions.v1.ParentMode
+	48, // 51: sessions.v1.SubscribeResponse.compaction:type_name -> sessions.v1.Compaction
+	68, // 52: sessions.v1.ListSessionsResponse.sessions:type_name -> sessions.v1.SessionSummary
+	11, // 53: sessions.v1.SessionService.AppendMessage:input_type -> sessions.v1.AppendMessageRequest
+	14, // 54: sessions.v1.SessionService.AppendMessages:input_type -> sessions.v1.AppendMessagesRequest
+	16, // 55: sessions.v1.SessionService.UpdateMessage:input_type -> sessions.v1.UpdateMessageRequest
+	18, // 56: sessions.v1.SessionService.UpsertMessage:input_type -> sessions.v1.UpsertMessageRequest
+	21, // 57: sessions.v1.SessionService.UploadMessage:input_type -> sessions.v1.UploadMessageRequest
+	23, // 58: sessions.v1.SessionService.DeleteMessages:input_type -> sessions.v1.DeleteMessagesRequest
+	25, // 59: sessions.v1.SessionService.ClearMessages:input_type -> sessions.v1.ClearMessagesRequest
+	27, // 60: sessions.v1.SessionService.ImportMessages:input_type -> sessions.v1.ImportMessagesRequest
+	30, // 61: sessions.v1.SessionService.GetMessage:input_type -> sessions.v1.GetMessageRequest
+	32, // 62: sessions.v1.SessionService.GetMessages:input_type -> sessions.v1.GetMessagesRequest
+	34, // 63: sessions.v1.SessionService.GetLatestLeaf:input_type -> sessions.v1.GetLatestLeafRequest
+	36, // 64: sessions.v1.SessionService.GetBranches:input_type -> sessions.v1.GetBranchesRequest
+	38, // 65: sessions.v1.SessionService.StreamHistory:input_type -> sessions.v1.StreamHistoryRequest
+	40, // 66: sessions.v1.SessionService.GetRecentHistory:input_type -> sessions.v1.GetRecentHistoryRequest
+	43, // 67: sessions.v1.SessionService.GetHistoryRowStats:input_type -> sessions.v1.GetHistoryRowStatsRequest
+	46, // 68: sessions.v1.SessionService.ReadAttachment:input_type -> sessions.v1.ReadAttachmentRequest
+	49, // 69: sessions.v1.SessionService.AddCompaction:input_type -> sessions.v1.AddCompactionRequest
+	51, // 70: sessions.v1.SessionService.ListCompactions:input_type -> sessions.v1.ListCompactionsRequest
+	53, // 71: sessions.v1.SessionService.PlanCompaction:input_type -> sessions.v1.PlanCompactionRequest
+	55, // 72: sessions.v1.SessionService.Compact:input_type -> sessions.v1.CompactRequest
+	58, // 73: sessions.v1.SessionService.SetCompactionPolicy:input_type -> sessions.v1.SetCompactionPolicyRequest
+	60, // 74: sessions.v1.SessionService.GetCompactionPolicy:input_type -> sessions.v1.GetCompactionPolicyRequest
+	62, // 75: sessions.v1.SessionService.SearchMessages:input_type -> sessions.v1.SearchMessagesRequest
+	65, // 76: sessions.v1.SessionService.Subscribe:input_type -> sessions.v1.SubscribeRequest
+	67, // 77: sessions.v1.SessionService.ListSessions:input_type -> sessions.v1.ListSessionsRequest
+	70, // 78: sessions.v1.SessionService.GetObjectStats:input_type -> sessions.v1.GetObjectStatsRequest
+	72, // 79: sessions.v1.SessionService.ListObjects:input_type -> sessions.v1.ListObjectsRequest
+	74, // 80: sessions.v1.SessionService.ExportObject:input_type -> sessions.v1.ExportObjectRequest
+	76, // 81: sessions.v1.SessionService.ImportObject:input_type -> sessions.v1.ImportObjectRequest
+	78, // 82: sessions.v1.SessionService.DeleteObject:input_type -> sessions.v1.DeleteObjectRequest
+	12, // 83: sessions.v1.SessionService.AppendMessage:output_type -> sessions.v1.AppendMessageResponse
+	15, // 84: sessions.v1.SessionService.AppendMessages:output_type -> sessions.v1.AppendMessagesResponse
+	17, // 85: sessions.v1.SessionService.UpdateMessage:output_type -> sessions.v1.UpdateMessageResponse
+	19, // 86: sessions.v1.SessionService.UpsertMessage:output_type -> sessions.v1.UpsertMessageResponse
+	22, // 87: sessions.v1.SessionService.UploadMessage:output_type -> sessions.v1.UploadMessageResponse
+	24, // 88: sessions.v1.SessionService.DeleteMessages:output_type -> sessions.v1.DeleteMessagesResponse
+	26, // 89: sessions.v1.SessionService.ClearMessages:output_type -> sessions.v1.ClearMessagesResponse
+	29, // 90: sessions.v1.SessionService.ImportMessages:output_type -> sessions.v1.ImportMessagesResponse
+	31, // 91: sessions.v1.SessionService.GetMessage:output_type -> sessions.v1.GetMessageResponse
+	33, // 92: sessions.v1.SessionService.GetMessages:output_type -> sessions.v1.GetMessagesResponse
+	35, // 93: sessions.v1.SessionService.GetLatestLeaf:output_type -> sessions.v1.GetLatestLeafResponse
+	37, // 94: sessions.v1.SessionService.GetBranches:output_type -> sessions.v1.GetBranchesResponse
+	39, // 95: sessions.v1.SessionService.StreamHistory:output_type -> sessions.v1.StreamHistoryResponse
+	42, // 96: sessions.v1.SessionService.GetRecentHistory:output_type -> sessions.v1.GetRecentHistoryResponse
+	45, // 97: sessions.v1.SessionService.GetHistoryRowStats:output_type -> sessions.v1.GetHistoryRowStatsResponse
+	47, // 98: sessions.v1.SessionService.ReadAttachment:output_type -> sessions.v1.ReadAttachmentResponse
+	50, // 99: sessions.v1.SessionService.AddCompaction:output_type -> sessions.v1.AddCompactionResponse
+	52, // 100: sessions.v1.SessionService.ListCompactions:output_type -> sessions.v1.ListCompactionsResponse
+	54, // 101: sessions.v1.SessionService.PlanCompaction:output_type -> sessions.v1.PlanCompactionResponse
+	56, // 102: sessions.v1.SessionService.Compact:output_type -> sessions.v1.CompactResponse
+	59, // 103: sessions.v1.SessionService.SetCompactionPolicy:output_type -> sessions.v1.SetCompactionPolicyResponse
+	61, // 104: sessions.v1.SessionService.GetCompactionPolicy:output_type -> sessions.v1.GetCompactionPolicyResponse
+	63, // 105: sessions.v1.SessionService.SearchMessages:output_type -> sessions.v1.SearchMessagesResponse
+	66, // 106: sessions.v1.SessionService.Subscribe:output_type -> sessions.v1.SubscribeResponse
+	69, // 107: sessions.v1.SessionService.ListSessions:output_type -> sessions.v1.ListSessionsResponse
+	71, // 108: sessions.v1.SessionService.GetObjectStats:output_type -> sessions.v1.GetObjectStatsResponse
+	73, // 109: sessions.v1.SessionService.ListObjects:output_type -> sessions.v1.ListObjectsResponse
+	75, // 110: sessions.v1.SessionService.ExportObject:output_type -> sessions.v1.ExportObjectResponse
+	77, // 111: sessions.v1.SessionService.ImportObject:output_type -> sessions.v1.ImportObjectResponse
+	79, // 112: sessions.v1.SessionService.DeleteObject:output_type -> sessions.v1.DeleteObjectResponse
+	83, // [83:113] is the sub-list for method output_type
+	53, // [53:83] is the sub-list for method input_type
+	53, // [53:53] is the sub-list for extension type_name
+	53, // [53:53] is the sub-list for extension extendee
+	0,  // [0:53] is the sub-list for field type_name
 }
 
 func init() { file_sessions_v1_sessions_proto_init() }
@@ -6173,15 +6258,16 @@ func file_sessions_v1_sessions_proto_init() {
 	}
 	file_sessions_v1_sessions_proto_msgTypes[0].OneofWrappers = []any{}
 	file_sessions_v1_sessions_proto_msgTypes[20].OneofWrappers = []any{}
-	file_sessions_v1_sessions_proto_msgTypes[54].OneofWrappers = []any{}
-	file_sessions_v1_sessions_proto_msgTypes[57].OneofWrappers = []any{}
+	file_sessions_v1_sessions_proto_msgTypes[21].OneofWrappers = []any{}
+	file_sessions_v1_sessions_proto_msgTypes[55].OneofWrappers = []any{}
+	file_sessions_v1_sessions_proto_msgTypes[58].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sessions_v1_sessions_proto_rawDesc), len(file_sessions_v1_sessions_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   72,
+			NumMessages:   73,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
