@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -524,6 +525,34 @@ func TestImportMessages(t *testing.T) {
 	_, err = s.Object().Session("bad").ImportMessages(ctx, []sessions.ImportItem{{Message: `{"id":`}})
 	if sessions.Code(err) != codes.InvalidArgument || sessions.Reason(err) != sessions.ReasonInvalidJSON {
 		t.Fatalf("import of bad JSON: %v", err)
+	}
+}
+
+// A slice goes packed (many whole messages a frame), a sequence a message a frame; both import
+// the same chain, a 400 KB message among 2,500 going in pieces in the packed one.
+func TestImportPackedAndStreamed(t *testing.T) {
+	ctx := testCtx(t)
+	s := newSession(t)
+	msgs := make([]any, 2500)
+	want := make([]string, len(msgs))
+	for i := range msgs {
+		want[i] = fmt.Sprintf("p%04d", i)
+		msgs[i] = textMessage(want[i], "user", strings.Repeat("t", 1000))
+	}
+	msgs[1200] = textMessage(want[1200], "user", strings.Repeat("x", 400_000))
+	chain := sessions.ImportChain(msgs...)
+	if res, err := s.ImportMessages(ctx, chain); err != nil || res.Imported != 2500 {
+		t.Fatalf("packed import = %+v, %v", res, err)
+	}
+	streamed := s.Object().Session("streamed")
+	if res, err := streamed.ImportMessagesSeq(ctx, slices.Values(chain)); err != nil || res.Imported != 2500 {
+		t.Fatalf("streamed import = %+v, %v", res, err)
+	}
+	for _, session := range []*sessions.Session{s, streamed} {
+		history, err := session.GetHistory(ctx)
+		if err != nil || !equalStrings(ids(history), want) {
+			t.Fatalf("history of %q: %d messages, %v", session.ID(), len(history), err)
+		}
 	}
 }
 

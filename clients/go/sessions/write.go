@@ -192,22 +192,48 @@ func (s *Session) ClearMessages(ctx context.Context) (int64, error) {
 }
 
 // ImportMessages imports historical messages verbatim (explicit parent and created time, no
-// sanitizing) in one client stream; large messages are sent in pieces. Each message commits on
-// its own; ids that already exist are skipped.
+// sanitizing) in one client stream: messages of up to 256 KiB whole, packed into frames of about
+// 1 MiB, larger ones in pieces. Each message commits on its own; ids that already exist are
+// skipped. A server that predates packed frames reads none of their messages: the result's
+// counts then fall short, and ImportMessages returns an error saying so.
 func (s *Session) ImportMessages(ctx context.Context, items []ImportItem) (ImportResult, error) {
-	return s.ImportMessagesSeq(ctx, slices.Values(items))
+	res, err := s.importMessages(ctx, slices.Values(items), true)
+	if err == nil && res.Imported+res.Skipped != int64(len(items)) {
+		return res, clientError(codes.FailedPrecondition, "", "the server accounted for %d of the %d messages sent: "+
+			"it does not read packed import frames (ImportedMessage); upgrade it, or use ImportMessagesSeq",
+			res.Imported+res.Skipped, len(items))
+	}
+	return res, err
 }
 
 // ImportMessagesSeq is ImportMessages for items produced lazily, e.g. read from another server's
-// History: only the message being sent is held.
+// History: only the message being sent is held, and each goes in a frame of its own as soon as
+// the sequence yields it.
 func (s *Session) ImportMessagesSeq(ctx context.Context, items iter.Seq[ImportItem]) (ImportResult, error) {
+	return s.importMessages(ctx, items, false)
+}
+
+// Whole messages an import packs into one frame (ImportMessages): each at most importWholeBytes,
+// about importFrameBytes in all.
+const (
+	importWholeBytes = 256 * 1024
+	importFrameBytes = 1024 * 1024
+)
+
+func (s *Session) importMessages(ctx context.Context, items iter.Seq[ImportItem], pack bool) (ImportResult, error) {
 	cctx, cancel := s.object.unaryCtx(ctx)
 	defer cancel()
 	stream, err := s.client.stub.ImportMessages(cctx)
 	if err != nil {
 		return ImportResult{}, toError(err)
 	}
-	first := true
+	frame := &pb.ImportMessagesRequest{ObjectKey: s.object.key, SessionId: s.id}
+	packed, sent := 0, false
+	send := func() error {
+		err := stream.Send(frame)
+		frame, packed, sent = &pb.ImportMessagesRequest{}, 0, true
+		return err
+	}
 	var sendErr error
 	for item := range items {
 		text, err := toJSON(item.Message)
@@ -219,27 +245,37 @@ func (s *Session) ImportMessagesSeq(ctx context.Context, items iter.Seq[ImportIt
 		if createdAt.IsZero() {
 			createdAt = time.Now()
 		}
-		parts := pieces(text)
-		for i, piece := range parts {
-			req := &pb.ImportMessagesRequest{JsonPiece: piece, MorePieces: i < len(parts)-1}
-			if first {
-				req.ObjectKey, req.SessionId = s.object.key, s.id
-				first = false
-			}
-			if i == 0 {
-				req.CreatedAtMs = createdAt.UnixMilli()
-				if item.ParentID != "" {
-					req.ParentId = &item.ParentID
+		var parentID *string
+		if item.ParentID != "" {
+			parentID = &item.ParentID
+		}
+		if pack && len(text) <= importWholeBytes {
+			if packed > 0 && packed+len(text) > importFrameBytes {
+				if sendErr = send(); sendErr != nil {
+					break
 				}
 			}
-			if err := stream.Send(req); err != nil {
-				sendErr = err
+			frame.Messages = append(frame.Messages, &pb.ImportedMessage{Json: text, ParentId: parentID, CreatedAtMs: createdAt.UnixMilli()})
+			packed += len(text)
+			continue
+		}
+		// A first piece after whole messages is read after them.
+		parts := pieces(text)
+		for i, piece := range parts {
+			frame.JsonPiece, frame.MorePieces = piece, i < len(parts)-1
+			if i == 0 {
+				frame.CreatedAtMs, frame.ParentId = createdAt.UnixMilli(), parentID
+			}
+			if sendErr = send(); sendErr != nil {
 				break
 			}
 		}
 		if sendErr != nil {
 			break
 		}
+	}
+	if sendErr == nil && (packed > 0 || !sent) { // an empty import still names its object
+		sendErr = send()
 	}
 	if sendErr != nil {
 		var e *Error
@@ -252,11 +288,6 @@ func (s *Session) ImportMessagesSeq(ctx context.Context, items iter.Seq[ImportIt
 		if sendErr != io.EOF { // io.EOF: the server ended the stream; CloseAndRecv has its status
 			cancel()
 			return ImportResult{}, toError(sendErr)
-		}
-	}
-	if first { // an empty import still names its object
-		if err := stream.Send(&pb.ImportMessagesRequest{ObjectKey: s.object.key, SessionId: s.id}); err != nil && err != io.EOF {
-			return ImportResult{}, toError(err)
 		}
 	}
 	resp, err := stream.CloseAndRecv()

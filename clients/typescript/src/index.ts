@@ -22,6 +22,7 @@ import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-no
 import {
   ChangeType,
   ImportMessagesRequestSchema,
+  ImportedMessageSchema,
   ParentMode,
   SessionService,
   Source,
@@ -829,14 +830,23 @@ export class SessionHandle {
   /**
    * Streams messages in verbatim (explicit parent and created time). Items are `ImportItem`s /
    * `{message, parentId, createdAt?}` literals, or plain messages, which chain: each one's parent
-   * is the previous item's message. Large messages are sent in pieces.
+   * is the previous item's message. An array goes packed (many messages a frame), another
+   * iterable a message at a time as it yields; large messages are sent in pieces.
    */
   async importMessages(
     items: Iterable<ImportItem | ImportItemLike | MessageInput> | AsyncIterable<ImportItem | ImportItemLike | MessageInput>,
   ): Promise<ImportResult> {
     const frames = importFrames(this.key, this.id, items);
     const response = await this.client.call(() => this.rpc.importMessages(frames, this.opts()));
-    return { imported: toNumber(response.importedCount), skipped: toNumber(response.skippedCount) };
+    const result = { imported: toNumber(response.importedCount), skipped: toNumber(response.skippedCount) };
+    if (Array.isArray(items) && result.imported + result.skipped !== items.length) {
+      throw new SessionsError(
+        Code.FailedPrecondition,
+        `the server accounted for ${result.imported + result.skipped} of the ${items.length} messages sent: it does ` +
+          "not read packed import frames (ImportedMessage); upgrade it, or pass the messages as a non-array iterable",
+      );
+    }
+    return result;
   }
 
   // ── reads ─────────────────────────────────────────────────────────────────
@@ -1044,37 +1054,60 @@ export class SessionHandle {
   }
 }
 
+/** An import sends messages of up to this many UTF-8 bytes whole, packed into frames of about
+ * IMPORT_FRAME_BYTES (each frame costs the server a read of its own); larger ones in pieces. */
+const IMPORT_WHOLE_BYTES = 256 * 1024;
+const IMPORT_FRAME_BYTES = 1024 * 1024;
+
+/**
+ * ImportMessages frames. An array is packed: messages of up to IMPORT_WHOLE_BYTES go whole
+ * (`ImportedMessage`), many a frame; a server older than that field reads none of them, which
+ * `importMessages` reports. Other iterables go a message per frame, each as soon as it is
+ * yielded. A larger message goes in pieces either way.
+ */
 async function* importFrames(
   objectKey: string,
   sessionId: string,
   items: Iterable<ImportItem | ImportItemLike | MessageInput> | AsyncIterable<ImportItem | ImportItemLike | MessageInput>,
 ): AsyncGenerator<ImportMessagesRequest> {
+  const pack = Array.isArray(items);
   let previous: string | null = null;
-  let first = true;
+  let frame = create(ImportMessagesRequestSchema, { objectKey, sessionId });
+  let packed = 0;
+  let sent = false;
   for await (const raw of items) {
     const item: ImportItemLike = isImportItem(raw) ? raw : { message: raw, parentId: previous };
     const text = toJson(item.message);
-    const parts = [...pieces(text)];
-    for (let index = 0; index < parts.length; index++) {
-      const request = create(ImportMessagesRequestSchema, {
-        jsonPiece: parts[index]!,
-        morePieces: index < parts.length - 1,
-      });
-      if (first) {
-        request.objectKey = objectKey;
-        request.sessionId = sessionId;
-        first = false;
+    const size = Buffer.byteLength(text, "utf8");
+    const parentId = item.parentId ?? undefined;
+    if (pack && size <= IMPORT_WHOLE_BYTES) {
+      if (packed > 0 && packed + size > IMPORT_FRAME_BYTES) {
+        yield frame;
+        frame = create(ImportMessagesRequestSchema);
+        packed = 0;
+        sent = true;
       }
-      if (index === 0) {
-        request.createdAtMs = createdAtMs(item.createdAt);
-        if (item.parentId !== null && item.parentId !== undefined) request.parentId = item.parentId;
+      const whole = create(ImportedMessageSchema, { json: text, createdAtMs: createdAtMs(item.createdAt) });
+      if (parentId !== undefined) whole.parentId = parentId;
+      frame.messages.push(whole);
+      packed += size;
+    } else {
+      // A first piece after whole messages is read after them.
+      const parts = [...pieces(text)];
+      for (let index = 0; index < parts.length; index++) {
+        frame.jsonPiece = parts[index]!;
+        frame.morePieces = index < parts.length - 1;
+        if (index === 0) {
+          frame.createdAtMs = createdAtMs(item.createdAt);
+          if (parentId !== undefined) frame.parentId = parentId;
+        }
+        yield frame;
+        frame = create(ImportMessagesRequestSchema);
+        packed = 0;
+        sent = true;
       }
-      yield request;
     }
     previous = messageIdOf(item.message);
   }
-  if (first) {
-    // An empty import still names its object.
-    yield create(ImportMessagesRequestSchema, { objectKey, sessionId });
-  }
+  if (packed > 0 || !sent) yield frame; // an empty import still names its object
 }

@@ -176,6 +176,25 @@ describe("importMessages", () => {
     assert.equal(await s.importMessage(msg("solo"), { parentId: "r2" }), false);
   });
 
+  test("an array goes packed and an iterable a message a frame; both import the same chain", async () => {
+    const messages = Array.from({ length: 2500 }, (_, i) => ({
+      id: `p${String(i).padStart(4, "0")}`,
+      role: "user",
+      parts: [{ type: "text", text: (i === 1200 ? "x" : "t").repeat(i === 1200 ? 400_000 : 1_000) }],
+    }));
+    const ids = messages.map((m) => m.id);
+    const packed = client.object(freshKey()).session();
+    assert.deepEqual(await packed.importMessages(messages), { imported: 2500, skipped: 0 });
+    const streamed = client.object(freshKey()).session();
+    function* one() {
+      yield* messages;
+    }
+    assert.deepEqual(await streamed.importMessages(one()), { imported: 2500, skipped: 0 });
+    for (const s of [packed, streamed]) {
+      assert.deepEqual((await s.getHistory()).map((m) => m.id), ids);
+    }
+  });
+
   test("an empty import succeeds; a bad message fails with INVALID_MESSAGE", async () => {
     const s = client.object(freshKey()).session();
     assert.deepEqual(await s.importMessages([]), { imported: 0, skipped: 0 });
