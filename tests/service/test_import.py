@@ -277,6 +277,12 @@ def test_the_client_packs_a_list_and_sends_an_iterator_a_message_a_frame() -> No
     assert [m.json for frame in packed for m in frame.messages] == [js_json(m) for m in messages]
     assert (packed[0].object_key, packed[1].object_key) == ("k", "")
 
+    with_large = [*messages[:500], text_message("large", "x" * 3_500_000), *messages[500:600]]
+    frames = list(import_frames("k", "", with_large))
+    assert max(frame.ByteSize() for frame in frames) <= 3 * 1024 * 1024 + 1024  # a piece alone: none near 4 MiB
+    small = [js_json(m) for m in with_large if m["id"] != "large"]
+    assert [m.json for frame in frames for m in frame.messages] == small
+
     streamed = list(import_frames("k", "", iter(messages)))
     assert len(streamed) == 3_000 and not any(frame.messages for frame in streamed)
     assert [frame.json_piece for frame in streamed] == [js_json(m) for m in messages]

@@ -259,7 +259,11 @@ func (s *Session) importMessages(ctx context.Context, items iter.Seq[ImportItem]
 			packed += len(text)
 			continue
 		}
-		// A first piece after whole messages is read after them.
+		if packed > 0 { // whole messages first, in a frame of their own: no frame over ~4 MiB
+			if sendErr = send(); sendErr != nil {
+				break
+			}
+		}
 		parts := pieces(text)
 		for i, piece := range parts {
 			frame.JsonPiece, frame.MorePieces = piece, i < len(parts)-1

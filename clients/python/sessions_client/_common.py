@@ -332,7 +332,10 @@ def import_frames(
             if item.parent_id is not None:
                 whole.parent_id = item.parent_id
             packed += size
-        else:  # a first piece after whole messages is read after them
+        else:
+            if packed:  # whole messages first, in a frame of their own: no frame over ~4 MiB
+                yield frame
+                frame, packed, sent = pb.ImportMessagesRequest(), 0, True
             parts = list(pieces(text))
             for index, piece in enumerate(parts):
                 frame.json_piece = piece

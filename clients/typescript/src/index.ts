@@ -1092,7 +1092,13 @@ async function* importFrames(
       frame.messages.push(whole);
       packed += size;
     } else {
-      // A first piece after whole messages is read after them.
+      if (packed > 0) {
+        // Whole messages first, in a frame of their own: no frame over ~4 MiB.
+        yield frame;
+        frame = create(ImportMessagesRequestSchema);
+        packed = 0;
+        sent = true;
+      }
       const parts = [...pieces(text)];
       for (let index = 0; index < parts.length; index++) {
         frame.jsonPiece = parts[index]!;
