@@ -292,6 +292,7 @@ def test_counts_that_miss_packed_messages_are_an_error() -> None:
     """A server that predates packed frames reads none of them: the client says so."""
     sent = [text_message("a"), text_message("b"), text_message("c")]
     assert import_result(pb.ImportMessagesResponse(imported_count=2, skipped_count=1), sent) == ImportResult(2, 1)
-    with pytest.raises(RuntimeError, match="1 of the 3 messages"):
+    with pytest.raises(SessionsError, match="1 of the 3 messages") as caught:
         import_result(pb.ImportMessagesResponse(imported_count=1), sent)
+    assert caught.value.code == grpc.StatusCode.FAILED_PRECONDITION
     assert import_result(pb.ImportMessagesResponse(imported_count=1), iter(sent)) == ImportResult(1, 0)

@@ -352,13 +352,17 @@ def import_frames(
 
 
 def import_result(response: pb.ImportMessagesResponse, items: Iterable[ImportItem | Message]) -> ImportResult:
-    """The response's counts; raises when a packed import's counts miss messages (a server that
-    predates packed frames reads only messages sent in pieces)."""
+    """The response's counts; raises FAILED_PRECONDITION, as the Go and TypeScript clients do,
+    when a packed import's counts miss messages (a server that predates packed frames reads only
+    messages sent in pieces)."""
     result = ImportResult(int(response.imported_count), int(response.skipped_count))
     if isinstance(items, Sequence) and result.imported + result.skipped != len(items):
-        raise RuntimeError(
+        raise SessionsError(
+            grpc.StatusCode.FAILED_PRECONDITION,
             f"the server accounted for {result.imported + result.skipped} of the {len(items)} messages sent: it "
-            "does not read packed import frames (ImportedMessage); upgrade it, or pass the messages as an iterator"
+            "does not read packed import frames (ImportedMessage); upgrade it, or pass the messages as an iterator",
+            None,
+            {},
         )
     return result
 
