@@ -156,8 +156,8 @@ def test_a_long_import_keeps_order_and_skips_a_stored_id_in_a_later_chunk(
 
 
 def test_messages_before_a_bad_one_are_imported(session: Any, data_dir: Path, object_key: str) -> None:
-    """Each message commits on its own (the contract): an import is not all or nothing, so what
-    came before the bad message is written, and the import answers the bad message's error."""
+    """An import is not all or nothing (the contract): what came before the bad message is
+    written, and the import answers the bad message's error."""
     good = [ImportItem(text_message(f"g{i}"), f"g{i - 1}" if i else None, 10 + i) for i in range(3)]
     with pytest.raises(SessionsError) as caught:
         session.import_messages([*good, ImportItem('{"id":"bad","role":"user"}', "g2", 13)])
@@ -249,7 +249,7 @@ def test_whole_messages_inside_a_pieced_message_are_refused(stub: Any, data_dir:
 
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
     assert error_reason(caught.value) == "INVALID_STREAM"
-    assert [r["id"] for r in message_rows(data_dir, object_key)] == ["w1"]  # each message commits on its own
+    assert [r["id"] for r in message_rows(data_dir, object_key)] == ["w1"]  # not all or nothing
 
 
 def test_a_list_is_imported_packed_and_an_iterator_as_it_comes(session: Any, data_dir: Path, object_key: str) -> None:

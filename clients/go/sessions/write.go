@@ -193,9 +193,9 @@ func (s *Session) ClearMessages(ctx context.Context) (int64, error) {
 
 // ImportMessages imports historical messages verbatim (explicit parent and created time, no
 // sanitizing) in one client stream: messages of up to 256 KiB whole, packed into frames of about
-// 1 MiB, larger ones in pieces. Each message commits on its own; ids that already exist are
-// skipped. A server that predates packed frames reads none of their messages: the result's
-// counts then fall short, and ImportMessages returns an error saying so.
+// 1 MiB, larger ones in pieces. Not all or nothing: what committed before a failure stays, and
+// ids that already exist are skipped. A server that predates packed frames reads none of their
+// messages: the result's counts then fall short, and ImportMessages returns an error saying so.
 func (s *Session) ImportMessages(ctx context.Context, items []ImportItem) (ImportResult, error) {
 	res, err := s.importMessages(ctx, slices.Values(items), true)
 	if err == nil && res.Imported+res.Skipped != int64(len(items)) {
@@ -285,7 +285,7 @@ func (s *Session) importMessages(ctx context.Context, items iter.Seq[ImportItem]
 		var e *Error
 		if errors.As(sendErr, &e) && e.status == nil {
 			// A client-side problem (a message that is not JSON text): abort the stream. Messages
-			// sent before it may have been imported already; each commits on its own.
+			// sent before it may have been imported already (an import is not all or nothing).
 			cancel()
 			return ImportResult{}, e
 		}

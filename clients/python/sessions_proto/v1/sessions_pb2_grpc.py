@@ -247,8 +247,10 @@ class SessionServiceServicer:
 
     def ImportMessages(self, request_iterator, context):
         """Imports historical messages verbatim (explicit parent and created time, no sanitizing),
-        e.g. to move a conversation between objects or servers. Each message commits on its own;
-        ids that already exist are skipped. Messages may be sent in pieces.
+        e.g. to move a conversation between objects or servers. Not all or nothing: messages commit
+        in order as they arrive (several to a commit when they arrive together), so a failed call
+        keeps what committed before the failure; ids that already exist are skipped, so the whole
+        import can be sent again. Messages may be sent in pieces, or several to a frame.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

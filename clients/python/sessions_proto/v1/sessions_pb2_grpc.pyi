@@ -82,8 +82,10 @@ class SessionServiceStub:
     """Deletes every message and compaction of a session."""
     ImportMessages: _grpc.StreamUnaryMultiCallable[_sessions_pb2.ImportMessagesRequest, _sessions_pb2.ImportMessagesResponse]
     """Imports historical messages verbatim (explicit parent and created time, no sanitizing),
-    e.g. to move a conversation between objects or servers. Each message commits on its own;
-    ids that already exist are skipped. Messages may be sent in pieces.
+    e.g. to move a conversation between objects or servers. Not all or nothing: messages commit
+    in order as they arrive (several to a commit when they arrive together), so a failed call
+    keeps what committed before the failure; ids that already exist are skipped, so the whole
+    import can be sent again. Messages may be sent in pieces, or several to a frame.
     """
     GetMessage: _grpc.UnaryStreamMultiCallable[_sessions_pb2.GetMessageRequest, _sessions_pb2.GetMessageResponse]
     """Reads one message by id. The stream is empty when the message does not exist."""
@@ -178,8 +180,10 @@ class SessionServiceAsyncStub(SessionServiceStub):
     """Deletes every message and compaction of a session."""
     ImportMessages: _aio.StreamUnaryMultiCallable[_sessions_pb2.ImportMessagesRequest, _sessions_pb2.ImportMessagesResponse]  # type: ignore[assignment]
     """Imports historical messages verbatim (explicit parent and created time, no sanitizing),
-    e.g. to move a conversation between objects or servers. Each message commits on its own;
-    ids that already exist are skipped. Messages may be sent in pieces.
+    e.g. to move a conversation between objects or servers. Not all or nothing: messages commit
+    in order as they arrive (several to a commit when they arrive together), so a failed call
+    keeps what committed before the failure; ids that already exist are skipped, so the whole
+    import can be sent again. Messages may be sent in pieces, or several to a frame.
     """
     GetMessage: _aio.UnaryStreamMultiCallable[_sessions_pb2.GetMessageRequest, _sessions_pb2.GetMessageResponse]  # type: ignore[assignment]
     """Reads one message by id. The stream is empty when the message does not exist."""
@@ -319,8 +323,10 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_sessions_pb2.ImportMessagesResponse, _abc.Awaitable[_sessions_pb2.ImportMessagesResponse]]:
         """Imports historical messages verbatim (explicit parent and created time, no sanitizing),
-        e.g. to move a conversation between objects or servers. Each message commits on its own;
-        ids that already exist are skipped. Messages may be sent in pieces.
+        e.g. to move a conversation between objects or servers. Not all or nothing: messages commit
+        in order as they arrive (several to a commit when they arrive together), so a failed call
+        keeps what committed before the failure; ids that already exist are skipped, so the whole
+        import can be sent again. Messages may be sent in pieces, or several to a frame.
         """
 
     @_abc_1.abstractmethod

@@ -101,8 +101,10 @@ type SessionServiceClient interface {
 	// Deletes every message and compaction of a session.
 	ClearMessages(ctx context.Context, in *ClearMessagesRequest, opts ...grpc.CallOption) (*ClearMessagesResponse, error)
 	// Imports historical messages verbatim (explicit parent and created time, no sanitizing),
-	// e.g. to move a conversation between objects or servers. Each message commits on its own;
-	// ids that already exist are skipped. Messages may be sent in pieces.
+	// e.g. to move a conversation between objects or servers. Not all or nothing: messages commit
+	// in order as they arrive (several to a commit when they arrive together), so a failed call
+	// keeps what committed before the failure; ids that already exist are skipped, so the whole
+	// import can be sent again. Messages may be sent in pieces, or several to a frame.
 	ImportMessages(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ImportMessagesRequest, ImportMessagesResponse], error)
 	// Reads one message by id. The stream is empty when the message does not exist.
 	GetMessage(ctx context.Context, in *GetMessageRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[GetMessageResponse], error)
@@ -601,8 +603,10 @@ type SessionServiceServer interface {
 	// Deletes every message and compaction of a session.
 	ClearMessages(context.Context, *ClearMessagesRequest) (*ClearMessagesResponse, error)
 	// Imports historical messages verbatim (explicit parent and created time, no sanitizing),
-	// e.g. to move a conversation between objects or servers. Each message commits on its own;
-	// ids that already exist are skipped. Messages may be sent in pieces.
+	// e.g. to move a conversation between objects or servers. Not all or nothing: messages commit
+	// in order as they arrive (several to a commit when they arrive together), so a failed call
+	// keeps what committed before the failure; ids that already exist are skipped, so the whole
+	// import can be sent again. Messages may be sent in pieces, or several to a frame.
 	ImportMessages(grpc.ClientStreamingServer[ImportMessagesRequest, ImportMessagesResponse]) error
 	// Reads one message by id. The stream is empty when the message does not exist.
 	GetMessage(*GetMessageRequest, grpc.ServerStreamingServer[GetMessageResponse]) error
