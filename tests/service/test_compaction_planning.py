@@ -301,3 +301,32 @@ def test_a_span_never_covers_a_message_its_summary_did_not_include(session: Any,
     for message_id in missing:
         covered_by_previous = message_id in early_span and "EARLY SUMMARY" in prompt
         assert text[message_id] in prompt or covered_by_previous, message_id
+
+
+# ── prompts larger than a response ──────────────────────────────────────────
+
+
+def test_a_prompt_just_under_a_response_is_planned(session: Any):
+    # Five middle messages of 560,000 characters: a prompt of about 2.8 MB, under the 3 MiB budget.
+    session.append_messages([text_message(f"b{i}", "a" * 560_000) for i in range(10)])
+    plan = session.plan_compaction(keep_recent_tokens=1)
+    assert plan is not None and (plan.from_message_id, plan.to_message_id) == ("b3", "b7")
+    assert 2_800_000 < len(plan.prompt) < 3 * 1024 * 1024
+
+
+def test_a_prompt_larger_than_a_response_is_refused_by_name(session: Any):
+    # The same with 900,000 characters each: about 4.5 MB of prompt, past the response budget and
+    # the server's 4 MiB send limit, which alone answered a RESOURCE_EXHAUSTED naming no limit.
+    session.append_messages([text_message(f"b{i}", "a" * 900_000) for i in range(10)])
+    with pytest.raises(SessionsError) as caught:
+        session.plan_compaction(keep_recent_tokens=1)
+
+    error = caught.value
+    assert error.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert error.reason == "LIMIT_EXCEEDED"
+    assert error.metadata["limit"] == "max_response_bytes"
+    assert int(error.metadata["limit_value"]) == 3 * 1024 * 1024
+    assert "AddCompaction" in error.message and "prompt" in error.message
+    # The way out it names: a summary recorded for part of the span.
+    record = session.add_compaction("the first two of the middle", "b3", "b4")
+    assert (record.from_message_id, record.to_message_id) == ("b3", "b4")

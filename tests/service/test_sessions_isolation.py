@@ -3,9 +3,12 @@ live in two sessions, and writes and reads in one never touch the other."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from sessions_client._common import routing_metadata
+from sessions_proto.v1 import sessions_pb2 as pb
 from tests.service.support import chunk_rows, ids, js_json, message_row, message_rows, text_message
 
 
@@ -84,3 +87,30 @@ def test_odd_session_ids(obj: Any, data_dir: Path, object_key: str) -> None:
     for session_id in ("", " ", "../x", "ü😀", "a\x00b", "-"):
         assert obj.session(session_id).get_history() == [text_message("m", repr(session_id))]
     assert len(message_rows(data_dir, object_key, None)) == 6
+
+
+def test_a_page_of_long_session_ids_stays_within_a_response(obj: Any, stub: Any, object_key: str) -> None:
+    """Session ids run to 1 KiB and a page to 10,000 of them: a page is cut at a response's budget
+    (before, 3,200 ids of 1,000 bytes made a 3.3 MB page and 10,000 of them a 10 MB one, which the
+    server could not send), and paging still lists every session once, in order."""
+    session_ids = [f"{i:05d}-" + "s" * 994 for i in range(3_200)]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(lambda sid: obj.session(sid).append_message(text_message("m")), session_ids))
+
+    listed: list[str] = []
+    token = ""
+    pages = 0
+    while True:
+        response = stub.ListSessions(
+            pb.ListSessionsRequest(object_key=object_key, page_size=10_000, page_token=token),
+            metadata=routing_metadata(object_key),
+        )
+        assert response.ByteSize() <= 3 * 1024 * 1024
+        listed += [s.session_id for s in response.sessions]
+        assert all(s.message_count == 1 for s in response.sessions)
+        pages += 1
+        token = response.next_page_token
+        if not token:
+            break
+    assert pages == 2
+    assert listed == session_ids

@@ -18,7 +18,7 @@ from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
 from sessions_server.domain import search as search_rules
 from sessions_server.domain.compactor import Policy
-from sessions_server.domain.errors import InvalidArgument, SessionsError, Unavailable
+from sessions_server.domain.errors import InvalidArgument, LimitExceeded, SessionsError, Unavailable
 from sessions_server.domain.limits import exceeded
 from sessions_server.domain.service import (
     DEFAULT_BATCH_BYTES,
@@ -489,6 +489,16 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             )
             if plan is None:
                 return pb.PlanCompactionResponse(planned=False)
+            prompt_bytes = framing.json_bytes(plan.prompt)
+            if prompt_bytes > FRAME_BUDGET_BYTES:
+                # A response over the server's send limit would fail with a bare transport error.
+                raise LimitExceeded(
+                    f"the summarizer prompt for this span is {prompt_bytes} bytes, more than a response "
+                    f"carries (max_response_bytes, {FRAME_BUDGET_BYTES}); summarize the span in parts and "
+                    "record each with AddCompaction, or let a compaction policy compact before the span grows",
+                    limit="max_response_bytes",
+                    limit_value=str(FRAME_BUDGET_BYTES),
+                )
             return pb.PlanCompactionResponse(
                 planned=True,
                 from_message_id=plan.from_message_id,
@@ -583,11 +593,15 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             after = _decode_token(request.page_token)
             size_limit = _page_size(request.page_size, default=1000, maximum=10_000)
             page = [(sid, count) for sid, count in sessions if after is None or sid > after]
-            response = pb.ListSessionsResponse(
-                sessions=[pb.SessionSummary(session_id=sid, message_count=count) for sid, count in page[:size_limit]]
-            )
-            if len(page) > size_limit:
-                response.next_page_token = _encode_token(page[size_limit - 1][0])
+            response = pb.ListSessionsResponse()
+            budget = FRAME_BUDGET_BYTES  # ids run to 1 KiB: a full page of long ones would not fit
+            for taken, (sid, count) in enumerate(page):
+                item = pb.SessionSummary(session_id=sid, message_count=count)
+                if taken and (taken >= size_limit or item.ByteSize() + 8 > budget):
+                    response.next_page_token = _encode_token(page[taken - 1][0])
+                    break
+                response.sessions.append(item)
+                budget -= item.ByteSize() + 8
             return response
 
         return await _unary(context, run)

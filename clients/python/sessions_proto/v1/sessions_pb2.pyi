@@ -2420,7 +2420,7 @@ class ListSessionsRequest(_message.Message):
     object_key: _builtins.str
     """The object key."""
     page_size: _builtins.int
-    """Sessions per page (0: 1,000; at most 10,000)."""
+    """Sessions per page (0: 1,000; at most 10,000; a page also stops before 3 MiB of ids)."""
     page_token: _builtins.str
     """The next_page_token of the previous page; empty for the first."""
     def __init__(

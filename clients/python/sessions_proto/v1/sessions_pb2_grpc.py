@@ -332,7 +332,9 @@ class SessionServiceServicer:
 
     def PlanCompaction(self, request, context):
         """Plans a compaction as upstream's createCompactFunction does and returns the range and the
-        prompt, for a summarizer that runs on the client. Store the summary with AddCompaction.
+        prompt, for a summarizer that runs on the client. Store the summary with AddCompaction. A
+        prompt over 3 MiB is refused (RESOURCE_EXHAUSTED, limit max_response_bytes): summarize such a
+        span in parts, recording each with AddCompaction.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

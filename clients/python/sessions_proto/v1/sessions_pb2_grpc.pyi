@@ -117,7 +117,9 @@ class SessionServiceStub:
     """Lists every compaction record of a session, oldest first (superseded ones included)."""
     PlanCompaction: _grpc.UnaryUnaryMultiCallable[_sessions_pb2.PlanCompactionRequest, _sessions_pb2.PlanCompactionResponse]
     """Plans a compaction as upstream's createCompactFunction does and returns the range and the
-    prompt, for a summarizer that runs on the client. Store the summary with AddCompaction.
+    prompt, for a summarizer that runs on the client. Store the summary with AddCompaction. A
+    prompt over 3 MiB is refused (RESOURCE_EXHAUSTED, limit max_response_bytes): summarize such a
+    span in parts, recording each with AddCompaction.
     """
     Compact: _grpc.UnaryUnaryMultiCallable[_sessions_pb2.CompactRequest, _sessions_pb2.CompactResponse]
     """Plans, summarizes with the server's configured summarizer, and stores the overlay.
@@ -215,7 +217,9 @@ class SessionServiceAsyncStub(SessionServiceStub):
     """Lists every compaction record of a session, oldest first (superseded ones included)."""
     PlanCompaction: _aio.UnaryUnaryMultiCallable[_sessions_pb2.PlanCompactionRequest, _sessions_pb2.PlanCompactionResponse]  # type: ignore[assignment]
     """Plans a compaction as upstream's createCompactFunction does and returns the range and the
-    prompt, for a summarizer that runs on the client. Store the summary with AddCompaction.
+    prompt, for a summarizer that runs on the client. Store the summary with AddCompaction. A
+    prompt over 3 MiB is refused (RESOURCE_EXHAUSTED, limit max_response_bytes): summarize such a
+    span in parts, recording each with AddCompaction.
     """
     Compact: _aio.UnaryUnaryMultiCallable[_sessions_pb2.CompactRequest, _sessions_pb2.CompactResponse]  # type: ignore[assignment]
     """Plans, summarizes with the server's configured summarizer, and stores the overlay.
@@ -424,7 +428,9 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_sessions_pb2.PlanCompactionResponse, _abc.Awaitable[_sessions_pb2.PlanCompactionResponse]]:
         """Plans a compaction as upstream's createCompactFunction does and returns the range and the
-        prompt, for a summarizer that runs on the client. Store the summary with AddCompaction.
+        prompt, for a summarizer that runs on the client. Store the summary with AddCompaction. A
+        prompt over 3 MiB is refused (RESOURCE_EXHAUSTED, limit max_response_bytes): summarize such a
+        span in parts, recording each with AddCompaction.
         """
 
     @_abc_1.abstractmethod

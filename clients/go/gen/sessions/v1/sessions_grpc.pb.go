@@ -131,7 +131,9 @@ type SessionServiceClient interface {
 	// Lists every compaction record of a session, oldest first (superseded ones included).
 	ListCompactions(ctx context.Context, in *ListCompactionsRequest, opts ...grpc.CallOption) (*ListCompactionsResponse, error)
 	// Plans a compaction as upstream's createCompactFunction does and returns the range and the
-	// prompt, for a summarizer that runs on the client. Store the summary with AddCompaction.
+	// prompt, for a summarizer that runs on the client. Store the summary with AddCompaction. A
+	// prompt over 3 MiB is refused (RESOURCE_EXHAUSTED, limit max_response_bytes): summarize such a
+	// span in parts, recording each with AddCompaction.
 	PlanCompaction(ctx context.Context, in *PlanCompactionRequest, opts ...grpc.CallOption) (*PlanCompactionResponse, error)
 	// Plans, summarizes with the server's configured summarizer, and stores the overlay.
 	// FAILED_PRECONDITION when no summarizer is configured.
@@ -633,7 +635,9 @@ type SessionServiceServer interface {
 	// Lists every compaction record of a session, oldest first (superseded ones included).
 	ListCompactions(context.Context, *ListCompactionsRequest) (*ListCompactionsResponse, error)
 	// Plans a compaction as upstream's createCompactFunction does and returns the range and the
-	// prompt, for a summarizer that runs on the client. Store the summary with AddCompaction.
+	// prompt, for a summarizer that runs on the client. Store the summary with AddCompaction. A
+	// prompt over 3 MiB is refused (RESOURCE_EXHAUSTED, limit max_response_bytes): summarize such a
+	// span in parts, recording each with AddCompaction.
 	PlanCompaction(context.Context, *PlanCompactionRequest) (*PlanCompactionResponse, error)
 	// Plans, summarizes with the server's configured summarizer, and stores the overlay.
 	// FAILED_PRECONDITION when no summarizer is configured.

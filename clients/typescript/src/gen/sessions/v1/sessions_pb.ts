@@ -2435,7 +2435,7 @@ export type ListSessionsRequest = Message<"sessions.v1.ListSessionsRequest"> & {
   objectKey: string;
 
   /**
-   * Sessions per page (0: 1,000; at most 10,000).
+   * Sessions per page (0: 1,000; at most 10,000; a page also stops before 3 MiB of ids).
    *
    * @generated from field: int32 page_size = 2;
    */
@@ -3472,7 +3472,9 @@ export const SessionService: GenService<{
   },
   /**
    * Plans a compaction as upstream's createCompactFunction does and returns the range and the
-   * prompt, for a summarizer that runs on the client. Store the summary with AddCompaction.
+   * prompt, for a summarizer that runs on the client. Store the summary with AddCompaction. A
+   * prompt over 3 MiB is refused (RESOURCE_EXHAUSTED, limit max_response_bytes): summarize such a
+   * span in parts, recording each with AddCompaction.
    *
    * @generated from rpc sessions.v1.SessionService.PlanCompaction
    */
