@@ -146,6 +146,12 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"longest message id, bytes (default {limits.max_message_id_bytes})",
     )
     serve.add_argument(
+        "--max-role-bytes",
+        type=int,
+        default=limits.max_role_bytes,
+        help=f"longest message role, bytes (default {limits.max_role_bytes})",
+    )
+    serve.add_argument(
         "--max-summary-bytes",
         type=int,
         default=limits.max_summary_bytes,
@@ -249,6 +255,7 @@ def main(argv: list[str] | None = None) -> int:
             max_subscribers_per_object=args.max_subscribers_per_object,
             max_concurrent_streams=args.max_concurrent_streams,
             max_message_id_bytes=args.max_message_id_bytes,
+            max_role_bytes=args.max_role_bytes,
             max_summary_bytes=args.max_summary_bytes,
         ),
     )

@@ -6,9 +6,12 @@ malformed sizes, INVALID_ARGUMENT, and the ErrorInfo names the limit and its val
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from sessions_server.domain.chunking import utf8_length
 from sessions_server.domain.errors import InvalidArgument, LimitExceeded
+from sessions_server.storage.rows import RowInfo
 
 GIB = 1024 * 1024 * 1024
 
@@ -25,8 +28,33 @@ class Limits:
     max_concurrent_streams: int = 4096
     # Longest message id: ids travel beside every frame, which must stay under 4 MiB.
     max_message_id_bytes: int = 16 * 1024
+    # Longest role: roles travel beside every frame too.
+    max_role_bytes: int = 16 * 1024
     # Longest compaction summary: overlays are listed and streamed whole.
     max_summary_bytes: int = 1024 * 1024
+
+
+MAX_BATCH_RESULT_BYTES = 3 * 1024 * 1024
+"""A batch's results (each message's id, parent id and role; its JSON is left out first) go back
+in one response, which stock clients accept up to 4 MiB: a batch past this is refused unwritten.
+Not a setting: it follows from that response limit, which no server flag can raise."""
+
+RESULT_OVERHEAD_BYTES = 80
+"""What one write result takes in a response beyond its id, parent id and role, JSON left out:
+field tags and lengths, its numbers and flags (66 bytes at most)."""
+
+
+def results_bytes(infos: Sequence[RowInfo | None], *, at_most: int) -> int:
+    """An upper bound on the size of write results with these infos in a response, JSON left
+    out. Four bytes a character bound it first; UTF-8 is measured only when that exceeds
+    `at_most`, so a common batch costs one pass of `len`."""
+    characters = sum(len(i.id) + len(i.parent_id or "") + len(i.role) for i in infos if i is not None)
+    bound = 4 * characters + RESULT_OVERHEAD_BYTES * len(infos)
+    if bound <= at_most:
+        return bound
+    return RESULT_OVERHEAD_BYTES * len(infos) + sum(
+        utf8_length(i.id) + utf8_length(i.parent_id or "") + utf8_length(i.role) for i in infos if i is not None
+    )
 
 
 def check_size(value: str, limit: int, what: str, limit_name: str, field: str) -> None:

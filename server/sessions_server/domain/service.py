@@ -31,7 +31,7 @@ from sessions_server.domain.errors import (
     StorageFailure,
     Unavailable,
 )
-from sessions_server.domain.limits import Limits, check_size, exceeded
+from sessions_server.domain.limits import MAX_BATCH_RESULT_BYTES, Limits, check_size, exceeded, results_bytes
 from sessions_server.domain.objects import ObjectAdmin
 from sessions_server.domain.overlays import OverlaySpan, overlay_id, overlay_message_json, plan_overlays
 from sessions_server.domain.placement import Placement
@@ -166,6 +166,20 @@ def _views_by_id(
     return views
 
 
+def _check_results_fit(results: Sequence[AppendResult]) -> None:
+    """LimitExceeded when the results' ids, parent ids and roles would not fit one response."""
+    limit = MAX_BATCH_RESULT_BYTES
+    total = results_bytes([result.message.info for result in results], at_most=limit)
+    if total > limit:
+        raise LimitExceeded(
+            f"the results of these {len(results)} messages would take {total} bytes (ids, parent ids and roles), "
+            f"more than one response carries (max_batch_result_bytes, {limit}); nothing was written: send them "
+            "in smaller batches",
+            limit="max_batch_result_bytes",
+            limit_value=str(limit),
+        )
+
+
 def _storage_failure(exc: StorageError) -> SessionsError:
     if "full" in str(exc):  # SQLITE_FULL: the disk (or the file size limit) is exhausted
         return LimitExceeded(f"{exc}; free disk space on the server", reason="STORAGE_FULL")
@@ -220,6 +234,7 @@ class SessionsService:
             raise exceeded(f"{field} from a client is larger than allowed", "max_client_message_bytes", cap, "bytes")
         message, plain = messages.parse_message(text, field=field)
         check_size(message["id"], self.limits.max_message_id_bytes, "the message id", "max_message_id_bytes", field)
+        check_size(message["role"], self.limits.max_role_bytes, "the role", "max_role_bytes", field)
         prepared = messages.prepare_for_write(
             message, from_client=from_client, reserved_keys=self.reserved_metadata_keys, source_text=text, plain=plain
         )
@@ -282,6 +297,8 @@ class SessionsService:
                         parent_id=parent.message_id,
                     )
                 )
+            # Checked in the job, where parents are known: raising here rolls the batch back.
+            _check_results_fit(results)
             return results
 
         if all(prepared is None for _, _, prepared in staged):
@@ -854,6 +871,11 @@ class Importer:
         check_size(
             message["id"], self._limits.max_message_id_bytes, "the message id", "max_message_id_bytes", field_name
         )
+        check_size(message["role"], self._limits.max_role_bytes, "the role", "max_role_bytes", field_name)
+        if parent_id is not None:
+            check_size(
+                parent_id, self._limits.max_message_id_bytes, "the parent id", "max_message_id_bytes", "parent_id"
+            )
         prepared = messages.prepare_for_import(message, plain=plain)
         row = prepared.row()
         large_messages.note_written(self._store, self._session_id, (row,))  # a skipped id: one slower read

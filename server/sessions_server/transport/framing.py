@@ -10,10 +10,13 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from sessions_proto.v1 import sessions_pb2 as pb
+from sessions_server.domain.limits import results_bytes
 from sessions_server.domain.service import AppendResult, MessageView, SearchHit
 from sessions_server.transport import packed_cache
 
-# Leaves room under the 4 MiB default receive limit for the frame's other fields.
+# The largest response the server sends: gRPC's default receive limit, which stock clients keep.
+RESPONSE_LIMIT_BYTES = 4 * 1024 * 1024
+# Leaves room under RESPONSE_LIMIT_BYTES for the frame's other fields.
 PIECE_BYTES = 3 * 1024 * 1024
 
 Resp = TypeVar("Resp")
@@ -214,12 +217,20 @@ def encoded_append_results(results: Iterable[AppendResult], sent: Iterable[str],
     """An AppendMessagesResponse of `results`, encoded; JSON beyond one response's budget is
     omitted (read back by the client, unless it is the item's `sent` JSON), and so is JSON that
     is the item's `sent` JSON when the request asked for that (`omit_as_sent`)."""
-    budget = ResponseBudget()
+    results = list(results)
+    budget = ResponseBudget(_json_room(results))
     out: list[bytes] = []
     for result, text in zip(results, sent, strict=True):
         data = encoded_append_result(result, budget, sent=text, omit_as_sent=omit_as_sent)
         out += (_RESULTS_TAG, _varint(len(data)), data)
     return b"".join(out)
+
+
+def _json_room(results: Sequence[AppendResult]) -> int:
+    """The JSON a batch's response may carry inline: what the results' other fields leave of the
+    response limit (the domain refuses a batch whose other fields alone would not fit)."""
+    fixed = results_bytes([result.message.info for result in results], at_most=RESPONSE_LIMIT_BYTES - PIECE_BYTES)
+    return max(0, min(PIECE_BYTES, RESPONSE_LIMIT_BYTES - fixed))
 
 
 _APPEND_TAGS: dict[Any, tuple[bytes, bytes]] = {}

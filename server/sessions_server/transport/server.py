@@ -27,6 +27,7 @@ from sessions_server.domain.placement import Placement
 from sessions_server.domain.service import SessionsService
 from sessions_server.integrations.chat_completions import ChatCompletionsSummarizer
 from sessions_server.storage.registry import ObjectRegistry
+from sessions_server.transport import framing
 from sessions_server.transport.auth import TokenAuthority
 from sessions_server.transport.handlers import WrappingRegistrar, generic_handler
 from sessions_server.transport.idle import run_when_idle
@@ -110,7 +111,7 @@ async def create_server(config: ServerConfig) -> RunningServer:
     server = grpc.aio.server(
         options=[
             ("grpc.max_receive_message_length", config.max_request_bytes),
-            ("grpc.max_send_message_length", 4 * 1024 * 1024),
+            ("grpc.max_send_message_length", framing.RESPONSE_LIMIT_BYTES),
             ("grpc.so_reuseport", 0),
             *config.extra_options,
         ],

@@ -62,7 +62,9 @@ class SessionServiceStub:
     """
     AppendMessages: _grpc.UnaryUnaryMultiCallable[_sessions_pb2.AppendMessagesRequest, _sessions_pb2.AppendMessagesResponse]
     """Appends several messages in one transaction: all are stored or none. Each item resolves
-    its parent after the items before it, so AUTO items form a chain.
+    its parent after the items before it, so AUTO items form a chain. The results answer in one
+    response: a batch whose results' ids, parent ids and roles alone pass 3 MiB (about 20,000
+    messages with UUID ids) is refused unwritten (RESOURCE_EXHAUSTED, max_batch_result_bytes).
     """
     UpdateMessage: _grpc.UnaryUnaryMultiCallable[_sessions_pb2.UpdateMessageRequest, _sessions_pb2.UpdateMessageResponse]
     """Replaces the content of an existing message (its parent, seq and created time stay).
@@ -162,7 +164,9 @@ class SessionServiceAsyncStub(SessionServiceStub):
     """
     AppendMessages: _aio.UnaryUnaryMultiCallable[_sessions_pb2.AppendMessagesRequest, _sessions_pb2.AppendMessagesResponse]  # type: ignore[assignment]
     """Appends several messages in one transaction: all are stored or none. Each item resolves
-    its parent after the items before it, so AUTO items form a chain.
+    its parent after the items before it, so AUTO items form a chain. The results answer in one
+    response: a batch whose results' ids, parent ids and roles alone pass 3 MiB (about 20,000
+    messages with UUID ids) is refused unwritten (RESOURCE_EXHAUSTED, max_batch_result_bytes).
     """
     UpdateMessage: _aio.UnaryUnaryMultiCallable[_sessions_pb2.UpdateMessageRequest, _sessions_pb2.UpdateMessageResponse]  # type: ignore[assignment]
     """Replaces the content of an existing message (its parent, seq and created time stay).
@@ -271,7 +275,9 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_sessions_pb2.AppendMessagesResponse, _abc.Awaitable[_sessions_pb2.AppendMessagesResponse]]:
         """Appends several messages in one transaction: all are stored or none. Each item resolves
-        its parent after the items before it, so AUTO items form a chain.
+        its parent after the items before it, so AUTO items form a chain. The results answer in one
+        response: a batch whose results' ids, parent ids and roles alone pass 3 MiB (about 20,000
+        messages with UUID ids) is refused unwritten (RESOURCE_EXHAUSTED, max_batch_result_bytes).
         """
 
     @_abc_1.abstractmethod

@@ -85,7 +85,9 @@ type SessionServiceClient interface {
 	// nothing is written and the stored message is returned with inserted=false.
 	AppendMessage(ctx context.Context, in *AppendMessageRequest, opts ...grpc.CallOption) (*AppendMessageResponse, error)
 	// Appends several messages in one transaction: all are stored or none. Each item resolves
-	// its parent after the items before it, so AUTO items form a chain.
+	// its parent after the items before it, so AUTO items form a chain. The results answer in one
+	// response: a batch whose results' ids, parent ids and roles alone pass 3 MiB (about 20,000
+	// messages with UUID ids) is refused unwritten (RESOURCE_EXHAUSTED, max_batch_result_bytes).
 	AppendMessages(ctx context.Context, in *AppendMessagesRequest, opts ...grpc.CallOption) (*AppendMessagesResponse, error)
 	// Replaces the content of an existing message (its parent, seq and created time stay).
 	// An unchanged message writes nothing. A missing id answers found=false.
@@ -589,7 +591,9 @@ type SessionServiceServer interface {
 	// nothing is written and the stored message is returned with inserted=false.
 	AppendMessage(context.Context, *AppendMessageRequest) (*AppendMessageResponse, error)
 	// Appends several messages in one transaction: all are stored or none. Each item resolves
-	// its parent after the items before it, so AUTO items form a chain.
+	// its parent after the items before it, so AUTO items form a chain. The results answer in one
+	// response: a batch whose results' ids, parent ids and roles alone pass 3 MiB (about 20,000
+	// messages with UUID ids) is refused unwritten (RESOURCE_EXHAUSTED, max_batch_result_bytes).
 	AppendMessages(context.Context, *AppendMessagesRequest) (*AppendMessagesResponse, error)
 	// Replaces the content of an existing message (its parent, seq and created time stay).
 	// An unchanged message writes nothing. A missing id answers found=false.
