@@ -169,9 +169,13 @@ def newest_row(conn: sqlite3.Connection, session_id: str) -> tuple[str, int] | N
 
 def children(conn: sqlite3.Connection, session_id: str, parent_id: str) -> list[StoredMessage]:
     """Direct children in seq order (hidden overlay rows are the caller's business)."""
+    # Nothing indexes parents (upstream has no index at all), so this reads the whole session.
+    # `+seq` keeps SQLite from walking the seq index in order and looking up every row from it,
+    # which took twice as long as reading the session's rows in key order and sorting the few
+    # children found (10,000 rows of 1 KB: 19 ms against 8).
     rows = conn.execute(
         f"""SELECT {_ROW_COLUMNS} FROM cf_agents_session_messages
-            WHERE session_id = ? AND parent_id = ? ORDER BY seq ASC""",
+            WHERE session_id = ? AND parent_id = ? ORDER BY +seq ASC""",
         (session_id, parent_id),
     ).fetchall()
     return _assemble(conn, session_id, rows)
