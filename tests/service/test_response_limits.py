@@ -117,3 +117,29 @@ def test_an_imported_parent_id_past_the_id_limit_is_refused(stub: Any, data_dir:
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
     assert error_reason(caught.value) == "LIMIT_EXCEEDED"
     assert [r["id"] for r in message_rows(data_dir, object_key)] == ["ok"]  # not all or nothing
+
+
+@pytest.mark.parametrize("fill", ["x", "é"])
+def test_row_stats_of_long_ids_come_in_frames_within_a_response(
+    stub: Any, session: Any, object_key: str, fill: str
+) -> None:
+    # 250 ids of 14-16 KB: about 4 MB of stats, cut by bytes (ASCII or not) as well as by count.
+    long_ids = [f"{i:03d}" + fill * (15_990 if fill == "x" else 7_990) for i in range(250)]
+    for start in range(0, len(long_ids), 50):
+        session.append_messages([text_message(i) for i in long_ids[start : start + 50]])
+
+    frames = list(stub.GetHistoryRowStats(pb.GetHistoryRowStatsRequest(object_key=object_key)))
+
+    assert len(frames) >= 2
+    assert all(frame.ByteSize() <= RESPONSE_LIMIT for frame in frames)
+    assert [s.id for frame in frames for s in frame.stats] == long_ids
+    assert all(s.role == "user" and s.bytes > 14_000 for frame in frames for s in frame.stats)
+
+
+def test_row_stats_come_a_thousand_to_a_frame(stub: Any, session: Any, object_key: str) -> None:
+    session.append_messages([text_message(f"m{i:04d}") for i in range(2_500)])
+
+    frames = list(stub.GetHistoryRowStats(pb.GetHistoryRowStatsRequest(object_key=object_key)))
+
+    assert [len(frame.stats) for frame in frames] == [1_000, 1_000, 500]
+    assert [s.id for frame in frames for s in frame.stats] == [f"m{i:04d}" for i in range(2_500)]
