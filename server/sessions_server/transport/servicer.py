@@ -599,14 +599,15 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             size_limit = _page_size(request.page_size, default=1000, maximum=10_000)
             page = [(sid, count) for sid, count in sessions if after is None or sid > after]
             response = pb.ListSessionsResponse()
+            add = response.sessions.add
             budget = FRAME_BUDGET_BYTES  # ids run to 1 KiB: a full page of long ones would not fit
             for taken, (sid, count) in enumerate(page):
-                item = pb.SessionSummary(session_id=sid, message_count=count)
-                if taken and (taken >= size_limit or item.ByteSize() + 8 > budget):
+                size = _text_bytes_bound(sid) + 24
+                if taken and (taken >= size_limit or size > budget):
                     response.next_page_token = _encode_token(page[taken - 1][0])
                     break
-                response.sessions.append(item)
-                budget -= item.ByteSize() + 8
+                add(session_id=sid, message_count=count)
+                budget -= size
             return response
 
         return await _unary(context, run)
@@ -675,11 +676,14 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             self._authority.check(context.invocation_metadata() or (), "", write=False)
 
 
+def _text_bytes_bound(text: str) -> int:
+    """An upper bound on a text's UTF-8 bytes: exact for ASCII, else four bytes a character."""
+    return len(text) if text.isascii() else 4 * len(text)
+
+
 def _row_stat_bytes(message_id: str, role: str) -> int:
-    """An upper bound on one RowStat's bytes in a frame: its texts (four bytes a character unless
-    ASCII), two integers, tags and lengths."""
-    characters = len(message_id) + len(role)
-    return (characters if message_id.isascii() and role.isascii() else 4 * characters) + 40
+    """An upper bound on one RowStat's bytes in a frame: its texts, two integers, tags and lengths."""
+    return _text_bytes_bound(message_id) + _text_bytes_bound(role) + 40
 
 
 def _page_size(value: int, *, default: int, maximum: int) -> int:
