@@ -355,13 +355,14 @@ def path_views(store: ObjectStore, session_id: str, stats: Sequence[PathStat]) -
                 return None
             # Only the rows asked for: a recent window read after every turn must not look up
             # the whole path (1.5 ms at 10,000 rows) when older messages are not remembered.
-            rows = held.rows if len(stats) == len(held.rows) else held.rows[len(held.rows) - len(stats) :]
+            whole = len(stats) == len(held.rows)
+            rows = held.rows if whole else held.rows[len(held.rows) - len(stats) :]
             found = list(map(kept.by_id.get, map(_ROW_ID, rows)))
             if any(map(operator.is_, found, repeat(None))):
                 return None
             _views.move_to_end(key)
-            _paths.move_to_end(key)
-            if rows is not held.rows:
+            if not whole:  # kept in path order only for the whole path, which appends extend
+                _paths.move_to_end(key)
                 return cast("list[MessageView]", found)
             views = held.views = cast("list[MessageView]", found)
         _paths.move_to_end(key)
