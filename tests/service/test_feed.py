@@ -241,6 +241,31 @@ def test_upsert_emits_append_for_a_new_id_and_update_for_a_changed_one(
     sentinel(session, feed)
 
 
+def test_a_delete_whose_ids_would_not_fit_its_event_is_refused_unwritten(
+    feeds: Callable[..., Feed], session: Any, data_dir: Path, object_key: str
+) -> None:
+    """The event carries the ids as passed, in one response: 100,000 ids of 40 characters made
+    a 4.4 MB event, which no subscriber could receive (a resumed one met it again and again)."""
+    session.append_messages([text_message("a"), text_message("b")])
+    feed = feeds()
+    too_many = ["a", *(f"{i:040d}" for i in range(100_000))]
+
+    with pytest.raises(SessionsError) as caught:
+        session.delete_messages(too_many)
+
+    assert caught.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert caught.value.metadata["limit"] == "max_delete_ids_bytes"
+    assert "nothing was deleted" in caught.value.message
+    assert [r["id"] for r in message_rows(data_dir, object_key)] == ["a", "b"]
+    sentinel(session, feed, "after-refused")  # no delete event came before it
+
+    many = too_many[:60_000]  # about 2.5 MB: within the event's room
+    assert session.delete_messages(many) == 1
+    event = feed.next()
+    assert (event.type, len(event.message_ids), event.message_ids[0]) == ("delete", 60_000, "a")
+    sentinel(session, feed, "after-delete")
+
+
 def test_delete_carries_the_callers_ids_even_an_empty_list(feeds: Callable[..., Feed], session: Any) -> None:
     session.append_messages([text_message("a"), text_message("b")])
     feed = feeds()

@@ -39,6 +39,13 @@ MAX_BATCH_RESULT_BYTES = 3 * 1024 * 1024
 in one response, which stock clients accept up to 4 MiB: a batch past this is refused unwritten.
 Not a setting: it follows from that response limit, which no server flag can raise."""
 
+MAX_DELETE_IDS_BYTES = 3 * 1024 * 1024
+"""A delete's ids, as passed, go to subscribers in one change event, one response of at most
+4 MiB: a delete past this is refused unwritten (else no subscriber could receive its event)."""
+
+ID_OVERHEAD_BYTES = 4
+"""A repeated string's tag and length in a response, beside each id."""
+
 RESULT_OVERHEAD_BYTES = 80
 """What one write result takes in a response beyond its id, parent id and role, JSON left out:
 field tags and lengths, its numbers and flags (66 bytes at most)."""

@@ -31,7 +31,15 @@ from sessions_server.domain.errors import (
     StorageFailure,
     Unavailable,
 )
-from sessions_server.domain.limits import MAX_BATCH_RESULT_BYTES, Limits, check_size, exceeded, results_bytes
+from sessions_server.domain.limits import (
+    ID_OVERHEAD_BYTES,
+    MAX_BATCH_RESULT_BYTES,
+    MAX_DELETE_IDS_BYTES,
+    Limits,
+    check_size,
+    exceeded,
+    results_bytes,
+)
 from sessions_server.domain.objects import ObjectAdmin
 from sessions_server.domain.overlays import OverlaySpan, overlay_id, overlay_message_json, plan_overlays
 from sessions_server.domain.placement import Placement
@@ -176,6 +184,22 @@ def _check_results_fit(results: Sequence[AppendResult]) -> None:
             f"more than one response carries (max_batch_result_bytes, {limit}); nothing was written: send them "
             "in smaller batches",
             limit="max_batch_result_bytes",
+            limit_value=str(limit),
+        )
+
+
+def _check_delete_ids(message_ids: Sequence[str]) -> None:
+    """LimitExceeded when a delete's ids would not fit the one change event that carries them."""
+    limit = MAX_DELETE_IDS_BYTES
+    if 4 * sum(map(len, message_ids)) + ID_OVERHEAD_BYTES * len(message_ids) <= limit:
+        return  # four bytes a character bound UTF-8: the common delete is settled without encoding
+    total = sum(utf8_length(i) + ID_OVERHEAD_BYTES for i in message_ids)
+    if total > limit:
+        raise LimitExceeded(
+            f"the {len(message_ids)} ids of this delete take {total} bytes, more than the change event that "
+            f"carries them to subscribers may (max_delete_ids_bytes, {limit}); nothing was deleted: delete "
+            "them in smaller batches",
+            limit="max_delete_ids_bytes",
             limit_value=str(limit),
         )
 
@@ -384,6 +408,7 @@ class SessionsService:
     async def delete(self, object_key: str, session_id: str, message_ids: Sequence[str]) -> int:
         """Deletes messages (splicing children); the event carries the ids as passed, even none."""
         self.check_names(object_key, session_id)
+        _check_delete_ids(message_ids)
         ids = list(dict.fromkeys(message_ids))
         event = ChangeEvent("delete", session_id, message_ids=tuple(message_ids))
         async with self.object(object_key) as store:

@@ -234,7 +234,9 @@ class SessionServiceServicer:
 
     def DeleteMessages(self, request, context):
         """Deletes messages by id. Children of a deleted message are re-parented to its nearest
-        surviving ancestor (or become roots), so older history stays reachable.
+        surviving ancestor (or become roots), so older history stays reachable. The change event
+        carries the ids as passed, so ids past 3 MiB in all are refused unwritten
+        (RESOURCE_EXHAUSTED, max_delete_ids_bytes).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -78,7 +78,9 @@ class SessionServiceStub:
     """
     DeleteMessages: _grpc.UnaryUnaryMultiCallable[_sessions_pb2.DeleteMessagesRequest, _sessions_pb2.DeleteMessagesResponse]
     """Deletes messages by id. Children of a deleted message are re-parented to its nearest
-    surviving ancestor (or become roots), so older history stays reachable.
+    surviving ancestor (or become roots), so older history stays reachable. The change event
+    carries the ids as passed, so ids past 3 MiB in all are refused unwritten
+    (RESOURCE_EXHAUSTED, max_delete_ids_bytes).
     """
     ClearMessages: _grpc.UnaryUnaryMultiCallable[_sessions_pb2.ClearMessagesRequest, _sessions_pb2.ClearMessagesResponse]
     """Deletes every message and compaction of a session."""
@@ -180,7 +182,9 @@ class SessionServiceAsyncStub(SessionServiceStub):
     """
     DeleteMessages: _aio.UnaryUnaryMultiCallable[_sessions_pb2.DeleteMessagesRequest, _sessions_pb2.DeleteMessagesResponse]  # type: ignore[assignment]
     """Deletes messages by id. Children of a deleted message are re-parented to its nearest
-    surviving ancestor (or become roots), so older history stays reachable.
+    surviving ancestor (or become roots), so older history stays reachable. The change event
+    carries the ids as passed, so ids past 3 MiB in all are refused unwritten
+    (RESOURCE_EXHAUSTED, max_delete_ids_bytes).
     """
     ClearMessages: _aio.UnaryUnaryMultiCallable[_sessions_pb2.ClearMessagesRequest, _sessions_pb2.ClearMessagesResponse]  # type: ignore[assignment]
     """Deletes every message and compaction of a session."""
@@ -315,7 +319,9 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_sessions_pb2.DeleteMessagesResponse, _abc.Awaitable[_sessions_pb2.DeleteMessagesResponse]]:
         """Deletes messages by id. Children of a deleted message are re-parented to its nearest
-        surviving ancestor (or become roots), so older history stays reachable.
+        surviving ancestor (or become roots), so older history stays reachable. The change event
+        carries the ids as passed, so ids past 3 MiB in all are refused unwritten
+        (RESOURCE_EXHAUSTED, max_delete_ids_bytes).
         """
 
     @_abc_1.abstractmethod

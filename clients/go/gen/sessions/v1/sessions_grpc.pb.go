@@ -98,7 +98,9 @@ type SessionServiceClient interface {
 	// client's or proxy's request size limit. The first frame carries the header.
 	UploadMessage(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[UploadMessageRequest, UploadMessageResponse], error)
 	// Deletes messages by id. Children of a deleted message are re-parented to its nearest
-	// surviving ancestor (or become roots), so older history stays reachable.
+	// surviving ancestor (or become roots), so older history stays reachable. The change event
+	// carries the ids as passed, so ids past 3 MiB in all are refused unwritten
+	// (RESOURCE_EXHAUSTED, max_delete_ids_bytes).
 	DeleteMessages(ctx context.Context, in *DeleteMessagesRequest, opts ...grpc.CallOption) (*DeleteMessagesResponse, error)
 	// Deletes every message and compaction of a session.
 	ClearMessages(ctx context.Context, in *ClearMessagesRequest, opts ...grpc.CallOption) (*ClearMessagesResponse, error)
@@ -604,7 +606,9 @@ type SessionServiceServer interface {
 	// client's or proxy's request size limit. The first frame carries the header.
 	UploadMessage(grpc.ClientStreamingServer[UploadMessageRequest, UploadMessageResponse]) error
 	// Deletes messages by id. Children of a deleted message are re-parented to its nearest
-	// surviving ancestor (or become roots), so older history stays reachable.
+	// surviving ancestor (or become roots), so older history stays reachable. The change event
+	// carries the ids as passed, so ids past 3 MiB in all are refused unwritten
+	// (RESOURCE_EXHAUSTED, max_delete_ids_bytes).
 	DeleteMessages(context.Context, *DeleteMessagesRequest) (*DeleteMessagesResponse, error)
 	// Deletes every message and compaction of a session.
 	ClearMessages(context.Context, *ClearMessagesRequest) (*ClearMessagesResponse, error)

@@ -3335,7 +3335,9 @@ export const SessionService: GenService<{
   },
   /**
    * Deletes messages by id. Children of a deleted message are re-parented to its nearest
-   * surviving ancestor (or become roots), so older history stays reachable.
+   * surviving ancestor (or become roots), so older history stays reachable. The change event
+   * carries the ids as passed, so ids past 3 MiB in all are refused unwritten
+   * (RESOURCE_EXHAUSTED, max_delete_ids_bytes).
    *
    * @generated from rpc sessions.v1.SessionService.DeleteMessages
    */
