@@ -266,6 +266,30 @@ def test_a_delete_whose_ids_would_not_fit_its_event_is_refused_unwritten(
     sentinel(session, feed, "after-delete")
 
 
+@pytest.mark.parametrize("size", [16 * 1024 + 1, 5 * 1024 * 1024])
+def test_a_named_parent_past_the_id_limit_is_refused_before_its_event(
+    feeds: Callable[..., Feed], session: Any, data_dir: Path, object_key: str, size: int
+) -> None:
+    """An append's event carries the parent id as passed (it need not exist): a 5 MB one made an
+    event that no subscriber could receive."""
+    session.append_message(text_message("a"))
+    feed = feeds()
+    long_parent = "p" * size
+    attempts = [
+        lambda: session.append_message(text_message("b"), parent_id=long_parent),
+        lambda: session.append_messages([text_message("c")], parent_id=long_parent),
+        lambda: session.upsert_message(text_message("d"), parent_id=long_parent),
+    ]
+    for attempt in attempts:
+        with pytest.raises(SessionsError) as caught:
+            attempt()
+        assert caught.value.code == grpc.StatusCode.INVALID_ARGUMENT
+        assert caught.value.metadata["limit"] == "max_message_id_bytes"
+
+    assert [r["id"] for r in message_rows(data_dir, object_key)] == ["a"]
+    sentinel(session, feed)  # the feed is alive and saw nothing before it
+
+
 def test_delete_carries_the_callers_ids_even_an_empty_list(feeds: Callable[..., Feed], session: Any) -> None:
     session.append_messages([text_message("a"), text_message("b")])
     feed = feeds()

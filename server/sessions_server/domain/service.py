@@ -252,6 +252,13 @@ class SessionsService:
         except StoredRowUnreadable as exc:
             raise FailedPrecondition(str(exc), reason="INVALID_MESSAGE") from exc
 
+    def _check_parent(self, parent: Parent, field: str) -> None:
+        """A named parent is a message id, bounded as one: its change event carries it as passed."""
+        if parent.kind == "id":
+            check_size(
+                parent.message_id, self.limits.max_message_id_bytes, "the parent id", "max_message_id_bytes", field
+            )
+
     def _prepare(self, text: str, from_client: bool, field: str) -> tuple[messages.Message, messages.PreparedMessage]:
         cap = self.limits.max_client_message_bytes
         if from_client and cap and len(text) > cap // 4 and utf8_length(text) > cap:
@@ -275,8 +282,10 @@ class SessionsService:
         """Appends in order in one transaction; any invalid item rejects the whole batch."""
         self.check_names(object_key, session_id)
         field_name = "message_json" if len(items) == 1 else "items[{}].message_json"
+        parent_field = "parent_id" if len(items) == 1 else "items[{}].parent_id"
         staged: list[tuple[int, messages.Message, messages.PreparedMessage | None]] = []
         for index, item in enumerate(items):
+            self._check_parent(item.parent, parent_field.format(index))
             message, prepared = self._prepare(item.text, item.from_client, field_name.format(index))
             # Overlay ids are derived on read: upstream answers inserted=false, writes and emits nothing.
             staged.append((index, message, None if messages.is_overlay_id(prepared.id) else prepared))
@@ -369,6 +378,7 @@ class SessionsService:
     ) -> tuple[bool, UpdateResult]:
         """Appends a new id, else updates without re-parenting. Returns (inserted, result)."""
         self.check_names(object_key, session_id)
+        self._check_parent(parent, "parent_id")
         message, prepared = self._prepare(text, from_client, "message_json")
         if messages.is_overlay_id(prepared.id):
             return False, UpdateResult(False, False, MessageView(None, jsjson.stringify(message)))
