@@ -145,6 +145,21 @@ def test_object_key_header_mismatch_is_refused(stub: Any, data_dir: Path, object
     assert message_rows(data_dir, "other") == []
 
 
+@pytest.mark.parametrize("character", ["k", "字", "😀"])
+def test_an_error_quoting_a_long_key_still_arrives(stub: Any, character: str) -> None:
+    """The mismatch quotes both keys, and a status travels in trailers, which clients drop past
+    8-16 KiB: a 10,000-character key got "metadata size exceeds hard limit" and no reason. The
+    message is cut to 1 KiB of UTF-8 instead."""
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.AppendMessage(append_request(character * 10_000), metadata=(("x-object-key", "other"),))
+
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
+    assert error_reason(caught.value) == "OBJECT_KEY_MISMATCH"
+    details = caught.value.details()  # type: ignore[attr-defined]
+    assert details.startswith("x-object-key metadata ('other') differs from object_key")
+    assert len(details.encode()) <= 1024 + 40 and details.endswith("more bytes)")
+
+
 def test_object_key_header_mismatch_is_refused_on_streaming_reads(stub: Any, object_key: str) -> None:
     request = pb.StreamHistoryRequest(object_key=object_key)
     with pytest.raises(grpc.RpcError) as caught:

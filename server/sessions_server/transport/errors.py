@@ -14,6 +14,13 @@ from sessions_server.domain import errors
 ERROR_DOMAIN = "sessions.v1"
 log = logging.getLogger("sessions.transport")
 
+# A status travels in trailers, its message twice (grpc-message, percent-encoded, and inside
+# grpc-status-details-bin), and clients drop a call whose metadata passes 8-16 KiB: the caller
+# would get "metadata size exceeds limit" instead of the error. Messages that quote a caller's
+# value (an object key of any length, say) are cut to these UTF-8 sizes.
+MAX_MESSAGE_BYTES = 1024
+MAX_METADATA_VALUE_BYTES = 256
+
 _CODES: dict[type[errors.SessionsError], grpc.StatusCode] = {
     errors.InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
     errors.LimitExceeded: grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -28,10 +35,23 @@ _CODES: dict[type[errors.SessionsError], grpc.StatusCode] = {
 
 def status_for(exc: errors.SessionsError) -> grpc.Status:
     code = next((c for cls, c in _CODES.items() if isinstance(exc, cls)), grpc.StatusCode.INVALID_ARGUMENT)
-    info = error_details_pb2.ErrorInfo(reason=exc.reason, domain=ERROR_DOMAIN, metadata=exc.metadata)
+    metadata = {key: _cut(value, MAX_METADATA_VALUE_BYTES) for key, value in exc.metadata.items()}
+    info = error_details_pb2.ErrorInfo(reason=exc.reason, domain=ERROR_DOMAIN, metadata=metadata)
     detail = any_pb2.Any()
     detail.Pack(info)
-    return rpc_status.to_status(status_pb2.Status(code=code.value[0], message=exc.message, details=[detail]))
+    message = _cut(exc.message, MAX_MESSAGE_BYTES)
+    return rpc_status.to_status(status_pb2.Status(code=code.value[0], message=message, details=[detail]))
+
+
+def _cut(text: str, limit: int) -> str:
+    """`text` if its UTF-8 fits `limit` bytes, else its longest prefix that does, marked cut."""
+    if len(text) <= limit // 4:
+        return text
+    data = text.encode("utf-8", "surrogatepass")
+    if len(data) <= limit:
+        return text
+    kept = data[:limit].decode("utf-8", "ignore")  # a character cut in two is left out
+    return f"{kept}... ({len(data) - limit} more bytes)"
 
 
 def internal_status(exc: BaseException) -> grpc.Status:
