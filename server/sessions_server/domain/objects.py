@@ -67,12 +67,13 @@ class ObjectAdmin:
 
     async def list_keys(self, page_size: int, page_token: str) -> tuple[list[str], str]:
         size = DEFAULT_PAGE_SIZE if page_size <= 0 else min(page_size, MAX_PAGE_SIZE)
-        paths = await asyncio.to_thread(files.list_object_files, self.data_dir, page_token, size)
-        found = []
-        for path in paths:
-            key = await asyncio.to_thread(files.recorded_object_key, path)
-            if key is not None and key not in self._moved:
-                found.append(key)
+
+        def page() -> tuple[list[Path], list[str | None]]:  # one thread hop a page, not one a file
+            paths = files.list_object_files(self.data_dir, page_token, size)
+            return paths, [files.recorded_object_key(path) for path in paths]
+
+        paths, keys_found = await asyncio.to_thread(page)
+        found = [key for key in keys_found if key is not None and key not in self._moved]
         token = paths[-1].name if len(paths) == size else ""
         return found, token
 
