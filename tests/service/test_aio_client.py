@@ -105,3 +105,26 @@ def test_aio_client_reads_an_omitted_message_back_only_when_the_server_changed_i
             return reads
 
     assert asyncio.run(scenario()) == ["changed"]
+
+
+def test_aio_json_left_out_for_want_of_room_is_read_back_in_one_call(live_server: Any, object_key: str) -> None:
+    pairs = []
+    for i in range(1_500):
+        stored = text_message(f"s{i:04d}", "x" * 2_500, role="assistant")
+        sent = {**stored, "parts": [{**stored["parts"][0], "providerMetadata": {"openai": {"itemId": "item_1"}}}]}
+        pairs.append((sent, stored))
+
+    async def scenario() -> tuple[list[Any], list[str]]:
+        async with SessionsClient(live_server.address) as client:
+            session = client.object(object_key).session()
+            calls: list[str] = []
+            stub = session._stub
+            for name in ("GetMessage", "GetMessages"):
+                method = getattr(stub, name)
+                setattr(stub, name, lambda *a, _m=method, _n=name, **k: calls.append(_n) or _m(*a, **k))
+            results = await session.append_messages([sent for sent, _ in pairs])
+            return [r.message for r in results], calls
+
+    messages, calls = asyncio.run(scenario())
+    assert messages == [stored for _, stored in pairs]
+    assert calls == ["GetMessages"]

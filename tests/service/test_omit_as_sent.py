@@ -218,3 +218,24 @@ def test_client_results_carry_the_stored_json_and_parse_it_only_when_read(live_s
             check(await session.upsert_message(text_message("d")), js_json(text_message("d")))
 
     asyncio.run(scenario())
+
+
+def test_json_left_out_for_want_of_room_is_read_back_in_one_call(session: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch whose changed JSON passes a response's room gets the rest back by one GetMessages,
+    not a GetMessage per message (1,500 of them here)."""
+    pad = "x" * 2_500
+    pairs = []
+    for i in range(1_500):
+        stored = text_message(f"s{i:04d}", pad, role="assistant")
+        sent = {**stored, "parts": [{**stored["parts"][0], "providerMetadata": {"openai": {"itemId": "item_1"}}}]}
+        pairs.append((sent, stored))
+    calls: list[str] = []
+    stub = session._stub
+    for name in ("GetMessage", "GetMessages"):
+        method = getattr(stub, name)
+        monkeypatch.setattr(stub, name, lambda *a, _m=method, _n=name, **k: calls.append(_n) or _m(*a, **k))
+
+    results = session.append_messages([sent for sent, _ in pairs])
+
+    assert [r.message for r in results] == [stored for _, stored in pairs]
+    assert calls == ["GetMessages"]  # about 3.9 MB of changed JSON: some of it had no room

@@ -241,9 +241,13 @@ class SessionHandle:
             object_key=self._key, session_id=self.id, items=items, omit_json_as_sent=True
         )
         response = self._client._call(self._key, self._stub.AppendMessages, request)
+        in_hand = [written_json_in_hand(r.message, text) for r, text in zip(response.results, texts, strict=True)]
+        read_back = self._read_back(
+            [r.message.info.id for r, j in zip(response.results, in_hand, strict=True) if j is None]
+        )
         return [
-            AppendResult(r.inserted, self._written_json(r.message, text), parent_of(r.message.info))
-            for r, text in zip(response.results, texts, strict=True)
+            AppendResult(r.inserted, read_back[r.message.info.id] if j is None else j, parent_of(r.message.info))
+            for r, j in zip(response.results, in_hand, strict=True)
         ]
 
     def update_message(self, message: Message | str, *, source: str = "server") -> Message | None:
@@ -537,6 +541,20 @@ class SessionHandle:
 
     def _written(self, written: pb.WrittenMessage, sent: str) -> Message:
         return json.loads(self._written_json(written, sent))  # type: ignore[no-any-return]
+
+    def _read_back(self, ids: list[str]) -> dict[str, str]:
+        """Stored JSON the server left out of a batch's answer (no room), in one read."""
+        if not ids:
+            return {}
+        request = pb.GetMessagesRequest(
+            object_key=self._key, session_id=self.id, message_ids=ids, max_messages_per_response=PACKED_MESSAGES
+        )
+        found = {m.info.id: m.json for m in self._messages(self._stub.GetMessages, request)}
+        if len(found) < len(set(ids)):
+            raise SessionsError(
+                grpc.StatusCode.NOT_FOUND, "written messages vanished before they were read back", None, {}
+            )
+        return found
 
     def _written_json(self, written: pb.WrittenMessage, sent: str) -> str:
         """The written message's JSON: in hand (`written_json_in_hand`), else read back."""
