@@ -263,6 +263,35 @@ func TestLargeWrittenMessageIsReadBackOnlyWhenChanged(t *testing.T) {
 	}
 }
 
+// A batch whose changed JSON passes the answer's room gets the rest back in one GetMessages,
+// not a GetMessage per message.
+func TestBatchJSONWithoutRoomIsReadBackInOneCall(t *testing.T) {
+	ctx := testCtx(t)
+	c, log := dialLogged(t, ctx)
+	s := c.Object(objectKey(t)).Session("s")
+
+	var msgs []any
+	var stored []json.RawMessage
+	for i := 0; i < 1500; i++ {
+		want := textMessage(fmt.Sprintf("s%04d", i), "assistant", strings.Repeat("x", 2500))
+		sent := bytes.Replace(want, []byte(`"}]}`), []byte(`","providerMetadata":{"openai":{"itemId":"item_1"}}}]}`), 1)
+		msgs = append(msgs, json.RawMessage(sent))
+		stored = append(stored, want)
+	}
+	results, err := s.AppendMessages(ctx, msgs)
+	if err != nil || len(results) != len(msgs) {
+		t.Fatalf("AppendMessages: %v, %d results", err, len(results))
+	}
+	for i, r := range results {
+		if !sameJSON(t, r.Message.JSON, stored[i]) || r.Message.Info.ID != fmt.Sprintf("s%04d", i) || !r.Inserted {
+			t.Fatalf("result %d: %s (id %q), want the stored form", i, r.Message.JSON, r.Message.Info.ID)
+		}
+	}
+	if calls := log.take(); !equalStrings(calls, []string{"AppendMessages", "GetMessages"}) {
+		t.Fatalf("calls %v, want one GetMessages after the batch (about 3.9 MB of changed JSON)", calls)
+	}
+}
+
 // Writes ask the server to leave out JSON it stored as sent (the client holds it), and take a
 // message the server changed from the response, whole, without reading it back.
 func TestWritesAskForJSONAsSentToBeLeftOut(t *testing.T) {

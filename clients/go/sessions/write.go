@@ -83,13 +83,42 @@ func (s *Session) AppendMessages(ctx context.Context, msgs []any, opts ...Option
 		return nil, clientError(codes.Internal, "", "the server answered %d results for %d messages",
 			len(resp.GetResults()), len(texts))
 	}
-	out := make([]AppendResult, 0, len(resp.GetResults()))
+	out := make([]AppendResult, len(resp.GetResults()))
+	var missing []string // JSON the answer had no room for: read back together, in one call
 	for i, r := range resp.GetResults() {
-		written, err := s.written(ctx, r.GetMessage(), texts[i])
+		w := r.GetMessage()
+		out[i].Inserted = r.GetInserted()
+		if w.GetJsonOmitted() && !w.GetJsonAsSent() {
+			missing = append(missing, w.GetInfo().GetId())
+			continue
+		}
+		written, err := s.written(ctx, w, texts[i])
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, AppendResult{Inserted: r.GetInserted(), Message: written})
+		out[i].Message = written
+	}
+	if len(missing) == 0 {
+		return out, nil
+	}
+	found, err := s.GetMessages(ctx, missing)
+	if err != nil {
+		return nil, err
+	}
+	byID := make(map[string]Message, len(found))
+	for _, m := range found {
+		byID[m.Info.ID] = m
+	}
+	for i, r := range resp.GetResults() {
+		w := r.GetMessage()
+		if !w.GetJsonOmitted() || w.GetJsonAsSent() {
+			continue
+		}
+		m, ok := byID[w.GetInfo().GetId()]
+		if !ok {
+			return nil, clientError(codes.NotFound, "", "written message %q vanished before it was read back", w.GetInfo().GetId())
+		}
+		out[i].Message = m
 	}
 	return out, nil
 }
