@@ -752,9 +752,23 @@ export class SessionHandle {
         `the server answered ${response.results.length} results for ${texts.length} messages`,
       );
     }
+    // JSON the answer had no room for is read back together, in one call.
+    const missing = response.results
+      .filter((r) => r.message?.jsonOmitted && !r.message.jsonAsSent)
+      .map((r) => r.message?.info?.id ?? "");
+    const readBack = new Map<string, Message>();
+    if (missing.length > 0) {
+      for (const [index, found] of (await this.getMessages(missing)).entries()) {
+        if (found === null) {
+          throw new SessionsError(Code.NotFound, "written messages vanished before they were read back");
+        }
+        readBack.set(missing[index]!, found);
+      }
+    }
     const out: AppendResult[] = [];
     for (const [index, r] of response.results.entries()) {
-      const message = await this.written(r.message, texts[index]!);
+      const omitted = r.message?.jsonOmitted && !r.message.jsonAsSent;
+      const message = omitted ? readBack.get(r.message?.info?.id ?? "")! : await this.written(r.message, texts[index]!);
       out.push({ inserted: r.inserted, message, parentId: parentOf(r.message?.info) });
     }
     return out;

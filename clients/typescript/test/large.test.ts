@@ -145,6 +145,16 @@ test("a large written message is read back only when the server changed it", asy
   assert.deepEqual(methods, ["AppendMessages"]);
 });
 
+test("a batch's changed JSON without room in the answer is read back in one call", async () => {
+  const s = client.object(freshKey()).session();
+  const stored = Array.from({ length: 1500 }, (_, i) => msg(`s${String(i).padStart(4, "0")}`, "x".repeat(2500), "assistant"));
+  const sent = stored.map((m) => ({ ...m, parts: [{ ...m.parts[0]!, providerMetadata: { openai: { itemId: "item_1" } } }] }));
+  methods.length = 0;
+  const results = await s.appendMessages(sent);
+  assert.deepEqual(results.map((r) => r.message), stored);
+  assert.deepEqual(methods, ["AppendMessages", "GetMessages"], "about 3.9 MB of changed JSON: one read back");
+});
+
 test("writes ask the server to leave out JSON stored as sent, and take a changed message whole", async () => {
   const s = client.object(freshKey()).session();
   const stored = msg("s", "reply", "assistant");
