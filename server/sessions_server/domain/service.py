@@ -174,6 +174,17 @@ def _views_by_id(
     return views
 
 
+def _check_message_sizes(message: messages.Message, limits: Limits, field: str) -> None:
+    """The id and role travel beside every frame of the message: both are bounded."""
+    check_size(message["id"], limits.max_message_id_bytes, "the message id", "max_message_id_bytes", field)
+    check_size(message["role"], limits.max_role_bytes, "the role", "max_role_bytes", field)
+
+
+def _check_parent_id(parent_id: str, limits: Limits, field: str) -> None:
+    """A named parent is a message id, bounded as one: its change event carries it as passed."""
+    check_size(parent_id, limits.max_message_id_bytes, "the parent id", "max_message_id_bytes", field)
+
+
 def _check_results_fit(results: Sequence[AppendResult]) -> None:
     """LimitExceeded when the results' ids, parent ids and roles would not fit one response."""
     limit = MAX_BATCH_RESULT_BYTES
@@ -191,8 +202,6 @@ def _check_results_fit(results: Sequence[AppendResult]) -> None:
 def _check_delete_ids(message_ids: Sequence[str]) -> None:
     """LimitExceeded when a delete's ids would not fit the one change event that carries them."""
     limit = MAX_DELETE_IDS_BYTES
-    if 4 * sum(map(len, message_ids)) + ID_OVERHEAD_BYTES * len(message_ids) <= limit:
-        return  # four bytes a character bound UTF-8: the common delete is settled without encoding
     total = sum(utf8_length(i) + ID_OVERHEAD_BYTES for i in message_ids)
     if total > limit:
         raise LimitExceeded(
@@ -253,19 +262,15 @@ class SessionsService:
             raise FailedPrecondition(str(exc), reason="INVALID_MESSAGE") from exc
 
     def _check_parent(self, parent: Parent, field: str) -> None:
-        """A named parent is a message id, bounded as one: its change event carries it as passed."""
         if parent.kind == "id":
-            check_size(
-                parent.message_id, self.limits.max_message_id_bytes, "the parent id", "max_message_id_bytes", field
-            )
+            _check_parent_id(parent.message_id, self.limits, field)
 
     def _prepare(self, text: str, from_client: bool, field: str) -> tuple[messages.Message, messages.PreparedMessage]:
         cap = self.limits.max_client_message_bytes
         if from_client and cap and len(text) > cap // 4 and utf8_length(text) > cap:
             raise exceeded(f"{field} from a client is larger than allowed", "max_client_message_bytes", cap, "bytes")
         message, plain = messages.parse_message(text, field=field)
-        check_size(message["id"], self.limits.max_message_id_bytes, "the message id", "max_message_id_bytes", field)
-        check_size(message["role"], self.limits.max_role_bytes, "the role", "max_role_bytes", field)
+        _check_message_sizes(message, self.limits, field)
         prepared = messages.prepare_for_write(
             message, from_client=from_client, reserved_keys=self.reserved_metadata_keys, source_text=text, plain=plain
         )
@@ -903,14 +908,9 @@ class Importer:
     async def add(self, text: str, parent_id: str | None, created_at_ms: int) -> None:
         field_name = f"message[{self.received}]"
         message, plain = messages.parse_message(text, field=field_name)
-        check_size(
-            message["id"], self._limits.max_message_id_bytes, "the message id", "max_message_id_bytes", field_name
-        )
-        check_size(message["role"], self._limits.max_role_bytes, "the role", "max_role_bytes", field_name)
+        _check_message_sizes(message, self._limits, field_name)
         if parent_id is not None:
-            check_size(
-                parent_id, self._limits.max_message_id_bytes, "the parent id", "max_message_id_bytes", "parent_id"
-            )
+            _check_parent_id(parent_id, self._limits, "parent_id")
         prepared = messages.prepare_for_import(message, plain=plain)
         row = prepared.row()
         large_messages.note_written(self._store, self._session_id, (row,))  # a skipped id: one slower read

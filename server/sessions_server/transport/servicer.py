@@ -602,7 +602,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             add = response.sessions.add
             budget = FRAME_BUDGET_BYTES  # ids run to 1 KiB: a full page of long ones would not fit
             for taken, (sid, count) in enumerate(page):
-                size = _text_bytes_bound(sid) + 24
+                size = framing.json_bytes(sid) + 24
                 if taken and (taken >= size_limit or size > budget):
                     response.next_page_token = _encode_token(page[taken - 1][0])
                     break
@@ -676,14 +676,9 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             self._authority.check(context.invocation_metadata() or (), "", write=False)
 
 
-def _text_bytes_bound(text: str) -> int:
-    """An upper bound on a text's UTF-8 bytes: exact for ASCII, else four bytes a character."""
-    return len(text) if text.isascii() else 4 * len(text)
-
-
 def _row_stat_bytes(message_id: str, role: str) -> int:
     """An upper bound on one RowStat's bytes in a frame: its texts, two integers, tags and lengths."""
-    return _text_bytes_bound(message_id) + _text_bytes_bound(role) + 40
+    return framing.json_bytes(message_id) + framing.json_bytes(role) + 40
 
 
 def _page_size(value: int, *, default: int, maximum: int) -> int:
