@@ -139,24 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--metrics-listen", help="HOST:PORT for a Prometheus /metrics endpoint")
     serve.add_argument("--log-format", choices=("text", "json"), default="text", help="log line format")
-    serve.add_argument(
-        "--max-message-id-bytes",
-        type=int,
-        default=limits.max_message_id_bytes,
-        help=f"longest message id, bytes (default {limits.max_message_id_bytes})",
-    )
-    serve.add_argument(
-        "--max-role-bytes",
-        type=int,
-        default=limits.max_role_bytes,
-        help=f"longest message role, bytes (default {limits.max_role_bytes})",
-    )
-    serve.add_argument(
-        "--max-summary-bytes",
-        type=int,
-        default=limits.max_summary_bytes,
-        help=f"longest compaction summary, bytes (default {limits.max_summary_bytes})",
-    )
+    _add_text_limit_flags(serve)
     feed = FeedSettings()
     serve.add_argument(
         "--feed-retain-events",
@@ -204,7 +187,40 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--object-key", required=True, help="the object key it becomes")
     imp.add_argument("--data-dir", type=Path, default=Path("./data"), help="the server's data directory")
     imp.add_argument("--replace", action="store_true", help="overwrite an existing object")
+    _add_text_limit_flags(imp)
     return parser
+
+
+def _add_text_limit_flags(parser: argparse.ArgumentParser) -> None:
+    """Limits on the texts reads send beside each frame: `serve` refuses writes past them, and
+    `import-store` files holding rows past them."""
+    limits = Limits()
+    parser.add_argument(
+        "--max-message-id-bytes",
+        type=int,
+        default=limits.max_message_id_bytes,
+        help=f"longest message id, bytes (default {limits.max_message_id_bytes})",
+    )
+    parser.add_argument(
+        "--max-role-bytes",
+        type=int,
+        default=limits.max_role_bytes,
+        help=f"longest message role, bytes (default {limits.max_role_bytes})",
+    )
+    parser.add_argument(
+        "--max-summary-bytes",
+        type=int,
+        default=limits.max_summary_bytes,
+        help=f"longest compaction summary, bytes (default {limits.max_summary_bytes})",
+    )
+
+
+def _text_limits(args: argparse.Namespace) -> Limits:
+    return Limits(
+        max_message_id_bytes=args.max_message_id_bytes,
+        max_role_bytes=args.max_role_bytes,
+        max_summary_bytes=args.max_summary_bytes,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -218,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         print(hash_token(token))
         return 0
     if args.command == "import-store":
-        return _import_store(args.file, args.object_key, args.data_dir, replace=args.replace)
+        return _import_store(args.file, args.object_key, args.data_dir, replace=args.replace, limits=_text_limits(args))
     _configure_logging(args.log_level, args.log_format)
     paths.set_message_budget(args.message_memo_bytes)
     packed_cache.set_budget(args.message_memo_bytes // 3)
@@ -305,11 +321,14 @@ def _move_objects(source: str, destination: str, object_keys: list[str], token: 
     return 0
 
 
-def _import_store(source: Path, object_key: str, data_dir: Path, *, replace: bool) -> int:
+def _import_store(source: Path, object_key: str, data_dir: Path, *, replace: bool, limits: Limits) -> int:
+    from sessions_server.domain.limits import stored_text_limits
     from sessions_server.storage.files import StoreImportError, import_store_file
 
     try:
-        target = import_store_file(source, object_key, data_dir, replace=replace)
+        target = import_store_file(
+            source, object_key, data_dir, replace=replace, text_limits=stored_text_limits(limits)
+        )
     except StoreImportError as exc:
         print(f"sessions-server import-store: {exc}", file=sys.stderr)
         return 1

@@ -135,3 +135,40 @@ def test_move_object_command(two_servers) -> None:  # type: ignore[no-untyped-de
         assert b.object("cli/2").session().get_message("m1") == _text("m1", "two")
         keys = set(b._stub.ListObjects(pb.ListObjectsRequest()).object_keys)
     assert keys == {"cli/1", "cli/2"}
+
+
+def test_a_move_into_a_server_with_smaller_limits_is_refused_and_the_source_kept(tmp_path: Path) -> None:
+    source = ServerProcess(tmp_path / "a").start()
+    destination = ServerProcess(tmp_path / "b", "--max-role-bytes", "16").start()
+    try:
+        with SessionsClient(source.address) as a, SessionsClient(destination.address) as b:
+            session = a.object("roles").session()
+            session.append_message(_text("m1", "hello"))
+            session.append_message({"id": "m2", "role": "a-role-of-23-characters", "parts": []})
+            expected = session.get_history()
+            with pytest.raises(SessionsError) as refused:
+                move_object(a, b, "roles", destination_name=destination.address)
+            assert refused.value.code == grpc.StatusCode.INVALID_ARGUMENT
+            assert refused.value.reason == "LIMIT_EXCEEDED"
+            assert refused.value.metadata["limit"] == "max_role_bytes"
+            assert "id 'm2': its role is 23 bytes; the limit is 16 bytes" in refused.value.message
+            assert list(b._stub.ListObjects(pb.ListObjectsRequest()).object_keys) == []
+            assert session.get_history() == expected  # the source still serves the object
+    finally:
+        source.stop()
+        destination.stop()
+
+
+def test_objects_with_keys_past_the_default_limit_move_where_the_limit_is_raised(tmp_path: Path) -> None:
+    key = "k" * 2_000
+    source = ServerProcess(tmp_path / "a", "--max-object-key-bytes", "4096").start()
+    destination = ServerProcess(tmp_path / "b", "--max-object-key-bytes", "4096").start()
+    try:
+        with SessionsClient(source.address) as a, SessionsClient(destination.address) as b:
+            a.object(key).session().append_message(_text("m1", "long key"))
+            report = move_object(a, b, key, destination_name=destination.address)
+            assert report.message_rows == 1
+            assert b.object(key).session().get_message("m1") == _text("m1", "long key")
+    finally:
+        source.stop()
+        destination.stop()

@@ -210,6 +210,44 @@ def test_records_that_are_not_media_stay_inline(session: Any, object_key: str, d
     assert session.get_message("m") == message
 
 
+LONGEST_MEDIA_TYPE = 1024  # bytes: ReadAttachment sends the type beside the bytes
+
+
+@pytest.mark.parametrize(
+    "media_type",
+    [
+        pytest.param("image/" + "x" * (LONGEST_MEDIA_TYPE - 5), id="ascii-one-byte-past"),
+        pytest.param("image/" + "é" * 510, id="utf8-bytes-past"),  # 516 characters, 1026 bytes
+        pytest.param("image/" + "x" * 5_000_000, id="five-mb"),
+    ],
+)
+def test_media_declared_with_a_media_type_too_long_to_read_back_stays_inline(
+    session: Any, object_key: str, data_dir: Path, media_type: str
+):
+    for field in ("url", "data"):
+        data = payload(3000)
+        if field == "url":
+            part = file_part(data, media_type)
+        else:
+            part = {"type": "file", "mediaType": media_type, "data": b64(data)}
+        message = image_message(f"m-{field}", part)
+        session.append_message(message)
+        assert stored(data_dir, object_key, f"m-{field}") == js_json(message)
+        assert session.get_message(f"m-{field}") == message
+    assert_no_payloads(data_dir, object_key)
+
+
+def test_media_type_at_the_limit_is_extracted_and_read_back(obj: Any, session: Any, object_key: str, data_dir: Path):
+    media_type = "image/" + "x" * (LONGEST_MEDIA_TYPE - 6)
+    data = payload(3000)
+    message = image_message("m", file_part(data, media_type))
+    session.append_message(message)
+    assert meta_rows(data_dir, object_key)[sha(data)]["media_type"] == media_type
+    attachment = obj.read_attachment(sha(data))
+    assert (attachment.media_type, attachment.data) == (media_type, data)
+    assert session.get_message("m") == message
+
+
 def test_text_data_url_larger_than_the_row_budget_chunks_instead_of_extracting(
     session: Any, object_key: str, data_dir: Path
 ):

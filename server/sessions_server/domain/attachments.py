@@ -16,10 +16,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from sessions_server.domain.chunking import utf8_length
+
 POINTER_PREFIX = "attachment:sha256:"
 MAX_WALK_DEPTH = 8
 DEFAULT_MEDIA_TYPE = "application/octet-stream"
 MEDIA_PRECHECK_MAX_CHARS = 64 * 1024
+MAX_MEDIA_TYPE_BYTES = 1024
+"""Longest media type an attachment is stored under: ReadAttachment sends it beside the bytes, in
+one response. A part declaring a longer one keeps its media inline, as text media does (media
+type names are at most 127 characters a side, RFC 6838; parameters add a few more)."""
 
 _POINTER_RE = re.compile(r"attachment:sha256:([0-9a-f]{64})\Z")
 _BASE64_RE = re.compile(r"[A-Za-z0-9+/]*={0,2}\Z")
@@ -96,15 +102,21 @@ def _inline_media(record: dict[str, Any]) -> tuple[str, str, bytes] | None:
         if parsed is None:
             return None
         media_type = declared if declared is not None else parsed[0]
-        if media_type.startswith("text/"):
+        if media_type.startswith("text/") or not _storable_media_type(media_type):
             return None
         data = decode_base64(parsed[1])
         return None if data is None else ("url", media_type, data)
     data_field = record.get("data")
     if declared and isinstance(data_field, str) and not declared.startswith("text/"):
+        if not _storable_media_type(declared):
+            return None
         data = decode_base64(data_field)
         return None if data is None else ("data", declared, data)
     return None
+
+
+def _storable_media_type(media_type: str) -> bool:
+    return len(media_type) <= MAX_MEDIA_TYPE_BYTES // 4 or utf8_length(media_type) <= MAX_MEDIA_TYPE_BYTES
 
 
 _NOT_HANDLED = object()

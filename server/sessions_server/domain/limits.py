@@ -9,8 +9,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from sessions_server.domain.attachments import MAX_MEDIA_TYPE_BYTES
 from sessions_server.domain.chunking import utf8_length
 from sessions_server.domain.errors import InvalidArgument, LimitExceeded
+from sessions_server.domain.keys import MAX_SESSION_ID_BYTES
+from sessions_server.storage.files import TextLimit
 from sessions_server.storage.rows import RowInfo
 
 GIB = 1024 * 1024 * 1024
@@ -32,6 +35,30 @@ class Limits:
     max_role_bytes: int = 16 * 1024
     # Longest compaction summary: overlays are listed and streamed whole.
     max_summary_bytes: int = 1024 * 1024
+
+
+def stored_text_limits(limits: Limits) -> tuple[TextLimit, ...]:
+    """The texts a file brought in from elsewhere (import-store, ImportObject) may hold: what
+    reads send beside each frame, bounded as the write calls bound them, so that every row it
+    brings can be read."""
+    messages = "cf_agents_session_messages"
+    compactions = "cf_agents_session_compactions"
+    session_ids = [
+        TextLimit(table, "session_id", MAX_SESSION_ID_BYTES, "max_session_id_bytes")
+        for table in (messages, compactions, "cf_agents_session_config")
+    ]
+    ids = limits.max_message_id_bytes
+    return (
+        *session_ids,
+        TextLimit(messages, "id", ids, "max_message_id_bytes"),
+        TextLimit(messages, "parent_id", ids, "max_message_id_bytes"),
+        TextLimit(messages, "role", limits.max_role_bytes, "max_role_bytes"),
+        TextLimit(compactions, "id", ids, "max_message_id_bytes"),
+        TextLimit(compactions, "from_message_id", ids, "max_message_id_bytes"),
+        TextLimit(compactions, "to_message_id", ids, "max_message_id_bytes"),
+        TextLimit(compactions, "summary", limits.max_summary_bytes, "max_summary_bytes"),
+        TextLimit("cf_agents_session_attachment_meta", "media_type", MAX_MEDIA_TYPE_BYTES, "max_media_type_bytes"),
+    )
 
 
 MAX_BATCH_RESULT_BYTES = 3 * 1024 * 1024

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,9 +39,18 @@ class ExportFrame:
 class ObjectAdmin:
     """Object-level operations and the admission rules they imply for every other call."""
 
-    def __init__(self, registry: ObjectRegistry, *, placement: Placement | None = None) -> None:
+    def __init__(
+        self,
+        registry: ObjectRegistry,
+        *,
+        placement: Placement | None = None,
+        max_object_key_bytes: int = keys.MAX_OBJECT_KEY_BYTES,
+        text_limits: Sequence[files.TextLimit] = (),
+    ) -> None:
         self._registry = registry
         self._placement = placement
+        self._max_object_key_bytes = max_object_key_bytes
+        self._text_limits = tuple(text_limits)
         self._moving: dict[str, float] = {}  # object key -> lock expiry (monotonic seconds)
         self._moved: dict[str, str] = {}  # object key -> where it went
 
@@ -79,7 +88,7 @@ class ObjectAdmin:
 
     async def export(self, object_key: str, *, lock_for_move: bool, lease_seconds: int) -> AsyncGenerator[ExportFrame]:
         """A consistent copy of the object's file in frames; the last frame carries the digest."""
-        keys.check_object_key(object_key)
+        keys.check_object_key(object_key, max_bytes=self._max_object_key_bytes)
         self.admit(object_key, writing=lock_for_move)
         path = object_path(self.data_dir, object_key)
         if not path.exists():
@@ -110,7 +119,7 @@ class ObjectAdmin:
     ) -> tuple[int, int]:
         """Writes a received file, verifies its digest and integrity, installs it. Returns
         (bytes received, message rows)."""
-        keys.check_object_key(object_key)
+        keys.check_object_key(object_key, max_bytes=self._max_object_key_bytes)
         self.admit(object_key, writing=True)
         if self._registry.is_open(object_key) and not replace:
             raise FailedPrecondition("the object already exists here (set replace)", reason="FAILED_PRECONDITION")
@@ -134,8 +143,21 @@ class ObjectAdmin:
             try:
                 async with self._registry.closed(object_key):
                     target = await asyncio.to_thread(
-                        files.install_received_file, partial, object_key, self.data_dir, replace=replace
+                        files.install_received_file,
+                        partial,
+                        object_key,
+                        self.data_dir,
+                        replace=replace,
+                        text_limits=self._text_limits,
                     )
+            except files.OversizedText as exc:
+                raise InvalidArgument(
+                    f"the received file cannot be served here: {exc}; nothing was installed",
+                    reason="LIMIT_EXCEEDED",
+                    field="data",
+                    limit=exc.limit.name,
+                    limit_value=str(exc.limit.max_bytes),
+                ) from None
             except files.StoreImportError as exc:
                 raise InvalidArgument(f"the received file cannot be served: {exc}", field="data") from None
         finally:
@@ -146,7 +168,7 @@ class ObjectAdmin:
 
     async def delete(self, object_key: str, *, moved_to: str) -> bool:
         """Removes the object; later calls are refused, naming `moved_to`."""
-        keys.check_object_key(object_key)
+        keys.check_object_key(object_key, max_bytes=self._max_object_key_bytes)
         if self._placement is not None:
             self._placement.check(object_key)
         self._moved[object_key] = moved_to

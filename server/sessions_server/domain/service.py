@@ -39,6 +39,7 @@ from sessions_server.domain.limits import (
     check_size,
     exceeded,
     results_bytes,
+    stored_text_limits,
 )
 from sessions_server.domain.objects import ObjectAdmin
 from sessions_server.domain.overlays import OverlaySpan, overlay_id, overlay_message_json, plan_overlays
@@ -241,7 +242,12 @@ class SessionsService:
         self.max_query_bytes = max_query_bytes
         self.search_seconds = search_seconds
         self.limits = limits or Limits()
-        self.objects = ObjectAdmin(registry, placement=placement)
+        self.objects = ObjectAdmin(
+            registry,
+            placement=placement,
+            max_object_key_bytes=max_object_key_bytes,
+            text_limits=stored_text_limits(self.limits),
+        )
 
     def check_names(self, object_key: str, session_id: str) -> None:
         keys.check_object_key(object_key, max_bytes=self.max_object_key_bytes)

@@ -12,7 +12,8 @@ import hashlib
 import os
 import sqlite3
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from sessions_server.storage import schema
@@ -23,9 +24,48 @@ class StoreImportError(Exception):
     """The file cannot be imported (missing, not SQLite, or the object exists)."""
 
 
-def import_store_file(source: Path, object_key: str, data_dir: Path, *, replace: bool = False) -> Path:
+@dataclass(frozen=True, slots=True)
+class TextLimit:
+    """The longest text (UTF-8 bytes) a column may hold; `name` names the limit in errors."""
+
+    table: str
+    column: str
+    max_bytes: int
+    name: str
+
+
+class OversizedText(StoreImportError):
+    """A row of the file holds a text past a limit: its reads could not be answered."""
+
+    def __init__(self, limit: TextLimit, size: int, row: str) -> None:
+        super().__init__(
+            f"{row}: its {limit.column} is {size} bytes; the limit is {limit.max_bytes} bytes ({limit.name})"
+        )
+        self.limit = limit
+
+
+# How an error names a row of each table the text limits cover: its key columns.
+_ROW_KEYS = {
+    "cf_agents_session_messages": ("session_id", "id"),
+    "cf_agents_session_compactions": ("session_id", "id"),
+    "cf_agents_session_config": ("session_id", "key"),
+    "cf_agents_session_attachment_meta": ("hash",),
+}
+_ROW_NOUNS = {
+    "cf_agents_session_messages": "message",
+    "cf_agents_session_compactions": "compaction",
+    "cf_agents_session_config": "config entry",
+    "cf_agents_session_attachment_meta": "attachment",
+}
+QUOTED_KEY_CHARS = 64
+
+
+def import_store_file(
+    source: Path, object_key: str, data_dir: Path, *, replace: bool = False, text_limits: Sequence[TextLimit] = ()
+) -> Path:
     """Copies `source` in as `object_key`; returns the object's path. Run while the server that
-    owns `data_dir` is stopped, or for a key it has not opened."""
+    owns `data_dir` is stopped, or for a key it has not opened. A file with a text past one of
+    `text_limits` is refused (OversizedText) and nothing is installed."""
     if not source.is_file():
         raise StoreImportError(f"{source} is not a file")
     target = object_path(data_dir, object_key)
@@ -47,10 +87,15 @@ def import_store_file(source: Path, object_key: str, data_dir: Path, *, replace:
             if schema.table_exists(dst, "_sessions_meta"):  # the copy takes the new key
                 dst.execute("DELETE FROM _sessions_meta WHERE key = 'object_key'")
             schema.initialize(dst, object_key)
+            _check_text_sizes(dst, text_limits)
     except sqlite3.DatabaseError as exc:
         with contextlib.suppress(FileNotFoundError):
             partial.unlink()
         raise StoreImportError(f"{source} is not a usable SQLite store: {exc}") from exc
+    except StoreImportError:
+        with contextlib.suppress(FileNotFoundError):
+            partial.unlink()
+        raise
     # Unlink before renaming: a replicator tracking the old file must see a new file, not keep
     # following the old inode.
     for suffix in ("-wal", "-shm", ""):
@@ -58,6 +103,35 @@ def import_store_file(source: Path, object_key: str, data_dir: Path, *, replace:
             Path(str(target) + suffix).unlink()
     partial.replace(target)
     return target
+
+
+def _check_text_sizes(conn: sqlite3.Connection, limits: Sequence[TextLimit]) -> None:
+    """Raises OversizedText for the first row found past a limit: one scan of each table."""
+    tables = list(dict.fromkeys(limit.table for limit in limits))
+    for table in tables:
+        mine = [limit for limit in limits if limit.table == table]
+        sizes = ", ".join(f"length(CAST({limit.column} AS BLOB))" for limit in mine)
+        past = " OR ".join(f"length(CAST({limit.column} AS BLOB)) > ?" for limit in mine)
+        keys = _ROW_KEYS[table]
+        row = conn.execute(
+            f"SELECT {sizes}, {', '.join(keys)} FROM {table} WHERE {past} LIMIT 1",
+            [limit.max_bytes for limit in mine],
+        ).fetchone()
+        if row is None:
+            continue
+        for index, limit in enumerate(mine):
+            if row[index] is not None and row[index] > limit.max_bytes:
+                raise OversizedText(limit, int(row[index]), _describe_row(table, row[len(mine) :]))
+
+
+def _describe_row(table: str, key_values: Sequence[object]) -> str:
+    """Names a row by its key, each value cut short: the value may itself be the long one."""
+    parts = []
+    for column, value in zip(_ROW_KEYS[table], key_values, strict=True):
+        text = str(value)
+        quoted = text if len(text) <= QUOTED_KEY_CHARS else f"{text[:QUOTED_KEY_CHARS]}… ({len(text)} characters)"
+        parts.append(f"{column} {quoted!r}")
+    return f"the {_ROW_NOUNS[table]} with {', '.join(parts)}"
 
 
 def _verify_integrity(path: Path) -> None:
@@ -98,10 +172,12 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def install_received_file(received: Path, object_key: str, data_dir: Path, *, replace: bool) -> Path:
+def install_received_file(
+    received: Path, object_key: str, data_dir: Path, *, replace: bool, text_limits: Sequence[TextLimit] = ()
+) -> Path:
     """Verifies a received object file and installs it as `object_key`."""
     _verify_integrity(received)
-    return import_store_file(received, object_key, data_dir, replace=replace)
+    return import_store_file(received, object_key, data_dir, replace=replace, text_limits=text_limits)
 
 
 def remove_object_files(path: Path) -> bool:

@@ -411,7 +411,11 @@ class SessionServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ImportObject(self, request_iterator, context):
-        """Receives an exported object file, verifies its digest and integrity, and serves it.
+        """Receives an exported object file, verifies its digest and integrity, and serves it. A file
+        holding a text past this server's limits (a session id, message or parent id, role,
+        compaction summary or id, attachment media type: what reads send beside each frame) is
+        refused whole with INVALID_ARGUMENT (LIMIT_EXCEEDED, naming the row and the limit), and
+        nothing is installed.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

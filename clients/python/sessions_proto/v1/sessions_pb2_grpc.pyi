@@ -149,7 +149,12 @@ class SessionServiceStub:
     the snapshot on, until DeleteObject completes the move or the lease expires.
     """
     ImportObject: _grpc.StreamUnaryMultiCallable[_sessions_pb2.ImportObjectRequest, _sessions_pb2.ImportObjectResponse]
-    """Receives an exported object file, verifies its digest and integrity, and serves it."""
+    """Receives an exported object file, verifies its digest and integrity, and serves it. A file
+    holding a text past this server's limits (a session id, message or parent id, role,
+    compaction summary or id, attachment media type: what reads send beside each frame) is
+    refused whole with INVALID_ARGUMENT (LIMIT_EXCEEDED, naming the row and the limit), and
+    nothing is installed.
+    """
     DeleteObject: _grpc.UnaryUnaryMultiCallable[_sessions_pb2.DeleteObjectRequest, _sessions_pb2.DeleteObjectResponse]
     """Removes an object from this server (the last step of a move). Later calls for the key are
     refused with FAILED_PRECONDITION (OBJECT_NOT_OWNED) naming where it went, until restart.
@@ -253,7 +258,12 @@ class SessionServiceAsyncStub(SessionServiceStub):
     the snapshot on, until DeleteObject completes the move or the lease expires.
     """
     ImportObject: _aio.StreamUnaryMultiCallable[_sessions_pb2.ImportObjectRequest, _sessions_pb2.ImportObjectResponse]  # type: ignore[assignment]
-    """Receives an exported object file, verifies its digest and integrity, and serves it."""
+    """Receives an exported object file, verifies its digest and integrity, and serves it. A file
+    holding a text past this server's limits (a session id, message or parent id, role,
+    compaction summary or id, attachment media type: what reads send beside each frame) is
+    refused whole with INVALID_ARGUMENT (LIMIT_EXCEEDED, naming the row and the limit), and
+    nothing is installed.
+    """
     DeleteObject: _aio.UnaryUnaryMultiCallable[_sessions_pb2.DeleteObjectRequest, _sessions_pb2.DeleteObjectResponse]  # type: ignore[assignment]
     """Removes an object from this server (the last step of a move). Later calls for the key are
     refused with FAILED_PRECONDITION (OBJECT_NOT_OWNED) naming where it went, until restart.
@@ -528,7 +538,12 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         request_iterator: _MaybeAsyncIterator[_sessions_pb2.ImportObjectRequest],
         context: _ServicerContext,
     ) -> _typing.Union[_sessions_pb2.ImportObjectResponse, _abc.Awaitable[_sessions_pb2.ImportObjectResponse]]:
-        """Receives an exported object file, verifies its digest and integrity, and serves it."""
+        """Receives an exported object file, verifies its digest and integrity, and serves it. A file
+        holding a text past this server's limits (a session id, message or parent id, role,
+        compaction summary or id, attachment media type: what reads send beside each frame) is
+        refused whole with INVALID_ARGUMENT (LIMIT_EXCEEDED, naming the row and the limit), and
+        nothing is installed.
+        """
 
     @_abc_1.abstractmethod
     def DeleteObject(

@@ -160,7 +160,11 @@ type SessionServiceClient interface {
 	// `lock_for_move`, writes to the object are refused (UNAVAILABLE, OBJECT_MOVING: retry) from
 	// the snapshot on, until DeleteObject completes the move or the lease expires.
 	ExportObject(ctx context.Context, in *ExportObjectRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExportObjectResponse], error)
-	// Receives an exported object file, verifies its digest and integrity, and serves it.
+	// Receives an exported object file, verifies its digest and integrity, and serves it. A file
+	// holding a text past this server's limits (a session id, message or parent id, role,
+	// compaction summary or id, attachment media type: what reads send beside each frame) is
+	// refused whole with INVALID_ARGUMENT (LIMIT_EXCEEDED, naming the row and the limit), and
+	// nothing is installed.
 	ImportObject(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ImportObjectRequest, ImportObjectResponse], error)
 	// Removes an object from this server (the last step of a move). Later calls for the key are
 	// refused with FAILED_PRECONDITION (OBJECT_NOT_OWNED) naming where it went, until restart.
@@ -668,7 +672,11 @@ type SessionServiceServer interface {
 	// `lock_for_move`, writes to the object are refused (UNAVAILABLE, OBJECT_MOVING: retry) from
 	// the snapshot on, until DeleteObject completes the move or the lease expires.
 	ExportObject(*ExportObjectRequest, grpc.ServerStreamingServer[ExportObjectResponse]) error
-	// Receives an exported object file, verifies its digest and integrity, and serves it.
+	// Receives an exported object file, verifies its digest and integrity, and serves it. A file
+	// holding a text past this server's limits (a session id, message or parent id, role,
+	// compaction summary or id, attachment media type: what reads send beside each frame) is
+	// refused whole with INVALID_ARGUMENT (LIMIT_EXCEEDED, naming the row and the limit), and
+	// nothing is installed.
 	ImportObject(grpc.ClientStreamingServer[ImportObjectRequest, ImportObjectResponse]) error
 	// Removes an object from this server (the last step of a move). Later calls for the key are
 	// refused with FAILED_PRECONDITION (OBJECT_NOT_OWNED) naming where it went, until restart.

@@ -3581,7 +3581,11 @@ export const SessionService: GenService<{
     output: typeof ExportObjectResponseSchema;
   },
   /**
-   * Receives an exported object file, verifies its digest and integrity, and serves it.
+   * Receives an exported object file, verifies its digest and integrity, and serves it. A file
+   * holding a text past this server's limits (a session id, message or parent id, role,
+   * compaction summary or id, attachment media type: what reads send beside each frame) is
+   * refused whole with INVALID_ARGUMENT (LIMIT_EXCEEDED, naming the row and the limit), and
+   * nothing is installed.
    *
    * @generated from rpc sessions.v1.SessionService.ImportObject
    */

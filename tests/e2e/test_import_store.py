@@ -1,0 +1,60 @@
+"""`sessions-server import-store`: a file whose rows hold texts past the limits is refused, naming
+the row and the limit, and nothing is installed; the limits are the same flags as `serve`'s."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+from sessions_client import SessionsClient
+from sessions_server.storage.paths import object_path
+from tests.e2e.conftest import ServerProcess
+
+LONG_ROLE = "r" * 20_000  # past the default 16 KiB
+
+
+def _import_store(source: Path, data_dir: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "sessions_server.cli", "import-store", str(source), "--object-key", "imported"]
+    return subprocess.run([*command, "--data-dir", str(data_dir), *flags], capture_output=True, text=True, check=False)
+
+
+def _store_with_a_long_role(tmp_path: Path) -> Path:
+    """A store written by a server, then given a role no server would have accepted."""
+    server = ServerProcess(tmp_path / "origin").start()
+    try:
+        with SessionsClient(server.address) as client:
+            session = client.object("origin").session()
+            for index in range(3):
+                session.append_message({"id": f"m{index}", "role": "user", "parts": [{"type": "text", "text": "hi"}]})
+    finally:
+        server.stop()
+    copy = tmp_path / "upstream.sqlite"
+    live = sqlite3.connect(object_path(tmp_path / "origin", "origin"))
+    with contextlib.closing(live), contextlib.closing(sqlite3.connect(copy)) as out:
+        live.backup(out)
+        out.execute("UPDATE cf_agents_session_messages SET role = ? WHERE id = 'm1'", (LONG_ROLE,))
+        out.commit()
+    return copy
+
+
+def test_a_store_with_a_role_past_the_limit_is_refused_until_the_limit_is_raised(tmp_path: Path) -> None:
+    source = _store_with_a_long_role(tmp_path)
+    data_dir = tmp_path / "data"
+
+    refused = _import_store(source, data_dir)
+    assert refused.returncode == 1
+    assert "id 'm1': its role is 20000 bytes; the limit is 16384 bytes (max_role_bytes)" in refused.stderr
+    assert not object_path(data_dir, "imported").exists()
+
+    done = _import_store(source, data_dir, "--max-role-bytes", "32768")
+    assert done.returncode == 0, done.stderr
+    server = ServerProcess(data_dir, "--max-role-bytes", "32768").start()
+    try:
+        with SessionsClient(server.address) as client:
+            stats = client.object("imported").session().get_history_row_stats()  # rows' role column
+    finally:
+        server.stop()
+    assert [(s.id, s.role) for s in stats] == [("m0", "user"), ("m1", LONG_ROLE), ("m2", "user")]

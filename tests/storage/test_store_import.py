@@ -1,0 +1,139 @@
+"""Importing a store file (import-store, ImportObject): a file holding a text past a limit is
+refused whole, naming the row and the limit, and nothing is installed; reads could not carry it."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from sessions_server.storage import files, schema
+from sessions_server.storage.paths import object_path
+
+MESSAGES = "cf_agents_session_messages"
+COMPACTIONS = "cf_agents_session_compactions"
+CONFIG = "cf_agents_session_config"
+MEDIA = "cf_agents_session_attachment_meta"
+LIMIT = 100
+
+# Every (table, column) a limit can cover, with a row whose text goes in that column.
+COLUMNS = [
+    (MESSAGES, "session_id"),
+    (MESSAGES, "id"),
+    (MESSAGES, "parent_id"),
+    (MESSAGES, "role"),
+    (COMPACTIONS, "session_id"),
+    (COMPACTIONS, "id"),
+    (COMPACTIONS, "from_message_id"),
+    (COMPACTIONS, "to_message_id"),
+    (COMPACTIONS, "summary"),
+    (CONFIG, "session_id"),
+    (MEDIA, "media_type"),
+]
+
+
+def _store(path: Path, table: str, column: str, text: str) -> Path:
+    """A store holding ordinary rows in every table, and `text` in `column` of one row of `table`."""
+    rows = {
+        MESSAGES: {
+            "session_id": "s",
+            "id": "m1",
+            "seq": 1,
+            "parent_id": "m0",
+            "role": "user",
+            "content": '{"id":"m1","role":"user","parts":[]}',
+            "created_at": 1,
+        },
+        COMPACTIONS: {
+            "session_id": "s",
+            "id": "c1",
+            "seq": 1,
+            "summary": "short",
+            "from_message_id": "m0",
+            "to_message_id": "m1",
+            "created_at": 1,
+        },
+        CONFIG: {"session_id": "s", "key": "compaction_policy", "value": "{}"},
+        MEDIA: {"hash": "ab" * 32, "bytes": 1, "media_type": "image/png", "chunks": 1},
+    }
+    rows[table][column] = text
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        conn.isolation_level = None
+        schema.initialize(conn, "origin")
+        conn.execute(  # a second, ordinary message first: the scan must go past it
+            f"INSERT INTO {MESSAGES} (session_id, id, seq, role, content, created_at)"
+            " VALUES ('s', 'm0', 0, 'user', '{}', 1)"
+        )
+        for name, row in rows.items():
+            conn.execute(
+                f"INSERT INTO {name} ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})", list(row.values())
+            )
+    return path
+
+
+def _limits(max_bytes: int = LIMIT) -> list[files.TextLimit]:
+    return [files.TextLimit(table, column, max_bytes, f"max_{column}") for table, column in COLUMNS]
+
+
+def _leftovers(data_dir: Path) -> list[Path]:
+    return [p for p in data_dir.rglob("*") if p.is_file()]
+
+
+@pytest.mark.parametrize(("table", "column"), COLUMNS)
+def test_a_text_one_byte_past_its_limit_is_refused_and_nothing_installed(
+    tmp_path: Path, table: str, column: str
+) -> None:
+    source = _store(tmp_path / "source.sqlite", table, column, "x" * (LIMIT + 1))
+    before = source.read_bytes()
+    data_dir = tmp_path / "data"
+    with pytest.raises(files.OversizedText) as refused:
+        files.import_store_file(source, "k", data_dir, text_limits=_limits())
+    assert refused.value.limit == files.TextLimit(table, column, LIMIT, f"max_{column}")
+    assert f"its {column} is {LIMIT + 1} bytes; the limit is {LIMIT} bytes (max_{column})" in str(refused.value)
+    assert _leftovers(data_dir) == []  # no object, no partial copy
+    assert source.read_bytes() == before
+
+
+@pytest.mark.parametrize(("table", "column"), COLUMNS)
+def test_a_text_at_its_limit_is_imported(tmp_path: Path, table: str, column: str) -> None:
+    source = _store(tmp_path / "source.sqlite", table, column, "x" * LIMIT)
+    target = files.import_store_file(source, "k", tmp_path / "data", text_limits=_limits())
+    assert target == object_path(tmp_path / "data", "k")
+    with contextlib.closing(sqlite3.connect(target)) as conn:
+        assert conn.execute(f"SELECT count(*) FROM {table} WHERE {column} = ?", ("x" * LIMIT,)).fetchone() == (1,)
+
+
+def test_texts_are_measured_in_utf8_bytes(tmp_path: Path) -> None:
+    role = "é" * 51  # 51 characters, 102 bytes
+    source = _store(tmp_path / "source.sqlite", MESSAGES, "role", role)
+    with pytest.raises(files.OversizedText, match="its role is 102 bytes"):
+        files.import_store_file(source, "k", tmp_path / "data", text_limits=_limits())
+
+
+def test_the_row_is_named_with_its_key_cut_short(tmp_path: Path) -> None:
+    source = _store(tmp_path / "source.sqlite", MESSAGES, "id", "i" * 5_000)
+    with pytest.raises(files.OversizedText) as refused:
+        files.import_store_file(source, "k", tmp_path / "data", text_limits=_limits())
+    message = str(refused.value)
+    assert message.startswith(f"the message with session_id 's', id '{'i' * 64}… (5000 characters)'")
+    assert len(message) < 300
+
+
+def test_a_refused_replacement_keeps_the_object_it_would_replace(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    first = files.import_store_file(
+        _store(tmp_path / "ok.sqlite", MESSAGES, "role", "user"), "k", data_dir, text_limits=_limits()
+    )
+    kept = first.read_bytes()
+    bad = _store(tmp_path / "bad.sqlite", COMPACTIONS, "summary", "s" * 1_000)
+    with pytest.raises(files.OversizedText):
+        files.import_store_file(bad, "k", data_dir, replace=True, text_limits=_limits())
+    assert first.read_bytes() == kept
+    assert _leftovers(data_dir) == [first]
+
+
+def test_without_limits_any_text_is_imported(tmp_path: Path) -> None:
+    source = _store(tmp_path / "source.sqlite", MESSAGES, "role", "r" * 10_000)
+    assert files.import_store_file(source, "k", tmp_path / "data").exists()
