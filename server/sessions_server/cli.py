@@ -15,8 +15,11 @@ from typing import Any
 from sessions_server import allocator
 from sessions_server.config import (
     DEFAULT_DRAIN_SECONDS,
+    DEFAULT_KEEPALIVE_SECONDS,
+    DEFAULT_KEEPALIVE_TIMEOUT_SECONDS,
     DEFAULT_LISTEN,
     DEFAULT_MAX_REQUEST_BYTES,
+    DEFAULT_MIN_CLIENT_PING_SECONDS,
     ServerConfig,
 )
 from sessions_server.domain import paths
@@ -171,6 +174,24 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="event loop: uvloop (a quarter less loop CPU per call) or asyncio; auto picks uvloop when installed",
     )
+    serve.add_argument(
+        "--keepalive-seconds",
+        type=float,
+        default=DEFAULT_KEEPALIVE_SECONDS,
+        help=f"ping a connection silent this long; close it if unanswered (default {DEFAULT_KEEPALIVE_SECONDS:g})",
+    )
+    serve.add_argument(
+        "--keepalive-timeout-seconds",
+        type=float,
+        default=DEFAULT_KEEPALIVE_TIMEOUT_SECONDS,
+        help=f"how long a keepalive ping may go unanswered (default {DEFAULT_KEEPALIVE_TIMEOUT_SECONDS:g})",
+    )
+    serve.add_argument(
+        "--min-client-ping-seconds",
+        type=float,
+        default=DEFAULT_MIN_CLIENT_PING_SECONDS,
+        help=f"shortest interval of client keepalive pings accepted (default {DEFAULT_MIN_CLIENT_PING_SECONDS:g})",
+    )
     serve.add_argument("--log-level", default="WARNING", help="logging level (default WARNING)")
     mover = commands.add_parser("move-object", help="move an object from one server to another, verified")
     mover.add_argument("--object-key", required=True, action="append", help="the object to move (repeatable)")
@@ -247,6 +268,9 @@ def main(argv: list[str] | None = None) -> int:
         max_object_key_bytes=args.max_object_key_bytes,
         drain_seconds=args.drain_seconds,
         progress_seconds=args.progress_seconds,
+        keepalive_seconds=args.keepalive_seconds,
+        keepalive_timeout_seconds=args.keepalive_timeout_seconds,
+        min_client_ping_seconds=args.min_client_ping_seconds,
         idle_seconds=args.idle_seconds,
         search_seconds=args.search_seconds,
         max_query_bytes=args.max_query_bytes,

@@ -14,6 +14,9 @@ DEFAULT_LISTEN = "127.0.0.1:50051"
 DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
 DEFAULT_WORKER_THREADS = 8
 DEFAULT_DRAIN_SECONDS = 10.0
+DEFAULT_KEEPALIVE_SECONDS = 60.0
+DEFAULT_KEEPALIVE_TIMEOUT_SECONDS = 20.0
+DEFAULT_MIN_CLIENT_PING_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,16 @@ class ServerConfig:
     worker_threads: int = DEFAULT_WORKER_THREADS
     drain_seconds: float = DEFAULT_DRAIN_SECONDS
     progress_seconds: float = 10.0
+    # The server pings each connection after this long without hearing from it, and closes it
+    # when no answer comes within the timeout: calls of a vanished client (a Subscribe holding
+    # one of the object's subscriber slots, a stream stalled on flow control) end in about
+    # a minute instead of when TCP gives up (15 minutes or more).
+    keepalive_seconds: float = DEFAULT_KEEPALIVE_SECONDS
+    keepalive_timeout_seconds: float = DEFAULT_KEEPALIVE_TIMEOUT_SECONDS
+    # Clients' own keepalive pings are accepted this often, with or without calls in flight.
+    # gRPC's default (5 minutes, calls required) answers a client keepalive of 30 s with a
+    # GOAWAY (too_many_pings) that fails the calls in flight.
+    min_client_ping_seconds: float = DEFAULT_MIN_CLIENT_PING_SECONDS
     idle_seconds: float = 30.0
     search_seconds: float = 2.0
     max_query_bytes: int = 4096

@@ -113,6 +113,7 @@ async def create_server(config: ServerConfig) -> RunningServer:
             ("grpc.max_receive_message_length", config.max_request_bytes),
             ("grpc.max_send_message_length", framing.RESPONSE_LIMIT_BYTES),
             ("grpc.so_reuseport", 0),
+            *_keepalive_options(config),
             *config.extra_options,
         ],
     )
@@ -186,6 +187,22 @@ def _bind(server: grpc.aio.Server, config: ServerConfig) -> int:
             "or --allow-plaintext behind a trusted network"
         )
     return server.add_insecure_port(config.listen)
+
+
+def _keepalive_options(config: ServerConfig) -> list[tuple[str, int]]:
+    """gRPC core's options for the keepalive policy in `ServerConfig`."""
+    timeout_ms = round(config.keepalive_timeout_seconds * 1000)
+    return [
+        ("grpc.keepalive_time_ms", round(config.keepalive_seconds * 1000)),
+        ("grpc.keepalive_timeout_ms", timeout_ms),
+        # grpc 1.85 waits for a keepalive ping's answer as for any ping (60 s by default): with
+        # keepalive_timeout_ms alone, a connection to a vanished client stayed open (measured).
+        ("grpc.http2.ping_timeout_ms", timeout_ms),
+        ("grpc.keepalive_permit_without_calls", 1),
+        # The server-side spelling of GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS; a
+        # "min_recv" spelling is silently ignored.
+        ("grpc.http2.min_ping_interval_without_data_ms", round(config.min_client_ping_seconds * 1000)),
+    ]
 
 
 def _reflection_guarded(
