@@ -3,6 +3,8 @@ calls held once the server's pings go unanswered, and clients' own keepalive pin
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import socket
 import threading
 import time
@@ -12,6 +14,8 @@ from pathlib import Path
 import grpc
 import pytest
 
+from sessions_client import SessionsClient, SessionsError, aio
+from sessions_client._common import channel_options
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
 from tests.e2e.conftest import ServerProcess
@@ -135,3 +139,56 @@ def test_client_keepalive_pings_do_not_end_a_quiet_stream(tmp_path: Path) -> Non
     finally:
         channel.close()
         server.stop()
+
+
+@pytest.fixture
+def plain_server(tmp_path: Path) -> Iterator[ServerProcess]:
+    server = ServerProcess(tmp_path / "data").start()
+    yield server
+    server.stop()
+
+
+def test_the_python_client_notices_a_vanished_server_during_a_subscription(plain_server: ServerProcess) -> None:
+    relay = Blackhole(plain_server.address)
+    client = SessionsClient(relay.address, keepalive_seconds=0.5, keepalive_timeout_seconds=0.5)
+    events = client.object("watched").subscribe(include_progress=True, reconnect_attempts=0)
+    try:
+        assert next(events).type == "progress"
+        relay.vanish()
+        waiting = concurrent.futures.ThreadPoolExecutor(1)
+        with pytest.raises(SessionsError) as failed:
+            waiting.submit(next, events).result(timeout=ADMISSION_DEADLINE_SECONDS)  # not forever
+        waiting.shutdown(wait=False)
+        assert failed.value.code == grpc.StatusCode.UNAVAILABLE
+    finally:
+        client.close()
+        relay.close()
+
+
+def test_the_asyncio_client_notices_a_vanished_server_during_a_subscription(plain_server: ServerProcess) -> None:
+    relay = Blackhole(plain_server.address)
+
+    async def scenario() -> grpc.StatusCode:
+        client = aio.SessionsClient(relay.address, keepalive_seconds=0.5, keepalive_timeout_seconds=0.5)
+        events = client.object("watched").subscribe(include_progress=True, reconnect_attempts=0)
+        try:
+            assert (await anext(events)).type == "progress"
+            relay.vanish()
+            with pytest.raises(SessionsError) as failed:
+                await asyncio.wait_for(anext(events), ADMISSION_DEADLINE_SECONDS)  # not forever
+            return failed.value.code
+        finally:
+            await client.close()
+
+    try:
+        assert asyncio.run(scenario()) == grpc.StatusCode.UNAVAILABLE
+    finally:
+        relay.close()
+
+
+def test_caller_options_override_the_client_keepalive() -> None:
+    chosen = dict(channel_options([("grpc.keepalive_time_ms", 5_000), ("grpc.lb_policy_name", "pick_first")], 30, 10))
+    assert chosen["grpc.keepalive_time_ms"] == 5_000
+    assert chosen["grpc.keepalive_timeout_ms"] == 10_000
+    assert chosen["grpc.lb_policy_name"] == "pick_first"
+    assert channel_options([], None, 10) == []  # keepalive off

@@ -532,6 +532,28 @@ def attachment_mode(pointers: bool) -> pb.AttachmentMode.ValueType:
     return pb.ATTACHMENT_MODE_POINTER if pointers else pb.ATTACHMENT_MODE_INLINE
 
 
+KEEPALIVE_SECONDS: Final = 30.0
+KEEPALIVE_TIMEOUT_SECONDS: Final = 10.0
+
+
+def channel_options(
+    options: Sequence[tuple[str, Any]], keepalive_seconds: float | None, keepalive_timeout_seconds: float
+) -> list[tuple[str, Any]]:
+    """A channel's options: keepalive pings while calls are open, then the caller's `options`,
+    which win. Without pings, a stream whose server or network vanished without closing the
+    connection (a Subscribe waiting for its next event, say) waits forever: the client sends
+    nothing on it that could fail. With them it fails UNAVAILABLE, and a subscription resumes."""
+    chosen: dict[str, Any] = {}
+    if keepalive_seconds is not None:
+        timeout_ms = round(keepalive_timeout_seconds * 1000)
+        chosen["grpc.keepalive_time_ms"] = round(keepalive_seconds * 1000)
+        chosen["grpc.keepalive_timeout_ms"] = timeout_ms
+        chosen["grpc.http2.ping_timeout_ms"] = timeout_ms  # grpc 1.85 waits for a keepalive ping this long
+        chosen["grpc.http2.max_pings_without_data"] = 0  # a server stream sends the server nothing
+    chosen.update(options)
+    return list(chosen.items())
+
+
 # Status codes after which a subscription reconnects by itself (server restart or drain).
 RECONNECT_CODES: Final = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED})
 

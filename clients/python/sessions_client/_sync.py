@@ -11,6 +11,8 @@ import grpc
 
 from sessions_client._common import (
     AUTO,
+    KEEPALIVE_SECONDS,
+    KEEPALIVE_TIMEOUT_SECONDS,
     PACKED_MESSAGES,
     RECONNECT_CODES,
     SEARCH_HITS_PER_RESPONSE,
@@ -38,6 +40,7 @@ from sessions_client._common import (
     TlsConfig,
     UpsertResult,
     attachment_mode,
+    channel_options,
     collect_search,
     frames_of,
     history_request,
@@ -71,12 +74,15 @@ class SessionsClient:
         timeout: float | None = None,
         token: str | None = None,
         tls: TlsConfig | None = None,
+        keepalive_seconds: float | None = KEEPALIVE_SECONDS,
+        keepalive_timeout_seconds: float = KEEPALIVE_TIMEOUT_SECONDS,
     ) -> None:
         if channel is None:
+            chosen = channel_options(options, keepalive_seconds, keepalive_timeout_seconds)
             channel = (
-                grpc.secure_channel(target, tls.credentials(), options=list(options))
+                grpc.secure_channel(target, tls.credentials(), options=chosen)
                 if tls is not None
-                else grpc.insecure_channel(target, options=list(options))
+                else grpc.insecure_channel(target, options=chosen)
             )
         self._channel = channel
         self._token = token

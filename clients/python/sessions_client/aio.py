@@ -13,6 +13,8 @@ import grpc.aio
 
 from sessions_client._common import (
     AUTO,
+    KEEPALIVE_SECONDS,
+    KEEPALIVE_TIMEOUT_SECONDS,
     PACKED_MESSAGES,
     RECONNECT_CODES,
     SEARCH_HITS_PER_RESPONSE,
@@ -39,6 +41,7 @@ from sessions_client._common import (
     TlsConfig,
     UpsertResult,
     attachment_mode,
+    channel_options,
     collect_search,
     frames_of,
     history_request,
@@ -72,12 +75,15 @@ class SessionsClient:
         timeout: float | None = None,
         token: str | None = None,
         tls: TlsConfig | None = None,
+        keepalive_seconds: float | None = KEEPALIVE_SECONDS,
+        keepalive_timeout_seconds: float = KEEPALIVE_TIMEOUT_SECONDS,
     ) -> None:
         if channel is None:
+            chosen = channel_options(options, keepalive_seconds, keepalive_timeout_seconds)
             channel = (
-                grpc.aio.secure_channel(target, tls.credentials(), options=list(options))
+                grpc.aio.secure_channel(target, tls.credentials(), options=chosen)
                 if tls is not None
-                else grpc.aio.insecure_channel(target, options=list(options))
+                else grpc.aio.insecure_channel(target, options=chosen)
             )
         self._channel = channel
         self._token = token
