@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 
 	pb "github.com/sessions-dev/sessions/clients/go/gen/sessions/v1"
@@ -45,12 +46,30 @@ type Client struct {
 type DialOption func(*dialConfig)
 
 type dialConfig struct {
-	grpcOpts    []grpc.DialOption
-	creds       credentials.TransportCredentials
-	conn        *grpc.ClientConn
-	block       bool
-	callTimeout time.Duration
-	token       string
+	grpcOpts         []grpc.DialOption
+	creds            credentials.TransportCredentials
+	conn             *grpc.ClientConn
+	block            bool
+	callTimeout      time.Duration
+	token            string
+	keepaliveTime    time.Duration
+	keepaliveTimeout time.Duration
+}
+
+// Keepalive defaults: while calls are open, the client pings a connection it has not heard
+// from for 30 s and drops it when 10 s pass without an answer.
+const (
+	DefaultKeepaliveTime    = 30 * time.Second
+	DefaultKeepaliveTimeout = 10 * time.Second
+)
+
+// WithKeepalive sets how long a connection may stay silent while calls are open before the
+// client pings it (at least 10 s, gRPC's floor), and how long it waits for the answer before
+// failing those calls with UNAVAILABLE. Without pings, a stream whose server or network
+// vanished without closing the connection (a Subscribe waiting for its next event) would wait
+// forever. A zero time turns pinging off.
+func WithKeepalive(time, timeout time.Duration) DialOption {
+	return func(c *dialConfig) { c.keepaliveTime, c.keepaliveTimeout = time, timeout }
 }
 
 // WithTransportCredentials sets the connection's credentials (TLS, mTLS). The default is an
@@ -90,7 +109,7 @@ func WithCallTimeout(d time.Duration) DialOption {
 
 // Dial connects to a Sessions server at target (e.g. "127.0.0.1:50051" or "dns:///host:port").
 func Dial(ctx context.Context, target string, opts ...DialOption) (*Client, error) {
-	cfg := dialConfig{}
+	cfg := dialConfig{keepaliveTime: DefaultKeepaliveTime, keepaliveTimeout: DefaultKeepaliveTimeout}
 	for _, opt := range opts {
 		opt(&cfg)
 	}
@@ -103,7 +122,12 @@ func Dial(ctx context.Context, target string, opts ...DialOption) (*Client, erro
 		if creds == nil {
 			creds = insecure.NewCredentials()
 		}
-		grpcOpts := append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, cfg.grpcOpts...)
+		grpcOpts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+		if cfg.keepaliveTime > 0 {
+			params := keepalive.ClientParameters{Time: cfg.keepaliveTime, Timeout: cfg.keepaliveTimeout}
+			grpcOpts = append(grpcOpts, grpc.WithKeepaliveParams(params))
+		}
+		grpcOpts = append(grpcOpts, cfg.grpcOpts...) // the caller's options come last and win
 		conn, err := grpc.NewClient(target, grpcOpts...)
 		if err != nil {
 			return nil, toError(err)
