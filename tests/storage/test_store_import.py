@@ -137,3 +137,25 @@ def test_a_refused_replacement_keeps_the_object_it_would_replace(tmp_path: Path)
 def test_without_limits_any_text_is_imported(tmp_path: Path) -> None:
     source = _store(tmp_path / "source.sqlite", MESSAGES, "role", "r" * 10_000)
     assert files.import_store_file(source, "k", tmp_path / "data").exists()
+
+
+def test_an_import_and_a_removal_sync_the_directories_their_names_live_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A power cut cannot be simulated here; what can be checked is that the directories whose
+    # entries changed were synced (fsync passes through: the spy only records).
+    synced: list[Path] = []
+    real_fsync = files.os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        synced.append(Path(files.os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    monkeypatch.setattr(files.os, "fsync", recording_fsync)
+    data_dir = tmp_path / "data"
+    source = _store(tmp_path / "source.sqlite", MESSAGES, "role", "user")
+    target = files.import_store_file(source, "k", data_dir)
+    assert synced == [target.parent, target.parent.parent, target.parent.parent.parent, data_dir]
+    synced.clear()
+    assert files.remove_object_files(target)
+    assert synced == [target.parent]

@@ -102,6 +102,10 @@ def import_store_file(
         with contextlib.suppress(FileNotFoundError):
             Path(str(target) + suffix).unlink()
     partial.replace(target)
+    # The copy's bytes were synced by its commit; its name, and the directories a first object
+    # in them created, are durable only once their directories are. ImportObject answers after
+    # this, and a move then deletes the source.
+    _sync_directories(target.parent, data_dir)
     return target
 
 
@@ -186,7 +190,22 @@ def remove_object_files(path: Path) -> bool:
     for suffix in ("-wal", "-shm", ""):
         with contextlib.suppress(FileNotFoundError):
             Path(str(path) + suffix).unlink()
+    if existed:  # else a restart after a power cut could find the moved object here again
+        _sync_directories(path.parent, path.parent)
     return existed
+
+
+def _sync_directories(directory: Path, top: Path) -> None:
+    """Syncs `directory` and its ancestors up to `top`: an entry made or removed in a directory
+    survives a power cut only once the directory itself is synced."""
+    for current in (directory, *directory.parents):
+        fd = os.open(current, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if current == top or top not in current.parents:
+            return
 
 
 def list_object_files(data_dir: Path, after: str, limit: int) -> list[Path]:
