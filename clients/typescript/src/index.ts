@@ -140,6 +140,11 @@ export interface SubscribeOptions {
   resumeAfterRevision?: bigint | string | number;
   /** Cancels the subscription (breaking out of the loop does too). */
   signal?: AbortSignal;
+  /**
+   * Reconnections in a row after the server went away (UNAVAILABLE or CANCELLED) before the
+   * error is thrown (default 20; 0 never reconnects). Each resumes after the last revision seen.
+   */
+  reconnectAttempts?: number;
 }
 
 export type ChangeTypeName =
@@ -667,12 +672,36 @@ export class ObjectHandle {
 
   /**
    * Streams the object's change events in commit order (of every session, or of `sessionId`).
-   * Large messages are reassembled. Break out of the loop (or abort `signal`) to unsubscribe.
+   * Large messages are reassembled. When the server goes away (a drain, a restart, a connection
+   * its keepalive found dead: UNAVAILABLE or CANCELLED) it reconnects by itself, resuming after
+   * the last revision seen; a RESET event then means events were missed (re-read state). Break
+   * out of the loop (or abort `signal`) to unsubscribe.
    */
   async *subscribe(options: SubscribeOptions = {}): AsyncGenerator<ChangeEvent> {
+    let after = BigInt(options.resumeAfterRevision ?? 0);
+    const maxAttempts = options.reconnectAttempts ?? RECONNECT_ATTEMPTS;
+    let attempts = 0;
+    for (;;) {
+      try {
+        for await (const event of this.subscribeOnce(after, options)) {
+          attempts = 0;
+          after = event.revision; // everything up to it has been delivered (or reset)
+          yield event;
+        }
+        return;
+      } catch (error) {
+        const retryable = error instanceof SessionsError && RECONNECT_CODES.has(error.code);
+        if (!retryable || options.signal?.aborted === true || attempts >= maxAttempts) throw error;
+        attempts += 1;
+        await pause(Math.min(2000, 50 * 2 ** attempts), options.signal);
+      }
+    }
+  }
+
+  private async *subscribeOnce(after: bigint, options: SubscribeOptions): AsyncGenerator<ChangeEvent> {
     const request = {
       objectKey: this.key,
-      resumeAfterRevision: BigInt(options.resumeAfterRevision ?? 0),
+      resumeAfterRevision: after,
       ...(options.sessionId !== undefined ? { sessionId: options.sessionId } : {}),
     };
     const assembler = new FrameAssembler();
@@ -704,6 +733,24 @@ export class ObjectHandle {
     }
     assembler.finish();
   }
+}
+
+/** Status codes after which a subscription reconnects by itself (the server went away). */
+const RECONNECT_CODES = new Set(["UNAVAILABLE", "CANCELLED"]);
+/** Reconnections in a row before a subscription gives up (as the Python and Go clients). */
+export const RECONNECT_ATTEMPTS = 20;
+
+/** Waits `ms`, or less when `signal` aborts. */
+function pause(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(done, ms);
+    function done(): void {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", done);
+      resolve();
+    }
+    signal?.addEventListener("abort", done, { once: true });
+  });
 }
 
 /** One session inside an object; messages are plain objects. */

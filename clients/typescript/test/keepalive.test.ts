@@ -3,7 +3,7 @@ import net from "node:net";
 import { after, before, test } from "node:test";
 
 import { SessionsClient, SessionsError } from "../src/index.js";
-import { TestServer, freshKey } from "./server.js";
+import { TestServer, freshKey, msg } from "./server.js";
 
 let server: TestServer;
 
@@ -15,12 +15,13 @@ after(async () => {
 });
 
 /**
- * A TCP relay to the server that, once `vanish()` is called, moves no bytes either way but keeps
- * every connection open: a server whose host or network went away.
+ * A TCP relay to the server. `vanish()` stops every connection open so far from moving bytes
+ * either way, but keeps it open: a server whose host or network went away. Connections made
+ * later work (the network came back).
  */
 class Blackhole {
   private readonly sockets: net.Socket[] = [];
-  private vanished = false;
+  private readonly dead = new Set<net.Socket>();
 
   private constructor(private readonly listener: net.Server) {}
 
@@ -32,7 +33,7 @@ class Blackhole {
       hole!.sockets.push(client, upstream);
       for (const [source, sink] of [[client, upstream], [upstream, client]] as const) {
         source.on("data", (chunk) => {
-          if (!hole!.vanished) sink.write(chunk);
+          if (!hole!.dead.has(source)) sink.write(chunk);
         });
         source.on("error", () => {});
       }
@@ -47,8 +48,10 @@ class Blackhole {
   }
 
   vanish(): void {
-    this.vanished = true;
-    for (const socket of this.sockets) socket.pause(); // reads nothing more, answers nothing
+    for (const socket of this.sockets) {
+      this.dead.add(socket);
+      socket.pause(); // reads nothing more, answers nothing
+    }
   }
 
   close(): void {
@@ -61,7 +64,7 @@ test("a subscription notices a server that vanished without closing the connecti
   const hole = await Blackhole.start(server.address);
   const client = new SessionsClient(hole.address, { keepaliveMs: 500, keepaliveTimeoutMs: 500 });
   try {
-    const events = client.object(freshKey()).subscribe()[Symbol.asyncIterator]();
+    const events = client.object(freshKey()).subscribe({ reconnectAttempts: 0 })[Symbol.asyncIterator]();
     assert.equal((await events.next()).value?.type, "PROGRESS");
     hole.vanish();
     let timer: NodeJS.Timeout | undefined;
@@ -78,6 +81,34 @@ test("a subscription notices a server that vanished without closing the connecti
     assert.equal(outcome.code, "UNAVAILABLE", outcome.message);
   } finally {
     client.close(); // right after the failure: must not raise the connection's error uncaught
+    hole.close();
+  }
+});
+
+test("a subscription whose connection died resumes on a new one, missing nothing", async () => {
+  const hole = await Blackhole.start(server.address);
+  const client = new SessionsClient(hole.address, { keepaliveMs: 500, keepaliveTimeoutMs: 500 });
+  const writer = server.client();
+  const key = freshKey();
+  try {
+    const events = client.object(key).subscribe()[Symbol.asyncIterator]();
+    assert.equal((await events.next()).value?.type, "PROGRESS");
+    await writer.object(key).session().appendMessage(msg("before"));
+    assert.equal((await events.next()).value?.message?.id, "before");
+    hole.vanish(); // the connection dies; the next one works
+    await writer.object(key).session().appendMessage(msg("during"));
+    await writer.object(key).session().appendMessage(msg("after"));
+    const seen: string[] = [];
+    while (seen.length < 2) {
+      const next = await events.next();
+      assert.equal(next.done, false);
+      if (next.value!.type === "APPEND") seen.push(next.value!.message!.id as string);
+      else assert.equal(next.value!.type, "PROGRESS", `unexpected ${next.value!.type}`);
+    }
+    assert.deepEqual(seen, ["during", "after"]);
+    await events.return(undefined);
+  } finally {
+    client.close();
     hole.close();
   }
 });
