@@ -159,3 +159,22 @@ def test_an_import_and_a_removal_sync_the_directories_their_names_live_in(
     synced.clear()
     assert files.remove_object_files(target)
     assert synced == [target.parent]
+
+
+def test_a_corrupt_store_is_refused_and_nothing_installed(tmp_path: Path) -> None:
+    source = tmp_path / "source.sqlite"
+    with contextlib.closing(sqlite3.connect(source)) as conn:
+        conn.isolation_level = None
+        schema.initialize(conn, "origin")
+        content = '{"id":"m","role":"user","parts":[{"type":"text","text":"' + "x" * 500 + '"}]}'
+        conn.executemany(
+            f"INSERT INTO {MESSAGES} (session_id, id, seq, role, content, created_at) VALUES ('', ?, ?, 'user', ?, 1)",
+            [(f"m{i:05d}", i, content) for i in range(2_000)],
+        )
+    size = source.stat().st_size
+    with source.open("r+b") as damaged:  # pages the copy carries over as they are
+        damaged.seek(size // 2)
+        damaged.write(bytes(range(256)) * 12)
+    with pytest.raises(files.StoreImportError, match=r"malformed|integrity check failed"):
+        files.import_store_file(source, "k", tmp_path / "data")
+    assert _leftovers(tmp_path / "data") == []

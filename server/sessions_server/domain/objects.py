@@ -143,7 +143,7 @@ class ObjectAdmin:
             try:
                 async with self._registry.closed(object_key):
                     target = await asyncio.to_thread(
-                        files.install_received_file,
+                        files.import_store_file,
                         partial,
                         object_key,
                         self.data_dir,

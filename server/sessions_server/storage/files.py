@@ -64,8 +64,9 @@ def import_store_file(
     source: Path, object_key: str, data_dir: Path, *, replace: bool = False, text_limits: Sequence[TextLimit] = ()
 ) -> Path:
     """Copies `source` in as `object_key`; returns the object's path. Run while the server that
-    owns `data_dir` is stopped, or for a key it has not opened. A file with a text past one of
-    `text_limits` is refused (OversizedText) and nothing is installed."""
+    owns `data_dir` is stopped, or for a key it has not opened. A file that fails SQLite's
+    integrity check, or holds a text past one of `text_limits` (OversizedText), is refused and
+    nothing is installed."""
     if not source.is_file():
         raise StoreImportError(f"{source} is not a file")
     target = object_path(data_dir, object_key)
@@ -83,6 +84,7 @@ def import_store_file(
         finally:
             src.close()
         with contextlib.closing(dst):
+            _check_integrity(dst)  # the copy: a corrupt source would fail every later read of it
             dst.isolation_level = None
             if schema.table_exists(dst, "_sessions_meta"):  # the copy takes the new key
                 dst.execute("DELETE FROM _sessions_meta WHERE key = 'object_key'")
@@ -138,14 +140,10 @@ def _describe_row(table: str, key_values: Sequence[object]) -> str:
     return f"the {_ROW_NOUNS[table]} with {', '.join(parts)}"
 
 
-def _verify_integrity(path: Path) -> None:
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        result = conn.execute("PRAGMA integrity_check").fetchone()[0]
-    finally:
-        conn.close()
-    if result != "ok":
-        raise StoreImportError(f"integrity check failed: {result}")
+def _check_integrity(conn: sqlite3.Connection) -> None:
+    problems = [str(row[0]) for row in conn.execute("PRAGMA integrity_check(5)")]
+    if problems != ["ok"]:
+        raise StoreImportError(f"integrity check failed: {'; '.join(problems)}")
 
 
 def snapshot_object(source: Path, scratch_dir: Path) -> Path:
@@ -174,14 +172,6 @@ def sha256_of(path: Path) -> str:
     for chunk in file_chunks(path, 1 << 20):
         digest.update(chunk)
     return digest.hexdigest()
-
-
-def install_received_file(
-    received: Path, object_key: str, data_dir: Path, *, replace: bool, text_limits: Sequence[TextLimit] = ()
-) -> Path:
-    """Verifies a received object file and installs it as `object_key`."""
-    _verify_integrity(received)
-    return import_store_file(received, object_key, data_dir, replace=replace, text_limits=text_limits)
 
 
 def remove_object_files(path: Path) -> bool:
