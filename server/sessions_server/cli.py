@@ -126,6 +126,12 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"object size above which writes are refused, bytes (default {limits.max_object_bytes})",
     )
     serve.add_argument(
+        "--max-assembly-bytes",
+        type=int,
+        default=limits.max_assembly_bytes,
+        help=f"bytes of messages sent in pieces held at once, all calls together (default {limits.max_assembly_bytes})",
+    )
+    serve.add_argument(
         "--max-subscribers-per-object",
         type=int,
         default=limits.max_subscribers_per_object,
@@ -297,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
             max_message_id_bytes=args.max_message_id_bytes,
             max_role_bytes=args.max_role_bytes,
             max_summary_bytes=args.max_summary_bytes,
+            max_assembly_bytes=args.max_assembly_bytes,
         ),
     )
     return _run_on_event_loop(args.event_loop, lambda: _run(config))

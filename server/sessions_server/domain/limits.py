@@ -35,6 +35,9 @@ class Limits:
     max_role_bytes: int = 16 * 1024
     # Longest compaction summary: overlays are listed and streamed whole.
     max_summary_bytes: int = 1024 * 1024
+    # Bytes of messages sent in pieces (UploadMessage, ImportMessages) held at once, across
+    # calls, while their pieces arrive: the bound on one such message too.
+    max_assembly_bytes: int = 512 * 1024 * 1024
 
 
 def stored_text_limits(limits: Limits) -> tuple[TextLimit, ...]:

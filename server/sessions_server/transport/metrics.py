@@ -47,6 +47,11 @@ class Metrics:
         )
         self.bytes_stored = Gauge("sessions_open_object_bytes", "Bytes of open object files", registry=self.registry)
         self.subscribers = Gauge("sessions_subscribers", "Active Subscribe streams", registry=self.registry)
+        self.assembly_bytes = Gauge(
+            "sessions_assembly_bytes",
+            "Bytes of messages sent in pieces held while their pieces arrive (limit: --max-assembly-bytes)",
+            registry=self.registry,
+        )
         self.calls_in_flight = Gauge(
             "sessions_rpcs_in_flight",
             "Calls being handled, except change feeds (Subscribe, health Watch) and bidirectional streams",

@@ -126,6 +126,7 @@ async def create_server(config: ServerConfig) -> RunningServer:
 
     registrar = WrappingRegistrar(server, wrap)
     servicer = SessionServicer(service, draining, progress_seconds=config.progress_seconds, authority=authority)
+    metrics.assembly_bytes.set_function(lambda: servicer.assembly.held_bytes)
     registrar.add_generic_rpc_handlers((generic_handler(servicer),))
     health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, registrar)

@@ -36,6 +36,7 @@ from sessions_server.storage.rows import Compaction, Parent
 from sessions_server.transport import framing
 from sessions_server.transport.auth import TokenAuthority
 from sessions_server.transport.errors import internal_status, status_for
+from sessions_server.transport.pieces import AssemblyBudget, Pieces
 
 OBJECT_KEY_HEADER = "x-object-key"
 ROW_STATS_PER_FRAME = 1000
@@ -99,6 +100,14 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         self._progress_seconds = progress_seconds
         self._authority = authority
         self._slots = StreamSlots(service.limits.max_concurrent_streams)
+        self.assembly = AssemblyBudget(service.limits.max_assembly_bytes)
+
+    def _pieces(self, *, from_client: bool) -> Pieces:
+        """A message arriving in pieces: `source=client` ones have their own size limit."""
+        cap = self._service.limits.max_client_message_bytes if from_client else 0
+        return Pieces(
+            self.assembly, max_bytes=cap, what="the message from a client", limit_name="max_client_message_bytes"
+        )
 
     def _admit(self, context: grpc.aio.ServicerContext[Any, Any], object_key: str, *, write: bool) -> None:
         """Refuses the call while draining, authorizes it (before anything reveals whether the
@@ -191,25 +200,25 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         self, request_iterator: AsyncIterable[pb.UploadMessageRequest], context: Any
     ) -> pb.UploadMessageResponse:
         async def run() -> pb.UploadMessageResponse:
-            header: pb.UploadHeader | None = None
-            pieces: list[str] = []
-            async for frame in request_iterator:
-                if header is None:
-                    if not frame.HasField("header"):
-                        raise InvalidArgument(
-                            "the first UploadMessage frame must carry the header", reason="INVALID_STREAM"
-                        )
-                    header = frame.header
-                    self._admit(context, header.object_key, write=True)
-                elif frame.HasField("header"):
-                    raise InvalidArgument(
-                        "only the first UploadMessage frame may carry a header", reason="INVALID_STREAM"
-                    )
-                pieces.append(frame.json_piece)
-            if header is None:
+            frames = request_iterator.__aiter__()
+            first = await anext(frames, None)
+            if first is None:
                 raise InvalidArgument("UploadMessage stream carried no frames", reason="INVALID_STREAM")
-            text = "".join(pieces)
-            pieces.clear()
+            if not first.HasField("header"):
+                raise InvalidArgument("the first UploadMessage frame must carry the header", reason="INVALID_STREAM")
+            header = first.header
+            self._admit(context, header.object_key, write=True)
+            with self._pieces(from_client=_from_client(header.source)) as pieces:
+                pieces.add(first.json_piece)
+                async for frame in frames:
+                    if frame.HasField("header"):
+                        raise InvalidArgument(
+                            "only the first UploadMessage frame may carry a header", reason="INVALID_STREAM"
+                        )
+                    pieces.add(frame.json_piece)
+                return await written(header, pieces.text())
+
+        async def written(header: pb.UploadHeader, text: str) -> pb.UploadMessageResponse:
             from_client = _from_client(header.source)
             if header.operation == pb.UPLOAD_OPERATION_APPEND:
                 appended = await self._service.append(
@@ -269,39 +278,43 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 return pb.ImportMessagesResponse()
             object_key, session_id = first.object_key, first.session_id
             self._admit(context, object_key, write=True)
-            async with self._service.importer(object_key, session_id) as importer:
-                pieces: list[str] = []
-                head: pb.ImportMessagesRequest | None = None
-                frame: pb.ImportMessagesRequest | None = first
-                while frame is not None:
-                    if frame.object_key and frame.object_key != object_key:
-                        raise InvalidArgument(
-                            "every ImportMessages frame must name the same object_key", reason="INVALID_STREAM"
-                        )
-                    if frame.messages:
-                        if head is not None:
+            pieces = self._pieces(from_client=False)  # the message in pieces under way, if any
+            try:
+                async with self._service.importer(object_key, session_id) as importer:
+                    head: pb.ImportMessagesRequest | None = None
+                    frame: pb.ImportMessagesRequest | None = first
+                    while frame is not None:
+                        if frame.object_key and frame.object_key != object_key:
                             raise InvalidArgument(
-                                "whole messages came while a message sent in pieces was incomplete",
-                                reason="INVALID_STREAM",
+                                "every ImportMessages frame must name the same object_key", reason="INVALID_STREAM"
                             )
-                        for whole in frame.messages:
-                            parent = whole.parent_id if whole.HasField("parent_id") else None
-                            await importer.add(whole.json, parent, whole.created_at_ms)
-                    if head is None and not frame.json_piece and not frame.more_pieces:
-                        frame = await anext(frames, None)  # no piece: it named the object, or held whole messages
-                        continue
-                    if head is None:
-                        head = frame
-                    pieces.append(frame.json_piece)
-                    if not frame.more_pieces:
-                        parent_id = head.parent_id if head.HasField("parent_id") else None
-                        await importer.add("".join(pieces), parent_id, head.created_at_ms)
-                        pieces, head = [], None
-                    frame = await anext(frames, None)
-                if head is not None:
-                    raise InvalidArgument(
-                        "the stream ended inside a message (more_pieces was true)", reason="INVALID_STREAM"
-                    )
+                        if frame.messages:
+                            if head is not None:
+                                raise InvalidArgument(
+                                    "whole messages came while a message sent in pieces was incomplete",
+                                    reason="INVALID_STREAM",
+                                )
+                            for whole in frame.messages:
+                                parent = whole.parent_id if whole.HasField("parent_id") else None
+                                await importer.add(whole.json, parent, whole.created_at_ms)
+                        if head is None and not frame.json_piece and not frame.more_pieces:
+                            frame = await anext(frames, None)  # no piece: it named the object, or held whole messages
+                            continue
+                        if head is None:
+                            head = frame
+                        pieces.add(frame.json_piece)
+                        if not frame.more_pieces:
+                            parent_id = head.parent_id if head.HasField("parent_id") else None
+                            with pieces:
+                                await importer.add(pieces.text(), parent_id, head.created_at_ms)
+                            head = None
+                        frame = await anext(frames, None)
+                    if head is not None:
+                        raise InvalidArgument(
+                            "the stream ended inside a message (more_pieces was true)", reason="INVALID_STREAM"
+                        )
+            finally:
+                pieces.release()  # a stream that ended inside a message
             return pb.ImportMessagesResponse(imported_count=importer.imported, skipped_count=importer.skipped)
 
         return await _unary(context, run)

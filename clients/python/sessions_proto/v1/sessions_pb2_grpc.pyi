@@ -74,7 +74,10 @@ class SessionServiceStub:
     """Appends the message when its id is new, otherwise updates it (never re-parents it)."""
     UploadMessage: _grpc.StreamUnaryMultiCallable[_sessions_pb2.UploadMessageRequest, _sessions_pb2.UploadMessageResponse]
     """Appends, updates or upserts one message sent in pieces, for messages larger than a
-    client's or proxy's request size limit. The first frame carries the header.
+    client's or proxy's request size limit. The first frame carries the header. The server
+    holds a bounded amount of such messages at once, all calls together (its
+    max_assembly_bytes): a piece past it is refused with RESOURCE_EXHAUSTED (retry later), and
+    a source=client message is refused at the piece that passes max_client_message_bytes.
     """
     DeleteMessages: _grpc.UnaryUnaryMultiCallable[_sessions_pb2.DeleteMessagesRequest, _sessions_pb2.DeleteMessagesResponse]
     """Deletes messages by id. Children of a deleted message are re-parented to its nearest
@@ -89,7 +92,8 @@ class SessionServiceStub:
     e.g. to move a conversation between objects or servers. Not all or nothing: messages commit
     in order as they arrive (several to a commit when they arrive together), so a failed call
     keeps what committed before the failure; ids that already exist are skipped, so the whole
-    import can be sent again. Messages may be sent in pieces, or several to a frame.
+    import can be sent again. Messages may be sent in pieces (held within the server's
+    max_assembly_bytes, as UploadMessage's), or several to a frame.
     """
     GetMessage: _grpc.UnaryStreamMultiCallable[_sessions_pb2.GetMessageRequest, _sessions_pb2.GetMessageResponse]
     """Reads one message by id. The stream is empty when the message does not exist."""
@@ -183,7 +187,10 @@ class SessionServiceAsyncStub(SessionServiceStub):
     """Appends the message when its id is new, otherwise updates it (never re-parents it)."""
     UploadMessage: _aio.StreamUnaryMultiCallable[_sessions_pb2.UploadMessageRequest, _sessions_pb2.UploadMessageResponse]  # type: ignore[assignment]
     """Appends, updates or upserts one message sent in pieces, for messages larger than a
-    client's or proxy's request size limit. The first frame carries the header.
+    client's or proxy's request size limit. The first frame carries the header. The server
+    holds a bounded amount of such messages at once, all calls together (its
+    max_assembly_bytes): a piece past it is refused with RESOURCE_EXHAUSTED (retry later), and
+    a source=client message is refused at the piece that passes max_client_message_bytes.
     """
     DeleteMessages: _aio.UnaryUnaryMultiCallable[_sessions_pb2.DeleteMessagesRequest, _sessions_pb2.DeleteMessagesResponse]  # type: ignore[assignment]
     """Deletes messages by id. Children of a deleted message are re-parented to its nearest
@@ -198,7 +205,8 @@ class SessionServiceAsyncStub(SessionServiceStub):
     e.g. to move a conversation between objects or servers. Not all or nothing: messages commit
     in order as they arrive (several to a commit when they arrive together), so a failed call
     keeps what committed before the failure; ids that already exist are skipped, so the whole
-    import can be sent again. Messages may be sent in pieces, or several to a frame.
+    import can be sent again. Messages may be sent in pieces (held within the server's
+    max_assembly_bytes, as UploadMessage's), or several to a frame.
     """
     GetMessage: _aio.UnaryStreamMultiCallable[_sessions_pb2.GetMessageRequest, _sessions_pb2.GetMessageResponse]  # type: ignore[assignment]
     """Reads one message by id. The stream is empty when the message does not exist."""
@@ -319,7 +327,10 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_sessions_pb2.UploadMessageResponse, _abc.Awaitable[_sessions_pb2.UploadMessageResponse]]:
         """Appends, updates or upserts one message sent in pieces, for messages larger than a
-        client's or proxy's request size limit. The first frame carries the header.
+        client's or proxy's request size limit. The first frame carries the header. The server
+        holds a bounded amount of such messages at once, all calls together (its
+        max_assembly_bytes): a piece past it is refused with RESOURCE_EXHAUSTED (retry later), and
+        a source=client message is refused at the piece that passes max_client_message_bytes.
         """
 
     @_abc_1.abstractmethod
@@ -352,7 +363,8 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         e.g. to move a conversation between objects or servers. Not all or nothing: messages commit
         in order as they arrive (several to a commit when they arrive together), so a failed call
         keeps what committed before the failure; ids that already exist are skipped, so the whole
-        import can be sent again. Messages may be sent in pieces, or several to a frame.
+        import can be sent again. Messages may be sent in pieces (held within the server's
+        max_assembly_bytes, as UploadMessage's), or several to a frame.
         """
 
     @_abc_1.abstractmethod

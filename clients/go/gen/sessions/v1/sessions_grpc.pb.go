@@ -95,7 +95,10 @@ type SessionServiceClient interface {
 	// Appends the message when its id is new, otherwise updates it (never re-parents it).
 	UpsertMessage(ctx context.Context, in *UpsertMessageRequest, opts ...grpc.CallOption) (*UpsertMessageResponse, error)
 	// Appends, updates or upserts one message sent in pieces, for messages larger than a
-	// client's or proxy's request size limit. The first frame carries the header.
+	// client's or proxy's request size limit. The first frame carries the header. The server
+	// holds a bounded amount of such messages at once, all calls together (its
+	// max_assembly_bytes): a piece past it is refused with RESOURCE_EXHAUSTED (retry later), and
+	// a source=client message is refused at the piece that passes max_client_message_bytes.
 	UploadMessage(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[UploadMessageRequest, UploadMessageResponse], error)
 	// Deletes messages by id. Children of a deleted message are re-parented to its nearest
 	// surviving ancestor (or become roots), so older history stays reachable. The change event
@@ -108,7 +111,8 @@ type SessionServiceClient interface {
 	// e.g. to move a conversation between objects or servers. Not all or nothing: messages commit
 	// in order as they arrive (several to a commit when they arrive together), so a failed call
 	// keeps what committed before the failure; ids that already exist are skipped, so the whole
-	// import can be sent again. Messages may be sent in pieces, or several to a frame.
+	// import can be sent again. Messages may be sent in pieces (held within the server's
+	// max_assembly_bytes, as UploadMessage's), or several to a frame.
 	ImportMessages(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ImportMessagesRequest, ImportMessagesResponse], error)
 	// Reads one message by id. The stream is empty when the message does not exist.
 	GetMessage(ctx context.Context, in *GetMessageRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[GetMessageResponse], error)
@@ -607,7 +611,10 @@ type SessionServiceServer interface {
 	// Appends the message when its id is new, otherwise updates it (never re-parents it).
 	UpsertMessage(context.Context, *UpsertMessageRequest) (*UpsertMessageResponse, error)
 	// Appends, updates or upserts one message sent in pieces, for messages larger than a
-	// client's or proxy's request size limit. The first frame carries the header.
+	// client's or proxy's request size limit. The first frame carries the header. The server
+	// holds a bounded amount of such messages at once, all calls together (its
+	// max_assembly_bytes): a piece past it is refused with RESOURCE_EXHAUSTED (retry later), and
+	// a source=client message is refused at the piece that passes max_client_message_bytes.
 	UploadMessage(grpc.ClientStreamingServer[UploadMessageRequest, UploadMessageResponse]) error
 	// Deletes messages by id. Children of a deleted message are re-parented to its nearest
 	// surviving ancestor (or become roots), so older history stays reachable. The change event
@@ -620,7 +627,8 @@ type SessionServiceServer interface {
 	// e.g. to move a conversation between objects or servers. Not all or nothing: messages commit
 	// in order as they arrive (several to a commit when they arrive together), so a failed call
 	// keeps what committed before the failure; ids that already exist are skipped, so the whole
-	// import can be sent again. Messages may be sent in pieces, or several to a frame.
+	// import can be sent again. Messages may be sent in pieces (held within the server's
+	// max_assembly_bytes, as UploadMessage's), or several to a frame.
 	ImportMessages(grpc.ClientStreamingServer[ImportMessagesRequest, ImportMessagesResponse]) error
 	// Reads one message by id. The stream is empty when the message does not exist.
 	GetMessage(*GetMessageRequest, grpc.ServerStreamingServer[GetMessageResponse]) error

@@ -3324,7 +3324,10 @@ export const SessionService: GenService<{
   },
   /**
    * Appends, updates or upserts one message sent in pieces, for messages larger than a
-   * client's or proxy's request size limit. The first frame carries the header.
+   * client's or proxy's request size limit. The first frame carries the header. The server
+   * holds a bounded amount of such messages at once, all calls together (its
+   * max_assembly_bytes): a piece past it is refused with RESOURCE_EXHAUSTED (retry later), and
+   * a source=client message is refused at the piece that passes max_client_message_bytes.
    *
    * @generated from rpc sessions.v1.SessionService.UploadMessage
    */
@@ -3361,7 +3364,8 @@ export const SessionService: GenService<{
    * e.g. to move a conversation between objects or servers. Not all or nothing: messages commit
    * in order as they arrive (several to a commit when they arrive together), so a failed call
    * keeps what committed before the failure; ids that already exist are skipped, so the whole
-   * import can be sent again. Messages may be sent in pieces, or several to a frame.
+   * import can be sent again. Messages may be sent in pieces (held within the server's
+   * max_assembly_bytes, as UploadMessage's), or several to a frame.
    *
    * @generated from rpc sessions.v1.SessionService.ImportMessages
    */

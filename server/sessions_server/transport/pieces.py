@@ -1,0 +1,77 @@
+"""Messages that arrive in pieces (UploadMessage, ImportMessages): held while they arrive, within
+bounds.
+
+A message sent in pieces has no size of its own until its last piece, so the server holds what
+has come so far. Two bounds keep that from exhausting its memory: the message's own limit, when
+it has one (`source=client` messages: `max_client_message_bytes`), refuses it at the piece that
+passes it rather than after the whole stream; and all calls together hold at most
+`max_assembly_bytes`, so a piece that would pass it is refused (RESOURCE_EXHAUSTED: retry later,
+or send smaller messages).
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+
+from sessions_server.domain.chunking import utf8_length
+from sessions_server.domain.limits import exceeded
+
+
+class AssemblyBudget:
+    """Bytes of incomplete messages the server holds, across calls."""
+
+    def __init__(self, limit_bytes: int) -> None:
+        self.limit_bytes = limit_bytes
+        self.held_bytes = 0
+
+    def take(self, size: int) -> None:
+        if self.held_bytes + size > self.limit_bytes:
+            raise exceeded(
+                f"the server holds {self.held_bytes} bytes of messages sent in pieces and cannot take "
+                f"{size} more; retry later, or send smaller messages",
+                "max_assembly_bytes",
+                self.limit_bytes,
+                "bytes",
+            )
+        self.held_bytes += size
+
+    def give_back(self, size: int) -> None:
+        self.held_bytes -= size
+
+
+class Pieces:
+    """One message arriving in pieces, charged to the budget until `release` (use `with`: the
+    charge lasts while the message is written, and ends however the call does)."""
+
+    def __init__(self, budget: AssemblyBudget, *, max_bytes: int = 0, what: str = "", limit_name: str = "") -> None:
+        self._budget = budget
+        self._max_bytes = max_bytes  # 0: no limit of its own
+        self._what = what
+        self._limit_name = limit_name
+        self._pieces: list[str] = []
+        self._charged = 0
+
+    def __enter__(self) -> Pieces:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
+        self.release()
+
+    def add(self, piece: str) -> None:
+        size = utf8_length(piece)
+        if self._max_bytes and self._charged + size > self._max_bytes:
+            raise exceeded(f"{self._what} is larger than allowed", self._limit_name, self._max_bytes, "bytes")
+        self._budget.take(size)
+        self._charged += size
+        self._pieces.append(piece)
+
+    def text(self) -> str:
+        """The message so far, joined; the pieces are dropped (the charge stays until release)."""
+        text = "".join(self._pieces)
+        self._pieces.clear()
+        return text
+
+    def release(self) -> None:
+        self._pieces.clear()
+        self._budget.give_back(self._charged)
+        self._charged = 0

@@ -1,0 +1,156 @@
+"""Messages sent in pieces (UploadMessage, ImportMessages) are held while they arrive, within
+bounds: a `source=client` message is refused at the piece that passes its limit, not after the
+whole stream, and all calls together hold at most --max-assembly-bytes, so a stream of pieces
+cannot exhaust the server's memory. Each refusal leaves the server serving and nothing written."""
+
+from __future__ import annotations
+
+import threading
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from sessions_proto.v1 import sessions_pb2 as pb
+from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
+from tests.deploy.support import free_port
+from tests.reliability.support import Server, routing, wait_until
+
+MIB = 1024 * 1024
+PIECE = "x" * (256 * 1024)  # ASCII: characters are bytes
+HEAD = '{"id":"big","role":"user","parts":[{"type":"text","text":"'
+TAIL = '"}]}'
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    port = free_port()
+    running = Server(
+        tmp_path / "data",
+        "--max-client-message-bytes",
+        str(2 * MIB),
+        "--max-assembly-bytes",
+        str(8 * MIB),
+        "--metrics-listen",
+        f"127.0.0.1:{port}",
+    ).start()
+    running.metrics_port = port  # type: ignore[attr-defined]
+    yield running
+    running.stop()
+
+
+class Upload:
+    """An UploadMessage stream of `total` bytes of text; counts the pieces the client handed over."""
+
+    def __init__(self, key: str, total: int, source: pb.Source.ValueType, hold: threading.Event | None = None) -> None:
+        self.key, self.total, self.source, self.hold = key, total, source, hold
+        self.pieces_sent = 0
+
+    def frames(self) -> Iterator[pb.UploadMessageRequest]:
+        header = pb.UploadHeader(object_key=self.key, operation=pb.UPLOAD_OPERATION_APPEND, source=self.source)
+        yield pb.UploadMessageRequest(header=header, json_piece=HEAD)
+        for _ in range(self.total // len(PIECE)):
+            yield pb.UploadMessageRequest(json_piece=PIECE)
+            self.pieces_sent += 1
+        if self.hold is not None:
+            self.hold.wait()  # the last piece waits: the message stays incomplete on the server
+        yield pb.UploadMessageRequest(json_piece=TAIL)
+
+    def send(self, stub: pb_grpc.SessionServiceStub) -> pb.UploadMessageResponse:
+        return stub.UploadMessage(self.frames(), metadata=routing(self.key), timeout=60)
+
+
+def _stub(server: Server) -> pb_grpc.SessionServiceStub:
+    return pb_grpc.SessionServiceStub(grpc.insecure_channel(server.address))
+
+
+def _stored_ids(stub: pb_grpc.SessionServiceStub, key: str) -> list[str]:
+    request = pb.StreamHistoryRequest(object_key=key)
+    responses = stub.StreamHistory(request, metadata=routing(key))
+    return [f.info.id for r in responses for f in r.frames or [r.frame] if f.HasField("info")]  # heads of messages
+
+
+def _held_bytes(server: Server) -> float:
+    port = server.metrics_port  # type: ignore[attr-defined]
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as page:
+        text = page.read().decode()
+    return float(next(line.split()[1] for line in text.splitlines() if line.startswith("sessions_assembly_bytes ")))
+
+
+def test_a_client_message_is_refused_at_the_piece_past_its_limit(server: Server) -> None:
+    stub = _stub(server)
+    upload = Upload("client", 256 * MIB, pb.SOURCE_CLIENT)
+    with pytest.raises(grpc.RpcError) as refused:
+        upload.send(stub)
+    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "max_client_message_bytes" in (refused.value.details() or "")
+    # Refused while the stream went on: the client handed over a fraction of it (what flow
+    # control let through), not all 256 MiB, as when the server read to the end before checking.
+    assert upload.pieces_sent * len(PIECE) < 64 * MIB
+    assert _stored_ids(stub, "client") == []
+
+
+def test_a_message_larger_than_the_assembly_budget_is_refused_and_a_smaller_one_stored(server: Server) -> None:
+    stub = _stub(server)
+    too_big = Upload("server", 256 * MIB, pb.SOURCE_SERVER)
+    with pytest.raises(grpc.RpcError) as refused:
+        too_big.send(stub)
+    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "max_assembly_bytes" in (refused.value.details() or "")
+    assert too_big.pieces_sent * len(PIECE) < 64 * MIB
+    assert _stored_ids(stub, "server") == []
+    assert wait_until(lambda: _held_bytes(server) == 0, timeout=10)  # the refused call gave its bytes back
+
+    assert Upload("server", 6 * MIB, pb.SOURCE_SERVER).send(stub).inserted
+    assert _stored_ids(stub, "server") == ["big"]
+
+
+def test_calls_share_the_budget_and_give_it_back(server: Server) -> None:
+    stub = _stub(server)
+    hold = threading.Event()
+    first = Upload("first", 6 * MIB, pb.SOURCE_SERVER, hold)
+    outcome: list[pb.UploadMessageResponse | grpc.RpcError] = []
+
+    def send_first() -> None:
+        try:
+            outcome.append(first.send(stub))
+        except grpc.RpcError as error:
+            outcome.append(error)
+
+    sender = threading.Thread(target=send_first)
+    sender.start()
+    try:
+        assert wait_until(lambda: _held_bytes(server) >= 6 * MIB, timeout=30), "the first upload never arrived"
+        with pytest.raises(grpc.RpcError) as refused:  # 6 MiB held + 4 MiB > 8 MiB
+            Upload("second", 4 * MIB, pb.SOURCE_SERVER).send(stub)
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "max_assembly_bytes" in (refused.value.details() or "")
+    finally:
+        hold.set()
+        sender.join()
+    assert isinstance(outcome[0], pb.UploadMessageResponse) and outcome[0].inserted
+    assert wait_until(lambda: _held_bytes(server) == 0, timeout=10)
+    assert Upload("second", 4 * MIB, pb.SOURCE_SERVER).send(stub).inserted
+
+
+def test_an_import_stream_ending_inside_a_message_gives_its_bytes_back(server: Server) -> None:
+    stub = _stub(server)
+
+    def frames() -> Iterator[pb.ImportMessagesRequest]:
+        yield pb.ImportMessagesRequest(object_key="import", json_piece=HEAD, more_pieces=True)
+        for _ in range(4 * MIB // len(PIECE)):
+            yield pb.ImportMessagesRequest(json_piece=PIECE, more_pieces=True)
+
+    with pytest.raises(grpc.RpcError) as refused:
+        stub.ImportMessages(frames(), metadata=routing("import"), timeout=60)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert wait_until(lambda: _held_bytes(server) == 0, timeout=10)
+    # The whole budget is free again: a message of 7 MiB in pieces goes through.
+    pieces = [HEAD, *[PIECE] * (7 * MIB // len(PIECE)), TAIL]
+    whole = [
+        pb.ImportMessagesRequest(object_key="import" if i == 0 else "", json_piece=p, more_pieces=i < len(pieces) - 1)
+        for i, p in enumerate(pieces)
+    ]
+    assert stub.ImportMessages(iter(whole), metadata=routing("import"), timeout=60).imported_count == 1
