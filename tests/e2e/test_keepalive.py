@@ -20,7 +20,7 @@ from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
 from tests.e2e.conftest import ServerProcess
 
-ADMISSION_DEADLINE_SECONDS = 30.0
+DEADLINE_SECONDS = 30.0
 
 
 class Blackhole:
@@ -103,7 +103,7 @@ def test_a_vanished_subscribers_slot_is_freed_when_its_pings_go_unanswered(watch
                 break
             except grpc.RpcError as error:
                 assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-                assert time.monotonic() - started < ADMISSION_DEADLINE_SECONDS, "the vanished client kept its slot"
+                assert time.monotonic() - started < DEADLINE_SECONDS, "the vanished client kept its slot"
                 threading.Event().wait(0.1)  # pace the attempts
         held.cancel()
     finally:
@@ -157,7 +157,7 @@ def test_the_python_client_notices_a_vanished_server_during_a_subscription(plain
         relay.vanish()
         waiting = concurrent.futures.ThreadPoolExecutor(1)
         with pytest.raises(SessionsError) as failed:
-            waiting.submit(next, events).result(timeout=ADMISSION_DEADLINE_SECONDS)  # not forever
+            waiting.submit(next, events).result(timeout=DEADLINE_SECONDS)  # not forever
         waiting.shutdown(wait=False)
         assert failed.value.code == grpc.StatusCode.UNAVAILABLE
     finally:
@@ -175,7 +175,7 @@ def test_the_asyncio_client_notices_a_vanished_server_during_a_subscription(plai
             assert (await anext(events)).type == "progress"
             relay.vanish()
             with pytest.raises(SessionsError) as failed:
-                await asyncio.wait_for(anext(events), ADMISSION_DEADLINE_SECONDS)  # not forever
+                await asyncio.wait_for(anext(events), DEADLINE_SECONDS)  # not forever
             return failed.value.code
         finally:
             await client.close()
