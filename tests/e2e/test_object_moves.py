@@ -172,3 +172,22 @@ def test_objects_with_keys_past_the_default_limit_move_where_the_limit_is_raised
     finally:
         source.stop()
         destination.stop()
+
+
+def test_a_file_larger_than_an_object_may_be_is_refused_as_it_arrives(tmp_path: Path) -> None:
+    source = ServerProcess(tmp_path / "a").start()
+    destination = ServerProcess(tmp_path / "b", "--max-object-bytes", str(1024 * 1024)).start()
+    try:
+        with SessionsClient(source.address) as a, SessionsClient(destination.address) as b:
+            session = a.object("large").session()
+            session.append_message(_text("m1", "x" * 3_000_000))  # a file of about 3 MB
+            with pytest.raises(SessionsError) as refused:
+                move_object(a, b, "large", destination_name=destination.address)
+            assert refused.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert refused.value.metadata["limit"] == "max_object_bytes"
+            assert list(b._stub.ListObjects(pb.ListObjectsRequest()).object_keys) == []
+            assert [p for p in (tmp_path / "b").rglob("*") if p.is_file() and "import" in p.name] == []
+            assert session.get_message("m1") == _text("m1", "x" * 3_000_000)
+    finally:
+        source.stop()
+        destination.stop()

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from sessions_server.domain import keys
 from sessions_server.domain.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from sessions_server.domain.limits import exceeded
 from sessions_server.domain.placement import Placement
 from sessions_server.storage import files
 from sessions_server.storage.paths import object_path
@@ -45,11 +46,13 @@ class ObjectAdmin:
         *,
         placement: Placement | None = None,
         max_object_key_bytes: int = keys.MAX_OBJECT_KEY_BYTES,
+        max_object_bytes: int = 0,
         text_limits: Sequence[files.TextLimit] = (),
     ) -> None:
         self._registry = registry
         self._placement = placement
         self._max_object_key_bytes = max_object_key_bytes
+        self._max_object_bytes = max_object_bytes  # 0: none
         self._text_limits = tuple(text_limits)
         self._moving: dict[str, float] = {}  # object key -> lock expiry (monotonic seconds)
         self._moved: dict[str, str] = {}  # object key -> where it went
@@ -132,9 +135,17 @@ class ObjectAdmin:
         try:
             with partial.open("wb") as out:
                 async for data, sha in frames:
+                    size += len(data)
+                    if self._max_object_bytes and size > self._max_object_bytes:
+                        # An object past it refuses every write, and the disk is not the sender's to fill.
+                        raise exceeded(
+                            "the received file is larger than an object may be",
+                            "max_object_bytes",
+                            self._max_object_bytes,
+                            "bytes",
+                        )
                     out.write(data)
                     digest.update(data)
-                    size += len(data)
                     expected = sha or expected
             if not expected:
                 raise InvalidArgument("the last ImportObject frame must carry sha256", reason="INVALID_STREAM")

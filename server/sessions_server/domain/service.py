@@ -246,6 +246,7 @@ class SessionsService:
             registry,
             placement=placement,
             max_object_key_bytes=max_object_key_bytes,
+            max_object_bytes=self.limits.max_object_bytes,
             text_limits=stored_text_limits(self.limits),
         )
 

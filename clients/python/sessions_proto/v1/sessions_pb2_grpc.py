@@ -419,7 +419,8 @@ class SessionServiceServicer:
         holding a text past this server's limits (a session id, message or parent id, role,
         compaction summary or id, attachment media type: what reads send beside each frame) is
         refused whole with INVALID_ARGUMENT (LIMIT_EXCEEDED, naming the row and the limit), and
-        nothing is installed.
+        nothing is installed; a file larger than the server's max_object_bytes is refused as it
+        arrives (RESOURCE_EXHAUSTED).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

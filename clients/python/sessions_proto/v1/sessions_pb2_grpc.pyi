@@ -157,7 +157,8 @@ class SessionServiceStub:
     holding a text past this server's limits (a session id, message or parent id, role,
     compaction summary or id, attachment media type: what reads send beside each frame) is
     refused whole with INVALID_ARGUMENT (LIMIT_EXCEEDED, naming the row and the limit), and
-    nothing is installed.
+    nothing is installed; a file larger than the server's max_object_bytes is refused as it
+    arrives (RESOURCE_EXHAUSTED).
     """
     DeleteObject: _grpc.UnaryUnaryMultiCallable[_sessions_pb2.DeleteObjectRequest, _sessions_pb2.DeleteObjectResponse]
     """Removes an object from this server (the last step of a move). Later calls for the key are
@@ -270,7 +271,8 @@ class SessionServiceAsyncStub(SessionServiceStub):
     holding a text past this server's limits (a session id, message or parent id, role,
     compaction summary or id, attachment media type: what reads send beside each frame) is
     refused whole with INVALID_ARGUMENT (LIMIT_EXCEEDED, naming the row and the limit), and
-    nothing is installed.
+    nothing is installed; a file larger than the server's max_object_bytes is refused as it
+    arrives (RESOURCE_EXHAUSTED).
     """
     DeleteObject: _aio.UnaryUnaryMultiCallable[_sessions_pb2.DeleteObjectRequest, _sessions_pb2.DeleteObjectResponse]  # type: ignore[assignment]
     """Removes an object from this server (the last step of a move). Later calls for the key are
@@ -554,7 +556,8 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         holding a text past this server's limits (a session id, message or parent id, role,
         compaction summary or id, attachment media type: what reads send beside each frame) is
         refused whole with INVALID_ARGUMENT (LIMIT_EXCEEDED, naming the row and the limit), and
-        nothing is installed.
+        nothing is installed; a file larger than the server's max_object_bytes is refused as it
+        arrives (RESOURCE_EXHAUSTED).
         """
 
     @_abc_1.abstractmethod

@@ -168,7 +168,8 @@ type SessionServiceClient interface {
 	// holding a text past this server's limits (a session id, message or parent id, role,
 	// compaction summary or id, attachment media type: what reads send beside each frame) is
 	// refused whole with INVALID_ARGUMENT (LIMIT_EXCEEDED, naming the row and the limit), and
-	// nothing is installed.
+	// nothing is installed; a file larger than the server's max_object_bytes is refused as it
+	// arrives (RESOURCE_EXHAUSTED).
 	ImportObject(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ImportObjectRequest, ImportObjectResponse], error)
 	// Removes an object from this server (the last step of a move). Later calls for the key are
 	// refused with FAILED_PRECONDITION (OBJECT_NOT_OWNED) naming where it went, until restart.
@@ -684,7 +685,8 @@ type SessionServiceServer interface {
 	// holding a text past this server's limits (a session id, message or parent id, role,
 	// compaction summary or id, attachment media type: what reads send beside each frame) is
 	// refused whole with INVALID_ARGUMENT (LIMIT_EXCEEDED, naming the row and the limit), and
-	// nothing is installed.
+	// nothing is installed; a file larger than the server's max_object_bytes is refused as it
+	// arrives (RESOURCE_EXHAUSTED).
 	ImportObject(grpc.ClientStreamingServer[ImportObjectRequest, ImportObjectResponse]) error
 	// Removes an object from this server (the last step of a move). Later calls for the key are
 	// refused with FAILED_PRECONDITION (OBJECT_NOT_OWNED) naming where it went, until restart.
