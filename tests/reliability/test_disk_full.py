@@ -408,3 +408,32 @@ def test_concurrent_writers_during_disk_full_get_truthful_answers(storage: Limit
     assert not problems, f"[{storage.mode}] {len(acknowledged)} acknowledged, {len(failed)} failed\n" + "\n".join(
         problems
     )
+
+
+def test_a_received_object_file_that_finds_the_disk_full_is_refused_cleanly(
+    storage: LimitedStorage, tmp_path: Path
+) -> None:
+    from sessions_client.admin import move_object
+
+    origin = Server(tmp_path / "origin").start()
+    server = Server(storage.data_dir, setup=storage.setup).start()
+    try:
+        with SessionsClient(origin.address) as source, SessionsClient(server.address) as destination:
+            big = source.object("arriving").session()
+            big.append_message(_text_message("m1", 2_000_000))  # a file of about 2 MB
+            destination.object("resident").session().append_message(_text_message("r1", 100))
+            storage.exhaust(server.pid)
+            with pytest.raises(SessionsError) as refused:
+                move_object(source, destination, "arriving")
+            print(f"DISK FULL ImportObject ({storage.mode}): {_status(refused.value)} {refused.value.message}")
+            assert _status(refused.value) in ACCEPTED
+            assert health_status(server.address) == SERVING
+            assert destination.object("resident").session().get_message("r1") is not None
+            assert not object_path(storage.data_dir, "arriving").exists()
+            storage.free()
+            assert [p.name for p in storage.data_dir.rglob("scratch/*")] == []  # the partial file is gone
+            assert big.get_message("m1") is not None  # the source kept it
+    finally:
+        storage.free()
+        server.stop()
+        origin.stop()

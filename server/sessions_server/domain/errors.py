@@ -67,3 +67,11 @@ class StorageFailure(SessionsError):
     """The storage engine failed (disk full, I/O error); the write was rolled back."""
 
     reason = "STORAGE_FAILURE"
+
+
+def storage_failure(message: str) -> SessionsError:
+    """The answer to a storage failure: out of space (the disk, or the file size limit) is
+    RESOURCE_EXHAUSTED with STORAGE_FULL, anything else UNAVAILABLE with STORAGE_FAILURE."""
+    if "full" in message or "No space left" in message or "too large" in message:
+        return LimitExceeded(f"{message}; free disk space on the server", reason="STORAGE_FULL")
+    return StorageFailure(message)

@@ -16,12 +16,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sessions_server.domain import keys
-from sessions_server.domain.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from sessions_server.domain.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    Unavailable,
+    storage_failure,
+)
 from sessions_server.domain.limits import exceeded
 from sessions_server.domain.placement import Placement
 from sessions_server.storage import files
 from sessions_server.storage.paths import object_path
 from sessions_server.storage.registry import ObjectRegistry
+from sessions_server.storage.rows import StorageError
 
 EXPORT_FRAME_BYTES = 3 * 1024 * 1024
 DEFAULT_LEASE_SECONDS = 60
@@ -171,6 +178,8 @@ class ObjectAdmin:
                 ) from None
             except files.StoreImportError as exc:
                 raise InvalidArgument(f"the received file cannot be served: {exc}", field="data") from None
+        except (OSError, StorageError) as exc:  # the disk (full, failing), not the file
+            raise storage_failure(f"the received file could not be stored: {exc}") from None
         finally:
             partial.unlink(missing_ok=True)
         self._moved.pop(object_key, None)

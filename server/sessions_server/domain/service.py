@@ -27,9 +27,8 @@ from sessions_server.domain.errors import (
     InvalidArgument,
     LimitExceeded,
     NotFound,
-    SessionsError,
-    StorageFailure,
     Unavailable,
+    storage_failure,
 )
 from sessions_server.domain.limits import (
     ID_OVERHEAD_BYTES,
@@ -214,12 +213,6 @@ def _check_delete_ids(message_ids: Sequence[str]) -> None:
         )
 
 
-def _storage_failure(exc: StorageError) -> SessionsError:
-    if "full" in str(exc):  # SQLITE_FULL: the disk (or the file size limit) is exhausted
-        return LimitExceeded(f"{exc}; free disk space on the server", reason="STORAGE_FULL")
-    return StorageFailure(str(exc))
-
-
 class SessionsService:
     """The operations of the contract, one method per RPC."""
 
@@ -264,7 +257,7 @@ class SessionsService:
                     raise exceeded("the object is full", "max_object_bytes", self.limits.max_object_bytes, "bytes")
                 yield store
         except StorageError as exc:
-            raise _storage_failure(exc) from exc
+            raise storage_failure(str(exc)) from exc
         except StoredRowUnreadable as exc:
             raise FailedPrecondition(str(exc), reason="INVALID_MESSAGE") from exc
 
@@ -980,7 +973,7 @@ class Importer:
             try:
                 inserted = future.result()
             except StorageError as exc:
-                raise _storage_failure(exc) from exc
+                raise storage_failure(str(exc)) from exc
             written = sum(inserted)
             self.imported += written
             self.skipped += len(inserted) - written

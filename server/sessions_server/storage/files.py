@@ -18,6 +18,7 @@ from pathlib import Path
 
 from sessions_server.storage import schema
 from sessions_server.storage.paths import FILE_SUFFIX, OBJECTS_DIR, object_path
+from sessions_server.storage.rows import StorageError
 
 
 class StoreImportError(Exception):
@@ -58,6 +59,7 @@ _ROW_NOUNS = {
     "cf_agents_session_attachment_meta": "attachment",
 }
 QUOTED_KEY_CHARS = 64
+_STORAGE_FAILURES = frozenset({sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR})
 
 
 def import_store_file(
@@ -93,8 +95,10 @@ def import_store_file(
     except sqlite3.DatabaseError as exc:
         with contextlib.suppress(FileNotFoundError):
             partial.unlink()
+        if getattr(exc, "sqlite_errorcode", 0) & 0xFF in _STORAGE_FAILURES:  # the disk, not the file
+            raise StorageError(f"storage failed, nothing was imported: {exc}") from exc
         raise StoreImportError(f"{source} is not a usable SQLite store: {exc}") from exc
-    except StoreImportError:
+    except (StoreImportError, OSError):
         with contextlib.suppress(FileNotFoundError):
             partial.unlink()
         raise
