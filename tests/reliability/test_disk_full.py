@@ -35,6 +35,7 @@ import grpc
 import pytest
 
 from sessions_client import ImportItem, SessionsClient, SessionsError
+from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
 from sessions_server.storage.paths import object_path
 from tests.reliability.support import (
@@ -44,6 +45,7 @@ from tests.reliability.support import (
     check_object_file,
     health_status,
     open_file,
+    routing,
     stored_json,
     table_dump,
 )
@@ -437,3 +439,28 @@ def test_a_received_object_file_that_finds_the_disk_full_is_refused_cleanly(
         storage.free()
         server.stop()
         origin.stop()
+
+
+def test_an_export_that_finds_the_disk_full_is_refused_and_leaves_the_object_writable(
+    storage: LimitedStorage,
+) -> None:
+    server = Server(storage.data_dir, setup=storage.setup).start()
+    try:
+        with SessionsClient(server.address) as client:
+            session = client.object("leaving").session()
+            session.append_message(_text_message("m1", 2_000_000))  # its copy needs about 2 MB
+            storage.exhaust(server.pid)
+            if storage.mode == "rlimit":  # the copy is no larger than the file the cap was set from
+                resource.prlimit(server.pid, resource.RLIMIT_FSIZE, (64 * 1024, resource.RLIM_INFINITY))
+            request = pb.ExportObjectRequest(object_key="leaving", lock_for_move=True)
+            with pytest.raises(grpc.RpcError) as refused:
+                list(client._stub.ExportObject(request, metadata=routing("leaving")))
+            print(f"DISK FULL ExportObject ({storage.mode}): {refused.value.code()} {refused.value.details()}")
+            assert refused.value.code() in {code for code, _ in ACCEPTED}
+            assert [p.name for p in storage.data_dir.rglob("scratch/*")] == []  # no partial copy
+            storage.free()
+            # Not locked for a move that never got its copy: writes are taken at once.
+            assert session.append_message(_text_message("m2", 100)).inserted
+    finally:
+        storage.free()
+        server.stop()

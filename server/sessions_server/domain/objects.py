@@ -109,7 +109,11 @@ class ObjectAdmin:
                 self._moving[object_key] = time.monotonic() + lease
                 await store.write(lambda ctx: None)  # writes queued before the lock commit first
             scratch = self.data_dir / SCRATCH_DIR
-            copy = await asyncio.to_thread(files.snapshot_object, path, scratch)
+            try:
+                copy = await asyncio.to_thread(files.snapshot_object, path, scratch)
+            except StorageError as exc:
+                self._moving.pop(object_key, None)  # no copy, no move: the object takes writes again
+                raise storage_failure(str(exc)) from None
         try:
             size = copy.stat().st_size
             digest = hashlib.sha256()

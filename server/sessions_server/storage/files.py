@@ -152,16 +152,20 @@ def _check_integrity(conn: sqlite3.Connection) -> None:
 
 def snapshot_object(source: Path, scratch_dir: Path) -> Path:
     """A consistent copy of a live object file (backup API: committed state, WAL included)."""
-    scratch_dir.mkdir(parents=True, exist_ok=True)
     copy = scratch_dir / f"export-{uuid.uuid4().hex}{FILE_SUFFIX}"
-    src = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
-    dst = sqlite3.connect(copy)
     try:
-        src.backup(dst)
-        dst.execute("PRAGMA journal_mode = DELETE")  # one self-contained file, no WAL beside it
-    finally:
-        src.close()
-        dst.close()
+        scratch_dir.mkdir(parents=True, exist_ok=True)
+        src = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
+        dst = sqlite3.connect(copy)
+        try:
+            src.backup(dst)
+            dst.execute("PRAGMA journal_mode = DELETE")  # one self-contained file, no WAL beside it
+        finally:
+            src.close()
+            dst.close()
+    except (sqlite3.Error, OSError) as exc:
+        copy.unlink(missing_ok=True)  # a partial copy would only take more of a full disk
+        raise StorageError(f"could not copy the object: {exc}") from exc
     return copy
 
 
