@@ -154,6 +154,8 @@ def test_a_move_into_a_server_with_smaller_limits_is_refused_and_the_source_kept
             assert "id 'm2': its role is 23 bytes; the limit is 16 bytes" in refused.value.message
             assert list(b._stub.ListObjects(pb.ListObjectsRequest()).object_keys) == []
             assert session.get_history() == expected  # the source still serves the object
+            # and takes writes at once: the failed move released its lock (AbortMove)
+            assert session.append_message(_text("m3", "after the failed move")).inserted
     finally:
         source.stop()
         destination.stop()
@@ -188,6 +190,25 @@ def test_a_file_larger_than_an_object_may_be_is_refused_as_it_arrives(tmp_path: 
             assert list(b._stub.ListObjects(pb.ListObjectsRequest()).object_keys) == []
             assert [p for p in (tmp_path / "b").rglob("*") if p.is_file() and "import" in p.name] == []
             assert session.get_message("m1") == _text("m1", "x" * 3_000_000)
+            assert session.append_message(_text("m2", "after the failed move")).inserted
     finally:
         source.stop()
         destination.stop()
+
+
+def test_abort_move_releases_the_lock_of_a_move_that_will_not_complete(two_servers) -> None:  # type: ignore[no-untyped-def]
+    source, _ = two_servers
+    with SessionsClient(source.address) as a:
+        session = a.object("stuck").session()
+        session.append_message(_text("m1", "before"))
+        metadata = (("x-object-key", "stuck"),)
+        export = pb.ExportObjectRequest(object_key="stuck", lock_for_move=True, lease_seconds=3600)
+        assert b"".join(frame.data for frame in a._stub.ExportObject(export, metadata=metadata))
+        with pytest.raises(SessionsError) as locked:
+            session.append_message(_text("m2", "during"))
+        assert (locked.value.code, locked.value.reason) == (grpc.StatusCode.UNAVAILABLE, "OBJECT_MOVING")
+
+        abort = pb.AbortMoveRequest(object_key="stuck")
+        assert a._stub.AbortMove(abort, metadata=metadata).was_locked
+        assert session.append_message(_text("m2", "after")).inserted
+        assert not a._stub.AbortMove(abort, metadata=metadata).was_locked  # nothing left to release

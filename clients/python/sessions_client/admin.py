@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import typing
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -27,8 +29,9 @@ def move_object(
     """Moves one object: locked snapshot from `source`, verified import into `destination`
     (digest, integrity, and the same sessions and row counts), then deletion at `source`.
     Writes to the object during the move get UNAVAILABLE (OBJECT_MOVING) and should be retried
-    against the object's new owner. Raises SessionsError and leaves the source in place (its lock
-    expires) when any step fails."""
+    against the object's new owner. When a step before the deletion fails it raises
+    SessionsError and leaves the source in place, its lock released (AbortMove) so it takes
+    writes again at once."""
     metadata_source = routing_metadata(object_key, source._token)
     metadata_destination = routing_metadata(object_key, destination._token)
     export = source._stub.ExportObject(
@@ -50,19 +53,25 @@ def move_object(
             yield request
 
     try:
-        imported = destination._stub.ImportObject(frames(), metadata=metadata_destination)
-    except grpc.RpcError as error:
-        raise SessionsError.from_rpc_error(error) from None
-    # The source refuses writes since the snapshot, so its state now is what was copied.
-    before = source.object(object_key).list_sessions()
-    after = destination.object(object_key).list_sessions()
-    if after != before or imported.message_rows != sum(count for _, count in before):
-        raise SessionsError(
-            grpc.StatusCode.DATA_LOSS,
-            f"verification failed: source sessions {before}, destination {after}; the source was kept",
-            "FAILED_PRECONDITION",
-            {},
-        )
+        try:
+            imported = destination._stub.ImportObject(frames(), metadata=metadata_destination)
+        except grpc.RpcError as error:
+            raise SessionsError.from_rpc_error(error) from None
+        # The source refuses writes since the snapshot, so its state now is what was copied.
+        before = source.object(object_key).list_sessions()
+        after = destination.object(object_key).list_sessions()
+        if after != before or imported.message_rows != sum(count for _, count in before):
+            raise SessionsError(
+                grpc.StatusCode.DATA_LOSS,
+                f"verification failed: source sessions {before}, destination {after}; the source was kept",
+                "FAILED_PRECONDITION",
+                {},
+            )
+    except SessionsError:
+        typing.cast(typing.Any, export).cancel()  # a snapshot still being sent is dropped
+        with contextlib.suppress(grpc.RpcError):  # best effort: else the lock lasts its lease
+            source._stub.AbortMove(pb.AbortMoveRequest(object_key=object_key), metadata=metadata_source)
+        raise
     try:
         source._stub.DeleteObject(
             pb.DeleteObjectRequest(object_key=object_key, moved_to=destination_name), metadata=metadata_source

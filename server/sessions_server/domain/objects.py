@@ -190,6 +190,13 @@ class ObjectAdmin:
         rows = await asyncio.to_thread(files.count_message_rows, target)
         return size, rows
 
+    def abort_move(self, object_key: str) -> bool:
+        """Releases a move lock; True when one was held (and not yet expired)."""
+        keys.check_object_key(object_key, max_bytes=self._max_object_key_bytes)
+        self.admit(object_key, writing=False)
+        expiry = self._moving.pop(object_key, None)
+        return expiry is not None and time.monotonic() < expiry
+
     async def delete(self, object_key: str, *, moved_to: str) -> bool:
         """Removes the object; later calls are refused, naming `moved_to`."""
         keys.check_object_key(object_key, max_bytes=self._max_object_key_bytes)

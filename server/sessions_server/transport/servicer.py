@@ -681,6 +681,13 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
 
         return await _unary(context, run)
 
+    async def AbortMove(self, request: pb.AbortMoveRequest, context: Any) -> pb.AbortMoveResponse:
+        async def run() -> pb.AbortMoveResponse:
+            self._admit(context, request.object_key, write=True)
+            return pb.AbortMoveResponse(was_locked=self._service.objects.abort_move(request.object_key))
+
+        return await _unary(context, run)
+
     def _admit_admin(self, context: Any) -> None:
         """Server-wide admin calls: a token must grant every key (prefix "")."""
         if self._draining.active:

@@ -2737,6 +2737,50 @@ class ImportObjectResponse(_message.Message):
 Global___ImportObjectResponse: _TypeAlias = ImportObjectResponse  # noqa: Y015
 
 @_typing.final
+class AbortMoveRequest(_message.Message):
+    """Request for AbortMove."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OBJECT_KEY_FIELD_NUMBER: _builtins.int
+    object_key: _builtins.str
+    """The object key."""
+    def __init__(
+        self,
+        *,
+        object_key: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["object_key", b"object_key"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AbortMoveRequest: _TypeAlias = AbortMoveRequest  # noqa: Y015
+
+@_typing.final
+class AbortMoveResponse(_message.Message):
+    """Response for AbortMove."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WAS_LOCKED_FIELD_NUMBER: _builtins.int
+    was_locked: _builtins.bool
+    """True when the object was locked for a move (false: nothing to release)."""
+    def __init__(
+        self,
+        *,
+        was_locked: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["was_locked", b"was_locked"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AbortMoveResponse: _TypeAlias = AbortMoveResponse  # noqa: Y015
+
+@_typing.final
 class DeleteObjectRequest(_message.Message):
     """Request for DeleteObject."""
 

@@ -185,6 +185,11 @@ class SessionServiceStub:
                 request_serializer=sessions_dot_v1_dot_sessions__pb2.DeleteObjectRequest.SerializeToString,
                 response_deserializer=sessions_dot_v1_dot_sessions__pb2.DeleteObjectResponse.FromString,
                 _registered_method=True)
+        self.AbortMove = channel.unary_unary(
+                '/sessions.v1.SessionService/AbortMove',
+                request_serializer=sessions_dot_v1_dot_sessions__pb2.AbortMoveRequest.SerializeToString,
+                response_deserializer=sessions_dot_v1_dot_sessions__pb2.AbortMoveResponse.FromString,
+                _registered_method=True)
 
 
 class SessionServiceServicer:
@@ -434,6 +439,15 @@ class SessionServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AbortMove(self, request, context):
+        """Gives up a move that will not complete (the destination refused the file, say): releases
+        the lock ExportObject took with `lock_for_move`, so the object takes writes again at once
+        instead of when the lease expires. The object stays here, served as before.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SessionServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -586,6 +600,11 @@ def add_SessionServiceServicer_to_server(servicer, server):
                     servicer.DeleteObject,
                     request_deserializer=sessions_dot_v1_dot_sessions__pb2.DeleteObjectRequest.FromString,
                     response_serializer=sessions_dot_v1_dot_sessions__pb2.DeleteObjectResponse.SerializeToString,
+            ),
+            'AbortMove': grpc.unary_unary_rpc_method_handler(
+                    servicer.AbortMove,
+                    request_deserializer=sessions_dot_v1_dot_sessions__pb2.AbortMoveRequest.FromString,
+                    response_serializer=sessions_dot_v1_dot_sessions__pb2.AbortMoveResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1399,6 +1418,33 @@ class SessionService:
             '/sessions.v1.SessionService/DeleteObject',
             sessions_dot_v1_dot_sessions__pb2.DeleteObjectRequest.SerializeToString,
             sessions_dot_v1_dot_sessions__pb2.DeleteObjectResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AbortMove(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sessions.v1.SessionService/AbortMove',
+            sessions_dot_v1_dot_sessions__pb2.AbortMoveRequest.SerializeToString,
+            sessions_dot_v1_dot_sessions__pb2.AbortMoveResponse.FromString,
             options,
             channel_credentials,
             insecure,

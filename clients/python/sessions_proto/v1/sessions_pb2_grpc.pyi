@@ -164,6 +164,11 @@ class SessionServiceStub:
     """Removes an object from this server (the last step of a move). Later calls for the key are
     refused with FAILED_PRECONDITION (OBJECT_NOT_OWNED) naming where it went, until restart.
     """
+    AbortMove: _grpc.UnaryUnaryMultiCallable[_sessions_pb2.AbortMoveRequest, _sessions_pb2.AbortMoveResponse]
+    """Gives up a move that will not complete (the destination refused the file, say): releases
+    the lock ExportObject took with `lock_for_move`, so the object takes writes again at once
+    instead of when the lease expires. The object stays here, served as before.
+    """
 
 @_typing.type_check_only
 class SessionServiceAsyncStub(SessionServiceStub):
@@ -277,6 +282,11 @@ class SessionServiceAsyncStub(SessionServiceStub):
     DeleteObject: _aio.UnaryUnaryMultiCallable[_sessions_pb2.DeleteObjectRequest, _sessions_pb2.DeleteObjectResponse]  # type: ignore[assignment]
     """Removes an object from this server (the last step of a move). Later calls for the key are
     refused with FAILED_PRECONDITION (OBJECT_NOT_OWNED) naming where it went, until restart.
+    """
+    AbortMove: _aio.UnaryUnaryMultiCallable[_sessions_pb2.AbortMoveRequest, _sessions_pb2.AbortMoveResponse]  # type: ignore[assignment]
+    """Gives up a move that will not complete (the destination refused the file, say): releases
+    the lock ExportObject took with `lock_for_move`, so the object takes writes again at once
+    instead of when the lease expires. The object stays here, served as before.
     """
 
 class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -568,6 +578,17 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_sessions_pb2.DeleteObjectResponse, _abc.Awaitable[_sessions_pb2.DeleteObjectResponse]]:
         """Removes an object from this server (the last step of a move). Later calls for the key are
         refused with FAILED_PRECONDITION (OBJECT_NOT_OWNED) naming where it went, until restart.
+        """
+
+    @_abc_1.abstractmethod
+    def AbortMove(
+        self,
+        request: _sessions_pb2.AbortMoveRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_sessions_pb2.AbortMoveResponse, _abc.Awaitable[_sessions_pb2.AbortMoveResponse]]:
+        """Gives up a move that will not complete (the destination refused the file, say): releases
+        the lock ExportObject took with `lock_for_move`, so the object takes writes again at once
+        instead of when the lease expires. The object stays here, served as before.
         """
 
 def add_SessionServiceServicer_to_server(servicer: SessionServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

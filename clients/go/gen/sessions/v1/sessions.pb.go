@@ -5410,6 +5410,98 @@ func (x *ImportObjectResponse) GetMessageRows() int64 {
 	return 0
 }
 
+// Request for AbortMove.
+type AbortMoveRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The object key.
+	ObjectKey     string `protobuf:"bytes,1,opt,name=object_key,json=objectKey,proto3" json:"object_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AbortMoveRequest) Reset() {
+	*x = AbortMoveRequest{}
+	mi := &file_sessions_v1_sessions_proto_msgTypes[71]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AbortMoveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AbortMoveRequest) ProtoMessage() {}
+
+func (x *AbortMoveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sessions_v1_sessions_proto_msgTypes[71]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AbortMoveRequest.ProtoReflect.Descriptor instead.
+func (*AbortMoveRequest) Descriptor() ([]byte, []int) {
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{71}
+}
+
+func (x *AbortMoveRequest) GetObjectKey() string {
+	if x != nil {
+		return x.ObjectKey
+	}
+	return ""
+}
+
+// Response for AbortMove.
+type AbortMoveResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// True when the object was locked for a move (false: nothing to release).
+	WasLocked     bool `protobuf:"varint,1,opt,name=was_locked,json=wasLocked,proto3" json:"was_locked,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AbortMoveResponse) Reset() {
+	*x = AbortMoveResponse{}
+	mi := &file_sessions_v1_sessions_proto_msgTypes[72]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AbortMoveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AbortMoveResponse) ProtoMessage() {}
+
+func (x *AbortMoveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sessions_v1_sessions_proto_msgTypes[72]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AbortMoveResponse.ProtoReflect.Descriptor instead.
+func (*AbortMoveResponse) Descriptor() ([]byte, []int) {
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{72}
+}
+
+func (x *AbortMoveResponse) GetWasLocked() bool {
+	if x != nil {
+		return x.WasLocked
+	}
+	return false
+}
+
 // Request for DeleteObject.
 type DeleteObjectRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -5423,7 +5515,7 @@ type DeleteObjectRequest struct {
 
 func (x *DeleteObjectRequest) Reset() {
 	*x = DeleteObjectRequest{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[71]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5435,7 +5527,7 @@ func (x *DeleteObjectRequest) String() string {
 func (*DeleteObjectRequest) ProtoMessage() {}
 
 func (x *DeleteObjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[71]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5448,7 +5540,7 @@ func (x *DeleteObjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteObjectRequest.ProtoReflect.Descriptor instead.
 func (*DeleteObjectRequest) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{71}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *DeleteObjectRequest) GetObjectKey() string {
@@ -5476,7 +5568,7 @@ type DeleteObjectResponse struct {
 
 func (x *DeleteObjectResponse) Reset() {
 	*x = DeleteObjectResponse{}
-	mi := &file_sessions_v1_sessions_proto_msgTypes[72]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5488,7 +5580,7 @@ func (x *DeleteObjectResponse) String() string {
 func (*DeleteObjectResponse) ProtoMessage() {}
 
 func (x *DeleteObjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessions_v1_sessions_proto_msgTypes[72]
+	mi := &file_sessions_v1_sessions_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5501,7 +5593,7 @@ func (x *DeleteObjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteObjectResponse.ProtoReflect.Descriptor instead.
 func (*DeleteObjectResponse) Descriptor() ([]byte, []int) {
-	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{72}
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *DeleteObjectResponse) GetDeleted() bool {
@@ -5933,7 +6025,13 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"\x14ImportObjectResponse\x12\x1d\n" +
 	"\n" +
 	"size_bytes\x18\x01 \x01(\x03R\tsizeBytes\x12!\n" +
-	"\fmessage_rows\x18\x02 \x01(\x03R\vmessageRows\"O\n" +
+	"\fmessage_rows\x18\x02 \x01(\x03R\vmessageRows\"1\n" +
+	"\x10AbortMoveRequest\x12\x1d\n" +
+	"\n" +
+	"object_key\x18\x01 \x01(\tR\tobjectKey\"2\n" +
+	"\x11AbortMoveResponse\x12\x1d\n" +
+	"\n" +
+	"was_locked\x18\x01 \x01(\bR\twasLocked\"O\n" +
 	"\x13DeleteObjectRequest\x12\x1d\n" +
 	"\n" +
 	"object_key\x18\x01 \x01(\tR\tobjectKey\x12\x19\n" +
@@ -5999,7 +6097,7 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"\x1cCHANGE_TYPE_COMPACTION_ERROR\x10\b\x12\x15\n" +
 	"\x11CHANGE_TYPE_RESET\x10\t\x12\x18\n" +
 	"\x14CHANGE_TYPE_PROGRESS\x10\n" +
-	"2\x8e\x15\n" +
+	"2\xda\x15\n" +
 	"\x0eSessionService\x12V\n" +
 	"\rAppendMessage\x12!.sessions.v1.AppendMessageRequest\x1a\".sessions.v1.AppendMessageResponse\x12Y\n" +
 	"\x0eAppendMessages\x12\".sessions.v1.AppendMessagesRequest\x1a#.sessions.v1.AppendMessagesResponse\x12V\n" +
@@ -6031,7 +6129,8 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"\vListObjects\x12\x1f.sessions.v1.ListObjectsRequest\x1a .sessions.v1.ListObjectsResponse\x12U\n" +
 	"\fExportObject\x12 .sessions.v1.ExportObjectRequest\x1a!.sessions.v1.ExportObjectResponse0\x01\x12U\n" +
 	"\fImportObject\x12 .sessions.v1.ImportObjectRequest\x1a!.sessions.v1.ImportObjectResponse(\x01\x12S\n" +
-	"\fDeleteObject\x12 .sessions.v1.DeleteObjectRequest\x1a!.sessions.v1.DeleteObjectResponseB\xb5\x01\n" +
+	"\fDeleteObject\x12 .sessions.v1.DeleteObjectRequest\x1a!.sessions.v1.DeleteObjectResponse\x12J\n" +
+	"\tAbortMove\x12\x1d.sessions.v1.AbortMoveRequest\x1a\x1e.sessions.v1.AbortMoveResponseB\xb5\x01\n" +
 	"\x0fcom.sessions.v1B\rSessionsProtoP\x01ZFgithub.com/sessions-dev/sessions/clients/go/gen/sessions/v1;sessionsv1\xa2\x02\x03SXX\xaa\x02\vSessions.V1\xca\x02\vSessions\\V1\xe2\x02\x17Sessions\\V1\\GPBMetadata\xea\x02\fSessions::V1b\x06proto3"
 
 var (
@@ -6047,7 +6146,7 @@ func file_sessions_v1_sessions_proto_rawDescGZIP() []byte {
 }
 
 var file_sessions_v1_sessions_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_sessions_v1_sessions_proto_msgTypes = make([]protoimpl.MessageInfo, 73)
+var file_sessions_v1_sessions_proto_msgTypes = make([]protoimpl.MessageInfo, 75)
 var file_sessions_v1_sessions_proto_goTypes = []any{
 	(AttachmentMode)(0),                 // 0: sessions.v1.AttachmentMode
 	(ParentMode)(0),                     // 1: sessions.v1.ParentMode
@@ -6127,8 +6226,10 @@ var file_sessions_v1_sessions_proto_goTypes = []any{
 	(*ExportObjectResponse)(nil),        // 75: sessions.v1.ExportObjectResponse
 	(*ImportObjectRequest)(nil),         // 76: sessions.v1.ImportObjectRequest
 	(*ImportObjectResponse)(nil),        // 77: sessions.v1.ImportObjectResponse
-	(*DeleteObjectRequest)(nil),         // 78: sessions.v1.DeleteObjectRequest
-	(*DeleteObjectResponse)(nil),        // 79: sessions.v1.DeleteObjectResponse
+	(*AbortMoveRequest)(nil),            // 78: sessions.v1.AbortMoveRequest
+	(*AbortMoveResponse)(nil),           // 79: sessions.v1.AbortMoveResponse
+	(*DeleteObjectRequest)(nil),         // 80: sessions.v1.DeleteObjectRequest
+	(*DeleteObjectResponse)(nil),        // 81: sessions.v1.DeleteObjectResponse
 }
 var file_sessions_v1_sessions_proto_depIdxs = []int32{
 	7,  // 0: sessions.v1.MessageFrame.info:type_name -> sessions.v1.MessageInfo
@@ -6213,39 +6314,41 @@ var file_sessions_v1_sessions_proto_depIdxs = []int32{
 	72, // 79: sessions.v1.SessionService.ListObjects:input_type -> sessions.v1.ListObjectsRequest
 	74, // 80: sessions.v1.SessionService.ExportObject:input_type -> sessions.v1.ExportObjectRequest
 	76, // 81: sessions.v1.SessionService.ImportObject:input_type -> sessions.v1.ImportObjectRequest
-	78, // 82: sessions.v1.SessionService.DeleteObject:input_type -> sessions.v1.DeleteObjectRequest
-	12, // 83: sessions.v1.SessionService.AppendMessage:output_type -> sessions.v1.AppendMessageResponse
-	15, // 84: sessions.v1.SessionService.AppendMessages:output_type -> sessions.v1.AppendMessagesResponse
-	17, // 85: sessions.v1.SessionService.UpdateMessage:output_type -> sessions.v1.UpdateMessageResponse
-	19, // 86: sessions.v1.SessionService.UpsertMessage:output_type -> sessions.v1.UpsertMessageResponse
-	22, // 87: sessions.v1.SessionService.UploadMessage:output_type -> sessions.v1.UploadMessageResponse
-	24, // 88: sessions.v1.SessionService.DeleteMessages:output_type -> sessions.v1.DeleteMessagesResponse
-	26, // 89: sessions.v1.SessionService.ClearMessages:output_type -> sessions.v1.ClearMessagesResponse
-	29, // 90: sessions.v1.SessionService.ImportMessages:output_type -> sessions.v1.ImportMessagesResponse
-	31, // 91: sessions.v1.SessionService.GetMessage:output_type -> sessions.v1.GetMessageResponse
-	33, // 92: sessions.v1.SessionService.GetMessages:output_type -> sessions.v1.GetMessagesResponse
-	35, // 93: sessions.v1.SessionService.GetLatestLeaf:output_type -> sessions.v1.GetLatestLeafResponse
-	37, // 94: sessions.v1.SessionService.GetBranches:output_type -> sessions.v1.GetBranchesResponse
-	39, // 95: sessions.v1.SessionService.StreamHistory:output_type -> sessions.v1.StreamHistoryResponse
-	42, // 96: sessions.v1.SessionService.GetRecentHistory:output_type -> sessions.v1.GetRecentHistoryResponse
-	45, // 97: sessions.v1.SessionService.GetHistoryRowStats:output_type -> sessions.v1.GetHistoryRowStatsResponse
-	47, // 98: sessions.v1.SessionService.ReadAttachment:output_type -> sessions.v1.ReadAttachmentResponse
-	50, // 99: sessions.v1.SessionService.AddCompaction:output_type -> sessions.v1.AddCompactionResponse
-	52, // 100: sessions.v1.SessionService.ListCompactions:output_type -> sessions.v1.ListCompactionsResponse
-	54, // 101: sessions.v1.SessionService.PlanCompaction:output_type -> sessions.v1.PlanCompactionResponse
-	56, // 102: sessions.v1.SessionService.Compact:output_type -> sessions.v1.CompactResponse
-	59, // 103: sessions.v1.SessionService.SetCompactionPolicy:output_type -> sessions.v1.SetCompactionPolicyResponse
-	61, // 104: sessions.v1.SessionService.GetCompactionPolicy:output_type -> sessions.v1.GetCompactionPolicyResponse
-	63, // 105: sessions.v1.SessionService.SearchMessages:output_type -> sessions.v1.SearchMessagesResponse
-	66, // 106: sessions.v1.SessionService.Subscribe:output_type -> sessions.v1.SubscribeResponse
-	69, // 107: sessions.v1.SessionService.ListSessions:output_type -> sessions.v1.ListSessionsResponse
-	71, // 108: sessions.v1.SessionService.GetObjectStats:output_type -> sessions.v1.GetObjectStatsResponse
-	73, // 109: sessions.v1.SessionService.ListObjects:output_type -> sessions.v1.ListObjectsResponse
-	75, // 110: sessions.v1.SessionService.ExportObject:output_type -> sessions.v1.ExportObjectResponse
-	77, // 111: sessions.v1.SessionService.ImportObject:output_type -> sessions.v1.ImportObjectResponse
-	79, // 112: sessions.v1.SessionService.DeleteObject:output_type -> sessions.v1.DeleteObjectResponse
-	83, // [83:113] is the sub-list for method output_type
-	53, // [53:83] is the sub-list for method input_type
+	80, // 82: sessions.v1.SessionService.DeleteObject:input_type -> sessions.v1.DeleteObjectRequest
+	78, // 83: sessions.v1.SessionService.AbortMove:input_type -> sessions.v1.AbortMoveRequest
+	12, // 84: sessions.v1.SessionService.AppendMessage:output_type -> sessions.v1.AppendMessageResponse
+	15, // 85: sessions.v1.SessionService.AppendMessages:output_type -> sessions.v1.AppendMessagesResponse
+	17, // 86: sessions.v1.SessionService.UpdateMessage:output_type -> sessions.v1.UpdateMessageResponse
+	19, // 87: sessions.v1.SessionService.UpsertMessage:output_type -> sessions.v1.UpsertMessageResponse
+	22, // 88: sessions.v1.SessionService.UploadMessage:output_type -> sessions.v1.UploadMessageResponse
+	24, // 89: sessions.v1.SessionService.DeleteMessages:output_type -> sessions.v1.DeleteMessagesResponse
+	26, // 90: sessions.v1.SessionService.ClearMessages:output_type -> sessions.v1.ClearMessagesResponse
+	29, // 91: sessions.v1.SessionService.ImportMessages:output_type -> sessions.v1.ImportMessagesResponse
+	31, // 92: sessions.v1.SessionService.GetMessage:output_type -> sessions.v1.GetMessageResponse
+	33, // 93: sessions.v1.SessionService.GetMessages:output_type -> sessions.v1.GetMessagesResponse
+	35, // 94: sessions.v1.SessionService.GetLatestLeaf:output_type -> sessions.v1.GetLatestLeafResponse
+	37, // 95: sessions.v1.SessionService.GetBranches:output_type -> sessions.v1.GetBranchesResponse
+	39, // 96: sessions.v1.SessionService.StreamHistory:output_type -> sessions.v1.StreamHistoryResponse
+	42, // 97: sessions.v1.SessionService.GetRecentHistory:output_type -> sessions.v1.GetRecentHistoryResponse
+	45, // 98: sessions.v1.SessionService.GetHistoryRowStats:output_type -> sessions.v1.GetHistoryRowStatsResponse
+	47, // 99: sessions.v1.SessionService.ReadAttachment:output_type -> sessions.v1.ReadAttachmentResponse
+	50, // 100: sessions.v1.SessionService.AddCompaction:output_type -> sessions.v1.AddCompactionResponse
+	52, // 101: sessions.v1.SessionService.ListCompactions:output_type -> sessions.v1.ListCompactionsResponse
+	54, // 102: sessions.v1.SessionService.PlanCompaction:output_type -> sessions.v1.PlanCompactionResponse
+	56, // 103: sessions.v1.SessionService.Compact:output_type -> sessions.v1.CompactResponse
+	59, // 104: sessions.v1.SessionService.SetCompactionPolicy:output_type -> sessions.v1.SetCompactionPolicyResponse
+	61, // 105: sessions.v1.SessionService.GetCompactionPolicy:output_type -> sessions.v1.GetCompactionPolicyResponse
+	63, // 106: sessions.v1.SessionService.SearchMessages:output_type -> sessions.v1.SearchMessagesResponse
+	66, // 107: sessions.v1.SessionService.Subscribe:output_type -> sessions.v1.SubscribeResponse
+	69, // 108: sessions.v1.SessionService.ListSessions:output_type -> sessions.v1.ListSessionsResponse
+	71, // 109: sessions.v1.SessionService.GetObjectStats:output_type -> sessions.v1.GetObjectStatsResponse
+	73, // 110: sessions.v1.SessionService.ListObjects:output_type -> sessions.v1.ListObjectsResponse
+	75, // 111: sessions.v1.SessionService.ExportObject:output_type -> sessions.v1.ExportObjectResponse
+	77, // 112: sessions.v1.SessionService.ImportObject:output_type -> sessions.v1.ImportObjectResponse
+	81, // 113: sessions.v1.SessionService.DeleteObject:output_type -> sessions.v1.DeleteObjectResponse
+	79, // 114: sessions.v1.SessionService.AbortMove:output_type -> sessions.v1.AbortMoveResponse
+	84, // [84:115] is the sub-list for method output_type
+	53, // [53:84] is the sub-list for method input_type
 	53, // [53:53] is the sub-list for extension type_name
 	53, // [53:53] is the sub-list for extension extendee
 	0,  // [0:53] is the sub-list for field type_name
@@ -6267,7 +6370,7 @@ func file_sessions_v1_sessions_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sessions_v1_sessions_proto_rawDesc), len(file_sessions_v1_sessions_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   73,
+			NumMessages:   75,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -73,6 +73,7 @@ const (
 	SessionService_ExportObject_FullMethodName        = "/sessions.v1.SessionService/ExportObject"
 	SessionService_ImportObject_FullMethodName        = "/sessions.v1.SessionService/ImportObject"
 	SessionService_DeleteObject_FullMethodName        = "/sessions.v1.SessionService/DeleteObject"
+	SessionService_AbortMove_FullMethodName           = "/sessions.v1.SessionService/AbortMove"
 )
 
 // SessionServiceClient is the client API for SessionService service.
@@ -174,6 +175,10 @@ type SessionServiceClient interface {
 	// Removes an object from this server (the last step of a move). Later calls for the key are
 	// refused with FAILED_PRECONDITION (OBJECT_NOT_OWNED) naming where it went, until restart.
 	DeleteObject(ctx context.Context, in *DeleteObjectRequest, opts ...grpc.CallOption) (*DeleteObjectResponse, error)
+	// Gives up a move that will not complete (the destination refused the file, say): releases
+	// the lock ExportObject took with `lock_for_move`, so the object takes writes again at once
+	// instead of when the lease expires. The object stays here, served as before.
+	AbortMove(ctx context.Context, in *AbortMoveRequest, opts ...grpc.CallOption) (*AbortMoveResponse, error)
 }
 
 type sessionServiceClient struct {
@@ -592,6 +597,16 @@ func (c *sessionServiceClient) DeleteObject(ctx context.Context, in *DeleteObjec
 	return out, nil
 }
 
+func (c *sessionServiceClient) AbortMove(ctx context.Context, in *AbortMoveRequest, opts ...grpc.CallOption) (*AbortMoveResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AbortMoveResponse)
+	err := c.cc.Invoke(ctx, SessionService_AbortMove_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SessionServiceServer is the server API for SessionService service.
 // All implementations must embed UnimplementedSessionServiceServer
 // for forward compatibility.
@@ -691,6 +706,10 @@ type SessionServiceServer interface {
 	// Removes an object from this server (the last step of a move). Later calls for the key are
 	// refused with FAILED_PRECONDITION (OBJECT_NOT_OWNED) naming where it went, until restart.
 	DeleteObject(context.Context, *DeleteObjectRequest) (*DeleteObjectResponse, error)
+	// Gives up a move that will not complete (the destination refused the file, say): releases
+	// the lock ExportObject took with `lock_for_move`, so the object takes writes again at once
+	// instead of when the lease expires. The object stays here, served as before.
+	AbortMove(context.Context, *AbortMoveRequest) (*AbortMoveResponse, error)
 	mustEmbedUnimplementedSessionServiceServer()
 }
 
@@ -790,6 +809,9 @@ func (UnimplementedSessionServiceServer) ImportObject(grpc.ClientStreamingServer
 }
 func (UnimplementedSessionServiceServer) DeleteObject(context.Context, *DeleteObjectRequest) (*DeleteObjectResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteObject not implemented")
+}
+func (UnimplementedSessionServiceServer) AbortMove(context.Context, *AbortMoveRequest) (*AbortMoveResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AbortMove not implemented")
 }
 func (UnimplementedSessionServiceServer) mustEmbedUnimplementedSessionServiceServer() {}
 func (UnimplementedSessionServiceServer) testEmbeddedByValue()                        {}
@@ -1242,6 +1264,24 @@ func _SessionService_DeleteObject_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SessionService_AbortMove_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AbortMoveRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessionServiceServer).AbortMove(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SessionService_AbortMove_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessionServiceServer).AbortMove(ctx, req.(*AbortMoveRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // SessionService_ServiceDesc is the grpc.ServiceDesc for SessionService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1312,6 +1352,10 @@ var SessionService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteObject",
 			Handler:    _SessionService_DeleteObject_Handler,
+		},
+		{
+			MethodName: "AbortMove",
+			Handler:    _SessionService_AbortMove_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
