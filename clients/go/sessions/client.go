@@ -64,12 +64,12 @@ const (
 )
 
 // WithKeepalive sets how long a connection may stay silent while calls are open before the
-// client pings it (at least 10 s, gRPC's floor), and how long it waits for the answer before
-// failing those calls with UNAVAILABLE. Without pings, a stream whose server or network
-// vanished without closing the connection (a Subscribe waiting for its next event) would wait
-// forever. A zero time turns pinging off.
-func WithKeepalive(time, timeout time.Duration) DialOption {
-	return func(c *dialConfig) { c.keepaliveTime, c.keepaliveTimeout = time, timeout }
+// client pings it (interval, at least 10 s: gRPC's floor), and how long it waits for the answer
+// before failing those calls with UNAVAILABLE (timeout). Without pings, a stream whose server
+// or network vanished without closing the connection (a Subscribe waiting for its next event)
+// would wait forever. A zero interval turns pinging off.
+func WithKeepalive(interval, timeout time.Duration) DialOption {
+	return func(c *dialConfig) { c.keepaliveTime, c.keepaliveTimeout = interval, timeout }
 }
 
 // WithTransportCredentials sets the connection's credentials (TLS, mTLS). The default is an
