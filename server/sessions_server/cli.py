@@ -355,12 +355,13 @@ def _move_objects(source: str, destination: str, object_keys: list[str], token: 
 def _import_store(source: Path, object_key: str, data_dir: Path, *, replace: bool, limits: Limits) -> int:
     from sessions_server.domain.limits import stored_text_limits
     from sessions_server.storage.files import StoreImportError, import_store_file
+    from sessions_server.storage.rows import StorageError
 
     try:
         target = import_store_file(
             source, object_key, data_dir, replace=replace, text_limits=stored_text_limits(limits)
         )
-    except StoreImportError as exc:
+    except (StoreImportError, StorageError, OSError) as exc:  # the file's fault, or the disk's
         print(f"sessions-server import-store: {exc}", file=sys.stderr)
         return 1
     print(f"imported {source} as object {object_key!r} at {target}")

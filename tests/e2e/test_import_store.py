@@ -58,3 +58,13 @@ def test_a_store_with_a_role_past_the_limit_is_refused_until_the_limit_is_raised
     finally:
         server.stop()
     assert [(s.id, s.role) for s in stats] == [("m0", "user"), ("m1", LONG_ROLE), ("m2", "user")]
+
+
+def test_a_data_directory_that_cannot_hold_the_object_is_reported_not_raised(tmp_path: Path) -> None:
+    source = _store_with_a_long_role(tmp_path)
+    not_a_directory = tmp_path / "data"
+    not_a_directory.write_text("a file where the data directory should be")
+    done = _import_store(source, not_a_directory, "--max-role-bytes", "32768")
+    assert done.returncode == 1
+    assert done.stderr.startswith("sessions-server import-store: ")
+    assert "Traceback" not in done.stderr
