@@ -35,13 +35,14 @@ def test_a_limited_newest_first_walk_reads_only_the_rows_it_returns(
     asyncio.run(write())
     monkeypatch.setattr(paths, "_paths", type(paths._paths)())  # nothing remembered from the write
     rows_read: list[str] = []
-    get_message = queries.get_message
+    ancestors = queries.ancestors
 
-    def counted(conn: Any, session_id: str, message_id: str) -> Any:
-        rows_read.append(message_id)
-        return get_message(conn, session_id, message_id)
+    def counted(conn: Any, session_id: str, message_id: str, count: int) -> Any:
+        rows = ancestors(conn, session_id, message_id, count)
+        rows_read.extend(row.info.id for row in rows)
+        return rows
 
-    monkeypatch.setattr(queries, "get_message", counted)
+    monkeypatch.setattr(queries, "ancestors", counted)
 
     async def read(limit: int) -> list[str]:
         service = SessionsService(ObjectRegistry(tmp_path, ThreadPoolExecutor(max_workers=2)))
@@ -83,7 +84,7 @@ async def _newest_ids(service: SessionsService, key: str, limit: int) -> list[st
 def test_a_limited_newest_first_read_of_a_remembered_path_takes_only_its_newest_rows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """After a whole read, the last few messages come from the memo: no point reads, and only the
+    """After a whole read, the last few messages come from the memo: no walk in storage, and only the
     rows returned are looked up there, however long the path."""
     looked_up: list[str] = []
     remembered_views = paths.remembered_views
@@ -98,7 +99,7 @@ def test_a_limited_newest_first_read_of_a_remembered_path_takes_only_its_newest_
             await service.append_many("memo", "", [AppendInput(t, Parent.auto(), True) for t in _texts(300)])
             await _read_whole(service, "memo")
             monkeypatch.setattr(paths, "remembered_views", counted)
-            monkeypatch.setattr(queries, "get_message", None)  # a point read would fail the test
+            monkeypatch.setattr(queries, "ancestors", None)  # a walk in storage would fail the test
             return await _newest_ids(service, "memo", 10)
         finally:
             await service.registry.close_all()

@@ -81,7 +81,7 @@ WINDOW_BYTES = 4 * 1024 * 1024
 WINDOW_MAX_ROWS = 400
 NEWEST_FIRST_WINDOW_ROWS = 8
 # Newest-first walks read this many rows per executor hop at first, doubling up to the maximum,
-# so a reader that stops after one message costs a handful of point reads.
+# so a reader that stops after one message costs a handful of row lookups.
 WALK_FIRST_STEPS = 4
 WALK_MAX_STEPS = 64
 DEFAULT_BATCH_SIZE = 50
@@ -730,34 +730,32 @@ class SessionsService:
     async def _walk_from_leaf(
         self, store: ObjectStore, session_id: str, leaf_id: str, inline: bool, limit: int = 0
     ) -> AsyncGenerator[list[MessageView], None]:
-        """Leaf to root by point reads, one row per step; switches to planned overlays at the
-        first row that ends some compaction (everything after it is exact without planning).
+        """Leaf to root along the parent pointers, a few rows per read (one statement); switches
+        to planned overlays at the first row that ends some compaction (everything after it is
+        exact without planning).
         A path the memo holds is streamed from it instead. The first read also takes the walk's
         first steps, so the newest messages come back after one read. With a `limit`, no read
-        takes more rows than the messages still wanted. Every read is point reads of at most
-        WALK_MAX_STEPS rows, marked quick: a lone caller's walk reads without thread hops."""
+        takes more rows than the messages still wanted. Every read looks up at most
+        WALK_MAX_STEPS rows by key, marked quick: a lone caller's walk reads without thread hops."""
         span_ends: set[str] = set()
         hidden: set[str] = set()
         wanted = limit or MAX_PATH_DEPTH + 1
 
         def walk(conn: Any, first: str, budget: int, depth: int) -> _WalkStep:
+            wanted_rows = min(budget, MAX_PATH_DEPTH + 1 - depth)
+            taken = queries.ancestors(conn, session_id, first, wanted_rows)
             views: list[MessageView] = []
-            rows = 0
-            current: str | None = first
-            while current is not None and depth <= MAX_PATH_DEPTH and rows < budget:
-                if current in span_ends:
-                    return views, rows, current, True
-                row = queries.get_message(conn, session_id, current)
-                if row is None:
-                    return views, rows, None, False
-                if current not in hidden:
+            for rows, row in enumerate(taken):
+                if row.info.id in span_ends:
+                    return views, rows, row.info.id, True
+                if row.info.id not in hidden:
                     view = _view(conn, row, inline)
                     if view is not None:
                         views.append(view)
-                rows += 1
-                current = row.info.parent_id
-                depth += 1
-            return views, rows, (current if depth <= MAX_PATH_DEPTH else None), False
+            # Fewer rows than asked: the chain reached a root or a missing row, so the path ends.
+            current = taken[-1].info.parent_id if taken and len(taken) == wanted_rows else None
+            depth += len(taken)
+            return views, len(taken), (current if depth <= MAX_PATH_DEPTH else None), False
 
         def start(conn: Any) -> tuple[str | None, list[Compaction], list[PathStat] | None, _WalkStep | None]:
             leaf = _resolve_leaf(store, conn, session_id, leaf_id)

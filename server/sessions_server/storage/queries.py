@@ -128,6 +128,26 @@ def get_message(conn: sqlite3.Connection, session_id: str, message_id: str) -> S
     return _assemble(conn, session_id, [row])[0]
 
 
+_ANCESTOR_COLUMNS = "id, role, parent_id, seq, created_at, token_estimate, content, content_chunks, content_hash"
+_ANCESTORS_SQL = f"""WITH RECURSIVE up({_ANCESTOR_COLUMNS}, depth) AS (
+    SELECT {_ANCESTOR_COLUMNS}, 1 FROM cf_agents_session_messages WHERE session_id = ?1 AND id = ?2
+    UNION ALL
+    SELECT {", ".join("m." + column for column in _ANCESTOR_COLUMNS.split(", "))}, up.depth + 1
+    FROM up JOIN cf_agents_session_messages AS m ON m.session_id = ?1 AND m.id = up.parent_id
+    WHERE up.depth < ?3
+) SELECT {_ROW_COLUMNS} FROM up"""
+
+
+def ancestors(conn: sqlite3.Connection, session_id: str, message_id: str, count: int) -> list[StoredMessage]:
+    """Up to `count` rows: `message_id`'s, its parent's, and so on up the parent pointers, in
+    that order, reassembled. Fewer when the chain reaches a root or a missing row. One statement:
+    a point read per row costs twice as much in statement overhead as the lookups themselves."""
+    if count <= 0:
+        return []
+    rows = conn.execute(_ANCESTORS_SQL, (session_id, message_id, count)).fetchall()
+    return _assemble(conn, session_id, rows)
+
+
 def get_messages(conn: sqlite3.Connection, session_id: str, ids: Sequence[str]) -> dict[str, StoredMessage]:
     """A window of rows by id: one query for the rows, one for continuations if any have them."""
     if not ids:
