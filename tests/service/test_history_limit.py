@@ -65,3 +65,16 @@ def test_the_asyncio_client_limits_batched_reads(live_server: Any, object_key: s
             return [ids(batch) async for batch in session.history_batches(batch_size=3, limit=7)]
 
     assert asyncio.run(scenario()) == [["m0", "m1", "m2"], ["m3", "m4", "m5"], ["m6"]]
+
+
+def test_a_limited_newest_first_read_answers_in_two_responses(stub: Any, object_key: str, session: Any) -> None:
+    """The newest few messages first (the first response comes after a short read), then the rest
+    of what was asked together: every response costs the server a write round trip."""
+    session.append_messages([text_message(f"m{i}") for i in range(200)])
+    request = pb.StreamHistoryRequest(
+        object_key=object_key, newest_first=True, max_messages=50, max_messages_per_response=400
+    )
+    responses = list(stub.StreamHistory(request))
+    windows = [[frame.info.id for frame in response.frames] for response in responses]
+    assert [id_ for window in windows for id_ in window] == [f"m{i}" for i in range(199, 149, -1)]
+    assert [len(window) for window in windows] == [4, 46]

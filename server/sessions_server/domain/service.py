@@ -793,7 +793,9 @@ class SessionsService:
                 taken = await store.read(read_step, quick=True)
             views, walked, next_id, switch = taken
             depth += walked
-            steps = min(steps * 2, WALK_MAX_STEPS)
+            # Doubling spares a reader that stops early from reading ahead; a reader that named
+            # its count wants every row of it, and each response costs a write round trip.
+            steps = WALK_MAX_STEPS if limit else min(steps * 2, WALK_MAX_STEPS)
             if views:
                 wanted -= len(views)
                 yield views
