@@ -119,3 +119,58 @@ def test_clear_removes_everything_and_restarts_seq(obj: Any, data_dir: Path, obj
     assert [(r["id"], r["seq"]) for r in message_rows(data_dir, object_key)] == [("n", 1)]
     assert session.clear_messages() == 1
     assert session.clear_messages() == 0
+
+
+def test_delete_and_clear_are_refused_while_the_object_moves(live_server: Any, stub: Any, object_key: str) -> None:
+    """A removal after a move's snapshot would be undone on the new owner: like appends, deletes
+    and clears are refused (UNAVAILABLE / OBJECT_MOVING) until the lock is released."""
+    import grpc
+    import pytest
+
+    from sessions_client import SessionsClient, SessionsError
+    from sessions_proto.v1 import sessions_pb2 as pb
+
+    with SessionsClient(live_server.address, retry=None) as client:
+        session = client.object(object_key).session()
+        session.append_messages([text_message("a"), text_message("b")])
+        export = pb.ExportObjectRequest(object_key=object_key, lock_for_move=True, lease_seconds=3600)
+        assert b"".join(frame.data for frame in stub.ExportObject(export))
+        try:
+            for remove in (lambda: session.delete_messages(["a"]), session.clear_messages):
+                with pytest.raises(SessionsError) as refused:
+                    remove()
+                assert (refused.value.code, refused.value.reason) == (grpc.StatusCode.UNAVAILABLE, "OBJECT_MOVING")
+            assert ids(session.get_history()) == ["a", "b"]
+        finally:
+            stub.AbortMove(pb.AbortMoveRequest(object_key=object_key))
+        assert session.delete_messages(["a"]) == 1
+        assert session.clear_messages() == 1
+
+
+def test_delete_and_clear_make_room_in_a_full_object(tmp_path: Path) -> None:
+    """The object size limit refuses what would add, never what removes."""
+    import pytest
+
+    from sessions_client import SessionsClient, SessionsError
+    from sessions_server.domain.limits import Limits
+    from tests.conftest import start_server
+
+    filler = start_server(tmp_path / "data")
+    try:
+        with SessionsClient(filler.address) as client:
+            client.object("full").session().append_messages(
+                [text_message(f"m{i}", "x" * 300_000) for i in range(5)]  # 1.5 MB
+            )
+    finally:
+        filler.stop()
+    server = start_server(tmp_path / "data", limits=Limits(max_object_bytes=1024 * 1024))
+    try:
+        with SessionsClient(server.address, retry=None) as client:
+            session = client.object("full").session()
+            with pytest.raises(SessionsError) as full:
+                session.append_message(text_message("more"))
+            assert full.value.reason == "LIMIT_EXCEEDED"
+            assert session.delete_messages(["m0"]) == 1
+            assert session.clear_messages() == 4
+    finally:
+        server.stop()

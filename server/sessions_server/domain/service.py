@@ -248,9 +248,14 @@ class SessionsService:
         keys.check_session_id(session_id)
 
     @contextlib.asynccontextmanager
-    async def object(self, object_key: str, *, writing: bool = False) -> AsyncIterator[ObjectStore]:
-        """The open object (opened on demand). `writing` first checks the object's size limit."""
-        self.objects.admit(object_key, writing=writing)
+    async def object(
+        self, object_key: str, *, writing: bool = False, removing: bool = False
+    ) -> AsyncIterator[ObjectStore]:
+        """The open object (opened on demand). Writes and removals are refused while the object
+        is being moved: a change after the move's snapshot would be lost with the source.
+        `writing` also checks the object's size limit, which a removal must pass: removing is
+        how a full object gets room again."""
+        self.objects.admit(object_key, writing=writing or removing)
         try:
             async with self.registry.use(object_key) as store:
                 if writing and store.cached_file_bytes() > self.limits.max_object_bytes:
@@ -426,7 +431,7 @@ class SessionsService:
         _check_delete_ids(message_ids)
         ids = list(dict.fromkeys(message_ids))
         event = ChangeEvent("delete", session_id, message_ids=tuple(message_ids))
-        async with self.object(object_key) as store:
+        async with self.object(object_key, removing=True) as store:
             if not ids:
                 store.feed.publish([event])
                 return 0
@@ -448,7 +453,7 @@ class SessionsService:
             ctx.emit(ChangeEvent("clear", session_id))
             return deleted
 
-        async with self.object(object_key) as store:
+        async with self.object(object_key, removing=True) as store:
             deleted = await store.write(run)
             forget_estimate(store, session_id)
             return deleted
