@@ -54,15 +54,16 @@ class LiveServer:
         self.thread.join(timeout=30)
 
 
-def start_server(data_dir: Path, **overrides: object) -> LiveServer:
-    """Starts a server bound to 127.0.0.1:0 with `data_dir`; returns once it is serving. It runs
-    on uvloop, the event loop `sessions-server serve` picks (asyncio: tests/e2e)."""
+def start_server(data_dir: Path, listen: str = "127.0.0.1:0", **overrides: object) -> LiveServer:
+    """Starts a server bound to `listen` (a free port by default) with `data_dir`; returns once
+    it is serving. It runs on uvloop, the event loop `sessions-server serve` picks (asyncio:
+    tests/e2e)."""
     loop = uvloop.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, name="test-server-loop", daemon=True)
     thread.start()
     config = ServerConfig(
         data_dir=data_dir,
-        listen="127.0.0.1:0",
+        listen=listen,
         reserved_metadata_keys=RESERVED_KEYS,
         drain_seconds=5.0,
         **overrides,  # type: ignore[arg-type]

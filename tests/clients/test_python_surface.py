@@ -9,6 +9,7 @@ import sessions_client.aio as aio
 
 EXPECTED_EXPORTS = {
     "AUTO",
+    "DEFAULT_RETRY_POLICY",
     "AppendResult",
     "Attachment",
     "ChangeEvent",
@@ -22,6 +23,8 @@ EXPECTED_EXPORTS = {
     "ObjectHandle",
     "ObjectStats",
     "RecentHistory",
+    "RetryNotice",
+    "RetryPolicy",
     "RowStat",
     "SearchResult",
     "SessionHandle",

@@ -173,7 +173,7 @@ def test_tls_and_mtls(tmp_path: Path, pki: Path) -> None:
         config = TlsConfig(root_certificates=(pki / "ca.pem").read_bytes())
         with SessionsClient(tls.address, tls=config) as client:
             assert client.object("k").session().append_message(MESSAGE).inserted
-        with SessionsClient(tls.address, timeout=5) as plaintext:
+        with SessionsClient(tls.address, timeout=5, retry=None) as plaintext:
             assert _code(lambda: plaintext.object("k").session().get_message("m1")) == grpc.StatusCode.UNAVAILABLE
     finally:
         tls.stop()
@@ -182,7 +182,7 @@ def test_tls_and_mtls(tmp_path: Path, pki: Path) -> None:
     )
     try:
         anonymous = TlsConfig(root_certificates=(pki / "ca.pem").read_bytes())
-        with SessionsClient(mtls.address, tls=anonymous, timeout=5) as client:
+        with SessionsClient(mtls.address, tls=anonymous, timeout=5, retry=None) as client:
             assert _code(lambda: client.object("k").session().get_message("m1")) == grpc.StatusCode.UNAVAILABLE
         identified = TlsConfig(
             root_certificates=(pki / "ca.pem").read_bytes(),

@@ -30,10 +30,12 @@ from sessions_client._common import (
     TlsConfig,
     UpsertResult,
 )
+from sessions_client._retry import DEFAULT_RETRY_POLICY, RetryNotice, RetryPolicy
 from sessions_client._sync import ObjectHandle, SessionHandle, SessionsClient
 
 __all__ = [
     "AUTO",
+    "DEFAULT_RETRY_POLICY",
     "AppendResult",
     "Attachment",
     "ChangeEvent",
@@ -47,6 +49,8 @@ __all__ = [
     "ObjectHandle",
     "ObjectStats",
     "RecentHistory",
+    "RetryNotice",
+    "RetryPolicy",
     "RowStat",
     "SearchResult",
     "SessionHandle",

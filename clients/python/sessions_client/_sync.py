@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc
 
@@ -56,10 +56,9 @@ from sessions_client._common import (
     upload_frames,
     written_json_in_hand,
 )
+from sessions_client._retry import DEFAULT_RETRY_POLICY, Attempts, RetryNotice, RetryPolicy
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
-
-T = TypeVar("T")
 
 
 class SessionsClient:
@@ -76,7 +75,13 @@ class SessionsClient:
         tls: TlsConfig | None = None,
         keepalive_seconds: float | None = KEEPALIVE_SECONDS,
         keepalive_timeout_seconds: float = KEEPALIVE_TIMEOUT_SECONDS,
+        retry: RetryPolicy | None = DEFAULT_RETRY_POLICY,
+        on_retry: Callable[[RetryNotice], None] | None = None,
     ) -> None:
+        """`timeout` bounds each call, its retries included. `retry` tries a call again after
+        the server refused it before acting (drain, object move, re-shard) and, for methods
+        safe to repeat, after a connection failure; None turns that off. `on_retry` is told of
+        each retry before its wait."""
         if channel is None:
             chosen = channel_options(options, keepalive_seconds, keepalive_timeout_seconds)
             channel = (
@@ -88,6 +93,8 @@ class SessionsClient:
         self._token = token
         self._stub = pb_grpc.SessionServiceStub(self._channel)
         self.timeout = timeout
+        self.retry = retry
+        self.on_retry = on_retry
 
     def __enter__(self) -> SessionsClient:
         return self
@@ -101,20 +108,44 @@ class SessionsClient:
     def object(self, object_key: str) -> ObjectHandle:
         return ObjectHandle(self, object_key)
 
-    def _call(self, object_key: str, fn: Callable[..., T], request: Any) -> T:
-        try:
-            return fn(request, metadata=routing_metadata(object_key, self._token), timeout=self.timeout)
-        except grpc.RpcError as error:
-            raise SessionsError.from_rpc_error(error) from None
+    def _call(self, object_key: str, method: str, request: Any) -> Any:
+        """A unary or client-streaming call, tried again as `retry` allows. `request` may be a
+        function making the request, for requests (iterators of frames) that are used up."""
+        fn = getattr(self._stub, method)
+        attempts = Attempts(method, self.retry, self.on_retry, self.timeout)
+        while True:
+            attempts.begin()
+            try:
+                sent = request() if callable(request) else request
+                return fn(sent, metadata=routing_metadata(object_key, self._token), timeout=attempts.remaining())
+            except grpc.RpcError as error:
+                failure = SessionsError.from_rpc_error(error)
+                delay = attempts.wait_after(failure)
+                if delay is None:
+                    raise failure from None
+            time.sleep(delay)
 
-    def _stream(self, object_key: str, fn: Callable[..., Any], request: Any) -> Iterator[Any]:
-        call = fn(request, metadata=routing_metadata(object_key, self._token), timeout=self.timeout)
-        try:
-            yield from call
-        except grpc.RpcError as error:
-            raise SessionsError.from_rpc_error(error) from None
-        finally:
-            call.cancel()  # stops the server's reads when the caller breaks off early
+    def _stream(self, object_key: str, method: str, request: Any) -> Iterator[Any]:
+        """A server stream, tried again as `retry` allows while it has delivered nothing."""
+        fn = getattr(self._stub, method)
+        attempts = Attempts(method, self.retry, self.on_retry, self.timeout)
+        while True:
+            attempts.begin()
+            call = fn(request, metadata=routing_metadata(object_key, self._token), timeout=attempts.remaining())
+            delivered = False
+            try:
+                for response in call:
+                    delivered = True
+                    yield response
+                return
+            except grpc.RpcError as error:
+                failure = SessionsError.from_rpc_error(error)
+                delay = None if delivered else attempts.wait_after(failure)
+                if delay is None:
+                    raise failure from None
+            finally:
+                call.cancel()  # stops the server's reads when the caller breaks off early
+            time.sleep(delay)
 
 
 class ObjectHandle:
@@ -149,7 +180,7 @@ class ObjectHandle:
                 request.session_id = session_id
             assembler = EventAssembler()
             try:
-                for response in self.client._stream(self.key, self.client._stub.Subscribe, request):
+                for response in self.client._stream(self.key, "Subscribe", request):
                     event = assembler.feed(response)
                     if event is None:
                         continue
@@ -169,7 +200,7 @@ class ObjectHandle:
         """One attachment payload by its hash (the hex after `attachment:sha256:`)."""
         request = pb.ReadAttachmentRequest(object_key=self.key, hash=digest)
         media_type, chunks = "", []
-        for index, response in enumerate(self.client._stream(self.key, self.client._stub.ReadAttachment, request)):
+        for index, response in enumerate(self.client._stream(self.key, "ReadAttachment", request)):
             if index == 0:
                 media_type = response.media_type
             chunks.append(response.data)
@@ -180,7 +211,7 @@ class ObjectHandle:
         token = ""
         while True:
             request = pb.ListSessionsRequest(object_key=self.key, page_token=token)
-            response = self.client._call(self.key, self.client._stub.ListSessions, request)
+            response = self.client._call(self.key, "ListSessions", request)
             sessions.extend((s.session_id, int(s.message_count)) for s in response.sessions)
             token = response.next_page_token
             if not token:
@@ -188,7 +219,7 @@ class ObjectHandle:
 
     def get_object_stats(self) -> ObjectStats:
         request = pb.GetObjectStatsRequest(object_key=self.key)
-        r = self.client._call(self.key, self.client._stub.GetObjectStats, request)
+        r = self.client._call(self.key, "GetObjectStats", request)
         return ObjectStats(
             int(r.file_bytes),
             int(r.message_rows),
@@ -207,7 +238,6 @@ class SessionHandle:
         self.object = obj
         self.id = session_id
         self._client = obj.client
-        self._stub = obj.client._stub
         self._key = obj.key
 
     # ── writes ──────────────────────────────────────────────────────────────
@@ -229,7 +259,7 @@ class SessionHandle:
             omit_json_as_sent=True,
             **parent_fields(parent_id),
         )
-        response = self._client._call(self._key, self._stub.AppendMessage, request)
+        response = self._client._call(self._key, "AppendMessage", request)
         return AppendResult(
             response.inserted, self._written_json(response.message, text), parent_of(response.message.info)
         )
@@ -246,7 +276,7 @@ class SessionHandle:
         request = pb.AppendMessagesRequest(
             object_key=self._key, session_id=self.id, items=items, omit_json_as_sent=True
         )
-        response = self._client._call(self._key, self._stub.AppendMessages, request)
+        response = self._client._call(self._key, "AppendMessages", request)
         in_hand = [written_json_in_hand(r.message, text) for r, text in zip(response.results, texts, strict=True)]
         read_back = self._read_back(
             [r.message.info.id for r, j in zip(response.results, in_hand, strict=True) if j is None]
@@ -268,7 +298,7 @@ class SessionHandle:
             source=source_value(source),
             omit_json_as_sent=True,
         )
-        response = self._client._call(self._key, self._stub.UpdateMessage, request)
+        response = self._client._call(self._key, "UpdateMessage", request)
         return self._written(response.message, text) if response.found else None
 
     def upsert_message(
@@ -286,16 +316,16 @@ class SessionHandle:
             omit_json_as_sent=True,
             **parent_fields(parent_id),
         )
-        response = self._client._call(self._key, self._stub.UpsertMessage, request)
+        response = self._client._call(self._key, "UpsertMessage", request)
         return UpsertResult(response.inserted, response.changed, self._written_json(response.message, text))
 
     def delete_messages(self, ids: Iterable[str]) -> int:
         request = pb.DeleteMessagesRequest(object_key=self._key, session_id=self.id, message_ids=list(ids))
-        return int(self._client._call(self._key, self._stub.DeleteMessages, request).deleted_count)
+        return int(self._client._call(self._key, "DeleteMessages", request).deleted_count)
 
     def clear_messages(self) -> int:
         request = pb.ClearMessagesRequest(object_key=self._key, session_id=self.id)
-        return int(self._client._call(self._key, self._stub.ClearMessages, request).deleted_count)
+        return int(self._client._call(self._key, "ClearMessages", request).deleted_count)
 
     def import_message(self, message: Message | str, *, parent_id: str | None, created_at: Any = None) -> bool:
         """Imports one message verbatim; False when its id already existed."""
@@ -305,7 +335,7 @@ class SessionHandle:
         """Streams messages in; plain dicts chain, each parented to the previous one. A list or
         tuple goes packed (many messages a frame), an iterator a message at a time as it yields."""
         frames = import_frames(self._key, self.id, items)
-        return import_result(self._client._call(self._key, self._stub.ImportMessages, frames), items)
+        return import_result(self._client._call(self._key, "ImportMessages", frames), items)
 
     # ── reads ───────────────────────────────────────────────────────────────
 
@@ -313,7 +343,7 @@ class SessionHandle:
         request = pb.GetMessageRequest(
             object_key=self._key, session_id=self.id, message_id=message_id, attachments=attachment_mode(pointers)
         )
-        found = self._messages(self._stub.GetMessage, request)
+        found = self._messages("GetMessage", request)
         return next((m.message() for m in found), None)
 
     def get_messages(self, ids: Sequence[str], *, pointers: bool = False) -> list[Message | None]:
@@ -325,14 +355,14 @@ class SessionHandle:
             attachments=attachment_mode(pointers),
             max_messages_per_response=PACKED_MESSAGES,
         )
-        by_id = {m.info.id: m.message() for m in self._messages(self._stub.GetMessages, request)}
+        by_id = {m.info.id: m.message() for m in self._messages("GetMessages", request)}
         return [by_id.get(i) for i in ids]
 
     def get_latest_leaf(self, *, pointers: bool = False) -> Message | None:
         request = pb.GetLatestLeafRequest(
             object_key=self._key, session_id=self.id, attachments=attachment_mode(pointers)
         )
-        return next((m.message() for m in self._messages(self._stub.GetLatestLeaf, request)), None)
+        return next((m.message() for m in self._messages("GetLatestLeaf", request)), None)
 
     def get_branches(self, message_id: str, *, pointers: bool = False) -> list[Message]:
         request = pb.GetBranchesRequest(
@@ -342,7 +372,7 @@ class SessionHandle:
             attachments=attachment_mode(pointers),
             max_messages_per_response=PACKED_MESSAGES,
         )
-        return [m.message() for m in self._messages(self._stub.GetBranches, request)]
+        return [m.message() for m in self._messages("GetBranches", request)]
 
     def history(
         self,
@@ -356,7 +386,7 @@ class SessionHandle:
         `limit`: at most that many messages (with newest_first, the newest), read no further."""
         request = history_request(self._key, self.id, leaf_id, newest_first, pointers, limit)
         decoder = MessageDecoder()
-        for response in self._client._stream(self._key, self._stub.StreamHistory, request):
+        for response in self._client._stream(self._key, "StreamHistory", request):
             yield from decoder.messages(response)
         decoder.finish()
 
@@ -377,7 +407,7 @@ class SessionHandle:
         request.max_batch_bytes = max(1, int(max_batch_bytes))
         batch: list[Message] = []
         assembler = FrameAssembler()
-        for response in self._client._stream(self._key, self._stub.StreamHistory, request):
+        for response in self._client._stream(self._key, "StreamHistory", request):
             for frame in frames_of(response):
                 done = assembler.feed(frame)
                 if done is not None:
@@ -400,7 +430,7 @@ class SessionHandle:
         request = history_request(self._key, self.id, leaf_id, newest_first, pointers, limit)
         decoder = MessageDecoder()
         out: list[Message] = []
-        for response in self._client._stream(self._key, self._stub.StreamHistory, request):
+        for response in self._client._stream(self._key, "StreamHistory", request):
             out.extend(decoder.messages(response))
         decoder.finish()
         return out
@@ -419,7 +449,7 @@ class SessionHandle:
         truncated, total = False, 0
         out: list[Message] = []
         assembler = FrameAssembler()
-        for response in self._client._stream(self._key, self._stub.GetRecentHistory, request):
+        for response in self._client._stream(self._key, "GetRecentHistory", request):
             if response.HasField("summary"):
                 truncated = response.summary.truncated
                 total = response.summary.total_content_bytes
@@ -434,7 +464,7 @@ class SessionHandle:
         request = pb.GetHistoryRowStatsRequest(object_key=self._key, session_id=self.id, leaf_id=leaf_id or "")
         return [
             RowStat(s.id, s.role, int(s.bytes), int(s.token_estimate))
-            for response in self._client._stream(self._key, self._stub.GetHistoryRowStats, request)
+            for response in self._client._stream(self._key, "GetHistoryRowStats", request)
             for s in response.stats
         ]
 
@@ -451,14 +481,14 @@ class SessionHandle:
             to_message_id=to_message_id,
             from_compact=from_compact,
         )
-        return CompactionRecord.of(self._client._call(self._key, self._stub.AddCompaction, request).compaction)
+        return CompactionRecord.of(self._client._call(self._key, "AddCompaction", request).compaction)
 
     def list_compactions(self) -> list[CompactionRecord]:
         records: list[CompactionRecord] = []
         token = ""
         while True:
             request = pb.ListCompactionsRequest(object_key=self._key, session_id=self.id, page_token=token)
-            response = self._client._call(self._key, self._stub.ListCompactions, request)
+            response = self._client._call(self._key, "ListCompactions", request)
             records.extend(CompactionRecord.of(record) for record in response.compactions)
             token = response.next_page_token
             if not token:
@@ -468,7 +498,7 @@ class SessionHandle:
         request = pb.PlanCompactionRequest(
             object_key=self._key, session_id=self.id, leaf_id=leaf_id or "", keep_recent_tokens=keep_recent_tokens
         )
-        response = self._client._call(self._key, self._stub.PlanCompaction, request)
+        response = self._client._call(self._key, "PlanCompaction", request)
         if not response.planned:
             return None
         return CompactionPlan(
@@ -486,7 +516,7 @@ class SessionHandle:
         stores the overlay (upstream's createCompactFunction); without, the server's summarizer."""
         if summarize is None:
             request = pb.CompactRequest(object_key=self._key, session_id=self.id, leaf_id=leaf_id or "")
-            response = self._client._call(self._key, self._stub.Compact, request)
+            response = self._client._call(self._key, "Compact", request)
             return CompactionRecord.of(response.compaction) if response.compacted else None
         plan = self.plan_compaction(leaf_id=leaf_id, keep_recent_tokens=keep_recent_tokens)
         if plan is None:
@@ -502,12 +532,12 @@ class SessionHandle:
             session_id=self.id,
             policy=pb.CompactionPolicy(threshold_tokens=threshold_tokens, keep_recent_tokens=keep_recent_tokens),
         )
-        policy = self._client._call(self._key, self._stub.SetCompactionPolicy, request).policy
+        policy = self._client._call(self._key, "SetCompactionPolicy", request).policy
         return CompactionPolicy(int(policy.threshold_tokens), int(policy.keep_recent_tokens))
 
     def get_compaction_policy(self) -> CompactionPolicy:
         request = pb.GetCompactionPolicyRequest(object_key=self._key, session_id=self.id)
-        policy = self._client._call(self._key, self._stub.GetCompactionPolicy, request).policy
+        policy = self._client._call(self._key, "GetCompactionPolicy", request).policy
         return CompactionPolicy(int(policy.threshold_tokens), int(policy.keep_recent_tokens))
 
     # ── search and feed ─────────────────────────────────────────────────────
@@ -525,7 +555,7 @@ class SessionHandle:
             all_sessions=all_sessions,
             max_hits_per_response=SEARCH_HITS_PER_RESPONSE,
         )
-        return collect_search(self._client._stream(self._key, self._stub.SearchMessages, request))
+        return collect_search(self._client._stream(self._key, "SearchMessages", request))
 
     def mirror(self) -> Mirror:
         """A local copy of this session's messages; feed it the object's events to keep it in sync:
@@ -536,7 +566,7 @@ class SessionHandle:
 
     # ── helpers ─────────────────────────────────────────────────────────────
 
-    def _messages(self, method: Callable[..., Any], request: Any) -> Iterator[MessageWithInfo]:
+    def _messages(self, method: str, request: Any) -> Iterator[MessageWithInfo]:
         assembler = FrameAssembler()
         for response in self._client._stream(self._key, method, request):
             for frame in frames_of(response):
@@ -555,7 +585,7 @@ class SessionHandle:
         request = pb.GetMessagesRequest(
             object_key=self._key, session_id=self.id, message_ids=ids, max_messages_per_response=PACKED_MESSAGES
         )
-        found = {m.info.id: m.json for m in self._messages(self._stub.GetMessages, request)}
+        found = {m.info.id: m.json for m in self._messages("GetMessages", request)}
         if len(found) < len(set(ids)):
             raise SessionsError(
                 grpc.StatusCode.NOT_FOUND, "written messages vanished before they were read back", None, {}
@@ -568,7 +598,7 @@ class SessionHandle:
         if in_hand is not None:
             return in_hand
         request = pb.GetMessageRequest(object_key=self._key, session_id=self.id, message_id=written.info.id)
-        for found in self._messages(self._stub.GetMessage, request):
+        for found in self._messages("GetMessage", request):
             return found.json
         raise SessionsError(grpc.StatusCode.NOT_FOUND, "written message vanished before it was read back", None, {})
 
@@ -582,4 +612,7 @@ class SessionHandle:
             source=source_value(source),
             **parent_fields(parent_id),
         )
-        return self._client._call(self._key, self._stub.UploadMessage, upload_frames(header, text))
+        response: pb.UploadMessageResponse = self._client._call(
+            self._key, "UploadMessage", lambda: upload_frames(header, text)
+        )
+        return response

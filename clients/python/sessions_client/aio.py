@@ -57,6 +57,7 @@ from sessions_client._common import (
     upload_frames,
     written_json_in_hand,
 )
+from sessions_client._retry import DEFAULT_RETRY_POLICY, Attempts, RetryNotice, RetryPolicy
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
 
@@ -77,7 +78,11 @@ class SessionsClient:
         tls: TlsConfig | None = None,
         keepalive_seconds: float | None = KEEPALIVE_SECONDS,
         keepalive_timeout_seconds: float = KEEPALIVE_TIMEOUT_SECONDS,
+        retry: RetryPolicy | None = DEFAULT_RETRY_POLICY,
+        on_retry: Callable[[RetryNotice], None] | None = None,
     ) -> None:
+        """As the sync client's: `timeout` bounds each call, its retries included; `retry` and
+        `on_retry` decide and report when a failed call is tried again."""
         if channel is None:
             chosen = channel_options(options, keepalive_seconds, keepalive_timeout_seconds)
             channel = (
@@ -89,6 +94,8 @@ class SessionsClient:
         self._token = token
         self._stub = pb_grpc.SessionServiceStub(self._channel)
         self.timeout = timeout
+        self.retry = retry
+        self.on_retry = on_retry
 
     async def __aenter__(self) -> SessionsClient:
         return self
@@ -102,21 +109,44 @@ class SessionsClient:
     def object(self, object_key: str) -> ObjectHandle:
         return ObjectHandle(self, object_key)
 
-    async def _call(self, object_key: str, fn: Callable[..., Any], request: Any) -> Any:
-        try:
-            return await fn(request, metadata=routing_metadata(object_key, self._token), timeout=self.timeout)
-        except grpc.RpcError as error:
-            raise SessionsError.from_rpc_error(error) from None
+    async def _call(self, object_key: str, method: str, request: Any) -> Any:
+        """A unary or client-streaming call, tried again as `retry` allows. `request` may be a
+        function making the request, for requests (iterators of frames) that are used up."""
+        fn = getattr(self._stub, method)
+        attempts = Attempts(method, self.retry, self.on_retry, self.timeout)
+        while True:
+            attempts.begin()
+            try:
+                sent = request() if callable(request) else request
+                return await fn(sent, metadata=routing_metadata(object_key, self._token), timeout=attempts.remaining())
+            except grpc.RpcError as error:
+                failure = SessionsError.from_rpc_error(error)
+                delay = attempts.wait_after(failure)
+                if delay is None:
+                    raise failure from None
+            await asyncio.sleep(delay)
 
-    async def _stream(self, object_key: str, fn: Callable[..., Any], request: Any) -> AsyncIterator[Any]:
-        call = fn(request, metadata=routing_metadata(object_key, self._token), timeout=self.timeout)
-        try:
-            async for response in call:
-                yield response
-        except grpc.RpcError as error:
-            raise SessionsError.from_rpc_error(error) from None
-        finally:
-            call.cancel()  # stops the server's reads when the caller breaks off early
+    async def _stream(self, object_key: str, method: str, request: Any) -> AsyncIterator[Any]:
+        """A server stream, tried again as `retry` allows while it has delivered nothing."""
+        fn = getattr(self._stub, method)
+        attempts = Attempts(method, self.retry, self.on_retry, self.timeout)
+        while True:
+            attempts.begin()
+            call = fn(request, metadata=routing_metadata(object_key, self._token), timeout=attempts.remaining())
+            delivered = False
+            try:
+                async for response in call:
+                    delivered = True
+                    yield response
+                return
+            except grpc.RpcError as error:
+                failure = SessionsError.from_rpc_error(error)
+                delay = None if delivered else attempts.wait_after(failure)
+                if delay is None:
+                    raise failure from None
+            finally:
+                call.cancel()  # stops the server's reads when the caller breaks off early
+            await asyncio.sleep(delay)
 
 
 class ObjectHandle:
@@ -150,7 +180,7 @@ class ObjectHandle:
                 request.session_id = session_id
             assembler = EventAssembler()
             try:
-                async for response in self.client._stream(self.key, self.client._stub.Subscribe, request):
+                async for response in self.client._stream(self.key, "Subscribe", request):
                     event = assembler.feed(response)
                     if event is None:
                         continue
@@ -169,7 +199,7 @@ class ObjectHandle:
     async def read_attachment(self, digest: str) -> Attachment:
         request = pb.ReadAttachmentRequest(object_key=self.key, hash=digest)
         media_type, chunks, first = "", [], True
-        async for response in self.client._stream(self.key, self.client._stub.ReadAttachment, request):
+        async for response in self.client._stream(self.key, "ReadAttachment", request):
             if first:
                 media_type, first = response.media_type, False
             chunks.append(response.data)
@@ -180,7 +210,7 @@ class ObjectHandle:
         token = ""
         while True:
             request = pb.ListSessionsRequest(object_key=self.key, page_token=token)
-            response = await self.client._call(self.key, self.client._stub.ListSessions, request)
+            response = await self.client._call(self.key, "ListSessions", request)
             sessions.extend((s.session_id, int(s.message_count)) for s in response.sessions)
             token = response.next_page_token
             if not token:
@@ -188,7 +218,7 @@ class ObjectHandle:
 
     async def get_object_stats(self) -> ObjectStats:
         request = pb.GetObjectStatsRequest(object_key=self.key)
-        r = await self.client._call(self.key, self.client._stub.GetObjectStats, request)
+        r = await self.client._call(self.key, "GetObjectStats", request)
         return ObjectStats(
             int(r.file_bytes),
             int(r.message_rows),
@@ -207,7 +237,6 @@ class SessionHandle:
         self.object = obj
         self.id = session_id
         self._client = obj.client
-        self._stub = obj.client._stub
         self._key = obj.key
 
     async def append_message(
@@ -227,7 +256,7 @@ class SessionHandle:
             omit_json_as_sent=True,
             **parent_fields(parent_id),
         )
-        response = await self._client._call(self._key, self._stub.AppendMessage, request)
+        response = await self._client._call(self._key, "AppendMessage", request)
         return AppendResult(
             response.inserted, await self._written_json(response.message, text), parent_of(response.message.info)
         )
@@ -243,7 +272,7 @@ class SessionHandle:
         request = pb.AppendMessagesRequest(
             object_key=self._key, session_id=self.id, items=items, omit_json_as_sent=True
         )
-        response = await self._client._call(self._key, self._stub.AppendMessages, request)
+        response = await self._client._call(self._key, "AppendMessages", request)
         in_hand = [written_json_in_hand(r.message, text) for r, text in zip(response.results, texts, strict=True)]
         read_back = await self._read_back(
             [r.message.info.id for r, j in zip(response.results, in_hand, strict=True) if j is None]
@@ -265,7 +294,7 @@ class SessionHandle:
             source=source_value(source),
             omit_json_as_sent=True,
         )
-        response = await self._client._call(self._key, self._stub.UpdateMessage, request)
+        response = await self._client._call(self._key, "UpdateMessage", request)
         return await self._written(response.message, text) if response.found else None
 
     async def upsert_message(
@@ -283,29 +312,29 @@ class SessionHandle:
             omit_json_as_sent=True,
             **parent_fields(parent_id),
         )
-        response = await self._client._call(self._key, self._stub.UpsertMessage, request)
+        response = await self._client._call(self._key, "UpsertMessage", request)
         return UpsertResult(response.inserted, response.changed, await self._written_json(response.message, text))
 
     async def delete_messages(self, ids: Iterable[str]) -> int:
         request = pb.DeleteMessagesRequest(object_key=self._key, session_id=self.id, message_ids=list(ids))
-        return int((await self._client._call(self._key, self._stub.DeleteMessages, request)).deleted_count)
+        return int((await self._client._call(self._key, "DeleteMessages", request)).deleted_count)
 
     async def clear_messages(self) -> int:
         request = pb.ClearMessagesRequest(object_key=self._key, session_id=self.id)
-        return int((await self._client._call(self._key, self._stub.ClearMessages, request)).deleted_count)
+        return int((await self._client._call(self._key, "ClearMessages", request)).deleted_count)
 
     async def import_message(self, message: Message | str, *, parent_id: str | None, created_at: Any = None) -> bool:
         return (await self.import_messages([ImportItem(message, parent_id, created_at)])).imported == 1
 
     async def import_messages(self, items: Iterable[ImportItem | Message]) -> ImportResult:
         frames = import_frames(self._key, self.id, items)
-        return import_result(await self._client._call(self._key, self._stub.ImportMessages, frames), items)
+        return import_result(await self._client._call(self._key, "ImportMessages", frames), items)
 
     async def get_message(self, message_id: str, *, pointers: bool = False) -> Message | None:
         request = pb.GetMessageRequest(
             object_key=self._key, session_id=self.id, message_id=message_id, attachments=attachment_mode(pointers)
         )
-        async for found in self._messages(self._stub.GetMessage, request):
+        async for found in self._messages("GetMessage", request):
             return found.message()
         return None
 
@@ -317,14 +346,14 @@ class SessionHandle:
             attachments=attachment_mode(pointers),
             max_messages_per_response=PACKED_MESSAGES,
         )
-        by_id = {m.info.id: m.message() async for m in self._messages(self._stub.GetMessages, request)}
+        by_id = {m.info.id: m.message() async for m in self._messages("GetMessages", request)}
         return [by_id.get(i) for i in ids]
 
     async def get_latest_leaf(self, *, pointers: bool = False) -> Message | None:
         request = pb.GetLatestLeafRequest(
             object_key=self._key, session_id=self.id, attachments=attachment_mode(pointers)
         )
-        async for found in self._messages(self._stub.GetLatestLeaf, request):
+        async for found in self._messages("GetLatestLeaf", request):
             return found.message()
         return None
 
@@ -336,7 +365,7 @@ class SessionHandle:
             attachments=attachment_mode(pointers),
             max_messages_per_response=PACKED_MESSAGES,
         )
-        return [m.message() async for m in self._messages(self._stub.GetBranches, request)]
+        return [m.message() async for m in self._messages("GetBranches", request)]
 
     async def history(
         self,
@@ -348,7 +377,7 @@ class SessionHandle:
     ) -> AsyncIterator[Message]:
         request = history_request(self._key, self.id, leaf_id, newest_first, pointers, limit)
         decoder = MessageDecoder()
-        async for response in self._client._stream(self._key, self._stub.StreamHistory, request):
+        async for response in self._client._stream(self._key, "StreamHistory", request):
             for message in decoder.messages(response):
                 yield message
         decoder.finish()
@@ -370,7 +399,7 @@ class SessionHandle:
         request.max_batch_bytes = max(1, int(max_batch_bytes))
         batch: list[Message] = []
         assembler = FrameAssembler()
-        async for response in self._client._stream(self._key, self._stub.StreamHistory, request):
+        async for response in self._client._stream(self._key, "StreamHistory", request):
             for frame in frames_of(response):
                 done = assembler.feed(frame)
                 if done is not None:
@@ -393,7 +422,7 @@ class SessionHandle:
         request = history_request(self._key, self.id, leaf_id, newest_first, pointers, limit)
         decoder = MessageDecoder()
         out: list[Message] = []
-        async for response in self._client._stream(self._key, self._stub.StreamHistory, request):
+        async for response in self._client._stream(self._key, "StreamHistory", request):
             out.extend(decoder.messages(response))
         decoder.finish()
         return out
@@ -412,7 +441,7 @@ class SessionHandle:
         truncated, total = False, 0
         out: list[Message] = []
         assembler = FrameAssembler()
-        async for response in self._client._stream(self._key, self._stub.GetRecentHistory, request):
+        async for response in self._client._stream(self._key, "GetRecentHistory", request):
             if response.HasField("summary"):
                 truncated = response.summary.truncated
                 total = response.summary.total_content_bytes
@@ -427,7 +456,7 @@ class SessionHandle:
         request = pb.GetHistoryRowStatsRequest(object_key=self._key, session_id=self.id, leaf_id=leaf_id or "")
         return [
             RowStat(s.id, s.role, int(s.bytes), int(s.token_estimate))
-            async for response in self._client._stream(self._key, self._stub.GetHistoryRowStats, request)
+            async for response in self._client._stream(self._key, "GetHistoryRowStats", request)
             for s in response.stats
         ]
 
@@ -442,14 +471,14 @@ class SessionHandle:
             to_message_id=to_message_id,
             from_compact=from_compact,
         )
-        return CompactionRecord.of((await self._client._call(self._key, self._stub.AddCompaction, request)).compaction)
+        return CompactionRecord.of((await self._client._call(self._key, "AddCompaction", request)).compaction)
 
     async def list_compactions(self) -> list[CompactionRecord]:
         records: list[CompactionRecord] = []
         token = ""
         while True:
             request = pb.ListCompactionsRequest(object_key=self._key, session_id=self.id, page_token=token)
-            response = await self._client._call(self._key, self._stub.ListCompactions, request)
+            response = await self._client._call(self._key, "ListCompactions", request)
             records.extend(CompactionRecord.of(record) for record in response.compactions)
             token = response.next_page_token
             if not token:
@@ -461,7 +490,7 @@ class SessionHandle:
         request = pb.PlanCompactionRequest(
             object_key=self._key, session_id=self.id, leaf_id=leaf_id or "", keep_recent_tokens=keep_recent_tokens
         )
-        response = await self._client._call(self._key, self._stub.PlanCompaction, request)
+        response = await self._client._call(self._key, "PlanCompaction", request)
         if not response.planned:
             return None
         return CompactionPlan(
@@ -479,7 +508,7 @@ class SessionHandle:
         without, the server's summarizer does the work."""
         if summarize is None:
             request = pb.CompactRequest(object_key=self._key, session_id=self.id, leaf_id=leaf_id or "")
-            response = await self._client._call(self._key, self._stub.Compact, request)
+            response = await self._client._call(self._key, "Compact", request)
             return CompactionRecord.of(response.compaction) if response.compacted else None
         plan = await self.plan_compaction(leaf_id=leaf_id, keep_recent_tokens=keep_recent_tokens)
         if plan is None:
@@ -495,12 +524,12 @@ class SessionHandle:
             session_id=self.id,
             policy=pb.CompactionPolicy(threshold_tokens=threshold_tokens, keep_recent_tokens=keep_recent_tokens),
         )
-        policy = (await self._client._call(self._key, self._stub.SetCompactionPolicy, request)).policy
+        policy = (await self._client._call(self._key, "SetCompactionPolicy", request)).policy
         return CompactionPolicy(int(policy.threshold_tokens), int(policy.keep_recent_tokens))
 
     async def get_compaction_policy(self) -> CompactionPolicy:
         request = pb.GetCompactionPolicyRequest(object_key=self._key, session_id=self.id)
-        policy = (await self._client._call(self._key, self._stub.GetCompactionPolicy, request)).policy
+        policy = (await self._client._call(self._key, "GetCompactionPolicy", request)).policy
         return CompactionPolicy(int(policy.threshold_tokens), int(policy.keep_recent_tokens))
 
     async def search(
@@ -515,10 +544,10 @@ class SessionHandle:
             all_sessions=all_sessions,
             max_hits_per_response=SEARCH_HITS_PER_RESPONSE,
         )
-        responses = [r async for r in self._client._stream(self._key, self._stub.SearchMessages, request)]
+        responses = [r async for r in self._client._stream(self._key, "SearchMessages", request)]
         return collect_search(responses)
 
-    async def _messages(self, method: Callable[..., Any], request: Any) -> AsyncIterator[MessageWithInfo]:
+    async def _messages(self, method: str, request: Any) -> AsyncIterator[MessageWithInfo]:
         assembler = FrameAssembler()
         async for response in self._client._stream(self._key, method, request):
             for frame in frames_of(response):
@@ -534,7 +563,7 @@ class SessionHandle:
         request = pb.GetMessagesRequest(
             object_key=self._key, session_id=self.id, message_ids=ids, max_messages_per_response=PACKED_MESSAGES
         )
-        found = {m.info.id: m.json async for m in self._messages(self._stub.GetMessages, request)}
+        found = {m.info.id: m.json async for m in self._messages("GetMessages", request)}
         if len(found) < len(set(ids)):
             raise SessionsError(
                 grpc.StatusCode.NOT_FOUND, "written messages vanished before they were read back", None, {}
@@ -550,7 +579,7 @@ class SessionHandle:
         if in_hand is not None:
             return in_hand
         request = pb.GetMessageRequest(object_key=self._key, session_id=self.id, message_id=written.info.id)
-        async for found in self._messages(self._stub.GetMessage, request):
+        async for found in self._messages("GetMessage", request):
             return found.json
         raise SessionsError(grpc.StatusCode.NOT_FOUND, "written message vanished before it was read back", None, {})
 
@@ -565,6 +594,6 @@ class SessionHandle:
             **parent_fields(parent_id),
         )
         response: pb.UploadMessageResponse = await self._client._call(
-            self._key, self._stub.UploadMessage, upload_frames(header, text)
+            self._key, "UploadMessage", lambda: upload_frames(header, text)
         )
         return response

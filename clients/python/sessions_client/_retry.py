@@ -1,0 +1,145 @@
+"""When a failed call is tried again, and after how long; shared by the sync and asyncio clients.
+
+A drain, an object move or a re-shard makes the server refuse calls for a few seconds without
+doing anything, and says so (an ErrorInfo reason): those are tried again whatever the method. A
+connection that fails (server restarting, proxy unable to reach a shard) leaves the request's
+fate unknown: only methods that are safe to repeat are tried again then.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+import grpc
+
+from sessions_client._common import SessionsError
+
+# (status, ErrorInfo reason) of refusals the server makes before doing anything.
+REFUSED_BEFORE_ACTING: Final = frozenset(
+    {
+        (grpc.StatusCode.UNAVAILABLE, "DRAINING"),
+        (grpc.StatusCode.UNAVAILABLE, "OBJECT_MOVING"),
+        (grpc.StatusCode.FAILED_PRECONDITION, "OBJECT_NOT_OWNED"),
+    }
+)
+# Methods whose repeat, after an attempt that may have been carried out, changes nothing more:
+# reads, and writes idempotent by message id or by value. ClearMessages is not (it would also
+# remove what others appended in between), nor AddCompaction and Compact (no id: a second record).
+REPEATABLE_METHODS: Final = frozenset(
+    {
+        "GetMessage",
+        "GetMessages",
+        "GetLatestLeaf",
+        "GetBranches",
+        "StreamHistory",
+        "GetRecentHistory",
+        "GetHistoryRowStats",
+        "ReadAttachment",
+        "ListCompactions",
+        "PlanCompaction",
+        "GetCompactionPolicy",
+        "SearchMessages",
+        "ListSessions",
+        "GetObjectStats",
+        "AppendMessage",
+        "AppendMessages",
+        "UploadMessage",
+        "UpdateMessage",
+        "UpsertMessage",
+        "DeleteMessages",
+        "SetCompactionPolicy",
+    }
+)
+# Never tried again by the call layer: an import's frames come from the caller's iterable, which
+# cannot be replayed, and a subscription reconnects by itself, resuming after what it saw.
+NOT_REPLAYABLE: Final = frozenset({"ImportMessages", "Subscribe"})
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often, and how patiently, a failed call is tried again. The wait after failed attempt
+    n is `min(max_backoff, initial_backoff * multiplier ** (n - 1))` seconds, times a random
+    factor between 0.5 and 1 so that clients refused together do not come back together. The
+    defaults wait about 9 s at most over 10 attempts: a server restart or an object move."""
+
+    max_attempts: int = 10
+    initial_backoff: float = 0.05
+    max_backoff: float = 2.0
+    multiplier: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError("max_attempts counts the first attempt too: at least 1")
+        if self.initial_backoff < 0 or self.max_backoff < 0 or self.multiplier < 1:
+            raise ValueError("backoffs must not be negative, and the multiplier at least 1")
+
+    def backoff(self, attempt: int) -> float:
+        """The wait after failed attempt `attempt` (1-based), jittered."""
+        ceiling = min(self.max_backoff, self.initial_backoff * self.multiplier ** (attempt - 1))
+        return ceiling * random.uniform(0.5, 1.0)
+
+
+DEFAULT_RETRY_POLICY: Final = RetryPolicy()
+
+
+@dataclass(frozen=True)
+class RetryNotice:
+    """Given to a client's `on_retry` before each wait: which method failed, on which attempt
+    (1-based), with what error, and how long the client waits before the next attempt."""
+
+    method: str
+    attempt: int
+    error: SessionsError
+    delay: float
+
+
+def may_retry(method: str, error: SessionsError) -> bool:
+    """Whether `method`, failed with `error`, may be tried again (the policy aside)."""
+    if method in NOT_REPLAYABLE:
+        return False
+    if (error.code, error.reason) in REFUSED_BEFORE_ACTING:
+        return True
+    # No reason: the failure came from the connection or a proxy, not from this service.
+    return error.code == grpc.StatusCode.UNAVAILABLE and not error.reason and method in REPEATABLE_METHODS
+
+
+class Attempts:
+    """One call's attempts: the time left before its deadline, and the wait before the next."""
+
+    def __init__(
+        self,
+        method: str,
+        policy: RetryPolicy | None,
+        on_retry: Callable[[RetryNotice], None] | None,
+        timeout: float | None,
+    ) -> None:
+        self.method = method
+        self._policy = policy
+        self._on_retry = on_retry
+        self._deadline = None if timeout is None else time.monotonic() + timeout
+        self.count = 0
+
+    def remaining(self) -> float | None:
+        """The timeout for the next attempt: the call's deadline covers every attempt and wait."""
+        if self._deadline is None:
+            return None
+        return max(self._deadline - time.monotonic(), 0.0)
+
+    def begin(self) -> None:
+        self.count += 1
+
+    def wait_after(self, error: SessionsError) -> float | None:
+        """Seconds to wait before trying again after `error`, or None to give up and raise it."""
+        policy = self._policy
+        if policy is None or self.count >= policy.max_attempts or not may_retry(self.method, error):
+            return None
+        delay = policy.backoff(self.count)
+        if self._deadline is not None and time.monotonic() + delay >= self._deadline:
+            return None  # the next attempt would start past the deadline
+        if self._on_retry is not None:
+            self._on_retry(RetryNotice(self.method, self.count, error, delay))
+        return delay

@@ -1,0 +1,274 @@
+"""The Python clients try a failed call again when the server refused it before acting (an object
+move here; a drain and a re-shard answer the same way) and, for methods safe to repeat, when the
+connection failed; never past the call's deadline, and not at all when turned off."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from sessions_client import RetryNotice, RetryPolicy, SessionsClient, SessionsError
+from sessions_proto.v1 import sessions_pb2 as pb
+from tests.conftest import LiveServer, start_server
+from tests.service.support import text_message
+
+QUICK = RetryPolicy(max_attempts=3, initial_backoff=0.001, max_backoff=0.001)
+
+
+def _lock_for_move(stub: Any, object_key: str) -> None:
+    """Takes the object's move lock for an hour: writes are refused UNAVAILABLE / OBJECT_MOVING
+    until AbortMove."""
+    request = pb.ExportObjectRequest(object_key=object_key, lock_for_move=True, lease_seconds=3600)
+    for _ in stub.ExportObject(request):
+        pass
+
+
+def _releasing(stub: Any, object_key: str, notices: list[RetryNotice]) -> Callable[[RetryNotice], None]:
+    """An observer that records each notice and releases the move lock at the first."""
+
+    def on_retry(notice: RetryNotice) -> None:
+        notices.append(notice)
+        if len(notices) == 1:
+            stub.AbortMove(pb.AbortMoveRequest(object_key=object_key))
+
+    return on_retry
+
+
+def _summary(notices: list[RetryNotice]) -> list[tuple[str, int, grpc.StatusCode, str | None]]:
+    return [(n.method, n.attempt, n.error.code, n.error.reason) for n in notices]
+
+
+@pytest.fixture
+def dead_address() -> Iterator[str]:
+    """A loopback address where nothing listens."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    yield f"127.0.0.1:{port}"
+
+
+# Each write, with what must hold after it succeeded. The large append goes through the
+# client-streaming UploadMessage, whose frames must be sent again from the start.
+WRITES: dict[str, tuple[str, Callable[[Any], Any], Callable[[Any], bool]]] = {
+    "append": ("AppendMessage", lambda s: s.append_message(text_message("m1")), lambda s: s.get_message("m1")),
+    "batch": (
+        "AppendMessages",
+        lambda s: s.append_messages([text_message("m1"), text_message("m2")]),
+        lambda s: s.get_message("m2"),
+    ),
+    "upload": (
+        "UploadMessage",
+        lambda s: s.append_message(text_message("m1", "u" * 4_000_000)),
+        lambda s: s.get_message("m1") == text_message("m1", "u" * 4_000_000),
+    ),
+    "update": (
+        "UpdateMessage",
+        lambda s: s.update_message(text_message("m0", "changed")),
+        lambda s: s.get_message("m0") == text_message("m0", "changed"),
+    ),
+    "delete": ("DeleteMessages", lambda s: s.delete_messages(["m0"]), lambda s: s.get_message("m0") is None),
+    "clear": ("ClearMessages", lambda s: s.clear_messages(), lambda s: s.get_history() == []),
+    "compaction": (
+        "AddCompaction",
+        lambda s: s.add_compaction("summary", "m0", "m0"),
+        lambda s: len(s.list_compactions()) == 1,
+    ),
+}
+
+
+@pytest.mark.parametrize("write", list(WRITES))
+def test_a_write_refused_during_a_move_is_tried_again_once_the_lock_is_gone(
+    live_server: LiveServer, stub: Any, object_key: str, write: str
+) -> None:
+    """Any method, even one unsafe to repeat (clear, compaction): the server did nothing."""
+    method, run, done = WRITES[write]
+    notices: list[RetryNotice] = []
+    with SessionsClient(live_server.address, on_retry=_releasing(stub, object_key, notices)) as client:
+        session = client.object(object_key).session()
+        session.append_message(text_message("m0"))
+        _lock_for_move(stub, object_key)
+        run(session)
+        assert _summary(notices) == [(method, 1, grpc.StatusCode.UNAVAILABLE, "OBJECT_MOVING")]
+        assert done(session)
+
+
+def test_with_retries_off_the_refusal_reaches_the_caller_and_nothing_is_stored(
+    live_server: LiveServer, stub: Any, object_key: str
+) -> None:
+    with SessionsClient(live_server.address, retry=None) as client:
+        session = client.object(object_key).session()
+        session.append_message(text_message("m0"))
+        _lock_for_move(stub, object_key)
+        try:
+            with pytest.raises(SessionsError) as refused:
+                session.append_message(text_message("m1"))
+            assert (refused.value.code, refused.value.reason) == (grpc.StatusCode.UNAVAILABLE, "OBJECT_MOVING")
+        finally:
+            stub.AbortMove(pb.AbortMoveRequest(object_key=object_key))
+        assert session.get_message("m1") is None
+
+
+def test_a_refusal_that_outlasts_the_attempts_reaches_the_caller(
+    live_server: LiveServer, stub: Any, object_key: str
+) -> None:
+    notices: list[RetryNotice] = []
+    with SessionsClient(live_server.address, retry=QUICK, on_retry=notices.append) as client:
+        session = client.object(object_key).session()
+        session.append_message(text_message("m0"))
+        _lock_for_move(stub, object_key)
+        try:
+            with pytest.raises(SessionsError) as refused:
+                session.append_message(text_message("m1"))
+        finally:
+            stub.AbortMove(pb.AbortMoveRequest(object_key=object_key))
+    assert refused.value.reason == "OBJECT_MOVING"
+    assert [n.attempt for n in notices] == [1, 2]  # three attempts in all
+
+
+@pytest.mark.parametrize(
+    ("method", "run"),
+    [
+        ("GetMessage", lambda s: s.get_message("m1")),
+        ("StreamHistory", lambda s: s.get_history()),
+        ("AppendMessage", lambda s: s.append_message(text_message("m1"))),
+        ("DeleteMessages", lambda s: s.delete_messages(["m1"])),
+    ],
+)
+def test_a_call_safe_to_repeat_is_tried_again_after_a_connection_failure(
+    dead_address: str, method: str, run: Callable[[Any], Any]
+) -> None:
+    notices: list[RetryNotice] = []
+    with (
+        SessionsClient(dead_address, retry=QUICK, on_retry=notices.append) as client,
+        pytest.raises(SessionsError) as failed,
+    ):
+        run(client.object("k").session())
+    assert failed.value.code == grpc.StatusCode.UNAVAILABLE
+    assert _summary(notices) == [
+        (method, 1, grpc.StatusCode.UNAVAILABLE, None),
+        (method, 2, grpc.StatusCode.UNAVAILABLE, None),
+    ]
+
+
+@pytest.mark.parametrize(
+    "run",
+    [
+        lambda s: s.clear_messages(),
+        lambda s: s.add_compaction("summary", "a", "b"),
+        lambda s: s.import_messages([text_message("m1")]),
+    ],
+    ids=["clear", "compaction", "import"],
+)
+def test_a_call_unsafe_to_repeat_is_not_tried_again_after_a_connection_failure(
+    dead_address: str, run: Callable[[Any], Any]
+) -> None:
+    """The first attempt may have been carried out: a repeat could clear what others appended
+    meanwhile, or add a second compaction; an import's messages come from a one-pass iterable."""
+    notices: list[RetryNotice] = []
+    with (
+        SessionsClient(dead_address, retry=QUICK, on_retry=notices.append) as client,
+        pytest.raises(SessionsError) as failed,
+    ):
+        run(client.object("k").session())
+    assert failed.value.code == grpc.StatusCode.UNAVAILABLE
+    assert notices == []
+
+
+def test_the_timeout_covers_every_attempt_and_wait(dead_address: str) -> None:
+    """A policy that would wait 100 × 0.1 s gives up at the 0.3 s deadline instead."""
+    notices: list[RetryNotice] = []
+    patient = RetryPolicy(max_attempts=100, initial_backoff=0.1, max_backoff=0.1, multiplier=1.0)
+    with (
+        SessionsClient(dead_address, retry=patient, on_retry=notices.append, timeout=0.3) as client,
+        pytest.raises(SessionsError) as failed,
+    ):
+        client.object("k").session().get_message("m1")
+    assert failed.value.code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+    assert 1 <= len(notices) <= 6  # waits of 0.05-0.1 s within 0.3 s
+    assert sum(n.delay for n in notices) < 0.3
+
+
+def test_an_append_rides_through_a_server_restart(tmp_path: Path) -> None:
+    """The server is down when the append is made and comes back on the same address while the
+    client waits: the append lands once, in order after what was there."""
+    first = start_server(tmp_path / "data")
+    address = first.address
+    with SessionsClient(address) as client:
+        client.object("k").session().append_message(text_message("m0"))
+    first.stop()
+    restarted: list[LiveServer] = []
+
+    def restart(notice: RetryNotice) -> None:
+        if not restarted:
+            restarted.append(start_server(tmp_path / "data", listen=address))
+
+    try:
+        with SessionsClient(address, on_retry=restart) as client:
+            session = client.object("k").session()
+            result = session.append_message(text_message("m1"))
+            assert (result.inserted, result.parent_id) == (True, "m0")
+            assert [m["id"] for m in session.get_history()] == ["m0", "m1"]
+        assert len(restarted) == 1
+    finally:
+        for server in restarted:
+            server.stop()
+
+
+def test_the_asyncio_client_retries_the_same_way(live_server: LiveServer, stub: Any, object_key: str) -> None:
+    from sessions_client.aio import SessionsClient as AsyncClient
+
+    notices: list[RetryNotice] = []
+
+    async def scenario() -> bool:
+        async with AsyncClient(live_server.address, on_retry=_releasing(stub, object_key, notices)) as client:
+            session = client.object(object_key).session()
+            await session.append_message(text_message("m0"))
+            _lock_for_move(stub, object_key)
+            await session.append_message(text_message("m1", "u" * 4_000_000))  # an upload, sent again
+            return await session.get_message("m1") == text_message("m1", "u" * 4_000_000)
+
+    assert asyncio.run(scenario())
+    assert _summary(notices) == [("UploadMessage", 1, grpc.StatusCode.UNAVAILABLE, "OBJECT_MOVING")]
+
+
+def test_the_asyncio_client_gives_up_on_unsafe_calls_and_at_the_deadline(dead_address: str) -> None:
+    from sessions_client.aio import SessionsClient as AsyncClient
+
+    notices: list[RetryNotice] = []
+
+    async def scenario() -> list[grpc.StatusCode]:
+        codes = []
+        async with AsyncClient(dead_address, retry=QUICK, on_retry=notices.append) as client:
+            session = client.object("k").session()
+            for run in (session.clear_messages, lambda: session.get_history(newest_first=True)):
+                try:
+                    await run()
+                except SessionsError as error:
+                    codes.append(error.code)
+        return codes
+
+    assert asyncio.run(scenario()) == [grpc.StatusCode.UNAVAILABLE] * 2
+    assert [(n.method, n.attempt) for n in notices] == [("StreamHistory", 1), ("StreamHistory", 2)]
+
+
+def test_a_policy_refuses_settings_that_cannot_work() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        RetryPolicy(max_attempts=0)
+    with pytest.raises(ValueError, match="negative"):
+        RetryPolicy(initial_backoff=-1)
+    with pytest.raises(ValueError, match="multiplier"):
+        RetryPolicy(multiplier=0.5)
+
+
+def test_waits_grow_to_the_ceiling_with_jitter_below_it() -> None:
+    policy = RetryPolicy(initial_backoff=0.1, multiplier=2.0, max_backoff=0.5)
+    for attempt, ceiling in [(1, 0.1), (2, 0.2), (3, 0.4), (4, 0.5), (9, 0.5)]:
+        waits = [policy.backoff(attempt) for _ in range(200)]
+        assert all(ceiling / 2 <= wait <= ceiling for wait in waits), attempt
+        assert max(waits) - min(waits) > ceiling / 10  # jittered, not fixed
