@@ -13,7 +13,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from sessions_client import SessionsClient, SessionsError
+from sessions_client import RetryNotice, SessionsClient, SessionsError
 from sessions_server.domain.placement import Placement
 from sessions_server.storage.paths import object_path
 from tests.deploy.support import Proxy, Shard, free_port, retry_transient, text_message, write_ring
@@ -85,7 +85,7 @@ def write_many_and_check_placement(c: Cluster) -> None:
     if c.placement is not None:  # the guard is live: a shard that does not own a key refuses it
         key = KEYS[0]
         wrong = next(shard for shard in c.shards if shard.address != c.placement.owner(key))
-        with SessionsClient(wrong.address) as direct, pytest.raises(SessionsError) as refused:
+        with SessionsClient(wrong.address, retry=None) as direct, pytest.raises(SessionsError) as refused:
             direct.object(key).session().get_history()
         assert (refused.value.code, refused.value.reason) == (grpc.StatusCode.FAILED_PRECONDITION, "OBJECT_NOT_OWNED")
 
@@ -157,18 +157,30 @@ def subscribe_through_proxy(c: Cluster) -> None:
 def shard_restart_is_survived(c: Cluster) -> None:
     """One shard stops: its objects answer UNAVAILABLE through the proxy (never another shard),
     the others keep working; it restarts on the same port and data directory and its objects
-    read back through the proxy."""
+    read back through the proxy. An append made while it is down lands once it is back: the
+    client tries it again (the shard is started from the client's retry notice)."""
     victim = c.shards[1]
     own_keys = c.owned[victim.address]
     other_key = c.owned[c.shards[0].address][0]
     with SessionsClient(c.proxy.address) as client:
         expected = {key: client.object(key).session().get_history() for key in own_keys}
         victim.stop()
-        with pytest.raises(SessionsError) as down:
-            client.object(own_keys[0]).session().get_history()
+        with SessionsClient(c.proxy.address, retry=None) as impatient, pytest.raises(SessionsError) as down:
+            impatient.object(own_keys[0]).session().get_history()
         assert down.value.code == grpc.StatusCode.UNAVAILABLE
         client.object(other_key).session().append_message(text_message("while-down", "x"))
-        victim.start()
+        notices: list[RetryNotice] = []
+
+        def restart(notice: RetryNotice) -> None:
+            if not notices:
+                victim.start()
+            notices.append(notice)
+
+        with SessionsClient(c.proxy.address, on_retry=restart) as patient:
+            landed = patient.object(own_keys[0]).session().append_message(text_message("during", "z"))
+        assert landed.inserted
+        assert (notices[0].method, notices[0].error.code) == ("AppendMessage", grpc.StatusCode.UNAVAILABLE)
+        expected[own_keys[0]].append(text_message("during", "z"))
         for key in own_keys:
             assert retry_transient(lambda key=key: client.object(key).session().get_history()) == expected[key]
         retry_transient(lambda: client.object(own_keys[0]).session().append_message(text_message("after", "y")))
