@@ -135,7 +135,7 @@ _ANCESTORS_SQL = f"""WITH RECURSIVE up({_ANCESTOR_COLUMNS}, depth) AS (
     SELECT {", ".join("m." + column for column in _ANCESTOR_COLUMNS.split(", "))}, up.depth + 1
     FROM up JOIN cf_agents_session_messages AS m ON m.session_id = ?1 AND m.id = up.parent_id
     WHERE up.depth < ?3
-) SELECT {_ROW_COLUMNS} FROM up"""
+) SELECT {_ROW_COLUMNS} FROM up ORDER BY depth"""
 
 
 def ancestors(conn: sqlite3.Connection, session_id: str, message_id: str, count: int) -> list[StoredMessage]:
