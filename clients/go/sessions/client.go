@@ -11,8 +11,9 @@
 // Messages travel as JSON text and come back exactly as stored, as json.RawMessage. The client sends the
 // routing metadata (x-object-key), asks long reads to pack up to 400 messages per response
 // (max_messages_per_response), reassembles messages that the server sends in pieces, picks
-// the client-streaming UploadMessage path for messages over 3 MiB, and turns failures into
-// *Error values carrying the gRPC code and the server's ErrorInfo reason.
+// the client-streaming UploadMessage path for messages over 3 MiB, turns failures into
+// *Error values carrying the gRPC code and the server's ErrorInfo reason, and retries calls the
+// server refused before acting or lost in transport when repeating them is safe (WithRetry).
 package sessions
 
 import (
@@ -54,6 +55,8 @@ type dialConfig struct {
 	token            string
 	keepaliveTime    time.Duration
 	keepaliveTimeout time.Duration
+	retry            RetryPolicy
+	retryObserver    func(RetryNotice)
 }
 
 // Keepalive defaults: while calls are open, the client pings a connection it has not heard
@@ -101,15 +104,16 @@ func WithBlock() DialOption {
 }
 
 // WithCallTimeout bounds every call that returns a complete result (writes and collected reads)
-// when the caller's context has no earlier deadline. Streaming iterators (History,
-// HistoryBatches, Subscribe) are bounded only by their context.
+// when the caller's context has no earlier deadline, retries and the waits between them
+// included. Streaming iterators (History, HistoryBatches, Subscribe) are bounded only by their
+// context.
 func WithCallTimeout(d time.Duration) DialOption {
 	return func(c *dialConfig) { c.callTimeout = d }
 }
 
 // Dial connects to a Sessions server at target (e.g. "127.0.0.1:50051" or "dns:///host:port").
 func Dial(ctx context.Context, target string, opts ...DialOption) (*Client, error) {
-	cfg := dialConfig{keepaliveTime: DefaultKeepaliveTime, keepaliveTimeout: DefaultKeepaliveTimeout}
+	cfg := dialConfig{keepaliveTime: DefaultKeepaliveTime, keepaliveTimeout: DefaultKeepaliveTimeout, retry: DefaultRetryPolicy}
 	for _, opt := range opts {
 		opt(&cfg)
 	}
@@ -135,7 +139,11 @@ func Dial(ctx context.Context, target string, opts ...DialOption) (*Client, erro
 		client.conn = conn
 		client.ownsConn = true
 	}
-	client.stub = pb.NewSessionServiceClient(client.conn)
+	var cc grpc.ClientConnInterface = client.conn
+	if policy := cfg.retry.normalized(); policy.MaxAttempts > 1 {
+		cc = &retryConn{cc: client.conn, policy: policy, observe: cfg.retryObserver}
+	}
+	client.stub = pb.NewSessionServiceClient(cc)
 	if cfg.block {
 		if err := waitReady(ctx, client.conn); err != nil {
 			_ = client.Close()
@@ -173,7 +181,8 @@ func (c *Client) Close() error {
 func (c *Client) Conn() *grpc.ClientConn { return c.conn }
 
 // Stub returns the generated stub, for RPCs this package does not wrap. Add the routing
-// metadata with CallContext.
+// metadata with CallContext. Calls through it are retried as the client's own are (WithRetry);
+// stubs made on Conn() are not.
 func (c *Client) Stub() pb.SessionServiceClient { return c.stub }
 
 // Object returns a handle on one object (an isolated store) of the server.

@@ -11,7 +11,9 @@
  * to pack up to 400 messages per response (`max_messages_per_response`), reassembles messages
  * that the server sends in pieces, and writes messages above 3 MiB through the
  * client-streaming `UploadMessage`. Failures are thrown as `SessionsError` (status code plus the
- * `ErrorInfo` reason from the `grpc-status-details-bin` trailer).
+ * `ErrorInfo` reason from the `grpc-status-details-bin` trailer), after the client has tried the
+ * call again when the server refused it before acting or, for calls safe to repeat, when the
+ * connection failed (`ClientOptions.retry`).
  */
 
 import { create } from "@bufbuild/protobuf";
@@ -208,7 +210,10 @@ export interface ObjectStats {
 export interface ClientOptions {
   /** Sent as `authorization: Bearer <token>` on every call. */
   token?: string;
-  /** Deadline for every call, in milliseconds (none by default). */
+  /**
+   * Deadline for every call, in milliseconds (none by default). It covers all of a call's
+   * attempts and the waits between them: a retry never outlives it.
+   */
   timeoutMs?: number;
   /** Further interceptors for the underlying Connect transport. */
   interceptors?: Interceptor[];
@@ -221,6 +226,59 @@ export interface ClientOptions {
    */
   keepaliveMs?: number;
   keepaliveTimeoutMs?: number;
+  /**
+   * How calls refused by the server before acting (a drain, an object move, re-sharding) and
+   * transport failures of repeatable calls are tried again; unset fields take
+   * `DEFAULT_RETRY_POLICY`'s values. `false` turns retries off (every call is tried once).
+   * `subscribe` is not affected: it reconnects by its own rules (`reconnectAttempts`).
+   */
+  retry?: RetryPolicy | false;
+  /**
+   * Called before each wait between attempts. When it returns a promise, the next attempt waits
+   * for it to settle (the time it takes counts towards the wait); when it throws or rejects, the
+   * call fails with that error.
+   */
+  onRetry?: (notice: RetryNotice) => void | PromiseLike<void>;
+}
+
+/**
+ * When and how often a failed call is tried again. The wait after failed attempt n (1-based) is
+ * `min(maxBackoffMs, initialBackoffMs * multiplier ** (n - 1))` times a random factor in
+ * [0.5, 1), so that clients refused together do not come back together.
+ */
+export interface RetryPolicy {
+  /** Attempts in all, the first one included (1: no retries). */
+  maxAttempts?: number;
+  /** The wait after the first failed attempt, before jitter. */
+  initialBackoffMs?: number;
+  /** No wait is longer than this, before jitter. */
+  maxBackoffMs?: number;
+  /** How much each wait grows over the one before. */
+  multiplier?: number;
+}
+
+/**
+ * The policy used when `ClientOptions.retry` is not given, shared with the Python and Go
+ * clients: 10 attempts and about 9 s of waiting in the worst case, long enough to outlast a
+ * server's drain or an object move.
+ */
+export const DEFAULT_RETRY_POLICY: Readonly<Required<RetryPolicy>> = Object.freeze({
+  maxAttempts: 10,
+  initialBackoffMs: 50,
+  maxBackoffMs: 2000,
+  multiplier: 2,
+});
+
+/** What `ClientOptions.onRetry` is told before the client waits to try a call again. */
+export interface RetryNotice {
+  /** The RPC's name as in the proto, e.g. "AppendMessage". */
+  method: string;
+  /** The number of the attempt that failed (1 for the first). */
+  attempt: number;
+  /** Why that attempt failed. */
+  error: SessionsError;
+  /** How long the client waits before the next attempt, in (not necessarily whole) milliseconds. */
+  delayMs: number;
 }
 
 export const KEEPALIVE_MS = 30_000;
@@ -516,6 +574,70 @@ function compactionOf(c: CompactionPb | undefined): Compaction | undefined {
 
 type Rpc = Client<typeof SessionService>;
 
+/** An RPC's name as in the proto ("AppendMessage"): a misspelt one does not compile. */
+type MethodName = Capitalize<keyof typeof SessionService.method & string>;
+
+/**
+ * Methods that may be sent again after a transport failure, when the server may or may not have
+ * carried out the first attempt: reads, and writes whose repeat finds its own earlier effect
+ * (same message id, same value). Left out: ClearMessages (a repeat could remove messages others
+ * appended in between), AddCompaction and Compact (a repeat adds a second compaction),
+ * ImportMessages (the caller's iterable cannot be replayed) and the admin calls.
+ */
+const REPEATABLE_METHODS: ReadonlySet<string> = new Set<MethodName>([
+  "GetMessage",
+  "GetMessages",
+  "GetLatestLeaf",
+  "GetBranches",
+  "StreamHistory",
+  "GetRecentHistory",
+  "GetHistoryRowStats",
+  "ReadAttachment",
+  "ListCompactions",
+  "PlanCompaction",
+  "GetCompactionPolicy",
+  "SearchMessages",
+  "ListSessions",
+  "GetObjectStats",
+  "AppendMessage",
+  "AppendMessages",
+  "UploadMessage",
+  "UpdateMessage",
+  "UpsertMessage",
+  "DeleteMessages",
+  "SetCompactionPolicy",
+]);
+
+/** Whether `error` ended an attempt of `method` in a way that another attempt may cure. */
+function retryable(method: string, error: SessionsError): boolean {
+  // The server refused before doing anything: a retry is safe for every method.
+  if (error.code === "UNAVAILABLE" && (error.reason === "DRAINING" || error.reason === "OBJECT_MOVING")) return true;
+  if (error.code === "FAILED_PRECONDITION" && error.reason === "OBJECT_NOT_OWNED") return true;
+  // No reason: the failure came from the connection, not the service, and the request may have
+  // been carried out.
+  return error.code === "UNAVAILABLE" && error.reason === null && REPEATABLE_METHODS.has(method);
+}
+
+function retryPolicyOf(option: RetryPolicy | false | undefined): Required<RetryPolicy> {
+  if (option === false) return { ...DEFAULT_RETRY_POLICY, maxAttempts: 1 };
+  const policy: Required<RetryPolicy> = {
+    maxAttempts: option?.maxAttempts ?? DEFAULT_RETRY_POLICY.maxAttempts,
+    initialBackoffMs: option?.initialBackoffMs ?? DEFAULT_RETRY_POLICY.initialBackoffMs,
+    maxBackoffMs: option?.maxBackoffMs ?? DEFAULT_RETRY_POLICY.maxBackoffMs,
+    multiplier: option?.multiplier ?? DEFAULT_RETRY_POLICY.multiplier,
+  };
+  if (!Number.isInteger(policy.maxAttempts) || policy.maxAttempts < 1) {
+    throw new RangeError(`retry.maxAttempts must be an integer >= 1, got ${String(policy.maxAttempts)}`);
+  }
+  for (const field of ["initialBackoffMs", "maxBackoffMs", "multiplier"] as const) {
+    const value = policy[field];
+    if (!Number.isFinite(value) || value < 0) {
+      throw new RangeError(`retry.${field} must be a finite number >= 0, got ${String(value)}`);
+    }
+  }
+  return policy;
+}
+
 /** Per-call options passed to the generated client. */
 export interface CallOptions {
   headers: Record<string, string>;
@@ -530,12 +652,21 @@ export class SessionsClient {
   readonly address: string;
   private readonly sessionManager: Http2SessionManager;
   private readonly timeoutMs: number | undefined;
+  private readonly retryPolicy: Required<RetryPolicy>;
+  private readonly onRetry: ((notice: RetryNotice) => void | PromiseLike<void>) | undefined;
+  /** Aborted by close(): the connection manager would otherwise reopen a connection for a retry. */
+  private readonly closing = new AbortController();
 
-  /** `address` is "host:port" (plaintext HTTP/2) or a full "http://" / "https://" URL. */
+  /**
+   * `address` is "host:port" (plaintext HTTP/2) or a full "http://" / "https://" URL. Throws a
+   * RangeError for a `retry` policy with a field out of range.
+   */
   constructor(address: string, options: ClientOptions = {}) {
     const baseUrl = /^https?:\/\//.test(address) ? address : `http://${address}`;
     this.address = address;
     this.timeoutMs = options.timeoutMs;
+    this.retryPolicy = retryPolicyOf(options.retry);
+    this.onRetry = options.onRetry;
     const keepaliveMs = options.keepaliveMs ?? KEEPALIVE_MS;
     this.sessionManager = new Http2SessionManager(
       baseUrl,
@@ -563,8 +694,9 @@ export class SessionsClient {
     return new ObjectHandle(this, objectKey);
   }
 
-  /** Closes the HTTP/2 connection (and any call still open on it). */
+  /** Closes the HTTP/2 connection (and any call still open on it); calls waiting to retry fail at once. */
   close(): void {
+    this.closing.abort();
     // connect-node 2.1 removes its error listener when aborted, and only adds a stand-in for a
     // connection not yet destroyed. One its keepalive has just destroyed (a ping unanswered)
     // still raises that error once its socket closes, a few milliseconds later: with no
@@ -586,30 +718,54 @@ export class SessionsClient {
     return options;
   }
 
-  /** @internal Runs a unary or client-streaming call, converting its errors. */
-  async call<T>(run: () => Promise<T>): Promise<T> {
-    try {
-      return await run();
-    } catch (error) {
-      throw SessionsError.from(error);
+  /**
+   * @internal Runs a unary or client-streaming call, converting its errors and trying it again
+   * as the retry policy allows. `run` starts one attempt with the options it is given (routing
+   * header, the time left of the call's deadline); it must build its request stream afresh each
+   * time. `retry: false` for a call whose input cannot be sent twice.
+   */
+  async call<T>(
+    method: MethodName,
+    objectKey: string,
+    run: (options: CallOptions) => Promise<T>,
+    options: { retry?: boolean } = {},
+  ): Promise<T> {
+    // One deadline for all attempts and waits, so that a retried call ends when a single one would.
+    const deadlineAt = this.timeoutMs === undefined ? undefined : performance.now() + this.timeoutMs;
+    for (let attempt = 1; ; attempt++) {
+      const callOptions: CallOptions = { headers: routingHeaders(objectKey) };
+      if (deadlineAt !== undefined) {
+        callOptions.timeoutMs = attempt === 1 ? this.timeoutMs! : Math.max(1, Math.floor(deadlineAt - performance.now()));
+      }
+      try {
+        return await run(callOptions);
+      } catch (error) {
+        const failure = SessionsError.from(error);
+        if (options.retry === false) throw failure;
+        await this.beforeRetry(method, attempt, failure, deadlineAt);
+      }
     }
   }
 
   /**
    * @internal Runs a server-streaming call; breaking out of the loop (or an error) cancels it so
-   * the server stops reading.
+   * the server stops reading. A failure before the first response is tried again as the retry
+   * policy allows (`retry: false`: never, for a stream with reconnect rules of its own); after
+   * it, the caller has seen data, and the error is theirs.
    */
   async *stream<T>(
+    method: MethodName,
     objectKey: string,
     start: (options: CallOptions) => AsyncIterable<T>,
-    signal?: AbortSignal,
-    deadline = true,
+    options: { signal?: AbortSignal; deadline?: boolean; retry?: boolean } = {},
   ): AsyncGenerator<T> {
+    const { signal, deadline = true } = options;
     const controller = new AbortController();
     const onAbort = () => controller.abort(signal?.reason);
     // The deadline is kept here rather than by Connect's `timeoutMs`: Connect leaves its deadline
     // timer running when a stream is cancelled through its signal, which keeps the process alive.
     const timeoutMs = deadline ? this.timeoutMs : undefined;
+    const deadlineAt = timeoutMs === undefined ? undefined : performance.now() + timeoutMs;
     const timer =
       timeoutMs === undefined
         ? undefined
@@ -619,19 +775,55 @@ export class SessionsClient {
       else signal.addEventListener("abort", onAbort, { once: true });
     }
     let finished = false;
+    let received = false;
     try {
-      for await (const response of start(this.callOptions(objectKey, controller.signal, false))) {
-        yield response;
+      for (let attempt = 1; ; attempt++) {
+        try {
+          for await (const response of start(this.callOptions(objectKey, controller.signal, false))) {
+            received = true;
+            yield response;
+          }
+          finished = true;
+          return;
+        } catch (error) {
+          const failure = SessionsError.from(error);
+          if (received || options.retry === false) throw failure;
+          await this.beforeRetry(method, attempt, failure, deadlineAt, controller.signal);
+        }
       }
-      finished = true;
-    } catch (error) {
-      throw SessionsError.from(error);
     } finally {
       clearTimeout(timer);
       signal?.removeEventListener("abort", onAbort);
       // The consumer stopped early (break, return, throw): cancel so the server stops reading.
       if (!finished) controller.abort(new ConnectError("the caller stopped reading the stream", Code.Canceled));
     }
+  }
+
+  /**
+   * Returns when attempt `attempt + 1` of `method` may start, after the policy's wait; throws
+   * `failure` (the last attempt's error) when there is to be none: an error no retry can cure,
+   * attempts used up, the wait would end at or past `deadlineAt` (a `performance.now()` time),
+   * or `signal` or close() cut it short.
+   */
+  private async beforeRetry(
+    method: MethodName,
+    attempt: number,
+    failure: unknown,
+    deadlineAt: number | undefined,
+    signal?: AbortSignal,
+  ): Promise<void> {
+    const policy = this.retryPolicy;
+    if (!(failure instanceof SessionsError) || attempt >= policy.maxAttempts || !retryable(method, failure)) throw failure;
+    const stopped = () => this.closing.signal.aborted || signal?.aborted === true;
+    if (stopped()) throw failure;
+    const backoff = Math.min(policy.maxBackoffMs, policy.initialBackoffMs * policy.multiplier ** (attempt - 1));
+    const delayMs = backoff * (0.5 + Math.random() / 2);
+    const waitStart = performance.now();
+    if (deadlineAt !== undefined && waitStart + delayMs >= deadlineAt) throw failure;
+    await this.onRetry?.({ method, attempt, error: failure, delayMs });
+    await pause(delayMs - (performance.now() - waitStart), signal, this.closing.signal);
+    // A slow observer can eat the rest of the deadline: an attempt with no time left cannot succeed.
+    if (stopped() || (deadlineAt !== undefined && deadlineAt - performance.now() < 1)) throw failure;
   }
 }
 
@@ -648,16 +840,16 @@ export class ObjectHandle {
 
   /** The sessions that hold messages or compactions, with their message counts. */
   async listSessions(): Promise<SessionSummary[]> {
-    const response = await this.client.call(() =>
-      this.client.rpc.listSessions({ objectKey: this.key }, this.client.callOptions(this.key)),
+    const response = await this.client.call("ListSessions", this.key, (o) =>
+      this.client.rpc.listSessions({ objectKey: this.key }, o),
     );
     return response.sessions.map((s) => ({ sessionId: s.sessionId, messageCount: toNumber(s.messageCount) }));
   }
 
   /** The object's storage: bytes, rows, attachments and row writes. */
   async getObjectStats(): Promise<ObjectStats> {
-    const r = await this.client.call(() =>
-      this.client.rpc.getObjectStats({ objectKey: this.key }, this.client.callOptions(this.key)),
+    const r = await this.client.call("GetObjectStats", this.key, (o) =>
+      this.client.rpc.getObjectStats({ objectKey: this.key }, o),
     );
     return {
       fileBytes: toNumber(r.fileBytes),
@@ -706,7 +898,12 @@ export class ObjectHandle {
     };
     const assembler = new FrameAssembler();
     let head: ChangeEvent | null = null;
-    const responses = this.client.stream(this.key, (o) => this.client.rpc.subscribe(request, o), options.signal, false);
+    // No retries here: subscribe() reconnects by its own rules, resuming after the last revision.
+    const responses = this.client.stream("Subscribe", this.key, (o) => this.client.rpc.subscribe(request, o), {
+      signal: options.signal,
+      deadline: false,
+      retry: false,
+    });
     for await (const response of responses) {
       if (head === null) {
         head = {
@@ -740,16 +937,20 @@ const RECONNECT_CODES = new Set(["UNAVAILABLE", "CANCELLED"]);
 /** Reconnections in a row before a subscription gives up (as the Python and Go clients). */
 export const RECONNECT_ATTEMPTS = 20;
 
-/** Waits `ms`, or less when `signal` aborts. */
-function pause(ms: number, signal?: AbortSignal): Promise<void> {
+/** Waits `ms`, or less when one of `signals` aborts. */
+function pause(ms: number, ...signals: (AbortSignal | undefined)[]): Promise<void> {
   return new Promise((resolve) => {
-    const timer = setTimeout(done, ms);
+    if (signals.some((signal) => signal?.aborted === true)) {
+      resolve();
+      return;
+    }
+    const timer = setTimeout(done, Math.max(0, ms));
     function done(): void {
       clearTimeout(timer);
-      signal?.removeEventListener("abort", done);
+      for (const signal of signals) signal?.removeEventListener("abort", done);
       resolve();
     }
-    signal?.addEventListener("abort", done, { once: true });
+    for (const signal of signals) signal?.addEventListener("abort", done, { once: true });
   });
 }
 
@@ -770,10 +971,6 @@ export class SessionHandle {
     return this.client.rpc;
   }
 
-  private opts() {
-    return this.client.callOptions(this.key);
-  }
-
   // ── writes ────────────────────────────────────────────────────────────────
 
   /** Appends one message; idempotent by id (a duplicate answers inserted=false with the stored one). */
@@ -787,7 +984,7 @@ export class SessionHandle {
         parentId: parentOf(upload.message?.info),
       };
     }
-    const response = await this.client.call(() =>
+    const response = await this.client.call("AppendMessage", this.key, (o) =>
       this.rpc.appendMessage(
         {
           objectKey: this.key,
@@ -797,7 +994,7 @@ export class SessionHandle {
           omitJsonAsSent: true,
           ...parentFields(options.parentId),
         },
-        this.opts(),
+        o,
       ),
     );
     return {
@@ -816,8 +1013,8 @@ export class SessionHandle {
       source,
       ...parentFields(index === 0 ? options.parentId : undefined),
     }));
-    const response = await this.client.call(() =>
-      this.rpc.appendMessages({ objectKey: this.key, sessionId: this.id, items, omitJsonAsSent: true }, this.opts()),
+    const response = await this.client.call("AppendMessages", this.key, (o) =>
+      this.rpc.appendMessages({ objectKey: this.key, sessionId: this.id, items, omitJsonAsSent: true }, o),
     );
     if (response.results.length !== texts.length) {
       throw new SessionsError(
@@ -854,7 +1051,7 @@ export class SessionHandle {
       const upload = await this.upload(UploadOperation.UPDATE, text, undefined, options.source);
       return upload.found ? await this.written(upload.message, text) : null;
     }
-    const response = await this.client.call(() =>
+    const response = await this.client.call("UpdateMessage", this.key, (o) =>
       this.rpc.updateMessage(
         {
           objectKey: this.key,
@@ -863,7 +1060,7 @@ export class SessionHandle {
           source: sourceValue(options.source),
           omitJsonAsSent: true,
         },
-        this.opts(),
+        o,
       ),
     );
     return response.found ? await this.written(response.message, text) : null;
@@ -876,7 +1073,7 @@ export class SessionHandle {
       const upload = await this.upload(UploadOperation.UPSERT, text, options.parentId, options.source);
       return { inserted: upload.inserted, changed: upload.changed, message: await this.written(upload.message, text) };
     }
-    const response = await this.client.call(() =>
+    const response = await this.client.call("UpsertMessage", this.key, (o) =>
       this.rpc.upsertMessage(
         {
           objectKey: this.key,
@@ -886,7 +1083,7 @@ export class SessionHandle {
           omitJsonAsSent: true,
           ...parentFields(options.parentId),
         },
-        this.opts(),
+        o,
       ),
     );
     return { inserted: response.inserted, changed: response.changed, message: await this.written(response.message, text) };
@@ -894,16 +1091,18 @@ export class SessionHandle {
 
   /** Deletes messages by id (children are re-parented); returns how many were deleted. */
   async deleteMessages(ids: Iterable<string>): Promise<number> {
-    const response = await this.client.call(() =>
-      this.rpc.deleteMessages({ objectKey: this.key, sessionId: this.id, messageIds: [...ids] }, this.opts()),
+    // Read once: a retry must send the same ids, and `ids` may be a one-shot iterator.
+    const messageIds = [...ids];
+    const response = await this.client.call("DeleteMessages", this.key, (o) =>
+      this.rpc.deleteMessages({ objectKey: this.key, sessionId: this.id, messageIds }, o),
     );
     return toNumber(response.deletedCount);
   }
 
   /** Deletes every message and compaction of the session; returns how many messages were deleted. */
   async clearMessages(): Promise<number> {
-    const response = await this.client.call(() =>
-      this.rpc.clearMessages({ objectKey: this.key, sessionId: this.id }, this.opts()),
+    const response = await this.client.call("ClearMessages", this.key, (o) =>
+      this.rpc.clearMessages({ objectKey: this.key, sessionId: this.id }, o),
     );
     return toNumber(response.deletedCount);
   }
@@ -924,7 +1123,10 @@ export class SessionHandle {
     items: Iterable<ImportItem | ImportItemLike | MessageInput> | AsyncIterable<ImportItem | ImportItemLike | MessageInput>,
   ): Promise<ImportResult> {
     const frames = importFrames(this.key, this.id, items);
-    const response = await this.client.call(() => this.rpc.importMessages(frames, this.opts()));
+    // Never retried: the frames come from the caller's iterable, which cannot be read twice.
+    const response = await this.client.call("ImportMessages", this.key, (o) => this.rpc.importMessages(frames, o), {
+      retry: false,
+    });
     const result = { imported: toNumber(response.importedCount), skipped: toNumber(response.skippedCount) };
     if (Array.isArray(items) && result.imported + result.skipped !== items.length) {
       throw new SessionsError(
@@ -943,7 +1145,7 @@ export class SessionHandle {
     const request = { objectKey: this.key, sessionId: this.id, messageId };
     let message: Message | null = null;
     // Read to the end (one message at most) rather than cancel the call after the first.
-    for await (const found of this.messages((o) => this.rpc.getMessage(request, o))) {
+    for await (const found of this.messages("GetMessage", (o) => this.rpc.getMessage(request, o))) {
       message ??= parseMessage(found.json);
     }
     return message;
@@ -954,7 +1156,7 @@ export class SessionHandle {
     const messageIds = [...ids];
     const request = { objectKey: this.key, sessionId: this.id, messageIds, maxMessagesPerResponse: PACKED_MESSAGES };
     const byId = new Map<string, Message>();
-    for await (const found of this.messages((o) => this.rpc.getMessages(request, o))) {
+    for await (const found of this.messages("GetMessages", (o) => this.rpc.getMessages(request, o))) {
       const message = parseMessage(found.json);
       byId.set(found.info?.id ?? message.id, message);
     }
@@ -965,7 +1167,7 @@ export class SessionHandle {
   async getLatestLeaf(): Promise<Message | null> {
     const request = { objectKey: this.key, sessionId: this.id };
     let message: Message | null = null;
-    for await (const found of this.messages((o) => this.rpc.getLatestLeaf(request, o))) {
+    for await (const found of this.messages("GetLatestLeaf", (o) => this.rpc.getLatestLeaf(request, o))) {
       message ??= parseMessage(found.json);
     }
     return message;
@@ -975,7 +1177,7 @@ export class SessionHandle {
   async getBranches(messageId: string): Promise<Message[]> {
     const request = { objectKey: this.key, sessionId: this.id, messageId, maxMessagesPerResponse: PACKED_MESSAGES };
     const out: Message[] = [];
-    for await (const found of this.messages((o) => this.rpc.getBranches(request, o))) {
+    for await (const found of this.messages("GetBranches", (o) => this.rpc.getBranches(request, o))) {
       out.push(parseMessage(found.json));
     }
     return out;
@@ -994,7 +1196,7 @@ export class SessionHandle {
       maxMessagesPerResponse: PACKED_MESSAGES,
       maxMessages: maxMessages(options.limit),
     };
-    for await (const found of this.messages((o) => this.rpc.streamHistory(request, o))) {
+    for await (const found of this.messages("StreamHistory", (o) => this.rpc.streamHistory(request, o))) {
       yield parseMessage(found.json);
     }
   }
@@ -1013,7 +1215,7 @@ export class SessionHandle {
     };
     let batch: Message[] = [];
     const assembler = new FrameAssembler();
-    for await (const response of this.client.stream(this.key, (o) => this.rpc.streamHistory(request, o))) {
+    for await (const response of this.client.stream("StreamHistory", this.key, (o) => this.rpc.streamHistory(request, o))) {
       for (const frame of framesOf(response)) {
         const done = assembler.feed(frame);
         if (done !== null) batch.push(parseMessage(done.json));
@@ -1048,7 +1250,7 @@ export class SessionHandle {
     let total = 0;
     const messages: Message[] = [];
     const assembler = new FrameAssembler();
-    for await (const response of this.client.stream(this.key, (o) => this.rpc.getRecentHistory(request, o))) {
+    for await (const response of this.client.stream("GetRecentHistory", this.key, (o) => this.rpc.getRecentHistory(request, o))) {
       if (response.summary !== undefined) {
         truncated = response.summary.truncated;
         total = toNumber(response.summary.totalContentBytes);
@@ -1066,7 +1268,7 @@ export class SessionHandle {
   async getHistoryRowStats(options: { leafId?: string } = {}): Promise<RowStat[]> {
     const request = { objectKey: this.key, sessionId: this.id, leafId: options.leafId ?? "" };
     const out: RowStat[] = [];
-    for await (const response of this.client.stream(this.key, (o) => this.rpc.getHistoryRowStats(request, o))) {
+    for await (const response of this.client.stream("GetHistoryRowStats", this.key, (o) => this.rpc.getHistoryRowStats(request, o))) {
       for (const s of response.stats) {
         out.push({ id: s.id, role: s.role, bytes: toNumber(s.bytes), tokenEstimate: toNumber(s.tokenEstimate) });
       }
@@ -1082,10 +1284,11 @@ export class SessionHandle {
   // ── helpers ───────────────────────────────────────────────────────────────
 
   private async *messages(
+    method: MethodName,
     start: (options: CallOptions) => AsyncIterable<FramedResponse>,
   ): AsyncGenerator<Assembled> {
     const assembler = new FrameAssembler();
-    for await (const response of this.client.stream(this.key, start)) {
+    for await (const response of this.client.stream(method, this.key, start)) {
       for (const frame of framesOf(response)) {
         const done = assembler.feed(frame);
         if (done !== null) yield done;
@@ -1137,7 +1340,8 @@ export class SessionHandle {
         first = false;
       }
     }
-    return this.client.call(() => this.rpc.uploadMessage(frames(), this.opts()));
+    // frames() is called per attempt: a retry sends the message again from its first piece.
+    return this.client.call("UploadMessage", this.key, (o) => this.rpc.uploadMessage(frames(), o));
   }
 }
 

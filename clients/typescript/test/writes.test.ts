@@ -227,7 +227,7 @@ describe("routing metadata", () => {
       parentMode: ParentMode.AUTO,
     });
     await assert.rejects(
-      client.call(() => client.rpc.appendMessage(request, { headers: routingHeaders("two") })),
+      client.call("AppendMessage", "two", (o) => client.rpc.appendMessage(request, o)),
       (e: unknown) => {
         assert.ok(e instanceof SessionsError);
         assert.equal(e.code, "INVALID_ARGUMENT");

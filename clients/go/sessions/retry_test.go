@@ -1,0 +1,790 @@
+package sessions_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+
+	pb "github.com/sessions-dev/sessions/clients/go/gen/sessions/v1"
+	"github.com/sessions-dev/sessions/clients/go/sessions"
+)
+
+// fastRetry retries at once (1 ms waits), so transport-failure tests run in milliseconds.
+var fastRetry = sessions.RetryPolicy{MaxAttempts: 3, InitialBackoff: time.Millisecond, MaxBackoff: time.Millisecond}
+
+// retryLog records the notices a client's observer receives, and counts the attempts its calls
+// make on the connection (an interceptor below the retries sees each attempt).
+type retryLog struct {
+	mu       sync.Mutex
+	notices  []sessions.RetryNotice
+	attempts map[string]int
+	// onNotice, when set, runs inside the observer (e.g. to release a move lock).
+	onNotice func(sessions.RetryNotice)
+}
+
+func (l *retryLog) options() []sessions.DialOption {
+	count := func(method string) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.attempts == nil {
+			l.attempts = map[string]int{}
+		}
+		l.attempts[method[strings.LastIndexByte(method, '/')+1:]]++
+	}
+	return []sessions.DialOption{
+		sessions.WithRetryObserver(func(n sessions.RetryNotice) {
+			l.mu.Lock()
+			l.notices = append(l.notices, n)
+			l.mu.Unlock()
+			if l.onNotice != nil {
+				l.onNotice(n)
+			}
+		}),
+		sessions.WithGRPCOptions(
+			grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+				count(method)
+				return invoker(ctx, method, req, reply, cc, opts...)
+			}),
+			grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+				count(method)
+				return streamer(ctx, desc, cc, method, opts...)
+			}),
+		),
+	}
+}
+
+func (l *retryLog) seen() []sessions.RetryNotice {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]sessions.RetryNotice(nil), l.notices...)
+}
+
+func (l *retryLog) attemptsOf(method string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.attempts[method]
+}
+
+// dialRetrying connects a client of its own to addr, recording into log.
+func dialRetrying(t *testing.T, addr string, log *retryLog, opts ...sessions.DialOption) *sessions.Client {
+	t.Helper()
+	c, err := sessions.Dial(testCtx(t), addr, append(log.options(), opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// deadAddr is a loopback address where nothing listens: every call fails UNAVAILABLE without a
+// reason, as when a server is gone.
+func deadAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
+// lockForMove exports key with the move lock, reading the export to its end: the lock then stays
+// for the lease (an hour), and the server refuses writes to key with OBJECT_MOVING until
+// abortMove. The test's end releases it in any case.
+func lockForMove(t *testing.T, key string) {
+	t.Helper()
+	ctx := testCtx(t)
+	stream, err := client.Stub().ExportObject(client.CallContext(ctx, key), &pb.ExportObjectRequest{
+		ObjectKey: key, LockForMove: true, LeaseSeconds: 3600,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := stream.Recv(); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatalf("ExportObject: %v", err)
+		}
+	}
+	t.Cleanup(func() { _ = abortMove(context.Background(), key) })
+}
+
+func abortMove(ctx context.Context, key string) error {
+	_, err := client.Stub().AbortMove(client.CallContext(ctx, key), &pb.AbortMoveRequest{ObjectKey: key})
+	return err
+}
+
+// checkNotices checks that the notices are those of attempts 1..len(want) of method, each failed
+// with its code and reason.
+func checkNotices(t *testing.T, got []sessions.RetryNotice, method string, code codes.Code, reasons ...string) {
+	t.Helper()
+	if len(got) != len(reasons) {
+		t.Fatalf("%d notices, want %d: %+v", len(got), len(reasons), got)
+	}
+	for i, n := range got {
+		if n.Method != method || n.Attempt != i+1 || sessions.Code(n.Err) != code || sessions.Reason(n.Err) != reasons[i] {
+			t.Errorf("notice %d = {%s attempt %d: %v}, want {%s attempt %d: %v [%s]}", i, n.Method, n.Attempt, n.Err, method, i+1, code, reasons[i])
+		}
+		var e *sessions.Error
+		if !errors.As(n.Err, &e) {
+			t.Errorf("notice %d: Err is a %T, want *sessions.Error", i, n.Err)
+		}
+	}
+}
+
+func TestRetryDefaultPolicy(t *testing.T) {
+	want := sessions.RetryPolicy{MaxAttempts: 10, InitialBackoff: 50 * time.Millisecond, MaxBackoff: 2 * time.Second, Multiplier: 2}
+	if sessions.DefaultRetryPolicy != want {
+		t.Fatalf("DefaultRetryPolicy = %+v, want %+v", sessions.DefaultRetryPolicy, want)
+	}
+}
+
+// TestRetryAfterObjectMoving: a write refused with OBJECT_MOVING succeeds once the lock goes. The
+// observer releases the lock when it hears of the refusal, so the second attempt must succeed
+// and no timing is involved. The client runs with the default policy.
+func TestRetryAfterObjectMoving(t *testing.T) {
+	ctx := testCtx(t)
+	key := objectKey(t)
+	mustAppend(t, client.Object(key).Session("s"), textMessage("m0", "user", "creates the object"))
+	lockForMove(t, key)
+
+	log := &retryLog{}
+	log.onNotice = func(n sessions.RetryNotice) {
+		if len(log.seen()) == 1 {
+			if err := abortMove(ctx, key); err != nil {
+				t.Errorf("AbortMove: %v", err)
+			}
+		}
+	}
+	s := dialRetrying(t, server.Addr, log).Object(key).Session("s")
+	res, err := s.AppendMessage(ctx, textMessage("m1", "user", "written during a move"))
+	if err != nil {
+		t.Fatalf("AppendMessage: %v", err)
+	}
+	if !res.Inserted {
+		t.Fatal("the retried append did not insert")
+	}
+	notices := log.seen()
+	checkNotices(t, notices, "AppendMessage", codes.Unavailable, sessions.ReasonObjectMoving)
+	first := sessions.DefaultRetryPolicy.InitialBackoff
+	if d := notices[0].Delay; d < first/2 || d > first {
+		t.Errorf("first wait %v, want within [%v, %v] (the default policy with jitter)", d, first/2, first)
+	}
+	if got := collectHistory(t, client.Object(key).Session("s")); !equalStrings(got, []string{"m0", "m1"}) {
+		t.Fatalf("history = %v", got)
+	}
+}
+
+// TestRetryRefusedClearMessages: a refusal before acting is retried for every call, even one
+// never repeated after a transport failure: the server did nothing.
+func TestRetryRefusedClearMessages(t *testing.T) {
+	ctx := testCtx(t)
+	key := objectKey(t)
+	mustAppend(t, client.Object(key).Session("s"), textMessage("m0", "user", "creates the object"))
+	lockForMove(t, key)
+
+	log := &retryLog{}
+	log.onNotice = func(sessions.RetryNotice) {
+		if err := abortMove(ctx, key); err != nil {
+			t.Errorf("AbortMove: %v", err)
+		}
+	}
+	s := dialRetrying(t, server.Addr, log).Object(key).Session("s")
+	deleted, err := s.ClearMessages(ctx)
+	if err != nil || deleted != 1 {
+		t.Fatalf("ClearMessages during a move: deleted %d, %v; want 1 once the lock went", deleted, err)
+	}
+	checkNotices(t, log.seen(), "ClearMessages", codes.Unavailable, sessions.ReasonObjectMoving)
+}
+
+// TestRetryOffFailsObjectMoving: with retries off the refusal reaches the caller and nothing is
+// written, although the observer would release the lock.
+func TestRetryOffFailsObjectMoving(t *testing.T) {
+	ctx := testCtx(t)
+	key := objectKey(t)
+	mustAppend(t, client.Object(key).Session("s"), textMessage("m0", "user", "creates the object"))
+	lockForMove(t, key)
+
+	log := &retryLog{onNotice: func(sessions.RetryNotice) { _ = abortMove(ctx, key) }}
+	s := dialRetrying(t, server.Addr, log, sessions.WithRetry(sessions.RetryPolicy{MaxAttempts: 1})).Object(key).Session("s")
+	_, err := s.AppendMessage(ctx, textMessage("m1", "user", "written during a move"))
+	if sessions.Code(err) != codes.Unavailable || sessions.Reason(err) != sessions.ReasonObjectMoving {
+		t.Fatalf("AppendMessage with retries off: %v, want UNAVAILABLE [OBJECT_MOVING]", err)
+	}
+	if n := log.seen(); len(n) != 0 || log.attemptsOf("AppendMessage") != 1 {
+		t.Fatalf("retries off, yet %d attempts and notices %+v", log.attemptsOf("AppendMessage"), n)
+	}
+	if err := abortMove(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if got := collectHistory(t, client.Object(key).Session("s")); !equalStrings(got, []string{"m0"}) {
+		t.Fatalf("history = %v, want only m0", got)
+	}
+}
+
+// TestRetryReplaysUpload: a message over 3 MiB goes through the client-streaming UploadMessage in
+// pieces; a retry must send every piece again, so the stored message is byte-exact.
+func TestRetryReplaysUpload(t *testing.T) {
+	ctx := testCtx(t)
+	key := objectKey(t)
+	mustAppend(t, client.Object(key).Session("s"), textMessage("m0", "user", "creates the object"))
+	lockForMove(t, key)
+
+	log := &retryLog{}
+	log.onNotice = func(sessions.RetryNotice) {
+		if err := abortMove(ctx, key); err != nil {
+			t.Errorf("AbortMove: %v", err)
+		}
+	}
+	big := textMessage("big", "user", strings.Repeat("0123456789abcdef", (sessions.PieceBytes+sessions.PieceBytes/2)/16))
+	s := dialRetrying(t, server.Addr, log).Object(key).Session("s")
+	if _, err := s.AppendMessage(ctx, big); err != nil {
+		t.Fatalf("AppendMessage of %d bytes: %v", len(big), err)
+	}
+	checkNotices(t, log.seen(), "UploadMessage", codes.Unavailable, sessions.ReasonObjectMoving)
+	msg, found, err := client.Object(key).Session("s").GetMessage(ctx, "big")
+	if err != nil || !found {
+		t.Fatalf("GetMessage: found %v, %v", found, err)
+	}
+	if string(msg.JSON) != string(big) {
+		t.Fatalf("stored %d bytes, sent %d: the retry did not send the message whole", len(msg.JSON), len(big))
+	}
+}
+
+// TestRetryNeverImportMessages: ImportMessages is not retried even when refused before acting
+// (its frames may come from a sequence that cannot be replayed).
+func TestRetryNeverImportMessages(t *testing.T) {
+	ctx := testCtx(t)
+	key := objectKey(t)
+	mustAppend(t, client.Object(key).Session("s"), textMessage("m0", "user", "creates the object"))
+	lockForMove(t, key)
+
+	log := &retryLog{onNotice: func(sessions.RetryNotice) { _ = abortMove(ctx, key) }}
+	s := dialRetrying(t, server.Addr, log).Object(key).Session("s")
+	_, err := s.ImportMessages(ctx, sessions.ImportChain(textMessage("i1", "user", "imported")))
+	if sessions.Code(err) != codes.Unavailable || sessions.Reason(err) != sessions.ReasonObjectMoving {
+		t.Fatalf("ImportMessages during a move: %v, want UNAVAILABLE [OBJECT_MOVING]", err)
+	}
+	if n := log.seen(); len(n) != 0 {
+		t.Fatalf("ImportMessages was retried: %+v", n)
+	}
+}
+
+// TestRetryObjectNotOwned: FAILED_PRECONDITION [OBJECT_NOT_OWNED] (re-sharding) is retried, up to
+// the policy's attempts. An object deleted as moved elsewhere answers it for good.
+func TestRetryObjectNotOwned(t *testing.T) {
+	ctx := testCtx(t)
+	key := objectKey(t)
+	mustAppend(t, client.Object(key).Session("s"), textMessage("m0", "user", "creates the object"))
+	if _, err := client.Stub().DeleteObject(client.CallContext(ctx, key), &pb.DeleteObjectRequest{ObjectKey: key, MovedTo: "elsewhere:1"}); err != nil {
+		t.Fatal(err)
+	}
+	log := &retryLog{}
+	s := dialRetrying(t, server.Addr, log, sessions.WithRetry(fastRetry)).Object(key).Session("s")
+	_, err := s.AppendMessage(ctx, textMessage("m1", "user", "to a moved object"))
+	if sessions.Code(err) != codes.FailedPrecondition || sessions.Reason(err) != sessions.ReasonObjectNotOwned {
+		t.Fatalf("AppendMessage to a moved object: %v, want FAILED_PRECONDITION [OBJECT_NOT_OWNED]", err)
+	}
+	checkNotices(t, log.seen(), "AppendMessage", codes.FailedPrecondition, sessions.ReasonObjectNotOwned, sessions.ReasonObjectNotOwned)
+	if n := log.attemptsOf("AppendMessage"); n != 3 {
+		t.Fatalf("%d attempts, want 3", n)
+	}
+}
+
+// TestRetryNotOtherErrors: an error the server answers after looking at the request is final.
+func TestRetryNotOtherErrors(t *testing.T) {
+	log := &retryLog{}
+	s := dialRetrying(t, server.Addr, log, sessions.WithRetry(fastRetry)).Object(objectKey(t)).Session("s")
+	_, err := s.AppendMessage(testCtx(t), "not json")
+	if sessions.Code(err) != codes.InvalidArgument {
+		t.Fatalf("AppendMessage of invalid JSON: %v", err)
+	}
+	if n := log.seen(); len(n) != 0 || log.attemptsOf("AppendMessage") != 1 {
+		t.Fatalf("an INVALID_ARGUMENT was retried: %d attempts, notices %+v", log.attemptsOf("AppendMessage"), n)
+	}
+}
+
+// TestRetryTransportFailureByMethod calls every method against a port where nothing listens: the
+// methods safe to repeat are tried exactly MaxAttempts times, the others once.
+func TestRetryTransportFailureByMethod(t *testing.T) {
+	addr := deadAddr(t)
+	big := textMessage("big", "user", strings.Repeat("x", sessions.UnaryLimitBytes))
+	msg := textMessage("m1", "user", "hello")
+	type call func(ctx context.Context, c *sessions.Client, s *sessions.Session) error
+	cases := []struct {
+		rpc        string
+		repeatable bool
+		call       call
+	}{
+		{"GetMessage", true, func(ctx context.Context, _ *sessions.Client, s *sessions.Session) error {
+			_, _, err := s.GetMessage(ctx, "m1")
+			return err
+		}},
+		{"GetMessages", true, func(ctx context.Context, _ *sessions.Client, s *sessions.Session) error {
+			_, err := s.GetMessages(ctx, []string{"m1"})
+			return err
+		}},
+		{"GetLatestLeaf", true, func(ctx context.Context, _ *sessions.Client, s *sessions.Session) error {
+			_, _, err := s.GetLatestLeaf(ctx)
+			return err
+		}},
+		{"GetBranches", true, func(ctx context.Context, _ *sessions.Client, s *sessions.Session) error {
+			_, err := s.GetBranches(ctx, "m1")
+			return err
+		}},
+		{"StreamHistory", true, func(ctx context.Context, _ *sessions.Client, s *sessions.Session) error {
+			_, err := s.GetHistory(ctx)
+			return err
+		}},
+		{"GetRecentHistory", true, func(ctx context.Context, _ *sessions.Client, s *sessions.Session) error {
+			_, err := s.GetRecentHistory(ctx, 1000)
+			return err
+		}},
+		{"GetHistoryRowStats", true, func(ctx context.Context, _ *sessions.Client, s *sessions.Session) error {
+			_, err := s.GetHistoryRowStats(ctx)
+			return err
+		}},
+		{"ReadAttachment", true, func(ctx context.Context, _ *sessions.Client, s *sessions.Session) error {
+			_, err := s.Object().ReadAttachment(ctx, strings.Repeat("0", 64))
+			return err
+		}},
+		{"ListCompactions", true, func(ctx context.Context, _ *sessions.Client, s *sessions.Session) error {
+			_, err := s.ListCompactions(ctx)
+			return err
+		}},
+		{"PlanCompaction", true, func(ctx context.Context, _ *sessions.Client, s *sessions.Session) error {
+			_, _, err := s.PlanCompaction(ctx, 0)
+			return err
+		}},
+		{"GetCompactionPolicy", true, func(ctx context.Context, _ *sessions.Client, s *sessions.Session) error {
+			_, err := s.GetCompactionPolicy(ctx)
+			return err
+		}},
+		{"SearchMessages", true, func(ctx context.Context, _ *sessions.Client, s *sessions.Session) error {
+			_, err := s.Search(ctx, "hello", sessions.SearchOptions{})
+			return err
+		}},
+		{"ListSessions", true, func(ctx context.Context, _ *sessions.Client, s *sessions.Session) error {
+			_, err := s.Object().ListSessions(ctx)
+			return err
+		}},
+		{"GetObjectStats", true, func(ctx context.Context, _ *sessions.Client, s *sessions.Session) error {
+			_, err := s.Object().GetObjectStats(ctx)
+			return err
+		}},
+		{"AppendMessage", true, func(ctx context.Context, _ *sessions.Client, s *sessions.Session) error {
+			_, err := s.AppendMessage(ctx, msg)
+			return err
+		}},
+		{"AppendMessages", true, func(ctx context.Context, _ *sessions.Client, s *sessions.Session) error {
+			_, err := s.AppendMessages(ctx, []any{msg})
+			return err
+		}},
+		{"UploadMessage", true, func(ctx context.Context, _ *sessions.Client, s *sessions.Session) error {
+			_, err := s.AppendMessage(ctx, big)
+			return err
+		}},
+		{"UpdateMessage", true, func(ctx context.Context, _ *sessions.Client, s *sessions.Session) error {
+			_, err := s.UpdateMessage(ctx, msg)
+			return err
+		}},
+		{"UpsertMessage", true, func(ctx context.Context, _ *sessions.Client, s *sessions.Session) error {
+			_, err := s.UpsertMessage(ctx, msg)
+			return err
+		}},
+		{"DeleteMessages", true, func(ctx context.Context, _ *sessions.Client, s *sessions.Session) error {
+			_, err := s.DeleteMessages(ctx, "m1")
+			return err
+		}},
+		{"SetCompactionPolicy", true, func(ctx context.Context, _ *sessions.Client, s *sessions.Session) error {
+			_, err := s.SetCompactionPolicy(ctx, sessions.CompactionPolicy{ThresholdTokens: 1000})
+			return err
+		}},
+		{"ClearMessages", false, func(ctx context.Context, _ *sessions.Client, s *sessions.Session) error {
+			_, err := s.ClearMessages(ctx)
+			return err
+		}},
+		{"AddCompaction", false, func(ctx context.Context, _ *sessions.Client, s *sessions.Session) error {
+			_, err := s.AddCompaction(ctx, "summary", "m1", "m1")
+			return err
+		}},
+		{"Compact", false, func(ctx context.Context, _ *sessions.Client, s *sessions.Session) error {
+			_, err := s.Compact(ctx)
+			return err
+		}},
+		{"ImportMessages", false, func(ctx context.Context, _ *sessions.Client, s *sessions.Session) error {
+			_, err := s.ImportMessages(ctx, sessions.ImportChain(msg))
+			return err
+		}},
+		{"Subscribe", false, func(ctx context.Context, _ *sessions.Client, s *sessions.Session) error {
+			sub := s.Subscribe(ctx, sessions.WithReconnectAttempts(0))
+			defer sub.Close()
+			for sub.Next() {
+			}
+			return sub.Err()
+		}},
+		{"AbortMove", false, func(ctx context.Context, c *sessions.Client, s *sessions.Session) error {
+			_, err := c.Stub().AbortMove(c.CallContext(ctx, s.Object().Key()), &pb.AbortMoveRequest{ObjectKey: s.Object().Key()})
+			return err
+		}},
+		{"ExportObject", false, func(ctx context.Context, c *sessions.Client, s *sessions.Session) error {
+			stream, err := c.Stub().ExportObject(c.CallContext(ctx, s.Object().Key()), &pb.ExportObjectRequest{ObjectKey: s.Object().Key()})
+			if err != nil {
+				return err
+			}
+			_, err = stream.Recv()
+			return err
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.rpc, func(t *testing.T) {
+			log := &retryLog{}
+			c := dialRetrying(t, addr, log, sessions.WithRetry(fastRetry))
+			err := tc.call(testCtx(t), c, c.Object("dead/"+tc.rpc).Session("s"))
+			if sessions.Code(err) != codes.Unavailable || sessions.Reason(err) != "" {
+				t.Fatalf("error %v, want UNAVAILABLE without a reason", err)
+			}
+			if tc.repeatable {
+				checkNotices(t, log.seen(), tc.rpc, codes.Unavailable, "", "")
+				if n := log.attemptsOf(tc.rpc); n != fastRetry.MaxAttempts {
+					t.Fatalf("%d attempts, want %d", n, fastRetry.MaxAttempts)
+				}
+				return
+			}
+			if n := log.seen(); len(n) != 0 {
+				t.Fatalf("retried after a transport failure: %+v", n)
+			}
+			if n := log.attemptsOf(tc.rpc); n != 1 {
+				t.Fatalf("%d attempts, want 1", n)
+			}
+		})
+	}
+}
+
+// TestRetryBackoffSchedule: the wait after failed attempt n is min(max, initial*multiplier^(n-1))
+// times a factor in [0.5, 1].
+func TestRetryBackoffSchedule(t *testing.T) {
+	policy := sessions.RetryPolicy{MaxAttempts: 6, InitialBackoff: time.Millisecond, MaxBackoff: 8 * time.Millisecond, Multiplier: 2}
+	log := &retryLog{}
+	s := dialRetrying(t, deadAddr(t), log, sessions.WithRetry(policy)).Object(objectKey(t)).Session("s")
+	if _, _, err := s.GetMessage(testCtx(t), "m1"); sessions.Code(err) != codes.Unavailable {
+		t.Fatalf("GetMessage: %v", err)
+	}
+	notices := log.seen()
+	checkNotices(t, notices, "GetMessage", codes.Unavailable, "", "", "", "", "")
+	for i, ceiling := range []time.Duration{1, 2, 4, 8, 8} {
+		ceiling *= time.Millisecond
+		if d := notices[i].Delay; d < ceiling/2 || d > ceiling {
+			t.Errorf("wait after attempt %d = %v, want within [%v, %v]", i+1, d, ceiling/2, ceiling)
+		}
+	}
+}
+
+// TestRetryDeadlineBoundsAttempts: the call's deadline covers every attempt and wait, for the
+// client's call timeout and for a streaming read's context alike. The policy would wait about
+// 7 s; the call must end around its 300 ms deadline, with the last attempt's error (or, should
+// the last wait end just at the deadline, DEADLINE_EXCEEDED).
+func TestRetryDeadlineBoundsAttempts(t *testing.T) {
+	policy := sessions.RetryPolicy{MaxAttempts: 100, InitialBackoff: 100 * time.Millisecond, MaxBackoff: 100 * time.Millisecond, Multiplier: 1}
+	check := func(t *testing.T, log *retryLog, started time.Time, err error) {
+		t.Helper()
+		if code := sessions.Code(err); code != codes.Unavailable && code != codes.DeadlineExceeded {
+			t.Fatalf("error %v, want UNAVAILABLE", err)
+		}
+		if n := len(log.seen()); n == 0 || n >= policy.MaxAttempts-1 {
+			t.Fatalf("%d retries within a 300 ms deadline", n)
+		}
+		if elapsed := time.Since(started); elapsed > 3*time.Second {
+			t.Fatalf("the call took %v with a 300 ms deadline", elapsed)
+		}
+	}
+	t.Run("call timeout", func(t *testing.T) {
+		log := &retryLog{}
+		s := dialRetrying(t, deadAddr(t), log, sessions.WithRetry(policy), sessions.WithCallTimeout(300*time.Millisecond)).Object(objectKey(t)).Session("s")
+		started := time.Now()
+		_, _, err := s.GetMessage(testCtx(t), "m1")
+		check(t, log, started, err)
+	})
+	t.Run("stream context", func(t *testing.T) {
+		log := &retryLog{}
+		s := dialRetrying(t, deadAddr(t), log, sessions.WithRetry(policy)).Object(objectKey(t)).Session("s")
+		ctx, cancel := context.WithTimeout(testCtx(t), 300*time.Millisecond)
+		defer cancel()
+		started := time.Now()
+		it := s.History(ctx)
+		defer it.Close()
+		for it.Next() {
+		}
+		check(t, log, started, it.Err())
+	})
+}
+
+// TestRetryNoWaitPastDeadline: a wait that would end past the deadline is not started; the
+// caller gets the failure at once, not DEADLINE_EXCEEDED later.
+func TestRetryNoWaitPastDeadline(t *testing.T) {
+	policy := sessions.RetryPolicy{MaxAttempts: 3, InitialBackoff: time.Minute, MaxBackoff: time.Minute}
+	log := &retryLog{}
+	s := dialRetrying(t, deadAddr(t), log, sessions.WithRetry(policy)).Object(objectKey(t)).Session("s")
+	ctx, cancel := context.WithTimeout(testCtx(t), 10*time.Second)
+	defer cancel()
+	_, _, err := s.GetMessage(ctx, "m1")
+	if sessions.Code(err) != codes.Unavailable {
+		t.Fatalf("error %v, want the attempt's UNAVAILABLE", err)
+	}
+	if n := log.seen(); len(n) != 0 || log.attemptsOf("GetMessage") != 1 {
+		t.Fatalf("%d attempts, notices %+v: a 30-60 s wait cannot fit in 10 s", log.attemptsOf("GetMessage"), n)
+	}
+}
+
+// TestRetryCancelEndsWait: cancelling the context ends a wait at once.
+func TestRetryCancelEndsWait(t *testing.T) {
+	policy := sessions.RetryPolicy{MaxAttempts: 3, InitialBackoff: time.Minute, MaxBackoff: time.Minute}
+	ctx, cancel := context.WithCancel(t.Context()) // no deadline: the wait is 30-60 s
+	defer cancel()
+	log := &retryLog{onNotice: func(sessions.RetryNotice) { cancel() }}
+	s := dialRetrying(t, deadAddr(t), log, sessions.WithRetry(policy)).Object(objectKey(t)).Session("s")
+	started := time.Now()
+	_, err := s.AppendMessage(ctx, textMessage("m1", "user", "hello"))
+	if sessions.Code(err) != codes.Canceled {
+		t.Fatalf("error %v, want CANCELLED", err)
+	}
+	if elapsed := time.Since(started); elapsed > 20*time.Second {
+		t.Fatalf("the call ended %v after its context was cancelled during a wait", elapsed)
+	}
+	if n := log.seen(); len(n) != 1 {
+		t.Fatalf("notices %+v, want one", n)
+	}
+}
+
+// cutProxy relays TCP connections to the server and cuts calls short: it drops the connection
+// when a response starts (a call that reached the server and got no answer), or, with
+// afterFirstMessage, once the call's first response message has been relayed. It cuts the first
+// `cuts` calls it sees; after that it only relays. It reads the HTTP/2 frames the server sends
+// to know where a response starts.
+type cutProxy struct {
+	listener          net.Listener
+	target            string
+	afterFirstMessage bool
+
+	mu    sync.Mutex
+	cuts  int
+	conns []net.Conn
+}
+
+func newCutProxy(t *testing.T, cuts int, afterFirstMessage bool) *cutProxy {
+	t.Helper()
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{listener: listener, target: server.Addr, cuts: cuts, afterFirstMessage: afterFirstMessage}
+	go p.accept()
+	t.Cleanup(p.close)
+	return p
+}
+
+func (p *cutProxy) addr() string { return p.listener.Addr().String() }
+
+func (p *cutProxy) accept() {
+	for {
+		client, err := p.listener.Accept()
+		if err != nil {
+			return
+		}
+		server, err := net.Dial("tcp", p.target)
+		if err != nil {
+			_ = client.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns = append(p.conns, client, server)
+		p.mu.Unlock()
+		go p.relayRequests(client, server)
+		go p.relayResponses(server, client.(*net.TCPConn))
+	}
+}
+
+func (p *cutProxy) takeCut() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cuts == 0 {
+		return false
+	}
+	p.cuts--
+	return true
+}
+
+func (p *cutProxy) relayRequests(client, server net.Conn) {
+	_, _ = io.Copy(server, client)
+	// After a cut, read until the client hangs up: closing a socket with unread data would reset
+	// the connection and could lose what was relayed to the client before the cut.
+	_, _ = io.Copy(io.Discard, client)
+	_ = client.Close()
+	_ = server.Close()
+}
+
+// relayResponses copies the server's frames to the client until it cuts the connection: the
+// server's side closed, the client's side half-closed, so the client reads every byte relayed
+// and then the end of the connection.
+func (p *cutProxy) relayResponses(server net.Conn, client *net.TCPConn) {
+	defer func() {
+		_ = server.Close()
+		_ = client.CloseWrite()
+	}()
+	const frameData, frameHeaders, flagPadded = 0x0, 0x1, 0x8
+	r := bufio.NewReader(server)
+	var (
+		watched  uint32 // the stream to cut after its first message (afterFirstMessage)
+		body     []byte // the watched stream's DATA so far, up to the first message's prefix
+		received int    // bytes of the watched stream's DATA so far
+	)
+	for {
+		frame := make([]byte, 9)
+		if _, err := io.ReadFull(r, frame); err != nil {
+			return
+		}
+		length := int(frame[0])<<16 | int(frame[1])<<8 | int(frame[2])
+		kind, flags, stream := frame[3], frame[4], binary.BigEndian.Uint32(frame[5:9])&0x7fffffff
+		frame = append(frame, make([]byte, length)...)
+		if _, err := io.ReadFull(r, frame[9:]); err != nil {
+			return
+		}
+		if kind == frameHeaders && stream != 0 && watched == 0 && p.takeCut() {
+			if !p.afterFirstMessage {
+				return // the response's headers never reach the client
+			}
+			watched = stream
+		}
+		if _, err := client.Write(frame); err != nil {
+			return
+		}
+		if kind != frameData || stream != watched {
+			continue
+		}
+		data := frame[9:]
+		if flags&flagPadded != 0 && len(data) > 0 {
+			data = data[1 : len(data)-int(data[0])]
+		}
+		received += len(data)
+		if len(body) < 5 {
+			body = append(body, data[:min(len(data), 5-len(body))]...)
+		}
+		// A gRPC message is a 5-byte prefix (a flag and the length) and the message.
+		if len(body) == 5 && received >= 5+int(binary.BigEndian.Uint32(body[1:5])) {
+			return
+		}
+	}
+}
+
+func (p *cutProxy) close() {
+	_ = p.listener.Close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, conn := range p.conns {
+		_ = conn.Close()
+	}
+}
+
+// TestRetryStreamBeforeFirstResponse: a streaming read whose connection drops after the server
+// took the request but before any response is read again, on a new connection, and returns the
+// whole path once.
+func TestRetryStreamBeforeFirstResponse(t *testing.T) {
+	key := objectKey(t)
+	want := []string{"a", "b", "c"}
+	for _, id := range want {
+		mustAppend(t, client.Object(key).Session("s"), textMessage(id, "user", id))
+	}
+	log := &retryLog{}
+	s := dialRetrying(t, newCutProxy(t, 1, false).addr(), log, sessions.WithRetry(fastRetry)).Object(key).Session("s")
+	if got := collectHistory(t, s); !equalStrings(got, want) {
+		t.Fatalf("history = %v, want %v", got, want)
+	}
+	checkNotices(t, log.seen(), "StreamHistory", codes.Unavailable, "")
+	if n := log.attemptsOf("StreamHistory"); n != 2 {
+		t.Fatalf("%d attempts, want 2", n)
+	}
+}
+
+// TestRetryStreamNotAfterFirstResponse: once a response has arrived the caller has seen data,
+// so a failure is the caller's: no retry (which would repeat the messages already returned).
+func TestRetryStreamNotAfterFirstResponse(t *testing.T) {
+	key := objectKey(t)
+	msgs := make([]any, 450) // more than one response holds (400)
+	for i := range msgs {
+		msgs[i] = textMessage(fmt.Sprintf("m%03d", i), "user", "x")
+	}
+	if _, err := client.Object(key).Session("s").AppendMessages(testCtx(t), msgs); err != nil {
+		t.Fatal(err)
+	}
+	log := &retryLog{}
+	s := dialRetrying(t, newCutProxy(t, 1, true).addr(), log, sessions.WithRetry(fastRetry)).Object(key).Session("s")
+	it := s.History(testCtx(t))
+	defer it.Close()
+	read := 0
+	for it.Next() {
+		read++
+	}
+	if sessions.Code(it.Err()) != codes.Unavailable {
+		t.Fatalf("history read %d messages and ended with %v, want UNAVAILABLE", read, it.Err())
+	}
+	if read == 0 || read >= len(msgs) {
+		t.Fatalf("read %d of %d messages before the cut, want some but not all", read, len(msgs))
+	}
+	if n := log.seen(); len(n) != 0 || log.attemptsOf("StreamHistory") != 1 {
+		t.Fatalf("retried after a response: %d attempts, notices %+v", log.attemptsOf("StreamHistory"), n)
+	}
+}
+
+// TestRetryAfterLostResponse: a call whose response was lost may have been carried out. An
+// append is retried and finds its own message (Inserted=false, the documented caveat); a
+// ClearMessages is not retried, though the server did clear.
+func TestRetryAfterLostResponse(t *testing.T) {
+	ctx := testCtx(t)
+	t.Run("append", func(t *testing.T) {
+		key := objectKey(t)
+		log := &retryLog{}
+		s := dialRetrying(t, newCutProxy(t, 1, false).addr(), log, sessions.WithRetry(fastRetry)).Object(key).Session("s")
+		res, err := s.AppendMessage(ctx, textMessage("m1", "user", "hello"))
+		if err != nil {
+			t.Fatalf("AppendMessage: %v", err)
+		}
+		checkNotices(t, log.seen(), "AppendMessage", codes.Unavailable, "")
+		if res.Inserted || res.Message.Info.ID != "m1" {
+			t.Fatalf("retried append: Inserted=%v id %q; want the message its first attempt stored (Inserted=false)", res.Inserted, res.Message.Info.ID)
+		}
+		if got := collectHistory(t, client.Object(key).Session("s")); !equalStrings(got, []string{"m1"}) {
+			t.Fatalf("history = %v, want [m1]", got)
+		}
+	})
+	t.Run("clear", func(t *testing.T) {
+		key := objectKey(t)
+		mustAppend(t, client.Object(key).Session("s"), textMessage("m1", "user", "hello"))
+		log := &retryLog{}
+		s := dialRetrying(t, newCutProxy(t, 1, false).addr(), log, sessions.WithRetry(fastRetry)).Object(key).Session("s")
+		_, err := s.ClearMessages(ctx)
+		if sessions.Code(err) != codes.Unavailable || sessions.Reason(err) != "" {
+			t.Fatalf("ClearMessages with its response lost: %v, want UNAVAILABLE without a reason", err)
+		}
+		if n := log.seen(); len(n) != 0 || log.attemptsOf("ClearMessages") != 1 {
+			t.Fatalf("ClearMessages was retried: %d attempts, notices %+v", log.attemptsOf("ClearMessages"), n)
+		}
+		if got := collectHistory(t, client.Object(key).Session("s")); len(got) != 0 {
+			t.Fatalf("history = %v: the lost ClearMessages was carried out, expected empty", got)
+		}
+	})
+}
