@@ -92,13 +92,13 @@ def test_aio_client_reads_an_omitted_message_back_only_when_the_server_changed_i
         async with SessionsClient(live_server.address) as client:
             session = client.object(object_key).session()
             reads: list[str] = []
-            get_message = session._stub.GetMessage
+            get_message = session._client._stub.GetMessage
 
             def counted(request: Any, **kwargs: Any) -> Any:
                 reads.append(request.message_id)
                 return get_message(request, **kwargs)
 
-            session._stub.GetMessage = counted
+            session._client._stub.GetMessage = counted
             assert (await session.append_message(kept)).message == kept  # as sent: no read back
             assert (await session.append_message(sent)).message == stored  # changed: read back
             assert (await session.upsert_message(kept)).message == kept
@@ -118,7 +118,7 @@ def test_aio_json_left_out_for_want_of_room_is_read_back_in_one_call(live_server
         async with SessionsClient(live_server.address) as client:
             session = client.object(object_key).session()
             calls: list[str] = []
-            stub = session._stub
+            stub = session._client._stub
             for name in ("GetMessage", "GetMessages"):
                 method = getattr(stub, name)
                 setattr(stub, name, lambda *a, _m=method, _n=name, **k: calls.append(_n) or _m(*a, **k))

@@ -313,13 +313,13 @@ def test_the_python_client_reads_an_omitted_message_back_only_when_the_server_ch
     session: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     reads: list[str] = []
-    get_message = session._stub.GetMessage
+    get_message = session._client._stub.GetMessage
 
     def counted(request: Any, **kwargs: Any) -> Any:
         reads.append(request.message_id)
         return get_message(request, **kwargs)
 
-    monkeypatch.setattr(session._stub, "GetMessage", counted)
+    monkeypatch.setattr(session._client._stub, "GetMessage", counted)
     kept = text_message("kept", "k" * 5_000_000)
     sent, stored = _sanitized_away("changed", "c" * 5_000_000)
     assert session.append_message(kept).message == kept  # as sent: no read back

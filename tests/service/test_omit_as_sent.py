@@ -155,7 +155,7 @@ def _assert_each_write_asked(calls: list[tuple[str, Any]]) -> None:
 
 
 def test_the_python_client_asks_for_json_as_sent_to_be_left_out(session: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = _record(monkeypatch, session._stub)
+    calls = _record(monkeypatch, session._client._stub)
     sent, stored = _sanitized("s")
     assert session.append_message(text_message("a")).message == text_message("a")
     assert session.append_message(json.loads(sent)).message == json.loads(stored)  # inline: no read back
@@ -174,7 +174,7 @@ def test_the_asyncio_client_asks_for_json_as_sent_to_be_left_out(
     async def scenario() -> list[tuple[str, Any]]:
         async with SessionsClient(live_server.address) as client:
             session = client.object(object_key).session()
-            calls = _record(monkeypatch, session._stub)
+            calls = _record(monkeypatch, session._client._stub)
             sent, stored = _sanitized("s")
             assert (await session.append_message(text_message("a"))).message == text_message("a")
             assert (await session.append_message(json.loads(sent))).message == json.loads(stored)
@@ -230,7 +230,7 @@ def test_json_left_out_for_want_of_room_is_read_back_in_one_call(session: Any, m
         sent = {**stored, "parts": [{**stored["parts"][0], "providerMetadata": {"openai": {"itemId": "item_1"}}}]}
         pairs.append((sent, stored))
     calls: list[str] = []
-    stub = session._stub
+    stub = session._client._stub
     for name in ("GetMessage", "GetMessages"):
         method = getattr(stub, name)
         monkeypatch.setattr(stub, name, lambda *a, _m=method, _n=name, **k: calls.append(_n) or _m(*a, **k))

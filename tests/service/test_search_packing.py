@@ -102,7 +102,7 @@ def test_the_python_clients_ask_for_packed_hits(
 
     session.append_messages([text_message(f"c{i}", f"client {i}") for i in range(30)])
     expected = _hits(_search(stub, object_key, "client", 0, limit=25))
-    requests = _record_searches(monkeypatch, session._stub)
+    requests = _record_searches(monkeypatch, session._client._stub)
     hits = session.search("client", limit=25)
     assert [(hit.id, hit.role, hit.session_id, hit.content) for hit in hits] == expected
     assert len(hits) == 25
@@ -110,7 +110,7 @@ def test_the_python_clients_ask_for_packed_hits(
     async def scenario() -> tuple[list[str], list[pb.SearchMessagesRequest]]:
         async with SessionsClient(live_server.address) as client:
             aio_session = client.object(object_key).session()
-            aio_requests = _record_searches(monkeypatch, aio_session._stub)
+            aio_requests = _record_searches(monkeypatch, aio_session._client._stub)
             return [hit.id for hit in await aio_session.search("client", limit=25)], aio_requests
 
     aio_ids, aio_requests = asyncio.run(scenario())
