@@ -41,7 +41,7 @@ def two_servers(tmp_path: Path):  # type: ignore[no-untyped-def]
 def test_move_carries_sessions_compactions_and_attachments(two_servers) -> None:  # type: ignore[no-untyped-def]
     source, destination = two_servers
     image = "data:image/png;base64," + "iVBORw0KGgo" * 30_000 + "A="
-    with SessionsClient(source.address) as a, SessionsClient(destination.address) as b:
+    with SessionsClient(source.address, retry=None) as a, SessionsClient(destination.address) as b:
         obj = a.object("moving/1")
         main, side = obj.session(), obj.session("side")
         for index in range(30):
@@ -80,7 +80,7 @@ def test_writes_during_a_move_are_refused_retryably_and_none_is_lost(two_servers
         acknowledged.append("m0")
 
         def writer() -> None:
-            with SessionsClient(source.address) as own:
+            with SessionsClient(source.address, retry=None) as own:  # the refusals are what is tested
                 own_session = own.object("busy").session()
                 index = 1
                 while not stop.is_set():
@@ -198,7 +198,7 @@ def test_a_file_larger_than_an_object_may_be_is_refused_as_it_arrives(tmp_path: 
 
 def test_abort_move_releases_the_lock_of_a_move_that_will_not_complete(two_servers) -> None:  # type: ignore[no-untyped-def]
     source, _ = two_servers
-    with SessionsClient(source.address) as a:
+    with SessionsClient(source.address, retry=None) as a:
         session = a.object("stuck").session()
         session.append_message(_text("m1", "before"))
         metadata = (("x-object-key", "stuck"),)
