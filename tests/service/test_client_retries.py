@@ -53,6 +53,19 @@ def dead_address() -> Iterator[str]:
     yield f"127.0.0.1:{port}"
 
 
+def _failing_against(dead_address: str, run: Callable[[Any], Any]) -> list[RetryNotice]:
+    """The retry notices of `run` on a session of a server that is not there; the call must
+    end UNAVAILABLE."""
+    notices: list[RetryNotice] = []
+    with (
+        SessionsClient(dead_address, retry=QUICK, on_retry=notices.append) as client,
+        pytest.raises(SessionsError) as failed,
+    ):
+        run(client.object("k").session())
+    assert failed.value.code == grpc.StatusCode.UNAVAILABLE
+    return notices
+
+
 # Each write, with what must hold after it succeeded. The large append goes through the
 # client-streaming UploadMessage, whose frames must be sent again from the start.
 WRITES: dict[str, tuple[str, Callable[[Any], Any], Callable[[Any], bool]]] = {
@@ -143,13 +156,7 @@ def test_a_refusal_that_outlasts_the_attempts_reaches_the_caller(
 def test_a_call_safe_to_repeat_is_tried_again_after_a_connection_failure(
     dead_address: str, method: str, run: Callable[[Any], Any]
 ) -> None:
-    notices: list[RetryNotice] = []
-    with (
-        SessionsClient(dead_address, retry=QUICK, on_retry=notices.append) as client,
-        pytest.raises(SessionsError) as failed,
-    ):
-        run(client.object("k").session())
-    assert failed.value.code == grpc.StatusCode.UNAVAILABLE
+    notices = _failing_against(dead_address, run)
     assert _summary(notices) == [
         (method, 1, grpc.StatusCode.UNAVAILABLE, None),
         (method, 2, grpc.StatusCode.UNAVAILABLE, None),
@@ -170,14 +177,7 @@ def test_a_call_unsafe_to_repeat_is_not_tried_again_after_a_connection_failure(
 ) -> None:
     """The first attempt may have been carried out: a repeat could clear what others appended
     meanwhile, or add a second compaction; an import's messages come from a one-pass iterable."""
-    notices: list[RetryNotice] = []
-    with (
-        SessionsClient(dead_address, retry=QUICK, on_retry=notices.append) as client,
-        pytest.raises(SessionsError) as failed,
-    ):
-        run(client.object("k").session())
-    assert failed.value.code == grpc.StatusCode.UNAVAILABLE
-    assert notices == []
+    assert _failing_against(dead_address, run) == []
 
 
 def test_the_timeout_covers_every_attempt_and_wait(dead_address: str) -> None:
