@@ -69,9 +69,9 @@ class StorageFailure(SessionsError):
     reason = "STORAGE_FAILURE"
 
 
-def storage_failure(message: str) -> SessionsError:
+def storage_failure(message: str, *, out_of_space: bool) -> SessionsError:
     """The answer to a storage failure: out of space (the disk, or the file size limit) is
     RESOURCE_EXHAUSTED with STORAGE_FULL, anything else UNAVAILABLE with STORAGE_FAILURE."""
-    if "full" in message or "No space left" in message or "too large" in message:
+    if out_of_space:
         return LimitExceeded(f"{message}; free disk space on the server", reason="STORAGE_FULL")
     return StorageFailure(message)

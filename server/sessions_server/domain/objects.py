@@ -28,7 +28,7 @@ from sessions_server.domain.placement import Placement
 from sessions_server.storage import files
 from sessions_server.storage.paths import object_path
 from sessions_server.storage.registry import ObjectRegistry
-from sessions_server.storage.rows import StorageError
+from sessions_server.storage.rows import StorageError, is_out_of_space
 
 EXPORT_FRAME_BYTES = 3 * 1024 * 1024
 DEFAULT_LEASE_SECONDS = 60
@@ -113,7 +113,7 @@ class ObjectAdmin:
                 copy = await asyncio.to_thread(files.snapshot_object, path, scratch)
             except StorageError as exc:
                 self._moving.pop(object_key, None)  # no copy, no move: the object takes writes again
-                raise storage_failure(str(exc)) from None
+                raise storage_failure(str(exc), out_of_space=exc.out_of_space) from None
         try:
             size = copy.stat().st_size
             digest = hashlib.sha256()
@@ -183,7 +183,9 @@ class ObjectAdmin:
             except files.StoreImportError as exc:
                 raise InvalidArgument(f"the received file cannot be served: {exc}", field="data") from None
         except (OSError, StorageError) as exc:  # the disk (full, failing), not the file
-            raise storage_failure(f"the received file could not be stored: {exc}") from None
+            raise storage_failure(
+                f"the received file could not be stored: {exc}", out_of_space=is_out_of_space(exc)
+            ) from None
         finally:
             partial.unlink(missing_ok=True)
         self._moved.pop(object_key, None)

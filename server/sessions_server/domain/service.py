@@ -262,7 +262,7 @@ class SessionsService:
                     raise exceeded("the object is full", "max_object_bytes", self.limits.max_object_bytes, "bytes")
                 yield store
         except StorageError as exc:
-            raise storage_failure(str(exc)) from exc
+            raise storage_failure(str(exc), out_of_space=exc.out_of_space) from exc
         except StoredRowUnreadable as exc:
             raise FailedPrecondition(str(exc), reason="INVALID_MESSAGE") from exc
 
@@ -978,7 +978,7 @@ class Importer:
             try:
                 inserted = future.result()
             except StorageError as exc:
-                raise storage_failure(str(exc)) from exc
+                raise storage_failure(str(exc), out_of_space=exc.out_of_space) from exc
             written = sum(inserted)
             self.imported += written
             self.skipped += len(inserted) - written

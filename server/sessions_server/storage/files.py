@@ -96,7 +96,7 @@ def import_store_file(
         with contextlib.suppress(FileNotFoundError):
             partial.unlink()
         if getattr(exc, "sqlite_errorcode", 0) & 0xFF in _STORAGE_FAILURES:  # the disk, not the file
-            raise StorageError(f"storage failed, nothing was imported: {exc}") from exc
+            raise StorageError(f"storage failed, nothing was imported: {exc}", cause=exc) from exc
         raise StoreImportError(f"{source} is not a usable SQLite store: {exc}") from exc
     except (StoreImportError, OSError):
         with contextlib.suppress(FileNotFoundError):
@@ -165,7 +165,7 @@ def snapshot_object(source: Path, scratch_dir: Path) -> Path:
             dst.close()
     except (sqlite3.Error, OSError) as exc:
         copy.unlink(missing_ok=True)  # a partial copy would only take more of a full disk
-        raise StorageError(f"could not copy the object: {exc}") from exc
+        raise StorageError(f"could not copy the object: {exc}", cause=exc) from exc
     return copy
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import sqlite3
 from dataclasses import dataclass
 from typing import Final
 
@@ -144,4 +146,26 @@ class QueryRejected(Exception):
 
 
 class StorageError(Exception):
-    """SQLite failed (I/O error, disk full, corruption); the transaction was rolled back."""
+    """SQLite failed (I/O error, disk full, corruption); the transaction was rolled back.
+    `out_of_space`: the failure, `cause`, was the disk (or the file size limit) refusing to
+    let a file grow, which freeing space cures, as opposed to a failing disk."""
+
+    def __init__(self, message: str, *, cause: BaseException | None = None) -> None:
+        super().__init__(message)
+        self.out_of_space = cause is not None and is_out_of_space(cause)
+
+
+# No space on the device, the user's quota, or the process's file size limit (RLIMIT_FSIZE).
+_OUT_OF_SPACE_ERRNOS: Final = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+def is_out_of_space(exc: BaseException) -> bool:
+    """Whether `exc` says the disk refused to let a file grow: by SQLite's result code or the OS
+    error number, never by the words of the message."""
+    if isinstance(exc, StorageError):
+        return exc.out_of_space
+    if isinstance(exc, sqlite3.Error):
+        return getattr(exc, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_FULL
+    if isinstance(exc, OSError):
+        return exc.errno in _OUT_OF_SPACE_ERRNOS
+    return False

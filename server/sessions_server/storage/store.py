@@ -277,7 +277,7 @@ class ObjectStore:
             try:
                 outcomes, events = self._commit_batch([job], begun=True)
             except BaseException as exc:
-                outcomes, events = self._abandon([job], f"storage failed, nothing was written: {exc}"), []
+                outcomes, events = self._abandon([job], f"storage failed, nothing was written: {exc}", exc), []
             self.inline_writes += 1
             self._settle([job], outcomes, events)
             if self._checkpoints.due:
@@ -335,8 +335,7 @@ class ObjectStore:
                 try:
                     outcomes, events = await loop.run_in_executor(self._executor, self._commit_batch, batch)
                 except BaseException as exc:
-                    failure = StorageError(f"storage failed, nothing was written: {exc}")
-                    outcomes, events = self._abandon(batch, str(failure)), []
+                    outcomes, events = self._abandon(batch, f"storage failed, nothing was written: {exc}", exc), []
                 self._settle(batch, outcomes, events)
             else:
                 return
@@ -382,7 +381,7 @@ class ObjectStore:
                     self._writer_waits_for_locks = True
                 conn.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
-                failure = StorageError(f"could not start a write transaction: {exc}")
+                failure = StorageError(f"could not start a write transaction: {exc}", cause=exc)
                 return [(False, failure) for _ in batch], []
         # A lone job needs no savepoint: if it fails, the whole transaction is its to roll back.
         alone = len(batch) == 1
@@ -399,7 +398,7 @@ class ObjectStore:
                     conn.execute("RELEASE job")
             except BaseException as exc:
                 refused: BaseException = (
-                    StorageError(f"storage failed: {exc}") if isinstance(exc, sqlite3.Error) else exc
+                    StorageError(f"storage failed: {exc}", cause=exc) if isinstance(exc, sqlite3.Error) else exc
                 )
                 if alone:
                     with contextlib.suppress(sqlite3.Error):
@@ -409,7 +408,7 @@ class ObjectStore:
                 if not self._undo_job(conn):
                     # SQLite abandoned the whole transaction (e.g. the disk filled mid-statement):
                     # nothing of this batch is written, so no job may be answered as stored.
-                    return self._abandon(batch, f"storage failed, nothing was written: {exc}"), []
+                    return self._abandon(batch, f"storage failed, nothing was written: {exc}", exc), []
                 ctx.pending_tails = before_tails
                 ctx.row_writes = before_writes
                 del ctx.events[before_events:]
@@ -419,7 +418,7 @@ class ObjectStore:
         try:
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
-            return self._abandon(batch, f"commit failed, nothing was written: {exc}"), []
+            return self._abandon(batch, f"commit failed, nothing was written: {exc}", exc), []
         with self._tails_lock:
             for session_id, tail in ctx.pending_tails.items():
                 if tail is _FORGET:
@@ -444,7 +443,7 @@ class ObjectStore:
             return False
         return conn.in_transaction
 
-    def _abandon(self, batch: list[_Job], reason: str) -> list[tuple[bool, Any]]:
+    def _abandon(self, batch: list[_Job], reason: str, cause: BaseException) -> list[tuple[bool, Any]]:
         """Rolls the whole batch back and fails every job in it; caches forget what they saw."""
         with contextlib.suppress(sqlite3.Error):
             if self._writer.in_transaction:
@@ -452,7 +451,7 @@ class ObjectStore:
         with self._tails_lock:
             self._tails.clear()
             self._commits += 1
-        return [(False, StorageError(reason)) for _ in batch]
+        return [(False, StorageError(reason, cause=cause)) for _ in batch]
 
     # ── reads ───────────────────────────────────────────────────────────────
 
@@ -499,7 +498,7 @@ class ObjectStore:
             code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
             if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_INTERRUPT):
                 raise _RunAgain from exc
-            raise StorageError(f"storage read failed: {exc}") from exc
+            raise StorageError(f"storage read failed: {exc}", cause=exc) from exc
         finally:
             conn.set_progress_handler(None, 0)
             if conn.in_transaction:
@@ -524,7 +523,7 @@ class ObjectStore:
         try:
             return run(conn)
         except sqlite3.Error as exc:
-            raise StorageError(f"storage read failed: {exc}") from exc
+            raise StorageError(f"storage read failed: {exc}", cause=exc) from exc
         finally:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
