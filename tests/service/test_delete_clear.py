@@ -6,6 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import grpc
+import pytest
+
+from sessions_client import SessionsClient, SessionsError
+from sessions_proto.v1 import sessions_pb2 as pb
+from sessions_server.domain.limits import Limits
+from tests.conftest import start_server
 from tests.service.support import chunk_rows, ids, message_row, message_rows, text_message
 
 
@@ -124,12 +131,6 @@ def test_clear_removes_everything_and_restarts_seq(obj: Any, data_dir: Path, obj
 def test_delete_and_clear_are_refused_while_the_object_moves(live_server: Any, stub: Any, object_key: str) -> None:
     """A removal after a move's snapshot would be undone on the new owner: like appends, deletes
     and clears are refused (UNAVAILABLE / OBJECT_MOVING) until the lock is released."""
-    import grpc
-    import pytest
-
-    from sessions_client import SessionsClient, SessionsError
-    from sessions_proto.v1 import sessions_pb2 as pb
-
     with SessionsClient(live_server.address, retry=None) as client:
         session = client.object(object_key).session()
         session.append_messages([text_message("a"), text_message("b")])
@@ -149,12 +150,6 @@ def test_delete_and_clear_are_refused_while_the_object_moves(live_server: Any, s
 
 def test_delete_and_clear_make_room_in_a_full_object(tmp_path: Path) -> None:
     """The object size limit refuses what would add, never what removes."""
-    import pytest
-
-    from sessions_client import SessionsClient, SessionsError
-    from sessions_server.domain.limits import Limits
-    from tests.conftest import start_server
-
     filler = start_server(tmp_path / "data")
     try:
         with SessionsClient(filler.address) as client:
