@@ -5,7 +5,9 @@ connection failed; never past the call's deadline, and not at all when turned of
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -255,6 +257,108 @@ def test_the_asyncio_client_gives_up_on_unsafe_calls_and_at_the_deadline(dead_ad
 
     assert asyncio.run(scenario()) == [grpc.StatusCode.UNAVAILABLE] * 2
     assert [(n.method, n.attempt) for n in notices] == [("StreamHistory", 1), ("StreamHistory", 2)]
+
+
+class CuttingRelay:
+    """A TCP relay to a server that closes each connection once it has passed `cut_after` bytes
+    from the server: the client sees its connection fail in the middle of a response stream."""
+
+    def __init__(self, target: str, cut_after: int) -> None:
+        self._target = target
+        self._cut_after = cut_after
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self._listener.getsockname()[1]}"
+        self.connections = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self) -> None:
+        self._listener.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            self.connections += 1
+            host, port = self._target.rsplit(":", 1)
+            server = socket.create_connection((host, int(port)))
+            threading.Thread(target=self._pump, args=(client, server, None), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, self._cut_after), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket, budget: int | None) -> None:
+        try:
+            while budget is None or budget > 0:
+                data = source.recv(65536 if budget is None else min(65536, budget))
+                if not data:
+                    break
+                sink.sendall(data)
+                if budget is not None:
+                    budget -= len(data)
+        except OSError:
+            pass
+        for sock in (source, sink):  # both ways at once: the connection is gone
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+
+@pytest.fixture
+def long_history(live_server: LiveServer, stub: Any, object_key: str) -> str:
+    """An object whose history (40 × 200 KB) is far longer than the relay lets through."""
+    with SessionsClient(live_server.address) as client:
+        session = client.object(object_key).session()
+        for batch in range(4):
+            session.append_messages([text_message(f"m{batch}-{i}", "x" * 200_000) for i in range(10)])
+    return object_key
+
+
+def test_a_stream_is_not_tried_again_once_it_has_delivered(live_server: LiveServer, long_history: str) -> None:
+    """A repeat would hand the caller the first messages a second time: the failure reaches it
+    instead, after what was delivered."""
+    relay = CuttingRelay(live_server.address, cut_after=2_500_000)
+    notices: list[RetryNotice] = []
+    received: list[str] = []
+    try:
+        with (
+            SessionsClient(relay.address, retry=QUICK, on_retry=notices.append) as client,
+            pytest.raises(SessionsError) as failed,
+        ):
+            for message in client.object(long_history).session().history():
+                received.append(message["id"])
+    finally:
+        relay.close()
+    assert failed.value.code == grpc.StatusCode.UNAVAILABLE
+    assert 1 <= len(received) < 40 and len(set(received)) == len(received)
+    assert (notices, relay.connections) == ([], 1)
+
+
+def test_the_asyncio_client_does_not_try_a_stream_again_once_it_has_delivered(
+    live_server: LiveServer, long_history: str
+) -> None:
+    from sessions_client.aio import SessionsClient as AsyncClient
+
+    relay = CuttingRelay(live_server.address, cut_after=2_500_000)
+    notices: list[RetryNotice] = []
+
+    async def scenario() -> tuple[list[str], grpc.StatusCode | None]:
+        received: list[str] = []
+        async with AsyncClient(relay.address, retry=QUICK, on_retry=notices.append) as client:
+            try:
+                async for message in client.object(long_history).session().history():
+                    received.append(message["id"])
+            except SessionsError as error:
+                return received, error.code
+        return received, None
+
+    try:
+        received, code = asyncio.run(scenario())
+    finally:
+        relay.close()
+    assert code == grpc.StatusCode.UNAVAILABLE
+    assert 1 <= len(received) < 40 and len(set(received)) == len(received)
+    assert (notices, relay.connections) == ([], 1)
 
 
 def test_a_policy_refuses_settings_that_cannot_work() -> None:
