@@ -3,7 +3,9 @@
 Writes to an object are serialized like a Durable Object's single thread, and committed in
 groups: jobs that queue while a commit is in flight run together in the next transaction, each
 inside its own SAVEPOINT so one failing job rolls back alone, and all of them are answered after
-the one COMMIT (one fsync) that makes them durable. Once they are answered, the writer runs the
+the one COMMIT (one fsync) that makes them durable. When a job's failure ends the transaction
+itself (SQLite gives up the whole transaction when the disk fills mid-statement), that job is
+refused and the others run again in a new one. Once they are answered, the writer runs the
 WAL checkpoint if one is due (storage/wal.py); writes that arrive meanwhile queue behind it.
 Reads run concurrently on their own connections, on the executor.
 
@@ -268,7 +270,8 @@ class ObjectStore:
         """Runs `run` inside the object's write transaction; returns after COMMIT.
 
         `size_hint` is the caller's estimate of the bytes the job writes, if it knows; without
-        one the job always runs on the writer thread."""
+        one the job always runs on the writer thread. `run` may run twice (when a job sharing
+        its transaction made SQLite abandon it), so it changes nothing outside `ctx`."""
         if self._closed:
             raise RuntimeError("object store is closed")
         loop = asyncio.get_running_loop()
@@ -385,7 +388,7 @@ class ObjectStore:
                 return [(False, failure) for _ in batch], []
         # A lone job needs no savepoint: if it fails, the whole transaction is its to roll back.
         alone = len(batch) == 1
-        for job in batch:
+        for index, job in enumerate(batch):
             before_tails = dict(ctx.pending_tails)
             before_writes = ctx.row_writes
             before_events = len(ctx.events)
@@ -406,9 +409,7 @@ class ObjectStore:
                             conn.execute("ROLLBACK")
                     return [(False, refused)], []
                 if not self._undo_job(conn):
-                    # SQLite abandoned the whole transaction (e.g. the disk filled mid-statement):
-                    # nothing of this batch is written, so no job may be answered as stored.
-                    return self._abandon(batch, f"storage failed, nothing was written: {exc}", exc), []
+                    return self._run_without(batch, index, exc)
                 ctx.pending_tails = before_tails
                 ctx.row_writes = before_writes
                 del ctx.events[before_events:]
@@ -431,6 +432,19 @@ class ObjectStore:
             self._checkpoints.after_commit(self._wal_index.frames()[0])
         return outcomes, ctx.events
 
+    def _run_without(
+        self, batch: list[_Job], index: int, exc: BaseException
+    ) -> tuple[list[tuple[bool, Any]], list[ChangeEvent]]:
+        """After SQLite abandoned the whole transaction during `batch[index]` (the disk filled
+        mid-statement, say): nothing of the batch is written. That job is refused; the others
+        had no part in its failure and run again in a transaction of their own, as they would
+        have without it. Each round refuses one job, so this ends."""
+        self._forget_tails()
+        refused = StorageError(f"storage failed, nothing was written: {exc}", cause=exc)
+        outcomes, events = self._run_batch([*batch[:index], *batch[index + 1 :]], begun=False)
+        outcomes.insert(index, (False, refused))
+        return outcomes, events
+
     @staticmethod
     def _undo_job(conn: sqlite3.Connection) -> bool:
         """Rolls one job back to its savepoint; False when the transaction itself is gone."""
@@ -448,10 +462,13 @@ class ObjectStore:
         with contextlib.suppress(sqlite3.Error):
             if self._writer.in_transaction:
                 self._writer.execute("ROLLBACK")
+        self._forget_tails()
+        return [(False, StorageError(reason, cause=cause)) for _ in batch]
+
+    def _forget_tails(self) -> None:
         with self._tails_lock:
             self._tails.clear()
             self._commits += 1
-        return [(False, StorageError(reason, cause=cause)) for _ in batch]
 
     # ── reads ───────────────────────────────────────────────────────────────
 
