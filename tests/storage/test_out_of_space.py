@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import errno
 import sqlite3
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -15,10 +14,8 @@ import pytest
 
 from sessions_server.domain.errors import LimitExceeded, StorageFailure
 from sessions_server.domain.service import AppendInput, SessionsService
-from sessions_server.storage.feed import ChangeEvent
 from sessions_server.storage.registry import ObjectRegistry
 from sessions_server.storage.rows import Parent, StorageError, is_out_of_space
-from sessions_server.storage.store import ObjectStore, WriteContext
 
 
 def _sqlite_full(tmp_path: Path) -> sqlite3.Error:
@@ -77,56 +74,6 @@ def test_a_write_that_fills_the_file_is_answered_storage_full_and_nothing_is_wri
     assert isinstance(refused, LimitExceeded) and refused.reason == "STORAGE_FULL", refused
     assert "free disk space" in refused.message
     assert stored == ["m0"]
-
-
-def test_a_write_that_fills_the_file_in_a_grouped_commit_fails_alone(tmp_path: Path) -> None:
-    """Three writes queued together share one transaction; the middle one fills the capped file,
-    and SQLite then abandons the whole transaction. The middle one is refused out of space; the
-    other two are stored, as they would have been without it, and each job's event is published
-    once."""
-    path = tmp_path / "objects" / "x.sqlite"
-    contexts: dict[str, list[int]] = {"a": [], "big": [], "c": []}
-
-    def insert(name: str, value: str) -> Callable[[WriteContext], str]:
-        def run(ctx: WriteContext) -> str:
-            contexts[name].append(id(ctx))
-            ctx.conn.execute("INSERT INTO scratch VALUES (?, ?)", (name, value))
-            ctx.emit(ChangeEvent("clear", name))
-            return name
-
-        return run
-
-    async def scenario() -> tuple[list[object], list[str]]:
-        loop = asyncio.get_running_loop()
-        executor = ThreadPoolExecutor(max_workers=2)
-        store = await loop.run_in_executor(executor, ObjectStore.open, "key", path, executor)
-        published: list[str] = []
-        store.feed.publish = lambda events: published.extend(e.session_id for e in events)  # type: ignore[method-assign]
-        try:
-            await store.write(lambda ctx: ctx.conn.execute("CREATE TABLE scratch (name TEXT, value TEXT)"))
-            pages = store._writer.execute("PRAGMA page_count").fetchone()[0]
-            store._writer.execute(f"PRAGMA max_page_count = {pages + 4}")
-            outcomes = await asyncio.gather(
-                store.write(insert("a", "small")),
-                store.write(insert("big", "x" * 2_000_000)),
-                store.write(insert("c", "small")),
-                return_exceptions=True,
-            )
-            return outcomes, published
-        finally:
-            await store.close()
-            executor.shutdown(wait=True)
-
-    outcomes, published = asyncio.run(scenario())
-    assert outcomes[0] == "a" and outcomes[2] == "c", outcomes
-    refused = outcomes[1]
-    assert isinstance(refused, StorageError) and refused.out_of_space, refused
-    assert "nothing was written" in str(refused)
-    assert contexts["big"][0] == contexts["a"][0]  # the first transaction held a and big together
-    assert len(contexts["a"]) == 2 and contexts["a"][1] == contexts["c"][0]  # a ran again, with c
-    assert published == ["a", "c"]
-    with contextlib.closing(sqlite3.connect(path)) as conn:
-        assert conn.execute("SELECT name FROM scratch ORDER BY rowid").fetchall() == [("a",), ("c",)]
 
 
 def test_appends_grouped_with_one_that_fills_the_file_are_stored_in_order(tmp_path: Path) -> None:

@@ -5,8 +5,10 @@ groups: jobs that queue while a commit is in flight run together in the next tra
 inside its own SAVEPOINT so one failing job rolls back alone, and all of them are answered after
 the one COMMIT (one fsync) that makes them durable. When a job's failure ends the transaction
 itself (SQLite gives up the whole transaction when the disk fills mid-statement), that job is
-refused and the others run again in a new one. Once they are answered, the writer runs the
-WAL checkpoint if one is due (storage/wal.py); writes that arrive meanwhile queue behind it.
+refused and the others run again in a new one; when the COMMIT fails (a full disk usually shows
+there), each job runs again with a commit of its own. So no job fails for another's sake.
+Once they are answered, the writer runs the WAL checkpoint if one is due (storage/wal.py);
+writes that arrive meanwhile queue behind it.
 Reads run concurrently on their own connections, on the executor.
 
 Blocking SQLite work runs on the executor, with three exceptions, all when the whole server is
@@ -270,8 +272,8 @@ class ObjectStore:
         """Runs `run` inside the object's write transaction; returns after COMMIT.
 
         `size_hint` is the caller's estimate of the bytes the job writes, if it knows; without
-        one the job always runs on the writer thread. `run` may run twice (when a job sharing
-        its transaction made SQLite abandon it), so it changes nothing outside `ctx`."""
+        one the job always runs on the writer thread. `run` may run again (when a job sharing
+        its transaction made it fail), so it changes nothing outside `ctx`."""
         if self._closed:
             raise RuntimeError("object store is closed")
         loop = asyncio.get_running_loop()
@@ -419,7 +421,9 @@ class ObjectStore:
         try:
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
-            return self._abandon(batch, f"commit failed, nothing was written: {exc}", exc), []
+            if alone:
+                return self._abandon(batch, f"commit failed, nothing was written: {exc}", exc), []
+            return self._commit_each_alone(batch, outcomes)
         with self._tails_lock:
             for session_id, tail in ctx.pending_tails.items():
                 if tail is _FORGET:
@@ -444,6 +448,28 @@ class ObjectStore:
         outcomes, events = self._run_batch([*batch[:index], *batch[index + 1 :]], begun=False)
         outcomes.insert(index, (False, refused))
         return outcomes, events
+
+    def _commit_each_alone(
+        self, batch: list[_Job], outcomes: list[tuple[bool, Any]]
+    ) -> tuple[list[tuple[bool, Any]], list[ChangeEvent]]:
+        """After the batch's COMMIT failed: nothing of it is written. A full disk shows here, as
+        SQLite writes a transaction's pages to the WAL when it commits, and which job's pages did
+        not fit is unknown; so each job that had succeeded runs again with a commit of its own,
+        as it would have without the others. Jobs already refused keep their answers."""
+        with contextlib.suppress(sqlite3.Error):
+            if self._writer.in_transaction:
+                self._writer.execute("ROLLBACK")
+        self._forget_tails()
+        answers: list[tuple[bool, Any]] = []
+        events: list[ChangeEvent] = []
+        for job, (ok, value) in zip(batch, outcomes, strict=True):
+            if not ok:
+                answers.append((ok, value))
+                continue
+            (answer,), job_events = self._run_batch([job], begun=False)
+            answers.append(answer)
+            events += job_events
+        return answers, events
 
     @staticmethod
     def _undo_job(conn: sqlite3.Connection) -> bool:
