@@ -285,7 +285,9 @@ def test_a_failing_job_does_not_break_its_group_commit(storage: LimitedStorage, 
     out of space, SQLite may roll back the whole transaction by itself. The jobs before and after
     it must still be answered, and truthfully: a job answered with an error is not stored, a job
     answered OK is stored, no stored row names a parent that was rolled back, and once space is
-    freed the object takes writes again."""
+    freed the object takes writes again. And as if each had run alone: the small jobs, which fit
+    in the room left, are stored (SQLite gives up the transaction in B's statement, or, with C
+    too large as well, at the COMMIT of A, C and D)."""
     storage.data_dir.mkdir(parents=True, exist_ok=True)
     done = subprocess.run(
         [
@@ -314,6 +316,11 @@ def test_a_failing_job_does_not_break_its_group_commit(storage: LimitedStorage, 
         stored = dict(conn.execute("SELECT id, parent_id FROM cf_agents_session_messages WHERE session_id = 's'"))
     problems = []
     assert answers["B"].get("hung") or not answers["B"]["ok"], "the 8 MB write fit in a full disk?"
+    # No job fails for another's sake: each is answered as if it had run alone, and the small
+    # ones fit in the room left.
+    fits = {"A": True, "B": False, "C": tail_bytes < SLACK_BYTES // 2, "D": True}
+    if {message_id: bool(answer["ok"]) for message_id, answer in answers.items()} != fits:
+        problems.append(f"expected stored: {fits}")
     for message_id, answer in answers.items():
         if answer.get("hung"):
             problems.append(f"{message_id}: no answer within {GROUP_CALL_TIMEOUT_SECONDS:.0f} s (the call hangs)")
