@@ -13,7 +13,8 @@
  * client-streaming `UploadMessage`. Failures are thrown as `SessionsError` (status code plus the
  * `ErrorInfo` reason from the `grpc-status-details-bin` trailer), after the client has tried the
  * call again when the server refused it before acting or, for calls safe to repeat, when the
- * connection failed (`ClientOptions.retry`).
+ * connection failed (`ClientOptions.retry`). Every call takes `{ signal }` (`AbortOptions`) to
+ * cancel it, retries included.
  */
 
 import { create } from "@bufbuild/protobuf";
@@ -60,7 +61,22 @@ export type ParentArg = string | null | undefined;
 /** Who produced a message: "client" input has the server's reserved metadata keys removed. */
 export type SourceArg = "server" | "client";
 
-export interface WriteOptions {
+/** What every call of the client accepts: `{ signal }` to cancel it. */
+export interface AbortOptions {
+  /**
+   * Cancels the call when aborted: an attempt in flight is cancelled (the server is told to stop),
+   * a wait before a retry ends at once and no further attempt starts, and a signal aborted
+   * already fails the call before anything is sent. The call then fails with a `SessionsError`
+   * of code "CANCELLED" (`grpcCode` 1) whose `cause` is `signal.reason`, however far it had got
+   * (a stream too, after responses were read). What the server carried out before the abort
+   * stays done: an aborted write may have been stored. The client's `timeoutMs` still applies;
+   * whichever ends the call first decides its error. A signal may serve many calls: each removes
+   * its listener when it ends. E.g. `{ signal: AbortSignal.timeout(2_000) }`.
+   */
+  signal?: AbortSignal;
+}
+
+export interface WriteOptions extends AbortOptions {
   /** undefined: attach to the session's newest message; null: start a new root; a string: that parent. */
   parentId?: string | null;
   source?: SourceArg;
@@ -117,7 +133,7 @@ export interface ImportItemLike {
   createdAt?: number | Date;
 }
 
-export interface HistoryOptions {
+export interface HistoryOptions extends AbortOptions {
   /** The leaf whose path to read; default the active leaf. */
   leafId?: string;
   /** Read from the leaf towards the root. */
@@ -131,7 +147,7 @@ export interface HistoryBatchOptions extends HistoryOptions {
   maxBatchBytes?: number;
 }
 
-export interface SubscribeOptions {
+export interface SubscribeOptions extends AbortOptions {
   /** Only events of this session (undefined: every session of the object). */
   sessionId?: string;
   /**
@@ -140,8 +156,6 @@ export interface SubscribeOptions {
    * a JS number loses their low bits.
    */
   resumeAfterRevision?: bigint | string | number;
-  /** Cancels the subscription (breaking out of the loop does too). */
-  signal?: AbortSignal;
   /**
    * Reconnections in a row after the server went away (UNAVAILABLE or CANCELLED) before the
    * error is thrown (default 20; 0 never reconnects). Each resumes after the last revision seen.
@@ -638,6 +652,44 @@ function retryPolicyOf(option: RetryPolicy | false | undefined): Required<RetryP
   return policy;
 }
 
+/**
+ * The error of a call that its caller's signal ended. Connect would report an attempt cancelled
+ * in flight in its own words, without the reason of a plain `abort()`, and a wait cut short
+ * would leave only the last attempt's error: the caller gets this one instead, wherever the call
+ * was.
+ */
+function cancelled(signal: AbortSignal): SessionsError {
+  const reason: unknown = signal.reason;
+  const why = reason instanceof Error ? reason.message : String(reason);
+  return new SessionsError(Code.Canceled, `the call was cancelled by its signal: ${why}`, null, {}, null, {
+    cause: reason,
+  });
+}
+
+/** Whether the caller's `signal` (if any) has been aborted; a function, so that TypeScript does
+ * not keep the answer of an earlier test across the awaits of a call. */
+function abortedBy(signal: AbortSignal | undefined): signal is AbortSignal {
+  return signal?.aborted === true;
+}
+
+/**
+ * A controller of the call's own that aborts when the caller's `signal` does, and `unlink`, to
+ * run when the call ends. Attempts and waits are given this one, never the caller's signal: a
+ * signal shared by many calls then holds one listener per call, for the call's lifetime only,
+ * whatever the transport does with the signals it is given.
+ */
+function follow(signal: AbortSignal | undefined): { controller: AbortController; unlink: () => void } {
+  const controller = new AbortController();
+  if (signal === undefined) return { controller, unlink: () => {} };
+  if (signal.aborted) {
+    controller.abort(signal.reason);
+    return { controller, unlink: () => {} };
+  }
+  const onAbort = () => controller.abort(signal.reason);
+  signal.addEventListener("abort", onAbort, { once: true });
+  return { controller, unlink: () => signal.removeEventListener("abort", onAbort) };
+}
+
 /** Per-call options passed to the generated client. */
 export interface CallOptions {
   headers: Record<string, string>;
@@ -721,29 +773,39 @@ export class SessionsClient {
   /**
    * @internal Runs a unary or client-streaming call, converting its errors and trying it again
    * as the retry policy allows. `run` starts one attempt with the options it is given (routing
-   * header, the time left of the call's deadline); it must build its request stream afresh each
-   * time. `retry: false` for a call whose input cannot be sent twice.
+   * header, the time left of the call's deadline, cancellation); it must build its request
+   * stream afresh each time. `retry: false` for a call whose input cannot be sent twice.
+   * `signal`: the caller's (see `AbortOptions`).
    */
   async call<T>(
     method: MethodName,
     objectKey: string,
     run: (options: CallOptions) => Promise<T>,
-    options: { retry?: boolean } = {},
+    options: { retry?: boolean; signal?: AbortSignal | undefined } = {},
   ): Promise<T> {
+    const { signal } = options;
+    if (abortedBy(signal)) throw cancelled(signal);
+    const { controller, unlink } = follow(signal);
     // One deadline for all attempts and waits, so that a retried call ends when a single one would.
     const deadlineAt = this.timeoutMs === undefined ? undefined : performance.now() + this.timeoutMs;
-    for (let attempt = 1; ; attempt++) {
-      const callOptions: CallOptions = { headers: routingHeaders(objectKey) };
-      if (deadlineAt !== undefined) {
-        callOptions.timeoutMs = attempt === 1 ? this.timeoutMs! : Math.max(1, Math.floor(deadlineAt - performance.now()));
+    try {
+      for (let attempt = 1; ; attempt++) {
+        const callOptions: CallOptions = { headers: routingHeaders(objectKey), signal: controller.signal };
+        if (deadlineAt !== undefined) {
+          callOptions.timeoutMs = attempt === 1 ? this.timeoutMs! : Math.max(1, Math.floor(deadlineAt - performance.now()));
+        }
+        try {
+          return await run(callOptions);
+        } catch (error) {
+          const failure = SessionsError.from(error);
+          if (options.retry === false) throw failure;
+          await this.beforeRetry(method, attempt, failure, deadlineAt, controller.signal);
+        }
       }
-      try {
-        return await run(callOptions);
-      } catch (error) {
-        const failure = SessionsError.from(error);
-        if (options.retry === false) throw failure;
-        await this.beforeRetry(method, attempt, failure, deadlineAt);
-      }
+    } catch (error) {
+      throw abortedBy(signal) ? cancelled(signal) : error;
+    } finally {
+      unlink();
     }
   }
 
@@ -751,17 +813,18 @@ export class SessionsClient {
    * @internal Runs a server-streaming call; breaking out of the loop (or an error) cancels it so
    * the server stops reading. A failure before the first response is tried again as the retry
    * policy allows (`retry: false`: never, for a stream with reconnect rules of its own); after
-   * it, the caller has seen data, and the error is theirs.
+   * it, the caller has seen data, and the error is theirs. `signal`: the caller's (see
+   * `AbortOptions`).
    */
   async *stream<T>(
     method: MethodName,
     objectKey: string,
     start: (options: CallOptions) => AsyncIterable<T>,
-    options: { signal?: AbortSignal; deadline?: boolean; retry?: boolean } = {},
+    options: { signal?: AbortSignal | undefined; deadline?: boolean; retry?: boolean } = {},
   ): AsyncGenerator<T> {
     const { signal, deadline = true } = options;
-    const controller = new AbortController();
-    const onAbort = () => controller.abort(signal?.reason);
+    if (abortedBy(signal)) throw cancelled(signal);
+    const { controller, unlink } = follow(signal);
     // The deadline is kept here rather than by Connect's `timeoutMs`: Connect leaves its deadline
     // timer running when a stream is cancelled through its signal, which keeps the process alive.
     const timeoutMs = deadline ? this.timeoutMs : undefined;
@@ -770,10 +833,6 @@ export class SessionsClient {
       timeoutMs === undefined
         ? undefined
         : setTimeout(() => controller.abort(new ConnectError("the operation timed out", Code.DeadlineExceeded)), timeoutMs);
-    if (signal !== undefined) {
-      if (signal.aborted) controller.abort(signal.reason);
-      else signal.addEventListener("abort", onAbort, { once: true });
-    }
     let finished = false;
     let received = false;
     try {
@@ -791,9 +850,11 @@ export class SessionsClient {
           await this.beforeRetry(method, attempt, failure, deadlineAt, controller.signal);
         }
       }
+    } catch (error) {
+      throw abortedBy(signal) ? cancelled(signal) : error;
     } finally {
       clearTimeout(timer);
-      signal?.removeEventListener("abort", onAbort);
+      unlink();
       // The consumer stopped early (break, return, throw): cancel so the server stops reading.
       if (!finished) controller.abort(new ConnectError("the caller stopped reading the stream", Code.Canceled));
     }
@@ -803,7 +864,8 @@ export class SessionsClient {
    * Returns when attempt `attempt + 1` of `method` may start, after the policy's wait; throws
    * `failure` (the last attempt's error) when there is to be none: an error no retry can cure,
    * attempts used up, the wait would end at or past `deadlineAt` (a `performance.now()` time),
-   * or `signal` or close() cut it short.
+   * or `signal` or close() cut it short (`call` and `stream` turn this into CANCELLED when the
+   * caller's signal was the cause).
    */
   private async beforeRetry(
     method: MethodName,
@@ -820,7 +882,7 @@ export class SessionsClient {
     const delayMs = backoff * (0.5 + Math.random() / 2);
     const waitStart = performance.now();
     if (deadlineAt !== undefined && waitStart + delayMs >= deadlineAt) throw failure;
-    await this.onRetry?.({ method, attempt, error: failure, delayMs });
+    await observe(this.onRetry?.({ method, attempt, error: failure, delayMs }), signal, this.closing.signal);
     await pause(delayMs - (performance.now() - waitStart), signal, this.closing.signal);
     // A slow observer can eat the rest of the deadline: an attempt with no time left cannot succeed.
     if (stopped() || (deadlineAt !== undefined && deadlineAt - performance.now() < 1)) throw failure;
@@ -839,17 +901,23 @@ export class ObjectHandle {
   }
 
   /** The sessions that hold messages or compactions, with their message counts. */
-  async listSessions(): Promise<SessionSummary[]> {
-    const response = await this.client.call("ListSessions", this.key, (o) =>
-      this.client.rpc.listSessions({ objectKey: this.key }, o),
+  async listSessions(options: AbortOptions = {}): Promise<SessionSummary[]> {
+    const response = await this.client.call(
+      "ListSessions",
+      this.key,
+      (o) => this.client.rpc.listSessions({ objectKey: this.key }, o),
+      { signal: options.signal },
     );
     return response.sessions.map((s) => ({ sessionId: s.sessionId, messageCount: toNumber(s.messageCount) }));
   }
 
   /** The object's storage: bytes, rows, attachments and row writes. */
-  async getObjectStats(): Promise<ObjectStats> {
-    const r = await this.client.call("GetObjectStats", this.key, (o) =>
-      this.client.rpc.getObjectStats({ objectKey: this.key }, o),
+  async getObjectStats(options: AbortOptions = {}): Promise<ObjectStats> {
+    const r = await this.client.call(
+      "GetObjectStats",
+      this.key,
+      (o) => this.client.rpc.getObjectStats({ objectKey: this.key }, o),
+      { signal: options.signal },
     );
     return {
       fileBytes: toNumber(r.fileBytes),
@@ -867,7 +935,8 @@ export class ObjectHandle {
    * Large messages are reassembled. When the server goes away (a drain, a restart, a connection
    * its keepalive found dead: UNAVAILABLE or CANCELLED) it reconnects by itself, resuming after
    * the last revision seen; a RESET event then means events were missed (re-read state). Break
-   * out of the loop (or abort `signal`) to unsubscribe.
+   * out of the loop, or abort `signal` (the loop then throws CANCELLED, as any call does), to
+   * unsubscribe; the client's `timeoutMs` does not apply.
    */
   async *subscribe(options: SubscribeOptions = {}): AsyncGenerator<ChangeEvent> {
     let after = BigInt(options.resumeAfterRevision ?? 0);
@@ -954,6 +1023,30 @@ function pause(ms: number, ...signals: (AbortSignal | undefined)[]): Promise<voi
   });
 }
 
+/**
+ * Waits for what the retry observer returned, as `await` would (its rejection is thrown), or less
+ * when one of `signals` aborts: a call its caller gave up must not wait on the observer. Its
+ * outcome is then left unheard (handled, so a later rejection is not reported as unhandled).
+ */
+function observe(returned: void | PromiseLike<void>, ...signals: (AbortSignal | undefined)[]): Promise<void> {
+  if (returned === undefined || returned === null || typeof (returned as PromiseLike<void>).then !== "function") {
+    return Promise.resolve();
+  }
+  return new Promise((resolve, reject) => {
+    const stop = () => settle(resolve);
+    function settle(finish: () => void): void {
+      for (const signal of signals) signal?.removeEventListener("abort", stop);
+      finish();
+    }
+    for (const signal of signals) signal?.addEventListener("abort", stop, { once: true });
+    Promise.resolve(returned).then(
+      () => settle(resolve),
+      (error: unknown) => settle(() => reject(error)),
+    );
+    if (signals.some((signal) => signal?.aborted === true)) stop();
+  });
+}
+
 /** One session inside an object; messages are plain objects. */
 export class SessionHandle {
   readonly client: SessionsClient;
@@ -977,29 +1070,33 @@ export class SessionHandle {
   async appendMessage(message: MessageInput, options: WriteOptions = {}): Promise<AppendResult> {
     const text = toJson(message);
     if (jsonSize(text) > UNARY_LIMIT_BYTES) {
-      const upload = await this.upload(UploadOperation.APPEND, text, options.parentId, options.source);
+      const upload = await this.upload(UploadOperation.APPEND, text, options);
       return {
         inserted: upload.inserted,
-        message: await this.written(upload.message, text),
+        message: await this.written(upload.message, text, options),
         parentId: parentOf(upload.message?.info),
       };
     }
-    const response = await this.client.call("AppendMessage", this.key, (o) =>
-      this.rpc.appendMessage(
-        {
-          objectKey: this.key,
-          sessionId: this.id,
-          messageJson: text,
-          source: sourceValue(options.source),
-          omitJsonAsSent: true,
-          ...parentFields(options.parentId),
-        },
-        o,
-      ),
+    const response = await this.client.call(
+      "AppendMessage",
+      this.key,
+      (o) =>
+        this.rpc.appendMessage(
+          {
+            objectKey: this.key,
+            sessionId: this.id,
+            messageJson: text,
+            source: sourceValue(options.source),
+            omitJsonAsSent: true,
+            ...parentFields(options.parentId),
+          },
+          o,
+        ),
+      { signal: options.signal },
     );
     return {
       inserted: response.inserted,
-      message: await this.written(response.message, text),
+      message: await this.written(response.message, text, options),
       parentId: parentOf(response.message?.info),
     };
   }
@@ -1013,8 +1110,11 @@ export class SessionHandle {
       source,
       ...parentFields(index === 0 ? options.parentId : undefined),
     }));
-    const response = await this.client.call("AppendMessages", this.key, (o) =>
-      this.rpc.appendMessages({ objectKey: this.key, sessionId: this.id, items, omitJsonAsSent: true }, o),
+    const response = await this.client.call(
+      "AppendMessages",
+      this.key,
+      (o) => this.rpc.appendMessages({ objectKey: this.key, sessionId: this.id, items, omitJsonAsSent: true }, o),
+      { signal: options.signal },
     );
     if (response.results.length !== texts.length) {
       throw new SessionsError(
@@ -1028,7 +1128,7 @@ export class SessionHandle {
       .map((r) => r.message?.info?.id ?? "");
     const readBack = new Map<string, Message>();
     if (missing.length > 0) {
-      for (const [index, found] of (await this.getMessages(missing)).entries()) {
+      for (const [index, found] of (await this.getMessages(missing, { signal: options.signal })).entries()) {
         if (found === null) {
           throw new SessionsError(Code.NotFound, "written messages vanished before they were read back");
         }
@@ -1038,79 +1138,102 @@ export class SessionHandle {
     const out: AppendResult[] = [];
     for (const [index, r] of response.results.entries()) {
       const omitted = r.message?.jsonOmitted && !r.message.jsonAsSent;
-      const message = omitted ? readBack.get(r.message?.info?.id ?? "")! : await this.written(r.message, texts[index]!);
+      const message = omitted
+        ? readBack.get(r.message?.info?.id ?? "")!
+        : await this.written(r.message, texts[index]!, options);
       out.push({ inserted: r.inserted, message, parentId: parentOf(r.message?.info) });
     }
     return out;
   }
 
   /** Replaces an existing message's content; null when no message has that id. */
-  async updateMessage(message: MessageInput, options: { source?: SourceArg } = {}): Promise<Message | null> {
+  async updateMessage(message: MessageInput, options: AbortOptions & { source?: SourceArg } = {}): Promise<Message | null> {
     const text = toJson(message);
     if (jsonSize(text) > UNARY_LIMIT_BYTES) {
-      const upload = await this.upload(UploadOperation.UPDATE, text, undefined, options.source);
-      return upload.found ? await this.written(upload.message, text) : null;
+      const upload = await this.upload(UploadOperation.UPDATE, text, options);
+      return upload.found ? await this.written(upload.message, text, options) : null;
     }
-    const response = await this.client.call("UpdateMessage", this.key, (o) =>
-      this.rpc.updateMessage(
-        {
-          objectKey: this.key,
-          sessionId: this.id,
-          messageJson: text,
-          source: sourceValue(options.source),
-          omitJsonAsSent: true,
-        },
-        o,
-      ),
+    const response = await this.client.call(
+      "UpdateMessage",
+      this.key,
+      (o) =>
+        this.rpc.updateMessage(
+          {
+            objectKey: this.key,
+            sessionId: this.id,
+            messageJson: text,
+            source: sourceValue(options.source),
+            omitJsonAsSent: true,
+          },
+          o,
+        ),
+      { signal: options.signal },
     );
-    return response.found ? await this.written(response.message, text) : null;
+    return response.found ? await this.written(response.message, text, options) : null;
   }
 
   /** Appends the message when its id is new, otherwise updates it (never re-parents it). */
   async upsertMessage(message: MessageInput, options: WriteOptions = {}): Promise<UpsertResult> {
     const text = toJson(message);
     if (jsonSize(text) > UNARY_LIMIT_BYTES) {
-      const upload = await this.upload(UploadOperation.UPSERT, text, options.parentId, options.source);
-      return { inserted: upload.inserted, changed: upload.changed, message: await this.written(upload.message, text) };
+      const upload = await this.upload(UploadOperation.UPSERT, text, options);
+      return { inserted: upload.inserted, changed: upload.changed, message: await this.written(upload.message, text, options) };
     }
-    const response = await this.client.call("UpsertMessage", this.key, (o) =>
-      this.rpc.upsertMessage(
-        {
-          objectKey: this.key,
-          sessionId: this.id,
-          messageJson: text,
-          source: sourceValue(options.source),
-          omitJsonAsSent: true,
-          ...parentFields(options.parentId),
-        },
-        o,
-      ),
+    const response = await this.client.call(
+      "UpsertMessage",
+      this.key,
+      (o) =>
+        this.rpc.upsertMessage(
+          {
+            objectKey: this.key,
+            sessionId: this.id,
+            messageJson: text,
+            source: sourceValue(options.source),
+            omitJsonAsSent: true,
+            ...parentFields(options.parentId),
+          },
+          o,
+        ),
+      { signal: options.signal },
     );
-    return { inserted: response.inserted, changed: response.changed, message: await this.written(response.message, text) };
+    return {
+      inserted: response.inserted,
+      changed: response.changed,
+      message: await this.written(response.message, text, options),
+    };
   }
 
   /** Deletes messages by id (children are re-parented); returns how many were deleted. */
-  async deleteMessages(ids: Iterable<string>): Promise<number> {
+  async deleteMessages(ids: Iterable<string>, options: AbortOptions = {}): Promise<number> {
     // Read once: a retry must send the same ids, and `ids` may be a one-shot iterator.
     const messageIds = [...ids];
-    const response = await this.client.call("DeleteMessages", this.key, (o) =>
-      this.rpc.deleteMessages({ objectKey: this.key, sessionId: this.id, messageIds }, o),
+    const response = await this.client.call(
+      "DeleteMessages",
+      this.key,
+      (o) => this.rpc.deleteMessages({ objectKey: this.key, sessionId: this.id, messageIds }, o),
+      { signal: options.signal },
     );
     return toNumber(response.deletedCount);
   }
 
   /** Deletes every message and compaction of the session; returns how many messages were deleted. */
-  async clearMessages(): Promise<number> {
-    const response = await this.client.call("ClearMessages", this.key, (o) =>
-      this.rpc.clearMessages({ objectKey: this.key, sessionId: this.id }, o),
+  async clearMessages(options: AbortOptions = {}): Promise<number> {
+    const response = await this.client.call(
+      "ClearMessages",
+      this.key,
+      (o) => this.rpc.clearMessages({ objectKey: this.key, sessionId: this.id }, o),
+      { signal: options.signal },
     );
     return toNumber(response.deletedCount);
   }
 
   /** Imports one message verbatim; false when its id already existed. */
-  async importMessage(message: MessageInput, options: { parentId: string | null; createdAt?: number | Date }): Promise<boolean> {
+  async importMessage(
+    message: MessageInput,
+    options: AbortOptions & { parentId: string | null; createdAt?: number | Date },
+  ): Promise<boolean> {
     const item = new ImportItem(message, options.parentId, options.createdAt);
-    return (await this.importMessages([item])).imported === 1;
+    return (await this.importMessages([item], { signal: options.signal })).imported === 1;
   }
 
   /**
@@ -1121,11 +1244,13 @@ export class SessionHandle {
    */
   async importMessages(
     items: Iterable<ImportItem | ImportItemLike | MessageInput> | AsyncIterable<ImportItem | ImportItemLike | MessageInput>,
+    options: AbortOptions = {},
   ): Promise<ImportResult> {
     const frames = importFrames(this.key, this.id, items);
     // Never retried: the frames come from the caller's iterable, which cannot be read twice.
     const response = await this.client.call("ImportMessages", this.key, (o) => this.rpc.importMessages(frames, o), {
       retry: false,
+      signal: options.signal,
     });
     const result = { imported: toNumber(response.importedCount), skipped: toNumber(response.skippedCount) };
     if (Array.isArray(items) && result.imported + result.skipped !== items.length) {
@@ -1141,22 +1266,22 @@ export class SessionHandle {
   // ── reads ─────────────────────────────────────────────────────────────────
 
   /** One message by id; null when it does not exist. */
-  async getMessage(messageId: string): Promise<Message | null> {
+  async getMessage(messageId: string, options: AbortOptions = {}): Promise<Message | null> {
     const request = { objectKey: this.key, sessionId: this.id, messageId };
     let message: Message | null = null;
     // Read to the end (one message at most) rather than cancel the call after the first.
-    for await (const found of this.messages("GetMessage", (o) => this.rpc.getMessage(request, o))) {
+    for await (const found of this.messages("GetMessage", (o) => this.rpc.getMessage(request, o), options)) {
       message ??= parseMessage(found.json);
     }
     return message;
   }
 
   /** Messages in the order of `ids`, null where absent. */
-  async getMessages(ids: Iterable<string>): Promise<(Message | null)[]> {
+  async getMessages(ids: Iterable<string>, options: AbortOptions = {}): Promise<(Message | null)[]> {
     const messageIds = [...ids];
     const request = { objectKey: this.key, sessionId: this.id, messageIds, maxMessagesPerResponse: PACKED_MESSAGES };
     const byId = new Map<string, Message>();
-    for await (const found of this.messages("GetMessages", (o) => this.rpc.getMessages(request, o))) {
+    for await (const found of this.messages("GetMessages", (o) => this.rpc.getMessages(request, o), options)) {
       const message = parseMessage(found.json);
       byId.set(found.info?.id ?? message.id, message);
     }
@@ -1164,20 +1289,20 @@ export class SessionHandle {
   }
 
   /** The active leaf (the session's newest message); null for an empty session. */
-  async getLatestLeaf(): Promise<Message | null> {
+  async getLatestLeaf(options: AbortOptions = {}): Promise<Message | null> {
     const request = { objectKey: this.key, sessionId: this.id };
     let message: Message | null = null;
-    for await (const found of this.messages("GetLatestLeaf", (o) => this.rpc.getLatestLeaf(request, o))) {
+    for await (const found of this.messages("GetLatestLeaf", (o) => this.rpc.getLatestLeaf(request, o), options)) {
       message ??= parseMessage(found.json);
     }
     return message;
   }
 
   /** The direct children of a message, oldest first. */
-  async getBranches(messageId: string): Promise<Message[]> {
+  async getBranches(messageId: string, options: AbortOptions = {}): Promise<Message[]> {
     const request = { objectKey: this.key, sessionId: this.id, messageId, maxMessagesPerResponse: PACKED_MESSAGES };
     const out: Message[] = [];
-    for await (const found of this.messages("GetBranches", (o) => this.rpc.getBranches(request, o))) {
+    for await (const found of this.messages("GetBranches", (o) => this.rpc.getBranches(request, o), options)) {
       out.push(parseMessage(found.json));
     }
     return out;
@@ -1196,7 +1321,7 @@ export class SessionHandle {
       maxMessagesPerResponse: PACKED_MESSAGES,
       maxMessages: maxMessages(options.limit),
     };
-    for await (const found of this.messages("StreamHistory", (o) => this.rpc.streamHistory(request, o))) {
+    for await (const found of this.messages("StreamHistory", (o) => this.rpc.streamHistory(request, o), options)) {
       yield parseMessage(found.json);
     }
   }
@@ -1215,7 +1340,10 @@ export class SessionHandle {
     };
     let batch: Message[] = [];
     const assembler = new FrameAssembler();
-    for await (const response of this.client.stream("StreamHistory", this.key, (o) => this.rpc.streamHistory(request, o))) {
+    const responses = this.client.stream("StreamHistory", this.key, (o) => this.rpc.streamHistory(request, o), {
+      signal: options.signal,
+    });
+    for await (const response of responses) {
       for (const frame of framesOf(response)) {
         const done = assembler.feed(frame);
         if (done !== null) batch.push(parseMessage(done.json));
@@ -1238,7 +1366,7 @@ export class SessionHandle {
   }
 
   /** The longest recent suffix of a path whose stored size fits `maxContentBytes` (at least the newest message). */
-  async getRecentHistory(maxContentBytes: number, options: { leafId?: string } = {}): Promise<RecentHistory> {
+  async getRecentHistory(maxContentBytes: number, options: AbortOptions & { leafId?: string } = {}): Promise<RecentHistory> {
     const request = {
       objectKey: this.key,
       sessionId: this.id,
@@ -1250,7 +1378,10 @@ export class SessionHandle {
     let total = 0;
     const messages: Message[] = [];
     const assembler = new FrameAssembler();
-    for await (const response of this.client.stream("GetRecentHistory", this.key, (o) => this.rpc.getRecentHistory(request, o))) {
+    const responses = this.client.stream("GetRecentHistory", this.key, (o) => this.rpc.getRecentHistory(request, o), {
+      signal: options.signal,
+    });
+    for await (const response of responses) {
       if (response.summary !== undefined) {
         truncated = response.summary.truncated;
         total = toNumber(response.summary.totalContentBytes);
@@ -1265,10 +1396,13 @@ export class SessionHandle {
   }
 
   /** Per-message stored sizes and token estimates along a path, root first. */
-  async getHistoryRowStats(options: { leafId?: string } = {}): Promise<RowStat[]> {
+  async getHistoryRowStats(options: AbortOptions & { leafId?: string } = {}): Promise<RowStat[]> {
     const request = { objectKey: this.key, sessionId: this.id, leafId: options.leafId ?? "" };
     const out: RowStat[] = [];
-    for await (const response of this.client.stream("GetHistoryRowStats", this.key, (o) => this.rpc.getHistoryRowStats(request, o))) {
+    const responses = this.client.stream("GetHistoryRowStats", this.key, (o) => this.rpc.getHistoryRowStats(request, o), {
+      signal: options.signal,
+    });
+    for await (const response of responses) {
       for (const s of response.stats) {
         out.push({ id: s.id, role: s.role, bytes: toNumber(s.bytes), tokenEstimate: toNumber(s.tokenEstimate) });
       }
@@ -1286,9 +1420,10 @@ export class SessionHandle {
   private async *messages(
     method: MethodName,
     start: (options: CallOptions) => AsyncIterable<FramedResponse>,
+    options: AbortOptions,
   ): AsyncGenerator<Assembled> {
     const assembler = new FrameAssembler();
-    for await (const response of this.client.stream(method, this.key, start)) {
+    for await (const response of this.client.stream(method, this.key, start, { signal: options.signal })) {
       for (const frame of framesOf(response)) {
         const done = assembler.feed(frame);
         if (done !== null) yield done;
@@ -1300,9 +1435,9 @@ export class SessionHandle {
   /**
    * The written message: from the response, else the JSON this call sent when the server says
    * the omitted JSON is exactly that (`jsonAsSent`; writes ask it to leave such JSON out), else
-   * read back.
+   * read back (under the write's `signal`: the caller is waiting for both).
    */
-  private async written(written: WrittenMessage | undefined, sent: string): Promise<Message> {
+  private async written(written: WrittenMessage | undefined, sent: string, options: AbortOptions): Promise<Message> {
     if (written === undefined) {
       throw new SessionsError(Code.Internal, "the server returned no stored message");
     }
@@ -1311,7 +1446,7 @@ export class SessionHandle {
     }
     if (written.jsonOmitted) {
       const id = written.info?.id ?? "";
-      const fetched = await this.getMessage(id);
+      const fetched = await this.getMessage(id, { signal: options.signal });
       if (fetched === null) {
         throw new SessionsError(Code.NotFound, "written message vanished before it was read back");
       }
@@ -1320,18 +1455,13 @@ export class SessionHandle {
     return parseMessage(written.json);
   }
 
-  private upload(
-    operation: UploadOperation,
-    text: string,
-    parentId: ParentArg,
-    source: SourceArg | undefined,
-  ): Promise<UploadMessageResponse> {
+  private upload(operation: UploadOperation, text: string, options: WriteOptions): Promise<UploadMessageResponse> {
     const header = create(UploadHeaderSchema, {
       objectKey: this.key,
       sessionId: this.id,
       operation,
-      source: sourceValue(source),
-      ...(operation === UploadOperation.UPDATE ? {} : parentFields(parentId)),
+      source: sourceValue(options.source),
+      ...(operation === UploadOperation.UPDATE ? {} : parentFields(options.parentId)),
     });
     async function* frames(): AsyncGenerator<UploadMessageRequest> {
       let first = true;
@@ -1341,7 +1471,9 @@ export class SessionHandle {
       }
     }
     // frames() is called per attempt: a retry sends the message again from its first piece.
-    return this.client.call("UploadMessage", this.key, (o) => this.rpc.uploadMessage(frames(), o));
+    return this.client.call("UploadMessage", this.key, (o) => this.rpc.uploadMessage(frames(), o), {
+      signal: options.signal,
+    });
   }
 }
 
