@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -38,9 +38,7 @@ class Jobs:
         return run
 
 
-def _run(
-    path: Path, jobs: Jobs, prepare: list[str], group: Callable[[ObjectStore], Coroutine[Any, Any, list[Any]]]
-) -> list[Any]:
+def _run(path: Path, jobs: Jobs, prepare: list[str], group: Callable[[ObjectStore], Awaitable[list[Any]]]) -> list[Any]:
     """Opens a store at `path`, runs the `prepare` statements on its writer (`{room}`: a few pages
     more than the file has), then `group`."""
 
@@ -62,7 +60,7 @@ def _run(
     return asyncio.run(scenario())
 
 
-def _together(store: ObjectStore, *runs: Callable[[WriteContext], str]) -> Coroutine[Any, Any, list[Any]]:
+def _together(store: ObjectStore, *runs: Callable[[WriteContext], str]) -> Awaitable[list[Any]]:
     """The writes queued at once: the writer takes them as one batch."""
     return asyncio.gather(*(store.write(run) for run in runs), return_exceptions=True)
 
