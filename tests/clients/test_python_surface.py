@@ -56,6 +56,9 @@ def test_asyncio_handles_mirror_the_blocking_ones() -> None:
     for name, params in async_session.items():
         assert params == sync_session[name], name
     assert _public_methods(sessions_client.ObjectHandle) == _public_methods(aio.ObjectHandle)
+    clients = _public_methods(sessions_client.SessionsClient)
+    assert clients == _public_methods(aio.SessionsClient)
+    assert clients["with_options"] == ["self", "timeout", "retry", "on_retry"]
 
 
 def test_issue_two_method_names_exist() -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import grpc
 import pytest
 
-from sessions_client import RetryNotice, RetryPolicy, SessionsClient, SessionsError
+from sessions_client import DEFAULT_RETRY_POLICY, RetryNotice, RetryPolicy, SessionsClient, SessionsError
 from sessions_proto.v1 import sessions_pb2 as pb
 from tests.conftest import LiveServer, start_server
 from tests.service.support import text_message
@@ -376,3 +376,69 @@ def test_waits_grow_to_the_ceiling_with_jitter_below_it() -> None:
         waits = [policy.backoff(attempt) for _ in range(200)]
         assert all(ceiling / 2 <= wait <= ceiling for wait in waits), attempt
         assert max(waits) - min(waits) > ceiling / 10  # jittered, not fixed
+
+
+def test_a_view_with_other_options_shares_the_connection_and_leaves_the_client_as_it_was(
+    live_server: LiveServer, stub: Any, object_key: str
+) -> None:
+    """`with_options` changes the options of the calls made through the view only: here the view
+    does not retry and surfaces the move's refusal, while the client itself retries past it.
+    Closing the view keeps the connection; closing the client closes it for both."""
+    notices: list[RetryNotice] = []
+    client = SessionsClient(live_server.address, on_retry=_releasing(stub, object_key, notices))
+    try:
+        impatient = client.with_options(retry=None, timeout=5.0)
+        assert (impatient.retry, impatient.timeout, impatient.on_retry) == (None, 5.0, client.on_retry)
+        assert (client.retry, client.timeout) == (DEFAULT_RETRY_POLICY, None)
+        impatient.object(object_key).session().append_message(text_message("m0"))
+        _lock_for_move(stub, object_key)
+        with pytest.raises(SessionsError) as refused:
+            impatient.object(object_key).session().append_message(text_message("m1"))
+        assert (refused.value.code, refused.value.reason) == (grpc.StatusCode.UNAVAILABLE, "OBJECT_MOVING")
+        assert notices == []
+        client.object(object_key).session().append_message(text_message("m1"))  # retried past the lock
+        assert _summary(notices) == [("AppendMessage", 1, grpc.StatusCode.UNAVAILABLE, "OBJECT_MOVING")]
+        impatient.close()
+        assert [m["id"] for m in client.object(object_key).session().get_history()] == ["m0", "m1"]
+    finally:
+        client.close()
+    with pytest.raises(ValueError, match="[Cc]hannel closed|closed channel"):
+        impatient.object(object_key).session().get_history()
+
+
+def test_a_view_s_timeout_bounds_its_calls_only(dead_address: str) -> None:
+    notices: list[RetryNotice] = []
+    patient = RetryPolicy(max_attempts=100, initial_backoff=0.1, max_backoff=0.1, multiplier=1.0)
+    with SessionsClient(dead_address, retry=patient, on_retry=notices.append) as client:
+        with pytest.raises(SessionsError) as failed:
+            client.with_options(timeout=0.3).object("k").session().get_message("m1")
+        assert failed.value.code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+        assert 1 <= len(notices) <= 6 and client.timeout is None
+        notices.clear()
+        with pytest.raises(SessionsError):
+            client.with_options(retry=QUICK).object("k").session().get_message("m1")
+        assert [n.attempt for n in notices] == [1, 2]  # the view's policy, and the client's observer
+
+
+def test_the_asyncio_client_makes_views_the_same_way(live_server: LiveServer, stub: Any, object_key: str) -> None:
+    from sessions_client.aio import SessionsClient as AsyncClient
+
+    async def scenario() -> tuple[str | None, list[str]]:
+        client = AsyncClient(live_server.address)
+        try:
+            impatient = client.with_options(retry=None)
+            await impatient.object(object_key).session().append_message(text_message("m0"))
+            _lock_for_move(stub, object_key)
+            try:
+                await impatient.object(object_key).session().append_message(text_message("m1"))
+                reason = None
+            except SessionsError as error:
+                reason = error.reason
+            stub.AbortMove(pb.AbortMoveRequest(object_key=object_key))
+            await impatient.close()
+            history = await client.object(object_key).session().get_history()
+            return reason, [m["id"] for m in history]
+        finally:
+            await client.close()
+
+    assert asyncio.run(scenario()) == ("OBJECT_MOVING", ["m0"])

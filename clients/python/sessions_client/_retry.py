@@ -8,11 +8,13 @@ fate unknown: only methods that are safe to repeat are tried again then.
 
 from __future__ import annotations
 
+import copy
+import enum
 import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Self
 
 import grpc
 
@@ -143,3 +145,43 @@ class Attempts:
         if self._on_retry is not None:
             self._on_retry(RetryNotice(self.method, self.count, error, delay))
         return delay
+
+
+class Unchanged(enum.Enum):
+    """`with_options`' default: the option keeps this client's value."""
+
+    UNCHANGED = "unchanged"
+
+
+UNCHANGED: Final = Unchanged.UNCHANGED
+
+
+class CallOptions:
+    """The per-call settings of a client (`timeout`, `retry`, `on_retry`) and views of the client
+    with others; mixed into the sync and asyncio clients."""
+
+    timeout: float | None
+    retry: RetryPolicy | None
+    on_retry: Callable[[RetryNotice], None] | None
+    _owns_channel: bool = True
+
+    def with_options(
+        self,
+        *,
+        timeout: float | Unchanged | None = UNCHANGED,
+        retry: RetryPolicy | Unchanged | None = UNCHANGED,
+        on_retry: Callable[[RetryNotice], None] | Unchanged | None = UNCHANGED,
+    ) -> Self:
+        """This client with other call options, on the same connection: e.g.
+        `client.with_options(timeout=2.0, retry=None)` for calls that must answer at once, while
+        the client itself keeps its own. Closing the view leaves the connection open (it is the
+        client's to close); the client's options do not change."""
+        view = copy.copy(self)
+        view._owns_channel = False
+        if not isinstance(timeout, Unchanged):
+            view.timeout = timeout
+        if not isinstance(retry, Unchanged):
+            view.retry = retry
+        if not isinstance(on_retry, Unchanged):
+            view.on_retry = on_retry
+        return view

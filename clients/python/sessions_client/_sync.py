@@ -56,12 +56,12 @@ from sessions_client._common import (
     upload_frames,
     written_json_in_hand,
 )
-from sessions_client._retry import DEFAULT_RETRY_POLICY, Attempts, RetryNotice, RetryPolicy
+from sessions_client._retry import DEFAULT_RETRY_POLICY, Attempts, CallOptions, RetryNotice, RetryPolicy
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
 
 
-class SessionsClient:
+class SessionsClient(CallOptions):
     """A connection to a Sessions server. Use as a context manager, or call `close()`."""
 
     def __init__(
@@ -103,7 +103,9 @@ class SessionsClient:
         self.close()
 
     def close(self) -> None:
-        self._channel.close()
+        """Closes the connection, unless this is a view (`with_options`) of another client."""
+        if self._owns_channel:
+            self._channel.close()
 
     def object(self, object_key: str) -> ObjectHandle:
         return ObjectHandle(self, object_key)

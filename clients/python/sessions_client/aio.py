@@ -57,14 +57,14 @@ from sessions_client._common import (
     upload_frames,
     written_json_in_hand,
 )
-from sessions_client._retry import DEFAULT_RETRY_POLICY, Attempts, RetryNotice, RetryPolicy
+from sessions_client._retry import DEFAULT_RETRY_POLICY, Attempts, CallOptions, RetryNotice, RetryPolicy
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
 
 __all__ = ["ObjectHandle", "SessionHandle", "SessionsClient"]
 
 
-class SessionsClient:
+class SessionsClient(CallOptions):
     """An asyncio connection to a Sessions server. Use `async with`, or `await close()`."""
 
     def __init__(
@@ -104,7 +104,9 @@ class SessionsClient:
         await self.close()
 
     async def close(self) -> None:
-        await self._channel.close(None)
+        """Closes the connection, unless this is a view (`with_options`) of another client."""
+        if self._owns_channel:
+            await self._channel.close(None)
 
     def object(self, object_key: str) -> ObjectHandle:
         return ObjectHandle(self, object_key)
