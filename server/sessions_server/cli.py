@@ -129,7 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-assembly-bytes",
         type=int,
         default=limits.max_assembly_bytes,
-        help=f"bytes of messages sent in pieces held at once, all calls together (default {limits.max_assembly_bytes})",
+        help=f"bytes of messages held at once while their pieces arrive or while they are written, all calls "
+        f"together (default {limits.max_assembly_bytes})",
     )
     serve.add_argument(
         "--max-subscribers-per-object",

@@ -1,7 +1,8 @@
 """Messages sent in pieces (UploadMessage, ImportMessages) are held while they arrive, within
 bounds: a `source=client` message is refused at the piece that passes its limit, not after the
 whole stream, and all calls together hold at most --max-assembly-bytes, so a stream of pieces
-cannot exhaust the server's memory. Each refusal leaves the server serving and nothing written."""
+cannot exhaust the server's memory; whole messages of unary writes count too while they are
+written. Each refusal leaves the server serving and nothing written."""
 
 from __future__ import annotations
 
@@ -150,3 +151,72 @@ def test_an_import_stream_ending_inside_a_message_gives_its_bytes_back(server: S
         for i, p in enumerate(pieces)
     ]
     assert stub.ImportMessages(iter(whole), metadata=routing("import"), timeout=60).imported_count == 1
+
+
+def _whole(message_id: str, size: int) -> str:
+    return f'{{"id":"{message_id}","role":"user","parts":[{{"type":"text","text":"{"w" * size}"}}]}}'
+
+
+def test_whole_messages_are_charged_while_they_are_written(server: Server) -> None:
+    """Unary writes hold their messages too, and writing takes several times their size: a batch
+    whose messages pass the budget is refused unwritten, one within it is stored, and each gives
+    its bytes back."""
+    stub = _stub(server)
+    too_many = [pb.AppendItem(message_json=_whole(f"m{i}", 3 * MIB), source=pb.SOURCE_SERVER) for i in range(3)]
+    with pytest.raises(grpc.RpcError) as refused:  # 9 MiB > 8 MiB
+        stub.AppendMessages(pb.AppendMessagesRequest(object_key="batch", items=too_many), metadata=routing("batch"))
+    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "max_assembly_bytes" in (refused.value.details() or "")
+    assert _stored_ids(stub, "batch") == []
+    assert _held_bytes(server) == 0
+    request = pb.AppendMessagesRequest(object_key="batch", items=too_many[:2], omit_json_as_sent=True)
+    assert [r.inserted for r in stub.AppendMessages(request, metadata=routing("batch")).results] == [True, True]
+    assert _stored_ids(stub, "batch") == ["m0", "m1"]
+    assert _held_bytes(server) == 0
+
+
+def test_unary_writes_share_the_budget_with_pieces(server: Server) -> None:
+    """While an upload holds 6 MiB of the 8, each kind of unary write of 3 MiB is refused; once it
+    is stored, they go through."""
+    stub = _stub(server)
+    hold = threading.Event()
+    upload = Upload("first", 6 * MIB, pb.SOURCE_SERVER, hold)
+    outcome: list[pb.UploadMessageResponse | grpc.RpcError] = []
+
+    def send_upload() -> None:
+        try:
+            outcome.append(upload.send(stub))
+        except grpc.RpcError as error:
+            outcome.append(error)
+
+    text = _whole("w", 3 * MIB)
+    writes = {
+        "AppendMessage": lambda: stub.AppendMessage(
+            pb.AppendMessageRequest(object_key="unary", message_json=text), metadata=routing("unary")
+        ),
+        "UpdateMessage": lambda: stub.UpdateMessage(
+            pb.UpdateMessageRequest(object_key="unary", message_json=text), metadata=routing("unary")
+        ),
+        "UpsertMessage": lambda: stub.UpsertMessage(
+            pb.UpsertMessageRequest(object_key="unary", message_json=text), metadata=routing("unary")
+        ),
+    }
+    sender = threading.Thread(target=send_upload)
+    sender.start()
+    try:
+        assert wait_until(lambda: _held_bytes(server) >= 6 * MIB, timeout=30), "the upload never arrived"
+        for method, write in writes.items():
+            with pytest.raises(grpc.RpcError) as refused:
+                write()
+            assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, method
+            assert "max_assembly_bytes" in (refused.value.details() or ""), method
+        assert _stored_ids(stub, "unary") == []
+    finally:
+        hold.set()
+        sender.join()
+    assert isinstance(outcome[0], pb.UploadMessageResponse) and outcome[0].inserted
+    assert wait_until(lambda: _held_bytes(server) == 0, timeout=10)
+    for write in writes.values():
+        write()
+    assert _stored_ids(stub, "unary") == ["w"]
+    assert _held_bytes(server) == 0

@@ -49,7 +49,7 @@ class Metrics:
         self.subscribers = Gauge("sessions_subscribers", "Active Subscribe streams", registry=self.registry)
         self.assembly_bytes = Gauge(
             "sessions_assembly_bytes",
-            "Bytes of messages sent in pieces held while their pieces arrive (limit: --max-assembly-bytes)",
+            "Bytes of messages held while their pieces arrive or while they are written (limit: --max-assembly-bytes)",
             registry=self.registry,
         )
         self.calls_in_flight = Gauge(

@@ -1,16 +1,19 @@
-"""Messages that arrive in pieces (UploadMessage, ImportMessages): held while they arrive, within
-bounds.
+"""Messages the server holds while they arrive or are written, within bounds.
 
-A message sent in pieces has no size of its own until its last piece, so the server holds what
-has come so far. Two bounds keep that from exhausting its memory: the message's own limit, when
-it has one (`source=client` messages: `max_client_message_bytes`), refuses it at the piece that
-passes it rather than after the whole stream; and all calls together hold at most
-`max_assembly_bytes`, so a piece that would pass it is refused (RESOURCE_EXHAUSTED: retry later,
-or send smaller messages).
+A message sent in pieces (UploadMessage, ImportMessages) has no size of its own until its last
+piece, so the server holds what has come so far. Two bounds keep that from exhausting its
+memory: the message's own limit, when it has one (`source=client` messages:
+`max_client_message_bytes`), refuses it at the piece that passes it rather than after the whole
+stream; and all calls together hold at most `max_assembly_bytes`, so a piece that would pass it
+is refused (RESOURCE_EXHAUSTED: retry later, or send smaller messages). Whole messages of unary
+writes are charged to the same budget while they are written: writing takes several times their
+size in memory, and without the charge a few large batches at once could take the server's.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterable, Iterator
 from types import TracebackType
 
 from sessions_server.domain.chunking import utf8_length
@@ -27,8 +30,8 @@ class AssemblyBudget:
     def take(self, size: int) -> None:
         if self.held_bytes + size > self.limit_bytes:
             raise exceeded(
-                f"the server holds {self.held_bytes} bytes of messages sent in pieces and cannot take "
-                f"{size} more; retry later, or send smaller messages",
+                f"the server holds {self.held_bytes} bytes of messages being received or written and cannot "
+                f"take {size} more; retry later, or send smaller messages",
                 "max_assembly_bytes",
                 self.limit_bytes,
                 "bytes",
@@ -37,6 +40,16 @@ class AssemblyBudget:
 
     def give_back(self, size: int) -> None:
         self.held_bytes -= size
+
+    @contextlib.contextmanager
+    def holding(self, texts: Iterable[str]) -> Iterator[None]:
+        """Charges whole messages (their UTF-8 bytes) for the block."""
+        size = sum(utf8_length(text) for text in texts)
+        self.take(size)
+        try:
+            yield
+        finally:
+            self.give_back(size)
 
 
 class Pieces:

@@ -135,16 +135,17 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         async def run() -> bytes:
             self._admit(context, request.object_key, write=True)
             text = request.message_json  # each access decodes the field anew
-            result = await self._service.append(
-                request.object_key,
-                request.session_id,
-                text,
-                _parent(request.parent_mode, request.parent_id),
-                from_client=_from_client(request.source),
-            )
-            return framing.encoded_append_result(
-                result, framing.ResponseBudget(), pb.AppendMessageResponse, text, request.omit_json_as_sent
-            )
+            with self.assembly.holding((text,)):
+                result = await self._service.append(
+                    request.object_key,
+                    request.session_id,
+                    text,
+                    _parent(request.parent_mode, request.parent_id),
+                    from_client=_from_client(request.source),
+                )
+                return framing.encoded_append_result(
+                    result, framing.ResponseBudget(), pb.AppendMessageResponse, text, request.omit_json_as_sent
+                )
 
         return await _unary(context, run)
 
@@ -155,8 +156,9 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 AppendInput(item.message_json, _parent(item.parent_mode, item.parent_id), _from_client(item.source))
                 for item in request.items
             ]
-            results = await self._service.append_many(request.object_key, request.session_id, items)
-            return framing.encoded_append_results(results, (item.text for item in items), request.omit_json_as_sent)
+            with self.assembly.holding(item.text for item in items):
+                results = await self._service.append_many(request.object_key, request.session_id, items)
+                return framing.encoded_append_results(results, (item.text for item in items), request.omit_json_as_sent)
 
         return await _unary(context, run)
 
@@ -164,9 +166,10 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         async def run() -> pb.UpdateMessageResponse:
             self._admit(context, request.object_key, write=True)
             text = request.message_json
-            result = await self._service.update(
-                request.object_key, request.session_id, text, from_client=_from_client(request.source)
-            )
+            with self.assembly.holding((text,)):
+                result = await self._service.update(
+                    request.object_key, request.session_id, text, from_client=_from_client(request.source)
+                )
             response = pb.UpdateMessageResponse(found=result.found, changed=result.changed)
             if result.message is not None:
                 response.message.CopyFrom(
@@ -180,13 +183,14 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         async def run() -> pb.UpsertMessageResponse:
             self._admit(context, request.object_key, write=True)
             text = request.message_json
-            inserted, result = await self._service.upsert(
-                request.object_key,
-                request.session_id,
-                text,
-                _parent(request.parent_mode, request.parent_id),
-                from_client=_from_client(request.source),
-            )
+            with self.assembly.holding((text,)):
+                inserted, result = await self._service.upsert(
+                    request.object_key,
+                    request.session_id,
+                    text,
+                    _parent(request.parent_mode, request.parent_id),
+                    from_client=_from_client(request.source),
+                )
             response = pb.UpsertMessageResponse(inserted=inserted, changed=result.changed)
             if result.message is not None:
                 response.message.CopyFrom(
