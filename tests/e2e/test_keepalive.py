@@ -19,42 +19,23 @@ from sessions_client._common import channel_options
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
 from tests.e2e.conftest import ServerProcess
+from tests.relay import Relay
 
 DEADLINE_SECONDS = 30.0
 
 
-class Blackhole:
+class Blackhole(Relay):
     """A TCP relay to a server that, once `vanish()` is called, stops moving bytes both ways
     while keeping both connections open: a client whose host or network went away."""
 
     def __init__(self, target: str) -> None:
-        self._target = target
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.address = f"127.0.0.1:{self._listener.getsockname()[1]}"
         self._vanished = threading.Event()
-        self._sockets: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__(target)
 
     def vanish(self) -> None:
         self._vanished.set()
 
-    def close(self) -> None:
-        for sock in [self._listener, *self._sockets]:
-            sock.close()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            host, port = self._target.rsplit(":", 1)
-            server = socket.create_connection((host, int(port)))
-            self._sockets += [client, server]
-            for source, sink in ((client, server), (server, client)):
-                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
-
-    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+    def pump(self, source: socket.socket, sink: socket.socket, *, from_server: bool) -> None:
         while not self._vanished.is_set():
             try:
                 data = source.recv(65536)

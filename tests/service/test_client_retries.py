@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ import pytest
 from sessions_client import DEFAULT_RETRY_POLICY, RetryNotice, RetryPolicy, SessionsClient, SessionsError
 from sessions_proto.v1 import sessions_pb2 as pb
 from tests.conftest import LiveServer, start_server
+from tests.relay import Relay
 from tests.service.support import text_message
 
 QUICK = RetryPolicy(max_attempts=3, initial_backoff=0.001, max_backoff=0.001)
@@ -259,35 +259,16 @@ def test_the_asyncio_client_gives_up_on_unsafe_calls_and_at_the_deadline(dead_ad
     assert [(n.method, n.attempt) for n in notices] == [("StreamHistory", 1), ("StreamHistory", 2)]
 
 
-class CuttingRelay:
+class CuttingRelay(Relay):
     """A TCP relay to a server that closes each connection once it has passed `cut_after` bytes
     from the server: the client sees its connection fail in the middle of a response stream."""
 
     def __init__(self, target: str, cut_after: int) -> None:
-        self._target = target
         self._cut_after = cut_after
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.address = f"127.0.0.1:{self._listener.getsockname()[1]}"
-        self.connections = 0
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__(target)
 
-    def close(self) -> None:
-        self._listener.close()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            self.connections += 1
-            host, port = self._target.rsplit(":", 1)
-            server = socket.create_connection((host, int(port)))
-            threading.Thread(target=self._pump, args=(client, server, None), daemon=True).start()
-            threading.Thread(target=self._pump, args=(server, client, self._cut_after), daemon=True).start()
-
-    @staticmethod
-    def _pump(source: socket.socket, sink: socket.socket, budget: int | None) -> None:
+    def pump(self, source: socket.socket, sink: socket.socket, *, from_server: bool) -> None:
+        budget = self._cut_after if from_server else None
         try:
             while budget is None or budget > 0:
                 data = source.recv(65536 if budget is None else min(65536, budget))
@@ -402,7 +383,7 @@ def test_a_view_with_other_options_shares_the_connection_and_leaves_the_client_a
         assert [m["id"] for m in client.object(object_key).session().get_history()] == ["m0", "m1"]
     finally:
         client.close()
-    with pytest.raises(ValueError, match="[Cc]hannel closed|closed channel"):
+    with pytest.raises(ValueError, match=r"[Cc]hannel closed|closed channel"):
         impatient.object(object_key).session().get_history()
 
 

@@ -70,6 +70,15 @@ def _names(path: Path) -> list[str]:
         return [name for (name,) in conn.execute("SELECT name FROM scratch ORDER BY rowid")]
 
 
+# A row of `owned` must name a row of `owner`, checked only at COMMIT: a write that breaks the
+# rule makes the group's COMMIT fail, as a full disk does when the WAL cannot grow.
+CHECKED_AT_COMMIT = [
+    "CREATE TABLE owner (name TEXT PRIMARY KEY)",
+    "CREATE TABLE owned (name TEXT REFERENCES owner (name) DEFERRABLE INITIALLY DEFERRED, value TEXT)",
+    "PRAGMA foreign_keys = ON",
+]
+
+
 def test_a_write_that_ends_the_transaction_mid_statement_is_refused_alone(tmp_path: Path) -> None:
     """The middle write fills a file capped a few pages above its size; SQLite then abandons the
     whole transaction (as it does for a full disk mid-statement)."""
@@ -94,15 +103,10 @@ def test_a_group_whose_commit_fails_is_committed_job_by_job(tmp_path: Path) -> N
     SQLite checks at COMMIT, as a full disk shows at COMMIT when the WAL cannot grow): each
     write runs again with a commit of its own, and only the one at fault is refused."""
     path, jobs = tmp_path / "x.sqlite", Jobs()
-    schema = [
-        "CREATE TABLE owner (name TEXT PRIMARY KEY)",
-        "CREATE TABLE owned (name TEXT REFERENCES owner (name) DEFERRABLE INITIALLY DEFERRED, value TEXT)",
-        "PRAGMA foreign_keys = ON",
-    ]
     outcomes = _run(
         path,
         jobs,
-        schema,
+        CHECKED_AT_COMMIT,
         lambda store: _together(store, jobs.insert("a"), jobs.insert("orphan", table="owned"), jobs.insert("c")),
     )
     assert outcomes[0] == "a" and outcomes[2] == "c", outcomes
@@ -121,15 +125,10 @@ def test_a_job_refused_inside_a_group_is_not_run_again_when_the_commit_fails(tmp
     """A write refused on its own account (rolled back to its savepoint) keeps that answer; the
     writes that had succeeded are the ones run again."""
     path, jobs = tmp_path / "x.sqlite", Jobs()
-    schema = [
-        "CREATE TABLE owner (name TEXT PRIMARY KEY)",
-        "CREATE TABLE owned (name TEXT REFERENCES owner (name) DEFERRABLE INITIALLY DEFERRED, value TEXT)",
-        "PRAGMA foreign_keys = ON",
-    ]
     outcomes = _run(
         path,
         jobs,
-        schema,
+        CHECKED_AT_COMMIT,
         lambda store: _together(
             store, jobs.insert("a"), jobs.insert("missing", table="nowhere"), jobs.insert("orphan", table="owned")
         ),
