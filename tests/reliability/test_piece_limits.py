@@ -18,6 +18,7 @@ from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
 from tests.deploy.support import free_port
 from tests.reliability.support import Server, routing, wait_until
+from tests.service.support import error_reason
 
 MIB = 1024 * 1024
 PIECE = "x" * (256 * 1024)  # ASCII: characters are bytes
@@ -88,6 +89,7 @@ def _refused_early(stub: pb_grpc.SessionServiceStub, upload: Upload, limit: str)
         upload.send(stub)
     assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert limit in (refused.value.details() or "")
+    assert error_reason(refused.value) == "LIMIT_EXCEEDED"  # for good: retrying cannot help
     assert upload.pieces_sent * len(PIECE) < upload.total // 4
     assert _stored_ids(stub, upload.key) == []
 
@@ -124,6 +126,7 @@ def test_calls_share_the_budget_and_give_it_back(server: Server) -> None:
             Upload("second", 4 * MIB, pb.SOURCE_SERVER).send(stub)
         assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert "max_assembly_bytes" in (refused.value.details() or "")
+        assert error_reason(refused.value) == "SERVER_BUSY"  # for now: it fits once the first is done
     finally:
         hold.set()
         sender.join()
@@ -167,6 +170,7 @@ def test_whole_messages_are_charged_while_they_are_written(server: Server) -> No
         stub.AppendMessages(pb.AppendMessagesRequest(object_key="batch", items=too_many), metadata=routing("batch"))
     assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert "max_assembly_bytes" in (refused.value.details() or "")
+    assert error_reason(refused.value) == "LIMIT_EXCEEDED"
     assert _stored_ids(stub, "batch") == []
     assert _held_bytes(server) == 0
     request = pb.AppendMessagesRequest(object_key="batch", items=too_many[:2], omit_json_as_sent=True)
@@ -210,6 +214,7 @@ def test_unary_writes_share_the_budget_with_pieces(server: Server) -> None:
                 write()
             assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, method
             assert "max_assembly_bytes" in (refused.value.details() or ""), method
+            assert error_reason(refused.value) == "SERVER_BUSY", method
         assert _stored_ids(stub, "unary") == []
     finally:
         hold.set()

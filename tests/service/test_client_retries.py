@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,8 +17,11 @@ import pytest
 
 from sessions_client import DEFAULT_RETRY_POLICY, RetryNotice, RetryPolicy, SessionsClient, SessionsError
 from sessions_proto.v1 import sessions_pb2 as pb
+from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
+from sessions_server.domain.limits import Limits
 from tests.conftest import LiveServer, start_server
 from tests.relay import Relay
+from tests.reliability.support import wait_until
 from tests.service.support import text_message
 
 QUICK = RetryPolicy(max_attempts=3, initial_backoff=0.001, max_backoff=0.001)
@@ -423,3 +427,57 @@ def test_the_asyncio_client_makes_views_the_same_way(live_server: LiveServer, st
             await client.close()
 
     assert asyncio.run(scenario()) == ("OBJECT_MOVING", ["m0"])
+
+
+def _held_upload(key: str, size: int, hold: threading.Event) -> Iterator[pb.UploadMessageRequest]:
+    """Frames of an upload of `size` bytes of text whose last piece waits for `hold`: until then
+    the server holds what came of it."""
+    header = pb.UploadHeader(object_key=key, operation=pb.UPLOAD_OPERATION_APPEND, source=pb.SOURCE_SERVER)
+    yield pb.UploadMessageRequest(
+        header=header, json_piece='{"id":"held","role":"user","parts":[{"type":"text","text":"'
+    )
+    for _ in range(size // (256 * 1024)):
+        yield pb.UploadMessageRequest(json_piece="h" * 256 * 1024)
+    hold.wait()
+    yield pb.UploadMessageRequest(json_piece='"}]}')
+
+
+def test_a_write_refused_while_the_server_is_busy_with_large_messages_is_tried_again(tmp_path: Path) -> None:
+    """An upload holds 7 MiB of the server's 8 MiB for messages being received or written: a 2 MiB
+    append is refused SERVER_BUSY before anything is done, and lands once the upload is stored.
+    A message larger than the whole budget is refused for good, without a retry."""
+    server = start_server(tmp_path / "data", limits=Limits(max_assembly_bytes=8 * 1024 * 1024))
+    hold = threading.Event()
+    stub = pb_grpc.SessionServiceStub(grpc.insecure_channel(server.address))
+    uploaded: list[Any] = []
+    sender = threading.Thread(
+        target=lambda: uploaded.append(
+            stub.UploadMessage(_held_upload("k", 7 * 1024 * 1024, hold), metadata=(("x-object-key", "k"),))
+        )
+    )
+    notices: list[RetryNotice] = []
+
+    def on_retry(notice: RetryNotice) -> None:
+        notices.append(notice)
+        hold.set()
+        sender.join()  # the upload is stored and its bytes given back before the next attempt
+
+    try:
+        sender.start()
+        with SessionsClient(server.address, on_retry=on_retry) as client:
+            session = client.object("k").session()
+            held = server.running.metrics.registry
+            assert wait_until(lambda: (held.get_sample_value("sessions_assembly_bytes") or 0) >= 7 * 1024 * 1024, 30)
+            result = session.append_message(text_message("m1", "t" * 2 * 1024 * 1024))
+            assert (result.inserted, result.parent_id) == (True, "held")
+            assert _summary(notices) == [("AppendMessage", 1, grpc.StatusCode.RESOURCE_EXHAUSTED, "SERVER_BUSY")]
+            notices.clear()
+            with pytest.raises(SessionsError) as refused:
+                session.append_message(text_message("huge", "t" * 9 * 1024 * 1024))
+            assert (refused.value.code, refused.value.reason) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "LIMIT_EXCEEDED")
+            assert notices == []
+    finally:
+        hold.set()
+        if sender.is_alive():
+            sender.join()
+        server.stop()

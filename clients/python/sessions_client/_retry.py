@@ -1,9 +1,10 @@
 """When a failed call is tried again, and after how long; shared by the sync and asyncio clients.
 
-A drain, an object move or a re-shard makes the server refuse calls for a few seconds without
-doing anything, and says so (an ErrorInfo reason): those are tried again whatever the method. A
-connection that fails (server restarting, proxy unable to reach a shard) leaves the request's
-fate unknown: only methods that are safe to repeat are tried again then.
+A drain, an object move, a re-shard or a server busy with large messages makes the server refuse
+calls for a while without doing anything, and says so (an ErrorInfo reason): those are tried
+again whatever the method. A connection that fails (server restarting, proxy unable to reach a
+shard) leaves the request's fate unknown: only methods that are safe to repeat are tried again
+then.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ REFUSED_BEFORE_ACTING: Final = frozenset(
         (grpc.StatusCode.UNAVAILABLE, "DRAINING"),
         (grpc.StatusCode.UNAVAILABLE, "OBJECT_MOVING"),
         (grpc.StatusCode.FAILED_PRECONDITION, "OBJECT_NOT_OWNED"),
+        (grpc.StatusCode.RESOURCE_EXHAUSTED, "SERVER_BUSY"),
     }
 )
 # Methods whose repeat, after an attempt that may have been carried out, changes nothing more:

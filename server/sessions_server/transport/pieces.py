@@ -5,9 +5,11 @@ piece, so the server holds what has come so far. Two bounds keep that from exhau
 memory: the message's own limit, when it has one (`source=client` messages:
 `max_client_message_bytes`), refuses it at the piece that passes it rather than after the whole
 stream; and all calls together hold at most `max_assembly_bytes`, so a piece that would pass it
-is refused (RESOURCE_EXHAUSTED: retry later, or send smaller messages). Whole messages of unary
-writes are charged to the same budget while they are written: writing takes several times their
-size in memory, and without the charge a few large batches at once could take the server's.
+is refused with RESOURCE_EXHAUSTED: reason SERVER_BUSY while other calls hold the rest of the
+budget (the message is not written; clients retry), LIMIT_EXCEEDED when the call's own messages
+pass it. Whole messages of unary writes are charged to the same budget while they are written:
+writing takes several times their size in memory, and without the charge a few large batches at
+once could take the server's.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Iterable, Iterator
 from types import TracebackType
 
 from sessions_server.domain.chunking import utf8_length
+from sessions_server.domain.errors import LimitExceeded
 from sessions_server.domain.limits import exceeded
 
 
@@ -27,16 +30,28 @@ class AssemblyBudget:
         self.limit_bytes = limit_bytes
         self.held_bytes = 0
 
-    def take(self, size: int) -> None:
-        if self.held_bytes + size > self.limit_bytes:
+    def take(self, size: int, *, already: int = 0) -> None:
+        """Charges `size` more bytes to a call that holds `already`, or refuses them: for good
+        (LIMIT_EXCEEDED) when that call's messages alone would pass the budget, and for now
+        (SERVER_BUSY: retry shortly) when other calls hold the rest of it."""
+        if self.held_bytes + size <= self.limit_bytes:
+            self.held_bytes += size
+            return
+        if already + size > self.limit_bytes:
             raise exceeded(
-                f"the server holds {self.held_bytes} bytes of messages being received or written and cannot "
-                f"take {size} more; retry later, or send smaller messages",
+                f"the messages of this call ({already + size} bytes) are more than the server holds at once; "
+                "send smaller messages",
                 "max_assembly_bytes",
                 self.limit_bytes,
                 "bytes",
             )
-        self.held_bytes += size
+        raise LimitExceeded(
+            f"the server holds {self.held_bytes} bytes of messages being received or written and cannot take "
+            f"{size} more now (max_assembly_bytes: {self.limit_bytes} bytes); nothing was written: retry shortly",
+            reason="SERVER_BUSY",
+            limit="max_assembly_bytes",
+            limit_value=str(self.limit_bytes),
+        )
 
     def give_back(self, size: int) -> None:
         self.held_bytes -= size
@@ -74,7 +89,7 @@ class Pieces:
         size = utf8_length(piece)
         if self._max_bytes and self._charged + size > self._max_bytes:
             raise exceeded(f"{self._what} is larger than allowed", self._limit_name, self._max_bytes, "bytes")
-        self._budget.take(size)
+        self._budget.take(size, already=self._charged)
         self._charged += size
         self._pieces.append(piece)
 

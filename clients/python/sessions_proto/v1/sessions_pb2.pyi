@@ -170,6 +170,11 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """The object is being moved to another server; retry shortly."""
     ERROR_REASON_SUMMARIZER_FAILED: _ErrorReason.ValueType  # 19
     """The configured summarizer failed or timed out (see the message); nothing was stored."""
+    ERROR_REASON_SERVER_BUSY: _ErrorReason.ValueType  # 20
+    """The server holds as many bytes of messages being received or written as it takes
+    (--max-assembly-bytes, all calls together) and refused this call before acting; nothing was
+    written. Retry shortly. (A message larger than the whole budget is LIMIT_EXCEEDED instead.)
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """The reasons found in google.rpc.ErrorInfo.reason (without the ERROR_REASON_ prefix)."""
@@ -216,6 +221,11 @@ ERROR_REASON_OBJECT_MOVING: ErrorReason.ValueType  # 18
 """The object is being moved to another server; retry shortly."""
 ERROR_REASON_SUMMARIZER_FAILED: ErrorReason.ValueType  # 19
 """The configured summarizer failed or timed out (see the message); nothing was stored."""
+ERROR_REASON_SERVER_BUSY: ErrorReason.ValueType  # 20
+"""The server holds as many bytes of messages being received or written as it takes
+(--max-assembly-bytes, all calls together) and refused this call before acting; nothing was
+written. Retry shortly. (A message larger than the whole budget is LIMIT_EXCEEDED instead.)
+"""
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015
 
 class _UploadOperation:

@@ -254,6 +254,10 @@ const (
 	ErrorReason_ERROR_REASON_OBJECT_MOVING ErrorReason = 18
 	// The configured summarizer failed or timed out (see the message); nothing was stored.
 	ErrorReason_ERROR_REASON_SUMMARIZER_FAILED ErrorReason = 19
+	// The server holds as many bytes of messages being received or written as it takes
+	// (--max-assembly-bytes, all calls together) and refused this call before acting; nothing was
+	// written. Retry shortly. (A message larger than the whole budget is LIMIT_EXCEEDED instead.)
+	ErrorReason_ERROR_REASON_SERVER_BUSY ErrorReason = 20
 )
 
 // Enum value maps for ErrorReason.
@@ -279,6 +283,7 @@ var (
 		17: "ERROR_REASON_OBJECT_NOT_OWNED",
 		18: "ERROR_REASON_OBJECT_MOVING",
 		19: "ERROR_REASON_SUMMARIZER_FAILED",
+		20: "ERROR_REASON_SERVER_BUSY",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":         0,
@@ -301,6 +306,7 @@ var (
 		"ERROR_REASON_OBJECT_NOT_OWNED":    17,
 		"ERROR_REASON_OBJECT_MOVING":       18,
 		"ERROR_REASON_SUMMARIZER_FAILED":   19,
+		"ERROR_REASON_SERVER_BUSY":         20,
 	}
 )
 
@@ -6051,7 +6057,7 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"\x06Source\x12\x16\n" +
 	"\x12SOURCE_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rSOURCE_SERVER\x10\x01\x12\x11\n" +
-	"\rSOURCE_CLIENT\x10\x02*\x9f\x05\n" +
+	"\rSOURCE_CLIENT\x10\x02*\xbd\x05\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19ERROR_REASON_INVALID_JSON\x10\x01\x12 \n" +
@@ -6073,7 +6079,8 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	" ERROR_REASON_FAILED_PRECONDITION\x10\x10\x12!\n" +
 	"\x1dERROR_REASON_OBJECT_NOT_OWNED\x10\x11\x12\x1e\n" +
 	"\x1aERROR_REASON_OBJECT_MOVING\x10\x12\x12\"\n" +
-	"\x1eERROR_REASON_SUMMARIZER_FAILED\x10\x13*\x8a\x01\n" +
+	"\x1eERROR_REASON_SUMMARIZER_FAILED\x10\x13\x12\x1c\n" +
+	"\x18ERROR_REASON_SERVER_BUSY\x10\x14*\x8a\x01\n" +
 	"\x0fUploadOperation\x12 \n" +
 	"\x1cUPLOAD_OPERATION_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17UPLOAD_OPERATION_APPEND\x10\x01\x12\x1b\n" +
