@@ -31,6 +31,7 @@ const (
 	ReasonFailedPrecondition = "FAILED_PRECONDITION"
 	ReasonObjectNotOwned     = "OBJECT_NOT_OWNED"
 	ReasonObjectMoving       = "OBJECT_MOVING"
+	ReasonServerBusy         = "SERVER_BUSY"
 	errorDomain              = "sessions.v1"
 	codeUnavailable          = codes.Unavailable
 	streamEndedInsideMessage = "stream ended inside a message (more_pieces was true)"

@@ -65,7 +65,8 @@ type RetryNotice struct {
 // Whatever the policy, a call is retried only when the failure shows the server did nothing, or
 // when repeating the call is harmless:
 //   - refused before acting, for any call: UNAVAILABLE with reason DRAINING or OBJECT_MOVING,
-//     FAILED_PRECONDITION with reason OBJECT_NOT_OWNED;
+//     FAILED_PRECONDITION with reason OBJECT_NOT_OWNED, RESOURCE_EXHAUSTED with reason SERVER_BUSY
+//     (the server holds as much of messages being received or written as it takes);
 //   - a transport failure (UNAVAILABLE without a reason: the request may or may not have been
 //     carried out), only for reads and for writes idempotent by message id or value; never for
 //     ClearMessages (it could remove messages others appended in between), AddCompaction and
@@ -187,6 +188,8 @@ func retryable(class retryClass, err *Error) bool {
 	case err.Code == codes.Unavailable && (err.Reason == ReasonDraining || err.Reason == ReasonObjectMoving):
 		return true
 	case err.Code == codes.FailedPrecondition && err.Reason == ReasonObjectNotOwned:
+		return true
+	case err.Code == codes.ResourceExhausted && err.Reason == ReasonServerBusy:
 		return true
 	case err.Code == codes.Unavailable && err.Reason == "":
 		return class == retryRepeatable

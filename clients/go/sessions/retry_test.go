@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	pb "github.com/sessions-dev/sessions/clients/go/gen/sessions/v1"
+	"github.com/sessions-dev/sessions/clients/go/internal/testserver"
 	"github.com/sessions-dev/sessions/clients/go/sessions"
 )
 
@@ -303,6 +306,159 @@ func TestRetryObjectNotOwned(t *testing.T) {
 	checkNotices(t, log.seen(), "AppendMessage", codes.FailedPrecondition, sessions.ReasonObjectNotOwned, sessions.ReasonObjectNotOwned)
 	if n := log.attemptsOf("AppendMessage"); n != 3 {
 		t.Fatalf("%d attempts, want 3", n)
+	}
+}
+
+// heldUpload streams a message of about size bytes of text through the raw UploadMessage (on
+// the connection, so never retried) and holds back its last piece until release is closed: until
+// then the server holds what came of it. It returns the call's outcome.
+func heldUpload(ctx context.Context, c *sessions.Client, key, session string, size int, release <-chan struct{}) (*pb.UploadMessageResponse, error) {
+	stream, err := pb.NewSessionServiceClient(c.Conn()).UploadMessage(c.CallContext(ctx, key))
+	if err != nil {
+		return nil, err
+	}
+	header := &pb.UploadHeader{
+		ObjectKey: key, SessionId: session,
+		Operation: pb.UploadOperation_UPLOAD_OPERATION_APPEND, Source: pb.Source_SOURCE_SERVER,
+	}
+	const piece = 256 * 1024
+	frames := []*pb.UploadMessageRequest{{Header: header, JsonPiece: `{"id":"held","role":"user","parts":[{"type":"text","text":"`}}
+	for range size / piece {
+		frames = append(frames, &pb.UploadMessageRequest{JsonPiece: strings.Repeat("h", piece)})
+	}
+	for _, frame := range frames {
+		if err := stream.Send(frame); err != nil {
+			_, err = stream.CloseAndRecv() // the server ended the stream: its status
+			return nil, err
+		}
+	}
+	select {
+	case <-release:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if err := stream.Send(&pb.UploadMessageRequest{JsonPiece: `"}]}`}); err != nil {
+		_, err = stream.CloseAndRecv()
+		return nil, err
+	}
+	return stream.CloseAndRecv()
+}
+
+// assemblyBytes reads the sessions_assembly_bytes gauge from a server's Prometheus endpoint.
+func assemblyBytes(ctx context.Context, metricsAddr string) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+metricsAddr+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if value, ok := strings.CutPrefix(line, "sessions_assembly_bytes "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(value), 64)
+		}
+	}
+	return 0, fmt.Errorf("no sessions_assembly_bytes on %s/metrics", metricsAddr)
+}
+
+// TestRetryServerBusy: an upload whose last piece is held back keeps 7 MiB of the server's 8 MiB
+// for messages being received or written, so a 2 MiB append is refused RESOURCE_EXHAUSTED
+// [SERVER_BUSY] before anything is done. The observer releases the upload and waits for it to
+// be stored (its bytes given back) before the next attempt, which must then land, after the
+// uploaded message. A message larger than the whole budget is refused for good
+// (LIMIT_EXCEEDED), without a retry.
+func TestRetryServerBusy(t *testing.T) {
+	const budget = 8 * 1024 * 1024
+	metricsAddr, err := testserver.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy, err := testserver.Start("--max-assembly-bytes", strconv.Itoa(budget), "--metrics-listen", metricsAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("server log (tail):\n%s", busy.LogTail(4000))
+		}
+		_ = busy.Stop()
+	})
+	ctx := testCtx(t)
+	key := objectKey(t)
+
+	holder, err := sessions.Dial(ctx, busy.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = holder.Close() })
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	releaseUpload := func() { releaseOnce.Do(func() { close(release) }) }
+	var (
+		uploaded  *pb.UploadMessageResponse
+		uploadErr error
+	)
+	uploadDone := make(chan struct{})
+	go func() {
+		defer close(uploadDone)
+		uploaded, uploadErr = heldUpload(ctx, holder, key, "s", 7*1024*1024, release)
+	}()
+	t.Cleanup(func() { releaseUpload(); <-uploadDone }) // runs before the server stops
+
+	// Wait (polling, with a deadline) until the server holds the upload's 7 MiB.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		held, err := assemblyBytes(ctx, metricsAddr)
+		if err == nil && held >= 7*1024*1024 {
+			break
+		}
+		select {
+		case <-uploadDone:
+			t.Fatalf("the held upload ended before the server held its bytes: %v, %v", uploaded, uploadErr)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the server did not hold the upload's 7 MiB within 30 s: %v bytes (%v)", held, err)
+		}
+		time.Sleep(10 * time.Millisecond) // polling interval, not synchronisation
+	}
+
+	log := &retryLog{onNotice: func(sessions.RetryNotice) {
+		releaseUpload()
+		<-uploadDone // the upload is stored and its bytes given back before the next attempt
+	}}
+	s := dialRetrying(t, busy.Addr, log).Object(key).Session("s")
+	res, err := s.AppendMessage(ctx, textMessage("m1", "user", strings.Repeat("t", 2*1024*1024)))
+	if err != nil {
+		t.Fatalf("AppendMessage of 2 MiB while the server was busy: %v", err)
+	}
+	if uploadErr != nil || !uploaded.GetInserted() {
+		t.Fatalf("the held upload: inserted %v, %v", uploaded.GetInserted(), uploadErr)
+	}
+	if !res.Inserted || res.Message.Info.ParentID != "held" {
+		t.Fatalf("retried append: Inserted=%v parent %q; want a new message after the upload's (held)", res.Inserted, res.Message.Info.ParentID)
+	}
+	checkNotices(t, log.seen(), "AppendMessage", codes.ResourceExhausted, sessions.ReasonServerBusy)
+	if n := log.attemptsOf("AppendMessage"); n != 2 {
+		t.Fatalf("%d AppendMessage attempts, want 2", n)
+	}
+
+	// Larger than the whole budget: no other call holds any of it, and no retry could help.
+	_, err = s.AppendMessage(ctx, textMessage("huge", "user", strings.Repeat("t", 9*1024*1024)))
+	if sessions.Code(err) != codes.ResourceExhausted || sessions.Reason(err) != sessions.ReasonLimitExceeded {
+		t.Fatalf("AppendMessage of 9 MiB: %v, want RESOURCE_EXHAUSTED [LIMIT_EXCEEDED]", err)
+	}
+	if n := log.seen(); len(n) != 1 || log.attemptsOf("UploadMessage") != 1 {
+		t.Fatalf("the message over the budget was retried: %d UploadMessage attempts, notices %+v", log.attemptsOf("UploadMessage"), n)
+	}
+	if got := collectHistory(t, s); !equalStrings(got, []string{"held", "m1"}) {
+		t.Fatalf("history = %v, want [held m1]", got)
 	}
 }
 

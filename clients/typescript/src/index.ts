@@ -627,6 +627,8 @@ function retryable(method: string, error: SessionsError): boolean {
   // The server refused before doing anything: a retry is safe for every method.
   if (error.code === "UNAVAILABLE" && (error.reason === "DRAINING" || error.reason === "OBJECT_MOVING")) return true;
   if (error.code === "FAILED_PRECONDITION" && error.reason === "OBJECT_NOT_OWNED") return true;
+  // Busy with other calls' large messages (--max-assembly-bytes): refused before acting, too.
+  if (error.code === "RESOURCE_EXHAUSTED" && error.reason === "SERVER_BUSY") return true;
   // No reason: the failure came from the connection, not the service, and the request may have
   // been carried out.
   return error.code === "UNAVAILABLE" && error.reason === null && REPEATABLE_METHODS.has(method);

@@ -2,7 +2,8 @@
 // refused before acting are tried again for every method; transport failures only for methods
 // that are safe to repeat; server streams only before their first response; the call's deadline
 // and close() bound the whole schedule. Refusals come from a real server (a move lock taken with
-// the raw ExportObject and released from the retry observer); transport failures from a loopback
+// the raw ExportObject, or an upload held open on a server with an 8 MiB --max-assembly-bytes,
+// released from the retry observer); transport failures from a loopback
 // port where nothing listens, or from an interceptor that drops an attempt before or after the
 // server saw it. No passing run depends on a timer to order events.
 import assert from "node:assert/strict";
@@ -10,6 +11,7 @@ import { createServer, type AddressInfo } from "node:net";
 import { after, before, describe, test } from "node:test";
 
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
+import { create } from "@bufbuild/protobuf";
 import { BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
 import {
   DEFAULT_RETRY_POLICY,
@@ -19,6 +21,13 @@ import {
   type ClientOptions,
   type RetryNotice,
 } from "../src/index.js";
+import {
+  Source,
+  UploadMessageRequestSchema,
+  UploadOperation,
+  type UploadMessageRequest,
+  type UploadMessageResponse,
+} from "../src/gen/sessions/v1/sessions_pb.js";
 import { TestServer, freshKey, msg } from "./server.js";
 
 let server: TestServer;
@@ -225,6 +234,114 @@ describe("refused before acting (real server)", () => {
   });
 });
 
+/** The sessions_assembly_bytes gauge of a server's Prometheus endpoint. */
+async function assemblyBytes(metricsAddress: string): Promise<number> {
+  const text = await (await fetch(`http://${metricsAddress}/metrics`)).text();
+  const line = text.split("\n").find((l) => l.startsWith("sessions_assembly_bytes "));
+  assert.ok(line !== undefined, "the endpoint has sessions_assembly_bytes");
+  return Number(line.slice("sessions_assembly_bytes ".length));
+}
+
+/**
+ * Streams a message of about `size` bytes of text through the raw UploadMessage (retries off)
+ * and holds back its last piece until `released` settles: until then the server holds what came
+ * of it.
+ */
+function heldUpload(
+  client: SessionsClient,
+  key: string,
+  sessionId: string,
+  size: number,
+  released: Promise<void>,
+): Promise<UploadMessageResponse> {
+  async function* frames(): AsyncGenerator<UploadMessageRequest> {
+    const header = { objectKey: key, sessionId, operation: UploadOperation.APPEND, source: Source.SERVER };
+    yield create(UploadMessageRequestSchema, { header, jsonPiece: '{"id":"held","role":"user","parts":[{"type":"text","text":"' });
+    const piece = 256 * 1024;
+    for (let sent = 0; sent + piece <= size; sent += piece) {
+      yield create(UploadMessageRequestSchema, { jsonPiece: "h".repeat(piece) });
+    }
+    await released;
+    yield create(UploadMessageRequestSchema, { jsonPiece: '"}]}' });
+  }
+  return client.rpc.uploadMessage(frames(), { headers: routingHeaders(key) });
+}
+
+describe("refused while the server is busy with large messages (a server with an 8 MiB budget)", () => {
+  const budget = 8 * 1024 * 1024;
+  let busy: TestServer;
+  let metricsAddress: string;
+  before(async () => {
+    metricsAddress = await deadAddress(); // a free port for the metrics endpoint
+    busy = await TestServer.start(["--max-assembly-bytes", String(budget), "--metrics-listen", metricsAddress]);
+  });
+  after(async () => {
+    await busy?.stop();
+  });
+
+  test("an append refused SERVER_BUSY lands once the observer lets the held upload finish; one over the budget fails LIMIT_EXCEEDED", async () => {
+    const key = freshKey("busy");
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    // The upload keeps 7 MiB of the 8 MiB while its last piece is held back.
+    const upload = heldUpload(busy.client({ retry: false }), key, "s", 7 * 1024 * 1024, released);
+    const settled = upload.then(
+      () => "stored",
+      (e: unknown) => `failed: ${String(e)}`,
+    );
+    try {
+      // Poll (with a deadline) until the server holds the upload's bytes.
+      const deadline = performance.now() + 30_000;
+      let held = 0;
+      let ended: string | null = null;
+      void settled.then((outcome) => (ended = outcome));
+      while (held < 7 * 1024 * 1024) {
+        assert.equal(ended, null, "the held upload ended before the server held its bytes");
+        assert.ok(performance.now() < deadline, `the server held ${held} bytes after 30 s`);
+        await new Promise((resolve) => setTimeout(resolve, 10)); // polling interval, not synchronisation
+        held = await assemblyBytes(metricsAddress).catch(() => 0);
+      }
+
+      const { client, attempts, notices } = observed(busy.address, {
+        // Awaited by the client before its next attempt: the upload is stored and its bytes
+        // given back when attempt 2 starts.
+        onRetry: async () => {
+          release();
+          await settled;
+        },
+      });
+      try {
+        const s = client.object(key).session("s");
+        const appended = await s.appendMessage(msg("m1", "t".repeat(2 * 1024 * 1024)));
+        assert.equal(await settled, "stored");
+        assert.equal((await upload).inserted, true);
+        assert.equal(appended.inserted, true);
+        assert.equal(appended.parentId, "held", "appended after the upload's message");
+        assert.deepEqual(notices.map((n) => [n.method, n.attempt, n.error.code, n.error.reason]), [
+          ["AppendMessage", 1, "RESOURCE_EXHAUSTED", "SERVER_BUSY"],
+        ]);
+        assert.deepEqual(attempts, ["AppendMessage", "AppendMessage"]);
+
+        // Larger than the whole budget: nothing else holds any of it, and no retry could help.
+        notices.length = 0;
+        attempts.length = 0;
+        await assert.rejects(
+          s.appendMessage(msg("huge", "t".repeat(9 * 1024 * 1024))),
+          expectFailure("RESOURCE_EXHAUSTED", "LIMIT_EXCEEDED"),
+        );
+        assert.equal(notices.length, 0);
+        assert.deepEqual(attempts, ["UploadMessage"]);
+        assert.deepEqual((await s.getHistory()).map((m) => m.id), ["held", "m1"]);
+      } finally {
+        client.close();
+      }
+    } finally {
+      release();
+      await settled;
+    }
+  });
+});
+
 describe("transport failures (nothing listening)", () => {
   test("repeatable calls fail UNAVAILABLE after exactly maxAttempts attempts", async () => {
     const { client, attempts, notices } = observed(await deadAddress(), { retry: tiny });
@@ -350,7 +467,9 @@ describe("which failures are retried (injected on the first attempt, real server
     { name: "UNAVAILABLE without a reason", code: Code.Unavailable, reason: null, clear: false, append: true },
     { name: "UNAVAILABLE / another reason", code: Code.Unavailable, reason: "SOMETHING_ELSE", clear: false, append: false },
     { name: "FAILED_PRECONDITION without a reason", code: Code.FailedPrecondition, reason: null, clear: false, append: false },
+    { name: "RESOURCE_EXHAUSTED / SERVER_BUSY", code: Code.ResourceExhausted, reason: "SERVER_BUSY", clear: true, append: true },
     { name: "RESOURCE_EXHAUSTED", code: Code.ResourceExhausted, reason: null, clear: false, append: false },
+    { name: "RESOURCE_EXHAUSTED / LIMIT_EXCEEDED", code: Code.ResourceExhausted, reason: "LIMIT_EXCEEDED", clear: false, append: false },
     { name: "INTERNAL / STORAGE_FAILURE", code: Code.Internal, reason: "STORAGE_FAILURE", clear: false, append: false },
     { name: "DEADLINE_EXCEEDED", code: Code.DeadlineExceeded, reason: null, clear: false, append: false },
     { name: "CANCELLED", code: Code.Canceled, reason: null, clear: false, append: false },
