@@ -1,16 +1,22 @@
 """Importing a store file (import-store, ImportObject): a file holding a text past a limit is
-refused whole, naming the row and the limit, and nothing is installed; reads could not carry it."""
+refused whole, naming the row and the limit, and nothing is installed; reads could not carry it.
+A digest stamp that does not match its row is cleared."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import sqlite3
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
+from sessions_server.domain.service import AppendInput, SessionsService
 from sessions_server.storage import files, schema
 from sessions_server.storage.paths import object_path
+from sessions_server.storage.registry import ObjectRegistry
+from sessions_server.storage.rows import Parent
 
 MESSAGES = "cf_agents_session_messages"
 COMPACTIONS = "cf_agents_session_compactions"
@@ -178,3 +184,46 @@ def test_a_corrupt_store_is_refused_and_nothing_installed(tmp_path: Path) -> Non
     with pytest.raises(files.StoreImportError, match=r"malformed|integrity check failed"):
         files.import_store_file(source, "k", tmp_path / "data")
     assert _leftovers(tmp_path / "data") == []
+
+
+def test_a_stamp_that_does_not_match_its_row_is_cleared_and_the_row_checked_on_read(tmp_path: Path) -> None:
+    """Reads trust a stamped row to hold the JSON its digest was taken of. A file whose stamp
+    vouches for other content (here a row damaged after it was written) has that stamp cleared on
+    import, so reads check the row and skip it, as upstream does with JSON that does not parse;
+    rows whose stamps match, a message in continuation rows included, keep theirs."""
+    large = '{"id":"big","role":"user","parts":[{"type":"text","text":"' + "é" * 1_000_000 + '"}]}'
+
+    async def write_origin() -> Path:
+        service = SessionsService(ObjectRegistry(tmp_path / "origin", ThreadPoolExecutor(max_workers=2)))
+        try:
+            items = [AppendInput(text, Parent.auto(), False) for text in (_message("m0"), large, _message("m2"))]
+            await service.append_many("origin", "", items)
+        finally:
+            await service.registry.close_all()
+        return object_path(tmp_path / "origin", "origin")
+
+    source = asyncio.run(write_origin())
+    with contextlib.closing(sqlite3.connect(source)) as conn:
+        stamps = dict(conn.execute(f"SELECT id, content_hash FROM {MESSAGES}"))
+        chunks = conn.execute(f"SELECT content_chunks FROM {MESSAGES} WHERE id = 'big'").fetchone()[0]
+        conn.execute(f'UPDATE {MESSAGES} SET content = \'{{"id":"m2","ro\' WHERE id = \'m2\'')
+        conn.commit()
+    assert chunks >= 1 and all(stamps.values())
+
+    target = files.import_store_file(source, "k", tmp_path / "data")
+    with contextlib.closing(sqlite3.connect(target)) as conn:
+        after = dict(conn.execute(f"SELECT id, content_hash FROM {MESSAGES}"))
+    assert after == {**stamps, "m2": None}
+
+    async def read_imported() -> list[str]:
+        service = SessionsService(ObjectRegistry(tmp_path / "data", ThreadPoolExecutor(max_workers=2)))
+        try:
+            return [row.info.id async for window in service.history("k", "") for row in window if row.info]
+        finally:
+            await service.registry.close_all()
+
+    assert asyncio.run(read_imported()) == ["m0", "big"]
+
+
+def _message(message_id: str) -> str:
+    return f'{{"id":"{message_id}","role":"user","parts":[{{"type":"text","text":"hello"}}]}}'

@@ -92,6 +92,7 @@ def import_store_file(
                 dst.execute("DELETE FROM _sessions_meta WHERE key = 'object_key'")
             schema.initialize(dst, object_key)
             _check_text_sizes(dst, text_limits)
+            _unstamp_mismatched_rows(dst)
     except sqlite3.DatabaseError as exc:
         with contextlib.suppress(FileNotFoundError):
             partial.unlink()
@@ -132,6 +133,37 @@ def _check_text_sizes(conn: sqlite3.Connection, limits: Sequence[TextLimit]) -> 
         for index, limit in enumerate(mine):
             if row[index] is not None and row[index] > limit.max_bytes:
                 raise OversizedText(limit, int(row[index]), _describe_row(table, row[len(mine) :]))
+
+
+def _unstamp_mismatched_rows(conn: sqlite3.Connection) -> int:
+    """Clears the digest of each message row whose content it does not match; returns how many.
+
+    Reads trust a stamped row to hold the JSON its digest was taken of, and skip the check that
+    an unstamped one parses (a row that does not is skipped, as upstream skips it). A file made
+    elsewhere, or damaged on its way, could hold a stamp that vouches for other content: without
+    it the row is checked like any unstamped one, and an identical update stamps it again."""
+    stale = []
+    rows = conn.execute(
+        "SELECT session_id, id, content, content_chunks, content_hash FROM cf_agents_session_messages "
+        "WHERE content_hash IS NOT NULL"
+    )
+    for session_id, message_id, content, chunks, stamp in rows:
+        digest = hashlib.sha256(str(content).encode("utf-8", "surrogatepass"))
+        if chunks:
+            for (piece,) in conn.execute(
+                "SELECT content FROM cf_agents_session_message_chunks WHERE session_id = ? AND id = ? ORDER BY idx",
+                (session_id, message_id),
+            ):
+                digest.update(str(piece).encode("utf-8", "surrogatepass"))
+        if digest.hexdigest() != stamp:
+            stale.append((session_id, message_id))
+    if stale:
+        conn.execute("BEGIN")
+        conn.executemany(
+            "UPDATE cf_agents_session_messages SET content_hash = NULL WHERE session_id = ? AND id = ?", stale
+        )
+        conn.execute("COMMIT")
+    return len(stale)
 
 
 def _describe_row(table: str, key_values: Sequence[object]) -> str:
