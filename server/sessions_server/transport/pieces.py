@@ -6,7 +6,7 @@ memory: the message's own limit, when it has one (`source=client` messages:
 `max_client_message_bytes`), refuses it at the piece that passes it rather than after the whole
 stream; and all calls together hold at most `max_assembly_bytes`, so a piece that would pass it
 is refused with RESOURCE_EXHAUSTED: reason SERVER_BUSY while other calls hold the rest of the
-budget (the message is not written; clients retry), LIMIT_EXCEEDED when the call's own messages
+budget (refused before it is written; clients retry), LIMIT_EXCEEDED when the call's own messages
 pass it. Whole messages of unary writes are charged to the same budget while they are written:
 writing takes several times their size in memory, and without the charge a few large batches at
 once could take the server's.
@@ -47,7 +47,8 @@ class AssemblyBudget:
             )
         raise LimitExceeded(
             f"the server holds {self.held_bytes} bytes of messages being received or written and cannot take "
-            f"{size} more now (max_assembly_bytes: {self.limit_bytes} bytes); nothing was written: retry shortly",
+            f"{size} more now (max_assembly_bytes: {self.limit_bytes} bytes); refused before being written: "
+            "retry shortly",
             reason="SERVER_BUSY",
             limit="max_assembly_bytes",
             limit_value=str(self.limit_bytes),

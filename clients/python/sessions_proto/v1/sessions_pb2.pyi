@@ -172,8 +172,9 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """The configured summarizer failed or timed out (see the message); nothing was stored."""
     ERROR_REASON_SERVER_BUSY: _ErrorReason.ValueType  # 20
     """The server holds as many bytes of messages being received or written as it takes
-    (--max-assembly-bytes, all calls together) and refused this call before acting; nothing was
-    written. Retry shortly. (A message larger than the whole budget is LIMIT_EXCEEDED instead.)
+    (--max-assembly-bytes, all calls together) and refused the call's messages before writing
+    them (an import keeps those it wrote before). Retry shortly. (Messages larger than the whole
+    budget are LIMIT_EXCEEDED instead.)
     """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
@@ -223,8 +224,9 @@ ERROR_REASON_SUMMARIZER_FAILED: ErrorReason.ValueType  # 19
 """The configured summarizer failed or timed out (see the message); nothing was stored."""
 ERROR_REASON_SERVER_BUSY: ErrorReason.ValueType  # 20
 """The server holds as many bytes of messages being received or written as it takes
-(--max-assembly-bytes, all calls together) and refused this call before acting; nothing was
-written. Retry shortly. (A message larger than the whole budget is LIMIT_EXCEEDED instead.)
+(--max-assembly-bytes, all calls together) and refused the call's messages before writing
+them (an import keeps those it wrote before). Retry shortly. (Messages larger than the whole
+budget are LIMIT_EXCEEDED instead.)
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015
 

@@ -3143,8 +3143,9 @@ export enum ErrorReason {
 
   /**
    * The server holds as many bytes of messages being received or written as it takes
-   * (--max-assembly-bytes, all calls together) and refused this call before acting; nothing was
-   * written. Retry shortly. (A message larger than the whole budget is LIMIT_EXCEEDED instead.)
+   * (--max-assembly-bytes, all calls together) and refused the call's messages before writing
+   * them (an import keeps those it wrote before). Retry shortly. (Messages larger than the whole
+   * budget are LIMIT_EXCEEDED instead.)
    *
    * @generated from enum value: ERROR_REASON_SERVER_BUSY = 20;
    */
