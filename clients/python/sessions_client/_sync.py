@@ -79,9 +79,9 @@ class SessionsClient(CallOptions):
         on_retry: Callable[[RetryNotice], None] | None = None,
     ) -> None:
         """`timeout` bounds each call, its retries included. `retry` tries a call again after
-        the server refused it before acting (drain, object move, re-shard) and, for methods
-        safe to repeat, after a connection failure; None turns that off. `on_retry` is told of
-        each retry before its wait."""
+        the server refused it before acting (drain, object move, re-shard, busy with large
+        messages) and, for methods safe to repeat, after a connection failure; None turns that
+        off. `on_retry` is told of each retry before its wait."""
         if channel is None:
             chosen = channel_options(options, keepalive_seconds, keepalive_timeout_seconds)
             channel = (
