@@ -6,6 +6,7 @@ written. Each refusal leaves the server serving and nothing written."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import urllib.request
 from collections.abc import Iterator
@@ -94,6 +95,32 @@ def _refused_early(stub: pb_grpc.SessionServiceStub, upload: Upload, limit: str)
     assert _stored_ids(stub, upload.key) == []
 
 
+@contextlib.contextmanager
+def _upload_held(server: Server, stub: pb_grpc.SessionServiceStub, size: int) -> Iterator[None]:
+    """An upload of `size` bytes whose last piece waits for the block to end: meanwhile the
+    server holds its bytes. After the block the upload is stored and the budget is free again."""
+    hold = threading.Event()
+    upload = Upload("first", size, pb.SOURCE_SERVER, hold)
+    outcome: list[pb.UploadMessageResponse | grpc.RpcError] = []
+
+    def send() -> None:
+        try:
+            outcome.append(upload.send(stub))
+        except grpc.RpcError as error:
+            outcome.append(error)
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    try:
+        assert wait_until(lambda: _held_bytes(server) >= size, timeout=30), "the upload never arrived"
+        yield
+    finally:
+        hold.set()
+        sender.join()
+    assert isinstance(outcome[0], pb.UploadMessageResponse) and outcome[0].inserted
+    assert wait_until(lambda: _held_bytes(server) == 0, timeout=10)
+
+
 def test_a_client_message_is_refused_at_the_piece_past_its_limit(server: Server) -> None:
     _refused_early(_stub(server), Upload("client", 256 * MIB, pb.SOURCE_CLIENT), "max_client_message_bytes")
 
@@ -108,30 +135,12 @@ def test_a_message_larger_than_the_assembly_budget_is_refused_and_a_smaller_one_
 
 def test_calls_share_the_budget_and_give_it_back(server: Server) -> None:
     stub = _stub(server)
-    hold = threading.Event()
-    first = Upload("first", 6 * MIB, pb.SOURCE_SERVER, hold)
-    outcome: list[pb.UploadMessageResponse | grpc.RpcError] = []
-
-    def send_first() -> None:
-        try:
-            outcome.append(first.send(stub))
-        except grpc.RpcError as error:
-            outcome.append(error)
-
-    sender = threading.Thread(target=send_first)
-    sender.start()
-    try:
-        assert wait_until(lambda: _held_bytes(server) >= 6 * MIB, timeout=30), "the first upload never arrived"
+    with _upload_held(server, stub, 6 * MIB):
         with pytest.raises(grpc.RpcError) as refused:  # 6 MiB held + 4 MiB > 8 MiB
             Upload("second", 4 * MIB, pb.SOURCE_SERVER).send(stub)
         assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert "max_assembly_bytes" in (refused.value.details() or "")
         assert error_reason(refused.value) == "SERVER_BUSY"  # for now: it fits once the first is done
-    finally:
-        hold.set()
-        sender.join()
-    assert isinstance(outcome[0], pb.UploadMessageResponse) and outcome[0].inserted
-    assert wait_until(lambda: _held_bytes(server) == 0, timeout=10)
     assert Upload("second", 4 * MIB, pb.SOURCE_SERVER).send(stub).inserted
 
 
@@ -183,16 +192,6 @@ def test_unary_writes_share_the_budget_with_pieces(server: Server) -> None:
     """While an upload holds 6 MiB of the 8, each kind of unary write of 3 MiB is refused; once it
     is stored, they go through."""
     stub = _stub(server)
-    hold = threading.Event()
-    upload = Upload("first", 6 * MIB, pb.SOURCE_SERVER, hold)
-    outcome: list[pb.UploadMessageResponse | grpc.RpcError] = []
-
-    def send_upload() -> None:
-        try:
-            outcome.append(upload.send(stub))
-        except grpc.RpcError as error:
-            outcome.append(error)
-
     text = _whole("w", 3 * MIB)
     writes = {
         "AppendMessage": lambda: stub.AppendMessage(
@@ -205,10 +204,7 @@ def test_unary_writes_share_the_budget_with_pieces(server: Server) -> None:
             pb.UpsertMessageRequest(object_key="unary", message_json=text), metadata=routing("unary")
         ),
     }
-    sender = threading.Thread(target=send_upload)
-    sender.start()
-    try:
-        assert wait_until(lambda: _held_bytes(server) >= 6 * MIB, timeout=30), "the upload never arrived"
+    with _upload_held(server, stub, 6 * MIB):
         for method, write in writes.items():
             with pytest.raises(grpc.RpcError) as refused:
                 write()
@@ -216,11 +212,6 @@ def test_unary_writes_share_the_budget_with_pieces(server: Server) -> None:
             assert "max_assembly_bytes" in (refused.value.details() or ""), method
             assert error_reason(refused.value) == "SERVER_BUSY", method
         assert _stored_ids(stub, "unary") == []
-    finally:
-        hold.set()
-        sender.join()
-    assert isinstance(outcome[0], pb.UploadMessageResponse) and outcome[0].inserted
-    assert wait_until(lambda: _held_bytes(server) == 0, timeout=10)
     for write in writes.values():
         write()
     assert _stored_ids(stub, "unary") == ["w"]

@@ -135,8 +135,8 @@ def _check_text_sizes(conn: sqlite3.Connection, limits: Sequence[TextLimit]) -> 
                 raise OversizedText(limit, int(row[index]), _describe_row(table, row[len(mine) :]))
 
 
-def _unstamp_mismatched_rows(conn: sqlite3.Connection) -> int:
-    """Clears the digest of each message row whose content it does not match; returns how many.
+def _unstamp_mismatched_rows(conn: sqlite3.Connection) -> None:
+    """Clears the digest of each message row whose content it does not match.
 
     Reads trust a stamped row to hold the JSON its digest was taken of, and skip the check that
     an unstamped one parses (a row that does not is skipped, as upstream skips it). A file made
@@ -163,7 +163,6 @@ def _unstamp_mismatched_rows(conn: sqlite3.Connection) -> int:
             "UPDATE cf_agents_session_messages SET content_hash = NULL WHERE session_id = ? AND id = ?", stale
         )
         conn.execute("COMMIT")
-    return len(stale)
 
 
 def _describe_row(table: str, key_values: Sequence[object]) -> str:
