@@ -11,9 +11,10 @@
 # exactly where the server looks for it. Without --object-key, every object found in the replica
 # is restored (S3 listing uses Python with boto3: PYTHON=/path/to/python if not python3). With
 # --timestamp, each object is restored to its state at that time (point-in-time recovery; objects
-# created after it are skipped). Run it with the shard's server STOPPED (or on a fresh directory),
-# then start the server on DIR. --skip-missing: an object with nothing in the replica yet is skipped
-# instead of failing the run. Needs `litestream` (v0.5) on PATH or LITESTREAM=/path/to/litestream.
+# created after it are skipped). Run it with the shard's server STOPPED (or on a fresh directory;
+# it refuses a directory a running server owns), then start the server on DIR. --skip-missing: an
+# object with nothing in the replica yet is skipped instead of failing the run. Needs `litestream`
+# (v0.5) on PATH or LITESTREAM=/path/to/litestream.
 set -euo pipefail
 
 LITESTREAM=${LITESTREAM:-litestream}
@@ -32,7 +33,7 @@ while [[ $# -gt 0 ]]; do
         --force) force=1; shift ;;
         --skip-missing) skip=1; shift ;;
         --integrity-check) check=$2; shift 2 ;;
-        -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
         *) echo "restore.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -108,6 +109,19 @@ restore_one() {  # relative path -> DIR/objects/<relative path>
 }
 
 mkdir -p "$data_dir/objects"
+# The data directory's lock, as a server takes it (storage/datadir.py): refused while a server
+# owns DIR, and held until the restore ends (the jobs inherit it), so none starts on a half-restored
+# directory. Without flock(1) (util-linux) the check is skipped, with a warning.
+if command -v flock >/dev/null; then
+    exec 9<>"$data_dir/LOCK"
+    if ! flock -n 9; then
+        echo "restore.sh: data directory $data_dir is in use by $(head -c 512 "$data_dir/LOCK" | head -n 1): stop it first" >&2
+        exit 1
+    fi
+    truncate -s 0 "$data_dir/LOCK" && printf 'pid %d (restore.sh)\n' "$$" >&9
+else
+    echo "restore.sh: flock not found: not checking that no server owns $data_dir" >&2
+fi
 if [[ ${#keys[@]} -gt 0 ]]; then
     paths=()
     for key in "${keys[@]}"; do paths+=("$(relative_path "$key")"); done

@@ -355,14 +355,21 @@ def _move_objects(source: str, destination: str, object_keys: list[str], token: 
 
 def _import_store(source: Path, object_key: str, data_dir: Path, *, replace: bool, limits: Limits) -> int:
     from sessions_server.domain.limits import stored_text_limits
+    from sessions_server.storage.datadir import DataDirectoryLock
     from sessions_server.storage.files import StoreImportError, import_store_file
     from sessions_server.storage.rows import StorageError
 
     try:
-        target = import_store_file(
-            source, object_key, data_dir, replace=replace, text_limits=stored_text_limits(limits)
-        )
-    except (StoreImportError, StorageError, OSError) as exc:  # the file's fault, or the disk's
+        # A running server keeps what it knows of its files in memory: one that had the object
+        # open would go on writing the file this replaces. ImportObject brings a file in through it.
+        lock = DataDirectoryLock.acquire(data_dir, "sessions-server import-store")
+        try:
+            target = import_store_file(
+                source, object_key, data_dir, replace=replace, text_limits=stored_text_limits(limits)
+            )
+        finally:
+            lock.release()
+    except (StoreImportError, StorageError, OSError) as exc:  # the file's fault, the disk's, or a server's
         print(f"sessions-server import-store: {exc}", file=sys.stderr)
         return 1
     print(f"imported {source} as object {object_key!r} at {target}")

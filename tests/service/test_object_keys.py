@@ -13,6 +13,7 @@ import pytest
 
 from sessions_client import SessionsClient, SessionsError
 from sessions_proto.v1 import sessions_pb2 as pb
+from sessions_server.storage.datadir import LOCK_FILE_NAME
 from tests.conftest import start_server
 from tests.service.support import (
     error_reason,
@@ -57,7 +58,7 @@ def test_too_long_key_creates_no_file(tmp_path: Path) -> None:
                 client.object("nul\x00").session().append_message(text_message("a"))
     finally:
         server.stop()
-    assert files_under(data_dir) == []
+    assert files_under(data_dir) == [data_dir / LOCK_FILE_NAME]  # the server's own, no object's
 
 
 HOSTILE_KEYS = [
@@ -93,8 +94,8 @@ def test_hostile_keys_are_ordinary_keys_inside_the_data_dir(tmp_path: Path) -> N
 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]
     objects = (data_dir / "objects").resolve()
-    for path in files_under(data_dir):
-        assert path.resolve().is_relative_to(objects), path
+    outside = [path for path in files_under(data_dir) if not path.resolve().is_relative_to(objects)]
+    assert outside == [data_dir / LOCK_FILE_NAME]  # the server's own lock, no object's file
     expected = {object_file(data_dir, key) for key in HOSTILE_KEYS}
     databases = {p for p in files_under(data_dir) if p.suffix == ".sqlite"}
     assert databases == expected

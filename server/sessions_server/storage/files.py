@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sessions_server.storage import schema
+from sessions_server.storage.datadir import sync_directories
 from sessions_server.storage.paths import FILE_SUFFIX, OBJECTS_DIR, object_path
 from sessions_server.storage.rows import StorageError
 
@@ -65,10 +66,10 @@ _STORAGE_FAILURES = frozenset({sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR})
 def import_store_file(
     source: Path, object_key: str, data_dir: Path, *, replace: bool = False, text_limits: Sequence[TextLimit] = ()
 ) -> Path:
-    """Copies `source` in as `object_key`; returns the object's path. Run while the server that
-    owns `data_dir` is stopped, or for a key it has not opened. A file that fails SQLite's
-    integrity check, or holds a text past one of `text_limits` (OversizedText), is refused and
-    nothing is installed."""
+    """Copies `source` in as `object_key`; returns the object's path. The caller owns `data_dir`
+    (holds its lock, see `datadir`) and does not have the object open. A file that fails
+    SQLite's integrity check, or holds a text past one of `text_limits` (OversizedText), is
+    refused and nothing is installed."""
     if not source.is_file():
         raise StoreImportError(f"{source} is not a file")
     target = object_path(data_dir, object_key)
@@ -112,7 +113,7 @@ def import_store_file(
     # The copy's bytes were synced by its commit; its name, and the directories a first object
     # in them created, are durable only once their directories are. ImportObject answers after
     # this, and a move then deletes the source.
-    _sync_directories(target.parent, data_dir)
+    sync_directories(target.parent, data_dir)
     return target
 
 
@@ -220,21 +221,8 @@ def remove_object_files(path: Path) -> bool:
         with contextlib.suppress(FileNotFoundError):
             Path(str(path) + suffix).unlink()
     if existed:  # else a restart after a power cut could find the moved object here again
-        _sync_directories(path.parent, path.parent)
+        sync_directories(path.parent, path.parent)
     return existed
-
-
-def _sync_directories(directory: Path, top: Path) -> None:
-    """Syncs `directory` and its ancestors up to `top`: an entry made or removed in a directory
-    survives a power cut only once the directory itself is synced."""
-    for current in (directory, *directory.parents):
-        fd = os.open(current, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        if current == top or top not in current.parents:
-            return
 
 
 def list_object_files(data_dir: Path, after: str, limit: int) -> list[Path]:

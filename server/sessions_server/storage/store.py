@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from sessions_server.storage import queries, schema, wal
+from sessions_server.storage.datadir import make_directories
 from sessions_server.storage.feed import ChangeEvent, FeedHub, FeedSettings
 from sessions_server.storage.rows import (
     AppendOutcome,
@@ -200,7 +201,7 @@ class ObjectStore:
     ) -> ObjectStore:
         """Opens (creating if needed) the object's file. `calls_in_flight` counts the requests
         the server is handling, the caller's included (see the module docstring)."""
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_directories(path.parent)  # the file's own name: SQLite syncs its directory
         conn = _connect_writer(path, schema.BUSY_TIMEOUT_MS)
         try:
             schema.initialize(conn, object_key)

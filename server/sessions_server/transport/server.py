@@ -26,6 +26,7 @@ from sessions_server.domain.errors import SessionsError
 from sessions_server.domain.placement import Placement
 from sessions_server.domain.service import SessionsService
 from sessions_server.integrations.chat_completions import ChatCompletionsSummarizer
+from sessions_server.storage.datadir import DataDirectoryLock
 from sessions_server.storage.registry import ObjectRegistry
 from sessions_server.transport import framing
 from sessions_server.transport.auth import TokenAuthority
@@ -56,6 +57,7 @@ class RunningServer:
     authority: TokenAuthority | None
     calls: CallMeter
     metrics: Metrics
+    data_dir_lock: DataDirectoryLock
 
     async def stop(self) -> None:
         """Graceful stop: NOT_SERVING, refuse new calls, let in-flight calls finish, close."""
@@ -66,11 +68,21 @@ class RunningServer:
         await self.service.compactor.wait_idle()
         await self.registry.close_all()
         self.executor.shutdown(wait=True)
+        self.data_dir_lock.release()  # last: nothing of this server touches the files any more
 
 
 async def create_server(config: ServerConfig) -> RunningServer:
-    """Builds and starts a server bound to `config.listen` (port 0 picks a free port)."""
-    config.data_dir.mkdir(parents=True, exist_ok=True)
+    """Builds and starts a server bound to `config.listen` (port 0 picks a free port). Raises
+    DataDirectoryInUse (an OSError) when another server holds `config.data_dir`."""
+    lock = DataDirectoryLock.acquire(config.data_dir, "sessions-server serve")
+    try:
+        return await _create_server(config, lock)
+    except BaseException:
+        lock.release()
+        raise
+
+
+async def _create_server(config: ServerConfig, lock: DataDirectoryLock) -> RunningServer:
     executor = ThreadPoolExecutor(max_workers=config.worker_threads, thread_name_prefix="sessions-sql")
     metrics = Metrics()
     calls = CallMeter(metrics)
@@ -155,6 +167,7 @@ async def create_server(config: ServerConfig) -> RunningServer:
         authority,
         calls,
         metrics,
+        lock,
     )
 
 

@@ -1,0 +1,110 @@
+"""One server per data directory: a second `serve`, an `import-store` or a Litestream restore on a
+directory a running server owns is refused with a line naming that server, and changes nothing;
+once the server is gone (stopped, or killed without a chance to clean up) the directory is free
+again."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+from sessions_client import SessionsClient
+from sessions_server.storage.paths import object_path
+from tests.e2e.conftest import ServerProcess
+
+RESTORE_SCRIPT = Path(__file__).resolve().parents[2] / "deploy" / "litestream" / "restore.sh"
+
+
+def _text(message_id: str) -> dict[str, object]:
+    return {"id": message_id, "role": "user", "parts": [{"type": "text", "text": message_id}]}
+
+
+def _import_store(source: Path, data_dir: Path) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "sessions_server.cli", "import-store", str(source), "--object-key", "imported"]
+    return subprocess.run([*command, "--data-dir", str(data_dir)], capture_output=True, text=True, check=False)
+
+
+def _upstream_like_store(tmp_path: Path) -> Path:
+    """A store file to import, written by a server of its own."""
+    origin = ServerProcess(tmp_path / "origin").start()
+    try:
+        with SessionsClient(origin.address) as client:
+            client.object("origin").session().append_message(_text("from-origin"))
+    finally:
+        origin.stop()
+    copy = tmp_path / "store.sqlite"
+    live = sqlite3.connect(object_path(tmp_path / "origin", "origin"))
+    with contextlib.closing(live), contextlib.closing(sqlite3.connect(copy)) as out:
+        live.backup(out)
+    return copy
+
+
+def test_a_data_directory_has_one_owner_at_a_time(tmp_path: Path) -> None:
+    source = _upstream_like_store(tmp_path)
+    data_dir = tmp_path / "data"
+    first = ServerProcess(data_dir).start()
+    try:
+        assert first.proc is not None
+        holder = f"pid {first.proc.pid} (sessions-server serve)"
+        with SessionsClient(first.address) as client:
+            client.object("chat").session().append_message(_text("m1"))
+
+        second = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "sessions_server.cli",
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--data-dir",
+                str(data_dir),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert second.returncode == 1
+        assert f"sessions-server: data directory {data_dir} is in use by {holder}" in second.stderr
+        assert "listening" not in second.stdout
+
+        refused = _import_store(source, data_dir)
+        assert refused.returncode == 1
+        assert refused.stderr.startswith(
+            f"sessions-server import-store: data directory {data_dir} is in use by {holder}"
+        )
+        assert not object_path(data_dir, "imported").exists()
+
+        restore = subprocess.run(  # refused before it looks at the replica
+            ["bash", str(RESTORE_SCRIPT), "--replica", str(tmp_path / "no-replica"), "--data-dir", str(data_dir)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert restore.returncode == 1
+        assert f"restore.sh: data directory {data_dir} is in use by {holder}: stop it first" in restore.stderr
+
+        with SessionsClient(first.address) as client:  # the owner goes on as before
+            session = client.object("chat").session()
+            session.append_message(_text("m2"))
+            assert [m["id"] for m in session.get_history()] == ["m1", "m2"]
+
+        assert first.signal(signal.SIGKILL) == -signal.SIGKILL  # no clean-up: the kernel frees the lock
+    finally:
+        first.stop()
+
+    done = _import_store(source, data_dir)
+    assert done.returncode == 0, done.stderr
+    restarted = ServerProcess(data_dir).start()
+    try:
+        with SessionsClient(restarted.address) as client:
+            assert [m["id"] for m in client.object("chat").session().get_history()] == ["m1", "m2"]
+            assert [m["id"] for m in client.object("imported").session().get_history()] == ["from-origin"]
+    finally:
+        restarted.stop()
