@@ -13,6 +13,9 @@ import sys
 from pathlib import Path
 
 from sessions_client import SessionsClient
+from sessions_client._common import routing_metadata
+from sessions_proto.v1 import sessions_pb2 as pb
+from sessions_server.storage.datadir import SCRATCH_DIR_NAME
 from sessions_server.storage.paths import object_path
 from tests.e2e.conftest import ServerProcess
 
@@ -106,5 +109,35 @@ def test_a_data_directory_has_one_owner_at_a_time(tmp_path: Path) -> None:
         with SessionsClient(restarted.address) as client:
             assert [m["id"] for m in client.object("chat").session().get_history()] == ["m1", "m2"]
             assert [m["id"] for m in client.object("imported").session().get_history()] == ["from-origin"]
+    finally:
+        restarted.stop()
+
+
+def test_a_snapshot_a_crash_left_in_scratch_is_removed_when_the_owner_starts(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    server = ServerProcess(data_dir).start()
+    try:
+        with SessionsClient(server.address) as client:
+            session = client.object("big").session()
+            for index in range(20):  # 30 MB, past what flow control lets ahead: the stream stays open
+                session.append_message(_text(f"m{index}") | {"parts": [{"type": "text", "text": "x" * 1_500_000}]})
+            export = client._stub.ExportObject(
+                pb.ExportObjectRequest(object_key="big"), metadata=routing_metadata("big")
+            )
+            first = next(export)
+            assert first.size_bytes > len(first.data) > 0
+            snapshots = list((data_dir / SCRATCH_DIR_NAME).iterdir())
+            assert [p.name.startswith("export-") for p in snapshots] == [True]
+            assert server.signal(signal.SIGKILL) == -signal.SIGKILL  # mid-export: the copy stays behind
+            export.cancel()
+    finally:
+        server.stop()
+    assert snapshots[0].stat().st_size == first.size_bytes
+
+    restarted = ServerProcess(data_dir).start()
+    try:
+        assert list((data_dir / SCRATCH_DIR_NAME).iterdir()) == []
+        with SessionsClient(restarted.address) as client:  # the object itself is untouched
+            assert len(client.object("big").session().get_history()) == 20
     finally:
         restarted.stop()

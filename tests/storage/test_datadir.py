@@ -124,3 +124,13 @@ def test_the_lock_of_a_process_that_died_is_free_at_once(tmp_path: Path) -> None
         if holder.poll() is None:
             holder.kill()
             holder.wait()
+
+
+def test_clearing_scratch_removes_its_files_and_counts_them(tmp_path: Path) -> None:
+    assert datadir.clear_scratch(tmp_path) == (0, 0)  # no scratch directory yet
+    scratch = tmp_path / datadir.SCRATCH_DIR_NAME
+    scratch.mkdir()
+    (scratch / "export-1.sqlite").write_bytes(b"x" * 1000)
+    (scratch / "import-2").write_bytes(b"y" * 24)
+    assert datadir.clear_scratch(tmp_path) == (2, 1024)
+    assert list(scratch.iterdir()) == []

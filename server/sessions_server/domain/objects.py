@@ -25,7 +25,7 @@ from sessions_server.domain.errors import (
 )
 from sessions_server.domain.limits import exceeded
 from sessions_server.domain.placement import Placement
-from sessions_server.storage import files
+from sessions_server.storage import datadir, files
 from sessions_server.storage.paths import object_path
 from sessions_server.storage.registry import ObjectRegistry
 from sessions_server.storage.rows import StorageError, is_out_of_space
@@ -34,7 +34,6 @@ EXPORT_FRAME_BYTES = 3 * 1024 * 1024
 DEFAULT_LEASE_SECONDS = 60
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
-SCRATCH_DIR = "scratch"
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +107,7 @@ class ObjectAdmin:
             if lock_for_move:
                 self._moving[object_key] = time.monotonic() + lease
                 await store.write(lambda ctx: None)  # writes queued before the lock commit first
-            scratch = self.data_dir / SCRATCH_DIR
+            scratch = self.data_dir / datadir.SCRATCH_DIR_NAME
             try:
                 copy = await asyncio.to_thread(files.snapshot_object, path, scratch)
             except StorageError as exc:
@@ -137,7 +136,7 @@ class ObjectAdmin:
         self.admit(object_key, writing=True)
         if self._registry.is_open(object_key) and not replace:
             raise FailedPrecondition("the object already exists here (set replace)", reason="FAILED_PRECONDITION")
-        scratch = self.data_dir / SCRATCH_DIR
+        scratch = self.data_dir / datadir.SCRATCH_DIR_NAME
         scratch.mkdir(parents=True, exist_ok=True)
         partial = scratch / f"import-{hashlib.sha256(object_key.encode()).hexdigest()}-{time.monotonic_ns()}"
         digest = hashlib.sha256()

@@ -23,6 +23,8 @@ import os
 from pathlib import Path
 
 LOCK_FILE_NAME = "LOCK"
+SCRATCH_DIR_NAME = "scratch"
+"""Where moves stage whole-file copies (an export's snapshot, an import as it arrives)."""
 
 
 class DataDirectoryInUse(OSError):
@@ -78,6 +80,20 @@ def _recorded_holder(fd: int) -> str:
     with contextlib.suppress(OSError):
         return os.pread(fd, 512, 0).decode("utf-8", "replace").strip()
     return ""
+
+
+def clear_scratch(data_dir: Path) -> tuple[int, int]:
+    """Removes what the scratch directory holds, returning (files, bytes). Only its owner may:
+    at startup, under the lock, nothing in it is in use, and what is there a crash left behind
+    (a snapshot or an import cut short can be as large as an object)."""
+    files = size = 0
+    with contextlib.suppress(FileNotFoundError), os.scandir(data_dir / SCRATCH_DIR_NAME) as entries:
+        for entry in entries:
+            if entry.is_file(follow_symlinks=False):
+                size += entry.stat(follow_symlinks=False).st_size
+                os.unlink(entry.path)
+                files += 1
+    return files, size
 
 
 def make_directories(directory: Path) -> None:

@@ -26,7 +26,7 @@ from sessions_server.domain.errors import SessionsError
 from sessions_server.domain.placement import Placement
 from sessions_server.domain.service import SessionsService
 from sessions_server.integrations.chat_completions import ChatCompletionsSummarizer
-from sessions_server.storage.datadir import DataDirectoryLock
+from sessions_server.storage.datadir import DataDirectoryLock, clear_scratch
 from sessions_server.storage.registry import ObjectRegistry
 from sessions_server.transport import framing
 from sessions_server.transport.auth import TokenAuthority
@@ -76,6 +76,9 @@ async def create_server(config: ServerConfig) -> RunningServer:
     DataDirectoryInUse (an OSError) when another server holds `config.data_dir`."""
     lock = DataDirectoryLock.acquire(config.data_dir, "sessions-server serve")
     try:
+        files, size = clear_scratch(config.data_dir)
+        if files:
+            log.info("removed %d file(s), %d bytes, that moves cut short had left in scratch", files, size)
         return await _create_server(config, lock)
     except BaseException:
         lock.release()
