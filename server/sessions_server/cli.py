@@ -213,7 +213,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     imp.add_argument("file", type=Path, help="the SQLite file to import (left unchanged)")
     imp.add_argument("--object-key", required=True, help="the object key it becomes")
-    imp.add_argument("--data-dir", type=Path, default=Path("./data"), help="the server's data directory")
+    where = imp.add_mutually_exclusive_group()
+    where.add_argument(
+        "--data-dir", type=Path, help="the data directory of a server that is not running (default ./data)"
+    )
+    where.add_argument(
+        "--to",
+        dest="address",
+        help="send the file to this running server instead (ImportObject; its own limits apply)",
+    )
+    imp.add_argument("--token", help="bearer token for --to (or SESSIONS_TOKEN)")
     imp.add_argument("--replace", action="store_true", help="overwrite an existing object")
     _add_text_limit_flags(imp)
     return parser
@@ -262,7 +271,10 @@ def main(argv: list[str] | None = None) -> int:
         print(hash_token(token))
         return 0
     if args.command == "import-store":
-        return _import_store(args.file, args.object_key, args.data_dir, replace=args.replace, limits=_text_limits(args))
+        if args.address:
+            return _send_store(args.file, args.object_key, args.address, args.token, replace=args.replace)
+        data_dir = args.data_dir or Path("./data")
+        return _import_store(args.file, args.object_key, data_dir, replace=args.replace, limits=_text_limits(args))
     _configure_logging(args.log_level, args.log_format)
     paths.set_message_budget(args.message_memo_bytes)
     packed_cache.set_budget(args.message_memo_bytes // 3)
@@ -355,13 +367,13 @@ def _move_objects(source: str, destination: str, object_keys: list[str], token: 
 
 def _import_store(source: Path, object_key: str, data_dir: Path, *, replace: bool, limits: Limits) -> int:
     from sessions_server.domain.limits import stored_text_limits
-    from sessions_server.storage.datadir import DataDirectoryLock
-    from sessions_server.storage.files import StoreImportError, import_store_file
+    from sessions_server.storage.datadir import DataDirectoryInUse, DataDirectoryLock
+    from sessions_server.storage.files import ObjectExists, StoreImportError, import_store_file
     from sessions_server.storage.rows import StorageError
 
     try:
         # A running server keeps what it knows of its files in memory: one that had the object
-        # open would go on writing the file this replaces. ImportObject brings a file in through it.
+        # open would go on writing the file this replaces. `--to` brings a file in through it.
         lock = DataDirectoryLock.acquire(data_dir, "sessions-server import-store")
         try:
             target = import_store_file(
@@ -369,10 +381,36 @@ def _import_store(source: Path, object_key: str, data_dir: Path, *, replace: boo
             )
         finally:
             lock.release()
-    except (StoreImportError, StorageError, OSError) as exc:  # the file's fault, the disk's, or a server's
+    except DataDirectoryInUse as exc:
+        print(
+            f"sessions-server import-store: {exc}: stop it first, or send the file to it with --to ADDRESS",
+            file=sys.stderr,
+        )
+        return 1
+    except ObjectExists as exc:
+        print(f"sessions-server import-store: {exc} (use --replace)", file=sys.stderr)
+        return 1
+    except (StoreImportError, StorageError, OSError) as exc:  # the file's fault, or the disk's
         print(f"sessions-server import-store: {exc}", file=sys.stderr)
         return 1
     print(f"imported {source} as object {object_key!r} at {target}")
+    return 0
+
+
+def _send_store(source: Path, object_key: str, address: str, token: str | None, *, replace: bool) -> int:
+    import os
+
+    from sessions_client import SessionsClient, SessionsError
+    from sessions_client.admin import import_file
+
+    token = token or os.environ.get("SESSIONS_TOKEN")
+    try:
+        with SessionsClient(address, token=token) as client:
+            report = import_file(client, object_key, source, replace=replace)
+    except (SessionsError, OSError) as exc:
+        print(f"sessions-server import-store: {exc}", file=sys.stderr)
+        return 1
+    print(f"imported {source} as object {object_key!r} on {address}: {report.message_rows} messages")
     return 0
 
 

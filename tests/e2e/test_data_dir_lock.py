@@ -26,9 +26,9 @@ def _text(message_id: str) -> dict[str, object]:
     return {"id": message_id, "role": "user", "parts": [{"type": "text", "text": message_id}]}
 
 
-def _import_store(source: Path, data_dir: Path) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "sessions_server.cli", "import-store", str(source), "--object-key", "imported"]
-    return subprocess.run([*command, "--data-dir", str(data_dir)], capture_output=True, text=True, check=False)
+def _import_store(source: Path, key: str, *where: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "sessions_server.cli", "import-store", str(source), "--object-key", key]
+    return subprocess.run([*command, *where], capture_output=True, text=True, timeout=120, check=False)
 
 
 def _upstream_like_store(tmp_path: Path) -> Path:
@@ -73,15 +73,32 @@ def test_a_data_directory_has_one_owner_at_a_time(tmp_path: Path) -> None:
             check=False,
         )
         assert second.returncode == 1
-        assert f"sessions-server: data directory {data_dir} is in use by {holder}" in second.stderr
+        assert second.stderr.endswith(
+            f"sessions-server: data directory {data_dir} is in use by {holder}: one server owns a data "
+            "directory at a time; stop that one first, or give this one its own --data-dir\n"
+        )
         assert "listening" not in second.stdout
 
-        refused = _import_store(source, data_dir)
+        refused = _import_store(source, "imported", "--data-dir", str(data_dir))
         assert refused.returncode == 1
-        assert refused.stderr.startswith(
-            f"sessions-server import-store: data directory {data_dir} is in use by {holder}"
+        assert refused.stderr == (
+            f"sessions-server import-store: data directory {data_dir} is in use by {holder}: stop it first, "
+            "or send the file to it with --to ADDRESS\n"
         )
         assert not object_path(data_dir, "imported").exists()
+
+        sent = _import_store(source, "imported", "--to", first.address)  # through the owner: ImportObject
+        assert sent.returncode == 0, sent.stderr
+        assert sent.stdout == f"imported {source} as object 'imported' on {first.address}: 1 messages\n"
+        again = _import_store(source, "imported", "--to", first.address)
+        assert again.returncode == 1
+        assert "FAILED_PRECONDITION: the object already exists here (set replace)" in again.stderr
+        assert _import_store(source, "imported", "--to", first.address, "--replace").returncode == 0
+        not_a_store = tmp_path / "notes.txt"
+        not_a_store.write_text("not SQLite " * 100)
+        garbage = _import_store(not_a_store, "garbage", "--to", first.address)
+        assert garbage.returncode == 1
+        assert f"INVALID_ARGUMENT: {not_a_store} is not a usable SQLite store" in garbage.stderr
 
         restore = subprocess.run(  # refused before it looks at the replica
             ["bash", str(RESTORE_SCRIPT), "--replica", str(tmp_path / "no-replica"), "--data-dir", str(data_dir)],
@@ -102,13 +119,15 @@ def test_a_data_directory_has_one_owner_at_a_time(tmp_path: Path) -> None:
     finally:
         first.stop()
 
-    done = _import_store(source, data_dir)
+    done = _import_store(source, "imported-offline", "--data-dir", str(data_dir))
     assert done.returncode == 0, done.stderr
     restarted = ServerProcess(data_dir).start()
     try:
         with SessionsClient(restarted.address) as client:
             assert [m["id"] for m in client.object("chat").session().get_history()] == ["m1", "m2"]
-            assert [m["id"] for m in client.object("imported").session().get_history()] == ["from-origin"]
+            for key in ("imported", "imported-offline"):
+                assert [m["id"] for m in client.object(key).session().get_history()] == ["from-origin"]
+            assert client.object("garbage").list_sessions() == []
     finally:
         restarted.stop()
 

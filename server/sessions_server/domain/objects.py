@@ -134,8 +134,8 @@ class ObjectAdmin:
         (bytes received, message rows)."""
         keys.check_object_key(object_key, max_bytes=self._max_object_key_bytes)
         self.admit(object_key, writing=True)
-        if self._registry.is_open(object_key) and not replace:
-            raise FailedPrecondition("the object already exists here (set replace)", reason="FAILED_PRECONDITION")
+        if not replace and (self._registry.is_open(object_key) or object_path(self.data_dir, object_key).exists()):
+            raise _already_here()  # before the file is sent, not after
         scratch = self.data_dir / datadir.SCRATCH_DIR_NAME
         scratch.mkdir(parents=True, exist_ok=True)
         partial = scratch / f"import-{hashlib.sha256(object_key.encode()).hexdigest()}-{time.monotonic_ns()}"
@@ -179,6 +179,8 @@ class ObjectAdmin:
                     limit=exc.limit.name,
                     limit_value=str(exc.limit.max_bytes),
                 ) from None
+            except files.ObjectExists:  # stored while the file arrived
+                raise _already_here() from None
             except files.StoreImportError as exc:
                 raise InvalidArgument(f"the received file cannot be served: {exc}", field="data") from None
         except (OSError, StorageError) as exc:  # the disk (full, failing), not the file
@@ -208,3 +210,7 @@ class ObjectAdmin:
             existed = await asyncio.to_thread(files.remove_object_files, object_path(self.data_dir, object_key))
         self._moving.pop(object_key, None)
         return existed
+
+
+def _already_here() -> FailedPrecondition:
+    return FailedPrecondition("the object already exists here (set replace)", reason="FAILED_PRECONDITION")

@@ -50,11 +50,7 @@ class DataDirectoryLock:
         except BlockingIOError:
             current = _recorded_holder(fd)
             os.close(fd)
-            raise DataDirectoryInUse(
-                f"data directory {data_dir} is in use by {current or 'another process'}: "
-                "one server owns a data directory at a time; stop that one first, or give this one "
-                "its own --data-dir"
-            ) from None
+            raise DataDirectoryInUse(f"data directory {data_dir} is in use by {current or 'another process'}") from None
         except BaseException:
             os.close(fd)
             raise

@@ -26,6 +26,10 @@ class StoreImportError(Exception):
     """The file cannot be imported (missing, not SQLite, or the object exists)."""
 
 
+class ObjectExists(StoreImportError):
+    """The object is already stored here, and the import was not asked to replace it."""
+
+
 @dataclass(frozen=True, slots=True)
 class TextLimit:
     """The longest text (UTF-8 bytes) a column may hold; `name` names the limit in errors."""
@@ -74,7 +78,7 @@ def import_store_file(
         raise StoreImportError(f"{source} is not a file")
     target = object_path(data_dir, object_key)
     if target.exists() and not replace:
-        raise StoreImportError(f"object {object_key!r} already exists (use --replace)")
+        raise ObjectExists(f"object {object_key!r} already exists")
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_suffix(".importing")
     with contextlib.suppress(FileNotFoundError):

@@ -26,7 +26,7 @@ from sessions_server.domain.errors import SessionsError
 from sessions_server.domain.placement import Placement
 from sessions_server.domain.service import SessionsService
 from sessions_server.integrations.chat_completions import ChatCompletionsSummarizer
-from sessions_server.storage.datadir import DataDirectoryLock, clear_scratch
+from sessions_server.storage.datadir import DataDirectoryInUse, DataDirectoryLock, clear_scratch
 from sessions_server.storage.registry import ObjectRegistry
 from sessions_server.transport import framing
 from sessions_server.transport.auth import TokenAuthority
@@ -74,7 +74,13 @@ class RunningServer:
 async def create_server(config: ServerConfig) -> RunningServer:
     """Builds and starts a server bound to `config.listen` (port 0 picks a free port). Raises
     DataDirectoryInUse (an OSError) when another server holds `config.data_dir`."""
-    lock = DataDirectoryLock.acquire(config.data_dir, "sessions-server serve")
+    try:
+        lock = DataDirectoryLock.acquire(config.data_dir, "sessions-server serve")
+    except DataDirectoryInUse as exc:
+        raise DataDirectoryInUse(
+            f"{exc}: one server owns a data directory at a time; stop that one first, or give this one "
+            "its own --data-dir"
+        ) from None
     try:
         files, size = clear_scratch(config.data_dir)
         if files:

@@ -1,0 +1,67 @@
+"""`sessions_client.admin.import_file`: a store file sent to a running server (ImportObject), in
+frames with its digest, from a consistent copy (a live file's WAL included)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import grpc
+import pytest
+
+from sessions_client import SessionsClient, SessionsError
+from sessions_client.admin import IMPORT_FRAME_BYTES, import_file
+from sessions_server.storage.paths import object_path
+from tests.conftest import start_server
+
+
+def _message(message_id: str, size: int) -> dict[str, object]:
+    return {"id": message_id, "role": "user", "parts": [{"type": "text", "text": message_id * (size // 2)}]}
+
+
+def test_a_live_file_larger_than_a_frame_arrives_whole(tmp_path: Path) -> None:
+    origin = start_server(tmp_path / "origin")
+    destination = start_server(tmp_path / "destination")
+    try:
+        with SessionsClient(origin.address) as client:
+            session = client.object("source").session()
+            messages = [_message(f"m{index}", 1_300_000) for index in range(6)]  # ≈8 MB: three frames
+            for message in messages:
+                session.append_message(message)
+            live = object_path(tmp_path / "origin", "source")
+            assert Path(f"{live}-wal").stat().st_size > 0  # a live file, its WAL beside it
+            assert live.stat().st_size + Path(f"{live}-wal").stat().st_size > 2 * IMPORT_FRAME_BYTES
+
+            with SessionsClient(destination.address) as target:
+                report = import_file(target, "arrived", live)
+                assert (report.object_key, report.message_rows) == ("arrived", 6)
+                assert report.size_bytes > 2 * IMPORT_FRAME_BYTES
+                assert target.object("arrived").session().get_history() == messages
+
+                with pytest.raises(SessionsError) as exists:
+                    import_file(target, "arrived", live)
+                assert exists.value.code == grpc.StatusCode.FAILED_PRECONDITION
+                assert exists.value.message == "the object already exists here (set replace)"
+
+                session.append_message(_message("m6", 100))
+                assert import_file(target, "arrived", live, replace=True).message_rows == 7
+                assert [m["id"] for m in target.object("arrived").session().get_history()][-1] == "m6"
+    finally:
+        origin.stop()
+        destination.stop()
+
+
+def test_what_is_not_a_store_is_refused_before_anything_is_sent(tmp_path: Path) -> None:
+    server = start_server(tmp_path / "data")
+    try:
+        with SessionsClient(server.address) as client:
+            notes = tmp_path / "notes.txt"
+            notes.write_text("not SQLite " * 1000)
+            with pytest.raises(SessionsError) as refused:
+                import_file(client, "k", notes)
+            assert refused.value.code == grpc.StatusCode.INVALID_ARGUMENT
+            assert refused.value.message.startswith(f"{notes} is not a usable SQLite store: ")
+            with pytest.raises(FileNotFoundError):
+                import_file(client, "k", tmp_path / "missing.sqlite")
+        assert not object_path(tmp_path / "data", "k").exists()
+    finally:
+        server.stop()
