@@ -13,6 +13,7 @@ sentinel's event is the next one.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import queue
 import threading
@@ -812,6 +813,31 @@ def test_idle_streams_get_progress_at_the_configured_interval(tmp_path: Path) ->
         server.stop()
 
 
+def test_a_clients_call_timeout_does_not_end_its_subscriptions(tmp_path: Path) -> None:
+    from sessions_client import aio
+    from tests.conftest import start_server
+
+    server = start_server(tmp_path / "data", progress_seconds=0.1)
+    try:
+        with SessionsClient(server.address, timeout=0.3) as client:
+            feed = client.object("patient").subscribe(include_progress=True, reconnect_attempts=0)
+            started = time.monotonic()
+            assert [next(feed).type for _ in range(8)] == ["progress"] * 8  # ≈0.8 s: past the timeout
+            assert time.monotonic() - started > 0.3
+            feed.close()
+
+        async def asynchronously() -> list[str]:
+            async with aio.SessionsClient(server.address, timeout=0.3) as client:
+                feed = client.object("patient").subscribe(include_progress=True, reconnect_attempts=0)
+                seen = [(await anext(feed)).type for _ in range(8)]
+                await feed.aclose()
+                return seen
+
+        assert asyncio.run(asynchronously()) == ["progress"] * 8
+    finally:
+        server.stop()
+
+
 def test_graceful_shutdown_ends_subscriptions_with_unavailable(tmp_path: Path) -> None:
     from tests.conftest import start_server
 
@@ -865,6 +891,22 @@ def test_mirror_follows_the_session(feeds: Callable[..., Feed], obj: Any) -> Non
     assert mirror.messages == []
     step(lambda: session.append_message(text_message("fresh")))
     assert [m["id"] for m in mirror.messages] == ["fresh"]
+
+
+def test_a_mirror_resumes_from_its_revision_and_misses_nothing_written_after_its_read(
+    feeds: Callable[..., Feed], obj: Any
+) -> None:
+    session = obj.session("late-subscriber")
+    session.append_message(text_message("before"))
+    mirror = session.mirror()
+    assert [m["id"] for m in mirror.messages] == ["before"]
+    session.append_message(text_message("between", "written before anyone subscribed"))
+    feed = feeds(session_id=session.id, resume_from=mirror.revision)
+    event = feed.next()
+    mirror.apply(event)
+    assert (event.type, event.message and event.message["id"]) == ("append", "between")
+    assert mirror.messages == session.get_history()
+    assert mirror.revision == event.revision
 
 
 def test_mirror_rereads_on_reset(feeds: Callable[..., Feed], session: Any) -> None:

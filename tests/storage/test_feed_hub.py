@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Literal
 
 from sessions_server.storage.feed import ChangeEvent, FeedHub, FeedSettings, Reset
 
@@ -78,3 +79,57 @@ def test_a_restart_is_an_unknown_revision() -> None:
         assert isinstance(future, Reset)
 
     asyncio.run(run())
+
+
+def test_an_event_queued_while_a_wait_times_out_is_delivered_not_reported_as_nothing() -> None:
+    # The caller answers a timed-out wait with progress at the hub's current revision; an event
+    # queued as the timed-out wait was torn down (another writer's commit, one loop turn later)
+    # must come first, or a resume from that progress revision would skip it.
+    async def run() -> None:
+        hub = FeedHub()
+        subscription = hub.subscribe(None, 0)
+        late = ChangeEvent("append", "", message_json="{}")
+
+        class PublishesAsTheWaitIsCancelled(asyncio.Event):
+            async def wait(self) -> Literal[True]:
+                try:
+                    return await super().wait()
+                except asyncio.CancelledError:
+                    if not late.revision:  # once
+                        hub.publish([late])
+                    raise
+
+        subscription._wakeup = PublishesAsTheWaitIsCancelled()
+        assert await subscription.next(timeout=0.01) is late
+        assert await subscription.next(timeout=0.01) is None  # now nothing: progress is exact
+
+    asyncio.run(run())
+
+
+def test_an_event_larger_than_the_queue_bound_reaches_a_subscriber_that_keeps_up() -> None:
+    async def run() -> None:
+        hub = FeedHub(FeedSettings(queue_bytes=1000))
+        subscriber = hub.subscribe(None, 0)
+        big = ChangeEvent("append", "", message_json="x" * 5000)
+        hub.publish([big])
+        assert await subscriber.next(timeout=1) is big  # the bound limits lag, not one event's size
+        behind = [ChangeEvent("append", "", message_json="x" * 5000) for _ in range(2)]
+        hub.publish(behind)  # the second arrives while the first waits: now it is behind
+        reset = await subscriber.next(timeout=1)
+        assert isinstance(reset, Reset) and "overflowed" in reset.reason
+
+    asyncio.run(run())
+
+
+def test_events_are_counted_at_their_utf8_size() -> None:
+    emoji = '{"text":"' + "😀" * 1000 + '"}'  # 1,011 characters, 4,011 bytes
+    event = ChangeEvent("delete", "", message_json=emoji, message_ids=("é" * 10,), error="ü")
+    assert event.size == 256 + 4011 + 20 + 2
+    hub = FeedHub(FeedSettings(retain_bytes=2 * event.size))
+    events = [ChangeEvent("append", "", message_json=emoji) for _ in range(3)]
+    hub.publish(events)
+
+    async def resume() -> ChangeEvent | Reset | None:
+        return await hub.subscribe(None, events[0].revision - 1).next(timeout=1)
+
+    assert isinstance(asyncio.run(resume()), Reset)  # three do not fit in two's bytes

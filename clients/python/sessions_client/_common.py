@@ -562,14 +562,19 @@ class Mirror:
     """A local list of one session's messages kept in sync by change events (upstream's
     `session.mirror()`): inserted appends replace-or-push, updates replace cached entries,
     deletes filter, clear empties; import/compact/compaction are ignored. A `reset` re-reads the
-    history through `reload`."""
+    history through `reload`. `revision`: the feed revision the list is current at, where a
+    subscription resumes (`resume_from`) to keep it in sync. The first events after it may be
+    ones the list already reflects (written before its read); applied in order, they bring it
+    to the same list."""
 
-    def __init__(self, session_id: str, reload: Any) -> None:
+    def __init__(self, session_id: str, reload: Any, revision: int = 0) -> None:
         self.session_id = session_id
         self.messages: list[Message] = []
+        self.revision = revision
         self._reload = reload
 
     def apply(self, event: ChangeEvent) -> None:
+        self.revision = max(self.revision, event.revision)
         if event.type == "reset":
             self.messages = list(self._reload())
             return

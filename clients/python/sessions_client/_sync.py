@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from typing import Any
 
 import grpc
@@ -78,10 +78,11 @@ class SessionsClient(CallOptions):
         retry: RetryPolicy | None = DEFAULT_RETRY_POLICY,
         on_retry: Callable[[RetryNotice], None] | None = None,
     ) -> None:
-        """`timeout` bounds each call, its retries included. `retry` tries a call again after
-        the server refused it before acting (drain, object move, re-shard, busy with large
-        messages) and, for methods safe to repeat, after a connection failure; None turns that
-        off. `on_retry` is told of each retry before its wait."""
+        """`timeout` bounds each call, its retries included (not `subscribe`, which runs until
+        closed). `retry` tries a call again after the server refused it before acting (drain,
+        object move, re-shard, busy with large messages) and, for methods safe to repeat, after
+        a connection failure; None turns that off. `on_retry` is told of each retry before its
+        wait."""
         if channel is None:
             chosen = channel_options(options, keepalive_seconds, keepalive_timeout_seconds)
             channel = (
@@ -127,10 +128,11 @@ class SessionsClient(CallOptions):
                     raise failure from None
             time.sleep(delay)
 
-    def _stream(self, object_key: str, method: str, request: Any) -> Iterator[Any]:
-        """A server stream, tried again as `retry` allows while it has delivered nothing."""
+    def _stream(self, object_key: str, method: str, request: Any, *, endless: bool = False) -> Iterator[Any]:
+        """A server stream, tried again as `retry` allows while it has delivered nothing.
+        `endless` (a change feed): runs until closed, whatever the client's timeout."""
         fn = getattr(self._stub, method)
-        attempts = Attempts(method, self.retry, self.on_retry, self.timeout)
+        attempts = Attempts(method, self.retry, self.on_retry, None if endless else self.timeout)
         while True:
             attempts.begin()
             call = fn(request, metadata=routing_metadata(object_key, self._token), timeout=attempts.remaining())
@@ -168,7 +170,7 @@ class ObjectHandle:
         pointers: bool = False,
         include_progress: bool = False,
         reconnect_attempts: int = 20,
-    ) -> Iterator[ChangeEvent]:
+    ) -> Generator[ChangeEvent, None, None]:
         """The object's change events in commit order. Reconnects by itself (resuming after the
         last revision seen) when the server drains or restarts; a `reset` event means events were
         missed and state should be re-read. Close the iterator to stop."""
@@ -182,7 +184,7 @@ class ObjectHandle:
                 request.session_id = session_id
             assembler = EventAssembler()
             try:
-                for response in self.client._stream(self.key, "Subscribe", request):
+                for response in self.client._stream(self.key, "Subscribe", request, endless=True):
                     event = assembler.feed(response)
                     if event is None:
                         continue
@@ -560,10 +562,18 @@ class SessionHandle:
         return collect_search(self._client._stream(self._key, "SearchMessages", request))
 
     def mirror(self) -> Mirror:
-        """A local copy of this session's messages; feed it the object's events to keep it in sync:
-        `for event in session.object.subscribe(session_id=session.id): mirror.apply(event)`."""
-        mirror = Mirror(self.id, lambda: self.history())
-        mirror.messages = self.get_history()
+        """A local copy of this session's messages, and the feed revision it is current at; keep
+        it in sync with the object's events after that revision: `for event in
+        session.object.subscribe(session_id=session.id, resume_from=mirror.revision):
+        mirror.apply(event)` (a subscription started later without `resume_from` would miss what
+        was written in between)."""
+        feed = self.object.subscribe(session_id=self.id, include_progress=True, reconnect_attempts=0)
+        try:
+            start = next(feed)  # a live feed opens with the revision after which everything follows
+        finally:
+            feed.close()
+        mirror = Mirror(self.id, lambda: self.history(), start.revision)
+        mirror.messages = self.get_history()  # read after that revision: nothing before it is missed
         return mirror
 
     # ── helpers ─────────────────────────────────────────────────────────────

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 import grpc
@@ -81,8 +81,8 @@ class SessionsClient(CallOptions):
         retry: RetryPolicy | None = DEFAULT_RETRY_POLICY,
         on_retry: Callable[[RetryNotice], None] | None = None,
     ) -> None:
-        """As the sync client's: `timeout` bounds each call, its retries included; `retry` and
-        `on_retry` decide and report when a failed call is tried again."""
+        """As the sync client's: `timeout` bounds each call, its retries included (not
+        `subscribe`); `retry` and `on_retry` decide and report when a failed call is tried again."""
         if channel is None:
             chosen = channel_options(options, keepalive_seconds, keepalive_timeout_seconds)
             channel = (
@@ -128,10 +128,11 @@ class SessionsClient(CallOptions):
                     raise failure from None
             await asyncio.sleep(delay)
 
-    async def _stream(self, object_key: str, method: str, request: Any) -> AsyncIterator[Any]:
-        """A server stream, tried again as `retry` allows while it has delivered nothing."""
+    async def _stream(self, object_key: str, method: str, request: Any, *, endless: bool = False) -> AsyncIterator[Any]:
+        """A server stream, tried again as `retry` allows while it has delivered nothing.
+        `endless` (a change feed): runs until closed, whatever the client's timeout."""
         fn = getattr(self._stub, method)
-        attempts = Attempts(method, self.retry, self.on_retry, self.timeout)
+        attempts = Attempts(method, self.retry, self.on_retry, None if endless else self.timeout)
         while True:
             attempts.begin()
             call = fn(request, metadata=routing_metadata(object_key, self._token), timeout=attempts.remaining())
@@ -169,7 +170,7 @@ class ObjectHandle:
         pointers: bool = False,
         include_progress: bool = False,
         reconnect_attempts: int = 20,
-    ) -> AsyncIterator[ChangeEvent]:
+    ) -> AsyncGenerator[ChangeEvent, None]:
         """The object's change events in commit order, reconnecting (and resuming) by itself
         across drains and restarts; a `reset` event means events were missed."""
         last = resume_from or 0
@@ -182,7 +183,7 @@ class ObjectHandle:
                 request.session_id = session_id
             assembler = EventAssembler()
             try:
-                async for response in self.client._stream(self.key, "Subscribe", request):
+                async for response in self.client._stream(self.key, "Subscribe", request, endless=True):
                     event = assembler.feed(response)
                     if event is None:
                         continue

@@ -57,9 +57,20 @@ class ChangeEvent:
     revision: int = 0
     cache: dict[str, Any] = field(default_factory=dict)  # per-event derived forms (e.g. pointer JSON)
 
+    _size: int = -1
+
     @property
     def size(self) -> int:
-        return 256 + len(self.message_json or "") + sum(len(i) for i in self.message_ids) + len(self.error)
+        """Bytes the event is counted at: its texts' UTF-8 and a fixed overhead (computed once:
+        the ring and every subscriber's queue count it)."""
+        if self._size < 0:
+            texts = (self.message_json or "", self.error, *self.message_ids)
+            self._size = 256 + sum(map(_utf8_size, texts))
+        return self._size
+
+
+def _utf8_size(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 class FeedClosed(Exception):
@@ -97,8 +108,12 @@ class Subscription:
         if self.closed:
             return
         size = item.size if isinstance(item, ChangeEvent) else 0
-        if isinstance(item, ChangeEvent) and (
-            len(self._queue) >= self._max_events or self._bytes + size > self._max_bytes
+        # The bounds limit how far behind a subscriber is, not how large one event may be: an
+        # empty queue takes any event.
+        if (
+            isinstance(item, ChangeEvent)
+            and self._queue
+            and (len(self._queue) >= self._max_events or self._bytes + size > self._max_bytes)
         ):
             # Too slow to keep up: drop what is queued and tell it to re-read.
             self._queue.clear()
@@ -120,7 +135,10 @@ class Subscription:
             try:
                 await asyncio.wait_for(self._wakeup.wait(), timeout)
             except TimeoutError:
-                return None
+                # An event may have been queued while the timed-out wait was torn down: the
+                # caller reports "nothing happened up to the current revision" only if not.
+                if not self._queue and not self.closed:
+                    return None
         item = self._queue.popleft()
         if isinstance(item, ChangeEvent):
             self._bytes -= item.size
