@@ -91,8 +91,19 @@ def import_file(
     return ImportReport(object_key, int(imported.size_bytes), int(imported.message_rows))
 
 
+MOVE_LEASE_SECONDS = 600
+"""How long a move's lock outlives a mover that died without AbortMove; a lock that expires before
+the move's DeleteObject makes the source refuse the delete (writes may have landed after the
+snapshot), so it must cover sending, installing and checking the largest object."""
+
+
 def move_object(
-    source: SessionsClient, destination: SessionsClient, object_key: str, *, destination_name: str = ""
+    source: SessionsClient,
+    destination: SessionsClient,
+    object_key: str,
+    *,
+    destination_name: str = "",
+    lease_seconds: int = MOVE_LEASE_SECONDS,
 ) -> MoveReport:
     """Moves one object: locked snapshot from `source`, verified import into `destination`
     (digest, integrity, and the same sessions and row counts), then deletion at `source`.
@@ -103,7 +114,8 @@ def move_object(
     metadata_source = routing_metadata(object_key, source._token)
     metadata_destination = routing_metadata(object_key, destination._token)
     export = source._stub.ExportObject(
-        pb.ExportObjectRequest(object_key=object_key, lock_for_move=True), metadata=metadata_source
+        pb.ExportObjectRequest(object_key=object_key, lock_for_move=True, lease_seconds=lease_seconds),
+        metadata=metadata_source,
     )
     try:
         head = next(iter(export))  # the source's own refusal (not found, not owned) surfaces as itself

@@ -9,11 +9,14 @@ source is deleted it answers OBJECT_NOT_OWNED naming the destination until it re
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
+import math
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 from sessions_server.domain import keys
 from sessions_server.domain.errors import (
@@ -31,6 +34,7 @@ from sessions_server.storage.registry import ObjectRegistry
 from sessions_server.storage.rows import StorageError, is_out_of_space
 
 EXPORT_FRAME_BYTES = 3 * 1024 * 1024
+T = TypeVar("T")
 DEFAULT_LEASE_SECONDS = 60
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
@@ -67,21 +71,20 @@ class ObjectAdmin:
     def data_dir(self) -> Path:
         return self._registry.data_dir
 
-    def admit(self, object_key: str, *, writing: bool) -> None:
-        """Refuses calls for objects this server does not own, has moved away, or is moving."""
+    def admit(self, object_key: str, *, writing: bool, arriving: bool = False) -> None:
+        """Refuses calls for objects this server does not own, has moved away, or is moving.
+        `arriving`: the object is being brought (back) here, which a move away does not bar."""
         if self._placement is not None:
             self._placement.check(object_key)
-        moved_to = self._moved.get(object_key)
+        moved_to = None if arriving else self._moved.get(object_key)
         if moved_to is not None:
             raise FailedPrecondition(
                 f"the object was moved to {moved_to or 'another server'}", reason="OBJECT_NOT_OWNED", owner=moved_to
             )
         if writing:
-            expiry = self._moving.get(object_key)
-            if expiry is not None:
-                if time.monotonic() < expiry:
-                    raise Unavailable("the object is being moved; retry shortly", reason="OBJECT_MOVING")
-                del self._moving[object_key]
+            expiry = self._moving.get(object_key)  # an expired lock stays: a delete then refuses
+            if expiry is not None and time.monotonic() < expiry:
+                raise Unavailable("the object is being moved; retry shortly", reason="OBJECT_MOVING")
 
     async def list_keys(self, page_size: int, page_token: str) -> tuple[list[str], str]:
         size = DEFAULT_PAGE_SIZE if page_size <= 0 else min(page_size, MAX_PAGE_SIZE)
@@ -104,15 +107,26 @@ class ObjectAdmin:
             raise NotFound("no such object on this server", field="object_key")
         lease = DEFAULT_LEASE_SECONDS if lease_seconds <= 0 else lease_seconds
         async with self._registry.use(object_key) as store:
-            if lock_for_move:
-                self._moving[object_key] = time.monotonic() + lease
-                await store.write(lambda ctx: None)  # writes queued before the lock commit first
-            scratch = self.data_dir / datadir.SCRATCH_DIR_NAME
             try:
-                copy = await asyncio.to_thread(files.snapshot_object, path, scratch)
-            except StorageError as exc:
-                self._moving.pop(object_key, None)  # no copy, no move: the object takes writes again
-                raise storage_failure(str(exc), out_of_space=exc.out_of_space) from None
+                if lock_for_move:
+                    self._moving[object_key] = time.monotonic() + lease
+                    # Every later write to this store is refused as it is queued (also those of
+                    # calls admitted before the lock, an import stream's next chunk among them);
+                    # those queued before it commit first.
+                    store.write_gate = functools.partial(self.admit, object_key, writing=True)
+                    await store.settled()
+                copy = await _finish_in_thread(
+                    files.snapshot_object,
+                    path,
+                    self.data_dir / datadir.SCRATCH_DIR_NAME,
+                    abandoned=lambda copy: copy.unlink(missing_ok=True),
+                )
+            except BaseException as exc:  # failed, or the caller gave up: no copy, no move
+                if lock_for_move:
+                    self._moving.pop(object_key, None)  # the object takes writes again
+                if isinstance(exc, StorageError):
+                    raise storage_failure(str(exc), out_of_space=exc.out_of_space) from None
+                raise
         try:
             size = copy.stat().st_size
             digest = hashlib.sha256()
@@ -133,7 +147,7 @@ class ObjectAdmin:
         """Writes a received file, verifies its digest and integrity, installs it. Returns
         (bytes received, message rows)."""
         keys.check_object_key(object_key, max_bytes=self._max_object_key_bytes)
-        self.admit(object_key, writing=True)
+        self.admit(object_key, writing=True, arriving=True)
         if not replace and (self._registry.is_open(object_key) or object_path(self.data_dir, object_key).exists()):
             raise _already_here()  # before the file is sent, not after
         scratch = self.data_dir / datadir.SCRATCH_DIR_NAME
@@ -163,14 +177,18 @@ class ObjectAdmin:
                 raise InvalidArgument("the received file does not match its sha256", reason="INVALID_STREAM")
             try:
                 async with self._registry.closed(object_key):
-                    target = await asyncio.to_thread(
+                    # Kept closed until the file is in place, even if the caller gives up: a
+                    # request let in meanwhile would write to the file being replaced.
+                    target = await _finish_in_thread(
                         files.import_store_file,
                         partial,
                         object_key,
                         self.data_dir,
                         replace=replace,
                         text_limits=self._text_limits,
+                        abandoned=lambda _: self._moved.pop(object_key, None),
                     )
+                    self._moved.pop(object_key, None)  # here again: calls waiting on the block go on
             except files.OversizedText as exc:
                 raise InvalidArgument(
                     f"the received file cannot be served here: {exc}; nothing was installed",
@@ -189,7 +207,6 @@ class ObjectAdmin:
             ) from None
         finally:
             partial.unlink(missing_ok=True)
-        self._moved.pop(object_key, None)
         rows = await asyncio.to_thread(files.count_message_rows, target)
         return size, rows
 
@@ -205,11 +222,41 @@ class ObjectAdmin:
         keys.check_object_key(object_key, max_bytes=self._max_object_key_bytes)
         if self._placement is not None:
             self._placement.check(object_key)
+        expiry = self._moving.get(object_key)
+        if expiry is not None:  # the end of a move: the lock must still hold
+            if time.monotonic() >= expiry:
+                raise FailedPrecondition(
+                    "the move lock expired before this delete: writes may have been accepted after "
+                    "the snapshot, so nothing was deleted; export the object again",
+                    reason="FAILED_PRECONDITION",
+                )
+            self._moving[object_key] = math.inf  # held until the file is gone
         self._moved[object_key] = moved_to
         async with self._registry.closed(object_key):
-            existed = await asyncio.to_thread(files.remove_object_files, object_path(self.data_dir, object_key))
+            existed = await _finish_in_thread(files.remove_object_files, object_path(self.data_dir, object_key))
         self._moving.pop(object_key, None)
         return existed
+
+
+async def _finish_in_thread(
+    fn: Callable[..., T], *args: Any, abandoned: Callable[[T], object] | None = None, **kwargs: Any
+) -> T:
+    """`fn(*args, **kwargs)` on a worker thread, awaited to its end even if the caller is
+    cancelled meanwhile: what it does to the files cannot be taken back, and the lock or
+    `closed` block the caller holds must cover all of it. A cancelled caller is cancelled once
+    it is done, after `abandoned` is given what it made."""
+    work = asyncio.ensure_future(asyncio.to_thread(fn, *args, **kwargs))
+    cancelled = False
+    while not work.done():
+        try:
+            await asyncio.shield(work)
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        if work.exception() is None and abandoned is not None:
+            abandoned(work.result())
+        raise asyncio.CancelledError
+    return work.result()
 
 
 def _already_here() -> FailedPrecondition:

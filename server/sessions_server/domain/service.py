@@ -256,8 +256,9 @@ class SessionsService:
         `writing` also checks the object's size limit, which a removal must pass: removing is
         how a full object gets room again."""
         self.objects.admit(object_key, writing=writing or removing)
+        again = functools.partial(self.objects.admit, object_key, writing=writing or removing)
         try:
-            async with self.registry.use(object_key) as store:
+            async with self.registry.use(object_key, again) as store:
                 if writing and store.cached_file_bytes() > self.limits.max_object_bytes:
                     raise exceeded("the object is full", "max_object_bytes", self.limits.max_object_bytes, "bytes")
                 yield store
@@ -704,7 +705,10 @@ class SessionsService:
             cap = self.limits.max_subscribers_per_object
             if store.feed.subscriber_count >= cap:
                 raise exceeded("too many subscribers on this object", "max_subscribers_per_object", cap)
-            subscription = store.feed.subscribe(session_filter, resume_after)
+            try:
+                subscription = store.feed.subscribe(session_filter, resume_after)
+            except FeedClosed as exc:
+                raise _feed_closed(exc) from None
             try:
                 if not resume_after:
                     # Tells a live subscriber where it starts: everything after this revision follows.
@@ -712,10 +716,8 @@ class SessionsService:
                 while True:
                     item = await subscription.next(timeout=progress_seconds)
                     yield Progress(store.feed.revision) if item is None else item
-            except FeedClosed:
-                raise Unavailable(
-                    "the object's change feed closed (server shutting down); reconnect and resume"
-                ) from None
+            except FeedClosed as exc:
+                raise _feed_closed(exc) from None
             finally:
                 subscription.close()
 
@@ -988,6 +990,13 @@ class Importer:
         await self._settle(len(self._pending))
         if self.imported:
             forget_estimate(self._store, self._session_id)
+
+
+def _feed_closed(exc: FeedClosed) -> Unavailable:
+    return Unavailable(
+        f"the object's change feed closed ({exc}); reconnect and resume",
+        reason="OBJECT_MOVING" if exc.moving else "DRAINING",
+    )
 
 
 def _appended_row(answered: MessageView, prepared: messages.PreparedMessage) -> paths.AppendedRow:

@@ -74,7 +74,13 @@ def _utf8_size(text: str) -> int:
 
 
 class FeedClosed(Exception):
-    """The object closed (server shutdown): the subscriber should reconnect."""
+    """The object's feed closed (server shutdown, the object replaced or removed): the
+    subscriber should reconnect. `moving`: the object is being replaced or removed, not the
+    server stopping."""
+
+    def __init__(self, why: str, *, moving: bool = False) -> None:
+        super().__init__(why)
+        self.moving = moving
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,13 +105,13 @@ class Subscription:
         self._max_events = max_events
         self._max_bytes = max_bytes
         self._wakeup = asyncio.Event()
-        self.closed = False
+        self.closed: FeedClosed | None = None
 
     def wants(self, event: ChangeEvent) -> bool:
         return self.session_filter is None or event.session_id == self.session_filter
 
     def offer(self, item: ChangeEvent | Reset) -> None:
-        if self.closed:
+        if self.closed is not None:
             return
         size = item.size if isinstance(item, ChangeEvent) else 0
         # The bounds limit how far behind a subscriber is, not how large one event may be: an
@@ -129,23 +135,24 @@ class Subscription:
         if self.backlog:
             return self.backlog.popleft()
         while not self._queue:
-            if self.closed:
-                raise FeedClosed("the object's change feed closed")
+            if self.closed is not None:
+                raise FeedClosed(str(self.closed), moving=self.closed.moving)
             self._wakeup.clear()
             try:
                 await asyncio.wait_for(self._wakeup.wait(), timeout)
             except TimeoutError:
                 # An event may have been queued while the timed-out wait was torn down: the
                 # caller reports "nothing happened up to the current revision" only if not.
-                if not self._queue and not self.closed:
+                if not self._queue and self.closed is None:
                     return None
         item = self._queue.popleft()
         if isinstance(item, ChangeEvent):
             self._bytes -= item.size
         return item
 
-    def close(self) -> None:
-        self.closed = True
+    def close(self, why: FeedClosed | None = None) -> None:
+        """Ends the subscription: `next` delivers what is queued, then raises `why`."""
+        self.closed = why or FeedClosed("the subscription ended")
         self._hub.unsubscribe(self)
         self._wakeup.set()
 
@@ -178,6 +185,7 @@ class FeedHub:
         self._queue_events = settings.queue_events
         self._queue_bytes = settings.queue_bytes
         self._subscribers: set[Subscription] = set()
+        self._closed: FeedClosed | None = None
 
     @property
     def revision(self) -> int:
@@ -212,6 +220,8 @@ class FeedHub:
     def subscribe(self, session_filter: str | None, resume_after: int) -> Subscription:
         """A new subscriber, first given the retained events after `resume_after` (0: live only),
         or a Reset when those events are no longer (or never were) available."""
+        if self._closed is not None:
+            raise FeedClosed(str(self._closed), moving=self._closed.moving)
         subscription = Subscription(self, session_filter, self._queue_events, self._queue_bytes)
         if resume_after:
             current = self.revision
@@ -234,6 +244,8 @@ class FeedHub:
     def unsubscribe(self, subscription: Subscription) -> None:
         self._subscribers.discard(subscription)
 
-    def close_all(self) -> None:
+    def close_all(self, why: FeedClosed) -> None:
+        """Ends every subscription with `why`, and refuses later ones with it."""
+        self._closed = why
         for subscription in list(self._subscribers):
-            subscription.close()
+            subscription.close(why)

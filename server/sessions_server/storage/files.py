@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sessions_server.storage import schema
-from sessions_server.storage.datadir import sync_directories
+from sessions_server.storage.datadir import SCRATCH_DIR_NAME, sync_directories
 from sessions_server.storage.paths import FILE_SUFFIX, OBJECTS_DIR, object_path
 from sessions_server.storage.rows import StorageError
 
@@ -80,7 +80,11 @@ def import_store_file(
     if target.exists() and not replace:
         raise ObjectExists(f"object {object_key!r} already exists")
     target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_suffix(".importing")
+    # Staged in scratch (the same file system: the rename below stays atomic), which the
+    # directory's owner empties at start, so a crash mid-import leaves nothing behind for good.
+    scratch = data_dir / SCRATCH_DIR_NAME
+    scratch.mkdir(exist_ok=True)
+    partial = scratch / f"{target.stem}.importing"
     with contextlib.suppress(FileNotFoundError):
         partial.unlink()
     try:

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Executor
 from pathlib import Path
 
-from sessions_server.storage.feed import FeedSettings
+from sessions_server.storage.feed import FeedClosed, FeedSettings
 from sessions_server.storage.paths import object_path
 from sessions_server.storage.store import ObjectStore, recent_estimate
 
@@ -48,7 +48,9 @@ class ObjectRegistry:
         self._max_open = max(1, max_open)
         self._open: OrderedDict[str, ObjectStore] = OrderedDict()
         self._opening: dict[str, asyncio.Future[ObjectStore]] = {}
-        self._closing: set[asyncio.Task[None]] = set()
+        self._closing: dict[str, ObjectStore] = {}  # evicted, their close under way
+        self._closes: set[asyncio.Task[None]] = set()
+        self._feeds_closed: FeedClosed | None = None  # set by a drain
         self._held: dict[str, asyncio.Event] = {}
         self._open_seconds = 0.0  # running estimate of one open of a ready file
         self.inline_opens = 0  # objects opened on the calling thread
@@ -58,8 +60,11 @@ class ObjectRegistry:
         return len(self._open)
 
     @contextlib.asynccontextmanager
-    async def use(self, object_key: str) -> AsyncIterator[ObjectStore]:
-        store = await self._acquire(object_key)
+    async def use(self, object_key: str, check: Callable[[], None] | None = None) -> AsyncIterator[ObjectStore]:
+        """The open object, opened on demand. `check` runs again after every wait (for a
+        `closed` block, another call's open or an eviction's close) and raises to give up: the
+        object may have been removed meanwhile, and an open would create it anew."""
+        store = await self._acquire(object_key, check)
         try:
             yield store
         finally:
@@ -68,8 +73,12 @@ class ObjectRegistry:
                 store.idle.set()
             self._evict_idle()
 
-    async def _acquire(self, object_key: str) -> ObjectStore:
+    async def _acquire(self, object_key: str, check: Callable[[], None] | None) -> ObjectStore:
+        waited = False
         while True:
+            if waited and check is not None:
+                check()
+            waited = True
             held = self._held.get(object_key)
             if held is not None:
                 await held.wait()
@@ -84,6 +93,11 @@ class ObjectRegistry:
             if pending is not None:
                 await asyncio.shield(pending)
                 continue
+            evicted = self._closing.get(object_key)
+            if evicted is not None:  # its last writes to the file (a counter) come first
+                with contextlib.suppress(Exception):  # its failure is the eviction's to report
+                    await evicted.close()
+                continue
             loop = asyncio.get_running_loop()
             future: asyncio.Future[ObjectStore] = loop.create_future()
             self._opening[object_key] = future
@@ -95,6 +109,8 @@ class ObjectRegistry:
                 raise
             finally:
                 del self._opening[object_key]
+            if self._feeds_closed is not None:
+                store.feed.close_all(self._feeds_closed)
             self._open[object_key] = store
             store.users += 1
             store.idle.clear()
@@ -142,12 +158,20 @@ class ObjectRegistry:
             if len(self._open) <= self._max_open:
                 break
             store = self._open[key]
-            if store.busy:
+            if store.busy or key in self._held:  # a `closed` block closes it itself
                 continue
             del self._open[key]
-            task = asyncio.get_running_loop().create_task(store.close())
-            self._closing.add(task)
-            task.add_done_callback(self._closing.discard)
+            self._closing[key] = store
+            task = asyncio.get_running_loop().create_task(self._close_evicted(key, store))
+            self._closes.add(task)
+            task.add_done_callback(self._closes.discard)
+
+    async def _close_evicted(self, object_key: str, store: ObjectStore) -> None:
+        try:
+            await store.close()
+        finally:
+            if self._closing.get(object_key) is store:
+                del self._closing[object_key]
 
     # The gauges below are read by the metrics endpoint's thread while the event loop opens,
     # closes and reorders objects: they sum over a snapshot (taking it runs no Python code, so
@@ -186,11 +210,16 @@ class ObjectRegistry:
             gate.set()
 
     async def close_object(self, object_key: str) -> None:
-        """Closes one object once nobody uses it (its feed subscribers are ended first)."""
+        """Closes one object once nobody uses it (its feed subscribers are ended first); returns
+        once its file is closed, also when an eviction had begun closing it."""
+        evicted = self._closing.get(object_key)
+        if evicted is not None:
+            with contextlib.suppress(Exception):
+                await evicted.close()
         store = self._open.get(object_key)
         if store is None:
             return
-        store.feed.close_all()
+        store.feed.close_all(FeedClosed("the object is being replaced or removed", moving=True))
         while store.users:
             await store.idle.wait()
         if self._open.get(object_key) is store:
@@ -198,9 +227,11 @@ class ObjectRegistry:
         await store.close()
 
     def close_feeds(self) -> None:
-        """Ends every change-feed subscription (first step of a drain)."""
+        """Ends every change-feed subscription (first step of a drain), and those of objects
+        opened later: a subscription still opening its object would otherwise hold the drain."""
+        self._feeds_closed = FeedClosed("the server is shutting down")
         for store in self._open.values():
-            store.feed.close_all()
+            store.feed.close_all(self._feeds_closed)
 
     async def close_all(self) -> None:
         """Closes every open object (after its queued writes commit)."""
@@ -208,5 +239,5 @@ class ObjectRegistry:
         self._open.clear()
         for store in stores:
             await store.close()
-        if self._closing:
-            await asyncio.gather(*self._closing, return_exceptions=True)
+        if self._closes:
+            await asyncio.gather(*self._closes, return_exceptions=True)

@@ -52,7 +52,7 @@ from typing import Any, TypeVar, cast
 
 from sessions_server.storage import queries, schema, wal
 from sessions_server.storage.datadir import make_directories
-from sessions_server.storage.feed import ChangeEvent, FeedHub, FeedSettings
+from sessions_server.storage.feed import ChangeEvent, FeedClosed, FeedHub, FeedSettings
 from sessions_server.storage.rows import (
     AppendOutcome,
     NewRow,
@@ -179,6 +179,10 @@ class ObjectStore:
         self._queue: list[_Job] = []
         self._writer_task: asyncio.Task[None] | None = None
         self._closed = False
+        self._closing: asyncio.Future[None] | None = None
+        # Called as each write is queued; raises to refuse it (a move in progress: the snapshot
+        # must hold every write the source accepted).
+        self.write_gate: Callable[[], None] | None = None
         self._row_writes_saved = 0
         self._size_cache = (0.0, 0)  # (monotonic time, bytes): writes check the size limit often
         self.users = 0  # in-flight calls holding this store open (registry bookkeeping)
@@ -277,6 +281,8 @@ class ObjectStore:
         its transaction made it fail), so it changes nothing outside `ctx`."""
         if self._closed:
             raise RuntimeError("object store is closed")
+        if self.write_gate is not None:
+            self.write_gate()  # raises to refuse: checked as the job is queued, not before
         loop = asyncio.get_running_loop()
         job = _Job(run, loop.create_future())
         if self._may_commit_here(size_hint) and self._begin_here():
@@ -632,10 +638,17 @@ class ObjectStore:
             await asyncio.shield(self._writer_task)
 
     async def close(self) -> None:
-        """Waits for queued writes, then closes every connection (checkpointing the WAL)."""
+        """Waits for queued writes, then closes every connection (checkpointing the WAL). Any
+        number of callers may close a store: one close runs and each waits for it (two at once
+        would close the same descriptors twice, by then perhaps another file's)."""
+        if self._closing is None:
+            self._closing = asyncio.ensure_future(self._close_once())
+        await asyncio.shield(self._closing)
+
+    async def _close_once(self) -> None:
         await self.settled()
         self._closed = True
-        self.feed.close_all()
+        self.feed.close_all(FeedClosed("the object closed"))
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._executor, self._close_blocking)
 
