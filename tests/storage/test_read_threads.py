@@ -17,7 +17,7 @@ import pytest
 
 from sessions_server.storage import schema
 from sessions_server.storage import store as store_module
-from sessions_server.storage.rows import StorageError
+from sessions_server.storage.rows import StorageError, StoreClosed
 from sessions_server.storage.store import ObjectStore, WriteContext
 from tests.storage.test_write_threads import note, opened
 
@@ -264,7 +264,7 @@ def test_reads_in_place_use_the_writers_connection_and_closing_closes_it(tmp_pat
     assert inline_reads == 1
     assert open_while_open == 1  # the writer's connection only
     assert open_descriptors(path) == 0
-    with pytest.raises(RuntimeError, match="closed"):
+    with pytest.raises(StoreClosed, match="closed"):
         asyncio.run(store.read(notes_and_thread, quick=True))
 
 

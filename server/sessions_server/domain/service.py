@@ -56,6 +56,7 @@ from sessions_server.storage.rows import (
     QueryRejected,
     RowInfo,
     StorageError,
+    StoreClosed,
     StoredMessage,
     StoredRowUnreadable,
     UpdateOutcome,
@@ -262,6 +263,10 @@ class SessionsService:
                 if writing and store.cached_file_bytes() > self.limits.max_object_bytes:
                     raise exceeded("the object is full", "max_object_bytes", self.limits.max_object_bytes, "bytes")
                 yield store
+        except StoreClosed as exc:
+            raise Unavailable(
+                f"{exc} (replaced or removed, or the server stopping); retry", reason="OBJECT_MOVING"
+            ) from exc
         except StorageError as exc:
             raise storage_failure(str(exc), out_of_space=exc.out_of_space) from exc
         except StoredRowUnreadable as exc:

@@ -25,6 +25,10 @@ DEFAULT_MAX_OPEN_OBJECTS = 256
 INLINE_OPEN_MAX_SECONDS = 0.005
 
 
+CLOSE_GRACE_SECONDS = 5.0
+"""How long closing an object to replace or remove it waits for the calls using it to end."""
+
+
 class ObjectRegistry:
     """Opens, caches and closes ObjectStores. Use `async with registry.use(key) as store:`."""
 
@@ -220,8 +224,11 @@ class ObjectRegistry:
         if store is None:
             return
         store.feed.close_all(FeedClosed("the object is being replaced or removed", moving=True))
-        while store.users:
-            await store.idle.wait()
+        # Calls still using it after the grace are stuck (a stream whose client stopped reading
+        # waits for room to write, forever): the store closes under them, and their next read
+        # or write is refused (StoreClosed). Queued writes still commit first (`close`).
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(_until_unused(store), CLOSE_GRACE_SECONDS)
         if self._open.get(object_key) is store:
             del self._open[object_key]
         await store.close()
@@ -241,3 +248,8 @@ class ObjectRegistry:
             await store.close()
         if self._closes:
             await asyncio.gather(*self._closes, return_exceptions=True)
+
+
+async def _until_unused(store: ObjectStore) -> None:
+    while store.users:
+        await store.idle.wait()

@@ -155,6 +155,11 @@ class StorageError(Exception):
         self.out_of_space = cause is not None and is_out_of_space(cause)
 
 
+class StoreClosed(StorageError):
+    """The object's store closed under a call still using it (the object was replaced or
+    removed, or the server stopped): nothing was read or written."""
+
+
 # No space on the device, the user's quota, or the process's file size limit (RLIMIT_FSIZE).
 _OUT_OF_SPACE_ERRNOS: Final = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 

@@ -59,6 +59,7 @@ from sessions_server.storage.rows import (
     Parent,
     RowInfo,
     StorageError,
+    StoreClosed,
     StoredMessage,
     StoredRowUnreadable,
     UpdateOutcome,
@@ -280,7 +281,7 @@ class ObjectStore:
         one the job always runs on the writer thread. `run` may run again (when a job sharing
         its transaction made it fail), so it changes nothing outside `ctx`."""
         if self._closed:
-            raise RuntimeError("object store is closed")
+            raise StoreClosed("the object was closed while this call used it")
         if self.write_gate is not None:
             self.write_gate()  # raises to refuse: checked as the job is queued, not before
         loop = asyncio.get_running_loop()
@@ -510,7 +511,7 @@ class ObjectStore:
         to be point reads (a few dozen at most), which may then run in place (see the module
         docstring); `run` must be safe to run twice, as a read is."""
         if self._closed:
-            raise RuntimeError("object store is closed")
+            raise StoreClosed("the object was closed while this call used it")
         if quick and self._may_read_here():
             try:
                 return self._read_here(run)

@@ -13,6 +13,7 @@ from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Awaita
 from typing import Any, TypeVar
 
 import grpc
+from grpc._cython import cygrpc  # type: ignore[attr-defined]
 
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
@@ -847,6 +848,11 @@ class StreamSlots:
             self.active -= 1
 
 
+# What a write to a stream raises when gRPC could not send (the call ended under it: the client
+# cancelled while the write waited for room); the context does not always say cancelled yet.
+_SendFailed: type[Exception] = cygrpc.ExecuteBatchError
+
+
 async def _stream(context: Any, run: Callable[[], AsyncIterator[Resp]], slots: StreamSlots) -> None:
     """Writes a server stream with `context.write`. Written as a coroutine (not a generator) so a
     client's cancellation or deadline raises inside it at once and every `finally` runs: the read
@@ -862,6 +868,6 @@ async def _stream(context: Any, run: Callable[[], AsyncIterator[Resp]], slots: S
     except (grpc.aio.AbortError, grpc.aio.UsageError):
         raise
     except Exception as exc:
-        if context.cancelled() or context.done():
+        if context.cancelled() or context.done() or isinstance(exc, _SendFailed):
             return  # the client went away mid-write: nothing to report to anyone
         await _abort(context, exc)

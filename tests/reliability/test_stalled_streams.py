@@ -1,0 +1,71 @@
+"""A stream whose client stopped reading (alive, answering keepalives, reading nothing) waits for
+room to write forever. It must not hold up the removal or replacement of its object: after a
+grace the server cancels the calls still holding the object, and the delete goes through."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from sessions_client import SessionsClient
+from sessions_client._common import routing_metadata
+from sessions_proto.v1 import sessions_pb2 as pb
+from sessions_proto.v1 import sessions_pb2_grpc
+from sessions_server.storage import registry
+from sessions_server.storage.paths import object_path
+from tests.conftest import start_server
+from tests.service.support import text_message
+
+GRACE_SECONDS = 0.3
+BIG = 1_500_000
+
+
+@pytest.fixture
+def short_grace(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setattr(registry, "CLOSE_GRACE_SECONDS", GRACE_SECONDS)
+    yield
+
+
+def test_a_delete_goes_through_streams_whose_clients_stopped_reading(tmp_path: Path, short_grace: None) -> None:
+    server = start_server(tmp_path / "data")
+    stalled = grpc.insecure_channel(server.address)
+    stub = sessions_pb2_grpc.SessionServiceStub(stalled)
+    metadata = routing_metadata("wedged")
+    try:
+        with SessionsClient(server.address) as client:
+            session = client.object("wedged").session()
+            for index in range(20):  # 30 MB: more than flow control lets ahead of the reader
+                session.append_message(text_message(f"m{index}", "x" * BIG))
+
+            history = stub.StreamHistory(pb.StreamHistoryRequest(object_key="wedged"), metadata=metadata)
+            next(history)  # one response, then no more reading
+            feed = stub.Subscribe(pb.SubscribeRequest(object_key="wedged"), metadata=metadata)
+            assert next(feed).type == pb.CHANGE_TYPE_PROGRESS
+            for index in range(20):  # events the stalled subscriber never reads
+                session.append_message(text_message(f"late{index}", "y" * BIG))
+
+            started = time.monotonic()
+            deleted = client._stub.DeleteObject(
+                pb.DeleteObjectRequest(object_key="wedged"), metadata=metadata, timeout=30
+            )
+            assert deleted.deleted
+            assert time.monotonic() - started < 20
+            assert not object_path(tmp_path / "data", "wedged").exists()
+
+            # The stalled calls were ended by the server: reading on finds their end.
+            for stream in (history, feed):
+                with pytest.raises(grpc.RpcError) as ended:
+                    for _ in stream:
+                        pass
+                assert ended.value.code() == grpc.StatusCode.UNAVAILABLE, ended.value.details()
+
+            other = client.object("unaffected").session()  # the server goes on serving
+            other.append_message(text_message("a"))
+            assert [m["id"] for m in other.get_history()] == ["a"]
+    finally:
+        stalled.close()
+        server.stop()
