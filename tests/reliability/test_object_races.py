@@ -201,10 +201,12 @@ def test_delete_of_an_object_the_registry_evicts_meanwhile_closes_it_once(tmp_pa
             stub = pb_grpc.SessionServiceStub(channel)
             for key in [neighbour, *keys]:
                 _append(stub, key, "m0")
-            watcher = stub.Subscribe(pb.SubscribeRequest(object_key=neighbour), metadata=routing(neighbour))
+            watcher = stub.Subscribe(
+                pb.SubscribeRequest(object_key=neighbour), metadata=routing(neighbour), timeout=GUARD_SECONDS
+            )
             assert next(watcher).type == pb.CHANGE_TYPE_PROGRESS  # the neighbour stays open and busy
             for key in keys:
-                feed = stub.Subscribe(pb.SubscribeRequest(object_key=key), metadata=routing(key))
+                feed = stub.Subscribe(pb.SubscribeRequest(object_key=key), metadata=routing(key), timeout=GUARD_SECONDS)
                 assert next(feed).type == pb.CHANGE_TYPE_PROGRESS  # open: two objects, one allowed
                 request = pb.DeleteObjectRequest(object_key=key, moved_to="elsewhere:1")
                 answer = stub.DeleteObject(request, metadata=routing(key), timeout=GUARD_SECONDS)
@@ -441,9 +443,10 @@ def test_an_export_cancelled_while_its_snapshot_is_copied_leaves_no_copy(tmp_pat
 
     Nothing holds a snapshot of an open object still, so the export is cancelled as soon as its
     copy appears, while the copy is being written (a 20 MB object takes tens of milliseconds;
-    the cancellation arrives within a few), up to SNAPSHOT_ATTEMPTS times. A plain export: a
-    locked one cancelled after its snapshot keeps its lock for the lease, by design, so a
-    cancellation that came late would fail the test for a reason it does not test. Before the
+    the cancellation arrives within a few), SNAPSHOT_ATTEMPTS times. A plain export: a locked
+    one cancelled after its snapshot, while sending it, keeps its lock until the lease ends or
+    AbortMove, so a cancellation that came late would fail the test for a reason it does not
+    test. Before the
     fix every attempt left its copy behind (30 of 30 in measurements)."""
     data_dir = tmp_path / "data"
     server = start_server(data_dir)

@@ -17,8 +17,7 @@ import asyncio
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from sessions_server.storage.rows import Compaction, RowInfo
 
@@ -55,7 +54,6 @@ class ChangeEvent:
     compaction: Compaction | None = None
     error: str = ""
     revision: int = 0
-    cache: dict[str, Any] = field(default_factory=dict)  # per-event derived forms (e.g. pointer JSON)
 
     _size: int = -1
 

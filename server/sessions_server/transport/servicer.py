@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import urllib.parse
+from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
@@ -102,6 +103,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         self._authority = authority
         self._slots = StreamSlots(service.limits.max_concurrent_streams)
         self.assembly = AssemblyBudget(service.limits.max_assembly_bytes)
+        self._feed_frames = FeedFrames(FEED_FRAMES_BYTES)
 
     def _pieces(self, *, from_client: bool) -> Pieces:
         """A message arriving in pieces: `source=client` ones have their own size limit."""
@@ -602,7 +604,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             )
             async with contextlib.aclosing(items):
                 async for item in items:
-                    for response in feed_responses(item, inline):
+                    for response in feed_responses(item, inline, self._feed_frames):
                         yield response
 
         await _stream(context, run, self._slots)
@@ -760,7 +762,39 @@ _CHANGE_TYPES = {
 _PARENT_MODES = {"auto": pb.PARENT_MODE_AUTO, "root": pb.PARENT_MODE_ROOT, "id": pb.PARENT_MODE_ID}
 
 
-def feed_responses(item: ChangeEvent | Reset | Progress, inline: bool) -> Iterator[pb.SubscribeResponse]:
+FEED_FRAMES_BYTES = 16 * 1024 * 1024
+
+
+class FeedFrames:
+    """The encoded responses of recent change events, per attachment mode, shared by every
+    subscriber they go to: an event is encoded once however many receive it. Bounded by the
+    JSON the entries hold (`max_bytes`, least recently used dropped first): an event read again
+    later (a resume replaying the retained ring) is encoded again. Each entry keeps its event
+    alive, so no other event can take its identity, which keys it."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self._max_bytes = max_bytes
+        self._bytes = 0
+        self._entries: OrderedDict[tuple[int, bool], tuple[ChangeEvent, list[pb.SubscribeResponse]]] = OrderedDict()
+
+    def get(self, event: ChangeEvent, inline: bool) -> list[pb.SubscribeResponse] | None:
+        entry = self._entries.get((id(event), inline))
+        if entry is None:
+            return None
+        self._entries.move_to_end((id(event), inline))
+        return entry[1]
+
+    def put(self, event: ChangeEvent, inline: bool, responses: list[pb.SubscribeResponse]) -> None:
+        self._entries[(id(event), inline)] = (event, responses)
+        self._bytes += event.size
+        while self._bytes > self._max_bytes and len(self._entries) > 1:
+            _, (dropped, _) = self._entries.popitem(last=False)
+            self._bytes -= dropped.size
+
+
+def feed_responses(
+    item: ChangeEvent | Reset | Progress, inline: bool, shared: FeedFrames
+) -> Iterator[pb.SubscribeResponse]:
     """The frames of one feed item: one, or several when its message needs pieces."""
     if isinstance(item, Progress):
         yield pb.SubscribeResponse(revision=item.revision, type=pb.CHANGE_TYPE_PROGRESS)
@@ -784,9 +818,8 @@ def feed_responses(item: ChangeEvent | Reset | Progress, inline: bool) -> Iterat
     if item.message_json is None:
         yield head
         return
-    key = "inline" if inline else "pointer"
-    cached = item.cache.get(key)
-    if cached is None:  # built once per event and mode, shared by every subscriber
+    cached = shared.get(item, inline)
+    if cached is None:
         text = item.message_json if inline else pointer_form(item.message_json)
         frames = list(framing.message_frames(MessageView(item.message_info, text)))
         head.message.CopyFrom(frames[0])
@@ -794,7 +827,7 @@ def feed_responses(item: ChangeEvent | Reset | Progress, inline: bool) -> Iterat
             pb.SubscribeResponse(revision=item.revision, type=head.type, session_id=item.session_id, message=frame)
             for frame in frames[1:]
         ]
-        item.cache[key] = cached
+        shared.put(item, inline, cached)
     yield from cached
 
 
