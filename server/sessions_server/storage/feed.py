@@ -228,9 +228,18 @@ class FeedHub:
             if not same_epoch and resume_after < current and resume_after >= oldest_kept - 1:
                 same_epoch = True  # the counter rolled into a new epoch while we kept its events
             if resume_after > current:
-                subscription.backlog.append(Reset(current, "unknown revision (the server restarted)"))
+                subscription.backlog.append(
+                    Reset(
+                        current,
+                        "unknown revision (the feed restarted: the object was reopened or the server restarted)",
+                    )
+                )
             elif resume_after < oldest_kept - 1 or not same_epoch:
-                reason = "events were not retained" if same_epoch else "the server restarted"
+                reason = (
+                    "events were not retained"
+                    if same_epoch
+                    else "the feed restarted (the object was closed and reopened, or the server restarted)"
+                )
                 subscription.backlog.append(Reset(current, reason))
             else:
                 subscription.backlog.extend(
