@@ -34,10 +34,10 @@ from sessions_server.storage.registry import ObjectRegistry
 from sessions_server.storage.rows import StorageError, is_out_of_space
 
 EXPORT_FRAME_BYTES = 3 * 1024 * 1024
-T = TypeVar("T")
 DEFAULT_LEASE_SECONDS = 60
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,7 +227,8 @@ class ObjectAdmin:
             if time.monotonic() >= expiry:
                 raise FailedPrecondition(
                     "the move lock expired before this delete: writes may have been accepted after "
-                    "the snapshot, so nothing was deleted; export the object again",
+                    "the snapshot, so nothing was deleted; export the object again (or AbortMove, "
+                    "then delete)",
                     reason="FAILED_PRECONDITION",
                 )
             self._moving[object_key] = math.inf  # held until the file is gone

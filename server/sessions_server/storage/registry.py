@@ -99,8 +99,7 @@ class ObjectRegistry:
                 continue
             evicted = self._closing.get(object_key)
             if evicted is not None:  # its last writes to the file (a counter) come first
-                with contextlib.suppress(Exception):  # its failure is the eviction's to report
-                    await evicted.close()
+                await self._closed_evicted(object_key, evicted)
                 continue
             loop = asyncio.get_running_loop()
             future: asyncio.Future[ObjectStore] = loop.create_future()
@@ -177,6 +176,15 @@ class ObjectRegistry:
             if self._closing.get(object_key) is store:
                 del self._closing[object_key]
 
+    async def _closed_evicted(self, object_key: str, store: ObjectStore) -> None:
+        """Waits for an evicted store's close (its failure is the eviction's to report), and
+        forgets it at once: a close already done returns without yielding to the event loop,
+        so waiting for the eviction task to forget it would spin."""
+        with contextlib.suppress(Exception):
+            await store.close()
+        if self._closing.get(object_key) is store:
+            del self._closing[object_key]
+
     # The gauges below are read by the metrics endpoint's thread while the event loop opens,
     # closes and reorders objects: they sum over a snapshot (taking it runs no Python code, so
     # no other thread can change the dict meanwhile).
@@ -218,8 +226,7 @@ class ObjectRegistry:
         once its file is closed, also when an eviction had begun closing it."""
         evicted = self._closing.get(object_key)
         if evicted is not None:
-            with contextlib.suppress(Exception):
-                await evicted.close()
+            await self._closed_evicted(object_key, evicted)
         store = self._open.get(object_key)
         if store is None:
             return
