@@ -8,7 +8,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from sessions_client import SessionsClient, SessionsError
+from sessions_client import SessionsClient
 from sessions_client._common import routing_metadata
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc
