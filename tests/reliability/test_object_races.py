@@ -27,6 +27,7 @@ from typing import Any
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from sessions_client import SessionsClient, SessionsError
 from sessions_client.admin import move_object
@@ -99,6 +100,13 @@ def _writes_refused(stub: pb_grpc.SessionServiceStub, key: str) -> bool:
 def _in_flight(server: LiveServer) -> int:
     """Calls (change feeds aside) whose handler is running: the sessions_rpcs_in_flight gauge."""
     return server.running.calls.calls_in_flight
+
+
+def _health_check(channel: grpc.Channel) -> None:
+    """A call that touches no object: the server answers it after the steps that calls it
+    received before it took without waiting (the event loop runs one step at a time)."""
+    answer = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=GUARD_SECONDS)
+    assert answer.status == health_pb2.HealthCheckResponse.SERVING
 
 
 def _wait(condition: Callable[[], object], what: str) -> None:
@@ -183,7 +191,7 @@ def _closed_file_locked(path: Path) -> Iterator[None]:
         holder[0].close()
 
 
-# ── 1. an eviction and a DeleteObject closing the same store ─────────────────
+# ── 1. an eviction racing another close, or a reopen, of the same object ─────
 
 
 def test_delete_of_an_object_the_registry_evicts_meanwhile_closes_it_once(tmp_path: Path) -> None:
@@ -228,6 +236,48 @@ def test_delete_of_an_object_the_registry_evicts_meanwhile_closes_it_once(tmp_pa
         assert sign not in output, output
     report = check_object_file(object_path(data_dir, neighbour), readonly=False)
     assert (report.integrity, report.torn, report.messages) == ("ok", [], 2)
+
+
+def test_a_call_reopening_an_object_waits_for_its_eviction_to_finish_closing_it(tmp_path: Path) -> None:
+    """An evicted object's close ends by saving its counters to the file (row_writes, as
+    upstream bills writes). A call that came meanwhile opened the object anew without waiting
+    for that close: from the file, before the save, so the reopened object counted from a stale
+    value and later saved that over the right one. Another connection's write transaction holds
+    the close at its save here (the store waits for locks once a write has had to)."""
+    data_dir = tmp_path / "data"
+    server = start_server(data_dir, max_open_objects=1)
+    key = "evicted"
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            stub = pb_grpc.SessionServiceStub(channel)
+            _append(stub, key, "m0")
+            other_writer = sqlite3.connect(object_path(data_dir, key), isolation_level=None, timeout=0)
+            try:
+                other_writer.execute("BEGIN IMMEDIATE")
+                waited = _append_call(stub, key, "m1")  # waits for the other writer's lock
+                _wait(lambda: _in_flight(server) == 1, "the append reached the server")
+                _health_check(channel)  # answered after the append's first steps: its write is queued
+                other_writer.execute("ROLLBACK")
+                waited.result()
+                counted = server.running.registry.row_writes()  # the only open object: sessions_row_writes
+                assert counted > 0
+                other_writer.execute("BEGIN IMMEDIATE")
+                assert _sessions(stub, "other") == []  # `key` falls out of the LRU: its close begins
+                stats = stub.GetObjectStats.future(
+                    pb.GetObjectStatsRequest(object_key=key), metadata=routing(key), timeout=GUARD_SECONDS
+                )
+                _wait(lambda: stats.done() or _in_flight(server) == 1, "the reopening call reached the server")
+                assert _sessions(stub, "other") == []  # sent after it: answered after its first steps
+            finally:
+                other_writer.close()
+            assert stats.result().row_writes == counted
+            assert _sessions(stub, "other") == []  # closes `key` again, saving what it counted
+            reopened = stub.GetObjectStats(
+                pb.GetObjectStatsRequest(object_key=key), metadata=routing(key), timeout=GUARD_SECONDS
+            )
+            assert reopened.row_writes == counted
+    finally:
+        server.stop()
 
 
 # ── 2. an ImportMessages stream under a move lock ───────────────────────────
@@ -446,8 +496,7 @@ def test_an_export_cancelled_while_its_snapshot_is_copied_leaves_no_copy(tmp_pat
     the cancellation arrives within a few), SNAPSHOT_ATTEMPTS times. A plain export: a locked
     one cancelled after its snapshot, while sending it, keeps its lock until the lease ends or
     AbortMove, so a cancellation that came late would fail the test for a reason it does not
-    test. Before the
-    fix every attempt left its copy behind (30 of 30 in measurements)."""
+    test. Before the fix every attempt left its copy behind (30 of 30 in measurements)."""
     data_dir = tmp_path / "data"
     server = start_server(data_dir)
     key = "large"
@@ -467,6 +516,32 @@ def test_an_export_cancelled_while_its_snapshot_is_copied_leaves_no_copy(tmp_pat
                 assert wait_until(lambda: bool(_scratch_files(data_dir)), GUARD_SECONDS, interval=0.0002)
                 export.cancel()
                 _wait(lambda: not _scratch_files(data_dir), "the cancelled export's copy was removed")
+            _append(stub, key, "after")
+            assert _stored(stub, key, "after")
+    finally:
+        server.stop()
+
+
+def test_a_locked_export_cut_short_while_sending_releases_the_lock(tmp_path: Path) -> None:
+    """A mover that goes away mid-transfer (its stream cancelled before the server could send the
+    last frame) cannot finish the move: the lock no longer waits out its lease (600 s for
+    move_object)."""
+    server = start_server(tmp_path / "data")
+    key = "cut-short"
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            stub = pb_grpc.SessionServiceStub(channel)
+            for index in range(30):  # 30 MB: more than flow control lets ahead of the reader
+                text = canonical({"id": f"b{index}", "role": "user", "parts": [{"type": "text", "text": "x" * 2**20}]})
+                request = pb.AppendMessageRequest(object_key=key, session_id="s", message_json=text)
+                stub.AppendMessage(request, metadata=routing(key), timeout=GUARD_SECONDS)
+            request = pb.ExportObjectRequest(object_key=key, lock_for_move=True, lease_seconds=600)
+            export = stub.ExportObject(request, metadata=routing(key), timeout=GUARD_SECONDS)
+            first = next(export)
+            assert 0 < len(first.data) < first.size_bytes
+            assert _writes_refused(stub, key)
+            export.cancel()
+            _wait(lambda: not _writes_refused(stub, key), "the cut-short export's lock was released")
             _append(stub, key, "after")
             assert _stored(stub, key, "after")
     finally:

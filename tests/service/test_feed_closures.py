@@ -164,9 +164,10 @@ def test_a_drain_ends_open_feeds_and_refuses_those_still_opening(tmp_path: Path)
             assert not drainer.is_alive()
             drained = time.monotonic() - began
     finally:
-        if drainer.ident is None:
+        if drainer.ident is None:  # failed before the drain began
             server.stop()
-        drainer.join(GUARD_SECONDS)
+        else:
+            drainer.join(GUARD_SECONDS)
     assert open_events == []
     assert (open_ended.code, open_ended.reason) == (grpc.StatusCode.UNAVAILABLE, "DRAINING"), open_ended
     assert "shutting down" in open_ended.message

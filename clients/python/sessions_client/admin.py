@@ -147,7 +147,7 @@ def move_object(
                 "FAILED_PRECONDITION",
                 {},
             )
-    except SessionsError:
+    except BaseException:  # a refusal, or the mover interrupted: the source takes writes again
         typing.cast(typing.Any, export).cancel()  # a snapshot still being sent is dropped
         with contextlib.suppress(grpc.RpcError):  # best effort: else the lock lasts its lease
             source._stub.AbortMove(pb.AbortMoveRequest(object_key=object_key), metadata=metadata_source)

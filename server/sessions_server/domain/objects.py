@@ -106,7 +106,8 @@ class ObjectAdmin:
         if not path.exists():
             raise NotFound("no such object on this server", field="object_key")
         lease = DEFAULT_LEASE_SECONDS if lease_seconds <= 0 else lease_seconds
-        async with self._registry.use(object_key) as store:
+        again = functools.partial(self.admit, object_key, writing=lock_for_move)
+        async with self._registry.use(object_key, again) as store:  # (deleted while it waited: refused)
             try:
                 if lock_for_move:
                     self._moving[object_key] = time.monotonic() + lease
@@ -127,6 +128,7 @@ class ObjectAdmin:
                 if isinstance(exc, StorageError):
                     raise storage_failure(str(exc), out_of_space=exc.out_of_space) from None
                 raise
+        sent = False
         try:
             size = copy.stat().st_size
             digest = hashlib.sha256()
@@ -138,8 +140,11 @@ class ObjectAdmin:
                 if lock_for_move:
                     self._moving[object_key] = time.monotonic() + lease
             yield ExportFrame(size if first else 0, b"", digest.hexdigest())
+            sent = True
         finally:
             copy.unlink(missing_ok=True)
+            if lock_for_move and not sent:  # cut short (the mover gone): no move can follow it
+                self._moving.pop(object_key, None)
 
     async def receive(
         self, object_key: str, frames: AsyncIterator[tuple[bytes, str]], *, replace: bool
