@@ -325,3 +325,30 @@ def wait_until(condition: Callable[[], bool], timeout: float, interval: float = 
         if time.monotonic() > deadline:
             return False
         time.sleep(interval)
+
+
+@contextlib.contextmanager
+def closed_file_locked(path: Path, guard_seconds: float = 20.0) -> Iterator[None]:
+    """Another process's exclusive lock on an object file the server has closed (a backup's, a
+    replicator's): the server's next open of it waits until the block ends. Waits for the
+    server's own connections to let go of the file first (an eviction closes them)."""
+    holder: list[sqlite3.Connection] = []
+
+    def take() -> bool:
+        conn = sqlite3.connect(path, isolation_level=None, timeout=0)
+        try:
+            conn.execute("PRAGMA locking_mode = EXCLUSIVE")
+            conn.execute("BEGIN EXCLUSIVE")
+            conn.execute("CREATE TABLE IF NOT EXISTS test_lock_holder (x)")  # rolled back
+        except sqlite3.OperationalError:
+            conn.close()
+            return False
+        holder.append(conn)
+        return True
+
+    assert wait_until(take, guard_seconds, interval=0.005), f"no exclusive lock on {path.name} within the guard"
+    try:
+        yield
+    finally:
+        holder[0].execute("ROLLBACK")
+        holder[0].close()

@@ -35,7 +35,7 @@ from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
 from sessions_server.storage.paths import object_path
 from tests.conftest import LiveServer, start_server
-from tests.reliability.support import Server, canonical, check_object_file, routing, wait_until
+from tests.reliability.support import Server, canonical, check_object_file, closed_file_locked, routing, wait_until
 
 GUARD_SECONDS = 20.0  # a failure guard on waits, never a synchronisation device
 SCRATCH = "scratch"
@@ -162,33 +162,6 @@ def _import_held_at_install(
             lock.close()
     finally:
         digest_may_go.set()
-
-
-@contextlib.contextmanager
-def _closed_file_locked(path: Path) -> Iterator[None]:
-    """Another process's exclusive lock on an object file the server has closed (a backup's, a
-    replicator's): the server's next open of it waits until the block ends. Waits for the
-    server's own connections to let go of the file first (an eviction closes them)."""
-    holder: list[sqlite3.Connection] = []
-
-    def take() -> bool:
-        conn = sqlite3.connect(path, isolation_level=None, timeout=0)
-        try:
-            conn.execute("PRAGMA locking_mode = EXCLUSIVE")
-            conn.execute("BEGIN EXCLUSIVE")
-            conn.execute("CREATE TABLE IF NOT EXISTS test_lock_holder (x)")  # rolled back
-        except sqlite3.OperationalError:
-            conn.close()
-            return False
-        holder.append(conn)
-        return True
-
-    _wait(take, f"an exclusive lock on {path.name}")
-    try:
-        yield
-    finally:
-        holder[0].execute("ROLLBACK")
-        holder[0].close()
 
 
 # ── 1. an eviction racing another close, or a reopen, of the same object ─────
@@ -339,7 +312,7 @@ def test_calls_waiting_on_an_open_do_not_recreate_an_object_deleted_meanwhile(tm
             stub = pb_grpc.SessionServiceStub(channel)
             _append(stub, key, "m0")
             _append(stub, "other", "m0")  # `key` falls out of the LRU: its next call opens it
-            with _closed_file_locked(path):
+            with closed_file_locked(path):
                 opener = stub.ListSessions.future(
                     pb.ListSessionsRequest(object_key=key), metadata=routing(key), timeout=GUARD_SECONDS
                 )

@@ -12,12 +12,10 @@ Every wait is for a call's answer or a condition, with GUARD_SECONDS only as a f
 
 from __future__ import annotations
 
-import contextlib
 import json
-import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +28,7 @@ from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc
 from sessions_server.storage.paths import object_path
 from tests.conftest import start_server
+from tests.reliability.support import closed_file_locked
 from tests.service.support import text_message
 
 GUARD_SECONDS = 20.0  # a failure guard on waits and calls, never a synchronisation device
@@ -107,33 +106,6 @@ def test_subscribers_of_an_object_removed_or_replaced_are_told_it_is_moving(
         again.cancel()
 
 
-@contextlib.contextmanager
-def _closed_file_locked(path: Path) -> Iterator[None]:
-    """Another process's exclusive lock on an object file the server has closed (a backup's, a
-    replicator's): the server's next open of it waits until the block ends. Waits for the
-    server's own connections to let go of the file first (an eviction closes them)."""
-    holder: list[sqlite3.Connection] = []
-
-    def take() -> bool:
-        conn = sqlite3.connect(path, isolation_level=None, timeout=0)
-        try:
-            conn.execute("PRAGMA locking_mode = EXCLUSIVE")
-            conn.execute("BEGIN EXCLUSIVE")
-            conn.execute("CREATE TABLE IF NOT EXISTS test_lock_holder (x)")  # rolled back
-        except sqlite3.OperationalError:
-            conn.close()
-            return False
-        holder.append(conn)
-        return True
-
-    _wait(take, f"an exclusive lock on {path.name}")
-    try:
-        yield
-    finally:
-        holder[0].execute("ROLLBACK")
-        holder[0].close()
-
-
 def test_a_drain_ends_open_feeds_and_refuses_those_still_opening(tmp_path: Path) -> None:
     """One subscriber's object is open; another's is still opening (its file locked by another
     process) when the drain begins. Both end with DRAINING, and the drain does not wait out its
@@ -148,7 +120,7 @@ def test_a_drain_ends_open_feeds_and_refuses_those_still_opening(tmp_path: Path)
             _append(stub, opening_key, "m0")
             _append(stub, open_key, "m0")  # `opening` falls out of the LRU: a subscription opens it
             open_feed = _subscribe(stub, open_key)
-            with _closed_file_locked(object_path(data_dir, opening_key)):
+            with closed_file_locked(object_path(data_dir, opening_key)):
                 started = server.running.calls.calls_started
                 opening_feed = stub.Subscribe(
                     pb.SubscribeRequest(object_key=opening_key),
