@@ -78,11 +78,11 @@ class ObjectRegistry:
             self._evict_idle()
 
     async def _acquire(self, object_key: str, check: Callable[[], None] | None) -> ObjectStore:
-        waited = False
+        first_pass = True
         while True:
-            if waited and check is not None:
+            if not first_pass and check is not None:  # every later pass follows a wait
                 check()
-            waited = True
+            first_pass = False
             held = self._held.get(object_key)
             if held is not None:
                 await held.wait()
