@@ -17,7 +17,7 @@ import asyncio
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sessions_server.storage.rows import Compaction, RowInfo
 
@@ -55,7 +55,7 @@ class ChangeEvent:
     error: str = ""
     revision: int = 0
 
-    _size: int = -1
+    _size: int = field(default=-1, init=False, repr=False, compare=False)  # see `size`
 
     @property
     def size(self) -> int:
