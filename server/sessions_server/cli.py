@@ -164,6 +164,13 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"bytes of events kept per object for resuming (default {feed.retain_bytes})",
     )
     serve.add_argument(
+        "--feed-retain-total-bytes",
+        type=int,
+        default=feed.retain_total_bytes,
+        help=f"bytes of events kept for resuming by all open objects together, oldest dropped first "
+        f"(default {feed.retain_total_bytes})",
+    )
+    serve.add_argument(
         "--subscriber-queue-events",
         type=int,
         default=feed.queue_events,
@@ -306,7 +313,11 @@ def main(argv: list[str] | None = None) -> int:
         ring_file=args.ring_file,
         metrics_listen=args.metrics_listen,
         feed=FeedSettings(
-            args.feed_retain_events, args.feed_retain_bytes, args.subscriber_queue_events, args.subscriber_queue_bytes
+            args.feed_retain_events,
+            args.feed_retain_bytes,
+            args.subscriber_queue_events,
+            args.subscriber_queue_bytes,
+            args.feed_retain_total_bytes,
         ),
         limits=Limits(
             max_client_message_bytes=args.max_client_message_bytes,

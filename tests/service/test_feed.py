@@ -30,6 +30,7 @@ from sessions_client import AUTO, ImportItem, SessionsClient, SessionsError
 from sessions_client._common import ChangeEvent, EventAssembler, routing_metadata
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc
+from sessions_server.storage.feed import FeedSettings
 from tests.service.support import message_rows, text_message
 
 GUARD_SECONDS = 30.0  # a failure guard on queue reads, never a synchronisation device
@@ -702,6 +703,33 @@ def test_a_subscriber_within_retention_gets_every_event_of_a_large_burst(
 
 
 # ── slow subscribers ─────────────────────────────────────────────────────────
+
+
+def test_writes_to_other_objects_push_the_oldest_events_out_of_the_process_bound(tmp_path: Path) -> None:
+    """All open objects keep their events within one bound (`--feed-retain-total-bytes`): a
+    resume point whose events went to make room for another object's gets a reset, not a gap."""
+    from tests.conftest import start_server
+
+    server = start_server(tmp_path / "data", feed=FeedSettings(retain_total_bytes=64 * 1024))
+    try:
+        with SessionsClient(server.address) as client:
+            quiet, busy = client.object("quiet").session(), client.object("busy").session()
+            feed = Feed(server.address, "quiet")
+            quiet.append_message(text_message("kept for a while"))
+            resume_at = feed.next().revision - 1
+            feed.close()
+            within = Feed(server.address, "quiet", resume_from=resume_at)
+            assert within.next().message["id"] == "kept for a while"  # retained so far
+            within.close()
+
+            busy.append_messages([text_message(f"b{i}", "x" * 1000) for i in range(100)])  # ≈125 KB of events
+
+            resumed = Feed(server.address, "quiet", resume_from=resume_at)
+            first = resumed.next()
+            assert first.type == "reset" and "retain" in first.error, summary(first)
+            resumed.close()
+    finally:
+        server.stop()
 
 
 def test_a_stalled_subscriber_does_not_block_writers_and_later_sees_a_reset(

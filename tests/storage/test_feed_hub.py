@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Literal
 
-from sessions_server.storage.feed import ChangeEvent, FeedHub, FeedSettings, Reset
+from sessions_server.storage.feed import ChangeEvent, FeedClosed, FeedHub, Feeds, FeedSettings, Reset
 
 
 def _events(count: int, size: int = 10) -> list[ChangeEvent]:
@@ -133,3 +133,41 @@ def test_events_are_counted_at_their_utf8_size() -> None:
         return await hub.subscribe(None, events[0].revision - 1).next(timeout=1)
 
     assert isinstance(asyncio.run(resume()), Reset)  # three do not fit in two's bytes
+
+
+def _kept_from(hub: FeedHub, after: int) -> list[ChangeEvent | Reset]:
+    """What a subscriber resuming after revision `after` is given first (all of it, at once)."""
+    return list(hub.subscribe(None, after).backlog)
+
+
+def test_open_objects_keep_events_within_one_bound_for_the_process_oldest_first() -> None:
+    size = _events(1)[0].size
+    feeds = Feeds(FeedSettings(retain_total_bytes=4 * size))
+    first, second = feeds.hub(), feeds.hub()
+    early, late = _events(3), _events(3)
+    first.publish(early)
+    second.publish(late[:1])  # four kept: within the bound
+    assert _kept_from(first, early[0].revision - 1) == early
+    second.publish(late[1:])  # six: the two oldest in the process go, both the first object's
+    assert feeds.retention.bytes == 4 * size
+    reset = _kept_from(first, early[0].revision - 1)
+    assert len(reset) == 1 and isinstance(reset[0], Reset) and "not retained" in reset[0].reason
+    assert _kept_from(first, early[1].revision) == early[2:]
+    assert _kept_from(second, late[0].revision - 1) == late
+
+
+def test_events_a_feed_drops_or_closes_on_are_no_longer_counted_for_the_process() -> None:
+    size = _events(1)[0].size
+    feeds = Feeds(FeedSettings(retain_events=2, retain_total_bytes=100 * size))
+    busy, closing = feeds.hub(), feeds.hub()
+    for event in _events(5_000):
+        busy.publish([event])  # the object's own bound keeps two
+    assert feeds.retention.bytes == 2 * size
+    # What the process bound tracks of events the hubs dropped themselves stays bounded too.
+    assert len(feeds.retention._order) <= 2 * 2 + 1024
+    closing.publish(_events(2))
+    assert feeds.retention.bytes == 4 * size
+    closing.close_all(FeedClosed("the object closed"))
+    assert feeds.retention.bytes == 2 * size
+    closing.publish(_events(1))  # published while its object finishes closing: kept for nobody
+    assert feeds.retention.bytes == 2 * size

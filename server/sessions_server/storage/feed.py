@@ -6,9 +6,11 @@ increases for the life of the object: `epoch << 22 | counter`, where the epoch i
 clock taken when the object opens (and moved on if the counter ever fills), so revisions keep
 increasing across restarts while a resume point from before a restart is recognisably gone.
 
-A bounded ring keeps recent events (by count and bytes) for resuming subscribers. Each subscriber
-has a bounded queue; publishing never waits for a subscriber: a full queue is dropped and the
-subscriber is told to reset, so a slow reader never slows writers or other readers.
+A bounded ring keeps recent events (by count and bytes) for resuming subscribers, and one bound
+for the process (`FeedRetention`) keeps the rings of all open objects together within a budget,
+the oldest event going first whichever object it belongs to. Each subscriber has a bounded
+queue; publishing never waits for a subscriber: a full queue is dropped and the subscriber is
+told to reset, so a slow reader never slows writers or other readers.
 """
 
 from __future__ import annotations
@@ -25,18 +27,21 @@ COUNTER_BITS = 22
 COUNTER_LIMIT = 1 << COUNTER_BITS
 DEFAULT_RETAIN_EVENTS = 10_000
 DEFAULT_RETAIN_BYTES = 64 * 1024 * 1024
+DEFAULT_RETAIN_TOTAL_BYTES = 256 * 1024 * 1024
 DEFAULT_QUEUE_EVENTS = 1_000
 DEFAULT_QUEUE_BYTES = 32 * 1024 * 1024
 
 
 @dataclass(frozen=True)
 class FeedSettings:
-    """Retention of an object's recent events (for resuming) and each subscriber's queue bound."""
+    """Retention of an object's recent events (for resuming), of all open objects' together, and
+    each subscriber's queue bound."""
 
     retain_events: int = DEFAULT_RETAIN_EVENTS
     retain_bytes: int = DEFAULT_RETAIN_BYTES
     queue_events: int = DEFAULT_QUEUE_EVENTS
     queue_bytes: int = DEFAULT_QUEUE_BYTES
+    retain_total_bytes: int = DEFAULT_RETAIN_TOTAL_BYTES
 
 
 @dataclass(slots=True)
@@ -171,8 +176,9 @@ def _next_epoch() -> int:
 class FeedHub:
     """Revisions, the retention ring and the subscribers of one object."""
 
-    def __init__(self, settings: FeedSettings | None = None) -> None:
+    def __init__(self, settings: FeedSettings | None = None, retention: FeedRetention | None = None) -> None:
         settings = settings or FeedSettings()
+        self._retention = retention
         self._epoch = _next_epoch()
         self._counter = 0
         self._ring: deque[ChangeEvent] = deque()
@@ -203,13 +209,15 @@ class FeedHub:
                 self._epoch = _next_epoch()
                 self._counter = 1
             event.revision = self.revision
-            size = event.size
-            ring.append(event)
-            sizes.append(size)
-            self._ring_bytes += size
-            while ring and (len(ring) > self._retain_events or self._ring_bytes > self._retain_bytes):
-                ring.popleft()
-                self._ring_bytes -= sizes.popleft()
+            if self._closed is None:  # a closed feed takes no new subscriber: nothing to keep for one
+                size = event.size
+                ring.append(event)
+                sizes.append(size)
+                self._ring_bytes += size
+                while ring and (len(ring) > self._retain_events or self._ring_bytes > self._retain_bytes):
+                    self._drop_oldest()
+                if self._retention is not None:
+                    self._retention.kept(self, event.revision, size)
             if self._subscribers:
                 for subscriber in list(self._subscribers):
                     if subscriber.wants(event):
@@ -254,5 +262,68 @@ class FeedHub:
     def close_all(self, why: FeedClosed) -> None:
         """Ends every subscription with `why`, and refuses later ones with it."""
         self._closed = why
+        while self._ring:
+            self._drop_oldest()
         for subscription in list(self._subscribers):
             subscription.close(why)
+
+    def _drop_oldest(self) -> None:
+        self._ring.popleft()
+        size = self._ring_sizes.popleft()
+        self._ring_bytes -= size
+        if self._retention is not None:
+            self._retention.released(size)
+
+    def keeps(self, revision: int) -> bool:
+        """Whether the ring still holds the event of `revision` (one this hub published)."""
+        return bool(self._ring) and self._ring[0].revision <= revision
+
+    def drop_through(self, revision: int) -> None:
+        """Drops the retained events up to `revision` (the process-wide bound's decision)."""
+        ring = self._ring
+        while ring and ring[0].revision <= revision:
+            self._drop_oldest()
+
+
+class FeedRetention:
+    """The bound on the events all open objects' feeds keep for resuming, together: past it, the
+    oldest event in the process is dropped, whichever object it belongs to. Without it each open
+    object could keep its own `retain_bytes` (64 MiB × `--max-open-objects`).
+
+    Used on the event loop's thread only, as the hubs are."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        # Every kept event in publish order, as (hub, revision). An event its hub dropped on its
+        # own stays here until it reaches the front or the next sweep.
+        self._order: deque[tuple[FeedHub, int]] = deque()
+        self._count = 0  # events kept, in all hubs
+
+    def kept(self, hub: FeedHub, revision: int, size: int) -> None:
+        """`hub` keeps the event of `revision`: drops the oldest kept events while over the bound."""
+        self._order.append((hub, revision))
+        self.bytes += size
+        self._count += 1
+        order = self._order
+        while self.bytes > self.max_bytes and order:
+            oldest_hub, oldest_revision = order.popleft()
+            oldest_hub.drop_through(oldest_revision)
+        if len(order) > 2 * self._count + 1024:  # mostly events dropped by their hubs: sweep them out
+            self._order = deque(entry for entry in order if entry[0].keeps(entry[1]))
+
+    def released(self, size: int) -> None:
+        """A hub dropped one of its kept events."""
+        self.bytes -= size
+        self._count -= 1
+
+
+class Feeds:
+    """Makes each open object's feed hub, all sharing one settings and one process-wide bound."""
+
+    def __init__(self, settings: FeedSettings | None = None) -> None:
+        self.settings = settings or FeedSettings()
+        self.retention = FeedRetention(self.settings.retain_total_bytes)
+
+    def hub(self) -> FeedHub:
+        return FeedHub(self.settings, self.retention)

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Executor
 from pathlib import Path
 
-from sessions_server.storage.feed import FeedClosed, FeedSettings
+from sessions_server.storage.feed import FeedClosed, Feeds, FeedSettings
 from sessions_server.storage.paths import object_path
 from sessions_server.storage.store import ObjectStore, recent_estimate
 
@@ -46,7 +46,7 @@ class ObjectRegistry:
         a thread hop when its caller is alone (`_open_store`, `ObjectStore.write`,
         `ObjectStore.read`)."""
         self.data_dir = data_dir
-        self._feed = feed
+        self.feeds = Feeds(feed)
         self._calls_in_flight = calls_in_flight
         self._executor = executor
         self._max_open = max(1, max_open)
@@ -143,7 +143,7 @@ class ObjectRegistry:
         """`ObjectStore.open_ready`, timed on either thread, so that once opens are quick again
         they run in place again."""
         started = time.perf_counter()
-        store = ObjectStore.open_ready(object_key, path, self._executor, self._feed, self._calls_in_flight)
+        store = ObjectStore.open_ready(object_key, path, self._executor, self.feeds, self._calls_in_flight)
         if store is not None:
             self._open_seconds = recent_estimate(self._open_seconds, time.perf_counter() - started)
         return store
@@ -151,7 +151,7 @@ class ObjectRegistry:
     def _open_blocking(self, object_key: str, path: Path, ready_checked: bool) -> ObjectStore:
         store = None if ready_checked else self._open_ready(object_key, path)
         if store is None:
-            store = ObjectStore.open(object_key, path, self._executor, self._feed, self._calls_in_flight)
+            store = ObjectStore.open(object_key, path, self._executor, self.feeds, self._calls_in_flight)
         return store
 
     def _evict_idle(self) -> None:
@@ -200,6 +200,9 @@ class ObjectRegistry:
 
     def subscriber_count(self) -> int:
         return sum(store.feed.subscriber_count for store in self._snapshot())
+
+    def feed_retained_bytes(self) -> int:
+        return self.feeds.retention.bytes
 
     def is_open(self, object_key: str) -> bool:
         return object_key in self._open

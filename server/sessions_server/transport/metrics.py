@@ -47,6 +47,11 @@ class Metrics:
         )
         self.bytes_stored = Gauge("sessions_open_object_bytes", "Bytes of open object files", registry=self.registry)
         self.subscribers = Gauge("sessions_subscribers", "Active Subscribe streams", registry=self.registry)
+        self.feed_retained_bytes = Gauge(
+            "sessions_feed_retained_bytes",
+            "Bytes of change events open objects keep for resuming subscribers (limit: --feed-retain-total-bytes)",
+            registry=self.registry,
+        )
         self.assembly_bytes = Gauge(
             "sessions_assembly_bytes",
             "Bytes of messages held while their pieces arrive or while they are written (limit: --max-assembly-bytes)",

@@ -128,6 +128,7 @@ async def _create_server(config: ServerConfig, lock: DataDirectoryLock) -> Runni
     metrics.row_writes.set_function(registry.row_writes)
     metrics.bytes_stored.set_function(registry.open_bytes)
     metrics.subscribers.set_function(registry.subscriber_count)
+    metrics.feed_retained_bytes.set_function(registry.feed_retained_bytes)
     service.compactor.on_stored = lambda kind: metrics.compactions.labels(kind).inc()
     server = grpc.aio.server(
         options=[
