@@ -3,11 +3,14 @@
 Load: writer threads append (small and 1 MB messages) to several objects, reader threads stream
 a ~10 MB history over and over, one Subscribe stream and one health Watch stream are open, and
 two calls are deliberately held in flight across the SIGTERM: an UploadMessage whose last piece
-is sent only once the drain has begun, and a StreamHistory whose reader pauses until then.
+is sent only once the drain has begun, and a StreamHistory whose reader pauses until the test has
+made a new call and a health check during the drain.
 
 Expected (DESIGN: health NOT_SERVING first, refuse new calls, let calls in flight finish):
 - the health Watch reports NOT_SERVING while the process is still alive, Check never says
-  SERVING again afterwards, and a new call made during the drain gets UNAVAILABLE;
+  SERVING again afterwards; while a call is in flight the port stays open, so a new connection's
+  Check says NOT_SERVING and its new call gets UNAVAILABLE with reason DRAINING (which clients
+  retry whatever the method), not a refused connection;
 - the held upload completes OK and is stored; every append answered OK is stored (checked after
   a restart); appends refused with DRAINING are not stored; nothing is answered INTERNAL/UNKNOWN;
 - every history stream completes or ends with UNAVAILABLE/CANCELLED (what clients treat as
@@ -78,6 +81,7 @@ def test_sigterm_under_load_drains_cleanly(tmp_path: Path, capsys: pytest.Captur
     seen = Observed()
     stop = threading.Event()  # the writers/readers stop once the server is gone
     drain_started = threading.Event()  # set once the Watch reported NOT_SERVING
+    drain_checked = threading.Event()  # set once the test made its calls during the drain
     term_sent = threading.Event()
     term_time = [0.0]
 
@@ -138,7 +142,8 @@ def test_sigterm_under_load_drains_cleanly(tmp_path: Path, capsys: pytest.Captur
     held_history: dict[str, str] = {}
 
     def held_history_reader() -> None:
-        """Reads one frame, then pauses until the drain has begun, then reads on."""
+        """Reads one frame, then pauses until the test has made its calls during the drain
+        (holding the drain open meanwhile), then reads on."""
         with grpc.insecure_channel(address, options=CLIENT_OPTIONS) as channel:
             stub = pb_grpc.SessionServiceStub(channel)
             call = stub.StreamHistory(
@@ -147,7 +152,7 @@ def test_sigterm_under_load_drains_cleanly(tmp_path: Path, capsys: pytest.Captur
             try:
                 next(call)
                 held_history["started"] = "yes"
-                drain_started.wait(timeout=60)
+                drain_checked.wait(timeout=60)
                 for _ in call:
                     pass
                 held_history["end"] = "OK"
@@ -265,19 +270,30 @@ def test_sigterm_under_load_drains_cleanly(tmp_path: Path, capsys: pytest.Captur
         assert drain_started.wait(timeout=30), f"health Watch never reported NOT_SERVING: {seen.watch} {seen.watch_end}"
         assert proc.poll() is None, "the process exited before the held upload could finish"
 
-        # A new call during the drain is refused with UNAVAILABLE.
-        with grpc.insecure_channel(address) as channel:
-            try:
-                pb_grpc.SessionServiceStub(channel).ListSessions(
-                    pb.ListSessionsRequest(object_key=WRITE_KEYS[0]), metadata=routing(WRITE_KEYS[0]), timeout=10
-                )
-                new_call = "OK"
-            except grpc.RpcError as error:
-                code, reason = _code_and_reason(error)
-                new_call = f"{code.name}/{reason}"
+        # A new connection during the drain (the held history stream is still in flight) is
+        # told the server is draining.
+        try:
+            with grpc.insecure_channel(address) as channel:
+                try:
+                    pb_grpc.SessionServiceStub(channel).ListSessions(
+                        pb.ListSessionsRequest(object_key=WRITE_KEYS[0]), metadata=routing(WRITE_KEYS[0]), timeout=10
+                    )
+                    new_call = "OK"
+                except grpc.RpcError as error:
+                    code, reason = _code_and_reason(error)
+                    new_call = f"{code.name}/{reason}"
+            with grpc.insecure_channel(address) as channel:
+                try:
+                    status = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=10)
+                    check_during_drain = health_pb2.HealthCheckResponse.ServingStatus.Name(status.status)
+                except grpc.RpcError as error:
+                    check_during_drain = f"{error.code().name}: {error.details()}"
+        finally:
+            drain_checked.set()
         exit_code = proc.wait(timeout=DRAIN_SECONDS + 60)
     finally:
         stop.set()
+        drain_checked.set()
         for thread in threads:
             thread.join(timeout=120)
         server.stop()
@@ -312,6 +328,7 @@ def test_sigterm_under_load_drains_cleanly(tmp_path: Path, capsys: pytest.Captur
         f"history streams={dict(seen.history_outcomes)} subscribe={seen.subscribe_end} "
         f"watch={[health_pb2.HealthCheckResponse.ServingStatus.Name(s) for _, s in seen.watch]} "
         f"checks after NOT_SERVING={dict(Counter(after_not_serving))} new call during drain={new_call} "
+        f"check during drain={check_during_drain} "
         f"lost={len(lost)} refused-or-cancelled-but-stored={len(refused_but_stored)} wrong={len(seen.wrong)}"
     )
     with capsys.disabled():
@@ -324,7 +341,8 @@ def test_sigterm_under_load_drains_cleanly(tmp_path: Path, capsys: pytest.Captur
     assert held_end == "OK" or held_end.split("/")[0] in {c.name for c in RECONNECT}, f"held history: {held_end}"
     assert seen.subscribe_end[0] == "UNAVAILABLE", f"Subscribe ended with {seen.subscribe_end}"
     assert "SERVING" not in after_not_serving, f"health said SERVING after NOT_SERVING: {seen.health_checks[-20:]}"
-    assert new_call.startswith("UNAVAILABLE"), f"a new call during the drain was answered {new_call}"
+    assert new_call == "UNAVAILABLE/DRAINING", f"a new call during the drain was answered {new_call}"
+    assert check_during_drain == "NOT_SERVING", f"a health check during the drain was answered {check_during_drain}"
     assert not seen.wrong, "\n".join(seen.wrong[:20])
     assert not lost, f"{len(lost)} acknowledged appends lost: {lost[:5]}"
     assert not refused_but_stored, f"appends answered DRAINING/CANCELLED but stored: {refused_but_stored[:5]}"

@@ -105,10 +105,24 @@ class CallMeter:
         self._metrics = metrics
         self.calls_in_flight = 0  # calls but change feeds, while their handler runs
         self.calls_started = 0  # calls but health checks (a probe every few seconds is not work)
+        self._idle: asyncio.Event | None = None  # set when no call is in flight (a drain waits for it)
         metrics.calls_in_flight.set_function(lambda: self.calls_in_flight)
         # Labelled series, looked up once each: `labels()` takes a lock and builds a key.
         self._counters: dict[tuple[str, str], Any] = {}
         self._timers: dict[str, Any] = {}
+
+    async def until_idle(self, seconds: float) -> bool:
+        """Waits up to `seconds` for a moment with no call in flight; False if none came."""
+        if not self.calls_in_flight:
+            return True
+        self._idle = asyncio.Event()
+        try:
+            await asyncio.wait_for(self._idle.wait(), max(0.0, seconds))
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            self._idle = None
 
     def _finished(self, method: str, code: str, seconds: float) -> None:
         counter = self._counters.get((method, code))
@@ -139,6 +153,8 @@ class CallMeter:
         def end(context: Any, started: float, failure: BaseException | None) -> None:
             if is_tracked:
                 self.calls_in_flight -= 1
+                if not self.calls_in_flight and self._idle is not None:
+                    self._idle.set()
             code = context.code()
             if isinstance(code, grpc.StatusCode):
                 name = code.name

@@ -60,11 +60,19 @@ class RunningServer:
     data_dir_lock: DataDirectoryLock
 
     async def stop(self) -> None:
-        """Graceful stop: NOT_SERVING, refuse new calls, let in-flight calls finish, close."""
+        """Graceful stop: NOT_SERVING, refuse new calls, let in-flight calls finish, close.
+
+        The port stays open while the calls in flight finish (up to `drain_seconds`), so that a
+        caller arriving meanwhile is told why it is refused (UNAVAILABLE with reason DRAINING,
+        which the clients retry whatever the method) and a health check sees NOT_SERVING, where
+        a closed port would only refuse their connections."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.drain_seconds
         self.draining.active = True
         await self.health.enter_graceful_shutdown()
         self.registry.close_feeds()  # subscribers end with UNAVAILABLE: reconnect elsewhere
-        await self.server.stop(self.drain_seconds)
+        await self.calls.until_idle(self.drain_seconds)
+        await self.server.stop(max(0.0, deadline - loop.time()))
         await self.service.compactor.wait_idle()
         await self.registry.close_all()
         self.executor.shutdown(wait=True)
