@@ -13,6 +13,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from sessions_client import SessionsClient, SessionsError, TlsConfig
+from sessions_proto.v1 import sessions_pb2 as pb
+from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
 from sessions_server.config import ServerConfig
 from sessions_server.storage.paths import object_path
 from sessions_server.transport.auth import hash_token
@@ -203,3 +205,15 @@ def test_plaintext_refused_off_loopback(tmp_path: Path) -> None:
     config = ServerConfig(data_dir=tmp_path, listen="0.0.0.0:0")
     with pytest.raises(OSError, match="refusing plaintext"):
         asyncio.run(create_server(config))
+
+
+def test_listing_objects_names_the_grant_it_needs(auth_server: LiveServer) -> None:
+    """ListObjects has no object key: a token confined to a prefix is told that listing needs
+    every key, not that it may not read "this object key"."""
+    with grpc.insecure_channel(auth_server.address) as channel, pytest.raises(grpc.RpcError) as info:
+        pb_grpc.SessionServiceStub(channel).ListObjects(
+            pb.ListObjectsRequest(), metadata=[("authorization", "Bearer r-secret")], timeout=30
+        )
+    assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED  # type: ignore[attr-defined]
+    details = info.value.details()  # type: ignore[attr-defined]
+    assert "listing objects needs a token granting every object key" in details and "'reader'" in details

@@ -7,6 +7,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import grpc
+import pytest
+
 from sessions_client._common import routing_metadata
 from sessions_proto.v1 import sessions_pb2 as pb
 from tests.service.support import chunk_rows, ids, js_json, message_row, message_rows, text_message
@@ -114,3 +117,35 @@ def test_a_page_of_long_session_ids_stays_within_a_response(obj: Any, stub: Any,
             break
     assert pages == 2
     assert listed == session_ids
+
+
+def test_page_tokens_the_server_never_issued_are_refused(obj: Any, stub: Any, object_key: str) -> None:
+    """A mistyped or foreign token is refused, not read as some other position: the lenient
+    base64 decoder turned `!!` into the empty id (a page that skipped session ""), and a token
+    that is no object file name gave ListObjects an empty page that looked like the end. A page
+    ending with session "" has a token too (it was empty: the listing stopped there)."""
+    for session_id in ("", "a", "b"):
+        obj.session(session_id).append_message(text_message("m"))
+    for token in ("!!", "YQ", "a b", "not-a-token"):
+        with pytest.raises(grpc.RpcError) as caught:
+            stub.ListSessions(
+                pb.ListSessionsRequest(object_key=object_key, page_token=token), metadata=routing_metadata(object_key)
+            )
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT, token
+        assert "page_token is not one this server issued" in caught.value.details()
+    for token in ("zzz", "not-a-token", "A" * 64 + ".sqlite", "0" * 64 + ".db"):
+        with pytest.raises(grpc.RpcError) as caught:
+            stub.ListObjects(pb.ListObjectsRequest(page_token=token))
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT, token
+    first = stub.ListSessions(
+        pb.ListSessionsRequest(object_key=object_key, page_size=1), metadata=routing_metadata(object_key)
+    )
+    rest = stub.ListSessions(
+        pb.ListSessionsRequest(object_key=object_key, page_token=first.next_page_token),
+        metadata=routing_metadata(object_key),
+    )
+    assert [s.session_id for s in (*first.sessions, *rest.sessions)] == ["", "a", "b"]
+    objects = stub.ListObjects(pb.ListObjectsRequest(page_size=1))
+    assert objects.next_page_token  # the session-scoped server holds other tests' objects too
+    following = stub.ListObjects(pb.ListObjectsRequest(page_size=1, page_token=objects.next_page_token))
+    assert following.object_keys and following.object_keys[0] != objects.object_keys[0]

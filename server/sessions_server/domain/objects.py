@@ -29,7 +29,7 @@ from sessions_server.domain.errors import (
 from sessions_server.domain.limits import exceeded
 from sessions_server.domain.placement import Placement
 from sessions_server.storage import datadir, files
-from sessions_server.storage.paths import object_path
+from sessions_server.storage.paths import is_object_file_name, object_path
 from sessions_server.storage.registry import ObjectRegistry
 from sessions_server.storage.rows import StorageError, is_out_of_space
 
@@ -88,6 +88,10 @@ class ObjectAdmin:
 
     async def list_keys(self, page_size: int, page_token: str) -> tuple[list[str], str]:
         size = DEFAULT_PAGE_SIZE if page_size <= 0 else min(page_size, MAX_PAGE_SIZE)
+        if page_token and not is_object_file_name(page_token):
+            # Taken as a bound, any other text would give a wrong page, or an empty one that
+            # looks like the end of the list.
+            raise InvalidArgument("page_token is not one this server issued", field="page_token")
 
         def page() -> tuple[list[Path], list[str | None]]:  # one thread hop a page, not one a file
             paths = files.list_object_files(self.data_dir, page_token, size)

@@ -7,15 +7,22 @@ very long strings) cannot reach outside the data directory, and no folder grows 
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 
 OBJECTS_DIR = "objects"
 FILE_SUFFIX = ".sqlite"
+_FILE_NAME = re.compile(r"[0-9a-f]{64}" + re.escape(FILE_SUFFIX))
 
 
 def object_file_name(object_key: str) -> str:
     """The file name of an object: the hex SHA-256 of its UTF-8 key."""
     return hashlib.sha256(object_key.encode("utf-8", "surrogatepass")).hexdigest() + FILE_SUFFIX
+
+
+def is_object_file_name(name: str) -> bool:
+    """Whether `name` is one `object_file_name` could have given."""
+    return _FILE_NAME.fullmatch(name) is not None
 
 
 def object_path(data_dir: Path, object_key: str) -> Path:

@@ -106,6 +106,16 @@ class TokenAuthority:
             raise PermissionDenied(f"token {grant.name!r} may not {action} this object key")
         return grant
 
+    def check_server_wide(self, metadata: Iterable[tuple[str, str | bytes]], what: str) -> Grant:
+        """Authenticates, then authorizes a call about the whole server (`what`, for the
+        message), which needs a token granting every key."""
+        grant = self.authenticate(metadata)
+        if not grant.allows("", False):
+            raise PermissionDenied(
+                f'{what} needs a token granting every object key (prefix ""); token {grant.name!r} does not'
+            )
+        return grant
+
 
 def _bearer(metadata: Iterable[tuple[str, str | bytes]]) -> str | None:
     for key, value in metadata:

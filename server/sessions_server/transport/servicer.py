@@ -641,7 +641,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
 
     async def ListObjects(self, request: pb.ListObjectsRequest, context: Any) -> pb.ListObjectsResponse:
         async def run() -> pb.ListObjectsResponse:
-            self._admit_admin(context)
+            self._admit_admin(context, "listing objects")
             keys, token = await self._service.objects.list_keys(request.page_size, request.page_token)
             return pb.ListObjectsResponse(object_keys=keys, next_page_token=token)
 
@@ -695,12 +695,12 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
 
         return await _unary(context, run)
 
-    def _admit_admin(self, context: Any) -> None:
-        """Server-wide admin calls: a token must grant every key (prefix "")."""
+    def _admit_admin(self, context: Any, what: str) -> None:
+        """Server-wide admin calls (`what` they do, for messages): a token must grant every key."""
         if self._draining.active:
             raise Unavailable("the server is shutting down; retry on a new connection")
         if self._authority is not None:
-            self._authority.check(context.invocation_metadata() or (), "", write=False)
+            self._authority.check_server_wide(context.invocation_metadata() or (), what)
 
 
 def _row_stat_bytes(message_id: str, role: str) -> int:
@@ -721,17 +721,27 @@ def _page_token_int(token: str) -> int:
         raise InvalidArgument("page_token is not one this server issued", field="page_token") from None
 
 
-def _encode_token(text: str) -> str:
-    return base64.urlsafe_b64encode(text.encode("utf-8", "surrogatepass")).decode("ascii")
+# A page token names the last session id of its page. It is never empty, even after session ""
+# (an empty next_page_token means the last page), so it carries a tag before the id.
+_TOKEN_TAG = b"s:"
+
+
+def _encode_token(session_id: str) -> str:
+    return base64.urlsafe_b64encode(_TOKEN_TAG + session_id.encode("utf-8", "surrogatepass")).decode("ascii")
 
 
 def _decode_token(token: str) -> str | None:
     if not token:
         return None
     try:
-        return base64.urlsafe_b64decode(token.encode("ascii")).decode("utf-8", "surrogatepass")
+        # Strictly: the lenient decoder skips characters outside the alphabet, so a mistyped
+        # token would decode to another position (`!!` to the start) instead of being refused.
+        raw = base64.b64decode(token.encode("ascii"), altchars=b"-_", validate=True)
+        if raw.startswith(_TOKEN_TAG):
+            return raw[len(_TOKEN_TAG) :].decode("utf-8", "surrogatepass")
     except (ValueError, UnicodeError):
-        raise InvalidArgument("page_token is not one this server issued", field="page_token") from None
+        pass
+    raise InvalidArgument("page_token is not one this server issued", field="page_token")
 
 
 def _compaction(record: Compaction) -> pb.Compaction:
