@@ -578,3 +578,37 @@ def test_a_crash_during_an_import_leaves_no_staged_file_after_a_restart(tmp_path
             assert _sessions(stub, "source") == [("s", 3)]
     finally:
         server.stop()
+
+
+# ── 10. a restart between a move and the proxy's reload ─────────────────────
+
+
+def test_a_source_restarted_after_a_move_still_refuses_the_object(tmp_path: Path) -> None:
+    """The record of a move away lived in memory: a source restarted before the proxy routed the
+    key to its new owner acknowledged a write into a new, empty object there, lost to the real
+    one. It now refuses the key across restarts, until the object is moved back."""
+    first = start_server(tmp_path / "first")
+    second = start_server(tmp_path / "second")
+    key = "moved-then-restarted"
+    try:
+        with SessionsClient(first.address, retry=None) as a, SessionsClient(second.address, retry=None) as b:
+            a.object(key).session().append_message(_message("m0"))
+            move_object(a, b, key, destination_name=second.address)
+        first.stop()
+        first = start_server(tmp_path / "first")
+        with SessionsClient(first.address, retry=None) as a, SessionsClient(second.address, retry=None) as b:
+            with pytest.raises(SessionsError) as refused:
+                a.object(key).session().append_message(_message("lost"))
+            assert (refused.value.reason, second.address in refused.value.message) == ("OBJECT_NOT_OWNED", True)
+            assert not object_path(tmp_path / "first", key).exists()
+            assert key not in list(a._stub.ListObjects(pb.ListObjectsRequest(), timeout=GUARD_SECONDS).object_keys)
+            move_object(b, a, key, destination_name=first.address)  # back: served here again
+        first.stop()
+        first = start_server(tmp_path / "first")
+        with SessionsClient(first.address, retry=None) as a:
+            session = a.object(key).session()
+            session.append_message(_message("m1"))
+            assert [m["id"] for m in session.get_history()] == ["m0", "m1"]
+    finally:
+        first.stop()
+        second.stop()

@@ -11,13 +11,14 @@ from pathlib import Path
 import grpc
 import pytest
 
-from sessions_client import SessionsClient
+from sessions_client import SessionsClient, SessionsError
 from sessions_client._common import routing_metadata
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc
 from sessions_server.storage import registry
 from sessions_server.storage.paths import object_path
 from tests.conftest import start_server
+from tests.reliability.support import wait_until
 from tests.service.support import text_message
 
 GRACE_SECONDS = 0.3
@@ -69,3 +70,44 @@ def test_a_delete_goes_through_streams_whose_clients_stopped_reading(tmp_path: P
     finally:
         stalled.close()
         server.stop()
+
+
+def test_a_delete_whose_caller_gives_up_while_it_waits_still_removes_the_object(
+    tmp_path: Path, short_grace: None
+) -> None:
+    """A move's DeleteObject waits (up to the grace) for calls using the object. Cancelled in
+    that wait (the mover gone, a deadline), it left the file in place while the key was already
+    refused and hidden from ListObjects: a second copy that a re-run of the move could not see."""
+    data_dir = tmp_path / "data"
+    server = start_server(data_dir)
+    stalled = grpc.insecure_channel(server.address)
+    stub = sessions_pb2_grpc.SessionServiceStub(stalled)
+    metadata = routing_metadata("abandoned")
+    try:
+        with SessionsClient(server.address) as client:
+            session = client.object("abandoned").session()
+            for index in range(20):  # more than flow control lets ahead of the reader
+                session.append_message(text_message(f"m{index}", "x" * BIG))
+            history = stub.StreamHistory(pb.StreamHistoryRequest(object_key="abandoned"), metadata=metadata)
+            next(history)  # one response, then no more reading: the delete waits for it
+            with pytest.raises(grpc.RpcError) as gave_up:
+                client._stub.DeleteObject(
+                    pb.DeleteObjectRequest(object_key="abandoned", moved_to="elsewhere"),
+                    metadata=metadata,
+                    timeout=GRACE_SECONDS / 3,
+                )
+            assert gave_up.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+            path = object_path(data_dir, "abandoned")
+            assert wait_until(lambda: not path.exists(), 30, interval=0.01), "the abandoned delete left the file"
+            history.cancel()
+    finally:
+        stalled.close()
+        server.stop()
+    restarted = start_server(data_dir)
+    try:
+        with SessionsClient(restarted.address, retry=None) as client, pytest.raises(SessionsError) as refused:
+            client.object("abandoned").session().get_history()
+        assert refused.value.reason == "OBJECT_NOT_OWNED" and "elsewhere" in refused.value.message
+        assert not object_path(data_dir, "abandoned").exists()
+    finally:
+        restarted.stop()

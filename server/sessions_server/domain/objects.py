@@ -3,7 +3,8 @@
 A move copies a consistent snapshot of the object's file to another server and then removes the
 source. With a move lock, the source refuses writes from the snapshot on (UNAVAILABLE with
 OBJECT_MOVING, which clients retry), so no acknowledged write can be left behind; after the
-source is deleted it answers OBJECT_NOT_OWNED naming the destination until it restarts.
+source is deleted it answers OBJECT_NOT_OWNED naming the destination, also after a restart
+(storage/moved.py), until the object is brought back.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import functools
 import hashlib
 import math
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -29,6 +30,7 @@ from sessions_server.domain.errors import (
 from sessions_server.domain.limits import exceeded
 from sessions_server.domain.placement import Placement
 from sessions_server.storage import datadir, files
+from sessions_server.storage.moved import MovedObjects
 from sessions_server.storage.paths import is_object_file_name, object_path
 from sessions_server.storage.registry import ObjectRegistry
 from sessions_server.storage.rows import StorageError, is_out_of_space
@@ -65,7 +67,7 @@ class ObjectAdmin:
         self._max_object_bytes = max_object_bytes  # 0: none
         self._text_limits = tuple(text_limits)
         self._moving: dict[str, float] = {}  # object key -> lock expiry (monotonic seconds)
-        self._moved: dict[str, str] = {}  # object key -> where it went
+        self._moved = MovedObjects(registry.data_dir)
 
     @property
     def data_dir(self) -> Path:
@@ -76,7 +78,7 @@ class ObjectAdmin:
         `arriving`: the object is being brought (back) here, which a move away does not bar."""
         if self._placement is not None:
             self._placement.check(object_key)
-        moved_to = None if arriving else self._moved.get(object_key)
+        moved_to = None if arriving else self._moved.where(object_key)
         if moved_to is not None:
             raise FailedPrecondition(
                 f"the object was moved to {moved_to or 'another server'}", reason="OBJECT_NOT_OWNED", owner=moved_to
@@ -157,6 +159,9 @@ class ObjectAdmin:
         (bytes received, message rows)."""
         keys.check_object_key(object_key, max_bytes=self._max_object_key_bytes)
         self.admit(object_key, writing=True, arriving=True)
+        # A file left by a delete cut short after it was recorded (the key refused since) is no
+        # object here: a move back replaces it.
+        replace = replace or object_key in self._moved
         if not replace and (self._registry.is_open(object_key) or object_path(self.data_dir, object_key).exists()):
             raise _already_here()  # before the file is sent, not after
         scratch = self.data_dir / datadir.SCRATCH_DIR_NAME
@@ -188,16 +193,7 @@ class ObjectAdmin:
                 async with self._registry.closed(object_key):
                     # Kept closed until the file is in place, even if the caller gives up: a
                     # request let in meanwhile would write to the file being replaced.
-                    target = await _finish_in_thread(
-                        files.import_store_file,
-                        partial,
-                        object_key,
-                        self.data_dir,
-                        replace=replace,
-                        text_limits=self._text_limits,
-                        abandoned=lambda _: self._moved.pop(object_key, None),
-                    )
-                    self._moved.pop(object_key, None)  # here again: calls waiting on the block go on
+                    target = await _finish_in_thread(self._install, partial, object_key, replace)
             except files.OversizedText as exc:
                 raise InvalidArgument(
                     f"the received file cannot be served here: {exc}; nothing was installed",
@@ -218,6 +214,15 @@ class ObjectAdmin:
             partial.unlink(missing_ok=True)
         rows = await asyncio.to_thread(files.count_message_rows, target)
         return size, rows
+
+    def _install(self, partial: Path, object_key: str, replace: bool) -> Path:
+        """Installs a received file, then notes the object is here again (a crash between the
+        two leaves it refused, and the next import replaces it)."""
+        target = files.import_store_file(
+            partial, object_key, self.data_dir, replace=replace, text_limits=self._text_limits
+        )
+        self._moved.forget(object_key)
+        return target
 
     def abort_move(self, object_key: str) -> bool:
         """Releases a move lock; True when one was held (and not yet expired)."""
@@ -241,9 +246,24 @@ class ObjectAdmin:
                     reason="FAILED_PRECONDITION",
                 )
             self._moving[object_key] = math.inf  # held until the file is gone
-        self._moved[object_key] = moved_to
+        # Run to its end even if the mover gives up meanwhile (the close may wait for stuck
+        # calls): once recorded, the object is refused here, and its file must go too.
+        return await _run_to_end(self._remove(object_key, moved_to))
+
+    async def _remove(self, object_key: str, moved_to: str) -> bool:
+        # Refused from now on (calls waiting for the object check again after their wait), and
+        # recorded durably before the file goes, so that a restart refuses it too.
+        before = self._moved.where(object_key)
+        self._moved.refuse(object_key, moved_to)
+        try:
+            await asyncio.to_thread(self._moved.record, object_key, moved_to)
+        except OSError as exc:
+            self._moved.refuse(object_key, before)
+            raise storage_failure(
+                f"the move could not be recorded, nothing was deleted: {exc}", out_of_space=is_out_of_space(exc)
+            ) from None
         async with self._registry.closed(object_key):
-            existed = await _finish_in_thread(files.remove_object_files, object_path(self.data_dir, object_key))
+            existed = await asyncio.to_thread(files.remove_object_files, object_path(self.data_dir, object_key))
         self._moving.pop(object_key, None)
         return existed
 
@@ -255,18 +275,24 @@ async def _finish_in_thread(
     cancelled meanwhile: what it does to the files cannot be taken back, and the lock or
     `closed` block the caller holds must cover all of it. A cancelled caller is cancelled once
     it is done, after `abandoned` is given what it made."""
-    work = asyncio.ensure_future(asyncio.to_thread(fn, *args, **kwargs))
+    return await _run_to_end(asyncio.to_thread(fn, *args, **kwargs), abandoned)
+
+
+async def _run_to_end(work: Awaitable[T], abandoned: Callable[[T], object] | None = None) -> T:
+    """Awaits `work` to its end even if the caller is cancelled meanwhile; a cancelled caller is
+    cancelled once it is done, after `abandoned` is given what it made."""
+    task = asyncio.ensure_future(work)
     cancelled = False
-    while not work.done():
+    while not task.done():
         try:
-            await asyncio.shield(work)
+            await asyncio.shield(task)
         except asyncio.CancelledError:
             cancelled = True
     if cancelled:
-        if work.exception() is None and abandoned is not None:
-            abandoned(work.result())
+        if not task.cancelled() and task.exception() is None and abandoned is not None:
+            abandoned(task.result())
         raise asyncio.CancelledError
-    return work.result()
+    return task.result()
 
 
 def _already_here() -> FailedPrecondition:
