@@ -57,6 +57,9 @@ class ServerConfig:
     auth_protect_reflection: bool = False
     limits: Limits = field(default_factory=Limits)
     ring_file: Path | None = None
+    # Refuse object calls without x-object-key metadata (a shard: its proxy routes by it). Always
+    # on with `ring_file`.
+    require_routing_header: bool = False
     metrics_listen: str | None = None
     feed: FeedSettings = field(default_factory=FeedSettings)
     extra_options: tuple[tuple[str, int], ...] = field(default_factory=tuple)

@@ -99,7 +99,6 @@ class Replicator:
         return f"s3://{BUCKET}/{self.prefix}"
 
     def start(self) -> Replicator:
-        (self.data_dir / "objects").mkdir(parents=True, exist_ok=True)
         env = aws_env() | {
             "SESSIONS_DATA_DIR": str(self.data_dir),
             "LITESTREAM_BUCKET": BUCKET,

@@ -10,10 +10,13 @@ from typing import Any
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from sessions_client import SessionsClient, SessionsError
 from sessions_proto.v1 import sessions_pb2 as pb
+from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
 from sessions_server.storage.datadir import LOCK_FILE_NAME
+from sessions_server.storage.paths import OBJECTS_DIR
 from tests.conftest import start_server
 from tests.service.support import (
     error_reason,
@@ -59,6 +62,8 @@ def test_too_long_key_creates_no_file(tmp_path: Path) -> None:
     finally:
         server.stop()
     assert files_under(data_dir) == [data_dir / LOCK_FILE_NAME]  # the server's own, no object's
+    # The objects' directory exists from the start: Litestream, watching it, exits if it does not.
+    assert (data_dir / OBJECTS_DIR).is_dir()
 
 
 HOSTILE_KEYS = [
@@ -144,6 +149,33 @@ def test_object_key_header_mismatch_is_refused(stub: Any, data_dir: Path, object
     assert error_reason(caught.value) == "OBJECT_KEY_MISMATCH"
     assert message_rows(data_dir, object_key) == []
     assert message_rows(data_dir, "other") == []
+
+
+@pytest.mark.parametrize("shard", ["ring-file", "flag"])
+def test_a_shard_refuses_calls_without_the_routing_header(tmp_path: Path, shard: str) -> None:
+    """A proxy hashes x-object-key: a call without it goes to any shard, which created a second
+    copy of the object there (HAProxy spread 12 appends over 3 shards). A shard (`--ring-file`, or
+    `--require-routing-header` behind a proxy whose ring it cannot check) refuses it unwritten."""
+    ring = tmp_path / "ring.json"
+    ring.write_text('{"scheme": "nginx-ketama", "shards": ["me:1"], "self": "me:1"}')
+    options: dict[str, Any] = {"ring_file": ring} if shard == "ring-file" else {"require_routing_header": True}
+    server = start_server(tmp_path / "data", **options)
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            stub = pb_grpc.SessionServiceStub(channel)
+            with pytest.raises(grpc.RpcError) as caught:
+                stub.AppendMessage(append_request("k"))
+            assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
+            assert error_reason(caught.value) == "OBJECT_KEY_MISMATCH"
+            assert "x-object-key metadata is missing" in caught.value.details()  # type: ignore[attr-defined]
+            assert not files_under(tmp_path / "data" / "objects")
+            stub.AppendMessage(append_request("k"), metadata=(("x-object-key", "k"),))
+            health = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest())
+            assert health.status == health_pb2.HealthCheckResponse.SERVING  # not an object call
+        with SessionsClient(server.address) as client:  # the clients send it
+            assert [m["id"] for m in client.object("k").session().get_history()] == ["a"]
+    finally:
+        server.stop()
 
 
 @pytest.mark.parametrize("character", ["k", "字", "😀"])

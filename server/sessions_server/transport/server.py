@@ -26,7 +26,8 @@ from sessions_server.domain.errors import SessionsError
 from sessions_server.domain.placement import Placement
 from sessions_server.domain.service import SessionsService
 from sessions_server.integrations.chat_completions import ChatCompletionsSummarizer
-from sessions_server.storage.datadir import DataDirectoryInUse, DataDirectoryLock, clear_scratch
+from sessions_server.storage.datadir import DataDirectoryInUse, DataDirectoryLock, clear_scratch, make_directories
+from sessions_server.storage.paths import OBJECTS_DIR
 from sessions_server.storage.registry import ObjectRegistry
 from sessions_server.transport import framing
 from sessions_server.transport.auth import TokenAuthority
@@ -90,6 +91,9 @@ async def create_server(config: ServerConfig) -> RunningServer:
             "its own --data-dir"
         ) from None
     try:
+        # Made now, not with the first object: a replicator watching it (Litestream) fails to
+        # start on a directory that does not exist yet.
+        make_directories(config.data_dir / OBJECTS_DIR)
         files, size = clear_scratch(config.data_dir)
         if files:
             log.info("removed %d file(s), %d bytes, that moves cut short had left in scratch", files, size)
@@ -155,7 +159,13 @@ async def _create_server(config: ServerConfig, lock: DataDirectoryLock) -> Runni
         return calls.metered(method, handler)
 
     registrar = WrappingRegistrar(server, wrap)
-    servicer = SessionServicer(service, draining, progress_seconds=config.progress_seconds, authority=authority)
+    servicer = SessionServicer(
+        service,
+        draining,
+        progress_seconds=config.progress_seconds,
+        authority=authority,
+        require_routing_header=config.require_routing_header or config.ring_file is not None,
+    )
     metrics.assembly_bytes.set_function(lambda: servicer.assembly.held_bytes)
     registrar.add_generic_rpc_handlers((generic_handler(servicer),))
     health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]

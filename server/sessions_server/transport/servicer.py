@@ -96,9 +96,11 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         *,
         progress_seconds: float = DEFAULT_PROGRESS_SECONDS,
         authority: TokenAuthority | None = None,
+        require_routing_header: bool = False,
     ) -> None:
         self._service = service
         self._draining = draining
+        self._require_routing_header = require_routing_header
         self._progress_seconds = progress_seconds
         self._authority = authority
         self._slots = StreamSlots(service.limits.max_concurrent_streams)
@@ -120,6 +122,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         metadata = context.invocation_metadata() or ()
         if self._authority is not None:
             self._authority.check(metadata, object_key, write=write)
+        routed = False
         for key, value in metadata:
             if key == OBJECT_KEY_HEADER:
                 header = urllib.parse.unquote(value if isinstance(value, str) else value.decode())
@@ -129,6 +132,17 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                         reason="OBJECT_KEY_MISMATCH",
                         field="object_key",
                     )
+                routed = True
+        if not routed and self._require_routing_header:
+            # Its proxy routes calls by the header: one without it lands on any shard, where it
+            # would be refused, or would start a second copy of the object.
+            raise InvalidArgument(
+                f"{OBJECT_KEY_HEADER} metadata is missing: this server is a shard, and its proxy routes "
+                f"each call by it; send the object key (percent-encoded) as {OBJECT_KEY_HEADER} "
+                "(the clients do)",
+                reason="OBJECT_KEY_MISMATCH",
+                field="object_key",
+            )
 
     # ── writes ──────────────────────────────────────────────────────────────
 
