@@ -40,8 +40,11 @@ class Cluster:
 
 
 @contextmanager
-def cluster(tmp_path: Path, kind: str, *, count: int = 3, ring: bool) -> Iterator[Cluster]:
-    """`count` shards (with ring files naming them as the proxy does, when `ring`) behind a proxy."""
+def cluster(
+    tmp_path: Path, kind: str, *, count: int = 3, ring: bool, scheme: str = "nginx-ketama"
+) -> Iterator[Cluster]:
+    """`count` shards (with ring files of `scheme` naming them as the proxy does, when `ring`)
+    behind a proxy."""
     ports = [free_port() for _ in range(count)]
     names = [f"127.0.0.1:{port}" for port in ports]
     shards: list[Shard] = []
@@ -50,7 +53,7 @@ def cluster(tmp_path: Path, kind: str, *, count: int = 3, ring: bool) -> Iterato
         for index, (port, name) in enumerate(zip(ports, names, strict=True)):
             extra: list[str] = []
             if ring:
-                ring_file = write_ring(tmp_path / f"ring-{index}.json", names, name)
+                ring_file = write_ring(tmp_path / f"ring-{index}.json", names, name, scheme)
                 extra = ["--ring-file", str(ring_file)]
             shards.append(Shard(f"shard{index}", tmp_path / f"shard{index}", port, *extra).start())
         proxy.start()

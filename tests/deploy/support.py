@@ -136,9 +136,10 @@ def replace_once(pattern: str, replacement: str, text: str, flags: int = re.MULT
     return new
 
 
-def render_nginx(listen_port: int, servers: list[str], workdir: Path) -> str:
+def render_nginx(listen_port: int, servers: list[str], workdir: Path, *, consistent: bool = True) -> str:
     """The shipped deploy/nginx/nginx.conf with this test's listen port, upstream servers, and
-    pid/log files in `workdir`; every other directive is used as shipped."""
+    pid/log files in `workdir`; every other directive is used as shipped (but `consistent`, when
+    not: nginx's plain hash)."""
     text = (DEPLOY / "nginx" / "nginx.conf").read_text(encoding="utf-8")
     text = replace_once(r"^pid .*;$", f"pid {workdir / 'nginx.pid'};", text)
     text = replace_once(r"^error_log .*;$", f"error_log {workdir / 'error.log'} info;", text)
@@ -149,7 +150,8 @@ def render_nginx(listen_port: int, servers: list[str], workdir: Path) -> str:
     assert count >= 1, "the shipped upstream block has no `server ... max_fails=0;` lines"
     text = replace_once(
         r"^        hash \$http_x_object_key consistent;\n",
-        "        hash $http_x_object_key consistent;\n" + lines,
+        ("        hash $http_x_object_key consistent;\n" if consistent else "        hash $http_x_object_key;\n")
+        + lines,
         text,
     )
     # Temp paths in the work directory, so the test needs no write access to /var/lib/nginx.
@@ -178,7 +180,7 @@ class Proxy:
         self.servers = servers
         self.proc: subprocess.Popen[bytes] | None = None
         workdir.mkdir(parents=True, exist_ok=True)
-        self.conf = workdir / ("nginx.conf" if kind == "nginx" else "haproxy.cfg")
+        self.conf = workdir / ("haproxy.cfg" if kind == "haproxy" else "nginx.conf")
         self.log = workdir / f"{kind}.out"
 
     @property
@@ -186,8 +188,11 @@ class Proxy:
         return f"127.0.0.1:{self.port}"
 
     def _write_conf(self, servers: list[str]) -> None:
-        if self.kind == "nginx":
-            self.conf.write_text(render_nginx(self.port, servers, self.workdir), encoding="utf-8")
+        if self.kind in ("nginx", "nginx-plain-hash"):
+            consistent = self.kind == "nginx"
+            self.conf.write_text(
+                render_nginx(self.port, servers, self.workdir, consistent=consistent), encoding="utf-8"
+            )
         else:
             self.conf.write_text(render_haproxy(self.port, servers), encoding="utf-8")
         self.servers = servers
@@ -195,7 +200,7 @@ class Proxy:
         assert check.returncode == 0, f"{self.kind} rejects its config:\n{check.stdout}\n{check.stderr}"
 
     def _command(self, *, check: bool = False) -> list[str]:
-        if self.kind == "nginx":
+        if self.kind != "haproxy":
             binary = shutil.which("nginx") or "/usr/sbin/nginx"
             command = [binary, "-p", str(self.workdir), "-c", str(self.conf), "-g", "daemon off;"]
             return [*command, "-t"] if check else command

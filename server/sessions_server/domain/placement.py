@@ -7,7 +7,9 @@ a misrouted write never forks an object. Two schemes match what the proxies do w
 - `nginx-ketama`: nginx's `hash $http_x_object_key consistent` — a ring of 160 CRC32 points per
   weight-1 server, point j = crc32(host NUL port + previous point as 4 little-endian bytes); a
   key maps to the first point at or after crc32(key), wrapping around.
-- `modulo`: nginx's plain `hash $http_x_object_key` with equal weights — crc32(key) mod count.
+- `modulo`: nginx's plain `hash $http_x_object_key` with equal weights: bits 16–30 of
+  crc32(key), mod the number of servers, index into the servers **in the order nginx.conf lists
+  them** (for this scheme the order of `shards` matters).
 """
 
 from __future__ import annotations
@@ -92,7 +94,7 @@ class Placement:
         key = routing_key(object_key)
         if self.ring is not None:
             return self.ring.owner(key)
-        return self.shards[zlib.crc32(key) % len(self.shards)]
+        return self.shards[((zlib.crc32(key) >> 16) & 0x7FFF) % len(self.shards)]
 
     def check(self, object_key: str) -> None:
         owner = self.owner(object_key)
