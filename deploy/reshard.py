@@ -22,12 +22,16 @@ import subprocess
 import sys
 from collections import defaultdict
 from collections.abc import Iterator
+from typing import NamedTuple
 
 import grpc
 
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
 from sessions_server.domain.placement import KetamaRing, routing_key
+
+BATCH_SIZE = 100
+"""Objects per `move-object` run."""
 
 
 def list_objects(address: str, token: str | None = None) -> Iterator[str]:
@@ -59,21 +63,45 @@ def plan_moves(
     return dict(moves)
 
 
+class FailedBatch(NamedTuple):
+    """One `move-object` run that did not move all its objects (its own messages say which and why)."""
+
+    source: str
+    destination: str
+    keys: list[str]
+    detail: str
+
+
 def run_moves(
     moves: dict[tuple[str, str], list[str]], connect: dict[str, str] | None = None, token: str | None = None
-) -> None:
+) -> list[FailedBatch]:
+    """Runs `sessions-server move-object` for every group, 100 objects a run. A run that fails does
+    not stop the others (move-object itself goes on past an object that fails and names each one);
+    returns the runs that failed. Objects moved are no longer listed by their old shard, so running
+    the re-shard again retries only what is left."""
     connect = connect or {}
     server = shutil.which("sessions-server")
     base = [server] if server else [sys.executable, "-m", "sessions_server.cli"]
+    failed: list[FailedBatch] = []
     for (source, destination), keys in sorted(moves.items()):
-        for start in range(0, len(keys), 100):
+        for start in range(0, len(keys), BATCH_SIZE):
+            batch = keys[start : start + BATCH_SIZE]
             command = [*base, "move-object", "--from", connect.get(source, source)]
             command += ["--to", connect.get(destination, destination)]
-            for key in keys[start : start + 100]:
+            for key in batch:
                 command += ["--object-key", key]
             if token:
                 command += ["--token", token]
-            subprocess.run(command, check=True)
+            sys.stdout.flush()  # the child's lines come after ours
+            try:
+                code = subprocess.run(command, check=False).returncode
+            except OSError as exc:  # the command could not be started at all
+                failed.append(FailedBatch(source, destination, batch, f"move-object could not run: {exc}"))
+                continue
+            if code != 0:
+                detail = f"move-object exited with {code}" if code > 0 else f"move-object killed by signal {-code}"
+                failed.append(FailedBatch(source, destination, batch, detail))
+    return failed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,14 +114,38 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     connect = dict(item.split("=", 1) for item in args.connect)
     old, new = args.old.split(","), args.new.split(",")
-    moves = plan_moves(old, new, connect, args.token)
+    try:
+        moves = plan_moves(old, new, connect, args.token)
+    except grpc.RpcError as error:  # a shard unreachable, or refusing the listing
+        code = error.code().name if isinstance(error, grpc.Call) else "ERROR"
+        details = error.details() if isinstance(error, grpc.Call) else str(error)
+        print(f"reshard: listing the objects of the old shards failed: {code}: {details}", file=sys.stderr)
+        return 1
     total = sum(len(keys) for keys in moves.values())
     for (source, destination), keys in sorted(moves.items()):
         print(f"{source} -> {destination}: {len(keys)} objects")
-    print(f"{total} objects change owner")
-    if args.execute and moves:
-        run_moves(moves, connect, args.token)
-    return 0
+    print(f"{total} objects change owner", flush=True)
+    if not (args.execute and moves):
+        return 0
+    failed = run_moves(moves, connect, args.token)
+    if not failed:
+        print(f"all {total} moves done")
+        return 0
+    print(
+        f"reshard: {len(failed)} move-object run(s) did not move all their objects "
+        f"({sum(len(batch.keys) for batch in failed)} objects in them; the failed ones and why are "
+        "named above); every other run was done:",
+        file=sys.stderr,
+    )
+    for batch in failed:
+        where = f"{batch.source} -> {batch.destination}"
+        print(f"  {where}: a run of {len(batch.keys)} objects: {batch.detail}", file=sys.stderr)
+    print(
+        "reshard: fix the causes (an object locked by a move that was cut short: `sessions-server abort-move`), "
+        "then run this again: objects already moved are not listed again",
+        file=sys.stderr,
+    )
+    return 1
 
 
 if __name__ == "__main__":

@@ -145,7 +145,16 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"concurrent streaming calls per server (default {limits.max_concurrent_streams})",
     )
     serve.add_argument(
-        "--ring-file", type=Path, help="JSON shard ring; refuse objects this shard does not own (ownership guard)"
+        "--ring-file",
+        type=Path,
+        help="JSON shard ring; refuse objects this shard does not own (ownership guard), and object calls "
+        "without x-object-key metadata",
+    )
+    serve.add_argument(
+        "--require-routing-header",
+        action="store_true",
+        help="refuse object calls without x-object-key metadata, as a shard behind a proxy that routes by it "
+        "(implied by --ring-file)",
     )
     serve.add_argument("--metrics-listen", help="HOST:PORT for a Prometheus /metrics endpoint")
     serve.add_argument("--log-format", choices=("text", "json"), default="text", help="log line format")
@@ -212,6 +221,19 @@ def build_parser() -> argparse.ArgumentParser:
     mover.add_argument("--from", dest="source", required=True, help="source server address")
     mover.add_argument("--to", dest="destination", required=True, help="destination server address")
     mover.add_argument("--token", help="bearer token valid on both servers (or SESSIONS_TOKEN)")
+    aborter = commands.add_parser(
+        "abort-move",
+        help="release the move lock of an object whose move was cut short (AbortMove), so it takes writes again",
+        description="Release the move lock an object holds on a server after a move was cut short "
+        "(move-object or deploy/reshard.py killed after the locked export), instead of waiting out "
+        "the lock's lease. Only when no move of the object is running: a running move would go on to "
+        "delete the object from the server, writes accepted after the release included.",
+    )
+    aborter.add_argument(
+        "--object-key", required=True, action="append", help="the object whose lock to release (repeatable)"
+    )
+    aborter.add_argument("--from", dest="source", required=True, help="the server holding the lock (the move's source)")
+    aborter.add_argument("--token", help="bearer token for the server (or SESSIONS_TOKEN)")
     hasher = commands.add_parser("hash-token", help="print the SHA-256 of a bearer token, for the tokens file")
     hasher.add_argument("token", nargs="?", help="the token (read from standard input when omitted)")
     imp = commands.add_parser(
@@ -271,6 +293,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "move-object":
         return _move_objects(args.source, args.destination, args.object_key, args.token)
+    if args.command == "abort-move":
+        return _abort_moves(args.source, args.object_key, args.token)
     if args.command == "hash-token":
         from sessions_server.transport.auth import hash_token
 
@@ -311,6 +335,7 @@ def main(argv: list[str] | None = None) -> int:
         tokens_file=args.tokens_file,
         auth_protect_reflection=args.auth_protect_reflection,
         ring_file=args.ring_file,
+        require_routing_header=args.require_routing_header,
         metrics_listen=args.metrics_listen,
         feed=FeedSettings(
             args.feed_retain_events,
@@ -359,21 +384,80 @@ def _configure_logging(level: str, log_format: str) -> None:
 
 
 def _move_objects(source: str, destination: str, object_keys: list[str], token: str | None) -> int:
+    """Moves each key in turn; a key that fails is reported and the others still move. Exits 1
+    when any failed, after a summary naming each with its reason."""
     import os
 
     from sessions_client import SessionsClient, SessionsError
     from sessions_client.admin import move_object
 
     token = token or os.environ.get("SESSIONS_TOKEN")
+    failed: list[tuple[str, str]] = []
     with SessionsClient(source, token=token) as src, SessionsClient(destination, token=token) as dst:
         for key in object_keys:
             try:
                 report = move_object(src, dst, key, destination_name=destination)
             except SessionsError as exc:
-                print(f"sessions-server move-object: {key!r}: {exc}", file=sys.stderr)
-                return 1
-            print(f"moved {key!r}: {report.size_bytes} bytes, {report.message_rows} messages -> {destination}")
+                reason = _move_failure(source, key, exc)
+                failed.append((key, reason))
+                print(f"sessions-server move-object: {key!r} not moved: {reason}", file=sys.stderr, flush=True)
+                continue
+            print(
+                f"moved {key!r}: {report.size_bytes} bytes, {report.message_rows} messages -> {destination}",
+                flush=True,
+            )
+    if failed:
+        moved = len(object_keys) - len(failed)
+        print(
+            f"sessions-server move-object: {len(failed)} of {len(object_keys)} objects not moved "
+            f"({moved} moved) from {source} to {destination}:",
+            file=sys.stderr,
+        )
+        for key, reason in failed:
+            print(f"  {key!r}: {reason}", file=sys.stderr)
+        return 1
     return 0
+
+
+def _move_failure(source: str, key: str, exc: Exception) -> str:
+    """One line saying why `key` did not move, and what to do when the operator can act."""
+    import shlex
+
+    from sessions_client import SessionsError
+
+    text = " ".join(str(exc).split())  # one line, whatever the server's message holds
+    if isinstance(exc, SessionsError) and exc.reason == "OBJECT_MOVING":
+        command = f"sessions-server abort-move --from {shlex.quote(source)} --object-key {shlex.quote(key)}"
+        return (
+            f"{exc.code.name} [OBJECT_MOVING]: a move of this object is under way or was cut short; "
+            f"if none is running, release it with `{command}` and move it again"
+        )
+    return text
+
+
+def _abort_moves(source: str, object_keys: list[str], token: str | None) -> int:
+    """Releases the move lock of each key (AbortMove); exits 1 when a call failed."""
+    import os
+
+    from sessions_client import SessionsClient, SessionsError
+    from sessions_client.admin import abort_move
+
+    token = token or os.environ.get("SESSIONS_TOKEN")
+    failures = 0
+    with SessionsClient(source, token=token) as client:
+        for key in object_keys:
+            try:
+                released = abort_move(client, key)
+            except SessionsError as exc:
+                failures += 1
+                reason = " ".join(str(exc).split())
+                print(f"sessions-server abort-move: {key!r} on {source}: {reason}", file=sys.stderr, flush=True)
+                continue
+            if released:
+                print(f"released the move lock of {key!r} on {source}: it takes writes again", flush=True)
+            else:
+                print(f"{key!r} on {source} held no move lock: nothing to release", flush=True)
+    return 1 if failures else 0
 
 
 def _import_store(source: Path, object_key: str, data_dir: Path, *, replace: bool, limits: Limits) -> int:

@@ -14,6 +14,8 @@ import grpc
 import pytest
 
 from sessions_client import RetryNotice, SessionsClient, SessionsError
+from sessions_proto.v1 import sessions_pb2 as pb
+from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
 from sessions_server.domain.placement import Placement
 from sessions_server.storage.paths import object_path
 from tests.deploy.support import Proxy, Shard, free_port, retry_transient, text_message, write_ring
@@ -41,20 +43,26 @@ class Cluster:
 
 @contextmanager
 def cluster(
-    tmp_path: Path, kind: str, *, count: int = 3, ring: bool, scheme: str = "nginx-ketama"
+    tmp_path: Path,
+    kind: str,
+    *,
+    count: int = 3,
+    ring: bool,
+    scheme: str = "nginx-ketama",
+    shard_args: tuple[str, ...] = (),
 ) -> Iterator[Cluster]:
-    """`count` shards (with ring files of `scheme` naming them as the proxy does, when `ring`)
-    behind a proxy."""
+    """`count` shards (with ring files of `scheme` naming them as the proxy does, when `ring`,
+    and `shard_args`) behind a proxy."""
     ports = [free_port() for _ in range(count)]
     names = [f"127.0.0.1:{port}" for port in ports]
     shards: list[Shard] = []
     proxy = Proxy(kind, tmp_path / kind, free_port(), names)
     try:
         for index, (port, name) in enumerate(zip(ports, names, strict=True)):
-            extra: list[str] = []
+            extra: list[str] = list(shard_args)
             if ring:
                 ring_file = write_ring(tmp_path / f"ring-{index}.json", names, name, scheme)
-                extra = ["--ring-file", str(ring_file)]
+                extra += ["--ring-file", str(ring_file)]
             shards.append(Shard(f"shard{index}", tmp_path / f"shard{index}", port, *extra).start())
         proxy.start()
         placement = Placement.from_ring_file(tmp_path / "ring-0.json") if ring else None
@@ -189,3 +197,27 @@ def shard_restart_is_survived(c: Cluster) -> None:
         retry_transient(lambda: client.object(own_keys[0]).session().append_message(text_message("after", "y")))
     for key in [*own_keys, other_key]:
         assert len(c.holders(key)) == 1, key
+
+
+CLIENT_MESSAGE_LIMIT = 4 * 1024 * 1024  # the shards' --max-client-message-bytes in the proxy tests
+
+
+def refusals_keep_their_status(c: Cluster) -> None:
+    """A refusal sent while the client still streams (a message from a client past the limit,
+    sent in pieces) reaches the caller with its status and reason: HAProxy turned the reset that
+    followed an early answer into CANCELLED, the reason lost. And a call without the routing
+    header is refused, not balanced to any shard."""
+    with SessionsClient(c.proxy.address, retry=None) as client, pytest.raises(SessionsError) as refused:
+        client.object("too large").session().append_message(
+            text_message("big", "v" * (6 * CLIENT_MESSAGE_LIMIT)), source="client"
+        )
+    assert (refused.value.code, refused.value.reason) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "LIMIT_EXCEEDED")
+    assert not c.holders("too large")
+    with grpc.insecure_channel(c.proxy.address) as channel, pytest.raises(grpc.RpcError) as unrouted:
+        list(
+            pb_grpc.SessionServiceStub(channel).GetLatestLeaf(
+                pb.GetLatestLeafRequest(object_key="unrouted"), timeout=30
+            )
+        )
+    assert unrouted.value.code() == grpc.StatusCode.INVALID_ARGUMENT, unrouted.value.details()
+    assert not c.holders("unrouted")

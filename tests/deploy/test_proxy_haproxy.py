@@ -18,7 +18,12 @@ from tests.deploy.scenarios import Cluster
 
 @pytest.fixture(scope="module")
 def haproxy_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with scenarios.cluster(tmp_path_factory.mktemp("haproxy"), "haproxy", ring=False) as c:
+    with scenarios.cluster(
+        tmp_path_factory.mktemp("haproxy"),
+        "haproxy",
+        ring=False,
+        shard_args=("--require-routing-header", "--max-client-message-bytes", str(scenarios.CLIENT_MESSAGE_LIMIT)),
+    ) as c:
         yield c
 
 
@@ -28,6 +33,10 @@ def test_each_key_sticks_to_one_shard(haproxy_cluster: Cluster) -> None:
 
 def test_large_messages_and_history_streams(haproxy_cluster: Cluster) -> None:
     scenarios.large_message_and_history_streaming(haproxy_cluster)
+
+
+def test_refusals_keep_their_status(haproxy_cluster: Cluster) -> None:
+    scenarios.refusals_keep_their_status(haproxy_cluster)
 
 
 def test_subscribe(haproxy_cluster: Cluster) -> None:

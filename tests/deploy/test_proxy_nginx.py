@@ -17,7 +17,12 @@ from tests.deploy.scenarios import Cluster
 
 @pytest.fixture(scope="module")
 def nginx_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with scenarios.cluster(tmp_path_factory.mktemp("nginx"), "nginx", ring=True) as c:
+    with scenarios.cluster(
+        tmp_path_factory.mktemp("nginx"),
+        "nginx",
+        ring=True,
+        shard_args=("--max-client-message-bytes", str(scenarios.CLIENT_MESSAGE_LIMIT)),
+    ) as c:
         yield c
 
 
@@ -27,6 +32,10 @@ def test_each_object_lives_on_the_shard_our_ring_names(nginx_cluster: Cluster) -
 
 def test_large_messages_and_history_streams(nginx_cluster: Cluster) -> None:
     scenarios.large_message_and_history_streaming(nginx_cluster)
+
+
+def test_refusals_keep_their_status(nginx_cluster: Cluster) -> None:
+    scenarios.refusals_keep_their_status(nginx_cluster)
 
 
 def test_subscribe(nginx_cluster: Cluster) -> None:

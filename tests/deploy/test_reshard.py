@@ -117,7 +117,7 @@ def test_adding_a_shard_under_write_load(tmp_path: Path) -> None:
         # 2. Move every object whose owner changed (old shards still run with the old ring).
         moves = reshard.plan_moves(old, new)
         assert {key for group in moves.values() for key in group} == set(moving)
-        reshard.run_moves(moves)
+        assert reshard.run_moves(moves) == []
         # 3. nginx gets the third upstream.
         proxy.reload(new)
         with SessionsClient(proxy.address) as probe:  # a fresh connection sees the new workers
@@ -201,8 +201,9 @@ def test_a_shard_restarted_with_the_new_ring_cannot_hand_over_its_objects(tmp_pa
             check=False,
         )
         assert result.returncode != 0
-        # The source's refusal, as ExportObject gives it (move-object itself reports it only as
-        # "UNKNOWN: Exception iterating requests!", see the report to the lead).
+        assert f"  {key!r}: FAILED_PRECONDITION: " in result.stderr  # the source's own refusal, named
+        assert "[OBJECT_NOT_OWNED]" in result.stderr
+        # The source's refusal, as ExportObject gives it.
         with grpc.insecure_channel(a.address) as channel:
             stub = pb_grpc.SessionServiceStub(channel)
             export = stub.ExportObject(
@@ -240,6 +241,126 @@ def test_reshard_tool_prints_the_plan(tmp_path: Path, count: int) -> None:
             1 for i in range(20) if KetamaRing.of([*names, extra]).owner(routing_key(f"plan/{i}")) != names[0]
         )
         assert f"{expected} objects change owner" in result.stdout
+    finally:
+        for shard in shards:
+            shard.stop()
+
+
+def _keys_for_groups(old: list[str], new: list[str], per_group: int) -> dict[tuple[str, str], list[str]]:
+    """Object keys enough for every (old shard -> added shard) group, `per_group` each."""
+    old_ring, new_ring = KetamaRing.of(old), KetamaRing.of(new)
+    groups: dict[tuple[str, str], list[str]] = {(s, d): [] for s in old for d in new if d not in old}
+    index = 0
+    while any(len(keys) < per_group for keys in groups.values()):
+        key = f"group/{index}"
+        index += 1
+        group = (old_ring.owner(routing_key(key)), new_ring.owner(routing_key(key)))
+        if group in groups and len(groups[group]) < per_group:
+            groups[group].append(key)
+    return groups
+
+
+def _reshard(old: list[str], new: list[str]) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, str(DEPLOY / "reshard.py"), "--old", ",".join(old), "--new", ",".join(new)]
+    return subprocess.run([*command, "--execute"], capture_output=True, text=True, check=False, timeout=240)
+
+
+def _holders(shards: list[Shard], key: str) -> list[str]:
+    return [shard.address for shard in shards if object_path(shard.data_dir, key).exists()]
+
+
+def test_reshard_goes_on_past_an_object_locked_by_a_move_cut_short(tmp_path: Path) -> None:
+    """The audit's case: a re-shard killed after a locked export leaves that object locked on its
+    source. Re-run, the tool moves every other object, of that group and of the next, names the
+    locked one with the way out, and fails; after `abort-move` a re-run finishes the re-shard."""
+    ports = [free_port() for _ in range(3)]
+    names = [f"127.0.0.1:{port}" for port in ports]
+    old, new = names[:2], names
+    shards = [
+        Shard(f"s{i}", tmp_path / f"s{i}", port, "--ring-file", str(write_ring(tmp_path / f"r{i}.json", ring, name)))
+        for i, (port, name, ring) in enumerate(zip(ports, names, (old, old, new), strict=True))
+    ]
+    try:
+        for shard in shards:
+            shard.start()
+        groups = _keys_for_groups(old, new, per_group=3)
+        assert set(groups) == {(names[0], names[2]), (names[1], names[2])}
+        first_source = min(groups)[0]
+        locked = groups[min(groups)][0]  # in the first group run, before the others
+        for (source, _), keys in groups.items():
+            with SessionsClient(source) as client:
+                for key in keys:
+                    client.object(key).session().append_message(text_message("m0", key))
+        with grpc.insecure_channel(first_source) as channel:
+            stub = pb_grpc.SessionServiceStub(channel)
+            request = pb.ExportObjectRequest(object_key=locked, lock_for_move=True, lease_seconds=3600)
+            assert list(stub.ExportObject(request, metadata=routing_metadata(locked)))  # read, then abandoned
+
+        result = _reshard(old, new)
+
+        assert result.returncode == 1, result
+        assert "Traceback" not in result.stdout + result.stderr
+        hint = f"`sessions-server abort-move --from {first_source} --object-key {locked}`"
+        assert any(line.startswith(f"  {locked!r}: UNAVAILABLE [OBJECT_MOVING]") for line in result.stderr.splitlines())
+        assert hint in result.stderr
+        assert "reshard: 1 move-object run(s) did not move all their objects" in result.stderr
+        assert f"  {first_source} -> {names[2]}: a run of 3 objects: move-object exited with 1" in result.stderr
+        for key in (k for keys in groups.values() for k in keys if k != locked):
+            assert _holders(shards, key) == [names[2]], key
+        assert _holders(shards, locked) == [first_source]
+
+        released = subprocess.run(
+            [sys.executable, "-m", "sessions_server.cli", "abort-move", "--from", first_source, "--object-key", locked],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert released.returncode == 0 and released.stdout.startswith("released the move lock"), released
+        again = _reshard(old, new)
+
+        assert again.returncode == 0, again
+        assert "1 objects change owner" in again.stdout and "all 1 moves done" in again.stdout
+        assert _holders(shards, locked) == [names[2]]
+        with SessionsClient(names[2]) as client:
+            assert client.object(locked).session().get_message("m0") == text_message("m0", locked)
+    finally:
+        for shard in shards:
+            shard.stop()
+
+
+def test_reshard_runs_every_group_when_one_cannot_be_reached(tmp_path: Path) -> None:
+    """A destination that does not answer fails its groups; those after them still run."""
+    ports = [free_port() for _ in range(3)]
+    names = [f"127.0.0.1:{port}" for port in ports]
+    dead = "127.0.0.1:1"  # sorts before the others: its groups run first
+    old, new = names[:2], [*names, dead]
+    shards = [Shard(f"s{i}", tmp_path / f"s{i}", port) for i, port in enumerate(ports)]
+    try:
+        for shard in shards:
+            shard.start()
+        groups = _keys_for_groups(old, new, per_group=2)
+        assert min(groups) == (min(old), dead) and len(groups) == 4
+        for (source, _), keys in groups.items():
+            with SessionsClient(source) as client:
+                for key in keys:
+                    client.object(key).session().append_message(text_message("m0", key))
+
+        result = _reshard(old, new)
+
+        assert result.returncode == 1, result
+        assert "Traceback" not in result.stdout + result.stderr
+        assert "reshard: 2 move-object run(s) did not move all their objects" in result.stderr
+        for source in old:
+            assert f"  {source} -> {dead}: a run of 2 objects: move-object exited with 1" in result.stderr
+        for (source, destination), keys in groups.items():
+            for key in keys:
+                if destination == dead:
+                    assert f"  {key!r}: UNAVAILABLE: " in result.stderr
+                    assert _holders(shards, key) == [source], key
+                    with SessionsClient(source, retry=None) as client:  # left in place, not locked
+                        assert client.object(key).session().append_message(text_message("m1", "after")).inserted
+                else:
+                    assert _holders(shards, key) == [destination], key
     finally:
         for shard in shards:
             shard.stop()

@@ -612,3 +612,38 @@ def test_a_source_restarted_after_a_move_still_refuses_the_object(tmp_path: Path
     finally:
         first.stop()
         second.stop()
+
+
+def test_a_move_whose_lock_was_released_meanwhile_cannot_delete_the_source(tmp_path: Path) -> None:
+    """AbortMove released a lock while its move was still running: the mover's DeleteObject then
+    went through (no lock to check) and removed writes the source accepted after the snapshot."""
+    server = start_server(tmp_path / "data")
+    key = "released"
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            stub = pb_grpc.SessionServiceStub(channel)
+            _append(stub, key, "m0")
+            _export(stub, key, lock_for_move=True, lease_seconds=600)  # the mover's copy
+            released = stub.AbortMove(pb.AbortMoveRequest(object_key=key), metadata=routing(key), timeout=GUARD_SECONDS)
+            assert released.was_locked
+            _append(stub, key, "after the release")  # not in the mover's copy
+            refused = _refusal(
+                lambda: stub.DeleteObject(
+                    pb.DeleteObjectRequest(object_key=key, moved_to="elsewhere:1"),
+                    metadata=routing(key),
+                    timeout=GUARD_SECONDS,
+                )
+            )
+            assert (refused.code, "AbortMove" in refused.message) == (grpc.StatusCode.FAILED_PRECONDITION, True)
+            assert _stored(stub, key, "after the release")
+            # A second AbortMove says the operator means it; a fresh export starts a new move.
+            again = stub.AbortMove(pb.AbortMoveRequest(object_key=key), metadata=routing(key), timeout=GUARD_SECONDS)
+            assert not again.was_locked
+            deleted = stub.DeleteObject(
+                pb.DeleteObjectRequest(object_key=key, moved_to="elsewhere:1"),
+                metadata=routing(key),
+                timeout=GUARD_SECONDS,
+            )
+            assert deleted.deleted
+    finally:
+        server.stop()

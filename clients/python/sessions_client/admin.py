@@ -122,21 +122,29 @@ def move_object(
     except grpc.RpcError as error:
         raise SessionsError.from_rpc_error(error) from None
 
+    export_failure: list[grpc.RpcError] = []
+
     def frames() -> Iterator[pb.ImportObjectRequest]:
         first = True
-        for frame in itertools.chain([head], export):
-            request = pb.ImportObjectRequest(data=frame.data, sha256=frame.sha256)
-            if first:
-                request.object_key = object_key
-                request.replace = True
-                first = False
-            yield request
+        try:
+            for frame in itertools.chain([head], export):
+                request = pb.ImportObjectRequest(data=frame.data, sha256=frame.sha256)
+                if first:
+                    request.object_key = object_key
+                    request.replace = True
+                    first = False
+                yield request
+        except grpc.RpcError as error:  # gRPC reports it as "Exception iterating requests!"
+            export_failure.append(error)
+            raise
 
     try:
         try:
             imported = destination._stub.ImportObject(frames(), metadata=metadata_destination)
         except grpc.RpcError as error:
-            raise SessionsError.from_rpc_error(error) from None
+            # The source's failure mid-snapshot is the cause; the import only saw its requests end.
+            cause = export_failure[0] if export_failure else error
+            raise SessionsError.from_rpc_error(cause) from None
         # The source refuses writes since the snapshot, so its state now is what was copied.
         before = source.object(object_key).list_sessions()
         after = destination.object(object_key).list_sessions()
@@ -159,3 +167,17 @@ def move_object(
     except grpc.RpcError as error:
         raise SessionsError.from_rpc_error(error) from None
     return MoveReport(object_key, int(imported.size_bytes), int(imported.message_rows), after)
+
+
+def abort_move(source: SessionsClient, object_key: str) -> bool:
+    """Releases the move lock `object_key` holds on `source` (AbortMove), so it takes writes
+    again: for a move cut short (a mover killed after a locked export) whose lock would otherwise
+    last its lease. True when a lock was held; False when there was nothing to release. Only for
+    a move that is not running: a mover still at work would go on to delete the source."""
+    try:
+        response = source._stub.AbortMove(
+            pb.AbortMoveRequest(object_key=object_key), metadata=routing_metadata(object_key, source._token)
+        )
+    except grpc.RpcError as error:
+        raise SessionsError.from_rpc_error(error) from None
+    return bool(response.was_locked)

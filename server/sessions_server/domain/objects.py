@@ -67,6 +67,8 @@ class ObjectAdmin:
         self._max_object_bytes = max_object_bytes  # 0: none
         self._text_limits = tuple(text_limits)
         self._moving: dict[str, float] = {}  # object key -> lock expiry (monotonic seconds)
+        # Objects whose move lock AbortMove released while it held: the move's delete must not follow.
+        self._aborted: set[str] = set()
         self._moved = MovedObjects(registry.data_dir)
 
     @property
@@ -117,6 +119,7 @@ class ObjectAdmin:
             try:
                 if lock_for_move:
                     self._moving[object_key] = time.monotonic() + lease
+                    self._aborted.discard(object_key)  # a new move: its own delete may follow
                     # Every later write to this store is refused as it is queued (also those of
                     # calls admitted before the lock, an import stream's next chunk among them);
                     # those queued before it commit first.
@@ -229,7 +232,12 @@ class ObjectAdmin:
         keys.check_object_key(object_key, max_bytes=self._max_object_key_bytes)
         self.admit(object_key, writing=False)
         expiry = self._moving.pop(object_key, None)
-        return expiry is not None and time.monotonic() < expiry
+        held = expiry is not None and time.monotonic() < expiry
+        if held:
+            self._aborted.add(object_key)
+        else:  # none held (or it had expired): a plain delete may follow
+            self._aborted.discard(object_key)
+        return held
 
     async def delete(self, object_key: str, *, moved_to: str) -> bool:
         """Removes the object; later calls are refused, naming `moved_to`."""
@@ -246,6 +254,15 @@ class ObjectAdmin:
                     reason="FAILED_PRECONDITION",
                 )
             self._moving[object_key] = math.inf  # held until the file is gone
+        elif object_key in self._aborted:
+            # The mover may not know (another operator released the lock): writes accepted since
+            # then are not in the copy it made.
+            raise FailedPrecondition(
+                "the move lock was released (AbortMove) while the move was under way: writes may have been "
+                "accepted after the snapshot, so nothing was deleted; export the object again (or call "
+                "AbortMove once more, then delete)",
+                reason="FAILED_PRECONDITION",
+            )
         # Run to its end even if the mover gives up meanwhile (the close may wait for stuck
         # calls): once recorded, the object is refused here, and its file must go too.
         return await _run_to_end(self._remove(object_key, moved_to))

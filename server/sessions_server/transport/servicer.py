@@ -6,6 +6,7 @@ errors into statuses with ErrorInfo details, and frames message content (framing
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import urllib.parse
@@ -270,7 +271,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 response.message.CopyFrom(framing.written_message(result.message, sent=text))
             return response
 
-        return await _unary(context, run)
+        return await _client_stream(context, request_iterator, run)
 
     async def DeleteMessages(self, request: pb.DeleteMessagesRequest, context: Any) -> pb.DeleteMessagesResponse:
         async def run() -> pb.DeleteMessagesResponse:
@@ -338,7 +339,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 pieces.release()  # a stream that ended inside a message
             return pb.ImportMessagesResponse(imported_count=importer.imported, skipped_count=importer.skipped)
 
-        return await _unary(context, run)
+        return await _client_stream(context, request_iterator, run)
 
     # ── reads ───────────────────────────────────────────────────────────────
 
@@ -692,7 +693,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             size, rows = await self._service.objects.receive(first.object_key, data(), replace=first.replace)
             return pb.ImportObjectResponse(size_bytes=size, message_rows=rows)
 
-        return await _unary(context, run)
+        return await _client_stream(context, request_iterator, run)
 
     async def DeleteObject(self, request: pb.DeleteObjectRequest, context: Any) -> pb.DeleteObjectResponse:
         async def run() -> pb.DeleteObjectResponse:
@@ -865,6 +866,36 @@ async def _unary(context: Any, run: Callable[[], Awaitable[Resp]]) -> Resp:
     except Exception as exc:
         await _abort(context, exc)
     raise AssertionError("unreachable: abort raises")
+
+
+# How much of a refused client stream is read (and dropped) before the refusal is sent.
+REFUSED_STREAM_DRAIN_SECONDS = 5.0
+REFUSED_STREAM_DRAIN_BYTES = 32 * 1024 * 1024
+
+
+async def _client_stream(context: Any, frames: AsyncIterable[Any], run: Callable[[], Awaitable[Resp]]) -> Resp:
+    """`_unary` for a client stream, whose refusal first waits for what the client is still
+    sending (read and dropped, up to a bound). Sent while the client still sends, the refusal
+    ends the stream with a reset, which a proxy may pass on without the status (HAProxy 2.6:
+    CANCELLED, the reason lost), where the caller should learn why (LIMIT_EXCEEDED, DRAINING)."""
+    try:
+        return await run()
+    except (grpc.aio.AbortError, grpc.aio.UsageError):
+        raise
+    except Exception as exc:
+        await _drop_the_rest(frames)
+        await _abort(context, exc)
+    raise AssertionError("unreachable: abort raises")
+
+
+async def _drop_the_rest(frames: AsyncIterable[Any]) -> None:
+    received = 0
+    with contextlib.suppress(Exception):  # the client gone, the bound passed: answer anyway
+        async with asyncio.timeout(REFUSED_STREAM_DRAIN_SECONDS):
+            async for frame in frames:
+                received += frame.ByteSize()
+                if received > REFUSED_STREAM_DRAIN_BYTES:
+                    return
 
 
 async def _responses(

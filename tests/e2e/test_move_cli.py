@@ -1,0 +1,177 @@
+"""`sessions-server move-object` and `abort-move` as an operator runs them: a key that cannot move
+(locked by a move cut short) is named and the others still move; `abort-move` releases the lock a
+cut-short move left, after which the object moves."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from sessions_client import SessionsClient, SessionsError
+from sessions_client._common import routing_metadata
+from sessions_proto.v1 import sessions_pb2 as pb
+from sessions_server.storage.paths import object_path
+from sessions_server.transport.auth import hash_token
+from tests.e2e.conftest import ServerProcess
+
+
+def _text(message_id: str, text: str) -> dict[str, object]:
+    return {"id": message_id, "role": "user", "parts": [{"type": "text", "text": text}]}
+
+
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sessions_server.cli", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+        env=env,
+    )
+
+
+def _move(source: str, destination: str, *keys: str) -> subprocess.CompletedProcess[str]:
+    options = [item for key in keys for item in ("--object-key", key)]
+    return _cli("move-object", "--from", source, "--to", destination, *options)
+
+
+def _cut_short_export(client: SessionsClient, key: str) -> list[pb.ExportObjectResponse]:
+    """What a mover killed after the locked export's last frame leaves: the whole snapshot read,
+    the stream ended, and no AbortMove or DeleteObject; the lock stays for its lease (an hour)."""
+    request = pb.ExportObjectRequest(object_key=key, lock_for_move=True, lease_seconds=3600)
+    frames = list(client._stub.ExportObject(request, metadata=routing_metadata(key)))
+    assert frames and frames[-1].sha256
+    return frames
+
+
+def _writes_refused_as_moving(client: SessionsClient, key: str) -> bool:
+    try:
+        client.object(key).session().append_message(_text("probe", "is it locked?"))
+    except SessionsError as error:
+        assert (error.code, error.reason) == (grpc.StatusCode.UNAVAILABLE, "OBJECT_MOVING"), error
+        return True
+    return False
+
+
+def _keys(client: SessionsClient) -> set[str]:
+    return set(client._stub.ListObjects(pb.ListObjectsRequest()).object_keys)
+
+
+@pytest.fixture
+def two_servers(tmp_path: Path) -> Iterator[tuple[ServerProcess, ServerProcess]]:
+    first = ServerProcess(tmp_path / "a").start()
+    second = ServerProcess(tmp_path / "b").start()
+    yield first, second
+    first.stop()
+    second.stop()
+
+
+def test_a_locked_object_is_named_and_the_others_still_move(two_servers: tuple[ServerProcess, ServerProcess]) -> None:
+    source, destination = two_servers
+    keys = ["batch/1", "batch/2", "batch/3", "batch/4"]
+    with SessionsClient(source.address, retry=None) as a:
+        for key in keys:
+            a.object(key).session().append_message(_text("m1", key))
+        _cut_short_export(a, "batch/2")
+
+        result = _move(source.address, destination.address, *keys)
+
+        assert result.returncode == 1, result
+        assert "Traceback" not in result.stderr
+        for key in ("batch/1", "batch/3", "batch/4"):  # those after the locked key too
+            assert f"moved {key!r}" in result.stdout
+        assert "batch/2" not in result.stdout
+        summary = result.stderr.splitlines()
+        assert f"1 of 4 objects not moved (3 moved) from {source.address} to {destination.address}:" in summary[-2]
+        hint = f"`sessions-server abort-move --from {source.address} --object-key batch/2`"
+        assert summary[-1].startswith("  'batch/2': UNAVAILABLE [OBJECT_MOVING]: a move of this object is under way")
+        assert hint in summary[-1]
+        with SessionsClient(destination.address) as b:
+            assert _keys(b) == {"batch/1", "batch/3", "batch/4"}
+            assert b.object("batch/3").session().get_message("m1") == _text("m1", "batch/3")
+        assert _keys(a) == {"batch/2"}
+        assert object_path(source.data_dir, "batch/2").exists()
+        # The refused move left the other mover's lock alone: it is not this command's to release.
+        assert _writes_refused_as_moving(a, "batch/2")
+
+
+def test_abort_move_releases_the_lock_of_a_move_cut_short_and_the_object_then_moves(
+    two_servers: tuple[ServerProcess, ServerProcess],
+) -> None:
+    source, destination = two_servers
+    with SessionsClient(source.address, retry=None) as a, SessionsClient(destination.address) as b:
+        session = a.object("cut/1").session()
+        for index in range(5):
+            session.append_message(_text(f"m{index}", "before"))
+        # The mover got as far as the import, then was killed before DeleteObject: the object is
+        # on both servers, and locked on its source.
+        frames = _cut_short_export(a, "cut/1")
+        requests = [pb.ImportObjectRequest(data=frame.data, sha256=frame.sha256) for frame in frames]
+        requests[0].object_key, requests[0].replace = "cut/1", True
+        b._stub.ImportObject(iter(requests), metadata=routing_metadata("cut/1"))
+        refused = _move(source.address, destination.address, "cut/1")
+        assert refused.returncode == 1 and "abort-move" in refused.stderr, refused
+        assert _writes_refused_as_moving(a, "cut/1")
+
+        released = _cli("abort-move", "--from", source.address, "--object-key", "cut/1")
+
+        assert released.returncode == 0, released
+        assert released.stdout == f"released the move lock of 'cut/1' on {source.address}: it takes writes again\n"
+        assert session.append_message(_text("m5", "after the release")).inserted
+        again = _cli("abort-move", "--from", source.address, "--object-key", "cut/1")
+        assert (again.returncode, again.stdout) == (
+            0,
+            f"'cut/1' on {source.address} held no move lock: nothing to release\n",
+        )
+
+        moved = _move(source.address, destination.address, "cut/1")
+
+        assert moved.returncode == 0, moved
+        assert "moved 'cut/1'" in moved.stdout and "6 messages" in moved.stdout
+        assert [m["id"] for m in b.object("cut/1").session().get_history()] == [f"m{i}" for i in range(6)]
+        assert not object_path(source.data_dir, "cut/1").exists()
+        assert _keys(a) == set()
+
+
+def test_abort_move_uses_the_token_and_reports_a_refusal_on_one_line(tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens.json"
+    grants = [
+        {"name": "writer", "sha256": hash_token("w-secret"), "prefixes": ["tenant-a/"], "access": "write"},
+        {"name": "reader", "sha256": hash_token("r-secret"), "prefixes": ["tenant-a/"], "access": "read"},
+    ]
+    tokens.write_text(json.dumps({"tokens": grants}), encoding="utf-8")
+    server = ServerProcess(tmp_path / "data", "--tokens-file", str(tokens)).start()
+    try:
+        with SessionsClient(server.address, token="w-secret", retry=None) as client:
+            client.object("tenant-a/x").session().append_message(_text("m1", "one"))
+            request = pb.ExportObjectRequest(object_key="tenant-a/x", lock_for_move=True, lease_seconds=3600)
+            assert list(client._stub.ExportObject(request, metadata=routing_metadata("tenant-a/x", "w-secret")))
+            assert _writes_refused_as_moving(client, "tenant-a/x")
+
+            reader = _cli("abort-move", "--from", server.address, "--object-key", "tenant-a/x", "--token", "r-secret")
+            assert reader.returncode == 1
+            assert reader.stdout == ""
+            [line] = reader.stderr.splitlines()
+            assert line.startswith(f"sessions-server abort-move: 'tenant-a/x' on {server.address}: PERMISSION_DENIED")
+            assert _writes_refused_as_moving(client, "tenant-a/x")
+
+            writer = _cli(
+                "abort-move",
+                "--from",
+                server.address,
+                "--object-key",
+                "tenant-a/x",
+                env={**os.environ, "SESSIONS_TOKEN": "w-secret"},
+            )
+            assert writer.returncode == 0, writer
+            assert writer.stdout.startswith("released the move lock of 'tenant-a/x'")
+            assert not _writes_refused_as_moving(client, "tenant-a/x")
+    finally:
+        server.stop()
