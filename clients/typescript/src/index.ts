@@ -161,6 +161,13 @@ export interface SubscribeOptions extends AbortOptions {
    * error is thrown (default 20; 0 never reconnects). Each resumes after the last revision seen.
    */
   reconnectAttempts?: number;
+  /**
+   * Also yield PROGRESS events (default false: they are dropped, as by the Python and Go
+   * clients). The server sends one when a live subscription starts and whenever the feed has
+   * been idle for a while (`--progress-seconds`); it carries the object's current revision and
+   * means nothing happened. Dropped or not, it advances the revision a reconnect resumes after.
+   */
+  includeProgress?: boolean;
 }
 
 export type ChangeTypeName =
@@ -936,19 +943,22 @@ export class ObjectHandle {
    * Streams the object's change events in commit order (of every session, or of `sessionId`).
    * Large messages are reassembled. When the server goes away (a drain, a restart, a connection
    * its keepalive found dead: UNAVAILABLE or CANCELLED) it reconnects by itself, resuming after
-   * the last revision seen; a RESET event then means events were missed (re-read state). Break
+   * the last revision seen (PROGRESS events included); a RESET event then means events were
+   * missed (re-read state). PROGRESS events are dropped unless `includeProgress` is set. Break
    * out of the loop, or abort `signal` (the loop then throws CANCELLED, as any call does), to
    * unsubscribe; the client's `timeoutMs` does not apply.
    */
   async *subscribe(options: SubscribeOptions = {}): AsyncGenerator<ChangeEvent> {
     let after = BigInt(options.resumeAfterRevision ?? 0);
     const maxAttempts = options.reconnectAttempts ?? RECONNECT_ATTEMPTS;
+    const includeProgress = options.includeProgress ?? false;
     let attempts = 0;
     for (;;) {
       try {
         for await (const event of this.subscribeOnce(after, options)) {
           attempts = 0;
           after = event.revision; // everything up to it has been delivered (or reset)
+          if (event.type === "PROGRESS" && !includeProgress) continue;
           yield event;
         }
         return;

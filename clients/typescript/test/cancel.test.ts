@@ -410,7 +410,7 @@ describe("a signal that is never aborted", () => {
     out.deleted = await s.deleteMessages(["d"], opts);
     out.imported = await s.importMessages([msg("i1"), msg("i2")], opts);
     out.importedOne = await s.importMessage(msg("i3"), { parentId: null, ...opts });
-    const feed = o.subscribe(opts)[Symbol.asyncIterator]();
+    const feed = o.subscribe({ ...opts, includeProgress: true })[Symbol.asyncIterator]();
     out.feed = (await feed.next()).value?.type;
     await feed.return(undefined);
     out.cleared = await s.clearMessages(opts);

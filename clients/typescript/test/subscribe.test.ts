@@ -42,7 +42,7 @@ async function collect(
 test("subscribe streams every kind of write in order, reassembles large messages, resumes", async () => {
   const o = client.object(freshKey());
   const s = o.session("feed");
-  const feed = s.subscribe();
+  const feed = s.subscribe({ includeProgress: true });
   const it = feed[Symbol.asyncIterator]();
   const first = await it.next();
   assert.equal(first.value?.type, "PROGRESS", "a live subscription starts with its revision");
@@ -104,7 +104,7 @@ test("an unfiltered object subscription sees every session; break ends it", asyn
   let started!: () => void;
   const ready = new Promise<void>((r) => (started = r));
   const reader = (async () => {
-    for await (const event of o.subscribe()) {
+    for await (const event of o.subscribe({ includeProgress: true })) {
       if (event.type === "PROGRESS") {
         started();
         continue;
@@ -125,7 +125,7 @@ test("an unfiltered object subscription sees every session; break ends it", asyn
 test("the client's default deadline does not end a subscription", async () => {
   const impatient = server.client({ timeoutMs: 300 });
   const o = impatient.object(freshKey());
-  const it = o.subscribe()[Symbol.asyncIterator]();
+  const it = o.subscribe({ includeProgress: true })[Symbol.asyncIterator]();
   assert.equal((await it.next()).value?.type, "PROGRESS");
   await new Promise((r) => setTimeout(r, 700));
   await o.session().appendMessage(msg("late"));
