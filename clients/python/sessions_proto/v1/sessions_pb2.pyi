@@ -141,7 +141,9 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     ERROR_REASON_INVALID_FIELD: _ErrorReason.ValueType  # 4
     """Another request field is invalid (metadata: field, detail)."""
     ERROR_REASON_OBJECT_KEY_MISMATCH: _ErrorReason.ValueType  # 5
-    """The x-object-key metadata differs from the request's object_key."""
+    """The x-object-key metadata differs from the request's object_key, or is missing where the
+    server requires it (a shard: `--ring-file` or `--require-routing-header`).
+    """
     ERROR_REASON_INVALID_STREAM: _ErrorReason.ValueType  # 6
     """A client stream is malformed: missing header, unfinished message, mixed objects."""
     ERROR_REASON_DRAINING: _ErrorReason.ValueType  # 7
@@ -193,7 +195,9 @@ ERROR_REASON_INVALID_OBJECT_KEY: ErrorReason.ValueType  # 3
 ERROR_REASON_INVALID_FIELD: ErrorReason.ValueType  # 4
 """Another request field is invalid (metadata: field, detail)."""
 ERROR_REASON_OBJECT_KEY_MISMATCH: ErrorReason.ValueType  # 5
-"""The x-object-key metadata differs from the request's object_key."""
+"""The x-object-key metadata differs from the request's object_key, or is missing where the
+server requires it (a shard: `--ring-file` or `--require-routing-header`).
+"""
 ERROR_REASON_INVALID_STREAM: ErrorReason.ValueType  # 6
 """A client stream is malformed: missing header, unfinished message, mixed objects."""
 ERROR_REASON_DRAINING: ErrorReason.ValueType  # 7

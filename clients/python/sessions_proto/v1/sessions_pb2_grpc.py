@@ -433,7 +433,9 @@ class SessionServiceServicer:
 
     def DeleteObject(self, request, context):
         """Removes an object from this server (the last step of a move). Later calls for the key are
-        refused with FAILED_PRECONDITION (OBJECT_NOT_OWNED) naming where it went, until restart.
+        refused with FAILED_PRECONDITION (OBJECT_NOT_OWNED) naming where it went, restarts included
+        (the server records the move before it removes the file), until the object is imported here
+        again. Runs to its end once begun, even if the caller goes away.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -442,7 +444,9 @@ class SessionServiceServicer:
     def AbortMove(self, request, context):
         """Gives up a move that will not complete (the destination refused the file, say): releases
         the lock ExportObject took with `lock_for_move`, so the object takes writes again at once
-        instead of when the lease expires. The object stays here, served as before.
+        instead of when the lease expires. The object stays here, served as before. A DeleteObject
+        after releasing a lock that still held is refused (FAILED_PRECONDITION: the mover's copy may
+        miss writes accepted since) until the object is exported again or AbortMove is called once more.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -162,12 +162,16 @@ class SessionServiceStub:
     """
     DeleteObject: _grpc.UnaryUnaryMultiCallable[_sessions_pb2.DeleteObjectRequest, _sessions_pb2.DeleteObjectResponse]
     """Removes an object from this server (the last step of a move). Later calls for the key are
-    refused with FAILED_PRECONDITION (OBJECT_NOT_OWNED) naming where it went, until restart.
+    refused with FAILED_PRECONDITION (OBJECT_NOT_OWNED) naming where it went, restarts included
+    (the server records the move before it removes the file), until the object is imported here
+    again. Runs to its end once begun, even if the caller goes away.
     """
     AbortMove: _grpc.UnaryUnaryMultiCallable[_sessions_pb2.AbortMoveRequest, _sessions_pb2.AbortMoveResponse]
     """Gives up a move that will not complete (the destination refused the file, say): releases
     the lock ExportObject took with `lock_for_move`, so the object takes writes again at once
-    instead of when the lease expires. The object stays here, served as before.
+    instead of when the lease expires. The object stays here, served as before. A DeleteObject
+    after releasing a lock that still held is refused (FAILED_PRECONDITION: the mover's copy may
+    miss writes accepted since) until the object is exported again or AbortMove is called once more.
     """
 
 @_typing.type_check_only
@@ -281,12 +285,16 @@ class SessionServiceAsyncStub(SessionServiceStub):
     """
     DeleteObject: _aio.UnaryUnaryMultiCallable[_sessions_pb2.DeleteObjectRequest, _sessions_pb2.DeleteObjectResponse]  # type: ignore[assignment]
     """Removes an object from this server (the last step of a move). Later calls for the key are
-    refused with FAILED_PRECONDITION (OBJECT_NOT_OWNED) naming where it went, until restart.
+    refused with FAILED_PRECONDITION (OBJECT_NOT_OWNED) naming where it went, restarts included
+    (the server records the move before it removes the file), until the object is imported here
+    again. Runs to its end once begun, even if the caller goes away.
     """
     AbortMove: _aio.UnaryUnaryMultiCallable[_sessions_pb2.AbortMoveRequest, _sessions_pb2.AbortMoveResponse]  # type: ignore[assignment]
     """Gives up a move that will not complete (the destination refused the file, say): releases
     the lock ExportObject took with `lock_for_move`, so the object takes writes again at once
-    instead of when the lease expires. The object stays here, served as before.
+    instead of when the lease expires. The object stays here, served as before. A DeleteObject
+    after releasing a lock that still held is refused (FAILED_PRECONDITION: the mover's copy may
+    miss writes accepted since) until the object is exported again or AbortMove is called once more.
     """
 
 class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -577,7 +585,9 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_sessions_pb2.DeleteObjectResponse, _abc.Awaitable[_sessions_pb2.DeleteObjectResponse]]:
         """Removes an object from this server (the last step of a move). Later calls for the key are
-        refused with FAILED_PRECONDITION (OBJECT_NOT_OWNED) naming where it went, until restart.
+        refused with FAILED_PRECONDITION (OBJECT_NOT_OWNED) naming where it went, restarts included
+        (the server records the move before it removes the file), until the object is imported here
+        again. Runs to its end once begun, even if the caller goes away.
         """
 
     @_abc_1.abstractmethod
@@ -588,7 +598,9 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_sessions_pb2.AbortMoveResponse, _abc.Awaitable[_sessions_pb2.AbortMoveResponse]]:
         """Gives up a move that will not complete (the destination refused the file, say): releases
         the lock ExportObject took with `lock_for_move`, so the object takes writes again at once
-        instead of when the lease expires. The object stays here, served as before.
+        instead of when the lease expires. The object stays here, served as before. A DeleteObject
+        after releasing a lock that still held is refused (FAILED_PRECONDITION: the mover's copy may
+        miss writes accepted since) until the object is exported again or AbortMove is called once more.
         """
 
 def add_SessionServiceServicer_to_server(servicer: SessionServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -224,7 +224,8 @@ const (
 	ErrorReason_ERROR_REASON_INVALID_OBJECT_KEY ErrorReason = 3
 	// Another request field is invalid (metadata: field, detail).
 	ErrorReason_ERROR_REASON_INVALID_FIELD ErrorReason = 4
-	// The x-object-key metadata differs from the request's object_key.
+	// The x-object-key metadata differs from the request's object_key, or is missing where the
+	// server requires it (a shard: `--ring-file` or `--require-routing-header`).
 	ErrorReason_ERROR_REASON_OBJECT_KEY_MISMATCH ErrorReason = 5
 	// A client stream is malformed: missing header, unfinished message, mixed objects.
 	ErrorReason_ERROR_REASON_INVALID_STREAM ErrorReason = 6

@@ -173,11 +173,15 @@ type SessionServiceClient interface {
 	// arrives (RESOURCE_EXHAUSTED).
 	ImportObject(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ImportObjectRequest, ImportObjectResponse], error)
 	// Removes an object from this server (the last step of a move). Later calls for the key are
-	// refused with FAILED_PRECONDITION (OBJECT_NOT_OWNED) naming where it went, until restart.
+	// refused with FAILED_PRECONDITION (OBJECT_NOT_OWNED) naming where it went, restarts included
+	// (the server records the move before it removes the file), until the object is imported here
+	// again. Runs to its end once begun, even if the caller goes away.
 	DeleteObject(ctx context.Context, in *DeleteObjectRequest, opts ...grpc.CallOption) (*DeleteObjectResponse, error)
 	// Gives up a move that will not complete (the destination refused the file, say): releases
 	// the lock ExportObject took with `lock_for_move`, so the object takes writes again at once
-	// instead of when the lease expires. The object stays here, served as before.
+	// instead of when the lease expires. The object stays here, served as before. A DeleteObject
+	// after releasing a lock that still held is refused (FAILED_PRECONDITION: the mover's copy may
+	// miss writes accepted since) until the object is exported again or AbortMove is called once more.
 	AbortMove(ctx context.Context, in *AbortMoveRequest, opts ...grpc.CallOption) (*AbortMoveResponse, error)
 }
 
@@ -704,11 +708,15 @@ type SessionServiceServer interface {
 	// arrives (RESOURCE_EXHAUSTED).
 	ImportObject(grpc.ClientStreamingServer[ImportObjectRequest, ImportObjectResponse]) error
 	// Removes an object from this server (the last step of a move). Later calls for the key are
-	// refused with FAILED_PRECONDITION (OBJECT_NOT_OWNED) naming where it went, until restart.
+	// refused with FAILED_PRECONDITION (OBJECT_NOT_OWNED) naming where it went, restarts included
+	// (the server records the move before it removes the file), until the object is imported here
+	// again. Runs to its end once begun, even if the caller goes away.
 	DeleteObject(context.Context, *DeleteObjectRequest) (*DeleteObjectResponse, error)
 	// Gives up a move that will not complete (the destination refused the file, say): releases
 	// the lock ExportObject took with `lock_for_move`, so the object takes writes again at once
-	// instead of when the lease expires. The object stays here, served as before.
+	// instead of when the lease expires. The object stays here, served as before. A DeleteObject
+	// after releasing a lock that still held is refused (FAILED_PRECONDITION: the mover's copy may
+	// miss writes accepted since) until the object is exported again or AbortMove is called once more.
 	AbortMove(context.Context, *AbortMoveRequest) (*AbortMoveResponse, error)
 	mustEmbedUnimplementedSessionServiceServer()
 }

@@ -3037,7 +3037,8 @@ export enum ErrorReason {
   INVALID_FIELD = 4,
 
   /**
-   * The x-object-key metadata differs from the request's object_key.
+   * The x-object-key metadata differs from the request's object_key, or is missing where the
+   * server requires it (a shard: `--ring-file` or `--require-routing-header`).
    *
    * @generated from enum value: ERROR_REASON_OBJECT_KEY_MISMATCH = 5;
    */
@@ -3653,7 +3654,9 @@ export const SessionService: GenService<{
   },
   /**
    * Removes an object from this server (the last step of a move). Later calls for the key are
-   * refused with FAILED_PRECONDITION (OBJECT_NOT_OWNED) naming where it went, until restart.
+   * refused with FAILED_PRECONDITION (OBJECT_NOT_OWNED) naming where it went, restarts included
+   * (the server records the move before it removes the file), until the object is imported here
+   * again. Runs to its end once begun, even if the caller goes away.
    *
    * @generated from rpc sessions.v1.SessionService.DeleteObject
    */
@@ -3665,7 +3668,9 @@ export const SessionService: GenService<{
   /**
    * Gives up a move that will not complete (the destination refused the file, say): releases
    * the lock ExportObject took with `lock_for_move`, so the object takes writes again at once
-   * instead of when the lease expires. The object stays here, served as before.
+   * instead of when the lease expires. The object stays here, served as before. A DeleteObject
+   * after releasing a lock that still held is refused (FAILED_PRECONDITION: the mover's copy may
+   * miss writes accepted since) until the object is exported again or AbortMove is called once more.
    *
    * @generated from rpc sessions.v1.SessionService.AbortMove
    */
