@@ -19,7 +19,7 @@ from sessions_server.storage import schema
 from sessions_server.storage import store as store_module
 from sessions_server.storage.rows import StorageError, StoreClosed
 from sessions_server.storage.store import ObjectStore, WriteContext
-from tests.storage.test_write_threads import note, opened
+from tests.storage.test_write_threads import note, opened, stored_notes
 
 
 @pytest.fixture(autouse=True)
@@ -134,12 +134,12 @@ def test_a_failing_read_in_place_reports_a_storage_error_and_the_store_goes_on(t
 
 
 def test_a_read_in_place_leaves_no_transaction_open(tmp_path: Path) -> None:
-    """A read that opened a transaction (for one snapshot across statements) and failed midway
+    """A read runs in a transaction (one snapshot across its statements); one that failed midway
     must not pin the WAL: the next write's checkpoint, and every later read, see new data."""
     path = tmp_path / "object.sqlite"
 
     def snapshot_then_fail(conn: sqlite3.Connection) -> None:
-        conn.execute("BEGIN")
+        assert conn.in_transaction
         conn.execute("SELECT count(*) FROM notes").fetchone()
         raise ValueError("the read's own failure")
 
@@ -365,3 +365,29 @@ def test_the_writer_keeps_temporary_storage_in_memory_and_readers_the_default(tm
             return writer, reader
 
     assert asyncio.run(scenario()) == (memory, default)
+
+
+@pytest.mark.parametrize("calls", [lambda: 2, lambda: 1], ids=["on the executor", "in place"])
+def test_a_read_sees_one_committed_state_throughout(tmp_path: Path, calls: Callable[[], int]) -> None:
+    """A read is several statements (a message's row, then its continuation rows): on a reader
+    connection in autocommit each saw the state of its own moment, so a large message updated
+    between them came back torn, one version's first slice joined to another's rest. A read is
+    one snapshot now, whatever commits meanwhile."""
+    path = tmp_path / "object.sqlite"
+
+    def read_around_a_commit(conn: sqlite3.Connection) -> tuple[list[str], list[str]]:
+        first = [str(row[0]) for row in conn.execute("SELECT body FROM notes ORDER BY rowid")]
+        with sqlite3.connect(path, isolation_level=None) as other:  # another writer commits meanwhile
+            other.execute("PRAGMA busy_timeout = 5000")
+            other.execute("INSERT INTO notes (body) VALUES ('meanwhile')")
+        second = [str(row[0]) for row in conn.execute("SELECT body FROM notes ORDER BY rowid")]
+        return first, second
+
+    async def scenario() -> tuple[list[str], list[str]]:
+        async with opened(path, calls) as store:
+            await store.write(note("first"))
+            return await store.read(read_around_a_commit, quick=True)
+
+    first, second = asyncio.run(scenario())
+    assert first == second == ["first"]
+    assert stored_notes(path) == ["first", "meanwhile"]

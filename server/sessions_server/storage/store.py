@@ -544,6 +544,7 @@ class ObjectStore:
         # on this connection must never be interrupted.
         conn.set_progress_handler(self._past_quick_deadline, PROGRESS_STEPS)
         try:
+            conn.execute("BEGIN")  # one snapshot, as on the executor
             value = run(conn)
         except sqlite3.Error as exc:
             code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
@@ -572,6 +573,9 @@ class ObjectStore:
             conn.execute("PRAGMA query_only = 1")
         started = time.perf_counter()
         try:
+            # One snapshot for the whole read: its statements (a message's row, then its
+            # continuation rows) must not straddle a commit, or a large message comes back torn.
+            conn.execute("BEGIN")
             return run(conn)
         except sqlite3.Error as exc:
             raise StorageError(f"storage read failed: {exc}", cause=exc) from exc
