@@ -11,6 +11,7 @@ attachments and non-ASCII content.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import threading
@@ -27,6 +28,7 @@ from sessions_client._common import routing_metadata
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc
 from tests.conftest import LiveServer, start_server
+from tests.reliability.support import wait_until
 from tests.service.support import text_message
 
 
@@ -202,3 +204,55 @@ def test_remembered_paths_stay_right_under_concurrent_appends_and_reads(one_open
         channel.close()
         assert not errors, errors[:3]
         pair.check()
+
+
+@pytest.mark.parametrize("write", ["update", "delete", "append"])
+def test_a_write_whose_caller_gave_up_still_updates_what_reads_remember(tmp_path: Path, write: str) -> None:
+    """A write commits even when its caller is cancelled while it waits for the writer (the job
+    is the object's, not the call's). What the server remembers of the session was brought up
+    to date by the caller after its await, which a cancelled caller never reached: reads kept
+    answering the old text of an updated message, or a deleted one, from memory."""
+    server = start_server(tmp_path / "data")
+    key, gate = "gave-up", threading.Event()
+    try:
+        with SessionsClient(server.address) as client, grpc.insecure_channel(server.address) as channel:
+            session = client.object(key).session()
+            session.append_messages([text_message("a"), text_message("b", "old"), text_message("c")])
+            assert [m["id"] for m in session.get_history()] == ["a", "b", "c"]  # now remembered
+
+            async def hold_the_writer() -> None:  # a write of the object's, ahead of the call's
+                async with server.running.registry.use(key) as store:
+                    await store.write(lambda ctx: gate.wait(30))
+
+            held = asyncio.run_coroutine_threadsafe(hold_the_writer(), server.loop)
+            stub, metadata = sessions_pb2_grpc.SessionServiceStub(channel), routing_metadata(key)
+            if write == "update":
+                call = stub.UpdateMessage.future(
+                    pb.UpdateMessageRequest(object_key=key, message_json=json.dumps(text_message("b", "new"))),
+                    metadata=metadata,
+                )
+            elif write == "delete":
+                call = stub.DeleteMessages.future(
+                    pb.DeleteMessagesRequest(object_key=key, message_ids=["b"]), metadata=metadata
+                )
+            else:
+                call = stub.AppendMessage.future(
+                    pb.AppendMessageRequest(object_key=key, message_json=json.dumps(text_message("d"))),
+                    metadata=metadata,
+                )
+            assert wait_until(lambda: server.running.calls.calls_in_flight == 1, 30), "the call never reached the server"
+            call.cancel()
+            assert wait_until(lambda: server.running.calls.calls_in_flight == 0, 30), "the server kept the call"
+            gate.set()
+            held.result(timeout=30)
+
+            expected = {
+                "update": [("a", "hi"), ("b", "new"), ("c", "hi")],
+                "delete": [("a", "hi"), ("c", "hi")],
+                "append": [("a", "hi"), ("b", "old"), ("c", "hi"), ("d", "hi")],
+            }[write]
+            history = [(m["id"], m["parts"][0]["text"]) for m in session.get_history()]
+            assert history == expected  # committed, and read as committed
+    finally:
+        gate.set()
+        server.stop()

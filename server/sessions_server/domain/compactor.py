@@ -93,8 +93,10 @@ class Compactor:
         for field, value in (("from_message_id", from_id), ("to_message_id", to_id)):
             check_size(value, self._service.limits.max_message_id_bytes, field, "max_message_id_bytes", field)
         async with self._service.object(object_key, writing=True) as store:
-            record = await store.write(lambda ctx: _insert_record(ctx, session_id, summary, from_id, to_id, event))
-            forget_estimate(store, session_id)
+            record = await store.write(
+                lambda ctx: _insert_record(ctx, session_id, summary, from_id, to_id, event),
+                after=lambda _: forget_estimate(store, session_id),
+            )
             self.on_stored(event)
             return record
 
@@ -157,9 +159,11 @@ class Compactor:
             queries.set_config(ctx.conn, session_id, POLICY_THRESHOLD_KEY, str(policy.threshold_tokens))
             queries.set_config(ctx.conn, session_id, POLICY_KEEP_RECENT_KEY, str(policy.keep_recent_tokens))
 
-        async with self._service.object(object_key, writing=True) as store:
-            await store.write(run)
+        def noted(_: None) -> None:
             store.memo[_memo_key("policy", session_id)] = policy
+
+        async with self._service.object(object_key, writing=True) as store:
+            await store.write(run, after=noted)
         return policy
 
     async def get_policy(self, object_key: str, session_id: str) -> Policy:

@@ -352,18 +352,24 @@ class SessionsService:
 
         if all(prepared is None for _, _, prepared in staged):
             return [refused(message) for _, message, _ in staged]  # nothing to store
-        async with self.object(object_key, writing=True) as store:
-            results = await store.write(run, size_hint=sum(len(item.text) for item in items))
+        inserted: list[paths.AppendedRow] = []
+
+        def noted(results: list[AppendResult]) -> None:
             large_messages.note_written(
                 store, session_id, (row for row, result in zip(rows, results, strict=True) if result.inserted)
             )
-            inserted = [
+            inserted.extend(
                 _appended_row(result.message, prepared)
                 for (_, _, prepared), result in zip(staged, results, strict=True)
                 if result.inserted and result.message.info is not None and prepared is not None
-            ]
+            )
             if inserted:
-                await self._after_inserted_appends(store, object_key, session_id, inserted)
+                self._note_inserted_appends(store, session_id, inserted)
+
+        async with self.object(object_key, writing=True) as store:
+            results = await store.write(run, size_hint=sum(len(item.text) for item in items), after=noted)
+            if inserted:
+                await self.compactor.after_inserted_append(store, object_key, session_id)
             return results
 
     async def update(self, object_key: str, session_id: str, text: str, *, from_client: bool) -> UpdateResult:
@@ -380,11 +386,13 @@ class SessionsService:
                 ctx.emit(ChangeEvent("update", session_id, message_json=prepared.json, message_info=outcome.info))
             return outcome
 
-        async with self.object(object_key, writing=True) as store:
-            outcome = await store.write(run)
+        def noted(outcome: UpdateOutcome) -> None:
             if outcome.status == "updated":
                 forget_estimate(store, session_id)
                 large_messages.note_written(store, session_id, (row,))
+
+        async with self.object(object_key, writing=True) as store:
+            outcome = await store.write(run, after=noted)
         if outcome.status == "missing":
             return UpdateResult(False, False, None)
         return UpdateResult(True, outcome.status == "updated", MessageView(outcome.info, prepared.json))
@@ -420,15 +428,19 @@ class SessionsService:
                 ctx.emit(ChangeEvent("update", session_id, message_json=prepared.json, message_info=updated.info))
             return False, UpdateResult(True, updated.status == "updated", MessageView(updated.info, prepared.json))
 
-        async with self.object(object_key, writing=True) as store:
-            inserted, result = await store.write(run)
+        def noted(outcome: tuple[bool, UpdateResult]) -> None:
+            inserted, result = outcome
             if inserted or result.changed:
                 large_messages.note_written(store, session_id, (row,))
             if inserted and result.message is not None and result.message.info is not None:
-                appended = [_appended_row(result.message, prepared)]
-                await self._after_inserted_appends(store, object_key, session_id, appended)
+                self._note_inserted_appends(store, session_id, [_appended_row(result.message, prepared)])
             elif result.changed:
                 forget_estimate(store, session_id)
+
+        async with self.object(object_key, writing=True) as store:
+            inserted, result = await store.write(run, after=noted)
+            if inserted and result.message is not None and result.message.info is not None:
+                await self.compactor.after_inserted_append(store, object_key, session_id)
             return inserted, result
 
     async def delete(self, object_key: str, session_id: str, message_ids: Sequence[str]) -> int:
@@ -447,9 +459,7 @@ class SessionsService:
                 ctx.emit(event)
                 return deleted
 
-            deleted = await store.write(run)
-            forget_estimate(store, session_id)
-            return deleted
+            return await store.write(run, after=lambda _: forget_estimate(store, session_id))
 
     async def clear(self, object_key: str, session_id: str) -> int:
         self.check_names(object_key, session_id)
@@ -460,16 +470,11 @@ class SessionsService:
             return deleted
 
         async with self.object(object_key, removing=True) as store:
-            deleted = await store.write(run)
-            forget_estimate(store, session_id)
-            return deleted
+            return await store.write(run, after=lambda _: forget_estimate(store, session_id))
 
-    async def _after_inserted_appends(
-        self, store: ObjectStore, object_key: str, session_id: str, appended: list[paths.AppendedRow]
-    ) -> None:
+    def _note_inserted_appends(self, store: ObjectStore, session_id: str, appended: list[paths.AppendedRow]) -> None:
         paths.note_appends(store, session_id, appended)
         self.compactor.note_appends(store, session_id, [row.info for row in appended])
-        await self.compactor.after_inserted_append(store, object_key, session_id)
 
     @contextlib.asynccontextmanager
     async def importer(self, object_key: str, session_id: str) -> AsyncIterator[Importer]:
@@ -967,7 +972,11 @@ class Importer:
                     ctx.emit(event)
             return [info is not None for info in infos]
 
-        future = asyncio.ensure_future(self._store.write(run))
+        def noted(inserted: list[bool]) -> None:
+            if any(inserted):  # committed, whether or not the import's caller is still there
+                forget_estimate(self._store, session_id)
+
+        future = asyncio.ensure_future(self._store.write(run, after=noted))
         future.add_done_callback(self._after_write)
         self._pending.append(future)
 
@@ -993,8 +1002,6 @@ class Importer:
     async def finish(self) -> None:
         self._submit()
         await self._settle(len(self._pending))
-        if self.imported:
-            forget_estimate(self._store, self._session_id)
 
 
 def _feed_closed(exc: FeedClosed) -> Unavailable:

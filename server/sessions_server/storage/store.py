@@ -145,6 +145,7 @@ class _RunAgain(Exception):
 class _Job:
     run: Callable[[WriteContext], Any]
     future: asyncio.Future[Any]
+    after: Callable[[Any], None] | None = None
 
 
 class ObjectStore:
@@ -274,18 +275,27 @@ class ObjectStore:
 
     # ── writes ──────────────────────────────────────────────────────────────
 
-    async def write(self, run: Callable[[WriteContext], T], *, size_hint: int | None = None) -> T:
+    async def write(
+        self,
+        run: Callable[[WriteContext], T],
+        *,
+        size_hint: int | None = None,
+        after: Callable[[T], None] | None = None,
+    ) -> T:
         """Runs `run` inside the object's write transaction; returns after COMMIT.
 
         `size_hint` is the caller's estimate of the bytes the job writes, if it knows; without
         one the job always runs on the writer thread. `run` may run again (when a job sharing
-        its transaction made it fail), so it changes nothing outside `ctx`."""
+        its transaction made it fail), so it changes nothing outside `ctx`. `after` is given the
+        job's result once it committed, on the event loop's thread, before anyone is answered:
+        also when the caller was cancelled meanwhile (the commit goes on without it), so what
+        the server remembers of the object is brought up to date there, not by the caller."""
         if self._closed:
             raise StoreClosed("the object was closed while this call used it")
         if self.write_gate is not None:
             self.write_gate()  # raises to refuse: checked as the job is queued, not before
         loop = asyncio.get_running_loop()
-        job = _Job(run, loop.create_future())
+        job = _Job(run, loop.create_future(), after)
         if self._may_commit_here(size_hint) and self._begin_here():
             try:
                 outcomes, events = self._commit_batch([job], begun=True)
@@ -367,6 +377,11 @@ class ObjectStore:
         if events:
             self.feed.publish(events)  # committed: publish before anyone is answered
         for job, (ok, value) in zip(batch, outcomes, strict=True):
+            if ok and job.after is not None:
+                try:
+                    job.after(value)
+                except Exception:  # bookkeeping: the write itself committed, and others wait
+                    log.exception("object %r: bookkeeping after a commit failed", self.object_key)
             if job.future.done():
                 continue
             if ok:
