@@ -454,6 +454,32 @@ def test_results_carry_id_role_indexed_text_and_session(session: Any) -> None:
     ]
 
 
+def _with_lone_surrogate(message_id: str, word: str) -> str:
+    """A message whose text holds a lone UTF-16 surrogate: valid JSON, and upstream stores it."""
+    return '{"id":"' + message_id + '","role":"user","parts":[{"type":"text","text":"hello \\ud83d ' + word + '"}]}'
+
+
+def test_text_with_a_lone_surrogate_is_indexed_and_found(session: Any, data_dir: Path, object_key: str) -> None:
+    """Python's sqlite3 cannot bind such a text as a string: a message stored before the index
+    existed made every search of the object fail (INTERNAL), and once it existed, each write of
+    one failed. It is indexed as upstream's runtime stores it (the surrogate's own UTF-8 bytes),
+    and a hit's text, a protobuf string, carries U+FFFD in its place."""
+    session.append_message(_with_lone_surrogate("before", "first"))  # the index does not exist yet
+    assert [(r.id, r.content) for r in session.search("first")] == [("before", "hello \ufffd first")]
+    session.append_message(_with_lone_surrogate("after", "second"))
+    session.append_messages([_with_lone_surrogate("batch1", "third"), _with_lone_surrogate("batch2", "third")])
+    session.import_messages([ImportItem(_with_lone_surrogate("imported", "fourth"), "after")])
+    session.update_message(_with_lone_surrogate("before", "fifth"))
+    session.update_message(_with_lone_surrogate("before", "fifth"))  # unchanged: compared as stored
+    for word, ids in (("second", ["after"]), ("third", ["batch1", "batch2"]), ("fourth", ["imported"])):
+        assert sorted(hit_ids(session.search(word))) == ids, word
+    assert [(r.id, r.content) for r in session.search("fifth")] == [("before", "hello \ufffd fifth")]
+    assert session.search("first") == []
+    with open_readonly(object_path(data_dir, object_key)) as conn:
+        stored = conn.execute(f"SELECT CAST(content AS BLOB) FROM {FTS_TABLE} WHERE id = 'after'").fetchone()[0]
+    assert stored == b"hello \xed\xa0\xbd second"
+
+
 def test_results_are_best_match_first(session: Any) -> None:
     session.append_messages(
         [

@@ -6,6 +6,7 @@ transaction. Nothing here caches: the store (`store.py`) owns caches and transac
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import time
 from collections.abc import Iterable, Sequence
@@ -257,7 +258,34 @@ _INSERT_MESSAGE_SQL = """INSERT INTO cf_agents_session_messages
       (session_id, id, seq, parent_id, role, content, content_chunks, token_estimate, created_at, content_hash)
     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
     ON CONFLICT DO NOTHING"""
-_INSERT_SEARCH_ROW_SQL = "INSERT INTO cf_agents_session_fts (id, session_id, role, content) VALUES (?, ?, ?, ?)"
+# The content goes in through `_indexable`: a text holding a lone UTF-16 surrogate (valid in JSON,
+# "\ud83d") is bound as its UTF-8 bytes with the surrogate encoded as such, and stored as TEXT,
+# as upstream's runtime stores it; Python's sqlite3 refuses to bind it as a string.
+_INSERT_SEARCH_ROW_SQL = (
+    "INSERT INTO cf_agents_session_fts (id, session_id, role, content) VALUES (?, ?, ?, CAST(? AS TEXT))"
+)
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _indexable(text: str) -> str | bytes:
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass")
+    return text
+
+
+def _indexed_text(stored: bytes | None) -> str:
+    """An index row's content as read back (`CAST(content AS BLOB)`): a lone surrogate stored
+    by upstream or by `_indexable` becomes U+FFFD (a protobuf string holds only valid UTF-8)."""
+    if stored is None:
+        return ""
+    try:
+        return stored.decode("utf-8")
+    except UnicodeDecodeError:
+        return _LONE_SURROGATE.sub("\ufffd", stored.decode("utf-8", "surrogatepass"))
 
 
 def insert_message(
@@ -336,7 +364,7 @@ def insert_plain_chain(
         conn.execute("RELEASE plain_chain")
     if not fts_exists(conn):
         return len(rows)
-    searchable = [(row.id, session_id, row.role, row.search_text) for row in rows if row.search_text]
+    searchable = [(row.id, session_id, row.role, _indexable(row.search_text)) for row in rows if row.search_text]
     conn.executemany(_INSERT_SEARCH_ROW_SQL, searchable)
     return len(rows) + len(searchable)
 
@@ -624,15 +652,16 @@ def index_search_text(
     written = 0
     if replace:
         existing = conn.execute(
-            "SELECT content FROM cf_agents_session_fts WHERE id = ? AND session_id = ?", (message_id, session_id)
+            "SELECT CAST(content AS BLOB) FROM cf_agents_session_fts WHERE id = ? AND session_id = ?",
+            (message_id, session_id),
         ).fetchall()
         if existing:
-            if len(existing) == 1 and existing[0][0] == text:
+            if len(existing) == 1 and existing[0][0] == text.encode("utf-8", "surrogatepass"):
                 return 0
             conn.execute("DELETE FROM cf_agents_session_fts WHERE id = ? AND session_id = ?", (message_id, session_id))
             written += 1
     if text:
-        conn.execute(_INSERT_SEARCH_ROW_SQL, (message_id, session_id, role, text))
+        conn.execute(_INSERT_SEARCH_ROW_SQL, (message_id, session_id, role, _indexable(text)))
         written += 1
     return written
 
@@ -739,7 +768,7 @@ def messages_page(conn: sqlite3.Connection, after: tuple[str, str] | None) -> li
 
 
 def insert_search_row(conn: sqlite3.Connection, session_id: str, message_id: str, role: str, text: str) -> None:
-    conn.execute(_INSERT_SEARCH_ROW_SQL, (message_id, session_id, role, text))
+    conn.execute(_INSERT_SEARCH_ROW_SQL, (message_id, session_id, role, _indexable(text)))
 
 
 def search(
@@ -753,9 +782,9 @@ def search(
     conn.set_progress_handler(lambda: int(time.monotonic() > deadline), SEARCH_PROGRESS_STEPS)
     try:
         return [
-            (str(r[0]), str(r[1]), str(r[2]), str(r[3]))
+            (str(r[0]), str(r[1]), str(r[2]), _indexed_text(r[3]))
             for r in conn.execute(
-                f"""SELECT f.id, f.role, f.session_id, f.content FROM cf_agents_session_fts AS f
+                f"""SELECT f.id, f.role, f.session_id, CAST(f.content AS BLOB) FROM cf_agents_session_fts AS f
                     JOIN cf_agents_session_messages AS m ON m.session_id = f.session_id AND m.id = f.id
                     WHERE cf_agents_session_fts MATCH ? {session_filter} AND NOT {hidden}
                     ORDER BY rank LIMIT ?""",
