@@ -240,7 +240,9 @@ def test_a_write_whose_caller_gave_up_still_updates_what_reads_remember(tmp_path
                     pb.AppendMessageRequest(object_key=key, message_json=json.dumps(text_message("d"))),
                     metadata=metadata,
                 )
-            assert wait_until(lambda: server.running.calls.calls_in_flight == 1, 30), "the call never reached the server"
+            assert wait_until(lambda: server.running.calls.calls_in_flight == 1, 30), (
+                "the call never reached the server"
+            )
             call.cancel()
             assert wait_until(lambda: server.running.calls.calls_in_flight == 0, 30), "the server kept the call"
             gate.set()
