@@ -61,13 +61,8 @@ def start_server(data_dir: Path, listen: str = "127.0.0.1:0", **overrides: objec
     loop = uvloop.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, name="test-server-loop", daemon=True)
     thread.start()
-    config = ServerConfig(
-        data_dir=data_dir,
-        listen=listen,
-        reserved_metadata_keys=RESERVED_KEYS,
-        drain_seconds=5.0,
-        **overrides,  # type: ignore[arg-type]
-    )
+    settings: dict[str, object] = {"reserved_metadata_keys": RESERVED_KEYS, "drain_seconds": 5.0, **overrides}
+    config = ServerConfig(data_dir=data_dir, listen=listen, **settings)  # type: ignore[arg-type]
     started: Future[RunningServer] = asyncio.run_coroutine_threadsafe(create_server(config), loop)
     running = started.result(timeout=30)
     return LiveServer(running.address, data_dir, running, loop, thread)

@@ -3,8 +3,9 @@ protocol, and a change-feed reader bounded by a deadline (so a missing event fai
 instead of hanging it).
 
 `ChatCompletionsStub` listens on 127.0.0.1:0 and answers `POST <base>/chat/completions` with a
-deterministic summary. It can be switched to fail with HTTP 500, to return empty content, or to
-hold the request open until released (longer than the server's summarizer timeout). Every request
+deterministic summary. It can be switched to fail with HTTP 500, to return empty content, to
+hold the request open until released (longer than the server's summarizer timeout), or to hold
+it until released and then answer. Every request
 body and its headers are recorded.
 """
 
@@ -25,6 +26,7 @@ OK = "ok"
 FAIL = "fail"  # HTTP 500
 EMPTY = "empty"  # 200 with whitespace-only content
 HANG = "hang"  # hold the request until `release()` (or the stub stops)
+HOLD = "hold"  # hold the request until `release()`, then answer as OK does
 
 
 @dataclass
@@ -78,6 +80,8 @@ class ChatCompletionsStub:
                 if mode == HANG:
                     stub._released.wait(GUARD_SECONDS)
                     return  # close without answering
+                if mode == HOLD:
+                    stub._released.wait(GUARD_SECONDS)
                 if mode == FAIL:
                     self._answer(500, {"error": {"message": "stub failure"}})
                     return

@@ -232,15 +232,21 @@ def plan_compaction(
         for c in compactions
         if COMPACTION_PREFIX + c.id in present or (c.from_message_id in present and c.to_message_id in present)
     ]
+    begin = start
     if existing:
         from_id = existing[0].from_message_id
         span_start = _span_start_index(ids, existing[0])
         if span_start is not None and span_start < start:
             # Everything the extended span covers must be summarized (deliberate difference).
-            middle = [m for m in history[span_start:end] if not is_overlay_message(m)]
+            begin = span_start
+            middle = [m for m in history[begin:end] if not is_overlay_message(m)]
 
-    previous = next((m for m in history if is_overlay_message(m)), None)
-    previous_summary = _text_of(previous, "\n") if previous is not None else None
+    # The summaries the new span hides go into the prompt, every one of them (upstream passes
+    # only the first overlay's, and a later overlay's content was then in no summary at all).
+    covered = [m for m in history[begin:end] if is_overlay_message(m)]
+    first = next((m for m in history if is_overlay_message(m)), None)
+    summaries = covered or ([first] if first is not None else [])
+    previous_summary = "\n\n".join(_text_of(m, "\n") for m in summaries) if summaries else None
     budget = summary_budget(middle)
     return CompactionPlan(from_id, to_id, build_prompt(middle, previous_summary, budget), budget)
 

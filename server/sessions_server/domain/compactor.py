@@ -72,6 +72,27 @@ def forget_estimate(store: ObjectStore, session_id: str) -> None:
     paths.forget(store, session_id)
 
 
+def note_session_changed(store: ObjectStore, session_id: str) -> None:
+    """Called inside a write job that changes a session other than by appending (an update, a
+    delete, a clear, an import, a compaction): a compaction planned before it may summarize
+    what is no longer there, or cover what it did not summarize. Counted on the writer's
+    thread, in commit order, so a compaction's own job sees every change committed before it."""
+    key = _memo_key("changes", session_id)
+    store.memo[key] = store.memo.get(key, 0) + 1
+
+
+def _changes(store: ObjectStore, session_id: str) -> int:
+    return int(store.memo.get(_memo_key("changes", session_id), 0))
+
+
+class SessionChanged(Exception):
+    """The session changed between a compaction's plan and its record: plan again."""
+
+
+# How many times `compact` plans and summarizes again when the session changed meanwhile.
+COMPACT_ATTEMPTS = 3
+
+
 class Compactor:
     """Compaction operations on the objects of one service."""
 
@@ -84,19 +105,36 @@ class Compactor:
     # ── records ─────────────────────────────────────────────────────────────
 
     async def add(
-        self, object_key: str, session_id: str, summary: str, from_id: str, to_id: str, *, event: str = "compaction"
+        self,
+        object_key: str,
+        session_id: str,
+        summary: str,
+        from_id: str,
+        to_id: str,
+        *,
+        event: str = "compaction",
+        planned_at: tuple[ObjectStore, int] | None = None,
     ) -> Compaction:
-        """Stores an overlay record (no validation of the ids, as upstream)."""
+        """Stores an overlay record (no validation of the ids, as upstream). `planned_at`: the
+        store and the session's change count when the span was planned; the record is refused
+        (SessionChanged) if the session changed since."""
         self._service.check_names(object_key, session_id)
         limit = self._service.limits.max_summary_bytes
         check_size(summary, limit, "the summary", "max_summary_bytes", "summary")
         for field, value in (("from_message_id", from_id), ("to_message_id", to_id)):
             check_size(value, self._service.limits.max_message_id_bytes, field, "max_message_id_bytes", field)
         async with self._service.object(object_key, writing=True) as store:
-            record = await store.write(
-                lambda ctx: _insert_record(ctx, session_id, summary, from_id, to_id, event),
-                after=lambda _: forget_estimate(store, session_id),
-            )
+
+            def run(ctx: WriteContext) -> Compaction:
+                if planned_at is not None and (
+                    planned_at[0] is not store or planned_at[1] != _changes(store, session_id)
+                ):
+                    raise SessionChanged
+                record = _insert_record(ctx, session_id, summary, from_id, to_id, event)
+                note_session_changed(store, session_id)
+                return record
+
+            record = await store.write(run, after=lambda _: forget_estimate(store, session_id))
             self.on_stored(event)
             return record
 
@@ -135,18 +173,39 @@ class Compactor:
             )
         if not keep_recent_tokens:
             keep_recent_tokens = (await self.get_policy(object_key, session_id)).keep_recent
-        planned = await self.plan(object_key, session_id, leaf_id=leaf_id, keep_recent_tokens=keep_recent_tokens)
-        if planned is None:
-            return None
-        try:
-            summary = await self._summarizer.summarize(planned.prompt)
-        except Exception as exc:
-            raise Unavailable(f"the summarizer failed: {exc}", reason="SUMMARIZER_FAILED") from exc
-        if not summary.strip():
-            return None
-        return await self.add(
-            object_key, session_id, summary, planned.from_message_id, planned.to_message_id, event="compact"
-        )
+        limit = self._service.limits.max_summary_bytes
+        for _ in range(COMPACT_ATTEMPTS):
+            async with self._service.object(object_key) as store:
+                planned_at = (store, _changes(store, session_id))  # before the history is read
+            planned = await self.plan(object_key, session_id, leaf_id=leaf_id, keep_recent_tokens=keep_recent_tokens)
+            if planned is None:
+                return None
+            try:
+                summary = await self._summarizer.summarize(planned.prompt)
+            except Exception as exc:
+                raise Unavailable(f"the summarizer failed: {exc}", reason="SUMMARIZER_FAILED") from exc
+            if not summary.strip():
+                return None
+            if limit and len(summary.encode("utf-8", "surrogatepass")) > limit:
+                # The model's answer, not the caller's input: nothing the caller sent is wrong.
+                raise Unavailable(
+                    f"the summarizer answered {len(summary.encode('utf-8', 'surrogatepass'))} bytes, more than a "
+                    f"summary may hold (max_summary_bytes {limit}); nothing was stored",
+                    reason="SUMMARIZER_FAILED",
+                )
+            try:
+                return await self.add(
+                    object_key,
+                    session_id,
+                    summary,
+                    planned.from_message_id,
+                    planned.to_message_id,
+                    event="compact",
+                    planned_at=planned_at,
+                )
+            except SessionChanged:
+                continue  # its messages changed while the summary was made: it may be stale
+        return None
 
     # ── policy ──────────────────────────────────────────────────────────────
 
@@ -251,11 +310,18 @@ class Compactor:
             async with self._service.object(object_key) as store:
                 store.feed.publish([ChangeEvent("compaction_error", session_id, error=detail)])
 
-    async def wait_idle(self) -> None:
-        """Waits for running automatic compactions (used on shutdown)."""
+    async def wait_idle(self, seconds: float) -> None:
+        """Waits up to `seconds` for running automatic compactions, then cancels those left
+        (used on shutdown: a model call may take far longer than the drain; nothing of a
+        cancelled one is stored, and the next append over the threshold starts it again)."""
         tasks = [task for task in self._running.values() if not task.done()]
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        if not tasks:
+            return
+        _, pending = await asyncio.wait(tasks, timeout=max(0.0, seconds))
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending)
 
 
 def _forget_task(

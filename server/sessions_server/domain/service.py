@@ -21,7 +21,7 @@ from typing import Any
 from sessions_server.domain import attachments, jsjson, keys, large_messages, messages, paths
 from sessions_server.domain import search as search_rules
 from sessions_server.domain.chunking import utf8_length
-from sessions_server.domain.compactor import Compactor, Summarizer, forget_estimate
+from sessions_server.domain.compactor import Compactor, Summarizer, forget_estimate, note_session_changed
 from sessions_server.domain.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -383,6 +383,7 @@ class SessionsService:
         def run(ctx: WriteContext) -> UpdateOutcome:
             outcome = update_in(ctx, session_id, row)
             if outcome.status == "updated":
+                note_session_changed(store, session_id)
                 ctx.emit(ChangeEvent("update", session_id, message_json=prepared.json, message_info=outcome.info))
             return outcome
 
@@ -425,6 +426,7 @@ class SessionsService:
                 return True, UpdateResult(True, False, MessageView(outcome.info, prepared.json))
             updated = update_in(ctx, session_id, row)
             if updated.status == "updated":
+                note_session_changed(store, session_id)
                 ctx.emit(ChangeEvent("update", session_id, message_json=prepared.json, message_info=updated.info))
             return False, UpdateResult(True, updated.status == "updated", MessageView(updated.info, prepared.json))
 
@@ -456,6 +458,7 @@ class SessionsService:
 
             def run(ctx: WriteContext) -> int:
                 deleted = delete_in(ctx, session_id, ids)
+                note_session_changed(store, session_id)
                 ctx.emit(event)
                 return deleted
 
@@ -466,6 +469,7 @@ class SessionsService:
 
         def run(ctx: WriteContext) -> int:
             deleted = clear_in(ctx, session_id)
+            note_session_changed(store, session_id)
             ctx.emit(ChangeEvent("clear", session_id))
             return deleted
 
@@ -964,8 +968,12 @@ class Importer:
             return
         session_id = self._session_id
 
+        store = self._store
+
         def run(ctx: WriteContext) -> list[bool]:
             infos = import_all_in(ctx, session_id, chunk.rows, chunk.parents, chunk.created_at_ms)
+            if any(info is not None for info in infos):
+                note_session_changed(store, session_id)
             for info, event in zip(infos, chunk.events, strict=True):
                 if info is not None:
                     event.message_info = info

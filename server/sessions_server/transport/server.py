@@ -74,7 +74,7 @@ class RunningServer:
         self.registry.close_feeds()  # subscribers end with UNAVAILABLE: reconnect elsewhere
         await self.calls.until_idle(self.drain_seconds)
         await self.server.stop(max(0.0, deadline - loop.time()))
-        await self.service.compactor.wait_idle()
+        await self.service.compactor.wait_idle(deadline - loop.time())
         await self.registry.close_all()
         self.executor.shutdown(wait=True)
         self.data_dir_lock.release()  # last: nothing of this server touches the files any more
