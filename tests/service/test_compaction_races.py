@@ -14,6 +14,7 @@ import grpc
 import pytest
 
 from sessions_client import SessionsError
+from sessions_server.integrations.chat_completions import MAX_REPLY_BYTES
 from tests.conftest import start_server
 from tests.service.chat_completions_stub import HOLD, ChatCompletionsStub
 from tests.service.support import text_message
@@ -170,3 +171,15 @@ def test_shutdown_does_not_wait_for_the_summarizer_past_the_drain(
     stopper.join(GUARD_SECONDS)  # the model is still held: only a bounded wait lets stop() end
     assert not stopper.is_alive(), "the shutdown waited for the summarizer"
     llm.release()
+
+
+def test_a_reply_past_the_summarizers_bound_is_not_read_whole(
+    summarizing: Summarizing, llm: ChatCompletionsStub
+) -> None:
+    """The reply was read into memory whatever its size."""
+    session = _session(summarizing, "huge-reply")
+    llm.content = "s" * (MAX_REPLY_BYTES + 1)
+    with pytest.raises(SessionsError) as refused:
+        session.compact()
+    assert (refused.value.code, refused.value.reason) == (grpc.StatusCode.UNAVAILABLE, "SUMMARIZER_FAILED")
+    assert f"more than {MAX_REPLY_BYTES} bytes" in refused.value.message

@@ -15,6 +15,10 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
+# A reply is read into memory whole: one past this is refused unread (a summary is 1 MiB at most
+# by default; the JSON around it is small).
+MAX_REPLY_BYTES = 16 * 1024 * 1024
+
 
 class SummarizerError(Exception):
     """The endpoint failed, timed out, or answered something that is not a summary."""
@@ -43,7 +47,10 @@ class ChatCompletionsSummarizer:
         )
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_seconds) as response:
-                payload = json.loads(response.read().decode("utf-8"))
+                reply = response.read(MAX_REPLY_BYTES + 1)
+            if len(reply) > MAX_REPLY_BYTES:
+                raise SummarizerError(f"summarizer answered more than {MAX_REPLY_BYTES} bytes")
+            payload = json.loads(reply.decode("utf-8"))
         except urllib.error.HTTPError as exc:
             raise SummarizerError(f"summarizer answered HTTP {exc.code}") from None
         except (urllib.error.URLError, TimeoutError, OSError) as exc:
