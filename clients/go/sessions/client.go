@@ -103,10 +103,10 @@ func WithBlock() DialOption {
 	return func(c *dialConfig) { c.block = true }
 }
 
-// WithCallTimeout bounds every call that returns a complete result (writes and collected reads)
-// when the caller's context has no earlier deadline, retries and the waits between them
-// included. Streaming iterators (History, HistoryBatches, Subscribe) are bounded only by their
-// context.
+// WithCallTimeout bounds every call that returns a complete result (writes and collected reads:
+// GetHistory, GetMessages, ListSessions with all its pages, ...) when the caller's context has no
+// earlier deadline, retries and the waits between them included. Streaming iterators (History,
+// HistoryBatches, Subscribe) are bounded only by their context.
 func WithCallTimeout(d time.Duration) DialOption {
 	return func(c *dialConfig) { c.callTimeout = d }
 }
@@ -270,8 +270,14 @@ func (o *Object) routed(ctx context.Context) context.Context {
 // unaryCtx returns the context for a call that completes with a result: routed, and bounded by
 // the client's call timeout when one is set.
 func (o *Object) unaryCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	ctx = o.routed(ctx)
-	if d := o.client.callTimeout; d > 0 {
+	return o.client.timeoutCtx(o.routed(ctx))
+}
+
+// timeoutCtx returns ctx bounded by the client's call timeout when one is set and ctx has no
+// earlier deadline, for a call that returns a complete result. It adds no metadata: a read
+// collected from a stream (GetHistory) passes it to the stream, which routes it.
+func (c *Client) timeoutCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if d := c.callTimeout; d > 0 {
 		if deadline, ok := ctx.Deadline(); !ok || time.Until(deadline) > d {
 			return context.WithTimeout(ctx, d)
 		}

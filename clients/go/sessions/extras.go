@@ -37,19 +37,30 @@ type Attachment struct {
 	Data      []byte
 }
 
-// ListSessions lists the sessions that hold messages or compactions, with their message counts.
+// ListSessions lists the sessions that hold messages or compactions, with their message counts,
+// by session id. The server answers a page at a time (up to 1,000 sessions); ListSessions follows
+// next_page_token until the last page and returns every session. WithCallTimeout bounds the whole
+// listing, every page included.
 func (o *Object) ListSessions(ctx context.Context) ([]SessionSummary, error) {
 	cctx, cancel := o.unaryCtx(ctx)
 	defer cancel()
-	resp, err := o.client.stub.ListSessions(cctx, &pb.ListSessionsRequest{ObjectKey: o.key})
-	if err != nil {
-		return nil, toError(err)
+	var out []SessionSummary
+	token := ""
+	for {
+		resp, err := o.client.stub.ListSessions(cctx, &pb.ListSessionsRequest{ObjectKey: o.key, PageToken: token})
+		if err != nil {
+			return nil, toError(err)
+		}
+		for _, s := range resp.GetSessions() {
+			out = append(out, SessionSummary{ID: s.GetSessionId(), MessageCount: s.GetMessageCount()})
+		}
+		if token = resp.GetNextPageToken(); token == "" {
+			if out == nil {
+				out = []SessionSummary{}
+			}
+			return out, nil
+		}
 	}
-	out := make([]SessionSummary, 0, len(resp.GetSessions()))
-	for _, s := range resp.GetSessions() {
-		out = append(out, SessionSummary{ID: s.GetSessionId(), MessageCount: s.GetMessageCount()})
-	}
-	return out, nil
 }
 
 // GetObjectStats reports the object's storage: bytes, rows, attachments and row writes.
@@ -214,13 +225,34 @@ type CompactionPolicy struct {
 	KeepRecentTokens int64
 }
 
+// CompactionOption configures AddCompaction.
+type CompactionOption func(*compactionOptions)
+
+type compactionOptions struct {
+	fromCompact bool
+}
+
+// FromCompact marks the summary given to AddCompaction as the result of a compaction the caller
+// ran (plan, summarize, store), as Python's add_compaction(..., from_compact=True): subscribers
+// then see a ChangeCompact event with no payload, as upstream's compact() emits, instead of
+// ChangeCompaction. CompactWith sets it.
+func FromCompact() CompactionOption {
+	return func(o *compactionOptions) { o.fromCompact = true }
+}
+
 // AddCompaction stores a compaction overlay: reads replace the path from fromID to toID with
-// one synthetic message holding the summary. Nothing is deleted.
-func (s *Session) AddCompaction(ctx context.Context, summary, fromID, toID string) (Compaction, error) {
+// one synthetic message holding the summary. Nothing is deleted. Subscribers see a
+// ChangeCompaction event carrying the record, or ChangeCompact with FromCompact.
+func (s *Session) AddCompaction(ctx context.Context, summary, fromID, toID string, opts ...CompactionOption) (Compaction, error) {
+	var o compactionOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	cctx, cancel := s.object.unaryCtx(ctx)
 	defer cancel()
 	resp, err := s.client.stub.AddCompaction(cctx, &pb.AddCompactionRequest{
 		ObjectKey: s.object.key, SessionId: s.id, Summary: summary, FromMessageId: fromID, ToMessageId: toID,
+		FromCompact: o.fromCompact,
 	})
 	if err != nil {
 		return Compaction{}, toError(err)
@@ -228,19 +260,29 @@ func (s *Session) AddCompaction(ctx context.Context, summary, fromID, toID strin
 	return *compactionOrZero(resp.GetCompaction()), nil
 }
 
-// ListCompactions lists every compaction record of the session, oldest first.
+// ListCompactions lists every compaction record of the session, oldest first. The server answers
+// a page at a time (up to 100 records); ListCompactions follows next_page_token until the last
+// page and returns every record. WithCallTimeout bounds the whole listing, every page included.
 func (s *Session) ListCompactions(ctx context.Context) ([]Compaction, error) {
 	cctx, cancel := s.object.unaryCtx(ctx)
 	defer cancel()
-	resp, err := s.client.stub.ListCompactions(cctx, &pb.ListCompactionsRequest{ObjectKey: s.object.key, SessionId: s.id})
-	if err != nil {
-		return nil, toError(err)
+	var out []Compaction
+	token := ""
+	for {
+		resp, err := s.client.stub.ListCompactions(cctx, &pb.ListCompactionsRequest{ObjectKey: s.object.key, SessionId: s.id, PageToken: token})
+		if err != nil {
+			return nil, toError(err)
+		}
+		for _, c := range resp.GetCompactions() {
+			out = append(out, *compactionOrZero(c))
+		}
+		if token = resp.GetNextPageToken(); token == "" {
+			if out == nil {
+				out = []Compaction{}
+			}
+			return out, nil
+		}
 	}
-	out := make([]Compaction, 0, len(resp.GetCompactions()))
-	for _, c := range resp.GetCompactions() {
-		out = append(out, *compactionOrZero(c))
-	}
-	return out, nil
 }
 
 // PlanCompaction plans a compaction of the path (the active branch, or WithLeaf) as upstream's
@@ -284,8 +326,10 @@ func (s *Session) Compact(ctx context.Context, opts ...ReadOption) (*Compaction,
 }
 
 // CompactWith compacts with a summarizer that runs here: it plans on the server, calls
-// summarize with the prompt, and stores the summary (upstream's createCompactFunction). It
-// returns nil when there was nothing to compact or the summary is blank.
+// summarize with the prompt, and stores the summary (upstream's createCompactFunction) as
+// AddCompaction with FromCompact does, so subscribers see a ChangeCompact event, as after
+// Python's session.compact(summarize=fn). It returns nil when there was nothing to compact or
+// the summary is blank.
 func (s *Session) CompactWith(ctx context.Context, summarize func(ctx context.Context, prompt string) (string, error), keepRecentTokens int64, opts ...ReadOption) (*Compaction, error) {
 	plan, planned, err := s.PlanCompaction(ctx, keepRecentTokens, opts...)
 	if err != nil || !planned {
@@ -298,7 +342,7 @@ func (s *Session) CompactWith(ctx context.Context, summarize func(ctx context.Co
 	if strings.TrimSpace(summary) == "" {
 		return nil, nil
 	}
-	record, err := s.AddCompaction(ctx, summary, plan.FromMessageID, plan.ToMessageID)
+	record, err := s.AddCompaction(ctx, summary, plan.FromMessageID, plan.ToMessageID, FromCompact())
 	if err != nil {
 		return nil, err
 	}

@@ -8,7 +8,9 @@ import (
 	"encoding/base64"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -246,5 +248,138 @@ func TestCompaction(t *testing.T) {
 	}
 	if got, err := s.GetCompactionPolicy(ctx); err != nil || got != want {
 		t.Fatalf("GetCompactionPolicy = %+v, %v", got, err)
+	}
+}
+
+// TestListSessionsFollowsPages: the server answers ListSessions 1,000 sessions a page; the client
+// follows next_page_token and returns all 1,006, each once, by session id, with its count.
+func TestListSessionsFollowsPages(t *testing.T) {
+	ctx := testCtx(t)
+	obj := client.Object(objectKey(t))
+	const n = 1006
+	ids := make(chan int)
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for i := range ids {
+				s := obj.Session(fmt.Sprintf("s%04d", i))
+				msgs := []any{textMessage("a", "user", "a")}
+				if i%100 == 0 { // a few sessions with two messages, so the counts are checked too
+					msgs = append(msgs, textMessage("b", "assistant", "b"))
+				}
+				if _, err := s.AppendMessages(ctx, msgs); err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	for i := range n {
+		ids <- i
+	}
+	close(ids)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("AppendMessages: %v", err)
+	}
+
+	list, err := obj.ListSessions(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != n {
+		t.Fatalf("ListSessions returned %d sessions, want %d", len(list), n)
+	}
+	for i, s := range list {
+		want := int64(1)
+		if i%100 == 0 {
+			want = 2
+		}
+		if s.ID != fmt.Sprintf("s%04d", i) || s.MessageCount != want {
+			t.Fatalf("session %d = %+v, want s%04d with %d messages", i, s, i, want)
+		}
+	}
+}
+
+// TestListCompactionsFollowsPages: the server answers ListCompactions 100 records a page; the
+// client follows next_page_token and returns all 105, oldest first.
+func TestListCompactionsFollowsPages(t *testing.T) {
+	ctx := testCtx(t)
+	s := newSession(t)
+	if _, err := s.AppendMessages(ctx, []any{textMessage("m1", "user", "one"), textMessage("m2", "assistant", "two")}); err != nil {
+		t.Fatal(err)
+	}
+	const n = 105
+	var added []string
+	for i := range n {
+		c, err := s.AddCompaction(ctx, fmt.Sprintf("summary %d", i), "m1", "m2")
+		if err != nil {
+			t.Fatalf("AddCompaction %d: %v", i, err)
+		}
+		added = append(added, c.ID)
+	}
+	list, err := s.ListCompactions(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for i, c := range list {
+		got = append(got, c.ID)
+		if c.Summary != fmt.Sprintf("summary %d", i) || (i > 0 && c.Seq <= list[i-1].Seq) {
+			t.Fatalf("record %d = %+v (previous seq %d)", i, c, list[max(i-1, 0)].Seq)
+		}
+	}
+	if !slices.Equal(got, added) {
+		t.Fatalf("ListCompactions returned %d records, want the %d added in order", len(got), len(added))
+	}
+}
+
+// TestCompactWithEmitsCompact: a client-side compaction (CompactWith) stores its summary as a
+// compaction the caller ran, so subscribers see COMPACT, as after Python's
+// session.compact(summarize=fn) and upstream's compact(); a plain AddCompaction is COMPACTION,
+// carrying the record, and AddCompaction with FromCompact is COMPACT again.
+func TestCompactWithEmitsCompact(t *testing.T) {
+	ctx := testCtx(t)
+	s := newSession(t)
+	var msgs []any
+	for i := range 12 {
+		role := []string{"user", "assistant"}[i%2]
+		msgs = append(msgs, textMessage(fmt.Sprintf("m%02d", i), role, strings.Repeat(fmt.Sprintf("turn %d words ", i), 200)))
+	}
+	if _, err := s.AppendMessages(ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
+	sub := liveSubscription(t, ctx, s.Subscribe)
+	next := func() sessions.Event {
+		t.Helper()
+		ev := nextEvent(t, sub)
+		for ev.Type == sessions.ChangeProgress {
+			ev = nextEvent(t, sub)
+		}
+		return ev
+	}
+
+	record, err := s.CompactWith(ctx, func(context.Context, string) (string, error) { return "SUMMARY", nil }, 500)
+	if err != nil || record == nil {
+		t.Fatalf("CompactWith = %+v, %v", record, err)
+	}
+	if ev := next(); ev.Type != sessions.ChangeCompact || ev.Compaction != nil {
+		t.Fatalf("CompactWith's event = %v (compaction %+v), want COMPACT with no payload", ev.Type, ev.Compaction)
+	}
+
+	plain, err := s.AddCompaction(ctx, "manual", "m00", "m01")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := next(); ev.Type != sessions.ChangeCompaction || ev.Compaction == nil || ev.Compaction.ID != plain.ID {
+		t.Fatalf("AddCompaction's event = %v (compaction %+v), want COMPACTION carrying %s", ev.Type, ev.Compaction, plain.ID)
+	}
+
+	if _, err := s.AddCompaction(ctx, "ran it myself", "m00", "m01", sessions.FromCompact()); err != nil {
+		t.Fatal(err)
+	}
+	if ev := next(); ev.Type != sessions.ChangeCompact {
+		t.Fatalf("AddCompaction(FromCompact)'s event = %v, want COMPACT", ev.Type)
 	}
 }

@@ -42,7 +42,11 @@ func (s *Session) GetMessage(ctx context.Context, id string, opts ...ReadOption)
 	return msgs[0], true, nil
 }
 
-// GetMessages reads several messages by id, in the order of ids; missing ids are left out.
+// GetMessages reads several messages by id. It returns the messages found, each once, in the
+// order their ids first appear in ids: a missing id is left out, and a repeated id gives one
+// message (the server reads each id once), so the result is not aligned with ids. Python's
+// get_messages and TypeScript's getMessages instead return one entry per requested id (None /
+// null where missing); match the result to ids by Message.Info.ID.
 func (s *Session) GetMessages(ctx context.Context, ids []string, opts ...ReadOption) ([]Message, error) {
 	o := newReadOptions(opts)
 	cctx, cancel := s.object.unaryCtx(ctx)
@@ -92,10 +96,13 @@ func (s *Session) GetBranches(ctx context.Context, id string, opts ...ReadOption
 }
 
 // GetHistory reads a whole path into memory (root first, or newest first with NewestFirst).
-// Prefer History for long paths: it streams.
+// Prefer History for long paths: it streams. Unlike History, it is a collected read:
+// WithCallTimeout bounds it (codes.DeadlineExceeded when the path takes longer).
 func (s *Session) GetHistory(ctx context.Context, opts ...ReadOption) ([]Message, error) {
+	cctx, cancel := s.client.timeoutCtx(ctx)
+	defer cancel()
 	var out []Message
-	it := s.History(ctx, opts...)
+	it := s.History(cctx, opts...)
 	defer it.Close()
 	for it.Next() {
 		out = append(out, it.Message())

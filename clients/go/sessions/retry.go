@@ -29,8 +29,10 @@ type RetryPolicy struct {
 	InitialBackoff time.Duration
 	// MaxBackoff caps the wait after any failed attempt, before jitter.
 	MaxBackoff time.Duration
-	// Multiplier grows the wait after each further failed attempt; below 1 it is taken as 1, so
-	// waits never shrink.
+	// Multiplier grows the wait after each further failed attempt. 0 takes the default (2); any
+	// other value below 1 is taken as 1, so waits never shrink. (Python's RetryPolicy refuses a
+	// multiplier below 1 with ValueError, and the TypeScript client with a RangeError; Go clamps
+	// it instead.)
 	Multiplier float64
 }
 

@@ -651,6 +651,24 @@ func TestRetryBackoffSchedule(t *testing.T) {
 	}
 }
 
+// TestRetryMultiplierBelowOneIsOne: a Multiplier below 1 is taken as 1, so waits never shrink
+// (Python refuses such a policy, TypeScript throws a RangeError; Go clamps, as documented).
+func TestRetryMultiplierBelowOneIsOne(t *testing.T) {
+	policy := sessions.RetryPolicy{MaxAttempts: 5, InitialBackoff: 4 * time.Millisecond, MaxBackoff: time.Second, Multiplier: 0.25}
+	log := &retryLog{}
+	s := dialRetrying(t, deadAddr(t), log, sessions.WithRetry(policy)).Object(objectKey(t)).Session("s")
+	if _, _, err := s.GetMessage(testCtx(t), "m1"); sessions.Code(err) != codes.Unavailable {
+		t.Fatalf("GetMessage: %v", err)
+	}
+	notices := log.seen()
+	checkNotices(t, notices, "GetMessage", codes.Unavailable, "", "", "", "")
+	for i, n := range notices {
+		if n.Delay < 2*time.Millisecond || n.Delay > 4*time.Millisecond {
+			t.Errorf("wait after attempt %d = %v, want within [2ms, 4ms] (multiplier taken as 1)", i+1, n.Delay)
+		}
+	}
+}
+
 // TestRetryDeadlineBoundsAttempts: the call's deadline covers every attempt and wait, for the
 // client's call timeout and for a streaming read's context alike. The policy would wait about
 // 7 s; the call must end around its 300 ms deadline, with the last attempt's error (or, should

@@ -708,3 +708,56 @@ func TestCallTimeoutOption(t *testing.T) {
 		t.Fatalf("history = %v", got)
 	}
 }
+
+// TestGetHistoryCallTimeout: GetHistory is a collected read, so WithCallTimeout bounds it, as it
+// bounds GetRecentHistory; the streaming History is bounded only by its context. A timeout of
+// 1 ns has passed before any call can complete.
+func TestGetHistoryCallTimeout(t *testing.T) {
+	ctx := testCtx(t)
+	s := newSession(t)
+	mustAppend(t, s, textMessage("a", "user", "a"))
+	c, err := sessions.Dial(ctx, server.Addr, sessions.WithCallTimeout(time.Nanosecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	bounded := c.Object(s.Object().Key()).Session(s.ID())
+
+	if _, err := bounded.GetRecentHistory(ctx, 1<<20); sessions.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("GetRecentHistory with a 1 ns call timeout: %v, want DEADLINE_EXCEEDED", err)
+	}
+	if msgs, err := bounded.GetHistory(ctx); sessions.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("GetHistory with a 1 ns call timeout = %v, %v; want DEADLINE_EXCEEDED", ids(msgs), err)
+	}
+	var streamed []string
+	for m, err := range bounded.History(ctx).All() {
+		if err != nil {
+			t.Fatalf("History (not bounded by the call timeout): %v", err)
+		}
+		streamed = append(streamed, m.Info.ID)
+	}
+	if !equalStrings(streamed, []string{"a"}) {
+		t.Fatalf("History = %v", streamed)
+	}
+}
+
+// TestGetMessagesRepeatedAndMissingIDs pins what GetMessages documents: the messages found, each
+// once, in the order their ids first appear in the request (not the stored order); missing ids
+// are left out.
+func TestGetMessagesRepeatedAndMissingIDs(t *testing.T) {
+	ctx := testCtx(t)
+	s := newSession(t)
+	mustAppend(t, s, textMessage("a", "user", "a"))
+	mustAppend(t, s, textMessage("b", "assistant", "b"))
+	mustAppend(t, s, textMessage("c", "user", "c"))
+	msgs, err := s.GetMessages(ctx, []string{"c", "a", "c", "nope", "a", "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ids(msgs); !equalStrings(got, []string{"c", "a", "b"}) {
+		t.Fatalf("GetMessages = %v, want [c a b]", got)
+	}
+	if !bytes.Equal(msgs[0].JSON, textMessage("c", "user", "c")) {
+		t.Fatalf("GetMessages[0] = %s", msgs[0].JSON)
+	}
+}

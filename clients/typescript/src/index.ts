@@ -274,7 +274,10 @@ export interface RetryPolicy {
   initialBackoffMs?: number;
   /** No wait is longer than this, before jitter. */
   maxBackoffMs?: number;
-  /** How much each wait grows over the one before. */
+  /**
+   * How much each wait grows over the one before: at least 1, so waits never shrink (a smaller
+   * value is a RangeError at construction, as Python's RetryPolicy refuses it).
+   */
   multiplier?: number;
 }
 
@@ -652,11 +655,18 @@ function retryPolicyOf(option: RetryPolicy | false | undefined): Required<RetryP
   if (!Number.isInteger(policy.maxAttempts) || policy.maxAttempts < 1) {
     throw new RangeError(`retry.maxAttempts must be an integer >= 1, got ${String(policy.maxAttempts)}`);
   }
-  for (const field of ["initialBackoffMs", "maxBackoffMs", "multiplier"] as const) {
+  for (const field of ["initialBackoffMs", "maxBackoffMs"] as const) {
     const value = policy[field];
     if (!Number.isFinite(value) || value < 0) {
       throw new RangeError(`retry.${field} must be a finite number >= 0, got ${String(value)}`);
     }
+  }
+  // Below 1 the waits would shrink (0: retry at once), against the contract shared with the
+  // Python client (which refuses it with ValueError) and the Go client (which clamps it to 1).
+  if (!Number.isFinite(policy.multiplier) || policy.multiplier < 1) {
+    throw new RangeError(
+      `retry.multiplier must be a finite number >= 1 (waits never shrink), got ${String(policy.multiplier)}`,
+    );
   }
   return policy;
 }
@@ -909,15 +919,27 @@ export class ObjectHandle {
     return new SessionHandle(this, sessionId);
   }
 
-  /** The sessions that hold messages or compactions, with their message counts. */
+  /**
+   * Every session that holds messages or compactions, with its message count, by session id.
+   * The server answers a page at a time (up to 1,000 sessions): this follows `next_page_token`
+   * until the last page, one call per page (each bounded by `timeoutMs` and retried on its own),
+   * as the Python client's `list_sessions` does.
+   */
   async listSessions(options: AbortOptions = {}): Promise<SessionSummary[]> {
-    const response = await this.client.call(
-      "ListSessions",
-      this.key,
-      (o) => this.client.rpc.listSessions({ objectKey: this.key }, o),
-      { signal: options.signal },
-    );
-    return response.sessions.map((s) => ({ sessionId: s.sessionId, messageCount: toNumber(s.messageCount) }));
+    const out: SessionSummary[] = [];
+    let pageToken = "";
+    do {
+      const request = { objectKey: this.key, pageToken };
+      const response = await this.client.call(
+        "ListSessions",
+        this.key,
+        (o) => this.client.rpc.listSessions(request, o),
+        { signal: options.signal },
+      );
+      for (const s of response.sessions) out.push({ sessionId: s.sessionId, messageCount: toNumber(s.messageCount) });
+      pageToken = response.nextPageToken;
+    } while (pageToken !== "");
+    return out;
   }
 
   /** The object's storage: bytes, rows, attachments and row writes. */

@@ -255,4 +255,26 @@ describe("object reads", () => {
     assert.ok(stats.fileBytes > 0);
     assert.ok(stats.rowWrites >= 3);
   });
+
+  test("listSessions follows next_page_token past the server's page of 1,000 sessions", async () => {
+    const o = client.object(freshKey());
+    const n = 1006;
+    const name = (i: number) => `s${String(i).padStart(4, "0")}`;
+    // Eight appends in flight at a time; every hundredth session gets two messages, so the
+    // counts are checked too.
+    let next = 0;
+    await Promise.all(
+      Array.from({ length: 8 }, async () => {
+        for (let i = next++; i < n; i = next++) {
+          await o.session(name(i)).appendMessages(i % 100 === 0 ? [msg("a"), msg("b")] : [msg("a")]);
+        }
+      }),
+    );
+    const sessions = await o.listSessions();
+    assert.equal(sessions.length, n);
+    assert.deepEqual(
+      sessions,
+      Array.from({ length: n }, (_, i) => ({ sessionId: name(i), messageCount: i % 100 === 0 ? 2 : 1 })),
+    );
+  });
 });

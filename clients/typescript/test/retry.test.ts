@@ -605,4 +605,15 @@ describe("policy", () => {
       assert.throws(() => new SessionsClient("127.0.0.1:1", { retry }), RangeError, JSON.stringify(retry));
     }
   });
+
+  test("a multiplier below 1 is a RangeError (waits never shrink), as Python's ValueError", () => {
+    for (const multiplier of [0.5, 0, 0.999, -1]) {
+      assert.throws(
+        () => new SessionsClient("127.0.0.1:1", { retry: { multiplier } }),
+        (e: unknown) => e instanceof RangeError && e.message.includes("retry.multiplier must be a finite number >= 1"),
+        `multiplier ${multiplier}`,
+      );
+    }
+    for (const multiplier of [1, 1.5]) new SessionsClient("127.0.0.1:1", { retry: { multiplier } }).close();
+  });
 });
