@@ -2034,7 +2034,9 @@ class CompactResponse(_message.Message):
     COMPACTED_FIELD_NUMBER: _builtins.int
     COMPACTION_FIELD_NUMBER: _builtins.int
     compacted: _builtins.bool
-    """False when there was nothing to compact or the summary was empty."""
+    """False when there was nothing to compact, the summary was empty, or the session changed
+    during each of the three tries.
+    """
     @_builtins.property
     def compaction(self) -> Global___Compaction:
         """The stored record when compacted."""

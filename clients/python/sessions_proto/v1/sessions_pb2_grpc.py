@@ -355,7 +355,11 @@ class SessionServiceServicer:
 
     def Compact(self, request, context):
         """Plans, summarizes with the server's configured summarizer, and stores the overlay.
-        FAILED_PRECONDITION when no summarizer is configured.
+        FAILED_PRECONDITION when no summarizer is configured; UNAVAILABLE (SUMMARIZER_FAILED) when
+        it fails, times out or answers more than max_summary_bytes. The prompt includes every
+        summary the new span hides. When the session changes other than by appends while the
+        summary is made, it plans and summarizes again (three tries) rather than store a summary of
+        what is no longer there.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -131,7 +131,11 @@ class SessionServiceStub:
     """
     Compact: _grpc.UnaryUnaryMultiCallable[_sessions_pb2.CompactRequest, _sessions_pb2.CompactResponse]
     """Plans, summarizes with the server's configured summarizer, and stores the overlay.
-    FAILED_PRECONDITION when no summarizer is configured.
+    FAILED_PRECONDITION when no summarizer is configured; UNAVAILABLE (SUMMARIZER_FAILED) when
+    it fails, times out or answers more than max_summary_bytes. The prompt includes every
+    summary the new span hides. When the session changes other than by appends while the
+    summary is made, it plans and summarizes again (three tries) rather than store a summary of
+    what is no longer there.
     """
     SetCompactionPolicy: _grpc.UnaryUnaryMultiCallable[_sessions_pb2.SetCompactionPolicyRequest, _sessions_pb2.SetCompactionPolicyResponse]
     """Sets a session's automatic compaction policy (persisted in the object)."""
@@ -254,7 +258,11 @@ class SessionServiceAsyncStub(SessionServiceStub):
     """
     Compact: _aio.UnaryUnaryMultiCallable[_sessions_pb2.CompactRequest, _sessions_pb2.CompactResponse]  # type: ignore[assignment]
     """Plans, summarizes with the server's configured summarizer, and stores the overlay.
-    FAILED_PRECONDITION when no summarizer is configured.
+    FAILED_PRECONDITION when no summarizer is configured; UNAVAILABLE (SUMMARIZER_FAILED) when
+    it fails, times out or answers more than max_summary_bytes. The prompt includes every
+    summary the new span hides. When the session changes other than by appends while the
+    summary is made, it plans and summarizes again (three tries) rather than store a summary of
+    what is no longer there.
     """
     SetCompactionPolicy: _aio.UnaryUnaryMultiCallable[_sessions_pb2.SetCompactionPolicyRequest, _sessions_pb2.SetCompactionPolicyResponse]  # type: ignore[assignment]
     """Sets a session's automatic compaction policy (persisted in the object)."""
@@ -494,7 +502,11 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_sessions_pb2.CompactResponse, _abc.Awaitable[_sessions_pb2.CompactResponse]]:
         """Plans, summarizes with the server's configured summarizer, and stores the overlay.
-        FAILED_PRECONDITION when no summarizer is configured.
+        FAILED_PRECONDITION when no summarizer is configured; UNAVAILABLE (SUMMARIZER_FAILED) when
+        it fails, times out or answers more than max_summary_bytes. The prompt includes every
+        summary the new span hides. When the session changes other than by appends while the
+        summary is made, it plans and summarizes again (three tries) rather than store a summary of
+        what is no longer there.
         """
 
     @_abc_1.abstractmethod

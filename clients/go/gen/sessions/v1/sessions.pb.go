@@ -3935,7 +3935,8 @@ func (x *CompactRequest) GetLeafId() string {
 // Response for Compact.
 type CompactResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// False when there was nothing to compact or the summary was empty.
+	// False when there was nothing to compact, the summary was empty, or the session changed
+	// during each of the three tries.
 	Compacted bool `protobuf:"varint,1,opt,name=compacted,proto3" json:"compacted,omitempty"`
 	// The stored record when compacted.
 	Compaction    *Compaction `protobuf:"bytes,2,opt,name=compaction,proto3" json:"compaction,omitempty"`

@@ -145,7 +145,11 @@ type SessionServiceClient interface {
 	// span in parts, recording each with AddCompaction.
 	PlanCompaction(ctx context.Context, in *PlanCompactionRequest, opts ...grpc.CallOption) (*PlanCompactionResponse, error)
 	// Plans, summarizes with the server's configured summarizer, and stores the overlay.
-	// FAILED_PRECONDITION when no summarizer is configured.
+	// FAILED_PRECONDITION when no summarizer is configured; UNAVAILABLE (SUMMARIZER_FAILED) when
+	// it fails, times out or answers more than max_summary_bytes. The prompt includes every
+	// summary the new span hides. When the session changes other than by appends while the
+	// summary is made, it plans and summarizes again (three tries) rather than store a summary of
+	// what is no longer there.
 	Compact(ctx context.Context, in *CompactRequest, opts ...grpc.CallOption) (*CompactResponse, error)
 	// Sets a session's automatic compaction policy (persisted in the object).
 	SetCompactionPolicy(ctx context.Context, in *SetCompactionPolicyRequest, opts ...grpc.CallOption) (*SetCompactionPolicyResponse, error)
@@ -680,7 +684,11 @@ type SessionServiceServer interface {
 	// span in parts, recording each with AddCompaction.
 	PlanCompaction(context.Context, *PlanCompactionRequest) (*PlanCompactionResponse, error)
 	// Plans, summarizes with the server's configured summarizer, and stores the overlay.
-	// FAILED_PRECONDITION when no summarizer is configured.
+	// FAILED_PRECONDITION when no summarizer is configured; UNAVAILABLE (SUMMARIZER_FAILED) when
+	// it fails, times out or answers more than max_summary_bytes. The prompt includes every
+	// summary the new span hides. When the session changes other than by appends while the
+	// summary is made, it plans and summarizes again (three tries) rather than store a summary of
+	// what is no longer there.
 	Compact(context.Context, *CompactRequest) (*CompactResponse, error)
 	// Sets a session's automatic compaction policy (persisted in the object).
 	SetCompactionPolicy(context.Context, *SetCompactionPolicyRequest) (*SetCompactionPolicyResponse, error)

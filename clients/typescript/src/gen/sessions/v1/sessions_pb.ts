@@ -1968,7 +1968,8 @@ export const CompactRequestSchema: GenMessage<CompactRequest> = /*@__PURE__*/
  */
 export type CompactResponse = Message<"sessions.v1.CompactResponse"> & {
   /**
-   * False when there was nothing to compact or the summary was empty.
+   * False when there was nothing to compact, the summary was empty, or the session changed
+   * during each of the three tries.
    *
    * @generated from field: bool compacted = 1;
    */
@@ -3546,7 +3547,11 @@ export const SessionService: GenService<{
   },
   /**
    * Plans, summarizes with the server's configured summarizer, and stores the overlay.
-   * FAILED_PRECONDITION when no summarizer is configured.
+   * FAILED_PRECONDITION when no summarizer is configured; UNAVAILABLE (SUMMARIZER_FAILED) when
+   * it fails, times out or answers more than max_summary_bytes. The prompt includes every
+   * summary the new span hides. When the session changes other than by appends while the
+   * summary is made, it plans and summarizes again (three tries) rather than store a summary of
+   * what is no longer there.
    *
    * @generated from rpc sessions.v1.SessionService.Compact
    */
