@@ -647,3 +647,26 @@ def test_a_move_whose_lock_was_released_meanwhile_cannot_delete_the_source(tmp_p
             assert deleted.deleted
     finally:
         server.stop()
+
+
+def test_a_delete_naming_an_overlong_destination_is_refused_unwritten(tmp_path: Path) -> None:
+    """`moved_to` had no limit, and it is kept for good (MOVED, read at every start): 12 deletes
+    of keys that never existed, each naming a 16 MB destination, made a 201 MB journal."""
+    data_dir = tmp_path / "data"
+    server = start_server(data_dir)
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            stub = pb_grpc.SessionServiceStub(channel)
+            refused = _refusal(
+                lambda: stub.DeleteObject(
+                    pb.DeleteObjectRequest(object_key="k", moved_to="x" * 1025), metadata=routing("k"), timeout=30
+                )
+            )
+            assert (refused.code, refused.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "LIMIT_EXCEEDED")
+            assert not (data_dir / "MOVED").exists()
+            _append(stub, "k", "m0")  # the key was not marked moved
+            assert stub.DeleteObject(
+                pb.DeleteObjectRequest(object_key="k", moved_to="x" * 1024), metadata=routing("k"), timeout=30
+            ).deleted
+    finally:
+        server.stop()

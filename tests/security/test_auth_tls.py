@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from sessions_server.config import ServerConfig
 from sessions_server.storage.paths import object_path
 from sessions_server.transport.auth import hash_token
 from tests.conftest import LiveServer, start_server
+from tests.service.support import text_message
 
 MESSAGE = {"id": "m1", "role": "user", "parts": [{"type": "text", "text": "hi"}]}
 
@@ -217,3 +219,52 @@ def test_listing_objects_names_the_grant_it_needs(auth_server: LiveServer) -> No
     assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED  # type: ignore[attr-defined]
     details = info.value.details()  # type: ignore[attr-defined]
     assert "listing objects needs a token granting every object key" in details and "'reader'" in details
+
+
+def test_a_call_without_a_known_token_is_refused_before_its_request_is_read(auth_server: LiveServer) -> None:
+    """Checked in the handler, the token came after the request: a unary request was received
+    whole first (a client without a token made the server hold 10 × 60 MB), and a client
+    stream waited for its first frame (held open for good by one that sent none)."""
+    held = threading.Event()
+
+    def nothing_until_released() -> Iterator[pb.UploadMessageRequest]:
+        held.wait(30)
+        return
+        yield  # a generator that sends no frame
+
+    with grpc.insecure_channel(auth_server.address) as channel:
+        stub = pb_grpc.SessionServiceStub(channel)
+        try:
+            for metadata in ((), (("authorization", "Bearer nope"),)):
+                with pytest.raises(grpc.RpcError) as refused:
+                    stub.UploadMessage(nothing_until_released(), metadata=metadata, timeout=20)
+                assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED  # type: ignore[attr-defined]
+                assert not held.is_set()  # refused while the client still had sent nothing
+            with pytest.raises(grpc.RpcError) as empty:  # an empty import was answered OK
+                stub.ImportMessages(iter(()), timeout=20)
+            assert empty.value.code() == grpc.StatusCode.UNAUTHENTICATED  # type: ignore[attr-defined]
+        finally:
+            held.set()
+    with SessionsClient(auth_server.address, token="w-secret") as writer:  # a known token goes through
+        assert writer.object("tenant-a/big").session().append_message(MESSAGE).inserted
+
+
+def test_a_revoked_token_loses_its_open_change_feed(auth_server: LiveServer, tokens_file: Path) -> None:
+    """Its feed went on receiving the object's messages after the reload that revoked it."""
+    metadata = (("authorization", "Bearer r-secret"), ("x-object-key", "tenant-a/feed"))
+    with grpc.insecure_channel(auth_server.address) as channel:
+        feed = pb_grpc.SessionServiceStub(channel).Subscribe(
+            pb.SubscribeRequest(object_key="tenant-a/feed"), metadata=metadata, timeout=30
+        )
+        assert next(feed).type == pb.CHANGE_TYPE_PROGRESS  # subscribed
+        with SessionsClient(auth_server.address, token="w-secret") as writer:
+            writer.object("tenant-a/feed").session().append_message(text_message("before"))
+            assert next(feed).type == pb.CHANGE_TYPE_APPEND
+            kept = [entry for entry in json.loads(tokens_file.read_text())["tokens"] if entry["name"] != "reader"]
+            tokens_file.write_text(json.dumps({"tokens": kept}))
+            auth_server.running.authority.reload()  # what SIGHUP triggers
+            writer.object("tenant-a/feed").session().append_message(text_message("after", "SECRET"))
+        with pytest.raises(grpc.RpcError) as ended:
+            for response in feed:
+                assert "SECRET" not in str(response)
+        assert ended.value.code() == grpc.StatusCode.UNAUTHENTICATED  # type: ignore[attr-defined]

@@ -27,7 +27,7 @@ from sessions_server.domain.errors import (
     Unavailable,
     storage_failure,
 )
-from sessions_server.domain.limits import exceeded
+from sessions_server.domain.limits import check_size, exceeded
 from sessions_server.domain.placement import Placement
 from sessions_server.storage import datadir, files
 from sessions_server.storage.moved import MovedObjects
@@ -37,6 +37,7 @@ from sessions_server.storage.rows import StorageError, is_out_of_space
 
 EXPORT_FRAME_BYTES = 3 * 1024 * 1024
 DEFAULT_LEASE_SECONDS = 60
+MAX_MOVED_TO_BYTES = 1024
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
 T = TypeVar("T")
@@ -242,6 +243,8 @@ class ObjectAdmin:
     async def delete(self, object_key: str, *, moved_to: str) -> bool:
         """Removes the object; later calls are refused, naming `moved_to`."""
         keys.check_object_key(object_key, max_bytes=self._max_object_key_bytes)
+        # Kept for good (MOVED, read at every start) and quoted in every refusal: an address.
+        check_size(moved_to, MAX_MOVED_TO_BYTES, "moved_to", "max_moved_to_bytes", "moved_to")
         if self._placement is not None:
             self._placement.check(object_key)
         expiry = self._moving.get(object_key)

@@ -78,11 +78,13 @@ class TokenAuthority:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._grants = load_grants(path)
+        self.generation = 0  # bumped by every reload that took effect: long calls check again
 
     def reload(self) -> None:
         """Re-reads the file; a broken file keeps the previous grants (and is logged)."""
         try:
             self._grants = load_grants(self.path)
+            self.generation += 1
             log.warning("reloaded %d token grants from %s", len(self._grants), self.path)
         except ValueError as exc:
             log.error("keeping previous token grants: %s", exc)

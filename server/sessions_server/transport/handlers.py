@@ -18,7 +18,7 @@ import grpc
 from google.protobuf import message as protobuf_message
 
 from sessions_proto.v1 import sessions_pb2
-from sessions_server.domain.errors import InvalidArgument
+from sessions_server.domain.errors import InvalidArgument, SessionsError
 from sessions_server.transport.errors import status_for
 
 SERVICE = sessions_pb2.DESCRIPTOR.services_by_name["SessionService"]
@@ -118,6 +118,31 @@ def _server_stream_behavior(behavior: Any) -> Any:
 
 
 HandlerWrap = Callable[[str, "grpc.RpcMethodHandler[Any, Any]"], "grpc.RpcMethodHandler[Any, Any]"]
+# Looks at a call as it arrives (its method and metadata, before any request is read) and
+# returns a handler that refuses it, or None to let it through.
+CallScreen = Callable[[grpc.HandlerCallDetails], "grpc.RpcMethodHandler[Any, Any] | None"]
+
+
+def refusing_unauthenticated(authenticate: Callable[[Any], object]) -> CallScreen:
+    """A screen that refuses a call whose bearer token is missing or unknown before its request
+    is read. Checked in the handler, the token came after the whole request: a unary request is
+    received whole first (up to --max-request-bytes), so anyone could make the server hold
+    gigabytes, and a client stream was held open waiting for its first frame."""
+
+    def screen(details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler[Any, Any] | None:
+        try:
+            authenticate(details.invocation_metadata or ())
+        except SessionsError as exc:
+            status = status_for(exc)
+
+            async def refuse(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]) -> None:
+                await context.abort(status.code, status.details, status.trailing_metadata)
+
+            # Taking the requests as a stream: grpc reads none of them before the refusal.
+            return grpc.stream_unary_rpc_method_handler(refuse)
+        return None
+
+    return screen
 
 
 class WrappingRegistrar:
@@ -129,8 +154,11 @@ class WrappingRegistrar:
         self._server = server
         self._wrap = wrap
 
-    def add_generic_rpc_handlers(self, generic_handlers: Sequence[grpc.GenericRpcHandler[Any, Any]]) -> None:
-        wrapped = tuple(_WrappedLookup(handler, self._wrap) for handler in generic_handlers)
+    def add_generic_rpc_handlers(
+        self, generic_handlers: Sequence[grpc.GenericRpcHandler[Any, Any]], screen: CallScreen | None = None
+    ) -> None:
+        """`screen`, if given, sees each call to these handlers as it arrives."""
+        wrapped = tuple(_WrappedLookup(handler, self._wrap, screen) for handler in generic_handlers)
         self._server.add_generic_rpc_handlers(wrapped)
 
     def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
@@ -142,9 +170,12 @@ class _WrappedLookup(grpc.GenericRpcHandler):  # type: ignore[type-arg]
     """A generic handler whose handlers are wrapped on their first lookup and kept: the lookups
     registered here depend on the method name alone."""
 
-    def __init__(self, inner: grpc.GenericRpcHandler[Any, Any], wrap: HandlerWrap) -> None:
+    def __init__(
+        self, inner: grpc.GenericRpcHandler[Any, Any], wrap: HandlerWrap, screen: CallScreen | None = None
+    ) -> None:
         self._inner = inner
         self._wrap = wrap
+        self._screen = screen
         self._wrapped: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
 
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler[Any, Any] | None:
@@ -155,4 +186,8 @@ class _WrappedLookup(grpc.GenericRpcHandler):  # type: ignore[type-arg]
             if found is None:
                 return None  # not kept: a client can ask for any name
             handler = self._wrapped[method] = self._wrap(method, found)
+        if self._screen is not None:
+            refusal = self._screen(handler_call_details)
+            if refusal is not None:
+                return self._wrap(method, refusal)  # counted as any call is
         return handler

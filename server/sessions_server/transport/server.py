@@ -31,7 +31,7 @@ from sessions_server.storage.paths import OBJECTS_DIR
 from sessions_server.storage.registry import ObjectRegistry
 from sessions_server.transport import framing
 from sessions_server.transport.auth import TokenAuthority
-from sessions_server.transport.handlers import WrappingRegistrar, generic_handler
+from sessions_server.transport.handlers import WrappingRegistrar, generic_handler, refusing_unauthenticated
 from sessions_server.transport.idle import run_when_idle
 from sessions_server.transport.metrics import CallMeter, Metrics
 from sessions_server.transport.reflection import SERVICE_NAME as REFLECTION_SERVICE
@@ -167,7 +167,8 @@ async def _create_server(config: ServerConfig, lock: DataDirectoryLock) -> Runni
         require_routing_header=config.require_routing_header or config.ring_file is not None,
     )
     metrics.assembly_bytes.set_function(lambda: servicer.assembly.held_bytes)
-    registrar.add_generic_rpc_handlers((generic_handler(servicer),))
+    screen = refusing_unauthenticated(authority.authenticate) if authority is not None else None
+    registrar.add_generic_rpc_handlers((generic_handler(servicer),), screen)
     health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, registrar)
     reflection_pb2_grpc.add_ServerReflectionServicer_to_server(

@@ -617,8 +617,14 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 request.resume_after_revision,
                 progress_seconds=self._progress_seconds,
             )
+            authority, granted = self._authority, self._authority.generation if self._authority else 0
             async with contextlib.aclosing(items):
                 async for item in items:
+                    if authority is not None and authority.generation != granted:
+                        # The tokens were reloaded: a feed runs for hours, and a revoked token
+                        # must not go on receiving the object's messages.
+                        authority.check(context.invocation_metadata() or (), request.object_key, write=False)
+                        granted = authority.generation
                     for response in feed_responses(item, inline, self._feed_frames):
                         yield response
 
