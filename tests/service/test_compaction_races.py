@@ -14,6 +14,7 @@ import grpc
 import pytest
 
 from sessions_client import SessionsError
+from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_server.integrations.chat_completions import MAX_REPLY_BYTES
 from tests.conftest import start_server
 from tests.service.chat_completions_stub import HOLD, ChatCompletionsStub
@@ -183,3 +184,26 @@ def test_a_reply_past_the_summarizers_bound_is_not_read_whole(
         session.compact()
     assert (refused.value.code, refused.value.reason) == (grpc.StatusCode.UNAVAILABLE, "SUMMARIZER_FAILED")
     assert f"more than {MAX_REPLY_BYTES} bytes" in refused.value.message
+
+
+def test_model_calls_waiting_leave_the_servers_threads_to_others(
+    summarizing: Summarizing, llm: ChatCompletionsStub
+) -> None:
+    """Model calls ran on asyncio's default executor, where listing, deleting and importing
+    objects run too: a dozen slow summaries made ListObjects wait for them."""
+    sessions = [_session(summarizing, f"slow-{index}") for index in range(8)]
+    llm.mode = HOLD
+    outcomes: list[Any] = []
+    workers = [threading.Thread(target=lambda s=s: outcomes.append(s.compact())) for s in sessions]
+    for worker in workers:
+        worker.start()
+    try:
+        llm.wait_for_requests(4)  # as many as run at once; the others wait their turn
+        listed = summarizing.client._stub.ListObjects(pb.ListObjectsRequest(), timeout=GUARD_SECONDS / 3)
+        assert len(listed.object_keys) == 8  # answered while every model call is held
+        assert len(llm.requests) == 4 and not llm._released.is_set()
+    finally:
+        llm.release()
+        for worker in workers:
+            worker.join(GUARD_SECONDS)
+    assert len(outcomes) == 8 and all(record is not None for record in outcomes)

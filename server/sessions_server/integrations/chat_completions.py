@@ -9,19 +9,34 @@ HTTP call runs on a thread so the event loop keeps serving.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import threading
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # A reply is read into memory whole: one past this is refused unread (a summary is 1 MiB at most
 # by default; the JSON around it is small).
 MAX_REPLY_BYTES = 16 * 1024 * 1024
 
 
+def _settle(answer: asyncio.Future[str], value: str | None, error: BaseException | None) -> None:
+    if answer.done():  # the caller was cancelled
+        return
+    if error is not None:
+        answer.set_exception(error)
+    else:
+        answer.set_result(value or "")
+
+
 class SummarizerError(Exception):
     """The endpoint failed, timed out, or answered something that is not a summary."""
+
+
+# Model calls waiting at once (each holds a thread for up to its timeout); more wait their turn.
+CALLS_AT_ONCE = 4
 
 
 @dataclass(frozen=True)
@@ -30,9 +45,29 @@ class ChatCompletionsSummarizer:
     model: str
     api_key_env: str = "SESSIONS_SUMMARIZER_API_KEY"
     timeout_seconds: float = 60.0
+    _slots: asyncio.Semaphore = field(
+        default_factory=lambda: asyncio.Semaphore(CALLS_AT_ONCE), repr=False, compare=False
+    )
 
     async def summarize(self, prompt: str) -> str:
-        return await asyncio.to_thread(self._call, prompt)
+        # Each call on a daemon thread of its own, not asyncio's default executor: slow model
+        # calls took every thread that listing, deleting and importing objects run on
+        # (ListObjects waited 29 s behind 12 of them), and a call still waiting when the server
+        # stops must not hold the process's exit for the rest of its timeout.
+        async with self._slots:
+            loop = asyncio.get_running_loop()
+            answer: asyncio.Future[str] = loop.create_future()
+
+            def call() -> None:
+                try:
+                    outcome: tuple[str | None, BaseException | None] = (self._call(prompt), None)
+                except BaseException as exc:  # handed to the awaiting task
+                    outcome = (None, exc)
+                with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
+                    loop.call_soon_threadsafe(_settle, answer, *outcome)
+
+            threading.Thread(target=call, name="summarizer", daemon=True).start()
+            return await answer
 
     def _call(self, prompt: str) -> str:
         body = json.dumps(
