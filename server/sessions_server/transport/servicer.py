@@ -271,7 +271,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 response.message.CopyFrom(framing.written_message(result.message, sent=text))
             return response
 
-        return await _client_stream(context, request_iterator, run)
+        return await _client_stream(context, request_iterator, run, self._slots)
 
     async def DeleteMessages(self, request: pb.DeleteMessagesRequest, context: Any) -> pb.DeleteMessagesResponse:
         async def run() -> pb.DeleteMessagesResponse:
@@ -339,7 +339,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 pieces.release()  # a stream that ended inside a message
             return pb.ImportMessagesResponse(imported_count=importer.imported, skipped_count=importer.skipped)
 
-        return await _client_stream(context, request_iterator, run)
+        return await _client_stream(context, request_iterator, run, self._slots)
 
     # ── reads ───────────────────────────────────────────────────────────────
 
@@ -699,7 +699,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             size, rows = await self._service.objects.receive(first.object_key, data(), replace=first.replace)
             return pb.ImportObjectResponse(size_bytes=size, message_rows=rows)
 
-        return await _client_stream(context, request_iterator, run)
+        return await _client_stream(context, request_iterator, run, self._slots)
 
     async def DeleteObject(self, request: pb.DeleteObjectRequest, context: Any) -> pb.DeleteObjectResponse:
         async def run() -> pb.DeleteObjectResponse:
@@ -879,13 +879,18 @@ REFUSED_STREAM_DRAIN_SECONDS = 5.0
 REFUSED_STREAM_DRAIN_BYTES = 32 * 1024 * 1024
 
 
-async def _client_stream(context: Any, frames: AsyncIterable[Any], run: Callable[[], Awaitable[Resp]]) -> Resp:
-    """`_unary` for a client stream, whose refusal first waits for what the client is still
-    sending (read and dropped, up to a bound). Sent while the client still sends, the refusal
-    ends the stream with a reset, which a proxy may pass on without the status (HAProxy 2.6:
-    CANCELLED, the reason lost), where the caller should learn why (LIMIT_EXCEEDED, DRAINING)."""
+async def _client_stream(
+    context: Any, frames: AsyncIterable[Any], run: Callable[[], Awaitable[Resp]], slots: StreamSlots
+) -> Resp:
+    """`_unary` for a client stream, which takes one of the server's stream slots (a client can
+    hold it open as long as a server stream), and whose refusal first waits for what the client
+    is still sending (read and dropped, up to a bound). Sent while the client still sends, the
+    refusal ends the stream with a reset, which a proxy may pass on without the status (HAProxy
+    2.6: CANCELLED, the reason lost), where the caller should learn why (LIMIT_EXCEEDED,
+    DRAINING)."""
     try:
-        return await run()
+        with slots.take():
+            return await run()
     except (grpc.aio.AbortError, grpc.aio.UsageError):
         raise
     except Exception as exc:
