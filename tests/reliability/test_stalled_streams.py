@@ -4,9 +4,11 @@ grace the server cancels the calls still holding the object, and the delete goes
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -17,6 +19,7 @@ from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc
 from sessions_server.storage import registry
 from sessions_server.storage.paths import object_path
+from sessions_server.transport import servicer as servicer_module
 from tests.conftest import start_server
 from tests.reliability.support import wait_until
 from tests.service.support import text_message
@@ -111,3 +114,49 @@ def test_a_delete_whose_caller_gives_up_while_it_waits_still_removes_the_object(
         assert not object_path(data_dir, "abandoned").exists()
     finally:
         restarted.stop()
+
+
+@pytest.mark.parametrize("method", ["UploadMessage", "ImportMessages"])
+def test_a_message_whose_pieces_stop_coming_gives_back_what_it_held(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, method: str
+) -> None:
+    """A client that stopped sending the pieces of a message held their share of
+    --max-assembly-bytes for as long as it kept the call open, and other writers were refused
+    (SERVER_BUSY) meanwhile. Past the wait for the next piece the call is refused and the
+    share returned."""
+    monkeypatch.setattr(servicer_module, "PIECE_IDLE_SECONDS", 0.3)
+    server = start_server(tmp_path / "data")
+    release = threading.Event()
+    piece = "x" * 100_000
+
+    def upload() -> Iterator[pb.UploadMessageRequest]:
+        header = pb.UploadHeader(object_key="stalled", operation=pb.UPLOAD_OPERATION_APPEND)
+        yield pb.UploadMessageRequest(
+            header=header, json_piece='{"id":"m","role":"user","parts":[{"type":"text","text":"'
+        )
+        yield pb.UploadMessageRequest(json_piece=piece)
+        release.wait(30)
+
+    def import_frames() -> Iterator[pb.ImportMessagesRequest]:
+        head = '{"id":"m","role":"user","parts":[{"type":"text","text":"'
+        yield pb.ImportMessagesRequest(object_key="stalled", json_piece=head, more_pieces=True)
+        yield pb.ImportMessagesRequest(json_piece=piece, more_pieces=True)
+        release.wait(30)
+
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            stub = sessions_pb2_grpc.SessionServiceStub(channel)
+            call = getattr(stub, method)
+            with pytest.raises(grpc.RpcError) as refused:
+                call(upload() if method == "UploadMessage" else import_frames(), metadata=routing_metadata("stalled"))
+            assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "piece_idle_seconds" in (refused.value.details() or "")
+            assert wait_until(lambda: _held_for_pieces(server) == 0, 10), "the pieces' share was kept"
+    finally:
+        release.set()
+        server.stop()
+
+
+def _held_for_pieces(server: Any) -> float:
+    value = server.running.metrics.registry.get_sample_value("sessions_assembly_bytes")
+    return float(value or 0.0)

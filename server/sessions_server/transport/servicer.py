@@ -232,7 +232,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             self._admit(context, header.object_key, write=True)
             with self._pieces(from_client=_from_client(header.source)) as pieces:
                 pieces.add(first.json_piece)
-                async for frame in frames:
+                while (frame := await _next_piece(frames)) is not None:
                     if frame.HasField("header"):
                         raise InvalidArgument(
                             "only the first UploadMessage frame may carry a header", reason="INVALID_STREAM"
@@ -330,7 +330,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                             with pieces:
                                 await importer.add(pieces.text(), parent_id, head.created_at_ms)
                             head = None
-                        frame = await anext(frames, None)
+                        frame = await (anext(frames, None) if head is None else _next_piece(frames))
                     if head is not None:
                         raise InvalidArgument(
                             "the stream ended inside a message (more_pieces was true)", reason="INVALID_STREAM"
@@ -872,6 +872,25 @@ async def _unary(context: Any, run: Callable[[], Awaitable[Resp]]) -> Resp:
     except Exception as exc:
         await _abort(context, exc)
     raise AssertionError("unreachable: abort raises")
+
+
+# How long the next piece of a message may take: the pieces already received hold their share
+# of --max-assembly-bytes, and a client that stalled held it (and refused others' writes) forever.
+PIECE_IDLE_SECONDS = 60.0
+
+
+async def _next_piece(frames: AsyncIterator[Any]) -> Any:
+    """The next frame of a message sent in pieces (None at the stream's end), or a refusal once
+    it takes longer than PIECE_IDLE_SECONDS."""
+    try:
+        return await asyncio.wait_for(anext(frames, None), PIECE_IDLE_SECONDS)
+    except TimeoutError:
+        raise exceeded(
+            "the next piece of the message did not arrive in time; the pieces received were dropped",
+            "piece_idle_seconds",
+            int(PIECE_IDLE_SECONDS),
+            "s",
+        ) from None
 
 
 # How much of a refused client stream is read (and dropped) before the refusal is sent.
