@@ -1,4 +1,5 @@
-"""Fixtures for service tests: the live server's data directory and a plain generated stub."""
+"""Fixtures for service tests: the live server's data directory, a plain generated stub, and a
+chat-completions stub for the summarizer."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import grpc
 import pytest
 
 from sessions_proto.v1 import sessions_pb2_grpc
+from tests.service.chat_completions_stub import ChatCompletionsStub
 
 
 @pytest.fixture
@@ -28,3 +30,11 @@ def plain_channel(live_server: Any) -> Iterator[grpc.Channel]:
 @pytest.fixture
 def stub(plain_channel: grpc.Channel) -> sessions_pb2_grpc.SessionServiceStub:
     return sessions_pb2_grpc.SessionServiceStub(plain_channel)
+
+
+@pytest.fixture
+def llm() -> Iterator[ChatCompletionsStub]:
+    """A chat-completions endpoint on a loopback port, for a server's summarizer."""
+    stub = ChatCompletionsStub().start()
+    yield stub
+    stub.stop()

@@ -25,13 +25,6 @@ GUARD_SECONDS = 30.0
 
 
 @pytest.fixture
-def llm() -> Iterator[ChatCompletionsStub]:
-    stub = ChatCompletionsStub().start()
-    yield stub
-    stub.stop()
-
-
-@pytest.fixture
 def summarizing(tmp_path: Path, llm: ChatCompletionsStub, monkeypatch: pytest.MonkeyPatch) -> Iterator[Summarizing]:
     monkeypatch.setenv("SESSIONS_TEST_RACES_KEY", "sk-test")
     server = Summarizing(tmp_path / "data", llm, "SESSIONS_TEST_RACES_KEY")

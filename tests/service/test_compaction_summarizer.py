@@ -64,13 +64,6 @@ def compaction_rows(data_dir: Path, key: str) -> list[tuple[str, str, str, str]]
 
 
 @pytest.fixture
-def llm() -> Iterator[ChatCompletionsStub]:
-    stub = ChatCompletionsStub().start()
-    yield stub
-    stub.stop()
-
-
-@pytest.fixture
 def api_key_env(monkeypatch: pytest.MonkeyPatch) -> tuple[str, str]:
     name = f"SESSIONS_TEST_SUMMARIZER_KEY_{uuid.uuid4().hex}"
     monkeypatch.setenv(name, "sk-test-key")

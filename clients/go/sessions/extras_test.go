@@ -161,9 +161,9 @@ func TestSearchAsksForPackedHits(t *testing.T) {
 	}
 }
 
-func TestCompaction(t *testing.T) {
-	ctx := testCtx(t)
-	s := newSession(t)
+// appendTurns appends twelve alternating user and assistant turns of about 3 KB each, m00 to m11.
+func appendTurns(ctx context.Context, t *testing.T, s *sessions.Session) {
+	t.Helper()
 	var msgs []any
 	for i := range 12 {
 		role := []string{"user", "assistant"}[i%2]
@@ -172,6 +172,12 @@ func TestCompaction(t *testing.T) {
 	if _, err := s.AppendMessages(ctx, msgs); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func TestCompaction(t *testing.T) {
+	ctx := testCtx(t)
+	s := newSession(t)
+	appendTurns(ctx, t, s)
 
 	// Server-side compaction needs a summarizer; the test server has none.
 	if _, err := s.Compact(ctx); sessions.Code(err) != codes.FailedPrecondition || sessions.Reason(err) != sessions.ReasonNoSummarizer {
@@ -342,14 +348,7 @@ func TestListCompactionsFollowsPages(t *testing.T) {
 func TestCompactWithEmitsCompact(t *testing.T) {
 	ctx := testCtx(t)
 	s := newSession(t)
-	var msgs []any
-	for i := range 12 {
-		role := []string{"user", "assistant"}[i%2]
-		msgs = append(msgs, textMessage(fmt.Sprintf("m%02d", i), role, strings.Repeat(fmt.Sprintf("turn %d words ", i), 200)))
-	}
-	if _, err := s.AppendMessages(ctx, msgs); err != nil {
-		t.Fatal(err)
-	}
+	appendTurns(ctx, t, s)
 	sub := liveSubscription(t, ctx, s.Subscribe)
 	next := func() sessions.Event {
 		t.Helper()
