@@ -220,11 +220,20 @@ def test_a_write_whose_caller_gave_up_still_updates_what_reads_remember(tmp_path
             session.append_messages([text_message("a"), text_message("b", "old"), text_message("c")])
             assert [m["id"] for m in session.get_history()] == ["a", "b", "c"]  # now remembered
 
+            holding: list[Any] = []
+            writing = threading.Event()
+
+            def hold(ctx: Any) -> None:
+                writing.set()
+                gate.wait(30)
+
             async def hold_the_writer() -> None:  # a write of the object's, ahead of the call's
                 async with server.running.registry.use(key) as store:
-                    await store.write(lambda ctx: gate.wait(30))
+                    holding.append(store)
+                    await store.write(hold)
 
             held = asyncio.run_coroutine_threadsafe(hold_the_writer(), server.loop)
+            assert writing.wait(30), "the holding write never ran"  # on the writer, out of the queue
             stub, metadata = sessions_pb2_grpc.SessionServiceStub(channel), routing_metadata(key)
             if write == "update":
                 call = stub.UpdateMessage.future(
@@ -240,9 +249,8 @@ def test_a_write_whose_caller_gave_up_still_updates_what_reads_remember(tmp_path
                     pb.AppendMessageRequest(object_key=key, message_json=json.dumps(text_message("d"))),
                     metadata=metadata,
                 )
-            assert wait_until(lambda: server.running.calls.calls_in_flight == 1, 30), (
-                "the call never reached the server"
-            )
+            # Cancelled only once its write is queued: cancelled before, it writes nothing.
+            assert wait_until(lambda: holding[0].queued_writes == 1, 30), "the call's write never queued"
             call.cancel()
             assert wait_until(lambda: server.running.calls.calls_in_flight == 0, 30), "the server kept the call"
             gate.set()

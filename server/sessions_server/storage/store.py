@@ -519,6 +519,11 @@ class ObjectStore:
             self._tails.clear()
             self._commits += 1
 
+    @property
+    def queued_writes(self) -> int:
+        """Write jobs waiting for the writer (behind a commit under way)."""
+        return len(self._queue)
+
     # ── reads ───────────────────────────────────────────────────────────────
 
     async def read(self, run: Callable[[sqlite3.Connection], T], *, quick: bool = False) -> T:
