@@ -255,6 +255,8 @@ def test_a_write_whose_caller_gave_up_still_updates_what_reads_remember(tmp_path
             assert wait_until(lambda: server.running.calls.calls_in_flight == 0, 30), "the server kept the call"
             gate.set()
             held.result(timeout=30)
+            # The call's write follows the holding one: read once it committed too.
+            asyncio.run_coroutine_threadsafe(holding[0].settled(), server.loop).result(timeout=30)
 
             expected = {
                 "update": [("a", "hi"), ("b", "new"), ("c", "hi")],
