@@ -34,6 +34,16 @@ def short_grace(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
+def _stalled_history(session: Any, stub: sessions_pb2_grpc.SessionServiceStub, key: str) -> Any:
+    """Fills the session with 30 MB (more than flow control lets ahead of a reader) and opens a
+    history read of it that takes one response and then reads no more."""
+    for index in range(20):
+        session.append_message(text_message(f"m{index}", "x" * BIG))
+    history = stub.StreamHistory(pb.StreamHistoryRequest(object_key=key), metadata=routing_metadata(key))
+    next(history)
+    return history
+
+
 def test_a_delete_goes_through_streams_whose_clients_stopped_reading(tmp_path: Path, short_grace: None) -> None:
     server = start_server(tmp_path / "data")
     stalled = grpc.insecure_channel(server.address)
@@ -42,11 +52,7 @@ def test_a_delete_goes_through_streams_whose_clients_stopped_reading(tmp_path: P
     try:
         with SessionsClient(server.address) as client:
             session = client.object("wedged").session()
-            for index in range(20):  # 30 MB: more than flow control lets ahead of the reader
-                session.append_message(text_message(f"m{index}", "x" * BIG))
-
-            history = stub.StreamHistory(pb.StreamHistoryRequest(object_key="wedged"), metadata=metadata)
-            next(history)  # one response, then no more reading
+            history = _stalled_history(session, stub, "wedged")
             feed = stub.Subscribe(pb.SubscribeRequest(object_key="wedged"), metadata=metadata)
             assert next(feed).type == pb.CHANGE_TYPE_PROGRESS
             for index in range(20):  # events the stalled subscriber never reads
@@ -88,11 +94,7 @@ def test_a_delete_whose_caller_gives_up_while_it_waits_still_removes_the_object(
     metadata = routing_metadata("abandoned")
     try:
         with SessionsClient(server.address) as client:
-            session = client.object("abandoned").session()
-            for index in range(20):  # more than flow control lets ahead of the reader
-                session.append_message(text_message(f"m{index}", "x" * BIG))
-            history = stub.StreamHistory(pb.StreamHistoryRequest(object_key="abandoned"), metadata=metadata)
-            next(history)  # one response, then no more reading: the delete waits for it
+            history = _stalled_history(client.object("abandoned").session(), stub, "abandoned")  # the delete waits
             with pytest.raises(grpc.RpcError) as gave_up:
                 client._stub.DeleteObject(
                     pb.DeleteObjectRequest(object_key="abandoned", moved_to="elsewhere"),

@@ -186,11 +186,12 @@ class Compactor:
                 raise Unavailable(f"the summarizer failed: {exc}", reason="SUMMARIZER_FAILED") from exc
             if not summary.strip():
                 return None
-            if limit and len(summary.encode("utf-8", "surrogatepass")) > limit:
+            size = len(summary.encode("utf-8", "surrogatepass"))
+            if limit and size > limit:
                 # The model's answer, not the caller's input: nothing the caller sent is wrong.
                 raise Unavailable(
-                    f"the summarizer answered {len(summary.encode('utf-8', 'surrogatepass'))} bytes, more than a "
-                    f"summary may hold (max_summary_bytes {limit}); nothing was stored",
+                    f"the summarizer answered {size} bytes, more than a summary may hold "
+                    f"(max_summary_bytes {limit}); nothing was stored",
                     reason="SUMMARIZER_FAILED",
                 )
             try:

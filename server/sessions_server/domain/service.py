@@ -966,9 +966,7 @@ class Importer:
         chunk, self._chunk = self._chunk, _ImportChunk()
         if not chunk.rows:
             return
-        session_id = self._session_id
-
-        store = self._store
+        session_id, store = self._session_id, self._store
 
         def run(ctx: WriteContext) -> list[bool]:
             infos = import_all_in(ctx, session_id, chunk.rows, chunk.parents, chunk.created_at_ms)
@@ -982,9 +980,9 @@ class Importer:
 
         def noted(inserted: list[bool]) -> None:
             if any(inserted):  # committed, whether or not the import's caller is still there
-                forget_estimate(self._store, session_id)
+                forget_estimate(store, session_id)
 
-        future = asyncio.ensure_future(self._store.write(run, after=noted))
+        future = asyncio.ensure_future(store.write(run, after=noted))
         future.add_done_callback(self._after_write)
         self._pending.append(future)
 
