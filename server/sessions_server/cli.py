@@ -25,6 +25,7 @@ from sessions_server.config import (
 from sessions_server.domain import paths
 from sessions_server.domain.keys import MAX_OBJECT_KEY_BYTES
 from sessions_server.domain.limits import Limits
+from sessions_server.domain.search import DEFAULT_CONCURRENT_SEARCHES
 from sessions_server.storage.feed import FeedSettings
 from sessions_server.storage.registry import DEFAULT_MAX_OPEN_OBJECTS
 from sessions_server.transport import packed_cache
@@ -81,6 +82,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--progress-seconds", type=float, default=10.0, help="idle interval of Subscribe progress events (default 10)"
     )
     serve.add_argument("--search-seconds", type=float, default=2.0, help="time budget of one search (default 2)")
+    serve.add_argument(
+        "--max-concurrent-searches",
+        type=int,
+        default=DEFAULT_CONCURRENT_SEARCHES,
+        help="searches run at once, server-wide; more wait (up to their time budget, then "
+        f"RESOURCE_EXHAUSTED/SERVER_BUSY), leaving SQL threads to other calls (default {DEFAULT_CONCURRENT_SEARCHES})",
+    )
     serve.add_argument(
         "--idle-seconds",
         type=float,
@@ -323,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
         min_client_ping_seconds=args.min_client_ping_seconds,
         idle_seconds=args.idle_seconds,
         search_seconds=args.search_seconds,
+        max_concurrent_searches=args.max_concurrent_searches,
         max_query_bytes=args.max_query_bytes,
         summarizer_url=args.summarizer_url,
         summarizer_model=args.summarizer_model,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from sessions_server.domain.keys import MAX_OBJECT_KEY_BYTES
 from sessions_server.domain.limits import Limits
+from sessions_server.domain.search import DEFAULT_CONCURRENT_SEARCHES
 from sessions_server.storage.feed import FeedSettings
 from sessions_server.storage.registry import DEFAULT_MAX_OPEN_OBJECTS
 
@@ -44,6 +45,7 @@ class ServerConfig:
     min_client_ping_seconds: float = DEFAULT_MIN_CLIENT_PING_SECONDS
     idle_seconds: float = 30.0
     search_seconds: float = 2.0
+    max_concurrent_searches: int = DEFAULT_CONCURRENT_SEARCHES
     max_query_bytes: int = 4096
     summarizer_url: str | None = None
     summarizer_model: str = "gpt-4o-mini"

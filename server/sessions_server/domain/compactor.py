@@ -140,8 +140,8 @@ class Compactor:
 
     async def records(self, object_key: str, session_id: str) -> list[Compaction]:
         self._service.check_names(object_key, session_id)
-        async with self._service.object(object_key) as store:
-            return await store.read(lambda conn: queries.compactions(conn, session_id))
+        async with self._service.existing_object(object_key) as store:
+            return [] if store is None else await store.read(lambda conn: queries.compactions(conn, session_id))
 
     # ── planning and summarizing ────────────────────────────────────────────
 
@@ -175,7 +175,9 @@ class Compactor:
             keep_recent_tokens = (await self.get_policy(object_key, session_id)).keep_recent
         limit = self._service.limits.max_summary_bytes
         for _ in range(COMPACT_ATTEMPTS):
-            async with self._service.object(object_key) as store:
+            async with self._service.existing_object(object_key) as store:
+                if store is None:
+                    return None  # never written: nothing to summarize
                 planned_at = (store, _changes(store, session_id))  # before the history is read
             planned = await self.plan(object_key, session_id, leaf_id=leaf_id, keep_recent_tokens=keep_recent_tokens)
             if planned is None:
@@ -228,8 +230,8 @@ class Compactor:
 
     async def get_policy(self, object_key: str, session_id: str) -> Policy:
         self._service.check_names(object_key, session_id)
-        async with self._service.object(object_key) as store:
-            return await self._policy(store, session_id)
+        async with self._service.existing_object(object_key) as store:
+            return Policy() if store is None else await self._policy(store, session_id)
 
     async def _policy(self, store: ObjectStore, session_id: str) -> Policy:
         cached = store.memo.get(_memo_key("policy", session_id))

@@ -7,11 +7,19 @@ quotes each whitespace-separated word as its own phrase; FTS5 ANDs them, in any 
 
 from __future__ import annotations
 
-from sessions_server.domain.errors import InvalidArgument
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+
+from sessions_server.domain.errors import InvalidArgument, LimitExceeded
 
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 1000
 MAX_QUERY_BYTES = 4096
+# Half the server's SQL threads (8): a search may run for its whole budget on one, and the other
+# half stay free for every other call.
+DEFAULT_CONCURRENT_SEARCHES = 4
 PHRASE = "phrase"
 ALL_WORDS = "all_words"
 
@@ -49,3 +57,40 @@ def effective_limit(limit: int | None) -> int:
     if limit < 0:
         return MAX_LIMIT
     return min(limit, MAX_LIMIT)
+
+
+class SearchSlots:
+    """How many searches run at once, process-wide. A search holds a SQL thread for up to its
+    budget, so without a bound a burst of them takes every thread and stalls other tenants'
+    appends and reads; the searches beyond it wait, within their own budget."""
+
+    def __init__(self, limit: int = DEFAULT_CONCURRENT_SEARCHES) -> None:
+        self.limit = max(1, limit)
+        self._free = asyncio.Semaphore(self.limit)
+        self.running = 0
+        self.waiting = 0
+
+    @contextlib.asynccontextmanager
+    async def taken(self, deadline: float) -> AsyncIterator[None]:
+        """A slot, waited for until the monotonic `deadline` (the search's budget): past it,
+        LimitExceeded with SERVER_BUSY, which clients retry."""
+        self.waiting += 1
+        try:
+            async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                await self._free.acquire()
+        except TimeoutError:
+            raise LimitExceeded(
+                f"{self.limit} searches were running (max_concurrent_searches) for this search's whole "
+                "budget; retry shortly",
+                reason="SERVER_BUSY",
+                limit="max_concurrent_searches",
+                limit_value=str(self.limit),
+            ) from None
+        finally:
+            self.waiting -= 1
+        self.running += 1
+        try:
+            yield
+        finally:
+            self.running -= 1
+            self._free.release()

@@ -226,6 +226,7 @@ class SessionsService:
         summarizer: Summarizer | None = None,
         max_query_bytes: int = search_rules.MAX_QUERY_BYTES,
         search_seconds: float = DEFAULT_SEARCH_SECONDS,
+        max_concurrent_searches: int = search_rules.DEFAULT_CONCURRENT_SEARCHES,
         limits: Limits | None = None,
         placement: Placement | None = None,
     ) -> None:
@@ -235,6 +236,7 @@ class SessionsService:
         self.compactor = Compactor(self, summarizer)
         self.max_query_bytes = max_query_bytes
         self.search_seconds = search_seconds
+        self.search_slots = search_rules.SearchSlots(max_concurrent_searches)
         self.limits = limits or Limits()
         self.objects = ObjectAdmin(
             registry,
@@ -256,11 +258,28 @@ class SessionsService:
         is being moved: a change after the move's snapshot would be lost with the source.
         `writing` also checks the object's size limit, which a removal must pass: removing is
         how a full object gets room again."""
+        async with self._opened(object_key, writing=writing, removing=removing, create=True) as store:
+            assert store is not None
+            yield store
+
+    @contextlib.asynccontextmanager
+    async def existing_object(self, object_key: str, *, removing: bool = False) -> AsyncIterator[ObjectStore | None]:
+        """The object, or None when it has no file here. Reads, and removals, of an object never
+        written answer as an empty object would, and create nothing: otherwise a `read` token
+        could fill the disk with empty objects (one file each, listed by ListObjects)."""
+        async with self._opened(object_key, writing=False, removing=removing, create=False) as store:
+            yield store
+
+    @contextlib.asynccontextmanager
+    async def _opened(
+        self, object_key: str, *, writing: bool, removing: bool, create: bool
+    ) -> AsyncIterator[ObjectStore | None]:
         self.objects.admit(object_key, writing=writing or removing)
         again = functools.partial(self.objects.admit, object_key, writing=writing or removing)
+        opened = self.registry.use(object_key, again) if create else self.registry.use_existing(object_key, again)
         try:
-            async with self.registry.use(object_key, again) as store:
-                if writing and store.cached_file_bytes() > self.limits.max_object_bytes:
+            async with opened as store:
+                if writing and store is not None and store.cached_file_bytes() > self.limits.max_object_bytes:
                     raise exceeded("the object is full", "max_object_bytes", self.limits.max_object_bytes, "bytes")
                 yield store
         except StoreClosed as exc:
@@ -451,7 +470,9 @@ class SessionsService:
         _check_delete_ids(message_ids)
         ids = list(dict.fromkeys(message_ids))
         event = ChangeEvent("delete", session_id, message_ids=tuple(message_ids))
-        async with self.object(object_key, removing=True) as store:
+        async with self.existing_object(object_key, removing=True) as store:
+            if store is None:
+                return 0
             if not ids:
                 store.feed.publish([event])
                 return 0
@@ -466,14 +487,16 @@ class SessionsService:
 
     async def clear(self, object_key: str, session_id: str) -> int:
         self.check_names(object_key, session_id)
+        async with self.existing_object(object_key, removing=True) as store:
+            if store is None:
+                return 0
 
-        def run(ctx: WriteContext) -> int:
-            deleted = clear_in(ctx, session_id)
-            note_session_changed(store, session_id)
-            ctx.emit(ChangeEvent("clear", session_id))
-            return deleted
+            def run(ctx: WriteContext) -> int:
+                deleted = clear_in(ctx, session_id)
+                note_session_changed(store, session_id)
+                ctx.emit(ChangeEvent("clear", session_id))
+                return deleted
 
-        async with self.object(object_key, removing=True) as store:
             return await store.write(run, after=lambda _: forget_estimate(store, session_id))
 
     def _note_inserted_appends(self, store: ObjectStore, session_id: str, appended: list[paths.AppendedRow]) -> None:
@@ -497,7 +520,9 @@ class SessionsService:
         self, object_key: str, session_id: str, message_id: str, *, inline: bool = True
     ) -> MessageView | None:
         self.check_names(object_key, session_id)
-        async with self.object(object_key) as store:
+        async with self.existing_object(object_key) as store:
+            if store is None:
+                return None
             view = await store.read(
                 lambda conn: _view(conn, queries.get_message(conn, session_id, message_id), inline),
                 quick=not large_messages.any_known_large(store, session_id, (message_id,)),
@@ -512,7 +537,11 @@ class SessionsService:
         """Found messages in request order, one bounded window (one read) per list."""
         self.check_names(object_key, session_id)
         ids = list(dict.fromkeys(message_ids))
-        async with self.object(object_key) as store:
+        async with self.existing_object(object_key) as store:
+            if store is None:
+                for _ in range(0, len(ids), WINDOW_ROWS):
+                    yield []
+                return
             for start in range(0, len(ids), WINDOW_ROWS):
                 window = ids[start : start + WINDOW_ROWS]
                 found = await store.read(
@@ -536,8 +565,8 @@ class SessionsService:
                 _, leaf = queries.parent_of(conn, session_id, leaf)
             return None if not leaf else _view(conn, queries.get_message(conn, session_id, leaf), inline)
 
-        async with self.object(object_key) as store:
-            return await store.read(lambda conn: run(conn, store), quick=True)
+        async with self.existing_object(object_key) as store:
+            return None if store is None else await store.read(lambda conn: run(conn, store), quick=True)
 
     async def get_branches(
         self, object_key: str, session_id: str, message_id: str, *, inline: bool = True
@@ -560,8 +589,8 @@ class SessionsService:
             views = (_view(conn, row, inline) for row in expand(message_id, 0))
             return [view for view in views if view is not None]
 
-        async with self.object(object_key) as store:
-            views = await store.read(run)
+        async with self.existing_object(object_key) as store:
+            views = [] if store is None else await store.read(run)
         yield views
 
     def history(
@@ -584,7 +613,9 @@ class SessionsService:
         self, object_key: str, session_id: str, leaf_id: str, newest_first: bool, inline: bool, limit: int
     ) -> AsyncGenerator[list[MessageView], None]:
         self.check_names(object_key, session_id)
-        async with self.object(object_key) as store:
+        async with self.existing_object(object_key) as store:
+            if store is None:
+                return
             if newest_first:
                 async for window in self._walk_from_leaf(store, session_id, leaf_id, inline, limit):
                     yield window
@@ -606,7 +637,10 @@ class SessionsService:
         """The longest recent suffix whose stored bytes fit the budget, never less than the leaf.
         Yields the summary first, then the messages in windows."""
         self.check_names(object_key, session_id)
-        async with self.object(object_key) as store:
+        async with self.existing_object(object_key) as store:
+            if store is None:
+                yield RecentSummary(False, 0)
+                return
 
             def planned(conn: Any, suffix: paths.PathSuffix) -> _RecentPlan:
                 if not suffix.rows:
@@ -646,7 +680,9 @@ class SessionsService:
     async def row_stats(self, object_key: str, session_id: str, *, leaf_id: str = "") -> list[PathStat]:
         """Per-row stored bytes and token estimates along a path (at most 10,001 rows)."""
         self.check_names(object_key, session_id)
-        async with self.object(object_key) as store:
+        async with self.existing_object(object_key) as store:
+            if store is None:
+                return []
 
             def run(conn: Any) -> list[PathStat]:
                 leaf = _resolve_leaf(store, conn, session_id, leaf_id)
@@ -659,9 +695,8 @@ class SessionsService:
         keys.check_object_key(object_key, max_bytes=self.max_object_key_bytes)
         if attachments.pointer_hash(attachments.POINTER_PREFIX + digest) is None:
             raise InvalidArgument("hash must be 64 lowercase hex digits", field="hash")
-        async with self.object(object_key) as store:
-            meta = await store.read(lambda conn: queries.payload_meta(conn, digest))
-            if meta is None:
+        async with self.existing_object(object_key) as store:
+            if store is None or (meta := await store.read(lambda conn: queries.payload_meta(conn, digest))) is None:
                 raise NotFound(f"no attachment {digest} in this object", field="hash")
             media_type, size, chunks = meta
             if chunks == 0:
@@ -686,16 +721,19 @@ class SessionsService:
         self.check_names(object_key, session_id)
         expression = search_rules.fts_expression(query, mode, max_query_bytes=self.max_query_bytes)
         wanted = search_rules.effective_limit(limit)
-        async with self.object(object_key) as store:
+        async with self.existing_object(object_key) as store:
+            if store is None:
+                return []
             if not await store.read(queries.fts_exists, quick=True):
                 await store.write(_build_search_index)
                 store.search_index_committed()
             if expression is None or wanted == 0:
                 return []
-            deadline = time.monotonic() + self.search_seconds
             scope = None if all_sessions else session_id
             try:
-                rows = await store.read(lambda conn: queries.search(conn, scope, expression, wanted, deadline))
+                async with self.search_slots.taken(time.monotonic() + self.search_seconds):
+                    deadline = time.monotonic() + self.search_seconds  # its budget runs from here
+                    rows = await store.read(lambda conn: queries.search(conn, scope, expression, wanted, deadline))
             except QueryInterrupted:
                 raise LimitExceeded(
                     f"the search took longer than its {self.search_seconds:g} s budget; "
@@ -737,12 +775,14 @@ class SessionsService:
 
     async def list_sessions(self, object_key: str) -> list[tuple[str, int]]:
         keys.check_object_key(object_key, max_bytes=self.max_object_key_bytes)
-        async with self.object(object_key) as store:
-            return await store.read(queries.sessions_summary)
+        async with self.existing_object(object_key) as store:
+            return [] if store is None else await store.read(queries.sessions_summary)
 
     async def object_stats(self, object_key: str) -> dict[str, int]:
         keys.check_object_key(object_key, max_bytes=self.max_object_key_bytes)
-        async with self.object(object_key) as store:
+        async with self.existing_object(object_key) as store:
+            if store is None:
+                return dict.fromkeys(queries.OBJECT_COUNTS, 0) | {"file_bytes": 0, "row_writes": 0}
             counts = await store.read(queries.object_counts)
             counts["file_bytes"] = store.file_bytes()
             counts["row_writes"] = store.row_writes

@@ -722,8 +722,11 @@ def sessions_summary(conn: sqlite3.Connection) -> list[tuple[str, int]]:
     return [(str(r[0]), int(r[1])) for r in rows]
 
 
+OBJECT_COUNTS = ("message_rows", "session_count", "continuation_rows", "attachment_count", "attachment_bytes")
+
+
 def object_counts(conn: sqlite3.Connection) -> dict[str, int]:
-    """Row and payload counts of an object."""
+    """Row and payload counts of an object (OBJECT_COUNTS)."""
     messages, sessions = conn.execute(
         "SELECT COUNT(*), COUNT(DISTINCT session_id) FROM cf_agents_session_messages"
     ).fetchone()

@@ -68,16 +68,36 @@ class ObjectRegistry:
         """The open object, opened on demand. `check` runs again after every wait (for a
         `closed` block, another call's open or an eviction's close) and raises to give up: the
         object may have been removed meanwhile, and an open would create it anew."""
-        store = await self._acquire(object_key, check)
+        store = await self._acquire(object_key, check, create=True)
+        assert store is not None
         try:
             yield store
         finally:
-            store.users -= 1
-            if store.users == 0:
-                store.idle.set()
-            self._evict_idle()
+            self._release(store)
 
-    async def _acquire(self, object_key: str, check: Callable[[], None] | None) -> ObjectStore:
+    @contextlib.asynccontextmanager
+    async def use_existing(
+        self, object_key: str, check: Callable[[], None] | None = None
+    ) -> AsyncIterator[ObjectStore | None]:
+        """As `use`, but None when the object has no file here: what only reads needs no file,
+        and opening one would create it (a read-only caller could fill the disk with empty
+        objects)."""
+        store = await self._acquire(object_key, check, create=False)
+        if store is None:
+            yield None
+            return
+        try:
+            yield store
+        finally:
+            self._release(store)
+
+    def _release(self, store: ObjectStore) -> None:
+        store.users -= 1
+        if store.users == 0:
+            store.idle.set()
+        self._evict_idle()
+
+    async def _acquire(self, object_key: str, check: Callable[[], None] | None, *, create: bool) -> ObjectStore | None:
         first_pass = True
         while True:
             if not first_pass and check is not None:  # every later pass follows a wait
@@ -101,6 +121,8 @@ class ObjectRegistry:
             if evicted is not None:  # its last writes to the file (a counter) come first
                 await self._closed_evicted(object_key, evicted)
                 continue
+            if not create and not object_path(self.data_dir, object_key).exists():
+                return None  # one stat, in place: cheaper than the thread hop of an open
             loop = asyncio.get_running_loop()
             future: asyncio.Future[ObjectStore] = loop.create_future()
             self._opening[object_key] = future

@@ -52,6 +52,14 @@ class Metrics:
             "Bytes of change events open objects keep for resuming subscribers (limit: --feed-retain-total-bytes)",
             registry=self.registry,
         )
+        self.searches_running = Gauge(
+            "sessions_searches_running",
+            "Searches running now (limit: --max-concurrent-searches)",
+            registry=self.registry,
+        )
+        self.searches_waiting = Gauge(
+            "sessions_searches_waiting", "Searches waiting for one of the running ones to end", registry=self.registry
+        )
         self.assembly_bytes = Gauge(
             "sessions_assembly_bytes",
             "Bytes of messages held while their pieces arrive or while they are written (limit: --max-assembly-bytes)",

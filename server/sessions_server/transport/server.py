@@ -131,6 +131,7 @@ async def _create_server(config: ServerConfig, lock: DataDirectoryLock) -> Runni
         summarizer=summarizer,
         max_query_bytes=config.max_query_bytes,
         search_seconds=config.search_seconds,
+        max_concurrent_searches=config.max_concurrent_searches,
         limits=config.limits,
         placement=Placement.from_ring_file(config.ring_file) if config.ring_file else None,
     )
@@ -141,6 +142,8 @@ async def _create_server(config: ServerConfig, lock: DataDirectoryLock) -> Runni
     metrics.bytes_stored.set_function(registry.open_bytes)
     metrics.subscribers.set_function(registry.subscriber_count)
     metrics.feed_retained_bytes.set_function(registry.feed_retained_bytes)
+    metrics.searches_running.set_function(lambda: service.search_slots.running)
+    metrics.searches_waiting.set_function(lambda: service.search_slots.waiting)
     service.compactor.on_stored = lambda kind: metrics.compactions.labels(kind).inc()
     server = grpc.aio.server(
         options=[
