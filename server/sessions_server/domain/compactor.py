@@ -143,6 +143,18 @@ class Compactor:
         async with self._service.existing_object(object_key) as store:
             return [] if store is None else await store.read(lambda conn: queries.compactions(conn, session_id))
 
+    async def records_after(
+        self, object_key: str, session_id: str, after_seq: int, limit: int, max_bytes: int
+    ) -> tuple[list[Compaction], bool]:
+        """One page of records (`queries.compactions_after`): a listing reads each record once."""
+        self._service.check_names(object_key, session_id)
+        async with self._service.existing_object(object_key) as store:
+            if store is None:
+                return [], False
+            return await store.read(
+                lambda conn: queries.compactions_after(conn, session_id, after_seq, limit, max_bytes)
+            )
+
     # ── planning and summarizing ────────────────────────────────────────────
 
     async def plan(

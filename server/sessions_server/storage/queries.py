@@ -254,6 +254,27 @@ def compactions(conn: sqlite3.Connection, session_id: str) -> list[Compaction]:
     ]
 
 
+def compactions_after(
+    conn: sqlite3.Connection, session_id: str, after_seq: int, limit: int, max_bytes: int
+) -> tuple[list[Compaction], bool]:
+    """A page of a session's records after `after_seq`, lowest seq first: at most `limit`, and
+    past the first, no more than `max_bytes` of text (counted in characters: a bound on what is
+    read, which the caller measures exactly). True when more records follow."""
+    page: list[Compaction] = []
+    size = 0
+    for r in conn.execute(
+        """SELECT id, seq, summary, from_message_id, to_message_id, created_at
+           FROM cf_agents_session_compactions WHERE session_id = ? AND seq > ? ORDER BY seq ASC LIMIT ?""",
+        (session_id, after_seq, limit + 1),
+    ):
+        record = Compaction(str(r[0]), int(r[1]), str(r[2]), str(r[3]), str(r[4]), int(r[5]))
+        size += len(record.summary) + len(record.id) + len(record.from_message_id) + len(record.to_message_id)
+        if len(page) == limit or (page and size > max_bytes):
+            return page, True
+        page.append(record)
+    return page, False
+
+
 _INSERT_MESSAGE_SQL = """INSERT INTO cf_agents_session_messages
       (session_id, id, seq, parent_id, role, content, content_chunks, token_estimate, created_at, content_hash)
     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)

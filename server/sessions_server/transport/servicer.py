@@ -501,19 +501,22 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
     async def ListCompactions(self, request: pb.ListCompactionsRequest, context: Any) -> pb.ListCompactionsResponse:
         async def run() -> pb.ListCompactionsResponse:
             self._admit(context, request.object_key, write=False)
-            records = await self._service.compactor.records(request.object_key, request.session_id)
             after = _page_token_int(request.page_token)
             size_limit = _page_size(request.page_size, default=100, maximum=1000)
+            records, more = await self._service.compactor.records_after(
+                request.object_key, request.session_id, after, size_limit, FRAME_BUDGET_BYTES
+            )
             response = pb.ListCompactionsResponse()
             budget = FRAME_BUDGET_BYTES
-            remaining = [r for r in records if r.seq > after]
-            for record in remaining:
+            for record in records:
                 item = _compaction(record)
-                if response.compactions and (len(response.compactions) >= size_limit or item.ByteSize() + 16 > budget):
-                    response.next_page_token = str(response.compactions[-1].seq)
+                if response.compactions and item.ByteSize() + 16 > budget:
+                    more = True
                     break
                 response.compactions.append(item)
                 budget -= item.ByteSize() + 16
+            if more:
+                response.next_page_token = str(response.compactions[-1].seq)
             return response
 
         return await _unary(context, run)
