@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from sessions_client import ImportItem
+from sessions_proto.v1 import sessions_pb2 as pb
 from tests.service.support import js_json, message_row, open_readonly, stored_json, text_message
 
 POINTER = "attachment:sha256:"
@@ -580,3 +581,34 @@ def test_update_of_a_missing_id_stores_no_payload(session: Any, object_key: str,
     session.append_message(text_message("m1", "first"))
     assert session.update_message(image_message("absent", file_part(payload(2500, 101)))) is None
     assert_no_payloads(data_dir, object_key)
+
+
+def test_a_repeated_append_answers_and_announces_the_media_not_the_pointer(
+    stub: Any, object_key: str, session: Any
+) -> None:
+    """A retry of an append meets the stored row: the answer, and the change event, carry the
+    message as a read gives it, payloads put back (upstream reads the row back the same way)."""
+    sent = image_message("m1", file_part(payload(2500, 102)))
+    text = js_json(sent)
+    feed = stub.Subscribe(pb.SubscribeRequest(object_key=object_key))
+    assert next(feed).type == pb.CHANGE_TYPE_PROGRESS
+    first = stub.AppendMessage(pb.AppendMessageRequest(object_key=object_key, message_json=text))
+    again = stub.AppendMessage(pb.AppendMessageRequest(object_key=object_key, message_json=text))
+    in_batch = stub.AppendMessages(
+        pb.AppendMessagesRequest(
+            object_key=object_key, items=[pb.AppendItem(message_json=text), pb.AppendItem(message_json=text)]
+        )
+    )
+
+    assert first.inserted and not again.inserted
+    assert again.message.json == text
+    assert [(r.inserted, r.message.json) for r in in_batch.results] == [(False, text), (False, text)]
+    events = [next(feed) for _ in range(4)]
+    feed.cancel()
+    assert [(e.type, e.inserted, e.message.json) for e in events] == [
+        (pb.CHANGE_TYPE_APPEND, True, text),
+        (pb.CHANGE_TYPE_APPEND, False, text),
+        (pb.CHANGE_TYPE_APPEND, False, text),
+        (pb.CHANGE_TYPE_APPEND, False, text),
+    ]
+    assert session.append_message(sent).message == sent  # the client, which omits what it sent

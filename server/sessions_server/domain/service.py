@@ -350,7 +350,9 @@ class SessionsService:
                     outcome = outcomes[index]
                 else:
                     outcome = append_in(ctx, session_id, row, parent, _stored_row_ok)
-                view = MessageView(
+                # A repeat answers with the stored message as a read would: its media put back.
+                stored = None if outcome.existing is None else _view(ctx.conn, outcome.existing, inline=True)
+                view = stored or MessageView(
                     outcome.info, outcome.existing.content if outcome.existing is not None else prepared.json
                 )
                 results.append(AppendResult(outcome.inserted, view))
