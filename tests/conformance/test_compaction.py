@@ -4,6 +4,8 @@ overlay by session and record seq instead (see `overlay_names`)."""
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
 from tests.conformance.harness.messages import msg
@@ -149,4 +151,34 @@ def test_span_never_covers_unsummarized_message(pair: Pair) -> None:
     visible = [m["id"] for m in ours.get_history()]
     assert "m2" in visible or "turn 2 " in plan.prompt, (
         f"ours hides m2 without summarizing it: plan {plan.from_message_id}..{plan.to_message_id}, history {visible}"
+    )
+
+
+def test_lone_surrogates_in_the_span_reach_the_plan_as_u_fffd(pair: Pair) -> None:
+    """Deliberate (README): upstream's prompt holds a text's lone surrogate, and the high half of
+    an emoji that the 500-unit cut of a tool output splits. Ours plans the same prompt (the
+    server's own summarizer gets exactly it, escaped in the request's JSON; see
+    tests/service/test_compaction_summarizer.py), but PlanCompaction's prompt, a protobuf
+    string, carries U+FFFD in their place; the span and the summary's length are the same."""
+    extra = (
+        '{"type":"text","text":"x\\ud800y"},'
+        '{"type":"dynamic-tool","toolName":"t","toolCallId":"c","input":{"q":1},"output":"'
+        + "b" * 498
+        + '\\ud83d\\ude00"}'
+    )
+    for i in range(8):
+        parts = '{"type":"text","text":"turn ' + str(i) + ' text"}' + ("," + extra if i == 4 else "")
+        text = '{"id":"m' + str(i) + '","role":"user","parts":[' + parts + "]}"
+        pair.up("appendMessage", {"message": json.loads(text)})
+        pair.ours().append_message(text)
+
+    upstream = pair.up("compact", {"mode": "reference", "keepRecentTokens": 1})
+    plan = pair.ours().plan_compaction(keep_recent_tokens=1)
+
+    assert "x\ud800y" in upstream["prompt"] and "b" * 497 + "\ud83d" in upstream["prompt"]
+    assert plan is not None
+    assert plan.prompt == re.sub("[\ud800-\udfff]", "\ufffd", upstream["prompt"])
+    assert (plan.from_message_id, plan.to_message_id) == (
+        upstream["result"]["fromMessageId"],
+        upstream["result"]["toMessageId"],
     )

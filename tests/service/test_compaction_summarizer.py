@@ -376,3 +376,30 @@ def test_automatic_compaction_policy_survives_a_restart(summarizing: Summarizing
         assert feed.until("compact", "compaction_error").type == "compact"
     (record,) = session.list_compactions()
     assert (record.from_message_id, record.to_message_id) == ("m3", "m10")
+
+
+def test_lone_surrogates_reach_the_model_escaped_and_come_back_as_u_fffd(
+    summarizing: Summarizing, llm: ChatCompletionsStub
+):
+    """A text's lone surrogate and an emoji split by the prompt's 500-unit cut go to the model as
+    upstream sends them (escaped in the request's JSON); PlanCompaction's prompt, a protobuf
+    string, has U+FFFD there; a lone surrogate in the model's answer is stored as U+FFFD."""
+    session = summarizing.client.object("surrogates").session()
+    session.set_compaction_policy(0, keep_recent_tokens=1)
+    odd = (
+        '{"id":"m4","role":"user","parts":[{"type":"text","text":"x\\ud800y"},{"type":"dynamic-tool",'
+        '"toolName":"t","toolCallId":"c","input":{"q":1},"output":"' + "b" * 498 + '\\ud83d\\ude00"}]}'
+    )
+    for i in range(12):
+        session.append_message(odd if i == 4 else turn(i))
+    llm.content = "summary \ud83d of the span"
+
+    plan = session.plan_compaction(keep_recent_tokens=1)
+    record = session.compact()
+
+    (request,) = llm.requests
+    assert "x\ud800y" in request.prompt and "b" * 497 + "\ud83d\n" in request.prompt
+    assert plan is not None
+    assert plan.prompt == request.prompt.replace("\ud800", "\ufffd").replace("\ud83d", "\ufffd")
+    assert record is not None and record.summary == "summary \ufffd of the span"
+    assert session.list_compactions() == [record]

@@ -135,7 +135,7 @@ def _utf16_prefix(text: str, units: int) -> str:
         width = 2 if ord(char) > 0xFFFF else 1
         if used + width > units:
             if width == 2 and used < units:
-                out.append("\ufffd")  # JS keeps a lone high surrogate; UTF-8 on the wire makes it U+FFFD
+                out.append(chr(0xD800 + ((ord(char) - 0x10000) >> 10)))  # JS keeps the pair's high half
             break
         out.append(char)
         used += width

@@ -335,6 +335,12 @@ _encode_string: Callable[[str], str] = json.encoder.encode_basestring
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")
 
 
+def well_formed(text: str) -> str:
+    """`text` with each lone UTF-16 surrogate (valid in JSON and in a JavaScript string) replaced
+    by U+FFFD, as JavaScript's `toWellFormed` does: what UTF-8, and so a protobuf string, carries."""
+    return text if text.isascii() else _SURROGATE_RE.sub("\ufffd", text)
+
+
 def _escape_surrogate(match: re.Match[str]) -> str:
     return f"\\u{ord(match.group()):04x}"
 

@@ -17,6 +17,8 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 
+from sessions_server.domain.jsjson import well_formed
+
 # A reply is read into memory whole: one past this is refused unread (a summary is 1 MiB at most
 # by default; the JSON around it is small).
 MAX_REPLY_BYTES = 16 * 1024 * 1024
@@ -70,9 +72,11 @@ class ChatCompletionsSummarizer:
             return await answer
 
     def _call(self, prompt: str) -> str:
-        body = json.dumps(
-            {"model": self.model, "messages": [{"role": "user", "content": prompt}]}, ensure_ascii=False
-        ).encode("utf-8")
+        request_body = {"model": self.model, "messages": [{"role": "user", "content": prompt}]}
+        try:
+            body = json.dumps(request_body, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate in the prompt: escaped, as JSON.stringify does
+            body = json.dumps(request_body).encode("ascii")
         headers = {"Content-Type": "application/json"}
         key = os.environ.get(self.api_key_env)
         if key:
@@ -98,4 +102,4 @@ class ChatCompletionsSummarizer:
             raise SummarizerError("summarizer answer has no choices[0].message.content") from None
         if not isinstance(content, str):
             raise SummarizerError("summarizer content is not text")
-        return content
+        return well_formed(content)  # a lone surrogate (escaped in JSON) could be neither stored nor sent

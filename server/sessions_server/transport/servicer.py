@@ -19,6 +19,7 @@ from grpc._cython import cygrpc  # type: ignore[attr-defined]
 
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
+from sessions_server.domain import jsjson
 from sessions_server.domain import search as search_rules
 from sessions_server.domain.compactor import Policy
 from sessions_server.domain.errors import InvalidArgument, LimitExceeded, SessionsError, Unavailable
@@ -546,7 +547,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 planned=True,
                 from_message_id=plan.from_message_id,
                 to_message_id=plan.to_message_id,
-                prompt=plan.prompt,
+                prompt=jsjson.well_formed(plan.prompt),  # a protobuf string carries no lone surrogate
                 budget_tokens=plan.budget_tokens,
             )
 
