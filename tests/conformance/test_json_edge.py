@@ -38,6 +38,23 @@ def test_number_formatting(pair: Pair, name: str, metadata: str) -> None:
     pair.upsert(_raw("n3", metadata))
 
 
+INFINITE_PARTS = [
+    ("tool-output", '{"type":"tool-x","toolCallId":"c","input":1,"output":1e400}'),
+    ("tool-input", '{"type":"tool-x","toolCallId":"c","input":-1e400}'),
+    ("text", '{"type":"data-x","text":1e400}'),
+    ("text-part", '{"type":"text","text":-1e400}'),
+    ("reasoning-over-text", '{"type":"reasoning","text":1e400,"reasoning":"r r r r r r r r"}'),
+]
+
+
+@pytest.mark.parametrize(("name", "part"), INFINITE_PARTS, ids=[c[0] for c in INFINITE_PARTS])
+def test_infinities_are_estimated_as_numbers_and_stored_as_null(pair: Pair, name: str, part: str) -> None:
+    """JSON.parse gives Infinity, a number: its estimate counts its JSON text ("null"), and
+    `text ?? reasoning` keeps it; only the stored JSON has null."""
+    pair.append(f'{{"id":"i1","role":"user","parts":[{part}]}}')
+    pair.update(f'{{"id":"i1","role":"user","parts":[{part},{{"type":"text","text":"more"}}]}}')
+
+
 STRING_CASES = [
     ("lone-high", r'"a\ud800b"'),
     ("lone-low", r'"\udc00"'),

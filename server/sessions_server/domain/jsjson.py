@@ -157,11 +157,12 @@ def format_number(x: float | int) -> str:
 def _js_double(x: float) -> int | float | None:
     """Represent a parsed double so that `stringify` prints what JS prints for it.
 
-    Integral values below 1e21 become ints with JS's decimal digits; other finite values stay
-    floats; infinities (which JSON.stringify writes as null) become None.
+    Integral values below 1e21 become ints with JS's decimal digits; other values stay floats.
+    Infinities stay too: JSON.stringify writes them as null, but until then they are numbers
+    (a token estimate counts their "null" text; `??` does not pass over them).
     """
     if x in (math.inf, -math.inf):
-        return None
+        return x
     if x.is_integer():
         if -_MAX_SAFE < x < _MAX_SAFE:
             return int(x)

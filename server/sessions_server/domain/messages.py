@@ -9,6 +9,7 @@ INVALID_ARGUMENT on every write path (DESIGN.md §9).
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -108,6 +109,8 @@ def js_string(value: Any) -> str:
         return value
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
     if isinstance(value, int | float):
         return jsjson.format_number(value)
     if isinstance(value, list):
