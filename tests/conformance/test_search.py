@@ -110,6 +110,34 @@ def test_backfill_joins_nonempty_text_parts(pair: Pair) -> None:
     _fts_rows(pair)
 
 
+ODD_TEXTS = ["true", "false", "0", "-0", "1e21", "1.5", "null", '{"x":[1]}', '["x"]', '"x"', "[]", "{}"]
+
+
+def _odd_text_message(message_id: str, text: str) -> str:
+    return (
+        '{"id":"'
+        + message_id
+        + '","role":"user","parts":[{"type":"text","text":'
+        + text
+        + '},{"type":"text","text":"x"}]}'
+    )
+
+
+def test_backfill_reads_non_string_texts_as_sqlite_does(pair: Pair) -> None:
+    """The backfill reads `$.text` with SQLite's JSON functions (true as 1, 1e21 as 1.0e+21, an
+    object or array as its JSON), the write path converts as JavaScript does ("true", "1e+21",
+    "[object Object]", "x"): both kinds of index row, and what searches find through them."""
+    for i, text in enumerate(ODD_TEXTS):
+        pair.append(_odd_text_message(f"b{i}", text))
+    search(pair, "x")
+    _fts_rows(pair)
+    for i, text in enumerate(ODD_TEXTS):
+        pair.append(_odd_text_message(f"w{i}", text))
+    _fts_rows(pair)
+    for query in ("x", "1", "true", "0", "1.0e+21", "1e+21", "object", "a"):
+        search(pair, query, limit=100)
+
+
 @pytest.mark.parametrize("limit", [1, 2, -1, 100])
 def test_limit(pair: Pair, limit: int) -> None:
     _corpus(pair)

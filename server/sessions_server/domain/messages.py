@@ -91,16 +91,6 @@ def search_text(message: Message) -> str:
     return " ".join(texts)
 
 
-def backfill_search_text(message: Message) -> str:
-    """The text upstream's first-search backfill indexes: only non-empty text parts, joined by
-    single spaces (the write path keeps empty parts, so the two can differ by spaces)."""
-    texts = []
-    for part in message.get("parts", ()):
-        if isinstance(part, dict) and part.get("type") == "text" and part.get("text") not in (None, ""):
-            texts.append(js_string(part.get("text")))
-    return " ".join(texts)
-
-
 def js_string(value: Any) -> str:
     """What JavaScript's Array#join makes of a value (`text ?? ""` first)."""
     if value is None:

@@ -929,11 +929,10 @@ def _build_search_index(ctx: WriteContext) -> None:
         if not page:
             return
         for session_id, stored in page:
-            if _stored_row_ok(stored):
-                text = messages.backfill_search_text(jsjson.parse(stored.content))
-                if text:
-                    queries.insert_search_row(conn, session_id, stored.info.id, stored.info.role, text)
-                    ctx.row_writes += 1
+            if _stored_row_ok(stored) and queries.backfill_search_row(
+                conn, session_id, stored.info.id, stored.info.role, stored.content
+            ):
+                ctx.row_writes += 1
         after = (page[-1][0], page[-1][1].info.id)
 
 

@@ -791,6 +791,23 @@ def messages_page(conn: sqlite3.Connection, after: tuple[str, str] | None) -> li
     return [(str(row[0]), _assemble(conn, str(row[0]), [row[1:]])[0]) for row in rows]
 
 
+# The first search's backfill indexes a stored message as SQLite's JSON functions read it, as
+# upstream's does: non-string `text` values by SQLite's rules (true as 1, an object as its JSON),
+# which differ from the write path's JavaScript string conversion. No row when no text part has
+# non-empty text.
+_BACKFILL_SEARCH_ROW_SQL = """INSERT INTO cf_agents_session_fts (id, session_id, role, content)
+    SELECT ?, ?, ?, group_concat(part.value ->> '$.text', ' ')
+      FROM json_each(?, '$.parts') AS part
+     WHERE part.value ->> '$.type' = 'text' AND coalesce(part.value ->> '$.text', '') <> ''
+    HAVING count(*) > 0"""
+
+
+def backfill_search_row(conn: sqlite3.Connection, session_id: str, message_id: str, role: str, content: str) -> bool:
+    """Indexes one stored message (its whole JSON, continuation rows joined) for the backfill;
+    True when it got a row."""
+    return conn.execute(_BACKFILL_SEARCH_ROW_SQL, (message_id, session_id, role, content)).rowcount > 0
+
+
 def insert_search_row(conn: sqlite3.Connection, session_id: str, message_id: str, role: str, text: str) -> None:
     conn.execute(_INSERT_SEARCH_ROW_SQL, (message_id, session_id, role, _indexable(text)))
 
