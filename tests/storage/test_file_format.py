@@ -117,11 +117,14 @@ def test_values_are_stored_with_upstreams_types(new_file: Path) -> None:
     )
 
 
-def test_a_session_read_creates_the_file_with_the_schema(client: Any, live_server: Any, object_key: str) -> None:
-    """Like a Durable Object, an object starts on its first request: the schema and version are
-    created on open, before any message is written."""
-    assert client.object(object_key).session().get_history() == []
+def test_the_first_write_creates_the_file_with_the_schema(client: Any, live_server: Any, object_key: str) -> None:
+    """An object starts with its first write (a read of one never written creates nothing): the
+    schema and version are created on open, whatever the write (here one that stores no message)."""
+    session = client.object(object_key).session()
+    assert session.get_history() == []
     path = object_file(Path(live_server.data_dir), object_key)
+    assert not path.exists()
+    session.set_compaction_policy(0)
     with open_readonly(path) as conn:
         assert set(tables(conn)) >= UPSTREAM_TABLES
         assert conn.execute("SELECT value FROM _cf_KV WHERE key = ?", (SCHEMA_VERSION_KEY,)).fetchone()[0] == (

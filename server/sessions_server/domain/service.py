@@ -755,21 +755,24 @@ class SessionsService:
         keys.check_object_key(object_key, max_bytes=self.max_object_key_bytes)
         if session_filter is not None:
             keys.check_session_id(session_filter)
-        async with self.object(object_key) as store:
+        self.objects.admit(object_key, writing=False)
+        again = functools.partial(self.objects.admit, object_key, writing=False)
+        # The hub alone: a subscriber holds no file open, and an object never written stays so.
+        async with self.registry.feed(object_key, again) as hub:
             cap = self.limits.max_subscribers_per_object
-            if store.feed.subscriber_count >= cap:
+            if hub.subscriber_count >= cap:
                 raise exceeded("too many subscribers on this object", "max_subscribers_per_object", cap)
             try:
-                subscription = store.feed.subscribe(session_filter, resume_after)
+                subscription = hub.subscribe(session_filter, resume_after)
             except FeedClosed as exc:
                 raise _feed_closed(exc) from None
             try:
                 if not resume_after:
                     # Tells a live subscriber where it starts: everything after this revision follows.
-                    yield Progress(store.feed.revision)
+                    yield Progress(hub.revision)
                 while True:
                     item = await subscription.next(timeout=progress_seconds)
-                    yield Progress(store.feed.revision) if item is None else item
+                    yield Progress(hub.revision) if item is None else item
             except FeedClosed as exc:
                 raise _feed_closed(exc) from None
             finally:

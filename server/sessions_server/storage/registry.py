@@ -3,6 +3,12 @@
 Like Durable Objects, an object is opened by its first request and closed when it falls out of
 the bounded LRU while idle; the next request reopens it. The bound keeps file descriptors and
 memory flat however many objects exist on disk.
+
+An object's change feed (its hub: revisions, retained events, subscribers) lives here, not in its
+store: a subscription holds the hub alone, so subscribers keep no file open (an object is
+evicted under them and reopened by the next write, its revisions going on), and subscribing to
+an object never written creates nothing. A hub goes when its object is closed and nobody
+subscribes.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Executor
 from pathlib import Path
 
-from sessions_server.storage.feed import FeedClosed, Feeds, FeedSettings
+from sessions_server.storage.feed import FeedClosed, FeedHub, Feeds, FeedSettings
 from sessions_server.storage.paths import object_path
 from sessions_server.storage.store import ObjectStore, recent_estimate
 
@@ -55,6 +61,7 @@ class ObjectRegistry:
         self._closing: dict[str, ObjectStore] = {}  # evicted, their close under way
         self._closes: set[asyncio.Task[None]] = set()
         self._feeds_closed: FeedClosed | None = None  # set by a drain
+        self._hubs: dict[str, FeedHub] = {}  # of open objects, and of closed ones with subscribers
         self._held: dict[str, asyncio.Event] = {}
         self._open_seconds = 0.0  # running estimate of one open of a ready file
         self.inline_opens = 0  # objects opened on the calling thread
@@ -131,11 +138,10 @@ class ObjectRegistry:
             except BaseException as exc:
                 future.set_exception(exc)
                 future.exception()  # mark retrieved: waiters retry the open themselves
-                raise
-            finally:
                 del self._opening[object_key]
-            if self._feeds_closed is not None:
-                store.feed.close_all(self._feeds_closed)
+                self._drop_hub_if_unused(object_key)
+                raise
+            del self._opening[object_key]
             self._open[object_key] = store
             store.users += 1
             store.idle.clear()
@@ -153,28 +159,66 @@ class ObjectRegistry:
             and self._calls_in_flight() <= 1
             and self._open_seconds <= INLINE_OPEN_MAX_SECONDS
         ):
-            store = self._open_ready(object_key, path)
+            store = self._open_ready(object_key, path, self._hub(object_key))
             if store is not None:
                 self.inline_opens += 1
                 return store
             checked = True
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._open_blocking, object_key, path, checked)
+        hub = self._hub(object_key)
+        return await loop.run_in_executor(self._executor, self._open_blocking, object_key, path, hub, checked)
 
-    def _open_ready(self, object_key: str, path: Path) -> ObjectStore | None:
+    def _open_ready(self, object_key: str, path: Path, hub: FeedHub) -> ObjectStore | None:
         """`ObjectStore.open_ready`, timed on either thread, so that once opens are quick again
         they run in place again."""
         started = time.perf_counter()
-        store = ObjectStore.open_ready(object_key, path, self._executor, self.feeds, self._calls_in_flight)
+        store = ObjectStore.open_ready(object_key, path, self._executor, hub, self._calls_in_flight)
         if store is not None:
             self._open_seconds = recent_estimate(self._open_seconds, time.perf_counter() - started)
         return store
 
-    def _open_blocking(self, object_key: str, path: Path, ready_checked: bool) -> ObjectStore:
-        store = None if ready_checked else self._open_ready(object_key, path)
+    def _open_blocking(self, object_key: str, path: Path, hub: FeedHub, ready_checked: bool) -> ObjectStore:
+        store = None if ready_checked else self._open_ready(object_key, path, hub)
         if store is None:
-            store = ObjectStore.open(object_key, path, self._executor, self.feeds, self._calls_in_flight)
+            store = ObjectStore.open(object_key, path, self._executor, hub, self._calls_in_flight)
         return store
+
+    # ── feeds ───────────────────────────────────────────────────────────────
+
+    def _hub(self, object_key: str) -> FeedHub:
+        hub = self._hubs.get(object_key)
+        if hub is None:
+            hub = self._hubs[object_key] = self.feeds.hub()
+            if self._feeds_closed is not None:
+                hub.close_all(self._feeds_closed)
+        return hub
+
+    def _drop_hub_if_unused(self, object_key: str) -> None:
+        """Forgets the hub of an object that is not open and has no subscriber (its retained
+        events with it: a resume from before gets a reset, as after a restart)."""
+        hub = self._hubs.get(object_key)
+        if (
+            hub is not None
+            and not hub.subscriber_count
+            and object_key not in self._open
+            and object_key not in self._opening
+            and object_key not in self._closing
+        ):
+            del self._hubs[object_key]
+            hub.close_all(FeedClosed("the object closed"))
+
+    @contextlib.asynccontextmanager
+    async def feed(self, object_key: str, check: Callable[[], None] | None = None) -> AsyncIterator[FeedHub]:
+        """The object's feed hub, without opening the object. `check` as for `use`."""
+        while (held := self._held.get(object_key)) is not None:
+            await held.wait()
+            if check is not None:
+                check()
+        hub = self._hub(object_key)
+        try:
+            yield hub
+        finally:
+            self._drop_hub_if_unused(object_key)
 
     def _evict_idle(self) -> None:
         if len(self._open) <= self._max_open:
@@ -197,6 +241,7 @@ class ObjectRegistry:
         finally:
             if self._closing.get(object_key) is store:
                 del self._closing[object_key]
+                self._drop_hub_if_unused(object_key)
 
     async def _closed_evicted(self, object_key: str, store: ObjectStore) -> None:
         """Waits for an evicted store's close (its failure is the eviction's to report), and
@@ -206,6 +251,7 @@ class ObjectRegistry:
             await store.close()
         if self._closing.get(object_key) is store:
             del self._closing[object_key]
+            self._drop_hub_if_unused(object_key)
 
     # The gauges below are read by the metrics endpoint's thread while the event loop opens,
     # closes and reorders objects: they sum over a snapshot (taking it runs no Python code, so
@@ -221,7 +267,7 @@ class ObjectRegistry:
         return sum(store.file_bytes() for store in self._snapshot())
 
     def subscriber_count(self) -> int:
-        return sum(store.feed.subscriber_count for store in self._snapshot())
+        return sum(hub.subscriber_count for hub in tuple(self._hubs.values()))
 
     def feed_retained_bytes(self) -> int:
         return self.feeds.retention.bytes
@@ -249,13 +295,15 @@ class ObjectRegistry:
     async def close_object(self, object_key: str) -> None:
         """Closes one object once nobody uses it (its feed subscribers are ended first); returns
         once its file is closed, also when an eviction had begun closing it."""
+        hub = self._hubs.pop(object_key, None)
+        if hub is not None:  # subscribers end whether or not the object is open
+            hub.close_all(FeedClosed("the object is being replaced or removed", moving=True))
         evicted = self._closing.get(object_key)
         if evicted is not None:
             await self._closed_evicted(object_key, evicted)
         store = self._open.get(object_key)
         if store is None:
             return
-        store.feed.close_all(FeedClosed("the object is being replaced or removed", moving=True))
         # Calls still using it after the grace are stuck (a stream whose client stopped reading
         # waits for room to write, forever): the store closes under them, and their next read
         # or write is refused (StoreClosed). Queued writes still commit first (`close`).
@@ -269,8 +317,8 @@ class ObjectRegistry:
         """Ends every change-feed subscription (first step of a drain), and those of objects
         opened later: a subscription still opening its object would otherwise hold the drain."""
         self._feeds_closed = FeedClosed("the server is shutting down")
-        for store in self._open.values():
-            store.feed.close_all(self._feeds_closed)
+        for hub in self._hubs.values():
+            hub.close_all(self._feeds_closed)
 
     async def close_all(self) -> None:
         """Closes every open object (after its queued writes commit)."""
@@ -280,6 +328,10 @@ class ObjectRegistry:
             await store.close()
         if self._closes:
             await asyncio.gather(*self._closes, return_exceptions=True)
+        hubs = list(self._hubs.values())
+        self._hubs.clear()
+        for hub in hubs:
+            hub.close_all(FeedClosed("the object closed"))
 
 
 async def _until_unused(store: ObjectStore) -> None:

@@ -52,7 +52,7 @@ from typing import Any, TypeVar, cast
 
 from sessions_server.storage import queries, schema, wal
 from sessions_server.storage.datadir import make_directories
-from sessions_server.storage.feed import ChangeEvent, FeedClosed, FeedHub, Feeds
+from sessions_server.storage.feed import ChangeEvent, FeedHub
 from sessions_server.storage.rows import (
     AppendOutcome,
     NewRow,
@@ -158,7 +158,7 @@ class ObjectStore:
         path: Path,
         writer: sqlite3.Connection,
         executor: Executor,
-        feeds: Feeds | None = None,
+        feed: FeedHub | None = None,
         calls_in_flight: Callable[[], int] | None = None,
     ) -> None:
         self.object_key = object_key
@@ -190,7 +190,7 @@ class ObjectStore:
         self.users = 0  # in-flight calls holding this store open (registry bookkeeping)
         self.idle = asyncio.Event()  # set whenever `users` drops to zero
         self.row_writes = 0
-        self.feed = feeds.hub() if feeds is not None else FeedHub()
+        self.feed = feed if feed is not None else FeedHub()  # the registry's: it outlives a close
         self.memo: dict[str, Any] = {}  # per-session derived state the domain keeps (token estimates)
         self._wal_index: wal.WalIndex | None = None  # None: SQLite checkpoints inside commits
         self._checkpoints = wal.CheckpointPolicy()
@@ -202,7 +202,7 @@ class ObjectStore:
         object_key: str,
         path: Path,
         executor: Executor,
-        feeds: Feeds | None = None,
+        feed: FeedHub | None = None,
         calls_in_flight: Callable[[], int] | None = None,
     ) -> ObjectStore:
         """Opens (creating if needed) the object's file. `calls_in_flight` counts the requests
@@ -211,7 +211,7 @@ class ObjectStore:
         conn = _connect_writer(path, schema.BUSY_TIMEOUT_MS)
         try:
             schema.initialize(conn, object_key)
-            return cls._around_writer(object_key, path, conn, executor, feeds, calls_in_flight)
+            return cls._around_writer(object_key, path, conn, executor, feed, calls_in_flight)
         except BaseException:
             conn.close()
             raise
@@ -222,7 +222,7 @@ class ObjectStore:
         object_key: str,
         path: Path,
         executor: Executor,
-        feeds: Feeds | None = None,
+        feed: FeedHub | None = None,
         calls_in_flight: Callable[[], int] | None = None,
     ) -> ObjectStore | None:
         """`open` for a file this service opened before, short enough to run in place: it writes
@@ -239,7 +239,7 @@ class ObjectStore:
             if not schema.is_ready(conn, object_key, busy_timeout_ms=0):
                 conn.close()
                 return None
-            store = cls._around_writer(object_key, path, conn, executor, feeds, calls_in_flight)
+            store = cls._around_writer(object_key, path, conn, executor, feed, calls_in_flight)
         except sqlite3.Error as exc:
             conn.close()
             if getattr(exc, "sqlite_errorcode", 0) & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
@@ -258,7 +258,7 @@ class ObjectStore:
         path: Path,
         conn: queries.ObjectConnection,
         executor: Executor,
-        feeds: Feeds | None,
+        feed: FeedHub | None,
         calls_in_flight: Callable[[], int] | None,
     ) -> ObjectStore:
         """The store of an initialized file, around its writer connection (the caller closes
@@ -266,7 +266,7 @@ class ObjectStore:
         row_writes = schema.read_row_writes(conn)
         conn.creates_fts = True  # this connection becomes the writer, the only one that creates it
         queries.fts_exists(conn)  # outside any transaction: remembered either way
-        store = cls(object_key, path, conn, executor, feeds, calls_in_flight)
+        store = cls(object_key, path, conn, executor, feed, calls_in_flight)
         store.row_writes = store._row_writes_saved = row_writes
         store._wal_index = wal.WalIndex.open(path)
         if store._wal_index is not None:
@@ -673,7 +673,6 @@ class ObjectStore:
     async def _close_once(self) -> None:
         await self.settled()
         self._closed = True
-        self.feed.close_all(FeedClosed("the object closed"))
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._executor, self._close_blocking)
 
