@@ -140,6 +140,39 @@ def test_a_refused_replacement_keeps_the_object_it_would_replace(tmp_path: Path)
     assert _leftovers(data_dir) == [first]
 
 
+def test_a_replacement_cut_short_before_its_rename_keeps_the_old_object_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A crash between removing the old object and installing the new one lost both (the copy
+    waited in scratch, which the next start empties). The swap is one rename now: before it, the
+    old object is whole, its commits still in its WAL moved into the file first."""
+    data_dir = tmp_path / "data"
+    target = files.import_store_file(_store(tmp_path / "old.sqlite", MESSAGES, "role", "user"), "k", data_dir)
+    before = target.read_bytes()
+    with contextlib.closing(sqlite3.connect(target)) as conn:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA wal_autocheckpoint = 0")
+        conn.execute(f"UPDATE {MESSAGES} SET content = '{{\"late\":1}}' WHERE id = 'm0'")
+        conn.commit()
+        wal = Path(str(target) + "-wal").read_bytes()
+    # As a crash leaves it: the commit in the WAL only (closing had checkpointed it).
+    target.write_bytes(before)
+    Path(str(target) + "-wal").write_bytes(wal)
+    new = _store(tmp_path / "new.sqlite", MESSAGES, "role", "assistant")
+
+    def crash(self: Path, destination: Path) -> Path:
+        raise OSError("the process died here")
+
+    monkeypatch.setattr(Path, "replace", crash)
+    with pytest.raises(OSError, match="died"):
+        files.import_store_file(new, "k", data_dir, replace=True)
+    monkeypatch.undo()
+
+    with contextlib.closing(sqlite3.connect(f"file:{target}?mode=ro", uri=True)) as conn:
+        assert conn.execute(f"SELECT content FROM {MESSAGES} WHERE id = 'm0'").fetchone() == ('{"late":1}',)
+        assert conn.execute(f"SELECT role FROM {MESSAGES} WHERE id = 'm1'").fetchone() == ("user",)
+
+
 def test_without_limits_any_text_is_imported(tmp_path: Path) -> None:
     source = _store(tmp_path / "source.sqlite", MESSAGES, "role", "r" * 10_000)
     assert files.import_store_file(source, "k", tmp_path / "data").exists()

@@ -112,9 +112,12 @@ def import_store_file(
         with contextlib.suppress(FileNotFoundError):
             partial.unlink()
         raise
-    # Unlink before renaming: a replicator tracking the old file must see a new file, not keep
-    # following the old inode.
-    for suffix in ("-wal", "-shm", ""):
+    # The rename swaps the object atomically (a crash leaves the old file or the new one, and a
+    # replicator sees a new inode). The old file's WAL must go first, or SQLite would apply it
+    # to the new one; so first every commit in it is moved into the old file itself.
+    if target.exists():
+        _checkpoint_completely(target)
+    for suffix in ("-wal", "-shm"):
         with contextlib.suppress(FileNotFoundError):
             Path(str(target) + suffix).unlink()
     partial.replace(target)
@@ -123,6 +126,23 @@ def import_store_file(
     # this, and a move then deletes the source.
     sync_directories(target.parent, data_dir)
     return target
+
+
+def _checkpoint_completely(path: Path) -> None:
+    """Moves every commit in the file's WAL into the file (TRUNCATE empties the WAL), so the WAL
+    may be removed without losing any. Raises StorageError when the disk fails or a reader holds
+    it back; a file SQLite cannot read at all has nothing to keep, and is replaced as it is."""
+    try:
+        with contextlib.closing(sqlite3.connect(path)) as conn:
+            busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    except sqlite3.DatabaseError as exc:
+        if getattr(exc, "sqlite_errorcode", 0) & 0xFF in _STORAGE_FAILURES:
+            raise StorageError(
+                f"the object being replaced could not be checkpointed, nothing was imported: {exc}", cause=exc
+            ) from exc
+        return
+    if busy:
+        raise StorageError("the object being replaced is in use elsewhere, nothing was imported")
 
 
 def _check_text_sizes(conn: sqlite3.Connection, limits: Sequence[TextLimit]) -> None:
