@@ -33,6 +33,7 @@ from sessions_client import SessionsClient, SessionsError
 from sessions_client.admin import move_object
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
+from sessions_server.storage.moved import MovedObjects
 from sessions_server.storage.paths import object_path
 from tests.conftest import LiveServer, start_server
 from tests.reliability.support import Server, canonical, check_object_file, closed_file_locked, routing, wait_until
@@ -612,6 +613,34 @@ def test_a_source_restarted_after_a_move_still_refuses_the_object(tmp_path: Path
     finally:
         first.stop()
         second.stop()
+
+
+def test_files_a_delete_cut_short_left_are_removed_at_the_next_start(tmp_path: Path) -> None:
+    """A crash after DeleteObject recorded the object as moved, before its files went, left them
+    on disk for good (refused and unlisted, so nothing would ever remove them). The next start
+    removes the files of every object recorded as moved away."""
+    data_dir = tmp_path / "data"
+    server = start_server(data_dir)
+    key, kept = "deleted-in-a-crash", "still-here"
+    try:
+        with SessionsClient(server.address, retry=None) as client:
+            client.object(key).session().append_message(_message("m0"))
+            client.object(kept).session().append_message(_message("m0"))
+    finally:
+        server.stop()
+    MovedObjects(data_dir).record(key, "elsewhere:1")  # as the delete's record was, before the crash
+    assert object_path(data_dir, key).exists()
+
+    server = start_server(data_dir)
+    try:
+        assert not any(Path(str(object_path(data_dir, key)) + suffix).exists() for suffix in ("", "-wal", "-shm"))
+        with SessionsClient(server.address, retry=None) as client:
+            with pytest.raises(SessionsError) as refused:
+                client.object(key).session().get_history()
+            assert refused.value.reason == "OBJECT_NOT_OWNED"
+            assert [m["id"] for m in client.object(kept).session().get_history()] == ["m0"]
+    finally:
+        server.stop()
 
 
 def test_a_move_whose_lock_was_released_meanwhile_cannot_delete_the_source(tmp_path: Path) -> None:

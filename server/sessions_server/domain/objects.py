@@ -76,6 +76,13 @@ class ObjectAdmin:
     def data_dir(self) -> Path:
         return self._registry.data_dir
 
+    def remove_moved_leftovers(self) -> int:
+        """Removes the files of objects recorded as moved away: a delete cut short (a crash
+        after the record, before the files went) left them, unlisted and refused. Blocking; at
+        startup, before anything is served. Returns how many objects had files left."""
+        moved = self._moved.keys()
+        return sum(files.remove_object_files(object_path(self.data_dir, key)) for key in moved)
+
     def admit(self, object_key: str, *, writing: bool, arriving: bool = False) -> None:
         """Refuses calls for objects this server does not own, has moved away, or is moving.
         `arriving`: the object is being brought (back) here, which a move away does not bar."""

@@ -135,6 +135,9 @@ async def _create_server(config: ServerConfig, lock: DataDirectoryLock) -> Runni
         limits=config.limits,
         placement=Placement.from_ring_file(config.ring_file) if config.ring_file else None,
     )
+    leftovers = service.objects.remove_moved_leftovers()
+    if leftovers:
+        log.info("removed the files of %d object(s) whose move away a crash had cut short", leftovers)
     authority = TokenAuthority(config.tokens_file) if config.tokens_file else None
     draining = Draining()
     metrics.open_objects.set_function(lambda: registry.open_count)
