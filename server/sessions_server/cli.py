@@ -187,18 +187,10 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"bytes of events kept for resuming by all open objects together, oldest dropped first "
         f"(default {feed.retain_total_bytes})",
     )
-    serve.add_argument(
-        "--subscriber-queue-events",
-        type=int,
-        default=feed.queue_events,
-        help=f"events a slow subscriber may lag before it is reset (default {feed.queue_events})",
-    )
-    serve.add_argument(
-        "--subscriber-queue-bytes",
-        type=int,
-        default=feed.queue_bytes,
-        help=f"bytes a slow subscriber may lag before it is reset (default {feed.queue_bytes})",
-    )
+    for retired in ("--subscriber-queue-events", "--subscriber-queue-bytes"):
+        # Subscribers keep no queue now (they read the retained events): still accepted, so that
+        # a deployment naming them starts, and warned about.
+        serve.add_argument(retired, type=int, default=None, help=argparse.SUPPRESS)
     serve.add_argument(
         "--event-loop",
         choices=("auto", "uvloop", "asyncio"),
@@ -298,7 +290,8 @@ def _text_limits(args: argparse.Namespace) -> Limits:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if args.command == "move-object":
         return _move_objects(args.source, args.destination, args.object_key, args.token)
     if args.command == "abort-move":
@@ -314,7 +307,17 @@ def main(argv: list[str] | None = None) -> int:
             return _send_store(args.file, args.object_key, args.address, args.token, replace=args.replace)
         data_dir = args.data_dir or Path("./data")
         return _import_store(args.file, args.object_key, data_dir, replace=args.replace, limits=_text_limits(args))
+    for name in ("progress_seconds", "search_seconds", "max_concurrent_searches"):
+        if getattr(args, name) <= 0:  # 0 would spin every idle feed, refuse every search
+            parser.error(f"--{name.replace('_', '-')} must be greater than 0")
     _configure_logging(args.log_level, args.log_format)
+    for retired in ("subscriber_queue_events", "subscriber_queue_bytes"):
+        if getattr(args, retired) is not None:
+            logging.getLogger("sessions.server").warning(
+                "--%s is no longer used: subscribers read the retained events and fall behind only past "
+                "--feed-retain-events / --feed-retain-bytes",
+                retired.replace("_", "-"),
+            )
     paths.set_message_budget(args.message_memo_bytes)
     packed_cache.set_budget(args.message_memo_bytes // 3)
     config = ServerConfig(
@@ -347,11 +350,9 @@ def main(argv: list[str] | None = None) -> int:
         require_routing_header=args.require_routing_header,
         metrics_listen=args.metrics_listen,
         feed=FeedSettings(
-            args.feed_retain_events,
-            args.feed_retain_bytes,
-            args.subscriber_queue_events,
-            args.subscriber_queue_bytes,
-            args.feed_retain_total_bytes,
+            retain_events=args.feed_retain_events,
+            retain_bytes=args.feed_retain_bytes,
+            retain_total_bytes=args.feed_retain_total_bytes,
         ),
         limits=Limits(
             max_client_message_bytes=args.max_client_message_bytes,

@@ -6,11 +6,14 @@ import re
 import signal
 import socket
 import sqlite3
+import subprocess
+import sys
 import threading
 import urllib.request
 from pathlib import Path
 
 import grpc
+import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from sessions_client import SessionsClient
@@ -149,5 +152,30 @@ def test_the_garbage_collector_stays_off_the_request_path(tmp_path: Path) -> Non
                 session.append_messages([_message(call * 100 + index, 900) for index in range(100)])
             young = _young_collections(metrics_port) - before
         assert young < calls / 4, f"{young} young collections during {calls} appends of 100 messages"
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("flag", ["--progress-seconds", "--search-seconds", "--max-concurrent-searches"])
+@pytest.mark.parametrize("value", ["0", "-1"])
+def test_a_budget_of_zero_or_less_is_refused_at_start(tmp_path: Path, flag: str, value: str) -> None:
+    """`--progress-seconds 0` made every idle subscription spin (35,000 progress events in 2 s)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "sessions_server.cli", "serve", "--data-dir", str(tmp_path), flag, value],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert f"{flag} must be greater than 0" in done.stderr
+
+
+def test_retired_queue_flags_are_accepted_with_a_warning(tmp_path: Path) -> None:
+    server = ServerProcess(tmp_path / "data", "--subscriber-queue-events", "5").start()
+    try:
+        assert any("--subscriber-queue-events is no longer used" in line for line in server.startup)
+        with SessionsClient(server.address) as client:
+            assert client.object("k").session().append_message(_message(1)).inserted
+        assert server.signal(signal.SIGTERM) == 0
     finally:
         server.stop()

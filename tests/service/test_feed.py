@@ -747,11 +747,10 @@ def test_a_stalled_subscriber_does_not_block_writers_and_later_sees_a_reset(
         first = next(call)
         assert first.type == pb.CHANGE_TYPE_PROGRESS  # registered; from now on it never reads
 
-        # 4,000 events of ~4 KB: more than the subscriber queue (1,000 events) and the transport's
-        # buffers together. Every write is acknowledged although the stalled stream is not read.
-        # The healthy subscriber gets each batch before the next is written: it shares this
-        # process (and its interpreter lock) with the server, and a reader left 1,000 events
-        # behind is reset by design; this test is about the stalled one.
+        # 4,000 events of ~4 KB: more than the transport's buffers hold. Every write is
+        # acknowledged although the stalled stream is not read. The healthy subscriber gets each
+        # batch before the next is written: it shares this process (and its interpreter lock)
+        # with the server; this test is about the stalled one.
         written: list[str] = []
         received: list[ChangeEvent] = []
         for batch in range(40):
@@ -767,9 +766,9 @@ def test_a_stalled_subscriber_does_not_block_writers_and_later_sees_a_reset(
         final = healthy.next()
         assert final.message is not None and final.message["id"] == "after-stall"
 
-        # Now the stalled subscriber reads: what it got before the reset is a prefix of the writes,
-        # what follows is a suffix; no gap without a reset between them. It reads up to the final
-        # write's revision (that write may itself be the one whose overflow caused the last reset).
+        # Now the stalled subscriber reads: what it got before a reset (retention passing it by)
+        # is a prefix of the writes, what follows is a suffix; no gap without a reset between
+        # them. It reads up to the final write's revision.
         assembler = EventAssembler()
         stalled: list[ChangeEvent] = []
         for response in call:
@@ -788,8 +787,7 @@ def test_a_stalled_subscriber_does_not_block_writers_and_later_sees_a_reset(
     revisions = [e.revision for e in stalled]
     assert revisions == sorted(revisions)
     if "reset" not in types:
-        # Transport buffers absorbed the backlog, so the queue never overflowed: then nothing may
-        # be missing at all (no gap without a reset).
+        # Retention kept everything it had not read: then nothing may be missing at all.
         assert [e.message["id"] for e in stalled if e.message] == all_ids
         return
     first_reset, last_reset = types.index("reset"), len(types) - 1 - types[::-1].index("reset")

@@ -1,4 +1,5 @@
-"""The feed hub on its own: revisions, retention by count and bytes, bounded subscriber queues."""
+"""The feed hub on its own: revisions, retention by count and bytes, subscribers as places in
+the retained events."""
 
 from __future__ import annotations
 
@@ -48,19 +49,56 @@ def test_resume_beyond_retention_by_count_or_bytes_resets() -> None:
     asyncio.run(run())
 
 
-def test_a_slow_subscriber_overflows_into_a_reset_and_writers_never_wait() -> None:
+def test_a_subscriber_the_ring_passes_by_is_reset_and_writers_never_wait() -> None:
     async def run() -> None:
-        hub = FeedHub(FeedSettings(queue_events=3))
+        hub = FeedHub(FeedSettings(retain_events=3))
         slow = hub.subscribe(None, 0)
         fast = hub.subscribe(None, 0)
         for event in _events(10):
             hub.publish([event])  # never blocks, whoever is behind
             assert await fast.next(timeout=1) is event
-        items = [await slow.next(timeout=1) for _ in range(3)]
-        assert isinstance(items[0], Reset) and "overflowed" in items[0].reason
-        # After the reset only what was published after the overflow follows, in order.
-        tail = [item for item in items[1:] if isinstance(item, ChangeEvent)]
-        assert [e.revision for e in tail] == sorted(e.revision for e in tail)
+        reset = await slow.next(timeout=1)
+        assert isinstance(reset, Reset) and "fell behind" in reset.reason
+        assert reset.revision == hub.revision
+        assert await slow.next(timeout=0) is None  # placed after the reset: live from there
+        later = _events(1)
+        hub.publish(later)
+        assert await slow.next(timeout=1) is later[0]
+
+    asyncio.run(run())
+
+
+def test_a_subscriber_that_keeps_up_gets_every_event_of_a_large_commit() -> None:
+    """A commit's events are published together, before any subscriber can read: a subscriber
+    with nothing unread used to be reset by a commit of more than its queue held (1,001 small
+    messages in one AppendMessages, or a large message after a small one)."""
+
+    async def run() -> None:
+        hub = FeedHub()
+        subscriber = hub.subscribe(None, 0)
+        many = _events(5_000)
+        hub.publish(many)
+        assert await _drain(subscriber, 5_000) == many
+        large = [*_events(1), *_events(3, size=40 * 1024 * 1024 // 3)]
+        hub.publish(large)
+        assert await _drain(subscriber, 4) == large
+        assert await subscriber.next(timeout=0) is None
+
+    asyncio.run(run())
+
+
+def test_a_subscriber_holds_no_events_of_its_own() -> None:
+    """A stalled subscriber pins nothing: what the ring drops is gone, and it is told so."""
+
+    async def run() -> None:
+        hub = FeedHub(FeedSettings(retain_events=2))
+        first = _events(3)
+        hub.publish(first)
+        stalled = hub.subscribe(None, first[0].revision)  # resumed: the ring's two follow it
+        hub.publish(_events(2))  # the ring moves on past both
+        assert not any(vars(stalled).get(name) for name in ("backlog", "_queue"))
+        reset = await stalled.next(timeout=1)
+        assert isinstance(reset, Reset) and "fell behind" in reset.reason
 
     asyncio.run(run())
 
@@ -106,21 +144,6 @@ def test_an_event_queued_while_a_wait_times_out_is_delivered_not_reported_as_not
     asyncio.run(run())
 
 
-def test_an_event_larger_than_the_queue_bound_reaches_a_subscriber_that_keeps_up() -> None:
-    async def run() -> None:
-        hub = FeedHub(FeedSettings(queue_bytes=1000))
-        subscriber = hub.subscribe(None, 0)
-        big = ChangeEvent("append", "", message_json="x" * 5000)
-        hub.publish([big])
-        assert await subscriber.next(timeout=1) is big  # the bound limits lag, not one event's size
-        behind = [ChangeEvent("append", "", message_json="x" * 5000) for _ in range(2)]
-        hub.publish(behind)  # the second arrives while the first waits: now it is behind
-        reset = await subscriber.next(timeout=1)
-        assert isinstance(reset, Reset) and "overflowed" in reset.reason
-
-    asyncio.run(run())
-
-
 def test_events_are_counted_at_their_utf8_size() -> None:
     emoji = '{"text":"' + "😀" * 1000 + '"}'  # 1,011 characters, 4,011 bytes
     event = ChangeEvent("delete", "", message_json=emoji, message_ids=("é" * 10,), error="ü")
@@ -136,8 +159,17 @@ def test_events_are_counted_at_their_utf8_size() -> None:
 
 
 def _kept_from(hub: FeedHub, after: int) -> list[ChangeEvent | Reset]:
-    """What a subscriber resuming after revision `after` is given first (all of it, at once)."""
-    return list(hub.subscribe(None, after).backlog)
+    """Everything a subscriber resuming after revision `after` is given at once."""
+
+    async def drain() -> list[ChangeEvent | Reset]:
+        subscription = hub.subscribe(None, after)
+        items = []
+        while (item := await subscription.next(timeout=0)) is not None:
+            items.append(item)
+        subscription.close()
+        return items
+
+    return asyncio.run(drain())
 
 
 def test_open_objects_keep_events_within_one_bound_for_the_process_oldest_first() -> None:

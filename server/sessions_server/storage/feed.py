@@ -6,16 +6,19 @@ increases for the life of the object: `epoch << 22 | counter`, where the epoch i
 clock taken when the object opens (and moved on if the counter ever fills), so revisions keep
 increasing across restarts while a resume point from before a restart is recognisably gone.
 
-A bounded ring keeps recent events (by count and bytes) for resuming subscribers, and one bound
-for the process (`FeedRetention`) keeps the rings of all open objects together within a budget,
-the oldest event going first whichever object it belongs to. Each subscriber has a bounded
-queue; publishing never waits for a subscriber: a full queue is dropped and the subscriber is
-told to reset, so a slow reader never slows writers or other readers.
+A bounded ring keeps recent events (by count and bytes), and one bound for the process
+(`FeedRetention`) keeps the rings of all objects together within a budget, the oldest event
+going first whichever object it belongs to. A subscriber is a place in the ring: it reads the
+events after it in order, and publishing only wakes it, never waits for it. A subscriber
+resuming from before what the ring keeps, or one so slow that the ring drops an event it has
+not read, is told to reset; a slow reader never slows writers or other readers, and holds no
+events of its own.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import threading
 import time
 from collections import deque
@@ -28,19 +31,15 @@ COUNTER_LIMIT = 1 << COUNTER_BITS
 DEFAULT_RETAIN_EVENTS = 10_000
 DEFAULT_RETAIN_BYTES = 64 * 1024 * 1024
 DEFAULT_RETAIN_TOTAL_BYTES = 256 * 1024 * 1024
-DEFAULT_QUEUE_EVENTS = 1_000
-DEFAULT_QUEUE_BYTES = 32 * 1024 * 1024
 
 
 @dataclass(frozen=True)
 class FeedSettings:
-    """Retention of an object's recent events (for resuming), of all open objects' together, and
-    each subscriber's queue bound."""
+    """Retention of an object's recent events (for resuming subscribers, and those that fall
+    behind), and of all objects' together."""
 
     retain_events: int = DEFAULT_RETAIN_EVENTS
     retain_bytes: int = DEFAULT_RETAIN_BYTES
-    queue_events: int = DEFAULT_QUEUE_EVENTS
-    queue_bytes: int = DEFAULT_QUEUE_BYTES
     retain_total_bytes: int = DEFAULT_RETAIN_TOTAL_BYTES
 
 
@@ -95,66 +94,65 @@ class Reset:
 
 
 class Subscription:
-    """A subscriber's bounded queue. Iterate with `next()`; close with `close()`."""
+    """A subscriber's place in its object's retained events (as etcd's watchers keep theirs):
+    it holds no events of its own, reads them from the ring in order, and falls behind only when
+    the ring drops one it has not read (retention), which it is told as a Reset. So a subscriber
+    that keeps up receives any commit, however many or large its events, and one that stalls
+    holds nothing. Iterate with `next()`; close with `close()`."""
 
-    def __init__(self, hub: FeedHub, session_filter: str | None, max_events: int, max_bytes: int) -> None:
+    def __init__(self, hub: FeedHub, session_filter: str | None, start: int) -> None:
         self._hub = hub
         self.session_filter = session_filter
-        self._queue: deque[ChangeEvent | Reset] = deque()
-        # Retained events a resume replays: references into the ring, delivered before anything
-        # queued live and not counted against the queue's bounds.
-        self.backlog: deque[ChangeEvent | Reset] = deque()
-        self._bytes = 0
-        self._max_events = max_events
-        self._max_bytes = max_bytes
+        self._next = start  # sequence number (see FeedHub) of the next event to look at
+        self._reset: Reset | None = None  # told before anything else
         self._wakeup = asyncio.Event()
         self.closed: FeedClosed | None = None
 
     def wants(self, event: ChangeEvent) -> bool:
         return self.session_filter is None or event.session_id == self.session_filter
 
-    def offer(self, item: ChangeEvent | Reset) -> None:
-        if self.closed is not None:
-            return
-        size = item.size if isinstance(item, ChangeEvent) else 0
-        # The bounds limit how far behind a subscriber is, not how large one event may be: an
-        # empty queue takes any event.
-        if (
-            isinstance(item, ChangeEvent)
-            and self._queue
-            and (len(self._queue) >= self._max_events or self._bytes + size > self._max_bytes)
-        ):
-            # Too slow to keep up: drop what is queued and tell it to re-read.
-            self._queue.clear()
-            self._bytes = 0
-            self._queue.append(Reset(item.revision, "subscriber queue overflowed"))
-        else:
-            self._queue.append(item)
-            self._bytes += size
+    def wake(self) -> None:
         self._wakeup.set()
 
+    def _take(self) -> ChangeEvent | Reset | None:
+        """The next thing to deliver, if any, moving the position past what it passes over."""
+        if self._reset is not None:
+            reset, self._reset = self._reset, None
+            return reset
+        hub = self._hub
+        if self._next < hub.first_seq:
+            self._next = hub.next_seq
+            return Reset(hub.revision, "the subscriber fell behind: events it had not read were no longer retained")
+        while self._next < hub.next_seq:
+            event = hub.event_at(self._next)
+            self._next += 1
+            if self.wants(event):
+                return event
+        return None
+
     async def next(self, timeout: float | None = None) -> ChangeEvent | Reset | None:
-        """The next event, or None when `timeout` passed with nothing to deliver."""
-        if self.backlog:
-            return self.backlog.popleft()
-        while not self._queue:
+        """The next event, or None when `timeout` passed with nothing to deliver (then nothing
+        up to the hub's current revision is for this subscriber)."""
+        while True:
             if self.closed is not None:
                 raise FeedClosed(str(self.closed), moving=self.closed.moving)
             self._wakeup.clear()
+            item = self._take()
+            if item is not None:
+                return item
             try:
                 await asyncio.wait_for(self._wakeup.wait(), timeout)
             except TimeoutError:
-                # An event may have been queued while the timed-out wait was torn down: the
+                # An event may have been published while the timed-out wait was torn down: the
                 # caller reports "nothing happened up to the current revision" only if not.
-                if not self._queue and self.closed is None:
+                item = None if self.closed is not None else self._take()
+                if item is None and self.closed is None:
                     return None
-        item = self._queue.popleft()
-        if isinstance(item, ChangeEvent):
-            self._bytes -= item.size
-        return item
+                if item is not None:
+                    return item
 
     def close(self, why: FeedClosed | None = None) -> None:
-        """Ends the subscription: `next` delivers what is queued, then raises `why`."""
+        """Ends the subscription: `next` raises `why` from now on."""
         self.closed = why or FeedClosed("the subscription ended")
         self._hub.unsubscribe(self)
         self._wakeup.set()
@@ -184,10 +182,12 @@ class FeedHub:
         self._ring: deque[ChangeEvent] = deque()
         self._ring_sizes: deque[int] = deque()  # each ring event's `size`, computed once
         self._ring_bytes = 0
+        # Every event published gets the next sequence number (unlike revisions, they run on
+        # through an epoch change): the ring holds those from `first_seq` to `next_seq - 1`.
+        self.first_seq = 0
+        self.next_seq = 0
         self._retain_events = settings.retain_events
         self._retain_bytes = settings.retain_bytes
-        self._queue_events = settings.queue_events
-        self._queue_bytes = settings.queue_bytes
         self._subscribers: set[Subscription] = set()
         self._closed: FeedClosed | None = None
 
@@ -209,26 +209,26 @@ class FeedHub:
                 self._epoch = _next_epoch()
                 self._counter = 1
             event.revision = self.revision
-            if self._closed is None:  # a closed feed takes no new subscriber: nothing to keep for one
-                size = event.size
-                ring.append(event)
-                sizes.append(size)
-                self._ring_bytes += size
-                while ring and (len(ring) > self._retain_events or self._ring_bytes > self._retain_bytes):
-                    self._drop_oldest()
-                if self._retention is not None:
-                    self._retention.kept(self, event.revision, size)
-            if self._subscribers:
-                for subscriber in list(self._subscribers):
-                    if subscriber.wants(event):
-                        subscriber.offer(event)
+            if self._closed is not None:  # no subscriber now or later: nothing to keep
+                continue
+            size = event.size
+            ring.append(event)
+            sizes.append(size)
+            self.next_seq += 1
+            self._ring_bytes += size
+            while ring and (len(ring) > self._retain_events or self._ring_bytes > self._retain_bytes):
+                self._drop_oldest()
+            if self._retention is not None:
+                self._retention.kept(self, event.revision, size)
+        for subscriber in self._subscribers:
+            subscriber.wake()
 
     def subscribe(self, session_filter: str | None, resume_after: int) -> Subscription:
-        """A new subscriber, first given the retained events after `resume_after` (0: live only),
-        or a Reset when those events are no longer (or never were) available."""
+        """A new subscriber, placed after the retained event of `resume_after` (0: live only),
+        or told first to reset when the events after it are no longer (or never were) kept."""
         if self._closed is not None:
             raise FeedClosed(str(self._closed), moving=self._closed.moving)
-        subscription = Subscription(self, session_filter, self._queue_events, self._queue_bytes)
+        subscription = Subscription(self, session_filter, self.next_seq)
         if resume_after:
             current = self.revision
             oldest_kept = self._ring[0].revision if self._ring else current + 1
@@ -236,11 +236,8 @@ class FeedHub:
             if not same_epoch and resume_after < current and resume_after >= oldest_kept - 1:
                 same_epoch = True  # the counter rolled into a new epoch while we kept its events
             if resume_after > current:
-                subscription.backlog.append(
-                    Reset(
-                        current,
-                        "unknown revision (the feed restarted: the object was reopened or the server restarted)",
-                    )
+                subscription._reset = Reset(
+                    current, "unknown revision (the feed restarted: the object was reopened or the server restarted)"
                 )
             elif resume_after < oldest_kept - 1 or not same_epoch:
                 reason = (
@@ -248,13 +245,16 @@ class FeedHub:
                     if same_epoch
                     else "the feed restarted (the object was closed and reopened, or the server restarted)"
                 )
-                subscription.backlog.append(Reset(current, reason))
-            else:
-                subscription.backlog.extend(
-                    event for event in self._ring if event.revision > resume_after and subscription.wants(event)
-                )
+                subscription._reset = Reset(current, reason)
+            else:  # just after the last kept event at or before it (revisions increase along the ring)
+                revisions = [event.revision for event in self._ring]
+                subscription._next = self.first_seq + bisect.bisect_right(revisions, resume_after)
         self._subscribers.add(subscription)
         return subscription
+
+    def event_at(self, seq: int) -> ChangeEvent:
+        """The retained event of sequence number `seq` (first_seq <= seq < next_seq)."""
+        return self._ring[seq - self.first_seq]
 
     def unsubscribe(self, subscription: Subscription) -> None:
         self._subscribers.discard(subscription)
@@ -269,6 +269,7 @@ class FeedHub:
 
     def _drop_oldest(self) -> None:
         self._ring.popleft()
+        self.first_seq += 1
         size = self._ring_sizes.popleft()
         self._ring_bytes -= size
         if self._retention is not None:

@@ -311,7 +311,9 @@ class _ChangeTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ChangeType
     CHANGE_TYPE_COMPACTION_ERROR: _ChangeType.ValueType  # 8
     """Automatic compaction failed (error is set); the append that triggered it succeeded."""
     CHANGE_TYPE_RESET: _ChangeType.ValueType  # 9
-    """Events were missed (restart, retention or a full queue): re-read state, then continue."""
+    """Events were missed (a restart, or retention dropped them before they were read): re-read state,
+    then continue.
+    """
     CHANGE_TYPE_PROGRESS: _ChangeType.ValueType  # 10
     """Nothing happened; the stream is alive at this revision."""
 
@@ -337,7 +339,9 @@ CHANGE_TYPE_IMPORT: ChangeType.ValueType  # 7
 CHANGE_TYPE_COMPACTION_ERROR: ChangeType.ValueType  # 8
 """Automatic compaction failed (error is set); the append that triggered it succeeded."""
 CHANGE_TYPE_RESET: ChangeType.ValueType  # 9
-"""Events were missed (restart, retention or a full queue): re-read state, then continue."""
+"""Events were missed (a restart, or retention dropped them before they were read): re-read state,
+then continue.
+"""
 CHANGE_TYPE_PROGRESS: ChangeType.ValueType  # 10
 """Nothing happened; the stream is alive at this revision."""
 Global___ChangeType: _TypeAlias = ChangeType  # noqa: Y015

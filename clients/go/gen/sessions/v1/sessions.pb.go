@@ -471,7 +471,8 @@ const (
 	ChangeType_CHANGE_TYPE_IMPORT ChangeType = 7
 	// Automatic compaction failed (error is set); the append that triggered it succeeded.
 	ChangeType_CHANGE_TYPE_COMPACTION_ERROR ChangeType = 8
-	// Events were missed (restart, retention or a full queue): re-read state, then continue.
+	// Events were missed (a restart, or retention dropped them before they were read): re-read state,
+	// then continue.
 	ChangeType_CHANGE_TYPE_RESET ChangeType = 9
 	// Nothing happened; the stream is alive at this revision.
 	ChangeType_CHANGE_TYPE_PROGRESS ChangeType = 10

@@ -3305,7 +3305,8 @@ export enum ChangeType {
   COMPACTION_ERROR = 8,
 
   /**
-   * Events were missed (restart, retention or a full queue): re-read state, then continue.
+   * Events were missed (a restart, or retention dropped them before they were read): re-read state,
+   * then continue.
    *
    * @generated from enum value: CHANGE_TYPE_RESET = 9;
    */
