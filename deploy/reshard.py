@@ -73,7 +73,11 @@ class FailedBatch(NamedTuple):
 
 
 def run_moves(
-    moves: dict[tuple[str, str], list[str]], connect: dict[str, str] | None = None, token: str | None = None
+    moves: dict[tuple[str, str], list[str]],
+    connect: dict[str, str] | None = None,
+    token: str | None = None,
+    *,
+    replace: bool = False,
 ) -> list[FailedBatch]:
     """Runs `sessions-server move-object` for every group, 100 objects a run. A run that fails does
     not stop the others (move-object itself goes on past an object that fails and names each one);
@@ -92,6 +96,8 @@ def run_moves(
                 command += ["--object-key", key]
             if token:
                 command += ["--token", token]
+            if replace:
+                command.append("--replace")
             sys.stdout.flush()  # the child's lines come after ours
             try:
                 code = subprocess.run(command, check=False).returncode
@@ -111,6 +117,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--connect", action="append", default=[], help="NAME=ADDRESS to reach a shard")
     parser.add_argument("--token", help="bearer token valid on every shard")
     parser.add_argument("--execute", action="store_true", help="run the moves (default: only print them)")
+    parser.add_argument(
+        "--replace",
+        action="store_true",
+        help="overwrite objects a new owner already holds (copies an earlier, cut-short run left there)",
+    )
     args = parser.parse_args(argv)
     connect = dict(item.split("=", 1) for item in args.connect)
     old, new = args.old.split(","), args.new.split(",")
@@ -127,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{total} objects change owner", flush=True)
     if not (args.execute and moves):
         return 0
-    failed = run_moves(moves, connect, args.token)
+    failed = run_moves(moves, connect, args.token, replace=args.replace)
     if not failed:
         print(f"all {total} moves done")
         return 0

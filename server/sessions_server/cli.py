@@ -221,6 +221,12 @@ def build_parser() -> argparse.ArgumentParser:
     mover.add_argument("--from", dest="source", required=True, help="source server address")
     mover.add_argument("--to", dest="destination", required=True, help="destination server address")
     mover.add_argument("--token", help="bearer token valid on both servers (or SESSIONS_TOKEN)")
+    mover.add_argument(
+        "--replace",
+        action="store_true",
+        help="overwrite the object where the destination already holds it (a copy an earlier attempt of "
+        "the move left; without it such an object is not moved)",
+    )
     aborter = commands.add_parser(
         "abort-move",
         help="release the move lock of an object whose move was cut short (AbortMove), so it takes writes again",
@@ -293,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "move-object":
-        return _move_objects(args.source, args.destination, args.object_key, args.token)
+        return _move_objects(args.source, args.destination, args.object_key, args.token, replace=args.replace)
     if args.command == "abort-move":
         return _abort_moves(args.source, args.object_key, args.token)
     if args.command == "hash-token":
@@ -393,7 +399,9 @@ def _configure_logging(level: str, log_format: str) -> None:
     logging.basicConfig(level=level.upper(), handlers=[handler])
 
 
-def _move_objects(source: str, destination: str, object_keys: list[str], token: str | None) -> int:
+def _move_objects(
+    source: str, destination: str, object_keys: list[str], token: str | None, *, replace: bool = False
+) -> int:
     """Moves each key in turn; a key that fails is reported and the others still move. Exits 1
     when any failed, after a summary naming each with its reason."""
     import os
@@ -406,7 +414,7 @@ def _move_objects(source: str, destination: str, object_keys: list[str], token: 
     with SessionsClient(source, token=token) as src, SessionsClient(destination, token=token) as dst:
         for key in object_keys:
             try:
-                report = move_object(src, dst, key, destination_name=destination)
+                report = move_object(src, dst, key, destination_name=destination, replace=replace)
             except SessionsError as exc:
                 reason = _move_failure(source, key, exc)
                 failed.append((key, reason))
@@ -436,6 +444,12 @@ def _move_failure(source: str, key: str, exc: Exception) -> str:
     from sessions_client import SessionsError
 
     text = " ".join(str(exc).split())  # one line, whatever the server's message holds
+    if isinstance(exc, SessionsError) and "already exists here" in exc.message:
+        return (
+            f"{exc.code.name}: the destination already holds this object (a copy an earlier attempt of this "
+            "move left, or an object of its own): nothing was changed; check it, then move it again with "
+            "--replace to overwrite it"
+        )
     if isinstance(exc, SessionsError) and exc.reason == "OBJECT_MOVING":
         command = f"sessions-server abort-move --from {shlex.quote(source)} --object-key {shlex.quote(key)}"
         return (

@@ -131,7 +131,11 @@ def test_abort_move_releases_the_lock_of_a_move_cut_short_and_the_object_then_mo
             f"'cut/1' on {source.address} held no move lock: nothing to release\n",
         )
 
-        moved = _move(source.address, destination.address, "cut/1")
+        held = _move(source.address, destination.address, "cut/1")  # the cut-short copy is there
+        assert held.returncode == 1 and "--replace" in held.stderr, held
+        moved = _cli(
+            "move-object", "--from", source.address, "--to", destination.address, "--object-key", "cut/1", "--replace"
+        )
 
         assert moved.returncode == 0, moved
         assert "moved 'cut/1'" in moved.stdout and "6 messages" in moved.stdout
@@ -175,3 +179,30 @@ def test_abort_move_uses_the_token_and_reports_a_refusal_on_one_line(tmp_path: P
             assert not _writes_refused_as_moving(client, "tenant-a/x")
     finally:
         server.stop()
+
+
+def test_an_object_the_destination_holds_is_not_overwritten_without_replace(
+    two_servers: tuple[ServerProcess, ServerProcess],
+) -> None:
+    """move-object replaced the destination's own copy of a key without a word: its messages
+    were gone. It now leaves both alone and says so; `--replace` overwrites."""
+    source, destination = two_servers
+    with SessionsClient(source.address, retry=None) as a, SessionsClient(destination.address, retry=None) as b:
+        a.object("both").session().append_message(_text("m1", "from the source"))
+        b.object("both").session().append_message(_text("m1", "only on the destination"))
+
+        refused = _move(source.address, destination.address, "both")
+
+        assert refused.returncode == 1, refused
+        assert "Traceback" not in refused.stderr
+        assert "the destination already holds this object" in refused.stderr and "--replace" in refused.stderr
+        assert b.object("both").session().get_message("m1") == _text("m1", "only on the destination")
+        assert a.object("both").session().append_message(_text("m2", "the source still takes writes")).inserted
+
+        replaced = _cli(
+            "move-object", "--from", source.address, "--to", destination.address, "--object-key", "both", "--replace"
+        )
+
+        assert replaced.returncode == 0, replaced
+        assert [m["id"] for m in b.object("both").session().get_history()] == ["m1", "m2"]
+        assert b.object("both").session().get_message("m1") == _text("m1", "from the source")

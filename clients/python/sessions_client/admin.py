@@ -104,13 +104,19 @@ def move_object(
     *,
     destination_name: str = "",
     lease_seconds: int = MOVE_LEASE_SECONDS,
+    replace: bool = False,
 ) -> MoveReport:
     """Moves one object: locked snapshot from `source`, verified import into `destination`
     (digest, integrity, and the same sessions and row counts), then deletion at `source`.
     Writes to the object during the move get UNAVAILABLE (OBJECT_MOVING) and should be retried
     against the object's new owner. When a step before the deletion fails it raises
     SessionsError and leaves the source in place, its lock released (AbortMove) so it takes
-    writes again at once."""
+    writes again at once.
+
+    An object `destination` already holds is not overwritten (FAILED_PRECONDITION, before
+    anything is sent) unless `replace`: it may be a copy an earlier attempt of this move left
+    there, or an object of its own whose writes would be lost. One the destination itself moved
+    away earlier is replaced either way."""
     metadata_source = routing_metadata(object_key, source._token)
     metadata_destination = routing_metadata(object_key, destination._token)
     export = source._stub.ExportObject(
@@ -131,7 +137,7 @@ def move_object(
                 request = pb.ImportObjectRequest(data=frame.data, sha256=frame.sha256)
                 if first:
                     request.object_key = object_key
-                    request.replace = True
+                    request.replace = replace
                     first = False
                 yield request
         except grpc.RpcError as error:  # gRPC reports it as "Exception iterating requests!"
