@@ -3,13 +3,17 @@ frames with its digest, from a consistent copy (a live file's WAL included)."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import grpc
 import pytest
 
 from sessions_client import SessionsClient, SessionsError
+from sessions_client._common import routing_metadata
 from sessions_client.admin import IMPORT_FRAME_BYTES, import_file
+from sessions_proto.v1 import sessions_pb2 as pb
+from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
 from sessions_server.storage.paths import object_path
 from tests.conftest import start_server
 
@@ -63,5 +67,26 @@ def test_what_is_not_a_store_is_refused_before_anything_is_sent(tmp_path: Path) 
             with pytest.raises(FileNotFoundError):
                 import_file(client, "k", tmp_path / "missing.sqlite")
         assert not object_path(tmp_path / "data", "k").exists()
+    finally:
+        server.stop()
+
+
+def test_a_received_file_that_is_not_a_store_is_refused_without_naming_server_paths(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    server = start_server(data_dir)
+    data = b"not SQLite " * 1000
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            stub = pb_grpc.SessionServiceStub(channel)
+            frames = [
+                pb.ImportObjectRequest(object_key="k", data=data),
+                pb.ImportObjectRequest(sha256=hashlib.sha256(data).hexdigest()),
+            ]
+            with pytest.raises(grpc.RpcError) as refused:
+                stub.ImportObject(iter(frames), metadata=routing_metadata("k"))
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        message = refused.value.details() or ""
+        assert message.startswith("the received file cannot be served: it is not a usable SQLite store"), message
+        assert str(data_dir) not in message and "scratch" not in message
     finally:
         server.stop()

@@ -216,7 +216,9 @@ class ObjectAdmin:
             except files.ObjectExists:  # stored while the file arrived
                 raise _already_here() from None
             except files.StoreImportError as exc:
-                raise InvalidArgument(f"the received file cannot be served: {exc}", field="data") from None
+                # The message names the staged copy's path: the caller has no use for this server's paths.
+                detail = str(exc).replace(str(partial), "it")
+                raise InvalidArgument(f"the received file cannot be served: {detail}", field="data") from None
         except (OSError, StorageError) as exc:  # the disk (full, failing), not the file
             raise storage_failure(
                 f"the received file could not be stored: {exc}", out_of_space=is_out_of_space(exc)
