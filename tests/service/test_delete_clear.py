@@ -169,3 +169,23 @@ def test_delete_and_clear_make_room_in_a_full_object(tmp_path: Path) -> None:
             assert session.clear_messages() == 4
     finally:
         server.stop()
+
+
+def test_a_burst_of_writes_is_held_to_the_object_size_limit(tmp_path: Path) -> None:
+    """The file is measured at most once a second: writes in between counted for nothing, and a
+    burst of 90 KB appends took a 1 MB object to 6-10 MB. What each write adds now counts until
+    the next measurement."""
+    limit, size = 1_000_000, 90_000
+    server = start_server(tmp_path / "data", limits=Limits(max_object_bytes=limit))
+    try:
+        with SessionsClient(server.address, retry=None) as client:
+            session = client.object("bursting").session()
+            accepted = 0
+            with pytest.raises(SessionsError) as full:
+                for i in range(60):
+                    session.append_message(text_message(f"m{i}", "x" * size))
+                    accepted += 1
+            assert full.value.reason == "LIMIT_EXCEEDED"
+            assert accepted <= limit // size + 1
+    finally:
+        server.stop()

@@ -187,6 +187,7 @@ class ObjectStore:
         self.write_gate: Callable[[], None] | None = None
         self._row_writes_saved = 0
         self._size_cache = (0.0, 0)  # (monotonic time, bytes): writes check the size limit often
+        self._grown_since_measured = 0  # bytes writes queued since, by their callers' estimates
         self.users = 0  # in-flight calls holding this store open (registry bookkeeping)
         self.idle = asyncio.Event()  # set whenever `users` drops to zero
         self.row_writes = 0
@@ -281,6 +282,7 @@ class ObjectStore:
         *,
         size_hint: int | None = None,
         after: Callable[[T], None] | None = None,
+        grows: int = 0,
     ) -> T:
         """Runs `run` inside the object's write transaction; returns after COMMIT.
 
@@ -289,11 +291,14 @@ class ObjectStore:
         its transaction made it fail), so it changes nothing outside `ctx`. `after` is given the
         job's result once it committed, on the event loop's thread, before anyone is answered:
         also when the caller was cancelled meanwhile (the commit goes on without it), so what
-        the server remembers of the object is brought up to date there, not by the caller."""
+        the server remembers of the object is brought up to date there, not by the caller.
+        `grows`: about how many bytes the job adds to the file, counted by `cached_file_bytes`
+        until the file is measured again."""
         if self._closed:
             raise StoreClosed("the object was closed while this call used it")
         if self.write_gate is not None:
             self.write_gate()  # raises to refuse: checked as the job is queued, not before
+        self._grown_since_measured += grows
         loop = asyncio.get_running_loop()
         job = _Job(run, loop.create_future(), after)
         if self._may_commit_here(size_hint) and self._begin_here():
@@ -630,13 +635,16 @@ class ObjectStore:
         queries.remember_fts(self._writer)
 
     def cached_file_bytes(self, max_age_seconds: float = 1.0) -> int:
-        """`file_bytes`, re-measured at most once per `max_age_seconds` (for the write path)."""
+        """`file_bytes`, re-measured at most once per `max_age_seconds` (for the write path),
+        plus what writes queued since said they add (a burst of writes between two
+        measurements would otherwise pass the size limit many times over)."""
         measured_at, size = self._size_cache
         now = time.monotonic()
         if now - measured_at > max_age_seconds:
             size = self.file_bytes()
             self._size_cache = (now, size)
-        return size
+            self._grown_since_measured = 0
+        return size + self._grown_since_measured
 
     def file_bytes(self) -> int:
         """Bytes of the object's database file and its WAL."""
