@@ -268,3 +268,25 @@ def test_a_revoked_token_loses_its_open_change_feed(auth_server: LiveServer, tok
             for response in feed:
                 assert "SECRET" not in str(response)
         assert ended.value.code() == grpc.StatusCode.UNAUTHENTICATED  # type: ignore[attr-defined]
+
+
+def test_a_revoked_token_loses_its_idle_change_feed_at_the_reload(tmp_path: Path, tokens_file: Path) -> None:
+    """With nothing written, the feed of a revoked token ran on until its next progress event
+    (--progress-seconds, here far longer than the call's deadline)."""
+    server = start_server(tmp_path / "data", tokens_file=tokens_file, progress_seconds=600)
+    metadata = (("authorization", "Bearer r-secret"), ("x-object-key", "tenant-a/idle"))
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            feed = pb_grpc.SessionServiceStub(channel).Subscribe(
+                pb.SubscribeRequest(object_key="tenant-a/idle"), metadata=metadata, timeout=20
+            )
+            assert next(feed).type == pb.CHANGE_TYPE_PROGRESS  # subscribed
+            kept = [entry for entry in json.loads(tokens_file.read_text())["tokens"] if entry["name"] != "reader"]
+            tokens_file.write_text(json.dumps({"tokens": kept}))
+            server.loop.call_soon_threadsafe(server.running.reload_tokens)  # what SIGHUP runs
+            with pytest.raises(grpc.RpcError) as ended:
+                for response in feed:
+                    assert response.type == pb.CHANGE_TYPE_PROGRESS
+            assert ended.value.code() == grpc.StatusCode.UNAUTHENTICATED  # type: ignore[attr-defined]
+    finally:
+        server.stop()

@@ -105,6 +105,7 @@ class Subscription:
         self.session_filter = session_filter
         self._next = start  # sequence number (see FeedHub) of the next event to look at
         self._reset: Reset | None = None  # told before anything else
+        self._interrupted = False  # `next` returns None once, as when its wait times out
         self._wakeup = asyncio.Event()
         self.closed: FeedClosed | None = None
 
@@ -112,6 +113,12 @@ class Subscription:
         return self.session_filter is None or event.session_id == self.session_filter
 
     def wake(self) -> None:
+        self._wakeup.set()
+
+    def interrupt(self) -> None:
+        """Makes `next` return None at once if it has nothing to deliver (its caller then looks
+        at its own state, a revoked grant say, without waiting for the next event)."""
+        self._interrupted = True
         self._wakeup.set()
 
     def _take(self) -> ChangeEvent | Reset | None:
@@ -140,6 +147,9 @@ class Subscription:
             item = self._take()
             if item is not None:
                 return item
+            if self._interrupted:
+                self._interrupted = False
+                return None
             try:
                 await asyncio.wait_for(self._wakeup.wait(), timeout)
             except TimeoutError:
@@ -251,6 +261,10 @@ class FeedHub:
                 subscription._next = self.first_seq + bisect.bisect_right(revisions, resume_after)
         self._subscribers.add(subscription)
         return subscription
+
+    def interrupt_all(self) -> None:
+        for subscriber in self._subscribers:
+            subscriber.interrupt()
 
     def event_at(self, seq: int) -> ChangeEvent:
         """The retained event of sequence number `seq` (first_seq <= seq < next_seq)."""

@@ -313,6 +313,11 @@ class ObjectRegistry:
             del self._open[object_key]
         await store.close()
 
+    def interrupt_feeds(self) -> None:
+        """Has every subscription look at its state again now (`Subscription.interrupt`)."""
+        for hub in self._hubs.values():
+            hub.interrupt_all()
+
     def close_feeds(self) -> None:
         """Ends every change-feed subscription (first step of a drain), and those of objects
         opened later: a subscription still opening its object would otherwise hold the drain."""

@@ -60,6 +60,17 @@ class RunningServer:
     metrics: Metrics
     data_dir_lock: DataDirectoryLock
 
+    def reload_tokens(self) -> None:
+        """Re-reads the tokens file (SIGHUP), on the event loop's thread. Open change feeds
+        check their grant again at once: one of a revoked token ends now, not at its next event
+        or progress tick (up to --progress-seconds later)."""
+        if self.authority is None:
+            return
+        before = self.authority.generation
+        self.authority.reload()
+        if self.authority.generation != before:
+            self.registry.interrupt_feeds()
+
     async def stop(self) -> None:
         """Graceful stop: NOT_SERVING, refuse new calls, let in-flight calls finish, close.
 
@@ -292,7 +303,7 @@ async def serve(config: ServerConfig, stop: asyncio.Event, on_idle: Callable[[],
     print(f"sessions-server listening on {running.address} (data: {config.data_dir}, loop: {loop})", flush=True)
     log.info("listening on %s", running.address)
     if running.authority is not None:
-        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, running.authority.reload)
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, running.reload_tokens)
     watcher = None
     if on_idle is not None and config.idle_seconds > 0:
 
