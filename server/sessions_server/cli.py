@@ -565,11 +565,36 @@ def _tune_allocator() -> bool:
     return False
 
 
+# Past this, the kernel refuses a soft limit however high the hard one is (Linux's nr_open).
+MAX_OPEN_FILES = 1 << 20
+
+
+def _raise_open_files_limit() -> None:
+    """Raises the soft limit on open files to the hard one. An open object holds a writer and up
+    to four reader connections, each with its file, WAL and shared memory open, and every client
+    connection and subscriber stream needs its share: --max-open-objects 256 alone can take
+    thousands of descriptors, past the common soft limit of 1,024, where calls fail with
+    "Too many open files"."""
+    import resource
+
+    log = logging.getLogger("sessions.server")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = MAX_OPEN_FILES if hard == resource.RLIM_INFINITY else min(hard, MAX_OPEN_FILES)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+        except (OSError, ValueError) as exc:
+            log.warning("open files: could not raise the limit from %d to %d: %s", soft, wanted, exc)
+            return
+        log.info("open files: limit raised from %d to %d", soft, wanted)
+
+
 async def _run(config: ServerConfig) -> int:
     from sessions_server.transport.server import serve
 
     _tune_garbage_collector()
     tuned = _tune_allocator()
+    _raise_open_files_limit()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

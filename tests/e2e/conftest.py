@@ -8,7 +8,7 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -26,12 +26,18 @@ class ServerProcess:
         self.address = ""
         self.banner = ""  # the line that announced the address
         self.startup: list[str] = []  # what the server wrote before it
+        self.preexec: Callable[[], None] | None = None  # run in the child before it starts
 
     def start(self) -> ServerProcess:
         command = [sys.executable, "-m", "sessions_server.cli", "serve", "--listen", "127.0.0.1:0"]
         command += ["--data-dir", str(self.data_dir), *self.extra]
         self.proc = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ}
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ},
+            preexec_fn=self.preexec,
         )
         assert self.proc.stdout is not None
         for line in self.proc.stdout:  # blocks until the server prints its address (or dies)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import resource
 import signal
 import socket
 import sqlite3
@@ -177,5 +178,30 @@ def test_retired_queue_flags_are_accepted_with_a_warning(tmp_path: Path) -> None
         with SessionsClient(server.address) as client:
             assert client.object("k").session().append_message(_message(1)).inserted
         assert server.signal(signal.SIGTERM) == 0
+    finally:
+        server.stop()
+
+
+def test_the_open_files_limit_is_raised_to_the_hard_limit(tmp_path: Path) -> None:
+    """An open object takes up to fifteen descriptors (five connections, each with its file, WAL
+    and shared memory): the common soft limit of 1,024 ran out under --max-open-objects 256."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    low = min(256, soft)
+    if hard != resource.RLIM_INFINITY and hard <= low:
+        pytest.fail(f"this machine's hard limit ({hard}) leaves nothing to raise to")
+
+    def lowered() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (low, hard))
+
+    server = ServerProcess(tmp_path / "data")
+    server.preexec = lowered
+    server.start()
+    try:
+        assert server.proc is not None
+        limits = Path(f"/proc/{server.proc.pid}/limits").read_text()
+        line = next(row for row in limits.splitlines() if row.startswith("Max open files"))
+        raised = int(line.split()[3])
+        assert raised > low
+        assert raised == (hard if hard != resource.RLIM_INFINITY else 1 << 20)
     finally:
         server.stop()
