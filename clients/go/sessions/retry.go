@@ -30,7 +30,7 @@ type RetryPolicy struct {
 	// MaxBackoff caps the wait after any failed attempt, before jitter.
 	MaxBackoff time.Duration
 	// Multiplier grows the wait after each further failed attempt. 0 takes the default (2); any
-	// other value below 1 is taken as 1, so waits never shrink. (Python's RetryPolicy refuses a
+	// other value below 1, and NaN, is taken as 1, so waits never shrink. (Python's RetryPolicy refuses a
 	// multiplier below 1 with ValueError, and the TypeScript client with a RangeError; Go clamps
 	// it instead.)
 	Multiplier float64
@@ -108,7 +108,10 @@ func (p RetryPolicy) normalized() RetryPolicy {
 	if p.Multiplier == 0 {
 		p.Multiplier = d.Multiplier
 	}
-	p.InitialBackoff, p.MaxBackoff, p.Multiplier = max(p.InitialBackoff, 0), max(p.MaxBackoff, 0), max(p.Multiplier, 1)
+	p.InitialBackoff, p.MaxBackoff = max(p.InitialBackoff, 0), max(p.MaxBackoff, 0)
+	if !(p.Multiplier >= 1) { // NaN too: max(NaN, 1) is NaN, which made every wait zero
+		p.Multiplier = 1
+	}
 	return p
 }
 

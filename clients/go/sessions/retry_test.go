@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -651,21 +652,26 @@ func TestRetryBackoffSchedule(t *testing.T) {
 	}
 }
 
-// TestRetryMultiplierBelowOneIsOne: a Multiplier below 1 is taken as 1, so waits never shrink
-// (Python refuses such a policy, TypeScript throws a RangeError; Go clamps, as documented).
+// TestRetryMultiplierBelowOneIsOne: a Multiplier below 1, or NaN, is taken as 1, so waits never
+// shrink (Python refuses such a policy, TypeScript throws a RangeError; Go clamps, as
+// documented). NaN passed the clamp and made every wait zero.
 func TestRetryMultiplierBelowOneIsOne(t *testing.T) {
-	policy := sessions.RetryPolicy{MaxAttempts: 5, InitialBackoff: 4 * time.Millisecond, MaxBackoff: time.Second, Multiplier: 0.25}
-	log := &retryLog{}
-	s := dialRetrying(t, deadAddr(t), log, sessions.WithRetry(policy)).Object(objectKey(t)).Session("s")
-	if _, _, err := s.GetMessage(testCtx(t), "m1"); sessions.Code(err) != codes.Unavailable {
-		t.Fatalf("GetMessage: %v", err)
-	}
-	notices := log.seen()
-	checkNotices(t, notices, "GetMessage", codes.Unavailable, "", "", "", "")
-	for i, n := range notices {
-		if n.Delay < 2*time.Millisecond || n.Delay > 4*time.Millisecond {
-			t.Errorf("wait after attempt %d = %v, want within [2ms, 4ms] (multiplier taken as 1)", i+1, n.Delay)
-		}
+	for _, multiplier := range []float64{0.25, math.NaN()} {
+		t.Run(fmt.Sprint(multiplier), func(t *testing.T) {
+			policy := sessions.RetryPolicy{MaxAttempts: 5, InitialBackoff: 4 * time.Millisecond, MaxBackoff: time.Second, Multiplier: multiplier}
+			log := &retryLog{}
+			s := dialRetrying(t, deadAddr(t), log, sessions.WithRetry(policy)).Object(objectKey(t)).Session("s")
+			if _, _, err := s.GetMessage(testCtx(t), "m1"); sessions.Code(err) != codes.Unavailable {
+				t.Fatalf("GetMessage: %v", err)
+			}
+			notices := log.seen()
+			checkNotices(t, notices, "GetMessage", codes.Unavailable, "", "", "", "")
+			for i, n := range notices {
+				if n.Delay < 2*time.Millisecond || n.Delay > 4*time.Millisecond {
+					t.Errorf("wait after attempt %d = %v, want within [2ms, 4ms] (multiplier taken as 1)", i+1, n.Delay)
+				}
+			}
+		})
 	}
 }
 
