@@ -128,3 +128,37 @@ def test_aio_json_left_out_for_want_of_room_is_read_back_in_one_call(live_server
     messages, calls = asyncio.run(scenario())
     assert messages == [stored for _, stored in pairs]
     assert calls == ["GetMessages"]
+
+
+def test_aio_mirror_follows_the_session_and_rereads_on_reset(live_server: Any, object_key: str) -> None:
+    """The asyncio client had no `mirror()`: the same list kept by the same events, a reset
+    reading the history again (awaited)."""
+
+    async def scenario() -> None:
+        async with SessionsClient(live_server.address) as client:
+            obj = client.object(object_key)
+            session = obj.session("mirrored")
+            await session.append_message(text_message("pre"))
+            mirror = await session.mirror()
+            assert mirror.messages == await session.get_history()
+            await session.append_message(text_message("a"))
+            await session.update_message(text_message("pre", "edited"))
+            await obj.session("elsewhere").append_message(text_message("x"))
+            await session.delete_messages(["a"])
+            await session.append_message(text_message("b"))
+            feed = obj.subscribe(session_id=session.id, resume_from=mirror.revision)
+            for _ in range(4):  # the other session's append is filtered out
+                await mirror.apply(await anext(feed))
+            assert mirror.messages == await session.get_history()
+            assert [m["id"] for m in mirror.messages] == ["pre", "b"]
+
+            mirror.messages = []  # out of date: a reset reads it again
+            resumed = obj.subscribe(resume_from=1)
+            reset = await anext(resumed)
+            await resumed.aclose()
+            assert reset.type == "reset"
+            await mirror.apply(reset)
+            assert mirror.messages == await session.get_history()
+            await feed.aclose()
+
+    asyncio.run(scenario())

@@ -13,6 +13,7 @@
 from sessions_client._common import (
     AUTO,
     AppendResult,
+    AsyncMirror,
     Attachment,
     ChangeEvent,
     CompactionPlan,
@@ -37,6 +38,7 @@ __all__ = [
     "AUTO",
     "DEFAULT_RETRY_POLICY",
     "AppendResult",
+    "AsyncMirror",
     "Attachment",
     "ChangeEvent",
     "CompactionPlan",

@@ -574,18 +574,22 @@ class Mirror:
         self._reload = reload
 
     def apply(self, event: ChangeEvent) -> None:
+        if self._follow(event):
+            self.messages = list(self._reload())
+
+    def _follow(self, event: ChangeEvent) -> bool:
+        """Applies one event to the list; True for a reset (the list must be read again)."""
         self.revision = max(self.revision, event.revision)
         if event.type == "reset":
-            self.messages = list(self._reload())
-            return
+            return True
         if event.session_id != self.session_id:
-            return
+            return False
         if event.type == "append" and event.inserted and event.message is not None:
             ident = event.message.get("id")
             for index, cached in enumerate(self.messages):
                 if cached.get("id") == ident:
                     self.messages[index] = event.message
-                    return
+                    return False
             self.messages.append(event.message)
         elif event.type == "update" and event.message is not None:
             ident = event.message.get("id")
@@ -595,6 +599,16 @@ class Mirror:
             self.messages = [m for m in self.messages if m.get("id") not in doomed]
         elif event.type == "clear":
             self.messages = []
+        return False
+
+
+class AsyncMirror(Mirror):
+    """`Mirror` for the asyncio client: `await mirror.apply(event)`, a reset reads the history
+    again through an awaitable `reload`."""
+
+    async def apply(self, event: ChangeEvent) -> None:  # type: ignore[override]
+        if self._follow(event):
+            self.messages = list(await self._reload())
 
 
 def search_mode(mode: str) -> pb.SearchMode.ValueType:

@@ -20,6 +20,7 @@ from sessions_client._common import (
     SEARCH_HITS_PER_RESPONSE,
     UNARY_LIMIT_BYTES,
     AppendResult,
+    AsyncMirror,
     Attachment,
     ChangeEvent,
     CompactionPlan,
@@ -413,6 +414,20 @@ class SessionHandle:
         assembler.finish()
         if batch:
             yield batch
+
+    async def mirror(self) -> AsyncMirror:
+        """A local copy of this session's messages, and the feed revision it is current at; keep
+        it in sync with the object's events after that revision: `async for event in
+        session.object.subscribe(session_id=session.id, resume_from=mirror.revision): await
+        mirror.apply(event)`."""
+        feed = self.object.subscribe(session_id=self.id, include_progress=True, reconnect_attempts=0)
+        try:
+            start = await anext(feed)  # a live feed opens with the revision after which everything follows
+        finally:
+            await feed.aclose()
+        mirror = AsyncMirror(self.id, self.get_history, start.revision)
+        mirror.messages = await self.get_history()  # read after that revision: nothing before it is missed
+        return mirror
 
     async def get_history(
         self,
