@@ -153,6 +153,13 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"concurrent streaming calls per server (default {limits.max_concurrent_streams})",
     )
     serve.add_argument(
+        "--max-streams-per-token",
+        type=int,
+        default=limits.max_streams_per_token,
+        help="of those, what one bearer token may hold (with --tokens-file); 0 for no bound of its own "
+        f"(default {limits.max_streams_per_token})",
+    )
+    serve.add_argument(
         "--ring-file",
         type=Path,
         help="JSON shard ring; refuse objects this shard does not own (ownership guard), and object calls "
@@ -365,6 +372,7 @@ def main(argv: list[str] | None = None) -> int:
             max_object_bytes=args.max_object_bytes,
             max_subscribers_per_object=args.max_subscribers_per_object,
             max_concurrent_streams=args.max_concurrent_streams,
+            max_streams_per_token=args.max_streams_per_token,
             max_message_id_bytes=args.max_message_id_bytes,
             max_role_bytes=args.max_role_bytes,
             max_summary_bytes=args.max_summary_bytes,

@@ -7,6 +7,7 @@ import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -17,6 +18,7 @@ from sessions_client import SessionsClient, SessionsError, TlsConfig
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
 from sessions_server.config import ServerConfig
+from sessions_server.domain.limits import Limits
 from sessions_server.storage.paths import object_path
 from sessions_server.transport.auth import hash_token
 from tests.conftest import LiveServer, start_server
@@ -288,5 +290,35 @@ def test_a_revoked_token_loses_its_idle_change_feed_at_the_reload(tmp_path: Path
                 for response in feed:
                     assert response.type == pb.CHANGE_TYPE_PROGRESS
             assert ended.value.code() == grpc.StatusCode.UNAUTHENTICATED  # type: ignore[attr-defined]
+    finally:
+        server.stop()
+
+
+def test_one_token_holds_at_most_its_share_of_the_stream_slots(tmp_path: Path, tokens_file: Path) -> None:
+    """One token's idle feeds could take every stream slot of the server, refusing every other
+    tenant's reads and feeds."""
+    server = start_server(tmp_path / "data", tokens_file=tokens_file, limits=Limits(max_streams_per_token=2))
+
+    def subscribe(channel: grpc.Channel, token: str) -> Any:
+        metadata = (("authorization", f"Bearer {token}"), ("x-object-key", "tenant-a/feeds"))
+        feed = pb_grpc.SessionServiceStub(channel).Subscribe(
+            pb.SubscribeRequest(object_key="tenant-a/feeds"), metadata=metadata, timeout=30
+        )
+        assert next(feed).type == pb.CHANGE_TYPE_PROGRESS
+        return feed
+
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            held = [subscribe(channel, "r-secret") for _ in range(2)]
+            with pytest.raises(grpc.RpcError) as refused:
+                subscribe(channel, "r-secret")
+            error = SessionsError.from_rpc_error(refused.value)
+            assert (error.code, error.reason) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "LIMIT_EXCEEDED")
+            assert error.metadata.get("limit") == "max_streams_per_token"
+            other = subscribe(channel, "w-secret")  # another token's share is its own
+            held.pop().cancel()
+            held.append(subscribe(channel, "r-secret"))  # a slot given back is taken again
+            for feed in (*held, other):
+                feed.cancel()
     finally:
         server.stop()

@@ -29,6 +29,9 @@ class Limits:
     max_subscribers_per_object: int = 256
     # Concurrent streaming calls (server- or client-streaming) on the whole server.
     max_concurrent_streams: int = 4096
+    # Of those, what one bearer token may hold (with --tokens-file): one tenant's idle feeds or
+    # stalled readers must not take every slot from the others. 0: no bound of its own.
+    max_streams_per_token: int = 1024
     # Longest message id: ids travel beside every frame, which must stay under 4 MiB.
     max_message_id_bytes: int = 16 * 1024
     # Longest role: roles travel beside every frame too.

@@ -100,6 +100,13 @@ class TokenAuthority:
             raise Unauthenticated("unknown bearer token")
         return grant
 
+    def token_name(self, metadata: Iterable[tuple[str, str | bytes]]) -> str | None:
+        """The name of the call's token's grant, None without a known token."""
+        try:
+            return self.authenticate(metadata).name
+        except Unauthenticated:
+            return None
+
     def check(self, metadata: Iterable[tuple[str, str | bytes]], object_key: str, *, write: bool) -> Grant:
         """Authenticates, then authorizes reading or writing `object_key`."""
         grant = self.authenticate(metadata)

@@ -11,7 +11,7 @@ import base64
 import contextlib
 import urllib.parse
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 import grpc
@@ -105,7 +105,11 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         self._require_routing_header = require_routing_header
         self._progress_seconds = progress_seconds
         self._authority = authority
-        self._slots = StreamSlots(service.limits.max_concurrent_streams)
+        self._slots = StreamSlots(
+            service.limits.max_concurrent_streams,
+            per_token=service.limits.max_streams_per_token,
+            token_of=None if authority is None else authority.token_name,
+        )
         self.assembly = AssemblyBudget(service.limits.max_assembly_bytes)
         self._feed_frames = FeedFrames(FEED_FRAMES_BYTES)
 
@@ -912,7 +916,7 @@ async def _client_stream(
     2.6: CANCELLED, the reason lost), where the caller should learn why (LIMIT_EXCEEDED,
     DRAINING)."""
     try:
-        with slots.take():
+        with slots.take(context):
             return await run()
     except (grpc.aio.AbortError, grpc.aio.UsageError):
         raise
@@ -953,21 +957,48 @@ async def _responses(
 
 
 class StreamSlots:
-    """Counts concurrent streaming calls against `max_concurrent_streams`."""
+    """Counts concurrent streaming calls against `max_concurrent_streams`, and, with tokens,
+    each token's against `max_streams_per_token`."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(
+        self,
+        limit: int,
+        *,
+        per_token: int = 0,
+        token_of: Callable[[Iterable[tuple[str, str | bytes]]], str | None] | None = None,
+    ) -> None:
         self.limit = limit
         self.active = 0
+        self._per_token = per_token
+        self._token_of = token_of
+        self._by_token: dict[str, int] = {}
 
     @contextlib.contextmanager
-    def take(self) -> Iterator[None]:
+    def take(self, context: Any) -> Iterator[None]:
+        token = None
+        if self._per_token and self._token_of is not None:
+            token = self._token_of(context.invocation_metadata() or ())
         if self.active >= self.limit:
             raise exceeded("too many concurrent streams on this server", "max_concurrent_streams", self.limit)
+        if token is not None and self._by_token.get(token, 0) >= self._per_token:
+            raise exceeded(
+                "too many concurrent streams for this token (end some of its feeds or reads)",
+                "max_streams_per_token",
+                self._per_token,
+            )
         self.active += 1
+        if token is not None:
+            self._by_token[token] = self._by_token.get(token, 0) + 1
         try:
             yield
         finally:
             self.active -= 1
+            if token is not None:
+                left = self._by_token[token] - 1
+                if left:
+                    self._by_token[token] = left
+                else:
+                    del self._by_token[token]
 
 
 # What a write to a stream raises when gRPC could not send (the call ended under it: the client
@@ -981,7 +1012,7 @@ async def _stream(context: Any, run: Callable[[], AsyncIterator[Resp]], slots: S
     stops, its connection and its hold on the object are released."""
     iterator = run()
     try:
-        with slots.take():
+        with slots.take(context):
             async with contextlib.aclosing(iterator):  # type: ignore[type-var]
                 async for item in iterator:
                     await context.write(item)
