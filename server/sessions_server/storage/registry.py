@@ -62,6 +62,9 @@ class ObjectRegistry:
         self._closes: set[asyncio.Task[None]] = set()
         self._feeds_closed: FeedClosed | None = None  # set by a drain
         self._hubs: dict[str, FeedHub] = {}  # of open objects, and of closed ones with subscribers
+        # The epochs of hubs let go of within the last millisecond or so: the object's next hub
+        # must start above (see `feed._next_epoch`); older ones are below the clock anyway.
+        self._past_epochs: dict[str, int] = {}
         self._held: dict[str, asyncio.Event] = {}
         self._open_seconds = 0.0  # running estimate of one open of a ready file
         self.inline_opens = 0  # objects opened on the calling thread
@@ -188,7 +191,7 @@ class ObjectRegistry:
     def _hub(self, object_key: str) -> FeedHub:
         hub = self._hubs.get(object_key)
         if hub is None:
-            hub = self._hubs[object_key] = self.feeds.hub()
+            hub = self._hubs[object_key] = self.feeds.hub(self._past_epochs.pop(object_key, 0))
             if self._feeds_closed is not None:
                 hub.close_all(self._feeds_closed)
         return hub
@@ -205,7 +208,13 @@ class ObjectRegistry:
             and object_key not in self._closing
         ):
             del self._hubs[object_key]
-            hub.close_all(FeedClosed("the object closed"))
+            self._let_go(object_key, hub, FeedClosed("the object closed"))
+
+    def _let_go(self, object_key: str, hub: FeedHub, why: FeedClosed) -> None:
+        hub.close_all(why)
+        now = time.time() * 1000
+        self._past_epochs = {key: epoch for key, epoch in self._past_epochs.items() if epoch >= now - 1}
+        self._past_epochs[object_key] = hub.epoch
 
     @contextlib.asynccontextmanager
     async def feed(self, object_key: str, check: Callable[[], None] | None = None) -> AsyncIterator[FeedHub]:
@@ -297,7 +306,7 @@ class ObjectRegistry:
         once its file is closed, also when an eviction had begun closing it."""
         hub = self._hubs.pop(object_key, None)
         if hub is not None:  # subscribers end whether or not the object is open
-            hub.close_all(FeedClosed("the object is being replaced or removed", moving=True))
+            self._let_go(object_key, hub, FeedClosed("the object is being replaced or removed", moving=True))
         evicted = self._closing.get(object_key)
         if evicted is not None:
             await self._closed_evicted(object_key, evicted)
