@@ -11,6 +11,7 @@ EXPECTED_EXPORTS = {
     "AUTO",
     "DEFAULT_RETRY_POLICY",
     "AppendResult",
+    "AsyncMirror",
     "Attachment",
     "ChangeEvent",
     "CompactionPlan",
@@ -52,7 +53,7 @@ def test_exports_are_pinned() -> None:
 def test_asyncio_handles_mirror_the_blocking_ones() -> None:
     sync_session = _public_methods(sessions_client.SessionHandle)
     async_session = _public_methods(aio.SessionHandle)
-    assert set(sync_session) - {"mirror"} == set(async_session)
+    assert set(sync_session) == set(async_session)
     for name, params in async_session.items():
         assert params == sync_session[name], name
     assert _public_methods(sessions_client.ObjectHandle) == _public_methods(aio.ObjectHandle)

@@ -8,7 +8,7 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,18 +26,13 @@ class ServerProcess:
         self.address = ""
         self.banner = ""  # the line that announced the address
         self.startup: list[str] = []  # what the server wrote before it
-        self.preexec: Callable[[], None] | None = None  # run in the child before it starts
+        self.launcher: list[str] = []  # a command that runs the server's command line after it
 
     def start(self) -> ServerProcess:
         command = [sys.executable, "-m", "sessions_server.cli", "serve", "--listen", "127.0.0.1:0"]
         command += ["--data-dir", str(self.data_dir), *self.extra]
         self.proc = subprocess.Popen(
-            command,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env={**os.environ},
-            preexec_fn=self.preexec,
+            [*self.launcher, *command], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ}
         )
         assert self.proc.stdout is not None
         for line in self.proc.stdout:  # blocks until the server prints its address (or dies)
@@ -47,7 +42,8 @@ class ServerProcess:
                 self.banner = line
                 return self
             self.startup.append(line)
-        raise RuntimeError(f"server exited before listening (code {self.proc.wait()})")
+        output = "".join(self.startup[-20:])
+        raise RuntimeError(f"server exited before listening (code {self.proc.wait()}):\n{output}")
 
     def signal(self, sig: signal.Signals) -> int:
         assert self.proc is not None

@@ -190,11 +190,12 @@ def test_the_open_files_limit_is_raised_to_the_hard_limit(tmp_path: Path) -> Non
     if hard != resource.RLIM_INFINITY and hard <= low:
         pytest.fail(f"this machine's hard limit ({hard}) leaves nothing to raise to")
 
-    def lowered() -> None:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (low, hard))
-
     server = ServerProcess(tmp_path / "data")
-    server.preexec = lowered
+    # Lowered by a launcher that then becomes the server (exec): a `preexec_fn` runs Python in a
+    # forked child of this many-threaded test process, which gRPC's fork handlers abort.
+    lower = "import os, resource, sys; limits = int(sys.argv[1]), int(sys.argv[2]);"
+    lower += " resource.setrlimit(resource.RLIMIT_NOFILE, limits); os.execv(sys.argv[3], sys.argv[3:])"
+    server.launcher = [sys.executable, "-c", lower, str(low), str(hard)]
     server.start()
     try:
         assert server.proc is not None
