@@ -496,6 +496,7 @@ def _import_store(source: Path, object_key: str, data_dir: Path, *, replace: boo
     from sessions_server.domain.limits import stored_text_limits
     from sessions_server.storage.datadir import DataDirectoryInUse, DataDirectoryLock
     from sessions_server.storage.files import ObjectExists, StoreImportError, import_store_file
+    from sessions_server.storage.moved import MovedObjects
     from sessions_server.storage.rows import StorageError
 
     try:
@@ -503,9 +504,17 @@ def _import_store(source: Path, object_key: str, data_dir: Path, *, replace: boo
         # open would go on writing the file this replaces. `--to` brings a file in through it.
         lock = DataDirectoryLock.acquire(data_dir, "sessions-server import-store")
         try:
+            # Brought (back) here: no longer refused as moved away (as ImportObject does), and a
+            # file a delete cut short left for the key is no object, so it is replaced.
+            moved = MovedObjects(data_dir)
             target = import_store_file(
-                source, object_key, data_dir, replace=replace, text_limits=stored_text_limits(limits)
+                source,
+                object_key,
+                data_dir,
+                replace=replace or object_key in moved,
+                text_limits=stored_text_limits(limits),
             )
+            moved.forget(object_key)
         finally:
             lock.release()
     except DataDirectoryInUse as exc:

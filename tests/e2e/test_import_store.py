@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 
 from sessions_client import SessionsClient
+from sessions_client._common import routing_metadata
+from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_server.storage.paths import object_path
 from tests.e2e.conftest import ServerProcess
 
@@ -68,3 +70,33 @@ def test_a_data_directory_that_cannot_hold_the_object_is_reported_not_raised(tmp
     assert done.returncode == 1
     assert done.stderr.startswith("sessions-server import-store: ")
     assert "Traceback" not in done.stderr
+
+
+def test_an_object_moved_away_comes_back_with_import_store(tmp_path: Path) -> None:
+    """import-store did not clear the record of a move away: the object it brought back stayed
+    refused (OBJECT_NOT_OWNED), and a start that sets such objects' files aside took it away."""
+    data_dir = tmp_path / "data"
+    server = ServerProcess(data_dir).start()
+    message = {"id": "m0", "role": "user", "parts": [{"type": "text", "text": "kept elsewhere"}]}
+    try:
+        with SessionsClient(server.address) as client:
+            client.object("imported").session().append_message(message)
+            copy = tmp_path / "copy.sqlite"
+            live = sqlite3.connect(object_path(data_dir, "imported"))
+            with contextlib.closing(live), contextlib.closing(sqlite3.connect(copy)) as out:
+                live.backup(out)
+            request = pb.DeleteObjectRequest(object_key="imported", moved_to="elsewhere:1")  # recorded in MOVED
+            assert client._stub.DeleteObject(request, metadata=routing_metadata("imported")).deleted
+    finally:
+        server.stop()
+
+    done = _import_store(copy, data_dir)
+    assert done.returncode == 0, done.stderr
+
+    server = ServerProcess(data_dir).start()
+    try:
+        assert not any("set aside" in line for line in server.startup)
+        with SessionsClient(server.address) as client:
+            assert client.object("imported").session().get_history() == [message]
+    finally:
+        server.stop()

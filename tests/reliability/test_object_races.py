@@ -615,10 +615,12 @@ def test_a_source_restarted_after_a_move_still_refuses_the_object(tmp_path: Path
         second.stop()
 
 
-def test_files_a_delete_cut_short_left_are_removed_at_the_next_start(tmp_path: Path) -> None:
+def test_files_a_delete_cut_short_left_are_set_aside_at_the_next_start(tmp_path: Path) -> None:
     """A crash after DeleteObject recorded the object as moved, before its files went, left them
-    on disk for good (refused and unlisted, so nothing would ever remove them). The next start
-    removes the files of every object recorded as moved away."""
+    among the objects for good (refused and unlisted, so nothing would ever remove them). The
+    next start moves the files of every object recorded as moved away to `set-aside/`, for the
+    operator (not deleted: an older import-store brought objects back without clearing their
+    record)."""
     data_dir = tmp_path / "data"
     server = start_server(data_dir)
     key, kept = "deleted-in-a-crash", "still-here"
@@ -629,11 +631,15 @@ def test_files_a_delete_cut_short_left_are_removed_at_the_next_start(tmp_path: P
     finally:
         server.stop()
     MovedObjects(data_dir).record(key, "elsewhere:1")  # as the delete's record was, before the crash
-    assert object_path(data_dir, key).exists()
+    path = object_path(data_dir, key)
+    assert path.exists()
 
     server = start_server(data_dir)
     try:
-        assert not any(Path(str(object_path(data_dir, key)) + suffix).exists() for suffix in ("", "-wal", "-shm"))
+        assert not any(Path(str(path) + suffix).exists() for suffix in ("", "-wal", "-shm"))
+        aside = data_dir / "set-aside" / path.name
+        with contextlib.closing(sqlite3.connect(f"file:{aside}?mode=ro", uri=True)) as conn:
+            assert conn.execute("SELECT id FROM cf_agents_session_messages").fetchall() == [("m0",)]
         with SessionsClient(server.address, retry=None) as client:
             with pytest.raises(SessionsError) as refused:
                 client.object(key).session().get_history()

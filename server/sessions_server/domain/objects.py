@@ -76,12 +76,19 @@ class ObjectAdmin:
     def data_dir(self) -> Path:
         return self._registry.data_dir
 
-    def remove_moved_leftovers(self) -> int:
-        """Removes the files of objects recorded as moved away: a delete cut short (a crash
-        after the record, before the files went) left them, unlisted and refused. Blocking; at
-        startup, before anything is served. Returns how many objects had files left."""
-        moved = self._moved.keys()
-        return sum(files.remove_object_files(object_path(self.data_dir, key)) for key in moved)
+    def set_moved_leftovers_aside(self) -> list[tuple[str, Path]]:
+        """Moves out of the way the files of objects recorded as moved away: a delete cut short
+        (a crash after the record, before the files went) leaves them, unlisted and refused, for
+        good. Set aside in `<data-dir>/set-aside/`, not deleted: an older server's offline
+        import-store brought objects back without clearing their record. Blocking; at startup,
+        before anything is served. Returns (key, where its file went) for each."""
+        aside = self.data_dir / datadir.SET_ASIDE_DIR_NAME
+        found = []
+        for key in self._moved:
+            where = files.set_object_files_aside(object_path(self.data_dir, key), aside)
+            if where is not None:
+                found.append((key, where))
+        return found
 
     def admit(self, object_key: str, *, writing: bool, arriving: bool = False) -> None:
         """Refuses calls for objects this server does not own, has moved away, or is moving.

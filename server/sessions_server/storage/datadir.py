@@ -25,6 +25,8 @@ from pathlib import Path
 LOCK_FILE_NAME = "LOCK"
 SCRATCH_DIR_NAME = "scratch"
 """Where moves stage whole-file copies (an export's snapshot, an import as it arrives)."""
+SET_ASIDE_DIR_NAME = "set-aside"
+"""Where a start moves the files of objects recorded as moved away (kept for the operator)."""
 
 
 class DataDirectoryInUse(OSError):

@@ -253,6 +253,19 @@ def remove_object_files(path: Path) -> bool:
     return existed
 
 
+def set_object_files_aside(path: Path, directory: Path) -> Path | None:
+    """Moves an object's file, with its WAL and shared-memory files, into `directory` (same
+    name); returns where the file went, None if there was none."""
+    if not path.exists():
+        return None
+    directory.mkdir(parents=True, exist_ok=True)
+    for suffix in ("-wal", "-shm", ""):  # the file last: a crash between leaves it where it was
+        with contextlib.suppress(FileNotFoundError):
+            Path(str(path) + suffix).replace(directory / (path.name + suffix))
+    sync_directories(path.parent, directory)
+    return directory / path.name
+
+
 def list_object_files(data_dir: Path, after: str, limit: int) -> list[Path]:
     """Object files in file-name order, after the file name `after`, at most `limit`.
 

@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 from sessions_server.storage.datadir import sync_directory
@@ -67,6 +68,9 @@ class MovedObjects:
 
     def keys(self) -> list[str]:
         return list(self._moved)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys())
 
     def refuse(self, object_key: str, moved_to: str | None) -> None:
         """Notes in memory only (at once, on the caller's thread) where the object went, or with

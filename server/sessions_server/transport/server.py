@@ -146,9 +146,14 @@ async def _create_server(config: ServerConfig, lock: DataDirectoryLock) -> Runni
         limits=config.limits,
         placement=Placement.from_ring_file(config.ring_file) if config.ring_file else None,
     )
-    leftovers = service.objects.remove_moved_leftovers()
-    if leftovers:
-        log.info("removed the files of %d object(s) whose move away a crash had cut short", leftovers)
+    for key, where in service.objects.set_moved_leftovers_aside():
+        log.warning(
+            "object %r is recorded as moved away (or deleted) but its file was still here: set aside as %s "
+            "(delete it, or bring it back with `sessions-server import-store %s --object-key KEY`)",
+            key,
+            where,
+            where,
+        )
     authority = TokenAuthority(config.tokens_file) if config.tokens_file else None
     draining = Draining()
     metrics.open_objects.set_function(lambda: registry.open_count)
