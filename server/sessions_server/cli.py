@@ -323,6 +323,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("progress_seconds", "search_seconds", "max_concurrent_searches"):
         if getattr(args, name) <= 0:  # 0 would spin every idle feed, refuse every search
             parser.error(f"--{name.replace('_', '-')} must be greater than 0")
+    if args.max_streams_per_token < 0:  # would refuse every stream of every token
+        parser.error("--max-streams-per-token must be 0 (no bound of its own) or more")
     _configure_logging(args.log_level, args.log_format)
     for retired in ("subscriber_queue_events", "subscriber_queue_bytes"):
         if getattr(args, retired) is not None:

@@ -171,6 +171,26 @@ def test_a_budget_of_zero_or_less_is_refused_at_start(tmp_path: Path, flag: str,
     assert f"{flag} must be greater than 0" in done.stderr
 
 
+def test_a_negative_stream_share_per_token_is_refused_at_start(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sessions_server.cli",
+            "serve",
+            "--data-dir",
+            str(tmp_path),
+            "--max-streams-per-token",
+            "-1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "--max-streams-per-token must be 0 (no bound of its own) or more" in done.stderr
+
+
 def test_retired_queue_flags_are_accepted_with_a_warning(tmp_path: Path) -> None:
     server = ServerProcess(tmp_path / "data", "--subscriber-queue-events", "5").start()
     try:

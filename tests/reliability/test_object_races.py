@@ -637,7 +637,7 @@ def test_files_a_delete_cut_short_left_are_set_aside_at_the_next_start(tmp_path:
     server = start_server(data_dir)
     try:
         assert not any(Path(str(path) + suffix).exists() for suffix in ("", "-wal", "-shm"))
-        aside = data_dir / "set-aside" / path.name
+        (aside,) = (data_dir / "set-aside").glob("*.sqlite")  # under a name of its own
         with contextlib.closing(sqlite3.connect(f"file:{aside}?mode=ro", uri=True)) as conn:
             assert conn.execute("SELECT id FROM cf_agents_session_messages").fetchall() == [("m0",)]
         with SessionsClient(server.address, retry=None) as client:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import threading
@@ -319,6 +320,45 @@ def test_one_token_holds_at_most_its_share_of_the_stream_slots(tmp_path: Path, t
             held.pop().cancel()
             held.append(subscribe(channel, "r-secret"))  # a slot given back is taken again
             for feed in (*held, other):
+                feed.cancel()
+    finally:
+        server.stop()
+
+
+def test_stream_shares_follow_the_token_not_its_name_across_a_reload(tmp_path: Path) -> None:
+    """Shares were counted by grant name, and an unnamed grant is named by its place in the
+    file: a reload that reordered the file charged one token's open feeds to the other."""
+    tokens = tmp_path / "tokens.json"
+
+    def write(order: list[str]) -> None:
+        entries = [{"sha256": hash_token(token), "prefixes": ["tenant-a/"], "access": "read"} for token in order]
+        tokens.write_text(json.dumps({"tokens": entries}))
+
+    write(["x-secret", "y-secret"])
+    server = start_server(tmp_path / "data", tokens_file=tokens, limits=Limits(max_streams_per_token=2))
+
+    def subscribe(channel: grpc.Channel, token: str) -> Any:
+        metadata = (("authorization", f"Bearer {token}"), ("x-object-key", "tenant-a/feeds"))
+        feed = pb_grpc.SessionServiceStub(channel).Subscribe(
+            pb.SubscribeRequest(object_key="tenant-a/feeds"), metadata=metadata, timeout=30
+        )
+        assert next(feed).type == pb.CHANGE_TYPE_PROGRESS
+        return feed
+
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            held = [subscribe(channel, "x-secret") for _ in range(2)]
+            write(["y-secret", "x-secret"])
+
+            async def reload() -> None:
+                server.running.reload_tokens()  # what SIGHUP runs, on the server's loop
+
+            asyncio.run_coroutine_threadsafe(reload(), server.loop).result(timeout=30)
+            held.append(subscribe(channel, "y-secret"))  # its own share, untouched by x's feeds
+            with pytest.raises(grpc.RpcError) as refused:
+                subscribe(channel, "x-secret")  # x still holds its two
+            assert SessionsError.from_rpc_error(refused.value).metadata.get("limit") == "max_streams_per_token"
+            for feed in held:
                 feed.cancel()
     finally:
         server.stop()

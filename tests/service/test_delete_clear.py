@@ -171,10 +171,11 @@ def test_delete_and_clear_make_room_in_a_full_object(tmp_path: Path) -> None:
         server.stop()
 
 
-def test_a_burst_of_writes_is_held_to_the_object_size_limit(tmp_path: Path) -> None:
+@pytest.mark.parametrize("fill", ["x", "😀"], ids=["ascii", "four-byte"])
+def test_a_burst_of_writes_is_held_to_the_object_size_limit(tmp_path: Path, fill: str) -> None:
     """The file is measured at most once a second: writes in between counted for nothing, and a
     burst of 90 KB appends took a 1 MB object to 6-10 MB. What each write adds now counts until
-    the next measurement."""
+    the next measurement, in bytes (counted in characters, 4-byte text passed it fivefold)."""
     limit, size = 1_000_000, 90_000
     server = start_server(tmp_path / "data", limits=Limits(max_object_bytes=limit))
     try:
@@ -183,7 +184,7 @@ def test_a_burst_of_writes_is_held_to_the_object_size_limit(tmp_path: Path) -> N
             accepted = 0
             with pytest.raises(SessionsError) as full:
                 for i in range(60):
-                    session.append_message(text_message(f"m{i}", "x" * size))
+                    session.append_message(text_message(f"m{i}", fill * (size // len(fill.encode()))))
                     accepted += 1
             assert full.value.reason == "LIMIT_EXCEEDED"
             assert accepted <= limit // size + 1

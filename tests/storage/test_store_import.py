@@ -260,3 +260,32 @@ def test_a_stamp_that_does_not_match_its_row_is_cleared_and_the_row_checked_on_r
 
 def _message(message_id: str) -> str:
     return f'{{"id":"{message_id}","role":"user","parts":[{{"type":"text","text":"hello"}}]}}'
+
+
+def test_an_object_set_aside_twice_keeps_both_copies_each_with_its_own_wal(tmp_path: Path) -> None:
+    """Set aside under its own name, the second copy overwrote the first, and an earlier copy's
+    WAL stayed beside a later file without one: opening it read the earlier rows."""
+    path = object_path(tmp_path / "data", "k")
+    aside = tmp_path / "data" / "set-aside"
+    path.parent.mkdir(parents=True)
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA wal_autocheckpoint = 0")
+        conn.execute("CREATE TABLE t (v TEXT)")
+        conn.execute("INSERT INTO t VALUES ('first')")
+        conn.commit()
+        wal = Path(str(path) + "-wal").read_bytes()
+        before = path.read_bytes()
+    path.write_bytes(before)  # as a crash leaves it: the row in the WAL only
+    Path(str(path) + "-wal").write_bytes(wal)
+    first = files.set_object_files_aside(path, aside)
+    with contextlib.closing(sqlite3.connect(path)) as conn:  # the key's second file: no WAL left
+        conn.execute("CREATE TABLE t (v TEXT)")
+        conn.execute("INSERT INTO t VALUES ('second')")
+        conn.commit()
+    second = files.set_object_files_aside(path, aside)
+
+    assert first is not None and second is not None and first != second
+    for copy, expected in ((first, "first"), (second, "second")):
+        with contextlib.closing(sqlite3.connect(f"file:{copy}?mode=ro", uri=True)) as conn:
+            assert conn.execute("SELECT v FROM t").fetchall() == [(expected,)]

@@ -388,7 +388,7 @@ class SessionsService:
                 self._note_inserted_appends(store, session_id, inserted)
 
         async with self.object(object_key, writing=True) as store:
-            size = sum(len(item.text) for item in items)
+            size = sum(utf8_length(item.text) for item in items)
             results = await store.write(run, size_hint=size, after=noted, grows=size)
             if inserted:
                 await self.compactor.after_inserted_append(store, object_key, session_id)
@@ -415,7 +415,7 @@ class SessionsService:
                 large_messages.note_written(store, session_id, (row,))
 
         async with self.object(object_key, writing=True) as store:
-            outcome = await store.write(run, after=noted, grows=len(text))
+            outcome = await store.write(run, after=noted, grows=utf8_length(text))
         if outcome.status == "missing":
             return UpdateResult(False, False, None)
         return UpdateResult(True, outcome.status == "updated", MessageView(outcome.info, prepared.json))
@@ -462,7 +462,7 @@ class SessionsService:
                 forget_estimate(store, session_id)
 
         async with self.object(object_key, writing=True) as store:
-            inserted, result = await store.write(run, after=noted, grows=len(text))
+            inserted, result = await store.write(run, after=noted, grows=utf8_length(text))
             if inserted and result.message is not None and result.message.info is not None:
                 await self.compactor.after_inserted_append(store, object_key, session_id)
             return inserted, result

@@ -11,6 +11,7 @@ import contextlib
 import hashlib
 import os
 import sqlite3
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -254,16 +255,18 @@ def remove_object_files(path: Path) -> bool:
 
 
 def set_object_files_aside(path: Path, directory: Path) -> Path | None:
-    """Moves an object's file, with its WAL and shared-memory files, into `directory` (same
-    name); returns where the file went, None if there was none."""
+    """Moves an object's file, with its WAL and shared-memory files, into `directory`, under a
+    name of its own (the same object set aside twice keeps both, and no WAL is paired with
+    another file); returns where the file went, None if there was none."""
     if not path.exists():
         return None
     directory.mkdir(parents=True, exist_ok=True)
+    aside = directory / f"{path.stem}-{time.time_ns()}{path.suffix}"
     for suffix in ("-wal", "-shm", ""):  # the file last: a crash between leaves it where it was
         with contextlib.suppress(FileNotFoundError):
-            Path(str(path) + suffix).replace(directory / (path.name + suffix))
+            Path(str(path) + suffix).replace(str(aside) + suffix)
     sync_directories(path.parent, directory)
-    return directory / path.name
+    return aside
 
 
 def list_object_files(data_dir: Path, after: str, limit: int) -> list[Path]:

@@ -100,10 +100,11 @@ class TokenAuthority:
             raise Unauthenticated("unknown bearer token")
         return grant
 
-    def token_name(self, metadata: Iterable[tuple[str, str | bytes]]) -> str | None:
-        """The name of the call's token's grant, None without a known token."""
+    def token_id(self, metadata: Iterable[tuple[str, str | bytes]]) -> str | None:
+        """What tells the call's token from every other (its digest: names may be shared, or
+        move to another token with a reload), None without a known token."""
         try:
-            return self.authenticate(metadata).name
+            return self.authenticate(metadata).digest
         except Unauthenticated:
             return None
 

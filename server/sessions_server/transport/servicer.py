@@ -108,7 +108,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         self._slots = StreamSlots(
             service.limits.max_concurrent_streams,
             per_token=service.limits.max_streams_per_token,
-            token_of=None if authority is None else authority.token_name,
+            token_of=None if authority is None else authority.token_id,
         )
         self.assembly = AssemblyBudget(service.limits.max_assembly_bytes)
         self._feed_frames = FeedFrames(FEED_FRAMES_BYTES)
