@@ -111,6 +111,25 @@ def auth_server(tmp_path: Path, tokens_file: Path) -> Iterator[LiveServer]:
     server.stop()
 
 
+def _live_feed(channel: grpc.Channel, token: str, object_key: str, timeout: float = 30) -> Any:
+    """A subscription with `token`, once registered (its first event, a progress)."""
+    metadata = (("authorization", f"Bearer {token}"), ("x-object-key", object_key))
+    feed = pb_grpc.SessionServiceStub(channel).Subscribe(
+        pb.SubscribeRequest(object_key=object_key), metadata=metadata, timeout=timeout
+    )
+    assert next(feed).type == pb.CHANGE_TYPE_PROGRESS
+    return feed
+
+
+def _reload_tokens(server: LiveServer) -> None:
+    """What SIGHUP runs, on the server's loop; returns once it has run."""
+
+    async def reload() -> None:
+        server.running.reload_tokens()
+
+    asyncio.run_coroutine_threadsafe(reload(), server.loop).result(timeout=30)
+
+
 def _code(call: object) -> grpc.StatusCode:
     with pytest.raises(SessionsError) as info:
         call()  # type: ignore[operator]
@@ -277,16 +296,12 @@ def test_a_revoked_token_loses_its_idle_change_feed_at_the_reload(tmp_path: Path
     """With nothing written, the feed of a revoked token ran on until its next progress event
     (--progress-seconds, here far longer than the call's deadline)."""
     server = start_server(tmp_path / "data", tokens_file=tokens_file, progress_seconds=600)
-    metadata = (("authorization", "Bearer r-secret"), ("x-object-key", "tenant-a/idle"))
     try:
         with grpc.insecure_channel(server.address) as channel:
-            feed = pb_grpc.SessionServiceStub(channel).Subscribe(
-                pb.SubscribeRequest(object_key="tenant-a/idle"), metadata=metadata, timeout=20
-            )
-            assert next(feed).type == pb.CHANGE_TYPE_PROGRESS  # subscribed
+            feed = _live_feed(channel, "r-secret", "tenant-a/idle", timeout=20)
             kept = [entry for entry in json.loads(tokens_file.read_text())["tokens"] if entry["name"] != "reader"]
             tokens_file.write_text(json.dumps({"tokens": kept}))
-            server.loop.call_soon_threadsafe(server.running.reload_tokens)  # what SIGHUP runs
+            _reload_tokens(server)
             with pytest.raises(grpc.RpcError) as ended:
                 for response in feed:
                     assert response.type == pb.CHANGE_TYPE_PROGRESS
@@ -301,12 +316,7 @@ def test_one_token_holds_at_most_its_share_of_the_stream_slots(tmp_path: Path, t
     server = start_server(tmp_path / "data", tokens_file=tokens_file, limits=Limits(max_streams_per_token=2))
 
     def subscribe(channel: grpc.Channel, token: str) -> Any:
-        metadata = (("authorization", f"Bearer {token}"), ("x-object-key", "tenant-a/feeds"))
-        feed = pb_grpc.SessionServiceStub(channel).Subscribe(
-            pb.SubscribeRequest(object_key="tenant-a/feeds"), metadata=metadata, timeout=30
-        )
-        assert next(feed).type == pb.CHANGE_TYPE_PROGRESS
-        return feed
+        return _live_feed(channel, token, "tenant-a/feeds")
 
     try:
         with grpc.insecure_channel(server.address) as channel:
@@ -338,22 +348,13 @@ def test_stream_shares_follow_the_token_not_its_name_across_a_reload(tmp_path: P
     server = start_server(tmp_path / "data", tokens_file=tokens, limits=Limits(max_streams_per_token=2))
 
     def subscribe(channel: grpc.Channel, token: str) -> Any:
-        metadata = (("authorization", f"Bearer {token}"), ("x-object-key", "tenant-a/feeds"))
-        feed = pb_grpc.SessionServiceStub(channel).Subscribe(
-            pb.SubscribeRequest(object_key="tenant-a/feeds"), metadata=metadata, timeout=30
-        )
-        assert next(feed).type == pb.CHANGE_TYPE_PROGRESS
-        return feed
+        return _live_feed(channel, token, "tenant-a/feeds")
 
     try:
         with grpc.insecure_channel(server.address) as channel:
             held = [subscribe(channel, "x-secret") for _ in range(2)]
             write(["y-secret", "x-secret"])
-
-            async def reload() -> None:
-                server.running.reload_tokens()  # what SIGHUP runs, on the server's loop
-
-            asyncio.run_coroutine_threadsafe(reload(), server.loop).result(timeout=30)
+            _reload_tokens(server)
             held.append(subscribe(channel, "y-secret"))  # its own share, untouched by x's feeds
             with pytest.raises(grpc.RpcError) as refused:
                 subscribe(channel, "x-secret")  # x still holds its two

@@ -138,9 +138,9 @@ class Subscription:
             event = hub.event_at(self._next)
             self._next += 1
             if self.wants(event):
-                hub.trim_read()
+                hub.trim()
                 return event
-        hub.trim_read()
+        hub.trim()
         return None
 
     async def next(self, timeout: float | None = None) -> ChangeEvent | Reset | None:
@@ -241,8 +241,7 @@ class FeedHub:
             sizes.append(size)
             self.next_seq += 1
             self._ring_bytes += size
-            if len(ring) > self._retain_events or self._ring_bytes > self._retain_bytes:
-                self._trim(self._droppable_before())
+            self.trim()
             if self._retention is not None:
                 self._retention.kept(self, event.revision, size)
         for subscriber in self._subscribers:
@@ -321,18 +320,18 @@ class FeedHub:
         slowest = min((subscriber.position for subscriber in self._subscribers), default=self.next_seq)
         return max(self._latest_from, slowest)
 
-    def trim_read(self) -> None:
-        """Drops what the bounds no longer keep once subscribers have read the latest commit
-        (it may have gone past them)."""
-        if len(self._ring) > self._retain_events or self._ring_bytes > self._retain_bytes:
-            self._trim(self._droppable_before())
-
-    def _trim(self, limit: int) -> None:
-        ring = self._ring
-        while ring and (len(ring) > self._retain_events or self._ring_bytes > self._retain_bytes):
-            if self.first_seq >= limit:
-                return
+    def trim(self) -> None:
+        """Drops the oldest events while the ring is past its bounds, sparing what subscribers
+        have still to read of the latest commit (which may take it past them). Runs as events
+        arrive and as subscribers read."""
+        if not self._past_bounds():
+            return
+        limit = self._droppable_before()
+        while self._ring and self._past_bounds() and self.first_seq < limit:
             self._drop_oldest()
+
+    def _past_bounds(self) -> bool:
+        return len(self._ring) > self._retain_events or self._ring_bytes > self._retain_bytes
 
 
 class FeedRetention:

@@ -66,11 +66,8 @@ class MovedObjects:
     def __contains__(self, object_key: str) -> bool:
         return object_key in self._moved
 
-    def keys(self) -> list[str]:
-        return list(self._moved)
-
     def __iter__(self) -> Iterator[str]:
-        return iter(self.keys())
+        return iter(list(self._moved))  # a copy: recording or forgetting may follow in the loop
 
     def refuse(self, object_key: str, moved_to: str | None) -> None:
         """Notes in memory only (at once, on the caller's thread) where the object went, or with
