@@ -76,6 +76,58 @@ def test_a_subscriber_the_ring_passes_by_is_reset_and_writers_never_wait() -> No
     asyncio.run(run())
 
 
+def _session_events(session_id: str, count: int) -> list[ChangeEvent]:
+    return [ChangeEvent("append", session_id, message_json="x" * 10) for _ in range(count)]
+
+
+def test_a_sessions_subscriber_is_not_reset_for_other_sessions_events_the_ring_drops() -> None:
+    """A subscriber to one session passes other sessions' events by unread; when retention drops
+    them before it got to them (commits published before its task ran, or while it waited to
+    send), it has missed nothing and must not be reset, which would make it re-read its session.
+    One that had an event of its own dropped is reset, as before."""
+
+    async def run() -> None:
+        hub = FeedHub(FeedSettings(retain_events=3))
+        mine = hub.subscribe("mine", 0)
+        everyone = hub.subscribe(None, 0)
+        hub.publish(_session_events("other", 5))
+        hub.publish(_session_events("other", 5))  # drops the first commit before anyone ran
+        assert hub.first_seq > 0
+        reset = await everyone.next(timeout=1)
+        assert isinstance(reset, Reset) and "fell behind" in reset.reason
+        assert await mine.next(timeout=0) is None  # nothing of its own missed, nothing to say
+        own = _session_events("mine", 1)
+        hub.publish(own)
+        assert await mine.next(timeout=1) is own[0]
+
+        unread = _session_events("mine", 1)
+        hub.publish(unread)
+        hub.publish(_session_events("other", 5))
+        hub.publish(_session_events("other", 5))  # the unread event of its own goes with these
+        reset = await mine.next(timeout=1)
+        assert isinstance(reset, Reset) and "fell behind" in reset.reason
+
+    asyncio.run(run())
+
+
+def test_a_sessions_subscriber_is_not_reset_when_the_process_bound_drops_other_sessions_events() -> None:
+    async def run() -> None:
+        size = _session_events("other", 1)[0].size
+        feeds = Feeds(FeedSettings(retain_total_bytes=4 * size))
+        quiet, busy = feeds.hub(), feeds.hub()
+        mine = quiet.subscribe("mine", 0)
+        quiet.publish(_session_events("other", 2))
+        quiet.publish(_session_events("other", 1))  # the latest commit: kept for its subscriber
+        busy.publish(_session_events("b", 3))  # the process bound drops the quiet object's first two
+        assert quiet.first_seq == 2
+        assert await mine.next(timeout=0) is None
+        own = _session_events("mine", 1)
+        quiet.publish(own)
+        assert await mine.next(timeout=1) is own[0]
+
+    asyncio.run(run())
+
+
 def test_a_subscriber_that_keeps_up_gets_every_event_of_a_commit_past_retention() -> None:
     """A commit's events are published together, before any subscriber can read: a subscriber
     with nothing unread was reset by a commit of more than its queue held, then by one of more

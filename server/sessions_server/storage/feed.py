@@ -95,7 +95,8 @@ class Reset:
 class Subscription:
     """A subscriber's place in its object's retained events (as etcd's watchers keep theirs):
     it holds no events of its own, reads them from the ring in order, and falls behind only when
-    the ring drops one it has not read (retention), which it is told as a Reset. So a subscriber
+    the ring drops one it has not read and would deliver (retention; one of another session's
+    passes a session's subscriber by), which it is told as a Reset. So a subscriber
     that keeps up receives any commit, however many or large its events, and one that stalls
     holds nothing. Iterate with `next()`; close with `close()`."""
 
@@ -115,6 +116,10 @@ class Subscription:
     def position(self) -> int:
         """The sequence number of the next event it will look at."""
         return self._next
+
+    def skip_to(self, seq: int) -> None:
+        """Places it at `seq`, having passed over what lay before (none of it for this subscriber)."""
+        self._next = seq
 
     def wake(self) -> None:
         self._wakeup.set()
@@ -295,13 +300,14 @@ class FeedHub:
         for subscription in list(self._subscribers):
             subscription.close(why)
 
-    def _drop_oldest(self) -> None:
-        self._ring.popleft()
+    def _drop_oldest(self) -> ChangeEvent:
+        event = self._ring.popleft()
         self.first_seq += 1
         size = self._ring_sizes.popleft()
         self._ring_bytes -= size
         if self._retention is not None:
             self._retention.released(size)
+        return event
 
     def keeps(self, revision: int) -> bool:
         """Whether the ring still holds the event of `revision` (one this hub published)."""
@@ -311,8 +317,10 @@ class FeedHub:
         """Drops the retained events up to `revision` (the process-wide bound's decision), but
         none of the latest commit a subscriber has still to read."""
         ring, limit = self._ring, self._droppable_before()
+        dropped: list[ChangeEvent] = []
         while ring and ring[0].revision <= revision and self.first_seq < limit:
-            self._drop_oldest()
+            dropped.append(self._drop_oldest())
+        self._carry_past(dropped)
 
     def _droppable_before(self) -> int:
         """Events before this sequence number may be dropped: those of earlier commits, and
@@ -327,8 +335,25 @@ class FeedHub:
         if not self._past_bounds():
             return
         limit = self._droppable_before()
+        dropped: list[ChangeEvent] = []
         while self._ring and self._past_bounds() and self.first_seq < limit:
-            self._drop_oldest()
+            dropped.append(self._drop_oldest())
+        self._carry_past(dropped)
+
+    def _carry_past(self, dropped: list[ChangeEvent]) -> None:
+        """Moves a session's subscriber that had not reached `dropped` (the events just dropped,
+        oldest first) past them when none was for its session: it would have passed over them
+        unread, so it has missed nothing, and a reset would send it to re-read its session for
+        other sessions' traffic. One that wanted any of them is left behind, to be reset."""
+        if not dropped:
+            return
+        first_dropped = self.first_seq - len(dropped)
+        for subscriber in self._subscribers:
+            behind = subscriber.position
+            if not first_dropped <= behind < self.first_seq or subscriber.session_filter is None:
+                continue  # not behind, or behind since an earlier drop (which it wanted)
+            if not any(subscriber.wants(event) for event in dropped[behind - first_dropped :]):
+                subscriber.skip_to(self.first_seq)
 
     def _past_bounds(self) -> bool:
         return len(self._ring) > self._retain_events or self._ring_bytes > self._retain_bytes
