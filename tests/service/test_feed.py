@@ -732,6 +732,37 @@ def test_writes_to_other_objects_push_the_oldest_events_out_of_the_process_bound
         server.stop()
 
 
+def test_a_resume_to_one_session_is_not_reset_for_other_sessions_traffic(tmp_path: Path) -> None:
+    """A mirror of one session in a busy object reconnects after the object's retention turned
+    over with other sessions' events: it missed nothing of its own, so it resumes without a
+    reset (and without re-reading its session); a resume that did miss dropped events is reset."""
+    from tests.conftest import start_server
+
+    server = start_server(tmp_path / "data", feed=FeedSettings(retain_events=10))
+    try:
+        with SessionsClient(server.address) as client:
+            obj = client.object("busy")
+            feed = Feed(server.address, "busy", session_id="mine")
+            obj.session("mine").append_message(text_message("before"))
+            resume_at = feed.next().revision
+            feed.close()
+            obj.session("other").append_messages([text_message(f"o{i}") for i in range(30)])
+
+            mine = Feed(server.address, "busy", resume_from=resume_at, session_id="mine")
+            obj.session("mine").append_message(text_message("after"))
+            assert summary(mine.next()) == ("append", "mine", "after")  # not a reset first
+            mine.close()
+
+            for session_id in (None, "other"):
+                options = {} if session_id is None else {"session_id": session_id}
+                resumed = Feed(server.address, "busy", resume_from=resume_at, **options)
+                first = resumed.next()
+                assert first.type == "reset" and "retain" in first.error, summary(first)
+                resumed.close()
+    finally:
+        server.stop()
+
+
 def test_a_stalled_subscriber_does_not_block_writers_and_later_sees_a_reset(
     live_server: Any, feeds: Callable[..., Feed], session: Any, object_key: str
 ) -> None:

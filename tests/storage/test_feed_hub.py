@@ -9,7 +9,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Literal
 
-from sessions_server.storage.feed import ChangeEvent, FeedClosed, FeedHub, Feeds, FeedSettings, Reset
+from sessions_server.storage.feed import (
+    DROPPED_SESSIONS_REMEMBERED,
+    ChangeEvent,
+    FeedClosed,
+    FeedHub,
+    Feeds,
+    FeedSettings,
+    Reset,
+)
 from sessions_server.storage.registry import ObjectRegistry
 
 
@@ -106,6 +114,48 @@ def test_a_sessions_subscriber_is_not_reset_for_other_sessions_events_the_ring_d
         hub.publish(_session_events("other", 5))  # the unread event of its own goes with these
         reset = await mine.next(timeout=1)
         assert isinstance(reset, Reset) and "fell behind" in reset.reason
+
+    asyncio.run(run())
+
+
+def test_a_resume_to_one_session_is_reset_only_when_an_event_of_its_session_was_dropped() -> None:
+    async def run() -> None:
+        hub = FeedHub(FeedSettings(retain_events=3))
+        own = _session_events("mine", 1)
+        hub.publish(own)
+        resume_at = own[0].revision
+        hub.publish(_session_events("other", 5))
+        hub.publish(_session_events("other", 5))  # the ring now starts long after resume_at
+        assert hub.event_at(hub.first_seq).revision > resume_at + 1
+
+        resumed = hub.subscribe("mine", resume_at)
+        assert await resumed.next(timeout=0) is None  # missed nothing of its own: no reset
+        later = _session_events("mine", 1)
+        hub.publish(later)
+        assert await resumed.next(timeout=1) is later[0]
+
+        for session_filter in (None, "other"):  # these missed events that were dropped
+            reset = await hub.subscribe(session_filter, resume_at).next(timeout=1)
+            assert isinstance(reset, Reset) and "not retained" in reset.reason
+        # From before its own dropped event, a resume to the session is reset too.
+        reset = await hub.subscribe("mine", resume_at - 1).next(timeout=1)
+        assert isinstance(reset, Reset) and "not retained" in reset.reason
+
+    asyncio.run(run())
+
+
+def test_a_resume_to_one_session_is_reset_once_too_many_sessions_had_events_dropped() -> None:
+    """The hub remembers the newest dropped event of a bounded number of sessions; past them it
+    remembers one revision for all, and resumes from before it are reset whatever their session."""
+
+    async def run() -> None:
+        hub = FeedHub(FeedSettings(retain_events=1))
+        own = _session_events("mine", 1)
+        hub.publish(own)
+        for index in range(DROPPED_SESSIONS_REMEMBERED + 1):
+            hub.publish(_session_events(f"s{index}", 1))
+        reset = await hub.subscribe("mine", own[0].revision).next(timeout=1)
+        assert isinstance(reset, Reset) and "not retained" in reset.reason
 
     asyncio.run(run())
 

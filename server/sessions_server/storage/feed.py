@@ -11,8 +11,8 @@ A bounded ring keeps recent events (by count and bytes), and one bound for the p
 going first whichever object it belongs to. A subscriber is a place in the ring: it reads the
 events after it in order, and publishing only wakes it, never waits for it. A subscriber
 resuming from before what the ring keeps, or one so slow that the ring drops an event it has
-not read, is told to reset; a slow reader never slows writers or other readers, and holds no
-events of its own.
+not read, is told to reset (a subscriber to one session, only when such an event was of its
+session); a slow reader never slows writers or other readers, and holds no events of its own.
 """
 
 from __future__ import annotations
@@ -30,6 +30,9 @@ COUNTER_LIMIT = 1 << COUNTER_BITS
 DEFAULT_RETAIN_EVENTS = 10_000
 DEFAULT_RETAIN_BYTES = 64 * 1024 * 1024
 DEFAULT_RETAIN_TOTAL_BYTES = 256 * 1024 * 1024
+# Sessions whose newest dropped event a hub remembers for resuming subscribers to one session;
+# past it, it remembers one revision for them all (as if every session had had that event).
+DROPPED_SESSIONS_REMEMBERED = 4096
 
 
 @dataclass(frozen=True)
@@ -210,6 +213,10 @@ class FeedHub:
         self._retain_bytes = settings.retain_bytes
         self._subscribers: set[Subscription] = set()
         self._closed: FeedClosed | None = None
+        # The revision of each session's newest dropped event, and one for every session
+        # forgotten when there were too many: what a resume to one session may have missed.
+        self._dropped: dict[str, int] = {}
+        self._dropped_floor = 0
 
     @property
     def revision(self) -> int:
@@ -268,7 +275,9 @@ class FeedHub:
                 subscription._reset = Reset(
                     current, "unknown revision (the feed restarted: the object was reopened or the server restarted)"
                 )
-            elif resume_after < oldest_kept - 1 or not same_epoch:
+            elif not same_epoch or (
+                resume_after < oldest_kept - 1 and not self._kept_all_after(session_filter, resume_after)
+            ):
                 reason = (
                     "events were not retained"
                     if same_epoch
@@ -280,6 +289,13 @@ class FeedHub:
                 subscription._next = self.first_seq + bisect.bisect_right(revisions, resume_after)
         self._subscribers.add(subscription)
         return subscription
+
+    def _kept_all_after(self, session_filter: str | None, revision: int) -> bool:
+        """Whether every event of `session_filter`'s session after `revision` is still in the ring
+        (none of them was dropped); for all sessions, never once the ring dropped past it."""
+        if session_filter is None:
+            return False
+        return revision >= max(self._dropped_floor, self._dropped.get(session_filter, 0))
 
     def interrupt_all(self) -> None:
         for subscriber in self._subscribers:
@@ -303,6 +319,11 @@ class FeedHub:
     def _drop_oldest(self) -> ChangeEvent:
         event = self._ring.popleft()
         self.first_seq += 1
+        dropped = self._dropped
+        dropped[event.session_id] = event.revision
+        if len(dropped) > DROPPED_SESSIONS_REMEMBERED:
+            dropped.clear()
+            self._dropped_floor = event.revision
         size = self._ring_sizes.popleft()
         self._ring_bytes -= size
         if self._retention is not None:
