@@ -64,7 +64,27 @@ def scenario_big(pair: Pair) -> None:
     pair.append(msg("after"), session="big", check=False)
 
 
-SCENARIOS: dict[str, Callable[[Pair], None]] = {"rich": scenario_rich, "big": scenario_big}
+def _search_both(pair: Pair, query: str) -> list[str]:
+    up = [r["id"] for r in pair.up("search", {"query": query})]
+    ours = [r.id for r in pair.ours().search(query)]
+    assert up == ours, f"search {query!r}: upstream {up}, ours {ours}"
+    return ours
+
+
+def scenario_searched(pair: Pair) -> None:
+    """The search index exists when the file moves: ours carries its lookup index over the
+    index's content table (`_sessions_fts_by_message`), upstream's does not."""
+    scenario_rich(pair)
+    pair.append(msg("needle-1", "a needle to find"), check=False)
+    pair.append(msg("needle-2", "another needle"), check=False)
+    assert sorted(_search_both(pair, "needle")) == ["needle-1", "needle-2"]
+
+
+SCENARIOS: dict[str, Callable[[Pair], None]] = {
+    "rich": scenario_rich,
+    "big": scenario_big,
+    "searched": scenario_searched,
+}
 LEGACY: dict[str, Callable[[Path], Path]] = {
     "legacy": build_legacy_fixture,
     "legacy-conflict": lambda p: build_legacy_fixture(p, conflicting_destination_row=True),
@@ -78,6 +98,28 @@ def _more_writes(pair: Pair, session: str = "") -> None:
     pair.append(msg("later-2"), parent=None, session=session)
     pair.update(msg("later-1", "later one updated"), session=session)
     pair.delete(["later-2"], session=session)
+
+
+def _searched_writes(pair: Pair) -> None:
+    """The moved index is maintained on both sides: updates, deletes and a clear of indexed
+    messages leave the same index rows and the same answers."""
+    pair.update(msg("needle-1", "no longer pointed"))
+    pair.delete(["needle-2"])
+    pair.append(msg("needle-3", "a fresh needle"))
+    pair.append(msg("x-needle", "a needle elsewhere"), session="s2")
+    assert _search_both(pair, "needle") == ["needle-3"]
+    assert _search_both(pair, "pointed") == ["needle-1"]
+    pair.clear(session="s2")
+    sql = "SELECT id, session_id, role, content FROM cf_agents_session_fts ORDER BY session_id, id, content"
+    up = [tuple(r.values()) for r in pair.oracle.sql(pair.key, sql)]
+    conn = sqlite3.connect(f"file:{pair.our_file()}?mode=ro", uri=True)
+    try:
+        ours = [tuple(r) for r in conn.execute(sql)]
+        lookup = conn.execute("SELECT 1 FROM sqlite_master WHERE name = '_sessions_fts_by_message'").fetchone()
+    finally:
+        conn.close()
+    assert up == ours, "index rows differ after maintenance"
+    assert lookup is not None, "our side maintains the index through its lookup index"
 
 
 def _sqlite_backup(src: Path, dest: Path) -> Path:
@@ -198,6 +240,8 @@ def test_upstream_store_imported_and_served(world: World, oracle: Oracle, name: 
         pair.session_levels["big"] = "light"
     pair.check(level="full")
     _more_writes(pair, session="big" if name == "big" else "")
+    if name == "searched":
+        _searched_writes(pair)
 
 
 def test_imported_file_keeps_upstream_format(world: World) -> None:
@@ -219,7 +263,8 @@ def test_imported_file_keeps_upstream_format(world: World) -> None:
 
 
 def test_our_file_is_what_upstream_gets(world: World) -> None:
-    """The copies handed to upstream carry what makes our files ours (16 KiB pages, _sessions_meta)."""
+    """The copies handed to upstream carry what makes our files ours (16 KiB pages, _sessions_meta,
+    the search index's lookup index)."""
     conn = sqlite3.connect(f"file:{world.ours_copies['ours2up-rich']}?mode=ro", uri=True)
     try:
         page_size = conn.execute("PRAGMA page_size").fetchone()[0]
@@ -228,6 +273,12 @@ def test_our_file_is_what_upstream_gets(world: World) -> None:
         conn.close()
     assert page_size == 16384
     assert "_sessions_meta" in tables
+    conn = sqlite3.connect(f"file:{world.ours_copies['ours2up-searched']}?mode=ro", uri=True)
+    try:
+        lookup = conn.execute("SELECT 1 FROM sqlite_master WHERE name = '_sessions_fts_by_message'").fetchone()
+    finally:
+        conn.close()
+    assert lookup is not None, "the searched store reaches upstream with its index lookup"
 
 
 @pytest.mark.parametrize("name", [*SCENARIOS, "rich-16k"])
@@ -241,6 +292,8 @@ def test_our_store_read_by_upstream(
         pair.session_levels["big"] = "light"
     pair.check(level="full")
     _more_writes(pair, session="big" if name == "big" else "")
+    if name == "searched":
+        _searched_writes(pair)
 
 
 # ── 3. legacy lift ──────────────────────────────────────────────────────────────

@@ -931,6 +931,7 @@ def _build_search_index(ctx: WriteContext) -> None:
     while True:
         page = queries.messages_page(conn, after)
         if not page:
+            queries.ensure_fts_lookup(conn)  # built once, after the rows
             return
         for session_id, stored in page:
             if _stored_row_ok(stored) and queries.backfill_search_row(

@@ -35,6 +35,7 @@ class ObjectConnection(sqlite3.Connection):
     # remember that it is absent: without that, every append looked it up (8 µs a message).
     creates_fts = False
     fts_absent = False
+    fts_lookup_ensured = False
 
 
 # Lifted columns cast in SQL (a file written elsewhere may hold any type in any column), so rows
@@ -495,8 +496,9 @@ def delete_messages(conn: sqlite3.Connection, session_id: str, ids: Sequence[str
     )
     release_refs(conn, session_id, "message_id IN (SELECT id FROM temp.doomed)")
     if fts_exists(conn):
-        conn.execute(
-            "DELETE FROM cf_agents_session_fts WHERE session_id = ? AND id IN (SELECT id FROM temp.doomed)",
+        _delete_search_rows(
+            conn,
+            "SELECT f.id FROM cf_agents_session_fts_content AS f JOIN temp.doomed AS d ON f.c0 = d.id WHERE f.c1 = ?",
             (session_id,),
         )
     conn.execute("DELETE FROM temp.doomed")
@@ -510,7 +512,7 @@ def clear_session(conn: sqlite3.Connection, session_id: str) -> int:
     conn.execute("DELETE FROM cf_agents_session_compactions WHERE session_id = ?", (session_id,))
     release_refs(conn, session_id, "1")
     if fts_exists(conn):
-        conn.execute("DELETE FROM cf_agents_session_fts WHERE session_id = ?", (session_id,))
+        _delete_search_rows(conn, "SELECT id FROM cf_agents_session_fts_content WHERE c1 = ?", (session_id,))
     return int(deleted)
 
 
@@ -672,14 +674,15 @@ def index_search_text(
         return 0
     written = 0
     if replace:
+        ensure_fts_lookup(conn)
         existing = conn.execute(
-            "SELECT CAST(content AS BLOB) FROM cf_agents_session_fts WHERE id = ? AND session_id = ?",
-            (message_id, session_id),
+            "SELECT id, CAST(c3 AS BLOB) FROM cf_agents_session_fts_content WHERE c1 = ? AND c0 = ?",
+            (session_id, message_id),
         ).fetchall()
         if existing:
-            if len(existing) == 1 and existing[0][0] == text.encode("utf-8", "surrogatepass"):
+            if len(existing) == 1 and existing[0][1] == text.encode("utf-8", "surrogatepass"):
                 return 0
-            conn.execute("DELETE FROM cf_agents_session_fts WHERE id = ? AND session_id = ?", (message_id, session_id))
+            conn.executemany(_DELETE_SEARCH_ROW_SQL, [(row[0],) for row in existing])
             written += 1
     if text:
         conn.execute(_INSERT_SEARCH_ROW_SQL, (message_id, session_id, role, _indexable(text)))
@@ -772,11 +775,38 @@ BACKFILL_PAGE_ROWS = 500
 SEARCH_PROGRESS_STEPS = 10_000  # VM steps between deadline checks
 
 
+# Beyond upstream: FTS5 finds rows by `rowid` or by a full-text match, so upstream's maintenance
+# (`DELETE ... WHERE id = ? AND session_id = ?`, and the read before an update) reads every row
+# of the index: 1-6 s for one update or delete in an object of a million indexed messages,
+# holding its write lock. An index on the FTS table's own content table (columns c0 = id,
+# c1 = session_id) finds a message's index rows by key; SQLite keeps it up to date under any
+# writer, upstream included, and the rows are then deleted through the FTS table by rowid.
+FTS_LOOKUP_DDL = "CREATE INDEX IF NOT EXISTS _sessions_fts_by_message ON cf_agents_session_fts_content (c1, c0)"
+_DELETE_SEARCH_ROW_SQL = "DELETE FROM cf_agents_session_fts WHERE rowid = ?"
+
+
 def create_fts(conn: sqlite3.Connection) -> None:
     # Looked up again from here on: the creation may still roll back with its transaction.
     if isinstance(conn, ObjectConnection):
         conn.fts_absent = False
     conn.execute(FTS_DDL)
+
+
+def ensure_fts_lookup(conn: sqlite3.Connection) -> None:
+    """Creates the index rows are found by (once per writer connection, in the caller's write
+    transaction), for an index built before it existed or by upstream. The queries that use it
+    are right without it, only slower, so a creation that rolls back costs nothing else."""
+    if getattr(conn, "fts_lookup_ensured", False):
+        return
+    conn.execute(FTS_LOOKUP_DDL)
+    if isinstance(conn, ObjectConnection):
+        conn.fts_lookup_ensured = True
+
+
+def _delete_search_rows(conn: sqlite3.Connection, rowids_sql: str, params: tuple[object, ...]) -> None:
+    """Deletes the index rows whose rowids `rowids_sql` selects from the content table."""
+    ensure_fts_lookup(conn)
+    conn.executemany(_DELETE_SEARCH_ROW_SQL, conn.execute(rowids_sql, params).fetchall())
 
 
 def messages_page(conn: sqlite3.Connection, after: tuple[str, str] | None) -> list[tuple[str, StoredMessage]]:

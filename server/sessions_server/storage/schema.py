@@ -1,13 +1,17 @@
 """Upstream's schema (reference notes §1), created on open, plus the schema version and lift.
 
 The file format is upstream's so that a store moves between upstream and this service as a file
-copy: the same tables, columns, encodings and `_cf_KV` version record. The only addition is
-`_sessions_meta`, which records the object key a file belongs to; upstream never reads it.
+copy: the same tables, columns, encodings and `_cf_KV` version record. The additions, which
+upstream never reads and SQLite keeps up to date under any writer: `_sessions_meta`, which
+records the object key a file belongs to, and two indexes (`_sessions_messages_by_seq`, and
+`_sessions_fts_by_message` on the search index's content table, see `queries.FTS_LOOKUP_DDL`).
 """
 
 from __future__ import annotations
 
 import sqlite3
+
+from sessions_server.storage.queries import FTS_LOOKUP_DDL
 
 # New files get 16 KiB pages: at 4 KiB, upstream's ~1 KB WITHOUT ROWID rows spill to overflow
 # pages (4.7 KB on disk per message, 2-3x slower scans). Page size is not part of the format.
@@ -297,6 +301,7 @@ def _drop_when_copied(conn: sqlite3.Connection, source: str, destination: str, p
 
 def backfill_fts(conn: sqlite3.Connection) -> None:
     """Indexes message rows that have no FTS row yet (used by the lift when an index exists)."""
+    conn.execute(FTS_LOOKUP_DDL)  # one lookup per message below, not a scan of the index
     conn.execute(
         """INSERT INTO cf_agents_session_fts (id, session_id, role, content)
            SELECT m.id, m.session_id, m.role, group_concat(json_extract(part.value, '$.text'), ' ')
@@ -305,7 +310,7 @@ def backfill_fts(conn: sqlite3.Connection) -> None:
                           '$.parts') AS part
            WHERE json_extract(part.value, '$.type') = 'text'
              AND COALESCE(json_extract(part.value, '$.text'), '') <> ''
-             AND NOT EXISTS (SELECT 1 FROM cf_agents_session_fts AS f
-                             WHERE f.id = m.id AND f.session_id = m.session_id)
+             AND NOT EXISTS (SELECT 1 FROM cf_agents_session_fts_content AS f
+                             WHERE f.c1 = m.session_id AND f.c0 = m.id)
            GROUP BY m.id, m.session_id, m.role"""
     )
