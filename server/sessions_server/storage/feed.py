@@ -32,7 +32,8 @@ DEFAULT_RETAIN_BYTES = 64 * 1024 * 1024
 DEFAULT_RETAIN_TOTAL_BYTES = 256 * 1024 * 1024
 # Sessions whose newest dropped event a hub remembers for resuming subscribers to one session;
 # past it, it remembers one revision for them all (as if every session had had that event).
-DROPPED_SESSIONS_REMEMBERED = 4096
+# About 200 bytes each: at most ~50 KB a hub, ~13 MB with 256 objects open.
+DROPPED_SESSIONS_REMEMBERED = 256
 
 
 @dataclass(frozen=True)
