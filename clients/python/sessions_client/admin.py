@@ -1,4 +1,5 @@
-"""Operator tasks: moving an object from one server to another, sending a store file to one."""
+"""Operator tasks: moving an object from one server to another, sending a store file to one,
+erasing one."""
 
 from __future__ import annotations
 
@@ -187,3 +188,18 @@ def abort_move(source: SessionsClient, object_key: str) -> bool:
     except grpc.RpcError as error:
         raise SessionsError.from_rpc_error(error) from None
     return bool(response.was_locked)
+
+
+def erase_object(client: SessionsClient, object_key: str) -> bool:
+    """Removes `object_key` from the server for good (DeleteObject with `erase`): its sessions,
+    messages, compactions and search index go, nothing is recorded, and its next write starts
+    a new, empty object. True when there was an object to remove. Not for moves: `move_object`
+    leaves the source refusing the key instead, naming where it went."""
+    try:
+        response = client._stub.DeleteObject(
+            pb.DeleteObjectRequest(object_key=object_key, erase=True),
+            metadata=routing_metadata(object_key, client._token),
+        )
+    except grpc.RpcError as error:
+        raise SessionsError.from_rpc_error(error) from None
+    return bool(response.deleted)

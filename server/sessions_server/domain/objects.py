@@ -269,6 +269,15 @@ class ObjectAdmin:
             self._aborted.discard(object_key)
         return held
 
+    async def erase(self, object_key: str) -> bool:
+        """Removes the object for good, recording nothing: the key's next write creates a new
+        object. Refused for an object moved away or being moved (`admit`). True if it existed."""
+        keys.check_object_key(object_key, max_bytes=self._max_object_key_bytes)
+        self.admit(object_key, writing=True)
+        self._aborted.discard(object_key)
+        self._moving.pop(object_key, None)  # an expired lock: no move can end in a delete now
+        return await _run_to_end(self._remove_files(object_key))
+
     async def delete(self, object_key: str, *, moved_to: str) -> bool:
         """Removes the object; later calls are refused, naming `moved_to`."""
         keys.check_object_key(object_key, max_bytes=self._max_object_key_bytes)
@@ -311,10 +320,13 @@ class ObjectAdmin:
             raise storage_failure(
                 f"the move could not be recorded, nothing was deleted: {exc}", out_of_space=is_out_of_space(exc)
             ) from None
-        async with self._registry.closed(object_key):
-            existed = await asyncio.to_thread(files.remove_object_files, object_path(self.data_dir, object_key))
+        existed = await self._remove_files(object_key)
         self._moving.pop(object_key, None)
         return existed
+
+    async def _remove_files(self, object_key: str) -> bool:
+        async with self._registry.closed(object_key):  # its subscriptions end, its calls wait
+            return await asyncio.to_thread(files.remove_object_files, object_path(self.data_dir, object_key))
 
 
 async def _finish_in_thread(

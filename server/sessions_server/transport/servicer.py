@@ -712,7 +712,13 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
     async def DeleteObject(self, request: pb.DeleteObjectRequest, context: Any) -> pb.DeleteObjectResponse:
         async def run() -> pb.DeleteObjectResponse:
             self._admit(context, request.object_key, write=True)
-            deleted = await self._service.objects.delete(request.object_key, moved_to=request.moved_to)
+            objects = self._service.objects
+            if not request.erase:
+                deleted = await objects.delete(request.object_key, moved_to=request.moved_to)
+            elif request.moved_to:
+                raise InvalidArgument("an erased object goes nowhere: leave moved_to empty", field="moved_to")
+            else:
+                deleted = await objects.erase(request.object_key)
             return pb.DeleteObjectResponse(deleted=deleted)
 
         return await _unary(context, run)

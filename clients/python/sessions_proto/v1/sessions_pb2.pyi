@@ -2810,19 +2810,28 @@ class DeleteObjectRequest(_message.Message):
 
     OBJECT_KEY_FIELD_NUMBER: _builtins.int
     MOVED_TO_FIELD_NUMBER: _builtins.int
+    ERASE_FIELD_NUMBER: _builtins.int
     object_key: _builtins.str
     """The object key."""
     moved_to: _builtins.str
     """Where the object went (e.g. the destination's address), reported to later callers."""
+    erase: _builtins.bool
+    """Erase the object rather than move it away (a user's data deleted, say): its files go and
+    no record is kept, so later calls find no object and the next write creates a new one.
+    Its subscriptions end. Refused with `moved_to` set (INVALID_ARGUMENT), while the object is
+    being moved (UNAVAILABLE, OBJECT_MOVING), and for an object moved away from this server
+    (FAILED_PRECONDITION, OBJECT_NOT_OWNED: erase it where it went).
+    """
     def __init__(
         self,
         *,
         object_key: _builtins.str = ...,
         moved_to: _builtins.str = ...,
+        erase: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["moved_to", b"moved_to", "object_key", b"object_key"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["erase", b"erase", "moved_to", b"moved_to", "object_key", b"object_key"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

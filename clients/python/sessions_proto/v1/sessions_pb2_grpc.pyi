@@ -168,7 +168,8 @@ class SessionServiceStub:
     """Removes an object from this server (the last step of a move). Later calls for the key are
     refused with FAILED_PRECONDITION (OBJECT_NOT_OWNED) naming where it went, restarts included
     (the server records the move before it removes the file), until the object is imported here
-    again. Runs to its end once begun, even if the caller goes away.
+    again. With `erase`, removes it for good instead: nothing is recorded, and the key's next
+    write makes a new, empty object. Runs to its end once begun, even if the caller goes away.
     """
     AbortMove: _grpc.UnaryUnaryMultiCallable[_sessions_pb2.AbortMoveRequest, _sessions_pb2.AbortMoveResponse]
     """Gives up a move that will not complete (the destination refused the file, say): releases
@@ -295,7 +296,8 @@ class SessionServiceAsyncStub(SessionServiceStub):
     """Removes an object from this server (the last step of a move). Later calls for the key are
     refused with FAILED_PRECONDITION (OBJECT_NOT_OWNED) naming where it went, restarts included
     (the server records the move before it removes the file), until the object is imported here
-    again. Runs to its end once begun, even if the caller goes away.
+    again. With `erase`, removes it for good instead: nothing is recorded, and the key's next
+    write makes a new, empty object. Runs to its end once begun, even if the caller goes away.
     """
     AbortMove: _aio.UnaryUnaryMultiCallable[_sessions_pb2.AbortMoveRequest, _sessions_pb2.AbortMoveResponse]  # type: ignore[assignment]
     """Gives up a move that will not complete (the destination refused the file, say): releases
@@ -599,7 +601,8 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         """Removes an object from this server (the last step of a move). Later calls for the key are
         refused with FAILED_PRECONDITION (OBJECT_NOT_OWNED) naming where it went, restarts included
         (the server records the move before it removes the file), until the object is imported here
-        again. Runs to its end once begun, even if the caller goes away.
+        again. With `erase`, removes it for good instead: nothing is recorded, and the key's next
+        write makes a new, empty object. Runs to its end once begun, even if the caller goes away.
         """
 
     @_abc_1.abstractmethod

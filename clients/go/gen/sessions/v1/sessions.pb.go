@@ -5518,7 +5518,13 @@ type DeleteObjectRequest struct {
 	// The object key.
 	ObjectKey string `protobuf:"bytes,1,opt,name=object_key,json=objectKey,proto3" json:"object_key,omitempty"`
 	// Where the object went (e.g. the destination's address), reported to later callers.
-	MovedTo       string `protobuf:"bytes,2,opt,name=moved_to,json=movedTo,proto3" json:"moved_to,omitempty"`
+	MovedTo string `protobuf:"bytes,2,opt,name=moved_to,json=movedTo,proto3" json:"moved_to,omitempty"`
+	// Erase the object rather than move it away (a user's data deleted, say): its files go and
+	// no record is kept, so later calls find no object and the next write creates a new one.
+	// Its subscriptions end. Refused with `moved_to` set (INVALID_ARGUMENT), while the object is
+	// being moved (UNAVAILABLE, OBJECT_MOVING), and for an object moved away from this server
+	// (FAILED_PRECONDITION, OBJECT_NOT_OWNED: erase it where it went).
+	Erase         bool `protobuf:"varint,3,opt,name=erase,proto3" json:"erase,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5565,6 +5571,13 @@ func (x *DeleteObjectRequest) GetMovedTo() string {
 		return x.MovedTo
 	}
 	return ""
+}
+
+func (x *DeleteObjectRequest) GetErase() bool {
+	if x != nil {
+		return x.Erase
+	}
+	return false
 }
 
 // Response for DeleteObject.
@@ -6041,11 +6054,12 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"object_key\x18\x01 \x01(\tR\tobjectKey\"2\n" +
 	"\x11AbortMoveResponse\x12\x1d\n" +
 	"\n" +
-	"was_locked\x18\x01 \x01(\bR\twasLocked\"O\n" +
+	"was_locked\x18\x01 \x01(\bR\twasLocked\"e\n" +
 	"\x13DeleteObjectRequest\x12\x1d\n" +
 	"\n" +
 	"object_key\x18\x01 \x01(\tR\tobjectKey\x12\x19\n" +
-	"\bmoved_to\x18\x02 \x01(\tR\amovedTo\"0\n" +
+	"\bmoved_to\x18\x02 \x01(\tR\amovedTo\x12\x14\n" +
+	"\x05erase\x18\x03 \x01(\bR\x05erase\"0\n" +
 	"\x14DeleteObjectResponse\x12\x18\n" +
 	"\adeleted\x18\x01 \x01(\bR\adeleted*j\n" +
 	"\x0eAttachmentMode\x12\x1f\n" +
