@@ -82,3 +82,49 @@ def test_search_index_maintenance_finds_rows_by_key_not_by_reading_the_whole_ind
         by_key = "cf_agents_session_fts_content USING" in plan and "_sessions_fts_by_message" in plan
         assert by_rowid or by_key, plan
     conn.close()
+
+
+def test_a_page_of_sessions_costs_its_sessions_not_the_object(tmp_path: Path) -> None:
+    """ListSessions pages step from one session id to the next by index seeks and count only the
+    page's own rows (it grouped every row of the object for each page). Sessions holding only
+    compactions are listed too, with 0 messages."""
+    conn = sqlite3.connect(tmp_path / "object.sqlite", isolation_level=None, factory=queries.ObjectConnection)
+    schema.initialize(conn, "plans")
+    sessions = [f"s{i:03d}" for i in range(60)]
+    rows = [
+        (session_id, f"m{j}", j + 1, None, "user", js_json(text_message(f"m{j}")), j)
+        for index, session_id in enumerate(sessions)
+        for j in range(index % 4 + 1)
+    ]
+    conn.executemany(
+        """INSERT INTO cf_agents_session_messages (session_id, id, seq, parent_id, role, content, created_at)
+           VALUES (?, ?, ?, ?, ?, ?, ?)""",
+        [*rows, ("", "m0", 1, None, "user", js_json(text_message("m0")), 0)],
+    )
+    conn.executemany(
+        """INSERT INTO cf_agents_session_compactions
+             (session_id, id, seq, summary, from_message_id, to_message_id, created_at)
+           VALUES (?, 'c1', 1, 'summary', 'm0', 'm0', 0)""",
+        [("s010",), ("s045a",), ("zz-only-compactions",)],
+    )
+    expected = sorted(
+        [("", 1), *((s, i % 4 + 1) for i, s in enumerate(sessions)), ("s045a", 0), ("zz-only-compactions", 0)]
+    )
+
+    listed: list[tuple[str, int]] = []
+    after: str | None = None
+    while page := queries.sessions_page(conn, after, 7):
+        assert len(page) <= 7
+        listed += page
+        after = page[-1][0]
+    assert listed == expected
+    assert queries.sessions_page(conn, "s058", 100) == [("s059", 4), ("zz-only-compactions", 0)]
+
+    statements: list[str] = []
+    conn.set_trace_callback(statements.append)
+    queries.sessions_page(conn, "s020", 5)
+    conn.set_trace_callback(None)
+    (statement,) = statements
+    plan = [str(row[3]) for row in conn.execute(f"EXPLAIN QUERY PLAN {statement}")]
+    assert not any(step.startswith("SCAN cf_agents_session") or step.startswith("SCAN m") for step in plan), plan
+    conn.close()

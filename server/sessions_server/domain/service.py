@@ -779,10 +779,13 @@ class SessionsService:
             finally:
                 subscription.close()
 
-    async def list_sessions(self, object_key: str) -> list[tuple[str, int]]:
+    async def list_sessions(self, object_key: str, after: str | None, limit: int) -> list[tuple[str, int]]:
+        """(session id, message rows) of up to `limit` sessions after the id `after`, in id order."""
         keys.check_object_key(object_key, max_bytes=self.max_object_key_bytes)
         async with self.existing_object(object_key) as store:
-            return [] if store is None else await store.read(queries.sessions_summary)
+            if store is None:
+                return []
+            return await store.read(lambda conn: queries.sessions_page(conn, after, limit))
 
     async def object_stats(self, object_key: str) -> dict[str, int]:
         keys.check_object_key(object_key, max_bytes=self.max_object_key_bytes)
