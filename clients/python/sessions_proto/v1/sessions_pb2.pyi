@@ -1443,8 +1443,9 @@ class StreamHistoryRequest(_message.Message):
     response in `frame`, simplest for grpcurl). Packing saves a frame per message on long reads.
     """
     max_messages: _builtins.int
-    """Stop after this many messages, in the read's order (0: the whole path). With newest_first,
-    the newest N: the server reads no further, where a cancelled stream has read ahead.
+    """Stop after this many messages, in the read's order (0: the whole path, at most the leaf and
+    10,000 ancestors, as upstream). With newest_first, the newest N: the server reads no
+    further, where a cancelled stream has read ahead.
     """
     def __init__(
         self,

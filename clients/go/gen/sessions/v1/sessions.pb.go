@@ -2678,8 +2678,9 @@ type StreamHistoryRequest struct {
 	// Pack up to this many messages into one response's `frames` (0 or 1: one message per
 	// response in `frame`, simplest for grpcurl). Packing saves a frame per message on long reads.
 	MaxMessagesPerResponse uint32 `protobuf:"varint,8,opt,name=max_messages_per_response,json=maxMessagesPerResponse,proto3" json:"max_messages_per_response,omitempty"`
-	// Stop after this many messages, in the read's order (0: the whole path). With newest_first,
-	// the newest N: the server reads no further, where a cancelled stream has read ahead.
+	// Stop after this many messages, in the read's order (0: the whole path, at most the leaf and
+	// 10,000 ancestors, as upstream). With newest_first, the newest N: the server reads no
+	// further, where a cancelled stream has read ahead.
 	MaxMessages   uint32 `protobuf:"varint,9,opt,name=max_messages,json=maxMessages,proto3" json:"max_messages,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -1298,8 +1298,9 @@ export type StreamHistoryRequest = Message<"sessions.v1.StreamHistoryRequest"> &
   maxMessagesPerResponse: number;
 
   /**
-   * Stop after this many messages, in the read's order (0: the whole path). With newest_first,
-   * the newest N: the server reads no further, where a cancelled stream has read ahead.
+   * Stop after this many messages, in the read's order (0: the whole path, at most the leaf and
+   * 10,000 ancestors, as upstream). With newest_first, the newest N: the server reads no
+   * further, where a cancelled stream has read ahead.
    *
    * @generated from field: uint32 max_messages = 9;
    */
