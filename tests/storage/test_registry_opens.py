@@ -277,3 +277,47 @@ def test_slow_opens_keep_to_the_executor_until_they_are_quick_again(
     assert here[1] is False
     assert here[-1] is True
     assert all(here[here.index(True, 1) :])
+
+
+def test_a_caller_cancelled_while_it_opens_an_object_leaves_the_open_to_those_waiting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The call that starts an open may be cancelled (its deadline) while the open runs on the
+    executor. The calls waiting for that open were handed its CancelledError, although nobody
+    cancelled them, and gRPC then answered them nothing: they hung. Now the open runs on, the
+    waiters get the object, and the use it was opened for is given back."""
+    entered, release = threading.Event(), threading.Event()
+    open_ready = ObjectStore.open_ready
+
+    def held_open(*args: Any) -> ObjectStore | None:
+        entered.set()
+        assert release.wait(timeout=30), "the open was never released"
+        return open_ready(*args)
+
+    async def scenario() -> tuple[bool, list[str], int, int]:
+        async with registry(tmp_path, lambda: 5) as objects:  # busy: opens run on the executor
+            async with objects.use(KEY) as store:
+                await store.write(add_note("kept"))
+            await objects.close_object(KEY)
+            monkeypatch.setattr(ObjectStore, "open_ready", staticmethod(held_open))
+
+            async def use() -> list[str]:
+                async with objects.use(KEY) as store:
+                    return await store.read(lambda conn: [r[0] for r in conn.execute("SELECT value FROM _cf_KV")])
+
+            opener = asyncio.ensure_future(use())
+            await asyncio.to_thread(entered.wait, 30)  # the open is under way on the executor
+            waiter = asyncio.ensure_future(use())
+            await asyncio.sleep(0)  # the waiter finds the open under way and waits for it
+            opener.cancel()
+            await asyncio.wait([opener])
+            release.set()
+            found = await asyncio.wait_for(waiter, 30)
+            monkeypatch.setattr(ObjectStore, "open_ready", staticmethod(open_ready))
+            (store,) = [s for key, s in objects._open.items() if key == KEY]
+            return opener.cancelled(), found, store.users, objects.open_count
+
+    cancelled, found, users, open_count = asyncio.run(scenario())
+    assert cancelled
+    assert "kept" in found
+    assert (users, open_count) == (0, 1)  # the cancelled opener's use was given back

@@ -20,6 +20,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Executor
 from pathlib import Path
+from typing import Any
 
 from sessions_server.storage.feed import FeedClosed, FeedHub, Feeds, FeedSettings
 from sessions_server.storage.paths import object_path
@@ -33,6 +34,12 @@ INLINE_OPEN_MAX_SECONDS = 0.005
 
 CLOSE_GRACE_SECONDS = 5.0
 """How long closing an object to replace or remove it waits for the calls using it to end."""
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    """Marks a task's failure seen: whoever waited for it has it; nobody may have."""
+    if not task.cancelled():
+        task.exception()
 
 
 class ObjectRegistry:
@@ -57,7 +64,7 @@ class ObjectRegistry:
         self._executor = executor
         self._max_open = max(1, max_open)
         self._open: OrderedDict[str, ObjectStore] = OrderedDict()
-        self._opening: dict[str, asyncio.Future[ObjectStore]] = {}
+        self._opening: dict[str, asyncio.Future[ObjectStore]] = {}  # opens under way, each a task
         self._closing: dict[str, ObjectStore] = {}  # evicted, their close under way
         self._closes: set[asyncio.Task[None]] = set()
         self._feeds_closed: FeedClosed | None = None  # set by a drain
@@ -125,7 +132,8 @@ class ObjectRegistry:
                 return store
             pending = self._opening.get(object_key)
             if pending is not None:
-                await asyncio.shield(pending)
+                with contextlib.suppress(Exception):  # a failed open: this call tries its own
+                    await asyncio.shield(pending)
                 continue
             evicted = self._closing.get(object_key)
             if evicted is not None:  # its last writes to the file (a counter) come first
@@ -133,23 +141,36 @@ class ObjectRegistry:
                 continue
             if not create and not object_path(self.data_dir, object_key).exists():
                 return None  # one stat, in place: cheaper than the thread hop of an open
-            loop = asyncio.get_running_loop()
-            future: asyncio.Future[ObjectStore] = loop.create_future()
-            self._opening[object_key] = future
+            # The open is a task of its own: a caller cancelled while it runs (a deadline) must
+            # not cancel it under the calls waiting for it (they were told CancelledError, and
+            # gRPC answered them nothing), nor leave a file opened on the executor unregistered.
+            opening = asyncio.ensure_future(self._open_and_register(object_key))
+            self._opening[object_key] = opening
+            opening.add_done_callback(_retrieve)
             try:
-                store = await self._open_store(object_key)
-            except BaseException as exc:
-                future.set_exception(exc)
-                future.exception()  # mark retrieved: waiters retry the open themselves
-                del self._opening[object_key]
-                self._drop_hub_if_unused(object_key)
+                return await asyncio.shield(opening)  # its failure is this call's
+            except asyncio.CancelledError:
+                opening.add_done_callback(self._release_opened)  # the use it was opened for
                 raise
+
+    async def _open_and_register(self, object_key: str) -> ObjectStore:
+        """Opens the object and registers it, in use by the call that started the open (which
+        releases it, or has it released if it was cancelled meanwhile)."""
+        try:
+            store = await self._open_store(object_key)
+        except BaseException:
             del self._opening[object_key]
-            self._open[object_key] = store
-            store.users += 1
-            store.idle.clear()
-            future.set_result(store)
-            return store
+            self._drop_hub_if_unused(object_key)
+            raise
+        del self._opening[object_key]
+        self._open[object_key] = store
+        store.users += 1
+        store.idle.clear()
+        return store
+
+    def _release_opened(self, opening: asyncio.Future[ObjectStore]) -> None:
+        if not opening.cancelled() and opening.exception() is None:
+            self._release(opening.result())
 
     async def _open_store(self, object_key: str) -> ObjectStore:
         """Opens the object's file: in place when the server is quiet, the file is ready and
