@@ -270,12 +270,13 @@ class Compactor:
         cached = store.memo.get(_memo_key("tokens", session_id))
         memo = cached if isinstance(cached, TokenMemo) else None
         if memo is None:
+            version = paths.session_version(store, session_id)  # before the read's snapshot
 
             def derive(conn: Any) -> TokenMemo:
                 leaf = store.latest_leaf_id(conn, session_id)
                 if not leaf:
                     return TokenMemo(None, 0.0, 0)
-                path = paths.path_stats(store, conn, session_id, leaf)
+                path = paths.path_stats(store, conn, session_id, leaf, version)
                 rows = [(row.id, row.token_estimate) for row in path.rows]
                 spans = [
                     (span.start, span.end, span.compaction.summary)
@@ -284,7 +285,8 @@ class Compactor:
                 return TokenMemo(leaf, float(compaction.session_token_estimate(rows, spans)), path.walked)
 
             memo = await store.read(derive)
-            store.memo[_memo_key("tokens", session_id)] = memo
+            if paths.session_version(store, session_id) == version:  # else it may be of an older state
+                store.memo[_memo_key("tokens", session_id)] = memo
         return max(0, int(-(-memo.total // 1)))
 
     def note_appends(self, store: ObjectStore, session_id: str, infos: list[RowInfo]) -> None:

@@ -134,16 +134,27 @@ def _keep(key: tuple[_ObjectMemo, str], path: _Path) -> None:
         _drop(next(iter(_paths)))
 
 
-def path_stats(store: ObjectStore, conn: Any, session_id: str, leaf_id: str) -> PathStats:
+def session_version(store: ObjectStore, session_id: str) -> int:
+    """The session's version, for a read to take before its snapshot begins (before its first
+    statement): what it walks is remembered only if no change was forgotten since. Taken after,
+    a change that committed after the snapshot but was forgotten before the version was read
+    left the walk of the older snapshot remembered as current (a deleted message read again
+    and again, until the session's next change other than an append)."""
+    memo = _object_memo(store)
+    with _lock:
+        return memo.versions.get(session_id, 0)
+
+
+def path_stats(store: ObjectStore, conn: Any, session_id: str, leaf_id: str, version: int) -> PathStats:
     """The session's path to `leaf_id`, from the memo when it holds that leaf (runs on a reader
-    thread). The caller owns the returned rows."""
+    thread); a walk is remembered if the session is still at `version` (`session_version`,
+    taken before the read's snapshot). The caller owns the returned rows."""
     memo = _object_memo(store)
     key = (memo, session_id)
     with _lock:
         held = _held_path(key, leaf_id)
         if held is not None:
             return held.stats()
-        version = memo.versions.get(session_id, 0)
     stats = queries.path_stats(conn, session_id, leaf_id)
     # Ids are interned here and where messages are remembered, so a read's lookups of a long
     # remembered path match by identity instead of comparing thousands of strings.

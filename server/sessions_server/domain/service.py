@@ -625,10 +625,12 @@ class SessionsService:
                 return
 
             def plan(conn: Any) -> tuple[list[PathStat], list[Compaction]]:
+                version = paths.session_version(store, session_id)  # before the snapshot
                 leaf = _resolve_leaf(store, conn, session_id, leaf_id)
                 if not leaf:  # an empty id as the leaf reads as no leaf, as upstream
                     return [], []
-                return paths.path_stats(store, conn, session_id, leaf).rows, queries.compactions(conn, session_id)
+                path = paths.path_stats(store, conn, session_id, leaf, version)
+                return path.rows, queries.compactions(conn, session_id)
 
             stats, records = await store.read(plan)
             async for window in _stream_path(store, session_id, stats, records, inline=inline):
@@ -666,10 +668,11 @@ class SessionsService:
                 return None if suffix is None else planned(conn, suffix)
 
             def walked(conn: Any) -> _RecentPlan:
+                version = paths.session_version(store, session_id)  # before the snapshot
                 leaf = _resolve_leaf(store, conn, session_id, leaf_id)
                 if not leaf:
                     return [], False, 0, []
-                path = paths.path_stats(store, conn, session_id, leaf)  # walks, and remembers the path
+                path = paths.path_stats(store, conn, session_id, leaf, version)  # walks, and remembers it
                 return planned(conn, paths.suffix_of(path, max_content_bytes))
 
             plan = await store.read(remembered, quick=True)
@@ -688,8 +691,9 @@ class SessionsService:
                 return []
 
             def run(conn: Any) -> list[PathStat]:
+                version = paths.session_version(store, session_id)  # before the snapshot
                 leaf = _resolve_leaf(store, conn, session_id, leaf_id)
-                return [] if not leaf else paths.path_stats(store, conn, session_id, leaf).rows
+                return [] if not leaf else paths.path_stats(store, conn, session_id, leaf, version).rows
 
             return await store.read(run)
 
