@@ -391,3 +391,27 @@ def test_a_read_sees_one_committed_state_throughout(tmp_path: Path, calls: Calla
     first, second = asyncio.run(scenario())
     assert first == second == ["first"]
     assert stored_notes(path) == ["first", "meanwhile"]
+
+
+def test_the_active_leaf_is_the_snapshots_newest_row_whatever_the_writers_cache_says(tmp_path: Path) -> None:
+    """A read resolved the active leaf from the writer's cached tail, taken before the read's
+    snapshot began and checked only for the leaf's presence in it: with appends and an update
+    committed in between, it answered a replaced leaf with the update's text, a state that never
+    existed. The leaf is the snapshot's own newest row now; a stale cache changes nothing."""
+
+    async def scenario() -> list[str | None]:
+        async with opened(tmp_path / "object.sqlite", None) as store:
+            rows = [("", f"x{i}", i, f"x{i - 1}" if i > 1 else None) for i in range(1, 4)]
+            await store.write(
+                lambda ctx: ctx.conn.executemany(
+                    """INSERT INTO cf_agents_session_messages
+                         (session_id, id, seq, parent_id, role, content, created_at)
+                       VALUES (?, ?, ?, ?, 'user', '{}', 0)""",
+                    rows,
+                )
+            )
+            store._tails[""] = store_module.Tail("x1", 2)  # what a cache taken before x2, x3 says
+            store._tails["gone"] = store_module.Tail("x1", 2)  # a session without rows
+            return [await store.read(lambda conn, s=s: store.latest_leaf_id(conn, s)) for s in ("", "gone")]
+
+    assert asyncio.run(scenario()) == ["x3", None]

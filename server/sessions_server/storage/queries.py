@@ -181,7 +181,7 @@ def parent_of(conn: sqlite3.Connection, session_id: str, message_id: str) -> tup
 
 
 def newest_row(conn: sqlite3.Connection, session_id: str) -> tuple[str, int] | None:
-    """(id, seq) of the session's max-seq row: the active leaf. Scans the session's rows."""
+    """(id, seq) of the session's max-seq row: the active leaf (one seek of the seq index)."""
     row = conn.execute(
         "SELECT id, seq FROM cf_agents_session_messages WHERE session_id = ? ORDER BY seq DESC LIMIT 1",
         (session_id,),

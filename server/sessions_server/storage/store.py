@@ -617,12 +617,13 @@ class ObjectStore:
                 conn.close()
 
     def latest_leaf_id(self, conn: sqlite3.Connection, session_id: str) -> str | None:
-        """The active leaf as a reader sees it: the cached tail, else the max-seq row."""
+        """The active leaf as the reader's snapshot has it: its max-seq row, one seek of the seq
+        index. (The writer's cached tail, taken before the snapshot and checked only for the
+        leaf's presence in it, could be a leaf newer rows had replaced, paired with their later
+        texts: a state that never existed.) Caches the tail for writers when nothing committed
+        meanwhile."""
         with self._tails_lock:
-            cached = self._tails.get(session_id)
             commits = self._commits
-        if cached is not None and (cached.leaf_id is None or queries.exists(conn, session_id, cached.leaf_id)):
-            return cached.leaf_id
         newest = queries.newest_row(conn, session_id)
         tail = Tail(newest[0], newest[1] + 1) if newest else Tail(None, 1)
         with self._tails_lock:
