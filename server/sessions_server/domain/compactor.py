@@ -72,17 +72,14 @@ def forget_estimate(store: ObjectStore, session_id: str) -> None:
     paths.forget(store, session_id)
 
 
-def note_session_changed(store: ObjectStore, session_id: str) -> None:
+def note_session_changed(ctx: WriteContext, session_id: str) -> None:
     """Called inside a write job that changes a session other than by appending (an update, a
     delete, a clear, an import, a compaction): a compaction planned before it may summarize
-    what is no longer there, or cover what it did not summarize. Counted on the writer's
-    thread, in commit order, so a compaction's own job sees every change committed before it."""
-    key = _memo_key("changes", session_id)
-    store.memo[key] = store.memo.get(key, 0) + 1
-
-
-def _changes(store: ObjectStore, session_id: str) -> int:
-    return int(store.memo.get(_memo_key("changes", session_id), 0))
+    what is no longer there, or cover what it did not summarize. Counted once the job commits
+    (`ObjectStore.session_changes`): counted inside it, before its commit, a planner could take
+    the count with the change and then read a snapshot without it, and store a summary of what
+    the change had removed."""
+    ctx.note_changed(session_id)
 
 
 class SessionChanged(Exception):
@@ -127,11 +124,11 @@ class Compactor:
 
             def run(ctx: WriteContext) -> Compaction:
                 if planned_at is not None and (
-                    planned_at[0] is not store or planned_at[1] != _changes(store, session_id)
+                    planned_at[0] is not store or planned_at[1] != ctx.changes_so_far(store, session_id)
                 ):
                     raise SessionChanged
                 record = _insert_record(ctx, session_id, summary, from_id, to_id, event)
-                note_session_changed(store, session_id)
+                note_session_changed(ctx, session_id)
                 return record
 
             record = await store.write(run, after=lambda _: forget_estimate(store, session_id))
@@ -190,7 +187,7 @@ class Compactor:
             async with self._service.existing_object(object_key) as store:
                 if store is None:
                     return None  # never written: nothing to summarize
-                planned_at = (store, _changes(store, session_id))  # before the history is read
+                planned_at = (store, store.session_changes(session_id))  # before the history is read
             planned = await self.plan(object_key, session_id, leaf_id=leaf_id, keep_recent_tokens=keep_recent_tokens)
             if planned is None:
                 return None

@@ -405,7 +405,7 @@ class SessionsService:
         def run(ctx: WriteContext) -> UpdateOutcome:
             outcome = update_in(ctx, session_id, row)
             if outcome.status == "updated":
-                note_session_changed(store, session_id)
+                note_session_changed(ctx, session_id)
                 ctx.emit(ChangeEvent("update", session_id, message_json=prepared.json, message_info=outcome.info))
             return outcome
 
@@ -448,7 +448,7 @@ class SessionsService:
                 return True, UpdateResult(True, False, MessageView(outcome.info, prepared.json))
             updated = update_in(ctx, session_id, row)
             if updated.status == "updated":
-                note_session_changed(store, session_id)
+                note_session_changed(ctx, session_id)
                 ctx.emit(ChangeEvent("update", session_id, message_json=prepared.json, message_info=updated.info))
             return False, UpdateResult(True, updated.status == "updated", MessageView(updated.info, prepared.json))
 
@@ -482,7 +482,7 @@ class SessionsService:
 
             def run(ctx: WriteContext) -> int:
                 deleted = delete_in(ctx, session_id, ids)
-                note_session_changed(store, session_id)
+                note_session_changed(ctx, session_id)
                 ctx.emit(event)
                 return deleted
 
@@ -496,7 +496,7 @@ class SessionsService:
 
             def run(ctx: WriteContext) -> int:
                 deleted = clear_in(ctx, session_id)
-                note_session_changed(store, session_id)
+                note_session_changed(ctx, session_id)
                 ctx.emit(ChangeEvent("clear", session_id))
                 return deleted
 
@@ -1024,7 +1024,7 @@ class Importer:
         def run(ctx: WriteContext) -> list[bool]:
             infos = import_all_in(ctx, session_id, chunk.rows, chunk.parents, chunk.created_at_ms)
             if any(info is not None for info in infos):
-                note_session_changed(store, session_id)
+                note_session_changed(ctx, session_id)
             for info, event in zip(infos, chunk.events, strict=True):
                 if info is not None:
                     event.message_info = info

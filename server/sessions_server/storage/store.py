@@ -116,6 +116,7 @@ class WriteContext:
         self.pending_tails: dict[str, Tail] = {}
         self.row_writes = 0
         self.events: list[ChangeEvent] = []
+        self.changed_sessions: dict[str, int] = {}  # changes other than appends, uncommitted
 
     def tail(self, session_id: str) -> Tail:
         tail = self.pending_tails.get(session_id) or self._shared.get(session_id)
@@ -134,6 +135,16 @@ class WriteContext:
     def emit(self, event: ChangeEvent) -> None:
         """Queues a change event; it is published only if this job's changes commit."""
         self.events.append(event)
+
+    def note_changed(self, session_id: str) -> None:
+        """The session changed other than by an append: counted in `session_changes` once
+        this job commits."""
+        self.changed_sessions[session_id] = self.changed_sessions.get(session_id, 0) + 1
+
+    def changes_so_far(self, store: ObjectStore, session_id: str) -> int:
+        """The session's changes committed, and those of the jobs before this one in its
+        transaction (and this job's own so far)."""
+        return store.session_changes(session_id) + self.changed_sessions.get(session_id, 0)
 
 
 class _RunAgain(Exception):
@@ -176,6 +187,7 @@ class ObjectStore:
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
         self._tails: dict[str, Tail] = {}
+        self._session_changes: dict[str, int] = {}  # per session, committed (see `session_changes`)
         self._tails_lock = threading.Lock()
         self._commits = 0  # bumped after every commit that may move a tail
         self._queue: list[_Job] = []
@@ -422,6 +434,7 @@ class ObjectStore:
             before_tails = dict(ctx.pending_tails)
             before_writes = ctx.row_writes
             before_events = len(ctx.events)
+            before_changes = dict(ctx.changed_sessions)
             try:
                 if alone:
                     value = job.run(ctx)
@@ -443,6 +456,7 @@ class ObjectStore:
                 ctx.pending_tails = before_tails
                 ctx.row_writes = before_writes
                 del ctx.events[before_events:]
+                ctx.changed_sessions = before_changes
                 outcomes.append((False, refused))
                 continue
             outcomes.append((True, value))
@@ -458,6 +472,8 @@ class ObjectStore:
                     self._tails.pop(session_id, None)
                 else:
                     self._tails[session_id] = tail
+            for session_id, count in ctx.changed_sessions.items():
+                self._session_changes[session_id] = self._session_changes.get(session_id, 0) + count
             self._commits += 1
         self.row_writes += ctx.row_writes
         if self._wal_index is not None:
@@ -630,6 +646,13 @@ class ObjectStore:
             if self._commits == commits:  # nothing committed meanwhile: the view is current
                 self._tails[session_id] = tail
         return tail.leaf_id
+
+    def session_changes(self, session_id: str) -> int:
+        """How many committed jobs changed the session other than by appending (counted after
+        their commit): taken before a read's snapshot, what the read sees includes every change
+        counted, and a change it does not see moves the count later."""
+        with self._tails_lock:
+            return self._session_changes.get(session_id, 0)
 
     def search_index_committed(self) -> None:
         """The search index now exists for good: writes stop looking it up."""
