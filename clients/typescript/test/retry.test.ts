@@ -424,12 +424,19 @@ describe("transport failures (nothing listening)", () => {
         assert.ok(waited < timeoutMs, `${method} waited ${waited} ms in all`);
         if (method === "AppendMessage") {
           // Each unary attempt is given only what is left: at most the timeout less the waits so far.
-          assert.equal(sentTimeouts.length, notices.length + 1);
+          // An attempt follows every wait, unless the wait's timer fired so late (a loaded machine)
+          // that less than 1 ms of the deadline was left: then the call ends without it.
+          assert.ok(
+            sentTimeouts.length === notices.length + 1 || sentTimeouts.length === notices.length,
+            `${sentTimeouts.length} attempts after ${notices.length} waits`,
+          );
           assert.equal(sentTimeouts[0], timeoutMs);
           let left = timeoutMs;
           for (const [index, notice] of notices.entries()) {
             left -= notice.delayMs;
-            assert.ok(sentTimeouts[index + 1]! <= left, `attempt ${index + 2} was given ${sentTimeouts[index + 1]} ms of ${left}`);
+            if (index + 1 < sentTimeouts.length) {
+              assert.ok(sentTimeouts[index + 1]! <= left, `attempt ${index + 2} was given ${sentTimeouts[index + 1]} ms of ${left}`);
+            }
           }
         }
       }
