@@ -34,7 +34,7 @@ async def _history_json(service: SessionsService, key: str, session_id: str) -> 
 
 
 def _accounted() -> int:
-    return sum(len(path.rows) for path in paths._paths.values())
+    return sum(len(path.rows) + paths.PATH_OVERHEAD_ROWS for path in paths._paths.values())
 
 
 def test_remembered_rows_stay_within_the_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

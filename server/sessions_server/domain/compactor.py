@@ -15,6 +15,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -66,19 +67,50 @@ def _memo_key(kind: str, session_id: str) -> str:
     return f"{kind}\x00{session_id}"
 
 
+# Per-session facts an open object remembers here (policies, token estimates), the most recently
+# used kept: an object open for long with ever new sessions must not keep an entry for each.
+MAX_REMEMBERED_SESSION_FACTS = 8192
+_FACTS_KEY = "compactor"
+
+
+def _facts(store: ObjectStore) -> OrderedDict[str, object]:
+    facts = store.memo.get(_FACTS_KEY)
+    if not isinstance(facts, OrderedDict):
+        facts = store.memo[_FACTS_KEY] = OrderedDict()
+    return facts
+
+
+def _recall(store: ObjectStore, kind: str, session_id: str) -> object:
+    facts = _facts(store)
+    key = _memo_key(kind, session_id)
+    value = facts.get(key)
+    if value is not None:
+        facts.move_to_end(key)
+    return value
+
+
+def _remember(store: ObjectStore, kind: str, session_id: str, value: object) -> None:
+    facts = _facts(store)
+    key = _memo_key(kind, session_id)
+    facts[key] = value
+    facts.move_to_end(key)
+    while len(facts) > MAX_REMEMBERED_SESSION_FACTS:
+        facts.popitem(last=False)
+
+
 def forget_estimate(store: ObjectStore, session_id: str) -> None:
     """The session changed other than by appends: what is remembered about it may be wrong."""
-    store.memo.pop(_memo_key("tokens", session_id), None)
+    _facts(store).pop(_memo_key("tokens", session_id), None)
     paths.forget(store, session_id)
 
 
 def note_session_changed(ctx: WriteContext, session_id: str) -> None:
     """Called inside a write job that changes a session other than by appending (an update, a
     delete, a clear, an import, a compaction): a compaction planned before it may summarize
-    what is no longer there, or cover what it did not summarize. Counted once the job commits
-    (`ObjectStore.session_changes`): counted inside it, before its commit, a planner could take
-    the count with the change and then read a snapshot without it, and store a summary of what
-    the change had removed."""
+    what is no longer there, or cover what it did not summarize. Stamped once the job commits
+    (`ObjectStore.change_stamp`): counted inside it, before its commit, a planner could take the
+    count with the change and then read a snapshot without it, and store a summary of what the
+    change had removed."""
     ctx.note_changed(session_id)
 
 
@@ -124,7 +156,7 @@ class Compactor:
 
             def run(ctx: WriteContext) -> Compaction:
                 if planned_at is not None and (
-                    planned_at[0] is not store or planned_at[1] != ctx.changes_so_far(store, session_id)
+                    planned_at[0] is not store or ctx.changed_since(store, session_id, planned_at[1])
                 ):
                     raise SessionChanged
                 record = _insert_record(ctx, session_id, summary, from_id, to_id, event)
@@ -187,7 +219,7 @@ class Compactor:
             async with self._service.existing_object(object_key) as store:
                 if store is None:
                     return None  # never written: nothing to summarize
-                planned_at = (store, store.session_changes(session_id))  # before the history is read
+                planned_at = (store, store.change_stamp(session_id))  # before the history is read
             planned = await self.plan(object_key, session_id, leaf_id=leaf_id, keep_recent_tokens=keep_recent_tokens)
             if planned is None:
                 return None
@@ -231,7 +263,7 @@ class Compactor:
             queries.set_config(ctx.conn, session_id, POLICY_KEEP_RECENT_KEY, str(policy.keep_recent_tokens))
 
         def noted(_: None) -> None:
-            store.memo[_memo_key("policy", session_id)] = policy
+            _remember(store, "policy", session_id, policy)
 
         async with self._service.object(object_key, writing=True) as store:
             await store.write(run, after=noted)
@@ -243,7 +275,7 @@ class Compactor:
             return Policy() if store is None else await self._policy(store, session_id)
 
     async def _policy(self, store: ObjectStore, session_id: str) -> Policy:
-        cached = store.memo.get(_memo_key("policy", session_id))
+        cached = _recall(store, "policy", session_id)
         if isinstance(cached, Policy):
             return cached
 
@@ -258,13 +290,13 @@ class Compactor:
             return Policy(number(POLICY_THRESHOLD_KEY), number(POLICY_KEEP_RECENT_KEY))
 
         policy = await store.read(run)
-        store.memo[_memo_key("policy", session_id)] = policy
+        _remember(store, "policy", session_id, policy)
         return policy
 
     # ── the session estimate and automatic compaction ───────────────────────
 
     async def token_estimate(self, store: ObjectStore, session_id: str) -> int:
-        cached = store.memo.get(_memo_key("tokens", session_id))
+        cached = _recall(store, "tokens", session_id)
         memo = cached if isinstance(cached, TokenMemo) else None
         if memo is None:
             version = paths.session_version(store, session_id)  # before the read's snapshot
@@ -283,12 +315,12 @@ class Compactor:
 
             memo = await store.read(derive)
             if paths.session_version(store, session_id) == version:  # else it may be of an older state
-                store.memo[_memo_key("tokens", session_id)] = memo
+                _remember(store, "tokens", session_id, memo)
         return max(0, int(-(-memo.total // 1)))
 
     def note_appends(self, store: ObjectStore, session_id: str, infos: list[RowInfo]) -> None:
         """Extends the memoised estimate by tail appends; anything else drops it."""
-        memo = store.memo.get(_memo_key("tokens", session_id))
+        memo = _recall(store, "tokens", session_id)
         if not isinstance(memo, TokenMemo):
             return
         for info in infos:

@@ -24,6 +24,7 @@ one lock (each holds it for a dictionary operation or a list copy).
 
 from __future__ import annotations
 
+import functools
 import operator
 import sys
 import threading
@@ -43,8 +44,14 @@ if TYPE_CHECKING:
 MEMO_KEY = "paths"
 _ROW_ID = operator.attrgetter("id")
 _STORED_BYTES = operator.attrgetter("bytes")
-# About 200 bytes each: some 50 MB at most, for 25 sessions at the 10,001-row depth cap.
+# A row stat costs about 200 bytes, and a remembered path's own entry (its record, its key,
+# the dictionary slot) about 400 more, counted as PATH_OVERHEAD_ROWS rows: some 50 MB at most,
+# whether for 25 sessions at the 10,001-row depth cap or 83,000 sessions of one row (one row
+# each was counted as 200 bytes and took 596: 142 MiB at the bound).
 MAX_REMEMBERED_ROWS = 250_000
+PATH_OVERHEAD_ROWS = 2
+# Sessions whose last change an open object remembers (see `_ObjectMemo`).
+MAX_VERSIONED_SESSIONS = 4096
 DEFAULT_MESSAGE_BUDGET_BYTES = 96 * 1024 * 1024
 MAX_VIEW_BYTES = DEFAULT_MESSAGE_BUDGET_BYTES
 MAX_SESSION_VIEW_BYTES = MAX_VIEW_BYTES // 3
@@ -93,9 +100,30 @@ class _Path:
 
 @dataclass(eq=False)
 class _ObjectMemo:
-    """One open object's part: the key of its paths (by identity) and its sessions' versions."""
+    """One open object's part: the key of its paths (by identity), its sessions' versions, and
+    the sessions it has entries for.
 
-    versions: dict[str, int] = field(default_factory=dict)
+    A session's version is the stamp of its last change other than appends, from one counter
+    of the object, so versions only ever grow: the newest MAX_VERSIONED_SESSIONS are kept, and
+    every other session reads as `floor`, the newest stamp let go. A read that took a version
+    before a change never finds it again after (a per-session count, forgotten and started
+    again, could), and the memo stays bounded in a long-open object with ever new sessions."""
+
+    versions: OrderedDict[str, int] = field(default_factory=OrderedDict)
+    counter: int = 0
+    floor: int = 0
+    sessions: set[str] = field(default_factory=set)  # with a path or messages remembered
+
+    def version(self, session_id: str) -> int:
+        return self.versions.get(session_id, self.floor)
+
+    def changed(self, session_id: str) -> None:
+        self.counter += 1
+        self.versions.pop(session_id, None)
+        self.versions[session_id] = self.counter
+        while len(self.versions) > MAX_VERSIONED_SESSIONS:
+            _, stamp = self.versions.popitem(last=False)
+            self.floor = max(self.floor, stamp)
 
 
 @dataclass(slots=True)
@@ -114,22 +142,28 @@ _view_bytes = 0
 def _object_memo(store: ObjectStore) -> _ObjectMemo:
     memo = store.memo.get(MEMO_KEY)
     if not isinstance(memo, _ObjectMemo):
-        memo = store.memo.setdefault(MEMO_KEY, _ObjectMemo())
-    return memo
+        candidate = _ObjectMemo()
+        memo = store.memo.setdefault(MEMO_KEY, candidate)  # atomic: reader threads race here
+        if memo is candidate:
+            store.on_close(functools.partial(forget_object, memo))
+    return cast(_ObjectMemo, memo)
 
 
 def _drop(key: tuple[_ObjectMemo, str]) -> None:
     global _rows
     held = _paths.pop(key, None)
     if held is not None:
-        _rows -= len(held.rows)
+        _rows -= len(held.rows) + PATH_OVERHEAD_ROWS
+        if key not in _views:
+            key[0].sessions.discard(key[1])
 
 
 def _keep(key: tuple[_ObjectMemo, str], path: _Path) -> None:
     global _rows
     _drop(key)
     _paths[key] = path
-    _rows += len(path.rows)
+    key[0].sessions.add(key[1])
+    _rows += len(path.rows) + PATH_OVERHEAD_ROWS
     while _rows > MAX_REMEMBERED_ROWS and _paths:
         _drop(next(iter(_paths)))
 
@@ -142,7 +176,7 @@ def session_version(store: ObjectStore, session_id: str) -> int:
     and again, until the session's next change other than an append)."""
     memo = _object_memo(store)
     with _lock:
-        return memo.versions.get(session_id, 0)
+        return memo.version(session_id)
 
 
 def path_stats(store: ObjectStore, conn: Any, session_id: str, leaf_id: str, version: int) -> PathStats:
@@ -161,7 +195,7 @@ def path_stats(store: ObjectStore, conn: Any, session_id: str, leaf_id: str, ver
     for row in stats.rows:
         row.id = sys.intern(row.id)
     with _lock:
-        if memo.versions.get(session_id, 0) == version:
+        if memo.version(session_id) == version:
             stored = sum(map(_STORED_BYTES, stats.rows))
             _keep(key, _Path(leaf_id, list(stats.rows), stats.walked, stats.oldest_id, stored))
     return stats
@@ -262,9 +296,20 @@ def forget(store: ObjectStore, session_id: str) -> None:
     wrong."""
     memo = _object_memo(store)
     with _lock:
-        memo.versions[session_id] = memo.versions.get(session_id, 0) + 1
+        memo.changed(session_id)
         _drop((memo, session_id))
         _drop_views((memo, session_id))
+
+
+def forget_object(memo: _ObjectMemo) -> None:
+    """Drops everything remembered of a closed object (its memo is never consulted again: the
+    object opens with a new one), instead of leaving it until newer entries push it out."""
+    with _lock:
+        for session_id in list(memo.sessions):
+            _drop((memo, session_id))
+            _drop_views((memo, session_id))
+        memo.sessions.clear()
+        memo.versions.clear()
 
 
 # ── messages ──────────────────────────────────────────────────────────────────────────────────
@@ -301,6 +346,8 @@ def _drop_views(key: tuple[_ObjectMemo, str]) -> None:
     path = _paths.get(key)
     if path is not None:
         path.views = None
+    else:
+        key[0].sessions.discard(key[1])
 
 
 def _add_views(key: tuple[_ObjectMemo, str], held: _Views, views: Iterable[MessageView]) -> None:
@@ -336,7 +383,7 @@ def remembered_views(
     memo = _object_memo(store)
     key = (memo, session_id)
     with _lock:
-        version = memo.versions.get(session_id, 0)
+        version = memo.version(session_id)
         held = _views.get(key)
         if held is None:
             return [None] * len(ids), list(ids), version
@@ -385,11 +432,12 @@ def remember_views(store: ObjectStore, session_id: str, version: int, views: Ite
     memo = _object_memo(store)
     key = (memo, session_id)
     with _lock:
-        if memo.versions.get(session_id, 0) != version:
+        if memo.version(session_id) != version:
             return
         held = _views.get(key)
         if held is None:
             held = _views[key] = _Views()
+            memo.sessions.add(session_id)
         _add_views(key, held, views)
 
 

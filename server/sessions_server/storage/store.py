@@ -44,6 +44,7 @@ import logging
 import sqlite3
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -70,6 +71,8 @@ T = TypeVar("T")
 log = logging.getLogger("sessions.storage")
 
 MAX_JOBS_PER_COMMIT = 256
+MAX_CACHED_TAILS = 8192  # sessions whose tail (active leaf, next seq) a store keeps
+MAX_CHANGE_STAMPS = 8192  # sessions whose last change stamp a store keeps
 MAX_IDLE_READERS = 4
 # A write commits on the calling thread only when it is at most this large (the caller's estimate)
 # and this object's commits have lately taken at most this long (a slow disk keeps to the thread);
@@ -116,7 +119,7 @@ class WriteContext:
         self.pending_tails: dict[str, Tail] = {}
         self.row_writes = 0
         self.events: list[ChangeEvent] = []
-        self.changed_sessions: dict[str, int] = {}  # changes other than appends, uncommitted
+        self.changed_sessions: set[str] = set()  # changed other than by appends, uncommitted
 
     def tail(self, session_id: str) -> Tail:
         tail = self.pending_tails.get(session_id) or self._shared.get(session_id)
@@ -137,14 +140,14 @@ class WriteContext:
         self.events.append(event)
 
     def note_changed(self, session_id: str) -> None:
-        """The session changed other than by an append: counted in `session_changes` once
-        this job commits."""
-        self.changed_sessions[session_id] = self.changed_sessions.get(session_id, 0) + 1
+        """The session changed other than by an append: its `change_stamp` moves once this job
+        commits."""
+        self.changed_sessions.add(session_id)
 
-    def changes_so_far(self, store: ObjectStore, session_id: str) -> int:
-        """The session's changes committed, and those of the jobs before this one in its
-        transaction (and this job's own so far)."""
-        return store.session_changes(session_id) + self.changed_sessions.get(session_id, 0)
+    def changed_since(self, store: ObjectStore, session_id: str, stamp: int) -> bool:
+        """Whether the session changed since its `change_stamp` was `stamp`: in a commit since,
+        or in this transaction (a job before this one in it, or this one so far)."""
+        return session_id in self.changed_sessions or store.change_stamp(session_id) != stamp
 
 
 class _RunAgain(Exception):
@@ -186,8 +189,13 @@ class ObjectStore:
         self.inline_reads = 0  # quick reads answered on the calling thread
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
+        self._close_hooks: list[Callable[[], None]] = []
         self._tails: dict[str, Tail] = {}
-        self._session_changes: dict[str, int] = {}  # per session, committed (see `session_changes`)
+        # Per session, the stamp of its last committed change other than appends, from one
+        # counter, so stamps only grow; the newest are kept and the others read as the floor.
+        self._change_stamps: OrderedDict[str, int] = OrderedDict()
+        self._change_counter = 0
+        self._changes_floor = 0
         self._tails_lock = threading.Lock()
         self._commits = 0  # bumped after every commit that may move a tail
         self._queue: list[_Job] = []
@@ -434,7 +442,7 @@ class ObjectStore:
             before_tails = dict(ctx.pending_tails)
             before_writes = ctx.row_writes
             before_events = len(ctx.events)
-            before_changes = dict(ctx.changed_sessions)
+            before_changes = set(ctx.changed_sessions)
             try:
                 if alone:
                     value = job.run(ctx)
@@ -468,12 +476,17 @@ class ObjectStore:
             return self._commit_each_alone(batch, outcomes)
         with self._tails_lock:
             for session_id, tail in ctx.pending_tails.items():
-                if tail is _FORGET:
-                    self._tails.pop(session_id, None)
-                else:
+                self._tails.pop(session_id, None)  # re-inserted last: the most recently written
+                if tail is not _FORGET:
                     self._tails[session_id] = tail
-            for session_id, count in ctx.changed_sessions.items():
-                self._session_changes[session_id] = self._session_changes.get(session_id, 0) + count
+            self._bound_tails()
+            for session_id in ctx.changed_sessions:
+                self._change_counter += 1
+                self._change_stamps.pop(session_id, None)
+                self._change_stamps[session_id] = self._change_counter
+            while len(self._change_stamps) > MAX_CHANGE_STAMPS:  # the oldest stamps read as the floor
+                _, stamp = self._change_stamps.popitem(last=False)
+                self._changes_floor = max(self._changes_floor, stamp)
             self._commits += 1
         self.row_writes += ctx.row_writes
         if self._wal_index is not None:
@@ -645,14 +658,23 @@ class ObjectStore:
         with self._tails_lock:
             if self._commits == commits:  # nothing committed meanwhile: the view is current
                 self._tails[session_id] = tail
+                self._bound_tails()
         return tail.leaf_id
 
-    def session_changes(self, session_id: str) -> int:
-        """How many committed jobs changed the session other than by appending (counted after
-        their commit): taken before a read's snapshot, what the read sees includes every change
-        counted, and a change it does not see moves the count later."""
+    def _bound_tails(self) -> None:
+        """Keeps the tails of the MAX_CACHED_TAILS sessions written last (call with the lock held):
+        an object open for long with ever new sessions must not keep one for each; a session
+        without one reads its newest row again at its next write."""
+        tails = self._tails
+        while len(tails) > MAX_CACHED_TAILS:
+            del tails[next(iter(tails))]
+
+    def change_stamp(self, session_id: str) -> int:
+        """Moves whenever a job that changed the session other than by appending commits (after
+        the commit): taken before a read's snapshot, the read sees every change stamped so far,
+        and one it does not see moves the stamp later. A stamp is never given twice."""
         with self._tails_lock:
-            return self._session_changes.get(session_id, 0)
+            return self._change_stamps.get(session_id, self._changes_floor)
 
     def search_index_committed(self) -> None:
         """The search index now exists for good: writes stop looking it up."""
@@ -702,9 +724,23 @@ class ObjectStore:
             self._closing = asyncio.ensure_future(self._close_once())
         await asyncio.shield(self._closing)
 
+    def on_close(self, hook: Callable[[], None]) -> None:
+        """Runs `hook` (on the event loop's thread, or at once if closed already) when the store
+        closes: to drop what is kept in memory for it elsewhere."""
+        if self._closed:
+            hook()
+        else:
+            self._close_hooks.append(hook)
+
     async def _close_once(self) -> None:
         await self.settled()
         self._closed = True
+        hooks, self._close_hooks = self._close_hooks, []
+        for hook in hooks:
+            try:
+                hook()
+            except Exception:  # bookkeeping: the close goes on
+                log.exception("object %r: a close hook failed", self.object_key)
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._executor, self._close_blocking)
 
