@@ -310,6 +310,8 @@ def forget_object(memo: _ObjectMemo) -> None:
             _drop_views((memo, session_id))
         memo.sessions.clear()
         memo.versions.clear()
+        memo.counter += 1
+        memo.floor = memo.counter  # a read still under way finds its version gone: keeps nothing
 
 
 # ── messages ──────────────────────────────────────────────────────────────────────────────────
