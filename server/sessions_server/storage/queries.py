@@ -6,10 +6,12 @@ transaction. Nothing here caches: the store (`store.py`) owns caches and transac
 
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sessions_server.storage.rows import (
@@ -821,6 +823,45 @@ def ensure_fts_lookup(conn: sqlite3.Connection) -> None:
     conn.execute(FTS_LOOKUP_DDL)
     if isinstance(conn, ObjectConnection):
         conn.fts_lookup_ensured = True
+
+
+def has_search_row(conn: sqlite3.Connection, session_id: str, message_id: str) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM cf_agents_session_fts_content WHERE c1 = ? AND c0 = ? LIMIT 1", (session_id, message_id)
+    ).fetchone()
+    return row is not None
+
+
+# Where the first search's backfill of the index stands while it is under way (in `_sessions_meta`,
+# so that a build a restart or a close cut short goes on from there): the (session id, message
+# id) key of the last message it passed, as JSON, or "" before the first. No row: none under way.
+_BACKFILL_KEY = "search_backfill_after"
+
+
+@dataclass(frozen=True)
+class Backfill:
+    """A backfill of the search index under way: the key of the last message it passed."""
+
+    after: tuple[str, str] | None
+
+
+def backfill_under_way(conn: sqlite3.Connection) -> Backfill | None:
+    row = conn.execute("SELECT value FROM _sessions_meta WHERE key = ?", (_BACKFILL_KEY,)).fetchone()
+    if row is None:
+        return None
+    if not row[0]:
+        return Backfill(None)
+    session_id, message_id = json.loads(row[0])
+    return Backfill((str(session_id), str(message_id)))
+
+
+def record_backfill(conn: sqlite3.Connection, after: tuple[str, str] | None) -> None:
+    value = "" if after is None else json.dumps(list(after))
+    conn.execute("INSERT OR REPLACE INTO _sessions_meta (key, value) VALUES (?, ?)", (_BACKFILL_KEY, value))
+
+
+def end_backfill(conn: sqlite3.Connection) -> None:
+    conn.execute("DELETE FROM _sessions_meta WHERE key = ?", (_BACKFILL_KEY,))
 
 
 def _delete_search_rows(conn: sqlite3.Connection, rowids_sql: str, params: tuple[object, ...]) -> None:
