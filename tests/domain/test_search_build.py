@@ -2,7 +2,7 @@
 step, not for the whole build (a million messages took 243 s, every write to the object waiting),
 writes between steps are indexed once, and a build cut short goes on from where it stood.
 
-Runs the domain over real object files (no gRPC), with one page of 40 messages per step.
+Runs the domain over real object files (no gRPC), with one message per step (no time for more).
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def test_writes_between_steps_are_indexed_once_and_the_index_ends_exact(tmp_path
             executor.shutdown()
 
     steps = asyncio.run(scenario())
-    assert steps >= 4  # 200 messages, 40 a step
+    assert steps >= 4  # one message a step here: the build ran in many write jobs
     expected = Counter(
         [("a", f"a{i:03d}", f"words of a{i:03d}") for i in range(100) if i != 1]
         + [("b", f"b{i:03d}", f"words of b{i:03d}") for i in range(100) if i not in (90, 91)]

@@ -998,10 +998,10 @@ def _backfill_search_step(ctx: WriteContext) -> bool:
                 and queries.backfill_search_row(conn, session_id, stored.info.id, stored.info.role, stored.content)
             ):
                 ctx.row_writes += 1
-        after = (page[-1][0], page[-1][1].info.id)
-        if time.monotonic() >= deadline:
-            queries.record_backfill(conn, after)
-            return False
+            after = (session_id, stored.info.id)
+            if time.monotonic() >= deadline:  # checked per message: a page of large ones takes long
+                queries.record_backfill(conn, after)
+                return False
 
 
 class _ImportChunk:
