@@ -121,6 +121,11 @@ def _live_feed(channel: grpc.Channel, token: str, object_key: str, timeout: floa
     return feed
 
 
+def _tenant_feed(channel: grpc.Channel, token: str) -> Any:
+    """A live feed of one tenant-a object with `token` (the stream-share tests' unit)."""
+    return _live_feed(channel, token, "tenant-a/feeds")
+
+
 def _reload_tokens(server: LiveServer) -> None:
     """What SIGHUP runs, on the server's loop; returns once it has run."""
 
@@ -315,20 +320,17 @@ def test_one_token_holds_at_most_its_share_of_the_stream_slots(tmp_path: Path, t
     tenant's reads and feeds."""
     server = start_server(tmp_path / "data", tokens_file=tokens_file, limits=Limits(max_streams_per_token=2))
 
-    def subscribe(channel: grpc.Channel, token: str) -> Any:
-        return _live_feed(channel, token, "tenant-a/feeds")
-
     try:
         with grpc.insecure_channel(server.address) as channel:
-            held = [subscribe(channel, "r-secret") for _ in range(2)]
+            held = [_tenant_feed(channel, "r-secret") for _ in range(2)]
             with pytest.raises(grpc.RpcError) as refused:
-                subscribe(channel, "r-secret")
+                _tenant_feed(channel, "r-secret")
             error = SessionsError.from_rpc_error(refused.value)
             assert (error.code, error.reason) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "LIMIT_EXCEEDED")
             assert error.metadata.get("limit") == "max_streams_per_token"
-            other = subscribe(channel, "w-secret")  # another token's share is its own
+            other = _tenant_feed(channel, "w-secret")  # another token's share is its own
             held.pop().cancel()
-            held.append(subscribe(channel, "r-secret"))  # a slot given back is taken again
+            held.append(_tenant_feed(channel, "r-secret"))  # a slot given back is taken again
             for feed in (*held, other):
                 feed.cancel()
     finally:
@@ -347,17 +349,14 @@ def test_stream_shares_follow_the_token_not_its_name_across_a_reload(tmp_path: P
     write(["x-secret", "y-secret"])
     server = start_server(tmp_path / "data", tokens_file=tokens, limits=Limits(max_streams_per_token=2))
 
-    def subscribe(channel: grpc.Channel, token: str) -> Any:
-        return _live_feed(channel, token, "tenant-a/feeds")
-
     try:
         with grpc.insecure_channel(server.address) as channel:
-            held = [subscribe(channel, "x-secret") for _ in range(2)]
+            held = [_tenant_feed(channel, "x-secret") for _ in range(2)]
             write(["y-secret", "x-secret"])
             _reload_tokens(server)
-            held.append(subscribe(channel, "y-secret"))  # its own share, untouched by x's feeds
+            held.append(_tenant_feed(channel, "y-secret"))  # its own share, untouched by x's feeds
             with pytest.raises(grpc.RpcError) as refused:
-                subscribe(channel, "x-secret")  # x still holds its two
+                _tenant_feed(channel, "x-secret")  # x still holds its two
             assert SessionsError.from_rpc_error(refused.value).metadata.get("limit") == "max_streams_per_token"
             for feed in held:
                 feed.cancel()

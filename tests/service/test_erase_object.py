@@ -4,8 +4,10 @@ creates a new, empty object, restarts included."""
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -21,6 +23,13 @@ from tests.conftest import start_server
 from tests.service.support import text_message
 
 
+@contextlib.contextmanager
+def _connected(address: str) -> Iterator[tuple[SessionsClient, pb_grpc.SessionServiceStub]]:
+    """The Python client and a raw stub on one server."""
+    with SessionsClient(address) as client, grpc.insecure_channel(address) as channel:
+        yield client, pb_grpc.SessionServiceStub(channel)
+
+
 def _listed(stub: pb_grpc.SessionServiceStub) -> list[str]:
     return list(stub.ListObjects(pb.ListObjectsRequest(page_size=1000)).object_keys)
 
@@ -29,8 +38,7 @@ def test_an_erased_object_is_gone_and_its_key_starts_afresh(tmp_path: Path) -> N
     data = tmp_path / "data"
     server = start_server(data)
     try:
-        with SessionsClient(server.address) as client, grpc.insecure_channel(server.address) as channel:
-            stub = pb_grpc.SessionServiceStub(channel)
+        with _connected(server.address) as (client, stub):
             obj = client.object("user-1")
             obj.session().append_message(text_message("m1", "private words"))
             obj.session("other").append_message(text_message("m2", "more private words"))
@@ -79,8 +87,7 @@ def test_an_erase_that_names_a_destination_or_meets_a_move_changes_nothing(tmp_p
     data = tmp_path / "data"
     server = start_server(data)
     try:
-        with SessionsClient(server.address) as client, grpc.insecure_channel(server.address) as channel:
-            stub = pb_grpc.SessionServiceStub(channel)
+        with _connected(server.address) as (client, stub):
             for key in ("kept", "moving", "gone"):
                 client.object(key).session().append_message(text_message("m1"))
 

@@ -269,10 +269,13 @@ class ObjectAdmin:
             self._aborted.discard(object_key)
         return held
 
-    async def erase(self, object_key: str) -> bool:
+    async def erase(self, object_key: str, *, moved_to: str = "") -> bool:
         """Removes the object for good, recording nothing: the key's next write creates a new
-        object. Refused for an object moved away or being moved (`admit`). True if it existed."""
+        object. Refused with a destination (an erased object goes nowhere), and for an object
+        moved away or being moved (`admit`). True if it existed."""
         keys.check_object_key(object_key, max_bytes=self._max_object_key_bytes)
+        if moved_to:
+            raise InvalidArgument("an erased object goes nowhere: leave moved_to empty", field="moved_to")
         self.admit(object_key, writing=True)
         self._aborted.discard(object_key)
         self._moving.pop(object_key, None)  # an expired lock: no move can end in a delete now

@@ -713,12 +713,10 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         async def run() -> pb.DeleteObjectResponse:
             self._admit(context, request.object_key, write=True)
             objects = self._service.objects
-            if not request.erase:
-                deleted = await objects.delete(request.object_key, moved_to=request.moved_to)
-            elif request.moved_to:
-                raise InvalidArgument("an erased object goes nowhere: leave moved_to empty", field="moved_to")
+            if request.erase:
+                deleted = await objects.erase(request.object_key, moved_to=request.moved_to)
             else:
-                deleted = await objects.erase(request.object_key)
+                deleted = await objects.delete(request.object_key, moved_to=request.moved_to)
             return pb.DeleteObjectResponse(deleted=deleted)
 
         return await _unary(context, run)
