@@ -596,6 +596,7 @@ def test_a_source_restarted_after_a_move_still_refuses_the_object(tmp_path: Path
             a.object(key).session().append_message(_message("m0"))
             move_object(a, b, key, destination_name=second.address)
         first.stop()
+        assert MovedObjects(tmp_path / "first").unsettled() == []  # its files gone: not looked for at a start
         first = start_server(tmp_path / "first")
         with SessionsClient(first.address, retry=None) as a, SessionsClient(second.address, retry=None) as b:
             with pytest.raises(SessionsError) as refused:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import threading
 from pathlib import Path
 
-from sessions_server.storage.moved import MOVED_FILE_NAME, MovedObjects
+from sessions_server.storage.moved import MOVED_FILE_NAME, REWRITE_SLACK_LINES, MovedObjects
 
 
 def test_moves_and_returns_are_read_back_after_a_restart(tmp_path: Path) -> None:
@@ -49,3 +51,87 @@ def test_a_refusal_noted_in_memory_only_is_not_kept(tmp_path: Path) -> None:
     moved.refuse("a", None)
     assert moved.where("a") is None
     assert MovedObjects(tmp_path).where("a") is None
+
+
+def test_a_start_looks_for_leftover_files_only_where_a_delete_may_have_been_cut_short(tmp_path: Path) -> None:
+    """Every start stat'ed the file of every object ever moved away (10 s at a million). A
+    delete that saw its files go notes it (`settle`); only the others are looked at again."""
+    moved = MovedObjects(tmp_path)
+    moved.record("done", "there")
+    moved.settle(["done"])
+    moved.record("cut short", "there")  # a crash before its files went
+    moved.record("back", "there")
+    moved.forget("back")
+    again = MovedObjects(tmp_path)
+    assert again.unsettled() == ["cut short"]
+    assert (again.where("done"), again.where("cut short"), again.where("back")) == ("there", "there", None)
+    again.settle(again.unsettled())
+    assert MovedObjects(tmp_path).unsettled() == []
+
+
+def test_a_lost_settle_line_means_one_more_look_and_the_record_stays(tmp_path: Path) -> None:
+    moved = MovedObjects(tmp_path)
+    moved.record("a", "there")
+    moved.settle(["a"])
+    journal = tmp_path / MOVED_FILE_NAME
+    lines = journal.read_bytes().splitlines(keepends=True)
+    journal.write_bytes(lines[0] + lines[1][:-5])  # the unsynced settle line torn by a power cut
+    again = MovedObjects(tmp_path)
+    assert (again.where("a"), again.unsettled()) == ("there", ["a"])
+
+
+def test_settled_lines_read_as_records_by_an_older_server(tmp_path: Path) -> None:
+    """A server of an older version reads `{"key", "to"}` and treats a line without "to" as the
+    object's return: a settle line must keep the key refused there too."""
+    moved = MovedObjects(tmp_path)
+    moved.record("a", "there")
+    moved.settle(["a"])
+    for line in (tmp_path / MOVED_FILE_NAME).read_text(encoding="utf-8").splitlines():
+        entry = json.loads(line)
+        assert (entry["key"], entry["to"]) == ("a", "there")
+
+
+def test_a_journal_of_an_older_version_is_looked_at_once_then_compacted(tmp_path: Path) -> None:
+    count = REWRITE_SLACK_LINES + 10
+    journal = _write_journal(tmp_path, [{"key": f"k{i}", "to": "x"} for i in range(count)])
+    first = MovedObjects(tmp_path)
+    assert len(first.unsettled()) == count
+    first.settle(first.unsettled())
+    assert len(journal.read_text(encoding="utf-8").splitlines()) == count  # rewritten, not doubled
+    again = MovedObjects(tmp_path)
+    assert again.unsettled() == [] and len(list(again)) == count
+
+
+def test_a_compaction_while_the_event_loop_notes_refusals_keeps_them_all(tmp_path: Path) -> None:
+    """The event loop's thread notes a refusal (`refuse`) while a worker thread's record may be
+    compacting the journal: the compaction iterated the live table and could fail mid-way."""
+    _write_journal(
+        tmp_path, [entry for i in range(30_000) for entry in ({"key": f"k{i}", "to": "x"}, {"key": f"k{i}"})]
+    )
+    moved = MovedObjects(tmp_path)
+    for index in range(20_000):  # refused ones for the compaction to go through
+        moved.refuse(f"earlier{index}", "y")
+    busy, stop = threading.Event(), threading.Event()
+
+    def refuse_meanwhile() -> None:
+        index = 0
+        while not stop.is_set():
+            moved.refuse(f"loop{index}", "y")
+            index += 1
+            busy.set()
+
+    thread = threading.Thread(target=refuse_meanwhile)
+    thread.start()
+    try:
+        busy.wait()
+        moved.record("stays", "there")  # compacts first
+    finally:
+        stop.set()
+        thread.join()
+    assert MovedObjects(tmp_path).where("stays") == "there"
+
+
+def _write_journal(data_dir: Path, entries: list[dict[str, str]]) -> Path:
+    journal = data_dir / MOVED_FILE_NAME
+    journal.write_text("".join(json.dumps(entry) + "\n" for entry in entries), encoding="utf-8")
+    return journal

@@ -10,6 +10,7 @@ source is deleted it answers OBJECT_NOT_OWNED naming the destination, also after
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import hashlib
 import math
@@ -77,17 +78,20 @@ class ObjectAdmin:
         return self._registry.data_dir
 
     def set_moved_leftovers_aside(self) -> list[tuple[str, Path]]:
-        """Moves out of the way the files of objects recorded as moved away: a delete cut short
-        (a crash after the record, before the files went) leaves them, unlisted and refused, for
-        good. Set aside in `<data-dir>/set-aside/`, not deleted: an older server's offline
-        import-store brought objects back without clearing their record. Blocking; at startup,
+        """Moves out of the way the files of objects recorded as moved away whose delete may
+        have been cut short (a crash after the record, before the files went, or before they
+        were noted gone): they would stay, unlisted and refused, for good. Set aside in
+        `<data-dir>/set-aside/`, not deleted: an older server's offline import-store brought
+        objects back without clearing their record. Blocking; at startup,
         before anything is served. Returns (key, where its file went) for each."""
         aside = self.data_dir / datadir.SET_ASIDE_DIR_NAME
         found = []
-        for key in self._moved:
+        looked = self._moved.unsettled()
+        for key in looked:
             where = files.set_object_files_aside(object_path(self.data_dir, key), aside)
             if where is not None:
                 found.append((key, where))
+        self._moved.settle(looked)
         return found
 
     def admit(self, object_key: str, *, writing: bool, arriving: bool = False) -> None:
@@ -325,6 +329,8 @@ class ObjectAdmin:
             ) from None
         existed = await self._remove_files(object_key)
         self._moving.pop(object_key, None)
+        with contextlib.suppress(OSError):  # the files are gone all the same; a start looks once more
+            await asyncio.to_thread(self._moved.settle, [object_key])
         return existed
 
     async def _remove_files(self, object_key: str) -> bool:

@@ -5,8 +5,11 @@ name its new owner) rather than create an empty object under it: until the proxy
 to its new owner, a call that reaches the old one would otherwise be acknowledged into a second
 copy, lost to the real one. A restart must not forget that, so each such delete is first written
 here: `<data_dir>/MOVED`, one JSON line per change (`{"key": …, "to": …}` when an object leaves,
-`{"key": …}` when it comes back), synced before the object's file is removed. The file is read
-whole at startup and rewritten, compacted, once most of its lines are outdated.
+`{"key": …}` when it comes back), synced before the object's file is removed. Once the files
+are gone the record is written again with `"gone": true` (not synced: a lost one only costs a
+look at the next start), so that a start looks for leftover files only where a delete may have
+been cut short, not under every key ever moved away (a stat each: 10 s at a million). The file
+is read whole at startup and rewritten, compacted, once most of its lines are outdated.
 """
 
 from __future__ import annotations
@@ -15,12 +18,16 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
+
+import orjson
 
 from sessions_server.storage.datadir import sync_directory
 
 MOVED_FILE_NAME = "MOVED"
+REWRITE_SLACK_LINES = 1000
 log = logging.getLogger("sessions.storage")
 
 
@@ -31,6 +38,8 @@ class MovedObjects:
         self._path = data_dir / MOVED_FILE_NAME
         self._lock = threading.Lock()  # writers run on worker threads
         self._moved: dict[str, str] = {}
+        # Moved away, its files perhaps still here: recorded, and not yet noted gone.
+        self._unsettled: set[str] = set()
         self._lines = 0
         self._load()
 
@@ -46,17 +55,22 @@ class MovedObjects:
             with self._path.open("r+b") as out:
                 out.truncate(whole)
                 os.fsync(out.fileno())
-        for number, line in enumerate(data[:whole].decode("utf-8", "surrogatepass").splitlines(), 1):
+        for number, line in enumerate(data[:whole].splitlines(), 1):
             try:
-                entry = json.loads(line)
+                entry = _parse(line)
                 key, to = entry["key"], entry.get("to")
             except (ValueError, KeyError, TypeError):
                 log.warning("%s: line %d is not a move record; skipped", self._path, number)
                 continue
             if to is None:
                 self._moved.pop(key, None)
+                self._unsettled.discard(key)
             else:
                 self._moved[key] = str(to)
+                if entry.get("gone") is True:
+                    self._unsettled.discard(key)
+                else:
+                    self._unsettled.add(key)
             self._lines += 1
 
     def where(self, object_key: str) -> str | None:
@@ -69,6 +83,10 @@ class MovedObjects:
     def __iter__(self) -> Iterator[str]:
         return iter(list(self._moved))  # a copy: recording or forgetting may follow in the loop
 
+    def unsettled(self) -> list[str]:
+        """The objects moved away whose files may still be here (a delete cut short)."""
+        return sorted(self._unsettled)
+
     def refuse(self, object_key: str, moved_to: str | None) -> None:
         """Notes in memory only (at once, on the caller's thread) where the object went, or with
         None that it did not: `record` makes it durable."""
@@ -79,40 +97,72 @@ class MovedObjects:
 
     def record(self, object_key: str, moved_to: str) -> None:
         """Durably notes that the object left for `moved_to` (blocking: a worker thread)."""
-        self._append({"key": object_key, "to": moved_to})
+        self._append([{"key": object_key, "to": moved_to}])
         self._moved[object_key] = moved_to
+        self._unsettled.add(object_key)
+
+    def settle(self, object_keys: Iterable[str]) -> None:
+        """Notes that these moved objects' files are gone (blocking: a worker thread). Not
+        synced: if a crash loses it, the next start looks for the files once more."""
+        keys = [key for key in object_keys if key in self._unsettled and key in self._moved]
+        if len(keys) > REWRITE_SLACK_LINES:  # the first start of a new version: all of them
+            with self._lock:
+                self._unsettled.difference_update(keys)
+                self._rewrite()
+            return
+        # The record again, flagged: a server of an older version reads it as the record.
+        self._append([{"key": key, "to": self._moved[key], "gone": True} for key in keys], sync=False)
+        self._unsettled.difference_update(keys)
 
     def forget(self, object_key: str) -> None:
         """Durably notes that the object is here again (blocking: a worker thread)."""
         if object_key not in self._moved:
             return
-        self._append({"key": object_key})
+        self._append([{"key": object_key}])
         del self._moved[object_key]
+        self._unsettled.discard(object_key)
 
-    def _append(self, entry: dict[str, str]) -> None:
-        line = (json.dumps(entry, ensure_ascii=False) + "\n").encode("utf-8", "surrogatepass")
+    def _append(self, entries: list[dict[str, Any]], *, sync: bool = True) -> None:
+        if not entries:
+            return
+        lines = b"".join(_line(entry) for entry in entries)
         with self._lock:
-            if self._lines > 2 * len(self._moved) + 1000:
+            if self._lines > 2 * len(self._moved) + REWRITE_SLACK_LINES:
                 self._rewrite()
             created = not self._path.exists()
             with self._path.open("ab") as out:
-                out.write(line)
+                out.write(lines)
                 out.flush()
-                os.fsync(out.fileno())
+                if sync:
+                    os.fsync(out.fileno())
             if created:
                 sync_directory(self._path.parent)
-            self._lines += 1
+            self._lines += len(entries)
 
     def _rewrite(self) -> None:
         """Replaces the journal with one line per object still moved away (atomically)."""
         staged = self._path.with_name(MOVED_FILE_NAME + ".new")
+        # Copies: the event loop's thread notes refusals (`refuse`) while this runs.
+        moved, unsettled = list(self._moved.items()), set(self._unsettled)
         with staged.open("wb") as out:
-            for key, to in self._moved.items():
-                out.write(
-                    (json.dumps({"key": key, "to": to}, ensure_ascii=False) + "\n").encode("utf-8", "surrogatepass")
-                )
+            for key, to in moved:
+                entry: dict[str, Any] = {"key": key, "to": to}
+                if key not in unsettled:
+                    entry["gone"] = True
+                out.write(_line(entry))
             out.flush()
             os.fsync(out.fileno())
         os.replace(staged, self._path)
         sync_directory(self._path.parent)
-        self._lines = len(self._moved)
+        self._lines = len(moved)
+
+
+def _line(entry: dict[str, Any]) -> bytes:
+    return (json.dumps(entry, ensure_ascii=False) + "\n").encode("utf-8", "surrogatepass")
+
+
+def _parse(line: bytes) -> Any:
+    try:
+        return orjson.loads(line)
+    except orjson.JSONDecodeError:  # a lone surrogate, which orjson refuses and `_line` writes
+        return json.loads(line.decode("utf-8", "surrogatepass"))
