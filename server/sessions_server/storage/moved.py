@@ -158,7 +158,10 @@ class MovedObjects:
 
 
 def _line(entry: dict[str, Any]) -> bytes:
-    return (json.dumps(entry, ensure_ascii=False) + "\n").encode("utf-8", "surrogatepass")
+    try:
+        return orjson.dumps(entry, option=orjson.OPT_APPEND_NEWLINE)
+    except TypeError:  # a lone surrogate, which orjson refuses
+        return (json.dumps(entry, ensure_ascii=False) + "\n").encode("utf-8", "surrogatepass")
 
 
 def _parse(line: bytes) -> Any:
