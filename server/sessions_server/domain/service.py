@@ -13,10 +13,10 @@ import functools
 import operator
 import time
 from bisect import bisect_right
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import Any
+from typing import Any, TypeVar
 
 from sessions_server.domain import attachments, jsjson, keys, large_messages, messages, paths
 from sessions_server.domain import search as search_rules
@@ -96,6 +96,12 @@ IMPORT_CHUNK_MESSAGES = 64
 IMPORT_CHUNK_CHARS = 1 << 20
 IMPORT_PIPELINE_DEPTH = 4
 DEFAULT_SEARCH_SECONDS = 2.0
+# Messages of more JSON than this are prepared (parsed, checked, sanitized, stamped, sliced) on a
+# worker thread. Their walks are Python loops, which there hand the event loop the interpreter
+# every few milliseconds instead of holding it for the whole message: a 20 MB message of two
+# million parts held every call to every object for about 10 s.
+PREPARE_OFF_LOOP_CHARS = 256 * 1024
+T = TypeVar("T")
 
 
 @dataclass(slots=True)  # not frozen: built per message on every read, and frozen init costs 5x
@@ -306,6 +312,15 @@ class SessionsService:
         )
         return message, prepared
 
+    async def _prepared_row(
+        self, text: str, from_client: bool
+    ) -> tuple[messages.Message, messages.PreparedMessage, NewRow]:
+        def prepare() -> tuple[messages.Message, messages.PreparedMessage, NewRow]:
+            message, prepared = self._prepare(text, from_client, "message_json")
+            return message, prepared, prepared.row()
+
+        return await _prepared_off_loop_if_large(len(text), prepare)
+
     # ── writes ──────────────────────────────────────────────────────────────
 
     async def append(
@@ -318,20 +333,24 @@ class SessionsService:
         self.check_names(object_key, session_id)
         field_name = "message_json" if len(items) == 1 else "items[{}].message_json"
         parent_field = "parent_id" if len(items) == 1 else "items[{}].parent_id"
-        staged: list[tuple[int, messages.Message, messages.PreparedMessage | None]] = []
-        for index, item in enumerate(items):
-            self._check_parent(item.parent, parent_field.format(index))
-            message, prepared = self._prepare(item.text, item.from_client, field_name.format(index))
-            # Overlay ids are derived on read: upstream answers inserted=false, writes and emits nothing.
-            staged.append((index, message, None if messages.is_overlay_id(prepared.id) else prepared))
+        Staged = tuple[int, messages.Message, messages.PreparedMessage | None]
+
+        def prepare() -> tuple[list[Staged], list[NewRow | None]]:
+            staged: list[Staged] = []
+            for index, item in enumerate(items):
+                self._check_parent(item.parent, parent_field.format(index))
+                message, prepared = self._prepare(item.text, item.from_client, field_name.format(index))
+                # Overlay ids are derived on read: upstream answers inserted=false, writes and emits nothing.
+                staged.append((index, message, None if messages.is_overlay_id(prepared.id) else prepared))
+            # Built before the transaction: the slices, digest and search text are pure work that
+            # would otherwise hold the object's write lock (and, on the writer thread, contend for
+            # the interpreter with the event loop).
+            return staged, [None if prepared is None else prepared.row() for _, _, prepared in staged]
+
+        staged, rows = await _prepared_off_loop_if_large(sum(len(item.text) for item in items), prepare)
 
         def refused(message: messages.Message) -> AppendResult:
             return AppendResult(False, MessageView(None, jsjson.stringify(message)))
-
-        # Built before the transaction: the slices, digest and search text are pure work that
-        # would otherwise hold the object's write lock (and, on the writer thread, contend for
-        # the interpreter with the event loop).
-        rows = [None if prepared is None else prepared.row() for _, _, prepared in staged]
 
         # New messages under the tail, the common batch, go in one statement; a batch that meets
         # a stored id (a retry, a repeat) goes row by row.
@@ -397,10 +416,9 @@ class SessionsService:
     async def update(self, object_key: str, session_id: str, text: str, *, from_client: bool) -> UpdateResult:
         """Replaces an existing message; found=False (upstream's null) when the id is absent."""
         self.check_names(object_key, session_id)
-        _, prepared = self._prepare(text, from_client, "message_json")
+        _, prepared, row = await self._prepared_row(text, from_client)
         if messages.is_overlay_id(prepared.id):
             return UpdateResult(False, False, None)
-        row = prepared.row()
 
         def run(ctx: WriteContext) -> UpdateOutcome:
             outcome = update_in(ctx, session_id, row)
@@ -426,10 +444,9 @@ class SessionsService:
         """Appends a new id, else updates without re-parenting. Returns (inserted, result)."""
         self.check_names(object_key, session_id)
         self._check_parent(parent, "parent_id")
-        message, prepared = self._prepare(text, from_client, "message_json")
+        message, prepared, row = await self._prepared_row(text, from_client)
         if messages.is_overlay_id(prepared.id):
             return False, UpdateResult(False, False, MessageView(None, jsjson.stringify(message)))
-        row = prepared.row()
 
         def run(ctx: WriteContext) -> tuple[bool, UpdateResult]:
             if not queries.exists(ctx.conn, session_id, row.id):
@@ -1004,6 +1021,13 @@ def _backfill_search_step(ctx: WriteContext) -> bool:
                 return False
 
 
+async def _prepared_off_loop_if_large(chars: int, prepare: Callable[[], T]) -> T:
+    """`prepare()`, on a worker thread for messages of more than PREPARE_OFF_LOOP_CHARS of JSON."""
+    if chars > PREPARE_OFF_LOOP_CHARS:
+        return await asyncio.to_thread(prepare)
+    return prepare()
+
+
 class _ImportChunk:
     """Validated messages waiting to be written together, with their change events."""
 
@@ -1037,12 +1061,16 @@ class Importer:
 
     async def add(self, text: str, parent_id: str | None, created_at_ms: int) -> None:
         field_name = f"message[{self.received}]"
-        message, plain = messages.parse_message(text, field=field_name)
-        _check_message_sizes(message, self._limits, field_name)
-        if parent_id is not None:
-            _check_parent_id(parent_id, self._limits, "parent_id")
-        prepared = messages.prepare_for_import(message, plain=plain)
-        row = prepared.row()
+
+        def prepare() -> tuple[messages.PreparedMessage, NewRow]:
+            message, plain = messages.parse_message(text, field=field_name)
+            _check_message_sizes(message, self._limits, field_name)
+            if parent_id is not None:
+                _check_parent_id(parent_id, self._limits, "parent_id")
+            prepared = messages.prepare_for_import(message, plain=plain)
+            return prepared, prepared.row()
+
+        prepared, row = await _prepared_off_loop_if_large(len(text), prepare)
         large_messages.note_written(self._store, self._session_id, (row,))  # a skipped id: one slower read
         self.received += 1
         chunk = self._chunk
