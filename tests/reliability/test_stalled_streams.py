@@ -60,7 +60,7 @@ def test_a_delete_goes_through_streams_whose_clients_stopped_reading(tmp_path: P
 
             started = time.monotonic()
             deleted = client._stub.DeleteObject(
-                pb.DeleteObjectRequest(object_key="wedged"), metadata=metadata, timeout=30
+                pb.DeleteObjectRequest(object_key="wedged", moved_to="elsewhere:1"), metadata=metadata, timeout=30
             )
             assert deleted.deleted
             assert time.monotonic() - started < 20

@@ -118,3 +118,35 @@ def test_an_erase_that_names_a_destination_or_meets_a_move_changes_nothing(tmp_p
             assert "elsewhere:1" in moved.value.message
     finally:
         server.stop()
+
+
+def test_a_plain_delete_that_would_only_block_the_key_is_refused_and_records_nothing(tmp_path: Path) -> None:
+    """A plain delete records the key as moved away, refused from then on (restarts included)
+    until an import. One of a key never stored here, or of a live object with neither a move
+    lock nor a destination (an erase without `erase`), left a key that no call could use."""
+    data = tmp_path / "data"
+    server = start_server(data)
+    try:
+        with _connected(server.address) as (client, stub):
+            client.object("live").session().append_message(text_message("m1"))
+            for key, code in (
+                ("never-written", grpc.StatusCode.NOT_FOUND),
+                ("live", grpc.StatusCode.FAILED_PRECONDITION),
+            ):
+                with pytest.raises(grpc.RpcError) as refused:
+                    stub.DeleteObject(pb.DeleteObjectRequest(object_key=key), metadata=routing_metadata(key))
+                assert refused.value.code() == code, refused.value.details()
+            assert "erase" in (refused.value.details() or "")
+            client.object("never-written").session().append_message(text_message("n1"))  # not refused
+            assert client.object("live").session().get_history() == [text_message("m1")]
+            assert not (data / "MOVED").exists()
+
+            # A move's delete, and its repeat (its answer lost, say), go through.
+            request = pb.DeleteObjectRequest(object_key="live", moved_to="elsewhere:1")
+            assert stub.DeleteObject(request, metadata=routing_metadata("live")).deleted
+            assert not stub.DeleteObject(request, metadata=routing_metadata("live")).deleted
+            with pytest.raises(SessionsError) as moved:
+                client.object("live").session().get_history()
+            assert moved.value.reason == "OBJECT_NOT_OWNED"
+    finally:
+        server.stop()

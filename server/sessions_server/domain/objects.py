@@ -286,13 +286,28 @@ class ObjectAdmin:
         return await _run_to_end(self._remove_files(object_key))
 
     async def delete(self, object_key: str, *, moved_to: str) -> bool:
-        """Removes the object; later calls are refused, naming `moved_to`."""
+        """Removes the object; later calls are refused, naming `moved_to`. A move's last step:
+        refused for an object not stored here (unless a repeat of the move's delete), and without
+        a move lock or a destination (most likely an erase that forgot `erase`), since the key
+        would be refused from then on."""
         keys.check_object_key(object_key, max_bytes=self._max_object_key_bytes)
         # Kept for good (MOVED, read at every start) and quoted in every refusal: an address.
         check_size(moved_to, MAX_MOVED_TO_BYTES, "moved_to", "max_moved_to_bytes", "moved_to")
         if self._placement is not None:
             self._placement.check(object_key)
         expiry = self._moving.get(object_key)
+        if object_key not in self._moved:
+            if not object_path(self.data_dir, object_key).exists():
+                raise NotFound(
+                    "no object under this key on this server: nothing was deleted or recorded", field="object_key"
+                )
+            if expiry is None and not moved_to:
+                raise FailedPrecondition(
+                    "a delete without erase ends a move, and this server refuses the key from then on: "
+                    "export the object with lock_for_move first or name its destination in moved_to; "
+                    "set erase to delete it for good",
+                    reason="FAILED_PRECONDITION",
+                )
         if expiry is not None:  # the end of a move: the lock must still hold
             if time.monotonic() >= expiry:
                 raise FailedPrecondition(

@@ -168,8 +168,11 @@ class SessionServiceStub:
     """Removes an object from this server (the last step of a move). Later calls for the key are
     refused with FAILED_PRECONDITION (OBJECT_NOT_OWNED) naming where it went, restarts included
     (the server records the move before it removes the file), until the object is imported here
-    again. With `erase`, removes it for good instead: nothing is recorded, and the key's next
-    write makes a new, empty object. Runs to its end once begun, even if the caller goes away.
+    again. Refused, recording nothing, for a key with no object here (NOT_FOUND; a repeat of a
+    move's delete answers deleted=false), and with neither a move lock (ExportObject with
+    lock_for_move) nor moved_to (FAILED_PRECONDITION: the key would only be blocked). With
+    `erase`, removes it for good instead: nothing is recorded, and the key's next write makes a
+    new, empty object. Runs to its end once begun, even if the caller goes away.
     """
     AbortMove: _grpc.UnaryUnaryMultiCallable[_sessions_pb2.AbortMoveRequest, _sessions_pb2.AbortMoveResponse]
     """Gives up a move that will not complete (the destination refused the file, say): releases
@@ -296,8 +299,11 @@ class SessionServiceAsyncStub(SessionServiceStub):
     """Removes an object from this server (the last step of a move). Later calls for the key are
     refused with FAILED_PRECONDITION (OBJECT_NOT_OWNED) naming where it went, restarts included
     (the server records the move before it removes the file), until the object is imported here
-    again. With `erase`, removes it for good instead: nothing is recorded, and the key's next
-    write makes a new, empty object. Runs to its end once begun, even if the caller goes away.
+    again. Refused, recording nothing, for a key with no object here (NOT_FOUND; a repeat of a
+    move's delete answers deleted=false), and with neither a move lock (ExportObject with
+    lock_for_move) nor moved_to (FAILED_PRECONDITION: the key would only be blocked). With
+    `erase`, removes it for good instead: nothing is recorded, and the key's next write makes a
+    new, empty object. Runs to its end once begun, even if the caller goes away.
     """
     AbortMove: _aio.UnaryUnaryMultiCallable[_sessions_pb2.AbortMoveRequest, _sessions_pb2.AbortMoveResponse]  # type: ignore[assignment]
     """Gives up a move that will not complete (the destination refused the file, say): releases
@@ -601,8 +607,11 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         """Removes an object from this server (the last step of a move). Later calls for the key are
         refused with FAILED_PRECONDITION (OBJECT_NOT_OWNED) naming where it went, restarts included
         (the server records the move before it removes the file), until the object is imported here
-        again. With `erase`, removes it for good instead: nothing is recorded, and the key's next
-        write makes a new, empty object. Runs to its end once begun, even if the caller goes away.
+        again. Refused, recording nothing, for a key with no object here (NOT_FOUND; a repeat of a
+        move's delete answers deleted=false), and with neither a move lock (ExportObject with
+        lock_for_move) nor moved_to (FAILED_PRECONDITION: the key would only be blocked). With
+        `erase`, removes it for good instead: nothing is recorded, and the key's next write makes a
+        new, empty object. Runs to its end once begun, even if the caller goes away.
         """
 
     @_abc_1.abstractmethod

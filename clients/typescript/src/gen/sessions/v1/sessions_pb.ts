@@ -3674,8 +3674,11 @@ export const SessionService: GenService<{
    * Removes an object from this server (the last step of a move). Later calls for the key are
    * refused with FAILED_PRECONDITION (OBJECT_NOT_OWNED) naming where it went, restarts included
    * (the server records the move before it removes the file), until the object is imported here
-   * again. With `erase`, removes it for good instead: nothing is recorded, and the key's next
-   * write makes a new, empty object. Runs to its end once begun, even if the caller goes away.
+   * again. Refused, recording nothing, for a key with no object here (NOT_FOUND; a repeat of a
+   * move's delete answers deleted=false), and with neither a move lock (ExportObject with
+   * lock_for_move) nor moved_to (FAILED_PRECONDITION: the key would only be blocked). With
+   * `erase`, removes it for good instead: nothing is recorded, and the key's next write makes a
+   * new, empty object. Runs to its end once begun, even if the caller goes away.
    *
    * @generated from rpc sessions.v1.SessionService.DeleteObject
    */
