@@ -639,6 +639,26 @@ def test_resume_with_a_session_filter_replays_only_that_session(feeds: Callable[
     sentinel(obj.session("x"), resumed)
 
 
+def test_a_resume_on_an_object_still_never_written_is_not_reset(
+    feeds: Callable[..., Feed], client: Any, object_key: str
+) -> None:
+    """A subscriber to an object not yet written reconnected to a reset every time: the feed's
+    clock went with its last subscriber. Nothing can have happened since, so it is placed live;
+    once the object was written meanwhile, the resume is reset as before."""
+    first = feeds()
+    start = first.start_revision
+    first.close()  # the object's only subscriber: its feed goes
+
+    resumed = feeds(resume_from=start)
+    session = client.object(object_key).session()
+    event = sentinel(session, resumed)
+    assert event.revision > start
+    resumed.close()
+
+    written = feeds(resume_from=start)
+    assert written.next().type == "reset"
+
+
 @pytest.mark.parametrize("where", ["ancient", "future"])
 def test_resume_from_an_unknown_revision_starts_with_reset(
     feeds: Callable[..., Feed], session: Any, where: str

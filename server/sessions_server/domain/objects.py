@@ -94,6 +94,10 @@ class ObjectAdmin:
         self._moved.settle(looked)
         return found
 
+    def is_stored(self, object_key: str) -> bool:
+        """Whether the object has a file here (it was written, and not removed since)."""
+        return self._registry.is_open(object_key) or object_path(self.data_dir, object_key).exists()
+
     def admit(self, object_key: str, *, writing: bool, arriving: bool = False) -> None:
         """Refuses calls for objects this server does not own, has moved away, or is moving.
         `arriving`: the object is being brought (back) here, which a move away does not bar."""
@@ -184,7 +188,7 @@ class ObjectAdmin:
         # A file left by a delete cut short after it was recorded (the key refused since) is no
         # object here: a move back replaces it.
         replace = replace or object_key in self._moved
-        if not replace and (self._registry.is_open(object_key) or object_path(self.data_dir, object_key).exists()):
+        if not replace and self.is_stored(object_key):
             raise _already_here()  # before the file is sent, not after
         scratch = self.data_dir / datadir.SCRATCH_DIR_NAME
         scratch.mkdir(parents=True, exist_ok=True)
@@ -297,7 +301,7 @@ class ObjectAdmin:
             self._placement.check(object_key)
         expiry = self._moving.get(object_key)
         if object_key not in self._moved:
-            if not object_path(self.data_dir, object_key).exists():
+            if not self.is_stored(object_key):
                 raise NotFound(
                     "no object under this key on this server: nothing was deleted or recorded", field="object_key"
                 )

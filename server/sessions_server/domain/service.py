@@ -44,7 +44,7 @@ from sessions_server.domain.objects import ObjectAdmin
 from sessions_server.domain.overlays import OverlaySpan, overlay_id, overlay_message_json, plan_overlays
 from sessions_server.domain.placement import Placement
 from sessions_server.storage import queries
-from sessions_server.storage.feed import ChangeEvent, FeedClosed, Reset
+from sessions_server.storage.feed import COUNTER_LIMIT, ChangeEvent, FeedClosed, Reset
 from sessions_server.storage.registry import ObjectRegistry
 from sessions_server.storage.rows import (
     MAX_PATH_DEPTH,
@@ -782,8 +782,14 @@ class SessionsService:
             cap = self.limits.max_subscribers_per_object
             if hub.subscriber_count >= cap:
                 raise exceeded("too many subscribers on this object", "max_subscribers_per_object", cap)
+            place = resume_after
+            if resume_after & (COUNTER_LIMIT - 1) == 0 and not self.objects.is_stored(object_key):
+                # The start of a feed that had no event, on an object still never written: its
+                # hub, gone with its last subscriber, had a clock of its own, but nothing can have
+                # been missed since (an object written and erased meanwhile is empty again too).
+                place = 0
             try:
-                subscription = hub.subscribe(session_filter, resume_after)
+                subscription = hub.subscribe(session_filter, place)
             except FeedClosed as exc:
                 raise _feed_closed(exc) from None
             try:
