@@ -748,10 +748,11 @@ def _page_size(value: int, *, default: int, maximum: int) -> int:
 def _page_token_int(token: str) -> int:
     if not token:
         return 0
-    try:
-        return int(token)
-    except ValueError:
-        raise InvalidArgument("page_token is not one this server issued", field="page_token") from None
+    # Issued as a decimal row number: `int` would also take signs, underscores, spaces, other
+    # scripts' digits and numbers past SQLite's, each a wrong page (or an internal error).
+    if not (token.isascii() and token.isdigit() and len(token) <= 18):
+        raise InvalidArgument("page_token is not one this server issued", field="page_token")
+    return int(token)
 
 
 # A page token names the last session id of its page. It is never empty, even after session ""
