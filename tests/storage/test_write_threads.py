@@ -229,3 +229,36 @@ def test_a_write_never_overtakes_queued_writes(tmp_path: Path) -> None:
     assert stored_notes(path) == ["queued first", "small, second"]
     assert inline_writes == 0
     assert threading.get_ident() not in ran_on
+
+
+def test_a_queued_job_whose_caller_went_is_dropped_and_the_rest_commit(tmp_path: Path) -> None:
+    """Under overload most of a queue could be writes whose callers had been answered
+    DEADLINE_EXCEEDED, committed for nobody while live callers waited behind them. A job not yet
+    taken into a commit when its caller is cancelled writes nothing; one taken goes on."""
+    path = tmp_path / "object.sqlite"
+    running, release = threading.Event(), threading.Event()
+
+    def held(ctx: WriteContext) -> int:
+        ctx.conn.execute("INSERT INTO notes (body) VALUES ('held')")
+        running.set()
+        assert release.wait(timeout=30), "the held commit was never released"
+        return 0
+
+    async def scenario() -> None:
+        async with opened(path, None) as store:
+            first = asyncio.ensure_future(store.write(held))  # taken: the writer thread holds it
+            await asyncio.to_thread(running.wait, 30)
+            gone = asyncio.ensure_future(store.write(note("gone")))
+            kept = asyncio.ensure_future(store.write(note("kept")))
+            await asyncio.sleep(0)  # both queued behind the held commit
+            gone.cancel()
+            first.cancel()  # its job is in a commit already: it still commits
+            release.set()
+            await kept
+            with pytest.raises(asyncio.CancelledError):
+                await gone
+            with pytest.raises(asyncio.CancelledError):
+                await first
+
+    asyncio.run(scenario())
+    assert stored_notes(path) == ["held", "kept"]
