@@ -50,6 +50,7 @@ from sessions_server.storage.rows import (
     MAX_PATH_DEPTH,
     Compaction,
     NewRow,
+    OutOfDescriptors,
     Parent,
     PathStat,
     QueryInterrupted,
@@ -292,6 +293,8 @@ class SessionsService:
             raise Unavailable(
                 f"{exc} (replaced or removed, or the server stopping); retry", reason="OBJECT_MOVING"
             ) from exc
+        except OutOfDescriptors as exc:  # refused before anything was done, as a busy server refuses
+            raise LimitExceeded(str(exc), reason="SERVER_BUSY") from exc
         except StorageError as exc:
             raise storage_failure(str(exc), out_of_space=exc.out_of_space) from exc
         except StoredRowUnreadable as exc:

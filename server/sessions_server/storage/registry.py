@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import sqlite3
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
@@ -22,9 +24,13 @@ from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
 
+from sessions_server.storage import fdlimit
 from sessions_server.storage.feed import FeedClosed, FeedHub, Feeds, FeedSettings
 from sessions_server.storage.paths import object_path
+from sessions_server.storage.rows import OutOfDescriptors
 from sessions_server.storage.store import ObjectStore, recent_estimate
+
+log = logging.getLogger("sessions.storage")
 
 DEFAULT_MAX_OPEN_OBJECTS = 256
 # A ready file opens on the calling thread only while this registry's opens of ready files have
@@ -62,7 +68,7 @@ class ObjectRegistry:
         self.feeds = Feeds(feed)
         self._calls_in_flight = calls_in_flight
         self._executor = executor
-        self._max_open = max(1, max_open)
+        self._max_open = _open_objects_that_fit(max(1, max_open))
         self._open: OrderedDict[str, ObjectStore] = OrderedDict()
         self._opening: dict[str, asyncio.Future[ObjectStore]] = {}  # opens under way, each a task
         self._closing: dict[str, ObjectStore] = {}  # evicted, their close under way
@@ -173,6 +179,22 @@ class ObjectRegistry:
             self._release(opening.result())
 
     async def _open_store(self, object_key: str) -> ObjectStore:
+        """Opens the object's file (`_open_file`). When the process is out of file descriptors,
+        closes half of the idle objects and raises OutOfDescriptors: below `max_open` nothing
+        else would ever close them, and every later open would fail too."""
+        try:
+            return await self._open_file(object_key)
+        except (OSError, sqlite3.Error) as exc:
+            if not fdlimit.is_out_of_descriptors(exc, object_path(self.data_dir, object_key)):
+                raise
+            opened = len(self._open)
+            self._evict_idle(down_to=opened // 2)
+            raise OutOfDescriptors(
+                f"the server has as many files open as it may ({opened} objects open, {fdlimit.FDS_PER_OBJECT} "
+                "files each at most): it is closing idle ones; retry shortly"
+            ) from exc
+
+    async def _open_file(self, object_key: str) -> ObjectStore:
         """Opens the object's file: in place when the server is quiet, the file is ready and
         this registry's opens of ready files have been quick (see `storage.store`); anything
         else, and a file that needs creating or upgrading, on the executor."""
@@ -250,11 +272,14 @@ class ObjectRegistry:
         finally:
             self._drop_hub_if_unused(object_key)
 
-    def _evict_idle(self) -> None:
-        if len(self._open) <= self._max_open:
+    def _evict_idle(self, down_to: int | None = None) -> None:
+        """Closes the least recently used idle objects until at most `down_to` (by default
+        `max_open`) are open, or none idle is left."""
+        bound = self._max_open if down_to is None else down_to
+        if len(self._open) <= bound:
             return
         for key in list(self._open):
-            if len(self._open) <= self._max_open:
+            if len(self._open) <= bound:
                 break
             store = self._open[key]
             if store.busy or key in self._held:  # a `closed` block closes it itself
@@ -372,3 +397,22 @@ class ObjectRegistry:
 async def _until_unused(store: ObjectStore) -> None:
     while store.users:
         await store.idle.wait()
+
+
+def _open_objects_that_fit(wanted: int) -> int:
+    """`wanted`, or fewer if that many open objects would not fit in the file descriptors the
+    process may have (after raising its soft limit to the hard one)."""
+    soft_limit = fdlimit.raise_soft_limit()
+    if soft_limit is None or wanted <= (fits := fdlimit.objects_that_fit(soft_limit)):
+        return wanted
+    log.warning(
+        "--max-open-objects %d needs up to %d file descriptors, more than this process may have "
+        "(RLIMIT_NOFILE %d): at most %d objects will be open at once; raise the limit (ulimit -n, "
+        "LimitNOFILE) to keep %d open",
+        wanted,
+        wanted * fdlimit.FDS_PER_OBJECT + fdlimit.RESERVED_FDS,
+        soft_limit,
+        fits,
+        wanted,
+    )
+    return fits

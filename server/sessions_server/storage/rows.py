@@ -155,6 +155,11 @@ class StorageError(Exception):
         self.out_of_space = cause is not None and is_out_of_space(cause)
 
 
+class OutOfDescriptors(StorageError):
+    """An object could not be opened: the process had as many files open as it may. Nothing was
+    read or written; idle objects are being closed to make room."""
+
+
 class StoreClosed(StorageError):
     """The object's store closed under a call still using it (the object was replaced or
     removed, or the server stopped): nothing was read or written."""

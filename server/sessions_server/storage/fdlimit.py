@@ -1,0 +1,69 @@
+"""The process's budget of file descriptors, which open objects spend.
+
+An open object holds its file, its WAL, and its shared-memory file (mapped by two connections),
+so a few descriptors each; with the kernel's usual soft limit of 1,024 the default number of open
+objects did not fit, and once opens failed for want of descriptors no object below the
+`--max-open-objects` bound was ever closed to make room: every later open failed, for good. So
+a start raises the soft limit to the hard one and, if the open objects still would not fit,
+lowers their bound; an open that runs out of descriptors anyway (busy objects are not closed
+for the bound) is told apart, so that idle objects are closed and the caller told to retry.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sqlite3
+from pathlib import Path
+
+try:
+    import resource
+except ImportError:  # not on this platform: nothing to raise or measure
+    resource = None  # type: ignore[assignment]
+
+FDS_PER_OBJECT = 5
+# Listening and client sockets, the executor's threads' files, imports and exports under way.
+RESERVED_FDS = 256
+_SOFT_LIMIT_CEILING = 1 << 20
+_FD_DIRECTORY = "/proc/self/fd"
+
+
+def raise_soft_limit() -> int | None:
+    """Raises RLIMIT_NOFILE's soft limit to its hard one (capped); the soft limit now, or None
+    where there is no such limit."""
+    if resource is None:
+        return None
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = min(hard if hard != resource.RLIM_INFINITY else _SOFT_LIMIT_CEILING, _SOFT_LIMIT_CEILING)
+    if wanted > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+        except (ValueError, OSError):
+            pass
+    return int(soft)
+
+
+def objects_that_fit(soft_limit: int) -> int:
+    """How many objects may be open at once within `soft_limit` descriptors (at least one)."""
+    return max(1, (soft_limit - RESERVED_FDS) // FDS_PER_OBJECT)
+
+
+def is_out_of_descriptors(exc: BaseException, path: Path) -> bool:
+    """Whether a failed open of `path` was the process (or the system) out of file descriptors.
+    SQLite reports that as "unable to open database file", as it does a missing directory or a
+    denied permission: so those are ruled out, and many descriptors must be in use (counted
+    after the failure, when other calls may have closed some)."""
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.EMFILE, errno.ENFILE)
+    if not isinstance(exc, sqlite3.OperationalError) or "unable to open" not in str(exc) or resource is None:
+        return False
+    directory = next(parent for parent in path.parents if parent.exists())  # a new object's may not
+    if not os.access(directory, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.R_OK | os.W_OK)):
+        return False
+    try:
+        in_use = len(os.listdir(_FD_DIRECTORY))
+    except OSError:
+        return False
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return soft != resource.RLIM_INFINITY and in_use >= soft // 2
