@@ -98,7 +98,9 @@ restore_one() {  # relative path -> DIR/objects/<relative path>
     [[ -n "$force" ]] && args+=(-force)
     [[ -n "$skip" ]] && args+=(-if-replica-exists)
     if ! output=$("$LITESTREAM" "${args[@]}" "$(source_url "$rel")" 2>&1); then
-        if [[ -n "$timestamp" && "$output" == *"no matching backup files available"* ]]; then
+        # Litestream 0.5 says either when the object's first backup is later than the timestamp.
+        if [[ -n "$timestamp" && ( "$output" == *"no matching backup files available"* \
+              || "$output" == *"timestamp does not exist"* ) ]]; then
             echo "skipped $rel: no state at $timestamp" >&2
             return 0
         fi

@@ -115,9 +115,10 @@ def test_lose_the_shard_restore_everything_and_a_point_in_time(replicated_shard,
         pitr = client.object("pitr/one").session()
         pitr.append_message(text_message("b0", "state B"))
         pitr.delete_messages(["a1"])
+        client.object("pitr/later").session().append_message(text_message("l0", "created after the moment"))
 
     # Phase 2: wait until the replica holds every phase-1 write.
-    phase1 = {key: [m for m, _ in acknowledged[key]] for key in keys}
+    phase1 = {key: [m for m, _ in acknowledged[key]] for key in keys} | {"pitr/later": ["l0"]}
     _wait_replicated(replicator, s3, tmp_path / "poll", phase1, timeout=90)
     confirmed = {key: message_rows(object_path(shard.data_dir, key)) for key in keys}
 
@@ -156,7 +157,7 @@ def test_lose_the_shard_restore_everything_and_a_point_in_time(replicated_shard,
     fresh = tmp_path / "restored" / "data"
     result = restore(replicator.replica, s3, fresh, check="quick")
     restored_files = sorted((fresh / "objects").glob("*/*/*.sqlite"))
-    assert len(restored_files) == OBJECTS + 1, result.stderr
+    assert len(restored_files) == OBJECTS + 2, result.stderr
     for path in restored_files:
         assert integrity(path) == "ok", path
     for key in keys:
@@ -185,6 +186,16 @@ def test_lose_the_shard_restore_everything_and_a_point_in_time(replicated_shard,
     latest = message_rows(object_path(fresh, "pitr/one"))
     assert [row[1] for row in latest] == ["a0", "a2", "b0"]
     assert integrity(object_path(at_moment, "pitr/one")) == "ok"
+
+    # The whole shard at that moment: an object created after it is skipped, not a failure
+    # (Litestream 0.5 says "timestamp does not exist" for it).
+    shard_at_moment = tmp_path / "pitr-shard" / "data"
+    result = restore(replicator.replica, s3, shard_at_moment, timestamp=_utc(moment))
+    assert message_rows(object_path(shard_at_moment, "pitr/one")) == state_a
+    assert not object_path(shard_at_moment, "pitr/later").exists()
+    assert "skipped" in result.stderr
+    for key in keys:
+        assert message_rows(object_path(shard_at_moment, key))[:3] == confirmed[key][:3]
 
 
 def test_shutdown_does_not_stall_while_litestream_replicates(tmp_path: Path) -> None:
