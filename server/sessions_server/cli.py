@@ -6,11 +6,13 @@ import argparse
 import asyncio
 import gc
 import logging
+import math
 import signal
 import sys
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sessions_server import allocator
 from sessions_server.config import (
@@ -21,6 +23,7 @@ from sessions_server.config import (
     DEFAULT_MAX_REQUEST_BYTES,
     DEFAULT_MIN_CLIENT_PING_SECONDS,
     ServerConfig,
+    split_host_port,
 )
 from sessions_server.domain import paths
 from sessions_server.domain.keys import MAX_OBJECT_KEY_BYTES
@@ -30,13 +33,51 @@ from sessions_server.storage.feed import FeedSettings
 from sessions_server.storage.registry import DEFAULT_MAX_OPEN_OBJECTS
 from sessions_server.transport import packed_cache
 
+if TYPE_CHECKING:
+    from sessions_client import TlsConfig
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def _listen_address(text: str) -> str:
+    """`--listen`: HOST:PORT, port 0 for one the system picks."""
+    try:
+        split_host_port(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc}; expected HOST:PORT, PORT from 0 to 65535") from None
+    return text
+
+
+def _metrics_address(text: str) -> str:
+    """`--metrics-listen`: HOST:PORT with a port of its own; a port the system picked would be
+    told to nobody, so no scraper could find it."""
+    try:
+        _, port = split_host_port(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc}; expected HOST:PORT, PORT from 1 to 65535") from None
+    if port == 0:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: port 0 would pick a port nobody is told; give PORT from 1 to 65535"
+        )
+    return text
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sessions-server", description="Sessions gRPC server")
     commands = parser.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser("serve", help="run the server")
+    # Its usage names only a few flags: argparse's own (every flag, 45 lines) buried the one line
+    # saying what was wrong with the command.
+    serve = commands.add_parser(
+        "serve", help="run the server", usage="%(prog)s [--listen HOST:PORT] [--data-dir DIR] [option ...]"
+    )
+    serve.set_defaults(command_parser=serve)
     serve.add_argument(
-        "--listen", default=DEFAULT_LISTEN, help=f"HOST:PORT to bind; port 0 picks one (default {DEFAULT_LISTEN})"
+        "--listen",
+        type=_listen_address,
+        default=DEFAULT_LISTEN,
+        metavar="HOST:PORT",
+        help="address to bind: IPv4 address, [IPv6 address] or hostname, and a port; port 0 picks a free one, "
+        f"printed at start (default {DEFAULT_LISTEN})",
     )
     serve.add_argument("--data-dir", type=Path, default=Path("./data"), help="where object files live (default ./data)")
     serve.add_argument(
@@ -76,7 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--drain-seconds",
         type=float,
         default=DEFAULT_DRAIN_SECONDS,
-        help=f"grace period for in-flight calls on shutdown (default {DEFAULT_DRAIN_SECONDS})",
+        help=f"grace period for in-flight calls on shutdown, seconds; 0 cancels them at once "
+        f"(default {DEFAULT_DRAIN_SECONDS})",
     )
     serve.add_argument(
         "--progress-seconds", type=float, default=10.0, help="idle interval of Subscribe progress events (default 10)"
@@ -171,7 +213,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="refuse object calls without x-object-key metadata, as a shard behind a proxy that routes by it "
         "(implied by --ring-file)",
     )
-    serve.add_argument("--metrics-listen", help="HOST:PORT for a Prometheus /metrics endpoint")
+    serve.add_argument(
+        "--metrics-listen",
+        type=_metrics_address,
+        metavar="HOST:PORT",
+        help="address of a Prometheus /metrics endpoint (HTTP, no TLS)",
+    )
     serve.add_argument("--log-format", choices=("text", "json"), default="text", help="log line format")
     _add_text_limit_flags(serve)
     feed = FeedSettings()
@@ -222,8 +269,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_MIN_CLIENT_PING_SECONDS,
         help=f"shortest interval of client keepalive pings accepted (default {DEFAULT_MIN_CLIENT_PING_SECONDS:g})",
     )
-    serve.add_argument("--log-level", default="WARNING", help="logging level (default WARNING)")
+    serve.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=LOG_LEVELS,
+        default="WARNING",
+        help="logging level, in any case (default WARNING)",
+    )
     mover = commands.add_parser("move-object", help="move an object from one server to another, verified")
+    mover.set_defaults(command_parser=mover)
     mover.add_argument("--object-key", required=True, action="append", help="the object to move (repeatable)")
     mover.add_argument("--from", dest="source", required=True, help="source server address")
     mover.add_argument("--to", dest="destination", required=True, help="destination server address")
@@ -234,6 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="overwrite the object where the destination already holds it (a copy an earlier attempt of "
         "the move left; without it such an object is not moved)",
     )
+    _add_client_tls_flags(mover, "both servers (--from and --to)")
     aborter = commands.add_parser(
         "abort-move",
         help="release the move lock of an object whose move was cut short (AbortMove), so it takes writes again",
@@ -242,17 +297,22 @@ def build_parser() -> argparse.ArgumentParser:
         "the lock's lease. Only when no move of the object is running: a running move would go on to "
         "delete the object from the server, writes accepted after the release included.",
     )
+    aborter.set_defaults(command_parser=aborter)
     aborter.add_argument(
         "--object-key", required=True, action="append", help="the object whose lock to release (repeatable)"
     )
     aborter.add_argument("--from", dest="source", required=True, help="the server holding the lock (the move's source)")
     aborter.add_argument("--token", help="bearer token for the server (or SESSIONS_TOKEN)")
+    _add_client_tls_flags(aborter, "the server")
     hasher = commands.add_parser("hash-token", help="print the SHA-256 of a bearer token, for the tokens file")
+    hasher.set_defaults(command_parser=hasher)
     hasher.add_argument("token", nargs="?", help="the token (read from standard input when omitted)")
     imp = commands.add_parser(
         "import-store",
         help="copy an upstream store file (e.g. a workerd Durable Object SQLite file) in as an object",
+        usage="%(prog)s FILE --object-key KEY [--data-dir DIR | --to ADDRESS] [option ...]",
     )
+    imp.set_defaults(command_parser=imp)
     imp.add_argument("file", type=Path, help="the SQLite file to import (left unchanged)")
     imp.add_argument("--object-key", required=True, help="the object key it becomes")
     where = imp.add_mutually_exclusive_group()
@@ -267,7 +327,146 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--token", help="bearer token for --to (or SESSIONS_TOKEN)")
     imp.add_argument("--replace", action="store_true", help="overwrite an existing object")
     _add_text_limit_flags(imp)
+    _add_client_tls_flags(imp, "the server of --to")
     return parser
+
+
+def _add_client_tls_flags(parser: argparse.ArgumentParser, servers: str) -> None:
+    """How an admin command reaches servers that speak TLS (`serve --tls-cert`)."""
+    tls = parser.add_argument_group(
+        "TLS",
+        f"Plaintext unless one of these is given; they apply to {servers}. With mTLS (serve --tls-client-ca), "
+        "give --tls-cert and --tls-key too.",
+    )
+    tls.add_argument("--tls", action="store_true", help="use TLS, trusting the system's root certificates")
+    tls.add_argument(
+        "--tls-ca", type=Path, metavar="PEM", help="use TLS, trusting the CA certificates in this file instead"
+    )
+    tls.add_argument("--tls-cert", type=Path, metavar="PEM", help="client certificate chain (mTLS; implies --tls)")
+    tls.add_argument("--tls-key", type=Path, metavar="PEM", help="private key of --tls-cert")
+
+
+def _client_tls(parser: argparse.ArgumentParser, args: argparse.Namespace) -> TlsConfig | None:
+    """The TLS settings the admin flags ask for; None for plaintext."""
+    from sessions_client import TlsConfig
+
+    if not (args.tls or args.tls_ca or args.tls_cert or args.tls_key):
+        return None
+    if (args.tls_cert is None) != (args.tls_key is None):
+        parser.error("--tls-cert and --tls-key go together: give both for a client certificate, or neither")
+
+    def pem(flag: str, path: Path | None, kind: str) -> bytes | None:
+        if path is None:
+            return None
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            parser.error(f"{flag} {path}: cannot read it ({exc.strerror}); expected a PEM file of {kind}")
+        # gRPC takes any bytes here and fails only at the handshake, with a message about the
+        # connection rather than the file.
+        if b"-----BEGIN " not in data:
+            parser.error(f"{flag} {path}: not a PEM file; expected {kind}")
+        return data
+
+    return TlsConfig(
+        root_certificates=pem("--tls-ca", args.tls_ca, "CA certificates"),
+        certificate_chain=pem("--tls-cert", args.tls_cert, "a certificate chain"),
+        private_key=pem("--tls-key", args.tls_key, "a private key"),
+    )
+
+
+def _tls_flags(args: argparse.Namespace) -> list[str]:
+    """The TLS flags of this command line, to repeat in a command suggested to the operator."""
+    flags = ["--tls"] if args.tls else []
+    for flag, path in (("--tls-ca", args.tls_ca), ("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key)):
+        if path is not None:
+            flags += [flag, str(path)]
+    return flags
+
+
+@dataclass(frozen=True)
+class _Range:
+    """The values a numeric flag takes: more than 0, and 0 too when 0 means something of its
+    own; at most `most` where a larger value would not fit where it goes."""
+
+    zero: str | None = None  # what 0 means, when 0 is allowed
+    least: float | None = None  # the smallest value above 0 allowed, when not any
+    most: int | None = None
+    why: str = ""  # why `least` or `most`
+
+
+_GRPC_INT = 2**31 - 1  # gRPC's channel arguments are C ints
+# Sent to gRPC in whole milliseconds: less than one would go as 0, more than its int holds fails.
+_MILLISECONDS = _Range(least=0.001, most=_GRPC_INT // 1000, why="gRPC takes it in whole milliseconds, as a 32-bit int")
+
+_TEXT_LIMIT_RANGES = {"max_message_id_bytes": _Range(), "max_role_bytes": _Range(), "max_summary_bytes": _Range()}
+
+# Every numeric flag of `serve`: tests/e2e/test_cli_flags.py tries each flag the parser has.
+_SERVE_RANGES = {
+    "max_request_bytes": _Range(most=_GRPC_INT, why="gRPC's largest message, a 32-bit int"),
+    "max_open_objects": _Range(),
+    "message_memo_bytes": _Range(zero="off"),
+    "max_object_key_bytes": _Range(),
+    "drain_seconds": _Range(zero="in-flight calls are cancelled at once"),
+    "progress_seconds": _Range(),  # 0 would spin every idle feed
+    "search_seconds": _Range(),  # 0 would refuse every search
+    "max_concurrent_searches": _Range(),
+    "idle_seconds": _Range(zero="never"),
+    "max_query_bytes": _Range(),
+    "summarizer_timeout_seconds": _Range(),
+    "max_client_message_bytes": _Range(zero="no limit"),
+    "max_object_bytes": _Range(),
+    "max_assembly_bytes": _Range(),
+    "max_subscribers_per_object": _Range(),
+    "max_concurrent_streams": _Range(),
+    "max_streams_per_token": _Range(zero="no bound of its own"),  # negative refused every stream
+    "feed_retain_events": _Range(),
+    "feed_retain_bytes": _Range(),
+    "feed_retain_total_bytes": _Range(),
+    "keepalive_seconds": _MILLISECONDS,
+    "keepalive_timeout_seconds": _MILLISECONDS,
+    "min_client_ping_seconds": _MILLISECONDS,
+    **_TEXT_LIMIT_RANGES,
+}
+
+
+def _out_of_range(name: str, value: float, allowed: _Range) -> str | None:
+    """What is wrong with `value` for the flag `name`, or None."""
+    flag = "--" + name.replace("_", "-")
+    shown = repr(value)
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        shown = str(int(value))  # -1, as typed, rather than -1.0
+    if not math.isfinite(value):
+        return f"{flag} must be a finite number, not {shown}"
+    if value < 0 or (value == 0 and allowed.zero is None):
+        if allowed.zero is not None:
+            return f"{flag} must be 0 ({allowed.zero}) or more, not {shown}"
+        return f"{flag} must be greater than 0, not {shown}"
+    if allowed.least is not None and 0 < value < allowed.least:
+        return f"{flag} must be at least {allowed.least:g} ({allowed.why}), not {shown}"
+    if allowed.most is not None and value > allowed.most:
+        return f"{flag} must be at most {allowed.most} ({allowed.why}), not {shown}"
+    return None
+
+
+def _check_ranges(parser: argparse.ArgumentParser, args: argparse.Namespace, ranges: dict[str, _Range]) -> None:
+    for name, allowed in ranges.items():
+        problem = _out_of_range(name, getattr(args, name), allowed)
+        if problem is not None:
+            parser.error(problem)
+
+
+def _data_dir_problem(data_dir: Path) -> str | None:
+    """Why `data_dir` cannot be a data directory: it, or the nearest of its parents that exists,
+    is not a directory (the OS says only "File exists" or "Not a directory")."""
+    for path in (data_dir, *data_dir.parents):
+        if path.is_dir():
+            return None
+        if path.exists() or path.is_symlink():  # a dangling link too: the OS would not follow it
+            what = "a file" if path.is_file() else "not a directory"
+            where = "" if path == data_dir else f" (its parent {path})"
+            return f"--data-dir {data_dir}{where} is {what}; expected a directory, or a path where one can be made"
+    return None
 
 
 def _add_text_limit_flags(parser: argparse.ArgumentParser) -> None:
@@ -302,13 +501,38 @@ def _text_limits(args: argparse.Namespace) -> Limits:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, checked as far as it can be without acting on it: a bad one exits 2
+    with a line naming the flag, its value and what it takes. For the admin commands,
+    `tls_config` holds the TLS settings the flags ask for (None: plaintext)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    command: argparse.ArgumentParser = args.command_parser
+    if args.command == "serve":
+        _check_ranges(command, args, _SERVE_RANGES)
+    if args.command == "import-store":
+        _check_ranges(command, args, _TEXT_LIMIT_RANGES)
+        if args.address is None and (args.tls or args.tls_ca or args.tls_cert or args.tls_key):
+            command.error("--tls, --tls-ca, --tls-cert and --tls-key are for --to ADDRESS (a running server)")
+    if args.command in ("move-object", "abort-move", "import-store"):
+        args.tls_config = _client_tls(command, args)
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_arguments(argv)
     if args.command == "move-object":
-        return _move_objects(args.source, args.destination, args.object_key, args.token, replace=args.replace)
+        return _move_objects(
+            args.source,
+            args.destination,
+            args.object_key,
+            args.token,
+            replace=args.replace,
+            tls=args.tls_config,
+            tls_flags=_tls_flags(args),
+        )
     if args.command == "abort-move":
-        return _abort_moves(args.source, args.object_key, args.token)
+        return _abort_moves(args.source, args.object_key, args.token, tls=args.tls_config)
     if args.command == "hash-token":
         from sessions_server.transport.auth import hash_token
 
@@ -317,14 +541,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "import-store":
         if args.address:
-            return _send_store(args.file, args.object_key, args.address, args.token, replace=args.replace)
+            return _send_store(
+                args.file, args.object_key, args.address, args.token, replace=args.replace, tls=args.tls_config
+            )
         data_dir = args.data_dir or Path("./data")
         return _import_store(args.file, args.object_key, data_dir, replace=args.replace, limits=_text_limits(args))
-    for name in ("progress_seconds", "search_seconds", "max_concurrent_searches"):
-        if getattr(args, name) <= 0:  # 0 would spin every idle feed, refuse every search
-            parser.error(f"--{name.replace('_', '-')} must be greater than 0")
-    if args.max_streams_per_token < 0:  # would refuse every stream of every token
-        parser.error("--max-streams-per-token must be 0 (no bound of its own) or more")
+    problem = _data_dir_problem(args.data_dir)
+    if problem is not None:
+        print(f"sessions-server: {problem}", file=sys.stderr)
+        return 1
     _configure_logging(args.log_level, args.log_format)
     for retired in ("subscriber_queue_events", "subscriber_queue_bytes"):
         if getattr(args, retired) is not None:
@@ -410,7 +635,14 @@ def _configure_logging(level: str, log_format: str) -> None:
 
 
 def _move_objects(
-    source: str, destination: str, object_keys: list[str], token: str | None, *, replace: bool = False
+    source: str,
+    destination: str,
+    object_keys: list[str],
+    token: str | None,
+    *,
+    replace: bool = False,
+    tls: TlsConfig | None = None,
+    tls_flags: list[str] | None = None,
 ) -> int:
     """Moves each key in turn; a key that fails is reported and the others still move. Exits 1
     when any failed, after a summary naming each with its reason."""
@@ -421,12 +653,15 @@ def _move_objects(
 
     token = token or os.environ.get("SESSIONS_TOKEN")
     failed: list[tuple[str, str]] = []
-    with SessionsClient(source, token=token) as src, SessionsClient(destination, token=token) as dst:
+    with (
+        SessionsClient(source, token=token, tls=tls) as src,
+        SessionsClient(destination, token=token, tls=tls) as dst,
+    ):
         for key in object_keys:
             try:
                 report = move_object(src, dst, key, destination_name=destination, replace=replace)
             except SessionsError as exc:
-                reason = _move_failure(source, key, exc)
+                reason = _move_failure(source, key, exc, tls_flags or [], plaintext=tls is None)
                 failed.append((key, reason))
                 print(f"sessions-server move-object: {key!r} not moved: {reason}", file=sys.stderr, flush=True)
                 continue
@@ -447,13 +682,13 @@ def _move_objects(
     return 0
 
 
-def _move_failure(source: str, key: str, exc: Exception) -> str:
+def _move_failure(source: str, key: str, exc: Exception, tls_flags: list[str], *, plaintext: bool) -> str:
     """One line saying why `key` did not move, and what to do when the operator can act."""
     import shlex
 
     from sessions_client import SessionsError
 
-    text = " ".join(str(exc).split())  # one line, whatever the server's message holds
+    text = _call_failure(exc, plaintext=plaintext)
     if isinstance(exc, SessionsError) and "already exists here" in exc.message:
         return (
             f"{exc.code.name}: the destination already holds this object (a copy an earlier attempt of this "
@@ -461,7 +696,7 @@ def _move_failure(source: str, key: str, exc: Exception) -> str:
             "--replace to overwrite it"
         )
     if isinstance(exc, SessionsError) and exc.reason == "OBJECT_MOVING":
-        command = f"sessions-server abort-move --from {shlex.quote(source)} --object-key {shlex.quote(key)}"
+        command = shlex.join(["sessions-server", "abort-move", "--from", source, "--object-key", key, *tls_flags])
         return (
             f"{exc.code.name} [OBJECT_MOVING]: a move of this object is under way or was cut short; "
             f"if none is running, release it with `{command}` and move it again"
@@ -469,7 +704,20 @@ def _move_failure(source: str, key: str, exc: Exception) -> str:
     return text
 
 
-def _abort_moves(source: str, object_keys: list[str], token: str | None) -> int:
+def _call_failure(exc: Exception, *, plaintext: bool) -> str:
+    """A failed call on one line, whatever the server's message holds. A plaintext connection to
+    a server that speaks TLS fails as any connection does ("Socket closed"), so that failure
+    names the flags that may be missing."""
+    from sessions_client import SessionsError
+
+    text = " ".join(str(exc).split())
+    refused = isinstance(exc, SessionsError) and exc.code.name == "UNAVAILABLE" and "failed to connect" in exc.message
+    if plaintext and refused:
+        text += " (if the server uses TLS, give --tls-ca PEM, or --tls for the system's roots)"
+    return text
+
+
+def _abort_moves(source: str, object_keys: list[str], token: str | None, *, tls: TlsConfig | None = None) -> int:
     """Releases the move lock of each key (AbortMove); exits 1 when a call failed."""
     import os
 
@@ -478,13 +726,13 @@ def _abort_moves(source: str, object_keys: list[str], token: str | None) -> int:
 
     token = token or os.environ.get("SESSIONS_TOKEN")
     failures = 0
-    with SessionsClient(source, token=token) as client:
+    with SessionsClient(source, token=token, tls=tls) as client:
         for key in object_keys:
             try:
                 released = abort_move(client, key)
             except SessionsError as exc:
                 failures += 1
-                reason = " ".join(str(exc).split())
+                reason = _call_failure(exc, plaintext=tls is None)
                 print(f"sessions-server abort-move: {key!r} on {source}: {reason}", file=sys.stderr, flush=True)
                 continue
             if released:
@@ -501,6 +749,10 @@ def _import_store(source: Path, object_key: str, data_dir: Path, *, replace: boo
     from sessions_server.storage.moved import MovedObjects
     from sessions_server.storage.rows import StorageError
 
+    problem = _data_dir_problem(data_dir)
+    if problem is not None:
+        print(f"sessions-server import-store: {problem}", file=sys.stderr)
+        return 1
     try:
         # A running server keeps what it knows of its files in memory: one that had the object
         # open would go on writing the file this replaces. `--to` brings a file in through it.
@@ -535,7 +787,9 @@ def _import_store(source: Path, object_key: str, data_dir: Path, *, replace: boo
     return 0
 
 
-def _send_store(source: Path, object_key: str, address: str, token: str | None, *, replace: bool) -> int:
+def _send_store(
+    source: Path, object_key: str, address: str, token: str | None, *, replace: bool, tls: TlsConfig | None = None
+) -> int:
     import os
 
     from sessions_client import SessionsClient, SessionsError
@@ -543,10 +797,10 @@ def _send_store(source: Path, object_key: str, address: str, token: str | None, 
 
     token = token or os.environ.get("SESSIONS_TOKEN")
     try:
-        with SessionsClient(address, token=token) as client:
+        with SessionsClient(address, token=token, tls=tls) as client:
             report = import_file(client, object_key, source, replace=replace)
     except (SessionsError, OSError) as exc:
-        print(f"sessions-server import-store: {exc}", file=sys.stderr)
+        print(f"sessions-server import-store: {_call_failure(exc, plaintext=tls is None)}", file=sys.stderr)
         return 1
     print(f"imported {source} as object {object_key!r} on {address}: {report.message_rows} messages")
     return 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,6 +20,42 @@ DEFAULT_DRAIN_SECONDS = 10.0
 DEFAULT_KEEPALIVE_SECONDS = 60.0
 DEFAULT_KEEPALIVE_TIMEOUT_SECONDS = 20.0
 DEFAULT_MIN_CLIENT_PING_SECONDS = 10.0
+MAX_PORT = 65535
+
+_PORT = re.compile(r"[0-9]{1,5}")
+_HOSTNAME_LABEL = re.compile(r"(?!-)[A-Za-z0-9_-]{1,63}(?<!-)")
+
+
+def split_host_port(address: str) -> tuple[str, int]:
+    """The host and port of a HOST:PORT address: HOST an IPv4 address, an IPv6 address in
+    brackets or a hostname, PORT from 0 to 65535. Raises ValueError saying what is wrong.
+
+    gRPC takes almost anything here and fails late or quietly: a missing port became 443, a
+    port past 65535 wrapped around to another one, and text that is no address was reported as
+    a refusal of plaintext.
+    """
+    host, colon, port_text = address.rpartition(":")
+    if not colon or (address.startswith("[") and address.endswith("]")):
+        raise ValueError("the port is missing")
+    if not _PORT.fullmatch(port_text) or int(port_text) > MAX_PORT:
+        raise ValueError(f"the port {port_text!r} is not a number from 0 to {MAX_PORT}")
+    if host.startswith("[") and host.endswith("]"):
+        try:
+            ipaddress.IPv6Address(host[1:-1])
+        except ValueError:
+            raise ValueError(f"{host} is not an IPv6 address") from None
+    elif ":" in host:
+        raise ValueError("an IPv6 address goes in brackets, as [::1]:PORT")
+    elif not host:
+        raise ValueError("the host is missing (0.0.0.0 or [::] binds every interface)")
+    elif host.rsplit(".", 1)[-1].isdecimal():  # no hostname ends in a number: an IPv4 address
+        try:
+            ipaddress.IPv4Address(host)
+        except ValueError:
+            raise ValueError(f"{host} is not an IPv4 address") from None
+    elif len(host) > 253 or not all(_HOSTNAME_LABEL.fullmatch(label) for label in host.split(".")):
+        raise ValueError(f"{host!r} is neither an IP address nor a hostname")
+    return host, int(port_text)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ import signal
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -21,7 +22,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2_grpc
 
 from sessions_proto.v1 import sessions_pb2
-from sessions_server.config import ServerConfig
+from sessions_server.config import ServerConfig, split_host_port
 from sessions_server.domain.errors import SessionsError
 from sessions_server.domain.placement import Placement
 from sessions_server.domain.service import SessionsService
@@ -198,11 +199,13 @@ async def _create_server(config: ServerConfig, lock: DataDirectoryLock) -> Runni
         ReflectionServicer((SERVICE_NAME, health.SERVICE_NAME, REFLECTION_SERVICE)), registrar
     )
     port = _bind(server, config)
-    if port == 0:
-        raise OSError(f"could not bind {config.listen}")
-    await server.start()
     if config.metrics_listen:
-        metrics.serve(config.metrics_listen)
+        try:
+            _serve_metrics(metrics, config.metrics_listen)
+        except OSError:
+            await server.stop(None)  # gives the port back, to a caller that tries again in-process
+            raise
+    await server.start()
     for name in ("", SERVICE_NAME):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     host = config.listen.rsplit(":", 1)[0]
@@ -234,17 +237,20 @@ def _is_loopback(host: str) -> bool:
 
 
 def _bind(server: grpc.aio.Server, config: ServerConfig) -> int:
-    """Binds with TLS (mTLS when a client CA is given); plaintext only on loopback unless allowed."""
+    """Binds with TLS (mTLS when a client CA is given); plaintext only on loopback unless allowed.
+    Returns the port bound; raises OSError naming the flag at fault."""
     host = config.listen.rsplit(":", 1)[0]
     if config.tls_cert or config.tls_key:
         if not (config.tls_cert and config.tls_key):
             raise OSError("--tls-cert and --tls-key go together")
         credentials = grpc.ssl_server_credentials(
-            [(config.tls_key.read_bytes(), config.tls_cert.read_bytes())],
-            root_certificates=config.tls_client_ca.read_bytes() if config.tls_client_ca else None,
+            [(_read_pem("--tls-key", config.tls_key), _read_pem("--tls-cert", config.tls_cert))],
+            root_certificates=_read_pem("--tls-client-ca", config.tls_client_ca) if config.tls_client_ca else None,
             require_client_auth=config.tls_client_ca is not None,
         )
-        return server.add_secure_port(config.listen, credentials)
+        # gRPC checks the certificate and key only here, and fails as it does for the address.
+        unusable = ", or --tls-cert/--tls-key are no certificate chain and matching private key in PEM"
+        return _add_port(lambda: server.add_secure_port(config.listen, credentials), config.listen, unusable)
     if config.tls_client_ca:
         raise OSError("--tls-client-ca needs --tls-cert and --tls-key")
     if not _is_loopback(host) and not config.allow_plaintext:
@@ -252,7 +258,37 @@ def _bind(server: grpc.aio.Server, config: ServerConfig) -> int:
             f"refusing plaintext on non-loopback address {host}: give --tls-cert/--tls-key, "
             "or --allow-plaintext behind a trusted network"
         )
-    return server.add_insecure_port(config.listen)
+    return _add_port(lambda: server.add_insecure_port(config.listen), config.listen)
+
+
+def _add_port(add: Callable[[], int], listen: str, or_else: str = "") -> int:
+    # gRPC raises RuntimeError("Failed to bind ...; set GRPC_VERBOSITY=debug ...") naming no
+    # cause (a port in use, an address not of this host, a name that does not resolve: its own
+    # log line says which), and older releases returned 0 instead.
+    try:
+        port = add()
+    except RuntimeError:
+        port = 0
+    if port == 0:
+        raise OSError(f"could not listen on {listen} (--listen): address in use or not available{or_else}")
+    return port
+
+
+def _read_pem(flag: str, path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise OSError(f"could not read {flag} {path}: {exc.strerror}") from None
+
+
+def _serve_metrics(metrics: Metrics, listen: str) -> None:
+    host, port = split_host_port(listen)
+    try:
+        # The endpoint's own parsing splits at the last colon and wants an IPv6 host bare.
+        metrics.serve(f"{host.strip('[]')}:{port}")
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise OSError(f"could not listen on {listen} (--metrics-listen): {reason}") from None
 
 
 # gRPC core queues calls that arrive faster than the event loop takes them, and past 1,000

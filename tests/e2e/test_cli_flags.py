@@ -1,0 +1,373 @@
+"""`sessions-server` command lines an operator gets wrong, and the admin commands over TLS.
+
+A flag given a value it cannot take is refused before anything starts (exit 2) with a line
+naming the flag, the value and what it takes; a start the machine refuses (a port taken, a file
+where the data directory goes) exits 1 with a line naming the flag. Neither prints a traceback.
+`move-object`, `abort-move` and `import-store --to` reach servers that speak TLS or mTLS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import socket
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from sessions_client import SessionsClient, SessionsError, TlsConfig
+from sessions_client._common import routing_metadata
+from sessions_proto.v1 import sessions_pb2 as pb
+from sessions_server.cli import parse_arguments
+from sessions_server.storage.paths import object_path
+from tests.e2e.conftest import ServerProcess
+from tests.security.test_auth_tls import pki as pki  # the CA and certificates: a fixture, used by its name
+
+# Numeric flags whose help gives 0 a meaning of its own; every other one takes only more than 0.
+ZERO_ALLOWED = {
+    "--message-memo-bytes",
+    "--idle-seconds",
+    "--max-client-message-bytes",
+    "--max-streams-per-token",
+    "--drain-seconds",
+}
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sessions_server.cli", *args], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def _refusal(done: subprocess.CompletedProcess[str], code: int, prefix: str) -> str:
+    """The one line starting with `prefix` that says why the command failed with `code`."""
+    assert done.returncode == code, (done.returncode, done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.startswith(prefix)]
+    assert len(lines) == 1, done.stderr
+    return lines[0]
+
+
+def _parse_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """The error line of a command line refused at parsing, run in-process (nothing starts)."""
+    with pytest.raises(SystemExit) as exit_info:
+        parse_arguments(argv)
+    assert exit_info.value.code == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith("usage: "), lines  # the usage, then the reason
+    return lines[-1]
+
+
+@contextlib.contextmanager
+def _port_taken() -> Iterator[int]:
+    """A loopback port another program listens on for as long as the block runs."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        yield holder.getsockname()[1]
+
+
+# -- serve: addresses, log level -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "expected"),
+    [
+        ("--listen", "127.0.0.1", "the port is missing; expected HOST:PORT, PORT from 0 to 65535"),  # was port 443
+        ("--listen", "127.0.0.1:99999", "the port '99999' is not a number from 0 to 65535"),  # was 99999 % 65536
+        ("--listen", "nonsense", "the port is missing"),  # was "refusing plaintext on ... nonsense"
+        ("--listen", "::1:50051", "an IPv6 address goes in brackets, as [::1]:PORT"),
+        ("--listen", "300.1.1.1:50051", "300.1.1.1 is not an IPv4 address"),
+        ("--listen", ":50051", "the host is missing"),
+        ("--metrics-listen", "127.0.0.1", "the port is missing; expected HOST:PORT, PORT from 1 to 65535"),
+        ("--metrics-listen", "127.0.0.1:0", "port 0 would pick a port nobody is told"),
+    ],
+)
+def test_an_address_that_is_not_host_and_port_is_refused_at_start(
+    tmp_path: Path, flag: str, value: str, expected: str
+) -> None:
+    done = _cli("serve", "--data-dir", str(tmp_path / "data"), flag, value)
+    line = _refusal(done, 2, "sessions-server serve: error: ")
+    assert line.startswith(f"sessions-server serve: error: argument {flag}: {value!r}: "), line
+    assert expected in line
+    assert not (tmp_path / "data").exists()  # refused before anything started
+
+
+def test_addresses_of_every_form_are_taken(capsys: pytest.CaptureFixture[str]) -> None:
+    for host in ("127.0.0.1", "0.0.0.0", "[::1]", "[::]", "localhost", "shard-3.internal"):
+        for port in (0, 1, 65535):
+            assert parse_arguments(["serve", "--listen", f"{host}:{port}"]).listen == f"{host}:{port}"
+        assert parse_arguments(["serve", "--metrics-listen", f"{host}:9100"]).metrics_listen == f"{host}:9100"
+    assert capsys.readouterr().err == ""
+
+
+def test_a_hostname_with_port_zero_listens_on_the_port_it_prints(tmp_path: Path) -> None:
+    server = ServerProcess(tmp_path / "data", "--listen", "localhost:0").start()
+    try:
+        host, port = server.address.rsplit(":", 1)
+        assert host == "localhost" and int(port) > 0
+        with SessionsClient(server.address) as client:
+            assert client.object("k").session().append_message({"id": "m1", "role": "user", "parts": []}).inserted
+    finally:
+        server.stop()
+
+
+def test_an_unknown_log_level_is_refused_and_any_case_is_taken(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    done = _cli("serve", "--data-dir", str(tmp_path / "data"), "--log-level", "LOUD")  # was a ValueError traceback
+    line = _refusal(done, 2, "sessions-server serve: error: ")
+    assert "argument --log-level: invalid choice: 'LOUD' (choose from" in line
+    assert "'WARNING'" in line
+    assert parse_arguments(["serve", "--log-level", "info"]).log_level == "INFO"
+
+
+# -- serve: numeric flags --------------------------------------------------------------------
+
+
+def _numeric_flags() -> list[argparse.Action]:
+    """Every numeric flag `serve --help` shows (argparse lists them only in `_actions`)."""
+    serve: argparse.ArgumentParser = parse_arguments(["serve"]).command_parser
+    return [
+        action
+        for action in serve._actions
+        if action.type in (int, float) and action.help != argparse.SUPPRESS and action.option_strings
+    ]
+
+
+def test_every_numeric_flag_refuses_values_out_of_its_range(capsys: pytest.CaptureFixture[str]) -> None:
+    flags = _numeric_flags()
+    assert len(flags) >= 20  # the listing found them
+    assert {action.option_strings[0] for action in flags} >= ZERO_ALLOWED
+    for action in flags:
+        flag = action.option_strings[0]
+        assert (flag in ZERO_ALLOWED) == ("; 0 " in (action.help or "")), (flag, action.help)  # as --help says
+        assert "-1" in _parse_error(["serve", flag, "-1"], capsys), flag
+        assert flag in _parse_error(["serve", flag, "-1"], capsys), flag
+        if action.type is float:
+            assert f"{flag} must be a finite number, not nan" in _parse_error(["serve", flag, "nan"], capsys)
+            assert f"{flag} must be a finite number, not inf" in _parse_error(["serve", flag, "inf"], capsys)
+        if flag in ZERO_ALLOWED:
+            assert getattr(parse_arguments(["serve", flag, "0"]), action.dest) == 0
+            assert f"{flag} must be 0 (" in _parse_error(["serve", flag, "-1"], capsys)
+        else:
+            assert f"{flag} must be greater than 0, not 0" in _parse_error(["serve", flag, "0"], capsys)
+        # The default stays a value the flag takes.
+        assert getattr(parse_arguments(["serve", flag, str(action.default)]), action.dest) == action.default
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "expected"),
+    [
+        ("--max-open-objects", "-1", "--max-open-objects must be greater than 0, not -1"),  # was accepted
+        ("--max-request-bytes", "0", "--max-request-bytes must be greater than 0, not 0"),  # was accepted
+        ("--max-request-bytes", str(2**31), "--max-request-bytes must be at most 2147483647"),  # was OverflowError
+        ("--keepalive-seconds", "1e10", "--keepalive-seconds must be at most 2147483"),  # was OverflowError
+        ("--keepalive-seconds", "0.0001", "--keepalive-seconds must be at least 0.001"),  # would turn pings off
+        ("--max-concurrent-streams", "x", "argument --max-concurrent-streams: invalid int value: 'x'"),
+    ],
+)
+def test_a_numeric_flag_out_of_range_is_refused_by_the_command(
+    tmp_path: Path, flag: str, value: str, expected: str
+) -> None:
+    done = _cli("serve", "--data-dir", str(tmp_path / "data"), flag, value)
+    assert expected in _refusal(done, 2, "sessions-server serve: error: ")
+    assert done.stderr.startswith("usage: sessions-server serve [--listen HOST:PORT]")
+
+
+# -- serve: what the machine refuses ---------------------------------------------------------
+
+
+def test_a_listen_port_in_use_is_named(tmp_path: Path) -> None:
+    with _port_taken() as port:
+        done = _cli("serve", "--data-dir", str(tmp_path / "data"), "--listen", f"127.0.0.1:{port}")
+    line = _refusal(done, 1, "sessions-server: ")
+    assert line == f"sessions-server: could not listen on 127.0.0.1:{port} (--listen): address in use or not available"
+    assert "listening on" not in done.stdout
+
+
+def test_a_metrics_port_in_use_is_named(tmp_path: Path) -> None:
+    with _port_taken() as port:
+        done = _cli(
+            "serve",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            f"127.0.0.1:{port}",
+        )
+    line = _refusal(done, 1, "sessions-server: ")
+    assert line == f"sessions-server: could not listen on 127.0.0.1:{port} (--metrics-listen): Address already in use"
+    assert "listening on" not in done.stdout
+    # It gave the data directory back: a server started on it now runs.
+    ServerProcess(tmp_path / "data").start().stop()
+
+
+def test_a_data_directory_that_is_a_file_is_named(tmp_path: Path) -> None:
+    a_file = tmp_path / "data"
+    a_file.write_text("not a directory")
+    done = _cli("serve", "--data-dir", str(a_file), "--listen", "127.0.0.1:0")  # was "[Errno 17] File exists"
+    line = _refusal(done, 1, "sessions-server: ")
+    assert line.startswith(f"sessions-server: --data-dir {a_file} is a file; expected a directory")
+
+    below = a_file / "objects"
+    done = _cli("serve", "--data-dir", str(below), "--listen", "127.0.0.1:0")
+    line = _refusal(done, 1, "sessions-server: ")
+    assert line.startswith(f"sessions-server: --data-dir {below} (its parent {a_file}) is a file")
+
+    done = _cli("import-store", str(tmp_path / "upstream.sqlite"), "--object-key", "k", "--data-dir", str(a_file))
+    line = _refusal(done, 1, "sessions-server import-store: ")
+    assert line.startswith(f"sessions-server import-store: --data-dir {a_file} is a file")
+
+
+# -- admin commands over TLS -----------------------------------------------------------------
+
+
+def _tls_server(data_dir: Path, pki: Path, *extra: str) -> ServerProcess:
+    return ServerProcess(
+        data_dir, "--tls-cert", str(pki / "server.pem"), "--tls-key", str(pki / "server.key"), *extra
+    ).start()
+
+
+def _trusting(pki: Path, *, client_certificate: bool = False) -> TlsConfig:
+    if not client_certificate:
+        return TlsConfig(root_certificates=(pki / "ca.pem").read_bytes())
+    return TlsConfig(
+        root_certificates=(pki / "ca.pem").read_bytes(),
+        certificate_chain=(pki / "client.pem").read_bytes(),
+        private_key=(pki / "client.key").read_bytes(),
+    )
+
+
+def _lock_as_a_cut_short_move(client: SessionsClient, key: str) -> None:
+    """What a mover killed after its locked export leaves: the lock, for its lease (an hour)."""
+    client.object(key).session().append_message({"id": "m1", "role": "user", "parts": []})
+    request = pb.ExportObjectRequest(object_key=key, lock_for_move=True, lease_seconds=3600)
+    assert list(client._stub.ExportObject(request, metadata=routing_metadata(key)))[-1].sha256
+
+
+def _takes_writes(client: SessionsClient, key: str) -> bool:
+    try:
+        client.object(key).session().append_message({"id": "probe", "role": "user", "parts": []})
+    except SessionsError as error:
+        assert (error.code, error.reason) == (grpc.StatusCode.UNAVAILABLE, "OBJECT_MOVING"), error
+        return False
+    return True
+
+
+def test_abort_move_reaches_a_tls_server_with_tls_ca(tmp_path: Path, pki: Path) -> None:
+    server = _tls_server(tmp_path / "data", pki)
+    try:
+        with SessionsClient(server.address, tls=_trusting(pki), retry=None) as client:
+            _lock_as_a_cut_short_move(client, "locked")
+
+            plaintext = _cli("abort-move", "--from", server.address, "--object-key", "locked")
+            line = _refusal(plaintext, 1, "sessions-server abort-move: ")
+            assert line.startswith(f"sessions-server abort-move: 'locked' on {server.address}: UNAVAILABLE: ")
+            assert line.endswith("(if the server uses TLS, give --tls-ca PEM, or --tls for the system's roots)")
+            assert not _takes_writes(client, "locked")
+
+            # The system's roots do not hold the suite's CA: TLS is spoken, the certificate refused.
+            system_roots = _cli("abort-move", "--from", server.address, "--object-key", "locked", "--tls")
+            assert "CERTIFICATE_VERIFY_FAILED" in _refusal(system_roots, 1, "sessions-server abort-move: ")
+            assert not _takes_writes(client, "locked")
+
+            done = _cli(
+                "abort-move", "--from", server.address, "--object-key", "locked", "--tls-ca", str(pki / "ca.pem")
+            )
+            assert done.returncode == 0, done.stderr
+            assert done.stdout == f"released the move lock of 'locked' on {server.address}: it takes writes again\n"
+            assert _takes_writes(client, "locked")
+    finally:
+        server.stop()
+
+
+def test_abort_move_presents_a_client_certificate_to_an_mtls_server(tmp_path: Path, pki: Path) -> None:
+    server = _tls_server(tmp_path / "data", pki, "--tls-client-ca", str(pki / "ca.pem"))
+    command = ["abort-move", "--from", server.address, "--object-key", "locked", "--tls-ca", str(pki / "ca.pem")]
+    try:
+        with SessionsClient(server.address, tls=_trusting(pki, client_certificate=True), retry=None) as client:
+            _lock_as_a_cut_short_move(client, "locked")
+
+            anonymous = _cli(*command)
+            assert _refusal(anonymous, 1, "sessions-server abort-move: ").startswith(
+                f"sessions-server abort-move: 'locked' on {server.address}: UNAVAILABLE: "
+            )
+            assert not _takes_writes(client, "locked")
+
+            done = _cli(*command, "--tls-cert", str(pki / "client.pem"), "--tls-key", str(pki / "client.key"))
+            assert done.returncode == 0, done.stderr
+            assert "released the move lock of 'locked'" in done.stdout
+            assert _takes_writes(client, "locked")
+    finally:
+        server.stop()
+
+
+def test_move_object_between_tls_servers_and_import_store_to_one(tmp_path: Path, pki: Path) -> None:
+    source = _tls_server(tmp_path / "a", pki)
+    destination = _tls_server(tmp_path / "b", pki)
+    tls_ca = ["--tls-ca", str(pki / "ca.pem")]
+    message = {"id": "m1", "role": "user", "parts": [{"type": "text", "text": "over TLS"}]}
+    try:
+        with (
+            SessionsClient(source.address, tls=_trusting(pki)) as a,
+            SessionsClient(destination.address, tls=_trusting(pki)) as b,
+        ):
+            a.object("travels").session().append_message(message)
+            moved = _cli(
+                "move-object", "--from", source.address, "--to", destination.address, "--object-key", "travels", *tls_ca
+            )
+            assert moved.returncode == 0, moved.stderr
+            assert "moved 'travels'" in moved.stdout
+            assert b.object("travels").session().get_history() == [message]
+            assert not object_path(source.data_dir, "travels").exists()
+
+            # A store file of the object (as a server writes it), sent to the other server.
+            store = tmp_path / "upstream.sqlite"
+            live = sqlite3.connect(object_path(destination.data_dir, "travels"))
+            with contextlib.closing(live), contextlib.closing(sqlite3.connect(store)) as copy:
+                live.backup(copy)
+            sent = _cli("import-store", str(store), "--object-key", "imported", "--to", source.address, *tls_ca)
+            assert sent.returncode == 0, sent.stderr
+            assert f"imported {store} as object 'imported' on {source.address}: 1 messages" in sent.stdout
+            assert a.object("imported").session().get_history() == [message]
+    finally:
+        source.stop()
+        destination.stop()
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--tls-cert", "client.pem"], "--tls-cert and --tls-key go together"),
+        (["--tls-key", "client.key"], "--tls-cert and --tls-key go together"),
+        (["--tls-ca", "missing.pem"], "--tls-ca missing.pem: cannot read it (No such file or directory)"),
+        (["--tls-ca", "san.ext"], "--tls-ca san.ext: not a PEM file; expected CA certificates"),
+    ],
+)
+def test_tls_flags_that_cannot_work_are_refused(
+    pki: Path,
+    argv: list[str],
+    expected: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(pki)
+    for command in (
+        ["abort-move", "--from", "127.0.0.1:1", "--object-key", "k"],
+        ["move-object", "--from", "127.0.0.1:1", "--to", "127.0.0.1:2", "--object-key", "k"],
+        ["import-store", "store.sqlite", "--object-key", "k", "--to", "127.0.0.1:1"],
+    ):
+        line = _parse_error([*command, *argv], capsys)
+        assert line.startswith(f"sessions-server {command[0]}: error: {expected}"), line
+
+
+def test_import_store_into_a_data_directory_takes_no_tls_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    line = _parse_error(["import-store", "store.sqlite", "--object-key", "k", "--data-dir", "data", "--tls"], capsys)
+    assert line.endswith("--tls, --tls-ca, --tls-cert and --tls-key are for --to ADDRESS (a running server)")
