@@ -58,3 +58,27 @@ def test_live_server_answers_on_its_address(live_server: Any) -> None:
     host, _, port = live_server.address.rpartition(":")
     assert host in ("127.0.0.1", "localhost")
     assert int(port) > 0
+
+
+def test_health_lists_every_service(plain_channel: grpc.Channel) -> None:
+    """grpc.health.v1.Health/List, which reflection shows, answered UNIMPLEMENTED."""
+    statuses = health_pb2_grpc.HealthStub(plain_channel).List(health_pb2.HealthListRequest()).statuses
+    assert {name: status.status for name, status in statuses.items()} == {
+        "": health_pb2.HealthCheckResponse.SERVING,
+        SERVICE: health_pb2.HealthCheckResponse.SERVING,
+    }
+
+
+def test_reflection_describes_the_error_details_errors_carry(plain_channel: grpc.Channel) -> None:
+    """Every error carries a google.rpc.ErrorInfo, which grpcurl could not decode ("is not
+    recognized") since reflection did not know the type."""
+    from google.protobuf import descriptor_pb2
+
+    reflection = reflection_pb2_grpc.ServerReflectionStub(plain_channel)
+    for symbol in ("google.rpc.ErrorInfo", "google.rpc.Status"):
+        request = reflection_pb2.ServerReflectionRequest(file_containing_symbol=symbol)
+        (response,) = reflection.ServerReflectionInfo(iter([request]))
+        protos = response.file_descriptor_response.file_descriptor_proto
+        assert protos, response.error_response.error_message
+        files = [descriptor_pb2.FileDescriptorProto.FromString(p) for p in protos]
+        assert symbol.rpartition(".")[2] in {m.name for f in files for m in f.message_type}

@@ -13,7 +13,8 @@ from importlib import resources
 from typing import Any
 
 import grpc
-from google.protobuf import descriptor_pb2, descriptor_pool
+from google.protobuf import any_pb2, descriptor_pb2, descriptor_pool, duration_pb2
+from google.rpc import error_details_pb2, status_pb2
 from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
@@ -32,13 +33,17 @@ class ReflectionServicer(reflection_pb2_grpc.ServerReflectionServicer):  # type:
         self._services = tuple(sorted(service_names))
         self._files: dict[str, bytes] = {}
         self._pool = descriptor_pool.DescriptorPool()
-        for module in (health_pb2, reflection_pb2):
+        # The error details every failure carries (google.rpc.ErrorInfo in grpc-status-details-bin)
+        # too: without them grpcurl prints "google.rpc.ErrorInfo is not recognized" for each.
+        for module in (duration_pb2, any_pb2, status_pb2, error_details_pb2, health_pb2, reflection_pb2):
             proto = descriptor_pb2.FileDescriptorProto.FromString(module.DESCRIPTOR.serialized_pb)
             self._add(proto)
         for proto in _contract().file:
             self._add(proto)
 
     def _add(self, proto: descriptor_pb2.FileDescriptorProto) -> None:
+        if proto.name in self._files:
+            return
         self._pool.Add(proto)
         self._files[proto.name] = proto.SerializeToString()
 

@@ -193,7 +193,7 @@ async def _create_server(config: ServerConfig, lock: DataDirectoryLock) -> Runni
     metrics.assembly_bytes.set_function(lambda: servicer.assembly.held_bytes)
     screen = refusing_unauthenticated(authority.authenticate) if authority is not None else None
     registrar.add_generic_rpc_handlers((generic_handler(servicer),), screen)
-    health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
+    health_servicer = _HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, registrar)
     reflection_pb2_grpc.add_ServerReflectionServicer_to_server(
         ReflectionServicer((SERVICE_NAME, health.SERVICE_NAME, REFLECTION_SERVICE)), registrar
@@ -224,6 +224,30 @@ async def _create_server(config: ServerConfig, lock: DataDirectoryLock) -> Runni
         metrics,
         lock,
     )
+
+
+class _HealthServicer(health.aio.HealthServicer):  # type: ignore[misc,name-defined]
+    """grpcio-health-checking's servicer with `List`, which the contract has (and reflection
+    shows) but the library's asyncio servicer leaves unimplemented."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._statuses: dict[str, Any] = {}
+        self._shutting_down = False
+
+    async def set(self, service: str, status: Any) -> None:
+        if not self._shutting_down:  # as the library: a shutdown's NOT_SERVING is for good
+            self._statuses[service] = status
+        await super().set(service, status)
+
+    async def enter_graceful_shutdown(self) -> None:
+        self._shutting_down = True
+        self._statuses = dict.fromkeys(self._statuses, health_pb2.HealthCheckResponse.NOT_SERVING)
+        await super().enter_graceful_shutdown()
+
+    async def List(self, request: health_pb2.HealthListRequest, context: Any) -> health_pb2.HealthListResponse:
+        statuses = {name: health_pb2.HealthCheckResponse(status=status) for name, status in self._statuses.items()}
+        return health_pb2.HealthListResponse(statuses=statuses)
 
 
 def _is_loopback(host: str) -> bool:
