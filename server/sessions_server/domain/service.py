@@ -103,6 +103,9 @@ DEFAULT_SEARCH_SECONDS = 2.0
 # million parts held every call to every object for about 10 s.
 PREPARE_OFF_LOOP_CHARS = 256 * 1024
 T = TypeVar("T")
+# An append's input as prepared: its index in the call, the parsed message, and what is stored
+# (None for a compaction overlay's id, which is written nowhere).
+_Staged = tuple[int, "messages.Message", "messages.PreparedMessage | None"]
 
 
 @dataclass(slots=True)  # not frozen: built per message on every read, and frozen init costs 5x
@@ -336,10 +339,9 @@ class SessionsService:
         self.check_names(object_key, session_id)
         field_name = "message_json" if len(items) == 1 else "items[{}].message_json"
         parent_field = "parent_id" if len(items) == 1 else "items[{}].parent_id"
-        Staged = tuple[int, messages.Message, messages.PreparedMessage | None]
 
-        def prepare() -> tuple[list[Staged], list[NewRow | None]]:
-            staged: list[Staged] = []
+        def prepare() -> tuple[list[_Staged], list[NewRow | None]]:
+            staged: list[_Staged] = []
             for index, item in enumerate(items):
                 self._check_parent(item.parent, parent_field.format(index))
                 message, prepared = self._prepare(item.text, item.from_client, field_name.format(index))
