@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
 from tests.service.support import ids, message_row, message_rows, text_message
@@ -112,6 +113,14 @@ def test_parent_modes_on_the_wire(stub: Any, data_dir: Path, object_key: str) ->
     assert [parent(r) for r in (first, second, third, root, unknown, auto)] == [None, "a", "a", None, None, "u"]
     stored = {r["id"]: r["parent_id"] for r in message_rows(data_dir, object_key)}
     assert stored == {"a": None, "b": "a", "c": "a", "r": None, "u": None, "v": "u"}
+
+    # A parent named with a mode that takes none is refused, not ignored (ROOT took it silently).
+    for mode in (pb.PARENT_MODE_AUTO, pb.PARENT_MODE_ROOT):
+        with pytest.raises(grpc.RpcError) as refused:
+            append_raw(stub, object_key, "x", parent_mode=mode, parent_id="a")
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "parent_id" in (refused.value.details() or "")
+    assert "x" not in {r["id"] for r in message_rows(data_dir, object_key)}
 
 
 def test_append_response_carries_the_stored_row(stub: Any, data_dir: Path, object_key: str) -> None:

@@ -61,6 +61,8 @@ class Draining:
 
 def _parent(mode: int, parent_id: str) -> Parent:
     if mode == pb.PARENT_MODE_ROOT:
+        if parent_id:  # as with AUTO: a parent named and then ignored is a caller's mistake
+            raise InvalidArgument("parent_id must be empty when parent_mode is PARENT_MODE_ROOT", field="parent_id")
         return Parent.root()
     if mode == pb.PARENT_MODE_ID or (mode == pb.PARENT_MODE_UNSPECIFIED and parent_id):
         return Parent.of(parent_id)
@@ -314,6 +316,11 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                         if frame.object_key and frame.object_key != object_key:
                             raise InvalidArgument(
                                 "every ImportMessages frame must name the same object_key", reason="INVALID_STREAM"
+                            )
+                        if frame.session_id and frame.session_id != session_id:  # else imported to the first's
+                            raise InvalidArgument(
+                                "every ImportMessages frame must name the first frame's session_id (or none)",
+                                reason="INVALID_STREAM",
                             )
                         if frame.messages:
                             if head is not None:

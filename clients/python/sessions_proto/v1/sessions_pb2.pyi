@@ -77,7 +77,7 @@ class _ParentModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ParentMode
     PARENT_MODE_AUTO: _ParentMode.ValueType  # 1
     """Attach to the session's newest message (a root when the session is empty)."""
     PARENT_MODE_ROOT: _ParentMode.ValueType  # 2
-    """Start a new root."""
+    """Start a new root (`parent_id` must be empty, as with AUTO)."""
     PARENT_MODE_ID: _ParentMode.ValueType  # 3
     """Attach to `parent_id`. An empty, unknown or other-session id makes a root, as upstream does;
     the response's `info.parent_id` shows which parent was used.
@@ -91,7 +91,7 @@ PARENT_MODE_UNSPECIFIED: ParentMode.ValueType  # 0
 PARENT_MODE_AUTO: ParentMode.ValueType  # 1
 """Attach to the session's newest message (a root when the session is empty)."""
 PARENT_MODE_ROOT: ParentMode.ValueType  # 2
-"""Start a new root."""
+"""Start a new root (`parent_id` must be empty, as with AUTO)."""
 PARENT_MODE_ID: ParentMode.ValueType  # 3
 """Attach to `parent_id`. An empty, unknown or other-session id makes a root, as upstream does;
 the response's `info.parent_id` shows which parent was used.
@@ -1057,7 +1057,9 @@ class ImportMessagesRequest(_message.Message):
     first frame of each message.
     """
     created_at_ms: _builtins.int
-    """The created time to store, Unix milliseconds. Read from the first frame of each message."""
+    """The created time to store, Unix milliseconds; 0 (unset) for the time of the import, and
+    negative refused (INVALID_ARGUMENT). Read from the first frame of each message.
+    """
     @_builtins.property
     def messages(self) -> _containers.RepeatedCompositeFieldContainer[Global___ImportedMessage]:
         """Whole messages, imported in order before this frame's piece (if any): a client may pack
@@ -1101,7 +1103,9 @@ class ImportedMessage(_message.Message):
     parent_id: _builtins.str
     """The parent id, stored exactly as given (not validated); unset for a root."""
     created_at_ms: _builtins.int
-    """The created time to store, Unix milliseconds."""
+    """The created time to store, Unix milliseconds; 0 (unset) for the time of the import, and
+    negative refused (INVALID_ARGUMENT).
+    """
     def __init__(
         self,
         *,

@@ -106,7 +106,7 @@ const (
 	ParentMode_PARENT_MODE_UNSPECIFIED ParentMode = 0
 	// Attach to the session's newest message (a root when the session is empty).
 	ParentMode_PARENT_MODE_AUTO ParentMode = 1
-	// Start a new root.
+	// Start a new root (`parent_id` must be empty, as with AUTO).
 	ParentMode_PARENT_MODE_ROOT ParentMode = 2
 	// Attach to `parent_id`. An empty, unknown or other-session id makes a root, as upstream does;
 	// the response's `info.parent_id` shows which parent was used.
@@ -1939,7 +1939,8 @@ type ImportMessagesRequest struct {
 	// The parent id, stored exactly as given (not validated); unset for a root. Read from the
 	// first frame of each message.
 	ParentId *string `protobuf:"bytes,5,opt,name=parent_id,json=parentId,proto3,oneof" json:"parent_id,omitempty"`
-	// The created time to store, Unix milliseconds. Read from the first frame of each message.
+	// The created time to store, Unix milliseconds; 0 (unset) for the time of the import, and
+	// negative refused (INVALID_ARGUMENT). Read from the first frame of each message.
 	CreatedAtMs int64 `protobuf:"varint,6,opt,name=created_at_ms,json=createdAtMs,proto3" json:"created_at_ms,omitempty"`
 	// Whole messages, imported in order before this frame's piece (if any): a client may pack
 	// many small messages in one frame, and send a message too large for a frame in pieces
@@ -2036,7 +2037,8 @@ type ImportedMessage struct {
 	Json string `protobuf:"bytes,1,opt,name=json,proto3" json:"json,omitempty"`
 	// The parent id, stored exactly as given (not validated); unset for a root.
 	ParentId *string `protobuf:"bytes,2,opt,name=parent_id,json=parentId,proto3,oneof" json:"parent_id,omitempty"`
-	// The created time to store, Unix milliseconds.
+	// The created time to store, Unix milliseconds; 0 (unset) for the time of the import, and
+	// negative refused (INVALID_ARGUMENT).
 	CreatedAtMs   int64 `protobuf:"varint,3,opt,name=created_at_ms,json=createdAtMs,proto3" json:"created_at_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

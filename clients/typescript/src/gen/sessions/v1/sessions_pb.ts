@@ -867,7 +867,8 @@ export type ImportMessagesRequest = Message<"sessions.v1.ImportMessagesRequest">
   parentId?: string | undefined;
 
   /**
-   * The created time to store, Unix milliseconds. Read from the first frame of each message.
+   * The created time to store, Unix milliseconds; 0 (unset) for the time of the import, and
+   * negative refused (INVALID_ARGUMENT). Read from the first frame of each message.
    *
    * @generated from field: int64 created_at_ms = 6;
    */
@@ -912,7 +913,8 @@ export type ImportedMessage = Message<"sessions.v1.ImportedMessage"> & {
   parentId?: string | undefined;
 
   /**
-   * The created time to store, Unix milliseconds.
+   * The created time to store, Unix milliseconds; 0 (unset) for the time of the import, and
+   * negative refused (INVALID_ARGUMENT).
    *
    * @generated from field: int64 created_at_ms = 3;
    */
@@ -2952,7 +2954,7 @@ export enum ParentMode {
   AUTO = 1,
 
   /**
-   * Start a new root.
+   * Start a new root (`parent_id` must be empty, as with AUTO).
    *
    * @generated from enum value: PARENT_MODE_ROOT = 2;
    */
