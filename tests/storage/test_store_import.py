@@ -144,8 +144,9 @@ def test_a_replacement_cut_short_before_its_rename_keeps_the_old_object_whole(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A crash between removing the old object and installing the new one lost both (the copy
-    waited in scratch, which the next start empties). The swap is one rename now: before it, the
-    old object is whole, its commits still in its WAL moved into the file first."""
+    waited in scratch, which the next start empties). Where the pages cannot go in place (see
+    the next test), the swap is one rename now: before it, the old object is whole, its commits
+    still in its WAL moved into the file first."""
     data_dir = tmp_path / "data"
     target = files.import_store_file(_store(tmp_path / "old.sqlite", MESSAGES, "role", "user"), "k", data_dir)
     before = target.read_bytes()
@@ -163,6 +164,7 @@ def test_a_replacement_cut_short_before_its_rename_keeps_the_old_object_whole(
     def crash(self: Path, destination: Path) -> Path:
         raise OSError("the process died here")
 
+    monkeypatch.setattr(files, "_replace_in_place", lambda staged, target: False)  # another page size, say
     monkeypatch.setattr(Path, "replace", crash)
     with pytest.raises(OSError, match="died"):
         files.import_store_file(new, "k", data_dir, replace=True)
@@ -171,6 +173,30 @@ def test_a_replacement_cut_short_before_its_rename_keeps_the_old_object_whole(
     with contextlib.closing(sqlite3.connect(f"file:{target}?mode=ro", uri=True)) as conn:
         assert conn.execute(f"SELECT content FROM {MESSAGES} WHERE id = 'm0'").fetchone() == ('{"late":1}',)
         assert conn.execute(f"SELECT role FROM {MESSAGES} WHERE id = 'm1'").fetchone() == ("user",)
+
+
+def test_a_replacement_goes_into_the_file_in_place_while_a_replicator_reads_it(tmp_path: Path) -> None:
+    """Litestream keeps each object's file open with a read transaction on it. The replacement's
+    checkpoint waited on that transaction for good (refused: "in use elsewhere"), and had it got
+    through, the rename would have left the replicator reading the old inode's database with the
+    new file's WAL, its replica of the object corrupt. The new pages now go into the same file,
+    as one commit in its WAL, which the reader leaves alone and a replicator copies as any."""
+    data_dir = tmp_path / "data"
+    target = files.import_store_file(_store(tmp_path / "old.sqlite", MESSAGES, "role", "user"), "k", data_dir)
+    inode = target.stat().st_ino
+    with contextlib.closing(sqlite3.connect(target, isolation_level=None)) as replicator:
+        replicator.execute("BEGIN")
+        assert replicator.execute(f"SELECT role FROM {MESSAGES} WHERE id = 'm1'").fetchone() == ("user",)
+        new = _store(tmp_path / "new.sqlite", MESSAGES, "role", "assistant")
+        assert files.import_store_file(new, "k", data_dir, replace=True) == target
+        # The reader's snapshot is unchanged until it ends; the file is the same one.
+        assert replicator.execute(f"SELECT role FROM {MESSAGES} WHERE id = 'm1'").fetchone() == ("user",)
+        replicator.execute("COMMIT")
+        assert replicator.execute(f"SELECT role FROM {MESSAGES} WHERE id = 'm1'").fetchone() == ("assistant",)
+    assert target.stat().st_ino == inode
+    with contextlib.closing(sqlite3.connect(f"file:{target}?mode=ro", uri=True)) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    assert not list((data_dir / "scratch").iterdir())
 
 
 def test_without_limits_any_text_is_imported(tmp_path: Path) -> None:

@@ -113,9 +113,12 @@ def import_store_file(
         with contextlib.suppress(FileNotFoundError):
             partial.unlink()
         raise
-    # The rename swaps the object atomically (a crash leaves the old file or the new one, and a
-    # replicator sees a new inode). The old file's WAL must go first, or SQLite would apply it
-    # to the new one; so first every commit in it is moved into the old file itself.
+    if target.exists() and _replace_in_place(partial, target):
+        _remove_staged(partial)
+        return target
+    # The rename swaps the object atomically (a crash leaves the old file or the new one). The
+    # old file's WAL must go first, or SQLite would apply it to the new one; so first every
+    # commit in it is moved into the old file itself.
     if target.exists():
         _checkpoint_completely(target)
     for suffix in ("-wal", "-shm"):
@@ -127,6 +130,37 @@ def import_store_file(
     # this, and a move then deletes the source.
     sync_directories(target.parent, data_dir)
     return target
+
+
+def _replace_in_place(staged: Path, target: Path) -> bool:
+    """Writes the staged copy's pages into the object's file through SQLite, in one transaction
+    (a crash leaves the old object or the new one): a replicator that keeps the file open and
+    reads its WAL (Litestream) sees an ordinary commit. Swapping the file instead left such a
+    replica corrupt (it went on reading the old inode's database with the new file's WAL), and
+    the swap's checkpoint waited on the replicator's read transaction, so it was refused. False
+    when the pages cannot go in place (another page size, which a WAL file cannot take; a file
+    SQLite cannot open): the caller swaps the file then."""
+    try:
+        with (
+            contextlib.closing(sqlite3.connect(f"file:{staged}?mode=ro", uri=True)) as src,
+            contextlib.closing(sqlite3.connect(target, timeout=30)) as dst,
+        ):
+            same_pages = src.execute("PRAGMA page_size").fetchone() == dst.execute("PRAGMA page_size").fetchone()
+            if not same_pages or dst.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                return False
+            dst.execute("PRAGMA synchronous = FULL")  # the commit that installs it is durable
+            src.backup(dst)
+    except sqlite3.DatabaseError as exc:
+        if getattr(exc, "sqlite_errorcode", 0) & 0xFF in _STORAGE_FAILURES:
+            raise StorageError(f"the object could not be replaced, nothing was imported: {exc}", cause=exc) from exc
+        return False
+    return True
+
+
+def _remove_staged(staged: Path) -> None:
+    for suffix in ("-wal", "-shm", ""):
+        with contextlib.suppress(FileNotFoundError):
+            Path(str(staged) + suffix).unlink()
 
 
 def _checkpoint_completely(path: Path) -> None:
