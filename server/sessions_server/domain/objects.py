@@ -38,6 +38,7 @@ from sessions_server.storage.rows import StorageError, is_out_of_space
 
 EXPORT_FRAME_BYTES = 3 * 1024 * 1024
 DEFAULT_LEASE_SECONDS = 60
+MAX_LEASE_SECONDS = 86_400  # a lock that outlives its mover by days only blocks the object's writes
 MAX_MOVED_TO_BYTES = 1024
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
@@ -114,7 +115,11 @@ class ObjectAdmin:
                 raise Unavailable("the object is being moved; retry shortly", reason="OBJECT_MOVING")
 
     async def list_keys(self, page_size: int, page_token: str) -> tuple[list[str], str]:
-        size = DEFAULT_PAGE_SIZE if page_size <= 0 else min(page_size, MAX_PAGE_SIZE)
+        if page_size < 0:
+            raise InvalidArgument(
+                f"page_size must not be negative, not {page_size} (0 for {DEFAULT_PAGE_SIZE})", field="page_size"
+            )
+        size = DEFAULT_PAGE_SIZE if page_size == 0 else min(page_size, MAX_PAGE_SIZE)
         if page_token and not is_object_file_name(page_token):
             # Taken as a bound, any other text would give a wrong page, or an empty one that
             # looks like the end of the list.
@@ -132,11 +137,17 @@ class ObjectAdmin:
     async def export(self, object_key: str, *, lock_for_move: bool, lease_seconds: int) -> AsyncGenerator[ExportFrame]:
         """A consistent copy of the object's file in frames; the last frame carries the digest."""
         keys.check_object_key(object_key, max_bytes=self._max_object_key_bytes)
+        if not 0 <= lease_seconds <= MAX_LEASE_SECONDS:
+            raise InvalidArgument(
+                f"lease_seconds must be from 0 (for {DEFAULT_LEASE_SECONDS} s) to {MAX_LEASE_SECONDS}, "
+                f"not {lease_seconds}",
+                field="lease_seconds",
+            )
         self.admit(object_key, writing=lock_for_move)
         path = object_path(self.data_dir, object_key)
         if not path.exists():
             raise NotFound("no such object on this server", field="object_key")
-        lease = DEFAULT_LEASE_SECONDS if lease_seconds <= 0 else lease_seconds
+        lease = lease_seconds or DEFAULT_LEASE_SECONDS
         again = functools.partial(self.admit, object_key, writing=lock_for_move)
         async with self._registry.use(object_key, again) as store:  # (deleted while it waited: refused)
             try:

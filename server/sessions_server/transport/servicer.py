@@ -749,7 +749,9 @@ def _row_stat_bytes(message_id: str, role: str) -> int:
 
 
 def _page_size(value: int, *, default: int, maximum: int) -> int:
-    return default if value <= 0 else min(value, maximum)
+    if value < 0:
+        raise InvalidArgument(f"page_size must not be negative, not {value} (0 for {default})", field="page_size")
+    return default if value == 0 else min(value, maximum)
 
 
 def _page_token_int(token: str) -> int:

@@ -1525,7 +1525,9 @@ class GetRecentHistoryRequest(_message.Message):
     session_id: _builtins.str
     """The session id."""
     max_content_bytes: _builtins.int
-    """The byte budget, counted in stored bytes (message row plus continuation rows)."""
+    """The byte budget, counted in stored bytes (message row plus continuation rows); negative is
+    refused (INVALID_ARGUMENT).
+    """
     leaf_id: _builtins.str
     """The leaf whose path to read; empty means the active leaf."""
     attachments: Global___AttachmentMode.ValueType
@@ -1885,7 +1887,9 @@ class ListCompactionsRequest(_message.Message):
     session_id: _builtins.str
     """The session id."""
     page_size: _builtins.int
-    """Records per page (0: 100; at most 1,000; a page also stops before 3 MiB of summaries)."""
+    """Records per page (0: 100; at most 1,000; a page also stops before 3 MiB of summaries;
+    negative refused).
+    """
     page_token: _builtins.str
     """The next_page_token of the previous page; empty for the first."""
     def __init__(
@@ -2447,7 +2451,9 @@ class ListSessionsRequest(_message.Message):
     object_key: _builtins.str
     """The object key."""
     page_size: _builtins.int
-    """Sessions per page (0: 1,000; at most 10,000; a page also stops before 3 MiB of ids)."""
+    """Sessions per page (0: 1,000; at most 10,000; a page also stops before 3 MiB of ids;
+    negative refused).
+    """
     page_token: _builtins.str
     """The next_page_token of the previous page; empty for the first."""
     def __init__(
@@ -2598,7 +2604,7 @@ class ListObjectsRequest(_message.Message):
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     page_size: _builtins.int
-    """Keys per page (0: 100; at most 1,000)."""
+    """Keys per page (0: 100; at most 1,000; negative refused)."""
     page_token: _builtins.str
     """The next_page_token of the previous page; empty for the first."""
     def __init__(
@@ -2657,7 +2663,9 @@ class ExportObjectRequest(_message.Message):
     lock_for_move: _builtins.bool
     """Refuse writes to the object from the snapshot on (a move in progress)."""
     lease_seconds: _builtins.int
-    """How long the move lock lasts after the export ends without a DeleteObject (0: 60 s)."""
+    """How long the move lock lasts after the export ends without a DeleteObject (0: 60 s; at
+    most 86,400; negative refused).
+    """
     def __init__(
         self,
         *,

@@ -2853,7 +2853,8 @@ type GetRecentHistoryRequest struct {
 	ObjectKey string `protobuf:"bytes,1,opt,name=object_key,json=objectKey,proto3" json:"object_key,omitempty"`
 	// The session id.
 	SessionId string `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	// The byte budget, counted in stored bytes (message row plus continuation rows).
+	// The byte budget, counted in stored bytes (message row plus continuation rows); negative is
+	// refused (INVALID_ARGUMENT).
 	MaxContentBytes int64 `protobuf:"varint,3,opt,name=max_content_bytes,json=maxContentBytes,proto3" json:"max_content_bytes,omitempty"`
 	// The leaf whose path to read; empty means the active leaf.
 	LeafId string `protobuf:"bytes,4,opt,name=leaf_id,json=leafId,proto3" json:"leaf_id,omitempty"`
@@ -3596,7 +3597,8 @@ type ListCompactionsRequest struct {
 	ObjectKey string `protobuf:"bytes,1,opt,name=object_key,json=objectKey,proto3" json:"object_key,omitempty"`
 	// The session id.
 	SessionId string `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	// Records per page (0: 100; at most 1,000; a page also stops before 3 MiB of summaries).
+	// Records per page (0: 100; at most 1,000; a page also stops before 3 MiB of summaries;
+	// negative refused).
 	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// The next_page_token of the previous page; empty for the first.
 	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
@@ -4741,7 +4743,8 @@ type ListSessionsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The object key.
 	ObjectKey string `protobuf:"bytes,1,opt,name=object_key,json=objectKey,proto3" json:"object_key,omitempty"`
-	// Sessions per page (0: 1,000; at most 10,000; a page also stops before 3 MiB of ids).
+	// Sessions per page (0: 1,000; at most 10,000; a page also stops before 3 MiB of ids;
+	// negative refused).
 	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// The next_page_token of the previous page; empty for the first.
 	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
@@ -5060,7 +5063,7 @@ func (x *GetObjectStatsResponse) GetSessionCount() int64 {
 // Request for ListObjects.
 type ListObjectsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Keys per page (0: 100; at most 1,000).
+	// Keys per page (0: 100; at most 1,000; negative refused).
 	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// The next_page_token of the previous page; empty for the first.
 	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
@@ -5174,7 +5177,8 @@ type ExportObjectRequest struct {
 	ObjectKey string `protobuf:"bytes,1,opt,name=object_key,json=objectKey,proto3" json:"object_key,omitempty"`
 	// Refuse writes to the object from the snapshot on (a move in progress).
 	LockForMove bool `protobuf:"varint,2,opt,name=lock_for_move,json=lockForMove,proto3" json:"lock_for_move,omitempty"`
-	// How long the move lock lasts after the export ends without a DeleteObject (0: 60 s).
+	// How long the move lock lasts after the export ends without a DeleteObject (0: 60 s; at
+	// most 86,400; negative refused).
 	LeaseSeconds  int32 `protobuf:"varint,3,opt,name=lease_seconds,json=leaseSeconds,proto3" json:"lease_seconds,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

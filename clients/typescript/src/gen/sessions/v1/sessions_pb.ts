@@ -1373,7 +1373,8 @@ export type GetRecentHistoryRequest = Message<"sessions.v1.GetRecentHistoryReque
   sessionId: string;
 
   /**
-   * The byte budget, counted in stored bytes (message row plus continuation rows).
+   * The byte budget, counted in stored bytes (message row plus continuation rows); negative is
+   * refused (INVALID_ARGUMENT).
    *
    * @generated from field: int64 max_content_bytes = 3;
    */
@@ -1789,7 +1790,8 @@ export type ListCompactionsRequest = Message<"sessions.v1.ListCompactionsRequest
   sessionId: string;
 
   /**
-   * Records per page (0: 100; at most 1,000; a page also stops before 3 MiB of summaries).
+   * Records per page (0: 100; at most 1,000; a page also stops before 3 MiB of summaries;
+   * negative refused).
    *
    * @generated from field: int32 page_size = 3;
    */
@@ -2439,7 +2441,8 @@ export type ListSessionsRequest = Message<"sessions.v1.ListSessionsRequest"> & {
   objectKey: string;
 
   /**
-   * Sessions per page (0: 1,000; at most 10,000; a page also stops before 3 MiB of ids).
+   * Sessions per page (0: 1,000; at most 10,000; a page also stops before 3 MiB of ids;
+   * negative refused).
    *
    * @generated from field: int32 page_size = 2;
    */
@@ -2608,7 +2611,7 @@ export const GetObjectStatsResponseSchema: GenMessage<GetObjectStatsResponse> = 
  */
 export type ListObjectsRequest = Message<"sessions.v1.ListObjectsRequest"> & {
   /**
-   * Keys per page (0: 100; at most 1,000).
+   * Keys per page (0: 100; at most 1,000; negative refused).
    *
    * @generated from field: int32 page_size = 1;
    */
@@ -2678,7 +2681,8 @@ export type ExportObjectRequest = Message<"sessions.v1.ExportObjectRequest"> & {
   lockForMove: boolean;
 
   /**
-   * How long the move lock lasts after the export ends without a DeleteObject (0: 60 s).
+   * How long the move lock lasts after the export ends without a DeleteObject (0: 60 s; at
+   * most 86,400; negative refused).
    *
    * @generated from field: int32 lease_seconds = 3;
    */
