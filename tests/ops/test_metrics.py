@@ -54,3 +54,20 @@ def test_fresh_request_ids_are_distinct_and_short() -> None:
     ids = [_fresh_request_id() for _ in range(1_000)]
     assert len(set(ids)) == len(ids)
     assert all(len(i) == 16 and int(i, 16) >= 0 for i in ids)
+
+
+def test_json_log_lines_carry_a_utc_time_with_milliseconds() -> None:
+    """The time was local, to the second and without a zone: lines of one second could not be
+    ordered, nor joined with other services' logs."""
+    import json
+    import logging
+    import re
+
+    from sessions_server.transport.metrics import JsonFormatter
+
+    record = logging.LogRecord("sessions", logging.WARNING, __file__, 1, "disk %s", ("full",), None)
+    record.created = 1_764_000_000.1234
+    entry = json.loads(JsonFormatter().format(record))
+    assert entry["time"] == "2025-11-24T16:00:00.123Z"
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", entry["time"])
+    assert (entry["level"], entry["message"]) == ("WARNING", "disk full")

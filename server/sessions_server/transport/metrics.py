@@ -16,6 +16,7 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import grpc
@@ -225,7 +226,10 @@ class JsonFormatter(logging.Formatter):
         import json
 
         entry = {
-            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
+            # RFC 3339 in UTC with milliseconds: log pipelines order and join lines by it.
+            "time": datetime.fromtimestamp(record.created, UTC)
+            .isoformat(timespec="milliseconds")
+            .replace("+00:00", "Z"),
             "level": record.levelname,
             "logger": record.name,
             "request_id": getattr(record, "request_id", "-"),
