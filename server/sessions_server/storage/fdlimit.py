@@ -63,7 +63,7 @@ def is_out_of_descriptors(exc: BaseException, path: Path) -> bool:
         return False
     try:
         in_use = len(os.listdir(_FD_DIRECTORY))
-    except OSError:
-        return False
+    except OSError as listing:  # the listing needs a descriptor too
+        return listing.errno in (errno.EMFILE, errno.ENFILE)
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     return soft != resource.RLIM_INFINITY and in_use >= soft // 2
