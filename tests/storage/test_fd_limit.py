@@ -41,10 +41,7 @@ def test_open_objects_are_bounded_by_the_descriptors_the_process_may_have(
     executor = ThreadPoolExecutor(max_workers=2)
     try:
         registry = ObjectRegistry(tmp_path, executor, max_open=100_000)
-        # The soft limit was raised to the hard one, and the bound kept within it.
-        now_soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        assert now_soft >= 1024
-        assert registry._max_open == min(100_000, fdlimit.objects_that_fit(now_soft))
+        assert registry._max_open == fdlimit.objects_that_fit(1024) < 100_000
         within = ObjectRegistry(tmp_path, executor, max_open=10)
         assert within._max_open == 10
     finally:
@@ -75,6 +72,32 @@ def test_an_open_out_of_descriptors_closes_idle_objects_and_asks_for_a_retry(
             await asyncio.gather(*registry._closes)  # the closes under way end, their descriptors free
             async with registry.use("one-too-many") as store:
                 await store.write(lambda ctx: None)
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, restored_limit)
+            await registry.close_all()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        executor.shutdown()
+
+
+def test_a_read_that_finds_no_descriptor_for_its_connection_asks_for_a_retry(
+    restored_limit: tuple[int, int], tmp_path: Path
+) -> None:
+    executor = ThreadPoolExecutor(max_workers=1)
+
+    async def scenario() -> None:
+        registry = ObjectRegistry(tmp_path, executor)
+        try:
+            async with registry.use("k") as store:
+                await store.write(lambda ctx: None)
+                _, hard = restored_limit
+                resource.setrlimit(resource.RLIMIT_NOFILE, (_descriptors_in_use() - 1, hard))  # none spare
+                with pytest.raises(OutOfDescriptors):
+                    await store.read(lambda conn: conn.execute("SELECT 1").fetchone())
+                resource.setrlimit(resource.RLIMIT_NOFILE, restored_limit)
+                assert await store.read(lambda conn: conn.execute("SELECT 1").fetchone()) == (1,)
         finally:
             resource.setrlimit(resource.RLIMIT_NOFILE, restored_limit)
             await registry.close_all()

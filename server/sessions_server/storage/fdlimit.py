@@ -1,12 +1,12 @@
 """The process's budget of file descriptors, which open objects spend.
 
-An open object holds its file, its WAL, and its shared-memory file (mapped by two connections),
-so a few descriptors each; with the kernel's usual soft limit of 1,024 the default number of open
-objects did not fit, and once opens failed for want of descriptors no object below the
-`--max-open-objects` bound was ever closed to make room: every later open failed, for good. So
-a start raises the soft limit to the hard one and, if the open objects still would not fit,
-lowers their bound; an open that runs out of descriptors anyway (busy objects are not closed
-for the bound) is told apart, so that idle objects are closed and the caller told to retry.
+An open object holds its writer connection and up to four reader connections, each with the
+file, its WAL and its shared memory open. With a hard limit too low for `--max-open-objects` (the
+start raises the soft limit to the hard one, `cli._raise_open_files_limit`), opens failed for
+want of descriptors, and since no object below the bound is ever closed to make room, every
+later open failed too, for good. So the bound is lowered to what fits, and an open that runs out
+of descriptors anyway (busy objects are not closed for the bound) is told apart, so that idle
+objects are closed and the caller told to retry.
 """
 
 from __future__ import annotations
@@ -21,27 +21,18 @@ try:
 except ImportError:  # not on this platform: nothing to raise or measure
     resource = None  # type: ignore[assignment]
 
-FDS_PER_OBJECT = 5
+FDS_PER_OBJECT = 15  # a writer and four readers, three files each
 # Listening and client sockets, the executor's threads' files, imports and exports under way.
 RESERVED_FDS = 256
-_SOFT_LIMIT_CEILING = 1 << 20
 _FD_DIRECTORY = "/proc/self/fd"
 
 
-def raise_soft_limit() -> int | None:
-    """Raises RLIMIT_NOFILE's soft limit to its hard one (capped); the soft limit now, or None
-    where there is no such limit."""
+def soft_limit() -> int | None:
+    """RLIMIT_NOFILE's soft limit; None where there is none."""
     if resource is None:
         return None
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    wanted = min(hard if hard != resource.RLIM_INFINITY else _SOFT_LIMIT_CEILING, _SOFT_LIMIT_CEILING)
-    if wanted > soft:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
-            soft = wanted
-        except (ValueError, OSError):
-            pass
-    return int(soft)
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return None if soft == resource.RLIM_INFINITY else int(soft)
 
 
 def objects_that_fit(soft_limit: int) -> int:
@@ -65,5 +56,5 @@ def is_out_of_descriptors(exc: BaseException, path: Path) -> bool:
         in_use = len(os.listdir(_FD_DIRECTORY))
     except OSError as listing:  # the listing needs a descriptor too
         return listing.errno in (errno.EMFILE, errno.ENFILE)
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    return soft != resource.RLIM_INFINITY and in_use >= soft // 2
+    soft = soft_limit()
+    return soft is not None and in_use >= soft // 2

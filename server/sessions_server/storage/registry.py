@@ -59,6 +59,7 @@ class ObjectRegistry:
         max_open: int = DEFAULT_MAX_OPEN_OBJECTS,
         feed: FeedSettings | None = None,
         calls_in_flight: Callable[[], int] | None = None,
+        commit_executor: Executor | None = None,
     ) -> None:
         """`calls_in_flight` counts the requests the server is handling; with it, the registry
         may open a ready file, and a store may commit a small write or run a quick read, without
@@ -68,6 +69,7 @@ class ObjectRegistry:
         self.feeds = Feeds(feed)
         self._calls_in_flight = calls_in_flight
         self._executor = executor
+        self._commit_executor = commit_executor
         self._max_open = _open_objects_that_fit(max(1, max_open))
         self._open: OrderedDict[str, ObjectStore] = OrderedDict()
         self._opening: dict[str, asyncio.Future[ObjectStore]] = {}  # opens under way, each a task
@@ -218,7 +220,9 @@ class ObjectRegistry:
         """`ObjectStore.open_ready`, timed on either thread, so that once opens are quick again
         they run in place again."""
         started = time.perf_counter()
-        store = ObjectStore.open_ready(object_key, path, self._executor, hub, self._calls_in_flight)
+        store = ObjectStore.open_ready(
+            object_key, path, self._executor, hub, self._calls_in_flight, commit_executor=self._commit_executor
+        )
         if store is not None:
             self._open_seconds = recent_estimate(self._open_seconds, time.perf_counter() - started)
         return store
@@ -226,7 +230,9 @@ class ObjectRegistry:
     def _open_blocking(self, object_key: str, path: Path, hub: FeedHub, ready_checked: bool) -> ObjectStore:
         store = None if ready_checked else self._open_ready(object_key, path, hub)
         if store is None:
-            store = ObjectStore.open(object_key, path, self._executor, hub, self._calls_in_flight)
+            store = ObjectStore.open(
+                object_key, path, self._executor, hub, self._calls_in_flight, commit_executor=self._commit_executor
+            )
         return store
 
     # ── feeds ───────────────────────────────────────────────────────────────
@@ -401,17 +407,17 @@ async def _until_unused(store: ObjectStore) -> None:
 
 def _open_objects_that_fit(wanted: int) -> int:
     """`wanted`, or fewer if that many open objects would not fit in the file descriptors the
-    process may have (after raising its soft limit to the hard one)."""
-    soft_limit = fdlimit.raise_soft_limit()
-    if soft_limit is None or wanted <= (fits := fdlimit.objects_that_fit(soft_limit)):
+    process may have."""
+    soft = fdlimit.soft_limit()
+    if soft is None or wanted <= (fits := fdlimit.objects_that_fit(soft)):
         return wanted
     log.warning(
         "--max-open-objects %d needs up to %d file descriptors, more than this process may have "
-        "(RLIMIT_NOFILE %d): at most %d objects will be open at once; raise the limit (ulimit -n, "
-        "LimitNOFILE) to keep %d open",
+        "(RLIMIT_NOFILE %d): at most %d objects will be open at once; raise the hard limit "
+        "(ulimit -Hn, LimitNOFILE) to keep %d open",
         wanted,
         wanted * fdlimit.FDS_PER_OBJECT + fdlimit.RESERVED_FDS,
-        soft_limit,
+        soft,
         fits,
         wanted,
     )
