@@ -262,3 +262,38 @@ def test_a_queued_job_whose_caller_went_is_dropped_and_the_rest_commit(tmp_path:
 
     asyncio.run(scenario())
     assert stored_notes(path) == ["held", "kept"]
+
+
+def test_reads_that_hold_every_read_thread_do_not_hold_a_commit(tmp_path: Path) -> None:
+    """Commits ran on the threads reads use: 200 history streams filled them all and other
+    objects' writes waited (p99 5.5 s). They have a pool of their own."""
+    path = tmp_path / "object.sqlite"
+    reads, commits = ThreadPoolExecutor(max_workers=1), ThreadPoolExecutor(max_workers=1)
+    held, release = threading.Event(), threading.Event()
+
+    def hold_the_read_thread() -> None:
+        held.set()
+        assert release.wait(timeout=60), "the read thread was never released"
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        store = await loop.run_in_executor(
+            reads, lambda: ObjectStore.open("key", path, reads, None, None, commit_executor=commits)
+        )
+        try:
+            blocked = loop.run_in_executor(reads, hold_the_read_thread)
+            await asyncio.to_thread(held.wait, 30)
+            await store.write(lambda ctx: ctx.conn.execute("CREATE TABLE notes (body TEXT NOT NULL)"))
+            await store.write(note("while every read thread is taken"))
+            release.set()
+            await blocked
+        finally:
+            release.set()
+            await store.close()
+
+    try:
+        asyncio.run(asyncio.wait_for(scenario(), timeout=60))
+    finally:
+        reads.shutdown()
+        commits.shutdown()
+    assert stored_notes(path) == ["while every read thread is taken"]

@@ -60,6 +60,7 @@ class RunningServer:
     calls: CallMeter
     metrics: Metrics
     data_dir_lock: DataDirectoryLock
+    commit_executor: ThreadPoolExecutor
 
     def reload_tokens(self) -> None:
         """Re-reads the tokens file (SIGHUP), on the event loop's thread. Open change feeds
@@ -89,6 +90,7 @@ class RunningServer:
         await self.service.compactor.wait_idle(deadline - loop.time())
         await self.registry.close_all()
         self.executor.shutdown(wait=True)
+        self.commit_executor.shutdown(wait=True)
         self.data_dir_lock.release()  # last: nothing of this server touches the files any more
 
 
@@ -117,6 +119,7 @@ async def create_server(config: ServerConfig) -> RunningServer:
 
 async def _create_server(config: ServerConfig, lock: DataDirectoryLock) -> RunningServer:
     executor = ThreadPoolExecutor(max_workers=config.worker_threads, thread_name_prefix="sessions-sql")
+    commit_executor = ThreadPoolExecutor(max_workers=config.worker_threads, thread_name_prefix="sessions-commit")
     metrics = Metrics()
     calls = CallMeter(metrics)
     registry = ObjectRegistry(
@@ -125,6 +128,7 @@ async def _create_server(config: ServerConfig, lock: DataDirectoryLock) -> Runni
         max_open=config.max_open_objects,
         feed=config.feed,
         calls_in_flight=lambda: calls.calls_in_flight,
+        commit_executor=commit_executor,
     )
     summarizer = (
         ChatCompletionsSummarizer(
@@ -223,6 +227,7 @@ async def _create_server(config: ServerConfig, lock: DataDirectoryLock) -> Runni
         calls,
         metrics,
         lock,
+        commit_executor,
     )
 
 
