@@ -62,8 +62,18 @@ def _metrics_address(text: str) -> str:
     return text
 
 
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("sessions")
+    except metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sessions-server", description="Sessions gRPC server")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     # Its usage names only a few flags: argparse's own (every flag, 45 lines) buried the one line
     # saying what was wrong with the command.

@@ -371,3 +371,9 @@ def test_tls_flags_that_cannot_work_are_refused(
 def test_import_store_into_a_data_directory_takes_no_tls_flags(capsys: pytest.CaptureFixture[str]) -> None:
     line = _parse_error(["import-store", "store.sqlite", "--object-key", "k", "--data-dir", "data", "--tls"], capsys)
     assert line.endswith("--tls, --tls-ca, --tls-cert and --tls-key are for --to ADDRESS (a running server)")
+
+
+def test_the_version_is_printed() -> None:
+    result = _cli("--version")
+    assert result.returncode == 0 and result.stdout.startswith("sessions-server "), result
+    assert result.stdout.split()[1][0].isdigit()
