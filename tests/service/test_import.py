@@ -298,24 +298,6 @@ def test_counts_that_miss_packed_messages_are_an_error() -> None:
     assert import_result(pb.ImportMessagesResponse(imported_count=1), iter(sent)) == ImportResult(1, 0)
 
 
-def test_an_unset_created_time_is_the_time_of_the_import_and_a_negative_one_is_refused(
-    stub: Any, data_dir: Path, object_key: str
-) -> None:
-    """A raw stub that leaves created_at_ms unset stored 1970 (the clients send the time of the
-    import when none is given, as upstream's example does)."""
-    before = int(datetime.now(UTC).timestamp() * 1000)
-    stub.ImportMessages(iter([pb.ImportMessagesRequest(object_key=object_key, messages=[_whole("u", None, 0)])]))
-    after = int(datetime.now(UTC).timestamp() * 1000)
-    (row,) = message_rows(data_dir, object_key)
-    assert before <= row["created_at"] <= after
-
-    with pytest.raises(grpc.RpcError) as caught:
-        stub.ImportMessages(iter([pb.ImportMessagesRequest(object_key=object_key, messages=[_whole("n", "u", -5)])]))
-    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
-    assert "created_at_ms" in caught.value.details()  # type: ignore[attr-defined]
-    assert [r["id"] for r in message_rows(data_dir, object_key)] == ["u"]
-
-
 def test_a_later_frame_naming_another_session_is_refused(stub: Any, data_dir: Path, object_key: str) -> None:
     """It was imported into the first frame's session, silently."""
     frames = [

@@ -16,7 +16,7 @@ import base64
 import json
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -208,12 +208,12 @@ def test_remembered_paths_stay_right_under_concurrent_appends_and_reads(one_open
 
 @pytest.mark.parametrize("write", ["update", "delete", "append"])
 def test_a_write_whose_caller_gave_up_still_updates_what_reads_remember(tmp_path: Path, write: str) -> None:
-    """A write commits even when its caller is cancelled while it waits for the writer (the job
-    is the object's, not the call's). What the server remembers of the session was brought up
-    to date by the caller after its await, which a cancelled caller never reached: reads kept
+    """A write commits even when its caller is cancelled once a commit took its job (a job still
+    queued is dropped: test_write_threads). What the server remembers of the session was brought
+    up to date by the caller after its await, which a cancelled caller never reached: reads kept
     answering the old text of an updated message, or a deleted one, from memory."""
     server = start_server(tmp_path / "data")
-    key, gate = "gave-up", threading.Event()
+    key, first_gate, second_gate = "gave-up", threading.Event(), threading.Event()
     try:
         with SessionsClient(server.address) as client, grpc.insecure_channel(server.address) as channel:
             session = client.object(key).session()
@@ -221,19 +221,24 @@ def test_a_write_whose_caller_gave_up_still_updates_what_reads_remember(tmp_path
             assert [m["id"] for m in session.get_history()] == ["a", "b", "c"]  # now remembered
 
             holding: list[Any] = []
-            writing = threading.Event()
+            first_running, second_running = threading.Event(), threading.Event()
 
-            def hold(ctx: Any) -> None:
-                writing.set()
-                gate.wait(30)
+            def holder(running: threading.Event, gate: threading.Event) -> Callable[[Any], None]:
+                def hold(ctx: Any) -> None:
+                    running.set()
+                    gate.wait(30)
 
-            async def hold_the_writer() -> None:  # a write of the object's, ahead of the call's
-                async with server.running.registry.use(key) as store:
+                return hold
+
+            async def hold_the_writer(running: threading.Event, gate: threading.Event) -> None:
+                async with server.running.registry.use(key) as store:  # writes of the object's
                     holding.append(store)
-                    await store.write(hold)
+                    await store.write(holder(running, gate))
 
-            held = asyncio.run_coroutine_threadsafe(hold_the_writer(), server.loop)
-            assert writing.wait(30), "the holding write never ran"  # on the writer, out of the queue
+            first = asyncio.run_coroutine_threadsafe(hold_the_writer(first_running, first_gate), server.loop)
+            assert first_running.wait(30), "the first holding write never ran"
+            second = asyncio.run_coroutine_threadsafe(hold_the_writer(second_running, second_gate), server.loop)
+            assert wait_until(lambda: holding[0].queued_writes == 1, 30), "the second holding write never queued"
             stub, metadata = sessions_pb2_grpc.SessionServiceStub(channel), routing_metadata(key)
             if write == "update":
                 call = stub.UpdateMessage.future(
@@ -249,13 +254,14 @@ def test_a_write_whose_caller_gave_up_still_updates_what_reads_remember(tmp_path
                     pb.AppendMessageRequest(object_key=key, message_json=json.dumps(text_message("d"))),
                     metadata=metadata,
                 )
-            # Cancelled only once its write is queued: cancelled before, it writes nothing.
-            assert wait_until(lambda: holding[0].queued_writes == 1, 30), "the call's write never queued"
-            call.cancel()
+            assert wait_until(lambda: holding[0].queued_writes == 2, 30), "the call's write never queued"
+            first_gate.set()  # the next commit takes the second holding write and the call's
+            assert second_running.wait(30), "the second holding write never ran"
+            call.cancel()  # its job in a commit already
             assert wait_until(lambda: server.running.calls.calls_in_flight == 0, 30), "the server kept the call"
-            gate.set()
-            held.result(timeout=30)
-            # The call's write follows the holding one: read once it committed too.
+            second_gate.set()
+            first.result(timeout=30)
+            second.result(timeout=30)
             asyncio.run_coroutine_threadsafe(holding[0].settled(), server.loop).result(timeout=30)
 
             expected = {
@@ -266,5 +272,6 @@ def test_a_write_whose_caller_gave_up_still_updates_what_reads_remember(tmp_path
             history = [(m["id"], m["parts"][0]["text"]) for m in session.get_history()]
             assert history == expected  # committed, and read as committed
     finally:
-        gate.set()
+        first_gate.set()
+        second_gate.set()
         server.stop()

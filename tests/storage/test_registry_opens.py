@@ -46,14 +46,14 @@ def opens(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool]]:
     test_thread = threading.get_ident()
     open_ready, open_full = ObjectStore.open_ready, ObjectStore.open
 
-    def recording_ready(*args: Any) -> ObjectStore | None:
-        store = open_ready(*args)
+    def recording_ready(*args: Any, **options: Any) -> ObjectStore | None:
+        store = open_ready(*args, **options)
         calls.append(("ready" if store is not None else "not ready", threading.get_ident() == test_thread))
         return store
 
-    def recording_full(*args: Any) -> ObjectStore:
+    def recording_full(*args: Any, **options: Any) -> ObjectStore:
         calls.append(("full", threading.get_ident() == test_thread))
-        return open_full(*args)
+        return open_full(*args, **options)
 
     monkeypatch.setattr(ObjectStore, "open_ready", staticmethod(recording_ready))
     monkeypatch.setattr(ObjectStore, "open", staticmethod(recording_full))
@@ -224,11 +224,11 @@ def test_a_locked_file_never_blocks_the_event_loop(tmp_path: Path, opens: list[t
     full_open = ObjectStore.open
     let_go_at: list[float] = []
 
-    def open_after_letting_go(*args: Any) -> ObjectStore:
+    def open_after_letting_go(*args: Any, **options: Any) -> ObjectStore:
         holder.execute("COMMIT")
         holder.close()
         let_go_at.append(time.perf_counter())
-        return full_open(*args)
+        return full_open(*args, **options)
 
     async def scenario() -> tuple[list[str], float]:
         with pytest.MonkeyPatch.context() as patch:
@@ -289,10 +289,10 @@ def test_a_caller_cancelled_while_it_opens_an_object_leaves_the_open_to_those_wa
     entered, release = threading.Event(), threading.Event()
     open_ready = ObjectStore.open_ready
 
-    def held_open(*args: Any) -> ObjectStore | None:
+    def held_open(*args: Any, **options: Any) -> ObjectStore | None:
         entered.set()
         assert release.wait(timeout=30), "the open was never released"
-        return open_ready(*args)
+        return open_ready(*args, **options)
 
     async def scenario() -> tuple[bool, list[str], int, int]:
         async with registry(tmp_path, lambda: 5) as objects:  # busy: opens run on the executor

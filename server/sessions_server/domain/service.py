@@ -1076,12 +1076,6 @@ class Importer:
 
     async def add(self, text: str, parent_id: str | None, created_at_ms: int) -> None:
         field_name = f"message[{self.received}]"
-        if created_at_ms < 0:
-            raise InvalidArgument(
-                f"created_at_ms of {field_name} is {created_at_ms}: Unix milliseconds, or 0 for the time of the import",
-                field="created_at_ms",
-            )
-        created_at_ms = created_at_ms or int(time.time() * 1000)  # unset (a raw stub): now, not 1970
 
         def prepare() -> tuple[messages.PreparedMessage, NewRow]:
             message, plain = messages.parse_message(text, field=field_name)

@@ -1057,8 +1057,9 @@ class ImportMessagesRequest(_message.Message):
     first frame of each message.
     """
     created_at_ms: _builtins.int
-    """The created time to store, Unix milliseconds; 0 (unset) for the time of the import, and
-    negative refused (INVALID_ARGUMENT). Read from the first frame of each message.
+    """The created time to store, Unix milliseconds, stored as given (as upstream's importMessage
+    stores its createdAt): unset is 0, 1970. The clients send the time of the import when none
+    is given. Read from the first frame of each message.
     """
     @_builtins.property
     def messages(self) -> _containers.RepeatedCompositeFieldContainer[Global___ImportedMessage]:
@@ -1103,8 +1104,8 @@ class ImportedMessage(_message.Message):
     parent_id: _builtins.str
     """The parent id, stored exactly as given (not validated); unset for a root."""
     created_at_ms: _builtins.int
-    """The created time to store, Unix milliseconds; 0 (unset) for the time of the import, and
-    negative refused (INVALID_ARGUMENT).
+    """The created time to store, Unix milliseconds, stored as given: unset is 0, 1970 (see
+    ImportMessagesRequest.created_at_ms).
     """
     def __init__(
         self,

@@ -1939,8 +1939,9 @@ type ImportMessagesRequest struct {
 	// The parent id, stored exactly as given (not validated); unset for a root. Read from the
 	// first frame of each message.
 	ParentId *string `protobuf:"bytes,5,opt,name=parent_id,json=parentId,proto3,oneof" json:"parent_id,omitempty"`
-	// The created time to store, Unix milliseconds; 0 (unset) for the time of the import, and
-	// negative refused (INVALID_ARGUMENT). Read from the first frame of each message.
+	// The created time to store, Unix milliseconds, stored as given (as upstream's importMessage
+	// stores its createdAt): unset is 0, 1970. The clients send the time of the import when none
+	// is given. Read from the first frame of each message.
 	CreatedAtMs int64 `protobuf:"varint,6,opt,name=created_at_ms,json=createdAtMs,proto3" json:"created_at_ms,omitempty"`
 	// Whole messages, imported in order before this frame's piece (if any): a client may pack
 	// many small messages in one frame, and send a message too large for a frame in pieces
@@ -2037,8 +2038,8 @@ type ImportedMessage struct {
 	Json string `protobuf:"bytes,1,opt,name=json,proto3" json:"json,omitempty"`
 	// The parent id, stored exactly as given (not validated); unset for a root.
 	ParentId *string `protobuf:"bytes,2,opt,name=parent_id,json=parentId,proto3,oneof" json:"parent_id,omitempty"`
-	// The created time to store, Unix milliseconds; 0 (unset) for the time of the import, and
-	// negative refused (INVALID_ARGUMENT).
+	// The created time to store, Unix milliseconds, stored as given: unset is 0, 1970 (see
+	// ImportMessagesRequest.created_at_ms).
 	CreatedAtMs   int64 `protobuf:"varint,3,opt,name=created_at_ms,json=createdAtMs,proto3" json:"created_at_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -867,8 +867,9 @@ export type ImportMessagesRequest = Message<"sessions.v1.ImportMessagesRequest">
   parentId?: string | undefined;
 
   /**
-   * The created time to store, Unix milliseconds; 0 (unset) for the time of the import, and
-   * negative refused (INVALID_ARGUMENT). Read from the first frame of each message.
+   * The created time to store, Unix milliseconds, stored as given (as upstream's importMessage
+   * stores its createdAt): unset is 0, 1970. The clients send the time of the import when none
+   * is given. Read from the first frame of each message.
    *
    * @generated from field: int64 created_at_ms = 6;
    */
@@ -913,8 +914,8 @@ export type ImportedMessage = Message<"sessions.v1.ImportedMessage"> & {
   parentId?: string | undefined;
 
   /**
-   * The created time to store, Unix milliseconds; 0 (unset) for the time of the import, and
-   * negative refused (INVALID_ARGUMENT).
+   * The created time to store, Unix milliseconds, stored as given: unset is 0, 1970 (see
+   * ImportMessagesRequest.created_at_ms).
    *
    * @generated from field: int64 created_at_ms = 3;
    */
