@@ -187,7 +187,6 @@ def test_upload_stream_without_header_is_invalid(stub: Any, object_key: str) -> 
         ("ListSessions", "page_size"),
         ("ListCompactions", "page_size"),
         ("ListObjects", "page_size"),
-        ("GetRecentHistory", "max_content_bytes"),
         ("ExportObject negative", "lease_seconds"),
         ("ExportObject too long", "lease_seconds"),
     ],
@@ -195,16 +194,14 @@ def test_upload_stream_without_header_is_invalid(stub: Any, object_key: str) -> 
 def test_negative_sizes_and_a_lease_of_years_are_refused_not_taken_as_defaults(
     stub: Any, session: Any, object_key: str, name: str, field: str
 ) -> None:
-    """A negative page size meant the default page, a negative budget a budget of 0, a
-    negative lease the default one, and a lease of 68 years was taken."""
+    """A negative page size meant the default page, a negative lease the default one, and a
+    lease of 68 years was taken. (A negative recent-history budget stays upstream's: the newest
+    message alone.)"""
     session.append_message(text_message("m0"))
     calls = {
         "ListSessions": lambda: stub.ListSessions(pb.ListSessionsRequest(object_key=object_key, page_size=-1)),
         "ListCompactions": lambda: stub.ListCompactions(pb.ListCompactionsRequest(object_key=object_key, page_size=-5)),
         "ListObjects": lambda: stub.ListObjects(pb.ListObjectsRequest(page_size=-1)),
-        "GetRecentHistory": lambda: list(
-            stub.GetRecentHistory(pb.GetRecentHistoryRequest(object_key=object_key, max_content_bytes=-1))
-        ),
         "ExportObject negative": lambda: list(
             stub.ExportObject(pb.ExportObjectRequest(object_key=object_key, lock_for_move=True, lease_seconds=-10))
         ),

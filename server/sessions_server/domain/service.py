@@ -664,10 +664,6 @@ class SessionsService:
         """The longest recent suffix whose stored bytes fit the budget, never less than the leaf.
         Yields the summary first, then the messages in windows."""
         self.check_names(object_key, session_id)
-        if max_content_bytes < 0:
-            raise InvalidArgument(
-                f"max_content_bytes must not be negative, not {max_content_bytes}", field="max_content_bytes"
-            )
         async with self.existing_object(object_key) as store:
             if store is None:
                 yield RecentSummary(False, 0)

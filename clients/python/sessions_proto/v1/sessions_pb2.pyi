@@ -1526,8 +1526,8 @@ class GetRecentHistoryRequest(_message.Message):
     session_id: _builtins.str
     """The session id."""
     max_content_bytes: _builtins.int
-    """The byte budget, counted in stored bytes (message row plus continuation rows); negative is
-    refused (INVALID_ARGUMENT).
+    """The byte budget, counted in stored bytes (message row plus continuation rows); 0 or
+    negative returns the newest message alone, as upstream's.
     """
     leaf_id: _builtins.str
     """The leaf whose path to read; empty means the active leaf."""

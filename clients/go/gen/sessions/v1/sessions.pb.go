@@ -2854,8 +2854,8 @@ type GetRecentHistoryRequest struct {
 	ObjectKey string `protobuf:"bytes,1,opt,name=object_key,json=objectKey,proto3" json:"object_key,omitempty"`
 	// The session id.
 	SessionId string `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	// The byte budget, counted in stored bytes (message row plus continuation rows); negative is
-	// refused (INVALID_ARGUMENT).
+	// The byte budget, counted in stored bytes (message row plus continuation rows); 0 or
+	// negative returns the newest message alone, as upstream's.
 	MaxContentBytes int64 `protobuf:"varint,3,opt,name=max_content_bytes,json=maxContentBytes,proto3" json:"max_content_bytes,omitempty"`
 	// The leaf whose path to read; empty means the active leaf.
 	LeafId string `protobuf:"bytes,4,opt,name=leaf_id,json=leafId,proto3" json:"leaf_id,omitempty"`

@@ -1374,8 +1374,8 @@ export type GetRecentHistoryRequest = Message<"sessions.v1.GetRecentHistoryReque
   sessionId: string;
 
   /**
-   * The byte budget, counted in stored bytes (message row plus continuation rows); negative is
-   * refused (INVALID_ARGUMENT).
+   * The byte budget, counted in stored bytes (message row plus continuation rows); 0 or
+   * negative returns the newest message alone, as upstream's.
    *
    * @generated from field: int64 max_content_bytes = 3;
    */
