@@ -83,8 +83,8 @@ class ObjectAdmin:
         have been cut short (a crash after the record, before the files went, or before they
         were noted gone): they would stay, unlisted and refused, for good. Set aside in
         `<data-dir>/set-aside/`, not deleted: an older server's offline import-store brought
-        objects back without clearing their record. Blocking; at startup,
-        before anything is served. Returns (key, where its file went) for each."""
+        objects back without clearing their record. Blocking; at startup, before anything is
+        served. Returns (key, where its file went) for each."""
         aside = self.data_dir / datadir.SET_ASIDE_DIR_NAME
         found = []
         looked = self._moved.unsettled()
