@@ -9,9 +9,10 @@ from __future__ import annotations
 import asyncio
 import os
 import resource
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,56 +54,62 @@ def test_an_open_out_of_descriptors_closes_idle_objects_and_asks_for_a_retry(
 ) -> None:
     """Every object stays open (the bound is far), until an open finds no descriptor left: it
     is refused as retryable, half the idle objects close, and the next open goes through."""
-    executor = ThreadPoolExecutor(max_workers=2)
 
-    async def scenario() -> None:
-        registry = ObjectRegistry(tmp_path, executor, max_open=100_000)
-        try:
-            for index in range(10):
-                async with registry.use(f"k{index}") as store:
-                    await store.write(lambda ctx: None)
-            assert registry.open_count == 10
-            _, hard = restored_limit
-            resource.setrlimit(resource.RLIMIT_NOFILE, (_descriptors_in_use(), hard))  # one spare: too few
-            with pytest.raises(OutOfDescriptors) as refused:
-                async with registry.use("one-too-many"):
-                    pass
-            assert "retry" in str(refused.value)
-            assert registry.open_count == 5
-            await asyncio.gather(*registry._closes)  # the closes under way end, their descriptors free
-            async with registry.use("one-too-many") as store:
+    async def scenario(registry: ObjectRegistry) -> None:
+        for index in range(10):
+            async with registry.use(f"k{index}") as store:
                 await store.write(lambda ctx: None)
-        finally:
-            resource.setrlimit(resource.RLIMIT_NOFILE, restored_limit)
-            await registry.close_all()
+        assert registry.open_count == 10
+        _limit_descriptors_to_those_in_use(restored_limit, spare=1)
+        with pytest.raises(OutOfDescriptors) as refused:
+            async with registry.use("one-too-many"):
+                pass
+        assert "retry" in str(refused.value)
+        assert registry.open_count == 5
+        await asyncio.gather(*registry._closes)  # the closes under way end, their descriptors free
+        async with registry.use("one-too-many") as store:
+            await store.write(lambda ctx: None)
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        executor.shutdown()
+    _with_registry(tmp_path, restored_limit, scenario, max_open=100_000)
 
 
 def test_a_read_that_finds_no_descriptor_for_its_connection_asks_for_a_retry(
     restored_limit: tuple[int, int], tmp_path: Path
 ) -> None:
-    executor = ThreadPoolExecutor(max_workers=1)
-
-    async def scenario() -> None:
-        registry = ObjectRegistry(tmp_path, executor)
-        try:
-            async with registry.use("k") as store:
-                await store.write(lambda ctx: None)
-                _, hard = restored_limit
-                resource.setrlimit(resource.RLIMIT_NOFILE, (_descriptors_in_use() - 1, hard))  # none spare
-                with pytest.raises(OutOfDescriptors):
-                    await store.read(lambda conn: conn.execute("SELECT 1").fetchone())
-                resource.setrlimit(resource.RLIMIT_NOFILE, restored_limit)
-                assert await store.read(lambda conn: conn.execute("SELECT 1").fetchone()) == (1,)
-        finally:
+    async def scenario(registry: ObjectRegistry) -> None:
+        async with registry.use("k") as store:
+            await store.write(lambda ctx: None)
+            _limit_descriptors_to_those_in_use(restored_limit, spare=0)
+            with pytest.raises(OutOfDescriptors):
+                await store.read(lambda conn: conn.execute("SELECT 1").fetchone())
             resource.setrlimit(resource.RLIMIT_NOFILE, restored_limit)
+            assert await store.read(lambda conn: conn.execute("SELECT 1").fetchone()) == (1,)
+
+    _with_registry(tmp_path, restored_limit, scenario)
+
+
+def _limit_descriptors_to_those_in_use(limits: tuple[int, int], *, spare: int) -> None:
+    # The listing's own descriptor is counted, and closed again: one spare already.
+    resource.setrlimit(resource.RLIMIT_NOFILE, (_descriptors_in_use() - 1 + spare, limits[1]))
+
+
+def _with_registry(
+    tmp_path: Path,
+    limits: tuple[int, int],
+    scenario: Callable[[ObjectRegistry], Awaitable[None]],
+    **options: Any,
+) -> None:
+    executor = ThreadPoolExecutor(max_workers=2)
+
+    async def run() -> None:
+        registry = ObjectRegistry(tmp_path, executor, **options)
+        try:
+            await scenario(registry)
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, limits)
             await registry.close_all()
 
     try:
-        asyncio.run(scenario())
+        asyncio.run(run())
     finally:
         executor.shutdown()
