@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sessions_server import allocator
+from sessions_server import allocator, version
 from sessions_server.config import (
     DEFAULT_DRAIN_SECONDS,
     DEFAULT_KEEPALIVE_SECONDS,
@@ -62,18 +62,9 @@ def _metrics_address(text: str) -> str:
     return text
 
 
-def _version() -> str:
-    from importlib import metadata
-
-    try:
-        return metadata.version("sessions")
-    except metadata.PackageNotFoundError:  # run from a checkout that was never installed
-        return "unknown (not installed)"
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sessions-server", description="Sessions gRPC server")
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     # Its usage names only a few flags: argparse's own (every flag, 45 lines) buried the one line
     # saying what was wrong with the command.

@@ -45,6 +45,10 @@ def test_metrics_endpoint_counts_rpcs_and_objects(tmp_path: Path) -> None:
     assert "sessions_open_objects 1.0" in body
     assert "sessions_row_writes 1.0" in body
     assert 'sessions_rpc_seconds_count{method="AppendMessage"} 2.0' in body
+    # What memory and the open-objects bound are sized by, and which version answers.
+    for name in ("process_resident_memory_bytes", "process_open_fds", "process_max_fds"):
+        assert any(line.startswith(name + " ") and float(line.split()[1]) > 0 for line in body.splitlines()), name
+    assert 'sessions_build_info{version="' in body
 
 
 def test_fresh_request_ids_are_distinct_and_short() -> None:

@@ -20,8 +20,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 import grpc
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, start_http_server
 from prometheus_client.gc_collector import GCCollector
+from prometheus_client.process_collector import ProcessCollector
+
+from sessions_server import version
 
 request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
 
@@ -32,6 +35,10 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         GCCollector(registry=self.registry)  # python_gc_collections_total by generation
+        # process_resident_memory_bytes, process_open_fds and process_max_fds among them: what
+        # the operations guide sizes memory and the open-objects bound by.
+        ProcessCollector(registry=self.registry)
+        Info("sessions_build", "The server's version", registry=self.registry).info({"version": version()})
         self.rpcs = Counter(
             "sessions_rpcs", "RPCs finished, by method and status code", ["method", "code"], registry=self.registry
         )
