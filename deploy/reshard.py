@@ -3,7 +3,7 @@
 upstream list changes from --old to --new, and `sessions-server move-object` for each.
 
     python deploy/reshard.py --old 10.0.0.1:50051,10.0.0.2:50051 \
-        --new 10.0.0.1:50051,10.0.0.2:50051,10.0.0.3:50051 [--execute] [--token T]
+        --new 10.0.0.1:50051,10.0.0.2:50051,10.0.0.3:50051 [--execute] [--token T] [--tls-ca PEM]
 
 Server names are the nginx upstream `server` names, exactly as written in nginx.conf and in the
 ring files; they are also the addresses this tool connects to (pass --connect NAME=ADDRESS when the
@@ -22,6 +22,7 @@ import subprocess
 import sys
 from collections import defaultdict
 from collections.abc import Iterator
+from pathlib import Path
 from typing import NamedTuple
 
 import grpc
@@ -34,10 +35,36 @@ BATCH_SIZE = 100
 """Objects per `move-object` run."""
 
 
-def list_objects(address: str, token: str | None = None) -> Iterator[str]:
+class Tls(NamedTuple):
+    """How the shards are reached when they speak TLS: `move-object`'s flags, and their files'
+    contents for the listing."""
+
+    flags: list[str]
+    credentials: grpc.ChannelCredentials
+
+
+def tls_from(system_roots: bool, ca: Path | None, cert: Path | None, key: Path | None) -> Tls | None:
+    if not (system_roots or ca or cert or key):
+        return None
+    if (cert is None) != (key is None):
+        raise ValueError("--tls-cert and --tls-key go together")
+    flags = ["--tls"] if system_roots else []
+    for flag, path in (("--tls-ca", ca), ("--tls-cert", cert), ("--tls-key", key)):
+        if path is not None:
+            flags += [flag, str(path)]
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=ca.read_bytes() if ca else None,
+        private_key=key.read_bytes() if key else None,
+        certificate_chain=cert.read_bytes() if cert else None,
+    )
+    return Tls(flags, credentials)
+
+
+def list_objects(address: str, token: str | None = None, tls: Tls | None = None) -> Iterator[str]:
     """Every object key a shard holds (ListObjects, paginated)."""
     metadata = (("authorization", f"Bearer {token}"),) if token else ()
-    with grpc.insecure_channel(address) as channel:
+    channel = grpc.secure_channel(address, tls.credentials) if tls else grpc.insecure_channel(address)
+    with channel:
         stub = pb_grpc.SessionServiceStub(channel)
         page = ""
         while True:
@@ -49,14 +76,18 @@ def list_objects(address: str, token: str | None = None) -> Iterator[str]:
 
 
 def plan_moves(
-    old: list[str], new: list[str], connect: dict[str, str] | None = None, token: str | None = None
+    old: list[str],
+    new: list[str],
+    connect: dict[str, str] | None = None,
+    token: str | None = None,
+    tls: Tls | None = None,
 ) -> dict[tuple[str, str], list[str]]:
     """{(source, destination): [object keys]} for every object whose owner changes."""
     connect = connect or {}
     new_ring = KetamaRing.of(new)
     moves: dict[tuple[str, str], list[str]] = defaultdict(list)
     for source in old:
-        for key in list_objects(connect.get(source, source), token):
+        for key in list_objects(connect.get(source, source), token, tls):
             owner = new_ring.owner(routing_key(key))
             if owner != source:
                 moves[(source, owner)].append(key)
@@ -78,6 +109,7 @@ def run_moves(
     token: str | None = None,
     *,
     replace: bool = False,
+    tls: Tls | None = None,
 ) -> list[FailedBatch]:
     """Runs `sessions-server move-object` for every group, 100 objects a run. A run that fails does
     not stop the others (move-object itself goes on past an object that fails and names each one);
@@ -98,6 +130,8 @@ def run_moves(
                 command += ["--token", token]
             if replace:
                 command.append("--replace")
+            if tls:
+                command += tls.flags
             sys.stdout.flush()  # the child's lines come after ours
             try:
                 code = subprocess.run(command, check=False).returncode
@@ -122,11 +156,20 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="overwrite objects a new owner already holds (copies an earlier, cut-short run left there)",
     )
+    tls = parser.add_argument_group("TLS", "plaintext unless one of these is given; they apply to every shard")
+    tls.add_argument("--tls", action="store_true", help="use TLS, trusting the system's root certificates")
+    tls.add_argument("--tls-ca", type=Path, metavar="PEM", help="use TLS, trusting these CA certificates instead")
+    tls.add_argument("--tls-cert", type=Path, metavar="PEM", help="client certificate chain (mTLS)")
+    tls.add_argument("--tls-key", type=Path, metavar="PEM", help="private key of --tls-cert")
     args = parser.parse_args(argv)
     connect = dict(item.split("=", 1) for item in args.connect)
     old, new = args.old.split(","), args.new.split(",")
     try:
-        moves = plan_moves(old, new, connect, args.token)
+        shard_tls = tls_from(args.tls, args.tls_ca, args.tls_cert, args.tls_key)
+    except (ValueError, OSError) as exc:
+        parser.error(str(exc))
+    try:
+        moves = plan_moves(old, new, connect, args.token, shard_tls)
     except grpc.RpcError as error:  # a shard unreachable, or refusing the listing
         code = error.code().name if isinstance(error, grpc.Call) else "ERROR"
         details = error.details() if isinstance(error, grpc.Call) else str(error)
@@ -138,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{total} objects change owner", flush=True)
     if not (args.execute and moves):
         return 0
-    failed = run_moves(moves, connect, args.token, replace=args.replace)
+    failed = run_moves(moves, connect, args.token, replace=args.replace, tls=shard_tls)
     if not failed:
         print(f"all {total} moves done")
         return 0

@@ -15,13 +15,15 @@ from pathlib import Path
 import grpc
 import pytest
 
-from sessions_client import SessionsClient, SessionsError
+from sessions_client import SessionsClient, SessionsError, TlsConfig
 from sessions_client._common import routing_metadata
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
 from sessions_server.domain.placement import KetamaRing, Placement, routing_key
 from sessions_server.storage.paths import object_path
+from tests.conftest import start_server
 from tests.deploy.support import DEPLOY, Proxy, Shard, free_port, text_message, write_ring
+from tests.security.test_auth_tls import pki as pki  # the CA and certificates: a fixture, used by its name
 
 RETRYABLE_REASONS = {"OBJECT_MOVING", "OBJECT_NOT_OWNED"}
 # A shard restarting refuses calls (UNAVAILABLE). A call in flight while nginx reloads or a shard
@@ -364,3 +366,26 @@ def test_reshard_runs_every_group_when_one_cannot_be_reached(tmp_path: Path) -> 
     finally:
         for shard in shards:
             shard.stop()
+
+
+def test_a_reshard_reaches_shards_that_speak_tls(tmp_path: Path, pki: Path) -> None:
+    """The listing and the moves went in plaintext, so TLS shards could not be re-sharded."""
+    reshard = _reshard_module()
+    tls_files = {"tls_cert": pki / "server.pem", "tls_key": pki / "server.key"}
+    source = start_server(tmp_path / "source", **tls_files)
+    destination = start_server(tmp_path / "destination", **tls_files)
+    trust = TlsConfig(root_certificates=(pki / "ca.pem").read_bytes())
+    try:
+        with SessionsClient(source.address, tls=trust) as client:
+            client.object("travels").session().append_message(text_message("m0", "by TLS"))
+        shard_tls = reshard.tls_from(False, pki / "ca.pem", None, None)
+        with pytest.raises(grpc.RpcError):  # in plaintext the listing cannot even start
+            reshard.plan_moves([source.address], [destination.address])
+        moves = reshard.plan_moves([source.address], [destination.address], tls=shard_tls)
+        assert moves == {(source.address, destination.address): ["travels"]}
+        assert reshard.run_moves(moves, tls=shard_tls) == []
+        with SessionsClient(destination.address, tls=trust) as client:
+            assert client.object("travels").session().get_history() == [text_message("m0", "by TLS")]
+    finally:
+        source.stop()
+        destination.stop()
