@@ -690,7 +690,7 @@ def _move_failure(source: str, key: str, exc: Exception, tls_flags: list[str], *
     from sessions_client import SessionsError
 
     text = _call_failure(exc, plaintext=plaintext)
-    if isinstance(exc, SessionsError) and "already exists here" in exc.message:
+    if isinstance(exc, SessionsError) and exc.reason == "OBJECT_EXISTS":
         return (
             f"{exc.code.name}: the destination already holds this object (a copy an earlier attempt of this "
             "move left, or an object of its own): nothing was changed; check it, then move it again with "

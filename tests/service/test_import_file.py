@@ -47,6 +47,7 @@ def test_a_live_file_larger_than_a_frame_arrives_whole(tmp_path: Path) -> None:
                     import_file(target, "arrived", live)
                 assert exists.value.code == grpc.StatusCode.FAILED_PRECONDITION
                 assert exists.value.message == "the object already exists here (set replace)"
+                assert exists.value.reason == "OBJECT_EXISTS"  # the CLI matched the message before
 
                 session.append_message(_message("m6", 100))
                 assert import_file(target, "arrived", live, replace=True).message_rows == 7

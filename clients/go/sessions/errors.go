@@ -32,6 +32,7 @@ const (
 	ReasonObjectNotOwned     = "OBJECT_NOT_OWNED"
 	ReasonObjectMoving       = "OBJECT_MOVING"
 	ReasonServerBusy         = "SERVER_BUSY"
+	ReasonObjectExists       = "OBJECT_EXISTS"
 	errorDomain              = "sessions.v1"
 	codeUnavailable          = codes.Unavailable
 	streamEndedInsideMessage = "stream ended inside a message (more_pieces was true)"

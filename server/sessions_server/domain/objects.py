@@ -396,4 +396,4 @@ async def _run_to_end(work: Awaitable[T], abandoned: Callable[[T], object] | Non
 
 
 def _already_here() -> FailedPrecondition:
-    return FailedPrecondition("the object already exists here (set replace)", reason="FAILED_PRECONDITION")
+    return FailedPrecondition("the object already exists here (set replace)", reason="OBJECT_EXISTS")

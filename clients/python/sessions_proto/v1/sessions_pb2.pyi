@@ -178,6 +178,10 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     them (an import keeps those it wrote before). Retry shortly. (Messages larger than the whole
     budget are LIMIT_EXCEEDED instead.)
     """
+    ERROR_REASON_OBJECT_EXISTS: _ErrorReason.ValueType  # 21
+    """ImportObject without `replace` found the object already held here (FAILED_PRECONDITION):
+    check it, then import again with `replace` if the copy is to win.
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """The reasons found in google.rpc.ErrorInfo.reason (without the ERROR_REASON_ prefix)."""
@@ -231,6 +235,10 @@ ERROR_REASON_SERVER_BUSY: ErrorReason.ValueType  # 20
 (--max-assembly-bytes, all calls together) and refused the call's messages before writing
 them (an import keeps those it wrote before). Retry shortly. (Messages larger than the whole
 budget are LIMIT_EXCEEDED instead.)
+"""
+ERROR_REASON_OBJECT_EXISTS: ErrorReason.ValueType  # 21
+"""ImportObject without `replace` found the object already held here (FAILED_PRECONDITION):
+check it, then import again with `replace` if the copy is to win.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015
 

@@ -260,6 +260,9 @@ const (
 	// them (an import keeps those it wrote before). Retry shortly. (Messages larger than the whole
 	// budget are LIMIT_EXCEEDED instead.)
 	ErrorReason_ERROR_REASON_SERVER_BUSY ErrorReason = 20
+	// ImportObject without `replace` found the object already held here (FAILED_PRECONDITION):
+	// check it, then import again with `replace` if the copy is to win.
+	ErrorReason_ERROR_REASON_OBJECT_EXISTS ErrorReason = 21
 )
 
 // Enum value maps for ErrorReason.
@@ -286,6 +289,7 @@ var (
 		18: "ERROR_REASON_OBJECT_MOVING",
 		19: "ERROR_REASON_SUMMARIZER_FAILED",
 		20: "ERROR_REASON_SERVER_BUSY",
+		21: "ERROR_REASON_OBJECT_EXISTS",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":         0,
@@ -309,6 +313,7 @@ var (
 		"ERROR_REASON_OBJECT_MOVING":       18,
 		"ERROR_REASON_SUMMARIZER_FAILED":   19,
 		"ERROR_REASON_SERVER_BUSY":         20,
+		"ERROR_REASON_OBJECT_EXISTS":       21,
 	}
 )
 
@@ -6083,7 +6088,7 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"\x06Source\x12\x16\n" +
 	"\x12SOURCE_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rSOURCE_SERVER\x10\x01\x12\x11\n" +
-	"\rSOURCE_CLIENT\x10\x02*\xbd\x05\n" +
+	"\rSOURCE_CLIENT\x10\x02*\xdd\x05\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19ERROR_REASON_INVALID_JSON\x10\x01\x12 \n" +
@@ -6106,7 +6111,8 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"\x1dERROR_REASON_OBJECT_NOT_OWNED\x10\x11\x12\x1e\n" +
 	"\x1aERROR_REASON_OBJECT_MOVING\x10\x12\x12\"\n" +
 	"\x1eERROR_REASON_SUMMARIZER_FAILED\x10\x13\x12\x1c\n" +
-	"\x18ERROR_REASON_SERVER_BUSY\x10\x14*\x8a\x01\n" +
+	"\x18ERROR_REASON_SERVER_BUSY\x10\x14\x12\x1e\n" +
+	"\x1aERROR_REASON_OBJECT_EXISTS\x10\x15*\x8a\x01\n" +
 	"\x0fUploadOperation\x12 \n" +
 	"\x1cUPLOAD_OPERATION_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17UPLOAD_OPERATION_APPEND\x10\x01\x12\x1b\n" +
