@@ -216,3 +216,21 @@ def test_negative_sizes_and_a_lease_of_years_are_refused_not_taken_as_defaults(
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, refused.value.details()
     assert field in (refused.value.details() or "")
     session.append_message(text_message("m1"))  # no move lock was taken
+
+
+def test_a_bad_field_is_named_in_a_bad_request_detail_too(stub: Any, object_key: str) -> None:
+    """Only an ErrorInfo was sent: generic gRPC tooling looks for google.rpc.BadRequest's field
+    violations (AIP-193) to show which field was wrong."""
+    from google.rpc import error_details_pb2
+    from grpc_status import rpc_status
+
+    with pytest.raises(grpc.RpcError) as refused:
+        stub.AppendMessage(pb.AppendMessageRequest(object_key=object_key, message_json="{not json"))
+    status = rpc_status.from_call(refused.value)  # type: ignore[arg-type]
+    assert status is not None
+    kinds = {detail.TypeName(): detail for detail in status.details}
+    assert set(kinds) == {"google.rpc.ErrorInfo", "google.rpc.BadRequest"}
+    bad = error_details_pb2.BadRequest()
+    kinds["google.rpc.BadRequest"].Unpack(bad)
+    (violation,) = bad.field_violations
+    assert violation.field == "message_json" and violation.description

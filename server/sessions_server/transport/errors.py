@@ -37,10 +37,21 @@ def status_for(exc: errors.SessionsError) -> grpc.Status:
     code = next((c for cls, c in _CODES.items() if isinstance(exc, cls)), grpc.StatusCode.INVALID_ARGUMENT)
     metadata = {key: _cut(value, MAX_METADATA_VALUE_BYTES) for key, value in exc.metadata.items()}
     info = error_details_pb2.ErrorInfo(reason=exc.reason, domain=ERROR_DOMAIN, metadata=metadata)
-    detail = any_pb2.Any()
-    detail.Pack(info)
+    details = [_packed(info)]
+    if code == grpc.StatusCode.INVALID_ARGUMENT and "field" in metadata:
+        # What generic gRPC tooling reads for a bad field (AIP-193), beside the ErrorInfo.
+        violation = error_details_pb2.BadRequest.FieldViolation(
+            field=metadata["field"], description=metadata.get("detail") or _cut(exc.message, MAX_METADATA_VALUE_BYTES)
+        )
+        details.append(_packed(error_details_pb2.BadRequest(field_violations=[violation])))
     message = _cut(exc.message, MAX_MESSAGE_BYTES)
-    return rpc_status.to_status(status_pb2.Status(code=code.value[0], message=message, details=[detail]))
+    return rpc_status.to_status(status_pb2.Status(code=code.value[0], message=message, details=details))
+
+
+def _packed(detail: error_details_pb2.ErrorInfo | error_details_pb2.BadRequest) -> any_pb2.Any:
+    packed = any_pb2.Any()
+    packed.Pack(detail)
+    return packed
 
 
 def _cut(text: str, limit: int) -> str:
@@ -57,12 +68,10 @@ def _cut(text: str, limit: int) -> str:
 def internal_status(exc: BaseException) -> grpc.Status:
     log.exception("internal error", exc_info=exc)
     info = error_details_pb2.ErrorInfo(reason="INTERNAL", domain=ERROR_DOMAIN)
-    detail = any_pb2.Any()
-    detail.Pack(info)
     return rpc_status.to_status(
         status_pb2.Status(
             code=grpc.StatusCode.INTERNAL.value[0],
             message=f"internal error: {type(exc).__name__}",
-            details=[detail],
+            details=[_packed(info)],
         )
     )
