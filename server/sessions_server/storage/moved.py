@@ -97,47 +97,50 @@ class MovedObjects:
 
     def record(self, object_key: str, moved_to: str) -> None:
         """Durably notes that the object left for `moved_to` (blocking: a worker thread)."""
-        self._append([{"key": object_key, "to": moved_to}])
-        self._moved[object_key] = moved_to
-        self._unsettled.add(object_key)
+        with self._lock:
+            self._append([{"key": object_key, "to": moved_to}])
+            self._moved[object_key] = moved_to
+            self._unsettled.add(object_key)
 
     def settle(self, object_keys: Iterable[str]) -> None:
         """Notes that these moved objects' files are gone (blocking: a worker thread). Not
         synced: if a crash loses it, the next start looks for the files once more."""
-        keys = [key for key in object_keys if key in self._unsettled and key in self._moved]
-        if len(keys) > REWRITE_SLACK_LINES:  # the first start of a new version: all of them
-            with self._lock:
-                self._unsettled.difference_update(keys)
+        # Under the lock from the check to the line: a `forget` between them (the object
+        # imported back) would be followed by a line recording it as moved away again.
+        with self._lock:
+            keys = [key for key in object_keys if key in self._unsettled and key in self._moved]
+            self._unsettled.difference_update(keys)
+            if len(keys) > REWRITE_SLACK_LINES:  # the first start of a new version: all of them
                 self._rewrite()
-            return
-        # The record again, flagged: a server of an older version reads it as the record.
-        self._append([{"key": key, "to": self._moved[key], "gone": True} for key in keys], sync=False)
-        self._unsettled.difference_update(keys)
+                return
+            # The record again, flagged: a server of an older version reads it as the record.
+            self._append([{"key": key, "to": self._moved[key], "gone": True} for key in keys], sync=False)
 
     def forget(self, object_key: str) -> None:
         """Durably notes that the object is here again (blocking: a worker thread)."""
-        if object_key not in self._moved:
-            return
-        self._append([{"key": object_key}])
-        del self._moved[object_key]
-        self._unsettled.discard(object_key)
+        with self._lock:
+            if object_key not in self._moved:
+                return
+            self._append([{"key": object_key}])
+            del self._moved[object_key]
+            self._unsettled.discard(object_key)
 
     def _append(self, entries: list[dict[str, Any]], *, sync: bool = True) -> None:
+        """Appends to the journal (the caller holds the lock)."""
         if not entries:
             return
         lines = b"".join(_line(entry) for entry in entries)
-        with self._lock:
-            if self._lines > 2 * len(self._moved) + REWRITE_SLACK_LINES:
-                self._rewrite()
-            created = not self._path.exists()
-            with self._path.open("ab") as out:
-                out.write(lines)
-                out.flush()
-                if sync:
-                    os.fsync(out.fileno())
-            if created:
-                sync_directory(self._path.parent)
-            self._lines += len(entries)
+        if self._lines > 2 * len(self._moved) + REWRITE_SLACK_LINES:
+            self._rewrite()
+        created = not self._path.exists()
+        with self._path.open("ab") as out:
+            out.write(lines)
+            out.flush()
+            if sync:
+                os.fsync(out.fileno())
+        if created:
+            sync_directory(self._path.parent)
+        self._lines += len(entries)
 
     def _rewrite(self) -> None:
         """Replaces the journal with one line per object still moved away (atomically)."""
