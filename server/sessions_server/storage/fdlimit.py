@@ -57,4 +57,4 @@ def is_out_of_descriptors(exc: BaseException, path: Path) -> bool:
     except OSError as listing:  # the listing needs a descriptor too
         return listing.errno in (errno.EMFILE, errno.ENFILE)
     soft = soft_limit()
-    return soft is not None and in_use >= soft // 2
+    return soft is not None and in_use >= soft // 4
