@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from sessions_server.domain import paths
-from sessions_server.domain.service import AppendInput, MessageView, SessionsService
+from sessions_server.domain.service import AppendInput, SessionsService
+from sessions_server.domain.views import MessageView
 from sessions_server.storage.registry import ObjectRegistry
 from sessions_server.storage.rows import MAX_PATH_DEPTH, Parent, RowInfo
 

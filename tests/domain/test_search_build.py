@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from sessions_server.domain import service as service_module
+from sessions_server.domain import search_index
 from sessions_server.domain.service import AppendInput, SessionsService
 from sessions_server.storage import queries
 from sessions_server.storage.paths import object_path
@@ -42,7 +42,7 @@ def _index_rows(path: Path) -> Counter[tuple[str, str, str]]:
 
 @pytest.fixture(autouse=True)
 def small_steps(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(service_module, "BACKFILL_STEP_SECONDS", 0.0)  # one page a step
+    monkeypatch.setattr(search_index, "BACKFILL_STEP_SECONDS", 0.0)  # one page a step
     monkeypatch.setattr(queries, "BACKFILL_PAGE_ROWS", 40)
 
 
@@ -62,9 +62,9 @@ def test_writes_between_steps_are_indexed_once_and_the_index_ends_exact(tmp_path
         steps = 0
         try:
             async with registry.use("k") as store:
-                await store.write(service_module._start_search_index)
+                await store.write(search_index.start_index)
                 store.search_index_committed()
-                assert await store.write(service_module._backfill_search_step) is False
+                assert await store.write(search_index.backfill_step) is False
                 steps += 1
                 # Between steps: a new message, an update and a delete ahead of the backfill, an
                 # update behind it.
@@ -72,7 +72,7 @@ def test_writes_between_steps_are_indexed_once_and_the_index_ends_exact(tmp_path
                 await service.update("k", "b", _message("b090", "changed words"), from_client=True)
                 assert await service.delete("k", "b", ["b091"]) == 1
                 await service.update("k", "a", _message("a001", "changed early"), from_client=True)
-                while not await store.write(service_module._backfill_search_step):
+                while not await store.write(search_index.backfill_step):
                     steps += 1
                 assert await store.read(queries.backfill_under_way) is None
             hits = await service.search("k", "b", "changed words")
@@ -94,7 +94,7 @@ def test_writes_between_steps_are_indexed_once_and_the_index_ends_exact(tmp_path
 
 def test_a_write_during_the_build_waits_for_one_step_not_for_the_build(tmp_path: Path) -> None:
     entered, proceed = threading.Event(), threading.Event()
-    step = service_module._backfill_search_step
+    step = search_index.backfill_step
     calls = 0
 
     def held_step(ctx: WriteContext) -> bool:
@@ -108,7 +108,7 @@ def test_a_write_during_the_build_waits_for_one_step_not_for_the_build(tmp_path:
     async def scenario() -> tuple[bool, list[str]]:
         service, registry, executor = await _service(tmp_path)
         try:
-            service_module._backfill_search_step = held_step  # type: ignore[assignment]
+            search_index.backfill_step = held_step  # type: ignore[assignment]
             searching = asyncio.ensure_future(service.search("k", "a", "a050"))
             await asyncio.to_thread(entered.wait, 30)  # the second step holds the writer
             appending = asyncio.ensure_future(
@@ -126,7 +126,7 @@ def test_a_write_during_the_build_waits_for_one_step_not_for_the_build(tmp_path:
             hits = await searching
             return build_went_on, [hit.id for hit in hits]
         finally:
-            service_module._backfill_search_step = step  # type: ignore[assignment]
+            search_index.backfill_step = step  # type: ignore[assignment]
             proceed.set()
             await registry.close_all()
             executor.shutdown()
@@ -137,7 +137,7 @@ def test_a_write_during_the_build_waits_for_one_step_not_for_the_build(tmp_path:
 
 
 def test_a_build_cut_short_goes_on_from_where_it_stood(tmp_path: Path) -> None:
-    step = service_module._backfill_search_step
+    step = search_index.backfill_step
     calls = 0
 
     class CutShort(Exception):
@@ -153,17 +153,17 @@ def test_a_build_cut_short_goes_on_from_where_it_stood(tmp_path: Path) -> None:
     async def scenario() -> tuple[queries.Backfill | None, list[str]]:
         service, registry, executor = await _service(tmp_path)
         try:
-            service_module._backfill_search_step = failing_third  # type: ignore[assignment]
+            search_index.backfill_step = failing_third  # type: ignore[assignment]
             with pytest.raises(CutShort):
                 await service.search("k", "b", "b099")
-            service_module._backfill_search_step = step  # type: ignore[assignment]
+            search_index.backfill_step = step  # type: ignore[assignment]
             await registry.close_object("k")  # as a restart would: a new store, nothing in memory
             async with registry.use("k") as store:
                 stood = await store.read(queries.backfill_under_way)
             hits = await service.search("k", "b", "b099")
             return stood, [hit.id for hit in hits]
         finally:
-            service_module._backfill_search_step = step  # type: ignore[assignment]
+            search_index.backfill_step = step  # type: ignore[assignment]
             await registry.close_all()
             executor.shutdown()
 

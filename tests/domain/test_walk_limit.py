@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from sessions_server.domain import paths
-from sessions_server.domain.service import AppendInput, RecentSummary, SessionsService
+from sessions_server.domain.history import RecentSummary
+from sessions_server.domain.service import AppendInput, SessionsService
 from sessions_server.storage import queries
 from sessions_server.storage.paths import object_path
 from sessions_server.storage.registry import ObjectRegistry

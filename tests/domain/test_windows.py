@@ -10,7 +10,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sessions_server.domain.service import _windows, _windows_from_end
+from sessions_server.domain.history import cut_windows, cut_windows_from_end
 from sessions_server.storage.rows import PathStat
 
 
@@ -28,7 +28,7 @@ def test_windows_are_as_long_as_the_limits_allow(
     sizes: list[int], max_rows: int, max_bytes: int | None, grow_to: int
 ) -> None:
     rows = _rows(sizes)
-    windows = _windows(rows, max_rows, max_bytes, grow_to=grow_to)
+    windows = cut_windows(rows, max_rows, max_bytes, grow_to=grow_to)
     assert [row for window in windows for row in window] == rows
     limit = max_rows
     taken = 0
@@ -45,7 +45,7 @@ def test_windows_are_as_long_as_the_limits_allow(
 
 def test_first_windows_grow_and_an_oversized_row_stands_alone() -> None:
     rows = _rows([10] * 20 + [1_000] + [10] * 3)
-    windows = _windows(rows, 2, 500, grow_to=8)
+    windows = cut_windows(rows, 2, 500, grow_to=8)
     assert [len(window) for window in windows] == [2, 4, 8, 6, 1, 3]
 
 
@@ -60,5 +60,5 @@ def test_windows_from_the_end_are_the_windows_of_the_reversed_rows(
 ) -> None:
     """Newest-first reads cut lazily from the end by the same rule."""
     rows = _rows(sizes)
-    lazy = [list(window) for window in _windows_from_end(rows, max_rows, max_bytes, grow_to=grow_to)]
-    assert lazy == [list(window) for window in _windows(rows[::-1], max_rows, max_bytes, grow_to=grow_to)]
+    lazy = [list(window) for window in cut_windows_from_end(rows, max_rows, max_bytes, grow_to=grow_to)]
+    assert lazy == [list(window) for window in cut_windows(rows[::-1], max_rows, max_bytes, grow_to=grow_to)]

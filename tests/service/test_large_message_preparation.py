@@ -13,7 +13,7 @@ import pytest
 
 from sessions_client import ImportItem, SessionHandle, SessionsClient
 from sessions_server.domain import messages
-from sessions_server.domain.service import PREPARE_OFF_LOOP_CHARS
+from sessions_server.domain.messages import PREPARE_OFF_LOOP_CHARS
 from tests.conftest import start_server
 
 

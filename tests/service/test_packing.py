@@ -18,7 +18,8 @@ from sessions_client._common import FrameAssembler, routing_metadata
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc
 from sessions_server.domain import paths
-from sessions_server.domain.service import AppendInput, AppendResult, MessageView, SessionsService
+from sessions_server.domain.service import AppendInput, AppendResult, SessionsService
+from sessions_server.domain.views import MessageView
 from sessions_server.storage.registry import ObjectRegistry
 from sessions_server.storage.rows import MAX_PATH_DEPTH, Parent, RowInfo
 from sessions_server.transport import framing, packed_cache

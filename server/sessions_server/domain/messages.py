@@ -8,22 +8,30 @@ INVALID_ARGUMENT on every write path (DESIGN.md §9).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from sessions_server.domain import attachments, jsjson
 from sessions_server.domain.chunking import split_content
 from sessions_server.domain.errors import InvalidArgument
+from sessions_server.domain.limits import Limits, check_size
 from sessions_server.domain.sanitize import sanitize_message, strip_reserved_metadata
 from sessions_server.domain.tokens import estimate_row_tokens
 from sessions_server.storage.rows import NewRow, PayloadRow
 
 COMPACTION_PREFIX = "compaction_"
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+# Messages of more JSON than this are prepared (parsed, checked, sanitized, stamped, sliced) on a
+# worker thread. Their walks are Python loops, which there hand the event loop the interpreter
+# every few milliseconds instead of holding it for the whole message: a 20 MB message of two
+# million parts held every call to every object for about 10 s.
+PREPARE_OFF_LOOP_CHARS = 256 * 1024
+T = TypeVar("T")
 
 Message = dict[str, Any]
 
@@ -212,3 +220,21 @@ def _json_type(value: Any) -> str:
     if isinstance(value, list):
         return "an array"
     return type(value).__name__
+
+
+def check_message_sizes(message: Message, limits: Limits, field: str) -> None:
+    """The id and role travel beside every frame of the message: both are bounded."""
+    check_size(message["id"], limits.max_message_id_bytes, "the message id", "max_message_id_bytes", field)
+    check_size(message["role"], limits.max_role_bytes, "the role", "max_role_bytes", field)
+
+
+def check_parent_id(parent_id: str, limits: Limits, field: str) -> None:
+    """A named parent is a message id, bounded as one: its change event carries it as passed."""
+    check_size(parent_id, limits.max_message_id_bytes, "the parent id", "max_message_id_bytes", field)
+
+
+async def prepared_off_loop_if_large(chars: int, prepare: Callable[[], T]) -> T:
+    """`prepare()`, on a worker thread for messages of more than PREPARE_OFF_LOOP_CHARS of JSON."""
+    if chars > PREPARE_OFF_LOOP_CHARS:
+        return await asyncio.to_thread(prepare)
+    return prepare()

@@ -32,14 +32,12 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, repeat
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
+from sessions_server.domain.views import MessageView
 from sessions_server.storage import queries
 from sessions_server.storage.rows import MAX_PATH_DEPTH, PathStat, PathStats, RowInfo
 from sessions_server.storage.store import ObjectStore
-
-if TYPE_CHECKING:
-    from sessions_server.domain.service import MessageView
 
 MEMO_KEY = "paths"
 _ROW_ID = operator.attrgetter("id")
@@ -423,8 +421,8 @@ def path_views(store: ObjectStore, session_id: str, stats: Sequence[PathStat]) -
             _views.move_to_end(key)
             if not whole:  # kept in path order only for the whole path, which appends extend
                 _paths.move_to_end(key)
-                return cast("list[MessageView]", found)
-            views = held.views = cast("list[MessageView]", found)
+                return cast(list[MessageView], found)
+            views = held.views = cast(list[MessageView], found)
         _paths.move_to_end(key)
         return views[len(views) - len(stats) :]
 

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 from sessions_server.domain.errors import InvalidArgument, LimitExceeded
 
@@ -22,6 +23,14 @@ MAX_QUERY_BYTES = 4096
 DEFAULT_CONCURRENT_SEARCHES = 4
 PHRASE = "phrase"
 ALL_WORDS = "all_words"
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    id: str
+    role: str
+    session_id: str
+    content: str
 
 
 def _quote(text: str) -> str:

@@ -11,7 +11,9 @@ from typing import Any, TypeVar
 
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_server.domain.limits import results_bytes
-from sessions_server.domain.service import AppendResult, MessageView, SearchHit
+from sessions_server.domain.search import SearchHit
+from sessions_server.domain.service import AppendResult
+from sessions_server.domain.views import MessageView
 from sessions_server.transport import packed_cache
 
 # The largest response the server sends: gRPC's default receive limit, which stock clients keep.

@@ -21,7 +21,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from sessions_server.domain.service import MessageView
+from sessions_server.domain.views import MessageView
 
 # The command line sets a third of --message-memo-bytes; this is that third of its default.
 MAX_PACKED_BYTES = 32 * 1024 * 1024

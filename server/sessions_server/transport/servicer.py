@@ -23,18 +23,10 @@ from sessions_server.domain import jsjson
 from sessions_server.domain import search as search_rules
 from sessions_server.domain.compactor import Policy
 from sessions_server.domain.errors import InvalidArgument, LimitExceeded, SessionsError, Unavailable
+from sessions_server.domain.history import DEFAULT_BATCH_BYTES, DEFAULT_BATCH_SIZE, BatchMarker, RecentSummary
 from sessions_server.domain.limits import exceeded
-from sessions_server.domain.service import (
-    DEFAULT_BATCH_BYTES,
-    DEFAULT_BATCH_SIZE,
-    AppendInput,
-    BatchMarker,
-    MessageView,
-    Progress,
-    RecentSummary,
-    SessionsService,
-    pointer_form,
-)
+from sessions_server.domain.service import AppendInput, Progress, SessionsService
+from sessions_server.domain.views import MessageView, pointer_form
 from sessions_server.storage.feed import ChangeEvent, Reset
 from sessions_server.storage.rows import Compaction, Parent
 from sessions_server.transport import framing

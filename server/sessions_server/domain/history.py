@@ -1,0 +1,432 @@
+"""Reading a session's paths: root-to-leaf reads, newest-first walks, budgeted recent windows,
+row statistics, the active leaf and branches, with compaction overlays collapsed.
+
+Reads hydrate in bounded windows and yield each as it is read, so no read holds a whole
+transcript; a path the memo remembers (`paths`) is served from memory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import operator
+from bisect import bisect_right
+from collections.abc import AsyncGenerator, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from itertools import accumulate
+from typing import Any
+
+from sessions_server.domain import paths
+from sessions_server.domain.chunking import utf8_length
+from sessions_server.domain.overlays import OverlaySpan, overlay_id, overlay_message_json, plan_overlays
+from sessions_server.domain.views import MessageView, view_of, views_by_id
+from sessions_server.storage import queries
+from sessions_server.storage.rows import MAX_PATH_DEPTH, Compaction, PathStat, RowInfo, StoredMessage
+from sessions_server.storage.store import ObjectStore
+
+# Upstream's hydration windows: forward reads fetch at most 50 rows and 4 MiB of stored bytes per
+# query (an oversized row alone); newest-first prefix streams use 8-row windows.
+WINDOW_ROWS = 50
+WINDOW_BYTES = 4 * 1024 * 1024
+# Past the first window of a read, windows double up to this many rows (forward reads keep the
+# byte bound, and newest-first reads take it on): the first message comes as soon as upstream's
+# would, and a long read pays one executor hop per few hundred rows instead of per 50 (or 8).
+WINDOW_MAX_ROWS = 400
+NEWEST_FIRST_WINDOW_ROWS = 8
+# Newest-first walks read this many rows per executor hop at first, doubling up to the maximum,
+# so a reader that stops after one message costs a handful of row lookups.
+WALK_FIRST_STEPS = 4
+WALK_MAX_STEPS = 64
+DEFAULT_BATCH_SIZE = 50
+DEFAULT_BATCH_BYTES = 4 * 1024 * 1024
+_ROW_ID = operator.attrgetter("id")
+_STORED_BYTES = operator.attrgetter("bytes")
+_SPAN_START = operator.attrgetter("start")
+
+
+@dataclass(frozen=True, slots=True)
+class RecentSummary:
+    truncated: bool
+    total_content_bytes: int
+
+
+# A budgeted read's plan: the rows to read, whether older ones were left out, the path's stored
+# bytes in all, and the session's compactions.
+_RecentPlan = tuple[list[PathStat], bool, int, list[Compaction]]
+
+# One step of a walk from the leaf: the views read, rows walked, where to go on, and whether the
+# walk reached a row that ends a compaction (from which overlays must be planned).
+_WalkStep = tuple[list[MessageView], int, str | None, bool]
+
+
+def latest_leaf(conn: Any, store: ObjectStore, session_id: str, inline: bool) -> MessageView | None:
+    """The active leaf, skipping hidden overlay rows towards the root."""
+    leaf = store.latest_leaf_id(conn, session_id)
+    if leaf is None:
+        return None
+    hidden = hidden_ids(queries.compactions(conn, session_id))
+    while leaf is not None and leaf in hidden:
+        _, leaf = queries.parent_of(conn, session_id, leaf)
+    return None if not leaf else view_of(conn, queries.get_message(conn, session_id, leaf), inline)
+
+
+def branches(conn: Any, session_id: str, message_id: str, inline: bool) -> list[MessageView]:
+    """Direct children in seq order; hidden overlay children are replaced by their own."""
+    hidden = hidden_ids(queries.compactions(conn, session_id))
+
+    def expand(parent_id: str, depth: int) -> list[StoredMessage]:
+        rows = queries.children(conn, session_id, parent_id)
+        if not hidden or depth > MAX_PATH_DEPTH:
+            return rows
+        out: list[StoredMessage] = []
+        for row in rows:
+            out.extend(expand(row.info.id, depth + 1) if row.info.id in hidden else [row])
+        return sorted(out, key=lambda r: r.info.seq)
+
+    views = (view_of(conn, row, inline) for row in expand(message_id, 0))
+    return [view for view in views if view is not None]
+
+
+def row_stats(conn: Any, store: ObjectStore, session_id: str, leaf_id: str) -> list[PathStat]:
+    """Per-row stored bytes and token estimates along a path (at most 10,001 rows)."""
+    version = paths.session_version(store, session_id)  # before the snapshot
+    leaf = resolve_leaf(store, conn, session_id, leaf_id)
+    return [] if not leaf else paths.path_stats(store, conn, session_id, leaf, version).rows
+
+
+async def from_root(
+    store: ObjectStore, session_id: str, leaf_id: str, inline: bool
+) -> AsyncGenerator[list[MessageView], None]:
+    """One root-to-leaf path with overlays applied, root first, in windows."""
+
+    def plan(conn: Any) -> tuple[list[PathStat], list[Compaction]]:
+        version = paths.session_version(store, session_id)  # before the snapshot
+        leaf = resolve_leaf(store, conn, session_id, leaf_id)
+        if not leaf:  # an empty id as the leaf reads as no leaf, as upstream
+            return [], []
+        path = paths.path_stats(store, conn, session_id, leaf, version)
+        return path.rows, queries.compactions(conn, session_id)
+
+    stats, records = await store.read(plan)
+    async for window in stream_path(store, session_id, stats, records, inline=inline):
+        yield window
+
+
+async def recent(
+    store: ObjectStore, session_id: str, max_content_bytes: int, leaf_id: str, inline: bool
+) -> AsyncGenerator[RecentSummary | list[MessageView], None]:
+    """The longest recent suffix whose stored bytes fit the budget, never less than the leaf.
+    Yields the summary first, then the messages in windows."""
+
+    def planned(conn: Any, suffix: paths.PathSuffix) -> _RecentPlan:
+        if not suffix.rows:
+            return [], False, 0, []
+        # The depth cap hides older rows as the budget does; a path of exactly the cap's
+        # length is complete, so only a walk whose oldest row still has a parent counts.
+        capped = (
+            suffix.walked > MAX_PATH_DEPTH
+            and suffix.oldest_id is not None
+            and queries.parent_of(conn, session_id, suffix.oldest_id)[1] is not None
+        )
+        return suffix.rows, suffix.cut or capped, suffix.stored_bytes, queries.compactions(conn, session_id)
+
+    def remembered(conn: Any) -> _RecentPlan | None:
+        """From the remembered path, in point reads; None when it is not remembered."""
+        leaf = resolve_leaf(store, conn, session_id, leaf_id)
+        if not leaf:  # an empty id as the leaf reads as no leaf, as upstream
+            return [], False, 0, []
+        suffix = paths.remembered_suffix(store, session_id, leaf, max_content_bytes)
+        return None if suffix is None else planned(conn, suffix)
+
+    def walked(conn: Any) -> _RecentPlan:
+        version = paths.session_version(store, session_id)  # before the snapshot
+        leaf = resolve_leaf(store, conn, session_id, leaf_id)
+        if not leaf:
+            return [], False, 0, []
+        path = paths.path_stats(store, conn, session_id, leaf, version)  # walks, and remembers it
+        return planned(conn, paths.suffix_of(path, max_content_bytes))
+
+    plan = await store.read(remembered, quick=True)
+    if plan is None:
+        plan = await store.read(walked)
+    window, truncated, total, records = plan
+    yield RecentSummary(truncated, total)
+    async for views in stream_path(store, session_id, window, records, inline=inline):
+        yield views
+
+
+async def from_leaf(
+    store: ObjectStore, session_id: str, leaf_id: str, inline: bool, limit: int = 0
+) -> AsyncGenerator[list[MessageView], None]:
+    """Leaf to root along the parent pointers, a few rows per read (one statement); switches
+    to planned overlays at the first row that ends some compaction (everything after it is
+    exact without planning).
+    A path the memo holds is streamed from it instead. The first read also takes the walk's
+    first steps, so the newest messages come back after one read. With a `limit`, no read
+    takes more rows than the messages still wanted. Every read looks up at most
+    WALK_MAX_STEPS rows by key, marked quick: a lone caller's walk reads without thread hops."""
+    span_ends: set[str] = set()
+    hidden: set[str] = set()
+    wanted = limit or MAX_PATH_DEPTH + 1
+
+    def walk(conn: Any, first: str, budget: int, depth: int) -> _WalkStep:
+        wanted_rows = min(budget, MAX_PATH_DEPTH + 1 - depth)
+        taken = queries.ancestors(conn, session_id, first, wanted_rows)
+        views: list[MessageView] = []
+        for rows, row in enumerate(taken):
+            if row.info.id in span_ends:
+                return views, rows, row.info.id, True
+            if row.info.id not in hidden:
+                view = view_of(conn, row, inline)
+                if view is not None:
+                    views.append(view)
+        # Fewer rows than asked: the chain reached a root or a missing row, so the path ends.
+        current = taken[-1].info.parent_id if taken and len(taken) == wanted_rows else None
+        depth += len(taken)
+        return views, len(taken), (current if depth <= MAX_PATH_DEPTH else None), False
+
+    def start(conn: Any) -> tuple[str | None, list[Compaction], list[PathStat] | None, _WalkStep | None]:
+        leaf = resolve_leaf(store, conn, session_id, leaf_id)
+        records = queries.compactions(conn, session_id)
+        # Overlays are planned over the whole path; without any, the newest rows suffice.
+        last = 0 if records else wanted
+        remembered = paths.remembered_path(store, session_id, leaf, last) if leaf else None
+        if not leaf or remembered is not None:
+            return leaf, records, remembered, None
+        span_ends.update(record.to_message_id for record in records)
+        hidden.update(hidden_ids(records))
+        return leaf, records, None, walk(conn, leaf, min(WALK_FIRST_STEPS, wanted), 0)
+
+    next_id, records, remembered, step = await store.read(start, quick=True)
+    depth = 0
+    if remembered is not None:  # no walk: the path's messages are likely remembered too
+        asked = wanted
+        async for window in stream_path(store, session_id, remembered, records, newest_first=True, inline=inline):
+            wanted -= len(window)
+            yield window
+        if records or wanted <= 0 or len(remembered) < asked:
+            return
+        # Only the newest rows were taken and some did not read as messages: walk on from
+        # the oldest of them.
+        oldest = remembered[0].id
+        next_id = await store.read(lambda conn: queries.parent_of(conn, session_id, oldest)[1], quick=True)
+        depth = len(remembered)
+    steps = WALK_FIRST_STEPS
+    while next_id is not None and depth <= MAX_PATH_DEPTH and wanted > 0:
+        taken: _WalkStep
+        if step is not None:
+            taken, step = step, None
+        else:
+            read_step = functools.partial(walk, first=next_id, budget=min(steps, wanted), depth=depth)
+            taken = await store.read(read_step, quick=True)
+        views, walked, next_id, switch = taken
+        depth += walked
+        # Doubling spares a reader that stops early from reading ahead; a reader that named
+        # its count wants every row of it, and each response costs a write round trip.
+        steps = WALK_MAX_STEPS if limit else min(steps * 2, WALK_MAX_STEPS)
+        if views:
+            wanted -= len(views)
+            yield views
+        if switch and next_id is not None:
+            async for window in _overlaid_prefix(store, session_id, leaf_id, next_id, records, inline):
+                yield window
+            return
+
+
+async def _overlaid_prefix(
+    store: ObjectStore,
+    session_id: str,
+    leaf_id: str,
+    from_id: str,
+    records: list[Compaction],
+    inline: bool,
+) -> AsyncGenerator[list[MessageView], None]:
+    def ids(conn: Any) -> list[str]:
+        leaf = resolve_leaf(store, conn, session_id, leaf_id)
+        return [] if not leaf else queries.path_ids(conn, session_id, leaf)
+
+    path = await store.read(ids)
+    if from_id not in path:
+        return
+    end = path.index(from_id)
+    spans = [span for span in plan_overlays(path, records) if span.end <= end]
+    stats = [PathStat(message_id, "", 0, 0) for message_id in path[: end + 1]]
+    async for window in stream_path(store, session_id, stats, records, newest_first=True, spans=spans, inline=inline):
+        yield window
+
+
+async def first_messages(
+    windows: AsyncGenerator[list[MessageView], None], limit: int
+) -> AsyncGenerator[list[MessageView], None]:
+    """The first `limit` messages of `windows`; the reads behind them stop there."""
+    async with contextlib.aclosing(windows):
+        remaining = limit
+        async for window in windows:
+            yield window[:remaining]
+            remaining -= len(window)
+            if remaining <= 0:
+                return
+
+
+def hidden_ids(records: Sequence[Compaction]) -> set[str]:
+    return {overlay_id(record) for record in records}
+
+
+def resolve_leaf(store: ObjectStore, conn: Any, session_id: str, leaf_id: str) -> str | None:
+    """A non-empty leaf id is used only if it exists in the session (else the read is empty);
+    an empty one means the active leaf. Path reads then treat an empty-string leaf (a message
+    whose id is "") as no leaf, as upstream's truthiness test does; newest-first walks from it."""
+    if leaf_id:
+        return leaf_id if queries.exists(conn, session_id, leaf_id) else None
+    return store.latest_leaf_id(conn, session_id)
+
+
+def cut_windows(
+    rows: Sequence[PathStat], max_rows: int, max_bytes: int | None, *, grow_to: int = 0
+) -> list[Sequence[PathStat]]:
+    """Cuts rows into hydration windows: at most `max_rows` (doubling after each window up to
+    `grow_to` when given), and at most `max_bytes` of stored bytes when given, a single
+    oversized row standing alone."""
+    # Cut points come from running byte totals by bisection: a remembered read of a long path
+    # spends no Python per row here.
+    totals = [0, *accumulate(map(_STORED_BYTES, rows))] if max_bytes is not None else []
+    out: list[Sequence[PathStat]] = []
+    start = 0
+    while start < len(rows):
+        end = min(len(rows), start + max_rows)
+        if max_bytes is not None:
+            fits = bisect_right(totals, totals[start] + max_bytes, start + 1, end + 1) - 1
+            end = max(start + 1, fits)
+        out.append(rows[start:end])
+        start = end
+        max_rows = max(max_rows, min(max_rows * 2, grow_to))
+    return out
+
+
+def cut_windows_from_end(
+    rows: Sequence[PathStat], max_rows: int, max_bytes: int, *, grow_to: int = 0
+) -> Iterator[Sequence[PathStat]]:
+    """`cut_windows` of the rows newest first, cut lazily from the end: a reader that stops after a
+    few messages pays for their windows only, however long the path."""
+    end = len(rows)
+    while end > 0:
+        start = end - 1
+        stored = rows[start].bytes
+        floor = max(0, end - max_rows)
+        while start > floor and stored + rows[start - 1].bytes <= max_bytes:
+            start -= 1
+            stored += rows[start].bytes
+        yield rows[start:end][::-1]
+        end = start
+        max_rows = max(max_rows, min(max_rows * 2, grow_to))
+
+
+async def stream_path(
+    store: ObjectStore,
+    session_id: str,
+    stats: Sequence[PathStat],
+    records: Sequence[Compaction],
+    *,
+    newest_first: bool = False,
+    spans: Sequence[OverlaySpan] | None = None,
+    inline: bool = True,
+) -> AsyncGenerator[list[MessageView], None]:
+    """Streams path rows with overlays collapsed, hydrating one bounded window at a time and
+    yielding it whole (an overlay alone); no window is retained after it has been yielded. A
+    path whose messages are all remembered comes as one window: it is in memory already."""
+    if spans is None:
+        spans = plan_overlays(list(map(_ROW_ID, stats)), records) if records else []
+    if not spans and not newest_first:
+        in_memory = paths.path_views(store, session_id, stats)
+        if in_memory is not None:
+            yield in_memory  # one window: framing cuts it into responses as they go out
+            return
+    # A path too large to remember is streamed without filling the memo (and evicting others).
+    # Decided at the first storage read: the sum runs over the whole path, which a newest-first
+    # read of remembered messages never needs.
+    remember: bool | None = None
+    segments: list[Compaction | Sequence[PathStat]] = []
+    index = 0
+    for span in sorted(spans, key=_SPAN_START):
+        if span.start < index:
+            continue  # inside an overlay already taken
+        if span.start > index:
+            segments.append(stats[index : span.start])
+        segments.append(span.compaction)
+        index = span.end + 1
+    if index < len(stats):
+        segments.append(stats[index:])
+    if newest_first:
+        segments.reverse()
+    for segment in segments:
+        if isinstance(segment, Compaction):
+            yield [
+                MessageView(
+                    RowInfo(overlay_id(segment), "assistant", None, 0, 0, 0),
+                    overlay_message_json(segment),
+                    overlay=True,
+                )
+            ]
+            continue
+        windows: Iterable[Sequence[PathStat]] = (
+            cut_windows_from_end(segment, NEWEST_FIRST_WINDOW_ROWS, WINDOW_BYTES, grow_to=WINDOW_MAX_ROWS)
+            if newest_first
+            else cut_windows(segment, WINDOW_ROWS, WINDOW_BYTES, grow_to=WINDOW_MAX_ROWS)
+        )
+        for window in windows:
+            ids = list(map(_ROW_ID, window))
+            remembered, missing, version = paths.remembered_views(store, session_id, ids)
+            if not missing:
+                yield remembered  # type: ignore[misc]  # no None left
+                continue
+            if remember is None:
+                remember = paths.fits_session_share(sum(map(_STORED_BYTES, stats)), len(stats))
+            as_stored: list[MessageView] | None = [] if remember else None
+            found = await store.read(
+                lambda conn, i=missing, a=as_stored: views_by_id(conn, session_id, i, inline, a)  # type: ignore[misc]
+            )
+            if as_stored:
+                paths.remember_views(store, session_id, version, as_stored)
+            views = [
+                found.get(message_id) if view is None else view
+                for message_id, view in zip(ids, remembered, strict=True)
+            ]
+            kept = [view for view in views if view is not None]  # without the rows reads skip (unparseable)
+            if kept:
+                yield kept
+
+
+class BatchMarker:
+    """Pairs each message with whether it ends a batch, by upstream's historyBatches rules: close
+    the batch before a message that would overflow it, and after one that fills it. Fed a window
+    at a time; the last message of a window waits for the next (or `finish`) when its batch could
+    still close before it."""
+
+    def __init__(self, batch_size: int, max_batch_bytes: int) -> None:
+        self.size_limit = max(1, batch_size)
+        self.byte_limit = max(1, max_batch_bytes)
+        self.count = 0
+        self.used = 0
+        self.previous: MessageView | None = None
+
+    def mark(self, views: Sequence[MessageView]) -> list[tuple[MessageView, bool]]:
+        out: list[tuple[MessageView, bool]] = []
+        for view in views:
+            size = utf8_length(view.json)
+            if self.previous is not None:
+                closes = self.count >= self.size_limit or self.used + size > self.byte_limit
+                out.append((self.previous, closes))
+                if closes:
+                    self.count, self.used = 0, 0
+            self.count += 1
+            self.used += size
+            self.previous = view
+            if self.count >= self.size_limit or self.used >= self.byte_limit:
+                out.append((view, True))
+                self.previous = None
+                self.count, self.used = 0, 0
+        return out
+
+    def finish(self) -> list[tuple[MessageView, bool]]:
+        last, self.previous = self.previous, None
+        return [] if last is None else [(last, True)]

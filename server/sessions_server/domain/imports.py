@@ -1,0 +1,142 @@
+"""ImportMessages: messages validated as they arrive and written in order, in chunks.
+
+Unlike an append, an import keeps the parent and creation time it is given (upstream's
+`importMessage`), and is not all or nothing: what arrived before a failure is still written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from sessions_server.domain import large_messages, messages
+from sessions_server.domain.compactor import forget_estimate, note_session_changed
+from sessions_server.domain.errors import storage_failure
+from sessions_server.domain.limits import Limits
+from sessions_server.storage.feed import ChangeEvent
+from sessions_server.storage.rows import NewRow, StorageError
+from sessions_server.storage.store import ObjectStore, WriteContext, import_all_in
+
+# An import writes its messages in chunks of at most this many (or about this many characters of
+# JSON), a job each, and keeps at most IMPORT_PIPELINE_DEPTH chunks waiting for their commits.
+IMPORT_CHUNK_MESSAGES = 64
+IMPORT_CHUNK_CHARS = 1 << 20
+IMPORT_PIPELINE_DEPTH = 4
+
+
+class _ImportChunk:
+    """Validated messages waiting to be written together, with their change events."""
+
+    __slots__ = ("created_at_ms", "events", "parents", "rows", "text_chars")
+
+    def __init__(self) -> None:
+        self.rows: list[NewRow] = []
+        self.parents: list[str | None] = []
+        self.created_at_ms: list[int] = []
+        self.events: list[ChangeEvent] = []
+        self.text_chars = 0
+
+
+class Importer:
+    """Validates imported messages as they arrive and writes them in order, in chunks, a job
+    each (one statement for a chunk of new plain messages). A message goes to the writer at
+    once when none of this import's writes is under way, else it waits for them with those
+    that follow, up to a chunk: a slow stream is written message by message as it arrives, a
+    fast one in chunks that share commits. Whatever was received before a failure is still
+    written (`finish`): the import is not all or nothing."""
+
+    def __init__(self, store: ObjectStore, session_id: str, limits: Limits) -> None:
+        self._limits = limits
+        self._store = store
+        self._session_id = session_id
+        self._chunk = _ImportChunk()
+        self._pending: list[asyncio.Future[list[bool]]] = []
+        self.imported = 0
+        self.skipped = 0
+        self.received = 0
+
+    async def add(self, text: str, parent_id: str | None, created_at_ms: int) -> None:
+        field_name = f"message[{self.received}]"
+
+        def prepare() -> tuple[messages.PreparedMessage, NewRow]:
+            message, plain = messages.parse_message(text, field=field_name)
+            messages.check_message_sizes(message, self._limits, field_name)
+            if parent_id is not None:
+                messages.check_parent_id(parent_id, self._limits, "parent_id")
+            prepared = messages.prepare_for_import(message, plain=plain)
+            return prepared, prepared.row()
+
+        prepared, row = await messages.prepared_off_loop_if_large(len(text), prepare)
+        large_messages.note_written(self._store, self._session_id, (row,))  # a skipped id: one slower read
+        self.received += 1
+        chunk = self._chunk
+        chunk.rows.append(row)
+        chunk.parents.append(parent_id)
+        chunk.created_at_ms.append(created_at_ms)
+        chunk.events.append(
+            ChangeEvent(
+                "import",
+                self._session_id,
+                message_json=prepared.json,
+                parent_kind="root" if parent_id is None else "id",
+                parent_id=parent_id or "",
+            )
+        )
+        chunk.text_chars += len(text)
+        full = len(chunk.rows) >= IMPORT_CHUNK_MESSAGES or chunk.text_chars >= IMPORT_CHUNK_CHARS
+        self._account_done()
+        if full or not self._pending:
+            self._submit()
+            if len(self._pending) >= IMPORT_PIPELINE_DEPTH:
+                await self._settle(IMPORT_PIPELINE_DEPTH // 2)
+
+    def _after_write(self, _: asyncio.Future[list[bool]]) -> None:
+        """Sends what arrived during this import's writes once the last of them is done."""
+        if self._chunk.rows and all(future.done() for future in self._pending):
+            self._submit()
+
+    def _submit(self) -> None:
+        chunk, self._chunk = self._chunk, _ImportChunk()
+        if not chunk.rows:
+            return
+        session_id, store = self._session_id, self._store
+
+        def run(ctx: WriteContext) -> list[bool]:
+            infos = import_all_in(ctx, session_id, chunk.rows, chunk.parents, chunk.created_at_ms)
+            if any(info is not None for info in infos):
+                note_session_changed(ctx, session_id)
+            for info, event in zip(infos, chunk.events, strict=True):
+                if info is not None:
+                    event.message_info = info
+                    ctx.emit(event)
+            return [info is not None for info in infos]
+
+        def noted(inserted: list[bool]) -> None:
+            if any(inserted):  # committed, whether or not the import's caller is still there
+                forget_estimate(store, session_id)
+
+        future = asyncio.ensure_future(store.write(run, after=noted))
+        future.add_done_callback(self._after_write)
+        self._pending.append(future)
+
+    async def _settle(self, count: int) -> None:
+        """Waits for this import's oldest `count` writes and accounts for them."""
+        if count:
+            await asyncio.wait(self._pending[:count])
+        self._account_done()
+
+    def _account_done(self) -> None:
+        """Counts this import's finished writes, oldest first, stopping at one still under way
+        (each message checks, so the list stays short); raises the error of a failed one."""
+        while self._pending and self._pending[0].done():
+            future = self._pending.pop(0)
+            try:
+                inserted = future.result()
+            except StorageError as exc:
+                raise storage_failure(str(exc), out_of_space=exc.out_of_space) from exc
+            written = sum(inserted)
+            self.imported += written
+            self.skipped += len(inserted) - written
+
+    async def finish(self) -> None:
+        self._submit()
+        await self._settle(len(self._pending))

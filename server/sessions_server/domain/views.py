@@ -1,0 +1,73 @@
+"""Messages as reads and writes answer with them: stored rows made readable.
+
+A stored row becomes a view with its attachment payloads put back (inline readers) or left as
+pointers; rows upstream's reads skip (unparseable) become none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sessions_server.domain import attachments, jsjson, messages
+from sessions_server.storage import queries
+from sessions_server.storage.rows import RowInfo, StoredMessage
+
+
+@dataclass(slots=True)  # not frozen: built per message on every read, and frozen init costs 5x
+class MessageView:
+    """A message as a read or write returns it: lifted facts (None for synthetic ones) and JSON."""
+
+    info: RowInfo | None
+    json: str
+    overlay: bool = False  # a synthetic compaction overlay (its info names id and role only)
+    # The transport's encoding of this view, kept on it: views remembered by the path memo are
+    # shared by every read of the session, so each is encoded once.
+    encoded: bytes | None = None
+
+
+def stored_row_ok(stored: StoredMessage) -> bool:
+    return stored.stamped or messages.is_stored_message(stored.content)
+
+
+def view_of(conn: Any, stored: StoredMessage | None, inline: bool) -> MessageView | None:
+    """The readable form of a stored row, attachment payloads restored when `inline`; None for
+    rows upstream's reads skip (unparseable). Runs on the read connection's thread."""
+    if stored is None or not stored_row_ok(stored):
+        return None
+    if inline and attachments.may_hold_pointers(stored.content):
+        message = jsjson.parse(stored.content)
+        resolved = attachments.resolve(message, lambda digest: queries.load_payload(conn, digest))
+        if resolved is not message:
+            return MessageView(stored.info, jsjson.stringify(resolved))
+    return MessageView(stored.info, stored.content)
+
+
+def views_by_id(
+    conn: Any, session_id: str, ids: Sequence[str], inline: bool, as_stored: list[MessageView] | None = None
+) -> dict[str, MessageView]:
+    """One hydration window: the rows by id (one query, plus one for continuations), as views.
+    Views that are the stored JSON as is (the same in every attachment mode) are also added to
+    `as_stored` when given."""
+    found = queries.get_messages(conn, session_id, ids)
+    views = {}
+    for message_id, stored in found.items():
+        if stored.stamped and not attachments.may_hold_pointers(stored.content):
+            plain = views[message_id] = MessageView(stored.info, stored.content)  # the common row
+            if as_stored is not None:
+                as_stored.append(plain)
+            continue
+        view = view_of(conn, stored, inline)
+        if view is not None:
+            views[message_id] = view
+    return views
+
+
+def pointer_form(message_json: str) -> str:
+    """A message's JSON with inline media as attachment pointers (for pointer-mode readers)."""
+    if "base64" not in message_json and '"data"' not in message_json:
+        return message_json
+    message = jsjson.parse(message_json)
+    extracted = attachments.extract(message).message
+    return message_json if extracted is message else jsjson.stringify(extracted)
