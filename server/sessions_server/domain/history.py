@@ -65,7 +65,11 @@ def latest_leaf(conn: Any, store: ObjectStore, session_id: str, inline: bool) ->
     if leaf is None:
         return None
     hidden = hidden_ids(queries.compactions(conn, session_id))
+    passed: set[str] = set()
     while leaf is not None and leaf in hidden:
+        if leaf in passed or len(passed) > MAX_PATH_DEPTH:
+            return None  # imported rows can be their own ancestors: no visible row above them
+        passed.add(leaf)
         _, leaf = queries.parent_of(conn, session_id, leaf)
     return None if not leaf else view_of(conn, queries.get_message(conn, session_id, leaf), inline)
 
@@ -73,17 +77,24 @@ def latest_leaf(conn: Any, store: ObjectStore, session_id: str, inline: bool) ->
 def branches(conn: Any, session_id: str, message_id: str, inline: bool) -> list[MessageView]:
     """Direct children in seq order; hidden overlay children are replaced by their own."""
     hidden = hidden_ids(queries.compactions(conn, session_id))
-
-    def expand(parent_id: str, depth: int) -> list[StoredMessage]:
-        rows = queries.children(conn, session_id, parent_id)
-        if not hidden or depth > MAX_PATH_DEPTH:
-            return rows
-        out: list[StoredMessage] = []
-        for row in rows:
-            out.extend(expand(row.info.id, depth + 1) if row.info.id in hidden else [row])
-        return sorted(out, key=lambda r: r.info.seq)
-
-    views = (view_of(conn, row, inline) for row in expand(message_id, 0))
+    rows = queries.children(conn, session_id, message_id)
+    if hidden:
+        # Level by level, each hidden row expanded once: imported rows can form parent cycles,
+        # and a chain of hidden rows can be deeper than Python's stack.
+        shown: list[StoredMessage] = []
+        expanded = {message_id}
+        level, depth = rows, 0
+        while level and depth <= MAX_PATH_DEPTH:
+            below: list[StoredMessage] = []
+            for row in level:
+                if row.info.id not in hidden:
+                    shown.append(row)
+                elif row.info.id not in expanded:
+                    expanded.add(row.info.id)
+                    below.extend(queries.children(conn, session_id, row.info.id))
+            level, depth = below, depth + 1
+        rows = sorted(shown, key=lambda r: r.info.seq)
+    views = (view_of(conn, row, inline) for row in rows)
     return [view for view in views if view is not None]
 
 
