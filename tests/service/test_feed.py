@@ -643,13 +643,16 @@ def test_a_resume_on_an_object_still_never_written_is_not_reset(
     feeds: Callable[..., Feed], client: Any, object_key: str
 ) -> None:
     """A subscriber to an object not yet written reconnected to a reset every time: the feed's
-    clock went with its last subscriber. Nothing can have happened since, so it is placed live;
-    once the object was written meanwhile, the resume is reset as before."""
+    clock went with its last subscriber. Nothing can have happened since, so it is placed live,
+    and told where it starts as a live subscriber is; once the object was written meanwhile, the
+    resume is reset as before."""
     first = feeds()
     start = first.start_revision
     first.close()  # the object's only subscriber: its feed goes
 
     resumed = feeds(resume_from=start)
+    # Placed (an append before it would make the resume a reset, as below), at the new clock.
+    assert resumed.next(progress=True).type == "progress"
     session = client.object(object_key).session()
     event = sentinel(session, resumed)
     assert event.revision > start

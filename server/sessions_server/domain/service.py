@@ -631,8 +631,9 @@ class SessionsService:
             except FeedClosed as exc:
                 raise _feed_closed(exc) from None
             try:
-                if not resume_after:
-                    # Tells a live subscriber where it starts: everything after this revision follows.
+                if not place:
+                    # Tells a live subscriber (or a resume placed live) where it starts: everything
+                    # after this revision follows.
                     yield Progress(hub.revision)
                 while True:
                     item = await subscription.next(timeout=progress_seconds)
