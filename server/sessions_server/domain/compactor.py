@@ -333,12 +333,18 @@ class Compactor:
                 return
 
     async def after_inserted_append(self, store: ObjectStore, object_key: str, session_id: str) -> None:
+        """Starts an automatic compaction once the session is over its policy's threshold. The
+        append has committed: a failure to find out (its reads) is logged, not its answer."""
         if self._summarizer is None:
             return
-        policy = await self._policy(store, session_id)
-        if policy.threshold_tokens <= 0:
-            return
-        if await self.token_estimate(store, session_id) <= policy.threshold_tokens:
+        try:
+            policy = await self._policy(store, session_id)
+            if policy.threshold_tokens <= 0:
+                return
+            if await self.token_estimate(store, session_id) <= policy.threshold_tokens:
+                return
+        except Exception as exc:
+            log.warning("%r/%r: could not check for automatic compaction: %s", object_key, session_id, exc)
             return
         running = self._running.get((object_key, session_id))
         if running is not None and not running.done():
