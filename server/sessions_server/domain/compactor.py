@@ -152,7 +152,14 @@ class Compactor:
         check_size(summary, limit, "the summary", "max_summary_bytes", "summary")
         for field, value in (("from_message_id", from_id), ("to_message_id", to_id)):
             check_size(value, self._service.limits.max_message_id_bytes, field, "max_message_id_bytes", field)
-        async with self._service.object(object_key, writing=True) as store:
+        opened = (
+            self._service.object(object_key, writing=True)
+            if planned_at is None
+            else self._service.existing_object(object_key, writing=True)  # never a new file
+        )
+        async with opened as store:
+            if store is None:  # erased since the plan
+                raise SessionChanged
 
             def run(ctx: WriteContext) -> Compaction:
                 if planned_at is not None and (
@@ -359,8 +366,7 @@ class Compactor:
         except Exception as exc:
             detail = f"{type(exc).__name__}: {exc}"
             log.warning("automatic compaction of %r/%r failed: %s", object_key, session_id, detail)
-            async with self._service.object(object_key) as store:
-                store.feed.publish([ChangeEvent("compaction_error", session_id, error=detail)])
+            await self._service.publish(object_key, ChangeEvent("compaction_error", session_id, error=detail))
 
     async def wait_idle(self, seconds: float) -> None:
         """Waits up to `seconds` for running automatic compactions, then cancels those left

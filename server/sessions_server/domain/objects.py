@@ -145,11 +145,12 @@ class ObjectAdmin:
             )
         self.admit(object_key, writing=lock_for_move)
         path = object_path(self.data_dir, object_key)
-        if not path.exists():
-            raise NotFound("no such object on this server", field="object_key")
         lease = lease_seconds or DEFAULT_LEASE_SECONDS
         again = functools.partial(self.admit, object_key, writing=lock_for_move)
-        async with self._registry.use(object_key, again) as store:  # (deleted while it waited: refused)
+        # Never an open that creates: an erase can take the object away while this waits.
+        async with self._registry.use_existing(object_key, again) as store:
+            if store is None:
+                raise NotFound("no such object on this server", field="object_key")
             try:
                 if lock_for_move:
                     self._moving[object_key] = time.monotonic() + lease

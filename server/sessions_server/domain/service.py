@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from sessions_server.domain.errors import (
     InvalidArgument,
     LimitExceeded,
     NotFound,
+    SessionsError,
     Unavailable,
     storage_failure,
 )
@@ -67,6 +69,7 @@ from sessions_server.storage.store import (
     update_in,
 )
 
+log = logging.getLogger("sessions.service")
 DEFAULT_SEARCH_SECONDS = 2.0
 # An append's input as prepared: its index in the call, the parsed message, and what is stored
 # (None for a compaction overlay's id, which is written nowhere).
@@ -172,12 +175,26 @@ class SessionsService:
             yield store
 
     @contextlib.asynccontextmanager
-    async def existing_object(self, object_key: str, *, removing: bool = False) -> AsyncIterator[ObjectStore | None]:
+    async def existing_object(
+        self, object_key: str, *, writing: bool = False, removing: bool = False
+    ) -> AsyncIterator[ObjectStore | None]:
         """The object, or None when it has no file here. Reads, and removals, of an object never
         written answer as an empty object would, and create nothing: otherwise a `read` token
-        could fill the disk with empty objects (one file each, listed by ListObjects)."""
-        async with self._opened(object_key, writing=False, removing=removing, create=False) as store:
+        could fill the disk with empty objects (one file each, listed by ListObjects). So do
+        writes that only make sense in an object already there (one planned from its contents)."""
+        async with self._opened(object_key, writing=writing, removing=removing, create=False) as store:
             yield store
+
+    async def publish(self, object_key: str, event: ChangeEvent) -> None:
+        """Hands subscribers an event no write carries (a failure in the background), through the
+        object's feed alone: no file is opened, or created for an object erased meanwhile."""
+        again = functools.partial(self.objects.admit, object_key, writing=False)
+        try:
+            self.objects.admit(object_key, writing=False)
+            async with self.registry.feed(object_key, again) as hub:
+                hub.publish([event])
+        except SessionsError as exc:  # moved away meanwhile: its subscribers are elsewhere
+            log.info("%r: %s event not published: %s", object_key, event.type, exc)
 
     @contextlib.asynccontextmanager
     async def _opened(
