@@ -10,8 +10,9 @@ import asyncio
 
 from sessions_server.domain import large_messages, messages
 from sessions_server.domain.compactor import forget_estimate, note_session_changed
-from sessions_server.domain.errors import storage_failure
+from sessions_server.domain.errors import FailedPrecondition, storage_failure
 from sessions_server.domain.limits import Limits
+from sessions_server.storage import queries
 from sessions_server.storage.feed import ChangeEvent
 from sessions_server.storage.rows import NewRow, StorageError
 from sessions_server.storage.store import ObjectStore, WriteContext, import_all_in
@@ -42,14 +43,20 @@ class Importer:
     once when none of this import's writes is under way, else it waits for them with those
     that follow, up to a chunk: a slow stream is written message by message as it arrives, a
     fast one in chunks that share commits. Whatever was received before a failure is still
-    written (`finish`): the import is not all or nothing."""
+    written (`finish`): the import is not all or nothing. Nothing after a failed write is: each
+    chunk's job first checks that the chunk before it is stored (in the same transaction, or
+    committed), so a chunk queued behind one that fails writes nothing, whatever commits take
+    them, and the import answers the first failure."""
 
     def __init__(self, store: ObjectStore, session_id: str, limits: Limits) -> None:
         self._limits = limits
         self._store = store
         self._session_id = session_id
         self._chunk = _ImportChunk()
-        self._pending: list[asyncio.Future[list[bool]]] = []
+        self._pending: list[asyncio.Future[list[bool] | None]] = []
+        self._submitted_ids: tuple[str, ...] = ()  # the ids of the chunk submitted last
+        self._stopped = False  # a write failed: nothing more is submitted
+        self._reported = False  # its failure was raised
         self.imported = 0
         self.skipped = 0
         self.received = 0
@@ -89,18 +96,24 @@ class Importer:
             if len(self._pending) >= IMPORT_PIPELINE_DEPTH:
                 await self._settle(IMPORT_PIPELINE_DEPTH // 2)
 
-    def _after_write(self, _: asyncio.Future[list[bool]]) -> None:
+    def _after_write(self, future: asyncio.Future[list[bool] | None]) -> None:
         """Sends what arrived during this import's writes once the last of them is done."""
-        if self._chunk.rows and all(future.done() for future in self._pending):
+        if future.cancelled() or future.exception() is not None or future.result() is None:
+            self._stopped = True
+            return
+        if self._chunk.rows and all(pending.done() for pending in self._pending):
             self._submit()
 
     def _submit(self) -> None:
         chunk, self._chunk = self._chunk, _ImportChunk()
-        if not chunk.rows:
+        if not chunk.rows or self._stopped:
             return
         session_id, store = self._session_id, self._store
+        before, self._submitted_ids = self._submitted_ids, tuple(dict.fromkeys(row.id for row in chunk.rows))
 
-        def run(ctx: WriteContext) -> list[bool]:
+        def run(ctx: WriteContext) -> list[bool] | None:
+            if before and not queries.all_exist(ctx.conn, session_id, before):
+                return None  # the chunk before is not stored: nothing after it may be
             infos = import_all_in(ctx, session_id, chunk.rows, chunk.parents, chunk.created_at_ms)
             if any(info is not None for info in infos):
                 note_session_changed(ctx, session_id)
@@ -110,8 +123,8 @@ class Importer:
                     ctx.emit(event)
             return [info is not None for info in infos]
 
-        def noted(inserted: list[bool]) -> None:
-            if any(inserted):  # committed, whether or not the import's caller is still there
+        def noted(inserted: list[bool] | None) -> None:
+            if inserted and any(inserted):  # committed, whether or not the import's caller is still there
                 forget_estimate(store, session_id)
 
         future = asyncio.ensure_future(store.write(run, after=noted))
@@ -126,13 +139,25 @@ class Importer:
 
     def _account_done(self) -> None:
         """Counts this import's finished writes, oldest first, stopping at one still under way
-        (each message checks, so the list stays short); raises the error of a failed one."""
+        (each message checks, so the list stays short); raises the first failure, once."""
         while self._pending and self._pending[0].done():
             future = self._pending.pop(0)
+            if self._reported or future.cancelled():
+                continue  # after the failure: nothing of these was written
             try:
                 inserted = future.result()
             except StorageError as exc:
+                self._reported = True
                 raise storage_failure(str(exc), out_of_space=exc.out_of_space) from exc
+            except BaseException:
+                self._reported = True
+                raise
+            if inserted is None:  # no write failed before it: another call removed what it had written
+                self._reported = True
+                raise FailedPrecondition(
+                    "messages this import had written were deleted meanwhile; it stopped there, "
+                    f"{self.imported} messages in"
+                )
             written = sum(inserted)
             self.imported += written
             self.skipped += len(inserted) - written
