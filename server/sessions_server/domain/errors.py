@@ -64,7 +64,8 @@ class PermissionDenied(SessionsError):
 
 
 class StorageFailure(SessionsError):
-    """The storage engine failed (disk full, I/O error); the write was rolled back."""
+    """The storage engine failed (an I/O error, a damaged file): a write was rolled back, a read
+    returned nothing."""
 
     reason = "STORAGE_FAILURE"
 

@@ -934,8 +934,10 @@ def search(
             )
         ]
     except sqlite3.OperationalError as exc:
-        if "interrupted" in str(exc):
+        if exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_INTERRUPT:
             raise QueryInterrupted(str(exc)) from None
-        raise QueryRejected(str(exc)) from None
+        if str(exc).startswith("fts5:"):  # the expression: the caller's query
+            raise QueryRejected(str(exc)) from None
+        raise  # the storage's (I/O, a full disk, corruption): a read failure like any other
     finally:
         conn.set_progress_handler(None, 0)
