@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import sqlite3
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from sessions_server.domain.errors import (
     LimitExceeded,
     NotFound,
     SessionsError,
+    StorageFailure,
     Unavailable,
     storage_failure,
 )
@@ -581,9 +583,14 @@ class SessionsService:
             if chunks == 0:
                 yield media_type, size, b""
             for index in range(chunks):
-                data = await store.read(lambda conn, i=index: queries.payload_chunk(conn, digest, i))  # type: ignore[misc]
+                # A read a chunk: the payload can be collected between them (its last reference deleted).
+                data = await store.read(lambda conn, i=index: _payload_chunk(conn, digest, i))  # type: ignore[misc]
                 if data is None:
-                    raise FailedPrecondition(f"attachment {digest} lost chunk {index}", reason="STORAGE_FAILURE")
+                    raise NotFound(
+                        f"attachment {digest} was deleted (its last message removed) while it was read; "
+                        "the part already sent is incomplete",
+                        field="hash",
+                    )
                 yield media_type, size, data
 
     async def search(
@@ -684,6 +691,15 @@ class Progress:
     """Nothing happened: the feed is alive at this revision."""
 
     revision: int
+
+
+def _payload_chunk(conn: sqlite3.Connection, digest: str, index: int) -> bytes | None:
+    """One chunk of a payload; None when the payload is gone. A payload still there without the
+    chunk is a damaged store."""
+    data = queries.payload_chunk(conn, digest, index)
+    if data is None and queries.payload_meta(conn, digest) is not None:
+        raise StorageFailure(f"attachment {digest} is missing its chunk {index}: the object's file is damaged")
+    return data
 
 
 def _feed_closed(exc: FeedClosed) -> Unavailable:
