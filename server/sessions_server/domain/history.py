@@ -21,7 +21,7 @@ from sessions_server.domain.chunking import utf8_length
 from sessions_server.domain.overlays import OverlaySpan, overlay_id, overlay_message_json, plan_overlays
 from sessions_server.domain.views import MessageView, view_of, views_by_id
 from sessions_server.storage import queries
-from sessions_server.storage.rows import MAX_PATH_DEPTH, Compaction, PathStat, RowInfo, StoredMessage
+from sessions_server.storage.rows import COMPACTION_PREFIX, MAX_PATH_DEPTH, Compaction, PathStat, RowInfo, StoredMessage
 from sessions_server.storage.store import ObjectStore
 
 # Upstream's hydration windows: forward reads fetch at most 50 rows and 4 MiB of stored bytes per
@@ -64,7 +64,7 @@ def latest_leaf(conn: Any, store: ObjectStore, session_id: str, inline: bool) ->
     leaf = store.latest_leaf_id(conn, session_id)
     if leaf is None:
         return None
-    hidden = hidden_ids(queries.compactions(conn, session_id))
+    hidden = _hidden_row_ids(conn, session_id)
     passed: set[str] = set()
     while leaf is not None and leaf in hidden:
         if leaf in passed or len(passed) > MAX_PATH_DEPTH:
@@ -76,7 +76,7 @@ def latest_leaf(conn: Any, store: ObjectStore, session_id: str, inline: bool) ->
 
 def branches(conn: Any, session_id: str, message_id: str, inline: bool) -> list[MessageView]:
     """Direct children in seq order; hidden overlay children are replaced by their own."""
-    hidden = hidden_ids(queries.compactions(conn, session_id))
+    hidden = _hidden_row_ids(conn, session_id)
     rows = queries.children(conn, session_id, message_id)
     if hidden:
         # Level by level, each hidden row expanded once: imported rows can form parent cycles,
@@ -281,6 +281,12 @@ async def first_messages(
 
 def hidden_ids(records: Sequence[Compaction]) -> set[str]:
     return {overlay_id(record) for record in records}
+
+
+def _hidden_row_ids(conn: Any, session_id: str) -> set[str]:
+    """The ids a row of the session is hidden under (its compactions' overlay ids), read without
+    the records' summaries: reads that only skip hidden rows read ids alone."""
+    return {COMPACTION_PREFIX + record_id for record_id in queries.compaction_ids(conn, session_id)}
 
 
 def resolve_leaf(store: ObjectStore, conn: Any, session_id: str, leaf_id: str) -> str | None:

@@ -22,9 +22,8 @@ from sessions_server.domain.errors import InvalidArgument
 from sessions_server.domain.limits import Limits, check_size
 from sessions_server.domain.sanitize import sanitize_message, strip_reserved_metadata
 from sessions_server.domain.tokens import estimate_row_tokens
-from sessions_server.storage.rows import NewRow, PayloadRow
+from sessions_server.storage.rows import COMPACTION_PREFIX, NewRow, PayloadRow
 
-COMPACTION_PREFIX = "compaction_"
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 # Messages of more JSON than this are prepared (parsed, checked, sanitized, stamped, sliced) on a
 # worker thread. Their walks are Python loops, which there hand the event loop the interpreter

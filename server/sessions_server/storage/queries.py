@@ -255,6 +255,14 @@ def path_ids(conn: sqlite3.Connection, session_id: str, leaf_id: str) -> list[st
     ]
 
 
+def compaction_ids(conn: sqlite3.Connection, session_id: str) -> list[str]:
+    """The ids of a session's compaction records (without their summaries, which can be large)."""
+    return [
+        str(r[0])
+        for r in conn.execute("SELECT id FROM cf_agents_session_compactions WHERE session_id = ?", (session_id,))
+    ]
+
+
 def compactions(conn: sqlite3.Connection, session_id: str) -> list[Compaction]:
     """Every compaction record of a session, oldest (lowest seq) first."""
     return [
