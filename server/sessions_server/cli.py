@@ -150,7 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
         default="SESSIONS_SUMMARIZER_API_KEY",
         help="environment variable holding the summarizer's API key",
     )
-    serve.add_argument("--summarizer-timeout-seconds", type=float, default=60.0, help="summarizer call timeout")
+    serve.add_argument(
+        "--summarizer-timeout-seconds", type=float, default=60.0, help="a summarizer call's deadline, answer included"
+    )
     serve.add_argument("--tls-cert", type=Path, help="PEM certificate chain; enables TLS")
     serve.add_argument("--tls-key", type=Path, help="PEM private key for --tls-cert")
     serve.add_argument("--tls-client-ca", type=Path, help="PEM CA bundle; requires client certificates (mTLS)")

@@ -4,8 +4,8 @@ instead of hanging it).
 
 `ChatCompletionsStub` listens on 127.0.0.1:0 and answers `POST <base>/chat/completions` with a
 deterministic summary. It can be switched to fail with HTTP 500, to return empty content, to
-hold the request open until released (longer than the server's summarizer timeout), or to hold
-it until released and then answer. Every request
+hold the request open until released (longer than the server's summarizer timeout), to hold
+it until released and then answer, or to answer a byte at a time. Every request
 body and its headers are recorded.
 """
 
@@ -27,6 +27,8 @@ FAIL = "fail"  # HTTP 500
 EMPTY = "empty"  # 200 with whitespace-only content
 HANG = "hang"  # hold the request until `release()` (or the stub stops)
 HOLD = "hold"  # hold the request until `release()`, then answer as OK does
+DRIP = "drip"  # answer as OK does, a byte every DRIP_PAUSE seconds until `release()`
+DRIP_PAUSE = 0.1
 
 
 @dataclass
@@ -90,7 +92,8 @@ class ChatCompletionsStub:
                 )
                 self._answer(
                     200,
-                    {
+                    drip=mode == DRIP,
+                    payload={
                         "id": f"chatcmpl-{number}",
                         "object": "chat.completion",
                         "model": body.get("model"),
@@ -100,13 +103,17 @@ class ChatCompletionsStub:
                     },
                 )
 
-            def _answer(self, status: int, payload: dict[str, Any]) -> None:
+            def _answer(self, status: int, payload: dict[str, Any], *, drip: bool = False) -> None:
                 data = json.dumps(payload).encode("utf-8")
                 try:
                     self.send_response(status)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(data)))
                     self.end_headers()
+                    while drip and data and not stub._released.wait(DRIP_PAUSE):
+                        self.wfile.write(data[:1])
+                        self.wfile.flush()
+                        data = data[1:]
                     self.wfile.write(data)
                 except OSError:
                     pass  # the client gave up (timeout)

@@ -69,7 +69,12 @@ class ChatCompletionsSummarizer:
                     loop.call_soon_threadsafe(_settle, answer, *outcome)
 
             threading.Thread(target=call, name="summarizer", daemon=True).start()
-            return await answer
+            try:
+                # urllib's timeout bounds each socket operation, not the call: an endpoint that
+                # answers a byte at a time would hold it (and a slot) for as long as it liked.
+                return await asyncio.wait_for(answer, self.timeout_seconds)
+            except TimeoutError:
+                raise SummarizerError(f"summarizer timed out: no answer within {self.timeout_seconds:g} s") from None
 
     def _call(self, prompt: str) -> str:
         request_body = {"model": self.model, "messages": [{"role": "user", "content": prompt}]}
