@@ -344,7 +344,12 @@ class ObjectAdmin:
             )
         # Run to its end even if the mover gives up meanwhile (the close may wait for stuck
         # calls): once recorded, the object is refused here, and its file must go too.
-        return await _run_to_end(self._remove(object_key, moved_to))
+        try:
+            return await _run_to_end(self._remove(object_key, moved_to))
+        except BaseException:
+            if expiry is not None and self._moving.get(object_key) == math.inf:
+                self._moving[object_key] = expiry  # nothing was deleted: the lease runs on as it was
+            raise
 
     async def _remove(self, object_key: str, moved_to: str) -> bool:
         # Refused from now on (calls waiting for the object check again after their wait), and

@@ -1,0 +1,50 @@
+"""A move's delete that fails to record the move deletes nothing and leaves the move lock as it
+was: its lease runs on, so the object takes writes again when it ends (or at AbortMove). The
+delete held the lock for good while it worked and kept it so on failure: the object refused
+every write until someone called AbortMove. The domain over real object files; the moved
+journal's write fails as a full disk would."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import json
+import math
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from sessions_server.domain.errors import SessionsError
+from sessions_server.domain.service import SessionsService
+from sessions_server.storage.registry import ObjectRegistry
+from sessions_server.storage.rows import Parent
+
+
+def test_a_delete_that_cannot_record_the_move_keeps_the_lease(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async def run() -> tuple[str, float, float, bool]:
+        service = SessionsService(ObjectRegistry(tmp_path, ThreadPoolExecutor(max_workers=2)))
+        try:
+            text = json.dumps({"id": "m1", "role": "user", "parts": [{"type": "text", "text": "hi"}]})
+            await service.append("o", "", text, Parent.auto(), from_client=True)
+            async for _ in service.objects.export("o", lock_for_move=True, lease_seconds=60):
+                pass
+            leased = service.objects._moving["o"]
+
+            def full_disk(*args: object) -> None:
+                raise OSError(errno.ENOSPC, "No space left on device")
+
+            monkeypatch.setattr(service.objects._moved, "record", full_disk)
+            with pytest.raises(SessionsError) as failure:
+                await service.objects.delete("o", moved_to="elsewhere:1")
+            kept = await service.get_message("o", "", "m1") is not None
+            return failure.value.reason, leased, service.objects._moving["o"], kept
+        finally:
+            await service.registry.close_all()
+
+    reason, leased, after, kept = asyncio.run(run())
+    assert reason == "STORAGE_FULL"
+    assert after == leased != math.inf
+    assert after > time.monotonic()  # still the move's: writes wait for its end or AbortMove
+    assert kept
