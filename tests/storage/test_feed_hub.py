@@ -355,3 +355,26 @@ def test_events_a_feed_drops_or_closes_on_are_no_longer_counted_for_the_process(
     assert feeds.retention.bytes == 2 * size
     closing.publish(_events(1))  # published while its object finishes closing: kept for nobody
     assert feeds.retention.bytes == 2 * size
+
+
+def test_an_event_spared_by_the_process_bound_is_dropped_once_read() -> None:
+    """The process-wide bound spares an object's latest commit while a subscriber has still to
+    read it, and must still count it afterwards: it forgot the event, which then stayed past the
+    bound for good (its object quiet) while other objects' newer events were dropped instead."""
+
+    async def run() -> tuple[list[int], list[int]]:
+        feeds = Feeds(FeedSettings(retain_events=10_000, retain_bytes=10_000_000, retain_total_bytes=110_000))
+        quiet, busy = feeds.hub(), feeds.hub()
+        reader = quiet.subscribe(None, 0)
+        quiet.publish([ChangeEvent("append", "s", message_json="x" * 60_000)])  # unread: spared
+        busy.publish([ChangeEvent("append", "s", message_json="y" * 50_000)])
+        assert isinstance(await reader.next(timeout=1), ChangeEvent)  # read now; `quiet` publishes nothing more
+        for index in range(5):
+            busy.publish([ChangeEvent("append", "s", message_json=str(index) * 20_000)])
+        return [len(event.message_json or "") for event in quiet._ring], [
+            len(event.message_json or "") for event in busy._ring
+        ]
+
+    quiet_kept, busy_kept = asyncio.run(run())
+    assert quiet_kept == []  # the oldest event in the process went first
+    assert busy_kept == [20_000] * 5

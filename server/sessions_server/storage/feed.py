@@ -402,9 +402,13 @@ class FeedRetention:
         self.bytes += size
         self._count += 1
         order = self._order
+        spared: list[tuple[FeedHub, int]] = []
         while self.bytes > self.max_bytes and order:
-            oldest_hub, oldest_revision = order.popleft()
+            oldest_hub, oldest_revision = entry = order.popleft()
             oldest_hub.drop_through(oldest_revision)
+            if oldest_hub.keeps(oldest_revision):
+                spared.append(entry)  # its latest commit, still to be read: dropped at a later turn
+        order.extendleft(reversed(spared))
         if len(order) > 2 * self._count + 1024:  # mostly events dropped by their hubs: sweep them out
             self._order = deque(entry for entry in order if entry[0].keeps(entry[1]))
 
