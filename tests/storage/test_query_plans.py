@@ -28,7 +28,7 @@ def test_children_read_the_session_in_key_order_not_through_the_seq_index(tmp_pa
     found = queries.children(conn, "", "m010")
 
     conn.set_trace_callback(None)
-    assert [m.info.id for m in found] == ["m021", "m022"]
+    assert [message_id for message_id, _ in found] == ["m021", "m022"]
     (statement,) = [s for s in statements if "parent_id" in s]
     plan = " ".join(str(row[3]) for row in conn.execute(f"EXPLAIN QUERY PLAN {statement}"))
     # Walking the seq index looks every row of the session up again from it: twice the cost.

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any
 
-from sessions_server.domain import paths
+from sessions_server.domain import large_messages, paths
 from sessions_server.domain.chunking import utf8_length
 from sessions_server.domain.overlays import OverlaySpan, overlay_id, overlay_message_json, plan_overlays
 from sessions_server.domain.views import MessageView, view_of, views_by_id
 from sessions_server.storage import queries
-from sessions_server.storage.rows import COMPACTION_PREFIX, MAX_PATH_DEPTH, Compaction, PathStat, RowInfo, StoredMessage
+from sessions_server.storage.rows import COMPACTION_PREFIX, MAX_PATH_DEPTH, Compaction, PathStat, RowInfo
 from sessions_server.storage.store import ObjectStore
 
 # Upstream's hydration windows: forward reads fetch at most 50 rows and 4 MiB of stored bytes per
@@ -74,28 +74,56 @@ def latest_leaf(conn: Any, store: ObjectStore, session_id: str, inline: bool) ->
     return None if not leaf else view_of(conn, queries.get_message(conn, session_id, leaf), inline)
 
 
-def branches(conn: Any, session_id: str, message_id: str, inline: bool) -> list[MessageView]:
-    """Direct children in seq order; hidden overlay children are replaced by their own."""
+async def messages_in_windows(
+    store: ObjectStore, session_id: str, ids: Sequence[str], inline: bool
+) -> AsyncGenerator[list[MessageView], None]:
+    """The messages of `ids` (distinct) that exist, in that order, a window a read: at most
+    WINDOW_ROWS rows and WINDOW_BYTES of stored bytes (a larger message alone), sized before they
+    are read, so that no read holds more than a window of them however large they are."""
+    start = 0
+    while start < len(ids):
+        candidates = ids[start : start + WINDOW_ROWS]
+
+        def read(conn: Any, candidates: Sequence[str] = candidates) -> tuple[int, dict[str, MessageView]]:
+            with_attachments = inline and queries.has_attachment_refs(conn, session_id)
+            sizes = queries.stored_bytes(conn, session_id, candidates, with_attachments=with_attachments)
+            taken, total = 0, 0
+            for message_id in candidates:
+                total += sizes.get(message_id, 0)
+                if taken and total > WINDOW_BYTES:
+                    break
+                taken += 1
+            return taken, views_by_id(conn, session_id, candidates[:taken], inline)
+
+        taken, found = await store.read(read, quick=not large_messages.any_known_large(store, session_id, candidates))
+        for message_id, view in found.items():
+            large_messages.note_read(store, session_id, message_id, len(view.json))
+        yield [found[message_id] for message_id in candidates[:taken] if message_id in found]
+        start += taken
+
+
+def branch_ids(conn: Any, session_id: str, message_id: str) -> list[str]:
+    """Direct children in seq order; hidden overlay children are replaced by their own (upstream's
+    rule). Ids only: the messages are read a bounded window at a time (`views.windowed`)."""
     hidden = _hidden_row_ids(conn, session_id)
     rows = queries.children(conn, session_id, message_id)
     if hidden:
         # Level by level, each hidden row expanded once: imported rows can form parent cycles,
         # and a chain of hidden rows can be deeper than Python's stack.
-        shown: list[StoredMessage] = []
+        shown: list[tuple[str, int]] = []
         expanded = {message_id}
         level, depth = rows, 0
         while level and depth <= MAX_PATH_DEPTH:
-            below: list[StoredMessage] = []
-            for row in level:
-                if row.info.id not in hidden:
-                    shown.append(row)
-                elif row.info.id not in expanded:
-                    expanded.add(row.info.id)
-                    below.extend(queries.children(conn, session_id, row.info.id))
+            below: list[tuple[str, int]] = []
+            for child_id, seq in level:
+                if child_id not in hidden:
+                    shown.append((child_id, seq))
+                elif child_id not in expanded:
+                    expanded.add(child_id)
+                    below.extend(queries.children(conn, session_id, child_id))
             level, depth = below, depth + 1
-        rows = sorted(shown, key=lambda r: r.info.seq)
-    views = (view_of(conn, row, inline) for row in rows)
-    return [view for view in views if view is not None]
+        rows = sorted(shown, key=operator.itemgetter(1))
+    return [child_id for child_id, _ in rows]
 
 
 def row_stats(conn: Any, store: ObjectStore, session_id: str, leaf_id: str) -> list[PathStat]:

@@ -45,7 +45,7 @@ from sessions_server.domain.limits import (
 from sessions_server.domain.objects import ObjectAdmin
 from sessions_server.domain.placement import Placement
 from sessions_server.domain.search import SearchHit
-from sessions_server.domain.views import MessageView, stored_row_ok, view_of, views_by_id
+from sessions_server.domain.views import MessageView, stored_row_ok, view_of
 from sessions_server.storage import queries
 from sessions_server.storage.feed import COUNTER_LIMIT, ChangeEvent, FeedClosed, Reset
 from sessions_server.storage.registry import ObjectRegistry
@@ -485,15 +485,8 @@ class SessionsService:
                 for _ in range(0, len(ids), WINDOW_ROWS):
                     yield []
                 return
-            for start in range(0, len(ids), WINDOW_ROWS):
-                window = ids[start : start + WINDOW_ROWS]
-                found = await store.read(
-                    lambda conn, w=window: views_by_id(conn, session_id, w, inline),  # type: ignore[misc]
-                    quick=not large_messages.any_known_large(store, session_id, window),
-                )
-                for message_id, view in found.items():
-                    large_messages.note_read(store, session_id, message_id, len(view.json))
-                yield [found[message_id] for message_id in window if message_id in found]
+            async for window in history_reads.messages_in_windows(store, session_id, ids, inline):
+                yield window
 
     async def get_latest_leaf(self, object_key: str, session_id: str, *, inline: bool = True) -> MessageView | None:
         """The active leaf, skipping hidden overlay rows towards the root."""
@@ -509,12 +502,14 @@ class SessionsService:
         """Direct children in seq order; hidden overlay children are replaced by their own."""
         self.check_names(object_key, session_id)
         async with self.existing_object(object_key) as store:
-            views = (
-                []
-                if store is None
-                else await store.read(lambda conn: history_reads.branches(conn, session_id, message_id, inline))
-            )
-        yield views
+            if store is None:
+                yield []
+                return
+            ids = await store.read(lambda conn: history_reads.branch_ids(conn, session_id, message_id))
+            if not ids:
+                yield []
+            async for window in history_reads.messages_in_windows(store, session_id, ids, inline):
+                yield window
 
     def history(
         self,

@@ -166,6 +166,25 @@ def get_messages(conn: sqlite3.Connection, session_id: str, ids: Sequence[str]) 
     return {m.info.id: m for m in _assemble(conn, session_id, rows)}
 
 
+def stored_bytes(
+    conn: sqlite3.Connection, session_id: str, ids: Sequence[str], *, with_attachments: bool
+) -> dict[str, int]:
+    """Each found row's stored bytes as hydration costs them (continuations included, and the
+    payloads it references when `with_attachments`), without reading it whole."""
+    if not ids:
+        return {}
+    unique = list(dict.fromkeys(ids))
+    extra = _ATTACHMENT_BYTES_SQL if with_attachments else ""
+    return {
+        str(r[0]): int(r[1])
+        for r in conn.execute(
+            f"""SELECT m.id, {_ROW_BYTES_SQL}{extra} FROM cf_agents_session_messages AS m
+                WHERE m.session_id = ? AND m.id IN ({",".join("?" * len(unique))})""",
+            (session_id, *unique),
+        )
+    }
+
+
 def exists(conn: sqlite3.Connection, session_id: str, message_id: str) -> bool:
     row = conn.execute(
         "SELECT 1 FROM cf_agents_session_messages WHERE session_id = ? AND id = ?", (session_id, message_id)
@@ -201,18 +220,21 @@ def newest_row(conn: sqlite3.Connection, session_id: str) -> tuple[str, int] | N
     return None if row is None else (str(row[0]), int(row[1]))
 
 
-def children(conn: sqlite3.Connection, session_id: str, parent_id: str) -> list[StoredMessage]:
-    """Direct children in seq order (hidden overlay rows are the caller's business)."""
+def children(conn: sqlite3.Connection, session_id: str, parent_id: str) -> list[tuple[str, int]]:
+    """(id, seq) of the direct children in seq order (hidden overlay rows are the caller's
+    business); reading them is another's, a window at a time."""
     # Nothing indexes parents (upstream has no index at all), so this reads the whole session.
     # `+seq` keeps SQLite from walking the seq index in order and looking up every row from it,
     # which took twice as long as reading the session's rows in key order and sorting the few
     # children found (10,000 rows of 1 KB: 19 ms against 8).
-    rows = conn.execute(
-        f"""SELECT {_ROW_COLUMNS} FROM cf_agents_session_messages
-            WHERE session_id = ? AND parent_id = ? ORDER BY +seq ASC""",
-        (session_id, parent_id),
-    ).fetchall()
-    return _assemble(conn, session_id, rows)
+    return [
+        (str(r[0]), int(r[1]))
+        for r in conn.execute(
+            """SELECT id, seq FROM cf_agents_session_messages
+                WHERE session_id = ? AND parent_id = ? ORDER BY +seq ASC""",
+            (session_id, parent_id),
+        )
+    ]
 
 
 def has_attachment_refs(conn: sqlite3.Connection, session_id: str) -> bool:
