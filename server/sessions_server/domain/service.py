@@ -31,7 +31,7 @@ from sessions_server.domain.errors import (
     Unavailable,
     storage_failure,
 )
-from sessions_server.domain.history import WINDOW_ROWS, RecentSummary
+from sessions_server.domain.history import WINDOW_BYTES, WINDOW_ROWS, RecentSummary
 from sessions_server.domain.imports import Importer
 from sessions_server.domain.limits import (
     ID_OVERHEAD_BYTES,
@@ -598,21 +598,37 @@ class SessionsService:
         mode: str = search_rules.PHRASE,
         all_sessions: bool = False,
     ) -> list[SearchHit]:
-        """Full-text search over message text (the index is built by the first search)."""
+        """Every hit of `search_windows` at once."""
+        windows = self.search_windows(object_key, session_id, query, limit=limit, mode=mode, all_sessions=all_sessions)
+        return [hit async for window in windows for hit in window]
+
+    async def search_windows(
+        self,
+        object_key: str,
+        session_id: str,
+        query: str,
+        *,
+        limit: int | None = None,
+        mode: str = search_rules.PHRASE,
+        all_sessions: bool = False,
+    ) -> AsyncGenerator[list[SearchHit], None]:
+        """Full-text search over message text, best match first (the index is built by the first
+        search). The hits are ranked in one read, within the search budget; their texts follow a
+        window at a time (50 hits, 4 MiB), as a history read's messages do."""
         self.check_names(object_key, session_id)
         expression = search_rules.fts_expression(query, mode, max_query_bytes=self.max_query_bytes)
         wanted = search_rules.effective_limit(limit)
         async with self.existing_object(object_key) as store:
             if store is None:
-                return []
+                return
             await search_index.ensure_built(store)
             if expression is None or wanted == 0:
-                return []
+                return
             scope = None if all_sessions else session_id
             try:
                 async with self.search_slots.taken(time.monotonic() + self.search_seconds):
                     deadline = time.monotonic() + self.search_seconds  # its budget runs from here
-                    rows = await store.read(lambda conn: queries.search(conn, scope, expression, wanted, deadline))
+                    ranked = await store.read(lambda conn: queries.search(conn, scope, expression, wanted, deadline))
             except QueryInterrupted:
                 raise LimitExceeded(
                     f"the search took longer than its {self.search_seconds:g} s budget; "
@@ -622,7 +638,17 @@ class SessionsService:
                 ) from None
             except QueryRejected as exc:
                 raise InvalidArgument(f"the query could not be run: {exc}", field="query") from None
-            return [SearchHit(*row) for row in rows]
+            start = 0
+            while start < len(ranked):
+                window = ranked[start : start + WINDOW_ROWS]
+                rowids = [row[0] for row in window]
+                taken, texts = await store.read(lambda conn, r=rowids: queries.search_texts(conn, r, WINDOW_BYTES))  # type: ignore[misc]
+                yield [
+                    SearchHit(message_id, role, hit_session, texts[rowid])
+                    for rowid, message_id, role, hit_session in window[:taken]
+                    if rowid in texts
+                ]
+                start += taken
 
     async def subscribe(
         self, object_key: str, session_filter: str | None, resume_after: int, *, progress_seconds: float

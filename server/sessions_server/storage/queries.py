@@ -945,18 +945,20 @@ def insert_search_row(conn: sqlite3.Connection, session_id: str, message_id: str
 
 def search(
     conn: sqlite3.Connection, session_id: str | None, expression: str, limit: int, deadline: float
-) -> list[tuple[str, str, str, str]]:
-    """(id, role, session_id, indexed text) best match first; hidden overlay rows excluded.
-    Interrupted (QueryInterrupted) once the monotonic clock passes `deadline`."""
+) -> list[tuple[int, str, str, str]]:
+    """(index rowid, id, role, session_id) best match first; hidden overlay rows excluded. The
+    texts are read afterwards (`search_texts`), a bounded window at a time: a thousand hits of
+    20 MB messages are 20 GB. Interrupted (QueryInterrupted) once the monotonic clock passes
+    `deadline`."""
     hidden = _HIDDEN_SQL.format(id="f.id", session="f.session_id")
     session_filter = "" if session_id is None else "AND f.session_id = ?"
     params: tuple[object, ...] = (expression,) + (() if session_id is None else (session_id,)) + (limit,)
     conn.set_progress_handler(lambda: int(time.monotonic() > deadline), SEARCH_PROGRESS_STEPS)
     try:
         return [
-            (str(r[0]), str(r[1]), str(r[2]), _indexed_text(r[3]))
+            (int(r[0]), str(r[1]), str(r[2]), str(r[3]))
             for r in conn.execute(
-                f"""SELECT f.id, f.role, f.session_id, CAST(f.content AS BLOB) FROM cf_agents_session_fts AS f
+                f"""SELECT f.rowid, f.id, f.role, f.session_id FROM cf_agents_session_fts AS f
                     JOIN cf_agents_session_messages AS m ON m.session_id = f.session_id AND m.id = f.id
                     WHERE cf_agents_session_fts MATCH ? {session_filter} AND NOT {hidden}
                     ORDER BY rank LIMIT ?""",
@@ -971,3 +973,21 @@ def search(
         raise  # the storage's (I/O, a full disk, corruption): a read failure like any other
     finally:
         conn.set_progress_handler(None, 0)
+
+
+def search_texts(conn: sqlite3.Connection, rowids: Sequence[int], max_bytes: int) -> tuple[int, dict[int, str]]:
+    """The indexed texts of search hits by index rowid, in the order given, until they pass
+    `max_bytes` (one at least): (how many rowids were taken, their texts). A row gone since the
+    search (its message changed or deleted) has no text."""
+    texts: dict[int, str] = {}
+    total = 0
+    for taken, rowid in enumerate(rowids, start=1):
+        row = conn.execute(
+            "SELECT CAST(content AS BLOB) FROM cf_agents_session_fts WHERE rowid = ?", (rowid,)
+        ).fetchone()
+        if row is not None:
+            texts[rowid] = _indexed_text(row[0])
+            total += len(row[0] or b"")
+            if total >= max_bytes:
+                return taken, texts
+    return len(rowids), texts

@@ -599,7 +599,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             self._admit(context, request.object_key, write=False)
             if request.mode not in (pb.SEARCH_MODE_UNSPECIFIED, pb.SEARCH_MODE_PHRASE, pb.SEARCH_MODE_ALL_WORDS):
                 raise InvalidArgument(f"unknown search mode {request.mode}", field="mode")
-            hits = await self._service.search(
+            windows = self._service.search_windows(
                 request.object_key,
                 request.session_id,
                 request.query,
@@ -607,8 +607,10 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 mode=search_rules.ALL_WORDS if request.mode == pb.SEARCH_MODE_ALL_WORDS else search_rules.PHRASE,
                 all_sessions=request.all_sessions,
             )
-            for response in framing.search_responses(hits, request.max_hits_per_response):
-                yield response
+            async with contextlib.aclosing(windows):
+                async for hits in windows:
+                    for response in framing.search_responses(hits, request.max_hits_per_response):
+                        yield response
 
         await _stream(context, run, self._slots)
 

@@ -1,0 +1,44 @@
+"""A search's hits carry their texts a bounded window at a time: the hits are ranked in one read,
+and their texts follow in windows of at most 50 hits that stop once past 4 MiB. Every text was
+read in the ranking read and held until the last response: a `limit: -1` search of messages of
+20 MB held 1 GB (a thousand hits could be 20 GB) before its first response. The domain over a
+real object file."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from sessions_server.domain.history import WINDOW_BYTES
+from sessions_server.domain.service import AppendInput, SessionsService
+from sessions_server.storage.registry import ObjectRegistry
+from sessions_server.storage.rows import Parent
+
+TEXT_BYTES = 1_500_000
+
+
+def test_search_hits_come_in_windows_that_stop_past_4_mib(tmp_path: Path) -> None:
+    texts = {f"m{index}": f"common {index} " + "x" * TEXT_BYTES for index in range(7)}
+
+    async def run() -> list[list[str]]:
+        service = SessionsService(ObjectRegistry(tmp_path, ThreadPoolExecutor(max_workers=2)))
+        try:
+            messages = [
+                json.dumps({"id": message_id, "role": "user", "parts": [{"type": "text", "text": text}]})
+                for message_id, text in texts.items()
+            ]
+            await service.append_many("o", "", [AppendInput(message, Parent.auto(), True) for message in messages])
+            windows = []
+            async for window in service.search_windows("o", "", "common", limit=-1):
+                assert all(hit.content == texts[hit.id] for hit in window)
+                windows.append([hit.id for hit in window])
+            return windows
+        finally:
+            await service.registry.close_all()
+
+    windows = asyncio.run(run())
+    assert 2 * TEXT_BYTES < WINDOW_BYTES < 3 * TEXT_BYTES
+    assert [len(window) for window in windows] == [3, 3, 1]
+    assert sorted(hit for window in windows for hit in window) == sorted(texts)
