@@ -11,10 +11,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import sqlite3
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sessions_server.domain import attachments, jsjson, keys, large_messages, messages, paths, search_index
 from sessions_server.domain import history as history_reads
@@ -714,7 +714,7 @@ class Progress:
     revision: int
 
 
-def _payload_chunk(conn: sqlite3.Connection, digest: str, index: int) -> bytes | None:
+def _payload_chunk(conn: Any, digest: str, index: int) -> bytes | None:
     """One chunk of a payload; None when the payload is gone. A payload still there without the
     chunk is a damaged store."""
     data = queries.payload_chunk(conn, digest, index)
