@@ -172,3 +172,37 @@ def test_a_build_cut_short_goes_on_from_where_it_stood(tmp_path: Path) -> None:
     assert hits == ["b099"]
     rows = _index_rows(object_path(tmp_path, "k"))
     assert sum(rows.values()) == 200 and max(rows.values()) == 1  # every message once
+
+
+def test_the_backfill_indexes_in_key_order_whatever_each_message_needs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs of plain messages are indexed a statement a run, a message with continuation rows or
+    without its writer's stamp by itself, and all in key order, as upstream's one statement
+    does (the index's rowids break ties in ranking)."""
+    monkeypatch.setattr(search_index, "RUN_BYTES", 300)  # runs of a few messages
+
+    async def scenario() -> None:
+        executor = ThreadPoolExecutor(max_workers=2)
+        registry = ObjectRegistry(tmp_path, executor)
+        service = SessionsService(registry)
+        try:
+            texts = {f"m{i:02d}": f"shared words {i}" for i in range(12)}
+            texts["m04"] = "shared words " + "long " * 400_000  # over a row: continuation rows
+            items = [AppendInput(_message(message_id, text), Parent.auto(), True) for message_id, text in texts.items()]
+            await service.append_many("k", "", items)
+            async with registry.use("k") as store:
+                await store.write(
+                    lambda ctx: ctx.conn.execute(
+                        "UPDATE cf_agents_session_messages SET content_hash = NULL WHERE id = 'm07'"
+                    )
+                )
+            assert len(await service.search("k", "", "shared", limit=-1)) == 12
+        finally:
+            await registry.close_all()
+            executor.shutdown()
+
+    asyncio.run(scenario())
+    with sqlite3.connect(object_path(tmp_path, "k")) as conn:
+        ids = [str(r[0]) for r in conn.execute("SELECT id FROM cf_agents_session_fts ORDER BY rowid")]
+    assert ids == [f"m{i:02d}" for i in range(12)]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from sessions_server.domain.views import stored_row_ok
@@ -20,6 +21,8 @@ from sessions_server.storage.store import ObjectStore, WriteContext
 # The first search's backfill runs as write jobs of about this long each, so that the object's
 # other writes wait for one of them, not for the whole index (a million messages: minutes).
 BACKFILL_STEP_SECONDS = 0.05
+# Stored JSON a statement of the backfill indexes at most (a larger message alone): about 10 ms.
+RUN_BYTES = 256 * 1024
 _INDEX_BUILT = "search-index-built"
 _INDEX_BUILD = "search-index-build"
 
@@ -71,26 +74,56 @@ def backfill_step(ctx: WriteContext) -> bool:
     """Indexes the next stored messages, continuation rows included (upstream's backfill skips
     messages whose first slice is not whole JSON), for about BACKFILL_STEP_SECONDS; True once
     none is left. A message written since the index was created was indexed by its write, as
-    it is by upstream's after its index exists, and is passed over."""
+    it is by upstream's after its index exists, and is passed over. Runs of plain messages go
+    in one statement each; a message SQL alone cannot read whole (continuation rows, or not
+    stamped by its writer) goes by itself."""
     conn = ctx.conn
     backfill = queries.backfill_under_way(conn)
     if backfill is None:
         return True
+    queries.ensure_fts_lookup(conn)  # what writes indexed meanwhile is found by key
     after = backfill.after
     deadline = time.monotonic() + BACKFILL_STEP_SECONDS
     while True:
-        page = queries.messages_page(conn, after)
+        page = queries.backfill_page(conn, after)
         if not page:
             queries.end_backfill(conn)
             return True
-        for session_id, stored in page:
-            if (
-                stored_row_ok(stored)
-                and not queries.has_search_row(conn, session_id, stored.info.id)
-                and queries.backfill_search_row(conn, session_id, stored.info.id, stored.info.role, stored.content)
-            ):
+        for run in _runs(page):
+            through = run[-1].key
+            if run[0].plain:
+                ctx.row_writes += queries.backfill_range(conn, after, through)
+            elif _index_one(conn, *through):
                 ctx.row_writes += 1
-            after = (session_id, stored.info.id)
-            if time.monotonic() >= deadline:  # checked per message: a page of large ones takes long
+            after = through
+            if time.monotonic() >= deadline:  # checked per run: a page of large messages takes long
                 queries.record_backfill(conn, after)
                 return False
+
+
+def _runs(page: list[queries.BackfillRow]) -> Iterator[list[queries.BackfillRow]]:
+    """The page in key order as runs of consecutive plain messages of at most RUN_BYTES (one
+    larger alone), and each other message alone."""
+    run: list[queries.BackfillRow] = []
+    size = 0
+    for row in page:
+        if run and (not row.plain or size + row.bytes > RUN_BYTES):
+            yield run
+            run, size = [], 0
+        if not row.plain:
+            yield [row]
+            continue
+        run.append(row)
+        size += row.bytes
+    if run:
+        yield run
+
+
+def _index_one(conn: Any, session_id: str, message_id: str) -> bool:
+    stored = queries.get_message(conn, session_id, message_id)
+    return (
+        stored is not None
+        and stored_row_ok(stored)
+        and not queries.has_search_row(conn, session_id, message_id)
+        and queries.backfill_search_row(conn, session_id, message_id, stored.info.role, stored.content)
+    )

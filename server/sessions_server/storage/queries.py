@@ -910,16 +910,28 @@ def _delete_search_rows(conn: sqlite3.Connection, rowids_sql: str, params: tuple
     conn.executemany(_DELETE_SEARCH_ROW_SQL, conn.execute(rowids_sql, params).fetchall())
 
 
-def messages_page(conn: sqlite3.Connection, after: tuple[str, str] | None) -> list[tuple[str, StoredMessage]]:
-    """A page of (session_id, message) in (session_id, id) order after the key `after`,
-    reassembled; used by the one-time index backfill."""
+@dataclass(frozen=True, slots=True)
+class BackfillRow:
+    """A stored message as the index backfill pages through them: its key, whether SQL alone can
+    index it (one slice, stamped: whole JSON as written), and its first slice's bytes."""
+
+    key: tuple[str, str]
+    plain: bool
+    bytes: int
+
+
+def backfill_page(conn: sqlite3.Connection, after: tuple[str, str] | None) -> list[BackfillRow]:
+    """The next BACKFILL_PAGE_ROWS messages after the key `after`, in (session_id, id) order."""
     where = "" if after is None else "WHERE (session_id, id) > (?, ?)"
-    rows = conn.execute(
-        f"""SELECT session_id, {_ROW_COLUMNS} FROM cf_agents_session_messages {where}
-            ORDER BY session_id, id LIMIT {BACKFILL_PAGE_ROWS}""",
-        after or (),
-    ).fetchall()
-    return [(str(row[0]), _assemble(conn, str(row[0]), [row[1:]])[0]) for row in rows]
+    return [
+        BackfillRow((str(r[0]), str(r[1])), bool(r[2]), int(r[3]))
+        for r in conn.execute(
+            f"""SELECT session_id, id, content_chunks = 0 AND content_hash IS NOT NULL,
+                       LENGTH(CAST(content AS BLOB))
+                FROM cf_agents_session_messages {where} ORDER BY session_id, id LIMIT {BACKFILL_PAGE_ROWS}""",
+            after or (),
+        )
+    ]
 
 
 # The first search's backfill indexes a stored message as SQLite's JSON functions read it, as
@@ -931,6 +943,27 @@ _BACKFILL_SEARCH_ROW_SQL = """INSERT INTO cf_agents_session_fts (id, session_id,
       FROM json_each(?, '$.parts') AS part
      WHERE part.value ->> '$.type' = 'text' AND coalesce(part.value ->> '$.text', '') <> ''
     HAVING count(*) > 0"""
+
+
+# The same for plain messages in a key range, in one statement: FTS5 costs about 100 us more per
+# statement than per row (20,000 messages of 150 words: 3.2 s a statement each, 0.9 s in pages).
+# Messages a write indexed since the index was created are passed over.
+_BACKFILL_RANGE_SQL = """INSERT INTO cf_agents_session_fts (id, session_id, role, content)
+    SELECT id, session_id, role, text FROM (
+        SELECT m.id, m.session_id, m.role, (
+            SELECT group_concat(part.value ->> '$.text', ' ') FROM json_each(m.content, '$.parts') AS part
+             WHERE part.value ->> '$.type' = 'text' AND coalesce(part.value ->> '$.text', '') <> '') AS text
+          FROM cf_agents_session_messages AS m
+         WHERE {after} (m.session_id, m.id) <= (?3, ?4)
+           AND NOT EXISTS (SELECT 1 FROM cf_agents_session_fts_content AS c WHERE c.c1 = m.session_id AND c.c0 = m.id)
+         ORDER BY m.session_id, m.id)
+     WHERE text IS NOT NULL"""
+
+
+def backfill_range(conn: sqlite3.Connection, after: tuple[str, str] | None, through: tuple[str, str]) -> int:
+    """Indexes the messages after the key `after` through `through` (all plain); rows written."""
+    sql = _BACKFILL_RANGE_SQL.format(after="" if after is None else "(m.session_id, m.id) > (?1, ?2) AND")
+    return conn.execute(sql, (*(after or ("", "")), *through)).rowcount
 
 
 def backfill_search_row(conn: sqlite3.Connection, session_id: str, message_id: str, role: str, content: str) -> bool:
