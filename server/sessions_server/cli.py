@@ -124,7 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--progress-seconds", type=float, default=10.0, help="idle interval of Subscribe progress events (default 10)"
     )
-    serve.add_argument("--search-seconds", type=float, default=2.0, help="time budget of one search (default 2)")
+    serve.add_argument(
+        "--search-seconds", type=float, default=2.0, help="time a search may wait for a slot, then run (default 2)"
+    )
     serve.add_argument(
         "--max-concurrent-searches",
         type=int,

@@ -46,7 +46,8 @@ class FailedPrecondition(SessionsError):
 
 
 class Unavailable(SessionsError):
-    """The server cannot serve the request now (draining); retrying elsewhere may work."""
+    """The server cannot serve the request now (draining, the object moving, the summarizer or
+    the change feed failing); retrying, here or elsewhere, may work. The reason says which."""
 
     reason = "DRAINING"
 

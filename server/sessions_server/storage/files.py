@@ -270,13 +270,6 @@ def file_chunks(path: Path, chunk_bytes: int) -> Iterator[bytes]:
             yield chunk
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    for chunk in file_chunks(path, 1 << 20):
-        digest.update(chunk)
-    return digest.hexdigest()
-
-
 def remove_object_files(path: Path) -> bool:
     """Deletes an object's file with its WAL and shared-memory files; True if it existed."""
     existed = path.exists()

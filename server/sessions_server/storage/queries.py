@@ -1,7 +1,8 @@
 """The SQL of message storage, as functions of a connection.
 
 Reads here run on any connection; writes assume the caller holds the object's write
-transaction. Nothing here caches: the store (`store.py`) owns caches and transactions.
+transaction. The store (`store.py`) owns caches and transactions; what is kept here is a
+connection's own knowledge of its file's search index (`ObjectConnection`'s flags).
 """
 
 from __future__ import annotations

@@ -824,17 +824,6 @@ def _connect(path: Path) -> sqlite3.Connection:
 # ── write jobs: message rows ─────────────────────────────────────────────────
 
 
-def append_job(
-    session_id: str, row: NewRow, parent: Parent, stored_row_ok: Callable[[StoredMessage], bool]
-) -> Callable[[WriteContext], AppendOutcome]:
-    """A job appending one message, idempotent by id (reference notes §2)."""
-
-    def run(ctx: WriteContext) -> AppendOutcome:
-        return append_in(ctx, session_id, row, parent, stored_row_ok)
-
-    return run
-
-
 def append_in(
     ctx: WriteContext,
     session_id: str,

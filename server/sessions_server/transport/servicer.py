@@ -1,6 +1,7 @@
 """The SessionService servicer: decodes requests, calls the domain, encodes responses.
 
-Mapping only: no SQL, no session rules. Every handler checks the routing header, turns domain
+Mapping only: no SQL, no session rules. Every handler checks the routing header against the
+object it names (an empty ImportMessages stream names none, and does nothing), turns domain
 errors into statuses with ErrorInfo details, and frames message content (framing.py).
 """
 
