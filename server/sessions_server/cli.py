@@ -122,10 +122,16 @@ def build_parser() -> argparse.ArgumentParser:
         f"(default {DEFAULT_DRAIN_SECONDS})",
     )
     serve.add_argument(
-        "--progress-seconds", type=float, default=10.0, help="idle interval of Subscribe progress events (default 10)"
+        "--progress-seconds",
+        type=float,
+        default=ServerConfig.progress_seconds,
+        help=f"idle interval of Subscribe progress events (default {ServerConfig.progress_seconds:g})",
     )
     serve.add_argument(
-        "--search-seconds", type=float, default=2.0, help="time a search may wait for a slot, then run (default 2)"
+        "--search-seconds",
+        type=float,
+        default=ServerConfig.search_seconds,
+        help=f"time a search may wait for a slot, then run (default {ServerConfig.search_seconds:g})",
     )
     serve.add_argument(
         "--max-concurrent-searches",
@@ -143,17 +149,25 @@ def build_parser() -> argparse.ArgumentParser:
         f"(default {ServerConfig.idle_seconds:g})",
     )
     serve.add_argument(
-        "--max-query-bytes", type=int, default=4096, help="longest search query, UTF-8 bytes (default 4096)"
+        "--max-query-bytes",
+        type=int,
+        default=ServerConfig.max_query_bytes,
+        help=f"longest search query, UTF-8 bytes (default {ServerConfig.max_query_bytes})",
     )
     serve.add_argument("--summarizer-url", help="OpenAI-compatible base URL for server-side compaction")
-    serve.add_argument("--summarizer-model", default="gpt-4o-mini", help="model name sent to the summarizer")
+    serve.add_argument(
+        "--summarizer-model", default=ServerConfig.summarizer_model, help="model name sent to the summarizer"
+    )
     serve.add_argument(
         "--summarizer-api-key-env",
-        default="SESSIONS_SUMMARIZER_API_KEY",
+        default=ServerConfig.summarizer_api_key_env,
         help="environment variable holding the summarizer's API key",
     )
     serve.add_argument(
-        "--summarizer-timeout-seconds", type=float, default=60.0, help="a summarizer call's deadline, answer included"
+        "--summarizer-timeout-seconds",
+        type=float,
+        default=ServerConfig.summarizer_timeout_seconds,
+        help=f"a summarizer call's deadline, answer included (default {ServerConfig.summarizer_timeout_seconds:g})",
     )
     serve.add_argument("--tls-cert", type=Path, help="PEM certificate chain; enables TLS")
     serve.add_argument("--tls-key", type=Path, help="PEM private key for --tls-cert")

@@ -9,9 +9,10 @@ from pathlib import Path
 
 from sessions_server.domain.keys import MAX_OBJECT_KEY_BYTES
 from sessions_server.domain.limits import Limits
-from sessions_server.domain.search import DEFAULT_CONCURRENT_SEARCHES
+from sessions_server.domain.search import DEFAULT_CONCURRENT_SEARCHES, DEFAULT_SEARCH_SECONDS, MAX_QUERY_BYTES
 from sessions_server.storage.feed import FeedSettings
 from sessions_server.storage.registry import DEFAULT_MAX_OPEN_OBJECTS
+from sessions_server.transport.servicer import DEFAULT_PROGRESS_SECONDS
 
 DEFAULT_LISTEN = "127.0.0.1:50051"
 DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
@@ -70,7 +71,7 @@ class ServerConfig:
     max_object_key_bytes: int = MAX_OBJECT_KEY_BYTES
     worker_threads: int = DEFAULT_WORKER_THREADS
     drain_seconds: float = DEFAULT_DRAIN_SECONDS
-    progress_seconds: float = 10.0
+    progress_seconds: float = DEFAULT_PROGRESS_SECONDS
     # The server pings each connection after this long without hearing from it, and closes it
     # when no answer comes within the timeout: calls of a vanished client (a Subscribe holding
     # one of the object's subscriber slots, a stream stalled on flow control) end in about
@@ -82,9 +83,9 @@ class ServerConfig:
     # GOAWAY (too_many_pings) that fails the calls in flight.
     min_client_ping_seconds: float = DEFAULT_MIN_CLIENT_PING_SECONDS
     idle_seconds: float = 30.0
-    search_seconds: float = 2.0
+    search_seconds: float = DEFAULT_SEARCH_SECONDS
     max_concurrent_searches: int = DEFAULT_CONCURRENT_SEARCHES
-    max_query_bytes: int = 4096
+    max_query_bytes: int = MAX_QUERY_BYTES
     summarizer_url: str | None = None
     summarizer_model: str = "gpt-4o-mini"
     summarizer_api_key_env: str = "SESSIONS_SUMMARIZER_API_KEY"

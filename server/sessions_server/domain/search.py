@@ -18,6 +18,7 @@ from sessions_server.domain.errors import InvalidArgument, LimitExceeded
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 1000
 MAX_QUERY_BYTES = 4096
+DEFAULT_SEARCH_SECONDS = 2.0  # a search's budget: its wait for a slot, then its run
 # Half the server's SQL threads (8): a search may run for its whole budget on one, and the other
 # half stay free for every other call.
 DEFAULT_CONCURRENT_SEARCHES = 4

@@ -72,7 +72,6 @@ from sessions_server.storage.store import (
 )
 
 log = logging.getLogger("sessions.service")
-DEFAULT_SEARCH_SECONDS = 2.0
 # An append's input as prepared: its index in the call, the parsed message, and what is stored
 # (None for a compaction overlay's id, which is written nowhere).
 _Staged = tuple[int, "messages.Message", "messages.PreparedMessage | None"]
@@ -139,7 +138,7 @@ class SessionsService:
         max_object_key_bytes: int = keys.MAX_OBJECT_KEY_BYTES,
         summarizer: Summarizer | None = None,
         max_query_bytes: int = search_rules.MAX_QUERY_BYTES,
-        search_seconds: float = DEFAULT_SEARCH_SECONDS,
+        search_seconds: float = search_rules.DEFAULT_SEARCH_SECONDS,
         max_concurrent_searches: int = search_rules.DEFAULT_CONCURRENT_SEARCHES,
         limits: Limits | None = None,
         placement: Placement | None = None,
