@@ -8,17 +8,12 @@ slices gives back the input exactly.
 
 from __future__ import annotations
 
+from sessions_server.storage.rows import utf8_length
+
 __all__ = ["ROW_BUDGET_BYTES", "split_content", "utf8_length"]
 
 ROW_BUDGET_BYTES = 1536 * 1024
 """Upstream's `MAX_INLINE_ROW_BYTES`: 1,572,864 bytes of stored JSON per row."""
-
-
-def utf8_length(s: str) -> int:
-    """Length of `s` in UTF-8 bytes (a lone surrogate counts 3, as upstream measures it)."""
-    if s.isascii():
-        return len(s)
-    return len(s.encode("utf-8", "surrogatepass"))
 
 
 def split_content(json_text: str, budget: int = ROW_BUDGET_BYTES) -> list[str]:

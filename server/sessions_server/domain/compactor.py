@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sessions_server.domain import compaction, jsjson, paths
+from sessions_server.domain.chunking import utf8_length
 from sessions_server.domain.errors import FailedPrecondition, InvalidArgument, Unavailable
 from sessions_server.domain.limits import check_size
 from sessions_server.domain.overlays import plan_overlays
@@ -236,7 +237,7 @@ class Compactor:
                 raise Unavailable(f"the summarizer failed: {exc}", reason="SUMMARIZER_FAILED") from exc
             if not summary.strip():
                 return None
-            size = len(summary.encode("utf-8", "surrogatepass"))
+            size = utf8_length(summary)
             if limit and size > limit:
                 # The model's answer, not the caller's input: nothing the caller sent is wrong.
                 raise Unavailable(

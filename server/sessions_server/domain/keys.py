@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import unicodedata
 
+from sessions_server.domain.chunking import utf8_length
 from sessions_server.domain.errors import InvalidArgument
 
 MAX_OBJECT_KEY_BYTES = 1024
@@ -18,7 +19,7 @@ def check_object_key(key: str, *, max_bytes: int = MAX_OBJECT_KEY_BYTES) -> None
     """Raises InvalidArgument (INVALID_OBJECT_KEY) unless `key` is a usable object key."""
     if not key:
         raise InvalidArgument("object_key must not be empty", reason="INVALID_OBJECT_KEY", field="object_key")
-    size = len(key.encode("utf-8", "surrogatepass"))
+    size = utf8_length(key)
     if size > max_bytes:
         raise InvalidArgument(
             f"object_key is {size} bytes; the limit is {max_bytes} bytes",
@@ -37,7 +38,7 @@ def check_object_key(key: str, *, max_bytes: int = MAX_OBJECT_KEY_BYTES) -> None
 
 def check_session_id(session_id: str, *, max_bytes: int = MAX_SESSION_ID_BYTES) -> None:
     """Session ids are free-form as upstream, only bounded in length."""
-    size = len(session_id.encode("utf-8", "surrogatepass"))
+    size = utf8_length(session_id)
     if size > max_bytes:
         raise InvalidArgument(
             f"session_id is {size} bytes; the limit is {max_bytes} bytes",

@@ -101,7 +101,7 @@ def check_size(value: str, limit: int, what: str, limit_name: str, field: str) -
     """INVALID_ARGUMENT when a text is longer (UTF-8 bytes) than a limit."""
     if len(value) * 4 <= limit:
         return
-    size = len(value.encode("utf-8", "surrogatepass"))
+    size = utf8_length(value)
     if size > limit:
         raise InvalidArgument(
             f"{what} is {size} bytes; the limit is {limit} bytes ({limit_name})",

@@ -36,7 +36,7 @@ from typing import Any, cast
 
 from sessions_server.domain.views import MessageView
 from sessions_server.storage import queries
-from sessions_server.storage.rows import MAX_PATH_DEPTH, PathStat, PathStats, RowInfo
+from sessions_server.storage.rows import MAX_PATH_DEPTH, PathStat, PathStats, RowInfo, utf8_length
 from sessions_server.storage.store import ObjectStore
 
 MEMO_KEY = "paths"
@@ -317,8 +317,7 @@ def forget_object(memo: _ObjectMemo) -> None:
 
 def view_cost(view: MessageView) -> int:
     """What remembering `view` counts against the budgets: its JSON twice (text and encoding)."""
-    text = view.json
-    return 2 * (len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))) + VIEW_OVERHEAD_BYTES
+    return 2 * utf8_length(view.json) + VIEW_OVERHEAD_BYTES
 
 
 def set_message_budget(total_bytes: int) -> None:

@@ -13,6 +13,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+from sessions_server.domain.chunking import utf8_length
 from sessions_server.domain.errors import InvalidArgument, LimitExceeded
 
 DEFAULT_LIMIT = 20
@@ -42,7 +43,7 @@ def fts_expression(query: str, mode: str, *, max_query_bytes: int = MAX_QUERY_BY
     """The MATCH expression for a query, or None when it can match nothing (empty)."""
     if "\x00" in query:
         raise InvalidArgument("query must not contain NUL characters", field="query")
-    size = len(query.encode("utf-8", "surrogatepass"))
+    size = utf8_length(query)
     if size > max_query_bytes:
         raise InvalidArgument(
             f"query is {size} bytes; the limit is {max_query_bytes} bytes",

@@ -744,4 +744,4 @@ def _appended_row(answered: MessageView, prepared: messages.PreparedMessage) -> 
     view: MessageView | None = None
     if not attachments.may_hold_pointers(text):
         view = answered if answered.json is text else MessageView(info, text)
-    return paths.AppendedRow(info, len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass")), view)
+    return paths.AppendedRow(info, utf8_length(text), view)

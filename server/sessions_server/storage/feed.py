@@ -23,7 +23,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from sessions_server.storage.rows import Compaction, RowInfo
+from sessions_server.storage.rows import Compaction, RowInfo, utf8_length
 
 COUNTER_BITS = 22
 COUNTER_LIMIT = 1 << COUNTER_BITS
@@ -70,12 +70,8 @@ class ChangeEvent:
         the ring and every subscriber's queue count it)."""
         if self._size < 0:
             texts = (self.message_json or "", self.error, *self.message_ids)
-            self._size = 256 + sum(map(_utf8_size, texts))
+            self._size = 256 + sum(map(utf8_length, texts))
         return self._size
-
-
-def _utf8_size(text: str) -> int:
-    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 class FeedClosed(Exception):

@@ -179,3 +179,8 @@ def is_out_of_space(exc: BaseException) -> bool:
     if isinstance(exc, OSError):
         return exc.errno in _OUT_OF_SPACE_ERRNOS
     return False
+
+
+def utf8_length(text: str) -> int:
+    """Length of `text` in UTF-8 bytes (a lone surrogate counts 3, as upstream measures it)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))

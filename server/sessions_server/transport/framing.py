@@ -14,6 +14,7 @@ from sessions_server.domain.limits import results_bytes
 from sessions_server.domain.search import SearchHit
 from sessions_server.domain.service import AppendResult
 from sessions_server.domain.views import MessageView
+from sessions_server.storage.rows import utf8_length
 from sessions_server.transport import packed_cache
 
 # The largest response the server sends: gRPC's default receive limit, which stock clients keep.
@@ -114,7 +115,7 @@ def _fill_info(target: pb.MessageInfo, view: MessageView) -> None:
 
 
 def json_bytes(text: str) -> int:
-    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+    return utf8_length(text)
 
 
 def _utf8_size(text: str) -> tuple[int, bytes | None]:
