@@ -193,7 +193,7 @@ def path_stats(store: ObjectStore, conn: Any, session_id: str, leaf_id: str, ver
     for row in stats.rows:
         row.id = sys.intern(row.id)
     with _lock:
-        if memo.version(session_id) == version:
+        if memo.version(session_id) == version and not stats.dangling:
             stored = sum(map(_STORED_BYTES, stats.rows))
             _keep(key, _Path(leaf_id, list(stats.rows), stats.walked, stats.oldest_id, stored))
     return stats

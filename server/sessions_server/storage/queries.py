@@ -257,13 +257,18 @@ def path_stats(conn: sqlite3.Connection, session_id: str, leaf_id: str) -> PathS
     # Without compaction records nothing can be hidden, and without attachment references no
     # row has payload bytes: each per-row test left out is a fifth of the walk.
     hidden = _HIDDEN_SQL.format(id="path.id", session="?1") if has_compactions(conn, session_id) else "0"
-    cte = _STATS_CTE[has_attachment_refs(conn, session_id)]
+    with_refs = has_attachment_refs(conn, session_id)
     walked = conn.execute(
-        f"{cte} SELECT id, role, bytes, tokens, {hidden} FROM path ORDER BY depth DESC",
+        f"{_STATS_CTE[with_refs]} SELECT id, role, bytes, tokens, {hidden} FROM path ORDER BY depth DESC",
         (session_id, leaf_id),
     ).fetchall()
     rows = [PathStat(str(r[0]), str(r[1]), int(r[2]), int(r[3])) for r in walked if not r[4]]
-    return PathStats(rows, len(walked), str(walked[0][0]) if walked else None)
+    dangling = with_refs and conn.execute(_DANGLING_REF_SQL, (session_id,)).fetchone() is not None
+    return PathStats(rows, len(walked), str(walked[0][0]) if walked else None, dangling)
+
+
+_DANGLING_REF_SQL = """SELECT 1 FROM cf_agents_session_attachment_refs AS r WHERE r.session_id = ?
+    AND NOT EXISTS (SELECT 1 FROM cf_agents_session_attachment_meta AS meta WHERE meta.hash = r.hash) LIMIT 1"""
 
 
 def path_ids(conn: sqlite3.Connection, session_id: str, leaf_id: str) -> list[str]:

@@ -80,6 +80,10 @@ class PathStats:
     rows: list[PathStat]
     walked: int
     oldest_id: str | None
+    # Some row of the session names a payload the object does not hold: its bytes count when the
+    # payload arrives, whichever session brings it, so the path's sizes may change without a
+    # change to the session.
+    dangling: bool = False
 
 
 @dataclass(frozen=True, slots=True)
