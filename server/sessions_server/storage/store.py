@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import sqlite3
 import threading
@@ -70,6 +71,8 @@ from sessions_server.storage.rows import (
 T = TypeVar("T")
 
 log = logging.getLogger("sessions.storage")
+# A batch's commit as the writer thread reports it: each job's (ok, value), and the events to publish.
+_Committed = tuple[list[tuple[bool, Any]], list[ChangeEvent]]
 
 MAX_JOBS_PER_COMMIT = 256
 MAX_CACHED_TAILS = 8192  # sessions whose tail (active leaf, next seq) a store keeps
@@ -407,13 +410,31 @@ class ObjectStore:
                     continue
                 for job in batch:
                     job.taken = True
+                commit = loop.run_in_executor(self._commit_executor, self._commit_batch, batch)
                 try:
-                    outcomes, events = await loop.run_in_executor(self._commit_executor, self._commit_batch, batch)
-                except BaseException as exc:
+                    outcomes, events = await asyncio.shield(commit)
+                except asyncio.CancelledError:
+                    # This task cancelled (the loop closing): the commit goes on on its thread, and
+                    # its outcome answers the batch once it is done; a rollback from here would
+                    # run under it, and could deny a commit that happens.
+                    commit.add_done_callback(functools.partial(self._settle_finished, batch))
+                    raise
+                except Exception as exc:
                     outcomes, events = self._abandon(batch, f"storage failed, nothing was written: {exc}", exc), []
                 self._settle(batch, outcomes, events)
             else:
                 return
+
+    def _settle_finished(
+        self, batch: list[_Job], commit: asyncio.Future[tuple[list[tuple[bool, Any]], list[ChangeEvent]]]
+    ) -> None:
+        """Answers a batch whose commit finished after the writer task was cancelled."""
+        if commit.cancelled() or commit.exception() is not None:
+            cause = commit.exception() if not commit.cancelled() else asyncio.CancelledError()
+            assert cause is not None
+            self._settle(batch, self._abandon(batch, f"storage failed, nothing was written: {cause}", cause), [])
+        else:
+            self._settle(batch, *commit.result())
 
     def _checkpoint(self) -> None:
         """The WAL checkpoint SQLite would have run inside the last commit (see storage/wal.py)."""
