@@ -410,13 +410,15 @@ class ObjectStore:
                     continue
                 for job in batch:
                     job.taken = True
-                commit = loop.run_in_executor(self._commit_executor, self._commit_batch, batch)
+                commit: asyncio.Future[_Committed] | None = None
                 try:
+                    commit = loop.run_in_executor(self._commit_executor, self._commit_batch, batch)
                     outcomes, events = await asyncio.shield(commit)
                 except asyncio.CancelledError:
                     # This task cancelled (the loop closing): the commit goes on on its thread, and
                     # its outcome answers the batch once it is done; a rollback from here would
                     # run under it, and could deny a commit that happens.
+                    assert commit is not None  # submitting it does not wait
                     commit.add_done_callback(functools.partial(self._settle_finished, batch))
                     raise
                 except Exception as exc:
