@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
@@ -28,7 +27,7 @@ from sessions_server.domain.overlays import plan_overlays
 from sessions_server.storage import queries
 from sessions_server.storage.feed import ChangeEvent
 from sessions_server.storage.rows import MAX_PATH_DEPTH, Compaction, RowInfo
-from sessions_server.storage.store import ObjectStore, WriteContext
+from sessions_server.storage.store import ObjectStore, WriteContext, now_ms
 
 if TYPE_CHECKING:
     from sessions_server.domain.service import SessionsService
@@ -402,7 +401,7 @@ def _insert_record(
         summary=summary,
         from_message_id=from_id,
         to_message_id=to_id,
-        created_at_ms=int(time.time() * 1000),
+        created_at_ms=now_ms(),
     )
     queries.insert_compaction(ctx.conn, session_id, record)
     ctx.row_writes += 1

@@ -19,6 +19,7 @@ from typing import Any
 from sessions_server.domain import large_messages, paths
 from sessions_server.domain.chunking import utf8_length
 from sessions_server.domain.overlays import OverlaySpan, overlay_id, overlay_message_json, plan_overlays
+from sessions_server.domain.paths import ROW_ID, STORED_BYTES
 from sessions_server.domain.views import MessageView, view_of, views_by_id
 from sessions_server.storage import queries
 from sessions_server.storage.rows import COMPACTION_PREFIX, MAX_PATH_DEPTH, Compaction, PathStat, RowInfo
@@ -39,8 +40,6 @@ WALK_FIRST_STEPS = 4
 WALK_MAX_STEPS = 64
 DEFAULT_BATCH_SIZE = 50
 DEFAULT_BATCH_BYTES = 4 * 1024 * 1024
-_ROW_ID = operator.attrgetter("id")
-_STORED_BYTES = operator.attrgetter("bytes")
 _SPAN_START = operator.attrgetter("start")
 
 
@@ -334,7 +333,7 @@ def cut_windows(
     oversized row standing alone."""
     # Cut points come from running byte totals by bisection: a remembered read of a long path
     # spends no Python per row here.
-    totals = [0, *accumulate(map(_STORED_BYTES, rows))] if max_bytes is not None else []
+    totals = [0, *accumulate(map(STORED_BYTES, rows))] if max_bytes is not None else []
     out: list[Sequence[PathStat]] = []
     start = 0
     while start < len(rows):
@@ -380,7 +379,7 @@ async def stream_path(
     yielding it whole (an overlay alone); no window is retained after it has been yielded. A
     path whose messages are all remembered comes as one window: it is in memory already."""
     if spans is None:
-        spans = plan_overlays(list(map(_ROW_ID, stats)), records) if records else []
+        spans = plan_overlays(list(map(ROW_ID, stats)), records) if records else []
     if not spans and not newest_first:
         in_memory = paths.path_views(store, session_id, stats)
         if in_memory is not None:
@@ -419,13 +418,13 @@ async def stream_path(
             else cut_windows(segment, WINDOW_ROWS, WINDOW_BYTES, grow_to=WINDOW_MAX_ROWS)
         )
         for window in windows:
-            ids = list(map(_ROW_ID, window))
+            ids = list(map(ROW_ID, window))
             remembered, missing, version = paths.remembered_views(store, session_id, ids)
             if not missing:
                 yield remembered  # type: ignore[misc]  # no None left
                 continue
             if remember is None:
-                remember = paths.fits_session_share(sum(map(_STORED_BYTES, stats)), len(stats))
+                remember = paths.fits_session_share(sum(map(STORED_BYTES, stats)), len(stats))
             as_stored: list[MessageView] | None = [] if remember else None
             found = await store.read(
                 lambda conn, i=missing, a=as_stored: views_by_id(conn, session_id, i, inline, a)  # type: ignore[misc]

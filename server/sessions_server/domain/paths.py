@@ -40,8 +40,8 @@ from sessions_server.storage.rows import MAX_PATH_DEPTH, PathStat, PathStats, Ro
 from sessions_server.storage.store import ObjectStore
 
 MEMO_KEY = "paths"
-_ROW_ID = operator.attrgetter("id")
-_STORED_BYTES = operator.attrgetter("bytes")
+ROW_ID = operator.attrgetter("id")
+STORED_BYTES = operator.attrgetter("bytes")
 # A row stat costs about 200 bytes, and a remembered path's own entry (its record, its key,
 # the dictionary slot) about 400 more, counted as PATH_OVERHEAD_ROWS rows: some 50 MB at most,
 # whether for 25 sessions at the 10,001-row depth cap or 83,000 sessions of one row (one row
@@ -194,7 +194,7 @@ def path_stats(store: ObjectStore, conn: Any, session_id: str, leaf_id: str, ver
         row.id = sys.intern(row.id)
     with _lock:
         if memo.version(session_id) == version and not stats.dangling:
-            stored = sum(map(_STORED_BYTES, stats.rows))
+            stored = sum(map(STORED_BYTES, stats.rows))
             _keep(key, _Path(leaf_id, list(stats.rows), stats.walked, stats.oldest_id, stored))
     return stats
 
@@ -215,7 +215,7 @@ def budget_start(rows: Sequence[PathStat], max_bytes: int) -> int:
 def suffix_of(stats: PathStats, max_bytes: int) -> PathSuffix:
     """`stats`' newest rows within `max_bytes` (a pass over the path for its stored bytes)."""
     start = budget_start(stats.rows, max_bytes)
-    return PathSuffix(stats.rows[start:], start > 0, sum(map(_STORED_BYTES, stats.rows)), stats.walked, stats.oldest_id)
+    return PathSuffix(stats.rows[start:], start > 0, sum(map(STORED_BYTES, stats.rows)), stats.walked, stats.oldest_id)
 
 
 def remembered_suffix(store: ObjectStore, session_id: str, leaf_id: str, max_bytes: int) -> PathSuffix | None:
@@ -414,7 +414,7 @@ def path_views(store: ObjectStore, session_id: str, stats: Sequence[PathStat]) -
             # the whole path (1.5 ms at 10,000 rows) when older messages are not remembered.
             whole = len(stats) == len(held.rows)
             rows = held.rows if whole else held.rows[len(held.rows) - len(stats) :]
-            found = list(map(kept.by_id.get, map(_ROW_ID, rows)))
+            found = list(map(kept.by_id.get, map(ROW_ID, rows)))
             if any(map(operator.is_, found, repeat(None))):
                 return None
             _views.move_to_end(key)
