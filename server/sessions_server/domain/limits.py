@@ -67,12 +67,17 @@ def stored_text_limits(limits: Limits) -> tuple[TextLimit, ...]:
     )
 
 
-MAX_BATCH_RESULT_BYTES = 3 * 1024 * 1024
+RESPONSE_PAYLOAD_BYTES = 3 * 1024 * 1024
+"""What one response carries at most of anything sized by its content (a piece of a message, a
+frame of an export or an attachment, a batch's results): stock clients accept responses up to
+4 MiB, and the rest is left to the response's other fields."""
+
+MAX_BATCH_RESULT_BYTES = RESPONSE_PAYLOAD_BYTES
 """A batch's results (each message's id, parent id and role; its JSON is left out first) go back
 in one response, which stock clients accept up to 4 MiB: a batch past this is refused unwritten.
 Not a setting: it follows from that response limit, which no server flag can raise."""
 
-MAX_DELETE_IDS_BYTES = 3 * 1024 * 1024
+MAX_DELETE_IDS_BYTES = RESPONSE_PAYLOAD_BYTES
 """A delete's ids, as passed, go to subscribers in one change event, one response of at most
 4 MiB: a delete past this is refused unwritten (else no subscriber could receive its event)."""
 

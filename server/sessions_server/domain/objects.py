@@ -28,7 +28,7 @@ from sessions_server.domain.errors import (
     Unavailable,
     storage_failure,
 )
-from sessions_server.domain.limits import check_size, exceeded
+from sessions_server.domain.limits import RESPONSE_PAYLOAD_BYTES, check_size, exceeded
 from sessions_server.domain.placement import Placement
 from sessions_server.storage import datadir, files
 from sessions_server.storage.moved import MovedObjects
@@ -36,7 +36,7 @@ from sessions_server.storage.paths import is_object_file_name, object_path
 from sessions_server.storage.registry import ObjectRegistry
 from sessions_server.storage.rows import StorageError, is_out_of_space
 
-EXPORT_FRAME_BYTES = 3 * 1024 * 1024
+EXPORT_FRAME_BYTES = RESPONSE_PAYLOAD_BYTES
 DEFAULT_LEASE_SECONDS = 60
 MAX_LEASE_SECONDS = 86_400  # a lock that outlives its mover by days only blocks the object's writes
 MAX_MOVED_TO_BYTES = 1024

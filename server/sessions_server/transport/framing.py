@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from sessions_proto.v1 import sessions_pb2 as pb
-from sessions_server.domain.limits import results_bytes
+from sessions_server.domain.limits import RESPONSE_PAYLOAD_BYTES, results_bytes
 from sessions_server.domain.search import SearchHit
 from sessions_server.domain.service import AppendResult
 from sessions_server.domain.views import MessageView
@@ -19,8 +19,7 @@ from sessions_server.transport import packed_cache
 
 # The largest response the server sends: gRPC's default receive limit, which stock clients keep.
 RESPONSE_LIMIT_BYTES = 4 * 1024 * 1024
-# Leaves room under RESPONSE_LIMIT_BYTES for the frame's other fields.
-PIECE_BYTES = 3 * 1024 * 1024
+PIECE_BYTES = RESPONSE_PAYLOAD_BYTES
 
 Resp = TypeVar("Resp")
 

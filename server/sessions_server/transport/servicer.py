@@ -25,7 +25,7 @@ from sessions_server.domain import search as search_rules
 from sessions_server.domain.compactor import Policy
 from sessions_server.domain.errors import InvalidArgument, LimitExceeded, SessionsError, Unavailable
 from sessions_server.domain.history import DEFAULT_BATCH_BYTES, DEFAULT_BATCH_SIZE, BatchMarker, RecentSummary
-from sessions_server.domain.limits import exceeded
+from sessions_server.domain.limits import RESPONSE_PAYLOAD_BYTES, exceeded
 from sessions_server.domain.service import AppendInput, Progress, SessionsService
 from sessions_server.domain.views import MessageView, pointer_form
 from sessions_server.storage.feed import ChangeEvent, Reset
@@ -37,8 +37,8 @@ from sessions_server.transport.pieces import AssemblyBudget, Pieces
 
 OBJECT_KEY_HEADER = "x-object-key"
 ROW_STATS_PER_FRAME = 1000
-ATTACHMENT_FRAME_BYTES = 3 * 1024 * 1024
-FRAME_BUDGET_BYTES = 3 * 1024 * 1024
+ATTACHMENT_FRAME_BYTES = RESPONSE_PAYLOAD_BYTES
+FRAME_BUDGET_BYTES = RESPONSE_PAYLOAD_BYTES
 DEFAULT_PROGRESS_SECONDS = 10.0
 
 Req = TypeVar("Req")
