@@ -124,3 +124,10 @@ def exceeded(what: str, limit_name: str, limit_value: int, unit: str = "") -> Li
         limit=limit_name,
         limit_value=str(limit_value),
     )
+
+
+def page_size(value: int, *, default: int, maximum: int) -> int:
+    """A listing's page size as asked: 0 for `default`, at most `maximum`, never negative."""
+    if value < 0:
+        raise InvalidArgument(f"page_size must not be negative, not {value} (0 for {default})", field="page_size")
+    return default if value == 0 else min(value, maximum)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
-from sessions_server.domain import keys
+from sessions_server.domain import keys, limits
 from sessions_server.domain.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -115,11 +115,7 @@ class ObjectAdmin:
                 raise Unavailable("the object is being moved; retry shortly", reason="OBJECT_MOVING")
 
     async def list_keys(self, page_size: int, page_token: str) -> tuple[list[str], str]:
-        if page_size < 0:
-            raise InvalidArgument(
-                f"page_size must not be negative, not {page_size} (0 for {DEFAULT_PAGE_SIZE})", field="page_size"
-            )
-        size = DEFAULT_PAGE_SIZE if page_size == 0 else min(page_size, MAX_PAGE_SIZE)
+        size = limits.page_size(page_size, default=DEFAULT_PAGE_SIZE, maximum=MAX_PAGE_SIZE)
         if page_token and not is_object_file_name(page_token):
             # Taken as a bound, any other text would give a wrong page, or an empty one that
             # looks like the end of the list.

@@ -25,7 +25,7 @@ from sessions_server.domain import search as search_rules
 from sessions_server.domain.compactor import Policy
 from sessions_server.domain.errors import InvalidArgument, LimitExceeded, SessionsError, Unavailable
 from sessions_server.domain.history import DEFAULT_BATCH_BYTES, DEFAULT_BATCH_SIZE, BatchMarker, RecentSummary
-from sessions_server.domain.limits import RESPONSE_PAYLOAD_BYTES, exceeded
+from sessions_server.domain.limits import RESPONSE_PAYLOAD_BYTES, exceeded, page_size
 from sessions_server.domain.service import AppendInput, Progress, SessionsService
 from sessions_server.domain.views import MessageView, pointer_form
 from sessions_server.storage.feed import ChangeEvent, Reset
@@ -507,7 +507,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         async def run() -> pb.ListCompactionsResponse:
             self._admit(context, request.object_key, write=False)
             after = _page_token_int(request.page_token)
-            size_limit = _page_size(request.page_size, default=100, maximum=1000)
+            size_limit = page_size(request.page_size, default=100, maximum=1000)
             records, more = await self._service.compactor.records_after(
                 request.object_key, request.session_id, after, size_limit, FRAME_BUDGET_BYTES
             )
@@ -646,7 +646,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         async def run() -> pb.ListSessionsResponse:
             self._admit(context, request.object_key, write=False)
             after = _decode_token(request.page_token)
-            size_limit = _page_size(request.page_size, default=1000, maximum=10_000)
+            size_limit = page_size(request.page_size, default=1000, maximum=10_000)
             # One more than a page: whether another page follows.
             page = await self._service.list_sessions(request.object_key, after, size_limit + 1)
             response = pb.ListSessionsResponse()
@@ -741,12 +741,6 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
 def _row_stat_bytes(message_id: str, role: str) -> int:
     """An upper bound on one RowStat's bytes in a frame: its texts, two integers, tags and lengths."""
     return framing.json_bytes(message_id) + framing.json_bytes(role) + 40
-
-
-def _page_size(value: int, *, default: int, maximum: int) -> int:
-    if value < 0:
-        raise InvalidArgument(f"page_size must not be negative, not {value} (0 for {default})", field="page_size")
-    return default if value == 0 else min(value, maximum)
 
 
 def _page_token_int(token: str) -> int:
