@@ -427,14 +427,11 @@ class ObjectStore:
             else:
                 return
 
-    def _settle_finished(
-        self, batch: list[_Job], commit: asyncio.Future[tuple[list[tuple[bool, Any]], list[ChangeEvent]]]
-    ) -> None:
+    def _settle_finished(self, batch: list[_Job], commit: asyncio.Future[_Committed]) -> None:
         """Answers a batch whose commit finished after the writer task was cancelled."""
-        if commit.cancelled() or commit.exception() is not None:
-            cause = commit.exception() if not commit.cancelled() else asyncio.CancelledError()
-            assert cause is not None
-            self._settle(batch, self._abandon(batch, f"storage failed, nothing was written: {cause}", cause), [])
+        failure = asyncio.CancelledError() if commit.cancelled() else commit.exception()
+        if failure is not None:
+            self._settle(batch, self._abandon(batch, f"storage failed, nothing was written: {failure}", failure), [])
         else:
             self._settle(batch, *commit.result())
 
