@@ -322,7 +322,9 @@ class SessionServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ReadAttachment(self, request, context):
-        """Reads one attachment payload by its content hash, in frames of at most 3 MiB.
+        """Reads one attachment payload by its content hash, in frames of at most 3 MiB. NOT_FOUND when
+        the object holds no such payload, also when it is deleted (its last message removed) while
+        it is read: the frames already sent are then incomplete.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -387,7 +389,9 @@ class SessionServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Subscribe(self, request, context):
-        """Streams an object's changes in commit order, each with a revision; resumable.
+        """Streams an object's changes in commit order, each with a revision; resumable. A live
+        subscription, and a resume of an object still never written (placed live: nothing can have
+        been missed), starts with a PROGRESS event naming the revision it starts after.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -116,7 +116,10 @@ class SessionServiceStub:
     reading message content.
     """
     ReadAttachment: _grpc.UnaryStreamMultiCallable[_sessions_pb2.ReadAttachmentRequest, _sessions_pb2.ReadAttachmentResponse]
-    """Reads one attachment payload by its content hash, in frames of at most 3 MiB."""
+    """Reads one attachment payload by its content hash, in frames of at most 3 MiB. NOT_FOUND when
+    the object holds no such payload, also when it is deleted (its last message removed) while
+    it is read: the frames already sent are then incomplete.
+    """
     AddCompaction: _grpc.UnaryUnaryMultiCallable[_sessions_pb2.AddCompactionRequest, _sessions_pb2.AddCompactionResponse]
     """Stores a compaction overlay: at read time the path from `from_message_id` to
     `to_message_id` is replaced by one synthetic message holding the summary. Nothing is deleted.
@@ -144,7 +147,10 @@ class SessionServiceStub:
     SearchMessages: _grpc.UnaryStreamMultiCallable[_sessions_pb2.SearchMessagesRequest, _sessions_pb2.SearchMessagesResponse]
     """Full-text search over message text, best match first."""
     Subscribe: _grpc.UnaryStreamMultiCallable[_sessions_pb2.SubscribeRequest, _sessions_pb2.SubscribeResponse]
-    """Streams an object's changes in commit order, each with a revision; resumable."""
+    """Streams an object's changes in commit order, each with a revision; resumable. A live
+    subscription, and a resume of an object still never written (placed live: nothing can have
+    been missed), starts with a PROGRESS event naming the revision it starts after.
+    """
     ListSessions: _grpc.UnaryUnaryMultiCallable[_sessions_pb2.ListSessionsRequest, _sessions_pb2.ListSessionsResponse]
     """Lists the sessions of an object with their message counts."""
     GetObjectStats: _grpc.UnaryUnaryMultiCallable[_sessions_pb2.GetObjectStatsRequest, _sessions_pb2.GetObjectStatsResponse]
@@ -247,7 +253,10 @@ class SessionServiceAsyncStub(SessionServiceStub):
     reading message content.
     """
     ReadAttachment: _aio.UnaryStreamMultiCallable[_sessions_pb2.ReadAttachmentRequest, _sessions_pb2.ReadAttachmentResponse]  # type: ignore[assignment]
-    """Reads one attachment payload by its content hash, in frames of at most 3 MiB."""
+    """Reads one attachment payload by its content hash, in frames of at most 3 MiB. NOT_FOUND when
+    the object holds no such payload, also when it is deleted (its last message removed) while
+    it is read: the frames already sent are then incomplete.
+    """
     AddCompaction: _aio.UnaryUnaryMultiCallable[_sessions_pb2.AddCompactionRequest, _sessions_pb2.AddCompactionResponse]  # type: ignore[assignment]
     """Stores a compaction overlay: at read time the path from `from_message_id` to
     `to_message_id` is replaced by one synthetic message holding the summary. Nothing is deleted.
@@ -275,7 +284,10 @@ class SessionServiceAsyncStub(SessionServiceStub):
     SearchMessages: _aio.UnaryStreamMultiCallable[_sessions_pb2.SearchMessagesRequest, _sessions_pb2.SearchMessagesResponse]  # type: ignore[assignment]
     """Full-text search over message text, best match first."""
     Subscribe: _aio.UnaryStreamMultiCallable[_sessions_pb2.SubscribeRequest, _sessions_pb2.SubscribeResponse]  # type: ignore[assignment]
-    """Streams an object's changes in commit order, each with a revision; resumable."""
+    """Streams an object's changes in commit order, each with a revision; resumable. A live
+    subscription, and a resume of an object still never written (placed live: nothing can have
+    been missed), starts with a PROGRESS event naming the revision it starts after.
+    """
     ListSessions: _aio.UnaryUnaryMultiCallable[_sessions_pb2.ListSessionsRequest, _sessions_pb2.ListSessionsResponse]  # type: ignore[assignment]
     """Lists the sessions of an object with their message counts."""
     GetObjectStats: _aio.UnaryUnaryMultiCallable[_sessions_pb2.GetObjectStatsRequest, _sessions_pb2.GetObjectStatsResponse]  # type: ignore[assignment]
@@ -471,7 +483,10 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _sessions_pb2.ReadAttachmentRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_sessions_pb2.ReadAttachmentResponse], _abc.AsyncIterator[_sessions_pb2.ReadAttachmentResponse]]:
-        """Reads one attachment payload by its content hash, in frames of at most 3 MiB."""
+        """Reads one attachment payload by its content hash, in frames of at most 3 MiB. NOT_FOUND when
+        the object holds no such payload, also when it is deleted (its last message removed) while
+        it is read: the frames already sent are then incomplete.
+        """
 
     @_abc_1.abstractmethod
     def AddCompaction(
@@ -547,7 +562,10 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _sessions_pb2.SubscribeRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_sessions_pb2.SubscribeResponse], _abc.AsyncIterator[_sessions_pb2.SubscribeResponse]]:
-        """Streams an object's changes in commit order, each with a revision; resumable."""
+        """Streams an object's changes in commit order, each with a revision; resumable. A live
+        subscription, and a resume of an object still never written (placed live: nothing can have
+        been missed), starts with a PROGRESS event naming the revision it starts after.
+        """
 
     @_abc_1.abstractmethod
     def ListSessions(

@@ -132,7 +132,9 @@ type SessionServiceClient interface {
 	// Reads per-message stored sizes and token estimates along a path, root first, without
 	// reading message content.
 	GetHistoryRowStats(ctx context.Context, in *GetHistoryRowStatsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[GetHistoryRowStatsResponse], error)
-	// Reads one attachment payload by its content hash, in frames of at most 3 MiB.
+	// Reads one attachment payload by its content hash, in frames of at most 3 MiB. NOT_FOUND when
+	// the object holds no such payload, also when it is deleted (its last message removed) while
+	// it is read: the frames already sent are then incomplete.
 	ReadAttachment(ctx context.Context, in *ReadAttachmentRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadAttachmentResponse], error)
 	// Stores a compaction overlay: at read time the path from `from_message_id` to
 	// `to_message_id` is replaced by one synthetic message holding the summary. Nothing is deleted.
@@ -157,7 +159,9 @@ type SessionServiceClient interface {
 	GetCompactionPolicy(ctx context.Context, in *GetCompactionPolicyRequest, opts ...grpc.CallOption) (*GetCompactionPolicyResponse, error)
 	// Full-text search over message text, best match first.
 	SearchMessages(ctx context.Context, in *SearchMessagesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SearchMessagesResponse], error)
-	// Streams an object's changes in commit order, each with a revision; resumable.
+	// Streams an object's changes in commit order, each with a revision; resumable. A live
+	// subscription, and a resume of an object still never written (placed live: nothing can have
+	// been missed), starts with a PROGRESS event naming the revision it starts after.
 	Subscribe(ctx context.Context, in *SubscribeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SubscribeResponse], error)
 	// Lists the sessions of an object with their message counts.
 	ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error)
@@ -675,7 +679,9 @@ type SessionServiceServer interface {
 	// Reads per-message stored sizes and token estimates along a path, root first, without
 	// reading message content.
 	GetHistoryRowStats(*GetHistoryRowStatsRequest, grpc.ServerStreamingServer[GetHistoryRowStatsResponse]) error
-	// Reads one attachment payload by its content hash, in frames of at most 3 MiB.
+	// Reads one attachment payload by its content hash, in frames of at most 3 MiB. NOT_FOUND when
+	// the object holds no such payload, also when it is deleted (its last message removed) while
+	// it is read: the frames already sent are then incomplete.
 	ReadAttachment(*ReadAttachmentRequest, grpc.ServerStreamingServer[ReadAttachmentResponse]) error
 	// Stores a compaction overlay: at read time the path from `from_message_id` to
 	// `to_message_id` is replaced by one synthetic message holding the summary. Nothing is deleted.
@@ -700,7 +706,9 @@ type SessionServiceServer interface {
 	GetCompactionPolicy(context.Context, *GetCompactionPolicyRequest) (*GetCompactionPolicyResponse, error)
 	// Full-text search over message text, best match first.
 	SearchMessages(*SearchMessagesRequest, grpc.ServerStreamingServer[SearchMessagesResponse]) error
-	// Streams an object's changes in commit order, each with a revision; resumable.
+	// Streams an object's changes in commit order, each with a revision; resumable. A live
+	// subscription, and a resume of an object still never written (placed live: nothing can have
+	// been missed), starts with a PROGRESS event naming the revision it starts after.
 	Subscribe(*SubscribeRequest, grpc.ServerStreamingServer[SubscribeResponse]) error
 	// Lists the sessions of an object with their message counts.
 	ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error)

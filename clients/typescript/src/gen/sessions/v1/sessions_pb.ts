@@ -3530,7 +3530,9 @@ export const SessionService: GenService<{
     output: typeof GetHistoryRowStatsResponseSchema;
   },
   /**
-   * Reads one attachment payload by its content hash, in frames of at most 3 MiB.
+   * Reads one attachment payload by its content hash, in frames of at most 3 MiB. NOT_FOUND when
+   * the object holds no such payload, also when it is deleted (its last message removed) while
+   * it is read: the frames already sent are then incomplete.
    *
    * @generated from rpc sessions.v1.SessionService.ReadAttachment
    */
@@ -3619,7 +3621,9 @@ export const SessionService: GenService<{
     output: typeof SearchMessagesResponseSchema;
   },
   /**
-   * Streams an object's changes in commit order, each with a revision; resumable.
+   * Streams an object's changes in commit order, each with a revision; resumable. A live
+   * subscription, and a resume of an object still never written (placed live: nothing can have
+   * been missed), starts with a PROGRESS event naming the revision it starts after.
    *
    * @generated from rpc sessions.v1.SessionService.Subscribe
    */
