@@ -78,10 +78,11 @@ async def messages_in_windows(
 ) -> AsyncGenerator[list[MessageView], None]:
     """The messages of `ids` (distinct) that exist, in that order, a window a read: at most
     WINDOW_ROWS rows and WINDOW_BYTES of stored bytes (a larger message alone), sized before they
-    are read, so that no read holds more than a window of them however large they are."""
-    start = 0
+    are read, so that no read holds more than a window of them however large they are. Past the
+    first, windows double up to WINDOW_MAX_ROWS rows, as a history read's do."""
+    start, rows = 0, WINDOW_ROWS
     while start < len(ids):
-        candidates = ids[start : start + WINDOW_ROWS]
+        candidates = ids[start : start + rows]
 
         def read(conn: Any, candidates: Sequence[str] = candidates) -> tuple[int, dict[str, MessageView]]:
             with_attachments = inline and queries.has_attachment_refs(conn, session_id)
@@ -99,6 +100,7 @@ async def messages_in_windows(
             large_messages.note_read(store, session_id, message_id, len(view.json))
         yield [found[message_id] for message_id in candidates[:taken] if message_id in found]
         start += taken
+        rows = min(rows * 2, WINDOW_MAX_ROWS)
 
 
 def branch_ids(conn: Any, session_id: str, message_id: str) -> list[str]:
