@@ -10,11 +10,11 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from sessions_proto.v1 import sessions_pb2 as pb
+from sessions_server.domain.chunking import utf8_length
 from sessions_server.domain.limits import RESPONSE_PAYLOAD_BYTES, results_bytes
 from sessions_server.domain.search import SearchHit
 from sessions_server.domain.service import AppendResult
 from sessions_server.domain.views import MessageView
-from sessions_server.storage.rows import utf8_length
 from sessions_server.transport import packed_cache
 
 # The largest response the server sends: gRPC's default receive limit, which stock clients keep.

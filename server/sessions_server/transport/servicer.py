@@ -26,10 +26,9 @@ from sessions_server.domain.compactor import Policy
 from sessions_server.domain.errors import InvalidArgument, LimitExceeded, SessionsError, Unavailable
 from sessions_server.domain.history import DEFAULT_BATCH_BYTES, DEFAULT_BATCH_SIZE, BatchMarker, RecentSummary
 from sessions_server.domain.limits import RESPONSE_PAYLOAD_BYTES, exceeded, page_size
+from sessions_server.domain.records import ChangeEvent, Compaction, Parent, Reset
 from sessions_server.domain.service import AppendInput, Progress, SessionsService
 from sessions_server.domain.views import MessageView, pointer_form
-from sessions_server.storage.feed import ChangeEvent, Reset
-from sessions_server.storage.rows import Compaction, Parent
 from sessions_server.transport import framing
 from sessions_server.transport.auth import TokenAuthority
 from sessions_server.transport.errors import internal_status, status_for
