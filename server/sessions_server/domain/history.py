@@ -105,7 +105,7 @@ async def messages_in_windows(
 
 def branch_ids(conn: Any, session_id: str, message_id: str) -> list[str]:
     """Direct children in seq order; hidden overlay children are replaced by their own (upstream's
-    rule). Ids only: the messages are read a bounded window at a time (`views.windowed`)."""
+    rule). Ids only: the messages are read a bounded window at a time (`messages_in_windows`)."""
     hidden = _hidden_row_ids(conn, session_id)
     rows = queries.children(conn, session_id, message_id)
     if hidden:
