@@ -640,8 +640,8 @@ class SessionsService:
             start = 0
             while start < len(ranked):
                 window = ranked[start : start + WINDOW_ROWS]
-                rowids = [row[0] for row in window]
-                taken, texts = await store.read(lambda conn, r=rowids: queries.search_texts(conn, r, WINDOW_BYTES))  # type: ignore[misc]
+                keys = [(rowid, message_id, hit_session) for rowid, message_id, _, hit_session in window]
+                taken, texts = await store.read(lambda conn, k=keys: queries.search_texts(conn, k, WINDOW_BYTES))  # type: ignore[misc]
                 yield [
                     SearchHit(message_id, role, hit_session, texts[rowid])
                     for rowid, message_id, role, hit_session in window[:taken]

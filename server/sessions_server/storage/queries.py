@@ -1014,19 +1014,22 @@ def search(
         conn.set_progress_handler(None, 0)
 
 
-def search_texts(conn: sqlite3.Connection, rowids: Sequence[int], max_bytes: int) -> tuple[int, dict[int, str]]:
-    """The indexed texts of search hits by index rowid, in the order given, until they pass
-    `max_bytes` (one at least): (how many rowids were taken, their texts). A row gone since the
-    search (its message changed or deleted) has no text."""
+def search_texts(
+    conn: sqlite3.Connection, hits: Sequence[tuple[int, str, str]], max_bytes: int
+) -> tuple[int, dict[int, str]]:
+    """The indexed texts of search hits, given as (index rowid, id, session_id), in that order,
+    until they pass `max_bytes` (one at least): (how many hits were taken, their texts by rowid).
+    A hit whose row is gone since the search (its message changed or deleted) has no text, nor
+    one whose rowid another message's row has taken since."""
     texts: dict[int, str] = {}
     total = 0
-    for taken, rowid in enumerate(rowids, start=1):
+    for taken, (rowid, message_id, session_id) in enumerate(hits, start=1):
         row = conn.execute(
-            "SELECT CAST(content AS BLOB) FROM cf_agents_session_fts WHERE rowid = ?", (rowid,)
+            "SELECT id, session_id, CAST(content AS BLOB) FROM cf_agents_session_fts WHERE rowid = ?", (rowid,)
         ).fetchone()
-        if row is not None:
-            texts[rowid] = _indexed_text(row[0])
-            total += len(row[0] or b"")
+        if row is not None and (row[0], row[1]) == (message_id, session_id):
+            texts[rowid] = _indexed_text(row[2])
+            total += len(row[2] or b"")
             if total >= max_bytes:
                 return taken, texts
-    return len(rowids), texts
+    return len(hits), texts
