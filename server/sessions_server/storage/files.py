@@ -114,7 +114,7 @@ def import_store_file(
             partial.unlink()
         raise
     if target.exists() and _replace_in_place(partial, target):
-        _remove_staged(partial)
+        remove_object_files(partial)
         return target
     # The rename swaps the object atomically (a crash leaves the old file or the new one). The
     # old file's WAL must go first, or SQLite would apply it to the new one; so first every
@@ -155,12 +155,6 @@ def _replace_in_place(staged: Path, target: Path) -> bool:
             raise StorageError(f"the object could not be replaced, nothing was imported: {exc}", cause=exc) from exc
         return False
     return True
-
-
-def _remove_staged(staged: Path) -> None:
-    for suffix in ("-wal", "-shm", ""):
-        with contextlib.suppress(FileNotFoundError):
-            Path(str(staged) + suffix).unlink()
 
 
 def _checkpoint_completely(path: Path) -> None:
