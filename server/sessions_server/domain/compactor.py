@@ -5,8 +5,8 @@ Automatic compaction runs after an inserted append whose session token estimate 
 the policy's threshold. It runs in the background, one at a time per session, so an append is
 never held up by (or failed by) a model call; a failure is logged and published on the change
 feed as a compaction error event. The estimate is kept incrementally as upstream keeps it: a tail
-append adds its stamped estimate in O(1); other writes drop it and the next check re-derives it
-with one content-free path walk.
+append adds its stamped estimate in O(1), an update of a counted row its difference; other writes
+drop it and the next check re-derives it with one content-free path walk.
 """
 
 from __future__ import annotations
@@ -56,11 +56,17 @@ class Policy:
 
 @dataclass(slots=True)
 class TokenMemo:
-    """The active path's estimate: the leaf it was computed for, the total, the rows walked."""
+    """The active path's estimate: the leaf it was computed for, the total, the rows walked,
+    whether the session had compaction records, and the applied overlays as index ranges of the
+    path's rows (the rows they leave uncounted). Kept in step with the remembered path (`paths`),
+    which appends extend and updates restate alike: an update finds its row's index there, and
+    an append at the walk's cap the row it pushed out."""
 
     leaf_id: str | None
     total: float
     depth: int
+    records: bool
+    spans: list[tuple[int, int]]
 
 
 def _memo_key(kind: str, session_id: str) -> str:
@@ -100,8 +106,29 @@ def _remember(store: ObjectStore, kind: str, session_id: str, value: object) -> 
 
 def forget_estimate(store: ObjectStore, session_id: str) -> None:
     """The session changed other than by appends: what is remembered about it may be wrong."""
-    _facts(store).pop(_memo_key("tokens", session_id), None)
+    _forget_tokens(store, session_id)
     paths.forget(store, session_id)
+
+
+def _forget_tokens(store: ObjectStore, session_id: str) -> None:
+    _facts(store).pop(_memo_key("tokens", session_id), None)
+
+
+def note_update(store: ObjectStore, session_id: str, updated: paths.AppendedRow) -> None:
+    """An update rewrote one message: the estimate takes the difference when the row is counted
+    (on the active path, outside applied overlays), as upstream's does, instead of a walk of
+    the whole path on the next check. The remembered path, restated, tells where the row was."""
+    place = paths.note_update(store, session_id, updated)
+    memo = _recall(store, "tokens", session_id)
+    if not isinstance(memo, TokenMemo):
+        return
+    if place is None or place.leaf_id != memo.leaf_id:
+        _forget_tokens(store, session_id)  # where the row stands is not known
+        return
+    index = place.index
+    if index is None or any(start <= index <= end for start, end in memo.spans):
+        return  # not counted
+    memo.total += updated.info.token_estimate - place.old_tokens
 
 
 def note_session_changed(ctx: WriteContext, session_id: str) -> None:
@@ -311,33 +338,48 @@ class Compactor:
             def derive(conn: Any) -> TokenMemo:
                 leaf = store.latest_leaf_id(conn, session_id)
                 if not leaf:
-                    return TokenMemo(None, 0.0, 0)
+                    return TokenMemo(None, 0.0, 0, False, [])
                 path = paths.path_stats(store, conn, session_id, leaf, version)
                 rows = [(row.id, row.token_estimate) for row in path.rows]
+                records = queries.compactions(conn, session_id)
                 spans = [
                     (span.start, span.end, span.compaction.summary)
-                    for span in plan_overlays([r[0] for r in rows], queries.compactions(conn, session_id))
+                    for span in plan_overlays([r[0] for r in rows], records)
                 ]
-                return TokenMemo(leaf, float(compaction.session_token_estimate(rows, spans)), path.walked)
+                total = float(compaction.session_token_estimate(rows, spans))
+                return TokenMemo(leaf, total, path.walked, bool(records), [(start, end) for start, end, _ in spans])
 
             memo = await store.read(derive)
             if paths.session_version(store, session_id) == version:  # else it may be of an older state
                 _remember(store, "tokens", session_id, memo)
         return max(0, int(-(-memo.total // 1)))
 
-    def note_appends(self, store: ObjectStore, session_id: str, infos: list[RowInfo]) -> None:
-        """Extends the memoised estimate by tail appends; anything else drops it."""
+    def note_appends(
+        self, store: ObjectStore, session_id: str, infos: list[RowInfo], pushed_out: list[int] | None
+    ) -> None:
+        """Extends the memoised estimate by tail appends; anything else drops it. `pushed_out`:
+        what `paths.note_appends` reports of the rows the appends pushed off the remembered path."""
         memo = _recall(store, "tokens", session_id)
         if not isinstance(memo, TokenMemo):
             return
+        leaving = iter(pushed_out or ())
         for info in infos:
-            if memo.leaf_id == info.parent_id and memo.depth <= MAX_PATH_DEPTH:
-                memo.leaf_id = info.id
-                memo.total += info.token_estimate
-                memo.depth += 1
-            else:
+            if memo.leaf_id != info.parent_id:
                 forget_estimate(store, session_id)
                 return
+            if memo.depth > MAX_PATH_DEPTH:
+                # At the walk's cap the oldest row leaves as the new one comes. Without records
+                # (no overlay to start or end with it) the estimate loses that row's; otherwise it
+                # is derived again, from the remembered path, which stays.
+                left = next(leaving, None)
+                if left is None or memo.records:
+                    _forget_tokens(store, session_id)
+                    return
+                memo.total -= left
+            else:
+                memo.depth += 1
+            memo.leaf_id = info.id
+            memo.total += info.token_estimate
 
     async def after_inserted_append(self, store: ObjectStore, object_key: str, session_id: str) -> None:
         """Starts an automatic compaction once the session is over its policy's threshold. The

@@ -3,13 +3,15 @@ messages, per open object.
 
 Walking a path costs a point read per row, and an agent reads its whole history after nearly
 every append. Appends never change an existing path: a new row only extends the path of its
-parent. So a remembered path is extended by appends to its leaf and dropped by every other
-change to the session (update, delete, clear, compaction, import). Readers get a copy; a walk
-that raced with a change is not remembered (the session's version moved while it ran).
+parent; an update rewrites one row and moves none. So a remembered path is extended by appends to
+its leaf, restated in place by an update (an agent streams its answer by upserts, then appends),
+and dropped by every other change to the session (delete, clear, compaction, import). Readers get
+a copy; a walk that raced with a change is not remembered (the session's version moved while it
+ran).
 
 The messages (views) read along a path are remembered the same way: a message's stored form
-changes only by an update, delete, clear, compaction or import, each of which forgets the whole
-session, and an append only adds one. A read then streams the remembered messages without a
+changes only by an update, which replaces it, or by a delete, clear, compaction or import, each
+of which forgets the whole session; an append only adds one. A read then streams the remembered messages without a
 storage read, and the transport keeps its encoding of each on the view, so it is built once.
 Only rows read as stored are kept (not those whose attachments were restored into them). Once
 every message of a remembered path is remembered, the path also keeps them in its order (and
@@ -248,26 +250,30 @@ def _held_path(key: tuple[_ObjectMemo, str], leaf_id: str) -> _Path | None:
     return held
 
 
-def note_appends(store: ObjectStore, session_id: str, appended: Sequence[AppendedRow]) -> None:
+def note_appends(store: ObjectStore, session_id: str, appended: Sequence[AppendedRow]) -> list[int] | None:
     """Extends the remembered path by committed appends to its leaf (in commit order); an append
-    elsewhere moves the active leaf away from it, which makes it useless: it is dropped."""
+    elsewhere moves the active leaf away from it, which makes it useless: it is dropped. Returns
+    the token estimates of the rows the appends pushed out at the walk's cap, oldest first, or
+    None when the path was not remembered through every append."""
     global _rows
     key = (_object_memo(store), session_id)
+    pushed_out: list[int] = []
     with _lock:
         _note_appended_views(key, appended)
         held = _paths.get(key)
         if held is None:
-            return
+            return None
         for row in appended:
             if row.info.parent_id != held.leaf_id or row.bytes is None:
                 _drop(key)
-                return
+                return None
             if held.walked > MAX_PATH_DEPTH:
                 # The walk is at its cap (MAX_PATH_DEPTH + 1 rows): the new row pushes the oldest
                 # out. Which row becomes the oldest is known only if no walked row is hidden.
                 if held.walked != len(held.rows):
                     _drop(key)
-                    return
+                    return None
+                pushed_out.append(held.rows[0].token_estimate)
                 held.stored_bytes -= held.rows[0].bytes
                 del held.rows[0]
                 if held.views is not None:
@@ -287,6 +293,73 @@ def note_appends(store: ObjectStore, session_id: str, appended: Sequence[Appende
             _rows += 1
             held.leaf_id = info.id
         _keep(key, held)
+    return pushed_out
+
+
+@dataclass(slots=True)
+class PathPlace:
+    """Where an updated row stood on the remembered path to `leaf_id` before its update: its
+    index among the path's rows (None when the path does not pass through it) and the token
+    estimate it had there."""
+
+    leaf_id: str
+    index: int | None
+    old_tokens: int
+
+
+def note_update(store: ObjectStore, session_id: str, updated: AppendedRow) -> PathPlace | None:
+    """An update rewrites one message and moves nothing: the remembered path keeps its rows, the
+    updated one restated, and the remembered messages take the new one. Returns where the row
+    stood on the remembered path (None when no path is remembered). Reads under way remember
+    nothing of what they read before the update."""
+    memo = _object_memo(store)
+    key = (memo, session_id)
+    with _lock:
+        memo.changed(session_id)
+        _note_updated_view(key, updated)
+        held = _paths.get(key)
+        if held is None:
+            return None
+        index = _index_of(held.rows, sys.intern(updated.info.id))
+        if index is None:
+            return PathPlace(held.leaf_id, None, 0)
+        old = held.rows[index]
+        place = PathPlace(held.leaf_id, index, old.token_estimate)
+        if updated.bytes is None:  # its attachments' bytes count too, and are not known here
+            _drop(key)
+            return place
+        held.rows[index] = PathStat(old.id, updated.info.role, updated.bytes, updated.info.token_estimate)
+        held.stored_bytes += updated.bytes - old.bytes
+        if held.views is not None:
+            if updated.view is None:  # read from storage when next read
+                held.views = None
+            else:
+                held.views[index] = updated.view
+        return place
+
+
+def _index_of(rows: Sequence[PathStat], interned_id: str) -> int | None:
+    """The row's index, searched from the leaf (where a streamed message is rewritten): ids on a
+    remembered path are interned, so identity finds them."""
+    for index in range(len(rows) - 1, -1, -1):
+        if rows[index].id is interned_id:
+            return index
+    return None
+
+
+def _note_updated_view(key: tuple[_ObjectMemo, str], updated: AppendedRow) -> None:
+    """The session's remembered messages take the updated one in place of the old."""
+    global _view_bytes
+    held = _views.get(key)
+    if held is None:
+        return
+    old = held.by_id.pop(updated.info.id, None)
+    if old is not None:
+        cost = view_cost(old)
+        held.bytes -= cost
+        _view_bytes -= cost
+    if updated.view is not None:
+        _add_views(key, held, [updated.view])
 
 
 def forget(store: ObjectStore, session_id: str) -> None:

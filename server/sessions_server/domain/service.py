@@ -20,7 +20,13 @@ from sessions_server.domain import attachments, jsjson, keys, large_messages, me
 from sessions_server.domain import history as history_reads
 from sessions_server.domain import search as search_rules
 from sessions_server.domain.chunking import utf8_length
-from sessions_server.domain.compactor import Compactor, Summarizer, forget_estimate, note_session_changed
+from sessions_server.domain.compactor import (
+    Compactor,
+    Summarizer,
+    forget_estimate,
+    note_session_changed,
+    note_update,
+)
 from sessions_server.domain.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -321,7 +327,7 @@ class SessionsService:
                 store, session_id, (row for row, result in zip(rows, results, strict=True) if result.inserted)
             )
             inserted.extend(
-                _appended_row(result.message, prepared)
+                _remembered_row(result.message, prepared)
                 for (_, _, prepared), result in zip(staged, results, strict=True)
                 if result.inserted and result.message.info is not None and prepared is not None
             )
@@ -350,8 +356,8 @@ class SessionsService:
             return outcome
 
         def noted(outcome: UpdateOutcome) -> None:
-            if outcome.status == "updated":
-                forget_estimate(store, session_id)
+            if outcome.status == "updated" and outcome.info is not None:
+                note_update(store, session_id, _remembered_row(MessageView(outcome.info, prepared.json), prepared))
                 large_messages.note_written(store, session_id, (row,))
 
         async with self.object(object_key, writing=True) as store:
@@ -395,10 +401,12 @@ class SessionsService:
             inserted, result = outcome
             if inserted or result.changed:
                 large_messages.note_written(store, session_id, (row,))
-            if inserted and result.message is not None and result.message.info is not None:
-                self._note_inserted_appends(store, session_id, [_appended_row(result.message, prepared)])
+            if result.message is None or result.message.info is None:
+                return
+            if inserted:
+                self._note_inserted_appends(store, session_id, [_remembered_row(result.message, prepared)])
             elif result.changed:
-                forget_estimate(store, session_id)
+                note_update(store, session_id, _remembered_row(result.message, prepared))
 
         async with self.object(object_key, writing=True) as store:
             inserted, result = await store.write(run, after=noted, grows=utf8_length(text))
@@ -442,8 +450,8 @@ class SessionsService:
             return await store.write(run, after=lambda _: forget_estimate(store, session_id))
 
     def _note_inserted_appends(self, store: ObjectStore, session_id: str, appended: list[paths.AppendedRow]) -> None:
-        paths.note_appends(store, session_id, appended)
-        self.compactor.note_appends(store, session_id, [row.info for row in appended])
+        pushed_out = paths.note_appends(store, session_id, appended)
+        self.compactor.note_appends(store, session_id, [row.info for row in appended], pushed_out)
 
     @contextlib.asynccontextmanager
     async def importer(self, object_key: str, session_id: str) -> AsyncIterator[Importer]:
@@ -729,15 +737,15 @@ def _feed_closed(exc: FeedClosed) -> Unavailable:
     )
 
 
-def _appended_row(answered: MessageView, prepared: messages.PreparedMessage) -> paths.AppendedRow:
-    """An inserted row as the path memo counts it (stored JSON bytes; unknown with attachments),
-    given the view the write answers with."""
+def _remembered_row(answered: MessageView, prepared: messages.PreparedMessage) -> paths.AppendedRow:
+    """A row a write inserted or rewrote, as the path memo counts it (stored JSON bytes; unknown
+    with attachments), given the view the write answers with."""
     info = answered.info
     assert info is not None
     if prepared.extraction.references:
         return paths.AppendedRow(info, None)
     text = prepared.stored_json
-    # What a read of the new row returns is its stored JSON (checked as a read would check it).
+    # What a read of the row returns is its stored JSON (checked as a read would check it).
     # When that is what the write answers too, the memo takes the answered view, so an encoding
     # the transport makes for the answer serves reads as well (a write that leaves its JSON out
     # of the answer makes none: the first read does).
