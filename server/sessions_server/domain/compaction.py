@@ -47,59 +47,69 @@ def _is_tool_part(part: Any) -> bool:
     return isinstance(kind, str) and (kind.startswith("tool-") or kind == "dynamic-tool")
 
 
-def _has_tool_calls(message: Message) -> bool:
-    return any(_is_tool_part(part) for part in message.get("parts", ()))
+@dataclass(slots=True)
+class MessageFacts:
+    """What planning needs of one history message, without the message: a long history is
+    planned from these, and only the span to summarize is read again, to render the prompt.
+
+    Call ids that are not strings, numbers, booleans or null are left out: upstream compares
+    them by identity, and no two messages share a parsed object."""
+
+    id: str
+    tokens: int
+    overlay: bool
+    calls: frozenset[Any] | None  # an assistant message with tool calls: the ids it calls
+    answers: frozenset[Any]  # the call ids its tool parts carry
+    summary: str | None  # an overlay's text
 
 
-def _tool_call_ids(message: Message) -> set[Any]:
-    return {part["toolCallId"] for part in message.get("parts", ()) if _is_tool_part(part) and "toolCallId" in part}
-
-
-def _is_result_for(message: Message, call_ids: set[Any]) -> bool:
-    return any(
-        _is_tool_part(part) and "toolCallId" in part and _hashable(part["toolCallId"]) in call_ids
-        for part in message.get("parts", ())
+def message_facts(message: Message) -> MessageFacts:
+    tool_parts = [part for part in message.get("parts", ()) if _is_tool_part(part)]
+    answers = frozenset(
+        part["toolCallId"] for part in tool_parts if "toolCallId" in part and _comparable(part["toolCallId"])
+    )
+    overlay = is_overlay_message(message)
+    return MessageFacts(
+        id=str(message.get("id")),
+        tokens=estimate_message_tokens([message]),
+        overlay=overlay,
+        calls=answers if tool_parts and message.get("role") == "assistant" else None,
+        answers=answers,
+        summary=_text_of(message, "\n") if overlay else None,
     )
 
 
-def _hashable(value: Any) -> Any:
-    return value if isinstance(value, str | int | float | bool | type(None)) else id(value)
+def _comparable(value: Any) -> bool:
+    return isinstance(value, str | int | float | bool | type(None))
 
 
-def _align_forward(messages: Sequence[Message], index: int) -> int:
+def _answers(message: MessageFacts, caller: MessageFacts) -> bool:
+    return caller.calls is not None and not message.answers.isdisjoint(caller.calls)
+
+
+def _align_forward(messages: Sequence[MessageFacts], index: int) -> int:
     if index <= 0 or index >= len(messages):
         return index
     previous = messages[index - 1]
-    if previous.get("role") == "assistant" and _has_tool_calls(previous):
-        call_ids = {_hashable(i) for i in _tool_call_ids(previous)}
-        while index < len(messages) and _is_result_for(messages[index], call_ids):
-            index += 1
+    while index < len(messages) and _answers(messages[index], previous):
+        index += 1
     return index
 
 
-def _align_backward(messages: Sequence[Message], index: int) -> int:
+def _align_backward(messages: Sequence[MessageFacts], index: int) -> int:
     if index <= 0 or index >= len(messages):
         return index
-    while index > 0:
-        current = messages[index]
-        if current.get("role") == "assistant" and _has_tool_calls(current):
-            break
-        previous = messages[index - 1]
-        if previous.get("role") == "assistant" and _has_tool_calls(previous):
-            call_ids = {_hashable(i) for i in _tool_call_ids(previous)}
-            if _is_result_for(current, call_ids):
-                index -= 1
-                continue
-        break
+    while index > 0 and messages[index].calls is None and _answers(messages[index], messages[index - 1]):
+        index -= 1
     return index
 
 
-def _tail_cut(messages: Sequence[Message], head_end: int, keep_recent_tokens: int) -> int:
+def _tail_cut(messages: Sequence[MessageFacts], head_end: int, keep_recent_tokens: int) -> int:
     count = len(messages)
     accumulated = 0
     token_cut = count
     for index in range(count - 1, head_end - 1, -1):
-        tokens = estimate_message_tokens([messages[index]])
+        tokens = messages[index].tokens
         if accumulated + tokens > keep_recent_tokens and token_cut < count:
             break
         accumulated += tokens
@@ -146,7 +156,8 @@ def _js_truthy(value: Any) -> bool:
     return not (value is None or value is False or value == 0 or value == "") or isinstance(value, dict | list)
 
 
-def _render(message: Message) -> str:
+def render_message(message: Message) -> str:
+    """A message as the prompt shows it: its role, its text parts, then its tool calls."""
     text = _text_of(message, "\n")
     tools = []
     for part in message.get("parts", ()):
@@ -162,6 +173,8 @@ def _render(message: Message) -> str:
     tool_text = "\n".join(tools)
     return f"[{message.get('role')}]\n{text}" + (f"\n{tool_text}" if tool_text else "")
 
+
+_MESSAGE_SEPARATOR = "\n\n---\n\n"
 
 _SECTIONS = """## Topic
 [What the conversation is about]
@@ -179,36 +192,56 @@ Target ~{budget} tokens. Be factual — only include information that was explic
 conversation. Do NOT invent file paths, commands, or details that were not mentioned. Write only the summary body."""
 
 
-def build_prompt(middle: Sequence[Message], previous_summary: str | None, budget: int) -> str:
-    """The summarizer prompt: the first-compaction template, or the update template."""
-    content = "\n\n---\n\n".join(_render(message) for message in middle)
+def build_prompt(rendered: Sequence[str], previous_summary: str | None, budget: int) -> str:
+    """The summarizer prompt, of the span's messages as `render_message` renders them: the
+    first-compaction template, or the update template. Joined once: a prompt can be megabytes,
+    and an intermediate text of the messages would be a second copy."""
     sections = _SECTIONS.format(budget=budget)
     if previous_summary:
-        return (
+        head = (
             "You are updating a conversation summary. A previous summary exists below. New conversation turns "
             "have occurred since then and need to be incorporated.\n\n"
             f"PREVIOUS SUMMARY:\n{previous_summary}\n\n"
-            f"NEW TURNS TO INCORPORATE:\n{content}\n\n"
-            "Update the summary. PRESERVE existing information that is still relevant. ADD new information. "
-            "Remove information only if it is clearly obsolete.\n\n"
-            f"{sections}"
+            "NEW TURNS TO INCORPORATE:\n"
         )
-    return (
-        "Create a concise summary of this conversation that preserves the important information for future "
-        f"context.\n\nCONVERSATION TO SUMMARIZE:\n{content}\n\nUse this structure:\n\n{sections}"
-    )
+        tail = (
+            "\n\nUpdate the summary. PRESERVE existing information that is still relevant. ADD new information. "
+            f"Remove information only if it is clearly obsolete.\n\n{sections}"
+        )
+    else:
+        head = (
+            "Create a concise summary of this conversation that preserves the important information for future "
+            "context.\n\nCONVERSATION TO SUMMARIZE:\n"
+        )
+        tail = f"\n\nUse this structure:\n\n{sections}"
+    pieces = [head]
+    for index, text in enumerate(rendered):
+        if index:
+            pieces.append(_MESSAGE_SEPARATOR)
+        pieces.append(text)
+    pieces.append(tail)
+    return "".join(pieces)
 
 
-def summary_budget(middle: Sequence[Message]) -> int:
-    return max(100, math.floor(estimate_message_tokens(middle) * 0.2))
+@dataclass(frozen=True, slots=True)
+class SpanPlan:
+    """The span a summary will replace, and what its prompt is made of: the non-overlay messages
+    at history indexes `begin` to `end` (exclusive), the summaries it extends, the budget."""
+
+    from_message_id: str
+    to_message_id: str
+    begin: int
+    end: int
+    previous_summary: str | None
+    budget_tokens: int
 
 
-def plan_compaction(
-    history: Sequence[Message],
+def plan_span(
+    history: Sequence[MessageFacts],
     compactions: Sequence[Compaction],
     *,
     keep_recent_tokens: int = DEFAULT_KEEP_RECENT_TOKENS,
-) -> CompactionPlan | None:
+) -> SpanPlan | None:
     """Plans a compaction over a history read with overlays applied; None when there is
     nothing to compact."""
     if len(history) <= PROTECT_HEAD + MIN_TAIL_MESSAGES:
@@ -217,15 +250,15 @@ def plan_compaction(
     end = _tail_cut(history, start, keep_recent_tokens)
     if end <= start:
         return None
-    middle = [m for m in history[start:end] if not is_overlay_message(m)]
+    middle = [m for m in history[start:end] if not m.overlay]
     if not middle:
         return None
-    to_id = str(middle[-1]["id"])
-    from_id = str(middle[0]["id"])
+    to_id = middle[-1].id
+    from_id = middle[0].id
 
     # Iterative compaction extends an overlay visible on this branch (its synthetic message, or
     # both its ends raw in the history) rather than stacking a second one.
-    ids = [str(m.get("id")) for m in history]
+    ids = [m.id for m in history]
     present = set(ids)
     existing = [
         c
@@ -239,16 +272,16 @@ def plan_compaction(
         if span_start is not None and span_start < start:
             # Everything the extended span covers must be summarized (deliberate difference).
             begin = span_start
-            middle = [m for m in history[begin:end] if not is_overlay_message(m)]
+            middle = [m for m in history[begin:end] if not m.overlay]
 
     # The summaries the new span hides go into the prompt, every one of them (upstream passes
     # only the first overlay's, and a later overlay's content was then in no summary at all).
-    covered = [m for m in history[begin:end] if is_overlay_message(m)]
-    first = next((m for m in history if is_overlay_message(m)), None)
+    covered = [m for m in history[begin:end] if m.overlay]
+    first = next((m for m in history if m.overlay), None)
     summaries = covered or ([first] if first is not None else [])
-    previous_summary = "\n\n".join(_text_of(m, "\n") for m in summaries) if summaries else None
-    budget = summary_budget(middle)
-    return CompactionPlan(from_id, to_id, build_prompt(middle, previous_summary, budget), budget)
+    previous_summary = "\n\n".join(m.summary or "" for m in summaries) if summaries else None
+    budget = max(100, math.floor(sum(m.tokens for m in middle) * 0.2))
+    return SpanPlan(from_id, to_id, begin, end, previous_summary, budget)
 
 
 def _span_start_index(ids: Sequence[str], record: Compaction) -> int | None:

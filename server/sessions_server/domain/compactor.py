@@ -12,6 +12,7 @@ drop it and the next check re-derives it with one content-free path walk.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from collections import OrderedDict
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sessions_server.domain import compaction, jsjson, paths
 from sessions_server.domain.chunking import utf8_length
-from sessions_server.domain.errors import FailedPrecondition, InvalidArgument, Unavailable
+from sessions_server.domain.errors import FailedPrecondition, InvalidArgument, LimitExceeded, Unavailable
 from sessions_server.domain.limits import check_size
 from sessions_server.domain.overlays import plan_overlays
 from sessions_server.storage import queries
@@ -141,12 +142,25 @@ def note_session_changed(ctx: WriteContext, session_id: str) -> None:
     ctx.note_changed(session_id)
 
 
+def _prompt_too_large(size: str, limit: int) -> LimitExceeded:
+    # A response over the server's send limit would fail with a bare transport error.
+    return LimitExceeded(
+        f"the summarizer prompt for this span is {size}, more than a response carries "
+        f"(max_response_bytes, {limit}); summarize the span in parts and record each with "
+        "AddCompaction, or let a compaction policy compact before the span grows",
+        limit="max_response_bytes",
+        limit_value=str(limit),
+    )
+
+
 class SessionChanged(Exception):
     """The session changed between a compaction's plan and its record: plan again."""
 
 
 # How many times `compact` plans and summarizes again when the session changed meanwhile.
 COMPACT_ATTEMPTS = 3
+# How many times `plan` reads the history again when it changed between its two reads.
+PLAN_ATTEMPTS = 3
 
 
 class Compactor:
@@ -221,20 +235,71 @@ class Compactor:
     # ── planning and summarizing ────────────────────────────────────────────
 
     async def plan(
-        self, object_key: str, session_id: str, *, leaf_id: str = "", keep_recent_tokens: int = 0
+        self,
+        object_key: str,
+        session_id: str,
+        *,
+        leaf_id: str = "",
+        keep_recent_tokens: int = 0,
+        max_prompt_bytes: int = 0,
     ) -> compaction.CompactionPlan | None:
-        """Plans over the history with overlays applied (a bounded path: at most 10,001 rows)."""
+        """Plans over the history with overlays applied (a bounded path: at most 10,001 rows).
+        The history is read twice: once for what planning needs of each message, once for the
+        span's messages, rendered into the prompt as they come. `max_prompt_bytes` (0: none)
+        refuses a longer prompt as soon as its messages are past it (LimitExceeded)."""
         if keep_recent_tokens < 0:
             raise InvalidArgument("keep_recent_tokens must not be negative", field="keep_recent_tokens")
-        history = [
-            jsjson.parse(view.json)
-            async for window in self._service.history(object_key, session_id, leaf_id=leaf_id)
-            for view in window
-        ]
-        records = await self.records(object_key, session_id)
-        return compaction.plan_compaction(
-            history, records, keep_recent_tokens=keep_recent_tokens or compaction.DEFAULT_KEEP_RECENT_TOKENS
+        keep = keep_recent_tokens or compaction.DEFAULT_KEEP_RECENT_TOKENS
+        for _ in range(PLAN_ATTEMPTS):
+            facts = [
+                compaction.message_facts(jsjson.parse(view.json))
+                async for window in self._service.history(object_key, session_id, leaf_id=leaf_id)
+                for view in window
+            ]
+            span = compaction.plan_span(facts, await self.records(object_key, session_id), keep_recent_tokens=keep)
+            if span is None:
+                return None
+            rendered = await self._render_span(object_key, session_id, leaf_id, facts, span, max_prompt_bytes)
+            if rendered is not None:
+                prompt = compaction.build_prompt(rendered, span.previous_summary, span.budget_tokens)
+                if max_prompt_bytes and utf8_length(prompt) > max_prompt_bytes:
+                    raise _prompt_too_large(f"{utf8_length(prompt)} bytes", max_prompt_bytes)
+                return compaction.CompactionPlan(span.from_message_id, span.to_message_id, prompt, span.budget_tokens)
+        raise FailedPrecondition(
+            f"the session changed while its compaction was planned, {PLAN_ATTEMPTS} times in a row; plan again"
         )
+
+    async def _render_span(
+        self,
+        object_key: str,
+        session_id: str,
+        leaf_id: str,
+        facts: list[compaction.MessageFacts],
+        span: compaction.SpanPlan,
+        max_prompt_bytes: int,
+    ) -> list[str] | None:
+        """The span's messages rendered for the prompt, read again; None when the history no
+        longer holds the planned messages where they were (it changed other than by appends)."""
+        rendered: list[str] = []
+        size = 0
+        index = 0
+        windows = self._service.history(object_key, session_id, leaf_id=leaf_id)
+        async with contextlib.aclosing(windows):
+            async for window in windows:
+                for view in window:
+                    if index >= span.end:
+                        return rendered
+                    if index >= span.begin:
+                        message = jsjson.parse(view.json)
+                        if str(message.get("id")) != facts[index].id:
+                            return None
+                        if not facts[index].overlay:
+                            rendered.append(compaction.render_message(message))
+                            size += utf8_length(rendered[-1])
+                            if max_prompt_bytes and size > max_prompt_bytes:
+                                raise _prompt_too_large(f"over {max_prompt_bytes} bytes", max_prompt_bytes)
+                    index += 1
+        return rendered if index >= span.end else None
 
     async def compact(
         self, object_key: str, session_id: str, *, leaf_id: str = "", keep_recent_tokens: int = 0

@@ -23,7 +23,7 @@ from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
 from sessions_server.domain import jsjson
 from sessions_server.domain import search as search_rules
 from sessions_server.domain.compactor import Policy
-from sessions_server.domain.errors import InvalidArgument, LimitExceeded, SessionsError, Unavailable
+from sessions_server.domain.errors import InvalidArgument, SessionsError, Unavailable
 from sessions_server.domain.history import DEFAULT_BATCH_BYTES, DEFAULT_BATCH_SIZE, BatchMarker, RecentSummary
 from sessions_server.domain.limits import RESPONSE_PAYLOAD_BYTES, exceeded, page_size
 from sessions_server.domain.records import ChangeEvent, Compaction, Parent, Reset
@@ -533,19 +533,10 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 request.session_id,
                 leaf_id=request.leaf_id,
                 keep_recent_tokens=request.keep_recent_tokens,
+                max_prompt_bytes=FRAME_BUDGET_BYTES,
             )
             if plan is None:
                 return pb.PlanCompactionResponse(planned=False)
-            prompt_bytes = framing.json_bytes(plan.prompt)
-            if prompt_bytes > FRAME_BUDGET_BYTES:
-                # A response over the server's send limit would fail with a bare transport error.
-                raise LimitExceeded(
-                    f"the summarizer prompt for this span is {prompt_bytes} bytes, more than a response "
-                    f"carries (max_response_bytes, {FRAME_BUDGET_BYTES}); summarize the span in parts and "
-                    "record each with AddCompaction, or let a compaction policy compact before the span grows",
-                    limit="max_response_bytes",
-                    limit_value=str(FRAME_BUDGET_BYTES),
-                )
             return pb.PlanCompactionResponse(
                 planned=True,
                 from_message_id=plan.from_message_id,
