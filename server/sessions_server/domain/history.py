@@ -56,6 +56,8 @@ _RecentPlan = tuple[list[PathStat], bool, int, list[Compaction]]
 # One step of a walk from the leaf: the views read, rows walked, where to go on, and whether the
 # walk reached a row that ends a compaction (from which overlays must be planned).
 _WalkStep = tuple[list[MessageView], int, str | None, bool]
+# A remembered path (or its newest rows, when no record can apply) and the overlays planned on it.
+_Remembered = tuple[list[PathStat], list[OverlaySpan]]
 
 
 def latest_leaf(conn: Any, store: ObjectStore, session_id: str, inline: bool) -> MessageView | None:
@@ -225,23 +227,28 @@ async def from_leaf(
         depth += len(taken)
         return views, len(taken), (current if depth <= MAX_PATH_DEPTH else None), False
 
-    def start(conn: Any) -> tuple[str | None, list[Compaction], list[PathStat] | None, _WalkStep | None]:
+    def start(conn: Any) -> tuple[str | None, list[Compaction], _Remembered | None, _WalkStep | None]:
         leaf = resolve_leaf(store, conn, session_id, leaf_id)
         records = queries.compactions(conn, session_id)
-        # Overlays are planned over the whole path; without any, the newest rows suffice.
-        last = 0 if records else wanted
-        remembered = paths.remembered_path(store, session_id, leaf, last) if leaf else None
+        remembered: _Remembered | None = None
+        if leaf and records:  # overlays are planned over the whole path, once while it is remembered
+            remembered = paths.remembered_overlaid_path(store, session_id, leaf, records)
+        elif leaf:  # without any, the newest rows suffice
+            rows = paths.remembered_path(store, session_id, leaf, wanted)
+            remembered = None if rows is None else (rows, [])
         if not leaf or remembered is not None:
             return leaf, records, remembered, None
         span_ends.update(record.to_message_id for record in records)
         hidden.update(hidden_ids(records))
         return leaf, records, None, walk(conn, leaf, min(WALK_FIRST_STEPS, wanted), 0)
 
-    next_id, records, remembered, step = await store.read(start, quick=True)
+    next_id, records, path, step = await store.read(start, quick=True)
     depth = 0
-    if remembered is not None:  # no walk: the path's messages are likely remembered too
+    if path is not None:  # no walk: the path's messages are likely remembered too
+        remembered, spans = path
         asked = wanted
-        async for window in stream_path(store, session_id, remembered, records, newest_first=True, inline=inline):
+        windows = stream_path(store, session_id, remembered, records, newest_first=True, spans=spans, inline=inline)
+        async for window in windows:
             wanted -= len(window)
             yield window
         if records or wanted <= 0 or len(remembered) < asked:

@@ -15,7 +15,8 @@ of which forgets the whole session; an append only adds one. A read then streams
 storage read, and the transport keeps its encoding of each on the view, so it is built once.
 Only rows read as stored are kept (not those whose attachments were restored into them). Once
 every message of a remembered path is remembered, the path also keeps them in its order (and
-appends extend that list): a read of it then costs nothing per message.
+appends extend that list): a read of it then costs nothing per message. The overlays planned over
+a remembered path are kept with it too (`remembered_overlaid_path`).
 
 Memory is bounded for the whole process: at most MAX_REMEMBERED_ROWS row stats and
 MAX_VIEW_BYTES of message JSON (counted twice, for its encoding) in all, least recently used
@@ -36,9 +37,10 @@ from dataclasses import dataclass, field
 from itertools import compress, repeat
 from typing import Any, cast
 
+from sessions_server.domain.overlays import OverlaySpan, plan_overlays
 from sessions_server.domain.views import MessageView
 from sessions_server.storage import queries
-from sessions_server.storage.rows import MAX_PATH_DEPTH, PathStat, PathStats, RowInfo, utf8_length
+from sessions_server.storage.rows import MAX_PATH_DEPTH, Compaction, PathStat, PathStats, RowInfo, utf8_length
 from sessions_server.storage.store import ObjectStore
 
 MEMO_KEY = "paths"
@@ -82,6 +84,18 @@ class PathSuffix:
 
 
 @dataclass(slots=True)
+class _Overlays:
+    """The overlays planned over a remembered path, for the records (by id) they were planned
+    with. An append keeps them unless it ends some record's span (which may then apply) or
+    pushes a row out at the walk's cap (every index moves); records change only by writes that
+    forget the path."""
+
+    record_ids: tuple[str, ...]
+    span_ends: frozenset[str]
+    spans: list[OverlaySpan]
+
+
+@dataclass(slots=True)
 class _Path:
     leaf_id: str
     rows: list[PathStat]
@@ -93,6 +107,7 @@ class _Path:
     # The rows' messages in path order, once every one is remembered: a read then takes them
     # without a lookup per message. Cleared whenever the session's messages are dropped.
     views: list[MessageView] | None = None
+    overlays: _Overlays | None = None
 
     def stats(self) -> PathStats:
         return PathStats(list(self.rows), self.walked, self.oldest_id)
@@ -241,6 +256,29 @@ def remembered_path(store: ObjectStore, session_id: str, leaf_id: str, last: int
         return held.rows[-last:] if 0 < last < len(held.rows) else list(held.rows)
 
 
+def remembered_overlaid_path(
+    store: ObjectStore, session_id: str, leaf_id: str, records: Sequence[Compaction]
+) -> tuple[list[PathStat], list[OverlaySpan]] | None:
+    """The remembered path to `leaf_id` (a copy) and the overlays `records` apply to it, planned
+    once for the path and kept with it (a newest-first read of 50 messages planned a
+    10,000-row path every time); None when the path is not remembered."""
+    record_ids = tuple(record.id for record in records)
+    key = (_object_memo(store), session_id)
+    with _lock:
+        held = _held_path(key, leaf_id)
+        if held is None:
+            return None
+        rows = list(held.rows)
+        planned = held.overlays
+        if planned is not None and planned.record_ids == record_ids:
+            return rows, planned.spans
+    spans = plan_overlays(list(map(ROW_ID, rows)), records)  # outside the lock: it takes a while
+    with _lock:
+        if _paths.get(key) is held and held.leaf_id == leaf_id:  # the same ids (an update moves none)
+            held.overlays = _Overlays(record_ids, frozenset(record.to_message_id for record in records), spans)
+    return rows, spans
+
+
 def _held_path(key: tuple[_ObjectMemo, str], leaf_id: str) -> _Path | None:
     """The remembered path to `leaf_id`, marked recently used; call with `_lock` held."""
     held = _paths.get(key)
@@ -274,6 +312,7 @@ def note_appends(store: ObjectStore, session_id: str, appended: Sequence[Appende
                     _drop(key)
                     return None
                 pushed_out.append(held.rows[0].token_estimate)
+                held.overlays = None
                 held.stored_bytes -= held.rows[0].bytes
                 del held.rows[0]
                 if held.views is not None:
@@ -283,6 +322,8 @@ def note_appends(store: ObjectStore, session_id: str, appended: Sequence[Appende
             else:
                 held.walked += 1
             info = row.info
+            if held.overlays is not None and info.id in held.overlays.span_ends:
+                held.overlays = None
             held.rows.append(PathStat(sys.intern(info.id), info.role, row.bytes, info.token_estimate))
             held.stored_bytes += row.bytes
             if held.views is not None:
