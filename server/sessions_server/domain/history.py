@@ -141,16 +141,19 @@ async def from_root(
 ) -> AsyncGenerator[list[MessageView], None]:
     """One root-to-leaf path with overlays applied, root first, in windows."""
 
-    def plan(conn: Any) -> tuple[list[PathStat], list[Compaction]]:
+    def plan(conn: Any) -> tuple[list[PathStat], list[Compaction], list[OverlaySpan] | None]:
         version = paths.session_version(store, session_id)  # before the snapshot
         leaf = resolve_leaf(store, conn, session_id, leaf_id)
         if not leaf:  # an empty id as the leaf reads as no leaf, as upstream
-            return [], []
-        path = paths.path_stats(store, conn, session_id, leaf, version)
-        return path.rows, queries.compactions(conn, session_id)
+            return [], [], []
+        records = queries.compactions(conn, session_id)
+        remembered = paths.remembered_overlaid_path(store, session_id, leaf, records) if records else None
+        if remembered is not None:
+            return remembered[0], records, remembered[1]
+        return paths.path_stats(store, conn, session_id, leaf, version).rows, records, None
 
-    stats, records = await store.read(plan)
-    async for window in stream_path(store, session_id, stats, records, inline=inline):
+    stats, records, spans = await store.read(plan)
+    async for window in stream_path(store, session_id, stats, records, spans=spans, inline=inline):
         yield window
 
 
