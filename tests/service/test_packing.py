@@ -359,3 +359,28 @@ def test_encoded_message_responses_are_what_protobuf_encodes(text: str, piece_by
             decoded = [pb.StreamHistoryResponse.FromString(r) if isinstance(r, bytes) else r for r, _ in streamed]
             assert decoded == reference
             assert [end for _, end in streamed] == [index == len(frames) - 1 for index in range(len(frames))]
+
+
+def test_a_message_rewritten_in_place_is_not_sent_from_a_kept_response(
+    live_server: Any, session: Any, object_key: str
+) -> None:
+    """An update restates the remembered messages in place: a kept packed response that holds
+    the rewritten message between its first and its last must not be sent again as it was."""
+    sent = [_text(f"m{i}", 30) for i in range(30)]
+    session.append_messages(sent)
+    channel = grpc.insecure_channel(live_server.address)
+    stub = sessions_pb2_grpc.SessionServiceStub(channel)
+    request = pb.StreamHistoryRequest(object_key=object_key, max_messages_per_response=4)
+
+    def texts() -> list[str]:
+        messages, _, _ = _read(stub.StreamHistory(request, metadata=routing_metadata(object_key)))
+        return [message["parts"][0]["text"] for message in messages]
+
+    for _ in range(3):  # remembered, encoded, then packed and kept
+        assert texts() == [message["parts"][0]["text"] for message in sent]
+    for index, rewrite in ((5, "first rewrite"), (5, "second rewrite"), (17, "another")):
+        session.update_message({"id": f"m{index}", "role": "user", "parts": [{"type": "text", "text": rewrite}]})
+        sent[index]["parts"][0]["text"] = rewrite
+        for _ in range(2):
+            assert texts() == [message["parts"][0]["text"] for message in sent]
+    channel.close()

@@ -38,7 +38,7 @@ from itertools import compress, repeat
 from typing import Any, cast
 
 from sessions_server.domain.overlays import OverlaySpan, plan_overlays
-from sessions_server.domain.views import MessageView
+from sessions_server.domain.views import MessageView, Rewrites
 from sessions_server.storage import queries
 from sessions_server.storage.rows import MAX_PATH_DEPTH, Compaction, PathStat, PathStats, RowInfo, utf8_length
 from sessions_server.storage.store import ObjectStore
@@ -145,6 +145,7 @@ class _ObjectMemo:
 class _Views:
     by_id: dict[str, MessageView] = field(default_factory=dict)
     bytes: int = 0
+    rewrites: Rewrites = field(default_factory=Rewrites)  # shared by every view in `by_id`
 
 
 _lock = threading.Lock()
@@ -394,6 +395,7 @@ def _note_updated_view(key: tuple[_ObjectMemo, str], updated: AppendedRow) -> No
     held = _views.get(key)
     if held is None:
         return
+    held.rewrites.count += 1  # the views around the rewritten one stay: what joined them is stale
     old = held.by_id.pop(updated.info.id, None)
     if old is not None:
         cost = view_cost(old)
@@ -476,6 +478,7 @@ def _add_views(key: tuple[_ObjectMemo, str], held: _Views, views: Iterable[Messa
             _drop_views(key)
             return
         held.by_id[sys.intern(view.info.id)] = view
+        view.rewrites = held.rewrites
         held.bytes += cost
         _view_bytes += cost
     _views.move_to_end(key)

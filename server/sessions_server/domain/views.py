@@ -15,6 +15,16 @@ from sessions_server.storage import queries
 from sessions_server.storage.rows import RowInfo, StoredMessage
 
 
+@dataclass(slots=True, eq=False)
+class Rewrites:
+    """How many times a message of the views remembered together (one session's) was rewritten
+    in place. Something built of several of those views (the transport's packed responses) is
+    good only while this has not moved: a rewritten message comes as a new view, but the views
+    around it stay the same objects."""
+
+    count: int = 0
+
+
 @dataclass(slots=True)  # not frozen: built per message on every read, and frozen init costs 5x
 class MessageView:
     """A message as a read or write returns it: lifted facts (None for synthetic ones) and JSON."""
@@ -25,6 +35,8 @@ class MessageView:
     # The transport's encoding of this view, kept on it: views remembered by the path memo are
     # shared by every read of the session, so each is encoded once.
     encoded: bytes | None = None
+    # Set when the path memo remembers the view: its session's rewrites.
+    rewrites: Rewrites | None = None
 
 
 def stored_row_ok(stored: StoredMessage) -> bool:

@@ -8,8 +8,10 @@ then does nothing at all, which is what keeps its cost from growing with the tra
 
 A kept response holds its first and last views, so neither can be freed and its key (the first
 view's id) cannot be reused by another view while the entry lives. Views are never changed
-once built; a changed message comes as a new view (the domain drops the old ones), whose id
-finds nothing here. Only responses built entirely from views encoded before (remembered ones)
+once built; a changed message comes as a new view, whose id finds nothing here. An update
+replaces one remembered view and leaves the views around it: every remembered view of the
+session shares a count of such rewrites (`MessageView.rewrites`), and a response kept at an
+older count is packed again. Only responses built entirely from views encoded before (remembered ones)
 are kept, and only those closed by a limit, not by the end of a read, so an append does not
 leave a trail of ever-longer tails. Bounded for the whole process: MAX_PACKED_BYTES (the
 responses and the views they hold), least recently used first out.
@@ -40,6 +42,11 @@ class PackedResponse:
     max_messages: int
     tag: bytes
     data: bytes
+    rewrites: int = -1  # the first view's session's rewrite count when packed (-1: none)
+
+    def __post_init__(self) -> None:
+        if self.first.rewrites is not None:
+            self.rewrites = self.first.rewrites.count
 
 
 _lock = threading.Lock()  # one server per process has one loop; tests run several servers
@@ -101,6 +108,8 @@ def _matching(view: MessageView, max_messages: int, tag: bytes) -> PackedRespons
     kept = entry[0]
     if kept.first is not view or kept.max_messages != max_messages or kept.tag != tag:
         return None
+    if view.rewrites is None or view.rewrites.count != kept.rewrites:
+        return None  # packed before a message of its session was rewritten, or never remembered
     return kept
 
 
