@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -177,5 +178,35 @@ def test_appends_past_the_walks_cap_keep_the_estimate_without_a_walk(
         assert await _remembered_estimate(service) == sum(_tokens(text) for _, text in current)
         assert walks.count == derived, "an append at the cap walked the path"
         assert await _fresh_estimate(service) == sum(_tokens(text) for _, text in current)
+
+    _run(scenario, tmp_path)
+
+
+def test_a_derivation_an_append_overtook_is_not_remembered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Appends do not move the session's version (they change no remembered path): a derivation
+    whose read began before an append committed would be remembered for the older leaf, and the
+    estimate would miss the appended row until some later append dropped it."""
+    entered, proceed = threading.Event(), threading.Event()
+    original = paths.path_stats
+
+    def held(*args: Any) -> Any:
+        if not entered.is_set():  # the first derivation only: the append's own check goes on
+            entered.set()
+            assert proceed.wait(timeout=30), "the derivation was never let go"
+        return original(*args)
+
+    async def scenario(service: SessionsService) -> None:
+        first, second = _message("m1", "a few words"), _message("m2", "many words " * 300)
+        await service.append(KEY, "", first, Parent.auto(), from_client=True)
+        async with service.object(KEY) as store:
+            compactor_module.forget_estimate(store, "")
+        monkeypatch.setattr(compactor_module.paths, "path_stats", held)
+        racing = asyncio.ensure_future(_remembered_estimate(service))
+        await asyncio.to_thread(entered.wait, 30)  # its snapshot holds m1 alone
+        await service.append(KEY, "", second, Parent.auto(), from_client=True)
+        proceed.set()
+        assert await racing in (_tokens(first), _tokens(first) + _tokens(second))
+        monkeypatch.setattr(compactor_module.paths, "path_stats", original)
+        assert await _remembered_estimate(service) == _tokens(first) + _tokens(second)
 
     _run(scenario, tmp_path)

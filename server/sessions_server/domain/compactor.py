@@ -70,6 +70,21 @@ class TokenMemo:
     spans: list[tuple[int, int]]
 
 
+@dataclass(slots=True)
+class _Derivation:
+    """A derivation of a session's estimate under way; `overtaken` once an append commits."""
+
+    overtaken: bool = False
+
+
+def _derivations(store: ObjectStore) -> dict[str, list[_Derivation]]:
+    """The object's derivations under way, by session (kept on the event loop's thread)."""
+    under_way = store.memo.get(_DERIVATIONS_KEY)
+    if not isinstance(under_way, dict):
+        under_way = store.memo[_DERIVATIONS_KEY] = {}
+    return under_way
+
+
 def _memo_key(kind: str, session_id: str) -> str:
     return f"{kind}\x00{session_id}"
 
@@ -78,6 +93,7 @@ def _memo_key(kind: str, session_id: str) -> str:
 # used kept: an object open for long with ever new sessions must not keep an entry for each.
 MAX_REMEMBERED_SESSION_FACTS = 8192
 _FACTS_KEY = "compactor"
+_DERIVATIONS_KEY = "compactor.derivations"
 
 
 def _facts(store: ObjectStore) -> OrderedDict[str, object]:
@@ -414,9 +430,19 @@ class Compactor:
                 total = float(compaction.session_token_estimate(rows, spans))
                 return TokenMemo(leaf, total, path.walked, bool(records), [(start, end) for start, end, _ in spans])
 
-            memo = await store.read(derive)
-            if paths.session_version(store, session_id) == version:  # else it may be of an older state
-                _remember(store, "tokens", session_id, memo)
+            # Appends do not move the version: one committed while the read ran (it may have
+            # read before it) marks the derivation overtaken.
+            derivation = _Derivation()
+            under_way = _derivations(store).setdefault(session_id, [])
+            under_way.append(derivation)
+            try:
+                memo = await store.read(derive)
+            finally:
+                under_way.remove(derivation)
+                if not under_way:
+                    _derivations(store).pop(session_id, None)
+            if not derivation.overtaken and paths.session_version(store, session_id) == version:
+                _remember(store, "tokens", session_id, memo)  # else it may be of an older state
         return max(0, int(-(-memo.total // 1)))
 
     def note_appends(
@@ -424,6 +450,8 @@ class Compactor:
     ) -> None:
         """Extends the memoised estimate by tail appends; anything else drops it. `pushed_out`:
         what `paths.note_appends` reports of the rows the appends pushed off the remembered path."""
+        for derivation in _derivations(store).get(session_id, ()):
+            derivation.overtaken = True
         memo = _recall(store, "tokens", session_id)
         if not isinstance(memo, TokenMemo):
             return
