@@ -108,6 +108,9 @@ class _Path:
     # without a lookup per message. Cleared whenever the session's messages are dropped.
     views: list[MessageView] | None = None
     overlays: _Overlays | None = None
+    # The missing parent the walk stopped at (a row imported under an id not stored): a row
+    # appended under that id joins the path's root to its leaf, and the path is walked again.
+    open_parent: str | None = None
 
     def stats(self) -> PathStats:
         return PathStats(list(self.rows), self.walked, self.oldest_id)
@@ -210,10 +213,14 @@ def path_stats(store: ObjectStore, conn: Any, session_id: str, leaf_id: str, ver
     # remembered path match by identity instead of comparing thousands of strings.
     for row in stats.rows:
         row.id = sys.intern(row.id)
+    open_parent = None
+    if stats.oldest_id is not None and stats.walked <= MAX_PATH_DEPTH:
+        open_parent = queries.parent_of(conn, session_id, stats.oldest_id)[1]
     with _lock:
         if memo.version(session_id) == version and not stats.dangling:
             stored = sum(map(STORED_BYTES, stats.rows))
-            _keep(key, _Path(leaf_id, list(stats.rows), stats.walked, stats.oldest_id, stored))
+            path = _Path(leaf_id, list(stats.rows), stats.walked, stats.oldest_id, stored, open_parent=open_parent)
+            _keep(key, path)
     return stats
 
 
@@ -303,7 +310,7 @@ def note_appends(store: ObjectStore, session_id: str, appended: Sequence[Appende
         if held is None:
             return None
         for row in appended:
-            if row.info.parent_id != held.leaf_id or row.bytes is None:
+            if row.info.parent_id != held.leaf_id or row.bytes is None or row.info.id == held.open_parent:
                 _drop(key)
                 return None
             if held.walked > MAX_PATH_DEPTH:
