@@ -1,47 +1,91 @@
-"""An import keeps parents as given, so a row may name a parent that is not stored. A remembered
-path that stops at such a row must be walked again when a row is appended under that id: the
-new row joins the path's root to its leaf (here closing a cycle, which a walk follows to its
-cap, as upstream's does). Before, the memo only extended the path by the new row. The domain
-over real object files."""
+"""An import keeps parents as given, so a row may name a parent that is not stored, and rows
+may form a cycle. What the server remembers of a session's path (its rows, its messages, its
+token estimate) must stay what a walk finds:
+- a path that stops at a missing parent is walked again when a row is appended under that id:
+  the new row joins the path's root to its leaf (here closing a cycle, which a walk follows to
+  its cap, as upstream's does); the memo only extended the path and the estimate by the row;
+- a path that passes a row twice is not remembered: an update restated one place of it, and
+  the estimate took the update's difference once.
+The domain over real object files; each read is compared with one after the memos are dropped.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from sessions_server.domain.compactor import forget_estimate
+from sessions_server.domain.compactor import Policy, forget_estimate
 from sessions_server.domain.service import SessionsService
 from sessions_server.storage.registry import ObjectRegistry
 from sessions_server.storage.rows import MAX_PATH_DEPTH, Parent
 
 
-def _message(message_id: str) -> str:
-    return json.dumps({"id": message_id, "role": "user", "parts": [{"type": "text", "text": message_id}]})
+class _Summarizer:
+    async def summarize(self, prompt: str) -> str:
+        raise AssertionError("the threshold is never crossed here")
 
 
-def test_an_append_under_the_missing_parent_of_a_remembered_path_walks_it_again(tmp_path: Path) -> None:
-    async def scenario() -> tuple[list[str], list[str], list[str], list[str]]:
-        service = SessionsService(ObjectRegistry(tmp_path, ThreadPoolExecutor(max_workers=2)))
+def _message(message_id: str, text: str = "") -> str:
+    return json.dumps({"id": message_id, "role": "user", "parts": [{"type": "text", "text": text or message_id}]})
 
-        async def reads() -> tuple[list[str], list[str]]:
-            history = [view.info.id async for window in service.history("k", "") for view in window]
-            return history, [row.id for row in await service.row_stats("k", "")]
 
+Reads = tuple[list[str], list[tuple[str, int]], int]
+
+
+async def _reads(service: SessionsService) -> Reads:
+    history = [view.info.id async for window in service.history("k", "") for view in window]
+    stats = [(row.id, row.token_estimate) for row in await service.row_stats("k", "")]
+    async with service.object("k") as store:
+        return history, stats, await service.compactor.token_estimate(store, "")
+
+
+Scenario = Callable[[SessionsService], Awaitable[None]]
+
+
+def _remembered_and_fresh(tmp_path: Path, scenario: Scenario) -> tuple[Reads, Reads]:
+    async def main() -> tuple[Reads, Reads]:
+        service = SessionsService(ObjectRegistry(tmp_path, ThreadPoolExecutor(max_workers=2)), summarizer=_Summarizer())
         try:
-            async with service.importer("k", "") as importer:
-                await importer.add(_message("b"), "a", 1_700_000_000_000)  # "a" is not stored
-            await service.append("k", "", _message("c"), Parent.auto(), from_client=True)
-            assert await reads() == (["b", "c"], ["b", "c"])  # remembered, open at "a"
-            await service.append("k", "", _message("a"), Parent.auto(), from_client=True)  # a -> c -> b -> a
-            remembered = await reads()
+            await service.compactor.set_policy("k", "", Policy(threshold_tokens=10**12))
+            await scenario(service)
+            remembered = await _reads(service)
             async with service.object("k") as store:
                 forget_estimate(store, "")
-            return *remembered, *await reads()
+            return remembered, await _reads(service)
         finally:
             await service.registry.close_all()
 
-    history, stats, fresh_history, fresh_stats = asyncio.run(scenario())
-    assert (history, stats) == (fresh_history, fresh_stats)
-    assert len(history) == MAX_PATH_DEPTH + 1 and history[-3:] == ["b", "c", "a"]
+    return asyncio.run(main())
+
+
+async def _import_under_missing_parent(service: SessionsService, message_id: str, parent_id: str) -> None:
+    async with service.importer("k", "") as importer:
+        await importer.add(_message(message_id), parent_id, 1_700_000_000_000)
+
+
+def test_an_append_under_the_missing_parent_of_a_remembered_path_walks_it_again(tmp_path: Path) -> None:
+    async def scenario(service: SessionsService) -> None:
+        await _import_under_missing_parent(service, "b", "a")
+        await service.append("k", "", _message("c"), Parent.auto(), from_client=True)
+        history, _, _ = await _reads(service)  # remembered, open at "a"
+        assert history == ["b", "c"]
+        await service.append("k", "", _message("a"), Parent.auto(), from_client=True)  # a -> c -> b -> a
+
+    remembered, fresh = _remembered_and_fresh(tmp_path, scenario)
+    assert remembered == fresh
+    assert len(fresh[0]) == MAX_PATH_DEPTH + 1 and fresh[0][-3:] == ["b", "c", "a"]
+
+
+def test_an_update_on_a_path_that_passes_a_row_twice_is_seen_wherever_it_stands(tmp_path: Path) -> None:
+    async def scenario(service: SessionsService) -> None:
+        await _import_under_missing_parent(service, "b", "a")
+        await service.append("k", "", _message("a"), Parent.of("b"), from_client=True)  # a -> b -> a
+        await _reads(service)
+        assert (await service.update("k", "", _message("a", "longer words " * 100), from_client=True)).changed
+
+    remembered, fresh = _remembered_and_fresh(tmp_path, scenario)
+    assert remembered == fresh
+    assert len({tokens for message_id, tokens in fresh[1] if message_id == "a"}) == 1

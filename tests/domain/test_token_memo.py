@@ -210,3 +210,22 @@ def test_a_derivation_an_append_overtook_is_not_remembered(tmp_path: Path, monke
         assert await _remembered_estimate(service) == _tokens(first) + _tokens(second)
 
     _run(scenario, tmp_path)
+
+
+def test_an_append_that_ends_a_records_span_derives_the_estimate_again(tmp_path: Path) -> None:
+    """A record may name a span whose end is not stored yet: the append that stores it makes the
+    overlay apply, and the estimate must count the summary instead of the rows it covers."""
+
+    async def scenario(service: SessionsService) -> None:
+        first = _message("m1", "the first message")
+        await service.append(KEY, "", first, Parent.auto(), from_client=True)
+        await service.compactor.add(KEY, "", "short summary", "m2", "m3")  # neither stored yet
+        assert await _remembered_estimate(service) == _tokens(first)
+        for message_id in ("m2", "m3"):
+            text = _message(message_id, "covered words " * 200)
+            assert (await service.append(KEY, "", text, Parent.auto(), from_client=True)).inserted
+        expected = _tokens(first) + estimate_string_tokens("short summary")
+        assert await _remembered_estimate(service) == expected
+        assert await _fresh_estimate(service) == expected
+
+    _run(scenario, tmp_path)

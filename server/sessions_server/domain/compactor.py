@@ -68,6 +68,9 @@ class TokenMemo:
     depth: int
     records: bool
     spans: list[tuple[int, int]]
+    # Ids whose append changes more than the tail: a record's end (its overlay may then apply)
+    # and the parent the walk stopped at for want of its row (the new row joins more rows).
+    rejoining: frozenset[str] = frozenset()
 
 
 @dataclass(slots=True)
@@ -428,7 +431,11 @@ class Compactor:
                     for span in plan_overlays([r[0] for r in rows], records)
                 ]
                 total = float(compaction.session_token_estimate(rows, spans))
-                return TokenMemo(leaf, total, path.walked, bool(records), [(start, end) for start, end, _ in spans])
+                rejoining = frozenset(
+                    [record.to_message_id for record in records] + ([path.open_parent] if path.open_parent else [])
+                )
+                ranges = [(start, end) for start, end, _ in spans]
+                return TokenMemo(leaf, total, path.walked, bool(records), ranges, rejoining)
 
             # Appends do not move the version: one committed while the read ran (it may have
             # read before it) marks the derivation overtaken.
@@ -459,6 +466,9 @@ class Compactor:
         for info in infos:
             if memo.leaf_id != info.parent_id:
                 forget_estimate(store, session_id)
+                return
+            if info.id in memo.rejoining:  # derived again (upstream's adds the row alone)
+                _forget_tokens(store, session_id)
                 return
             if memo.depth > MAX_PATH_DEPTH:
                 # At the walk's cap the oldest row leaves as the new one comes. Without records

@@ -108,12 +108,12 @@ class _Path:
     # without a lookup per message. Cleared whenever the session's messages are dropped.
     views: list[MessageView] | None = None
     overlays: _Overlays | None = None
-    # The missing parent the walk stopped at (a row imported under an id not stored): a row
-    # appended under that id joins the path's root to its leaf, and the path is walked again.
+    # The missing parent the walk stopped at (`PathStats.open_parent`): a row appended under
+    # that id joins the path's root to its leaf, and the path is walked again.
     open_parent: str | None = None
 
     def stats(self) -> PathStats:
-        return PathStats(list(self.rows), self.walked, self.oldest_id)
+        return PathStats(list(self.rows), self.walked, self.oldest_id, open_parent=self.open_parent)
 
 
 @dataclass(eq=False)
@@ -213,14 +213,16 @@ def path_stats(store: ObjectStore, conn: Any, session_id: str, leaf_id: str, ver
     # remembered path match by identity instead of comparing thousands of strings.
     for row in stats.rows:
         row.id = sys.intern(row.id)
-    open_parent = None
-    if stats.oldest_id is not None and stats.walked <= MAX_PATH_DEPTH:
-        open_parent = queries.parent_of(conn, session_id, stats.oldest_id)[1]
+    # A path that passes a row twice (imported rows in a cycle) is not kept: an update of that
+    # row would have to restate it wherever it stands.
+    cyclic = len(set(map(ROW_ID, stats.rows))) != len(stats.rows)
     with _lock:
-        if memo.version(session_id) == version and not stats.dangling:
+        if memo.version(session_id) == version and not stats.dangling and not cyclic:
             stored = sum(map(STORED_BYTES, stats.rows))
-            path = _Path(leaf_id, list(stats.rows), stats.walked, stats.oldest_id, stored, open_parent=open_parent)
-            _keep(key, path)
+            _keep(
+                key,
+                _Path(leaf_id, list(stats.rows), stats.walked, stats.oldest_id, stored, open_parent=stats.open_parent),
+            )
     return stats
 
 

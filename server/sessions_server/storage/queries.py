@@ -264,7 +264,12 @@ def path_stats(conn: sqlite3.Connection, session_id: str, leaf_id: str) -> PathS
     ).fetchall()
     rows = [PathStat(str(r[0]), str(r[1]), int(r[2]), int(r[3])) for r in walked if not r[4]]
     dangling = with_refs and conn.execute(_DANGLING_REF_SQL, (session_id,)).fetchone() is not None
-    return PathStats(rows, len(walked), str(walked[0][0]) if walked else None, dangling)
+    oldest = str(walked[0][0]) if walked else None
+    # Short of the cap, the walk ends at a root or at a parent no row holds.
+    open_parent = None
+    if oldest is not None and len(walked) <= MAX_PATH_DEPTH:
+        open_parent = parent_of(conn, session_id, oldest)[1]
+    return PathStats(rows, len(walked), oldest, dangling, open_parent)
 
 
 _DANGLING_REF_SQL = """SELECT 1 FROM cf_agents_session_attachment_refs AS r WHERE r.session_id = ?

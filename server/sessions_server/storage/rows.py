@@ -84,6 +84,9 @@ class PathStats:
     # payload arrives, whichever session brings it, so the path's sizes may change without a
     # change to the session.
     dangling: bool = False
+    # The parent the walk stopped at when no row holds it (a row imported under a parent not
+    # stored): a row stored later under that id joins the path's root to more rows.
+    open_parent: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
