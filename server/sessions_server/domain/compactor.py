@@ -281,8 +281,9 @@ class Compactor:
             rendered = await self._render_span(object_key, session_id, leaf_id, facts, span, max_prompt_bytes)
             if rendered is not None:
                 prompt = compaction.build_prompt(rendered, span.previous_summary, span.budget_tokens)
-                if max_prompt_bytes and utf8_length(prompt) > max_prompt_bytes:
-                    raise _prompt_too_large(f"{utf8_length(prompt)} bytes", max_prompt_bytes)
+                size = utf8_length(prompt) if max_prompt_bytes else 0
+                if size > max_prompt_bytes:
+                    raise _prompt_too_large(f"{size} bytes", max_prompt_bytes)
                 return compaction.CompactionPlan(span.from_message_id, span.to_message_id, prompt, span.budget_tokens)
         raise FailedPrecondition(
             f"the session changed while its compaction was planned, {PLAN_ATTEMPTS} times in a row; plan again"

@@ -11,8 +11,9 @@ ran).
 
 The messages (views) read along a path are remembered the same way: a message's stored form
 changes only by an update, which replaces it, or by a delete, clear, compaction or import, each
-of which forgets the whole session; an append only adds one. A read then streams the remembered messages without a
-storage read, and the transport keeps its encoding of each on the view, so it is built once.
+of which forgets the whole session; an append only adds one. A read then streams the remembered
+messages without a storage read, and the transport keeps its encoding of each on the view, so it
+is built once.
 Only rows read as stored are kept (not those whose attachments were restored into them). Once
 every message of a remembered path is remembered, the path also keeps them in its order (and
 appends extend that list): a read of it then costs nothing per message. The overlays planned over
