@@ -23,6 +23,7 @@ from sessions_server.domain.views import MessageView
 from sessions_server.storage.registry import ObjectRegistry
 from sessions_server.storage.rows import MAX_PATH_DEPTH, Parent, RowInfo
 from sessions_server.transport import framing, packed_cache
+from sessions_server.transport.servicer import _responses
 
 FOUR_MIB = 4 * 1024 * 1024
 
@@ -384,3 +385,45 @@ def test_a_message_rewritten_in_place_is_not_sent_from_a_kept_response(
         for _ in range(2):
             assert texts() == [message["parts"][0]["text"] for message in sent]
     channel.close()
+
+
+def test_a_response_packed_from_a_window_taken_before_an_update_is_not_kept(
+    tmp_path: Path, fresh_packed: pytest.MonkeyPatch
+) -> None:
+    """A read packs each response as it sends it: an update that lands between two of them
+    replaces a message of the window the read took before. The response built from the old
+    message goes out (the read began before the update) but must not be kept for later reads."""
+
+    def texts(responses: list[Any]) -> list[str]:
+        messages, _, _ = _read(pb.StreamHistoryResponse.FromString(r) if isinstance(r, bytes) else r for r in responses)
+        return [message["parts"][0]["text"] for message in messages]
+
+    async def read(service: SessionsService, between: Any = None) -> list[str]:
+        responses = []
+        async for response, _ in _responses(service.history("k", ""), 5, pb.StreamHistoryResponse):
+            responses.append(response)
+            if between is not None and len(responses) == 1:
+                await between()
+        return texts(responses)
+
+    async def scenario() -> tuple[list[str], list[str]]:
+        service = SessionsService(ObjectRegistry(tmp_path, ThreadPoolExecutor(max_workers=2)))
+        try:
+            await service.append_many(
+                "k", "", [AppendInput(json.dumps(_text(f"m{i}", 3 + i)), Parent.auto(), True) for i in range(20)]
+            )
+            for _ in range(2):  # remembered and encoded, then packed and kept
+                await read(service)
+
+            async def update() -> None:
+                changed = {"id": "m7", "role": "user", "parts": [{"type": "text", "text": "CHANGED"}]}
+                assert (await service.update("k", "", json.dumps(changed), from_client=True)).changed
+
+            during = await read(service, update)
+            return during, await read(service)
+        finally:
+            await service.registry.close_all()
+
+    during, after = asyncio.run(scenario())
+    assert during[7] in ("y" * 10, "CHANGED")
+    assert after[7] == "CHANGED" and after[:7] == during[:7] and after[8:] == during[8:]

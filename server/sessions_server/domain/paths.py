@@ -272,7 +272,8 @@ def remembered_overlaid_path(
 ) -> tuple[list[PathStat], list[OverlaySpan]] | None:
     """The remembered path to `leaf_id` (a copy) and the overlays `records` apply to it, planned
     once for the path and kept with it (a newest-first read of 50 messages planned a
-    10,000-row path every time); None when the path is not remembered."""
+    10,000-row path every time; the spans are shared, not to be changed); None when the path
+    is not remembered."""
     record_ids = tuple(record.id for record in records)
     key = (_object_memo(store), session_id)
     with _lock:
@@ -383,6 +384,7 @@ def note_update(store: ObjectStore, session_id: str, updated: AppendedRow) -> Pa
         held.rows[index] = PathStat(old.id, updated.info.role, updated.bytes, updated.info.token_estimate)
         held.stored_bytes += updated.bytes - old.bytes
         if held.views is not None:
+            held.views[index].superseded = True
             if updated.view is None:  # read from storage when next read
                 held.views = None
             else:
@@ -408,6 +410,7 @@ def _note_updated_view(key: tuple[_ObjectMemo, str], updated: AppendedRow) -> No
     held.rewrites.count += 1  # the views around the rewritten one stay: what joined them is stale
     old = held.by_id.pop(updated.info.id, None)
     if old is not None:
+        old.superseded = True  # a read under way may hold it still
         cost = view_cost(old)
         held.bytes -= cost
         _view_bytes -= cost

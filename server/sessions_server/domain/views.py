@@ -37,6 +37,8 @@ class MessageView:
     encoded: bytes | None = None
     # Set when the path memo remembers the view: its session's rewrites.
     rewrites: Rewrites | None = None
+    # Replaced by an update's view: nothing that joins it to other views may be kept.
+    superseded: bool = False
 
 
 def stored_row_ok(stored: StoredMessage) -> bool:

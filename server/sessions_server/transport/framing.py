@@ -318,9 +318,9 @@ def window_responses(
 
 def _collect(views: Sequence[MessageView], start: int, max_messages: int, tag: bytes) -> tuple[list[bytes], int, bool]:
     """The encodings of the response that begins at `views[start]`, where it ends, and whether it
-    may be kept: every view in it was encoded before (remembered), and it ended at a limit, not
-    at the end of the views or where a kept response begins (which a read that starts one row
-    later, at the depth cap, meets before the limit)."""
+    may be kept: every view in it was encoded before (remembered) and none was rewritten since
+    (superseded), and it ended at a limit, not at the end of the views or where a kept response
+    begins (which a read that starts one row later, at the depth cap, meets before the limit)."""
     parts: list[bytes] = []
     used = 0
     remembered = True
@@ -330,6 +330,8 @@ def _collect(views: Sequence[MessageView], start: int, max_messages: int, tag: b
         view = views[index]
         if index > start and packed_cache.begins_at(view, max_messages, tag):
             return parts, index, False
+        if view.superseded:  # rewritten since the read took it: a later read has the new one
+            remembered = False
         encoded = view.encoded
         if encoded is None:
             if json_bytes(view.json) > PIECE_BYTES:

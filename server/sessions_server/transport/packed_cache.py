@@ -11,10 +11,12 @@ view's id) cannot be reused by another view while the entry lives. Views are nev
 once built; a changed message comes as a new view, whose id finds nothing here. An update
 replaces one remembered view and leaves the views around it: every remembered view of the
 session shares a count of such rewrites (`MessageView.rewrites`), and a response kept at an
-older count is packed again. Only responses built entirely from views encoded before (remembered ones)
-are kept, and only those closed by a limit, not by the end of a read, so an append does not
-leave a trail of ever-longer tails. Bounded for the whole process: MAX_PACKED_BYTES (the
-responses and the views they hold), least recently used first out.
+older count is packed again; nor is a response kept if a view in it was replaced by then
+(`MessageView.superseded`: a read may hold a window taken before an update). Only responses
+built entirely from views encoded before (remembered ones) are kept, and only those closed by a
+limit, not by the end of a read, so an append does not leave a trail of ever-longer tails.
+Bounded for the whole process: MAX_PACKED_BYTES (the responses and the views they hold), least
+recently used first out.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ ENTRY_OVERHEAD_BYTES = 200
 @dataclass(slots=True, eq=False)
 class PackedResponse:
     """One packed response: `count` frames from `first` to `last`, for `max_messages` per
-    response and the response type whose frames field has wire tag `tag`."""
+    response and the response type whose frames field has wire tag `tag`; built, of views none
+    of which was superseded, when its first view's session had seen `rewrites` rewrites."""
 
     first: MessageView
     last: MessageView
