@@ -133,3 +133,27 @@ def test_a_span_changed_between_the_reads_is_planned_again(tmp_path: Path, monke
         assert "message 49 " in plan.prompt and "message 51 " in plan.prompt
 
     _run(tmp_path, 100, 200, scenario)
+
+
+def test_an_update_between_the_reads_is_planned_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An update moves no message, so the second read finds every id where the first did: the
+    plan (span and budget from the first read) would be joined to the second read's text."""
+    original = Compactor._render_span
+    calls: list[int] = []
+
+    async def updating_first(self: Compactor, object_key: str, session_id: str, *args: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            longer = {"id": "m50", "role": "user", "parts": [{"type": "text", "text": "rewritten " * 5_000}]}
+            assert (await self._service.update(object_key, session_id, json.dumps(longer), from_client=True)).changed
+        return await original(self, object_key, session_id, *args)
+
+    async def scenario(service: SessionsService) -> None:
+        monkeypatch.setattr(Compactor, "_render_span", updating_first)
+        raced = await service.compactor.plan(KEY, "", keep_recent_tokens=1)
+        monkeypatch.setattr(Compactor, "_render_span", original)
+        fresh = await service.compactor.plan(KEY, "", keep_recent_tokens=1)
+        assert raced == fresh and len(calls) == 2
+        assert raced is not None and "rewritten rewritten" in raced.prompt
+
+    _run(tmp_path, 100, 200, scenario)

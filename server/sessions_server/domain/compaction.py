@@ -53,7 +53,8 @@ class MessageFacts:
     planned from these, and only the span to summarize is read again, to render the prompt.
 
     Call ids that are not strings, numbers, booleans or null are left out: upstream compares
-    them by identity, and no two messages share a parsed object."""
+    them by identity, and no two messages share a parsed object. The others are told apart as a
+    JavaScript `Set` tells them (`_call_key`)."""
 
     id: str
     tokens: int
@@ -66,7 +67,7 @@ class MessageFacts:
 def message_facts(message: Message) -> MessageFacts:
     tool_parts = [part for part in message.get("parts", ()) if _is_tool_part(part)]
     answers = frozenset(
-        part["toolCallId"] for part in tool_parts if "toolCallId" in part and _comparable(part["toolCallId"])
+        _call_key(part["toolCallId"]) for part in tool_parts if "toolCallId" in part and _comparable(part["toolCallId"])
     )
     overlay = is_overlay_message(message)
     return MessageFacts(
@@ -81,6 +82,12 @@ def message_facts(message: Message) -> MessageFacts:
 
 def _comparable(value: Any) -> bool:
     return isinstance(value, str | int | float | bool | type(None))
+
+
+def _call_key(value: Any) -> tuple[bool, Any]:
+    """A call id as a JavaScript `Set` tells them apart: there `true` is not `1` (in Python,
+    `True == 1`), while `1` and `1.0` are one number in both."""
+    return isinstance(value, bool), value
 
 
 def _answers(message: MessageFacts, caller: MessageFacts) -> bool:

@@ -270,6 +270,7 @@ class Compactor:
             raise InvalidArgument("keep_recent_tokens must not be negative", field="keep_recent_tokens")
         keep = keep_recent_tokens or compaction.DEFAULT_KEEP_RECENT_TOKENS
         for _ in range(PLAN_ATTEMPTS):
+            stamp = await self._change_stamp(object_key, session_id)  # before the first read
             facts = [
                 compaction.message_facts(jsjson.parse(view.json))
                 async for window in self._service.history(object_key, session_id, leaf_id=leaf_id)
@@ -279,7 +280,9 @@ class Compactor:
             if span is None:
                 return None
             rendered = await self._render_span(object_key, session_id, leaf_id, facts, span, max_prompt_bytes)
-            if rendered is not None:
+            # A change other than an append between the reads (an update of a message in the
+            # span) would join the first read's span and budget to the second's text.
+            if rendered is not None and await self._change_stamp(object_key, session_id) == stamp:
                 prompt = compaction.build_prompt(rendered, span.previous_summary, span.budget_tokens)
                 size = utf8_length(prompt) if max_prompt_bytes else 0
                 if size > max_prompt_bytes:
@@ -288,6 +291,10 @@ class Compactor:
         raise FailedPrecondition(
             f"the session changed while its compaction was planned, {PLAN_ATTEMPTS} times in a row; plan again"
         )
+
+    async def _change_stamp(self, object_key: str, session_id: str) -> tuple[ObjectStore, int] | None:
+        async with self._service.existing_object(object_key) as store:
+            return None if store is None else (store, store.change_stamp(session_id))
 
     async def _render_span(
         self,
@@ -299,7 +306,7 @@ class Compactor:
         max_prompt_bytes: int,
     ) -> list[str] | None:
         """The span's messages rendered for the prompt, read again; None when the history no
-        longer holds the planned messages where they were (it changed other than by appends)."""
+        longer holds the planned messages where they were."""
         rendered: list[str] = []
         size = 0
         index = 0

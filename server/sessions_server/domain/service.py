@@ -356,9 +356,13 @@ class SessionsService:
             return outcome
 
         def noted(outcome: UpdateOutcome) -> None:
-            if outcome.status == "updated" and outcome.info is not None:
+            if outcome.status != "updated":
+                return
+            large_messages.note_written(store, session_id, (row,))
+            if outcome.info is None:
+                forget_estimate(store, session_id)  # where to restate it is not known
+            else:
                 note_update(store, session_id, _remembered_row(MessageView(outcome.info, prepared.json), prepared))
-                large_messages.note_written(store, session_id, (row,))
 
         async with self.object(object_key, writing=True) as store:
             outcome = await store.write(run, after=noted, grows=utf8_length(text))
@@ -402,6 +406,8 @@ class SessionsService:
             if inserted or result.changed:
                 large_messages.note_written(store, session_id, (row,))
             if result.message is None or result.message.info is None:
+                if inserted or result.changed:
+                    forget_estimate(store, session_id)  # where to restate it is not known
                 return
             if inserted:
                 self._note_inserted_appends(store, session_id, [_remembered_row(result.message, prepared)])

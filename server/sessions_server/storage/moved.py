@@ -145,10 +145,13 @@ class MovedObjects:
     def _rewrite(self) -> None:
         """Replaces the journal with one line per object still moved away (atomically)."""
         staged = self._path.with_name(MOVED_FILE_NAME + ".new")
-        # Copies: the event loop's thread notes refusals (`refuse`) while this runs.
-        moved, unsettled = list(self._moved.items()), set(self._unsettled)
+        # Copies: the event loop's thread notes refusals (`refuse`) while this runs. `copy()`
+        # takes the table in one step; `list(items())` built a tuple per entry, and a garbage
+        # collection one of them started could run finalizers, and let the other thread change
+        # the table mid-way (RuntimeError, seen once in CI).
+        moved, unsettled = self._moved.copy(), self._unsettled.copy()
         with staged.open("wb") as out:
-            for key, to in moved:
+            for key, to in moved.items():
                 entry: dict[str, Any] = {"key": key, "to": to}
                 if key not in unsettled:
                     entry["gone"] = True
