@@ -50,6 +50,19 @@ def _run(tmp_path: Path, count: int, size: int, scenario: Callable[[SessionsServ
     asyncio.run(main())
 
 
+def _count_renderings(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The ids of the messages rendered into prompts, in order, from now on."""
+    rendered: list[str] = []
+    original = compaction.render_message
+
+    def counted(message: Any) -> str:
+        rendered.append(str(message.get("id")))
+        return original(message)
+
+    monkeypatch.setattr(compaction, "render_message", counted)
+    return rendered
+
+
 @pytest.fixture
 def no_remembered_messages() -> Any:
     """Reads remember no messages (they would count as planning's allocations)."""
@@ -62,14 +75,7 @@ def no_remembered_messages() -> Any:
 def test_a_prompt_past_its_bound_is_refused_before_the_span_is_rendered(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_remembered_messages: Any
 ) -> None:
-    rendered: list[str] = []
-    original = compaction.render_message
-
-    def counted(message: Any) -> str:
-        rendered.append(str(message.get("id")))
-        return original(message)
-
-    monkeypatch.setattr(compaction, "render_message", counted)
+    rendered = _count_renderings(monkeypatch)
 
     async def scenario(service: SessionsService) -> None:
         tracemalloc.start()
@@ -93,14 +99,7 @@ def test_a_prompt_past_its_bound_is_refused_before_the_span_is_rendered(
 def test_a_prompt_within_its_bound_is_planned_from_one_rendering_of_the_span(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    rendered: list[str] = []
-    original = compaction.render_message
-
-    def counted(message: Any) -> str:
-        rendered.append(str(message.get("id")))
-        return original(message)
-
-    monkeypatch.setattr(compaction, "render_message", counted)
+    rendered = _count_renderings(monkeypatch)
 
     async def scenario(service: SessionsService) -> None:
         plan = await service.compactor.plan(KEY, "", keep_recent_tokens=1, max_prompt_bytes=3 * 1024 * 1024)
