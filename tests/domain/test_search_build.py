@@ -25,6 +25,7 @@ from sessions_server.storage.paths import object_path
 from sessions_server.storage.registry import ObjectRegistry
 from sessions_server.storage.rows import Parent
 from sessions_server.storage.store import WriteContext
+from tests.domain.searching import search
 
 
 def _message(message_id: str, text: str | None = None) -> str:
@@ -75,7 +76,7 @@ def test_writes_between_steps_are_indexed_once_and_the_index_ends_exact(tmp_path
                 while not await store.write(search_index.backfill_step):
                     steps += 1
                 assert await store.read(queries.backfill_under_way) is None
-            hits = await service.search("k", "b", "changed words")
+            hits = await search(service, "k", "b", "changed words")
             assert [hit.id for hit in hits] == ["b090"]
             return steps
         finally:
@@ -109,7 +110,7 @@ def test_a_write_during_the_build_waits_for_one_step_not_for_the_build(tmp_path:
         service, registry, executor = await _service(tmp_path)
         try:
             search_index.backfill_step = held_step  # type: ignore[assignment]
-            searching = asyncio.ensure_future(service.search("k", "a", "a050"))
+            searching = asyncio.ensure_future(search(service, "k", "a", "a050"))
             await asyncio.to_thread(entered.wait, 30)  # the second step holds the writer
             appending = asyncio.ensure_future(
                 service.append_many("k", "a", [AppendInput(_message("a-late"), Parent.auto(), True)])
@@ -155,12 +156,12 @@ def test_a_build_cut_short_goes_on_from_where_it_stood(tmp_path: Path) -> None:
         try:
             search_index.backfill_step = failing_third  # type: ignore[assignment]
             with pytest.raises(CutShort):
-                await service.search("k", "b", "b099")
+                await search(service, "k", "b", "b099")
             search_index.backfill_step = step  # type: ignore[assignment]
             await registry.close_object("k")  # as a restart would: a new store, nothing in memory
             async with registry.use("k") as store:
                 stood = await store.read(queries.backfill_under_way)
-            hits = await service.search("k", "b", "b099")
+            hits = await search(service, "k", "b", "b099")
             return stood, [hit.id for hit in hits]
         finally:
             search_index.backfill_step = step  # type: ignore[assignment]
@@ -197,7 +198,7 @@ def test_the_backfill_indexes_in_key_order_whatever_each_message_needs(
                         "UPDATE cf_agents_session_messages SET content_hash = NULL WHERE id = 'm07'"
                     )
                 )
-            assert len(await service.search("k", "", "shared", limit=-1)) == 12
+            assert len(await search(service, "k", "", "shared", limit=-1)) == 12
         finally:
             await registry.close_all()
             executor.shutdown()

@@ -19,6 +19,7 @@ from sessions_server.domain.service import SessionsService
 from sessions_server.storage.paths import object_path
 from sessions_server.storage.registry import ObjectRegistry
 from sessions_server.storage.rows import Parent
+from tests.domain.searching import search
 
 
 def test_a_search_failing_in_storage_is_a_storage_failure(tmp_path: Path) -> None:
@@ -27,11 +28,11 @@ def test_a_search_failing_in_storage_is_a_storage_failure(tmp_path: Path) -> Non
         try:
             text = json.dumps({"id": "m1", "role": "user", "parts": [{"type": "text", "text": "hello world"}]})
             await service.append("o", "", text, Parent.auto(), from_client=True)
-            assert [hit.id for hit in await service.search("o", "", "hello")] == ["m1"]
+            assert [hit.id for hit in await search(service, "o", "", "hello")] == ["m1"]
             with sqlite3.connect(object_path(tmp_path, "o")) as damage:
                 damage.execute("DROP TABLE cf_agents_session_messages")
             with pytest.raises(SessionsError) as failure:
-                await service.search("o", "", "hello")
+                await search(service, "o", "", "hello")
             return type(failure.value).__name__, failure.value.reason, failure.value.metadata.get("field")
         finally:
             await service.registry.close_all()

@@ -601,20 +601,6 @@ class SessionsService:
                     )
                 yield media_type, size, data
 
-    async def search(
-        self,
-        object_key: str,
-        session_id: str,
-        query: str,
-        *,
-        limit: int | None = None,
-        mode: str = search_rules.PHRASE,
-        all_sessions: bool = False,
-    ) -> list[SearchHit]:
-        """Every hit of `search_windows` at once."""
-        windows = self.search_windows(object_key, session_id, query, limit=limit, mode=mode, all_sessions=all_sessions)
-        return [hit async for window in windows for hit in window]
-
     async def search_windows(
         self,
         object_key: str,
