@@ -19,6 +19,7 @@ from sessions_server.domain.service import AppendInput, SessionsService
 from sessions_server.storage import queries
 from sessions_server.storage.registry import ObjectRegistry
 from sessions_server.storage.rows import Parent
+from tests.domain.searching import search
 
 WAIT_SECONDS = 30  # a bound for a broken run, not a pace
 
@@ -81,9 +82,9 @@ def test_searches_past_the_limit_wait_and_other_calls_still_run(
 
     async def scenario() -> None:
         await sessions.append_many("searched", "", [message("m1", "hello world")])
-        assert await sessions.search("searched", "", "hello") != []  # builds the index: no write below
+        assert await search(sessions, "searched", "", "hello") != []  # builds the index: no write below
         held = HeldSearches(monkeypatch)
-        searches = [asyncio.create_task(sessions.search("searched", "", "hello")) for _ in range(4)]
+        searches = [asyncio.create_task(search(sessions, "searched", "", "hello")) for _ in range(4)]
         await held.until_entered(2)
         await until(lambda: sessions.search_slots.waiting == 2)
         assert (held.count, sessions.search_slots.running) == (2, 2)
@@ -111,13 +112,13 @@ def test_a_search_that_waits_its_whole_budget_is_refused_as_busy(
 
     async def scenario() -> None:
         await sessions.append_many("searched", "", [message("m1", "hello world")])
-        assert await sessions.search("searched", "", "hello") != []
+        assert await search(sessions, "searched", "", "hello") != []
         held = HeldSearches(monkeypatch)
-        first = asyncio.create_task(sessions.search("searched", "", "hello"))
+        first = asyncio.create_task(search(sessions, "searched", "", "hello"))
         await held.until_entered(1)
 
         with pytest.raises(LimitExceeded) as refused:
-            await sessions.search("searched", "", "hello")
+            await search(sessions, "searched", "", "hello")
         assert refused.value.reason == "SERVER_BUSY"
         assert "max_concurrent_searches" in str(refused.value)
         assert held.count == 1 and sessions.search_slots.waiting == 0
@@ -125,7 +126,7 @@ def test_a_search_that_waits_its_whole_budget_is_refused_as_busy(
         held.release.set()
         await asyncio.gather(first, return_exceptions=True)  # its own budget passed while held
         assert sessions.search_slots.running == 0
-        assert await sessions.search("searched", "", "hello") != []  # the slot came back
+        assert await search(sessions, "searched", "", "hello") != []  # the slot came back
         await sessions.registry.close_all()
 
     run(scenario())
