@@ -11,12 +11,13 @@ Once they are answered, the writer runs the WAL checkpoint if one is due (storag
 writes that arrive meanwhile queue behind it.
 Reads run concurrently on their own connections, on the executor.
 
-Blocking SQLite work runs on the executor, with three exceptions, all when the whole server is
-quiet: a small write commits, a quick read runs, and a file this service opened before opens
-(`open_ready`, called by the registry), on the event loop's thread. Handing such work to a
-thread and back costs two thread wake-ups and an event-loop wake-up from idle, more CPU than
-the work itself, while there is nobody else to serve. A call that arrives meanwhile waits for
-that one short piece of work; under concurrency everything takes the threads.
+Blocking SQLite work runs on the executor, with four exceptions, all when the whole server is
+quiet: a small write commits, a quick read runs, a file this service opened before opens
+(`open_ready`, called by the registry), and an object that wrote nothing closes, on the event
+loop's thread. Handing such work to a thread and back costs two thread wake-ups and an
+event-loop wake-up from idle, more CPU than the work itself, while there is nobody else to
+serve. A call that arrives meanwhile waits for that one short piece of work; under concurrency
+everything takes the threads.
 - A write commits in place when no other call is in flight (change feeds, which stay open
   idle, do not count), none was at this object's recent writes either, nothing is queued or
   committing on this object, its recent commits were quick and its write lock is free.
@@ -30,6 +31,10 @@ that one short piece of work; under concurrency everything takes the threads.
 - An open in place never waits for a lock either, and writes nothing: a file that is locked,
   missing, not in WAL mode, needs its schema created or upgraded, or has a large WAL to
   recover opens on the executor.
+- A close in place writes nothing: the object's WAL is empty (nothing written since it opened,
+  so no checkpoint) and its row count saved; it only closes the connections (SQLite then
+  removes the -wal and -shm files). When many objects take turns (an LRU eviction per cold
+  request), the close on the executor cost a request 0.3 ms more server CPU.
 
 The tail of a session (its newest row and the next seq) is cached, since finding it scans the
 session's rows. Jobs see a batch-local view; the shared cache changes only after COMMIT, and a
@@ -197,6 +202,7 @@ class ObjectStore:
         self._quick_read_seconds = 0.0  # running estimate of one quick read's wall time
         self._quick_deadline = 0.0  # when the quick read in place must stop
         self.inline_reads = 0  # quick reads answered on the calling thread
+        self.inline_closes = 0  # closes run on the calling thread
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
         self._close_hooks: list[Callable[[], None]] = []
@@ -795,10 +801,30 @@ class ObjectStore:
                 hook()
             except Exception:  # bookkeeping: the close goes on
                 log.exception("object %r: a close hook failed", self.object_key)
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._executor, self._close_blocking)
+        wal_bytes = self._wal_bytes()
+        if self._closes_in_place(wal_bytes):
+            self.inline_closes += 1
+            self._close_blocking(wal_bytes)
+        else:
+            await asyncio.get_running_loop().run_in_executor(self._executor, self._close_blocking, wal_bytes)
 
-    def _close_blocking(self) -> None:
+    def _wal_bytes(self) -> int:
+        try:
+            return Path(f"{self.path}-wal").stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def _closes_in_place(self, wal_bytes: int) -> bool:
+        """Whether the close runs on the calling thread: the server is quiet and the close
+        writes nothing (no checkpoint, no row count to save), only releases the connections."""
+        return (
+            self._calls_in_flight is not None
+            and self._calls_in_flight() <= 1
+            and wal_bytes == 0
+            and self.row_writes == self._row_writes_saved
+        )
+
+    def _close_blocking(self, wal_bytes: int) -> None:
         with self._readers_lock:
             readers, self._readers = self._readers, []
         for conn in readers:
@@ -806,8 +832,8 @@ class ObjectStore:
         if self.row_writes != self._row_writes_saved:
             with contextlib.suppress(sqlite3.Error):
                 schema.write_row_writes(self._writer, self.row_writes)
-        wal = Path(str(self.path) + "-wal")
-        if wal.exists() and wal.stat().st_size > 0:
+            wal_bytes = self._wal_bytes()
+        if wal_bytes > 0:
             with contextlib.suppress(sqlite3.Error):
                 # Never wait for readers here: a replicator (Litestream) always holds a read
                 # transaction; then the WAL is left to it instead of stalling the close.
