@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
+
 from sessions_server.domain.history import WINDOW_BYTES
 from sessions_server.domain.service import AppendInput, SessionsService
+from sessions_server.storage import store as store_module
 from sessions_server.storage.registry import ObjectRegistry
 from sessions_server.storage.rows import Parent
 
@@ -42,3 +46,38 @@ def test_search_hits_come_in_windows_that_stop_past_4_mib(tmp_path: Path) -> Non
     assert 2 * TEXT_BYTES < WINDOW_BYTES < 3 * TEXT_BYTES
     assert [len(window) for window in windows] == [3, 3, 1]
     assert sorted(hit for window in windows for hit in window) == sorted(texts)
+
+
+@pytest.mark.parametrize(("calls", "in_place"), [(lambda: 1, 1), (lambda: 2, 0)], ids=["lone caller", "another call"])
+def test_a_lone_callers_hit_texts_are_read_in_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, calls: Callable[[], int], in_place: int
+) -> None:
+    """The texts of a window of hits are point reads by rowid: for a lone caller they run on the
+    event loop's thread, as a walk's steps do, without the hop to a worker thread and back (the
+    ranking itself, which may run for seconds, always takes the hop)."""
+    monkeypatch.setattr(store_module, "INLINE_MAX_SECONDS", 60.0)  # however slowly this machine reads
+
+    async def run() -> tuple[list[tuple[str, str]], int]:
+        service = SessionsService(ObjectRegistry(tmp_path, ThreadPoolExecutor(max_workers=2), calls_in_flight=calls))
+        try:
+            messages = [
+                json.dumps({"id": f"m{index}", "role": "user", "parts": [{"type": "text", "text": f"word {index}"}]})
+                for index in range(3)
+            ]
+            await service.append_many("o", "", [AppendInput(message, Parent.auto(), True) for message in messages])
+            async for _ in service.search_windows("o", "", "word"):  # builds the index
+                pass
+            async with service.registry.use("o") as store:
+                before = store.inline_reads
+                hits = [
+                    (hit.id, hit.content)
+                    async for window in service.search_windows("o", "", "word 1")
+                    for hit in window
+                ]
+                return hits, store.inline_reads - before
+        finally:
+            await service.registry.close_all()
+
+    hits, read_in_place = asyncio.run(run())
+    assert hits == [("m1", "word 1")]
+    assert read_in_place == in_place

@@ -641,7 +641,11 @@ class SessionsService:
             while start < len(ranked):
                 window = ranked[start : start + WINDOW_ROWS]
                 keys = [(rowid, message_id, hit_session) for rowid, message_id, _, hit_session in window]
-                taken, texts = await store.read(lambda conn, k=keys: queries.search_texts(conn, k, WINDOW_BYTES))  # type: ignore[misc]
+                # Point reads by rowid, a window's worth: quick (in place for a lone caller).
+                taken, texts = await store.read(
+                    lambda conn, k=keys: queries.search_texts(conn, k, WINDOW_BYTES),  # type: ignore[misc]
+                    quick=True,
+                )
                 yield [
                     SearchHit(message_id, role, hit_session, texts[rowid])
                     for rowid, message_id, role, hit_session in window[:taken]
