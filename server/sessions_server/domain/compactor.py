@@ -415,7 +415,7 @@ class Compactor:
 
             return Policy(number(POLICY_THRESHOLD_KEY), number(POLICY_KEEP_RECENT_KEY))
 
-        policy = await store.read(run)
+        policy = await store.read(run, quick=True)  # two point reads, once per session while open
         _remember(store, "policy", session_id, policy)
         return policy
 
