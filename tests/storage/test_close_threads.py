@@ -11,9 +11,8 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
-from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import asynccontextmanager, closing
+from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +20,8 @@ import pytest
 
 from sessions_server.storage import registry as registry_module
 from sessions_server.storage.paths import object_path
-from sessions_server.storage.registry import ObjectRegistry
-from sessions_server.storage.store import ObjectStore, WriteContext
+from sessions_server.storage.store import ObjectStore
+from tests.storage.test_registry_opens import add_note, read_notes, registry
 
 
 @pytest.fixture(autouse=True)
@@ -44,30 +43,6 @@ def closes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool]]:
 
     monkeypatch.setattr(ObjectStore, "_close_blocking", recording)
     return calls
-
-
-@asynccontextmanager
-async def registry(
-    data_dir: Path, calls_in_flight: Callable[[], int] | None, max_open: int = 8
-) -> AsyncIterator[ObjectRegistry]:
-    executor = ThreadPoolExecutor(max_workers=2)
-    objects = ObjectRegistry(data_dir, executor, calls_in_flight=calls_in_flight, max_open=max_open)
-    try:
-        yield objects
-    finally:
-        await objects.close_all()
-        executor.shutdown()
-
-
-def add_note(body: str) -> Callable[[WriteContext], None]:
-    def run(ctx: WriteContext) -> None:
-        ctx.conn.execute("INSERT OR REPLACE INTO _cf_KV (key, value) VALUES (?, ?)", (f"note:{body}", body))
-
-    return run
-
-
-def read_notes(conn: sqlite3.Connection) -> list[str]:
-    return [str(row[0]) for row in conn.execute("SELECT value FROM _cf_KV WHERE key LIKE 'note:%' ORDER BY key")]
 
 
 def notes_in_file(path: Path) -> list[str]:

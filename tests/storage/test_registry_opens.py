@@ -61,9 +61,11 @@ def opens(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool]]:
 
 
 @asynccontextmanager
-async def registry(data_dir: Path, calls_in_flight: Callable[[], int] | None) -> AsyncIterator[ObjectRegistry]:
+async def registry(
+    data_dir: Path, calls_in_flight: Callable[[], int] | None, max_open: int = registry_module.DEFAULT_MAX_OPEN_OBJECTS
+) -> AsyncIterator[ObjectRegistry]:
     executor = ThreadPoolExecutor(max_workers=2)
-    objects = ObjectRegistry(data_dir, executor, calls_in_flight=calls_in_flight)
+    objects = ObjectRegistry(data_dir, executor, calls_in_flight=calls_in_flight, max_open=max_open)
     try:
         yield objects
     finally:
