@@ -50,9 +50,9 @@ def test_a_lone_clients_leaf_and_newest_first_walk_read_in_place(tmp_path: Path)
     assert leaf is not None and leaf["id"] == "m29"
     assert newest == [f"m{i}" for i in reversed(range(30))]
     assert whole == [f"m{i}" for i in range(30)]
-    # The leaf, and the walk's reads of up to 4, 8, 16 and 32 rows; the forward read (windows of
-    # up to 400 rows) on the executor.
-    assert in_place == 5
+    # The leaf, the walk's reads of up to 4, 8, 16 and 32 rows, and the forward read's look for a
+    # remembered path; the forward read's walk and windows (up to 400 rows) on the executor.
+    assert in_place == 6
 
 
 def test_an_open_reflection_stream_does_not_make_the_server_busy(tmp_path: Path) -> None:
