@@ -1,8 +1,9 @@
-"""A root-first history read of a remembered path (an agent's read after its own append) plans
-in point reads on the event loop's thread for a lone caller: the leaf, the session's compaction
-records and the remembered rows. Before, the plan always took the hop to a worker thread, in a
-read of a few messages most of the read's cost. A path that is not remembered is still walked
-on the executor. The domain over a real object file."""
+"""A lone caller's root-first history read of a short session runs on the event loop's thread:
+its plan (the leaf, the session's compaction records, the remembered rows, or a walk when the
+path is not remembered, stopped and run again on the executor if it outlasts a quick read) and
+its first window of messages (at most 50 rows and 256 KiB). Before, each took the hop to a
+worker thread, and on a freshly opened object a second connection: most of the cost of reading
+a few messages. Larger windows take the executor. The domain over a real object file."""
 
 from __future__ import annotations
 
@@ -22,8 +23,9 @@ from sessions_server.storage.rows import Parent
 from sessions_server.storage.store import ObjectStore
 
 
-def _message(message_id: str) -> str:
-    return json.dumps({"id": message_id, "role": "user", "parts": [{"type": "text", "text": message_id}]})
+def _message(message_id: str, padding: int = 0) -> str:
+    text = message_id + " " + "x" * padding
+    return json.dumps({"id": message_id, "role": "user", "parts": [{"type": "text", "text": text}]})
 
 
 @pytest.fixture
@@ -45,31 +47,51 @@ async def _ids(service: SessionsService) -> list[str]:
     return [json.loads(view.json)["id"] async for window in service.history("o", "s") for view in window]
 
 
-async def _append(service: SessionsService, *ids: str) -> None:
-    await service.append_many("o", "s", [AppendInput(_message(i), Parent.auto(), True) for i in ids])
+async def _append(service: SessionsService, *ids: str, padding: int = 0) -> None:
+    await service.append_many("o", "s", [AppendInput(_message(i, padding), Parent.auto(), True) for i in ids])
 
 
 @pytest.mark.parametrize("compacted", [False, True], ids=["plain", "with a compaction record"])
-def test_a_remembered_path_is_planned_in_place(tmp_path: Path, executor_reads: list[str], compacted: bool) -> None:
-    async def run() -> tuple[list[str], list[str], list[str]]:
-        service = SessionsService(
-            ObjectRegistry(tmp_path, ThreadPoolExecutor(max_workers=2), calls_in_flight=lambda: 1)
-        )
+def test_a_short_sessions_reads_run_in_place(tmp_path: Path, executor_reads: list[str], compacted: bool) -> None:
+    async def run() -> tuple[list[str], list[str]]:
+        await _appended(tmp_path, compacted, "m1", "m2", "m3")
+        service = _service(tmp_path)  # the object closed and opened again: nothing remembered
         try:
-            await _append(service, "m1", "m2", "m3")
-            if compacted:
-                await service.compactor.add("o", "s", "summary of one and two", "m1", "m2")
             first = await _ids(service)  # walks, and remembers the path and its messages
-            walked = list(executor_reads)
-            executor_reads.clear()
             await _append(service, "m4")  # extends what is remembered
-            return first, await _ids(service), walked
+            return first, await _ids(service)
         finally:
             await service.registry.close_all()
 
-    first, second, walked = asyncio.run(run())
-    assert walked  # not remembered yet: the walk (and the messages' read) took the executor
-    assert executor_reads == []  # the plan, in place; the messages, remembered
+    first, second = asyncio.run(run())
+    assert executor_reads == []
     expected = ["m1", "m2", "m3"] if not compacted else [first[0], "m3"]
     assert first == expected
     assert second == [*expected, "m4"]
+
+
+def test_a_window_of_large_messages_is_read_on_the_executor(tmp_path: Path, executor_reads: list[str]) -> None:
+    async def run() -> list[str]:
+        await _appended(tmp_path, False, "m1", "m2", "m3", "m4", padding=100_000)
+        service = _service(tmp_path)
+        try:
+            return await _ids(service)
+        finally:
+            await service.registry.close_all()
+
+    assert asyncio.run(run()) == ["m1", "m2", "m3", "m4"]
+    assert len(executor_reads) == 1  # the window (400 KB stored); the walk in place
+
+
+def _service(data_dir: Path) -> SessionsService:
+    return SessionsService(ObjectRegistry(data_dir, ThreadPoolExecutor(max_workers=2), calls_in_flight=lambda: 1))
+
+
+async def _appended(data_dir: Path, compacted: bool, *ids: str, padding: int = 0) -> None:
+    service = _service(data_dir)
+    try:
+        await _append(service, *ids, padding=padding)
+        if compacted:
+            await service.compactor.add("o", "s", "summary of one and two", ids[0], ids[1])
+    finally:
+        await service.registry.close_all()

@@ -33,6 +33,9 @@ WINDOW_BYTES = 4 * 1024 * 1024
 # byte bound, and newest-first reads take it on): the first message comes as soon as upstream's
 # would, and a long read pays one executor hop per few hundred rows instead of per 50 (or 8).
 WINDOW_MAX_ROWS = 400
+# A path window of at most WINDOW_ROWS rows and this many stored bytes is read as a quick read
+# (in place for a lone caller): a short session's whole history, a long one's first window.
+QUICK_WINDOW_BYTES = 256 * 1024
 NEWEST_FIRST_WINDOW_ROWS = 8
 # Newest-first walks read this many rows per executor hop at first, doubling up to the maximum,
 # so a reader that stops after one message costs a handful of row lookups.
@@ -168,7 +171,7 @@ async def from_root(
     # a walk of up to 10,001 rows takes the executor.
     plan = await store.read(remembered, quick=True)
     if plan is None:
-        plan = await store.read(walked)
+        plan = await store.read(walked, quick=True)
     stats, records, spans = plan
     async for window in stream_path(store, session_id, stats, records, spans=spans, inline=inline):
         yield window
@@ -456,7 +459,8 @@ async def stream_path(
                 remember = paths.fits_session_share(sum(map(STORED_BYTES, stats)), len(stats))
             as_stored: list[MessageView] | None = [] if remember else None
             found = await store.read(
-                lambda conn, i=missing, a=as_stored: views_by_id(conn, session_id, i, inline, a)  # type: ignore[misc]
+                lambda conn, i=missing, a=as_stored: views_by_id(conn, session_id, i, inline, a),  # type: ignore[misc]
+                quick=len(missing) <= WINDOW_ROWS and sum(map(STORED_BYTES, window)) <= QUICK_WINDOW_BYTES,
             )
             if as_stored:
                 paths.remember_views(store, session_id, version, as_stored)
