@@ -167,8 +167,8 @@ async def from_root(
         records = queries.compactions(conn, session_id)
         return paths.path_stats(store, conn, session_id, leaf, version).rows, records, None
 
-    # A remembered path (an agent's read after its append) plans in place for a lone caller;
-    # a walk of up to 10,001 rows takes the executor.
+    # Both in place for a lone caller: a remembered path (an agent's read after its append) in
+    # point reads; a walk, unless it outlasts a quick read (a long session's), then the executor.
     plan = await store.read(remembered, quick=True)
     if plan is None:
         plan = await store.read(walked, quick=True)
