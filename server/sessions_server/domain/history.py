@@ -55,9 +55,6 @@ class RecentSummary:
 # A budgeted read's plan: the rows to read, whether older ones were left out, the path's stored
 # bytes in all, and the session's compactions.
 _RecentPlan = tuple[list[PathStat], bool, int, list[Compaction]]
-# A root-first read's plan: the path's rows, the session's compaction records, and the overlays
-# they apply when planned already (None: stream_path plans them).
-_RootPlan = tuple[list[PathStat], list[Compaction], list[OverlaySpan] | None]
 
 # One step of a walk from the leaf: the views read, rows walked, where to go on, and whether the
 # walk reached a row that ends a compaction (from which overlays must be planned).
@@ -147,32 +144,20 @@ async def from_root(
 ) -> AsyncGenerator[list[MessageView], None]:
     """One root-to-leaf path with overlays applied, root first, in windows."""
 
-    def remembered(conn: Any) -> _RootPlan | None:
-        """From the remembered path, in point reads; None when it is not remembered."""
+    def plan(conn: Any) -> tuple[list[PathStat], list[Compaction], list[OverlaySpan] | None]:
+        version = paths.session_version(store, session_id)  # before the snapshot
         leaf = resolve_leaf(store, conn, session_id, leaf_id)
         if not leaf:  # an empty id as the leaf reads as no leaf, as upstream
             return [], [], []
         records = queries.compactions(conn, session_id)
-        if records:
-            overlaid = paths.remembered_overlaid_path(store, session_id, leaf, records)
-            return None if overlaid is None else (overlaid[0], records, overlaid[1])
-        rows = paths.remembered_path(store, session_id, leaf)
-        return None if rows is None else (rows, records, None)
-
-    def walked(conn: Any) -> _RootPlan:
-        version = paths.session_version(store, session_id)  # before the snapshot
-        leaf = resolve_leaf(store, conn, session_id, leaf_id)
-        if not leaf:
-            return [], [], []
-        records = queries.compactions(conn, session_id)
+        remembered = paths.remembered_overlaid_path(store, session_id, leaf, records) if records else None
+        if remembered is not None:
+            return remembered[0], records, remembered[1]
         return paths.path_stats(store, conn, session_id, leaf, version).rows, records, None
 
-    # Both in place for a lone caller: a remembered path (an agent's read after its append) in
-    # point reads; a walk, unless it outlasts a quick read (a long session's), then the executor.
-    plan = await store.read(remembered, quick=True)
-    if plan is None:
-        plan = await store.read(walked, quick=True)
-    stats, records, spans = plan
+    # In place for a lone caller: a remembered path (an agent's read after its append) costs
+    # point reads; a walk that outlasts a quick read (a long session's) runs again on the executor.
+    stats, records, spans = await store.read(plan, quick=True)
     async for window in stream_path(store, session_id, stats, records, spans=spans, inline=inline):
         yield window
 
