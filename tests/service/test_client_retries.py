@@ -263,16 +263,33 @@ def test_the_asyncio_client_gives_up_on_unsafe_calls_and_at_the_deadline(dead_ad
     assert [(n.method, n.attempt) for n in notices] == [("StreamHistory", 1), ("StreamHistory", 2)]
 
 
-class CuttingRelay(Relay):
-    """A TCP relay to a server that closes each connection once it has passed `cut_after` bytes
-    from the server: the client sees its connection fail in the middle of a response stream."""
+class HoldingRelay(Relay):
+    """A TCP relay to a server that passes `hold_after` bytes from the server on each connection,
+    then holds the rest until `cut()` closes every connection: the client sees its connection fail
+    in the middle of a response stream, at a moment the test chooses.
 
-    def __init__(self, target: str, cut_after: int) -> None:
-        self._cut_after = cut_after
+    The cut waits for the test, not for a byte count alone: gRPC drops the messages it has
+    buffered but not yet handed to the caller when the transport closes, so a cut that merely
+    follows the bytes can land before the caller took its first message (a busy machine), and a
+    retry is then right."""
+
+    def __init__(self, target: str, hold_after: int) -> None:
+        self._hold_after = hold_after
+        self._cut = threading.Event()
         super().__init__(target)
 
+    def close(self) -> None:
+        self._cut.set()
+        super().close()
+
+    def cut(self) -> None:
+        self._cut.set()
+        for sock in self._sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
     def pump(self, source: socket.socket, sink: socket.socket, *, from_server: bool) -> None:
-        budget = self._cut_after if from_server else None
+        budget = self._hold_after if from_server else None
         try:
             while budget is None or budget > 0:
                 data = source.recv(65536 if budget is None else min(65536, budget))
@@ -283,10 +300,7 @@ class CuttingRelay(Relay):
                     budget -= len(data)
         except OSError:
             pass
-        for sock in (source, sink):  # both ways at once: the connection is gone
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
+        self._cut.wait()
 
 
 @pytest.fixture
@@ -302,7 +316,7 @@ def long_history(live_server: LiveServer, stub: Any, object_key: str) -> str:
 def test_a_stream_is_not_tried_again_once_it_has_delivered(live_server: LiveServer, long_history: str) -> None:
     """A repeat would hand the caller the first messages a second time: the failure reaches it
     instead, after what was delivered."""
-    relay = CuttingRelay(live_server.address, cut_after=2_500_000)
+    relay = HoldingRelay(live_server.address, hold_after=2_500_000)
     notices: list[RetryNotice] = []
     received: list[str] = []
     try:
@@ -312,6 +326,7 @@ def test_a_stream_is_not_tried_again_once_it_has_delivered(live_server: LiveServ
         ):
             for message in client.object(long_history).session().history():
                 received.append(message["id"])
+                relay.cut()
     finally:
         relay.close()
     assert failed.value.code == grpc.StatusCode.UNAVAILABLE
@@ -324,7 +339,7 @@ def test_the_asyncio_client_does_not_try_a_stream_again_once_it_has_delivered(
 ) -> None:
     from sessions_client.aio import SessionsClient as AsyncClient
 
-    relay = CuttingRelay(live_server.address, cut_after=2_500_000)
+    relay = HoldingRelay(live_server.address, hold_after=2_500_000)
     notices: list[RetryNotice] = []
 
     async def scenario() -> tuple[list[str], grpc.StatusCode | None]:
@@ -333,6 +348,7 @@ def test_the_asyncio_client_does_not_try_a_stream_again_once_it_has_delivered(
             try:
                 async for message in client.object(long_history).session().history():
                     received.append(message["id"])
+                    relay.cut()
             except SessionsError as error:
                 return received, error.code
         return received, None
