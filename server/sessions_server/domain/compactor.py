@@ -237,7 +237,9 @@ class Compactor:
     async def records(self, object_key: str, session_id: str) -> list[Compaction]:
         self._service.check_names(object_key, session_id)
         async with self._service.existing_object(object_key) as store:
-            return [] if store is None else await store.read(lambda conn: queries.compactions(conn, session_id))
+            if store is None:
+                return []
+            return await store.read(lambda conn: queries.compactions(conn, session_id), quick=True)
 
     async def records_after(
         self, object_key: str, session_id: str, after_seq: int, limit: int, max_bytes: int
@@ -248,7 +250,7 @@ class Compactor:
             if store is None:
                 return [], False
             return await store.read(
-                lambda conn: queries.compactions_after(conn, session_id, after_seq, limit, max_bytes)
+                lambda conn: queries.compactions_after(conn, session_id, after_seq, limit, max_bytes), quick=True
             )
 
     # ── planning and summarizing ────────────────────────────────────────────

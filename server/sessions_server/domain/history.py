@@ -180,26 +180,22 @@ async def recent(
         )
         return suffix.rows, suffix.cut or capped, suffix.stored_bytes, queries.compactions(conn, session_id)
 
-    def remembered(conn: Any) -> _RecentPlan | None:
-        """From the remembered path, in point reads; None when it is not remembered."""
+    def plan(conn: Any) -> _RecentPlan:
+        version = paths.session_version(store, session_id)  # before the snapshot
         leaf = resolve_leaf(store, conn, session_id, leaf_id)
         if not leaf:  # an empty id as the leaf reads as no leaf, as upstream
             return [], False, 0, []
+        # The remembered path gives the suffix without a pass over the path; else the walk,
+        # which is then remembered.
         suffix = paths.remembered_suffix(store, session_id, leaf, max_content_bytes)
-        return None if suffix is None else planned(conn, suffix)
+        if suffix is None:
+            suffix = paths.suffix_of(paths.path_stats(store, conn, session_id, leaf, version), max_content_bytes)
+        return planned(conn, suffix)
 
-    def walked(conn: Any) -> _RecentPlan:
-        version = paths.session_version(store, session_id)  # before the snapshot
-        leaf = resolve_leaf(store, conn, session_id, leaf_id)
-        if not leaf:
-            return [], False, 0, []
-        path = paths.path_stats(store, conn, session_id, leaf, version)  # walks, and remembers it
-        return planned(conn, paths.suffix_of(path, max_content_bytes))
-
-    plan = await store.read(remembered, quick=True)
-    if plan is None:
-        plan = await store.read(walked)
-    window, truncated, total, records = plan
+    # In place for a lone caller, as a root-first read's plan: a walk that outlasts a quick
+    # read (a long session's) runs again on the executor.
+    plan_read = await store.read(plan, quick=True)
+    window, truncated, total, records = plan_read
     yield RecentSummary(truncated, total)
     async for views in stream_path(store, session_id, window, records, inline=inline):
         yield views
@@ -300,7 +296,7 @@ async def _overlaid_prefix(
         leaf = resolve_leaf(store, conn, session_id, leaf_id)
         return [] if not leaf else queries.path_ids(conn, session_id, leaf)
 
-    path = await store.read(ids)
+    path = await store.read(ids, quick=True)  # a walk that outlasts a quick read runs again on the executor
     if from_id not in path:
         return
     end = path.index(from_id)

@@ -518,7 +518,7 @@ class SessionsService:
             if store is None:
                 yield []
                 return
-            ids = await store.read(lambda conn: history_reads.branch_ids(conn, session_id, message_id))
+            ids = await store.read(lambda conn: history_reads.branch_ids(conn, session_id, message_id), quick=True)
             if not ids:
                 yield []
             async for window in history_reads.messages_in_windows(store, session_id, ids, inline):
@@ -585,7 +585,8 @@ class SessionsService:
         if attachments.pointer_hash(attachments.POINTER_PREFIX + digest) is None:
             raise InvalidArgument("hash must be 64 lowercase hex digits", field="hash")
         async with self.existing_object(object_key) as store:
-            if store is None or (meta := await store.read(lambda conn: queries.payload_meta(conn, digest))) is None:
+            read_meta = functools.partial(queries.payload_meta, digest=digest)
+            if store is None or (meta := await store.read(read_meta, quick=True)) is None:
                 raise NotFound(f"no attachment {digest} in this object", field="hash")
             media_type, size, chunks = meta
             if chunks == 0:
