@@ -10,22 +10,27 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from sessions_server.domain.history import RecentSummary
 from sessions_server.domain.messages import is_overlay_id
 from sessions_server.domain.service import AppendInput, SessionsService
+from sessions_server.domain.views import MessageView
 from sessions_server.storage.rows import Parent
 from tests.domain.test_root_first_plan import _message, _service, executor_reads
 
 __all__ = ["executor_reads"]  # the fixture, used by name
 
+T = TypeVar("T")
 
-def _run_cold(data_dir: Path, read: object) -> object:
+
+def _run_cold(data_dir: Path, read: Callable[[SessionsService], Awaitable[T]]) -> T:
     """`read(service)` on an object closed and opened again (nothing remembered), after m1 → m2
     → m3 → m4 with m2b a second child of m1, and a compaction record over m1..m2."""
 
-    async def run() -> object:
+    async def run() -> T:
         service = _service(data_dir)
         try:
             items = [AppendInput(_message(i), Parent.auto(), True) for i in ("m1", "m2", "m3", "m4")]
@@ -37,14 +42,14 @@ def _run_cold(data_dir: Path, read: object) -> object:
             await service.registry.close_all()
         service = _service(data_dir)
         try:
-            return await read(service)  # type: ignore[operator]
+            return await read(service)
         finally:
             await service.registry.close_all()
 
     return asyncio.run(run())
 
 
-def _ids(views: list) -> list[str]:  # type: ignore[type-arg]
+def _ids(views: Sequence[MessageView]) -> list[str]:
     return [json.loads(view.json)["id"] for view in views]
 
 
@@ -53,9 +58,9 @@ def test_a_budgeted_reads_walk_runs_in_place(tmp_path: Path, executor_reads: lis
         items = [item async for item in service.recent_history("o", "s", 1_000_000)]
         summary, windows = items[0], items[1:]
         assert isinstance(summary, RecentSummary)
-        return summary, [i for window in windows for i in _ids(window)]  # type: ignore[arg-type]
+        return summary, [i for window in windows if isinstance(window, list) for i in _ids(window)]
 
-    summary, ids = _run_cold(tmp_path, read)  # type: ignore[misc]
+    summary, ids = _run_cold(tmp_path, read)
     assert executor_reads == []
     assert not summary.truncated
     assert len(ids) == 4 and is_overlay_id(ids[0]) and ids[1:] == ["m3", "m4", "m5"]
@@ -67,7 +72,7 @@ def test_a_newest_first_reads_path_past_a_compaction_runs_in_place(tmp_path: Pat
 
     ids = _run_cold(tmp_path, read)
     assert executor_reads == []
-    assert isinstance(ids, list) and ids[:3] == ["m5", "m4", "m3"] and len(ids) == 4 and is_overlay_id(ids[3])
+    assert ids[:3] == ["m5", "m4", "m3"] and len(ids) == 4 and is_overlay_id(ids[3])
 
 
 def test_a_messages_branches_are_read_in_place(tmp_path: Path, executor_reads: list[str]) -> None:
