@@ -270,11 +270,8 @@ class ObjectStore:
         nothing and never waits for a lock. None when the file is missing, needs its schema
         created or upgraded, is not in WAL mode, is locked, or has a large WAL (after a crash,
         the first open reads all of it to recover): then `open` it."""
-        if not path.exists():
+        if not path.exists() or _wal_bytes(path) > READY_OPEN_MAX_WAL_BYTES:
             return None
-        with contextlib.suppress(FileNotFoundError):
-            if Path(f"{path}-wal").stat().st_size > READY_OPEN_MAX_WAL_BYTES:
-                return None
         conn = _connect_writer(path, 0)
         try:
             if not schema.is_ready(conn, object_key, busy_timeout_ms=0):
@@ -754,10 +751,9 @@ class ObjectStore:
 
     def file_bytes(self) -> int:
         """Bytes of the object's database file and its WAL."""
-        total = 0
-        for suffix in ("", "-wal"):
-            with contextlib.suppress(FileNotFoundError):
-                total += Path(str(self.path) + suffix).stat().st_size
+        total = _wal_bytes(self.path)
+        with contextlib.suppress(FileNotFoundError):
+            total += self.path.stat().st_size
         return total
 
     # ── lifecycle ───────────────────────────────────────────────────────────
@@ -801,18 +797,12 @@ class ObjectStore:
                 hook()
             except Exception:  # bookkeeping: the close goes on
                 log.exception("object %r: a close hook failed", self.object_key)
-        wal_bytes = self._wal_bytes()
+        wal_bytes = _wal_bytes(self.path)
         if self._closes_in_place(wal_bytes):
             self.inline_closes += 1
             self._close_blocking(wal_bytes)
         else:
             await asyncio.get_running_loop().run_in_executor(self._executor, self._close_blocking, wal_bytes)
-
-    def _wal_bytes(self) -> int:
-        try:
-            return Path(f"{self.path}-wal").stat().st_size
-        except FileNotFoundError:
-            return 0
 
     def _closes_in_place(self, wal_bytes: int) -> bool:
         """Whether the close runs on the calling thread: the server is quiet and the close
@@ -832,7 +822,7 @@ class ObjectStore:
         if self.row_writes != self._row_writes_saved:
             with contextlib.suppress(sqlite3.Error):
                 schema.write_row_writes(self._writer, self.row_writes)
-            wal_bytes = self._wal_bytes()
+            wal_bytes = _wal_bytes(self.path)
         if wal_bytes > 0:
             with contextlib.suppress(sqlite3.Error):
                 # Never wait for readers here: a replicator (Litestream) always holds a read
@@ -842,6 +832,14 @@ class ObjectStore:
         self._writer.close()
         if self._wal_index is not None:
             self._wal_index.close()
+
+
+def _wal_bytes(database: Path) -> int:
+    """Bytes in the database's WAL file; 0 when it has none."""
+    try:
+        return Path(f"{database}-wal").stat().st_size
+    except FileNotFoundError:
+        return 0
 
 
 def _connect_writer(path: Path, busy_timeout_ms: int) -> queries.ObjectConnection:
