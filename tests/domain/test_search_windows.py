@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from sessions_server.domain import search as search_rules
 from sessions_server.domain.history import WINDOW_BYTES
 from sessions_server.domain.service import AppendInput, SessionsService
 from sessions_server.storage import store as store_module
@@ -48,14 +49,25 @@ def test_search_hits_come_in_windows_that_stop_past_4_mib(tmp_path: Path) -> Non
     assert sorted(hit for window in windows for hit in window) == sorted(texts)
 
 
-@pytest.mark.parametrize(("calls", "in_place"), [(lambda: 1, 1), (lambda: 2, 0)], ids=["lone caller", "another call"])
-def test_a_lone_callers_hit_texts_are_read_in_place(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, calls: Callable[[], int], in_place: int
+@pytest.mark.parametrize(
+    ("calls", "max_object_bytes", "in_place"),
+    [(lambda: 1, None, 2), (lambda: 2, None, 0), (lambda: 1, 0, 1)],
+    ids=["lone caller", "another call", "lone caller, large object"],
+)
+def test_a_lone_callers_search_of_a_small_object_is_read_in_place(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    calls: Callable[[], int],
+    max_object_bytes: int | None,
+    in_place: int,
 ) -> None:
-    """The texts of a window of hits are point reads by rowid: for a lone caller they run on the
-    event loop's thread, as a walk's steps do, without the hop to a worker thread and back (the
-    ranking itself, which may run for seconds, always takes the hop)."""
+    """A small object's ranking, and the texts of a window of hits (point reads by rowid): for a
+    lone caller both run on the event loop's thread, as a walk's steps do, without the hop to a
+    worker thread and back; with another call in flight, both take the hop. A large object's
+    ranking takes the hop from the start (its texts are still point reads)."""
     monkeypatch.setattr(store_module, "INLINE_MAX_SECONDS", 60.0)  # however slowly this machine reads
+    if max_object_bytes is not None:
+        monkeypatch.setattr(search_rules, "IN_PLACE_MAX_OBJECT_BYTES", max_object_bytes)
 
     async def run() -> tuple[list[tuple[str, str]], int]:
         service = SessionsService(ObjectRegistry(tmp_path, ThreadPoolExecutor(max_workers=2), calls_in_flight=calls))

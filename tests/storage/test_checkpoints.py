@@ -151,3 +151,29 @@ def test_a_checkpoint_the_executor_can_no_longer_run_is_given_up(tmp_path: Path)
         return str(refused.value)
 
     assert "nothing was written" in asyncio.run(scenario())
+
+
+def test_the_database_size_counts_its_pages_wherever_they_are_and_not_the_wals_old_versions(tmp_path: Path) -> None:
+    """`database_bytes`, read from the wal-index, is the database as of its last commit: its
+    pages still in the WAL count (the file alone is smaller until a checkpoint), the WAL's older
+    versions of a page do not (the file and the WAL together are larger)."""
+    path = tmp_path / "object.sqlite"
+
+    async def scenario() -> tuple[int, int, int, int]:
+        async with opened(path, lambda: 1) as store:
+            for _ in range(10):
+                await store.write(note(NOTE), size_hint=len(NOTE))
+            for _ in range(20):
+                await store.write(lambda ctx: ctx.conn.execute("UPDATE notes SET body = body || 'y' WHERE rowid = 1"))
+            assert store.checkpoints == 0
+            pages, page_size = await store.read(
+                lambda conn: (
+                    conn.execute("PRAGMA page_count").fetchone()[0],
+                    conn.execute("PRAGMA page_size").fetchone()[0],
+                )
+            )
+            return store.database_bytes(), pages * page_size, path.stat().st_size, store.file_bytes()
+
+    database_bytes, counted, file_alone, file_and_wal = asyncio.run(scenario())
+    assert database_bytes == counted
+    assert file_alone < database_bytes < file_and_wal

@@ -17,7 +17,7 @@ import pytest
 
 from sessions_server.storage import schema
 from sessions_server.storage import store as store_module
-from sessions_server.storage.rows import StorageError, StoreClosed
+from sessions_server.storage.rows import QueryInterrupted, StorageError, StoreClosed
 from sessions_server.storage.store import ObjectStore, WriteContext
 from tests.storage.test_write_threads import note, opened, stored_notes
 
@@ -218,6 +218,75 @@ def test_a_read_that_outlasts_its_time_in_place_runs_again_on_the_executor(
     assert [in_place for in_place, _ in attempts] == [True, False]
     in_place_seconds, executor_seconds = attempts[0][1], attempts[1][1]
     assert in_place_seconds < executor_seconds  # stopped early, not run to the end twice
+
+
+LONG_COUNT_SQL = (
+    "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 300000) SELECT count(*) FROM n"
+)
+
+
+def test_a_read_stopped_in_place_sends_only_its_kind_to_the_executor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once a read of one kind (a search of a large object, say) has run out of time in place,
+    the next read of that kind goes straight to the executor, not to be stopped again; quick
+    reads of other kinds keep running in place."""
+    monkeypatch.setattr(store_module, "INLINE_MAX_SECONDS", 0.005)
+    path = tmp_path / "object.sqlite"
+    loop_thread = threading.get_ident()
+    attempts: list[bool] = []
+
+    def long_read(conn: sqlite3.Connection) -> None:
+        in_place = threading.get_ident() == loop_thread
+        attempts.append(in_place)
+        if in_place:
+            conn.execute(LONG_COUNT_SQL).fetchone()  # stopped after INLINE_MAX_SECONDS
+        else:
+            time.sleep(0.01)  # stands in for the whole read, longer than its time in place
+
+    def thread_of(conn: sqlite3.Connection) -> int:
+        conn.execute("SELECT 1").fetchone()
+        return threading.get_ident()
+
+    async def scenario() -> tuple[int, int]:
+        async with opened(path, lambda: 1) as store:
+            await store.read(long_read, quick=True, kind="long")
+            await store.read(long_read, quick=True, kind="long")
+            return await store.read(thread_of, quick=True), store.inline_reads
+
+    point_ran_on, inline_reads = asyncio.run(scenario())
+    assert attempts == [True, False, False]  # stopped once in place; the second went straight over
+    assert point_ran_on == loop_thread
+    assert inline_reads == 1
+
+
+@pytest.mark.parametrize("in_place", [True, False], ids=["in place", "on the executor"])
+def test_a_read_past_its_deadline_is_stopped_and_not_run_again(tmp_path: Path, in_place: bool) -> None:
+    """A read with a deadline (a search's budget) is stopped once the clock passes it, wherever
+    it runs, and raises QueryInterrupted; in place, it is not run again on the executor."""
+    path = tmp_path / "object.sqlite"
+    loop_thread = threading.get_ident()
+    attempts: list[tuple[bool, float]] = []
+
+    def long_count(conn: sqlite3.Connection) -> int:
+        started = time.perf_counter()
+        try:
+            return int(conn.execute(LONG_COUNT_SQL).fetchone()[0])
+        finally:
+            attempts.append((threading.get_ident() == loop_thread, time.perf_counter() - started))
+
+    async def scenario() -> int:
+        async with opened(path, lambda: 1) as store:
+            with pytest.raises(QueryInterrupted):
+                await store.read(long_count, quick=in_place, kind="long", deadline=time.monotonic() + 0.001)
+            # The connection it ran on keeps no time limit: the same read without one finishes.
+            return await store.read(long_count, quick=in_place, kind="long")
+
+    assert asyncio.run(scenario()) == 300000
+    assert len(attempts) == 2  # the stopped read did not run again
+    (first_here, stopped_seconds), (second_here, whole_seconds) = attempts
+    assert (first_here, second_here) == (in_place, in_place)  # the deadline's stop, not the time in place
+    assert stopped_seconds < whole_seconds  # stopped early, not run to the end
 
 
 def test_reads_wait_for_nothing_the_writer_does(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ def test_a_rowid_taken_by_another_message_since_the_ranking_gives_no_text(tmp_pa
         )
         if text:
             queries.insert_search_row(conn, "", message_id, "user", text)
-    ranked = queries.search(conn, "", '"common"', 10, deadline=float("inf"))
+    ranked = queries.search(conn, "", '"common"', 10)
     hits = [(rowid, message_id, session_id) for rowid, message_id, _, session_id in ranked]
 
     (last_rowid,) = [rowid for rowid, message_id, _ in hits if message_id == "last"]

@@ -628,7 +628,12 @@ class SessionsService:
             try:
                 async with self.search_slots.taken(time.monotonic() + self.search_seconds):
                     deadline = time.monotonic() + self.search_seconds  # its budget runs from here
-                    ranked = await store.read(lambda conn: queries.search(conn, scope, expression, wanted, deadline))
+                    ranked = await store.read(
+                        lambda conn: queries.search(conn, scope, expression, wanted),
+                        quick=store.database_bytes() <= search_rules.IN_PLACE_MAX_OBJECT_BYTES,
+                        kind="search",
+                        deadline=deadline,
+                    )
             except QueryInterrupted:
                 raise LimitExceeded(
                     f"the search took longer than its {self.search_seconds:g} s budget; "

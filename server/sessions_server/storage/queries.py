@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +22,6 @@ from sessions_server.storage.rows import (
     PathStat,
     PathStats,
     PayloadRow,
-    QueryInterrupted,
     QueryRejected,
     RowInfo,
     StoredMessage,
@@ -845,7 +843,6 @@ def object_counts(conn: sqlite3.Connection) -> dict[str, int]:
 FTS_DDL = """CREATE VIRTUAL TABLE cf_agents_session_fts
        USING fts5(id UNINDEXED, session_id UNINDEXED, role UNINDEXED, content, tokenize='porter unicode61')"""
 BACKFILL_PAGE_ROWS = 500
-SEARCH_PROGRESS_STEPS = 10_000  # VM steps between deadline checks
 
 
 # Beyond upstream: FTS5 finds rows by `rowid` or by a full-text match, so upstream's maintenance
@@ -988,16 +985,15 @@ def insert_search_row(conn: sqlite3.Connection, session_id: str, message_id: str
 
 
 def search(
-    conn: sqlite3.Connection, session_id: str | None, expression: str, limit: int, deadline: float
+    conn: sqlite3.Connection, session_id: str | None, expression: str, limit: int
 ) -> list[tuple[int, str, str, str]]:
     """(index rowid, id, role, session_id) best match first; hidden overlay rows excluded. The
     texts are read afterwards (`search_texts`), a bounded window at a time: a thousand hits of
-    20 MB messages are 20 GB. Interrupted (QueryInterrupted) once the monotonic clock passes
-    `deadline`."""
+    20 MB messages are 20 GB. The caller bounds its time (`ObjectStore.read`'s deadline): an
+    interrupted search raises SQLite's error."""
     hidden = _HIDDEN_SQL.format(id="f.id", session="f.session_id")
     session_filter = "" if session_id is None else "AND f.session_id = ?"
     params: tuple[object, ...] = (expression,) + (() if session_id is None else (session_id,)) + (limit,)
-    conn.set_progress_handler(lambda: int(time.monotonic() > deadline), SEARCH_PROGRESS_STEPS)
     try:
         return [
             (int(r[0]), str(r[1]), str(r[2]), str(r[3]))
@@ -1010,13 +1006,9 @@ def search(
             )
         ]
     except sqlite3.OperationalError as exc:
-        if exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_INTERRUPT:
-            raise QueryInterrupted(str(exc)) from None
-        if str(exc).startswith("fts5:"):  # the expression: the caller's query
-            raise QueryRejected(str(exc)) from None
-        raise  # the storage's (I/O, a full disk, corruption): a read failure like any other
-    finally:
-        conn.set_progress_handler(None, 0)
+        if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_INTERRUPT and str(exc).startswith("fts5:"):
+            raise QueryRejected(str(exc)) from None  # the expression: the caller's query
+        raise  # stopped, or the storage's (I/O, a full disk, corruption): for the caller to tell
 
 
 def search_texts(

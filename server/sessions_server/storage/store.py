@@ -22,12 +22,14 @@ everything takes the threads.
   idle, do not count), none was at this object's recent writes either, nothing is queued or
   committing on this object, its recent commits were quick and its write lock is free.
   Otherwise it takes the writer thread and commits in a group as above.
-- A read the caller marks quick (point reads: a leaf, a walk's steps of up to 64 rows) runs in
-  place when no other call is in flight, nothing is queued or committing on this object and its
-  recent quick reads were quick. It runs on the writer's connection, idle then, so a cold
-  object's first read opens no second connection; it never waits for a lock and stops once it
-  has run for INLINE_MAX_SECONDS: a read that meets a lock or runs out of time runs again on
-  the executor, where reads wait and run as long as they need.
+- A read the caller marks quick (point reads: a leaf, a walk's steps of up to 64 rows; a search's
+  ranking) runs in place when no other call is in flight, nothing is queued or committing on
+  this object and its recent quick reads of the same kind were quick. It runs on the writer's
+  connection, idle then, so a cold object's first read opens no second connection; it never
+  waits for a lock and stops once it has run for INLINE_MAX_SECONDS: a read that meets a lock or
+  runs out of time runs again on the executor, where reads wait and run as long as they need
+  (within their own deadline, if they have one). One that ran out of time sends the next reads
+  of its kind on this object to the executor until they are quick there again.
 - An open in place never waits for a lock either, and writes nothing: a file that is locked,
   missing, not in WAL mode, needs its schema created or upgraded, or has a large WAL to
   recover opens on the executor.
@@ -65,6 +67,7 @@ from sessions_server.storage.rows import (
     NewRow,
     OutOfDescriptors,
     Parent,
+    QueryInterrupted,
     RowInfo,
     StorageError,
     StoreClosed,
@@ -93,6 +96,7 @@ INLINE_MAX_SECONDS = 0.005
 # split the group commit that the others are about to join.
 INLINE_MAX_RECENT_CALLS = 1.5
 PROGRESS_STEPS = 200  # SQLite virtual-machine steps between deadline checks of a read in place
+DEADLINE_PROGRESS_STEPS = 10_000  # ... and of a read with a deadline on the executor
 # `open_ready` leaves a file with a larger WAL to `open` on the executor: recovering a WAL reads
 # all of it, beyond what the event loop's thread should wait for.
 READY_OPEN_MAX_WAL_BYTES = 1024 * 1024
@@ -102,6 +106,10 @@ RECENT_WEIGHT = 0.25  # of the newest sample in the running estimates below
 def recent_estimate(estimate: float, sample: float) -> float:
     """A running estimate moved toward its newest sample."""
     return estimate + (sample - estimate) * RECENT_WEIGHT
+
+
+def _past(deadline: float) -> bool:
+    return time.monotonic() > deadline
 
 
 @dataclass(slots=True)  # not frozen: built per message on every write, and frozen init costs 5x
@@ -199,7 +207,7 @@ class ObjectStore:
         self._recent_calls = 1.0  # running estimate of the calls in flight at this object's writes
         self._commit_seconds = 0.0  # running estimate of one commit cycle's wall time
         self.inline_writes = 0  # writes run (and committed, unless they failed) on the calling thread
-        self._quick_read_seconds = 0.0  # running estimate of one quick read's wall time
+        self._quick_read_seconds: dict[str, float] = {}  # running estimate of a quick read's wall time, by kind
         self._quick_deadline = 0.0  # when the quick read in place must stop
         self.inline_reads = 0  # quick reads answered on the calling thread
         self.inline_closes = 0  # closes run on the calling thread
@@ -610,30 +618,40 @@ class ObjectStore:
 
     # ── reads ───────────────────────────────────────────────────────────────
 
-    async def read(self, run: Callable[[sqlite3.Connection], T], *, quick: bool = False) -> T:
+    async def read(
+        self,
+        run: Callable[[sqlite3.Connection], T],
+        *,
+        quick: bool = False,
+        kind: str = "point",
+        deadline: float | None = None,
+    ) -> T:
         """Runs `run` with a read connection on the executor. `quick`: the caller knows `run`
-        to be point reads (a few dozen at most), which may then run in place (see the module
-        docstring); `run` must be safe to run twice, as a read is."""
+        to be short (point reads, a few dozen at most; a search of a small object), which may
+        then run in place (see the module docstring); `run` must be safe to run twice, as a read
+        is. Quick reads of one `kind` share the estimate that decides where the next one runs.
+        `deadline` (time.monotonic): past it the read is stopped, wherever it runs, and raises
+        QueryInterrupted."""
         if self._closed:
             raise StoreClosed("the object was closed while this call used it")
-        if quick and self._may_read_here():
+        if quick and self._may_read_here(kind):
             try:
-                return self._read_here(run)
+                return self._read_here(run, kind, deadline)
             except _RunAgain:
                 pass
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._read_blocking, run, quick)
+        return await loop.run_in_executor(self._executor, self._read_blocking, run, kind if quick else None, deadline)
 
-    def _may_read_here(self) -> bool:
+    def _may_read_here(self, kind: str) -> bool:
         return (
             self._calls_in_flight is not None
             and self._calls_in_flight() <= 1
-            and self._quick_read_seconds <= INLINE_MAX_SECONDS
+            and self._quick_read_seconds.get(kind, 0.0) <= INLINE_MAX_SECONDS
             and not self._writing
             and not self._writer.in_transaction
         )
 
-    def _read_here(self, run: Callable[[sqlite3.Connection], T]) -> T:
+    def _read_here(self, run: Callable[[sqlite3.Connection], T], kind: str, deadline: float | None) -> T:
         # On the writer's connection: it is idle (nothing queued or committing, and in-place
         # commits finish before the loop moves on), so it reads the last committed state, and a
         # freshly opened object needs no second connection (opening one costs about 0.3 ms).
@@ -641,8 +659,10 @@ class ObjectStore:
         if self._writer_waits_for_locks:
             conn.execute("PRAGMA busy_timeout = 0")  # the event loop must not wait for a lock
             self._writer_waits_for_locks = False
-        started = time.perf_counter()
-        self._quick_deadline = started + INLINE_MAX_SECONDS
+        started = time.monotonic()
+        self._quick_deadline = (
+            started + INLINE_MAX_SECONDS if deadline is None else min(started + INLINE_MAX_SECONDS, deadline)
+        )
         # A read that outlasts its time in place (huge messages, a cold disk) is stopped between
         # SQLite steps and runs again on the executor. The handler is the read's alone: commits
         # on this connection must never be interrupted.
@@ -652,24 +672,36 @@ class ObjectStore:
             value = run(conn)
         except sqlite3.Error as exc:
             code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
-            if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_INTERRUPT):
+            if code == sqlite3.SQLITE_INTERRUPT and deadline is not None and time.monotonic() > deadline:
+                raise QueryInterrupted(str(exc)) from None
+            if code == sqlite3.SQLITE_INTERRUPT:
+                # Known now to take longer than its time here: the next reads of its kind go
+                # to the executor, whose timings bring them back once they are quick.
+                self._quick_read_seconds[kind] = max(
+                    self._quick_read_seconds.get(kind, 0.0), time.monotonic() - started
+                )
+                raise _RunAgain from exc
+            if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
                 raise _RunAgain from exc
             raise StorageError(f"storage read failed: {exc}", cause=exc) from exc
         finally:
             conn.set_progress_handler(None, 0)
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
-            self._note_quick_read(started)
+        self._note_quick_read(kind, started)
         self.inline_reads += 1
         return value
 
     def _past_quick_deadline(self) -> bool:
-        return time.perf_counter() > self._quick_deadline
+        return time.monotonic() > self._quick_deadline
 
-    def _note_quick_read(self, started: float) -> None:
-        self._quick_read_seconds = recent_estimate(self._quick_read_seconds, time.perf_counter() - started)
+    def _note_quick_read(self, kind: str, started: float) -> None:
+        estimate = self._quick_read_seconds.get(kind, 0.0)
+        self._quick_read_seconds[kind] = recent_estimate(estimate, time.monotonic() - started)
 
-    def _read_blocking(self, run: Callable[[sqlite3.Connection], T], quick: bool = False) -> T:
+    def _read_blocking(
+        self, run: Callable[[sqlite3.Connection], T], quick_kind: str | None = None, deadline: float | None = None
+    ) -> T:
         with self._readers_lock:
             conn = self._readers.pop() if self._readers else None
         if conn is None:
@@ -682,19 +714,25 @@ class ObjectStore:
                     ) from exc
                 raise
             conn.execute("PRAGMA query_only = 1")
-        started = time.perf_counter()
+        started = time.monotonic()
+        if deadline is not None:
+            conn.set_progress_handler(functools.partial(_past, deadline), DEADLINE_PROGRESS_STEPS)
         try:
             # One snapshot for the whole read: its statements (a message's row, then its
             # continuation rows) must not straddle a commit, or a large message comes back torn.
             conn.execute("BEGIN")
             return run(conn)
         except sqlite3.Error as exc:
+            if deadline is not None and getattr(exc, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_INTERRUPT:
+                raise QueryInterrupted(str(exc)) from None
             raise StorageError(f"storage read failed: {exc}", cause=exc) from exc
         finally:
+            if deadline is not None:
+                conn.set_progress_handler(None, 0)
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
-            if quick:  # so that a slow object's quick reads, on either path, keep to the executor
-                self._note_quick_read(started)
+            if quick_kind is not None:  # so that a slow object's quick reads, on either path, keep to the executor
+                self._note_quick_read(quick_kind, started)
             with self._readers_lock:
                 if len(self._readers) < MAX_IDLE_READERS and not self._closed:
                     self._readers.append(conn)
@@ -755,6 +793,17 @@ class ObjectStore:
         with contextlib.suppress(FileNotFoundError):
             total += self.path.stat().st_size
         return total
+
+    def database_bytes(self) -> int:
+        """The object's data as of its last commit (its pages, in the file or still in the WAL),
+        without the WAL's older page versions that `file_bytes` counts: what a read of all of it
+        would meet. The file's size where the wal-index is not open or not yet written."""
+        size = None if self._wal_index is None else self._wal_index.database_bytes()
+        if size:
+            return size
+        with contextlib.suppress(FileNotFoundError):
+            return self.path.stat().st_size
+        return 0
 
     # ── lifecycle ───────────────────────────────────────────────────────────
 

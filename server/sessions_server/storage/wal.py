@@ -26,9 +26,13 @@ CHECKPOINT_FRAMES = 1000
 BACKSTOP_FRAMES = 4 * CHECKPOINT_FRAMES
 """The writer connection's `wal_autocheckpoint` while the store checkpoints by itself."""
 
-# Offsets in the wal-index: the first copy of the header's mxFrame (frames in the WAL) and the
-# checkpoint information's nBackfill (frames already copied into the database). Native byte order.
+# Offsets in the wal-index: the first copy of the header's szPage (the page size; 1 for 65,536),
+# mxFrame (frames in the WAL) and nPage (the database's size in pages as of the last commit), and
+# the checkpoint information's nBackfill (frames already copied into the database). Native byte
+# order.
+_SZ_PAGE = 14
 _MX_FRAME = 16
+_N_PAGE = 20
 _BACKFILL = 96
 
 
@@ -58,6 +62,19 @@ class WalIndex:
             return 0, 0  # not initialized yet: nothing written since the WAL was created
         mx_frame = int.from_bytes(head[_MX_FRAME : _MX_FRAME + 4], sys.byteorder)
         return mx_frame, int.from_bytes(head[_BACKFILL : _BACKFILL + 4], sys.byteorder)
+
+    def database_bytes(self) -> int | None:
+        """The database's size as of its last commit, wherever its pages are (the file, the
+        WAL); None before the wal-index is initialized."""
+        try:
+            head = os.pread(self._fd, _N_PAGE + 4, 0)
+        except OSError:
+            return None
+        if len(head) < _N_PAGE + 4:
+            return None
+        page_size = int.from_bytes(head[_SZ_PAGE : _SZ_PAGE + 2], sys.byteorder)
+        pages = int.from_bytes(head[_N_PAGE : _N_PAGE + 4], sys.byteorder)
+        return pages * (65536 if page_size == 1 else page_size)
 
     def close(self) -> None:
         os.close(self._fd)
