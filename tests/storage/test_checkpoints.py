@@ -177,3 +177,32 @@ def test_the_database_size_counts_its_pages_wherever_they_are_and_not_the_wals_o
     database_bytes, counted, file_alone, file_and_wal = asyncio.run(scenario())
     assert database_bytes == counted
     assert file_alone < database_bytes < file_and_wal
+
+
+def test_a_closed_stores_database_size_reads_no_file_that_took_its_wal_index_descriptor(tmp_path: Path) -> None:
+    """After the close, the wal-index's descriptor number is free for the next file opened
+    anywhere in the process; reading it then would report that file's bytes as this object's
+    size."""
+    path = tmp_path / "object.sqlite"
+    impostor = tmp_path / "impostor"
+    impostor.write_bytes(b"\xff" * 100)
+
+    async def scenario() -> tuple[int, int]:
+        async with opened(path, lambda: 1) as store:
+            await store.write(note(NOTE), size_hint=len(NOTE))
+            index = store._wal_index
+            assert index is not None and index._fd is not None
+            fd = index._fd
+        opened_fds: list[int] = []
+        try:
+            # The lowest free number comes first: open until the wal-index's is taken.
+            while fd not in opened_fds and len(opened_fds) < 64:
+                opened_fds.append(os.open(impostor, os.O_RDONLY))
+            assert fd in opened_fds
+            return store.database_bytes(), path.stat().st_size
+        finally:
+            for number in opened_fds:
+                os.close(number)
+
+    database_bytes, file_size = asyncio.run(scenario())
+    assert database_bytes == file_size

@@ -41,7 +41,7 @@ class WalIndex:
     exclusive-locking connection keeps it in private memory)."""
 
     def __init__(self, fd: int) -> None:
-        self._fd = fd
+        self._fd: int | None = fd  # None once closed: the number may name another file by then
 
     @classmethod
     def open(cls, database: Path) -> WalIndex | None:
@@ -54,6 +54,8 @@ class WalIndex:
         """(frames in the WAL, frames of them already checkpointed). Never raises: it runs right
         after a commit, which must not be reported as failed; (0, 0) leaves the checkpoint to
         SQLite's backstop."""
+        if self._fd is None:
+            return 0, 0
         try:
             head = os.pread(self._fd, _BACKFILL + 4, 0)
         except OSError:
@@ -66,6 +68,8 @@ class WalIndex:
     def database_bytes(self) -> int | None:
         """The database's size as of its last commit, wherever its pages are (the file, the
         WAL); None before the wal-index is initialized."""
+        if self._fd is None:
+            return None
         try:
             head = os.pread(self._fd, _N_PAGE + 4, 0)
         except OSError:
@@ -77,7 +81,9 @@ class WalIndex:
         return pages * (65536 if page_size == 1 else page_size)
 
     def close(self) -> None:
-        os.close(self._fd)
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 class CheckpointPolicy:
