@@ -1,7 +1,8 @@
 """A lone caller's first read of a short session after its object opened runs on the event
 loop's thread whichever method asks: a budgeted read's plan (a walk when nothing is
 remembered), a newest-first read's path once it meets a compaction, a message's branches, the
-session's compaction records and an attachment's description. Each read took the hop to a
+session's compaction records, an attachment's description, a path's row statistics, and a
+small object's sessions and counts. Each read took the hop to a
 worker thread before and, on a freshly opened object, a second connection, whose open reads the
 schema again. The domain over a real object file."""
 
@@ -14,6 +15,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
+import pytest
+
+from sessions_server.domain import service as service_module
 from sessions_server.domain.history import RecentSummary
 from sessions_server.domain.messages import is_overlay_id
 from sessions_server.domain.service import AppendInput, SessionsService
@@ -119,3 +123,28 @@ def test_an_attachments_description_is_read_in_place(tmp_path: Path, executor_re
 
     assert asyncio.run(run()) == ("image/png", payload)
     assert executor_reads == ["<lambda>"]  # the one chunk
+
+
+def test_a_paths_row_statistics_are_read_in_place(tmp_path: Path, executor_reads: list[str]) -> None:
+    async def read(service: SessionsService) -> list[str]:
+        return [stat.id for stat in await service.row_stats("o", "s")]
+
+    assert _run_cold(tmp_path, read) == ["m1", "m2", "m3", "m4", "m5"]
+    assert executor_reads == []
+
+
+@pytest.mark.parametrize("small", [True, False], ids=["small object", "large object"])
+def test_a_small_objects_sessions_and_counts_are_read_in_place(
+    tmp_path: Path, executor_reads: list[str], monkeypatch: pytest.MonkeyPatch, small: bool
+) -> None:
+    """Their cost grows with the object: a large one's take the executor from the start."""
+    if not small:
+        monkeypatch.setattr(service_module, "IN_PLACE_MAX_OBJECT_BYTES", 0)
+
+    async def read(service: SessionsService) -> tuple[list[tuple[str, int]], int]:
+        sessions = await service.list_sessions("o", None, 10)
+        counts = await service.object_stats("o")
+        return sessions, counts["message_rows"]
+
+    assert _run_cold(tmp_path, read) == ([("s", 6)], 6)  # m2b too
+    assert executor_reads == ([] if small else ["<lambda>", "object_counts"])

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from sessions_server.domain import search as search_rules
+from sessions_server.domain import service as service_module
 from sessions_server.domain.history import WINDOW_BYTES
 from sessions_server.domain.service import AppendInput, SessionsService
 from sessions_server.storage import store as store_module
@@ -67,7 +67,7 @@ def test_a_lone_callers_search_of_a_small_object_is_read_in_place(
     ranking takes the hop from the start (its texts are still point reads)."""
     monkeypatch.setattr(store_module, "INLINE_MAX_SECONDS", 60.0)  # however slowly this machine reads
     if max_object_bytes is not None:
-        monkeypatch.setattr(search_rules, "IN_PLACE_MAX_OBJECT_BYTES", max_object_bytes)
+        monkeypatch.setattr(service_module, "IN_PLACE_MAX_OBJECT_BYTES", max_object_bytes)
 
     async def run() -> tuple[list[tuple[str, str]], int]:
         service = SessionsService(ObjectRegistry(tmp_path, ThreadPoolExecutor(max_workers=2), calls_in_flight=calls))

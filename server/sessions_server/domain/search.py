@@ -23,11 +23,6 @@ DEFAULT_SEARCH_SECONDS = 2.0  # a search's budget: its wait for a slot, then its
 # Half the server's SQL threads (8): a search may run for its whole budget on one, and the other
 # half stay free for every other call.
 DEFAULT_CONCURRENT_SEARCHES = 4
-# A search of an object up to this size (its pages as of its last commit) may run in place for
-# a lone caller: here a common word (in a fifth of 1 KB messages) ranked in 0.5 ms at 2.4 MB,
-# 1.3 ms at 5.7 MB and 5.3 ms at 22 MB, past the 5 ms a read may hold the event loop. A larger
-# object's searches take the executor from the start, instead of spending those 5 ms first.
-IN_PLACE_MAX_OBJECT_BYTES = 4 * 1024 * 1024
 PHRASE = "phrase"
 ALL_WORDS = "all_words"
 

@@ -22,9 +22,9 @@ everything takes the threads.
   idle, do not count), none was at this object's recent writes either, nothing is queued or
   committing on this object, its recent commits were quick and its write lock is free.
   Otherwise it takes the writer thread and commits in a group as above.
-- A read the caller marks quick (point reads: a leaf, a walk's steps of up to 64 rows; a search's
-  ranking) runs in place when no other call is in flight, nothing is queued or committing on
-  this object and its recent quick reads of the same kind were quick. It runs on the writer's
+- A read the caller marks quick (point reads: a leaf, a walk's steps of up to 64 rows; a small
+  object's search or counts) runs in place when no other call is in flight, nothing is queued or
+  committing on this object and its recent quick reads of the same kind were quick. It runs on the writer's
   connection, idle then, so a cold object's first read opens no second connection; it never
   waits for a lock and stops once it has run for INLINE_MAX_SECONDS: a read that meets a lock or
   runs out of time runs again on the executor, where reads wait and run as long as they need
