@@ -1006,7 +1006,7 @@ def search(
             )
         ]
     except sqlite3.OperationalError as exc:
-        if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_INTERRUPT and str(exc).startswith("fts5:"):
+        if str(exc).startswith("fts5:"):
             raise QueryRejected(str(exc)) from None  # the expression: the caller's query
         raise  # stopped, or the storage's (I/O, a full disk, corruption): for the caller to tell
 

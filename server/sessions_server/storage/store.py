@@ -208,7 +208,6 @@ class ObjectStore:
         self._commit_seconds = 0.0  # running estimate of one commit cycle's wall time
         self.inline_writes = 0  # writes run (and committed, unless they failed) on the calling thread
         self._quick_read_seconds: dict[str, float] = {}  # running estimate of a quick read's wall time, by kind
-        self._quick_deadline = 0.0  # when the quick read in place must stop
         self.inline_reads = 0  # quick reads answered on the calling thread
         self.inline_closes = 0  # closes run on the calling thread
         self._readers: list[sqlite3.Connection] = []
@@ -660,21 +659,19 @@ class ObjectStore:
             conn.execute("PRAGMA busy_timeout = 0")  # the event loop must not wait for a lock
             self._writer_waits_for_locks = False
         started = time.monotonic()
-        self._quick_deadline = (
-            started + INLINE_MAX_SECONDS if deadline is None else min(started + INLINE_MAX_SECONDS, deadline)
-        )
+        stop_at = started + INLINE_MAX_SECONDS if deadline is None else min(started + INLINE_MAX_SECONDS, deadline)
         # A read that outlasts its time in place (huge messages, a cold disk) is stopped between
         # SQLite steps and runs again on the executor. The handler is the read's alone: commits
         # on this connection must never be interrupted.
-        conn.set_progress_handler(self._past_quick_deadline, PROGRESS_STEPS)
+        conn.set_progress_handler(functools.partial(_past, stop_at), PROGRESS_STEPS)
         try:
             conn.execute("BEGIN")  # one snapshot, as on the executor
             value = run(conn)
         except sqlite3.Error as exc:
             code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
-            if code == sqlite3.SQLITE_INTERRUPT and deadline is not None and time.monotonic() > deadline:
-                raise QueryInterrupted(str(exc)) from None
             if code == sqlite3.SQLITE_INTERRUPT:
+                if deadline is not None and _past(deadline):
+                    raise QueryInterrupted(str(exc)) from None
                 # Known now to take longer than its time here: the next reads of its kind go
                 # to the executor, whose timings bring them back once they are quick.
                 self._quick_read_seconds[kind] = max(
@@ -691,9 +688,6 @@ class ObjectStore:
         self._note_quick_read(kind, started)
         self.inline_reads += 1
         return value
-
-    def _past_quick_deadline(self) -> bool:
-        return time.monotonic() > self._quick_deadline
 
     def _note_quick_read(self, kind: str, started: float) -> None:
         estimate = self._quick_read_seconds.get(kind, 0.0)

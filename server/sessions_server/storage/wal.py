@@ -54,36 +54,39 @@ class WalIndex:
         """(frames in the WAL, frames of them already checkpointed). Never raises: it runs right
         after a commit, which must not be reported as failed; (0, 0) leaves the checkpoint to
         SQLite's backstop."""
-        if self._fd is None:
+        head = self._head(_BACKFILL + 4)
+        if head is None:
             return 0, 0
-        try:
-            head = os.pread(self._fd, _BACKFILL + 4, 0)
-        except OSError:
-            return 0, 0
-        if len(head) < _BACKFILL + 4:
-            return 0, 0  # not initialized yet: nothing written since the WAL was created
-        mx_frame = int.from_bytes(head[_MX_FRAME : _MX_FRAME + 4], sys.byteorder)
-        return mx_frame, int.from_bytes(head[_BACKFILL : _BACKFILL + 4], sys.byteorder)
+        return _field(head, _MX_FRAME, 4), _field(head, _BACKFILL, 4)
 
     def database_bytes(self) -> int | None:
         """The database's size as of its last commit, wherever its pages are (the file, the
         WAL); None before the wal-index is initialized."""
+        head = self._head(_N_PAGE + 4)
+        if head is None:
+            return None
+        page_size = _field(head, _SZ_PAGE, 2)
+        return _field(head, _N_PAGE, 4) * (65536 if page_size == 1 else page_size)
+
+    def _head(self, length: int) -> bytes | None:
+        """The wal-index's first `length` bytes; None once closed, on a read error, or before
+        SQLite initialized them (nothing written since the WAL was created)."""
         if self._fd is None:
             return None
         try:
-            head = os.pread(self._fd, _N_PAGE + 4, 0)
+            head = os.pread(self._fd, length, 0)
         except OSError:
             return None
-        if len(head) < _N_PAGE + 4:
-            return None
-        page_size = int.from_bytes(head[_SZ_PAGE : _SZ_PAGE + 2], sys.byteorder)
-        pages = int.from_bytes(head[_N_PAGE : _N_PAGE + 4], sys.byteorder)
-        return pages * (65536 if page_size == 1 else page_size)
+        return head if len(head) == length else None
 
     def close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+def _field(head: bytes, offset: int, size: int) -> int:
+    return int.from_bytes(head[offset : offset + size], sys.byteorder)
 
 
 class CheckpointPolicy:
