@@ -1,9 +1,10 @@
-"""A lone caller's root-first history read of a short session runs on the event loop's thread:
-its plan (the leaf, the session's compaction records, the remembered rows, or a walk when the
-path is not remembered, stopped and run again on the executor if it outlasts a quick read) and
-its first window of messages (at most 50 rows and 256 KiB). Before, each took the hop to a
-worker thread, and on a freshly opened object a second connection: most of the cost of reading
-a few messages. Larger windows take the executor. The domain over a real object file."""
+"""A lone caller's root-first history read runs on the event loop's thread: its plan (the leaf,
+the session's compaction records, the remembered rows, or a walk when the path is not
+remembered, stopped and run again on the executor if it outlasts a quick read) and its windows
+of messages of up to 1 MiB stored each. Before, each took the hop to a worker thread, and on a
+freshly opened object a second connection: most of the cost of reading a few messages; a long
+session's windows past its first (50 rows and 256 KiB) took it too. Larger windows take the
+executor. The domain over a real object file."""
 
 from __future__ import annotations
 
@@ -73,9 +74,24 @@ def test_a_short_sessions_reads_run_in_place(tmp_path: Path, executor_reads: lis
     assert second == [*first, "m4"]
 
 
+def test_a_long_sessions_windows_of_small_messages_run_in_place(tmp_path: Path, executor_reads: list[str]) -> None:
+    ids = [f"m{index:03d}" for index in range(300)]
+
+    async def run() -> list[str]:
+        await _appended(tmp_path, False, *ids, padding=1_000)
+        service = _service(tmp_path)
+        try:
+            return await _ids(service)  # windows of 50, 100 and 150 rows
+        finally:
+            await service.registry.close_all()
+
+    assert asyncio.run(run()) == ids
+    assert executor_reads == []
+
+
 def test_a_window_of_large_messages_is_read_on_the_executor(tmp_path: Path, executor_reads: list[str]) -> None:
     async def run() -> list[str]:
-        await _appended(tmp_path, False, "m1", "m2", "m3", "m4", padding=100_000)
+        await _appended(tmp_path, False, "m1", "m2", "m3", "m4", padding=300_000)
         service = _service(tmp_path)
         try:
             return await _ids(service)
@@ -83,7 +99,7 @@ def test_a_window_of_large_messages_is_read_on_the_executor(tmp_path: Path, exec
             await service.registry.close_all()
 
     assert asyncio.run(run()) == ["m1", "m2", "m3", "m4"]
-    assert len(executor_reads) == 1  # the window (400 KB stored); the walk in place
+    assert len(executor_reads) == 1  # the window (1.2 MB stored); the walk in place
 
 
 def _service(data_dir: Path) -> SessionsService:
