@@ -12,8 +12,8 @@ import grpc
 import pytest
 
 from sessions_client import SessionsError
-from tests.conformance.harness.messages import msg
-from tests.conformance.harness.oracle import OracleError
+from tests.conformance.harness.messages import big_text, msg, parts_msg
+from tests.conformance.harness.oracle import OracleError, RawJson
 from tests.conformance.harness.pair import Pair
 
 
@@ -162,3 +162,29 @@ def test_lone_surrogate_ids_are_rejected(pair: Pair, text: str) -> None:
     error = _ours_rejects(lambda: pair.ours().append_message(message))
     assert error.reason == "INVALID_MESSAGE"
     assert pair.ours().get_history() == []
+
+
+def test_a_write_answer_past_one_response_comes_back_as_a_read_gives_it(pair: Pair) -> None:
+    """A written message whose JSON passes one response (3 MiB) and is not the JSON the client
+    sent (the server sanitized or re-serialized it) is left out of the answer and read back by
+    the client, so its media come back as stored: a part without `mediaType` has gained one,
+    bytes first stored under another type carry that type. Upstream's write answers with the
+    parts as given. Reads agree on both sides."""
+    pair.level = "light"  # each read moves every byte
+    bare = {"type": "file", "url": "data:image/png;base64,QUJD"}
+    pair.append(parts_msg("small", [{"type": "file", "mediaType": "image/jpeg", "url": "data:image/jpeg;base64,REVG"}]))
+    retyped = {"type": "file", "mediaType": "application/pdf", "url": "data:application/pdf;base64,REVG"}
+    large = parts_msg("large", [bare, retyped, {"type": "text", "text": big_text(3_500_000)}], role="user")
+    # Spaced JSON: the server stores it re-serialized, so the answer is not the JSON as sent.
+    spaced = json.dumps(large, separators=(", ", ": "))
+    up = pair.up("appendMessage", {"message": RawJson(spaced)})
+    ours = pair.ours().append_message(spaced)
+    assert up["inserted"] and ours.inserted
+    assert up["message"]["parts"][:2] == [bare, retyped]
+    assert ours.message["parts"][:2] == [
+        {**bare, "mediaType": "image/png"},
+        {**retyped, "url": "data:image/jpeg;base64,REVG"},
+    ]
+    as_read = pair.read("getMessage", {"id": "large"})
+    assert json.loads(as_read)["parts"][:2] == ours.message["parts"][:2]
+    pair.check()

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.conformance.harness.gen import Generator, parse_seeds
+from tests.conformance.harness.gen import Generator, RichGenerator, parse_seeds
 from tests.conformance.harness.pair import Pair
 
 SEEDS = parse_seeds(os.environ.get("CONFORMANCE_SEEDS", "1-5"))
@@ -21,4 +21,15 @@ STEPS = int(os.environ.get("CONFORMANCE_STEPS", "30"))
 def test_random_scenario(make_pair: Callable[..., Pair], seed: int) -> None:
     pair = make_pair(level="normal", label=f"seed{seed}")
     Generator(seed, pair, steps=STEPS).run()
+    pair.check(level="full")
+
+
+RICH_SEEDS = parse_seeds(os.environ.get("CONFORMANCE_RICH_SEEDS", "1-3"))
+
+
+@pytest.mark.parametrize("seed", RICH_SEEDS)
+def test_random_rich_scenario(make_pair: Callable[..., Pair], seed: int) -> None:
+    """Media, compaction overlays and messages past one row, interleaved with the plain writes."""
+    pair = make_pair(level="normal", label=f"rich{seed}")
+    RichGenerator(seed, pair, steps=STEPS).run()
     pair.check(level="full")

@@ -5,6 +5,8 @@ stored state upstream reports, which must equal ours or the scenario already fai
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import random
 from typing import Any
 
@@ -188,3 +190,115 @@ class Generator:
         mid = self.rng.choice(existing) if existing and self.rng.random() < 0.15 else self.fresh_id(session)
         self.created += self.rng.randint(1, 10_000)
         self.pair.import_(self.message(mid), parent=parent, created_at=self.created, session=session)
+
+
+# Payloads for media parts: few, so that the same bytes recur (one stored record, several refs).
+MEDIA_PAYLOADS = [random.Random(n).randbytes(n) for n in (3, 200, 1_500, 6_000, 90_000)]
+MEDIA_TYPES = ["image/png", "image/jpeg", "application/pdf", None]
+# Mixed widths, so that continuation rows are cut next to 2-, 3- and 4-byte characters.
+LARGE_UNIT = "lorem δέλτα 中文 😀 "
+
+
+class RichGenerator(Generator):
+    """`Generator`'s writes plus inline media, manual and planned compaction overlays, and very
+    large messages (in session "big", checked with the light read plan). A separate class, so
+    that the plain generator's seeds keep their scenarios."""
+
+    BIG = "big"
+
+    def __init__(self, seed: int, pair: Pair, steps: int = 30) -> None:
+        super().__init__(seed, pair, steps, sessions=("", "s1", self.BIG))
+        pair.session_levels[self.BIG] = "light"
+        self.manual_overlays: set[str] = set()  # sessions given an overlay by add_compaction
+        self.current_session = ""
+        self.large = False  # the message being built is past one row
+        self.importing = False
+        self.no_media = False  # the message being built gets no media parts
+
+    def media_part(self) -> dict[str, Any]:
+        data = self.rng.choice(MEDIA_PAYLOADS)
+        media_type = self.rng.choice(MEDIA_TYPES)
+        part: dict[str, Any] = {"type": "file"}
+        if media_type is not None:
+            part["mediaType"] = media_type
+        url = f"data:{media_type or 'image/png'};base64,{base64.b64encode(data).decode()}"
+        if self.rng.random() < 0.1:
+            url = "attachment:sha256:" + hashlib.sha256(data).hexdigest()  # a caller's own pointer
+        part["url"] = url
+        if self.rng.random() < 0.2:  # nested in a tool's output
+            return {"type": "tool-render", "toolCallId": "m", "state": "output-available", "output": {"image": part}}
+        return part
+
+    def part(self) -> dict[str, Any]:
+        return self.media_part() if not self.no_media and self.rng.random() < 0.15 else super().part()
+
+    def message(self, mid: str) -> dict[str, Any]:
+        # A large message holds no media: the answer to its write can pass one response, and the
+        # client then reads the message back, media as stored (a deliberate difference,
+        # test_differences.py), where upstream answers with the media as given.
+        self.large = self.current_session == self.BIG and self.rng.random() < 0.4
+        # A duplicate-id import stores no payload here, where upstream's leaves an orphan one
+        # (DESIGN §9; test_attachments.py).
+        duplicate_import = self.importing and mid in self.existing(self.current_session)
+        self.no_media = self.large or duplicate_import
+        out = super().message(mid)
+        if self.large:
+            size = self.rng.randint(1_500_000, 3_400_000)
+            text = (LARGE_UNIT * (size // len(LARGE_UNIT) + 1))[: size - self.rng.randint(0, 3)]
+            out["parts"].append({"type": "text", "text": text})
+        return out
+
+    def run(self) -> None:
+        ops = [
+            (30, self.op_append),
+            (5, self.op_append_duplicate),
+            (10, self.op_update),
+            (8, self.op_upsert),
+            (6, self.op_delete),
+            (1, self.op_clear),
+            (5, self.op_import),
+            (6, self.op_add_compaction),
+            (6, self.op_compact),
+        ]
+        total = sum(w for w, _ in ops)
+        for _ in range(self.steps):
+            session = self.rng.choice(self.sessions)
+            self.current_session = session
+            roll = self.rng.uniform(0, total)
+            for weight, op in ops:
+                roll -= weight
+                if roll <= 0:
+                    op(session)
+                    break
+
+    def op_import(self, session: str) -> None:
+        self.importing = True
+        try:
+            super().op_import(session)
+        finally:
+            self.importing = False
+
+    def op_add_compaction(self, session: str) -> None:
+        existing = self.existing(session)
+        pick: list[str] = existing or ["nothing"]
+        start = self.rng.randrange(len(pick))
+        end = min(len(pick) - 1, start + self.rng.choice([0, 1, 2, 4, 8]))
+        from_id, to_id = pick[start], pick[end]
+        roll = self.rng.random()
+        if roll < 0.1:
+            from_id, to_id = to_id, from_id  # reversed: ignored on read
+        elif roll < 0.15:
+            to_id = "unknown"
+        self.manual_overlays.add(session)
+        self.pair.add_compaction(f"summary {self.text()}", from_id, to_id, session=session)
+
+    def op_compact(self, session: str) -> None:
+        # Upstream's plan can drop a message when an older overlay sits in the protected head,
+        # where ours does not (DESIGN §9, test_compaction.py): planned compaction runs only where
+        # every overlay came from planned compaction.
+        if session in self.manual_overlays:
+            return self.op_add_compaction(session)
+        existing = self.existing(session)
+        leaf = self.rng.choice(existing) if existing and self.rng.random() < 0.25 else None
+        self.pair.compact_reference(self.rng.choice([0, 8, 40, 200, 2_000]), leaf=leaf, session=session)
+        return None
