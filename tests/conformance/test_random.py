@@ -31,5 +31,8 @@ RICH_SEEDS = parse_seeds(os.environ.get("CONFORMANCE_RICH_SEEDS", "1-3"))
 def test_random_rich_scenario(make_pair: Callable[..., Pair], seed: int) -> None:
     """Media, compaction overlays and messages past one row, interleaved with the plain writes."""
     pair = make_pair(level="normal", label=f"rich{seed}")
-    RichGenerator(seed, pair, steps=STEPS).run()
+    generator = RichGenerator(seed, pair, steps=STEPS)
+    generator.run()
     pair.check(level="full")
+    if generator.searched:  # the index as the writes since the last search left it
+        pair.search("alpha")

@@ -12,8 +12,6 @@ from tests.conformance.harness.messages import big_text, msg, parts_msg
 from tests.conformance.harness.oracle import OracleError
 from tests.conformance.harness.pair import Pair
 
-FTS_SQL = "SELECT id, session_id, role, content FROM cf_agents_session_fts ORDER BY session_id, id, content"
-
 
 def _fts_tables(pair: Pair) -> tuple[bool, bool]:
     up = bool(pair.oracle.sql(pair.key, "SELECT name FROM sqlite_master WHERE name = 'cf_agents_session_fts'"))
@@ -28,24 +26,12 @@ def _fts_tables(pair: Pair) -> tuple[bool, bool]:
 
 
 def _fts_rows(pair: Pair) -> None:
-    up = [tuple(r.values()) for r in pair.oracle.sql(pair.key, FTS_SQL)]
-    conn = sqlite3.connect(f"file:{pair.our_file()}?mode=ro", uri=True)
-    try:
-        ours = [tuple(r) for r in conn.execute(FTS_SQL)]
-    finally:
-        conn.close()
+    up, ours = pair.search_index_rows()
     assert up == ours, "FTS index rows differ"
 
 
 def search(pair: Pair, query: str, limit: int | None = None, session: str = "") -> list[dict[str, Any]]:
-    body: dict[str, Any] = {"query": query}
-    if limit is not None:
-        body["options"] = {"limit": limit}
-    up = pair.up("search", body, session)
-    kwargs = {} if limit is None else {"limit": limit}
-    ours = [{"id": r.id, "role": r.role, "content": r.content} for r in pair.ours(session).search(query, **kwargs)]
-    assert [dict(r) for r in up] == ours, f"search {query!r} limit={limit} session={session!r}"
-    return ours
+    return pair.search(query, limit, session, index=False)
 
 
 def _corpus(pair: Pair) -> None:

@@ -28,8 +28,10 @@ from tests.conformance.harness.stored import (
     MESSAGE_COLUMNS,
     Stored,
     file_rows,
+    file_search_index,
     row_bytes,
     upstream_rows,
+    upstream_search_index,
 )
 
 Msg = dict[str, Any] | str  # a message, or its exact JSON text
@@ -446,6 +448,36 @@ class Pair:
             our_shape,
             check=check,
         )
+
+    # ── search ──────────────────────────────────────────────────────────────
+
+    def search(
+        self, query: str, limit: int | None = None, session: str = "", index: bool = True
+    ) -> list[dict[str, Any]]:
+        """search() on both sides; asserts equal hits and, with `index`, equal rows of the index
+        (which then exists on both) for the whole object. Returns our hits."""
+        self.log.append(f"[{session!r}] search {query!r} limit={limit}")
+        body: dict[str, Any] = {"query": query}
+        if limit is not None:
+            body["options"] = {"limit": limit}
+        kwargs = {} if limit is None else {"limit": limit}
+        up = self._run_up(lambda: self.up("search", body, session), lambda hits: [dict(h) for h in hits])
+        ours = self._run_ours(
+            lambda: self.ours(session).search(query, **kwargs),
+            lambda hits: [{"id": h.id, "role": h.role, "content": h.content} for h in hits],
+        )
+        problems: list[str] = []
+        self._compare(f"search {query!r} limit={limit}", up, ours, problems)
+        up_index, our_index = self.search_index_rows() if index else ([], [])
+        if up_index != our_index:
+            problems.append(f"search index rows: upstream {_short(up_index, 400)} | ours {_short(our_index, 400)}")
+        if problems:
+            self._fail(problems)
+        return list(ours.value)
+
+    def search_index_rows(self) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+        """The search index's rows: (upstream's, ours)."""
+        return upstream_search_index(self.oracle, self.key), file_search_index(self.our_file())
 
     # ── state checks ────────────────────────────────────────────────────────
 

@@ -125,6 +125,23 @@ def file_rows(path: Path, tables: Sequence[str] = tuple(QUERIES)) -> Stored:
     return out
 
 
+SEARCH_INDEX_SQL = "SELECT id, session_id, role, content FROM cf_agents_session_fts ORDER BY session_id, id, content"
+
+
+def upstream_search_index(oracle: Oracle, key: str) -> list[tuple[Any, ...]]:
+    """Rows of upstream's search index (the object must have one: it raises otherwise)."""
+    return [tuple(r.values()) for r in oracle.sql(key, SEARCH_INDEX_SQL)]
+
+
+def file_search_index(path: Path) -> list[tuple[Any, ...]]:
+    """Rows of the search index of a store file."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return [tuple(r) for r in conn.execute(SEARCH_INDEX_SQL)]
+    finally:
+        conn.close()
+
+
 def row_bytes(stored: Stored, session: str, message_id: str) -> int:
     """Upstream's row-stat `bytes`: UTF-8 size of the stored JSON plus base64 size of ref'd payloads."""
     content = stored.full_content(session, message_id) or ""
