@@ -1,6 +1,7 @@
-"""Randomized differential scenarios with fixed seeds (1-5 by default).
+"""Randomized differential scenarios with fixed seeds (1-5 by default; the rich ones 1-3).
 
 CONFORMANCE_SEEDS=1-200 CONFORMANCE_STEPS=60 tests/conformance/run.sh -k random
+CONFORMANCE_RICH_SEEDS=1-100 CONFORMANCE_STEPS=40 tests/conformance/run.sh -k random_rich
 """
 
 from __future__ import annotations
