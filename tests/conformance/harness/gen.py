@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import random
+from collections.abc import Callable
 from typing import Any
 
 from sessions_client import AUTO
@@ -43,6 +44,7 @@ class Generator:
         self.sessions = sessions
         self.id_pool = [f"r{i}" for i in range(24)]
         self.created = 1_600_000_000_000
+        self.current_session = ""  # the session of the step under way
 
     # ── content ─────────────────────────────────────────────────────────────
 
@@ -120,8 +122,9 @@ class Generator:
 
     # ── the run ─────────────────────────────────────────────────────────────
 
-    def run(self) -> None:
-        ops = [
+    def ops(self) -> list[tuple[int, Callable[[str], None]]]:
+        """(weight, operation on a session) to draw each step from."""
+        return [
             (30, self.op_append),
             (5, self.op_append_duplicate),
             (10, self.op_update),
@@ -130,9 +133,13 @@ class Generator:
             (2, self.op_clear),
             (7, self.op_import),
         ]
+
+    def run(self) -> None:
+        ops = self.ops()
         total = sum(w for w, _ in ops)
         for _ in range(self.steps):
             session = self.rng.choice(self.sessions)
+            self.current_session = session
             roll = self.rng.uniform(0, total)
             for weight, op in ops:
                 roll -= weight
@@ -213,7 +220,6 @@ class RichGenerator(Generator):
         super().__init__(seed, pair, steps, sessions=("", "s1", self.BIG))
         pair.session_levels[self.BIG] = "light"
         self.manual_overlays: set[str] = set()  # sessions given an overlay by add_compaction
-        self.current_session = ""
         self.large = False  # the message being built is past one row
         self.importing = False
         self.no_media = False  # the message being built gets no media parts
@@ -252,29 +258,8 @@ class RichGenerator(Generator):
             out["parts"].append({"type": "text", "text": text})
         return out
 
-    def run(self) -> None:
-        ops = [
-            (30, self.op_append),
-            (5, self.op_append_duplicate),
-            (10, self.op_update),
-            (8, self.op_upsert),
-            (6, self.op_delete),
-            (1, self.op_clear),
-            (5, self.op_import),
-            (6, self.op_add_compaction),
-            (6, self.op_compact),
-            (3, self.op_search),
-        ]
-        total = sum(w for w, _ in ops)
-        for _ in range(self.steps):
-            session = self.rng.choice(self.sessions)
-            self.current_session = session
-            roll = self.rng.uniform(0, total)
-            for weight, op in ops:
-                roll -= weight
-                if roll <= 0:
-                    op(session)
-                    break
+    def ops(self) -> list[tuple[int, Callable[[str], None]]]:
+        return [*super().ops(), (6, self.op_add_compaction), (6, self.op_compact), (3, self.op_search)]
 
     def op_import(self, session: str) -> None:
         self.importing = True
