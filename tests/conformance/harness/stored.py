@@ -134,9 +134,14 @@ def upstream_search_index(oracle: Oracle, key: str) -> list[tuple[Any, ...]]:
 
 
 def file_search_index(path: Path) -> list[tuple[Any, ...]]:
-    """Rows of the search index of a store file."""
+    """Rows of the search index of a store file; none without the file (an object never
+    written has none) or the index."""
+    if not path.exists():
+        return []
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'cf_agents_session_fts'").fetchone() is None:
+            return []
         return [tuple(r) for r in conn.execute(SEARCH_INDEX_SQL)]
     finally:
         conn.close()
