@@ -30,7 +30,7 @@ RICH_SEEDS = parse_seeds(os.environ.get("CONFORMANCE_RICH_SEEDS", "1-3"))
 
 @pytest.mark.parametrize("seed", RICH_SEEDS)
 def test_random_rich_scenario(make_pair: Callable[..., Pair], seed: int) -> None:
-    """Media, compaction overlays and messages past one row, interleaved with the plain writes."""
+    """Media, compaction overlays, searches and messages past one row, among the plain writes."""
     pair = make_pair(level="normal", label=f"rich{seed}")
     generator = RichGenerator(seed, pair, steps=STEPS)
     generator.run()

@@ -454,8 +454,8 @@ class Pair:
     def search(
         self, query: str, limit: int | None = None, session: str = "", index: bool = True
     ) -> list[dict[str, Any]]:
-        """search() on both sides; asserts equal hits and, with `index`, equal rows of the index
-        (which then exists on both) for the whole object. Returns our hits."""
+        """search() on both sides; asserts equal hits and, with `index`, equal rows of the whole
+        object's index (none on our side while the object has no file). Returns our hits."""
         self.log.append(f"[{session!r}] search {query!r} limit={limit}")
         body: dict[str, Any] = {"query": query}
         if limit is not None:
