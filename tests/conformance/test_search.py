@@ -3,7 +3,6 @@ phrase query. The index rows are compared too (upstream's read through the sql o
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
 import pytest
@@ -11,20 +10,12 @@ import pytest
 from tests.conformance.harness.messages import big_text, msg, parts_msg
 from tests.conformance.harness.oracle import OracleError
 from tests.conformance.harness.pair import Pair
+from tests.conformance.harness.stored import file_has_search_index
 
 
 def _fts_tables(pair: Pair) -> tuple[bool, bool]:
     up = bool(pair.oracle.sql(pair.key, "SELECT name FROM sqlite_master WHERE name = 'cf_agents_session_fts'"))
-    if not pair.our_file().exists():  # an object never written has no file
-        return up, False
-    conn = sqlite3.connect(f"file:{pair.our_file()}?mode=ro", uri=True)
-    try:
-        ours = (
-            conn.execute("SELECT name FROM sqlite_master WHERE name = 'cf_agents_session_fts'").fetchone() is not None
-        )
-    finally:
-        conn.close()
-    return up, ours
+    return up, file_has_search_index(pair.our_file())
 
 
 def _fts_rows(pair: Pair) -> None:

@@ -133,15 +133,23 @@ def upstream_search_index(oracle: Oracle, key: str) -> list[tuple[Any, ...]]:
     return [tuple(r.values()) for r in oracle.sql(key, SEARCH_INDEX_SQL)]
 
 
-def file_search_index(path: Path) -> list[tuple[Any, ...]]:
-    """Rows of the search index of a store file; none without the file (an object never
-    written has none) or the index."""
+def file_has_search_index(path: Path) -> bool:
+    """Whether a store file has a search index (an object never written has no file)."""
     if not path.exists():
+        return False
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'cf_agents_session_fts'").fetchone() is not None
+    finally:
+        conn.close()
+
+
+def file_search_index(path: Path) -> list[tuple[Any, ...]]:
+    """Rows of the search index of a store file; none without the file or the index."""
+    if not file_has_search_index(path):
         return []
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
-        if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'cf_agents_session_fts'").fetchone() is None:
-            return []
         return [tuple(r) for r in conn.execute(SEARCH_INDEX_SQL)]
     finally:
         conn.close()
