@@ -1040,14 +1040,22 @@ const RECONNECT_CODES = new Set(["UNAVAILABLE", "CANCELLED"]);
 /** Reconnections in a row before a subscription gives up (as the Python and Go clients). */
 export const RECONNECT_ATTEMPTS = 20;
 
-/** Waits `ms`, or less when one of `signals` aborts. */
+/** Waits `ms` by `performance.now()`, or less when one of `signals` aborts. */
 function pause(ms: number, ...signals: (AbortSignal | undefined)[]): Promise<void> {
   return new Promise((resolve) => {
     if (signals.some((signal) => signal?.aborted === true)) {
       resolve();
       return;
     }
-    const timer = setTimeout(done, Math.max(0, ms));
+    const endAt = performance.now() + ms;
+    // Node's timers run on libuv's coarse whole-millisecond clock, so one often fires a millisecond
+    // or two before a fractional delay has passed by performance.now(): re-arm until it has.
+    let timer = setTimeout(tick, Math.max(0, ms));
+    function tick(): void {
+      const left = endAt - performance.now();
+      if (left > 0) timer = setTimeout(tick, left);
+      else done();
+    }
     function done(): void {
       clearTimeout(timer);
       for (const signal of signals) signal?.removeEventListener("abort", done);

@@ -445,6 +445,35 @@ describe("transport failures (nothing listening)", () => {
     }
   });
 
+  test("every wait lasts its whole delay by performance.now(), though Node's timers may fire early", async () => {
+    // Node's timers run on libuv's coarse whole-millisecond clock: a timer for a fractional delay
+    // often fires up to a millisecond or two before that delay has passed. Short waits make it likely.
+    const policy = { maxAttempts: 40, initialBackoffMs: 3, maxBackoffMs: 3, multiplier: 1 };
+    const started: number[] = [];
+    const failed: number[] = [];
+    const stamp: Interceptor = (next) => async (req) => {
+      started.push(performance.now());
+      try {
+        return await next(req);
+      } catch (error) {
+        failed.push(performance.now());
+        throw error;
+      }
+    };
+    const { client, notices } = observed(await deadAddress(), { retry: policy, interceptors: [stamp] });
+    try {
+      await assert.rejects(client.object("k").session().appendMessage(msg("a")), expectFailure("UNAVAILABLE", null));
+      assert.equal(notices.length, policy.maxAttempts - 1);
+      assert.equal(started.length, policy.maxAttempts);
+      for (const [index, notice] of notices.entries()) {
+        const waited = started[index + 1]! - failed[index]!;
+        assert.ok(waited >= notice.delayMs, `attempt ${index + 2} began ${waited} ms after a failure, not ${notice.delayMs}`);
+      }
+    } finally {
+      client.close();
+    }
+  });
+
   test("close() ends a wait at once; the call fails with the last attempt's error", { timeout: 20_000 }, async () => {
     const policy = { maxAttempts: 5, initialBackoffMs: 60_000, maxBackoffMs: 60_000 };
     const { client, attempts, notices } = observed(await deadAddress(), {
