@@ -133,24 +133,28 @@ def upstream_search_index(oracle: Oracle, key: str) -> list[tuple[Any, ...]]:
     return [tuple(r.values()) for r in oracle.sql(key, SEARCH_INDEX_SQL)]
 
 
+def _has_search_index(conn: sqlite3.Connection) -> bool:
+    return conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'cf_agents_session_fts'").fetchone() is not None
+
+
 def file_has_search_index(path: Path) -> bool:
     """Whether a store file has a search index (an object never written has no file)."""
     if not path.exists():
         return False
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
-        return conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'cf_agents_session_fts'").fetchone() is not None
+        return _has_search_index(conn)
     finally:
         conn.close()
 
 
 def file_search_index(path: Path) -> list[tuple[Any, ...]]:
     """Rows of the search index of a store file; none without the file or the index."""
-    if not file_has_search_index(path):
+    if not path.exists():
         return []
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
-        return [tuple(r) for r in conn.execute(SEARCH_INDEX_SQL)]
+        return [tuple(r) for r in conn.execute(SEARCH_INDEX_SQL)] if _has_search_index(conn) else []
     finally:
         conn.close()
 
