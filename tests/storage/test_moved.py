@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import textwrap
 import threading
 from pathlib import Path
 
@@ -104,7 +107,8 @@ def test_a_journal_of_an_older_version_is_looked_at_once_then_compacted(tmp_path
 
 def test_a_compaction_while_the_event_loop_notes_refusals_keeps_them_all(tmp_path: Path) -> None:
     """The event loop's thread notes a refusal (`refuse`) while a worker thread's record may be
-    compacting the journal: the compaction iterated the live table and could fail mid-way."""
+    compacting the journal: the compaction iterated the live table and could fail mid-way. (It
+    now writes only what was recorded, a table changed under the journal's lock.)"""
     _write_journal(
         tmp_path, [entry for i in range(30_000) for entry in ({"key": f"k{i}", "to": "x"}, {"key": f"k{i}"})]
     )
@@ -135,3 +139,84 @@ def _write_journal(data_dir: Path, entries: list[dict[str, str]]) -> Path:
     journal = data_dir / MOVED_FILE_NAME
     journal.write_text("".join(json.dumps(entry) + "\n" for entry in entries), encoding="utf-8")
     return journal
+
+
+# A full disk, for real: the child process may not grow a file past its RLIMIT_FSIZE (EFBIG,
+# which is told apart as out of space as ENOSPC is). A child of its own, as the limit is the
+# whole process's.
+_CAPPED = """
+import resource, signal, sys
+from pathlib import Path
+from sessions_server.storage.moved import MOVED_FILE_NAME, MovedObjects, _line
+
+data_dir = Path(sys.argv[1])
+moved = MovedObjects(data_dir)
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+
+def capped(limit, call):
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+    try:
+        call()
+        return "recorded"
+    except OSError as exc:
+        return f"refused: {exc.strerror}"
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+"""
+
+
+def _run_capped(data_dir: Path, scenario: str) -> list[str]:
+    done = subprocess.run(
+        [sys.executable, "-c", _CAPPED + textwrap.dedent(scenario), str(data_dir)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+def test_an_append_the_disk_cut_short_is_cut_off_and_the_next_record_stays_readable(tmp_path: Path) -> None:
+    """A record refused part-way (its delete answered "nothing was deleted") left its first bytes
+    at the journal's end while the server ran on; the next record was glued to them, and the
+    next start skipped that line as not a record: it forgot a move it had acknowledged."""
+    printed = _run_capped(
+        tmp_path,
+        """
+        moved.record("a", "there")
+        size = (data_dir / MOVED_FILE_NAME).stat().st_size
+        print(capped(size + 7, lambda: moved.record("b", "there")))  # 7 bytes of its line fit
+        moved.record("c", "elsewhere")
+        """,
+    )
+    assert printed == ["refused: File too large"]
+    lines = (tmp_path / MOVED_FILE_NAME).read_bytes().splitlines()
+    assert [json.loads(line)["key"] for line in lines] == ["a", "c"]
+    again = MovedObjects(tmp_path)
+    assert (again.where("a"), again.where("b"), again.where("c")) == ("there", None, "elsewhere")
+
+
+def test_a_compaction_writes_only_recorded_moves_not_a_refusal_whose_record_fails(tmp_path: Path) -> None:
+    """A delete notes its refusal in memory, then records it. When that record compacted the
+    journal first, the compacted file took the refusal from memory, durably; the append after
+    it failed and the delete answered "nothing was deleted", yet the next start refused the
+    object (its data still here) as moved away. Whatever a record answers, the journal says."""
+    outdated = [entry for i in range(REWRITE_SLACK_LINES) for entry in ({"key": f"k{i}", "to": "x"}, {"key": f"k{i}"})]
+    _write_journal(tmp_path, [{"key": "stays", "to": "there"}, *outdated])
+    printed = _run_capped(
+        tmp_path,
+        """
+        line = len(_line({"key": "K", "to": "B"}))
+        compacted = len(_line({"key": "stays", "to": "there"}))
+        compacted_with_k = compacted + len(_line({"key": "K", "to": "B", "gone": True}))
+        moved.refuse("K", "B")  # as a delete does before its record
+        # Room for a compaction that took K in from memory, not for K's line after it.
+        print(capped(compacted_with_k + line - 1, lambda: moved.record("K", "B")))
+        """,
+    )
+    (answer,) = printed
+    again = MovedObjects(tmp_path)
+    assert again.where("stays") == "there"
+    assert again.where("K") == ("B" if answer == "recorded" else None), answer

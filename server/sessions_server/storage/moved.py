@@ -10,6 +10,11 @@ are gone the record is written again with `"gone": true` (not synced: a lost one
 look at the next start), so that a start looks for leftover files only where a delete may have
 been cut short, not under every key ever moved away (a stat each: 10 s at a million). The file
 is read whole at startup and rewritten, compacted, once most of its lines are outdated.
+
+What the journal holds (`_recorded`) is kept apart from what the server refuses (`_moved`): a
+refusal is noted in memory before its record is written, and a compaction must not make durable
+a record whose append then fails (the delete is answered "nothing was deleted"). An append that
+fails part-way is cut back off the file, so that the next one does not start inside it.
 """
 
 from __future__ import annotations
@@ -37,7 +42,9 @@ class MovedObjects:
     def __init__(self, data_dir: Path) -> None:
         self._path = data_dir / MOVED_FILE_NAME
         self._lock = threading.Lock()  # writers run on worker threads
-        self._moved: dict[str, str] = {}
+        self._moved: dict[str, str] = {}  # refused here: recorded, or being recorded
+        self._recorded: dict[str, str] = {}  # what the journal says (changed under the lock)
+        self._torn = False  # a failed append could not be cut off: rewrite before the next
         # Moved away, its files perhaps still here: recorded, and not yet noted gone.
         self._unsettled: set[str] = set()
         self._lines = 0
@@ -64,9 +71,10 @@ class MovedObjects:
                 continue
             if to is None:
                 self._moved.pop(key, None)
+                self._recorded.pop(key, None)
                 self._unsettled.discard(key)
             else:
-                self._moved[key] = str(to)
+                self._moved[key] = self._recorded[key] = str(to)
                 if entry.get("gone") is True:
                     self._unsettled.discard(key)
                 else:
@@ -99,7 +107,7 @@ class MovedObjects:
         """Durably notes that the object left for `moved_to` (blocking: a worker thread)."""
         with self._lock:
             self._append([{"key": object_key, "to": moved_to}])
-            self._moved[object_key] = moved_to
+            self._moved[object_key] = self._recorded[object_key] = moved_to
             self._unsettled.add(object_key)
 
     def settle(self, object_keys: Iterable[str]) -> None:
@@ -108,21 +116,22 @@ class MovedObjects:
         # Under the lock from the check to the line: a `forget` between them (the object
         # imported back) would be followed by a line recording it as moved away again.
         with self._lock:
-            keys = [key for key in object_keys if key in self._unsettled and key in self._moved]
+            keys = [key for key in object_keys if key in self._unsettled and key in self._recorded]
             self._unsettled.difference_update(keys)
             if len(keys) > REWRITE_SLACK_LINES:  # the first start of a new version: all of them
                 self._rewrite()
                 return
             # The record again, flagged: a server of an older version reads it as the record.
-            self._append([{"key": key, "to": self._moved[key], "gone": True} for key in keys], sync=False)
+            self._append([{"key": key, "to": self._recorded[key], "gone": True} for key in keys], sync=False)
 
     def forget(self, object_key: str) -> None:
         """Durably notes that the object is here again (blocking: a worker thread)."""
         with self._lock:
-            if object_key not in self._moved:
+            if object_key not in self._recorded and object_key not in self._moved:
                 return
             self._append([{"key": object_key}])
-            del self._moved[object_key]
+            self._moved.pop(object_key, None)
+            self._recorded.pop(object_key, None)
             self._unsettled.discard(object_key)
 
     def _append(self, entries: list[dict[str, Any]], *, sync: bool = True) -> None:
@@ -130,14 +139,20 @@ class MovedObjects:
         if not entries:
             return
         lines = b"".join(_line(entry) for entry in entries)
-        if self._lines > 2 * len(self._moved) + REWRITE_SLACK_LINES:
+        if self._torn or self._lines > 2 * len(self._recorded) + REWRITE_SLACK_LINES:
             self._rewrite()
         created = not self._path.exists()
-        with self._path.open("ab") as out:
-            out.write(lines)
-            out.flush()
-            if sync:
-                os.fsync(out.fileno())
+        with self._path.open("ab", buffering=0) as out:  # unbuffered: no bytes left to flush at close
+            end = out.seek(0, os.SEEK_END)
+            try:
+                written = memoryview(lines)
+                while written:
+                    written = written[out.write(written) or 0 :]
+                if sync:
+                    os.fsync(out.fileno())
+            except OSError:
+                self._torn = not _cut_back(out.fileno(), end)
+                raise
         if created:
             sync_directory(self._path.parent)
         self._lines += len(entries)
@@ -145,22 +160,29 @@ class MovedObjects:
     def _rewrite(self) -> None:
         """Replaces the journal with one line per object still moved away (atomically)."""
         staged = self._path.with_name(MOVED_FILE_NAME + ".new")
-        # Copies: the event loop's thread notes refusals (`refuse`) while this runs. `copy()`
-        # takes the table in one step; `list(items())` built a tuple per entry, and a garbage
-        # collection one of them started could run finalizers, and let the other thread change
-        # the table mid-way (RuntimeError, seen once in CI).
-        moved, unsettled = self._moved.copy(), self._unsettled.copy()
         with staged.open("wb") as out:
-            for key, to in moved.items():
+            for key, to in self._recorded.items():  # not the refusals: some are not recorded yet
                 entry: dict[str, Any] = {"key": key, "to": to}
-                if key not in unsettled:
+                if key not in self._unsettled:
                     entry["gone"] = True
                 out.write(_line(entry))
             out.flush()
             os.fsync(out.fileno())
         os.replace(staged, self._path)
         sync_directory(self._path.parent)
-        self._lines = len(moved)
+        self._lines = len(self._recorded)
+        self._torn = False
+
+
+def _cut_back(fd: int, size: int) -> bool:
+    """Cuts what a failed append left off the file's end; False if that failed too."""
+    try:
+        os.ftruncate(fd, size)
+        os.fsync(fd)
+    except OSError as exc:
+        log.warning("the move journal could not be cut back after a failed append (%s); it is rewritten next", exc)
+        return False
+    return True
 
 
 def _line(entry: dict[str, Any]) -> bytes:
