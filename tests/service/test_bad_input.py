@@ -234,3 +234,136 @@ def test_a_bad_field_is_named_in_a_bad_request_detail_too(stub: Any, object_key:
     kinds["google.rpc.BadRequest"].Unpack(bad)
     (violation,) = bad.field_violations
     assert violation.field == "message_json" and violation.description
+
+
+GOOD = '{"id":"g","role":"user","parts":[]}'
+
+
+def _upload(header: Any, piece: str) -> Any:
+    return iter([pb.UploadMessageRequest(header=header, json_piece=piece)])
+
+
+def _import(object_key: str, *frames: Any) -> Any:
+    return iter([pb.ImportMessagesRequest(object_key=object_key), *frames])
+
+
+def listed_objects(stub: Any) -> set[str]:
+    keys: set[str] = set()
+    token = ""
+    while True:
+        page = stub.ListObjects(pb.ListObjectsRequest(page_size=1000, page_token=token))
+        keys.update(page.object_keys)
+        if not (token := page.next_page_token):
+            return keys
+
+
+REFUSED_ON_A_NEW_OBJECT = {
+    "AppendMessage": lambda stub, key: stub.AppendMessage(pb.AppendMessageRequest(object_key=key, message_json="{")),
+    "AppendMessages": lambda stub, key: stub.AppendMessages(
+        pb.AppendMessagesRequest(object_key=key, items=[pb.AppendItem(message_json=GOOD), pb.AppendItem()])
+    ),
+    "UploadMessage": lambda stub, key: stub.UploadMessage(
+        _upload(pb.UploadHeader(object_key=key, operation=pb.UPLOAD_OPERATION_APPEND), "[")
+    ),
+    "ImportMessages whole": lambda stub, key: stub.ImportMessages(
+        _import(key, pb.ImportMessagesRequest(messages=[pb.ImportedMessage(json="{")]))
+    ),
+    "ImportMessages ends in a piece": lambda stub, key: stub.ImportMessages(
+        _import(key, pb.ImportMessagesRequest(json_piece=GOOD[:9], more_pieces=True))
+    ),
+}
+
+
+@pytest.mark.parametrize("call", REFUSED_ON_A_NEW_OBJECT)
+def test_a_write_refused_for_bad_input_creates_no_object(stub: Any, data_dir: Path, object_key: str, call: str) -> None:
+    """A refused write changes nothing, and an object that was never written stays unwritten:
+    no file, not listed. The import stream opened its object before its first message was
+    checked, and left an empty store behind when that message was refused."""
+    with pytest.raises(grpc.RpcError) as refused:
+        REFUSED_ON_A_NEW_OBJECT[call](stub, object_key)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, refused.value.details()
+    assert not object_file(data_dir, object_key).exists()
+    assert object_key not in listed_objects(stub)
+
+
+def test_an_import_without_messages_and_an_update_of_nothing_create_no_object(
+    stub: Any, data_dir: Path, object_key: str
+) -> None:
+    """Neither writes anything, so neither leaves a file: an import stream that only named its
+    object, and an update of an id in an object never written (found=false, as upstream's null)."""
+    assert stub.ImportMessages(_import(object_key)).imported_count == 0
+    updated = stub.UpdateMessage(pb.UpdateMessageRequest(object_key=object_key, message_json=GOOD))
+    assert not updated.found and not updated.changed
+    assert not object_file(data_dir, object_key).exists()
+    assert object_key not in listed_objects(stub)
+
+
+def _violated_field(error: grpc.RpcError) -> str:
+    from google.rpc import error_details_pb2
+    from grpc_status import rpc_status
+
+    status = rpc_status.from_call(error)  # type: ignore[arg-type]
+    assert status is not None
+    (detail,) = [detail for detail in status.details if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR)]
+    bad = error_details_pb2.BadRequest()
+    detail.Unpack(bad)
+    (violation,) = bad.field_violations
+    return str(violation.field)
+
+
+def _items(*items: Any) -> Any:
+    return pb.AppendMessagesRequest(items=[pb.AppendItem(message_json=GOOD), pb.AppendItem(message_json=GOOD), *items])
+
+
+FIELD_PATHS = {
+    "items[2].message_json": ("AppendMessages", lambda key: _items(pb.AppendItem(message_json="{"))),
+    "items[2].parent_mode": ("AppendMessages", lambda key: _items(pb.AppendItem(message_json=GOOD, parent_mode=9))),
+    "items[2].source": ("AppendMessages", lambda key: _items(pb.AppendItem(message_json=GOOD, source=9))),
+    "items[2].parent_id": (
+        "AppendMessages",
+        lambda key: _items(pb.AppendItem(message_json=GOOD, parent_mode=pb.PARENT_MODE_ROOT, parent_id="p")),
+    ),
+    "items[0].message_json": ("AppendMessages", lambda key: pb.AppendMessagesRequest(items=[pb.AppendItem()])),
+    "header.parent_mode": (
+        "UploadMessage",
+        lambda key: _upload(pb.UploadHeader(object_key=key, operation=pb.UPLOAD_OPERATION_APPEND, parent_mode=9), GOOD),
+    ),
+    "header.source": (
+        "UploadMessage",
+        lambda key: _upload(pb.UploadHeader(object_key=key, operation=pb.UPLOAD_OPERATION_UPSERT, source=9), GOOD),
+    ),
+    "json_piece": (
+        "UploadMessage",
+        lambda key: _upload(pb.UploadHeader(object_key=key, operation=pb.UPLOAD_OPERATION_UPDATE), "{"),
+    ),
+    "messages[1].json": (
+        "ImportMessages",
+        lambda key: _import(
+            key, pb.ImportMessagesRequest(messages=[pb.ImportedMessage(json=GOOD), pb.ImportedMessage(json="7")])
+        ),
+    ),
+    "messages[0].parent_id": (
+        "ImportMessages",
+        lambda key: _import(
+            key, pb.ImportMessagesRequest(messages=[pb.ImportedMessage(json=GOOD, parent_id="p" * 20_000)])
+        ),
+    ),
+}
+
+
+@pytest.mark.parametrize("field", FIELD_PATHS)
+def test_the_field_an_error_names_is_the_path_of_the_field_in_the_request(
+    stub: Any, object_key: str, field: str
+) -> None:
+    """The BadRequest field violation (and ErrorInfo's `field`) is the offending field's path in
+    the request, as AIP-193 has it: the batch item's index, the upload's header; generic tooling
+    shows it beside the request."""
+    method, request = FIELD_PATHS[field]
+    built = request(object_key)
+    if isinstance(built, pb.AppendMessagesRequest):
+        built.object_key = object_key
+    with pytest.raises(grpc.RpcError) as refused:
+        getattr(stub, method)(built)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, refused.value.details()
+    assert _violated_field(refused.value) == field
+    assert SessionsError.from_rpc_error(refused.value).metadata.get("field") == field

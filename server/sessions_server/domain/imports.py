@@ -7,10 +7,11 @@ Unlike an append, an import keeps the parent and creation time it is given (upst
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 from sessions_server.domain import large_messages, messages
 from sessions_server.domain.compactor import forget_estimate, note_session_changed
-from sessions_server.domain.errors import FailedPrecondition, storage_failure
+from sessions_server.domain.errors import FailedPrecondition, InvalidArgument, storage_failure
 from sessions_server.domain.limits import Limits
 from sessions_server.storage import queries
 from sessions_server.storage.feed import ChangeEvent
@@ -22,6 +23,7 @@ from sessions_server.storage.store import ObjectStore, WriteContext, import_all_
 IMPORT_CHUNK_MESSAGES = 64
 IMPORT_CHUNK_CHARS = 1 << 20
 IMPORT_PIPELINE_DEPTH = 4
+IMPORTED = messages.FieldNames(text="json", parent_id="parent_id")
 
 
 class _ImportChunk:
@@ -46,11 +48,14 @@ class Importer:
     written (`finish`): the import is not all or nothing. Nothing after a failed write is: each
     chunk's job first checks that the chunk before it is stored (in the same transaction, or
     committed), so a chunk queued behind one that fails writes nothing, whatever commits take
-    them, and the import answers the first failure."""
+    them, and the import answers the first failure. The object is opened (and so created) by
+    the first valid message: an import refused before any, or one that carried none, changes
+    nothing."""
 
-    def __init__(self, store: ObjectStore, session_id: str, limits: Limits) -> None:
+    def __init__(self, open_store: Callable[[], Awaitable[ObjectStore]], session_id: str, limits: Limits) -> None:
         self._limits = limits
-        self._store = store
+        self._open_store = open_store
+        self._store: ObjectStore | None = None
         self._session_id = session_id
         self._chunk = _ImportChunk()
         self._pending: list[asyncio.Future[list[bool] | None]] = []
@@ -61,18 +66,27 @@ class Importer:
         self.skipped = 0
         self.received = 0
 
-    async def add(self, text: str, parent_id: str | None, created_at_ms: int) -> None:
-        field_name = f"message[{self.received}]"
-
+    async def add(
+        self, text: str, parent_id: str | None, created_at_ms: int, fields: messages.FieldNames = IMPORTED
+    ) -> None:
         def prepare() -> tuple[messages.PreparedMessage, NewRow]:
-            message, plain = messages.parse_message(text, field=field_name)
-            messages.check_message_sizes(message, self._limits, field_name)
+            message, plain = messages.parse_message(text, field=fields.text)
+            messages.check_message_sizes(message, self._limits, fields.text)
             if parent_id is not None:
-                messages.check_parent_id(parent_id, self._limits, "parent_id")
+                messages.check_parent_id(parent_id, self._limits, fields.parent_id)
             prepared = messages.prepare_for_import(message, plain=plain)
             return prepared, prepared.row()
 
-        prepared, row = await messages.prepared_off_loop_if_large(len(text), prepare)
+        try:
+            prepared, row = await messages.prepared_off_loop_if_large(len(text), prepare)
+        except InvalidArgument as exc:  # which message of the stream, beside its field in the frame
+            raise InvalidArgument(
+                f"the import's message {self.received} (counting from 0): {exc.message}",
+                reason=exc.reason,
+                **exc.metadata,
+            ) from None
+        if self._store is None:
+            self._store = await self._open_store()
         large_messages.note_written(self._store, self._session_id, (row,))  # a skipped id: one slower read
         self.received += 1
         chunk = self._chunk
@@ -109,6 +123,7 @@ class Importer:
         if not chunk.rows or self._stopped:
             return
         session_id, store = self._session_id, self._store
+        assert store is not None  # opened by the chunk's first message
         before, self._submitted_ids = self._submitted_ids, tuple(dict.fromkeys(row.id for row in chunk.rows))
 
         def run(ctx: WriteContext) -> list[bool] | None:

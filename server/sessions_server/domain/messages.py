@@ -115,6 +115,15 @@ def js_string(value: Any) -> str:
     return "[object Object]"
 
 
+@dataclass(frozen=True, slots=True)
+class FieldNames:
+    """Where a write's message text and parent id sit in its request, for the field an error
+    names; `{}` stands for the message's index in a batch."""
+
+    text: str = "message_json"
+    parent_id: str = "parent_id"
+
+
 def parse_message(text: str, *, field: str = "message_json") -> tuple[Message, bool]:
     """Parses client JSON text into a message, or raises InvalidArgument naming the field.
     Also answers whether the message is plain data (jsjson.parse_checked)."""

@@ -112,6 +112,10 @@ class AppendInput:
     from_client: bool
 
 
+ONE_MESSAGE = messages.FieldNames()
+BATCH_ITEMS = messages.FieldNames("items[{}].message_json", "items[{}].parent_id")
+
+
 def _check_results_fit(results: Sequence[AppendResult]) -> None:
     """LimitExceeded when the results' ids, parent ids and roles would not fit one response."""
     limit = MAX_BATCH_RESULT_BYTES
@@ -249,10 +253,10 @@ class SessionsService:
         return message, prepared
 
     async def _prepared_row(
-        self, text: str, from_client: bool
+        self, text: str, from_client: bool, field: str
     ) -> tuple[messages.Message, messages.PreparedMessage, NewRow]:
         def prepare() -> tuple[messages.Message, messages.PreparedMessage, NewRow]:
-            message, prepared = self._prepare(text, from_client, "message_json")
+            message, prepared = self._prepare(text, from_client, field)
             return message, prepared, prepared.row()
 
         return await messages.prepared_off_loop_if_large(len(text), prepare)
@@ -260,15 +264,23 @@ class SessionsService:
     # ── writes ──────────────────────────────────────────────────────────────
 
     async def append(
-        self, object_key: str, session_id: str, text: str, parent: Parent, *, from_client: bool
+        self,
+        object_key: str,
+        session_id: str,
+        text: str,
+        parent: Parent,
+        *,
+        from_client: bool,
+        fields: messages.FieldNames = ONE_MESSAGE,
     ) -> AppendResult:
-        return (await self.append_many(object_key, session_id, [AppendInput(text, parent, from_client)]))[0]
+        return (await self.append_many(object_key, session_id, [AppendInput(text, parent, from_client)], fields))[0]
 
-    async def append_many(self, object_key: str, session_id: str, items: Sequence[AppendInput]) -> list[AppendResult]:
+    async def append_many(
+        self, object_key: str, session_id: str, items: Sequence[AppendInput], fields: messages.FieldNames = BATCH_ITEMS
+    ) -> list[AppendResult]:
         """Appends in order in one transaction; any invalid item rejects the whole batch."""
         self.check_names(object_key, session_id)
-        field_name = "message_json" if len(items) == 1 else "items[{}].message_json"
-        parent_field = "parent_id" if len(items) == 1 else "items[{}].parent_id"
+        field_name, parent_field = fields.text, fields.parent_id
 
         def prepare() -> tuple[list[_Staged], list[NewRow | None]]:
             staged: list[_Staged] = []
@@ -348,10 +360,18 @@ class SessionsService:
                 await self.compactor.after_inserted_append(store, object_key, session_id)
             return results
 
-    async def update(self, object_key: str, session_id: str, text: str, *, from_client: bool) -> UpdateResult:
+    async def update(
+        self,
+        object_key: str,
+        session_id: str,
+        text: str,
+        *,
+        from_client: bool,
+        fields: messages.FieldNames = ONE_MESSAGE,
+    ) -> UpdateResult:
         """Replaces an existing message; found=False (upstream's null) when the id is absent."""
         self.check_names(object_key, session_id)
-        _, prepared, row = await self._prepared_row(text, from_client)
+        _, prepared, row = await self._prepared_row(text, from_client, fields.text)
         if messages.is_overlay_id(prepared.id):
             return UpdateResult(False, False, None)
 
@@ -371,19 +391,29 @@ class SessionsService:
             else:
                 note_update(store, session_id, _remembered_row(MessageView(outcome.info, prepared.json), prepared))
 
-        async with self.object(object_key, writing=True) as store:
+        async with self.existing_object(object_key, writing=True) as found:
+            if found is None:  # nothing to replace: an object is not created to say so
+                return UpdateResult(False, False, None)
+            store = found
             outcome = await store.write(run, after=noted, grows=utf8_length(text))
         if outcome.status == "missing":
             return UpdateResult(False, False, None)
         return UpdateResult(True, outcome.status == "updated", MessageView(outcome.info, prepared.json))
 
     async def upsert(
-        self, object_key: str, session_id: str, text: str, parent: Parent, *, from_client: bool
+        self,
+        object_key: str,
+        session_id: str,
+        text: str,
+        parent: Parent,
+        *,
+        from_client: bool,
+        fields: messages.FieldNames = ONE_MESSAGE,
     ) -> tuple[bool, UpdateResult]:
         """Appends a new id, else updates without re-parenting. Returns (inserted, result)."""
         self.check_names(object_key, session_id)
-        self._check_parent(parent, "parent_id")
-        message, prepared, row = await self._prepared_row(text, from_client)
+        self._check_parent(parent, fields.parent_id)
+        message, prepared, row = await self._prepared_row(text, from_client, fields.text)
         if messages.is_overlay_id(prepared.id):
             return False, UpdateResult(False, False, MessageView(None, jsjson.stringify(message)))
 
@@ -470,8 +500,12 @@ class SessionsService:
     async def importer(self, object_key: str, session_id: str) -> AsyncIterator[Importer]:
         """An import session: messages are validated as they arrive and committed in order."""
         self.check_names(object_key, session_id)
-        async with self.object(object_key, writing=True) as store:
-            importer = Importer(store, session_id, self.limits)
+        async with contextlib.AsyncExitStack() as opened:
+
+            async def open_store() -> ObjectStore:
+                return await opened.enter_async_context(self.object(object_key, writing=True))
+
+            importer = Importer(open_store, session_id, self.limits)
             try:
                 yield importer
             finally:

@@ -26,6 +26,7 @@ from sessions_server.domain.compactor import Policy
 from sessions_server.domain.errors import InvalidArgument, SessionsError, Unavailable
 from sessions_server.domain.history import DEFAULT_BATCH_BYTES, DEFAULT_BATCH_SIZE, BatchMarker, RecentSummary
 from sessions_server.domain.limits import RESPONSE_PAYLOAD_BYTES, exceeded, page_size
+from sessions_server.domain.messages import FieldNames
 from sessions_server.domain.records import ChangeEvent, Compaction, Parent, Reset
 from sessions_server.domain.service import AppendInput, Progress, SessionsService
 from sessions_server.domain.views import MessageView, pointer_form
@@ -39,6 +40,8 @@ ROW_STATS_PER_FRAME = 1000
 ATTACHMENT_FRAME_BYTES = RESPONSE_PAYLOAD_BYTES
 FRAME_BUDGET_BYTES = RESPONSE_PAYLOAD_BYTES
 DEFAULT_PROGRESS_SECONDS = 10.0
+UPLOAD_FIELDS = FieldNames(text="json_piece", parent_id="header.parent_id")
+IMPORT_PIECES_FIELDS = FieldNames(text="json_piece", parent_id="parent_id")
 
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")
@@ -51,18 +54,23 @@ class Draining:
         self.active = False
 
 
-def _parent(mode: int, parent_id: str) -> Parent:
+def _parent(mode: int, parent_id: str, within: str = "") -> Parent:
+    """`within`: the path of the message holding the fields (`items[2].`), for the error's field."""
     if mode == pb.PARENT_MODE_ROOT:
         if parent_id:  # as with AUTO: a parent named and then ignored is a caller's mistake
-            raise InvalidArgument("parent_id must be empty when parent_mode is PARENT_MODE_ROOT", field="parent_id")
+            raise InvalidArgument(
+                f"{within}parent_id must be empty when parent_mode is PARENT_MODE_ROOT", field=f"{within}parent_id"
+            )
         return Parent.root()
     if mode == pb.PARENT_MODE_ID or (mode == pb.PARENT_MODE_UNSPECIFIED and parent_id):
         return Parent.of(parent_id)
     if mode in (pb.PARENT_MODE_AUTO, pb.PARENT_MODE_UNSPECIFIED):
         if parent_id:
-            raise InvalidArgument("parent_id must be empty when parent_mode is PARENT_MODE_AUTO", field="parent_id")
+            raise InvalidArgument(
+                f"{within}parent_id must be empty when parent_mode is PARENT_MODE_AUTO", field=f"{within}parent_id"
+            )
         return Parent.auto()
-    raise InvalidArgument(f"unknown parent_mode {mode}", field="parent_mode")
+    raise InvalidArgument(f"unknown {within}parent_mode {mode}", field=f"{within}parent_mode")
 
 
 def _inline(mode: int) -> bool:
@@ -71,9 +79,9 @@ def _inline(mode: int) -> bool:
     return mode != pb.ATTACHMENT_MODE_POINTER
 
 
-def _from_client(source: int) -> bool:
+def _from_client(source: int, within: str = "") -> bool:
     if source not in (pb.SOURCE_UNSPECIFIED, pb.SOURCE_SERVER, pb.SOURCE_CLIENT):
-        raise InvalidArgument(f"unknown source {source}", field="source")
+        raise InvalidArgument(f"unknown {within}source {source}", field=f"{within}source")
     return source == pb.SOURCE_CLIENT
 
 
@@ -170,8 +178,12 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         async def run() -> bytes:
             self._admit(context, request.object_key, write=True)
             items = [
-                AppendInput(item.message_json, _parent(item.parent_mode, item.parent_id), _from_client(item.source))
-                for item in request.items
+                AppendInput(
+                    item.message_json,
+                    _parent(item.parent_mode, item.parent_id, f"items[{index}]."),
+                    _from_client(item.source, f"items[{index}]."),
+                )
+                for index, item in enumerate(request.items)
             ]
             with self.assembly.holding(item.text for item in items):
                 results = await self._service.append_many(request.object_key, request.session_id, items)
@@ -229,7 +241,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 raise InvalidArgument("the first UploadMessage frame must carry the header", reason="INVALID_STREAM")
             header = first.header
             self._admit(context, header.object_key, write=True)
-            with self._pieces(from_client=_from_client(header.source)) as pieces:
+            with self._pieces(from_client=_from_client(header.source, "header.")) as pieces:
                 pieces.add(first.json_piece)
                 while (frame := await _next_piece(frames)) is not None:
                     if frame.HasField("header"):
@@ -240,28 +252,32 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 return await written(header, pieces.text())
 
         async def written(header: pb.UploadHeader, text: str) -> pb.UploadMessageResponse:
-            from_client = _from_client(header.source)
+            from_client = _from_client(header.source, "header.")
             if header.operation == pb.UPLOAD_OPERATION_APPEND:
                 appended = await self._service.append(
                     header.object_key,
                     header.session_id,
                     text,
-                    _parent(header.parent_mode, header.parent_id),
+                    _parent(header.parent_mode, header.parent_id, "header."),
                     from_client=from_client,
+                    fields=UPLOAD_FIELDS,
                 )
                 return pb.UploadMessageResponse(
                     inserted=appended.inserted, found=True, message=framing.written_message(appended.message, sent=text)
                 )
             if header.operation == pb.UPLOAD_OPERATION_UPDATE:
-                result = await self._service.update(header.object_key, header.session_id, text, from_client=from_client)
+                result = await self._service.update(
+                    header.object_key, header.session_id, text, from_client=from_client, fields=UPLOAD_FIELDS
+                )
                 inserted = False
             elif header.operation == pb.UPLOAD_OPERATION_UPSERT:
                 inserted, result = await self._service.upsert(
                     header.object_key,
                     header.session_id,
                     text,
-                    _parent(header.parent_mode, header.parent_id),
+                    _parent(header.parent_mode, header.parent_id, "header."),
                     from_client=from_client,
+                    fields=UPLOAD_FIELDS,
                 )
             else:
                 raise InvalidArgument("header.operation must be APPEND, UPDATE or UPSERT", field="header.operation")
@@ -320,9 +336,10 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                                     "whole messages came while a message sent in pieces was incomplete",
                                     reason="INVALID_STREAM",
                                 )
-                            for whole in frame.messages:
+                            for index, whole in enumerate(frame.messages):
                                 parent = whole.parent_id if whole.HasField("parent_id") else None
-                                await importer.add(whole.json, parent, whole.created_at_ms)
+                                fields = FieldNames(f"messages[{index}].json", f"messages[{index}].parent_id")
+                                await importer.add(whole.json, parent, whole.created_at_ms, fields)
                         if head is None and not frame.json_piece and not frame.more_pieces:
                             frame = await anext(frames, None)  # no piece: it named the object, or held whole messages
                             continue
@@ -332,7 +349,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                         if not frame.more_pieces:
                             parent_id = head.parent_id if head.HasField("parent_id") else None
                             with pieces:
-                                await importer.add(pieces.text(), parent_id, head.created_at_ms)
+                                await importer.add(pieces.text(), parent_id, head.created_at_ms, IMPORT_PIECES_FIELDS)
                             head = None
                         frame = await (anext(frames, None) if head is None else _next_piece(frames))
                     if head is not None:
