@@ -244,13 +244,15 @@ async def from_leaf(
         elif leaf:  # without any, the newest rows suffice
             rows = paths.remembered_path(store, session_id, leaf, wanted)
             remembered = None if rows is None else (rows, [])
-        if not leaf or remembered is not None:
-            return leaf, records, remembered, None
+        # Before the return below too: a walk from a leaf whose id is "" switches to overlays.
         span_ends.update(record.to_message_id for record in records)
         hidden.update(hidden_ids(records))
+        if not leaf or remembered is not None:
+            return leaf, records, remembered, None
         return leaf, records, None, walk(conn, leaf, min(WALK_FIRST_STEPS, wanted), 0)
 
-    next_id, records, path, step = await store.read(start, quick=True)
+    leaf, records, path, step = await store.read(start, quick=True)
+    next_id = leaf
     depth = 0
     if path is not None:  # no walk: the path's messages are likely remembered too
         remembered, spans = path
@@ -283,7 +285,9 @@ async def from_leaf(
             wanted -= len(views)
             yield views
         if switch and next_id is not None:
-            async for window in _overlaid_prefix(store, session_id, leaf_id, next_id, records, inline):
+            # From the leaf resolved at the start: the active leaf may since have moved to a
+            # branch without this row, and the read would end here, short.
+            async for window in _overlaid_prefix(store, session_id, leaf, next_id, records, inline):
                 yield window
             return
 
@@ -291,14 +295,13 @@ async def from_leaf(
 async def _overlaid_prefix(
     store: ObjectStore,
     session_id: str,
-    leaf_id: str,
+    leaf: str | None,
     from_id: str,
     records: list[Compaction],
     inline: bool,
 ) -> AsyncGenerator[list[MessageView], None]:
     def ids(conn: Any) -> list[str]:
-        leaf = resolve_leaf(store, conn, session_id, leaf_id)
-        return [] if not leaf else queries.path_ids(conn, session_id, leaf)
+        return [] if not leaf else queries.path_ids(conn, session_id, leaf)  # "": no path, as upstream
 
     path = await store.read(ids, quick=True)  # a walk that outlasts a quick read runs again on the executor
     if from_id not in path:
