@@ -31,7 +31,7 @@ from sessions_client._common import ChangeEvent, EventAssembler, routing_metadat
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc
 from sessions_server.storage.feed import FeedSettings
-from tests.service.support import message_rows, text_message
+from tests.service.support import message_rows, object_file, text_message
 
 GUARD_SECONDS = 30.0  # a failure guard on queue reads, never a synchronisation device
 _END = object()
@@ -316,6 +316,26 @@ def test_clear_always_emits(feeds: Callable[..., Feed], obj: Any) -> None:
     obj.session("empty").clear_messages()
     events = feed.take(3)
     assert [(e.type, e.session_id) for e in events] == [("append", "full"), ("clear", "full"), ("clear", "empty")]
+
+
+def test_clear_and_delete_emit_on_an_object_never_written(
+    feeds: Callable[..., Feed], obj: Any, data_dir: Path, object_key: str
+) -> None:
+    """As upstream, a clear is an event even for an empty session, and a delete one with the
+    caller's ids even when none is stored; an object never written is empty, and its
+    subscribers heard neither. Still no file is made for it."""
+    feed = feeds()
+    obj.session("s").clear_messages()
+    obj.session("s").delete_messages(["m1", "m1"])
+    obj.session("s").delete_messages([])
+    assert not object_file(data_dir, object_key).exists()
+    events = feed.take(3)
+    assert [(e.type, e.session_id, tuple(e.message_ids)) for e in events] == [
+        ("clear", "s", ()),
+        ("delete", "s", ("m1", "m1")),
+        ("delete", "s", ()),
+    ]
+    sentinel(obj.session("s"), feed)
 
 
 def test_import_emits_the_input_message_and_duplicates_emit_nothing(feeds: Callable[..., Feed], session: Any) -> None:

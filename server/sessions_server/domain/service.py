@@ -464,7 +464,8 @@ class SessionsService:
         ids = list(dict.fromkeys(message_ids))
         event = ChangeEvent("delete", session_id, message_ids=tuple(message_ids))
         async with self.existing_object(object_key, removing=True) as store:
-            if store is None:
+            if store is None:  # nothing to delete, and no file made to say so; the event all the same
+                await self.publish(object_key, event)
                 return 0
             if not ids:
                 store.feed.publish([event])
@@ -481,7 +482,8 @@ class SessionsService:
     async def clear(self, object_key: str, session_id: str) -> int:
         self.check_names(object_key, session_id)
         async with self.existing_object(object_key, removing=True) as store:
-            if store is None:
+            if store is None:  # as upstream, an empty session's clear is an event too
+                await self.publish(object_key, ChangeEvent("clear", session_id))
                 return 0
 
             def run(ctx: WriteContext) -> int:
