@@ -27,7 +27,7 @@ from sessions_server.config import (
 )
 from sessions_server.domain import paths
 from sessions_server.domain.keys import MAX_OBJECT_KEY_BYTES
-from sessions_server.domain.limits import Limits
+from sessions_server.domain.limits import RESPONSE_PAYLOAD_BYTES, Limits
 from sessions_server.domain.search import DEFAULT_CONCURRENT_SEARCHES
 from sessions_server.storage.feed import FeedSettings
 from sessions_server.storage.registry import DEFAULT_MAX_OPEN_OBJECTS
@@ -418,14 +418,24 @@ _GRPC_INT = 2**31 - 1  # gRPC's channel arguments are C ints
 # Sent to gRPC in whole milliseconds: less than one would go as 0, more than its int holds fails.
 _MILLISECONDS = _Range(least=0.001, most=_GRPC_INT // 1000, why="gRPC takes it in whole milliseconds, as a 32-bit int")
 
-_TEXT_LIMIT_RANGES = {"max_message_id_bytes": _Range(), "max_role_bytes": _Range(), "max_summary_bytes": _Range()}
+# Each is sent whole: a summary in a response, ids and a role beside every piece of a message (at
+# most RESPONSE_PAYLOAD_BYTES of a 4 MiB response). Past these, writes would be stored and answered
+# with RESOURCE_EXHAUSTED, and every later read of them too.
+_BESIDE_A_PIECE = _Range(most=128 * 1024, why="sent beside each piece of a message, in the 4 MiB of a response")
+_TEXT_LIMIT_RANGES = {
+    "max_message_id_bytes": _BESIDE_A_PIECE,
+    "max_role_bytes": _BESIDE_A_PIECE,
+    "max_summary_bytes": _Range(most=RESPONSE_PAYLOAD_BYTES, why="a summary is sent whole, in a response's payload"),
+}
 
 # Every numeric flag of `serve`: tests/e2e/test_cli_flags.py tries each flag the parser has.
 _SERVE_RANGES = {
     "max_request_bytes": _Range(most=_GRPC_INT, why="gRPC's largest message, a 32-bit int"),
     "max_open_objects": _Range(),
     "message_memo_bytes": _Range(zero="off"),
-    "max_object_key_bytes": _Range(),
+    "max_object_key_bytes": _Range(
+        most=64 * 1024, why="clients send the key in a header too, up to three times as long"
+    ),
     "drain_seconds": _Range(zero="in-flight calls are cancelled at once"),
     "progress_seconds": _Range(),  # 0 would spin every idle feed
     "search_seconds": _Range(),  # 0 would refuse every search

@@ -169,6 +169,11 @@ def test_every_numeric_flag_refuses_values_out_of_its_range(capsys: pytest.Captu
         ("--max-request-bytes", str(2**31), "--max-request-bytes must be at most 2147483647"),  # was OverflowError
         ("--keepalive-seconds", "1e10", "--keepalive-seconds must be at most 2147483"),  # was OverflowError
         ("--keepalive-seconds", "0.0001", "--keepalive-seconds must be at least 0.001"),  # would turn pings off
+        # Stored, then unsendable: a summary past a response's payload, an id beside every piece.
+        ("--max-summary-bytes", str(8 << 20), "--max-summary-bytes must be at most 3145728"),
+        ("--max-message-id-bytes", "3000000", "--max-message-id-bytes must be at most 131072"),
+        ("--max-role-bytes", "131073", "--max-role-bytes must be at most 131072"),
+        ("--max-object-key-bytes", "65537", "--max-object-key-bytes must be at most 65536"),
         ("--max-concurrent-streams", "x", "argument --max-concurrent-streams: invalid int value: 'x'"),
     ],
 )

@@ -66,6 +66,32 @@ def test_too_long_key_creates_no_file(tmp_path: Path) -> None:
     assert (data_dir / OBJECTS_DIR).is_dir()
 
 
+def test_a_key_too_long_is_refused_by_the_server_however_long_its_header(client: Any) -> None:
+    """Clients send the key in `x-object-key` too, percent-encoded: 9,000 slashes make a
+    27,000-byte header, past gRPC core's default bounds (8 KiB, beyond which it refuses some
+    calls at random, and 16 KiB), which answered RESOURCE_EXHAUSTED with no reason instead."""
+    for key in ("/" * 9_000, "é" * 4_500, "k" * 20_000):
+        for _ in range(5):
+            with pytest.raises(SessionsError) as caught:
+                client.object(key).session().append_message(text_message("a"))
+            assert (caught.value.code, caught.value.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_OBJECT_KEY")
+
+
+def test_a_key_within_a_raised_limit_is_taken_whatever_its_header_size(tmp_path: Path) -> None:
+    """With --max-object-key-bytes 8192, a key of 8,000 bytes of "é" goes as a 24,000-byte
+    header: gRPC core refused every such call before a handler saw it."""
+    server = start_server(tmp_path / "data", max_object_key_bytes=8192)
+    key = "é" * 4_000
+    try:
+        with SessionsClient(server.address) as client:
+            session = client.object(key).session()
+            for index in range(5):
+                assert session.append_message(text_message(f"m{index}")).inserted
+            assert [message["id"] for message in session.get_history()] == [f"m{index}" for index in range(5)]
+    finally:
+        server.stop()
+
+
 HOSTILE_KEYS = [
     "../x",
     "../../../../../../tmp/evil",

@@ -143,3 +143,46 @@ def test_row_stats_come_a_thousand_to_a_frame(stub: Any, session: Any, object_ke
 
     assert [len(frame.stats) for frame in frames] == [1_000, 1_000, 500]
     assert [s.id for frame in frames for s in frame.stats] == [f"m{i:04d}" for i in range(2_500)]
+
+
+def test_texts_at_the_largest_limits_a_server_takes_are_still_answered(tmp_path: Path) -> None:
+    """A server started with every text limit at the most its flags take (ids and a role of
+    128 KiB, a summary of 3 MiB): what it stores, it answers. Past those (e.g. a 5 MiB summary)
+    the flags once let writes commit whose answers, lists, reads and change events then failed
+    with the send limit's RESOURCE_EXHAUSTED, every time after."""
+    from sessions_server.domain.limits import Limits
+    from tests.conftest import start_server
+
+    cap = 128 * 1024
+    limits = Limits(max_message_id_bytes=cap, max_role_bytes=cap, max_summary_bytes=3 * 1024 * 1024)
+    server = start_server(tmp_path / "data", limits=limits)
+    first, second = "a" * cap, "b" * cap
+    summary = "s" * limits.max_summary_bytes
+    try:
+        from sessions_client import SessionsClient
+
+        with SessionsClient(server.address) as client:
+            session = client.object("k").session("s" * 64)
+            events = client.object("k").subscribe(include_progress=True, reconnect_attempts=0)
+            assert next(events).type == "progress"
+            session.append_message(
+                {"id": first, "role": "r" * cap, "parts": [{"type": "text", "text": "x" * 5_000_000}]}
+            )
+            session.append_message({"id": second, "role": "r" * cap, "parts": [{"type": "text", "text": "y"}]})
+            record = session.add_compaction(summary, first, first)
+            assert record.summary == summary
+            assert [stored.summary for stored in session.list_compactions()] == [summary]
+            history = session.get_history()
+            assert [len(message["parts"][0]["text"]) for message in history] == [len(summary), 1]
+            newest = session.get_history(newest_first=True)
+            assert [message["id"] for message in newest] == [second, history[0]["id"]]
+            seen = [next(events) for _ in range(3)]
+            assert [(event.type, len(event.message["id"]) if event.message else 0) for event in seen] == [
+                ("append", cap),
+                ("append", cap),
+                ("compaction", 0),
+            ]
+            assert seen[2].compaction is not None and seen[2].compaction.summary == summary
+            events.close()
+    finally:
+        server.stop()

@@ -41,6 +41,8 @@ from sessions_server.transport.servicer import Draining, SessionServicer
 
 log = logging.getLogger("sessions.server")
 SERVICE_NAME = sessions_pb2.DESCRIPTOR.services_by_name["SessionService"].full_name
+# Headers beside the object key: a bearer token, tracing, the user agent, a proxy's own.
+HEADER_ROOM_BYTES = 32 * 1024
 
 
 @dataclass
@@ -176,6 +178,7 @@ async def _create_server(config: ServerConfig, lock: DataDirectoryLock) -> Runni
             ("grpc.so_reuseport", 0),
             *_PENDING_CALL_OPTIONS,
             *_keepalive_options(config),
+            *_metadata_options(config),
             *config.extra_options,
         ],
     )
@@ -329,6 +332,16 @@ _PENDING_CALL_OPTIONS = (
     ("grpc.server.max_pending_requests", 16_384),
     ("grpc.server.max_pending_requests_hard_limit", 32_768),
 )
+
+
+def _metadata_options(config: ServerConfig) -> list[tuple[str, int]]:
+    """Room for a call's headers. Clients send the object key in `x-object-key` too,
+    percent-encoded: up to three times its bytes. gRPC core's defaults (8 KiB, beyond which it
+    refuses some calls at random, and 16 KiB) turned a key the server takes into a
+    RESOURCE_EXHAUSTED that no handler saw, and a key too long into that instead of
+    INVALID_OBJECT_KEY; the same bound for both, so that nothing is refused at random."""
+    room = 4 * config.max_object_key_bytes + HEADER_ROOM_BYTES
+    return [("grpc.max_metadata_size", room), ("grpc.absolute_max_metadata_size", room)]
 
 
 def _keepalive_options(config: ServerConfig) -> list[tuple[str, int]]:
