@@ -162,3 +162,27 @@ def test_aio_mirror_follows_the_session_and_rereads_on_reset(live_server: Any, o
             await feed.aclose()
 
     asyncio.run(scenario())
+
+
+def test_aio_an_import_source_that_fails_raises_its_own_error(live_server: Any, object_key: str) -> None:
+    """What the caller's items raise while the stream is sent (its iterator failing, a message
+    JSON cannot hold) is raised as itself: grpc.aio cancelled the call, and the caller got a bare
+    CancelledError, which `except Exception` does not catch, and no cause."""
+
+    def source() -> Any:
+        yield text_message("a")
+        raise RuntimeError("the source server went away")
+
+    async def scenario() -> None:
+        async with SessionsClient(live_server.address) as client:
+            session = client.object(object_key).session()
+            with pytest.raises(RuntimeError, match="the source server went away"):
+                await session.import_messages(source())
+            with pytest.raises(ValueError, match="JSON"):
+                await session.import_messages([text_message("b"), {**text_message("c"), "score": float("nan")}])
+            with pytest.raises(ValueError, match="JSON"):
+                await session.import_messages(iter([{**text_message("c"), "score": float("nan")}]))
+            assert await session.get_message("c") is None
+            assert (await session.import_messages([text_message("d")])).imported == 1  # the client goes on
+
+    asyncio.run(scenario())

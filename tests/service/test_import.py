@@ -40,6 +40,26 @@ UNSANITIZED: dict[str, Any] = {
 }
 
 
+def test_an_import_source_that_fails_raises_its_own_error(session: Any) -> None:
+    """What the caller's items raise while the stream is sent (its iterator failing, say while
+    it reads another server's history; a message JSON cannot hold) is raised as itself: gRPC
+    reported only UNKNOWN "Exception iterating requests!", a status no server sent, without
+    the cause."""
+
+    def source() -> Any:
+        yield text_message("a")
+        raise RuntimeError("the source server went away")
+
+    with pytest.raises(RuntimeError, match="the source server went away"):
+        session.import_messages(source())
+    with pytest.raises(ValueError, match="JSON"):
+        session.import_messages([text_message("b"), {**text_message("c"), "score": float("nan")}])
+    with pytest.raises(ValueError, match="JSON"):
+        session.import_messages(iter([{**text_message("c"), "score": float("nan")}]))
+    assert session.get_message("c") is None
+    assert session.import_messages([text_message("d")]).imported == 1
+
+
 def test_import_is_verbatim_with_explicit_parent_and_created_at(session: Any, data_dir: Path, object_key: str) -> None:
     session.append_messages([text_message(i) for i in "abc"])
 

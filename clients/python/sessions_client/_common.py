@@ -351,6 +351,35 @@ def import_frames(
         yield frame
 
 
+class SentFrames:
+    """A client stream's frames, made from the caller's items as gRPC sends them. What making a
+    frame raised (the caller's iterator failing, a message JSON cannot hold) is kept, to be
+    raised as itself: gRPC reports it only as UNKNOWN "Exception iterating requests!", and
+    grpc.aio cancels the call (a bare CancelledError)."""
+
+    def __init__(self, frames: Iterator[Any]) -> None:
+        self._frames = frames
+        self.failure: Exception | None = None
+
+    def __iter__(self) -> SentFrames:
+        return self
+
+    def __next__(self) -> Any:
+        try:
+            return next(self._frames)
+        except StopIteration:
+            raise
+        except Exception as exc:
+            self.failure = exc
+            raise
+
+    def raise_failure(self) -> None:
+        """Raises what making a frame raised, if anything did (the call's failure followed)."""
+        if self.failure is not None:
+            self.failure.__suppress_context__ = True  # the call's own failure only says it ended
+            raise self.failure
+
+
 def import_result(response: pb.ImportMessagesResponse, items: Iterable[ImportItem | Message]) -> ImportResult:
     """The response's counts; raises FAILED_PRECONDITION, as the Go and TypeScript clients do,
     when a packed import's counts miss messages (a server that predates packed frames reads only

@@ -36,6 +36,7 @@ from sessions_client._common import (
     RecentHistory,
     RowStat,
     SearchResult,
+    SentFrames,
     SessionsError,
     TlsConfig,
     UpsertResult,
@@ -338,8 +339,13 @@ class SessionHandle:
     def import_messages(self, items: Iterable[ImportItem | Message]) -> ImportResult:
         """Streams messages in; plain dicts chain, each parented to the previous one. A list or
         tuple goes packed (many messages a frame), an iterator a message at a time as it yields."""
-        frames = import_frames(self._key, self.id, items)
-        return import_result(self._client._call(self._key, "ImportMessages", frames), items)
+        frames = SentFrames(import_frames(self._key, self.id, items))
+        try:
+            response = self._client._call(self._key, "ImportMessages", frames)
+        except SessionsError:
+            frames.raise_failure()
+            raise
+        return import_result(response, items)
 
     # ── reads ───────────────────────────────────────────────────────────────
 

@@ -38,6 +38,7 @@ from sessions_client._common import (
     RecentHistory,
     RowStat,
     SearchResult,
+    SentFrames,
     SessionsError,
     TlsConfig,
     UpsertResult,
@@ -331,8 +332,18 @@ class SessionHandle:
         return (await self.import_messages([ImportItem(message, parent_id, created_at)])).imported == 1
 
     async def import_messages(self, items: Iterable[ImportItem | Message]) -> ImportResult:
-        frames = import_frames(self._key, self.id, items)
-        return import_result(await self._client._call(self._key, "ImportMessages", frames), items)
+        frames = SentFrames(import_frames(self._key, self.id, items))
+        try:
+            response = await self._client._call(self._key, "ImportMessages", frames)
+        except SessionsError:
+            frames.raise_failure()
+            raise
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is None or not task.cancelling():  # grpc.aio ended the call, not a cancel of ours
+                frames.raise_failure()
+            raise
+        return import_result(response, items)
 
     async def get_message(self, message_id: str, *, pointers: bool = False) -> Message | None:
         request = pb.GetMessageRequest(
