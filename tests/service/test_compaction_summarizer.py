@@ -219,6 +219,27 @@ def test_compact_with_an_empty_summary_stores_nothing(summarizing: Summarizing, 
     assert session.list_compactions() == []
 
 
+def test_compact_keeps_the_recent_tail_the_call_asks_for(summarizing: Summarizing, llm: ChatCompletionsStub):
+    """`keep_recent_tokens` on the call (as PlanCompaction takes it) wins over the session's
+    policy; the clients sent none, so the server kept the policy's 20,000 tokens and, with all
+    of this session within them, compacted nothing."""
+    session = _setup(summarizing, "keep-on-call", count=12)
+    assert session.get_compaction_policy().keep_recent_tokens == 0  # the policy's: 20,000
+    planned = session.plan_compaction(keep_recent_tokens=1)
+    assert planned is not None
+    record = session.compact(keep_recent_tokens=1)
+    assert record is not None
+    assert (record.from_message_id, record.to_message_id) == (planned.from_message_id, planned.to_message_id)
+    (request,) = llm.requests
+    assert request.body["messages"][0]["content"] == planned.prompt
+    with pytest.raises(SessionsError) as refused:
+        session.compact(keep_recent_tokens=-1)
+    assert (refused.value.code, refused.value.metadata.get("field")) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "keep_recent_tokens",
+    )
+
+
 def test_compact_follows_the_leaf_given(summarizing: Summarizing, llm: ChatCompletionsStub):
     session = _setup(summarizing, "leaf", count=4)
     session.append_messages([text_message(f"b{i}", f"branch {i}") for i in range(6)], parent_id="m1")

@@ -523,9 +523,12 @@ class SessionHandle:
         keep_recent_tokens: int = 0,
     ) -> CompactionRecord | None:
         """Compacts the branch: with `summarize`, plans on the server, calls your model here and
-        stores the overlay (upstream's createCompactFunction); without, the server's summarizer."""
+        stores the overlay (upstream's createCompactFunction); without, the server's summarizer.
+        `keep_recent_tokens` 0: the session's policy (the server's) or, with `summarize`, 20,000."""
         if summarize is None:
-            request = pb.CompactRequest(object_key=self._key, session_id=self.id, leaf_id=leaf_id or "")
+            request = pb.CompactRequest(
+                object_key=self._key, session_id=self.id, leaf_id=leaf_id or "", keep_recent_tokens=keep_recent_tokens
+            )
             response = self._client._call(self._key, "Compact", request)
             return CompactionRecord.of(response.compaction) if response.compacted else None
         plan = self.plan_compaction(leaf_id=leaf_id, keep_recent_tokens=keep_recent_tokens)

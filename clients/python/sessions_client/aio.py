@@ -534,9 +534,11 @@ class SessionHandle:
         keep_recent_tokens: int = 0,
     ) -> CompactionRecord | None:
         """With `summarize` (a coroutine function), plans, summarizes here and stores the overlay;
-        without, the server's summarizer does the work."""
+        without, the server's summarizer does the work. `keep_recent_tokens` as the sync client's."""
         if summarize is None:
-            request = pb.CompactRequest(object_key=self._key, session_id=self.id, leaf_id=leaf_id or "")
+            request = pb.CompactRequest(
+                object_key=self._key, session_id=self.id, leaf_id=leaf_id or "", keep_recent_tokens=keep_recent_tokens
+            )
             response = await self._client._call(self._key, "Compact", request)
             return CompactionRecord.of(response.compaction) if response.compacted else None
         plan = await self.plan_compaction(leaf_id=leaf_id, keep_recent_tokens=keep_recent_tokens)

@@ -268,8 +268,7 @@ class Compactor:
         The history is read twice: once for what planning needs of each message, once for the
         span's messages, rendered into the prompt as they come. `max_prompt_bytes` (0: none)
         refuses a longer prompt as soon as its messages are past it (LimitExceeded)."""
-        if keep_recent_tokens < 0:
-            raise InvalidArgument("keep_recent_tokens must not be negative", field="keep_recent_tokens")
+        _check_keep_recent(keep_recent_tokens)
         keep = keep_recent_tokens or compaction.DEFAULT_KEEP_RECENT_TOKENS
         for _ in range(PLAN_ATTEMPTS):
             stamp = await self._change_stamp(object_key, session_id)  # before the first read
@@ -333,7 +332,9 @@ class Compactor:
     async def compact(
         self, object_key: str, session_id: str, *, leaf_id: str = "", keep_recent_tokens: int = 0
     ) -> Compaction | None:
-        """Plans, asks the configured summarizer, stores the overlay (`compact` event)."""
+        """Plans, asks the configured summarizer, stores the overlay (`compact` event).
+        `keep_recent_tokens` 0: the session's policy."""
+        _check_keep_recent(keep_recent_tokens)
         if self._summarizer is None:
             raise FailedPrecondition(
                 "no summarizer is configured on this server (--summarizer-url); "
@@ -562,3 +563,8 @@ def _insert_record(
     ctx.row_writes += 1
     ctx.emit(ChangeEvent(event, session_id, compaction=record if event == "compaction" else None))
     return record
+
+
+def _check_keep_recent(keep_recent_tokens: int) -> None:
+    if keep_recent_tokens < 0:
+        raise InvalidArgument("keep_recent_tokens must not be negative", field="keep_recent_tokens")

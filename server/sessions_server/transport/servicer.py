@@ -568,7 +568,10 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         async def run() -> pb.CompactResponse:
             self._admit(context, request.object_key, write=True)
             record = await self._service.compactor.compact(
-                request.object_key, request.session_id, leaf_id=request.leaf_id
+                request.object_key,
+                request.session_id,
+                leaf_id=request.leaf_id,
+                keep_recent_tokens=request.keep_recent_tokens,
             )
             if record is None:
                 return pb.CompactResponse(compacted=False)

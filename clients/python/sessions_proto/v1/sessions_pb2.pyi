@@ -2026,22 +2026,28 @@ class CompactRequest(_message.Message):
     OBJECT_KEY_FIELD_NUMBER: _builtins.int
     SESSION_ID_FIELD_NUMBER: _builtins.int
     LEAF_ID_FIELD_NUMBER: _builtins.int
+    KEEP_RECENT_TOKENS_FIELD_NUMBER: _builtins.int
     object_key: _builtins.str
     """The object key."""
     session_id: _builtins.str
     """The session id."""
     leaf_id: _builtins.str
     """The leaf whose path to compact; empty means the active leaf."""
+    keep_recent_tokens: _builtins.int
+    """Token budget of the recent tail kept verbatim (0: the session's policy, whose own 0 is
+    20,000; negative refused).
+    """
     def __init__(
         self,
         *,
         object_key: _builtins.str = ...,
         session_id: _builtins.str = ...,
         leaf_id: _builtins.str = ...,
+        keep_recent_tokens: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["leaf_id", b"leaf_id", "object_key", b"object_key", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["keep_recent_tokens", b"keep_recent_tokens", "leaf_id", b"leaf_id", "object_key", b"object_key", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -3888,9 +3888,12 @@ type CompactRequest struct {
 	// The session id.
 	SessionId string `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// The leaf whose path to compact; empty means the active leaf.
-	LeafId        string `protobuf:"bytes,3,opt,name=leaf_id,json=leafId,proto3" json:"leaf_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	LeafId string `protobuf:"bytes,3,opt,name=leaf_id,json=leafId,proto3" json:"leaf_id,omitempty"`
+	// Token budget of the recent tail kept verbatim (0: the session's policy, whose own 0 is
+	// 20,000; negative refused).
+	KeepRecentTokens int64 `protobuf:"varint,4,opt,name=keep_recent_tokens,json=keepRecentTokens,proto3" json:"keep_recent_tokens,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *CompactRequest) Reset() {
@@ -3942,6 +3945,13 @@ func (x *CompactRequest) GetLeafId() string {
 		return x.LeafId
 	}
 	return ""
+}
+
+func (x *CompactRequest) GetKeepRecentTokens() int64 {
+	if x != nil {
+		return x.KeepRecentTokens
+	}
+	return 0
 }
 
 // Response for Compact.
@@ -5925,13 +5935,14 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"\x0ffrom_message_id\x18\x02 \x01(\tR\rfromMessageId\x12\"\n" +
 	"\rto_message_id\x18\x03 \x01(\tR\vtoMessageId\x12\x16\n" +
 	"\x06prompt\x18\x04 \x01(\tR\x06prompt\x12#\n" +
-	"\rbudget_tokens\x18\x05 \x01(\x03R\fbudgetTokens\"g\n" +
+	"\rbudget_tokens\x18\x05 \x01(\x03R\fbudgetTokens\"\x95\x01\n" +
 	"\x0eCompactRequest\x12\x1d\n" +
 	"\n" +
 	"object_key\x18\x01 \x01(\tR\tobjectKey\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x02 \x01(\tR\tsessionId\x12\x17\n" +
-	"\aleaf_id\x18\x03 \x01(\tR\x06leafId\"h\n" +
+	"\aleaf_id\x18\x03 \x01(\tR\x06leafId\x12,\n" +
+	"\x12keep_recent_tokens\x18\x04 \x01(\x03R\x10keepRecentTokens\"h\n" +
 	"\x0fCompactResponse\x12\x1c\n" +
 	"\tcompacted\x18\x01 \x01(\bR\tcompacted\x127\n" +
 	"\n" +
