@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -315,3 +316,62 @@ def test_an_object_set_aside_twice_keeps_both_copies_each_with_its_own_wal(tmp_p
     for copy, expected in ((first, "first"), (second, "second")):
         with contextlib.closing(sqlite3.connect(f"file:{copy}?mode=ro", uri=True)) as conn:
             assert conn.execute("SELECT v FROM t").fetchall() == [(expected,)]
+
+
+def test_a_stamped_row_that_is_not_a_message_is_unstamped_and_skipped_as_upstream_skips_it(tmp_path: Path) -> None:
+    """Upstream's importMessage stamps whatever it was given: a file of its can hold stamped
+    rows (the digest right) that its own reads skip. Reads here trusted the stamp and served them
+    (`"parts": ""`, a numeric role), and a row nested past what reads parse that named an
+    attachment failed every read of its path (INTERNAL). On import such a row loses its stamp;
+    reads then check it, and skip it; and a read skips a row it cannot parse, stamped or not."""
+    pointer = "attachment:sha256:" + "a" * 64
+    deep = "[" * 1_010 + "1" + "]" * 1_010  # within what orjson takes, past what reads parse
+    not_messages = {
+        "m1": '{"id":"m1","role":"user","parts":""}',
+        "m2": '{"id":"m2","role":5,"parts":[]}',
+        "m3": '{"id":"m3","role":"user","parts":[{"type":"file","url":"' + pointer + '"}],"deep":' + deep + "}",
+    }
+
+    async def write_origin() -> Path:
+        service = SessionsService(ObjectRegistry(tmp_path / "origin", ThreadPoolExecutor(max_workers=2)))
+        try:
+            items = [AppendInput(_message(f"m{index}"), Parent.auto(), False) for index in range(5)]
+            await service.append_many("origin", "", items)
+        finally:
+            await service.registry.close_all()
+        return object_path(tmp_path / "origin", "origin")
+
+    source = asyncio.run(write_origin())
+    with contextlib.closing(sqlite3.connect(source)) as conn:
+        for message_id, content in not_messages.items():
+            digest = hashlib.sha256(content.encode()).hexdigest()
+            conn.execute(
+                f"UPDATE {MESSAGES} SET content = ?, content_hash = ? WHERE id = ?", (content, digest, message_id)
+            )
+        conn.commit()
+
+    target = files.import_store_file(source, "k", tmp_path / "data")
+    with contextlib.closing(sqlite3.connect(target)) as conn:
+        stamped = {row[0] for row in conn.execute(f"SELECT id FROM {MESSAGES} WHERE content_hash IS NOT NULL")}
+    assert stamped == {"m0", "m3", "m4"}  # m3 is a message to the import's check: reads skip it
+
+    async def read_imported() -> tuple[list[str], list[str], list[str]]:
+        service = SessionsService(ObjectRegistry(tmp_path / "data", ThreadPoolExecutor(max_workers=2)))
+        try:
+            forward = [view.info.id async for window in service.history("k", "") for view in window if view.info]
+            newest = [
+                view.info.id
+                async for window in service.history("k", "", newest_first=True)
+                for view in window
+                if view.info
+            ]
+            found = [
+                message_id
+                for message_id in ("m0", "m1", "m2", "m3", "m4")
+                if await service.get_message("k", "", message_id) is not None
+            ]
+            return forward, newest, found
+        finally:
+            await service.registry.close_all()
+
+    assert asyncio.run(read_imported()) == (["m0", "m4"], ["m4", "m0"], ["m0", "m4"])

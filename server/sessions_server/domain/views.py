@@ -51,7 +51,10 @@ def view_of(conn: Any, stored: StoredMessage | None, inline: bool) -> MessageVie
     if stored is None or not stored_row_ok(stored):
         return None
     if inline and attachments.may_hold_pointers(stored.content):
-        message = jsjson.parse(stored.content)
+        try:
+            message = jsjson.parse(stored.content)
+        except jsjson.JsonInputError:  # nested deeper than reads parse: skipped, as the unparseable
+            return None
         resolved = attachments.resolve(message, lambda digest: queries.load_payload(conn, digest))
         if resolved is not message:
             return MessageView(stored.info, jsjson.stringify(resolved))

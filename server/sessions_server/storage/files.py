@@ -17,6 +17,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import orjson
+
 from sessions_server.storage import schema
 from sessions_server.storage.datadir import SCRATCH_DIR_NAME, sync_directories
 from sessions_server.storage.paths import FILE_SUFFIX, OBJECTS_DIR, object_path
@@ -194,26 +196,32 @@ def _check_text_sizes(conn: sqlite3.Connection, limits: Sequence[TextLimit]) -> 
 
 
 def _unstamp_mismatched_rows(conn: sqlite3.Connection) -> None:
-    """Clears the digest of each message row whose content it does not match.
+    """Clears the digest of each message row whose content it does not match, or whose content
+    is not a message.
 
-    Reads trust a stamped row to hold the JSON its digest was taken of, and skip the check that
-    an unstamped one parses (a row that does not is skipped, as upstream skips it). A file made
-    elsewhere, or damaged on its way, could hold a stamp that vouches for other content: without
-    it the row is checked like any unstamped one, and an identical update stamps it again."""
+    Reads trust a stamped row to hold a message, the JSON its digest was taken of, and skip the
+    check that an unstamped one parses (a row that does not is skipped, as upstream skips it). A
+    file made elsewhere, or damaged on its way, could hold a stamp that vouches for other
+    content; and upstream's importMessage stamps whatever it was given, a row its own reads skip
+    (`"parts": ""`, a numeric role) included. Without the stamp the row is checked like any
+    unstamped one, and an identical update stamps it again."""
     stale = []
     rows = conn.execute(
         "SELECT session_id, id, content, content_chunks, content_hash FROM cf_agents_session_messages "
         "WHERE content_hash IS NOT NULL"
     )
     for session_id, message_id, content, chunks, stamp in rows:
-        digest = hashlib.sha256(str(content).encode("utf-8", "surrogatepass"))
+        text = str(content)
         if chunks:
-            for (piece,) in conn.execute(
-                "SELECT content FROM cf_agents_session_message_chunks WHERE session_id = ? AND id = ? ORDER BY idx",
-                (session_id, message_id),
-            ):
-                digest.update(str(piece).encode("utf-8", "surrogatepass"))
-        if digest.hexdigest() != stamp:
+            text += "".join(
+                str(piece)
+                for (piece,) in conn.execute(
+                    "SELECT content FROM cf_agents_session_message_chunks WHERE session_id = ? AND id = ? ORDER BY idx",
+                    (session_id, message_id),
+                )
+            )
+        digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+        if digest != stamp or not _holds_a_message(text):
             stale.append((session_id, message_id))
     if stale:
         conn.execute("BEGIN")
@@ -221,6 +229,22 @@ def _unstamp_mismatched_rows(conn: sqlite3.Connection) -> None:
             "UPDATE cf_agents_session_messages SET content_hash = NULL WHERE session_id = ? AND id = ?", stale
         )
         conn.execute("COMMIT")
+
+
+def _holds_a_message(text: str) -> bool:
+    """Whether `text` is a JSON object with a string id and role and a list of parts, as a stamp
+    says. Strict, so in doubt (a lone surrogate, nesting past 1,024 levels) the stamp goes and
+    reads check the row in full."""
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return False
+    return (
+        isinstance(value, dict)
+        and isinstance(value.get("id"), str)
+        and isinstance(value.get("role"), str)
+        and isinstance(value.get("parts"), list)
+    )
 
 
 def _describe_row(table: str, key_values: Sequence[object]) -> str:
