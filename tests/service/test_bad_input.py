@@ -3,6 +3,8 @@ nothing written (DESIGN.md §4, §9; proto ErrorReason)."""
 
 from __future__ import annotations
 
+import hashlib
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -367,3 +369,56 @@ def test_the_field_an_error_names_is_the_path_of_the_field_in_the_request(
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, refused.value.details()
     assert _violated_field(refused.value) == field
     assert SessionsError.from_rpc_error(refused.value).metadata.get("field") == field
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        pb.UploadHeader(),
+        pb.UploadHeader(operation=pb.UPLOAD_OPERATION_UPSERT, parent_mode=pb.PARENT_MODE_ROOT, parent_id="p"),
+    ],
+    ids=["no-operation", "root-with-parent"],
+)
+def test_an_upload_with_a_bad_header_is_refused_before_its_message_arrives(
+    stub: Any, data_dir: Path, object_key: str, header: Any
+) -> None:
+    """The header was checked once the whole message had arrived: a 500 MB upload that could
+    never be written was received (and held against the server's assembly budget) first. Now
+    what the client still sends is dropped, up to a bound (_client_stream), and it is answered."""
+    header.object_key = object_key
+    released = threading.Event()
+    sent_all = threading.Event()
+
+    def frames() -> Any:
+        yield pb.UploadMessageRequest(header=header, json_piece='{"id":"a","role":"user",')
+        released.wait(timeout=10)  # the rest of a large message, on its way
+        yield pb.UploadMessageRequest(json_piece='"parts":[]}')
+        sent_all.set()
+
+    try:
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.UploadMessage(frames(), timeout=60)
+        assert not sent_all.is_set(), "refused only once the whole message had come"
+    finally:
+        released.set()
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, refused.value.details()
+    assert _violated_field(refused.value).startswith("header.")
+    assert not object_file(data_dir, object_key).exists()
+
+
+def test_an_import_object_frame_naming_another_key_is_refused(stub: Any, data_dir: Path, object_key: str) -> None:
+    """Later frames may leave object_key empty; one naming another key was ignored, and the
+    file installed under the first frame's key (ImportMessages refuses the same mistake)."""
+    from sessions_client._common import routing_metadata
+
+    data = b"SQLite format 3\x00" + b"\x00" * 4_080
+    frames = [
+        pb.ImportObjectRequest(object_key=object_key, data=data[:2_000]),
+        pb.ImportObjectRequest(object_key=object_key + "-other", data=data[2_000:]),
+        pb.ImportObjectRequest(sha256=hashlib.sha256(data).hexdigest()),
+    ]
+    with pytest.raises(grpc.RpcError) as refused:
+        stub.ImportObject(iter(frames), metadata=routing_metadata(object_key))
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, refused.value.details()
+    assert error_reason(refused.value) == "INVALID_STREAM"
+    assert not object_file(data_dir, object_key).exists()

@@ -85,6 +85,13 @@ def _from_client(source: int, within: str = "") -> bool:
     return source == pb.SOURCE_CLIENT
 
 
+def _check_upload_header(header: pb.UploadHeader) -> None:
+    if header.operation not in (pb.UPLOAD_OPERATION_APPEND, pb.UPLOAD_OPERATION_UPDATE, pb.UPLOAD_OPERATION_UPSERT):
+        raise InvalidArgument("header.operation must be APPEND, UPDATE or UPSERT", field="header.operation")
+    if header.operation != pb.UPLOAD_OPERATION_UPDATE:  # an update keeps the message's parent
+        _parent(header.parent_mode, header.parent_id, "header.")
+
+
 async def _abort(context: grpc.aio.ServicerContext[Any, Any], exc: BaseException) -> None:
     status = status_for(exc) if isinstance(exc, SessionsError) else internal_status(exc)
     await context.abort(status.code, status.details, status.trailing_metadata)
@@ -241,6 +248,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 raise InvalidArgument("the first UploadMessage frame must carry the header", reason="INVALID_STREAM")
             header = first.header
             self._admit(context, header.object_key, write=True)
+            _check_upload_header(header)  # before the message arrives, which may be large
             with self._pieces(from_client=_from_client(header.source, "header.")) as pieces:
                 pieces.add(first.json_piece)
                 while (frame := await _next_piece(frames)) is not None:
@@ -713,6 +721,11 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             async def data() -> AsyncIterator[tuple[bytes, str]]:
                 frame: pb.ImportObjectRequest | None = first
                 while frame is not None:
+                    if frame.object_key and frame.object_key != first.object_key:
+                        raise InvalidArgument(
+                            "every ImportObject frame must name the first frame's object_key (or none)",
+                            reason="INVALID_STREAM",
+                        )
                     yield frame.data, frame.sha256
                     frame = await anext(frames, None)
 
