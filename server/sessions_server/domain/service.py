@@ -502,6 +502,7 @@ class SessionsService:
     async def importer(self, object_key: str, session_id: str) -> AsyncIterator[Importer]:
         """An import session: messages are validated as they arrive and committed in order."""
         self.check_names(object_key, session_id)
+        self.objects.admit(object_key, writing=True)  # moved away or moving: refused before any message
         async with contextlib.AsyncExitStack() as opened:
 
             async def open_store() -> ObjectStore:
