@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import sqlite3
 import time
@@ -233,18 +234,25 @@ def _unstamp_mismatched_rows(conn: sqlite3.Connection) -> None:
 
 def _holds_a_message(text: str) -> bool:
     """Whether `text` is a JSON object with a string id and role and a list of parts, as a stamp
-    says. Strict, so in doubt (a lone surrogate, nesting past 1,024 levels) the stamp goes and
-    reads check the row in full."""
+    says. What orjson refuses (an integer past 64 bits, a lone surrogate) the standard library
+    reads; nesting past its recursion limit, deeper than reads parse, counts as no message."""
     try:
         value = orjson.loads(text)
     except orjson.JSONDecodeError:
-        return False
+        try:
+            value = json.loads(text, parse_constant=_no_constant)
+        except (ValueError, RecursionError):
+            return False
     return (
         isinstance(value, dict)
         and isinstance(value.get("id"), str)
         and isinstance(value.get("role"), str)
         and isinstance(value.get("parts"), list)
     )
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")  # NaN, Infinity: JSON.parse refuses them
 
 
 def _describe_row(table: str, key_values: Sequence[object]) -> str:
