@@ -30,7 +30,7 @@ def test_a_delete_that_cannot_record_the_move_keeps_the_lease(tmp_path: Path, mo
             await service.append("o", "", text, Parent.auto(), from_client=True)
             async for _ in service.objects.export("o", lock_for_move=True, lease_seconds=60):
                 pass
-            leased = service.objects._moving["o"]
+            leased = service.objects._moving["o"].expiry
 
             def full_disk(*args: object) -> None:
                 raise OSError(errno.ENOSPC, "No space left on device")
@@ -39,7 +39,7 @@ def test_a_delete_that_cannot_record_the_move_keeps_the_lease(tmp_path: Path, mo
             with pytest.raises(SessionsError) as failure:
                 await service.objects.delete("o", moved_to="elsewhere:1")
             kept = await service.get_message("o", "", "m1") is not None
-            return failure.value.reason, leased, service.objects._moving["o"], kept
+            return failure.value.reason, leased, service.objects._moving["o"].expiry, kept
         finally:
             await service.registry.close_all()
 

@@ -706,3 +706,121 @@ def test_a_delete_naming_an_overlong_destination_is_refused_unwritten(tmp_path: 
             ).deleted
     finally:
         server.stop()
+
+
+def _locked_export_with_id(stub: pb_grpc.SessionServiceStub, key: str) -> str:
+    request = pb.ExportObjectRequest(object_key=key, lock_for_move=True, lease_seconds=600)
+    frames = list(stub.ExportObject(request, metadata=routing(key), timeout=GUARD_SECONDS))
+    assert all(not frame.move_id for frame in frames[:-1]) and frames[-1].move_id
+    return frames[-1].move_id
+
+
+def test_an_export_still_sending_after_abort_move_does_not_take_the_lock_again(tmp_path: Path) -> None:
+    """Each frame sent renewed the lease by writing a lock anew: after an AbortMove (or a lease
+    run out) mid-transfer, the next frame put a lock back, the mover's DeleteObject found it
+    held, and writes the source took in between went with the source."""
+    data_dir = tmp_path / "data"
+    server = start_server(data_dir)
+    key = "released-mid-transfer"
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            stub = pb_grpc.SessionServiceStub(channel)
+            for index in range(3):  # 3 MB: frames after the first are still to come
+                text = canonical({"id": f"b{index}", "role": "user", "parts": [{"type": "text", "text": "x" * 2**20}]})
+                request = pb.AppendMessageRequest(object_key=key, session_id="s", message_json=text)
+                stub.AppendMessage(request, metadata=routing(key), timeout=GUARD_SECONDS)
+            request = pb.ExportObjectRequest(object_key=key, lock_for_move=True, lease_seconds=600)
+            export = stub.ExportObject(request, metadata=routing(key), timeout=GUARD_SECONDS)
+            first = next(export)
+            assert 0 < len(first.data) < first.size_bytes
+            released = stub.AbortMove(pb.AbortMoveRequest(object_key=key), metadata=routing(key), timeout=GUARD_SECONDS)
+            assert released.was_locked
+            _append(stub, key, "after the release")  # not in the copy being sent
+            rest = list(export)
+            assert rest[-1].sha256 and rest[-1].move_id
+            assert not _writes_refused(stub, key)  # no lock came back with the frames
+            for named in (rest[-1].move_id, ""):
+                refused = _refusal(
+                    lambda named=named: stub.DeleteObject(  # type: ignore[misc]
+                        pb.DeleteObjectRequest(object_key=key, moved_to="elsewhere:1", move_id=named),
+                        metadata=routing(key),
+                        timeout=GUARD_SECONDS,
+                    )
+                )
+                assert refused.code == grpc.StatusCode.FAILED_PRECONDITION, refused
+            assert _stored(stub, key, "after the release")
+            assert object_path(data_dir, key).exists()
+    finally:
+        server.stop()
+
+
+def test_a_move_delete_naming_a_lock_the_source_lost_in_a_restart_is_refused(tmp_path: Path) -> None:
+    """The lock lives in memory: a source restarted after the locked export took writes again,
+    and the mover's DeleteObject (with a destination, which needs no lock) then removed them
+    with the source. Named by its move_id, a lock that is gone refuses the delete."""
+    data_dir = tmp_path / "data"
+    server = start_server(data_dir)
+    key = "restarted-mid-move"
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            stub = pb_grpc.SessionServiceStub(channel)
+            _append(stub, key, "m0")
+            move_id = _locked_export_with_id(stub, key)
+    finally:
+        server.stop()
+    server = start_server(data_dir)
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            stub = pb_grpc.SessionServiceStub(channel)
+            _append(stub, key, "after the restart")  # the lock went with the process
+            request = pb.DeleteObjectRequest(object_key=key, moved_to="elsewhere:1", move_id=move_id)
+            refused = _refusal(lambda: stub.DeleteObject(request, metadata=routing(key), timeout=GUARD_SECONDS))
+            assert (refused.code, "restarted" in refused.message) == (grpc.StatusCode.FAILED_PRECONDITION, True)
+            assert _stored(stub, key, "after the restart")
+            # A lock held now, but another export's, is not the one named either.
+            newer = _locked_export_with_id(stub, key)
+            refused = _refusal(lambda: stub.DeleteObject(request, metadata=routing(key), timeout=GUARD_SECONDS))
+            assert refused.code == grpc.StatusCode.FAILED_PRECONDITION
+            request.move_id = newer
+            assert stub.DeleteObject(request, metadata=routing(key), timeout=GUARD_SECONDS).deleted
+            repeated = stub.DeleteObject(request, metadata=routing(key), timeout=GUARD_SECONDS)
+            assert not repeated.deleted  # answered, not refused: the lock went with the files
+    finally:
+        server.stop()
+
+
+def test_move_object_names_its_lock_and_a_source_restarted_mid_move_keeps_its_writes(tmp_path: Path) -> None:
+    """Through the client's move_object: the source restarts between the copy and the delete
+    (as when its process is replaced mid-move) and takes an update, which the move's check of
+    sessions and row counts cannot see; the move is refused at its delete, and the update stays
+    where it was acknowledged."""
+    source_dir = tmp_path / "source"
+    source, destination = start_server(source_dir), start_server(tmp_path / "destination")
+    key = "moved-across-a-restart"
+    restarted: list[LiveServer] = []
+    try:
+        with SessionsClient(source.address, retry=None) as a, SessionsClient(destination.address, retry=None) as b:
+            a.object(key).session().append_message(_message("m0"))
+            real_import = b._stub.ImportObject
+
+            def import_then_restart_the_source(frames: Any, **kwargs: Any) -> Any:
+                answer = real_import(frames, **kwargs)  # the whole copy sent and installed
+                source.stop()
+                restarted.append(start_server(source_dir, listen=source.address))
+                with SessionsClient(source.address, retry=None) as again:
+                    assert again.object(key).session().update_message(_message("m0", "after the restart"))
+                return answer
+
+            b._stub.ImportObject = import_then_restart_the_source  # type: ignore[method-assign]
+            with pytest.raises(SessionsError) as refused:
+                move_object(a, b, key, destination_name=destination.address)
+            assert refused.value.code == grpc.StatusCode.FAILED_PRECONDITION
+            assert f"{destination.address} keeps the copy it installed" in refused.value.message
+        with SessionsClient(source.address, retry=None) as a:
+            (stored,) = a.object(key).session().get_history()
+            assert stored["parts"][0]["text"] == "after the restart"
+    finally:
+        for server in (*restarted, destination):
+            server.stop()
+        if not restarted:
+            source.stop()

@@ -130,11 +130,14 @@ def move_object(
         raise SessionsError.from_rpc_error(error) from None
 
     export_failure: list[grpc.RpcError] = []
+    move_ids: list[str] = []  # the lock's, from the export's last frame
 
     def frames() -> Iterator[pb.ImportObjectRequest]:
         first = True
         try:
             for frame in itertools.chain([head], export):
+                if frame.move_id:
+                    move_ids.append(frame.move_id)
                 request = pb.ImportObjectRequest(data=frame.data, sha256=frame.sha256)
                 if first:
                     request.object_key = object_key
@@ -168,11 +171,25 @@ def move_object(
             source._stub.AbortMove(pb.AbortMoveRequest(object_key=object_key), metadata=metadata_source)
         raise
     try:
+        # Naming the lock: if the source lost it meanwhile (a restart, an AbortMove, its lease
+        # run out), it may have taken writes the copy lacks, and it refuses the delete.
+        move_id = move_ids[-1] if move_ids else ""
         source._stub.DeleteObject(
-            pb.DeleteObjectRequest(object_key=object_key, moved_to=destination_name), metadata=metadata_source
+            pb.DeleteObjectRequest(object_key=object_key, moved_to=destination_name, move_id=move_id),
+            metadata=metadata_source,
         )
     except grpc.RpcError as error:
-        raise SessionsError.from_rpc_error(error) from None
+        refused = SessionsError.from_rpc_error(error)
+        if refused.code != grpc.StatusCode.FAILED_PRECONDITION:
+            raise refused from None
+        where = destination_name or "the destination"
+        raise SessionsError(
+            refused.code,
+            f"{refused.message}; {where} keeps the copy it installed: move the object again with replace "
+            "to overwrite it",
+            refused.reason,
+            refused.metadata,
+        ) from None
     return MoveReport(object_key, int(imported.size_bytes), int(imported.message_rows), after)
 
 

@@ -15,6 +15,7 @@ import functools
 import hashlib
 import math
 import time
+import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +51,18 @@ class ExportFrame:
     size_bytes: int
     data: bytes
     sha256: str
+    move_id: str = ""
+
+
+@dataclass(slots=True, eq=False)
+class _MoveLock:
+    """A locked export's hold on its object: writes are refused until `expiry` (monotonic
+    seconds). `id` names it to the move's DeleteObject, which deletes only while this very lock
+    holds: one released, expired, replaced by another export's, or lost with a restart (it is
+    kept in memory only) no longer kept writes out of the copy."""
+
+    id: str
+    expiry: float
 
 
 class ObjectAdmin:
@@ -69,7 +82,7 @@ class ObjectAdmin:
         self._max_object_key_bytes = max_object_key_bytes
         self._max_object_bytes = max_object_bytes  # 0: none
         self._text_limits = tuple(text_limits)
-        self._moving: dict[str, float] = {}  # object key -> lock expiry (monotonic seconds)
+        self._moving: dict[str, _MoveLock] = {}
         # Objects whose move lock AbortMove released while it held: the move's delete must not follow.
         self._aborted: set[str] = set()
         self._moved = MovedObjects(registry.data_dir)
@@ -110,8 +123,8 @@ class ObjectAdmin:
                 f"the object was moved to {moved_to or 'another server'}", reason="OBJECT_NOT_OWNED", owner=moved_to
             )
         if writing:
-            expiry = self._moving.get(object_key)  # an expired lock stays: a delete then refuses
-            if expiry is not None and time.monotonic() < expiry:
+            lock = self._moving.get(object_key)  # an expired lock stays: a delete then refuses
+            if lock is not None and time.monotonic() < lock.expiry:
                 raise Unavailable("the object is being moved; retry shortly", reason="OBJECT_MOVING")
 
     async def list_keys(self, page_size: int, page_token: str) -> tuple[list[str], str]:
@@ -144,12 +157,14 @@ class ObjectAdmin:
         lease = lease_seconds or DEFAULT_LEASE_SECONDS
         again = functools.partial(self.admit, object_key, writing=lock_for_move)
         # Never an open that creates: an erase can take the object away while this waits.
+        lock = _MoveLock(uuid.uuid4().hex, math.inf)
         async with self._registry.use_existing(object_key, again) as store:
             if store is None:
                 raise NotFound("no such object on this server", field="object_key")
             try:
                 if lock_for_move:
-                    self._moving[object_key] = time.monotonic() + lease
+                    lock.expiry = time.monotonic() + lease
+                    self._moving[object_key] = lock
                     self._aborted.discard(object_key)  # a new move: its own delete may follow
                     # Every later write to this store is refused as it is queued (also those of
                     # calls admitted before the lock, an import stream's next chunk among them);
@@ -164,7 +179,7 @@ class ObjectAdmin:
                 )
             except BaseException as exc:  # failed, or the caller gave up: no copy, no move
                 if lock_for_move:
-                    self._moving.pop(object_key, None)  # the object takes writes again
+                    self._release(object_key, lock)  # the object takes writes again
                 if isinstance(exc, StorageError):
                     raise storage_failure(str(exc), out_of_space=exc.out_of_space) from None
                 raise
@@ -177,14 +192,22 @@ class ObjectAdmin:
                 while chunk := await _finish_in_thread(self._read_to_send, stream, digest):
                     yield ExportFrame(size if first else 0, chunk, "")
                     first = False
-                    if lock_for_move:
-                        self._moving[object_key] = time.monotonic() + lease
-            yield ExportFrame(size if first else 0, b"", digest.hexdigest())
+                    # The lease runs from the last frame sent; a lock released or expired
+                    # meanwhile is not taken again (the copy may now miss writes).
+                    now = time.monotonic()
+                    if lock_for_move and self._moving.get(object_key) is lock and now < lock.expiry:
+                        lock.expiry = now + lease
+            yield ExportFrame(size if first else 0, b"", digest.hexdigest(), lock.id if lock_for_move else "")
             sent = True
         finally:
             copy.unlink(missing_ok=True)
             if lock_for_move and not sent:  # cut short (the mover gone): no move can follow it
-                self._moving.pop(object_key, None)
+                self._release(object_key, lock)
+
+    def _release(self, object_key: str, lock: _MoveLock) -> None:
+        """Drops `lock`, if it is still the object's (not another export's since)."""
+        if self._moving.get(object_key) is lock:
+            del self._moving[object_key]
 
     async def receive(
         self, object_key: str, frames: AsyncIterator[tuple[bytes, str]], *, replace: bool
@@ -277,8 +300,8 @@ class ObjectAdmin:
         """Releases a move lock; True when one was held (and not yet expired)."""
         keys.check_object_key(object_key, max_bytes=self._max_object_key_bytes)
         self.admit(object_key, writing=False)
-        expiry = self._moving.pop(object_key, None)
-        held = expiry is not None and time.monotonic() < expiry
+        lock = self._moving.pop(object_key, None)
+        held = lock is not None and time.monotonic() < lock.expiry
         if held:
             self._aborted.add(object_key)
         else:  # none held (or it had expired): a plain delete may follow
@@ -297,30 +320,39 @@ class ObjectAdmin:
         self._moving.pop(object_key, None)  # an expired lock: no move can end in a delete now
         return await _run_to_end(self._remove_files(object_key))
 
-    async def delete(self, object_key: str, *, moved_to: str) -> bool:
+    async def delete(self, object_key: str, *, moved_to: str, move_id: str = "") -> bool:
         """Removes the object; later calls are refused, naming `moved_to`. A move's last step:
         refused for an object not stored here (unless a repeat of the move's delete), and without
         a move lock or a destination (most likely an erase that forgot `erase`), since the key
-        would be refused from then on."""
+        would be refused from then on. With `move_id`, only while that lock holds."""
         keys.check_object_key(object_key, max_bytes=self._max_object_key_bytes)
         # Kept for good (MOVED, read at every start) and quoted in every refusal: an address.
         check_size(moved_to, MAX_MOVED_TO_BYTES, "moved_to", "max_moved_to_bytes", "moved_to")
         if self._placement is not None:
             self._placement.check(object_key)
-        expiry = self._moving.get(object_key)
+        lock = self._moving.get(object_key)
         if object_key not in self._moved:
             if not self.is_stored(object_key):
                 raise NotFound(
                     "no object under this key on this server: nothing was deleted or recorded", field="object_key"
                 )
-            if expiry is None and not moved_to:
+            if lock is None and not moved_to:
                 raise FailedPrecondition(
                     "a delete without erase ends a move, and this server refuses the key from then on: "
                     "export the object with lock_for_move first or name its destination in moved_to; "
                     "set erase to delete it for good",
                     reason="FAILED_PRECONDITION",
                 )
-        if expiry is not None:  # the end of a move: the lock must still hold
+            if move_id and (lock is None or lock.id != move_id):
+                raise FailedPrecondition(
+                    "the move lock this delete names no longer holds (released by AbortMove, taken over by "
+                    "another export, or lost when this server restarted): writes may have been accepted after "
+                    "the snapshot, so nothing was deleted; move the object again",
+                    reason="FAILED_PRECONDITION",
+                )
+        expiry = math.inf
+        if lock is not None:  # the end of a move: the lock must still hold
+            expiry = lock.expiry
             if time.monotonic() >= expiry:
                 raise FailedPrecondition(
                     "the move lock expired before this delete: writes may have been accepted after "
@@ -328,7 +360,7 @@ class ObjectAdmin:
                     "then delete)",
                     reason="FAILED_PRECONDITION",
                 )
-            self._moving[object_key] = math.inf  # held until the file is gone
+            lock.expiry = math.inf  # held until the file is gone
         elif object_key in self._aborted:
             # The mover may not know (another operator released the lock): writes accepted since
             # then are not in the copy it made.
@@ -343,8 +375,8 @@ class ObjectAdmin:
         try:
             return await _run_to_end(self._remove(object_key, moved_to))
         except BaseException:
-            if expiry is not None and self._moving.get(object_key) == math.inf:
-                self._moving[object_key] = expiry  # nothing was deleted: the lease runs on as it was
+            if lock is not None and self._moving.get(object_key) is lock:
+                lock.expiry = expiry  # nothing was deleted: the lease runs on as it was
             raise
 
     async def _remove(self, object_key: str, moved_to: str) -> bool:

@@ -704,7 +704,9 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             )
             async with contextlib.aclosing(frames):
                 async for frame in frames:
-                    yield pb.ExportObjectResponse(size_bytes=frame.size_bytes, data=frame.data, sha256=frame.sha256)
+                    yield pb.ExportObjectResponse(
+                        size_bytes=frame.size_bytes, data=frame.data, sha256=frame.sha256, move_id=frame.move_id
+                    )
 
         await _stream(context, run, self._slots)
 
@@ -739,9 +741,11 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             self._admit(context, request.object_key, write=True)
             objects = self._service.objects
             if request.erase:
+                if request.move_id:
+                    raise InvalidArgument("an erase ends no move: leave move_id empty", field="move_id")
                 deleted = await objects.erase(request.object_key, moved_to=request.moved_to)
             else:
-                deleted = await objects.delete(request.object_key, moved_to=request.moved_to)
+                deleted = await objects.delete(request.object_key, moved_to=request.moved_to, move_id=request.move_id)
             return pb.DeleteObjectResponse(deleted=deleted)
 
         return await _unary(context, run)

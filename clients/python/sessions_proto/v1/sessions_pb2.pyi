@@ -2705,22 +2705,28 @@ class ExportObjectResponse(_message.Message):
     SIZE_BYTES_FIELD_NUMBER: _builtins.int
     DATA_FIELD_NUMBER: _builtins.int
     SHA256_FIELD_NUMBER: _builtins.int
+    MOVE_ID_FIELD_NUMBER: _builtins.int
     size_bytes: _builtins.int
     """The file's size in bytes (first frame only)."""
     data: _builtins.bytes
     """The next bytes of the file (at most 3 MiB per frame)."""
     sha256: _builtins.str
     """The lowercase hex SHA-256 of the whole file (last frame only)."""
+    move_id: _builtins.str
+    """With lock_for_move, on the last frame: the id of the move lock this export took. Pass it
+    to DeleteObject, which then deletes only while this very lock holds.
+    """
     def __init__(
         self,
         *,
         size_bytes: _builtins.int = ...,
         data: _builtins.bytes = ...,
         sha256: _builtins.str = ...,
+        move_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "sha256", b"sha256", "size_bytes", b"size_bytes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "move_id", b"move_id", "sha256", b"sha256", "size_bytes", b"size_bytes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2839,6 +2845,7 @@ class DeleteObjectRequest(_message.Message):
     OBJECT_KEY_FIELD_NUMBER: _builtins.int
     MOVED_TO_FIELD_NUMBER: _builtins.int
     ERASE_FIELD_NUMBER: _builtins.int
+    MOVE_ID_FIELD_NUMBER: _builtins.int
     object_key: _builtins.str
     """The object key."""
     moved_to: _builtins.str
@@ -2850,16 +2857,24 @@ class DeleteObjectRequest(_message.Message):
     being moved (UNAVAILABLE, OBJECT_MOVING), and for an object moved away from this server
     (FAILED_PRECONDITION, OBJECT_NOT_OWNED: erase it where it went).
     """
+    move_id: _builtins.str
+    """The move_id of the locked export whose copy the destination holds. The delete is then
+    refused (FAILED_PRECONDITION) unless that lock still holds: released (AbortMove), expired,
+    taken over by another export, or lost with a restart of this server, it no longer kept
+    writes out, and some may be missing from the copy. Without it, only a lock held now or an
+    AbortMove since is told apart.
+    """
     def __init__(
         self,
         *,
         object_key: _builtins.str = ...,
         moved_to: _builtins.str = ...,
         erase: _builtins.bool = ...,
+        move_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["erase", b"erase", "moved_to", b"moved_to", "object_key", b"object_key"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["erase", b"erase", "move_id", b"move_id", "moved_to", b"moved_to", "object_key", b"object_key"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

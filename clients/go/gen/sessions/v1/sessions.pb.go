@@ -5259,7 +5259,10 @@ type ExportObjectResponse struct {
 	// The next bytes of the file (at most 3 MiB per frame).
 	Data []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
 	// The lowercase hex SHA-256 of the whole file (last frame only).
-	Sha256        string `protobuf:"bytes,3,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	Sha256 string `protobuf:"bytes,3,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// With lock_for_move, on the last frame: the id of the move lock this export took. Pass it
+	// to DeleteObject, which then deletes only while this very lock holds.
+	MoveId        string `protobuf:"bytes,4,opt,name=move_id,json=moveId,proto3" json:"move_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5311,6 +5314,13 @@ func (x *ExportObjectResponse) GetData() []byte {
 func (x *ExportObjectResponse) GetSha256() string {
 	if x != nil {
 		return x.Sha256
+	}
+	return ""
+}
+
+func (x *ExportObjectResponse) GetMoveId() string {
+	if x != nil {
+		return x.MoveId
 	}
 	return ""
 }
@@ -5547,7 +5557,13 @@ type DeleteObjectRequest struct {
 	// Its subscriptions end. Refused with `moved_to` set (INVALID_ARGUMENT), while the object is
 	// being moved (UNAVAILABLE, OBJECT_MOVING), and for an object moved away from this server
 	// (FAILED_PRECONDITION, OBJECT_NOT_OWNED: erase it where it went).
-	Erase         bool `protobuf:"varint,3,opt,name=erase,proto3" json:"erase,omitempty"`
+	Erase bool `protobuf:"varint,3,opt,name=erase,proto3" json:"erase,omitempty"`
+	// The move_id of the locked export whose copy the destination holds. The delete is then
+	// refused (FAILED_PRECONDITION) unless that lock still holds: released (AbortMove), expired,
+	// taken over by another export, or lost with a restart of this server, it no longer kept
+	// writes out, and some may be missing from the copy. Without it, only a lock held now or an
+	// AbortMove since is told apart.
+	MoveId        string `protobuf:"bytes,4,opt,name=move_id,json=moveId,proto3" json:"move_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5601,6 +5617,13 @@ func (x *DeleteObjectRequest) GetErase() bool {
 		return x.Erase
 	}
 	return false
+}
+
+func (x *DeleteObjectRequest) GetMoveId() string {
+	if x != nil {
+		return x.MoveId
+	}
+	return ""
 }
 
 // Response for DeleteObject.
@@ -6057,12 +6080,13 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"\n" +
 	"object_key\x18\x01 \x01(\tR\tobjectKey\x12\"\n" +
 	"\rlock_for_move\x18\x02 \x01(\bR\vlockForMove\x12#\n" +
-	"\rlease_seconds\x18\x03 \x01(\x05R\fleaseSeconds\"a\n" +
+	"\rlease_seconds\x18\x03 \x01(\x05R\fleaseSeconds\"z\n" +
 	"\x14ExportObjectResponse\x12\x1d\n" +
 	"\n" +
 	"size_bytes\x18\x01 \x01(\x03R\tsizeBytes\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12\x16\n" +
-	"\x06sha256\x18\x03 \x01(\tR\x06sha256\"z\n" +
+	"\x06sha256\x18\x03 \x01(\tR\x06sha256\x12\x17\n" +
+	"\amove_id\x18\x04 \x01(\tR\x06moveId\"z\n" +
 	"\x13ImportObjectRequest\x12\x1d\n" +
 	"\n" +
 	"object_key\x18\x01 \x01(\tR\tobjectKey\x12\x18\n" +
@@ -6078,12 +6102,13 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"object_key\x18\x01 \x01(\tR\tobjectKey\"2\n" +
 	"\x11AbortMoveResponse\x12\x1d\n" +
 	"\n" +
-	"was_locked\x18\x01 \x01(\bR\twasLocked\"e\n" +
+	"was_locked\x18\x01 \x01(\bR\twasLocked\"~\n" +
 	"\x13DeleteObjectRequest\x12\x1d\n" +
 	"\n" +
 	"object_key\x18\x01 \x01(\tR\tobjectKey\x12\x19\n" +
 	"\bmoved_to\x18\x02 \x01(\tR\amovedTo\x12\x14\n" +
-	"\x05erase\x18\x03 \x01(\bR\x05erase\"0\n" +
+	"\x05erase\x18\x03 \x01(\bR\x05erase\x12\x17\n" +
+	"\amove_id\x18\x04 \x01(\tR\x06moveId\"0\n" +
 	"\x14DeleteObjectResponse\x12\x18\n" +
 	"\adeleted\x18\x01 \x01(\bR\adeleted*j\n" +
 	"\x0eAttachmentMode\x12\x1f\n" +
