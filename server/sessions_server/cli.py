@@ -345,6 +345,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     imp.add_argument("--token", help="bearer token for --to (or SESSIONS_TOKEN)")
     imp.add_argument("--replace", action="store_true", help="overwrite an existing object")
+    imp.add_argument(
+        "--max-object-key-bytes",
+        type=int,
+        default=MAX_OBJECT_KEY_BYTES,
+        help=f"longest object key taken, UTF-8 bytes, as the server's flag (default {MAX_OBJECT_KEY_BYTES})",
+    )
     _add_text_limit_flags(imp)
     _add_client_tls_flags(imp, "the server of --to")
     return parser
@@ -478,6 +484,18 @@ def _out_of_range(name: str, value: float, allowed: _Range) -> str | None:
     return None
 
 
+def _check_object_key(parser: argparse.ArgumentParser, object_key: str, max_bytes: int) -> None:
+    """A key every call would refuse (empty, a control character, too long) is refused here:
+    installed, its object could be listed but never read, moved or erased."""
+    from sessions_server.domain.errors import InvalidArgument
+    from sessions_server.domain.keys import check_object_key
+
+    try:
+        check_object_key(object_key, max_bytes=max_bytes)
+    except InvalidArgument as exc:
+        parser.error(f"--object-key: {exc.message}")
+
+
 def _check_ranges(parser: argparse.ArgumentParser, args: argparse.Namespace, ranges: dict[str, _Range]) -> None:
     for name, allowed in ranges.items():
         problem = _out_of_range(name, getattr(args, name), allowed)
@@ -541,6 +559,8 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
         _check_ranges(command, args, _SERVE_RANGES)
     if args.command == "import-store":
         _check_ranges(command, args, _TEXT_LIMIT_RANGES)
+        _check_ranges(command, args, {"max_object_key_bytes": _SERVE_RANGES["max_object_key_bytes"]})
+        _check_object_key(command, args.object_key, args.max_object_key_bytes)
         if args.address is None and (args.tls or args.tls_ca or args.tls_cert or args.tls_key):
             command.error("--tls, --tls-ca, --tls-cert and --tls-key are for --to ADDRESS (a running server)")
     if args.command in ("move-object", "abort-move", "import-store"):

@@ -185,6 +185,28 @@ def test_a_numeric_flag_out_of_range_is_refused_by_the_command(
     assert done.stderr.startswith("usage: sessions-server serve [--listen HOST:PORT]")
 
 
+@pytest.mark.parametrize(
+    ("key", "flags", "expected"),
+    [
+        ("", [], "--object-key: object_key must not be empty"),
+        ("bad\nkey", [], "--object-key: object_key holds a control character (U+000A) at index 3"),
+        ("k" * 2_000, [], "--object-key: object_key is 2000 bytes"),
+        ("k" * 2_000, ["--max-object-key-bytes", "65537"], "--max-object-key-bytes must be at most 65536"),
+    ],
+    ids=["empty", "control-character", "too-long", "limit-past-its-most"],
+)
+def test_import_store_refuses_a_key_no_call_could_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], key: str, flags: list[str], expected: str
+) -> None:
+    """import-store installed such objects and exited 0: listed by ListObjects, then refused by
+    every call that names them (INVALID_OBJECT_KEY), so they could be neither read, moved nor
+    erased. A key past the default limit is taken where the limit is raised."""
+    argv = ["import-store", str(tmp_path / "store.sqlite"), "--object-key", key, "--data-dir", str(tmp_path / "d")]
+    assert _parse_error([*argv, *flags], capsys).startswith(f"sessions-server import-store: error: {expected}")
+    if key == "k" * 2_000:
+        assert parse_arguments([*argv, "--max-object-key-bytes", "4096"]).object_key == key
+
+
 # -- serve: what the machine refuses ---------------------------------------------------------
 
 
