@@ -12,13 +12,17 @@ The domain over real object files; each read is compared with one after the memo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import sqlite3
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from sessions_server.domain import paths
 from sessions_server.domain.compactor import Policy, forget_estimate
 from sessions_server.domain.service import SessionsService
+from sessions_server.storage.paths import object_path
 from sessions_server.storage.registry import ObjectRegistry
 from sessions_server.storage.rows import MAX_PATH_DEPTH, Parent
 
@@ -89,3 +93,37 @@ def test_an_update_on_a_path_that_passes_a_row_twice_is_seen_wherever_it_stands(
     remembered, fresh = _remembered_and_fresh(tmp_path, scenario)
     assert remembered == fresh
     assert len({tokens for message_id, tokens in fresh[1] if message_id == "a"}) == 1
+
+
+def test_a_walk_that_raced_the_append_of_its_missing_parent_is_not_remembered(tmp_path: Path) -> None:
+    """A walk read before the missing parent was appended, and kept after that append was
+    noted (appends do not move the session's version): every read of its leaf then came from
+    the memo without the new root, and an append under the leaf extended the stale path, so
+    plain reads of the session were short too. The walk here runs on a snapshot taken before
+    the append, as a reader thread's would, and is kept only after the append is noted."""
+
+    async def main() -> tuple[list[str] | None, list[str], list[str]]:
+        service = SessionsService(ObjectRegistry(tmp_path, ThreadPoolExecutor(max_workers=2)))
+        try:
+            await _import_under_missing_parent(service, "r0", "P")
+            await service.append("k", "", _message("r1"), Parent.auto(), from_client=True)
+            async with service.object("k") as store:
+                stamp = paths.walk_stamp(store, "")  # as a read takes it, before its snapshot
+                with contextlib.closing(sqlite3.connect(object_path(tmp_path, "k"), isolation_level=None)) as conn:
+                    conn.execute("BEGIN")
+                    conn.execute("SELECT count(*) FROM cf_agents_session_messages").fetchone()  # the snapshot
+                    await service.append("k", "", _message("P"), Parent.root(), from_client=True)
+                    walked = paths.path_stats(store, conn, "", "r1", stamp)
+                    conn.execute("COMMIT")
+                assert [row.id for row in walked.rows] == ["r0", "r1"] and walked.open_parent == "P"
+                kept = paths.remembered_path(store, "", "r1")
+            await service.append("k", "", _message("x"), Parent.of("r1"), from_client=True)
+            history = [view.info.id async for window in service.history("k", "") for view in window if view.info]
+            stats = [row.id for row in await service.row_stats("k", "")]
+            return None if kept is None else [row.id for row in kept], history, stats
+        finally:
+            await service.registry.close_all()
+
+    kept, history, stats = asyncio.run(main())
+    assert kept is None
+    assert history == stats == ["P", "r0", "r1", "x"]

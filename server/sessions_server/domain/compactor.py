@@ -428,13 +428,13 @@ class Compactor:
         cached = _recall(store, "tokens", session_id)
         memo = cached if isinstance(cached, TokenMemo) else None
         if memo is None:
-            version = paths.session_version(store, session_id)  # before the read's snapshot
+            stamp = paths.walk_stamp(store, session_id)  # before the read's snapshot
 
             def derive(conn: Any) -> TokenMemo:
                 leaf = store.latest_leaf_id(conn, session_id)
                 if not leaf:
                     return TokenMemo(None, 0.0, 0, False, [])
-                path = paths.path_stats(store, conn, session_id, leaf, version)
+                path = paths.path_stats(store, conn, session_id, leaf, stamp)
                 rows = [(row.id, row.token_estimate) for row in path.rows]
                 records = queries.compactions(conn, session_id)
                 spans = [
@@ -459,7 +459,7 @@ class Compactor:
                 under_way.remove(derivation)
                 if not under_way:
                     _derivations(store).pop(session_id, None)
-            if not derivation.overtaken and paths.session_version(store, session_id) == version:
+            if not derivation.overtaken and paths.session_version(store, session_id) == stamp.version:
                 _remember(store, "tokens", session_id, memo)  # else it may be of an older state
         return max(0, int(-(-memo.total // 1)))
 

@@ -138,9 +138,9 @@ def branch_ids(conn: Any, session_id: str, message_id: str) -> list[str]:
 
 def row_stats(conn: Any, store: ObjectStore, session_id: str, leaf_id: str) -> list[PathStat]:
     """Per-row stored bytes and token estimates along a path (at most 10,001 rows)."""
-    version = paths.session_version(store, session_id)  # before the snapshot
+    stamp = paths.walk_stamp(store, session_id)  # before the snapshot
     leaf = resolve_leaf(store, conn, session_id, leaf_id)
-    return [] if not leaf else paths.path_stats(store, conn, session_id, leaf, version).rows
+    return [] if not leaf else paths.path_stats(store, conn, session_id, leaf, stamp).rows
 
 
 async def from_root(
@@ -149,7 +149,7 @@ async def from_root(
     """One root-to-leaf path with overlays applied, root first, in windows."""
 
     def plan(conn: Any) -> tuple[list[PathStat], list[Compaction], list[OverlaySpan] | None]:
-        version = paths.session_version(store, session_id)  # before the snapshot
+        stamp = paths.walk_stamp(store, session_id)  # before the snapshot
         leaf = resolve_leaf(store, conn, session_id, leaf_id)
         if not leaf:  # an empty id as the leaf reads as no leaf, as upstream
             return [], [], []
@@ -157,7 +157,7 @@ async def from_root(
         remembered = paths.remembered_overlaid_path(store, session_id, leaf, records) if records else None
         if remembered is not None:
             return remembered[0], records, remembered[1]
-        return paths.path_stats(store, conn, session_id, leaf, version).rows, records, None
+        return paths.path_stats(store, conn, session_id, leaf, stamp).rows, records, None
 
     # In place for a lone caller: a remembered path (an agent's read after its append) costs
     # point reads; a walk that outlasts a quick read (a long session's) runs again on the executor.
@@ -185,7 +185,7 @@ async def recent(
         return suffix.rows, suffix.cut or capped, suffix.stored_bytes, queries.compactions(conn, session_id)
 
     def plan(conn: Any) -> _RecentPlan:
-        version = paths.session_version(store, session_id)  # before the snapshot
+        stamp = paths.walk_stamp(store, session_id)  # before the snapshot
         leaf = resolve_leaf(store, conn, session_id, leaf_id)
         if not leaf:  # an empty id as the leaf reads as no leaf, as upstream
             return [], False, 0, []
@@ -193,7 +193,7 @@ async def recent(
         # which is then remembered.
         suffix = paths.remembered_suffix(store, session_id, leaf, max_content_bytes)
         if suffix is None:
-            suffix = paths.suffix_of(paths.path_stats(store, conn, session_id, leaf, version), max_content_bytes)
+            suffix = paths.suffix_of(paths.path_stats(store, conn, session_id, leaf, stamp), max_content_bytes)
         return planned(conn, suffix)
 
     # In place for a lone caller, as a root-first read's plan: a walk that outlasts a quick

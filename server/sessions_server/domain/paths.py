@@ -2,12 +2,14 @@
 messages, per open object.
 
 Walking a path costs a point read per row, and an agent reads its whole history after nearly
-every append. Appends never change an existing path: a new row only extends the path of its
-parent; an update rewrites one row and moves none. So a remembered path is extended by appends to
-its leaf, restated in place by an update (an agent streams its answer by upserts, then appends),
-and dropped by every other change to the session (delete, clear, compaction, import). Readers get
-a copy; a walk that raced with a change is not remembered (the session's version moved while it
-ran).
+every append. Appends change no existing path but one that stops at a missing parent (imported
+rows may name one), which a row appended under that id joins to a root: such a path is walked
+again (`open_parent`), and a walk of one is not kept if any append committed while it ran. Else
+a new row only extends the path of its parent; an update rewrites one row and moves none. So a
+remembered path is extended by appends to its leaf, restated in place by an update (an agent
+streams its answer by upserts, then appends), and dropped by every other change to the session
+(delete, clear, compaction, import). Readers get a copy; a walk that raced with a change is not
+remembered (the session's version moved while it ran).
 
 The messages (views) read along a path are remembered the same way: a message's stored form
 changes only by an update, which replaces it, or by a delete, clear, compaction or import, each
@@ -36,7 +38,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, repeat
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from sessions_server.domain.overlays import OverlaySpan, plan_overlays
 from sessions_server.domain.views import MessageView, Rewrites
@@ -132,6 +134,7 @@ class _ObjectMemo:
     counter: int = 0
     floor: int = 0
     sessions: set[str] = field(default_factory=set)  # with a path or messages remembered
+    appends: int = 0  # commits of appends noted, any session's
 
     def version(self, session_id: str) -> int:
         return self.versions.get(session_id, self.floor)
@@ -199,10 +202,27 @@ def session_version(store: ObjectStore, session_id: str) -> int:
         return memo.version(session_id)
 
 
-def path_stats(store: ObjectStore, conn: Any, session_id: str, leaf_id: str, version: int) -> PathStats:
+class WalkStamp(NamedTuple):
+    """What a read takes before its snapshot, for its walk to be remembered only if still
+    current: the session's version, and the object's count of noted appends."""
+
+    version: int
+    appends: int
+
+
+def walk_stamp(store: ObjectStore, session_id: str) -> WalkStamp:
+    """`session_version`, and the appends noted so far: a walk that stops at a missing parent
+    is stale once a row appended under that id committed, though the version did not move."""
+    memo = _object_memo(store)
+    with _lock:
+        return WalkStamp(memo.version(session_id), memo.appends)
+
+
+def path_stats(store: ObjectStore, conn: Any, session_id: str, leaf_id: str, stamp: WalkStamp) -> PathStats:
     """The session's path to `leaf_id`, from the memo when it holds that leaf (runs on a reader
-    thread); a walk is remembered if the session is still at `version` (`session_version`,
-    taken before the read's snapshot). The caller owns the returned rows."""
+    thread); a walk is remembered if the session is still at the version of `stamp` (taken
+    before the read's snapshot) and, for a walk that stopped at a missing parent, no append was
+    noted since. The caller owns the returned rows."""
     memo = _object_memo(store)
     key = (memo, session_id)
     with _lock:
@@ -218,7 +238,10 @@ def path_stats(store: ObjectStore, conn: Any, session_id: str, leaf_id: str, ver
     # row would have to restate it wherever it stands.
     cyclic = len(set(map(ROW_ID, stats.rows))) != len(stats.rows)
     with _lock:
-        if memo.version(session_id) == version and not stats.dangling and not cyclic:
+        # A walk that stopped at a missing parent, with an append committed meanwhile: that row
+        # may be the parent, noted (`note_appends`) before this walk was kept to be dropped.
+        overtaken = stats.open_parent is not None and memo.appends != stamp.appends
+        if memo.version(session_id) == stamp.version and not stats.dangling and not cyclic and not overtaken:
             stored = sum(map(STORED_BYTES, stats.rows))
             _keep(
                 key,
@@ -309,6 +332,7 @@ def note_appends(store: ObjectStore, session_id: str, appended: Sequence[Appende
     key = (_object_memo(store), session_id)
     pushed_out: list[int] = []
     with _lock:
+        key[0].appends += 1
         _note_appended_views(key, appended)
         held = _paths.get(key)
         if held is None:
