@@ -445,8 +445,22 @@ export function routingHeaders(objectKey: string): Record<string, string> {
   return { [OBJECT_KEY_HEADER]: encodeObjectKey(objectKey) };
 }
 
+// A UTF-16 surrogate without its pair: UTF-8 cannot carry it, and encoding puts U+FFFD in its place.
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
 function toJson(message: MessageInput): string {
-  if (typeof message === "string") return message;
+  if (typeof message === "string") {
+    // Sent as it is, the text would be stored with U+FFFD, and the write's result would still be
+    // the text as given (the server answers with what it received).
+    if (LONE_SURROGATE.test(message)) {
+      throw new SessionsError(
+        Code.InvalidArgument,
+        "message JSON holds a lone UTF-16 surrogate, which UTF-8 cannot carry; escape it as \\uXXXX",
+        "INVALID_JSON",
+      );
+    }
+    return message;
+  }
   const text = JSON.stringify(message);
   if (typeof text !== "string") throw new TypeError("message is not JSON-serializable");
   return text;
@@ -677,6 +691,11 @@ function retryPolicyOf(option: RetryPolicy | false | undefined): Required<RetryP
  * would leave only the last attempt's error: the caller gets this one instead, wherever the call
  * was.
  */
+/** The error of a call made, or a subscription still running, once `close()` was called. */
+function closedClient(cause?: unknown): SessionsError {
+  return new SessionsError(Code.Canceled, "the client is closed", null, {}, null, { cause });
+}
+
 function cancelled(signal: AbortSignal): SessionsError {
   const reason: unknown = signal.reason;
   const why = reason instanceof Error ? reason.message : String(reason);
@@ -765,7 +784,15 @@ export class SessionsClient {
     return new ObjectHandle(this, objectKey);
   }
 
-  /** Closes the HTTP/2 connection (and any call still open on it); calls waiting to retry fail at once. */
+  /** @internal Aborted by `close()`: what waits (a subscription's reconnect) stops with it. */
+  get closedSignal(): AbortSignal {
+    return this.closing.signal;
+  }
+
+  /**
+   * Closes the HTTP/2 connection (and any call still open on it); calls waiting to retry fail at
+   * once, a subscription ends, and calls made after it fail (CANCELLED, "the client is closed").
+   */
   close(): void {
     this.closing.abort();
     // connect-node 2.1 removes its error listener when aborted, and only adds a stand-in for a
@@ -804,6 +831,7 @@ export class SessionsClient {
   ): Promise<T> {
     const { signal } = options;
     if (abortedBy(signal)) throw cancelled(signal);
+    if (this.closing.signal.aborted) throw closedClient(); // else a new connection would be opened
     const { controller, unlink } = follow(signal);
     // One deadline for all attempts and waits, so that a retried call ends when a single one would.
     const deadlineAt = this.timeoutMs === undefined ? undefined : performance.now() + this.timeoutMs;
@@ -843,6 +871,7 @@ export class SessionsClient {
   ): AsyncGenerator<T> {
     const { signal, deadline = true } = options;
     if (abortedBy(signal)) throw cancelled(signal);
+    if (this.closing.signal.aborted) throw closedClient(); // else a new connection would be opened
     const { controller, unlink } = follow(signal);
     // The deadline is kept here rather than by Connect's `timeoutMs`: Connect leaves its deadline
     // timer running when a stream is cancelled through its signal, which keeps the process alive.
@@ -985,10 +1014,12 @@ export class ObjectHandle {
         }
         return;
       } catch (error) {
+        // close() ends the stream as a server that went away would: it must not reconnect.
+        if (this.client.closedSignal.aborted) throw closedClient(error);
         const retryable = error instanceof SessionsError && RECONNECT_CODES.has(error.code);
         if (!retryable || options.signal?.aborted === true || attempts >= maxAttempts) throw error;
         attempts += 1;
-        await pause(Math.min(2000, 50 * 2 ** attempts), options.signal);
+        await pause(Math.min(2000, 50 * 2 ** attempts), options.signal, this.client.closedSignal);
       }
     }
   }
@@ -1288,12 +1319,20 @@ export class SessionHandle {
     items: Iterable<ImportItem | ImportItemLike | MessageInput> | AsyncIterable<ImportItem | ImportItemLike | MessageInput>,
     options: AbortOptions = {},
   ): Promise<ImportResult> {
-    const frames = importFrames(this.key, this.id, items);
+    const made: { failure?: unknown } = {};
+    const frames = keepingFailure(importFrames(this.key, this.id, items), made);
     // Never retried: the frames come from the caller's iterable, which cannot be read twice.
-    const response = await this.client.call("ImportMessages", this.key, (o) => this.rpc.importMessages(frames, o), {
-      retry: false,
-      signal: options.signal,
-    });
+    let response: Awaited<ReturnType<typeof this.rpc.importMessages>>;
+    try {
+      response = await this.client.call("ImportMessages", this.key, (o) => this.rpc.importMessages(frames, o), {
+        retry: false,
+        signal: options.signal,
+      });
+    } catch (error) {
+      // What making a frame threw (the caller's iterable, a message JSON cannot hold) is the
+      // cause; Connect reports it as INTERNAL, a status no server sent.
+      throw "failure" in made ? made.failure : error;
+    }
     const result = { imported: toNumber(response.importedCount), skipped: toNumber(response.skippedCount) };
     if (Array.isArray(items) && result.imported + result.skipped !== items.length) {
       throw new SessionsError(
@@ -1530,6 +1569,16 @@ const IMPORT_FRAME_BYTES = 1024 * 1024;
  * `importMessages` reports. Other iterables go a message per frame, each as soon as it is
  * yielded. A larger message goes in pieces either way.
  */
+/** `frames` as they are made; what making one throws is kept in `made.failure` (and thrown on). */
+async function* keepingFailure<T>(frames: AsyncIterable<T>, made: { failure?: unknown }): AsyncGenerator<T> {
+  try {
+    yield* frames;
+  } catch (error) {
+    made.failure = error;
+    throw error;
+  }
+}
+
 async function* importFrames(
   objectKey: string,
   sessionId: string,

@@ -133,3 +133,24 @@ test("the client's default deadline does not end a subscription", async () => {
   await it.return?.(undefined);
   assert.equal(event!.message?.id, "late");
 });
+
+test("close() ends a running subscription: it does not reconnect, and calls after it fail", async () => {
+  // close() ended the stream as a server going away does: the subscription reconnected on a new
+  // connection and went on delivering events; a call after close() opened one too.
+  const own = server.client();
+  const key = freshKey();
+  const it = own.object(key).subscribe({ includeProgress: true })[Symbol.asyncIterator]();
+  assert.equal((await it.next()).value?.type, "PROGRESS");
+  const ended = it.next();
+  own.close();
+  await assert.rejects(ended, (error: unknown) => {
+    assert.ok(error instanceof Error && "code" in error, String(error));
+    assert.equal((error as { code: string }).code, "CANCELLED");
+    assert.match((error as Error).message, /the client is closed/);
+    return true;
+  });
+  await client.object(key).session().appendMessage(msg("after-close")); // would reach a live subscription
+  assert.deepEqual(await it.next(), { done: true, value: undefined });
+  await assert.rejects(own.object(key).session().appendMessage(msg("late")), /CANCELLED: the client is closed/);
+  assert.equal(await client.object(key).session().getMessage("late"), null);
+});

@@ -263,3 +263,33 @@ describe("routing metadata", () => {
     }
   });
 });
+
+test("what an import's items throw while the stream is sent is thrown as itself, not as INTERNAL", async () => {
+  // Connect reported the caller's error as SessionsError INTERNAL, a status no server sent.
+  const s = client.object(freshKey()).session();
+  const broken = new Error("the source server went away");
+  async function* source() {
+    yield msg("a");
+    throw broken;
+  }
+  await assert.rejects(s.importMessages(source()), (error: unknown) => error === broken);
+  const unserializable = { ...msg("b"), count: 1n };
+  await assert.rejects(s.importMessages([msg("c"), unserializable]), TypeError);
+  assert.equal(await s.getMessage("c"), null);
+  assert.equal((await s.importMessages([msg("d")])).imported, 1); // the client goes on
+});
+
+test("message JSON with a lone UTF-16 surrogate is refused before it is sent", async () => {
+  // Encoded to UTF-8 it became U+FFFD: stored so, while the write answered with the text as given.
+  const s = client.object(freshKey()).session();
+  for (const text of ['{"id":"a","role":"user","parts":[{"type":"text","text":"A\ud800B"}]}', `{"id":"a","role":"user","parts":[{"type":"text","text":"${"x".repeat(4 << 20)}\udc00"}]}`]) {
+    await assert.rejects(s.appendMessage(text), (error: unknown) => {
+      assert.equal((error as { code: string }).code, "INVALID_ARGUMENT");
+      assert.equal((error as { reason: string }).reason, "INVALID_JSON");
+      return true;
+    });
+  }
+  assert.equal(await s.getMessage("a"), null);
+  const escaped = await s.appendMessage('{"id":"a","role":"user","parts":[{"type":"text","text":"A\\ud800B"}]}');
+  assert.ok(escaped.inserted); // the same surrogate, escaped, is JSON's to carry
+});
