@@ -40,6 +40,9 @@ func toJSON(message any) (string, error) {
 	case Message:
 		text = string(m.JSON)
 	case *Message:
+		if m == nil {
+			return "", clientError(codes.InvalidArgument, ReasonInvalidJSON, "message is nil")
+		}
 		text = string(m.JSON)
 	default:
 		var buf bytes.Buffer

@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 
 	pb "github.com/sessions-dev/sessions/clients/go/gen/sessions/v1"
 )
@@ -23,6 +24,7 @@ type Subscription struct {
 	ctx             context.Context
 	cancel          context.CancelFunc
 	stub            pb.SessionServiceClient
+	conn            *grpc.ClientConn // its client's: once shut down (Close), nothing to reconnect to
 	key             string
 	sessionID       *string
 	attachments     pb.AttachmentMode
@@ -63,6 +65,7 @@ func (o *Object) subscribe(ctx context.Context, sessionID *string, opts []ReadOp
 		ctx:             sctx,
 		cancel:          cancel,
 		stub:            o.client.stub,
+		conn:            o.client.conn,
 		key:             o.key,
 		sessionID:       sessionID,
 		attachments:     attachmentMode(ro),
@@ -167,7 +170,10 @@ func (s *Subscription) retryOrFinish(err error) {
 		s.finish(toError(s.ctx.Err()))
 		return
 	}
-	if (code != codes.Unavailable && code != codes.Canceled) || s.attempts >= s.maxAttempts {
+	// Client.Close ends the stream with CANCELLED, as a server going away can: reconnecting to a
+	// closed connection failed the same way for every attempt (20, about 33 s).
+	closed := s.conn != nil && s.conn.GetState() == connectivity.Shutdown
+	if closed || (code != codes.Unavailable && code != codes.Canceled) || s.attempts >= s.maxAttempts {
 		s.finish(err)
 		return
 	}
