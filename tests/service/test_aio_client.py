@@ -186,3 +186,17 @@ def test_aio_an_import_source_that_fails_raises_its_own_error(live_server: Any, 
             assert (await session.import_messages([text_message("d")])).imported == 1  # the client goes on
 
     asyncio.run(scenario())
+
+
+def test_aio_a_large_message_utf8_cannot_carry_raises_as_a_small_one_does(live_server: Any, object_key: str) -> None:
+    """As the blocking client's: grpc.aio ended the upload with a bare CancelledError."""
+    text = '{"id":"a","role":"user","parts":[{"type":"text","text":"' + "x" * (4 << 20) + '\ud800"}]}'
+
+    async def scenario() -> None:
+        async with SessionsClient(live_server.address) as client:
+            session = client.object(object_key).session()
+            with pytest.raises(UnicodeEncodeError):
+                await session.append_message(text)
+            assert await session.get_message("a") is None
+
+    asyncio.run(scenario())

@@ -633,7 +633,16 @@ class SessionHandle:
             source=source_value(source),
             **parent_fields(parent_id),
         )
-        response: pb.UploadMessageResponse = self._client._call(
-            self._key, "UploadMessage", lambda: upload_frames(header, text)
-        )
+        made: list[SentFrames] = []  # each attempt's frames
+
+        def frames() -> SentFrames:
+            made.append(SentFrames(upload_frames(header, text)))
+            return made[-1]
+
+        try:
+            response: pb.UploadMessageResponse = self._client._call(self._key, "UploadMessage", frames)
+        except SessionsError:
+            if made:
+                made[-1].raise_failure()  # text UTF-8 cannot carry: raised as a small write's is
+            raise
         return response

@@ -335,12 +335,8 @@ class SessionHandle:
         frames = SentFrames(import_frames(self._key, self.id, items))
         try:
             response = await self._client._call(self._key, "ImportMessages", frames)
-        except SessionsError:
-            frames.raise_failure()
-            raise
-        except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if task is None or not task.cancelling():  # grpc.aio ended the call, not a cancel of ours
+        except (SessionsError, asyncio.CancelledError):
+            if not _cancelled_here():
                 frames.raise_failure()
             raise
         return import_result(response, items)
@@ -624,7 +620,23 @@ class SessionHandle:
             source=source_value(source),
             **parent_fields(parent_id),
         )
-        response: pb.UploadMessageResponse = await self._client._call(
-            self._key, "UploadMessage", lambda: upload_frames(header, text)
-        )
+        made: list[SentFrames] = []  # each attempt's frames
+
+        def frames() -> SentFrames:
+            made.append(SentFrames(upload_frames(header, text)))
+            return made[-1]
+
+        try:
+            response: pb.UploadMessageResponse = await self._client._call(self._key, "UploadMessage", frames)
+        except (SessionsError, asyncio.CancelledError):
+            if made and not _cancelled_here():
+                made[-1].raise_failure()  # text UTF-8 cannot carry: raised as a small write's is
+            raise
         return response
+
+
+def _cancelled_here() -> bool:
+    """Whether this task is being cancelled: else a CancelledError out of a call is grpc.aio's
+    way of ending a call whose request frames failed to be made."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
