@@ -114,6 +114,20 @@ def _wait(condition: Callable[[], object], what: str) -> None:
     assert wait_until(lambda: bool(condition()), GUARD_SECONDS, interval=0.005), f"not within the guard: {what}"
 
 
+def _locked_export_under_way(stub: pb_grpc.SessionServiceStub, key: str, megabytes: int) -> Any:
+    """A locked export of `key`, filled first with `megabytes` messages of 1 MiB, its first frame
+    read and the rest still to come: the stream, to read on or cancel."""
+    for index in range(megabytes):
+        text = canonical({"id": f"b{index}", "role": "user", "parts": [{"type": "text", "text": "x" * 2**20}]})
+        request = pb.AppendMessageRequest(object_key=key, session_id="s", message_json=text)
+        stub.AppendMessage(request, metadata=routing(key), timeout=GUARD_SECONDS)
+    request = pb.ExportObjectRequest(object_key=key, lock_for_move=True, lease_seconds=600)
+    export = stub.ExportObject(request, metadata=routing(key), timeout=GUARD_SECONDS)
+    first = next(export)
+    assert 0 < len(first.data) < first.size_bytes
+    return export
+
+
 def _staged_files(data_dir: Path) -> list[Path]:
     """An import's copy of the received file, made while it is installed (`*.importing`)."""
     return sorted(data_dir.rglob("*.importing"))
@@ -505,14 +519,7 @@ def test_a_locked_export_cut_short_while_sending_releases_the_lock(tmp_path: Pat
     try:
         with grpc.insecure_channel(server.address) as channel:
             stub = pb_grpc.SessionServiceStub(channel)
-            for index in range(30):  # 30 MB: more than flow control lets ahead of the reader
-                text = canonical({"id": f"b{index}", "role": "user", "parts": [{"type": "text", "text": "x" * 2**20}]})
-                request = pb.AppendMessageRequest(object_key=key, session_id="s", message_json=text)
-                stub.AppendMessage(request, metadata=routing(key), timeout=GUARD_SECONDS)
-            request = pb.ExportObjectRequest(object_key=key, lock_for_move=True, lease_seconds=600)
-            export = stub.ExportObject(request, metadata=routing(key), timeout=GUARD_SECONDS)
-            first = next(export)
-            assert 0 < len(first.data) < first.size_bytes
+            export = _locked_export_under_way(stub, key, 30)  # more than flow control lets ahead of the reader
             assert _writes_refused(stub, key)
             export.cancel()
             _wait(lambda: not _writes_refused(stub, key), "the cut-short export's lock was released")
@@ -725,14 +732,7 @@ def test_an_export_still_sending_after_abort_move_does_not_take_the_lock_again(t
     try:
         with grpc.insecure_channel(server.address) as channel:
             stub = pb_grpc.SessionServiceStub(channel)
-            for index in range(3):  # 3 MB: frames after the first are still to come
-                text = canonical({"id": f"b{index}", "role": "user", "parts": [{"type": "text", "text": "x" * 2**20}]})
-                request = pb.AppendMessageRequest(object_key=key, session_id="s", message_json=text)
-                stub.AppendMessage(request, metadata=routing(key), timeout=GUARD_SECONDS)
-            request = pb.ExportObjectRequest(object_key=key, lock_for_move=True, lease_seconds=600)
-            export = stub.ExportObject(request, metadata=routing(key), timeout=GUARD_SECONDS)
-            first = next(export)
-            assert 0 < len(first.data) < first.size_bytes
+            export = _locked_export_under_way(stub, key, 3)  # frames after the first still to come
             released = stub.AbortMove(pb.AbortMoveRequest(object_key=key), metadata=routing(key), timeout=GUARD_SECONDS)
             assert released.was_locked
             _append(stub, key, "after the release")  # not in the copy being sent

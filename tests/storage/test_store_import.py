@@ -253,16 +253,7 @@ def test_a_stamp_that_does_not_match_its_row_is_cleared_and_the_row_checked_on_r
     rows whose stamps match, a message in continuation rows included, keep theirs."""
     large = '{"id":"big","role":"user","parts":[{"type":"text","text":"' + "é" * 1_000_000 + '"}]}'
 
-    async def write_origin() -> Path:
-        service = SessionsService(ObjectRegistry(tmp_path / "origin", ThreadPoolExecutor(max_workers=2)))
-        try:
-            items = [AppendInput(text, Parent.auto(), False) for text in (_message("m0"), large, _message("m2"))]
-            await service.append_many("origin", "", items)
-        finally:
-            await service.registry.close_all()
-        return object_path(tmp_path / "origin", "origin")
-
-    source = asyncio.run(write_origin())
+    source = _origin(tmp_path, [_message("m0"), large, _message("m2")])
     with contextlib.closing(sqlite3.connect(source)) as conn:
         stamps = dict(conn.execute(f"SELECT id, content_hash FROM {MESSAGES}"))
         chunks = conn.execute(f"SELECT content_chunks FROM {MESSAGES} WHERE id = 'big'").fetchone()[0]
@@ -283,6 +274,20 @@ def test_a_stamp_that_does_not_match_its_row_is_cleared_and_the_row_checked_on_r
             await service.registry.close_all()
 
     assert asyncio.run(read_imported()) == ["m0", "big"]
+
+
+def _origin(tmp_path: Path, texts: list[str]) -> Path:
+    """A store written by this service (`origin`, one chain of `texts`), closed: its file."""
+
+    async def write() -> None:
+        service = SessionsService(ObjectRegistry(tmp_path / "origin", ThreadPoolExecutor(max_workers=2)))
+        try:
+            await service.append_many("origin", "", [AppendInput(text, Parent.auto(), False) for text in texts])
+        finally:
+            await service.registry.close_all()
+
+    asyncio.run(write())
+    return object_path(tmp_path / "origin", "origin")
 
 
 def _message(message_id: str) -> str:
@@ -332,16 +337,7 @@ def test_a_stamped_row_that_is_not_a_message_is_unstamped_and_skipped_as_upstrea
         "m3": '{"id":"m3","role":"user","parts":[{"type":"file","url":"' + pointer + '"}],"deep":' + deep + "}",
     }
 
-    async def write_origin() -> Path:
-        service = SessionsService(ObjectRegistry(tmp_path / "origin", ThreadPoolExecutor(max_workers=2)))
-        try:
-            items = [AppendInput(_message(f"m{index}"), Parent.auto(), False) for index in range(5)]
-            await service.append_many("origin", "", items)
-        finally:
-            await service.registry.close_all()
-        return object_path(tmp_path / "origin", "origin")
-
-    source = asyncio.run(write_origin())
+    source = _origin(tmp_path, [_message(f"m{index}") for index in range(5)])
     with contextlib.closing(sqlite3.connect(source)) as conn:
         for message_id, content in not_messages.items():
             digest = hashlib.sha256(content.encode()).hexdigest()

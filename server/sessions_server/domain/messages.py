@@ -22,7 +22,7 @@ from sessions_server.domain.errors import InvalidArgument
 from sessions_server.domain.limits import Limits, check_size
 from sessions_server.domain.sanitize import sanitize_message, strip_reserved_metadata
 from sessions_server.domain.tokens import estimate_row_tokens
-from sessions_server.storage.rows import COMPACTION_PREFIX, NewRow, PayloadRow
+from sessions_server.storage.rows import COMPACTION_PREFIX, NewRow, PayloadRow, has_message_fields
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 # Messages of more JSON than this are prepared (parsed, checked, sanitized, stamped, sliced) on a
@@ -180,12 +180,7 @@ def is_stored_message(text: str) -> bool:
         value = jsjson.parse(text)
     except jsjson.JsonInputError:
         return False
-    return (
-        isinstance(value, dict)
-        and isinstance(value.get("id"), str)
-        and isinstance(value.get("role"), str)
-        and isinstance(value.get("parts"), list)
-    )
+    return has_message_fields(value)
 
 
 def is_overlay_id(message_id: str) -> bool:

@@ -23,7 +23,7 @@ import orjson
 from sessions_server.storage import schema
 from sessions_server.storage.datadir import SCRATCH_DIR_NAME, sync_directories
 from sessions_server.storage.paths import FILE_SUFFIX, OBJECTS_DIR, object_path
-from sessions_server.storage.rows import StorageError
+from sessions_server.storage.rows import StorageError, has_message_fields
 
 
 class StoreImportError(Exception):
@@ -243,12 +243,7 @@ def _holds_a_message(text: str) -> bool:
             value = json.loads(text, parse_constant=_no_constant)
         except (ValueError, RecursionError):
             return False
-    return (
-        isinstance(value, dict)
-        and isinstance(value.get("id"), str)
-        and isinstance(value.get("role"), str)
-        and isinstance(value.get("parts"), list)
-    )
+    return has_message_fields(value)
 
 
 def _no_constant(name: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import errno
 import sqlite3
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 # Upstream's path cap: the root is depth 0, so a path holds at most 10,001 stored rows.
 MAX_PATH_DEPTH: Final = 10_000
@@ -174,6 +174,17 @@ class StoreClosed(StorageError):
 
 # No space on the device, the user's quota, or the process's file size limit (RLIMIT_FSIZE).
 _OUT_OF_SPACE_ERRNOS: Final = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+def has_message_fields(value: Any) -> bool:
+    """Whether parsed JSON is a message as reads take one (an object with a string id and role
+    and a list of parts): what a stamp vouches for, and what upstream's reads require."""
+    return (
+        isinstance(value, dict)
+        and isinstance(value.get("id"), str)
+        and isinstance(value.get("role"), str)
+        and isinstance(value.get("parts"), list)
+    )
 
 
 def is_out_of_space(exc: BaseException) -> bool:
