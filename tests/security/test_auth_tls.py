@@ -23,6 +23,7 @@ from sessions_server.domain.limits import Limits
 from sessions_server.storage.paths import object_path
 from sessions_server.transport.auth import hash_token
 from tests.conftest import LiveServer, start_server
+from tests.reliability.support import wait_until
 from tests.service.support import text_message
 
 MESSAGE = {"id": "m1", "role": "user", "parts": [{"type": "text", "text": "hi"}]}
@@ -295,6 +296,39 @@ def test_a_revoked_token_loses_its_open_change_feed(auth_server: LiveServer, tok
             for response in feed:
                 assert "SECRET" not in str(response)
         assert ended.value.code() == grpc.StatusCode.UNAUTHENTICATED  # type: ignore[attr-defined]
+
+
+def test_a_revoked_token_cannot_go_on_writing_through_an_import_it_opened_before(
+    auth_server: LiveServer, tokens_file: Path
+) -> None:
+    """A client stream was authorized once, at its start: after the reload that revoked its
+    token it went on writing every message its sender sent."""
+    key = "tenant-a/import"
+    metadata = (("authorization", "Bearer w-secret"), ("x-object-key", key))
+    revoked = threading.Event()
+
+    def frames() -> Iterator[pb.ImportMessagesRequest]:
+        yield pb.ImportMessagesRequest(
+            object_key=key, messages=[pb.ImportedMessage(json=json.dumps(text_message("m1")))]
+        )
+        assert revoked.wait(timeout=30)
+        yield pb.ImportMessagesRequest(messages=[pb.ImportedMessage(json=json.dumps(text_message("m2")))])
+
+    with (
+        grpc.insecure_channel(auth_server.address) as channel,
+        SessionsClient(auth_server.address, token="r-secret") as reader,
+    ):
+        stub = pb_grpc.SessionServiceStub(channel)
+        call = stub.ImportMessages.future(frames(), metadata=metadata, timeout=30)
+        assert wait_until(lambda: reader.object(key).session().get_message("m1") is not None, 20)
+        kept = [entry for entry in json.loads(tokens_file.read_text())["tokens"] if entry["name"] != "writer"]
+        tokens_file.write_text(json.dumps({"tokens": kept}))
+        auth_server.running.authority.reload()  # what SIGHUP triggers
+        revoked.set()
+        with pytest.raises(grpc.RpcError) as ended:
+            call.result()
+        assert ended.value.code() == grpc.StatusCode.UNAUTHENTICATED  # type: ignore[attr-defined]
+        assert reader.object(key).session().get_message("m2") is None
 
 
 def test_a_revoked_token_loses_its_idle_change_feed_at_the_reload(tmp_path: Path, tokens_file: Path) -> None:

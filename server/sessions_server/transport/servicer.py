@@ -97,6 +97,25 @@ async def _abort(context: grpc.aio.ServicerContext[Any, Any], exc: BaseException
     await context.abort(status.code, status.details, status.trailing_metadata)
 
 
+class _Granted:
+    """A long call's authorization, checked again after the tokens are reloaded (SIGHUP): a
+    revoked token must not go on receiving a feed, or writing through a stream, it opened
+    before."""
+
+    def __init__(self, authority: TokenAuthority | None, context: Any, object_key: str, *, write: bool) -> None:
+        self._authority = authority
+        self._context = context
+        self._object_key = object_key
+        self._write = write
+        self._generation = authority.generation if authority is not None else 0
+
+    def recheck(self) -> None:
+        authority = self._authority
+        if authority is not None and authority.generation != self._generation:
+            authority.check(self._context.invocation_metadata() or (), self._object_key, write=self._write)
+            self._generation = authority.generation
+
+
 class SessionServicer(pb_grpc.SessionServiceServicer):
     """gRPC handlers for sessions.v1.SessionService."""
 
@@ -249,14 +268,17 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             header = first.header
             self._admit(context, header.object_key, write=True)
             _check_upload_header(header)  # before the message arrives, which may be large
+            granted = _Granted(self._authority, context, header.object_key, write=True)
             with self._pieces(from_client=_from_client(header.source, "header.")) as pieces:
                 pieces.add(first.json_piece)
                 while (frame := await _next_piece(frames)) is not None:
+                    granted.recheck()
                     if frame.HasField("header"):
                         raise InvalidArgument(
                             "only the first UploadMessage frame may carry a header", reason="INVALID_STREAM"
                         )
                     pieces.add(frame.json_piece)
+                granted.recheck()
                 return await written(header, pieces.text())
 
         async def written(header: pb.UploadHeader, text: str) -> pb.UploadMessageResponse:
@@ -323,12 +345,14 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 return pb.ImportMessagesResponse()
             object_key, session_id = first.object_key, first.session_id
             self._admit(context, object_key, write=True)
+            granted = _Granted(self._authority, context, object_key, write=True)
             pieces = self._pieces(from_client=False)  # the message in pieces under way, if any
             try:
                 async with self._service.importer(object_key, session_id) as importer:
                     head: pb.ImportMessagesRequest | None = None
                     frame: pb.ImportMessagesRequest | None = first
                     while frame is not None:
+                        granted.recheck()
                         if frame.object_key and frame.object_key != object_key:
                             raise InvalidArgument(
                                 "every ImportMessages frame must name the same object_key", reason="INVALID_STREAM"
@@ -645,14 +669,10 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 request.resume_after_revision,
                 progress_seconds=self._progress_seconds,
             )
-            authority, granted = self._authority, self._authority.generation if self._authority else 0
+            granted = _Granted(self._authority, context, request.object_key, write=False)  # a feed runs for hours
             async with contextlib.aclosing(items):
                 async for item in items:
-                    if authority is not None and authority.generation != granted:
-                        # The tokens were reloaded: a feed runs for hours, and a revoked token
-                        # must not go on receiving the object's messages.
-                        authority.check(context.invocation_metadata() or (), request.object_key, write=False)
-                        granted = authority.generation
+                    granted.recheck()
                     for response in feed_responses(item, inline, self._feed_frames):
                         yield response
 
@@ -719,10 +739,12 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             if first is None or not first.object_key:
                 raise InvalidArgument("the first ImportObject frame must name object_key", reason="INVALID_STREAM")
             self._admit(context, first.object_key, write=True)
+            granted = _Granted(self._authority, context, first.object_key, write=True)
 
             async def data() -> AsyncIterator[tuple[bytes, str]]:
                 frame: pb.ImportObjectRequest | None = first
                 while frame is not None:
+                    granted.recheck()
                     if frame.object_key and frame.object_key != first.object_key:
                         raise InvalidArgument(
                             "every ImportObject frame must name the first frame's object_key (or none)",
