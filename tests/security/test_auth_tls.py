@@ -396,3 +396,75 @@ def test_stream_shares_follow_the_token_not_its_name_across_a_reload(tmp_path: P
                 feed.cancel()
     finally:
         server.stop()
+
+
+def _call_each_method(channel: grpc.Channel, token: str, object_key: str) -> dict[str, grpc.StatusCode]:
+    """Every SessionService method called with `token`, a request naming `object_key` (one frame
+    for a client stream), and the header naming it too: the status each ends with."""
+    from sessions_proto.v1.sessions_pb2 import DESCRIPTOR
+
+    metadata = (("authorization", f"Bearer {token}"), ("x-object-key", object_key))
+    codes: dict[str, grpc.StatusCode] = {}
+    for method in DESCRIPTOR.services_by_name["SessionService"].methods:
+        request_class = getattr(pb, method.input_type.name)
+        fields = request_class.DESCRIPTOR.fields_by_name
+        request = request_class(object_key=object_key) if "object_key" in fields else request_class()
+        if "header" in fields:
+            request.header.object_key = object_key
+        path = f"/sessions.v1.SessionService/{method.name}"
+        kind = (
+            ("stream" if method.client_streaming else "unary")
+            + "_"
+            + ("stream" if method.server_streaming else "unary")
+        )
+        call = getattr(channel, kind)(
+            path, request_serializer=lambda r: r.SerializeToString(), response_deserializer=bytes
+        )
+        try:
+            answer = call(iter([request]) if method.client_streaming else request, metadata=metadata, timeout=10)
+            if method.server_streaming:
+                for _ in answer:
+                    break
+                answer.cancel()
+            codes[method.name] = grpc.StatusCode.OK
+        except grpc.RpcError as error:
+            codes[method.name] = error.code()  # type: ignore[attr-defined]
+    return codes
+
+
+def test_a_read_only_token_is_refused_every_write_before_its_request_is_read(auth_server: LiveServer) -> None:
+    """The early screen knew only whether a token was known: a read-only token's write (or any
+    token's call naming a key it may not use) was received whole before the handler refused it,
+    60 MB a call held for as long as the client kept it unfinished. Now the screen refuses what
+    the handler would (WRITE_METHODS, the header's key); every read still goes through."""
+    from sessions_server.transport.handlers import WRITE_METHODS
+
+    with grpc.insecure_channel(auth_server.address) as channel:
+        codes = _call_each_method(channel, "r-secret", "tenant-a/screened")
+        denied = {name for name, code in codes.items() if code == grpc.StatusCode.PERMISSION_DENIED}
+        assert denied == WRITE_METHODS | {"ListObjects"}, codes  # ListObjects: a token of every key
+        assert grpc.StatusCode.UNAUTHENTICATED not in codes.values()
+        elsewhere = _call_each_method(channel, "w-secret", "tenant-b/not-granted")
+        assert set(elsewhere.values()) == {grpc.StatusCode.PERMISSION_DENIED}, elsewhere
+
+
+def test_the_screen_refuses_before_the_request_is_read(auth_server: LiveServer) -> None:
+    """The screen answers from the method and metadata alone: no request reaches the refusal."""
+    from sessions_server.transport.handlers import WRITE_METHODS, refusing_unauthenticated
+
+    screen = refusing_unauthenticated(auth_server.running.authority)
+
+    class Details:
+        def __init__(self, method: str, token: str, key: str | None) -> None:
+            self.method = f"/sessions.v1.SessionService/{method}"
+            self.invocation_metadata = (("authorization", f"Bearer {token}"),) + (
+                (("x-object-key", key),) if key is not None else ()
+            )
+
+    for method in ("AppendMessage", "GetMessage", "ImportMessages", "StreamHistory"):
+        write = method in WRITE_METHODS
+        assert (screen(Details(method, "r-secret", None)) is not None) == write  # type: ignore[arg-type]
+        assert (screen(Details(method, "r-secret", "tenant-a/x")) is not None) == write  # type: ignore[arg-type]
+        assert screen(Details(method, "w-secret", "tenant-a/x")) is None  # type: ignore[arg-type]
+        assert screen(Details(method, "w-secret", "tenant-b/x")) is not None  # type: ignore[arg-type]
+        assert screen(Details(method, "w-secret", "tenant-%61/x")) is None  # type: ignore[arg-type]  # percent-encoded

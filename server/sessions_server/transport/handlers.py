@@ -11,6 +11,7 @@ interceptors on every call.
 
 from __future__ import annotations
 
+import urllib.parse
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
@@ -18,8 +19,11 @@ import grpc
 from google.protobuf import message as protobuf_message
 
 from sessions_proto.v1 import sessions_pb2
-from sessions_server.domain.errors import InvalidArgument, SessionsError
+from sessions_server.domain.errors import InvalidArgument, PermissionDenied, SessionsError
+from sessions_server.transport.auth import TokenAuthority
 from sessions_server.transport.errors import status_for
+
+OBJECT_KEY_HEADER = "x-object-key"
 
 SERVICE = sessions_pb2.DESCRIPTOR.services_by_name["SessionService"]
 
@@ -123,15 +127,49 @@ HandlerWrap = Callable[[str, "grpc.RpcMethodHandler[Any, Any]"], "grpc.RpcMethod
 CallScreen = Callable[[grpc.HandlerCallDetails], "grpc.RpcMethodHandler[Any, Any] | None"]
 
 
-def refusing_unauthenticated(authenticate: Callable[[Any], object]) -> CallScreen:
-    """A screen that refuses a call whose bearer token is missing or unknown before its request
-    is read. Checked in the handler, the token came after the whole request: a unary request is
-    received whole first (up to --max-request-bytes), so anyone could make the server hold
-    gigabytes, and a client stream was held open waiting for its first frame."""
+# The SessionService methods the servicer admits as writes (`_admit(..., write=True)`, or an
+# admin call): tests/security checks the two agree, method by method.
+WRITE_METHODS = frozenset(
+    {
+        "AppendMessage",
+        "AppendMessages",
+        "UpdateMessage",
+        "UpsertMessage",
+        "UploadMessage",
+        "DeleteMessages",
+        "ClearMessages",
+        "ImportMessages",
+        "AddCompaction",
+        "Compact",
+        "SetCompactionPolicy",
+        "ExportObject",
+        "ImportObject",
+        "DeleteObject",
+        "AbortMove",
+    }
+)
+
+
+def refusing_unauthenticated(authority: TokenAuthority) -> CallScreen:
+    """A screen that refuses, before its request is read, a call whose bearer token is missing or
+    unknown, a write by a token that may not write, and a call whose `x-object-key` header names
+    a key the token may not use so. Checked in the handler, the token came after the whole
+    request: a unary request is received whole first (up to --max-request-bytes), so anyone (or
+    any read-only token) could make the server hold gigabytes, and a client stream was held
+    open waiting for its first frame. The handler checks again, against the request's key."""
 
     def screen(details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler[Any, Any] | None:
+        metadata = details.invocation_metadata or ()
         try:
-            authenticate(details.invocation_metadata or ())
+            grant = authority.authenticate(metadata)
+            write = (details.method or "").rpartition("/")[2] in WRITE_METHODS
+            header = next((value for key, value in metadata if key == OBJECT_KEY_HEADER), None)
+            if header is not None:
+                object_key = urllib.parse.unquote(header if isinstance(header, str) else header.decode())
+                if not grant.allows(object_key, write):
+                    authority.check(metadata, object_key, write=write)  # raises, worded as the handler's
+            elif write and not grant.write:
+                raise PermissionDenied(f"token {grant.name!r} may not write")
         except SessionsError as exc:
             status = status_for(exc)
 

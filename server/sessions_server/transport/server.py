@@ -198,7 +198,7 @@ async def _create_server(config: ServerConfig, lock: DataDirectoryLock) -> Runni
         require_routing_header=config.require_routing_header or config.ring_file is not None,
     )
     metrics.assembly_bytes.set_function(lambda: servicer.assembly.held_bytes)
-    screen = refusing_unauthenticated(authority.authenticate) if authority is not None else None
+    screen = refusing_unauthenticated(authority) if authority is not None else None
     registrar.add_generic_rpc_handlers((generic_handler(servicer),), screen)
     health_servicer = _HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, registrar)

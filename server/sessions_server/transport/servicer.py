@@ -33,9 +33,9 @@ from sessions_server.domain.views import MessageView, pointer_form
 from sessions_server.transport import framing
 from sessions_server.transport.auth import TokenAuthority
 from sessions_server.transport.errors import internal_status, status_for
+from sessions_server.transport.handlers import OBJECT_KEY_HEADER
 from sessions_server.transport.pieces import AssemblyBudget, Pieces
 
-OBJECT_KEY_HEADER = "x-object-key"
 ROW_STATS_PER_FRAME = 1000
 ATTACHMENT_FRAME_BYTES = RESPONSE_PAYLOAD_BYTES
 FRAME_BUDGET_BYTES = RESPONSE_PAYLOAD_BYTES
