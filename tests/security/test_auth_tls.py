@@ -450,9 +450,9 @@ def test_a_read_only_token_is_refused_every_write_before_its_request_is_read(aut
 
 def test_the_screen_refuses_before_the_request_is_read(auth_server: LiveServer) -> None:
     """The screen answers from the method and metadata alone: no request reaches the refusal."""
-    from sessions_server.transport.handlers import WRITE_METHODS, refusing_unauthenticated
+    from sessions_server.transport.handlers import WRITE_METHODS, refusing_unauthorized
 
-    screen = refusing_unauthenticated(auth_server.running.authority)
+    screen = refusing_unauthorized(auth_server.running.authority)
 
     class Details:
         def __init__(self, method: str, token: str, key: str | None) -> None:

@@ -150,7 +150,7 @@ WRITE_METHODS = frozenset(
 )
 
 
-def refusing_unauthenticated(authority: TokenAuthority) -> CallScreen:
+def refusing_unauthorized(authority: TokenAuthority) -> CallScreen:
     """A screen that refuses, before its request is read, a call whose bearer token is missing or
     unknown, a write by a token that may not write, and a call whose `x-object-key` header names
     a key the token may not use so. Checked in the handler, the token came after the whole

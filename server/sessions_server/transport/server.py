@@ -32,7 +32,7 @@ from sessions_server.storage.paths import OBJECTS_DIR
 from sessions_server.storage.registry import ObjectRegistry
 from sessions_server.transport import framing
 from sessions_server.transport.auth import TokenAuthority
-from sessions_server.transport.handlers import WrappingRegistrar, generic_handler, refusing_unauthenticated
+from sessions_server.transport.handlers import WrappingRegistrar, generic_handler, refusing_unauthorized
 from sessions_server.transport.idle import run_when_idle
 from sessions_server.transport.metrics import CallMeter, Metrics
 from sessions_server.transport.reflection import SERVICE_NAME as REFLECTION_SERVICE
@@ -198,7 +198,7 @@ async def _create_server(config: ServerConfig, lock: DataDirectoryLock) -> Runni
         require_routing_header=config.require_routing_header or config.ring_file is not None,
     )
     metrics.assembly_bytes.set_function(lambda: servicer.assembly.held_bytes)
-    screen = refusing_unauthenticated(authority) if authority is not None else None
+    screen = refusing_unauthorized(authority) if authority is not None else None
     registrar.add_generic_rpc_handlers((generic_handler(servicer),), screen)
     health_servicer = _HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, registrar)
