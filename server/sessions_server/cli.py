@@ -563,6 +563,10 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
         _check_object_key(command, args.object_key, args.max_object_key_bytes)
         if args.address is None and (args.tls or args.tls_ca or args.tls_cert or args.tls_key):
             command.error("--tls, --tls-ca, --tls-cert and --tls-key are for --to ADDRESS (a running server)")
+    if args.command == "move-object" and args.source == args.destination:
+        # The destination would be the source, locked by this very move: every run refused, and
+        # the advice (abort-move, then again) led back to the same refusal.
+        command.error(f"--from and --to name the same server ({args.source}): an object moves between two servers")
     if args.command in ("move-object", "abort-move", "import-store"):
         args.tls_config = _client_tls(command, args)
     return args

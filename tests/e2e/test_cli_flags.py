@@ -207,6 +207,16 @@ def test_import_store_refuses_a_key_no_call_could_name(
         assert parse_arguments([*argv, "--max-object-key-bytes", "4096"]).object_key == key
 
 
+def test_move_object_refuses_one_server_as_both_ends(capsys: pytest.CaptureFixture[str]) -> None:
+    """The destination refused the import as the source it was (OBJECT_MOVING, its lock this
+    very move's), and the advice given, abort-move then move again, led back to it."""
+    argv = ["move-object", "--object-key", "k", "--from", "127.0.0.1:7000", "--to", "127.0.0.1:7000"]
+    assert _parse_error(argv, capsys) == (
+        "sessions-server move-object: error: --from and --to name the same server (127.0.0.1:7000): "
+        "an object moves between two servers"
+    )
+
+
 # -- serve: what the machine refuses ---------------------------------------------------------
 
 
