@@ -309,13 +309,22 @@ func (s *Session) PlanCompaction(ctx context.Context, keepRecentTokens int64, op
 	}, true, nil
 }
 
-// Compact compacts the path with the server's configured summarizer; nil when there was nothing
-// to compact. Without a summarizer the server answers FAILED_PRECONDITION (NO_SUMMARIZER).
+// Compact compacts the path with the server's configured summarizer, keeping the recent tail
+// the session's policy names; nil when there was nothing to compact. Without a summarizer the
+// server answers FAILED_PRECONDITION (NO_SUMMARIZER).
 func (s *Session) Compact(ctx context.Context, opts ...ReadOption) (*Compaction, error) {
+	return s.CompactKeeping(ctx, 0, opts...)
+}
+
+// CompactKeeping is Compact with the token budget of the recent tail kept verbatim
+// (keepRecentTokens; 0: the session's policy, whose own 0 is 20,000), as PlanCompaction takes it.
+func (s *Session) CompactKeeping(ctx context.Context, keepRecentTokens int64, opts ...ReadOption) (*Compaction, error) {
 	o := newReadOptions(opts)
 	cctx, cancel := s.object.unaryCtx(ctx)
 	defer cancel()
-	resp, err := s.client.stub.Compact(cctx, &pb.CompactRequest{ObjectKey: s.object.key, SessionId: s.id, LeafId: o.leafID})
+	resp, err := s.client.stub.Compact(cctx, &pb.CompactRequest{
+		ObjectKey: s.object.key, SessionId: s.id, LeafId: o.leafID, KeepRecentTokens: keepRecentTokens,
+	})
 	if err != nil {
 		return nil, toError(err)
 	}

@@ -7,6 +7,9 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"slices"
 	"strings"
@@ -16,6 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	pb "github.com/sessions-dev/sessions/clients/go/gen/sessions/v1"
+	"github.com/sessions-dev/sessions/clients/go/internal/testserver"
 	"github.com/sessions-dev/sessions/clients/go/sessions"
 )
 
@@ -380,5 +384,44 @@ func TestCompactWithEmitsCompact(t *testing.T) {
 	}
 	if ev := next(); ev.Type != sessions.ChangeCompact {
 		t.Fatalf("AddCompaction(FromCompact)'s event = %v, want COMPACT", ev.Type)
+	}
+}
+
+// TestCompactKeepingSendsItsTailBudget: the server's summarizer keeps the recent tail the call
+// names (as PlanCompaction does), not only the session's policy (20,000 tokens by default, in
+// which all of these turns fit).
+func TestCompactKeepingSendsItsTailBudget(t *testing.T) {
+	ctx := testCtx(t)
+	llm := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"choices":[{"index":0,"message":{"role":"assistant","content":"the summary"}}]}`)
+	}))
+	defer llm.Close()
+	srv, err := testserver.Start("--summarizer-url", llm.URL+"/v1", "--summarizer-model", "stub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	c, err := sessions.Dial(ctx, srv.Addr, sessions.WithBlock())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s := c.Object(objectKey(t)).Session("s")
+	appendTurns(ctx, t, s)
+
+	if record, err := s.Compact(ctx); err != nil || record != nil {
+		t.Fatalf("Compact within the policy's tail = %+v, %v; want nothing to compact", record, err)
+	}
+	plan, planned, err := s.PlanCompaction(ctx, 500)
+	if err != nil || !planned {
+		t.Fatalf("PlanCompaction = %v, %v", planned, err)
+	}
+	record, err := s.CompactKeeping(ctx, 500)
+	if err != nil || record == nil {
+		t.Fatalf("CompactKeeping(500) = %+v, %v", record, err)
+	}
+	if record.Summary != "the summary" || record.FromMessageID != plan.FromMessageID || record.ToMessageID != plan.ToMessageID {
+		t.Fatalf("record = %+v, plan = %+v", record, plan)
 	}
 }
