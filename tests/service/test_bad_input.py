@@ -391,7 +391,7 @@ def test_an_upload_with_a_bad_header_is_refused_before_its_message_arrives(
 
     def frames() -> Any:
         yield pb.UploadMessageRequest(header=header, json_piece='{"id":"a","role":"user",')
-        released.wait(timeout=10)  # the rest of a large message, on its way
+        released.wait(timeout=30)  # the rest of a large message, on its way (the refusal comes at 5 s)
         yield pb.UploadMessageRequest(json_piece='"parts":[]}')
         sent_all.set()
 
