@@ -82,3 +82,44 @@ def test_reflection_describes_the_error_details_errors_carry(plain_channel: grpc
         assert protos, response.error_response.error_message
         files = [descriptor_pb2.FileDescriptorProto.FromString(p) for p in protos]
         assert symbol.rpartition(".")[2] in {m.name for f in files for m in f.message_type}
+
+
+def test_health_watches_are_bounded_and_unknown_names_leave_nothing_behind(live_server: Any) -> None:
+    """Health needs no token, and watches were uncounted: one client opened 20,000 (RSS +450
+    MiB). The library also keeps an entry for good for every service name watched. Past
+    MAX_HEALTH_WATCHES a watch is refused; a name never served is answered SERVICE_UNKNOWN,
+    and the call stays open, as the library does, without an entry."""
+    from sessions_server.transport.server import MAX_HEALTH_WATCHES
+
+    health_servicer = live_server.running.health
+    watchers_before = dict(health_servicer._watcher_count_by_service)
+    with grpc.insecure_channel(live_server.address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        watches = []
+        try:
+            for index in range(MAX_HEALTH_WATCHES):
+                name = "" if index % 2 else f"made-up-{index}"
+                watch = stub.Watch(health_pb2.HealthCheckRequest(service=name), timeout=60)
+                first = next(watch)
+                expected = (
+                    health_pb2.HealthCheckResponse.SERVING
+                    if not name
+                    else health_pb2.HealthCheckResponse.SERVICE_UNKNOWN
+                )
+                assert first.status == expected
+                watches.append(watch)
+            refused = stub.Watch(health_pb2.HealthCheckRequest(service=""), timeout=60)
+            try:
+                next(refused)
+                raise AssertionError("a watch past the bound was answered")
+            except grpc.RpcError as error:
+                assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED  # type: ignore[attr-defined]
+            assert (
+                stub.Check(health_pb2.HealthCheckRequest(), timeout=10).status == health_pb2.HealthCheckResponse.SERVING
+            )
+        finally:
+            for watch in watches:
+                watch.cancel()
+    names = set(health_servicer._watcher_count_by_service) | set(health_servicer._server_watchers)
+    assert not any(name.startswith("made-up-") for name in names)
+    assert set(health_servicer._watcher_count_by_service) <= set(watchers_before) | {""}

@@ -212,9 +212,9 @@ async def _create_server(config: ServerConfig, lock: DataDirectoryLock) -> Runni
         except OSError:
             await server.stop(None)  # gives the port back, to a caller that tries again in-process
             raise
-    await server.start()
-    for name in ("", SERVICE_NAME):
+    for name in ("", SERVICE_NAME):  # before the first call can come: a Watch then knows the names
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    await server.start()
     host = config.listen.rsplit(":", 1)[0]
     return RunningServer(
         server,
@@ -234,14 +234,38 @@ async def _create_server(config: ServerConfig, lock: DataDirectoryLock) -> Runni
     )
 
 
+# Health watches at once: a probe or a balancer watches, a few each. Health needs no token, and
+# each watch holds a stream and some memory (about 22 KB): uncounted, one client opened 20,000.
+MAX_HEALTH_WATCHES = 256
+
+
 class _HealthServicer(health.aio.HealthServicer):  # type: ignore[misc,name-defined]
     """grpcio-health-checking's servicer with `List`, which the contract has (and reflection
-    shows) but the library's asyncio servicer leaves unimplemented."""
+    shows) but the library's asyncio servicer leaves unimplemented, and with a bounded `Watch`."""
 
     def __init__(self) -> None:
         super().__init__()
         self._statuses: dict[str, Any] = {}
         self._shutting_down = False
+        self._watching = 0
+
+    async def Watch(self, request: health_pb2.HealthCheckRequest, context: Any) -> None:
+        if self._watching >= MAX_HEALTH_WATCHES:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"too many health watches on this server (at most {MAX_HEALTH_WATCHES}); use Check, or retry later",
+            )
+        self._watching += 1
+        try:
+            if request.service in self._statuses:
+                await super().Watch(request, context)
+                return
+            # A name this server never serves: answered as the library does (SERVICE_UNKNOWN, the
+            # call kept open), without the entry the library keeps for good for every name asked.
+            await context.write(health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.SERVICE_UNKNOWN))
+            await asyncio.Event().wait()  # until the caller ends the call, or the server stops
+        finally:
+            self._watching -= 1
 
     async def set(self, service: str, status: Any) -> None:
         if not self._shutting_down:  # as the library: a shutdown's NOT_SERVING is for good
