@@ -123,3 +123,38 @@ def test_health_watches_are_bounded_and_unknown_names_leave_nothing_behind(live_
     names = set(health_servicer._watcher_count_by_service) | set(health_servicer._server_watchers)
     assert not any(name.startswith("made-up-") for name in names)
     assert set(health_servicer._watcher_count_by_service) <= set(watchers_before) | {""}
+
+
+def test_reflection_streams_are_bounded(live_server: Any) -> None:
+    """Open to any caller (unless reflection is guarded), reflection streams were uncounted, as
+    health watches were. Past MAX_REFLECTION_STREAMS one is refused; the others still answer."""
+    import asyncio
+
+    from sessions_server.transport.server import MAX_REFLECTION_STREAMS
+
+    ask = reflection_pb2.ServerReflectionRequest(list_services="")
+
+    async def scenario() -> None:
+        async with grpc.aio.insecure_channel(live_server.address) as channel:
+            stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+            calls = []
+            try:
+                for _ in range(MAX_REFLECTION_STREAMS):
+                    call = stub.ServerReflectionInfo(timeout=60)
+                    await call.write(ask)
+                    assert (await call.read()).list_services_response.service
+                    calls.append(call)
+                refused = stub.ServerReflectionInfo(timeout=60)
+                await refused.write(ask)
+                try:
+                    await refused.read()
+                    raise AssertionError("a reflection stream past the bound was answered")
+                except grpc.aio.AioRpcError as error:
+                    assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                await calls[0].write(ask)
+                assert (await calls[0].read()).list_services_response.service
+            finally:
+                for call in calls:
+                    call.cancel()
+
+    asyncio.run(scenario())

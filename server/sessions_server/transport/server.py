@@ -184,9 +184,13 @@ async def _create_server(config: ServerConfig, lock: DataDirectoryLock) -> Runni
     )
     guard = authority if authority is not None and config.auth_protect_reflection else None
 
+    reflections = _Bounded(MAX_REFLECTION_STREAMS, "reflection streams")
+
     def wrap(method: str, handler: grpc.RpcMethodHandler[Any, Any]) -> grpc.RpcMethodHandler[Any, Any]:
-        if guard is not None and "ServerReflection" in method:
-            handler = _reflection_guarded(guard, handler)
+        if "ServerReflection" in method:
+            if guard is not None:
+                handler = _reflection_guarded(guard, handler)
+            handler = reflections.stream_stream(handler)
         return calls.metered(method, handler)
 
     registrar = WrappingRegistrar(server, wrap)
@@ -237,6 +241,9 @@ async def _create_server(config: ServerConfig, lock: DataDirectoryLock) -> Runni
 # Health watches at once: a probe or a balancer watches, a few each. Health needs no token, and
 # each watch holds a stream and some memory (about 22 KB): uncounted, one client opened 20,000.
 MAX_HEALTH_WATCHES = 256
+# Reflection streams at once (grpcurl, a debugging person's tools): open to any caller unless
+# reflection is guarded, and uncounted they held memory as health watches did.
+MAX_REFLECTION_STREAMS = 64
 
 
 class _HealthServicer(health.aio.HealthServicer):  # type: ignore[misc,name-defined]
@@ -382,6 +389,33 @@ def _keepalive_options(config: ServerConfig) -> list[tuple[str, int]]:
         # "min_recv" spelling is silently ignored.
         ("grpc.http2.min_ping_interval_without_data_ms", round(config.min_client_ping_seconds * 1000)),
     ]
+
+
+class _Bounded:
+    """At most `limit` calls of a handler at once; more are refused (RESOURCE_EXHAUSTED)."""
+
+    def __init__(self, limit: int, what: str) -> None:
+        self._limit = limit
+        self._what = what
+        self._active = 0
+
+    def stream_stream(self, handler: grpc.RpcMethodHandler[Any, Any]) -> grpc.RpcMethodHandler[Any, Any]:
+        inner: Any = handler.stream_stream
+
+        async def bounded(requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
+            if self._active >= self._limit:
+                await context.abort(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"too many {self._what} on this server (at most {self._limit}); retry later",
+                )
+            self._active += 1
+            try:
+                async for response in inner(requests, context):
+                    yield response
+            finally:
+                self._active -= 1
+
+        return grpc.stream_stream_rpc_method_handler(bounded, handler.request_deserializer, handler.response_serializer)
 
 
 def _reflection_guarded(
