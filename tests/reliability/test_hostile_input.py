@@ -55,6 +55,7 @@ from sessions_client import SessionsClient
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
 from sessions_server.storage.paths import object_path
+from sessions_server.transport import handlers
 from tests.reliability.support import SERVING, Server, canonical, check_object_file, health_status, open_file
 
 EXAMPLES = int(os.environ.get("HOSTILE_EXAMPLES", "200"))
@@ -68,22 +69,11 @@ CALL_TIMEOUT_SECONDS = 30.0
 SUBSCRIBE_TIMEOUT_SECONDS = 5.0
 STREAM_RESPONSE_CAP = 500
 
-WRITE_METHODS = {
-    "AppendMessage",
-    "AppendMessages",
-    "UpdateMessage",
-    "UpsertMessage",
-    "UploadMessage",
-    "DeleteMessages",
-    "ClearMessages",
-    "ImportMessages",
-    "AddCompaction",
-    "Compact",
-    "SetCompactionPolicy",
-}
 # Admin calls never touch the known object: DeleteObject would remove it, ExportObject with
 # lock_for_move would refuse its writes for the lease, ImportObject could replace it.
 ADMIN_METHODS = {"ExportObject", "ImportObject", "DeleteObject"}
+# The writes that may change the known object's rows: the server's writes but the admin calls.
+WRITE_METHODS = handlers.WRITE_METHODS - ADMIN_METHODS - {"AbortMove"}
 WRONG_CODES = {grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNAVAILABLE}
 
 IMAGE = bytes(range(256)) * 400  # 102,400 bytes: goes to the attachment tables
