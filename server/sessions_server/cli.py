@@ -434,14 +434,14 @@ _TEXT_LIMIT_RANGES = {
     "max_summary_bytes": _Range(most=RESPONSE_PAYLOAD_BYTES, why="a summary is sent whole, in a response's payload"),
 }
 
+_OBJECT_KEY_RANGE = _Range(most=64 * 1024, why="clients send the key in a header too, up to three times as long")
+
 # Every numeric flag of `serve`: tests/e2e/test_cli_flags.py tries each flag the parser has.
 _SERVE_RANGES = {
     "max_request_bytes": _Range(most=_GRPC_INT, why="gRPC's largest message, a 32-bit int"),
     "max_open_objects": _Range(),
     "message_memo_bytes": _Range(zero="off"),
-    "max_object_key_bytes": _Range(
-        most=64 * 1024, why="clients send the key in a header too, up to three times as long"
-    ),
+    "max_object_key_bytes": _OBJECT_KEY_RANGE,
     "drain_seconds": _Range(zero="in-flight calls are cancelled at once"),
     "progress_seconds": _Range(),  # 0 would spin every idle feed
     "search_seconds": _Range(),  # 0 would refuse every search
@@ -559,7 +559,7 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
         _check_ranges(command, args, _SERVE_RANGES)
     if args.command == "import-store":
         _check_ranges(command, args, _TEXT_LIMIT_RANGES)
-        _check_ranges(command, args, {"max_object_key_bytes": _SERVE_RANGES["max_object_key_bytes"]})
+        _check_ranges(command, args, {"max_object_key_bytes": _OBJECT_KEY_RANGE})
         _check_object_key(command, args.object_key, args.max_object_key_bytes)
         if args.address is None and (args.tls or args.tls_ca or args.tls_cert or args.tls_key):
             command.error("--tls, --tls-ca, --tls-cert and --tls-key are for --to ADDRESS (a running server)")

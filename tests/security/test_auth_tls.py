@@ -432,11 +432,12 @@ def _call_each_method(channel: grpc.Channel, token: str, object_key: str) -> dic
     return codes
 
 
-def test_a_read_only_token_is_refused_every_write_before_its_request_is_read(auth_server: LiveServer) -> None:
-    """The early screen knew only whether a token was known: a read-only token's write (or any
-    token's call naming a key it may not use) was received whole before the handler refused it,
-    60 MB a call held for as long as the client kept it unfinished. Now the screen refuses what
-    the handler would (WRITE_METHODS, the header's key); every read still goes through."""
+def test_the_screen_and_the_handlers_refuse_the_same_calls_of_a_token(auth_server: LiveServer) -> None:
+    """The early screen refuses, before the request is read, what the handler would refuse
+    after it (WRITE_METHODS, the header's key): called method by method with a read-only token,
+    exactly the writes are refused, and every read still goes through; with a token of another
+    tenant, everything is. (That the screen answers before any request is read is checked by
+    the next test.)"""
     from sessions_server.transport.handlers import WRITE_METHODS
 
     with grpc.insecure_channel(auth_server.address) as channel:

@@ -125,3 +125,16 @@ def error_reason(error: grpc.RpcError) -> str | None:
 
 def files_under(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*") if p.is_file())
+
+
+def listed_object_keys(stub: Any) -> set[str]:
+    """Every object key ListObjects names, page after page."""
+    from sessions_proto.v1 import sessions_pb2 as pb
+
+    keys: set[str] = set()
+    token = ""
+    while True:
+        page = stub.ListObjects(pb.ListObjectsRequest(page_size=1000, page_token=token))
+        keys.update(page.object_keys)
+        if not (token := page.next_page_token):
+            return keys

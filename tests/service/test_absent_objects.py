@@ -15,7 +15,7 @@ import pytest
 
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
-from tests.service.support import files_under, object_file, text_message
+from tests.service.support import files_under, listed_object_keys, object_file, text_message
 
 Outcome = tuple[str, Any]
 Call = Callable[[pb_grpc.SessionServiceStub, str], Any]
@@ -86,14 +86,7 @@ def test_reads_of_absent_objects_leave_the_data_directory_as_it_was(
         assert stats == pb.GetObjectStatsResponse()
 
     assert files_under(data_dir / "objects") == before
-    listed: set[str] = set()
-    token = ""
-    while True:
-        page = stub.ListObjects(pb.ListObjectsRequest(page_size=1000, page_token=token))
-        listed.update(page.object_keys)
-        if not (token := page.next_page_token):
-            break
-    assert listed.isdisjoint(keys)
+    assert listed_object_keys(stub).isdisjoint(keys)
 
 
 def test_the_first_write_after_reads_creates_the_object(client: Any, data_dir: Path) -> None:

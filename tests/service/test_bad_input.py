@@ -13,7 +13,14 @@ import pytest
 
 from sessions_client import ImportItem, SessionsError
 from sessions_proto.v1 import sessions_pb2 as pb
-from tests.service.support import error_reason, message_rows, object_file, open_readonly, text_message
+from tests.service.support import (
+    error_reason,
+    listed_object_keys,
+    message_rows,
+    object_file,
+    open_readonly,
+    text_message,
+)
 
 BAD_MESSAGES = [
     ('{"id":"x","role":"user","parts":[]', "INVALID_JSON"),
@@ -249,16 +256,6 @@ def _import(object_key: str, *frames: Any) -> Any:
     return iter([pb.ImportMessagesRequest(object_key=object_key), *frames])
 
 
-def listed_objects(stub: Any) -> set[str]:
-    keys: set[str] = set()
-    token = ""
-    while True:
-        page = stub.ListObjects(pb.ListObjectsRequest(page_size=1000, page_token=token))
-        keys.update(page.object_keys)
-        if not (token := page.next_page_token):
-            return keys
-
-
 REFUSED_ON_A_NEW_OBJECT = {
     "AppendMessage": lambda stub, key: stub.AppendMessage(pb.AppendMessageRequest(object_key=key, message_json="{")),
     "AppendMessages": lambda stub, key: stub.AppendMessages(
@@ -285,7 +282,7 @@ def test_a_write_refused_for_bad_input_creates_no_object(stub: Any, data_dir: Pa
         REFUSED_ON_A_NEW_OBJECT[call](stub, object_key)
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, refused.value.details()
     assert not object_file(data_dir, object_key).exists()
-    assert object_key not in listed_objects(stub)
+    assert object_key not in listed_object_keys(stub)
 
 
 def test_an_import_without_messages_and_an_update_of_nothing_create_no_object(
@@ -297,7 +294,7 @@ def test_an_import_without_messages_and_an_update_of_nothing_create_no_object(
     updated = stub.UpdateMessage(pb.UpdateMessageRequest(object_key=object_key, message_json=GOOD))
     assert not updated.found and not updated.changed
     assert not object_file(data_dir, object_key).exists()
-    assert object_key not in listed_objects(stub)
+    assert object_key not in listed_object_keys(stub)
 
 
 def _violated_field(error: grpc.RpcError) -> str:

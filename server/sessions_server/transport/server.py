@@ -8,6 +8,7 @@ flight get `drain_seconds` to finish, then objects close (queued writes commit f
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import logging
 import signal
@@ -254,16 +255,10 @@ class _HealthServicer(health.aio.HealthServicer):  # type: ignore[misc,name-defi
         super().__init__()
         self._statuses: dict[str, Any] = {}
         self._shutting_down = False
-        self._watching = 0
+        self._watches = _Bounded(MAX_HEALTH_WATCHES, "health watches", "use Check, or retry later")
 
     async def Watch(self, request: health_pb2.HealthCheckRequest, context: Any) -> None:
-        if self._watching >= MAX_HEALTH_WATCHES:
-            await context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"too many health watches on this server (at most {MAX_HEALTH_WATCHES}); use Check, or retry later",
-            )
-        self._watching += 1
-        try:
+        async with self._watches.held(context):
             if request.service in self._statuses:
                 await super().Watch(request, context)
                 return
@@ -271,8 +266,6 @@ class _HealthServicer(health.aio.HealthServicer):  # type: ignore[misc,name-defi
             # call kept open), without the entry the library keeps for good for every name asked.
             await context.write(health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.SERVICE_UNKNOWN))
             await asyncio.Event().wait()  # until the caller ends the call, or the server stops
-        finally:
-            self._watching -= 1
 
     async def set(self, service: str, status: Any) -> None:
         if not self._shutting_down:  # as the library: a shutdown's NOT_SERVING is for good
@@ -392,28 +385,35 @@ def _keepalive_options(config: ServerConfig) -> list[tuple[str, int]]:
 
 
 class _Bounded:
-    """At most `limit` calls of a handler at once; more are refused (RESOURCE_EXHAUSTED)."""
+    """At most `limit` calls at once; more are refused (RESOURCE_EXHAUSTED)."""
 
-    def __init__(self, limit: int, what: str) -> None:
+    def __init__(self, limit: int, what: str, advice: str = "retry later") -> None:
         self._limit = limit
         self._what = what
+        self._advice = advice
         self._active = 0
+
+    @contextlib.asynccontextmanager
+    async def held(self, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[None]:
+        """One of the calls, for as long as the block runs; aborts the call past the limit."""
+        if self._active >= self._limit:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"too many {self._what} on this server (at most {self._limit}); {self._advice}",
+            )
+        self._active += 1
+        try:
+            yield
+        finally:
+            self._active -= 1
 
     def stream_stream(self, handler: grpc.RpcMethodHandler[Any, Any]) -> grpc.RpcMethodHandler[Any, Any]:
         inner: Any = handler.stream_stream
 
         async def bounded(requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
-            if self._active >= self._limit:
-                await context.abort(
-                    grpc.StatusCode.RESOURCE_EXHAUSTED,
-                    f"too many {self._what} on this server (at most {self._limit}); retry later",
-                )
-            self._active += 1
-            try:
+            async with self.held(context):
                 async for response in inner(requests, context):
                     yield response
-            finally:
-                self._active -= 1
 
         return grpc.stream_stream_rpc_method_handler(bounded, handler.request_deserializer, handler.response_serializer)
 
