@@ -238,6 +238,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="HOST:PORT",
         help="address of a Prometheus /metrics endpoint (HTTP, no TLS)",
     )
+    serve.add_argument(
+        "--probe-listen",
+        type=_listen_address,
+        metavar="HOST:PORT",
+        help="address of a port serving gRPC health alone, in plaintext, for probes (kubelet's gRPC probe); "
+        "its requests are small, so that callers without a token cannot make the server hold large ones; "
+        "with --tokens-file, health on --listen then needs a token (port 0 picks a free one, printed at start)",
+    )
     serve.add_argument("--log-format", choices=("text", "json"), default="text", help="log line format")
     _add_text_limit_flags(serve)
     feed = FeedSettings()
@@ -642,6 +650,7 @@ def main(argv: list[str] | None = None) -> int:
         ring_file=args.ring_file,
         require_routing_header=args.require_routing_header,
         metrics_listen=args.metrics_listen,
+        probe_listen=args.probe_listen,
         feed=FeedSettings(
             retain_events=args.feed_retain_events,
             retain_bytes=args.feed_retain_bytes,

@@ -102,5 +102,8 @@ class ServerConfig:
     # on with `ring_file`.
     require_routing_header: bool = False
     metrics_listen: str | None = None
+    # Health alone, on a port of its own with small requests; with tokens, health on `listen`
+    # then needs one.
+    probe_listen: str | None = None
     feed: FeedSettings = field(default_factory=FeedSettings)
     extra_options: tuple[tuple[str, int], ...] = field(default_factory=tuple)

@@ -59,8 +59,10 @@ def test_statefulset_has_a_volume_per_pod_and_grpc_probes() -> None:
     assert {"name": "data", "mountPath": "/data"} in server["volumeMounts"]
     assert "--allow-plaintext" in server["args"] and "--listen=0.0.0.0:50051" in server["args"]
     assert "--ring-file=/ring/ring.json" in server["args"]
+    assert "--probe-listen=0.0.0.0:50052" in server["args"]
+    assert {"name": "probes", "containerPort": 50052} in server["ports"]
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-        assert server[probe]["grpc"] == {"port": 50051}, probe
+        assert server[probe]["grpc"] == {"port": 50052}, probe
     # The pod template's own volumes must not shadow the per-pod claim.
     assert "data" not in {v["name"] for v in pod["volumes"]}
     # The replicator sidecar shares the same per-pod volume.

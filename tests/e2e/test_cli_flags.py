@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import re
 import socket
 import sqlite3
 import subprocess
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from sessions_client import SessionsClient, SessionsError, TlsConfig
 from sessions_client._common import routing_metadata
@@ -86,6 +88,7 @@ def _port_taken() -> Iterator[int]:
         ("--listen", ":50051", "the host is missing"),
         ("--metrics-listen", "127.0.0.1", "the port is missing; expected HOST:PORT, PORT from 1 to 65535"),
         ("--metrics-listen", "127.0.0.1:0", "port 0 would pick a port nobody is told"),
+        ("--probe-listen", "127.0.0.1", "the port is missing; expected HOST:PORT, PORT from 0 to 65535"),
     ],
 )
 def test_an_address_that_is_not_host_and_port_is_refused_at_start(
@@ -103,6 +106,7 @@ def test_addresses_of_every_form_are_taken(capsys: pytest.CaptureFixture[str]) -
         for port in (0, 1, 65535):
             assert parse_arguments(["serve", "--listen", f"{host}:{port}"]).listen == f"{host}:{port}"
         assert parse_arguments(["serve", "--metrics-listen", f"{host}:9100"]).metrics_listen == f"{host}:9100"
+        assert parse_arguments(["serve", "--probe-listen", f"{host}:50052"]).probe_listen == f"{host}:50052"
     assert capsys.readouterr().err == ""
 
 
@@ -244,6 +248,38 @@ def test_a_metrics_port_in_use_is_named(tmp_path: Path) -> None:
     assert "listening on" not in done.stdout
     # It gave the data directory back: a server started on it now runs.
     ServerProcess(tmp_path / "data").start().stop()
+
+
+def test_a_probe_port_in_use_is_named(tmp_path: Path) -> None:
+    with _port_taken() as port:
+        done = _cli(
+            "serve",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--listen",
+            "127.0.0.1:0",
+            "--probe-listen",
+            f"127.0.0.1:{port}",
+        )
+    line = _refusal(done, 1, "sessions-server: ")
+    assert line == (
+        f"sessions-server: could not listen on 127.0.0.1:{port} (--probe-listen): address in use or not available"
+    )
+    assert "listening on" not in done.stdout
+    ServerProcess(tmp_path / "data").start().stop()  # the data directory and the main port were given back
+
+
+def test_the_probe_port_is_printed_and_answers_health(tmp_path: Path) -> None:
+    server = ServerProcess(tmp_path / "data", "--probe-listen", "127.0.0.1:0").start()
+    try:
+        match = re.search(r"probes: (127\.0\.0\.1:\d+)\)", server.banner)
+        assert match is not None, server.banner
+        assert match.group(1) != server.address
+        with grpc.insecure_channel(match.group(1)) as channel:
+            answer = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=30)
+        assert answer.status == health_pb2.HealthCheckResponse.SERVING
+    finally:
+        server.stop()
 
 
 def test_a_data_directory_that_is_a_file_is_named(tmp_path: Path) -> None:

@@ -182,6 +182,60 @@ def test_health_stays_open_and_tokens_reload(auth_server: LiveServer, tokens_fil
         )
 
 
+def test_with_a_probe_port_health_on_the_main_port_needs_a_token(tmp_path: Path, tokens_file: Path) -> None:
+    """Health is open to anyone, and its requests were received whole (up to
+    --max-request-bytes) and held while unfinished. With --probe-listen, probes go there (small
+    requests only), and on the main port health needs a token, checked before the request is
+    read: the calls below send none until released, yet are answered."""
+    server = start_server(tmp_path / "data", tokens_file=tokens_file, probe_listen="127.0.0.1:0")
+    held = threading.Event()
+    serialize = health_pb2.HealthCheckRequest.SerializeToString
+
+    def nothing_until_released() -> Iterator[health_pb2.HealthCheckRequest]:
+        held.wait(30)
+        return
+        yield  # a generator that sends no request
+
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            for metadata in ((), (("authorization", "Bearer nope"),)):
+                with pytest.raises(grpc.RpcError) as checked:
+                    health.Check(health_pb2.HealthCheckRequest(), metadata=metadata, timeout=30)
+                assert checked.value.code() == grpc.StatusCode.UNAUTHENTICATED  # type: ignore[attr-defined]
+            check = channel.stream_unary(
+                "/grpc.health.v1.Health/Check", serialize, health_pb2.HealthCheckResponse.FromString
+            )
+            watch = channel.stream_stream(
+                "/grpc.health.v1.Health/Watch", serialize, health_pb2.HealthCheckResponse.FromString
+            )
+            try:
+                with pytest.raises(grpc.RpcError) as unread:
+                    check(nothing_until_released(), timeout=20)
+                assert unread.value.code() == grpc.StatusCode.UNAUTHENTICATED  # type: ignore[attr-defined]
+                with pytest.raises(grpc.RpcError) as unread_watch:
+                    next(watch(nothing_until_released(), timeout=20))
+                assert unread_watch.value.code() == grpc.StatusCode.UNAUTHENTICATED  # type: ignore[attr-defined]
+                assert not held.is_set()  # refused while the client still had sent nothing
+            finally:
+                held.set()
+            token = (("authorization", "Bearer r-secret"),)
+            assert health.Check(health_pb2.HealthCheckRequest(), metadata=token, timeout=30).status == (
+                health_pb2.HealthCheckResponse.SERVING
+            )
+            watched = health.Watch(health_pb2.HealthCheckRequest(), metadata=token, timeout=30)
+            assert next(watched).status == health_pb2.HealthCheckResponse.SERVING
+            watched.cancel()
+            statuses = health.List(health_pb2.HealthListRequest(), metadata=token, timeout=30).statuses
+            assert set(statuses) == {"", "sessions.v1.SessionService"}
+        assert server.running.probe_address is not None
+        with grpc.insecure_channel(server.running.probe_address) as channel:  # probes need none
+            answer = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=30)
+            assert answer.status == health_pb2.HealthCheckResponse.SERVING
+    finally:
+        server.stop()
+
+
 def test_reflection_can_require_a_token(tmp_path: Path, tokens_file: Path) -> None:
     server = start_server(tmp_path / "data", tokens_file=tokens_file, auth_protect_reflection=True)
     try:

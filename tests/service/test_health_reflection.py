@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import threading
+from pathlib import Path
 from typing import Any
 
 import grpc
+import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from sessions_proto.v1 import sessions_pb2 as pb
+from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
+from tests.conftest import start_server
 
 SERVICE = "sessions.v1.SessionService"
 
@@ -89,7 +96,7 @@ def test_health_watches_are_bounded_and_unknown_names_leave_nothing_behind(live_
     MiB). The library also keeps an entry for good for every service name watched. Past
     MAX_HEALTH_WATCHES a watch is refused; a name never served is answered SERVICE_UNKNOWN,
     and the call stays open, as the library does, without an entry."""
-    from sessions_server.transport.server import MAX_HEALTH_WATCHES
+    from sessions_server.transport.open_services import MAX_HEALTH_WATCHES
 
     health_servicer = live_server.running.health
     watchers_before = dict(health_servicer._watcher_count_by_service)
@@ -130,7 +137,7 @@ def test_reflection_streams_are_bounded(live_server: Any) -> None:
     health watches were. Past MAX_REFLECTION_STREAMS one is refused; the others still answer."""
     import asyncio
 
-    from sessions_server.transport.server import MAX_REFLECTION_STREAMS
+    from sessions_server.transport.open_services import MAX_REFLECTION_STREAMS
 
     ask = reflection_pb2.ServerReflectionRequest(list_services="")
 
@@ -144,8 +151,8 @@ def test_reflection_streams_are_bounded(live_server: Any) -> None:
                     await call.write(ask)
                     assert (await call.read()).list_services_response.service
                     calls.append(call)
+                # Refused as it opens, before any request: a write to it may find it ended already.
                 refused = stub.ServerReflectionInfo(timeout=60)
-                await refused.write(ask)
                 try:
                     await refused.read()
                     raise AssertionError("a reflection stream past the bound was answered")
@@ -158,3 +165,63 @@ def test_reflection_streams_are_bounded(live_server: Any) -> None:
                     call.cancel()
 
     asyncio.run(scenario())
+
+
+def test_the_probe_port_serves_health_alone_and_small_requests_only(tmp_path: Path) -> None:
+    """On the main port a health request may be as large as --max-request-bytes, and one left
+    unfinished is held (8 such, 60 MB each, took RSS from 50 to 514 MiB). The probe port
+    serves health alone, with the main port's statuses, and refuses a larger request as its
+    length arrives."""
+    from sessions_server.transport.open_services import PROBE_REQUEST_BYTES
+
+    server = start_server(tmp_path / "data", probe_listen="127.0.0.1:0")
+    try:
+        probe_address = server.running.probe_address
+        assert probe_address is not None and probe_address != server.address
+        with grpc.insecure_channel(probe_address) as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            for name in ("", SERVICE):
+                assert health.Check(health_pb2.HealthCheckRequest(service=name), timeout=30).status == (
+                    health_pb2.HealthCheckResponse.SERVING
+                )
+            assert set(health.List(health_pb2.HealthListRequest(), timeout=30).statuses) == {"", SERVICE}
+            with pytest.raises(grpc.RpcError) as unknown:
+                health.Check(health_pb2.HealthCheckRequest(service="made-up"), timeout=30)
+            assert unknown.value.code() == grpc.StatusCode.NOT_FOUND  # type: ignore[attr-defined]
+            with pytest.raises(grpc.RpcError) as large:
+                health.Check(health_pb2.HealthCheckRequest(service="x" * PROBE_REQUEST_BYTES), timeout=30)
+            assert large.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED  # type: ignore[attr-defined]
+            with pytest.raises(grpc.RpcError) as sessions:
+                pb_grpc.SessionServiceStub(channel).ListObjects(pb.ListObjectsRequest(), timeout=30)
+            assert sessions.value.code() == grpc.StatusCode.UNIMPLEMENTED  # type: ignore[attr-defined]
+            reflection = reflection_pb2_grpc.ServerReflectionStub(channel)
+            with pytest.raises(grpc.RpcError) as reflected:
+                list(reflection.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")])))
+            assert reflected.value.code() == grpc.StatusCode.UNIMPLEMENTED  # type: ignore[attr-defined]
+        with grpc.insecure_channel(server.address) as channel:  # without tokens the main port's stays open
+            answer = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=30)
+            assert answer.status == health_pb2.HealthCheckResponse.SERVING
+    finally:
+        server.stop()
+
+
+def test_the_probe_port_turns_not_serving_when_the_server_drains(tmp_path: Path) -> None:
+    server = start_server(tmp_path / "data", probe_listen="127.0.0.1:0")
+    stopped = False
+    try:
+        assert server.running.probe_address is not None
+        with grpc.insecure_channel(server.running.probe_address) as channel:
+            watch = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(), timeout=60)
+            assert next(watch).status == health_pb2.HealthCheckResponse.SERVING
+            stopping = threading.Thread(target=server.stop)
+            stopping.start()
+            stopped = True
+            assert next(watch).status == health_pb2.HealthCheckResponse.NOT_SERVING
+            stopping.join(timeout=60)
+            assert not stopping.is_alive()
+            with pytest.raises(grpc.RpcError) as closed:  # stopped with the server
+                health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
+            assert closed.value.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
+    finally:
+        if not stopped:
+            server.stop()

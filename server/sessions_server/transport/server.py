@@ -8,11 +8,10 @@ flight get `drain_seconds` to finish, then objects close (queued writes commit f
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ipaddress
 import logging
 import signal
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +23,6 @@ from grpc_reflection.v1alpha import reflection_pb2_grpc
 
 from sessions_proto.v1 import sessions_pb2
 from sessions_server.config import ServerConfig, split_host_port
-from sessions_server.domain.errors import SessionsError
 from sessions_server.domain.placement import Placement
 from sessions_server.domain.service import SessionsService
 from sessions_server.integrations.chat_completions import ChatCompletionsSummarizer
@@ -36,6 +34,13 @@ from sessions_server.transport.auth import TokenAuthority
 from sessions_server.transport.handlers import WrappingRegistrar, generic_handler, refusing_unauthorized
 from sessions_server.transport.idle import run_when_idle
 from sessions_server.transport.metrics import CallMeter, Metrics
+from sessions_server.transport.open_services import (
+    MAX_REFLECTION_STREAMS,
+    Bounded,
+    HealthServicer,
+    needing_token,
+    probe_server,
+)
 from sessions_server.transport.reflection import SERVICE_NAME as REFLECTION_SERVICE
 from sessions_server.transport.reflection import ReflectionServicer
 from sessions_server.transport.servicer import Draining, SessionServicer
@@ -64,6 +69,8 @@ class RunningServer:
     metrics: Metrics
     data_dir_lock: DataDirectoryLock
     commit_executor: ThreadPoolExecutor
+    probes: grpc.aio.Server | None = None  # --probe-listen: health alone
+    probe_address: str | None = None
 
     def reload_tokens(self) -> None:
         """Re-reads the tokens file (SIGHUP), on the event loop's thread. Open change feeds
@@ -90,6 +97,8 @@ class RunningServer:
         self.registry.close_feeds()  # subscribers end with UNAVAILABLE: reconnect elsewhere
         await self.calls.until_idle(self.drain_seconds)
         await self.server.stop(max(0.0, deadline - loop.time()))
+        if self.probes is not None:  # told NOT_SERVING all along the drain, as the main port
+            await self.probes.stop(0)
         await self.service.compactor.wait_idle(deadline - loop.time())
         await self.registry.close_all()
         self.executor.shutdown(wait=True)
@@ -183,15 +192,18 @@ async def _create_server(config: ServerConfig, lock: DataDirectoryLock) -> Runni
             *config.extra_options,
         ],
     )
-    guard = authority if authority is not None and config.auth_protect_reflection else None
-
-    reflections = _Bounded(MAX_REFLECTION_STREAMS, "reflection streams")
+    reflection_guard = authority if config.auth_protect_reflection else None
+    # Unauthenticated health moves to the probe port, where requests are small.
+    health_guard = authority if config.probe_listen else None
+    reflections = Bounded(MAX_REFLECTION_STREAMS, "reflection streams")
 
     def wrap(method: str, handler: grpc.RpcMethodHandler[Any, Any]) -> grpc.RpcMethodHandler[Any, Any]:
-        if "ServerReflection" in method:
-            if guard is not None:
-                handler = _reflection_guarded(guard, handler)
+        if method.startswith(f"/{REFLECTION_SERVICE}/"):
+            if reflection_guard is not None:
+                handler = needing_token(reflection_guard, handler)
             handler = reflections.stream_stream(handler)
+        elif method.startswith(f"/{health.SERVICE_NAME}/") and health_guard is not None:
+            handler = needing_token(health_guard, handler)
         return calls.metered(method, handler)
 
     registrar = WrappingRegistrar(server, wrap)
@@ -205,21 +217,30 @@ async def _create_server(config: ServerConfig, lock: DataDirectoryLock) -> Runni
     metrics.assembly_bytes.set_function(lambda: servicer.assembly.held_bytes)
     screen = refusing_unauthorized(authority) if authority is not None else None
     registrar.add_generic_rpc_handlers((generic_handler(servicer),), screen)
-    health_servicer = _HealthServicer()
+    health_servicer = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, registrar)
     reflection_pb2_grpc.add_ServerReflectionServicer_to_server(
         ReflectionServicer((SERVICE_NAME, health.SERVICE_NAME, REFLECTION_SERVICE)), registrar
     )
     port = _bind(server, config)
-    if config.metrics_listen:
-        try:
+    probes = probe_server(health_servicer) if config.probe_listen else None
+    probe_address = None
+    try:
+        if probes is not None and (probe_listen := config.probe_listen):
+            probe_port = _add_port(lambda: probes.add_insecure_port(probe_listen), probe_listen, flag="--probe-listen")
+            probe_address = f"{probe_listen.rsplit(':', 1)[0]}:{probe_port}"
+        if config.metrics_listen:
             _serve_metrics(metrics, config.metrics_listen)
-        except OSError:
-            await server.stop(None)  # gives the port back, to a caller that tries again in-process
-            raise
+    except OSError:
+        for bound in (server, probes):  # gives the ports back, to a caller that tries again in-process
+            if bound is not None:
+                await bound.stop(None)
+        raise
     for name in ("", SERVICE_NAME):  # before the first call can come: a Watch then knows the names
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     await server.start()
+    if probes is not None:
+        await probes.start()
     host = config.listen.rsplit(":", 1)[0]
     return RunningServer(
         server,
@@ -236,50 +257,9 @@ async def _create_server(config: ServerConfig, lock: DataDirectoryLock) -> Runni
         metrics,
         lock,
         commit_executor,
+        probes,
+        probe_address,
     )
-
-
-# Health watches at once: a probe or a balancer watches, a few each. Health needs no token, and
-# each watch holds a stream and some memory (about 22 KB): uncounted, one client opened 20,000.
-MAX_HEALTH_WATCHES = 256
-# Reflection streams at once (grpcurl, a debugging person's tools): open to any caller unless
-# reflection is guarded, and uncounted they held memory as health watches did.
-MAX_REFLECTION_STREAMS = 64
-
-
-class _HealthServicer(health.aio.HealthServicer):  # type: ignore[misc,name-defined]
-    """grpcio-health-checking's servicer with `List`, which the contract has (and reflection
-    shows) but the library's asyncio servicer leaves unimplemented, and with a bounded `Watch`."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._statuses: dict[str, Any] = {}
-        self._shutting_down = False
-        self._watches = _Bounded(MAX_HEALTH_WATCHES, "health watches", "use Check, or retry later")
-
-    async def Watch(self, request: health_pb2.HealthCheckRequest, context: Any) -> None:
-        async with self._watches.held(context):
-            if request.service in self._statuses:
-                await super().Watch(request, context)
-                return
-            # A name this server never serves: answered as the library does (SERVICE_UNKNOWN, the
-            # call kept open), without the entry the library keeps for good for every name asked.
-            await context.write(health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.SERVICE_UNKNOWN))
-            await asyncio.Event().wait()  # until the caller ends the call, or the server stops
-
-    async def set(self, service: str, status: Any) -> None:
-        if not self._shutting_down:  # as the library: a shutdown's NOT_SERVING is for good
-            self._statuses[service] = status
-        await super().set(service, status)
-
-    async def enter_graceful_shutdown(self) -> None:
-        self._shutting_down = True
-        self._statuses = dict.fromkeys(self._statuses, health_pb2.HealthCheckResponse.NOT_SERVING)
-        await super().enter_graceful_shutdown()
-
-    async def List(self, request: health_pb2.HealthListRequest, context: Any) -> health_pb2.HealthListResponse:
-        statuses = {name: health_pb2.HealthCheckResponse(status=status) for name, status in self._statuses.items()}
-        return health_pb2.HealthListResponse(statuses=statuses)
 
 
 def _is_loopback(host: str) -> bool:
@@ -317,7 +297,7 @@ def _bind(server: grpc.aio.Server, config: ServerConfig) -> int:
     return _add_port(lambda: server.add_insecure_port(config.listen), config.listen)
 
 
-def _add_port(add: Callable[[], int], listen: str, or_else: str = "") -> int:
+def _add_port(add: Callable[[], int], listen: str, or_else: str = "", flag: str = "--listen") -> int:
     # gRPC raises RuntimeError("Failed to bind ...; set GRPC_VERBOSITY=debug ...") naming no
     # cause (a port in use, an address not of this host, a name that does not resolve: its own
     # log line says which), and older releases returned 0 instead.
@@ -326,7 +306,7 @@ def _add_port(add: Callable[[], int], listen: str, or_else: str = "") -> int:
     except RuntimeError:
         port = 0
     if port == 0:
-        raise OSError(f"could not listen on {listen} (--listen): address in use or not available{or_else}")
+        raise OSError(f"could not listen on {listen} ({flag}): address in use or not available{or_else}")
     return port
 
 
@@ -384,65 +364,15 @@ def _keepalive_options(config: ServerConfig) -> list[tuple[str, int]]:
     ]
 
 
-class _Bounded:
-    """At most `limit` calls at once; more are refused (RESOURCE_EXHAUSTED)."""
-
-    def __init__(self, limit: int, what: str, advice: str = "retry later") -> None:
-        self._limit = limit
-        self._what = what
-        self._advice = advice
-        self._active = 0
-
-    @contextlib.asynccontextmanager
-    async def held(self, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[None]:
-        """One of the calls, for as long as the block runs; aborts the call past the limit."""
-        if self._active >= self._limit:
-            await context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"too many {self._what} on this server (at most {self._limit}); {self._advice}",
-            )
-        self._active += 1
-        try:
-            yield
-        finally:
-            self._active -= 1
-
-    def stream_stream(self, handler: grpc.RpcMethodHandler[Any, Any]) -> grpc.RpcMethodHandler[Any, Any]:
-        inner: Any = handler.stream_stream
-
-        async def bounded(requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
-            async with self.held(context):
-                async for response in inner(requests, context):
-                    yield response
-
-        return grpc.stream_stream_rpc_method_handler(bounded, handler.request_deserializer, handler.response_serializer)
-
-
-def _reflection_guarded(
-    authority: TokenAuthority, handler: grpc.RpcMethodHandler[Any, Any]
-) -> grpc.RpcMethodHandler[Any, Any]:
-    """Server reflection that requires a valid bearer token (health stays open)."""
-    inner: Any = handler.stream_stream
-
-    async def guarded(requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
-        try:
-            authority.authenticate(context.invocation_metadata() or ())
-        except SessionsError as exc:
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, exc.message)
-        async for response in inner(requests, context):
-            yield response
-
-    return grpc.stream_stream_rpc_method_handler(guarded, handler.request_deserializer, handler.response_serializer)
-
-
 async def serve(config: ServerConfig, stop: asyncio.Event, on_idle: Callable[[], bool] | None = None) -> None:
     """Runs until `stop` is set, then stops gracefully. `on_idle` runs off the event loop each
     time the server goes idle (`config.idle_seconds` without a call); it returns whether it
     released memory (counted in the metrics)."""
     running = await create_server(config)
     loop = "uvloop" if type(asyncio.get_running_loop()).__module__.startswith("uvloop") else "asyncio"
-    print(f"sessions-server listening on {running.address} (data: {config.data_dir}, loop: {loop})", flush=True)
-    log.info("listening on %s", running.address)
+    probes = f", probes: {running.probe_address}" if running.probe_address else ""
+    print(f"sessions-server listening on {running.address} (data: {config.data_dir}, loop: {loop}{probes})", flush=True)
+    log.info("listening on %s%s", running.address, probes)
     if running.authority is not None:
         asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, running.reload_tokens)
     watcher = None

@@ -1,0 +1,172 @@
+"""The services a caller may reach without a token: health and server reflection. Here are
+their bounds, the token guard each takes when the server asks for one, and the probe port.
+
+gRPC sets the largest request per server, not per service, and receives a unary request whole
+before any handler runs. On the main port a health request may therefore be as large as
+`--max-request-bytes`: a caller without a token sent 60 MB Health/Check requests but their
+last byte, and the server held each one until the connection closed (8 calls, RSS 50 → 514
+MiB). A health request is a service name; `--probe-listen` serves health alone on a port of its
+own, where a request past `PROBE_REQUEST_BYTES` is refused as its length arrives, and then, with
+tokens, health on the main port needs a token, checked before its request is read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+from collections.abc import AsyncIterator
+from typing import Any, TypeAlias
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from sessions_server.domain.errors import SessionsError
+from sessions_server.transport.auth import TokenAuthority
+
+# Health watches at once: a probe or a balancer watches, a few each. Health needs no token, and
+# each watch holds a stream and some memory (about 22 KB): uncounted, one client opened 20,000.
+MAX_HEALTH_WATCHES = 256
+# Reflection streams at once (grpcurl, a debugging person's tools): open to any caller unless
+# reflection is guarded, and uncounted they held memory as health watches did.
+MAX_REFLECTION_STREAMS = 64
+# The largest request the probe port takes. A health request is a service name, ours at most 27
+# bytes; room is left for names other servers use.
+PROBE_REQUEST_BYTES = 4096
+
+Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
+
+
+class Bounded:
+    """At most `limit` calls at once; more are refused (RESOURCE_EXHAUSTED)."""
+
+    def __init__(self, limit: int, what: str, advice: str = "retry later") -> None:
+        self._limit = limit
+        self._what = what
+        self._advice = advice
+        self._active = 0
+
+    @contextlib.asynccontextmanager
+    async def held(self, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[None]:
+        """One of the calls, for as long as the block runs; aborts the call past the limit."""
+        if self._active >= self._limit:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"too many {self._what} on this server (at most {self._limit}); {self._advice}",
+            )
+        self._active += 1
+        try:
+            yield
+        finally:
+            self._active -= 1
+
+    def stream_stream(self, handler: grpc.RpcMethodHandler[Any, Any]) -> grpc.RpcMethodHandler[Any, Any]:
+        inner: Any = handler.stream_stream
+
+        async def bounded(requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
+            async with self.held(context):
+                async for response in inner(requests, context):
+                    yield response
+
+        return grpc.stream_stream_rpc_method_handler(bounded, handler.request_deserializer, handler.response_serializer)
+
+
+class HealthServicer(health.aio.HealthServicer):  # type: ignore[misc,name-defined]
+    """grpcio-health-checking's servicer with `List`, which the contract has (and reflection
+    shows) but the library's asyncio servicer leaves unimplemented, and with a bounded `Watch`.
+    One instance serves both ports, so that they always tell the same."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._statuses: dict[str, Any] = {}
+        self._shutting_down = False
+        self._watches = Bounded(MAX_HEALTH_WATCHES, "health watches", "use Check, or retry later")
+
+    async def Watch(self, request: health_pb2.HealthCheckRequest, context: Any) -> None:
+        async with self._watches.held(context):
+            if request.service in self._statuses:
+                await super().Watch(request, context)
+                return
+            # A name this server never serves: answered as the library does (SERVICE_UNKNOWN, the
+            # call kept open), without the entry the library keeps for good for every name asked.
+            await context.write(health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.SERVICE_UNKNOWN))
+            await asyncio.Event().wait()  # until the caller ends the call, or the server stops
+
+    async def set(self, service: str, status: Any) -> None:
+        if not self._shutting_down:  # as the library: a shutdown's NOT_SERVING is for good
+            self._statuses[service] = status
+        await super().set(service, status)
+
+    async def enter_graceful_shutdown(self) -> None:
+        self._shutting_down = True
+        self._statuses = dict.fromkeys(self._statuses, health_pb2.HealthCheckResponse.NOT_SERVING)
+        await super().enter_graceful_shutdown()
+
+    async def List(self, request: health_pb2.HealthListRequest, context: Any) -> health_pb2.HealthListResponse:
+        statuses = {name: health_pb2.HealthCheckResponse(status=status) for name, status in self._statuses.items()}
+        return health_pb2.HealthListResponse(statuses=statuses)
+
+
+def needing_token(
+    authority: TokenAuthority, handler: grpc.RpcMethodHandler[Any, Any]
+) -> grpc.RpcMethodHandler[Any, Any]:
+    """`handler` for callers with a known bearer token only, checked before the request is read.
+
+    A handler that takes one request is served as one that takes a stream of them (the same on
+    the wire): gRPC reads nothing of a stream until the handler asks, where it receives a unary
+    request whole before the handler runs."""
+    if handler.stream_stream is not None:
+        inner_stream: Any = handler.stream_stream
+
+        async def streams(requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
+            await _authenticate(authority, context)
+            async for response in inner_stream(requests, context):
+                yield response
+
+        return grpc.stream_stream_rpc_method_handler(streams, handler.request_deserializer, handler.response_serializer)
+    if handler.unary_unary is not None:
+        inner_unary: Any = handler.unary_unary
+
+        async def answers(requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            await _authenticate(authority, context)
+            return await inner_unary(await _the_request(requests, context), context)
+
+        return grpc.stream_unary_rpc_method_handler(answers, handler.request_deserializer, handler.response_serializer)
+    if handler.unary_stream is not None:
+        inner_watch: Any = handler.unary_stream
+
+        async def writes(requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+            await _authenticate(authority, context)
+            responses = inner_watch(await _the_request(requests, context), context)
+            if inspect.isasyncgen(responses):
+                async for response in responses:
+                    await context.write(response)
+            else:
+                await responses  # it writes its own responses (context.write), as health's Watch
+
+        return grpc.stream_stream_rpc_method_handler(writes, handler.request_deserializer, handler.response_serializer)
+    raise TypeError("a handler taking a stream of requests reads nothing before it runs: guard it where it reads")
+
+
+async def _authenticate(authority: TokenAuthority, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+    try:
+        authority.authenticate(context.invocation_metadata() or ())
+    except SessionsError as exc:
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, exc.message)
+
+
+async def _the_request(requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+    async for request in requests:
+        return request
+    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the call ended without its request")
+
+
+def probe_server(health_servicer: HealthServicer) -> grpc.aio.Server:
+    """A server, not yet bound, for health alone, taking requests of at most
+    PROBE_REQUEST_BYTES. It is bound in plaintext: kubelet's gRPC probes speak no TLS, and a
+    health status is no secret."""
+    server = grpc.aio.server(
+        options=[("grpc.max_receive_message_length", PROBE_REQUEST_BYTES), ("grpc.so_reuseport", 0)]
+    )
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    return server
