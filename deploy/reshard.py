@@ -11,7 +11,8 @@ operator reaches a shard under another address). Lists every object on every old
 (ListObjects), computes old and new owners with the shards' own ring code
 (sessions_server.domain.placement), prints the moves, and with --execute runs them, grouped by
 (source, destination), via `sessions-server move-object`. Run it between step 1 (new shard up with
-the new ring) and step 3 (nginx reloaded) of docs/operations.md, "Adding a shard".
+the new ring) and step 3 (nginx reloaded) of docs/operations.md, "Adding a shard"; to take a shard
+away, as steps 2 and 4 of "Removing a shard".
 """
 
 from __future__ import annotations
