@@ -9,7 +9,9 @@
 #   docker run -v /etc/sessions/tls:/tls:ro ... sessions:0.1.0 \
 #       --listen 0.0.0.0:50051 --tls-cert /tls/server.crt --tls-key /tls/server.key \
 #       [--tls-client-ca /tls/clients-ca.crt]
-# (the HEALTHCHECK below speaks plaintext; with TLS use the orchestrator's gRPC probe instead).
+# The HEALTHCHECK below asks the probe port (--probe-listen, health alone, plaintext, inside the
+# container only), so it works whatever the main port speaks; with --tokens-file, health on the
+# main port then needs a token.
 ARG PYTHON_IMAGE=python:3.11-slim
 
 FROM ${PYTHON_IMAGE} AS build
@@ -35,6 +37,6 @@ WORKDIR /home/sessions
 VOLUME ["/data"]
 EXPOSE 50051
 HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
-    CMD ["python", "-c", "import sys, grpc; from grpc_health.v1 import health_pb2 as h, health_pb2_grpc as g; c = grpc.insecure_channel('127.0.0.1:50051'); sys.exit(0 if g.HealthStub(c).Check(h.HealthCheckRequest(), timeout=2).status == h.HealthCheckResponse.SERVING else 1)"]
-ENTRYPOINT ["sessions-server", "serve", "--data-dir", "/data"]
+    CMD ["python", "-c", "import sys, grpc; from grpc_health.v1 import health_pb2 as h, health_pb2_grpc as g; c = grpc.insecure_channel('127.0.0.1:50052'); sys.exit(0 if g.HealthStub(c).Check(h.HealthCheckRequest(), timeout=2).status == h.HealthCheckResponse.SERVING else 1)"]
+ENTRYPOINT ["sessions-server", "serve", "--data-dir", "/data", "--probe-listen", "127.0.0.1:50052"]
 CMD ["--listen", "0.0.0.0:50051", "--allow-plaintext"]

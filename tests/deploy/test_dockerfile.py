@@ -70,14 +70,15 @@ def test_image_properties() -> None:
 def test_entrypoint_and_healthcheck_commands_work(tmp_path: Path) -> None:
     entrypoint = json.loads(_instruction("ENTRYPOINT"))
     cmd = json.loads(_instruction("CMD"))
-    port = free_port()
-    # The container's command line, with this machine's loopback port and a temporary data dir.
-    args = [a.replace("/data", str(tmp_path / "data")) for a in entrypoint[2:]]
+    port, probe_port = free_port(), free_port()
+    # The container's command line, with this machine's loopback ports and a temporary data dir.
+    args = [a.replace("/data", str(tmp_path / "data")).replace(":50052", f":{probe_port}") for a in entrypoint[2:]]
     args += [a.replace("0.0.0.0:50051", f"127.0.0.1:{port}") for a in cmd]
     healthcheck = _instruction("HEALTHCHECK")
     check = json.loads(healthcheck[healthcheck.index("CMD ") + 4 :])
     assert check[:2] == ["python", "-c"]
-    probe = [sys.executable, "-c", check[2].replace("127.0.0.1:50051", f"127.0.0.1:{port}")]
+    assert "127.0.0.1:50052" in check[2] and "--probe-listen" in entrypoint  # the probe port, whatever CMD says
+    probe = [sys.executable, "-c", check[2].replace("127.0.0.1:50052", f"127.0.0.1:{probe_port}")]
     server = Shard("image", tmp_path / "data", port, *args[args.index("--data-dir") + 2 :])
     server.extra = [a for a in server.extra if a not in ("--listen", f"127.0.0.1:{port}")]
     server.start()
