@@ -8,7 +8,6 @@ from __future__ import annotations
 import importlib.util
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -22,15 +21,16 @@ from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
 from sessions_server.domain.placement import KetamaRing, Placement, routing_key
 from sessions_server.storage.paths import object_path
 from tests.conftest import start_server
+from tests.deploy.resharding import (
+    RETRYABLE_CODES,
+    RETRYABLE_REASONS,
+    Writer,
+    holders,
+    run_reshard,
+    until_routed_to_its_owner,
+)
 from tests.deploy.support import DEPLOY, Proxy, Shard, free_port, text_message, write_ring
 from tests.security.test_auth_tls import pki as pki  # the CA and certificates: a fixture, used by its name
-
-RETRYABLE_REASONS = {"OBJECT_MOVING", "OBJECT_NOT_OWNED"}
-# A shard restarting refuses calls (UNAVAILABLE). A call in flight while nginx reloads or a shard
-# restarts can also have its stream reset, which the client sees as CANCELLED (2 of 4 full runs
-# of tests/deploy on one day; nginx resets streams its old workers still carry). Neither write
-# was acknowledged, and the retry carries the same message id.
-RETRYABLE_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED}
 
 
 def _reshard_module():  # type: ignore[no-untyped-def]
@@ -39,48 +39,6 @@ def _reshard_module():  # type: ignore[no-untyped-def]
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-class Writer(threading.Thread):
-    """Appends to a set of objects through the proxy until stopped; a refused write (moving, not
-    owned here any more, shard restarting) is retried with the same message id, as a client
-    during a re-shard would. Records what was acknowledged."""
-
-    def __init__(self, address: str, keys: list[str]) -> None:
-        super().__init__(daemon=True)
-        self.address = address
-        self.keys = keys
-        self.acknowledged: dict[str, list[str]] = {key: [] for key in keys}
-        self.refusals: dict[str, int] = {}
-        self.stop_event = threading.Event()
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            with SessionsClient(self.address, timeout=30) as client:
-                index = 0
-                while not self.stop_event.is_set():
-                    key = self.keys[index % len(self.keys)]
-                    message_id = f"w{index}"
-                    self._append_until_acknowledged(client, key, message_id)
-                    self.acknowledged[key].append(message_id)
-                    index += 1
-        except BaseException as error:
-            self.error = error
-
-    def _append_until_acknowledged(self, client: SessionsClient, key: str, message_id: str) -> None:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                client.object(key).session().append_message(text_message(message_id, f"{key} {message_id}"))
-                return
-            except SessionsError as error:
-                retryable = error.reason in RETRYABLE_REASONS or error.code in RETRYABLE_CODES
-                if not retryable or time.monotonic() > deadline:
-                    raise
-                label = error.reason or error.code.name
-                self.refusals[label] = self.refusals.get(label, 0) + 1
-                time.sleep(0.02)
 
 
 def test_adding_a_shard_under_write_load(tmp_path: Path) -> None:
@@ -122,16 +80,7 @@ def test_adding_a_shard_under_write_load(tmp_path: Path) -> None:
         assert reshard.run_moves(moves) == []
         # 3. nginx gets the third upstream.
         proxy.reload(new)
-        with SessionsClient(proxy.address) as probe:  # a fresh connection sees the new workers
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    probe.object(moving[0]).session().get_history()
-                    break
-                except SessionsError as error:
-                    if error.reason != "OBJECT_NOT_OWNED" or time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.05)
+        until_routed_to_its_owner(proxy.address, moving[0])
         # 4. The old shards restart with the new ring, so they refuse the moved keys for good.
         for i, shard in enumerate(shards[:2]):
             ring = write_ring(tmp_path / f"ring-new-{i}.json", new, names[i])
@@ -262,15 +211,6 @@ def _keys_for_groups(old: list[str], new: list[str], per_group: int) -> dict[tup
     return groups
 
 
-def _reshard(old: list[str], new: list[str]) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, str(DEPLOY / "reshard.py"), "--old", ",".join(old), "--new", ",".join(new)]
-    return subprocess.run([*command, "--execute"], capture_output=True, text=True, check=False, timeout=240)
-
-
-def _holders(shards: list[Shard], key: str) -> list[str]:
-    return [shard.address for shard in shards if object_path(shard.data_dir, key).exists()]
-
-
 def test_reshard_goes_on_past_an_object_locked_by_a_move_cut_short(tmp_path: Path) -> None:
     """The audit's case: a re-shard killed after a locked export leaves that object locked on its
     source. Re-run, the tool moves every other object, of that group and of the next, names the
@@ -298,7 +238,7 @@ def test_reshard_goes_on_past_an_object_locked_by_a_move_cut_short(tmp_path: Pat
             request = pb.ExportObjectRequest(object_key=locked, lock_for_move=True, lease_seconds=3600)
             assert list(stub.ExportObject(request, metadata=routing_metadata(locked)))  # read, then abandoned
 
-        result = _reshard(old, new)
+        result = run_reshard(old, new)
 
         assert result.returncode == 1, result
         assert "Traceback" not in result.stdout + result.stderr
@@ -308,8 +248,8 @@ def test_reshard_goes_on_past_an_object_locked_by_a_move_cut_short(tmp_path: Pat
         assert "reshard: 1 move-object run(s) did not move all their objects" in result.stderr
         assert f"  {first_source} -> {names[2]}: a run of 3 objects: move-object exited with 1" in result.stderr
         for key in (k for keys in groups.values() for k in keys if k != locked):
-            assert _holders(shards, key) == [names[2]], key
-        assert _holders(shards, locked) == [first_source]
+            assert holders(shards, key) == [names[2]], key
+        assert holders(shards, locked) == [first_source]
 
         released = subprocess.run(
             [sys.executable, "-m", "sessions_server.cli", "abort-move", "--from", first_source, "--object-key", locked],
@@ -318,11 +258,11 @@ def test_reshard_goes_on_past_an_object_locked_by_a_move_cut_short(tmp_path: Pat
             check=False,
         )
         assert released.returncode == 0 and released.stdout.startswith("released the move lock"), released
-        again = _reshard(old, new)
+        again = run_reshard(old, new)
 
         assert again.returncode == 0, again
         assert "1 objects change owner" in again.stdout and "all 1 moves done" in again.stdout
-        assert _holders(shards, locked) == [names[2]]
+        assert holders(shards, locked) == [names[2]]
         with SessionsClient(names[2]) as client:
             assert client.object(locked).session().get_message("m0") == text_message("m0", locked)
     finally:
@@ -347,7 +287,7 @@ def test_reshard_runs_every_group_when_one_cannot_be_reached(tmp_path: Path) -> 
                 for key in keys:
                     client.object(key).session().append_message(text_message("m0", key))
 
-        result = _reshard(old, new)
+        result = run_reshard(old, new)
 
         assert result.returncode == 1, result
         assert "Traceback" not in result.stdout + result.stderr
@@ -358,11 +298,11 @@ def test_reshard_runs_every_group_when_one_cannot_be_reached(tmp_path: Path) -> 
             for key in keys:
                 if destination == dead:
                     assert f"  {key!r}: UNAVAILABLE: " in result.stderr
-                    assert _holders(shards, key) == [source], key
+                    assert holders(shards, key) == [source], key
                     with SessionsClient(source, retry=None) as client:  # left in place, not locked
                         assert client.object(key).session().append_message(text_message("m1", "after")).inserted
                 else:
-                    assert _holders(shards, key) == [destination], key
+                    assert holders(shards, key) == [destination], key
     finally:
         for shard in shards:
             shard.stop()

@@ -9,15 +9,21 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from sessions_client import SessionsClient, SessionsError
 from sessions_server.domain.placement import KetamaRing, routing_key
+from tests.deploy.resharding import (
+    RETRYABLE_CODES,
+    RETRYABLE_REASONS,
+    Writer,
+    holders,
+    run_reshard,
+    until_routed_to_its_owner,
+)
 from tests.deploy.support import DEPLOY, Proxy, Shard, free_port, text_message, wait_for, write_ring
-from tests.deploy.test_reshard import RETRYABLE_CODES, RETRYABLE_REASONS, Writer, _holders, _reshard
 
 
 def _children(pid: int) -> set[int]:
@@ -69,7 +75,7 @@ def test_removing_a_shard_under_write_load(tmp_path: Path) -> None:
         with SessionsClient(proxy.address) as client:
             for key in keys:
                 client.object(key).session().append_messages(text_message(f"m{i}", f"{key} {i}") for i in range(3))
-        assert all(_holders(shards, key) == [departing] for key in moving)
+        assert all(holders(shards, key) == [departing] for key in moving)
         writer.start()
         wait_for(lambda: _acknowledged(writer) >= 30 or not writer.is_alive(), timeout=60, what="first writes")
 
@@ -79,7 +85,7 @@ def test_removing_a_shard_under_write_load(tmp_path: Path) -> None:
         for i, shard in enumerate(shards[:2]):
             shard.restart("--ring-file", str(write_ring(tmp_path / f"new{i}.json", new, names[i])))
         # 2. The departing shard's objects move to their new owners.
-        moved = _reshard(old, new)
+        moved = run_reshard(old, new)
         assert moved.returncode == 0, moved
         assert {f"{len(moving)} objects change owner", f"all {len(moving)} moves done"} <= set(
             moved.stdout.splitlines()
@@ -94,8 +100,8 @@ def test_removing_a_shard_under_write_load(tmp_path: Path) -> None:
         late = next(f"late/{i}" for i in range(10_000) if old_ring.owner(routing_key(f"late/{i}")) == departing)
         with SessionsClient(proxy.address) as client:
             client.object(late).session().append_message(text_message("m0", late))
-        assert _holders(shards, late) == [departing]
-        again = _reshard(old, new)
+        assert holders(shards, late) == [departing]
+        again = run_reshard(old, new)
         assert again.returncode == 0, again
         assert f"{departing} -> {new_ring.owner(routing_key(late))}: 1 objects" in again.stdout.splitlines()
         assert {"1 objects change owner", "all 1 moves done"} <= set(again.stdout.splitlines())
@@ -104,16 +110,7 @@ def test_removing_a_shard_under_write_load(tmp_path: Path) -> None:
         master = proxy.proc.pid
         old_workers = _children(master)
         proxy.reload(new)
-        with SessionsClient(proxy.address) as probe:  # a fresh connection sees the new workers
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    probe.object(moving[0]).session().get_history()
-                    break
-                except SessionsError as error:
-                    if error.reason != "OBJECT_NOT_OWNED" or time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.05)
+        until_routed_to_its_owner(proxy.address, moving[0])
         # 4. Once nginx's old workers are gone, nothing reaches the departing shard: it must hold
         #    nothing (a listing finds no object to move), and it stops.
         wait_for(lambda: not old_workers & _children(master), timeout=35, what="nginx's old workers to exit")
@@ -143,9 +140,9 @@ def test_removing_a_shard_under_write_load(tmp_path: Path) -> None:
                 ids = [m["id"] for m in client.object(key).session().get_history()]
                 assert ids[:3] == ["m0", "m1", "m2"], key
                 assert ids[3:] == writer.acknowledged.get(key, []), f"{key}: acknowledged writes lost or reordered"
-                assert _holders(shards, key) == [new_ring.owner(routing_key(key))], key
+                assert holders(shards, key) == [new_ring.owner(routing_key(key))], key
             assert client.object(late).session().get_history() == [text_message("m0", late)]
-        assert _holders(shards, late) == [new_ring.owner(routing_key(late))]
+        assert holders(shards, late) == [new_ring.owner(routing_key(late))]
     finally:
         writer.stop_event.set()
         if writer.is_alive():

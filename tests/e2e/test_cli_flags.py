@@ -232,41 +232,18 @@ def test_a_listen_port_in_use_is_named(tmp_path: Path) -> None:
     assert "listening on" not in done.stdout
 
 
-def test_a_metrics_port_in_use_is_named(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("flag", "reason"),
+    [("--metrics-listen", "Address already in use"), ("--probe-listen", "address in use or not available")],
+)
+def test_a_second_port_in_use_is_named(tmp_path: Path, flag: str, reason: str) -> None:
     with _port_taken() as port:
-        done = _cli(
-            "serve",
-            "--data-dir",
-            str(tmp_path / "data"),
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-listen",
-            f"127.0.0.1:{port}",
-        )
+        done = _cli("serve", "--data-dir", str(tmp_path / "data"), "--listen", "127.0.0.1:0", flag, f"127.0.0.1:{port}")
     line = _refusal(done, 1, "sessions-server: ")
-    assert line == f"sessions-server: could not listen on 127.0.0.1:{port} (--metrics-listen): Address already in use"
+    assert line == f"sessions-server: could not listen on 127.0.0.1:{port} ({flag}): {reason}"
     assert "listening on" not in done.stdout
-    # It gave the data directory back: a server started on it now runs.
+    # It gave the data directory and the main port back: a server started on it now runs.
     ServerProcess(tmp_path / "data").start().stop()
-
-
-def test_a_probe_port_in_use_is_named(tmp_path: Path) -> None:
-    with _port_taken() as port:
-        done = _cli(
-            "serve",
-            "--data-dir",
-            str(tmp_path / "data"),
-            "--listen",
-            "127.0.0.1:0",
-            "--probe-listen",
-            f"127.0.0.1:{port}",
-        )
-    line = _refusal(done, 1, "sessions-server: ")
-    assert line == (
-        f"sessions-server: could not listen on 127.0.0.1:{port} (--probe-listen): address in use or not available"
-    )
-    assert "listening on" not in done.stdout
-    ServerProcess(tmp_path / "data").start().stop()  # the data directory and the main port were given back
 
 
 def test_the_probe_port_is_printed_and_answers_health(tmp_path: Path) -> None:
