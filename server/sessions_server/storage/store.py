@@ -511,6 +511,7 @@ class ObjectStore:
                 refused: BaseException = (
                     StorageError(f"storage failed: {exc}", cause=exc) if isinstance(exc, sqlite3.Error) else exc
                 )
+                queries.forget_uncommitted(conn)
                 if alone:
                     with contextlib.suppress(sqlite3.Error):
                         if conn.in_transaction:
@@ -573,6 +574,7 @@ class ObjectStore:
         with contextlib.suppress(sqlite3.Error):
             if self._writer.in_transaction:
                 self._writer.execute("ROLLBACK")
+        queries.forget_uncommitted(self._writer)
         self._forget_tails()
         answers: list[tuple[bool, Any]] = []
         events: list[ChangeEvent] = []
@@ -602,6 +604,7 @@ class ObjectStore:
         with contextlib.suppress(sqlite3.Error):
             if self._writer.in_transaction:
                 self._writer.execute("ROLLBACK")
+        queries.forget_uncommitted(self._writer)
         self._forget_tails()
         return [(False, StorageError(reason, cause=cause)) for _ in batch]
 
