@@ -76,9 +76,9 @@ class LimitedStorage:
     pid: int | None = None
     setup: str = IGNORE_SIGXFSZ
 
-    def exhaust(self, pid: int | None = None) -> None:
-        """Leaves about SLACK_BYTES of room (tmpfs), or caps file growth at the largest current
-        file plus SLACK_BYTES (rlimit, applied to `pid`, default the server process)."""
+    def exhaust(self, pid: int | None = None, room: int = SLACK_BYTES) -> None:
+        """Leaves about `room` bytes free (tmpfs), or caps file growth at the largest current
+        file plus `room` (rlimit, applied to `pid`, default the server process)."""
         if self.mode == "tmpfs":
             assert self.mount_point is not None
             self.filler = self.mount_point / "filler"
@@ -91,13 +91,11 @@ class LimitedStorage:
                 except OSError:
                     pass
             size = self.filler.stat().st_size
-            os.truncate(self.filler, max(0, size - SLACK_BYTES))
+            os.truncate(self.filler, max(0, size - room))
             return
         self.pid = pid if pid is not None else self.pid
         largest = max((p.stat().st_size for p in self.data_dir.rglob("*") if p.is_file()), default=0)
-        resource.prlimit(
-            self.pid or os.getpid(), resource.RLIMIT_FSIZE, (largest + SLACK_BYTES, resource.RLIM_INFINITY)
-        )
+        resource.prlimit(self.pid or os.getpid(), resource.RLIMIT_FSIZE, (largest + room, resource.RLIM_INFINITY))
 
     def free(self) -> None:
         if self.mode == "tmpfs":
@@ -417,6 +415,28 @@ def test_concurrent_writers_during_disk_full_get_truthful_answers(storage: Limit
     assert not problems, f"[{storage.mode}] {len(acknowledged)} acknowledged, {len(failed)} failed\n" + "\n".join(
         problems
     )
+
+
+def test_an_object_created_on_a_full_disk_is_refused_cleanly(storage: LimitedStorage) -> None:
+    """Making a new object's file failed with INTERNAL: the schema's ROLLBACK after the failed
+    COMMIT raised "no transaction is active" in place of the full disk, and a failure to open
+    a file was not told as a storage failure at all. Once space is freed the object is made."""
+    server = Server(storage.data_dir, setup=storage.setup).start()
+    try:
+        with SessionsClient(server.address, timeout=60) as client:
+            session = client.object("new-on-a-full-disk").session()
+            storage.exhaust(server.pid, room=4096)  # less than a new object's first pages
+            with pytest.raises(SessionsError) as refused:
+                session.append_message(_text_message("m1", 100))
+            print(f"DISK FULL new object ({storage.mode}): {_status(refused.value)} {refused.value.message}")
+            assert _status(refused.value) in ACCEPTED, refused.value
+            assert health_status(server.address) == SERVING
+            storage.free()
+            assert session.append_message(_text_message("m1", 100)).inserted
+            assert session.get_history() == [json.loads(_text_message("m1", 100))]
+    finally:
+        storage.free()
+        server.stop()
 
 
 def test_a_received_object_file_that_finds_the_disk_full_is_refused_cleanly(

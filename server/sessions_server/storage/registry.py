@@ -27,7 +27,7 @@ from typing import Any
 from sessions_server.storage import fdlimit
 from sessions_server.storage.feed import FeedClosed, FeedHub, Feeds, FeedSettings
 from sessions_server.storage.paths import object_path
-from sessions_server.storage.rows import OutOfDescriptors
+from sessions_server.storage.rows import OutOfDescriptors, StorageError
 from sessions_server.storage.store import ObjectStore, recent_estimate
 
 log = logging.getLogger("sessions.storage")
@@ -188,7 +188,9 @@ class ObjectRegistry:
             return await self._open_file(object_key)
         except (OSError, sqlite3.Error) as exc:
             if not fdlimit.is_out_of_descriptors(exc, object_path(self.data_dir, object_key)):
-                raise
+                # A storage failure as any write's (a full disk when the file is made, say), not
+                # an error of the server's own.
+                raise StorageError(f"could not open the object's file: {exc}", cause=exc) from exc
             opened = len(self._open)
             self._evict_idle(down_to=opened // 2)
             raise OutOfDescriptors(

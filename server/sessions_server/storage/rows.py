@@ -155,7 +155,8 @@ class QueryRejected(Exception):
 class StorageError(Exception):
     """SQLite failed (I/O error, disk full, corruption); the transaction was rolled back.
     `out_of_space`: the failure, `cause`, was the disk (or the file size limit) refusing to
-    let a file grow, which freeing space cures, as opposed to a failing disk."""
+    let a file grow, which freeing space cures, as opposed to a failing disk. As far as the
+    error tells: SQLite reports a write the file size limit refused outright as an I/O error."""
 
     def __init__(self, message: str, *, cause: BaseException | None = None) -> None:
         super().__init__(message)

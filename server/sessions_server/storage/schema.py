@@ -9,6 +9,7 @@ records the object key a file belongs to, and two indexes (`_sessions_messages_b
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 
 from sessions_server.storage.queries import FTS_LOOKUP_DDL
@@ -166,7 +167,11 @@ def initialize(conn: sqlite3.Connection, object_key: str) -> None:
                 )
         conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        # A failed COMMIT (a full disk) may have ended the transaction already: a bare ROLLBACK
+        # then raised "no transaction is active" in place of the failure.
+        with contextlib.suppress(sqlite3.Error):
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
         raise
 
 
