@@ -748,3 +748,57 @@ def test_the_index_survives_a_direct_sqlite_look(session: Any, data_dir: Path, o
         except sqlite3.OperationalError as exc:  # pragma: no cover
             pytest.fail(f"the index is not readable with stock SQLite: {exc}")
     assert [r[0] for r in rows] == ["m1"]
+
+
+def test_an_imported_index_filled_by_upstream_gets_the_messages_it_left_out(tmp_path: Path) -> None:
+    """Upstream's backfill skips a message whose first row is not whole JSON (one with
+    continuation rows). An imported store whose index upstream had made was taken as fully
+    indexed: such a message stayed unfound for good. Now its first search indexes what is
+    missing; an index this service filled is taken as it is."""
+    import contextlib
+    import shutil
+
+    from sessions_client import SessionsClient
+    from sessions_server.storage import files
+    from sessions_server.storage.queries import FTS_DDL
+    from tests.conftest import start_server
+
+    big = text_message("big", "zebraword " + "lorem ipsum " * 200_000)  # continuation rows
+    origin = start_server(tmp_path / "origin")
+    try:
+        with SessionsClient(origin.address) as client:
+            session = client.object("store").session()
+            session.append_message(text_message("small", "alpha word"))
+            session.append_message(big)
+            client.object("ours").session().append_message(text_message("m1", "beta word"))
+            assert [hit.id for hit in client.object("ours").session().search("beta")] == ["m1"]  # filled here
+    finally:
+        origin.stop()
+    upstream = shutil.copy(object_path(tmp_path / "origin", "store"), tmp_path / "upstream.sqlite")
+    with contextlib.closing(sqlite3.connect(upstream)) as conn:
+        assert conn.execute("SELECT content_chunks FROM cf_agents_session_messages WHERE id = 'big'").fetchone()[0]
+        conn.execute("DROP TABLE _sessions_meta")  # upstream has none
+        conn.execute(FTS_DDL)
+        conn.execute(  # upstream's first search: one statement over the rows whose content is whole JSON
+            """INSERT INTO cf_agents_session_fts (id, session_id, role, content)
+               SELECT m.id, m.session_id, m.role, group_concat(json_extract(p.value, '$.text'), ' ')
+               FROM cf_agents_session_messages m, json_each(m.content, '$.parts') p
+               WHERE json_valid(m.content) AND json_extract(p.value, '$.type') = 'text'
+               GROUP BY m.session_id, m.id"""
+        )
+        assert [row[0] for row in conn.execute("SELECT id FROM cf_agents_session_fts")] == ["small"]
+        conn.commit()
+    data_dir = tmp_path / "data"
+    files.import_store_file(upstream, "imported", data_dir)
+    files.import_store_file(object_path(tmp_path / "origin", "ours"), "ours", data_dir)
+    with open_readonly(object_path(data_dir, "ours")) as conn:  # no second backfill of an index filled here
+        assert conn.execute("SELECT 1 FROM _sessions_meta WHERE key = 'search_backfill_after'").fetchone() is None
+    server = start_server(data_dir)
+    try:
+        with SessionsClient(server.address) as client:
+            session = client.object("imported").session()
+            assert [hit.id for hit in session.search("zebraword")] == ["big"]
+            assert [hit.id for hit in session.search("alpha")] == ["small"]
+            assert [hit.id for hit in client.object("ours").session().search("beta")] == ["m1"]
+    finally:
+        server.stop()

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import orjson
 
-from sessions_server.storage import schema
+from sessions_server.storage import queries, schema
 from sessions_server.storage.datadir import SCRATCH_DIR_NAME, sync_directories
 from sessions_server.storage.paths import FILE_SUFFIX, OBJECTS_DIR, object_path
 from sessions_server.storage.rows import StorageError, has_message_fields
@@ -106,6 +106,7 @@ def import_store_file(
             schema.initialize(dst, object_key)
             _check_text_sizes(dst, text_limits)
             _unstamp_mismatched_rows(dst)
+            queries.backfill_partial_index(dst)
     except sqlite3.DatabaseError as exc:
         with contextlib.suppress(FileNotFoundError):
             partial.unlink()

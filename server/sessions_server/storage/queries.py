@@ -894,6 +894,10 @@ def has_search_row(conn: sqlite3.Connection, session_id: str, message_id: str) -
 # so that a build a restart or a close cut short goes on from there): the (session id, message
 # id) key of the last message it passed, as JSON, or "" before the first. No row: none under way.
 _BACKFILL_KEY = "search_backfill_after"
+# Recorded when a backfill of this service's finishes: from then on every message is indexed (each
+# write indexes its own). An index without it was filled elsewhere (by upstream, or by this
+# service before it kept the record).
+_WHOLE_KEY = "search_index_whole"
 
 
 @dataclass(frozen=True)
@@ -920,6 +924,20 @@ def record_backfill(conn: sqlite3.Connection, after: tuple[str, str] | None) -> 
 
 def end_backfill(conn: sqlite3.Connection) -> None:
     conn.execute("DELETE FROM _sessions_meta WHERE key = ?", (_BACKFILL_KEY,))
+    conn.execute("INSERT OR REPLACE INTO _sessions_meta (key, value) VALUES (?, '')", (_WHOLE_KEY,))
+
+
+def backfill_partial_index(conn: sqlite3.Connection) -> bool:
+    """Records a backfill, from the first message, for a search index this service did not fill
+    (upstream's skips messages with continuation rows, and nothing but a backfill would index
+    them): the first search then indexes what is missing, passing over what is indexed. True
+    if it recorded one."""
+    if not fts_exists(conn) or backfill_under_way(conn) is not None:
+        return False
+    if conn.execute("SELECT 1 FROM _sessions_meta WHERE key = ?", (_WHOLE_KEY,)).fetchone() is not None:
+        return False
+    record_backfill(conn, None)
+    return True
 
 
 def _delete_search_rows(conn: sqlite3.Connection, rowids_sql: str, params: tuple[object, ...]) -> None:
