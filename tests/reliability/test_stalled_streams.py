@@ -17,12 +17,14 @@ from sessions_client import SessionsClient, SessionsError
 from sessions_client._common import routing_metadata
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc
+from sessions_server.domain.limits import Limits
 from sessions_server.storage import registry
+from sessions_server.storage.datadir import SCRATCH_DIR_NAME
 from sessions_server.storage.paths import object_path
 from sessions_server.transport import servicer as servicer_module
 from tests.conftest import start_server
 from tests.reliability.support import wait_until
-from tests.service.support import text_message
+from tests.service.support import error_reason, text_message
 
 GRACE_SECONDS = 0.3
 BIG = 1_500_000
@@ -154,6 +156,68 @@ def test_a_message_whose_pieces_stop_coming_gives_back_what_it_held(
             assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
             assert "piece_idle_seconds" in (refused.value.details() or "")
             assert wait_until(lambda: _held_for_pieces(server) == 0, 10), "the pieces' share was kept"
+    finally:
+        release.set()
+        server.stop()
+
+
+QUIET_GUARD_SECONDS = 20.0
+QUIET_MESSAGE = '{"id":"m","role":"user","parts":[{"type":"text","text":"hi"}]}'
+
+
+@pytest.mark.parametrize(
+    ("method", "sent"),
+    [
+        ("ImportMessages", "a whole message"),
+        ("ImportMessages", "a message in one piece"),
+        ("ImportMessages", "no frame"),
+        ("UploadMessage", "no frame"),
+        ("ImportObject", "no frame"),
+        ("ImportObject", "part of a file"),
+    ],
+)
+def test_a_client_stream_that_goes_quiet_between_messages_is_refused_and_frees_its_slot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, method: str, sent: str
+) -> None:
+    """Only the wait for a message's next piece was bounded: an import that went quiet after a
+    message (or before its first frame), an upload before its first frame, and an object's
+    import before or within its file, were kept open
+    as long as the client kept the call, each holding a stream slot (an import its object's
+    store too), so that a few of them refused every other stream call of the server. Past
+    the same idle limit they are refused the same way, the slot comes back, and the messages
+    the import received are kept."""
+    monkeypatch.setattr(servicer_module, "PIECE_IDLE_SECONDS", 0.3)
+    monkeypatch.setattr(servicer_module, "REFUSED_STREAM_DRAIN_SECONDS", 1.0)  # the client sends no more
+    server = start_server(tmp_path / "data", limits=Limits(max_concurrent_streams=1))
+    release = threading.Event()
+
+    def frames() -> Iterator[Any]:
+        if sent == "a whole message":
+            yield pb.ImportMessagesRequest(object_key="quiet", messages=[pb.ImportedMessage(json=QUIET_MESSAGE)])
+        elif sent == "a message in one piece":
+            yield pb.ImportMessagesRequest(object_key="quiet", json_piece=QUIET_MESSAGE)
+        elif sent == "part of a file":
+            yield pb.ImportObjectRequest(object_key="quiet", data=b"SQLite format 3\x00" + bytes(4080))
+        release.wait(2 * QUIET_GUARD_SECONDS)  # alive, not half-closed (past the call's deadline), sending nothing
+
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            stub = sessions_pb2_grpc.SessionServiceStub(channel)
+            call = getattr(stub, method).future(
+                frames(), metadata=routing_metadata("quiet"), timeout=QUIET_GUARD_SECONDS
+            )
+            with pytest.raises(grpc.RpcError) as refused:
+                call.result()
+            assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, refused.value.details()
+            assert error_reason(refused.value) == "LIMIT_EXCEEDED"
+            assert "piece_idle_seconds" in (refused.value.details() or "")
+        # The only stream slot came back (a read is a stream call), and the import kept what it took.
+        with SessionsClient(server.address, retry=None) as client:
+            history = client.object("quiet").session().get_history()
+        assert [message["id"] for message in history] == (
+            ["m"] if method == "ImportMessages" and sent != "no frame" else []
+        )
+        assert not list((tmp_path / "data" / SCRATCH_DIR_NAME).glob("*")), "a received file was left behind"
     finally:
         release.set()
         server.stop()

@@ -260,7 +260,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
     ) -> pb.UploadMessageResponse:
         async def run() -> pb.UploadMessageResponse:
             frames = request_iterator.__aiter__()
-            first = await anext(frames, None)
+            first = await _next_frame(frames)
             if first is None:
                 raise InvalidArgument("UploadMessage stream carried no frames", reason="INVALID_STREAM")
             if not first.HasField("header"):
@@ -271,7 +271,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             granted = _Granted(self._authority, context, header.object_key, write=True)
             with self._pieces(from_client=_from_client(header.source, "header.")) as pieces:
                 pieces.add(first.json_piece)
-                while (frame := await _next_piece(frames)) is not None:
+                while (frame := await _next_frame(frames, inside_message=True)) is not None:
                     granted.recheck()
                     if frame.HasField("header"):
                         raise InvalidArgument(
@@ -339,9 +339,8 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
     ) -> pb.ImportMessagesResponse:
         async def run() -> pb.ImportMessagesResponse:
             frames = request_iterator.__aiter__()
-            try:
-                first = await frames.__anext__()
-            except StopAsyncIteration:
+            first = await _next_frame(frames)
+            if first is None:
                 return pb.ImportMessagesResponse()
             object_key, session_id = first.object_key, first.session_id
             self._admit(context, object_key, write=True)
@@ -373,7 +372,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                                 fields = FieldNames(f"messages[{index}].json", f"messages[{index}].parent_id")
                                 await importer.add(whole.json, parent, whole.created_at_ms, fields)
                         if head is None and not frame.json_piece and not frame.more_pieces:
-                            frame = await anext(frames, None)  # no piece: it named the object, or held whole messages
+                            frame = await _next_frame(frames)  # no piece: it named the object, or held whole messages
                             continue
                         if head is None:
                             head = frame
@@ -383,7 +382,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                             with pieces:
                                 await importer.add(pieces.text(), parent_id, head.created_at_ms, IMPORT_PIECES_FIELDS)
                             head = None
-                        frame = await (anext(frames, None) if head is None else _next_piece(frames))
+                        frame = await _next_frame(frames, inside_message=head is not None)
                     if head is not None:
                         raise InvalidArgument(
                             "the stream ended inside a message (more_pieces was true)", reason="INVALID_STREAM"
@@ -735,7 +734,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
     ) -> pb.ImportObjectResponse:
         async def run() -> pb.ImportObjectResponse:
             frames = request_iterator.__aiter__()
-            first = await anext(frames, None)
+            first = await _next_frame(frames)
             if first is None or not first.object_key:
                 raise InvalidArgument("the first ImportObject frame must name object_key", reason="INVALID_STREAM")
             self._admit(context, first.object_key, write=True)
@@ -751,7 +750,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                             reason="INVALID_STREAM",
                         )
                     yield frame.data, frame.sha256
-                    frame = await anext(frames, None)
+                    frame = await _next_frame(frames)
 
             size, rows = await self._service.objects.receive(first.object_key, data(), replace=first.replace)
             return pb.ImportObjectResponse(size_bytes=size, message_rows=rows)
@@ -934,19 +933,24 @@ async def _unary(context: Any, run: Callable[[], Awaitable[Resp]]) -> Resp:
     raise AssertionError("unreachable: abort raises")
 
 
-# How long the next piece of a message may take: the pieces already received hold their share
-# of --max-assembly-bytes, and a client that stalled held it (and refused others' writes) forever.
+# How long the next frame of an upload or import (of messages, or of an object's file) may take,
+# the first one included: the call holds one of the stream slots, an import of messages its
+# object's store (which cannot close meanwhile), and the pieces already received of a message
+# their share of --max-assembly-bytes. A client that stalled, between messages as well as inside
+# one, held them (and refused others' calls) forever.
 PIECE_IDLE_SECONDS = 60.0
 
 
-async def _next_piece(frames: AsyncIterator[Any]) -> Any:
-    """The next frame of a message sent in pieces (None at the stream's end), or a refusal once
-    it takes longer than PIECE_IDLE_SECONDS."""
+async def _next_frame(frames: AsyncIterator[Any], *, inside_message: bool = False) -> Any:
+    """The next frame of a client stream (None at the stream's end), or a refusal once it takes
+    longer than PIECE_IDLE_SECONDS."""
     try:
         return await asyncio.wait_for(anext(frames, None), PIECE_IDLE_SECONDS)
     except TimeoutError:
         raise exceeded(
-            "the next piece of the message did not arrive in time; the pieces received were dropped",
+            "the next piece of the message did not arrive in time; the pieces received were dropped"
+            if inside_message
+            else "the stream's next frame did not arrive in time",
             "piece_idle_seconds",
             int(PIECE_IDLE_SECONDS),
             "s",
