@@ -9,11 +9,15 @@ HTTP call runs on a thread so the event loop keeps serving.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import http.client
 import json
 import os
+import socket
+import sys
 import threading
-import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 
@@ -22,6 +26,9 @@ from sessions_server.domain.jsjson import well_formed
 # A reply is read into memory whole: one past this is refused unread (a summary is 1 MiB at most
 # by default; the JSON around it is small).
 MAX_REPLY_BYTES = 16 * 1024 * 1024
+
+# What urllib, which made these calls before, sent.
+USER_AGENT = f"Python-urllib/{sys.version_info[0]}.{sys.version_info[1]}"
 
 
 def _settle(answer: asyncio.Future[str], value: str | None, error: BaseException | None) -> None:
@@ -37,8 +44,80 @@ class SummarizerError(Exception):
     """The endpoint failed, timed out, or answered something that is not a summary."""
 
 
-# Model calls waiting at once (each holds a thread for up to its timeout); more wait their turn.
+# Model calls at once, abandoned ones included: a call's slot is freed only when its thread has
+# closed its connection; more wait their turn, within their timeout.
 CALLS_AT_ONCE = 4
+
+
+class _Connection:
+    """One model call's connection, shared by the thread that makes the call and the event loop,
+    which shuts it down when the call is abandoned (its caller cancelled, or out of time): the
+    thread, blocked on the socket, then returns at once instead of when the endpoint lets it.
+
+    The loop shuts the connection down through a duplicate of its socket that only this object
+    closes, after the thread is done: http.client's own socket is wrapped in TLS (which takes
+    its descriptor over) and closed as it sees fit, so its descriptor could be another file's
+    by the time the loop used it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._handle: socket.socket | None = None
+        self._abandoned = False
+
+    def abandon(self) -> None:
+        """On the loop: stops the call, now or as soon as it has a socket."""
+        with self._lock:
+            self._abandoned = True
+            if self._handle is not None:
+                with contextlib.suppress(OSError):
+                    self._handle.shutdown(socket.SHUT_RDWR)
+
+    def open(
+        self, address: tuple[str, int], timeout: float | None, source_address: tuple[str, int] | None = None
+    ) -> socket.socket:
+        """`socket.create_connection` for http.client, each socket shut down as soon as the call
+        is abandoned, connecting or not. Name resolution, which nothing interrupts, is bounded by
+        the resolver's own timeouts only."""
+        host, port = address
+        error: OSError | None = None
+        for family, kind, proto, _, sockaddr in socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM):
+            sock = socket.socket(family, kind, proto)
+            try:
+                self._attach(sock)
+                sock.settimeout(timeout)
+                if source_address:
+                    sock.bind(source_address)
+                sock.connect(sockaddr)
+                self._attach(None)  # abandoned before it could be shut down: stop here
+                return sock
+            except OSError as exc:
+                sock.close()
+                self.close()
+                if self._abandoned:
+                    raise
+                error = exc
+        raise error if error is not None else OSError(f"no address for {host}")
+
+    def _attach(self, sock: socket.socket | None) -> None:
+        with self._lock:
+            if self._abandoned:
+                raise ConnectionAbortedError("the summarizer call was abandoned")
+            if sock is not None:
+                self._handle = sock.dup()
+
+    def close(self) -> None:
+        """In the thread, once it is done with the connection."""
+        with self._lock:
+            handle, self._handle = self._handle, None
+        if handle is not None:
+            handle.close()
+
+
+def _finish(
+    slots: asyncio.Semaphore, answer: asyncio.Future[str], value: str | None, error: BaseException | None
+) -> None:
+    slots.release()
+    _settle(answer, value, error)
 
 
 @dataclass(frozen=True)
@@ -56,48 +135,76 @@ class ChatCompletionsSummarizer:
         # calls took every thread that listing, deleting and importing objects run on
         # (ListObjects waited 29 s behind 12 of them), and a call still waiting when the server
         # stops must not hold the process's exit for the rest of its timeout.
-        async with self._slots:
-            loop = asyncio.get_running_loop()
-            answer: asyncio.Future[str] = loop.create_future()
+        #
+        # The timeout covers the whole call, the wait for a slot included: a socket timeout
+        # bounds each socket operation, not the call (an endpoint answering a byte at a time
+        # would hold it, and a slot, for as long as it liked). A call abandoned (cancelled, or
+        # out of time) has its connection shut down at once; its slot is freed when its thread
+        # has ended, so abandoned calls never add to the CALLS_AT_ONCE under way.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout_seconds
+        try:
+            async with asyncio.timeout_at(deadline):
+                await self._slots.acquire()
+        except TimeoutError:
+            raise SummarizerError(f"summarizer timed out: no answer within {self.timeout_seconds:g} s") from None
+        # The slot is the thread's from here: it frees it as it ends, its connection closed (should
+        # the loop be gone by then, so is everything that waited for a slot).
+        answer: asyncio.Future[str] = loop.create_future()
+        connection = _Connection()
 
-            def call() -> None:
-                try:
-                    outcome: tuple[str | None, BaseException | None] = (self._call(prompt), None)
-                except BaseException as exc:  # handed to the awaiting task
-                    outcome = (None, exc)
-                with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
-                    loop.call_soon_threadsafe(_settle, answer, *outcome)
-
-            threading.Thread(target=call, name="summarizer", daemon=True).start()
+        def call() -> None:
             try:
-                # urllib's timeout bounds each socket operation, not the call: an endpoint that
-                # answers a byte at a time would hold it (and a slot) for as long as it liked.
-                return await asyncio.wait_for(answer, self.timeout_seconds)
-            except TimeoutError:
-                raise SummarizerError(f"summarizer timed out: no answer within {self.timeout_seconds:g} s") from None
+                outcome: tuple[str | None, BaseException | None] = (self._call(prompt, connection), None)
+            except BaseException as exc:  # handed to the awaiting task
+                outcome = (None, exc)
+            finally:
+                connection.close()
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
+                loop.call_soon_threadsafe(_finish, self._slots, answer, *outcome)
 
-    def _call(self, prompt: str) -> str:
+        try:
+            threading.Thread(target=call, name="summarizer", daemon=True).start()
+        except BaseException:
+            self._slots.release()
+            raise
+        try:
+            async with asyncio.timeout_at(deadline) as budget:
+                return await answer
+        except TimeoutError:
+            if not budget.expired():
+                raise
+            raise SummarizerError(f"summarizer timed out: no answer within {self.timeout_seconds:g} s") from None
+        finally:
+            if not answer.done() or answer.cancelled():
+                connection.abandon()
+
+    def _call(self, prompt: str, connection: _Connection) -> str:
         request_body = {"model": self.model, "messages": [{"role": "user", "content": prompt}]}
         try:
             body = json.dumps(request_body, ensure_ascii=False).encode("utf-8")
         except UnicodeEncodeError:  # a lone surrogate in the prompt: escaped, as JSON.stringify does
             body = json.dumps(request_body).encode("ascii")
-        headers = {"Content-Type": "application/json"}
+        headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT, "Connection": "close"}
         key = os.environ.get(self.api_key_env)
         if key:
             headers["Authorization"] = f"Bearer {key}"
-        request = urllib.request.Request(
-            self.base_url.rstrip("/") + "/chat/completions", data=body, headers=headers, method="POST"
+        conn, target = _connect(
+            self.base_url.rstrip("/") + "/chat/completions", headers, connection, self.timeout_seconds
         )
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_seconds) as response:
-                reply = response.read(MAX_REPLY_BYTES + 1)
+            try:
+                conn.request("POST", target, body=body, headers=headers)
+                with conn.getresponse() as response:  # closing it closes the socket
+                    if not 200 <= response.status < 300:
+                        raise SummarizerError(f"summarizer answered HTTP {response.status}")
+                    reply = response.read(MAX_REPLY_BYTES + 1)
+            finally:
+                conn.close()
             if len(reply) > MAX_REPLY_BYTES:
                 raise SummarizerError(f"summarizer answered more than {MAX_REPLY_BYTES} bytes")
             payload = json.loads(reply.decode("utf-8"))
-        except urllib.error.HTTPError as exc:
-            raise SummarizerError(f"summarizer answered HTTP {exc.code}") from None
-        except (urllib.error.URLError, TimeoutError, OSError) as exc:
+        except (http.client.HTTPException, OSError) as exc:  # TimeoutError is an OSError
             raise SummarizerError(f"summarizer unreachable or timed out: {exc}") from None
         except ValueError:
             raise SummarizerError("summarizer answered something that is not JSON") from None
@@ -108,3 +215,46 @@ class ChatCompletionsSummarizer:
         if not isinstance(content, str):
             raise SummarizerError("summarizer content is not text")
         return well_formed(content)  # a lone surrogate (escaped in JSON) could be neither stored nor sent
+
+
+def _connect(
+    url: str, headers: dict[str, str], connection: _Connection, timeout: float
+) -> tuple[http.client.HTTPConnection, str]:
+    """An unopened connection for `url` and the request target to send, through the proxy the
+    environment names for its scheme unless `no_proxy` exempts its host, as urllib did
+    (`https` tunnelled with CONNECT, its TLS to the endpoint; `http` sent to the proxy whole).
+    `headers` gets the proxy's credentials when they go with the request."""
+    parts = urllib.parse.urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme not in ("http", "https") or not parts.netloc:
+        raise SummarizerError(f"summarizer URL is neither http nor https: {url}")
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    kind: type[http.client.HTTPConnection] = (
+        http.client.HTTPSConnection if scheme == "https" else http.client.HTTPConnection
+    )
+    host, tunnel, proxy_headers = parts.netloc, None, {}
+    proxy = urllib.request.getproxies().get(scheme)
+    if proxy and not urllib.request.proxy_bypass(parts.netloc):
+        proxied = urllib.parse.urlsplit(proxy if "://" in proxy else f"//{proxy}")
+        host = urllib.parse.unquote(proxied.netloc.rpartition("@")[2])
+        if proxied.username and proxied.password:
+            credentials = f"{urllib.parse.unquote(proxied.username)}:{urllib.parse.unquote(proxied.password)}"
+            proxy_headers["Proxy-Authorization"] = "Basic " + base64.b64encode(credentials.encode()).decode("ascii")
+        if scheme == "https":
+            tunnel = parts.netloc
+        else:
+            proxy_scheme = (proxied.scheme or "http").lower()
+            if proxy_scheme not in ("http", "https"):
+                raise SummarizerError(f"summarizer proxy is neither http nor https: {proxy_scheme}")
+            kind = http.client.HTTPSConnection if proxy_scheme == "https" else http.client.HTTPConnection
+            target = urllib.parse.urlunsplit(parts._replace(fragment=""))
+            headers.update(proxy_headers)
+    # Each socket operation's timeout, as urllib's was; the call's own is the loop's to keep (it
+    # shuts the connection down when that runs out), this one a backstop should the loop be gone.
+    conn = kind(host, timeout=timeout)
+    # http.client's hook for opening the socket (it then sets the socket up, tunnels and wraps
+    # it in TLS as usual): each socket is the call's to shut down.
+    conn._create_connection = connection.open  # type: ignore[attr-defined]
+    if tunnel is not None:
+        conn.set_tunnel(tunnel, headers=proxy_headers)
+    return conn, target
