@@ -13,7 +13,9 @@ import (
 	pb "github.com/sessions-dev/sessions/clients/go/gen/sessions/v1"
 )
 
-// defaultReconnectAttempts is how many times in a row Subscribe reconnects before giving up.
+// defaultReconnectAttempts is how many times in a row Subscribe reconnects before giving up. A
+// stream that delivered more than the PROGRESS opening a live one (an event, or a second
+// PROGRESS) ends a row; one that fails after that PROGRESS alone counts as a failure.
 const defaultReconnectAttempts = 20
 
 // Subscription streams an object's change events in commit order, one at a time. When the
@@ -34,6 +36,7 @@ type Subscription struct {
 	stream       grpc.ServerStreamingClient[pb.SubscribeResponse]
 	streamCancel context.CancelFunc
 	attempts     int
+	acknowledged bool // the current stream delivered its first PROGRESS (the "subscribed")
 	last         uint64
 	asm          assembler
 	pending      *Event
@@ -99,7 +102,14 @@ func (s *Subscription) Next() bool {
 		if !complete {
 			continue
 		}
-		s.attempts = 0
+		// A live stream opens with a PROGRESS, which alone is no sign that it works: a proxy could
+		// accept every stream and fail it at once. Only what follows it (an event, or a second
+		// PROGRESS a progress interval later) ends a row of failed attempts.
+		if ev.Type == ChangeProgress && !s.acknowledged {
+			s.acknowledged = true
+		} else {
+			s.attempts = 0
+		}
 		s.last = ev.Revision // everything up to it has been delivered (or reset)
 		if ev.Type == ChangeProgress && !s.includeProgress {
 			continue
@@ -192,6 +202,7 @@ func (s *Subscription) dropStream() {
 	}
 	s.stream, s.streamCancel, s.pending = nil, nil, nil
 	s.asm = assembler{}
+	s.acknowledged = false
 }
 
 // feed joins the frames of one event; the first frame carries the event's fields.

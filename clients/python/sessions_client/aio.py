@@ -174,7 +174,9 @@ class ObjectHandle:
         reconnect_attempts: int = 20,
     ) -> AsyncGenerator[ChangeEvent, None]:
         """The object's change events in commit order, reconnecting (and resuming) by itself
-        across drains and restarts; a `reset` event means events were missed."""
+        across drains and restarts; a `reset` event means events were missed. `reconnect_attempts`:
+        failed reconnections in a row before the error is raised; a stream that delivered more than
+        the PROGRESS that opens a live one (an event, or a second PROGRESS) ends a row."""
         last = resume_from or 0
         attempts = 0
         while True:
@@ -184,12 +186,16 @@ class ObjectHandle:
             if session_id is not None:
                 request.session_id = session_id
             assembler = EventAssembler()
+            acknowledged = False  # this stream delivered its first PROGRESS (the "subscribed")
             try:
                 async for response in self.client._stream(self.key, "Subscribe", request, endless=True):
                     event = assembler.feed(response)
                     if event is None:
                         continue
-                    attempts = 0
+                    if event.type == "progress" and not acknowledged:
+                        acknowledged = True  # a live stream opens so: no sign yet that it works
+                    else:
+                        attempts = 0  # it worked: the next failure is the first in a row
                     last = event.revision
                     if event.type != "progress" or include_progress:
                         yield event

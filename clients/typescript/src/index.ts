@@ -159,6 +159,8 @@ export interface SubscribeOptions extends AbortOptions {
   /**
    * Reconnections in a row after the server went away (UNAVAILABLE or CANCELLED) before the
    * error is thrown (default 20; 0 never reconnects). Each resumes after the last revision seen.
+   * A stream that delivered more than the PROGRESS opening a live one (an event, or a second
+   * PROGRESS) ends a row; one that fails after that PROGRESS alone counts as a failure.
    */
   reconnectAttempts?: number;
   /**
@@ -1005,9 +1007,14 @@ export class ObjectHandle {
     const includeProgress = options.includeProgress ?? false;
     let attempts = 0;
     for (;;) {
+      // A live stream opens with a PROGRESS (the "subscribed"), which alone is no sign that it
+      // works: a proxy could accept every stream and fail it at once. Only what follows it (an
+      // event, or a second PROGRESS a progress interval later) ends a row of failed attempts.
+      let acknowledged = false;
       try {
         for await (const event of this.subscribeOnce(after, options)) {
-          attempts = 0;
+          if (event.type === "PROGRESS" && !acknowledged) acknowledged = true;
+          else attempts = 0;
           after = event.revision; // everything up to it has been delivered (or reset)
           if (event.type === "PROGRESS" && !includeProgress) continue;
           yield event;
