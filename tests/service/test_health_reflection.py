@@ -225,3 +225,61 @@ def test_the_probe_port_turns_not_serving_when_the_server_drains(tmp_path: Path)
     finally:
         if not stopped:
             server.stop()
+
+
+def test_watches_on_the_probe_port_are_bounded_apart_from_the_main_port(tmp_path: Path) -> None:
+    """Both ports share the server's MAX_HEALTH_WATCHES, and the probe port needs no token:
+    anyone could take them all, and token holders' watches on the main port were refused. The
+    probe port holds at most MAX_PROBE_WATCHES of them (at most 8 calls per connection)."""
+    from sessions_server.transport.open_services import MAX_PROBE_WATCHES, PROBE_STREAMS_PER_CONNECTION
+
+    server = start_server(tmp_path / "data", probe_listen="127.0.0.1:0")
+    probe_address = server.running.probe_address
+    assert probe_address is not None
+    connections = -(-MAX_PROBE_WATCHES // PROBE_STREAMS_PER_CONNECTION) + 1
+    # Channels of their own (gRPC would share one connection between equal channels).
+    channels = [
+        grpc.insecure_channel(probe_address, options=[("grpc.use_local_subchannel_pool", 1), ("test.channel", i)])
+        for i in range(connections)
+    ]
+    watches = []
+    try:
+        for index in range(MAX_PROBE_WATCHES):
+            stub = health_pb2_grpc.HealthStub(channels[index // PROBE_STREAMS_PER_CONNECTION])
+            watch = stub.Watch(health_pb2.HealthCheckRequest(), timeout=60)
+            assert next(watch).status == health_pb2.HealthCheckResponse.SERVING
+            watches.append(watch)
+        refused = health_pb2_grpc.HealthStub(channels[-1]).Watch(health_pb2.HealthCheckRequest(), timeout=60)
+        with pytest.raises(grpc.RpcError) as error:
+            next(refused)
+        assert error.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED  # type: ignore[attr-defined]
+        with grpc.insecure_channel(server.address) as channel:  # the main port's still has room
+            main = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(), timeout=60)
+            assert next(main).status == health_pb2.HealthCheckResponse.SERVING
+            main.cancel()
+    finally:
+        for watch in watches:
+            watch.cancel()
+        for channel in channels:
+            channel.close()
+        server.stop()
+
+
+def test_a_port_refused_at_start_gives_the_others_back_in_process(tmp_path: Path) -> None:
+    """A server never started kept its ports through stop(): a second try in the same process,
+    on the same --listen, failed with "address in use"."""
+    import socket
+
+    with socket.socket() as taken, socket.socket() as free:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        free.bind(("127.0.0.1", 0))
+        listen = f"127.0.0.1:{free.getsockname()[1]}"
+        free.close()
+        with pytest.raises(OSError, match="--probe-listen"):
+            start_server(tmp_path / "data", listen, probe_listen=f"127.0.0.1:{taken.getsockname()[1]}")
+    server = start_server(tmp_path / "data", listen, probe_listen="127.0.0.1:0")
+    try:
+        assert server.address == listen
+    finally:
+        server.stop()

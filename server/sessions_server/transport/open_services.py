@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, TypeAlias
 
 import grpc
@@ -23,6 +23,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from sessions_server.domain.errors import SessionsError
 from sessions_server.transport.auth import TokenAuthority
+from sessions_server.transport.handlers import WrappingRegistrar
 
 # Health watches at once: a probe or a balancer watches, a few each. Health needs no token, and
 # each watch holds a stream and some memory (about 22 KB): uncounted, one client opened 20,000.
@@ -33,6 +34,26 @@ MAX_REFLECTION_STREAMS = 64
 # The largest request the probe port takes. A health request is a service name, ours at most 27
 # bytes; room is left for names other servers use.
 PROBE_REQUEST_BYTES = 4096
+# What else a caller of the probe port, who needs no token, may make the server hold:
+# - calls at once on one connection (kubelet's probe makes one at a time);
+# - watches at once on the probe port, of the MAX_HEALTH_WATCHES the two ports share (token
+#   holders on the main port keep the rest);
+# - how long a connection lasts, so that one cannot hold its calls (a request never finished,
+#   or never sent) for good; then gRPC tells the client to reconnect.
+PROBE_STREAMS_PER_CONNECTION = 8
+MAX_PROBE_WATCHES = 16
+PROBE_CONNECTION_SECONDS = 30
+PROBE_CONNECTION_GRACE_SECONDS = 5
+# Without it gRPC grows a stream's window from 4 MiB to 8 MiB as bandwidth allows: bytes sent on
+# a watch after its request are held unread, and 256 watches held 2 GiB. Probes send a few bytes.
+_PROBE_OPTIONS = (
+    ("grpc.max_receive_message_length", PROBE_REQUEST_BYTES),
+    ("grpc.so_reuseport", 0),
+    ("grpc.http2.bdp_probe", 0),
+    ("grpc.max_concurrent_streams", PROBE_STREAMS_PER_CONNECTION),
+    ("grpc.max_connection_age_ms", PROBE_CONNECTION_SECONDS * 1000),
+    ("grpc.max_connection_age_grace_ms", PROBE_CONNECTION_GRACE_SECONDS * 1000),
+)
 
 Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
 
@@ -60,7 +81,17 @@ class Bounded:
         finally:
             self._active -= 1
 
-    def stream_stream(self, handler: grpc.RpcMethodHandler[Any, Any]) -> grpc.RpcMethodHandler[Any, Any]:
+    def unary_stream(self, handler: Handler) -> Handler:
+        """For a handler that writes its responses itself (`context.write`), as health's Watch."""
+        inner: Any = handler.unary_stream
+
+        async def bounded(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+            async with self.held(context):
+                await inner(request, context)
+
+        return grpc.unary_stream_rpc_method_handler(bounded, handler.request_deserializer, handler.response_serializer)
+
+    def stream_stream(self, handler: Handler) -> Handler:
         inner: Any = handler.stream_stream
 
         async def bounded(requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
@@ -161,12 +192,16 @@ async def _the_request(requests: Any, context: grpc.aio.ServicerContext[Any, Any
     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the call ended without its request")
 
 
-def probe_server(health_servicer: HealthServicer) -> grpc.aio.Server:
-    """A server, not yet bound, for health alone, taking requests of at most
-    PROBE_REQUEST_BYTES. It is bound in plaintext: kubelet's gRPC probes speak no TLS, and a
-    health status is no secret."""
-    server = grpc.aio.server(
-        options=[("grpc.max_receive_message_length", PROBE_REQUEST_BYTES), ("grpc.so_reuseport", 0)]
-    )
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+def probe_server(health_servicer: HealthServicer, options: Sequence[tuple[str, int]] = ()) -> grpc.aio.Server:
+    """A server, not yet bound, for health alone, with the bounds above and `options` (the
+    main port's keepalive, say). It is bound in plaintext: kubelet's gRPC probes speak no TLS,
+    and a health status is no secret. Its calls are not metered: probes every few seconds would
+    keep the server from ever being idle."""
+    server = grpc.aio.server(options=[*_PROBE_OPTIONS, *options])
+    watches = Bounded(MAX_PROBE_WATCHES, "health watches on the probe port", "use Check, or retry later")
+
+    def wrap(method: str, handler: Handler) -> Handler:
+        return watches.unary_stream(handler) if method.endswith("/Watch") else handler
+
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, WrappingRegistrar(server, wrap))
     return server

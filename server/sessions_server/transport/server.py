@@ -223,7 +223,7 @@ async def _create_server(config: ServerConfig, lock: DataDirectoryLock) -> Runni
         ReflectionServicer((SERVICE_NAME, health.SERVICE_NAME, REFLECTION_SERVICE)), registrar
     )
     port = _bind(server, config)
-    probes = probe_server(health_servicer) if config.probe_listen else None
+    probes = probe_server(health_servicer, _keepalive_options(config)) if config.probe_listen else None
     probe_address = None
     try:
         if probes is not None and (probe_listen := config.probe_listen):
@@ -234,6 +234,7 @@ async def _create_server(config: ServerConfig, lock: DataDirectoryLock) -> Runni
     except OSError:
         for bound in (server, probes):  # gives the ports back, to a caller that tries again in-process
             if bound is not None:
+                await bound.start()  # a server never started keeps its ports through stop()
                 await bound.stop(None)
         raise
     for name in ("", SERVICE_NAME):  # before the first call can come: a Watch then knows the names
