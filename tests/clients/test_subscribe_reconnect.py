@@ -5,15 +5,17 @@ worked: a stream counts as progress, and resets the count (and the backoff), onl
 delivers something more, a second PROGRESS (it lived a progress interval) or any other event.
 Counting the acknowledgement made the client reconnect forever at its shortest backoff.
 
-The server sends that acknowledgement when a stream starts live: on an object never written,
-every reconnection does (a resumed stream on a written object starts with what follows its
-revision instead). `FailingRelay` stands between the client and a real server: it relays
-Subscribe streams and fails the first `failing` of them with UNAVAILABLE at a chosen point."""
+The server sends that acknowledgement on every stream, a resumed one's at the revision it
+resumes after (before, only a stream that started live had one: a resumed stream that lived an
+interval and was cut after its first PROGRESS counted as a failure). `FailingRelay` stands
+between the client and a real server: it relays Subscribe streams and fails the first `failing`
+of them with UNAVAILABLE at a chosen point."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -40,9 +42,16 @@ class FailingRelay(pb_grpc.SessionServiceServicer):
     it forwarded."""
 
     def __init__(
-        self, target: str, *, cut: Callable[[list[str]], bool], failing: int = FOREVER, limit: int = FOREVER
+        self,
+        target: str,
+        *,
+        cut: Callable[[list[str]], bool],
+        failing: int = FOREVER,
+        limit: int = FOREVER,
+        cut_after_seconds: float | None = None,
     ) -> None:
         self.cut = cut
+        self.cut_after_seconds = cut_after_seconds  # or at the first event forwarded this long after it opened
         self.failing = failing
         self.limit = limit
         self.streams: list[list[str]] = []
@@ -64,6 +73,7 @@ class FailingRelay(pb_grpc.SessionServiceServicer):
             return len(self.streams)
 
     def Subscribe(self, request: pb.SubscribeRequest, context: grpc.ServicerContext) -> Iterator[pb.SubscribeResponse]:
+        opened = time.monotonic()
         forwarded: list[str] = []
         with self._lock:
             self.streams.append(forwarded)
@@ -77,7 +87,8 @@ class FailingRelay(pb_grpc.SessionServiceServicer):
             for response in upstream:
                 forwarded.append(pb.ChangeType.Name(response.type))
                 yield response
-                if fails and self.cut(forwarded):
+                late = self.cut_after_seconds is not None and time.monotonic() - opened >= self.cut_after_seconds
+                if fails and (self.cut(forwarded) or late):
                     context.abort(grpc.StatusCode.UNAVAILABLE, "relay: the backend went away")
         finally:
             upstream.cancel()
@@ -89,10 +100,18 @@ def relay_to(live_server: LiveServer) -> Iterator[Any]:
     made: list[FailingRelay] = []
 
     def make(
-        *, cut: Callable[[list[str]], bool], failing: int = FOREVER, limit: int = FOREVER, target: str | None = None
+        *,
+        cut: Callable[[list[str]], bool],
+        failing: int = FOREVER,
+        limit: int = FOREVER,
+        target: str | None = None,
+        cut_after_seconds: float | None = None,
     ) -> FailingRelay:
-        made.append(FailingRelay(target or live_server.address, cut=cut, failing=failing, limit=limit))
-        return made[-1]
+        relay = FailingRelay(
+            target or live_server.address, cut=cut, failing=failing, limit=limit, cut_after_seconds=cut_after_seconds
+        )
+        made.append(relay)
+        return relay
 
     yield make
     for relay in made:
@@ -219,9 +238,9 @@ def test_a_stream_that_delivered_an_event_resets_the_attempts(
     relay_to: Any, client: SessionsClient, object_key: str
 ) -> None:
     """Streams cut right after their first event that is not a PROGRESS, more of them than
-    `reconnect_attempts`: the first delivers the acknowledgement and an append made when it
-    arrived, each later one (resumed after the last revision) the next append, written when the
-    previous one arrived. Every append arrives and the subscription goes on."""
+    `reconnect_attempts`: each delivers its opening PROGRESS and an append (the first one's made
+    when that PROGRESS arrived, each later one's, on a stream resumed after the last revision,
+    when the previous append arrived). Every append arrives and the subscription goes on."""
     relay = relay_to(cut=after_an_event, failing=FAILING)
     session = client.object(object_key).session("s")
     written: list[str] = []
@@ -234,8 +253,9 @@ def test_a_stream_that_delivered_an_event_resets_the_attempts(
     with SessionsClient(relay.address) as through_relay:
         events = through_relay.object(object_key).subscribe(include_progress=True, reconnect_attempts=ATTEMPTS)
         for event in events:
-            if event.type == "progress":  # the first stream's acknowledgement: the feed is live
-                write_next()
+            if event.type == "progress":  # a stream's opening; the first stream's: the feed is live
+                if not written:
+                    write_next()
                 continue
             assert event.message is not None
             received.append(event.message["id"])
@@ -244,4 +264,29 @@ def test_a_stream_that_delivered_an_event_resets_the_attempts(
             write_next()
         events.close()
     assert received == written
-    assert relay.streams == [[PROGRESS, APPEND]] + [[APPEND]] * FAILING
+    assert relay.streams == [[PROGRESS, APPEND]] * (FAILING + 1)
+
+
+def test_a_resumed_stream_that_lived_a_progress_interval_resets_the_attempts(
+    relay_to: Any, tmp_path_factory: pytest.TempPathFactory, object_key: str
+) -> None:
+    """The object written, each reconnection resumes after its revision. Streams cut at their
+    first event a progress interval after they opened, more of them than `reconnect_attempts`:
+    each lived an interval, so the subscription keeps reconnecting. A resumed stream sent no
+    opening PROGRESS then, so its first, a progress interval later, was taken for one, and the
+    subscription gave up."""
+    server = start_server(tmp_path_factory.mktemp("interval"), progress_seconds=0.5)
+    try:
+        with SessionsClient(server.address) as writer:
+            writer.object(object_key).session().append_message(text_message("m0"))
+        relay = relay_to(cut=lambda forwarded: False, failing=FAILING, target=server.address, cut_after_seconds=0.4)
+        with SessionsClient(relay.address) as client:
+            events = client.object(object_key).subscribe(include_progress=True, reconnect_attempts=ATTEMPTS)
+            for _ in events:
+                if relay.calls > FAILING:
+                    break  # the stream that stays has delivered its opening PROGRESS
+            events.close()
+        assert relay.calls == FAILING + 1
+        assert relay.streams[:FAILING] == [[PROGRESS] * 2] * FAILING
+    finally:
+        server.stop()

@@ -92,6 +92,8 @@ def test_an_evicted_object_keeps_its_revisions_for_its_subscribers(stub: session
     assert (message_id(first), message_id(second)) == ("a", "b")
     assert second.revision > first.revision
     resumed = subscribe(stub, "kept", resume_after=first.revision)  # from before the eviction
+    opening = next(resumed)  # where it resumes
+    assert (opening.type, opening.revision) == (pb.CHANGE_TYPE_PROGRESS, first.revision)
     assert (resumed_event := next(resumed)).type == pb.CHANGE_TYPE_APPEND
     assert (message_id(resumed_event), resumed_event.revision) == ("b", second.revision)
     feed.cancel()

@@ -14,7 +14,7 @@ import (
 )
 
 // defaultReconnectAttempts is how many times in a row Subscribe reconnects before giving up. A
-// stream that delivered more than the PROGRESS opening a live one (an event, or a second
+// stream that delivered more than the PROGRESS opening every stream (an event, or a second
 // PROGRESS) ends a row; one that fails after that PROGRESS alone counts as a failure.
 const defaultReconnectAttempts = 20
 

@@ -176,7 +176,7 @@ class ObjectHandle:
         last revision seen) when the server drains or restarts; a `reset` event means events were
         missed and state should be re-read. Close the iterator to stop. `reconnect_attempts`:
         failed reconnections in a row before the error is raised; a stream that delivered more than
-        the PROGRESS that opens a live one (an event, or a second PROGRESS) ends a row."""
+        the PROGRESS that opens every stream (an event, or a second PROGRESS) ends a row."""
         last = resume_from or 0
         attempts = 0
         while True:

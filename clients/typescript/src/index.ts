@@ -159,15 +159,15 @@ export interface SubscribeOptions extends AbortOptions {
   /**
    * Reconnections in a row after the server went away (UNAVAILABLE or CANCELLED) before the
    * error is thrown (default 20; 0 never reconnects). Each resumes after the last revision seen.
-   * A stream that delivered more than the PROGRESS opening a live one (an event, or a second
+   * A stream that delivered more than the PROGRESS opening every stream (an event, or a second
    * PROGRESS) ends a row; one that fails after that PROGRESS alone counts as a failure.
    */
   reconnectAttempts?: number;
   /**
    * Also yield PROGRESS events (default false: they are dropped, as by the Python and Go
-   * clients). The server sends one when a live subscription starts and whenever the feed has
-   * been idle for a while (`--progress-seconds`); it carries the object's current revision and
-   * means nothing happened. Dropped or not, it advances the revision a reconnect resumes after.
+   * clients). The server sends one when a subscription starts (a resumed one's at the revision
+   * it resumes after) and whenever the feed has been idle for a while (`--progress-seconds`,
+   * at the object's current revision); it means nothing happened. Dropped or not, it advances the revision a reconnect resumes after.
    */
   includeProgress?: boolean;
 }

@@ -1,6 +1,6 @@
 // subscribe's reconnect budget (`reconnectAttempts`: failures in a row) against a proxy that
-// accepts every stream and fails it soon after. A live Subscribe stream (here: an object never
-// written, so every reconnection starts live) opens with a PROGRESS, the "subscribed"
+// accepts every stream and fails it soon after. Every Subscribe stream (here: on an object never
+// written) opens with a PROGRESS, the "subscribed"
 // acknowledgement, which alone is no sign that the stream works: only something more (an event,
 // or a second PROGRESS a progress interval later) ends a row of failures and resets the count
 // (and the backoff). Counting the acknowledgement made the client reconnect forever at its

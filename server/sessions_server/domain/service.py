@@ -731,10 +731,10 @@ class SessionsService:
             except FeedClosed as exc:
                 raise _feed_closed(exc) from None
             try:
-                if not place:
-                    # Tells a live subscriber (or a resume placed live) where it starts: everything
-                    # after this revision follows.
-                    yield Progress(hub.revision)
+                # Every stream opens so, telling where it starts: everything after this revision
+                # follows (a resume: what follows the revision it resumes after, replayed events
+                # first). Clients take it for "subscribed", not yet for a stream that works.
+                yield Progress(place or hub.revision)
                 while True:
                     item = await subscription.next(timeout=progress_seconds)
                     yield Progress(hub.revision) if item is None else item

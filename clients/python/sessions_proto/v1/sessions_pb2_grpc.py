@@ -389,9 +389,10 @@ class SessionServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Subscribe(self, request, context):
-        """Streams an object's changes in commit order, each with a revision; resumable. A live
-        subscription, and a resume of an object still never written (placed live: nothing can have
-        been missed), starts with a PROGRESS event naming the revision it starts after.
+        """Streams an object's changes in commit order, each with a revision; resumable. Every stream
+        starts with a PROGRESS event naming the revision it starts after: a resume's is the revision
+        it resumes after (a resume of an object still never written is placed live, at the feed's
+        clock: nothing can have been missed).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

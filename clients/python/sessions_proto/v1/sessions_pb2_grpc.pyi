@@ -147,9 +147,10 @@ class SessionServiceStub:
     SearchMessages: _grpc.UnaryStreamMultiCallable[_sessions_pb2.SearchMessagesRequest, _sessions_pb2.SearchMessagesResponse]
     """Full-text search over message text, best match first."""
     Subscribe: _grpc.UnaryStreamMultiCallable[_sessions_pb2.SubscribeRequest, _sessions_pb2.SubscribeResponse]
-    """Streams an object's changes in commit order, each with a revision; resumable. A live
-    subscription, and a resume of an object still never written (placed live: nothing can have
-    been missed), starts with a PROGRESS event naming the revision it starts after.
+    """Streams an object's changes in commit order, each with a revision; resumable. Every stream
+    starts with a PROGRESS event naming the revision it starts after: a resume's is the revision
+    it resumes after (a resume of an object still never written is placed live, at the feed's
+    clock: nothing can have been missed).
     """
     ListSessions: _grpc.UnaryUnaryMultiCallable[_sessions_pb2.ListSessionsRequest, _sessions_pb2.ListSessionsResponse]
     """Lists the sessions of an object with their message counts."""
@@ -284,9 +285,10 @@ class SessionServiceAsyncStub(SessionServiceStub):
     SearchMessages: _aio.UnaryStreamMultiCallable[_sessions_pb2.SearchMessagesRequest, _sessions_pb2.SearchMessagesResponse]  # type: ignore[assignment]
     """Full-text search over message text, best match first."""
     Subscribe: _aio.UnaryStreamMultiCallable[_sessions_pb2.SubscribeRequest, _sessions_pb2.SubscribeResponse]  # type: ignore[assignment]
-    """Streams an object's changes in commit order, each with a revision; resumable. A live
-    subscription, and a resume of an object still never written (placed live: nothing can have
-    been missed), starts with a PROGRESS event naming the revision it starts after.
+    """Streams an object's changes in commit order, each with a revision; resumable. Every stream
+    starts with a PROGRESS event naming the revision it starts after: a resume's is the revision
+    it resumes after (a resume of an object still never written is placed live, at the feed's
+    clock: nothing can have been missed).
     """
     ListSessions: _aio.UnaryUnaryMultiCallable[_sessions_pb2.ListSessionsRequest, _sessions_pb2.ListSessionsResponse]  # type: ignore[assignment]
     """Lists the sessions of an object with their message counts."""
@@ -562,9 +564,10 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _sessions_pb2.SubscribeRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_sessions_pb2.SubscribeResponse], _abc.AsyncIterator[_sessions_pb2.SubscribeResponse]]:
-        """Streams an object's changes in commit order, each with a revision; resumable. A live
-        subscription, and a resume of an object still never written (placed live: nothing can have
-        been missed), starts with a PROGRESS event naming the revision it starts after.
+        """Streams an object's changes in commit order, each with a revision; resumable. Every stream
+        starts with a PROGRESS event naming the revision it starts after: a resume's is the revision
+        it resumes after (a resume of an object still never written is placed live, at the feed's
+        clock: nothing can have been missed).
         """
 
     @_abc_1.abstractmethod

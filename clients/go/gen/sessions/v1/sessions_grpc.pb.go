@@ -159,9 +159,10 @@ type SessionServiceClient interface {
 	GetCompactionPolicy(ctx context.Context, in *GetCompactionPolicyRequest, opts ...grpc.CallOption) (*GetCompactionPolicyResponse, error)
 	// Full-text search over message text, best match first.
 	SearchMessages(ctx context.Context, in *SearchMessagesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SearchMessagesResponse], error)
-	// Streams an object's changes in commit order, each with a revision; resumable. A live
-	// subscription, and a resume of an object still never written (placed live: nothing can have
-	// been missed), starts with a PROGRESS event naming the revision it starts after.
+	// Streams an object's changes in commit order, each with a revision; resumable. Every stream
+	// starts with a PROGRESS event naming the revision it starts after: a resume's is the revision
+	// it resumes after (a resume of an object still never written is placed live, at the feed's
+	// clock: nothing can have been missed).
 	Subscribe(ctx context.Context, in *SubscribeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SubscribeResponse], error)
 	// Lists the sessions of an object with their message counts.
 	ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error)
@@ -706,9 +707,10 @@ type SessionServiceServer interface {
 	GetCompactionPolicy(context.Context, *GetCompactionPolicyRequest) (*GetCompactionPolicyResponse, error)
 	// Full-text search over message text, best match first.
 	SearchMessages(*SearchMessagesRequest, grpc.ServerStreamingServer[SearchMessagesResponse]) error
-	// Streams an object's changes in commit order, each with a revision; resumable. A live
-	// subscription, and a resume of an object still never written (placed live: nothing can have
-	// been missed), starts with a PROGRESS event naming the revision it starts after.
+	// Streams an object's changes in commit order, each with a revision; resumable. Every stream
+	// starts with a PROGRESS event naming the revision it starts after: a resume's is the revision
+	// it resumes after (a resume of an object still never written is placed live, at the feed's
+	// clock: nothing can have been missed).
 	Subscribe(*SubscribeRequest, grpc.ServerStreamingServer[SubscribeResponse]) error
 	// Lists the sessions of an object with their message counts.
 	ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error)

@@ -3648,9 +3648,10 @@ export const SessionService: GenService<{
     output: typeof SearchMessagesResponseSchema;
   },
   /**
-   * Streams an object's changes in commit order, each with a revision; resumable. A live
-   * subscription, and a resume of an object still never written (placed live: nothing can have
-   * been missed), starts with a PROGRESS event naming the revision it starts after.
+   * Streams an object's changes in commit order, each with a revision; resumable. Every stream
+   * starts with a PROGRESS event naming the revision it starts after: a resume's is the revision
+   * it resumes after (a resume of an object still never written is placed live, at the feed's
+   * clock: nothing can have been missed).
    *
    * @generated from rpc sessions.v1.SessionService.Subscribe
    */
