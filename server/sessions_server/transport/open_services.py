@@ -44,8 +44,9 @@ PROBE_STREAMS_PER_CONNECTION = 8
 MAX_PROBE_WATCHES = 16
 PROBE_CONNECTION_SECONDS = 30
 PROBE_CONNECTION_GRACE_SECONDS = 5
-# Without it gRPC grows a stream's window from 4 MiB to 8 MiB as bandwidth allows: bytes sent on
-# a watch after its request are held unread, and 256 watches held 2 GiB. Probes send a few bytes.
+# `bdp_probe` off keeps a stream's window at 64 KiB: gRPC otherwise grows it, to 4 MiB and then 8
+# MiB as bandwidth allows, and bytes sent on a watch after its request are held unread (256
+# watches held 2 GiB). Probes send a few bytes.
 _PROBE_OPTIONS = (
     ("grpc.max_receive_message_length", PROBE_REQUEST_BYTES),
     ("grpc.so_reuseport", 0),
@@ -138,9 +139,7 @@ class HealthServicer(health.aio.HealthServicer):  # type: ignore[misc,name-defin
         return health_pb2.HealthListResponse(statuses=statuses)
 
 
-def needing_token(
-    authority: TokenAuthority, handler: grpc.RpcMethodHandler[Any, Any]
-) -> grpc.RpcMethodHandler[Any, Any]:
+def needing_token(authority: TokenAuthority, handler: Handler) -> Handler:
     """`handler` for callers with a known bearer token only, checked before the request is read.
 
     A handler that takes one request is served as one that takes a stream of them (the same on
