@@ -399,7 +399,8 @@ class ObjectAdmin:
 
     async def _remove_files(self, object_key: str) -> bool:
         async with self._registry.closed(object_key):  # its subscriptions end, its calls wait
-            return await asyncio.to_thread(files.remove_object_files, object_path(self.data_dir, object_key))
+            path = object_path(self.data_dir, object_key)
+            return await asyncio.to_thread(files.remove_object_files, path, self.data_dir / datadir.SCRATCH_DIR_NAME)
 
 
 async def _finish_in_thread(

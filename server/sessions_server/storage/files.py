@@ -292,9 +292,26 @@ def file_chunks(path: Path, chunk_bytes: int) -> Iterator[bytes]:
             yield chunk
 
 
-def remove_object_files(path: Path) -> bool:
-    """Deletes an object's file with its WAL and shared-memory files; True if it existed."""
+def remove_object_files(path: Path, trash: Path | None = None) -> bool:
+    """Deletes an object's file with its WAL and shared-memory files; True if it existed.
+
+    With `trash` (a directory emptied at every start, on the same file system), the file goes
+    first, in one rename: the object is then gone at once, whatever happens next. Its WAL
+    unlinked first, a crash before the file went left the object as it was at its last
+    checkpoint, its later commits lost, and served. A WAL a crash leaves without its file is
+    not read into the key's next file: SQLite makes that file afresh (the removal tests check)."""
     existed = path.exists()
+    if existed and trash is not None:
+        trash.mkdir(exist_ok=True)
+        gone = trash / f"{path.stem}-{time.time_ns()}{path.suffix}"
+        path.replace(gone)
+        sync_directories(path.parent, trash)
+        for suffix in ("-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                Path(str(path) + suffix).unlink()
+        gone.unlink()
+        sync_directories(path.parent, trash)
+        return True
     for suffix in ("-wal", "-shm", ""):
         with contextlib.suppress(FileNotFoundError):
             Path(str(path) + suffix).unlink()

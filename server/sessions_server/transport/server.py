@@ -122,7 +122,7 @@ async def create_server(config: ServerConfig) -> RunningServer:
         make_directories(config.data_dir / OBJECTS_DIR)
         files, size = clear_scratch(config.data_dir)
         if files:
-            log.info("removed %d file(s), %d bytes, that moves cut short had left in scratch", files, size)
+            log.info("removed %d file(s), %d bytes, left in scratch by work a stop cut short", files, size)
         return await _create_server(config, lock)
     except BaseException:
         lock.release()
