@@ -711,7 +711,7 @@ def _move_objects(
     import os
 
     from sessions_client import SessionsClient, SessionsError
-    from sessions_client.admin import move_object
+    from sessions_client.admin import MoveOutcomeUnknown, move_object
 
     token = token or os.environ.get("SESSIONS_TOKEN")
     failed: list[tuple[str, str]] = []
@@ -722,6 +722,12 @@ def _move_objects(
         for key in object_keys:
             try:
                 report = move_object(src, dst, key, destination_name=destination, replace=replace)
+            except MoveOutcomeUnknown as exc:
+                failed.append((key, f"outcome unknown: {exc.message}"))
+                print(
+                    f"sessions-server move-object: {key!r}: outcome unknown: {exc.message}", file=sys.stderr, flush=True
+                )
+                continue
             except SessionsError as exc:
                 reason = _move_failure(source, key, exc, tls_flags or [], plaintext=tls is None)
                 failed.append((key, reason))
@@ -733,9 +739,11 @@ def _move_objects(
             )
     if failed:
         moved = len(object_keys) - len(failed)
+        unsure = sum(reason.startswith("outcome unknown") for _, reason in failed)
+        unknown = f"; {unsure} of the others may have: outcome unknown" if unsure else ""
         print(
             f"sessions-server move-object: {len(failed)} of {len(object_keys)} objects not moved "
-            f"({moved} moved) from {source} to {destination}:",
+            f"({moved} moved{unknown}) from {source} to {destination}:",
             file=sys.stderr,
         )
         for key, reason in failed:

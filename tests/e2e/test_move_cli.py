@@ -9,7 +9,9 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -206,3 +208,88 @@ def test_an_object_the_destination_holds_is_not_overwritten_without_replace(
         assert replaced.returncode == 0, replaced
         assert [m["id"] for m in b.object("both").session().get_history()] == ["m1", "m2"]
         assert b.object("both").session().get_message("m1") == _text("m1", "from the source")
+
+
+class _LosingRelay(grpc.GenericRpcHandler):
+    """Relays every call to `target` as bytes, except that the answers of the first `lose`
+    DeleteObject calls are lost after the source carried them out (a source that crashed, or a
+    connection cut, right after its delete): the caller gets UNAVAILABLE."""
+
+    def __init__(self, target: str, lose: int) -> None:
+        self._channel = grpc.insecure_channel(target)
+        self._lose = lose
+        self.deletes = 0
+        methods = pb.DESCRIPTOR.services_by_name["SessionService"].methods_by_name
+        self._streaming = {name: (m.client_streaming, m.server_streaming) for name, m in methods.items()}
+        self._server = grpc.server(ThreadPoolExecutor(max_workers=8))
+        self._server.add_generic_rpc_handlers((self,))
+        self.address = f"127.0.0.1:{self._server.add_insecure_port('127.0.0.1:0')}"
+        self._server.start()
+
+    def close(self) -> None:
+        self._server.stop(None).wait(30)
+        self._channel.close()
+
+    def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler[bytes, bytes] | None:
+        method = details.method or ""
+        client_streaming, server_streaming = self._streaming[method.rsplit("/", 1)[1]]
+        kind = ("stream" if client_streaming else "unary") + "_" + ("stream" if server_streaming else "unary")
+        upstream = getattr(self._channel, kind)(method)
+
+        def forward(request: Any, context: grpc.ServicerContext) -> Any:
+            metadata = [(k, v) for k, v in context.invocation_metadata() if k == "x-object-key"]
+            if method.endswith("/DeleteObject"):
+                answer = upstream(request, metadata=metadata)
+                self.deletes += 1
+                if self.deletes <= self._lose:
+                    context.abort(grpc.StatusCode.UNAVAILABLE, "relay: the answer was lost")
+                return answer
+            return upstream(request, metadata=metadata)
+
+        make = getattr(grpc, f"{kind}_rpc_method_handler")
+        return make(forward)  # type: ignore[no-any-return]
+
+
+def test_a_move_whose_delete_went_unanswered_asks_again_and_is_reported_moved(
+    two_servers: tuple[ServerProcess, ServerProcess],
+) -> None:
+    """The source carried out the move's delete, but its answer was lost: the mover reported
+    "not moved", though the destination's copy was by then the only one. The delete is asked
+    again with the same lock; the source takes the repeat, and the move is reported done."""
+    source, destination = two_servers
+    with SessionsClient(source.address) as client:
+        client.object("lost").session().append_message(_text("m1", "hello"))
+    relay = _LosingRelay(source.address, lose=1)
+    try:
+        done = _move(relay.address, destination.address, "lost")
+    finally:
+        relay.close()
+    assert done.returncode == 0, done.stderr
+    assert "moved 'lost'" in done.stdout
+    assert relay.deletes == 2
+    with SessionsClient(destination.address) as client:
+        assert [m["id"] for m in client.object("lost").session().get_history()] == ["m1"]
+    with SessionsClient(source.address, retry=None) as client, pytest.raises(SessionsError) as refused:
+        client.object("lost").session().get_history()
+    assert refused.value.reason == "OBJECT_NOT_OWNED"
+
+
+def test_a_move_whose_delete_is_never_answered_is_reported_of_unknown_outcome(
+    two_servers: tuple[ServerProcess, ServerProcess],
+) -> None:
+    """No answer to any of the repeats (the client's retries, about 9 s): not "not moved", which
+    invited removing the destination's copy, but an outcome unknown, and how to find it out."""
+    source, destination = two_servers
+    with SessionsClient(source.address) as client:
+        client.object("unsure").session().append_message(_text("m1", "hello"))
+    relay = _LosingRelay(source.address, lose=1_000)
+    try:
+        done = _move(relay.address, destination.address, "unsure")
+    finally:
+        relay.close()
+    assert done.returncode == 1
+    assert "'unsure': outcome unknown: the source did not answer the delete" in done.stderr
+    assert "not moved (0 moved; 1 of the others may have: outcome unknown)" in done.stderr
+    assert "OBJECT_NOT_OWNED means it moved" in done.stderr
+    with SessionsClient(destination.address) as client:  # the copy stays
+        assert [m["id"] for m in client.object("unsure").session().get_history()] == ["m1"]

@@ -8,6 +8,7 @@ import hashlib
 import itertools
 import sqlite3
 import tempfile
+import time
 import typing
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -170,27 +171,62 @@ def move_object(
         with contextlib.suppress(grpc.RpcError):  # best effort: else the lock lasts its lease
             source._stub.AbortMove(pb.AbortMoveRequest(object_key=object_key), metadata=metadata_source)
         raise
-    try:
-        # Naming the lock: if the source lost it meanwhile (a restart, an AbortMove, its lease
-        # run out), it may have taken writes the copy lacks, and it refuses the delete.
-        move_id = move_ids[-1] if move_ids else ""
-        source._stub.DeleteObject(
-            pb.DeleteObjectRequest(object_key=object_key, moved_to=destination_name, move_id=move_id),
-            metadata=metadata_source,
-        )
-    except grpc.RpcError as error:
-        refused = SessionsError.from_rpc_error(error)
-        if refused.code != grpc.StatusCode.FAILED_PRECONDITION:
-            raise refused from None
-        where = destination_name or "the destination"
-        raise SessionsError(
-            refused.code,
-            f"{refused.message}; {where} keeps the copy it installed: move the object again with replace "
-            "to overwrite it",
-            refused.reason,
-            refused.metadata,
-        ) from None
+    # Naming the lock: if the source lost it meanwhile (a restart, an AbortMove, its lease run
+    # out), it may have taken writes the copy lacks, and it refuses the delete.
+    move_id = move_ids[-1] if move_ids else ""
+    _delete_moved(source, object_key, destination_name, move_id, metadata_source)
     return MoveReport(object_key, int(imported.size_bytes), int(imported.message_rows), after)
+
+
+class MoveOutcomeUnknown(SessionsError):
+    """The source never answered the move's last step (its delete): the object may have moved
+    (the source then refuses it, OBJECT_NOT_OWNED) or not. The destination keeps its copy."""
+
+
+# The delete went out and no answer came back: the connection, a proxy or a deadline, not the
+# source's own refusal (which has a reason).
+_NO_ANSWER: typing.Final = frozenset(
+    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
+)
+
+
+def _delete_moved(
+    source: SessionsClient, object_key: str, destination_name: str, move_id: str, metadata: typing.Any
+) -> None:
+    """The move's delete, asked again while no answer comes: a repeat is safe (the source takes a
+    repeat of the delete it carried out, and refuses one once the lock is gone). Before, a source
+    that crashed during its delete was reported "not moved" although the move had taken effect,
+    and the destination's copy, by then the only one, looked like a leftover to remove."""
+    request = pb.DeleteObjectRequest(object_key=object_key, moved_to=destination_name, move_id=move_id)
+    policy = source.retry  # None: asked once
+    for attempt in itertools.count(1):
+        try:
+            source._stub.DeleteObject(request, metadata=metadata, timeout=source.timeout)
+            return
+        except grpc.RpcError as error:
+            refused = SessionsError.from_rpc_error(error)
+        unanswered = refused.code in _NO_ANSWER and (not refused.reason or refused.reason == "DRAINING")
+        if not unanswered:
+            break
+        if policy is None or attempt >= policy.max_attempts:
+            raise MoveOutcomeUnknown(
+                refused.code,
+                f"the source did not answer the delete that ends the move ({refused.message}): the object may "
+                f"have moved; {destination_name or 'the destination'} keeps its copy. Ask the source: a read of "
+                "the key refused OBJECT_NOT_OWNED means it moved",
+                refused.reason,
+                refused.metadata,
+            ) from None
+        time.sleep(policy.backoff(attempt))
+    if refused.code != grpc.StatusCode.FAILED_PRECONDITION:
+        raise refused from None
+    where = destination_name or "the destination"
+    raise SessionsError(
+        refused.code,
+        f"{refused.message}; {where} keeps the copy it installed: move the object again with replace to overwrite it",
+        refused.reason,
+        refused.metadata,
+    ) from None
 
 
 def abort_move(source: SessionsClient, object_key: str) -> bool:
