@@ -204,6 +204,42 @@ def test_a_shard_refuses_calls_without_the_routing_header(tmp_path: Path, shard:
         server.stop()
 
 
+def test_a_shard_takes_the_routing_header_only_as_the_clients_spell_it(tmp_path: Path) -> None:
+    """HAProxy hashes the header's text: `a/b`, `a%2fb` and `a%2Fb` all named the key `a/b` and
+    reached three shards, three copies of one object each taking writes. A shard takes the
+    spelling the clients send (urllib.parse.quote with no safe characters) and refuses others,
+    naming it; a server that is no shard takes any."""
+    server = start_server(tmp_path / "data", require_routing_header=True)
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            stub = pb_grpc.SessionServiceStub(channel)
+            for key, spelling in (
+                ("a/b", "a/b"),
+                ("a/b", "a%2fb"),
+                ("x y", "x y"),
+                ("Ключ", "%d0%9a%d0%bb%d1%8e%d1%87"),
+            ):
+                with pytest.raises(grpc.RpcError) as caught:
+                    stub.AppendMessage(append_request(key), metadata=(("x-object-key", spelling),))
+                assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
+                assert error_reason(caught.value) == "OBJECT_KEY_MISMATCH"
+                canonical = urllib.parse.quote(key, safe="")
+                assert f"spell the key as the clients do, {canonical!r}" in caught.value.details()  # type: ignore[attr-defined]
+            assert not files_under(tmp_path / "data" / "objects")
+            stub.AppendMessage(append_request("a/b"), metadata=(("x-object-key", "a%2Fb"),))
+        with SessionsClient(server.address) as client:
+            assert [m["id"] for m in client.object("a/b").session().get_history()] == ["a"]
+            assert client.object("x y~._-").session().append_message(text_message("b")).inserted
+    finally:
+        server.stop()
+
+
+def test_a_server_that_is_no_shard_takes_any_spelling_of_the_key(stub: Any, data_dir: Path) -> None:
+    stub.AppendMessage(append_request("c/d"), metadata=(("x-object-key", "c/d"),))
+    stub.AppendMessage(append_request("c/d"), metadata=(("x-object-key", "c%2fd"),))
+    assert len(message_rows(data_dir, "c/d")) == 1
+
+
 @pytest.mark.parametrize("character", ["k", "字", "😀"])
 def test_an_error_quoting_a_long_key_still_arrives(stub: Any, character: str) -> None:
     """The mismatch quotes both keys, and a status travels in trailers, which clients drop past

@@ -159,10 +159,21 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         routed = False
         for key, value in metadata:
             if key == OBJECT_KEY_HEADER:
-                header = urllib.parse.unquote(value if isinstance(value, str) else value.decode())
+                raw = value if isinstance(value, str) else value.decode()
+                header = urllib.parse.unquote(raw)
                 if header != object_key:
                     raise InvalidArgument(
                         f"{OBJECT_KEY_HEADER} metadata ({header!r}) differs from object_key ({object_key!r})",
+                        reason="OBJECT_KEY_MISMATCH",
+                        field="object_key",
+                    )
+                if self._require_routing_header and raw != (spelled := urllib.parse.quote(object_key, safe="")):
+                    # A proxy hashes the header's text: another spelling of the same key (`a/b`
+                    # for `a%2Fb`, lower-case hex) went to another shard, a second copy there.
+                    raise InvalidArgument(
+                        f"{OBJECT_KEY_HEADER} metadata must spell the key as the clients do, {spelled!r}, not "
+                        f"{raw!r}: the proxy routes by its text, and another spelling of the same key reaches "
+                        "another shard (UTF-8, every byte but letters, digits and _.-~ as %XX in upper case)",
                         reason="OBJECT_KEY_MISMATCH",
                         field="object_key",
                     )
