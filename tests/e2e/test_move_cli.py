@@ -250,6 +250,21 @@ class _LosingRelay(grpc.GenericRpcHandler):
         return make(forward)  # type: ignore[no-any-return]
 
 
+def _move_through_losing_relay(
+    servers: tuple[ServerProcess, ServerProcess], key: str, lose: int
+) -> tuple[subprocess.CompletedProcess[str], int]:
+    """Writes one message to `key` on the source, then moves it through a relay that loses the
+    answers of the first `lose` deletes; returns the CLI's outcome and the deletes relayed."""
+    source, destination = servers
+    with SessionsClient(source.address) as client:
+        client.object(key).session().append_message(_text("m1", "hello"))
+    relay = _LosingRelay(source.address, lose=lose)
+    try:
+        return _move(relay.address, destination.address, key), relay.deletes
+    finally:
+        relay.close()
+
+
 def test_a_move_whose_delete_went_unanswered_asks_again_and_is_reported_moved(
     two_servers: tuple[ServerProcess, ServerProcess],
 ) -> None:
@@ -257,16 +272,10 @@ def test_a_move_whose_delete_went_unanswered_asks_again_and_is_reported_moved(
     "not moved", though the destination's copy was by then the only one. The delete is asked
     again with the same lock; the source takes the repeat, and the move is reported done."""
     source, destination = two_servers
-    with SessionsClient(source.address) as client:
-        client.object("lost").session().append_message(_text("m1", "hello"))
-    relay = _LosingRelay(source.address, lose=1)
-    try:
-        done = _move(relay.address, destination.address, "lost")
-    finally:
-        relay.close()
+    done, deletes = _move_through_losing_relay(two_servers, "lost", lose=1)
     assert done.returncode == 0, done.stderr
     assert "moved 'lost'" in done.stdout
-    assert relay.deletes == 2
+    assert deletes == 2
     with SessionsClient(destination.address) as client:
         assert [m["id"] for m in client.object("lost").session().get_history()] == ["m1"]
     with SessionsClient(source.address, retry=None) as client, pytest.raises(SessionsError) as refused:
@@ -279,14 +288,8 @@ def test_a_move_whose_delete_is_never_answered_is_reported_of_unknown_outcome(
 ) -> None:
     """No answer to any of the repeats (the client's retries, about 9 s): not "not moved", which
     invited removing the destination's copy, but an outcome unknown, and how to find it out."""
-    source, destination = two_servers
-    with SessionsClient(source.address) as client:
-        client.object("unsure").session().append_message(_text("m1", "hello"))
-    relay = _LosingRelay(source.address, lose=1_000)
-    try:
-        done = _move(relay.address, destination.address, "unsure")
-    finally:
-        relay.close()
+    _, destination = two_servers
+    done, _ = _move_through_losing_relay(two_servers, "unsure", lose=1_000)
     assert done.returncode == 1
     assert "'unsure': outcome unknown: the source did not answer the delete" in done.stderr
     assert "not moved (0 moved; 1 of the others may have: outcome unknown)" in done.stderr

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, TypeAlias
 
@@ -167,12 +166,8 @@ def needing_token(authority: TokenAuthority, handler: Handler) -> Handler:
 
         async def writes(requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
             await _authenticate(authority, context)
-            responses = inner_watch(await _the_request(requests, context), context)
-            if inspect.isasyncgen(responses):
-                async for response in responses:
-                    await context.write(response)
-            else:
-                await responses  # it writes its own responses (context.write), as health's Watch
+            # A handler that writes its own responses (context.write), as health's Watch does.
+            await inner_watch(await _the_request(requests, context), context)
 
         return grpc.stream_stream_rpc_method_handler(writes, handler.request_deserializer, handler.response_serializer)
     raise TypeError("a handler taking a stream of requests reads nothing before it runs: guard it where it reads")
