@@ -123,27 +123,44 @@ class Endpoint:
                         peer.trickled = True
 
     def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self._listener.accept()
-            except BlockingIOError:
-                return
-            with self._changed:
-                self.open_at_accept.append(self.open)
-                self.accepted += 1
-                self.peak = max(self.peak, self.open)
-                self._changed.notify_all()
-            self._selector.register(conn, selectors.EVENT_READ, _Peer(self.accepted))
+        # One connection a round: it asked before this round's select, and so did a client's
+        # close sent before it, which this round reads first. Taking every connection waiting,
+        # some asked after the select, while the close before them went unread till the next
+        # round, and counted open together they made a peak the client never had.
+        try:
+            conn, _ = self._listener.accept()
+        except BlockingIOError:
+            return
+        with self._changed:
+            self.open_at_accept.append(self.open)
+            self.accepted += 1
+            self.peak = max(self.peak, self.open)
+            self._changed.notify_all()
+        conn.setblocking(False)
+        self._selector.register(conn, selectors.EVENT_READ, _Peer(self.accepted))
 
     def _read(self, conn: socket.socket, peer: _Peer) -> None:
-        try:
-            data = conn.recv(65536)
-        except OSError:
-            data = b""
-        if not data:
-            self._close(conn)
-            return
+        # Everything the socket holds, its end included: a client that sent its request and
+        # closed at once is then counted closed in this round, before a connection accepted in
+        # it (read a piece at a time, its end came a round later, after the next accept).
+        data, ended = b"", False
+        while True:
+            try:
+                piece = conn.recv(65536)
+            except BlockingIOError:
+                break
+            except OSError:
+                piece = b""
+            if not piece:
+                ended = True
+                break
+            data += piece
         peer.received += data
+        self._take_request(conn, peer)
+        if ended:
+            self._close(conn)
+
+    def _take_request(self, conn: socket.socket, peer: _Peer) -> None:
         head, separator, body = peer.received.partition(b"\r\n\r\n")
         if peer.request is not None or not separator:
             return
