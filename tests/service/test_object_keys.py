@@ -3,7 +3,9 @@ header must agree with the request body (DESIGN.md §2, §4, §8)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import sqlite3
 import urllib.parse
 from pathlib import Path
 from typing import Any
@@ -149,6 +151,44 @@ def test_the_key_is_recorded_inside_its_file(client: Any, data_dir: Path) -> Non
             for row in conn.execute(f'SELECT * FROM "{table}"'):
                 found = found or key in tuple(row)
     assert found, "the object key is not stored inside the object's file"
+
+
+def test_a_file_copied_to_another_keys_path_is_refused_and_left_alone(
+    client: Any, stub: Any, data_dir: Path, object_key: str
+) -> None:
+    """An operator's copy of one object's file to another key's path (a backup restored to the
+    wrong place) belongs to neither key: calls on the path's key are refused with what to do,
+    the file stays as it is, and the listing does not name its recorded key twice."""
+    client.object(object_key).session().append_message(text_message("m1"))
+    other = f"{object_key}-restored"
+    copy = object_file(data_dir, other)
+    copy.parent.mkdir(parents=True, exist_ok=True)
+    with open_readonly(object_file(data_dir, object_key)) as source, contextlib.closing(sqlite3.connect(copy)) as target:
+        source.backup(target)
+    before = copy.read_bytes()
+    calls = {
+        "GetMessage": lambda: list(stub.GetMessage(pb.GetMessageRequest(object_key=other, message_id="m1"))),
+        "AppendMessage": lambda: stub.AppendMessage(append_request(other)),
+        "StreamHistory": lambda: list(stub.StreamHistory(pb.StreamHistoryRequest(object_key=other))),
+        "ExportObject": lambda: list(stub.ExportObject(pb.ExportObjectRequest(object_key=other))),
+    }
+    for name, call in calls.items():
+        with pytest.raises(grpc.RpcError) as caught:
+            call()
+        assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION, name
+        details = caught.value.details()
+        assert str(copy.relative_to(data_dir)) in details and repr(object_key) in details, name
+        assert "erase" in details, name
+    assert copy.read_bytes() == before
+    listed = stub.ListObjects(pb.ListObjectsRequest(page_size=1000)).object_keys
+    assert list(listed).count(object_key) == 1
+    assert other not in listed
+
+    assert stub.DeleteObject(pb.DeleteObjectRequest(object_key=other, erase=True)).deleted
+    assert not copy.exists()
+    client.object(other).session().append_message(text_message("fresh"))
+    assert [m["id"] for m in client.object(other).session().get_history()] == ["fresh"]
+    assert [m["id"] for m in client.object(object_key).session().get_history()] == ["m1"]
 
 
 def test_keys_differing_only_in_case_or_unicode_form_are_distinct(client: Any, object_key: str) -> None:

@@ -77,3 +77,18 @@ def storage_failure(message: str, *, out_of_space: bool) -> SessionsError:
     if out_of_space:
         return LimitExceeded(f"{message}; free disk space on the server", reason="STORAGE_FULL")
     return StorageFailure(message)
+
+
+def file_of_another_object(relative_path: str, recorded_key: str, object_key: str) -> FailedPrecondition:
+    """The answer to an object whose file records another key: one copied or restored to this
+    key's path by hand. Neither key's calls may use it (they would mix two objects); an operator
+    moves it to where it belongs."""
+    shown = recorded_key if len(recorded_key) <= 120 else recorded_key[:120] + "..."
+    return FailedPrecondition(
+        f"the object's file ({relative_path}) holds object {shown!r}, not this one: it was copied or "
+        "restored to this key's path by hand. Nothing was read or written: on the server, move the file "
+        "(with any -wal file) to its own key's path or out of the data directory, or erase this key "
+        "(DeleteObject with erase) to remove it",
+        file=relative_path,
+        recorded_object_key=shown,
+    )

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import functools
 import hashlib
+import logging
 import math
 import time
 import uuid
@@ -27,15 +28,20 @@ from sessions_server.domain.errors import (
     InvalidArgument,
     NotFound,
     Unavailable,
+    file_of_another_object,
     storage_failure,
 )
 from sessions_server.domain.limits import RESPONSE_PAYLOAD_BYTES, check_size, exceeded
 from sessions_server.domain.placement import Placement
 from sessions_server.storage import datadir, files
 from sessions_server.storage.moved import MovedObjects
-from sessions_server.storage.paths import is_object_file_name, object_path
+from sessions_server.storage.paths import is_object_file_name, object_file_name, object_path
 from sessions_server.storage.registry import ObjectRegistry
 from sessions_server.storage.rows import StorageError, is_out_of_space
+from sessions_server.storage.schema import ObjectKeyConflict
+from sessions_server.storage.store import ObjectStore
+
+log = logging.getLogger("sessions.objects")
 
 EXPORT_FRAME_BYTES = RESPONSE_PAYLOAD_BYTES
 DEFAULT_LEASE_SECONDS = 60
@@ -139,7 +145,14 @@ class ObjectAdmin:
             return paths, [files.recorded_object_key(path) for path in paths]
 
         paths, keys_found = await asyncio.to_thread(page)
-        found = [key for key in keys_found if key is not None and key not in self._moved]
+        found = []
+        for path, key in zip(paths, keys_found, strict=True):
+            if key is None or key in self._moved:
+                continue
+            if object_file_name(key) != path.name:  # a copy of another key's file: no call reaches it
+                log.warning("%s records object key %r, which is not its own: not listed", path, key)
+                continue
+            found.append(key)
         token = paths[-1].name if len(paths) == size else ""
         return found, token
 
@@ -156,9 +169,8 @@ class ObjectAdmin:
         path = object_path(self.data_dir, object_key)
         lease = lease_seconds or DEFAULT_LEASE_SECONDS
         again = functools.partial(self.admit, object_key, writing=lock_for_move)
-        # Never an open that creates: an erase can take the object away while this waits.
         lock = _MoveLock(uuid.uuid4().hex, math.inf)
-        async with self._registry.use_existing(object_key, again) as store:
+        async with self._stored(object_key, again) as store:
             if store is None:
                 raise NotFound("no such object on this server", field="object_key")
             try:
@@ -203,6 +215,24 @@ class ObjectAdmin:
             copy.unlink(missing_ok=True)
             if lock_for_move and not sent:  # cut short (the mover gone): no move can follow it
                 self._release(object_key, lock)
+
+    @contextlib.asynccontextmanager
+    async def _stored(self, object_key: str, again: Callable[[], None]) -> AsyncIterator[ObjectStore | None]:
+        """The object's store, None when it has no file here (never an open that creates: an
+        erase can take the object away while this waits); a file that fails to open is
+        answered as a write's storage failure is."""
+        try:
+            async with self._registry.use_existing(object_key, again) as store:
+                yield store
+        except ObjectKeyConflict as exc:
+            raise self.file_of_another_object(exc) from None
+        except StorageError as exc:
+            raise storage_failure(str(exc), out_of_space=exc.out_of_space) from None
+
+    def file_of_another_object(self, conflict: ObjectKeyConflict) -> FailedPrecondition:
+        path = conflict.path or object_path(self.data_dir, conflict.object_key)
+        log.warning("%s records object key %r, not %r: left alone", path, conflict.recorded_key, conflict.object_key)
+        return file_of_another_object(str(path.relative_to(self.data_dir)), conflict.recorded_key, conflict.object_key)
 
     def _release(self, object_key: str, lock: _MoveLock) -> None:
         """Drops `lock`, if it is still the object's (not another export's since)."""

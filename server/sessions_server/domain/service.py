@@ -67,6 +67,7 @@ from sessions_server.storage.rows import (
     StoredRowUnreadable,
     UpdateOutcome,
 )
+from sessions_server.storage.schema import ObjectKeyConflict
 from sessions_server.storage.store import (
     ObjectStore,
     WriteContext,
@@ -234,6 +235,8 @@ class SessionsService:
             raise LimitExceeded(str(exc), reason="SERVER_BUSY") from exc
         except StorageError as exc:
             raise storage_failure(str(exc), out_of_space=exc.out_of_space) from exc
+        except ObjectKeyConflict as exc:
+            raise self.objects.file_of_another_object(exc) from None
         except StoredRowUnreadable as exc:
             raise FailedPrecondition(str(exc), reason="INVALID_MESSAGE") from exc
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+from pathlib import Path
 
 from sessions_server.storage.queries import FTS_LOOKUP_DDL
 
@@ -111,7 +112,14 @@ EXPECTED_OBJECTS = frozenset(
 
 
 class ObjectKeyConflict(Exception):
-    """The file at an object's path records a different object key."""
+    """The file at an object's path records a different object key: it was copied or restored
+    there by hand. Serving it would mix two objects, so calls on either key leave it alone."""
+
+    def __init__(self, recorded_key: str, object_key: str, path: Path | None = None) -> None:
+        super().__init__(f"file belongs to object key {recorded_key!r}, not {object_key!r}")
+        self.recorded_key = recorded_key
+        self.object_key = object_key
+        self.path = path
 
 
 BUSY_TIMEOUT_MS = 10_000  # how long a statement waits for another connection's lock
@@ -181,7 +189,7 @@ def _is_current(conn: sqlite3.Connection, object_key: str) -> bool:
     if row is None:
         return False
     if row[0] != object_key:
-        raise ObjectKeyConflict(f"file belongs to object key {row[0]!r}, not {object_key!r}")
+        raise ObjectKeyConflict(str(row[0]), object_key)
     columns = {r[1] for r in conn.execute("PRAGMA table_info('cf_agents_session_messages')")}
     return "content_hash" in columns and read_schema_version(conn) >= 1
 
@@ -197,7 +205,7 @@ def _check_object_key(conn: sqlite3.Connection, object_key: str) -> None:
     if row is None:
         conn.execute("INSERT INTO _sessions_meta (key, value) VALUES ('object_key', ?)", (object_key,))
     elif row[0] != object_key:
-        raise ObjectKeyConflict(f"file belongs to object key {row[0]!r}, not {object_key!r}")
+        raise ObjectKeyConflict(str(row[0]), object_key)
 
 
 def read_row_writes(conn: sqlite3.Connection) -> int:
