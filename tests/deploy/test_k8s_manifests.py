@@ -60,6 +60,8 @@ def test_statefulset_has_a_volume_per_pod_and_grpc_probes() -> None:
     assert "--allow-plaintext" in server["args"] and "--listen=0.0.0.0:50051" in server["args"]
     assert "--ring-file=/ring/ring.json" in server["args"]
     assert "--probe-listen=0.0.0.0:50052" in server["args"]
+    # nginx answers no ping while its client pauses a stream (test_proxy_nginx): as long as its send_timeout.
+    assert "--keepalive-timeout-seconds=3600" in server["args"]
     assert {"name": "probes", "containerPort": 50052} in server["ports"]
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert server[probe]["grpc"] == {"port": 50052}, probe

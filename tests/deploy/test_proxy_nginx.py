@@ -6,13 +6,18 @@ restart is survived. Needs Debian's `nginx` (installed by .ci/run)."""
 
 from __future__ import annotations
 
+import contextlib
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 
+from sessions_client import SessionsClient, SessionsError
 from tests.deploy import scenarios
 from tests.deploy.scenarios import Cluster
+from tests.deploy.support import text_message
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +59,35 @@ def test_the_modulo_scheme_is_nginx_plain_hash(tmp_path: Path) -> None:
     with scenarios.cluster(tmp_path, "nginx-plain-hash", ring=True, scheme="modulo") as c:
         assert c.placement is not None and c.placement.scheme == "modulo"
         scenarios.write_many_and_check_placement(c)
+
+
+@pytest.mark.parametrize(("ping_timeout", "kept"), [("1", False), ("60", True)])
+def test_a_paused_reader_keeps_its_stream_while_the_shards_ping_timeout_outlasts_the_pause(
+    tmp_path: Path, ping_timeout: str, kept: bool
+) -> None:
+    """While its client pauses reading, nginx stops reading from the shard, pings included: the
+    shard's ping timeout, not nginx's send_timeout, bounds the pause (hence the manifest's hour)."""
+    shard_args = ("--keepalive-seconds", "1", "--keepalive-timeout-seconds", ping_timeout)
+    read: list[str] = []
+    with (
+        scenarios.cluster(tmp_path, "nginx", count=1, ring=False, shard_args=shard_args) as c,
+        SessionsClient(c.proxy.address) as client,
+    ):
+        session = client.object("paused/reader").session()
+        session.append_messages(text_message(f"m{i}", "x" * 20_000) for i in range(1_000))
+        with contextlib.ExitStack() as outcome:
+            if not kept:
+                refused = outcome.enter_context(pytest.raises(SessionsError))
+            for index, batch in enumerate(session.history_batches(batch_size=50)):
+                read += [m["id"] for m in batch]
+                if index == 1:  # 20 MB still to come: more than the buffers on the way hold
+                    time.sleep(6)
+    if kept:
+        assert read == [f"m{i}" for i in range(1_000)]
+    else:
+        assert refused.value.code == grpc.StatusCode.INTERNAL
+        assert "RST_STREAM" in str(refused.value)
+        assert 100 <= len(read) < 1_000
 
 
 def test_config_keeps_routing_rules() -> None:

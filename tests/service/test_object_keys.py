@@ -163,7 +163,10 @@ def test_a_file_copied_to_another_keys_path_is_refused_and_left_alone(
     other = f"{object_key}-restored"
     copy = object_file(data_dir, other)
     copy.parent.mkdir(parents=True, exist_ok=True)
-    with open_readonly(object_file(data_dir, object_key)) as source, contextlib.closing(sqlite3.connect(copy)) as target:
+    with (
+        open_readonly(object_file(data_dir, object_key)) as source,
+        contextlib.closing(sqlite3.connect(copy)) as target,
+    ):
         source.backup(target)
     before = copy.read_bytes()
     calls = {
