@@ -10,6 +10,7 @@ import hashlib
 import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -321,6 +322,43 @@ def test_an_object_set_aside_twice_keeps_both_copies_each_with_its_own_wal(tmp_p
     for copy, expected in ((first, "first"), (second, "second")):
         with contextlib.closing(sqlite3.connect(f"file:{copy}?mode=ro", uri=True)) as conn:
             assert conn.execute("SELECT v FROM t").fetchall() == [(expected,)]
+
+
+def test_a_set_aside_cut_short_between_its_renames_keeps_the_wals_commits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A crash after the WAL was moved and before the file was left the file without its
+    latest commits; the next start set it aside under another name, parted from them."""
+    path = object_path(tmp_path / "data", "k")
+    aside = tmp_path / "data" / "set-aside"
+    path.parent.mkdir(parents=True)
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA wal_autocheckpoint = 0")
+        conn.execute("CREATE TABLE t (v TEXT)")
+        conn.execute("INSERT INTO t VALUES ('in the wal')")
+        conn.commit()
+        wal = Path(str(path) + "-wal").read_bytes()
+        before = path.read_bytes()
+    path.write_bytes(before)  # as a crash leaves it: the row in the WAL only
+    Path(str(path) + "-wal").write_bytes(wal)
+
+    replace = Path.replace
+
+    def dying_replace(self: Path, target: Any) -> Path:
+        if self == path:
+            raise OSError("the process dies before the file is moved")
+        return replace(self, target)
+
+    monkeypatch.setattr(Path, "replace", dying_replace)
+    with pytest.raises(OSError, match="dies"):
+        files.set_object_files_aside(path, aside)
+    monkeypatch.setattr(Path, "replace", replace)
+    moved = files.set_object_files_aside(path, aside)  # the next start
+
+    assert moved is not None and not path.exists()
+    with contextlib.closing(sqlite3.connect(f"file:{moved}?mode=ro", uri=True)) as conn:
+        assert conn.execute("SELECT v FROM t").fetchall() == [("in the wal",)]
 
 
 def test_a_stamped_row_that_is_not_a_message_is_unstamped_and_skipped_as_upstream_skips_it(tmp_path: Path) -> None:

@@ -326,6 +326,11 @@ def set_object_files_aside(path: Path, directory: Path) -> Path | None:
     another file); returns where the file went, None if there was none."""
     if not path.exists():
         return None
+    # The WAL's commits go into the file first: a crash between the renames below then parts the
+    # file from an empty WAL, not from its latest commits (the next start sets the file aside
+    # again, under another name). A file that cannot be checkpointed goes as it is.
+    with contextlib.suppress(StorageError):
+        _checkpoint_completely(path)
     directory.mkdir(parents=True, exist_ok=True)
     aside = directory / f"{path.stem}-{time.time_ns()}{path.suffix}"
     for suffix in ("-wal", "-shm", ""):  # the file last: a crash between leaves it where it was
