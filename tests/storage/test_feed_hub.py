@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Literal
@@ -355,6 +356,26 @@ def test_events_a_feed_drops_or_closes_on_are_no_longer_counted_for_the_process(
     assert feeds.retention.bytes == 2 * size
     closing.publish(_events(1))  # published while its object finishes closing: kept for nobody
     assert feeds.retention.bytes == 2 * size
+
+
+def test_the_process_bound_keeps_no_closed_objects_hub() -> None:
+    """Each object evicted and reopened closes its hub; what the process bound tracks of the
+    closed hub's events held the hub itself until a sweep, which a feed keeping many events
+    put off for as many evictions, and an idle server for good."""
+    feeds = Feeds(FeedSettings(retain_events=10_000, retain_total_bytes=10_000_000))
+    busy = feeds.hub()
+    busy.publish(_events(5_000))
+    closed: list[weakref.ref[FeedHub]] = []
+    for _ in range(1_000):
+        hub = feeds.hub()
+        hub.publish(_events(1))
+        hub.close_all(FeedClosed("the object closed"))
+        closed.append(weakref.ref(hub))
+    del hub
+    assert feeds.retention.bytes == 5_000 * _events(1)[0].size
+    assert [ref for ref in closed if ref() is not None] == []
+    busy.publish(_events(1))  # the process bound goes on with the closed hubs' entries gone
+    assert len(busy._ring) == 5_001
 
 
 def test_an_event_spared_by_the_process_bound_is_dropped_once_read() -> None:
