@@ -276,6 +276,26 @@ def test_a_data_directory_that_is_a_file_is_named(tmp_path: Path) -> None:
     assert line.startswith(f"sessions-server import-store: --data-dir {a_file} is a file")
 
 
+@pytest.mark.parametrize(
+    ("files", "expected"),
+    [
+        (("server.pem", "client.key", None), "are no certificate chain and matching private key in PEM"),
+        (("server.pem", "server.key", "san.ext"), "--tls-client-ca san.ext holds no CA certificates in PEM"),
+        (("server.pem", "missing.key", None), "could not read --tls-key missing.key: No such file or directory"),
+    ],
+    ids=["key-of-another-certificate", "client-ca-not-pem", "key-missing"],
+)
+def test_serve_refuses_tls_files_that_do_not_load(
+    tmp_path: Path, pki: Path, files: tuple[str, str, str | None], expected: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(pki)
+    cert, key, client_ca = files
+    argv = ["serve", "--data-dir", str(tmp_path / "data"), "--listen", "127.0.0.1:0", "--tls-cert", cert]
+    argv += ["--tls-key", key, *(["--tls-client-ca", client_ca] if client_ca else [])]
+    line = _refusal(_cli(*argv), 1, "sessions-server: ")
+    assert expected in line
+
+
 # -- admin commands over TLS -----------------------------------------------------------------
 
 

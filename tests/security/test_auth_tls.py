@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import ssl
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -279,6 +281,78 @@ def test_tls_and_mtls(tmp_path: Path, pki: Path) -> None:
             assert client.object("k").session().append_message(MESSAGE).inserted
     finally:
         mtls.stop()
+
+
+def _server_certificate(pki: Path, directory: Path, name: str) -> tuple[Path, Path]:
+    """A new key and a certificate for it from the test CA, in `directory`."""
+    directory.mkdir(parents=True, exist_ok=True)
+    key, csr, cert = directory / f"{name}.key", directory / f"{name}.csr", directory / f"{name}.pem"
+    _openssl(
+        "req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr), "-subj", f"/CN={name}", cwd=pki
+    )  # fmt: skip
+    _openssl(
+        "x509", "-req", "-in", str(csr), "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+        "-out", str(cert), "-days", "2", "-extfile", "san.ext", cwd=pki,
+    )  # fmt: skip
+    return cert, key
+
+
+def _presented_certificate(address: str, pki: Path) -> bytes:
+    """The certificate a new connection's handshake gets, in DER."""
+    context = ssl.create_default_context(cafile=pki / "ca.pem")
+    context.set_alpn_protocols(["h2"])
+    host, port = address.rsplit(":", 1)
+    with (
+        socket.create_connection((host, int(port)), timeout=10) as raw,
+        context.wrap_socket(raw, server_hostname=host) as tls,
+    ):
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return der
+
+
+def _der(cert: Path) -> bytes:
+    return ssl.PEM_cert_to_DER_cert(cert.read_text())
+
+
+def _install(source: Path, target: Path) -> None:
+    """Replaces `target` in one step, as a renewal (or a Secret volume's update) does."""
+    staged = target.with_suffix(".new")
+    staged.write_bytes(source.read_bytes())
+    staged.replace(target)
+
+
+def test_a_renewed_certificate_is_served_to_new_connections_without_a_restart(tmp_path: Path, pki: Path) -> None:
+    first = _server_certificate(pki, tmp_path / "issued", "first")
+    renewed = _server_certificate(pki, tmp_path / "issued", "renewed")
+    later = _server_certificate(pki, tmp_path / "issued", "later")
+    cert, key = tmp_path / "tls" / "server.pem", tmp_path / "tls" / "server.key"
+    cert.parent.mkdir()
+    _install(first[0], cert)
+    _install(first[1], key)
+    server = start_server(tmp_path / "data", tls_cert=cert, tls_key=key)
+    try:
+        config = TlsConfig(root_certificates=(pki / "ca.pem").read_bytes())
+        with SessionsClient(server.address, tls=config) as before:
+            assert before.object("k").session().append_message(MESSAGE).inserted
+            assert _presented_certificate(server.address, pki) == _der(first[0])
+
+            _install(renewed[0], cert)
+            _install(renewed[1], key)
+            assert _presented_certificate(server.address, pki) == _der(renewed[0])
+            assert before.object("k").session().get_message("m1") == MESSAGE  # its connection goes on
+
+            _install(later[0], cert)  # its key not there yet: the pair does not load
+            assert _presented_certificate(server.address, pki) == _der(renewed[0])
+            with SessionsClient(server.address, tls=config) as meanwhile:
+                assert meanwhile.object("k").session().get_message("m1") == MESSAGE
+
+            _install(later[1], key)
+            assert _presented_certificate(server.address, pki) == _der(later[0])
+            with SessionsClient(server.address, tls=config) as after:
+                assert after.object("k").session().get_message("m1") == MESSAGE
+    finally:
+        server.stop()
 
 
 def test_plaintext_refused_off_loopback(tmp_path: Path) -> None:

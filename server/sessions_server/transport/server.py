@@ -14,7 +14,6 @@ import signal
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -31,6 +30,7 @@ from sessions_server.storage.paths import OBJECTS_DIR
 from sessions_server.storage.registry import ObjectRegistry
 from sessions_server.transport import framing
 from sessions_server.transport.auth import TokenAuthority
+from sessions_server.transport.certificates import CertificateFiles
 from sessions_server.transport.handlers import WrappingRegistrar, generic_handler, refusing_unauthorized
 from sessions_server.transport.idle import run_when_idle
 from sessions_server.transport.metrics import CallMeter, Metrics
@@ -280,12 +280,8 @@ def _bind(server: grpc.aio.Server, config: ServerConfig) -> int:
     if config.tls_cert or config.tls_key:
         if not (config.tls_cert and config.tls_key):
             raise OSError("--tls-cert and --tls-key go together")
-        credentials = grpc.ssl_server_credentials(
-            [(_read_pem("--tls-key", config.tls_key), _read_pem("--tls-cert", config.tls_cert))],
-            root_certificates=_read_pem("--tls-client-ca", config.tls_client_ca) if config.tls_client_ca else None,
-            require_client_auth=config.tls_client_ca is not None,
-        )
-        # gRPC checks the certificate and key only here, and fails as it does for the address.
+        credentials = CertificateFiles(config.tls_cert, config.tls_key, config.tls_client_ca).credentials()
+        # gRPC checks the certificate and key here too, and fails as it does for the address.
         unusable = ", or --tls-cert/--tls-key are no certificate chain and matching private key in PEM"
         return _add_port(lambda: server.add_secure_port(config.listen, credentials), config.listen, unusable)
     if config.tls_client_ca:
@@ -309,13 +305,6 @@ def _add_port(add: Callable[[], int], listen: str, or_else: str = "", flag: str 
     if port == 0:
         raise OSError(f"could not listen on {listen} ({flag}): address in use or not available{or_else}")
     return port
-
-
-def _read_pem(flag: str, path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise OSError(f"could not read {flag} {path}: {exc.strerror}") from None
 
 
 def _serve_metrics(metrics: Metrics, listen: str) -> None:

@@ -1,0 +1,121 @@
+"""The server's TLS certificate, key and client CA, read again when their files change.
+
+gRPC asks for the certificate configuration at each new connection's handshake (the fetcher of
+`dynamic_ssl_server_credentials`, called on one of gRPC's own threads). The files are looked at
+then: a renewed certificate (cert-manager rewriting a mounted Secret, a cron job's renewal) is
+served to new connections without a restart, and connections already open keep the one they
+began with. gRPC checks a configuration only as a handshake uses it, so a pair that does not
+load here (a key not matching its certificate, a file half written) is not handed over: the
+previous pair stays in use, a warning says why, and the files are tried again once they change.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import ssl
+import threading
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+log = logging.getLogger("sessions.transport")
+
+_Signature = tuple[tuple[int, int, int], ...]
+
+
+class CertificateFiles:
+    """The PEM files of `--tls-cert`, `--tls-key` and `--tls-client-ca` (mTLS when given)."""
+
+    def __init__(self, cert: Path, key: Path, client_ca: Path | None = None) -> None:
+        self._paths = [("--tls-cert", cert), ("--tls-key", key)]
+        if client_ca is not None:
+            self._paths.append(("--tls-client-ca", client_ca))
+        self._lock = threading.Lock()
+        self._served: _Signature = ()
+        self._refused: _Signature = ()
+        self.reloads = 0
+
+    def credentials(self) -> grpc.ServerCredentials:
+        """Server credentials serving the files as they are now, then as they change. Raises
+        OSError naming the flag at fault when a file cannot be read or the pair does not load."""
+        signature = self._signature()
+        configuration = self._load()
+        self._served = signature
+        # The fetcher returns None for "no change", as gRPC's documentation says; its type stubs
+        # leave None out.
+        fetch: Any = self._fetch
+        return grpc.dynamic_ssl_server_credentials(
+            configuration, fetch, require_client_authentication=len(self._paths) == 3
+        )
+
+    def _fetch(self) -> grpc.ServerCertificateConfiguration | None:
+        """gRPC's fetcher: a new configuration when the files changed and load, else None (the
+        current one stays). Never raises: an exception here would fail the handshake."""
+        try:
+            with self._lock:
+                signature = self._signature()
+                if signature in (self._served, self._refused):
+                    return None
+                try:
+                    configuration = self._load()
+                except OSError as exc:
+                    self._refused = signature
+                    log.warning("TLS files changed but were not taken (the previous ones stay in use): %s", exc)
+                    return None
+                if self._signature() != signature:
+                    return None  # changed again while being read: the next handshake looks again
+                self._served = signature
+                self.reloads += 1
+            log.info("TLS certificate reloaded from %s", self._paths[0][1])
+            return configuration
+        except Exception:
+            log.exception("could not check the TLS files; the previous ones stay in use")
+            return None
+
+    def _signature(self) -> _Signature:
+        """What identifies the files' current contents without reading them (a replaced file,
+        or a symlink pointed elsewhere as a Secret volume's update does, has another inode)."""
+        stats = []
+        for _, path in self._paths:
+            try:
+                found = os.stat(path)
+            except OSError:
+                stats.append((0, 0, 0))
+            else:
+                stats.append((found.st_ino, found.st_mtime_ns, found.st_size))
+        return tuple(stats)
+
+    def _load(self) -> grpc.ServerCertificateConfiguration:
+        contents = {flag: _read(flag, path) for flag, path in self._paths}
+        _check_pair(self._paths[0][1], self._paths[1][1])
+        if len(self._paths) == 3:
+            _check_authorities(self._paths[2][1])
+        return grpc.ssl_server_certificate_configuration(
+            [(contents["--tls-key"], contents["--tls-cert"])], root_certificates=contents.get("--tls-client-ca")
+        )
+
+
+def _read(flag: str, path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise OSError(f"could not read {flag} {path}: {exc.strerror}") from None
+
+
+def _check_pair(cert: Path, key: Path) -> None:
+    try:
+        # A password callback that gives none: an encrypted key fails here, as gRPC cannot use it.
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert, key, password=lambda: b"")
+    except (ssl.SSLError, OSError) as exc:
+        raise OSError(
+            f"--tls-cert {cert} and --tls-key {key} are no certificate chain and matching private key in PEM ({exc})"
+        ) from None
+
+
+def _check_authorities(client_ca: Path) -> None:
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_verify_locations(cafile=client_ca)
+    except (ssl.SSLError, OSError) as exc:
+        raise OSError(f"--tls-client-ca {client_ca} holds no CA certificates in PEM ({exc})") from None
