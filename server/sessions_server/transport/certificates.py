@@ -35,7 +35,6 @@ class CertificateFiles:
         self._lock = threading.Lock()
         self._served: _Signature = ()
         self._refused: _Signature = ()
-        self.reloads = 0
 
     def credentials(self) -> grpc.ServerCredentials:
         """Server credentials serving the files as they are now, then as they change. Raises
@@ -67,7 +66,6 @@ class CertificateFiles:
                 if self._signature() != signature:
                     return None  # changed again while being read: the next handshake looks again
                 self._served = signature
-                self.reloads += 1
             log.info("TLS certificate reloaded from %s", self._paths[0][1])
             return configuration
         except Exception:
