@@ -143,11 +143,11 @@ def test_compaction_policy_persisted_in_config_table(pair: Pair) -> None:
     upstream creates but never writes (its compactAfter() is in-memory, per handle)."""
     pair.append(msg("a"))
     pair.up("compactAfter", {"threshold": 1000, "mode": "null"})
-    pair.ours().set_compaction_policy(1000, keep_recent_tokens=5)
+    pair.ours().set_compaction_policy(0, keep_recent_tokens=5)  # a threshold needs a summarizer here
     assert pair.oracle.sql(pair.key, "SELECT * FROM cf_agents_session_config") == []
     rows = pair.our_rows_now().tables["config"]
     assert {r["key"]: r["value"] for r in rows} == {
-        "compaction.threshold_tokens": "1000",
+        "compaction.threshold_tokens": "0",
         "compaction.keep_recent_tokens": "5",
     }
 

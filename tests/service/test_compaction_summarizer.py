@@ -119,7 +119,8 @@ def _setup(summarizing: Summarizing, key: str, count: int = 12, session_id: str 
 # ── policy ──────────────────────────────────────────────────────────────────
 
 
-def test_policy_defaults_to_zero_and_is_per_session(obj: Any):
+def test_policy_defaults_to_zero_and_is_per_session(summarizing: Summarizing):
+    obj = summarizing.client.object("policies")
     assert obj.session("a").get_compaction_policy() == CompactionPolicy(0, 0)
     assert obj.session("a").set_compaction_policy(5000, keep_recent_tokens=300) == CompactionPolicy(5000, 300)
     assert obj.session("a").get_compaction_policy() == CompactionPolicy(5000, 300)
@@ -136,9 +137,22 @@ def test_negative_policy_values_are_invalid(session: Any, threshold: int, keep: 
     assert session.get_compaction_policy() == CompactionPolicy(0, 0)
 
 
+def test_a_threshold_on_a_server_without_a_summarizer_is_refused_and_stores_nothing(session: Any):
+    """It would never compact anything, and nothing would say so; keep_recent_tokens alone is
+    still of use (PlanCompaction's tail)."""
+    with pytest.raises(SessionsError) as caught:
+        session.set_compaction_policy(5000, keep_recent_tokens=300)
+    assert (caught.value.code, caught.value.reason) == (grpc.StatusCode.FAILED_PRECONDITION, "NO_SUMMARIZER")
+    assert "--summarizer-url" in str(caught.value)
+    assert session.get_compaction_policy() == CompactionPolicy(0, 0)
+    assert session.set_compaction_policy(0, keep_recent_tokens=300) == CompactionPolicy(0, 300)
+    assert session.get_compaction_policy() == CompactionPolicy(0, 300)
+
+
 def test_policy_is_persisted_in_the_config_table_and_survives_a_restart(tmp_path: Path):
     data_dir = tmp_path / "data"
-    server = start_server(data_dir)
+    # A summarizer configured, never called: the policy's threshold is never reached.
+    server = start_server(data_dir, summarizer_url="http://127.0.0.1:9/v1", summarizer_model=MODEL)
     try:
         with SessionsClient(server.address) as client:
             client.object("policy").session("s").set_compaction_policy(1234, keep_recent_tokens=56)

@@ -358,7 +358,9 @@ func (s *Session) CompactWith(ctx context.Context, summarize func(ctx context.Co
 	return &record, nil
 }
 
-// SetCompactionPolicy stores the session's automatic compaction policy.
+// SetCompactionPolicy stores the session's automatic compaction policy. A server without a
+// summarizer refuses a threshold (ReasonNoSummarizer); a zero threshold with KeepRecentTokens
+// still stores PlanCompaction's default tail.
 func (s *Session) SetCompactionPolicy(ctx context.Context, policy CompactionPolicy) (CompactionPolicy, error) {
 	cctx, cancel := s.object.unaryCtx(ctx)
 	defer cancel()

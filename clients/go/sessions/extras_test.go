@@ -252,7 +252,15 @@ func TestCompaction(t *testing.T) {
 	if policy, err := s.GetCompactionPolicy(ctx); err != nil || policy != (sessions.CompactionPolicy{}) {
 		t.Fatalf("default policy = %+v, %v", policy, err)
 	}
-	want := sessions.CompactionPolicy{ThresholdTokens: 100000, KeepRecentTokens: 4000}
+	// A threshold needs a summarizer, which the test server has not: refused, nothing stored.
+	automatic := sessions.CompactionPolicy{ThresholdTokens: 100000, KeepRecentTokens: 4000}
+	if _, err := s.SetCompactionPolicy(ctx, automatic); sessions.Code(err) != codes.FailedPrecondition || sessions.Reason(err) != sessions.ReasonNoSummarizer {
+		t.Fatalf("SetCompactionPolicy with a threshold and no summarizer: %v", err)
+	}
+	if policy, err := s.GetCompactionPolicy(ctx); err != nil || policy != (sessions.CompactionPolicy{}) {
+		t.Fatalf("policy after the refusal = %+v, %v", policy, err)
+	}
+	want := sessions.CompactionPolicy{KeepRecentTokens: 4000}
 	if got, err := s.SetCompactionPolicy(ctx, want); err != nil || got != want {
 		t.Fatalf("SetCompactionPolicy = %+v, %v", got, err)
 	}

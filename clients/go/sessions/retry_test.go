@@ -569,7 +569,7 @@ func TestRetryTransportFailureByMethod(t *testing.T) {
 			return err
 		}},
 		{"SetCompactionPolicy", true, func(ctx context.Context, _ *sessions.Client, s *sessions.Session) error {
-			_, err := s.SetCompactionPolicy(ctx, sessions.CompactionPolicy{ThresholdTokens: 1000})
+			_, err := s.SetCompactionPolicy(ctx, sessions.CompactionPolicy{KeepRecentTokens: 1000})
 			return err
 		}},
 		{"ClearMessages", false, func(ctx context.Context, _ *sessions.Client, s *sessions.Session) error {

@@ -386,6 +386,13 @@ class Compactor:
         self._service.check_names(object_key, session_id)
         if policy.threshold_tokens < 0 or policy.keep_recent_tokens < 0:
             raise InvalidArgument("policy values must not be negative", field="policy")
+        if policy.threshold_tokens and self._summarizer is None:
+            # Stored, the threshold would never compact anything, and nothing would say so.
+            raise FailedPrecondition(
+                "automatic compaction needs a summarizer on this server (--summarizer-url); nothing was "
+                "stored. A threshold of 0 still stores keep_recent_tokens, which PlanCompaction uses",
+                reason="NO_SUMMARIZER",
+            )
 
         def run(ctx: WriteContext) -> None:
             queries.set_config(ctx.conn, session_id, POLICY_THRESHOLD_KEY, str(policy.threshold_tokens))

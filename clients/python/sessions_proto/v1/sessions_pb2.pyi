@@ -157,7 +157,7 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     ERROR_REASON_NOT_FOUND: _ErrorReason.ValueType  # 11
     """A thing named by id does not exist where an answer needs it (e.g. an attachment hash)."""
     ERROR_REASON_NO_SUMMARIZER: _ErrorReason.ValueType  # 12
-    """Compact was called but the server has no summarizer configured."""
+    """Compact, or a compaction policy with a threshold, on a server with no summarizer configured."""
     ERROR_REASON_UNAUTHENTICATED: _ErrorReason.ValueType  # 13
     """The call carries no valid bearer token."""
     ERROR_REASON_PERMISSION_DENIED: _ErrorReason.ValueType  # 14
@@ -215,7 +215,7 @@ ERROR_REASON_STORAGE_FULL: ErrorReason.ValueType  # 10
 ERROR_REASON_NOT_FOUND: ErrorReason.ValueType  # 11
 """A thing named by id does not exist where an answer needs it (e.g. an attachment hash)."""
 ERROR_REASON_NO_SUMMARIZER: ErrorReason.ValueType  # 12
-"""Compact was called but the server has no summarizer configured."""
+"""Compact, or a compaction policy with a threshold, on a server with no summarizer configured."""
 ERROR_REASON_UNAUTHENTICATED: ErrorReason.ValueType  # 13
 """The call carries no valid bearer token."""
 ERROR_REASON_PERMISSION_DENIED: ErrorReason.ValueType  # 14

@@ -368,7 +368,9 @@ class SessionServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def SetCompactionPolicy(self, request, context):
-        """Sets a session's automatic compaction policy (persisted in the object).
+        """Sets a session's automatic compaction policy (persisted in the object). A threshold needs
+        the server's summarizer: without one it is refused (FAILED_PRECONDITION, NO_SUMMARIZER) and
+        nothing is stored; a threshold of 0 still stores keep_recent_tokens, PlanCompaction's default.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

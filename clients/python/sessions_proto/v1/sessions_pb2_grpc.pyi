@@ -141,7 +141,10 @@ class SessionServiceStub:
     what is no longer there.
     """
     SetCompactionPolicy: _grpc.UnaryUnaryMultiCallable[_sessions_pb2.SetCompactionPolicyRequest, _sessions_pb2.SetCompactionPolicyResponse]
-    """Sets a session's automatic compaction policy (persisted in the object)."""
+    """Sets a session's automatic compaction policy (persisted in the object). A threshold needs
+    the server's summarizer: without one it is refused (FAILED_PRECONDITION, NO_SUMMARIZER) and
+    nothing is stored; a threshold of 0 still stores keep_recent_tokens, PlanCompaction's default.
+    """
     GetCompactionPolicy: _grpc.UnaryUnaryMultiCallable[_sessions_pb2.GetCompactionPolicyRequest, _sessions_pb2.GetCompactionPolicyResponse]
     """Reads a session's automatic compaction policy."""
     SearchMessages: _grpc.UnaryStreamMultiCallable[_sessions_pb2.SearchMessagesRequest, _sessions_pb2.SearchMessagesResponse]
@@ -279,7 +282,10 @@ class SessionServiceAsyncStub(SessionServiceStub):
     what is no longer there.
     """
     SetCompactionPolicy: _aio.UnaryUnaryMultiCallable[_sessions_pb2.SetCompactionPolicyRequest, _sessions_pb2.SetCompactionPolicyResponse]  # type: ignore[assignment]
-    """Sets a session's automatic compaction policy (persisted in the object)."""
+    """Sets a session's automatic compaction policy (persisted in the object). A threshold needs
+    the server's summarizer: without one it is refused (FAILED_PRECONDITION, NO_SUMMARIZER) and
+    nothing is stored; a threshold of 0 still stores keep_recent_tokens, PlanCompaction's default.
+    """
     GetCompactionPolicy: _aio.UnaryUnaryMultiCallable[_sessions_pb2.GetCompactionPolicyRequest, _sessions_pb2.GetCompactionPolicyResponse]  # type: ignore[assignment]
     """Reads a session's automatic compaction policy."""
     SearchMessages: _aio.UnaryStreamMultiCallable[_sessions_pb2.SearchMessagesRequest, _sessions_pb2.SearchMessagesResponse]  # type: ignore[assignment]
@@ -540,7 +546,10 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _sessions_pb2.SetCompactionPolicyRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_sessions_pb2.SetCompactionPolicyResponse, _abc.Awaitable[_sessions_pb2.SetCompactionPolicyResponse]]:
-        """Sets a session's automatic compaction policy (persisted in the object)."""
+        """Sets a session's automatic compaction policy (persisted in the object). A threshold needs
+        the server's summarizer: without one it is refused (FAILED_PRECONDITION, NO_SUMMARIZER) and
+        nothing is stored; a threshold of 0 still stores keep_recent_tokens, PlanCompaction's default.
+        """
 
     @_abc_1.abstractmethod
     def GetCompactionPolicy(

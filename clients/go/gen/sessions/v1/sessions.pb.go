@@ -239,7 +239,7 @@ const (
 	ErrorReason_ERROR_REASON_STORAGE_FULL ErrorReason = 10
 	// A thing named by id does not exist where an answer needs it (e.g. an attachment hash).
 	ErrorReason_ERROR_REASON_NOT_FOUND ErrorReason = 11
-	// Compact was called but the server has no summarizer configured.
+	// Compact, or a compaction policy with a threshold, on a server with no summarizer configured.
 	ErrorReason_ERROR_REASON_NO_SUMMARIZER ErrorReason = 12
 	// The call carries no valid bearer token.
 	ErrorReason_ERROR_REASON_UNAUTHENTICATED ErrorReason = 13

@@ -153,7 +153,9 @@ type SessionServiceClient interface {
 	// summary is made, it plans and summarizes again (three tries) rather than store a summary of
 	// what is no longer there.
 	Compact(ctx context.Context, in *CompactRequest, opts ...grpc.CallOption) (*CompactResponse, error)
-	// Sets a session's automatic compaction policy (persisted in the object).
+	// Sets a session's automatic compaction policy (persisted in the object). A threshold needs
+	// the server's summarizer: without one it is refused (FAILED_PRECONDITION, NO_SUMMARIZER) and
+	// nothing is stored; a threshold of 0 still stores keep_recent_tokens, PlanCompaction's default.
 	SetCompactionPolicy(ctx context.Context, in *SetCompactionPolicyRequest, opts ...grpc.CallOption) (*SetCompactionPolicyResponse, error)
 	// Reads a session's automatic compaction policy.
 	GetCompactionPolicy(ctx context.Context, in *GetCompactionPolicyRequest, opts ...grpc.CallOption) (*GetCompactionPolicyResponse, error)
@@ -701,7 +703,9 @@ type SessionServiceServer interface {
 	// summary is made, it plans and summarizes again (three tries) rather than store a summary of
 	// what is no longer there.
 	Compact(context.Context, *CompactRequest) (*CompactResponse, error)
-	// Sets a session's automatic compaction policy (persisted in the object).
+	// Sets a session's automatic compaction policy (persisted in the object). A threshold needs
+	// the server's summarizer: without one it is refused (FAILED_PRECONDITION, NO_SUMMARIZER) and
+	// nothing is stored; a threshold of 0 still stores keep_recent_tokens, PlanCompaction's default.
 	SetCompactionPolicy(context.Context, *SetCompactionPolicyRequest) (*SetCompactionPolicyResponse, error)
 	// Reads a session's automatic compaction policy.
 	GetCompactionPolicy(context.Context, *GetCompactionPolicyRequest) (*GetCompactionPolicyResponse, error)

@@ -3134,7 +3134,7 @@ export enum ErrorReason {
   NOT_FOUND = 11,
 
   /**
-   * Compact was called but the server has no summarizer configured.
+   * Compact, or a compaction policy with a threshold, on a server with no summarizer configured.
    *
    * @generated from enum value: ERROR_REASON_NO_SUMMARIZER = 12;
    */
@@ -3618,7 +3618,9 @@ export const SessionService: GenService<{
     output: typeof CompactResponseSchema;
   },
   /**
-   * Sets a session's automatic compaction policy (persisted in the object).
+   * Sets a session's automatic compaction policy (persisted in the object). A threshold needs
+   * the server's summarizer: without one it is refused (FAILED_PRECONDITION, NO_SUMMARIZER) and
+   * nothing is stored; a threshold of 0 still stores keep_recent_tokens, PlanCompaction's default.
    *
    * @generated from rpc sessions.v1.SessionService.SetCompactionPolicy
    */
