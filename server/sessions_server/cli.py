@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import os
+
+# gRPC reads this once, as it is imported (below, through the server's modules). Its own log lines
+# under ERROR (a client's GOAWAY, say) tell an operator nothing to act on; set in the environment,
+# GRPC_VERBOSITY still wins.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+
 import argparse
 import asyncio
 import gc
@@ -161,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--summarizer-api-key-env",
         default=ServerConfig.summarizer_api_key_env,
-        help="environment variable holding the summarizer's API key",
+        help=f"environment variable holding the summarizer's API key (default {ServerConfig.summarizer_api_key_env})",
     )
     serve.add_argument(
         "--summarizer-timeout-seconds",
@@ -246,7 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
         "its requests are small, so that callers without a token cannot make the server hold large ones; "
         "with --tokens-file, health on --listen then needs a token (port 0 picks a free one, printed at start)",
     )
-    serve.add_argument("--log-format", choices=("text", "json"), default="text", help="log line format")
+    serve.add_argument("--log-format", choices=("text", "json"), default="text", help="log line format (default text)")
     _add_text_limit_flags(serve)
     feed = FeedSettings()
     serve.add_argument(
@@ -870,7 +877,14 @@ def _send_store(
         with SessionsClient(address, token=token, tls=tls) as client:
             report = import_file(client, object_key, source, replace=replace)
     except (SessionsError, OSError) as exc:
-        print(f"sessions-server import-store: {_call_failure(exc, plaintext=tls is None)}", file=sys.stderr)
+        if isinstance(exc, SessionsError) and exc.reason == "OBJECT_EXISTS":
+            reason = (
+                f"{exc.code.name} [OBJECT_EXISTS]: {address} already holds object {object_key!r}: nothing was "
+                "changed; check it, then import again with --replace to overwrite it"
+            )
+        else:
+            reason = _call_failure(exc, plaintext=tls is None)
+        print(f"sessions-server import-store: {reason}", file=sys.stderr)
         return 1
     print(f"imported {source} as object {object_key!r} on {address}: {report.message_rows} messages")
     return 0

@@ -92,7 +92,8 @@ def test_a_data_directory_has_one_owner_at_a_time(tmp_path: Path) -> None:
         assert sent.stdout == f"imported {source} as object 'imported' on {first.address}: 1 messages\n"
         again = _import_store(source, "imported", "--to", first.address)
         assert again.returncode == 1
-        assert "FAILED_PRECONDITION: the object already exists here (set replace)" in again.stderr
+        assert f"FAILED_PRECONDITION [OBJECT_EXISTS]: {first.address} already holds object 'imported'" in again.stderr
+        assert "import again with --replace to overwrite it" in again.stderr
         assert _import_store(source, "imported", "--to", first.address, "--replace").returncode == 0
         not_a_store = tmp_path / "notes.txt"
         not_a_store.write_text("not SQLite " * 100)

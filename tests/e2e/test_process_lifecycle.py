@@ -144,6 +144,7 @@ def test_the_garbage_collector_stays_off_the_request_path(tmp_path: Path) -> Non
         metrics_port = sock.getsockname()[1]
     server = ServerProcess(tmp_path, "--metrics-listen", f"127.0.0.1:{metrics_port}").start()
     try:
+        assert f", metrics: 127.0.0.1:{metrics_port})" in server.banner  # where to scrape, as it starts
         with SessionsClient(server.address) as client:
             session = client.object("gc-object").session()
             session.append_messages([_message(index, 900) for index in range(100)])  # warm: opens the object

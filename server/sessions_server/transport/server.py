@@ -360,9 +360,10 @@ async def serve(config: ServerConfig, stop: asyncio.Event, on_idle: Callable[[],
     released memory (counted in the metrics)."""
     running = await create_server(config)
     loop = "uvloop" if type(asyncio.get_running_loop()).__module__.startswith("uvloop") else "asyncio"
-    probes = f", probes: {running.probe_address}" if running.probe_address else ""
-    print(f"sessions-server listening on {running.address} (data: {config.data_dir}, loop: {loop}{probes})", flush=True)
-    log.info("listening on %s%s", running.address, probes)
+    ports = f", probes: {running.probe_address}" if running.probe_address else ""
+    ports += f", metrics: {config.metrics_listen}" if config.metrics_listen else ""
+    print(f"sessions-server listening on {running.address} (data: {config.data_dir}, loop: {loop}{ports})", flush=True)
+    log.info("listening on %s%s", running.address, ports)
     if running.authority is not None:
         asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, running.reload_tokens)
     watcher = None
