@@ -368,6 +368,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_text_limit_flags(imp)
     _add_client_tls_flags(imp, "the server of --to")
+    exp = commands.add_parser(
+        "export-store",
+        help="save a consistent copy of an object's SQLite file from a running server (import-store takes it back)",
+        usage="%(prog)s FILE --object-key KEY --from ADDRESS [option ...]",
+    )
+    exp.set_defaults(command_parser=exp)
+    exp.add_argument("file", type=Path, help="where to save the copy (written beside it, then renamed into place)")
+    exp.add_argument("--object-key", required=True, help="the object to copy (it keeps taking writes meanwhile)")
+    exp.add_argument("--from", dest="source", required=True, help="the server holding the object")
+    exp.add_argument("--token", help="bearer token for the server (or SESSIONS_TOKEN)")
+    exp.add_argument("--force", action="store_true", help="overwrite FILE when it exists")
+    _add_client_tls_flags(exp, "the server")
     return parser
 
 
@@ -582,7 +594,9 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
         # The destination would be the source, locked by this very move: every run refused, and
         # the advice (abort-move, then again) led back to the same refusal.
         command.error(f"--from and --to name the same server ({args.source}): an object moves between two servers")
-    if args.command in ("move-object", "abort-move", "import-store"):
+    if args.command == "export-store":
+        _check_object_key(command, args.object_key, MAX_OBJECT_KEY_BYTES)
+    if args.command in ("move-object", "abort-move", "import-store", "export-store"):
         args.tls_config = _client_tls(command, args)
     return args
 
@@ -607,6 +621,8 @@ def main(argv: list[str] | None = None) -> int:
         token = args.token if args.token is not None else sys.stdin.readline().strip()
         print(hash_token(token))
         return 0
+    if args.command == "export-store":
+        return _save_store(args.source, args.object_key, args.file, args.token, force=args.force, tls=args.tls_config)
     if args.command == "import-store":
         if args.address:
             return _send_store(
@@ -715,8 +731,6 @@ def _move_objects(
 ) -> int:
     """Moves each key in turn; a key that fails is reported and the others still move. Exits 1
     when any failed, after a summary naming each with its reason."""
-    import os
-
     from sessions_client import SessionsClient, SessionsError
     from sessions_client.admin import MoveOutcomeUnknown, move_object
 
@@ -796,8 +810,6 @@ def _call_failure(exc: Exception, *, plaintext: bool) -> str:
 
 def _abort_moves(source: str, object_keys: list[str], token: str | None, *, tls: TlsConfig | None = None) -> int:
     """Releases the move lock of each key (AbortMove); exits 1 when a call failed."""
-    import os
-
     from sessions_client import SessionsClient, SessionsError
     from sessions_client.admin import abort_move
 
@@ -867,8 +879,6 @@ def _import_store(source: Path, object_key: str, data_dir: Path, *, replace: boo
 def _send_store(
     source: Path, object_key: str, address: str, token: str | None, *, replace: bool, tls: TlsConfig | None = None
 ) -> int:
-    import os
-
     from sessions_client import SessionsClient, SessionsError
     from sessions_client.admin import import_file
 
@@ -887,6 +897,32 @@ def _send_store(
         print(f"sessions-server import-store: {reason}", file=sys.stderr)
         return 1
     print(f"imported {source} as object {object_key!r} on {address}: {report.message_rows} messages")
+    return 0
+
+
+def _save_store(
+    address: str, object_key: str, target: Path, token: str | None, *, force: bool, tls: TlsConfig | None = None
+) -> int:
+    from sessions_client import SessionsClient, SessionsError
+    from sessions_client.admin import export_file
+
+    token = token or os.environ.get("SESSIONS_TOKEN")
+    try:
+        with SessionsClient(address, token=token, tls=tls) as client:
+            report = export_file(client, object_key, target, overwrite=force)
+    except FileExistsError:
+        print(
+            f"sessions-server export-store: {target} exists: nothing was written; pass --force to overwrite it",
+            file=sys.stderr,
+        )
+        return 1
+    except (SessionsError, OSError) as exc:
+        print(f"sessions-server export-store: {_call_failure(exc, plaintext=tls is None)}", file=sys.stderr)
+        return 1
+    print(
+        f"saved object {object_key!r} from {address} to {target}: "
+        f"{report.size_bytes} bytes, {report.message_rows} messages"
+    )
     return 0
 
 

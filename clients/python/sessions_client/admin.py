@@ -1,11 +1,12 @@
 """Operator tasks: moving an object from one server to another, sending a store file to one,
-erasing one."""
+saving one's file, erasing one."""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
 import itertools
+import os
 import sqlite3
 import tempfile
 import time
@@ -91,6 +92,60 @@ def import_file(
         except grpc.RpcError as error:
             raise SessionsError.from_rpc_error(error) from None
     return ImportReport(object_key, int(imported.size_bytes), int(imported.message_rows))
+
+
+@dataclass(frozen=True)
+class ExportReport:
+    object_key: str
+    path: Path
+    size_bytes: int
+    message_rows: int
+
+
+def export_file(source: SessionsClient, object_key: str, path: str | Path, *, overwrite: bool = False) -> ExportReport:
+    """Saves a consistent copy of an object's SQLite file (ExportObject, without a move lock: the
+    object keeps taking writes) to `path`, which `import_file` or `import-store` take back, here
+    or on another server. The copy is written beside `path` and renamed into place once its
+    SHA-256 matches the server's, so `path` is never left half written. Raises FileExistsError
+    when `path` exists and not `overwrite`, SessionsError (NOT_FOUND for an object the server
+    does not hold; DATA_LOSS when the digest differs) and OSError when `path` cannot be written."""
+    target = Path(path)
+    if target.exists() and not overwrite:
+        raise FileExistsError(f"{target} exists (overwrite it with overwrite=True, or --force)")
+    export = source._stub.ExportObject(
+        pb.ExportObjectRequest(object_key=object_key), metadata=routing_metadata(object_key, source._token)
+    )
+    handle, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
+    os.close(handle)
+    partial = Path(name)
+    try:
+        digest, size, expected = hashlib.sha256(), 0, ""
+        with partial.open("wb") as out:
+            try:
+                for frame in export:
+                    out.write(frame.data)
+                    digest.update(frame.data)
+                    size += len(frame.data)
+                    expected = frame.sha256 or expected
+            except grpc.RpcError as error:
+                raise SessionsError.from_rpc_error(error) from None
+            out.flush()
+            os.fsync(out.fileno())
+        if digest.hexdigest() != expected:
+            raise SessionsError(
+                grpc.StatusCode.DATA_LOSS,
+                f"the copy of {object_key!r} does not match the server's digest; nothing was saved",
+                None,
+                {},
+            )
+        with contextlib.closing(sqlite3.connect(f"file:{partial}?mode=ro", uri=True)) as copy:
+            rows = int(copy.execute("SELECT COUNT(*) FROM cf_agents_session_messages").fetchone()[0])
+        partial.replace(target)
+    except BaseException:
+        typing.cast(typing.Any, export).cancel()
+        partial.unlink(missing_ok=True)
+        raise
+    return ExportReport(object_key, target, size, rows)
 
 
 MOVE_LEASE_SECONDS = 600
