@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import itertools
 import os
 import resource
 from collections.abc import Awaitable, Callable, Iterator
@@ -30,6 +29,8 @@ def restored_limit() -> Iterator[tuple[int, int]]:
         yield limits
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, limits)
+        while _FILLERS:
+            os.close(_FILLERS.pop())
 
 
 def test_open_objects_are_bounded_by_the_descriptors_the_process_may_have(
@@ -89,17 +90,23 @@ def test_a_read_that_finds_no_descriptor_for_its_connection_asks_for_a_retry(
 def _limit_descriptors_to_those_in_use(limits: tuple[int, int], *, spare: int) -> None:
     """Leaves `spare` descriptors to open. The soft limit bounds descriptor numbers, not their
     count (a new descriptor takes the lowest free number below it), and descriptors an earlier
-    test closed leave free numbers below the highest in use: so the limit goes just above the
-    `spare` lowest free numbers. Counting instead left such a hole open, in a full run only."""
+    test closed leave free numbers below the highest in use: those are filled (until the test
+    ends), so that the `spare` numbers above the highest are the only ones left, and those a
+    test closes come back below the limit. Counting instead left such holes open, in a full run
+    only."""
     gc.collect()  # descriptors only garbage holds would be freed, and taken, mid-test
     listing = os.open("/proc/self/fd", os.O_RDONLY | os.O_DIRECTORY)
     try:
-        in_use = {int(name) for name in os.listdir(listing)} - {listing}
+        highest = max(int(name) for name in os.listdir(listing) if int(name) != listing)
     finally:
         os.close(listing)
-    free = (number for number in itertools.count() if number not in in_use)
-    limit = next(itertools.islice(free, spare, None))
-    resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limits[1]))
+    while (filler := os.open(os.devnull, os.O_RDONLY)) < highest:
+        _FILLERS.append(filler)
+    os.close(filler)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (highest + 1 + spare, limits[1]))
+
+
+_FILLERS: list[int] = []  # descriptors holding free numbers below the limit, closed after each test
 
 
 def _with_registry(
