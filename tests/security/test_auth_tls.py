@@ -23,6 +23,7 @@ from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
 from sessions_server.config import ServerConfig
 from sessions_server.domain.limits import Limits
 from sessions_server.storage.paths import object_path
+from sessions_server.transport import certificates
 from sessions_server.transport.auth import hash_token
 from tests.conftest import LiveServer, start_server
 from tests.reliability.support import wait_until
@@ -322,7 +323,15 @@ def _install(source: Path, target: Path) -> None:
     staged.replace(target)
 
 
-def test_a_renewed_certificate_is_served_to_new_connections_without_a_restart(tmp_path: Path, pki: Path) -> None:
+def _served_soon(address: str, pki: Path, cert: Path) -> bool:
+    """Whether new connections get `cert` within a few handshakes: the first after a change
+    starts reading the files, a later one hands them over."""
+    return wait_until(lambda: _presented_certificate(address, pki) == _der(cert), timeout=30)
+
+
+def test_a_renewed_certificate_is_served_to_new_connections_without_a_restart(
+    tmp_path: Path, pki: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     first = _server_certificate(pki, tmp_path / "issued", "first")
     renewed = _server_certificate(pki, tmp_path / "issued", "renewed")
     later = _server_certificate(pki, tmp_path / "issued", "later")
@@ -339,18 +348,55 @@ def test_a_renewed_certificate_is_served_to_new_connections_without_a_restart(tm
 
             _install(renewed[0], cert)
             _install(renewed[1], key)
-            assert _presented_certificate(server.address, pki) == _der(renewed[0])
+            assert _served_soon(server.address, pki, renewed[0])
             assert before.object("k").session().get_message("m1") == MESSAGE  # its connection goes on
 
             _install(later[0], cert)  # its key not there yet: the pair does not load
+            refused = "TLS files changed but were not taken"
+            assert wait_until(
+                lambda: _presented_certificate(server.address, pki) == _der(renewed[0]) and refused in caplog.text,
+                timeout=30,
+            )
             assert _presented_certificate(server.address, pki) == _der(renewed[0])
             with SessionsClient(server.address, tls=config) as meanwhile:
                 assert meanwhile.object("k").session().get_message("m1") == MESSAGE
 
             _install(later[1], key)
-            assert _presented_certificate(server.address, pki) == _der(later[0])
+            assert _served_soon(server.address, pki, later[0])
             with SessionsClient(server.address, tls=config) as after:
                 assert after.object("k").session().get_message("m1") == MESSAGE
+    finally:
+        server.stop()
+
+
+def test_a_pair_that_failed_to_read_is_read_again_unchanged(
+    tmp_path: Path, pki: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A renewal that writes the key unreadable, then fixes its mode (or a moment out of file
+    descriptors): the files' contents and mtime stay, and the pair was refused for good. Now it
+    is read again after a while (and at once when a chmod or chown changes the files' ctime)."""
+    first = _server_certificate(pki, tmp_path / "issued", "first")
+    renewed = _server_certificate(pki, tmp_path / "issued", "renewed")
+    cert, key = tmp_path / "tls" / "server.pem", tmp_path / "tls" / "server.key"
+    cert.parent.mkdir()
+    _install(first[0], cert)
+    _install(first[1], key)
+    server = start_server(tmp_path / "data", tls_cert=cert, tls_key=key)
+    try:
+        failures = [OSError(f"could not read --tls-key {key}: Permission denied")]
+        read = certificates._read
+
+        def read_failing_once(flag: str, path: Path) -> bytes:
+            if flag == "--tls-key" and failures:
+                raise failures.pop()
+            return read(flag, path)
+
+        monkeypatch.setattr(certificates, "_read", read_failing_once)
+        monkeypatch.setattr(certificates, "RETRY_SECONDS", 0.5)
+        _install(renewed[0], cert)
+        _install(renewed[1], key)
+        assert _served_soon(server.address, pki, renewed[0])
+        assert failures == []  # it did fail once, and was read again with nothing changed
     finally:
         server.stop()
 

@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from sessions_server.domain.errors import LimitExceeded
+from sessions_server.domain.objects import ObjectAdmin
 from sessions_server.storage import fdlimit
 from sessions_server.storage.registry import ObjectRegistry
 from sessions_server.storage.rows import OutOfDescriptors
@@ -83,6 +85,25 @@ def test_a_read_that_finds_no_descriptor_for_its_connection_asks_for_a_retry(
                 await store.read(lambda conn: conn.execute("SELECT 1").fetchone())
             resource.setrlimit(resource.RLIMIT_NOFILE, restored_limit)
             assert await store.read(lambda conn: conn.execute("SELECT 1").fetchone()) == (1,)
+
+    _with_registry(tmp_path, restored_limit, scenario)
+
+
+def test_an_export_that_finds_no_descriptor_is_refused_as_a_busy_server(
+    restored_limit: tuple[int, int], tmp_path: Path
+) -> None:
+    """As every other call's open: RESOURCE_EXHAUSTED / SERVER_BUSY, which the clients retry
+    (a move's first step among them), not UNAVAILABLE / STORAGE_FAILURE."""
+
+    async def scenario(registry: ObjectRegistry) -> None:
+        async with registry.use("k") as store:
+            await store.write(lambda ctx: None)
+        await registry.close_all()
+        _limit_descriptors_to_those_in_use(restored_limit, spare=1)
+        with pytest.raises(LimitExceeded) as refused:
+            async for _ in ObjectAdmin(registry).export("k", lock_for_move=True, lease_seconds=0):
+                pass
+        assert refused.value.reason == "SERVER_BUSY"
 
     _with_registry(tmp_path, restored_limit, scenario)
 

@@ -79,16 +79,15 @@ def storage_failure(message: str, *, out_of_space: bool) -> SessionsError:
     return StorageFailure(message)
 
 
-def file_of_another_object(relative_path: str, recorded_key: str, object_key: str) -> FailedPrecondition:
+def file_of_another_object(relative_path: str) -> FailedPrecondition:
     """The answer to an object whose file records another key: one copied or restored to this
     key's path by hand. Neither key's calls may use it (they would mix two objects); an operator
-    moves it to where it belongs."""
-    shown = recorded_key if len(recorded_key) <= 120 else recorded_key[:120] + "..."
+    moves it to where it belongs. Which key it records is not said: the caller's grant may not
+    cover that key."""
     return FailedPrecondition(
-        f"the object's file ({relative_path}) holds object {shown!r}, not this one: it was copied or "
-        "restored to this key's path by hand. Nothing was read or written: on the server, move the file "
+        f"the object's file ({relative_path}) records another object's key: it was copied or restored to "
+        "this key's path by hand. Nothing was read from it or written to it: on the server, move the file "
         "(with any -wal file) to its own key's path or out of the data directory, or erase this key "
         "(DeleteObject with erase) to remove it",
         file=relative_path,
-        recorded_object_key=shown,
     )

@@ -26,7 +26,9 @@ from sessions_server.domain import keys, limits
 from sessions_server.domain.errors import (
     FailedPrecondition,
     InvalidArgument,
+    LimitExceeded,
     NotFound,
+    SessionsError,
     Unavailable,
     file_of_another_object,
     storage_failure,
@@ -37,7 +39,7 @@ from sessions_server.storage import datadir, files
 from sessions_server.storage.moved import MovedObjects
 from sessions_server.storage.paths import is_object_file_name, object_file_name, object_path
 from sessions_server.storage.registry import ObjectRegistry
-from sessions_server.storage.rows import StorageError, is_out_of_space
+from sessions_server.storage.rows import OutOfDescriptors, StorageError, StoreClosed, is_out_of_space
 from sessions_server.storage.schema import ObjectKeyConflict
 from sessions_server.storage.store import ObjectStore
 
@@ -224,15 +226,22 @@ class ObjectAdmin:
         try:
             async with self._registry.use_existing(object_key, again) as store:
                 yield store
-        except ObjectKeyConflict as exc:
-            raise self.file_of_another_object(exc) from None
-        except StorageError as exc:
-            raise storage_failure(str(exc), out_of_space=exc.out_of_space) from None
+        except (StorageError, ObjectKeyConflict) as exc:
+            raise self.open_failure(exc) from None
 
-    def file_of_another_object(self, conflict: ObjectKeyConflict) -> FailedPrecondition:
-        path = conflict.path or object_path(self.data_dir, conflict.object_key)
-        log.warning("%s records object key %r, not %r: left alone", path, conflict.recorded_key, conflict.object_key)
-        return file_of_another_object(str(path.relative_to(self.data_dir)), conflict.recorded_key, conflict.object_key)
+    def open_failure(self, exc: StorageError | ObjectKeyConflict) -> SessionsError:
+        """The answer to a store failing as it is opened or used: whatever a call was doing,
+        the same failure gets the same code and reason."""
+        if isinstance(exc, StoreClosed):
+            return Unavailable(f"{exc} (replaced or removed, or the server stopping); retry", reason="OBJECT_MOVING")
+        if isinstance(exc, OutOfDescriptors):  # refused before anything was done, as a busy server refuses
+            return LimitExceeded(str(exc), reason="SERVER_BUSY")
+        if isinstance(exc, ObjectKeyConflict):
+            path = exc.path or object_path(self.data_dir, exc.object_key)
+            # The key the file records stays in the log: the caller's token may not grant it.
+            log.warning("%s records object key %r, not %r: left alone", path, exc.recorded_key, exc.object_key)
+            return file_of_another_object(str(path.relative_to(self.data_dir)))
+        return storage_failure(str(exc), out_of_space=exc.out_of_space)
 
     def _release(self, object_key: str, lock: _MoveLock) -> None:
         """Drops `lock`, if it is still the object's (not another export's since)."""

@@ -35,7 +35,6 @@ from sessions_server.domain.errors import (
     SessionsError,
     StorageFailure,
     Unavailable,
-    storage_failure,
 )
 from sessions_server.domain.history import WINDOW_BYTES, WINDOW_ROWS, RecentSummary
 from sessions_server.domain.imports import Importer
@@ -57,13 +56,11 @@ from sessions_server.storage.feed import COUNTER_LIMIT, ChangeEvent, FeedClosed,
 from sessions_server.storage.registry import ObjectRegistry
 from sessions_server.storage.rows import (
     NewRow,
-    OutOfDescriptors,
     Parent,
     PathStat,
     QueryInterrupted,
     QueryRejected,
     StorageError,
-    StoreClosed,
     StoredRowUnreadable,
     UpdateOutcome,
 )
@@ -227,16 +224,8 @@ class SessionsService:
                 if writing and store is not None and store.cached_file_bytes() > self.limits.max_object_bytes:
                     raise exceeded("the object is full", "max_object_bytes", self.limits.max_object_bytes, "bytes")
                 yield store
-        except StoreClosed as exc:
-            raise Unavailable(
-                f"{exc} (replaced or removed, or the server stopping); retry", reason="OBJECT_MOVING"
-            ) from exc
-        except OutOfDescriptors as exc:  # refused before anything was done, as a busy server refuses
-            raise LimitExceeded(str(exc), reason="SERVER_BUSY") from exc
-        except StorageError as exc:
-            raise storage_failure(str(exc), out_of_space=exc.out_of_space) from exc
-        except ObjectKeyConflict as exc:
-            raise self.objects.file_of_another_object(exc) from None
+        except (StorageError, ObjectKeyConflict) as exc:
+            raise self.objects.open_failure(exc) from exc
         except StoredRowUnreadable as exc:
             raise FailedPrecondition(str(exc), reason="INVALID_MESSAGE") from exc
 

@@ -157,6 +157,8 @@ def initialize(conn: sqlite3.Connection, object_key: str) -> None:
     names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
     if not names:
         conn.execute(f"PRAGMA page_size = {NEW_FILE_PAGE_SIZE}")
+    elif "_sessions_meta" in names:
+        _check_object_key(conn, object_key, record=False)  # before anything changes another object's file
     configure_connection(conn)
     if names >= EXPECTED_OBJECTS and _is_current(conn, object_key):
         return  # an object this service opened before: nothing to create, lift or check
@@ -200,10 +202,13 @@ def _add_content_hash_column(conn: sqlite3.Connection) -> None:
         conn.execute("ALTER TABLE cf_agents_session_messages ADD COLUMN content_hash TEXT")
 
 
-def _check_object_key(conn: sqlite3.Connection, object_key: str) -> None:
+def _check_object_key(conn: sqlite3.Connection, object_key: str, *, record: bool = True) -> None:
+    """Raises ObjectKeyConflict when the file records another key; records `object_key` when it
+    records none and `record`."""
     row = conn.execute("SELECT value FROM _sessions_meta WHERE key = 'object_key'").fetchone()
     if row is None:
-        conn.execute("INSERT INTO _sessions_meta (key, value) VALUES ('object_key', ?)", (object_key,))
+        if record:
+            conn.execute("INSERT INTO _sessions_meta (key, value) VALUES ('object_key', ?)", (object_key,))
     elif row[0] != object_key:
         raise ObjectKeyConflict(str(row[0]), object_key)
 

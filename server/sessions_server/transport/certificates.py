@@ -1,12 +1,15 @@
 """The server's TLS certificate, key and client CA, read again when their files change.
 
 gRPC asks for the certificate configuration at each new connection's handshake (the fetcher of
-`dynamic_ssl_server_credentials`, called on one of gRPC's own threads). The files are looked at
-then: a renewed certificate (cert-manager rewriting a mounted Secret, a cron job's renewal) is
-served to new connections without a restart, and connections already open keep the one they
-began with. gRPC checks a configuration only as a handshake uses it, so a pair that does not
-load here (a key not matching its certificate, a file half written) is not handed over: the
-previous pair stays in use, a warning says why, and the files are tried again once they change.
+`dynamic_ssl_server_credentials`, called on one of gRPC's own threads). The fetcher only looks at
+the files' metadata: when they changed, a thread of its own reads and checks them, and a later
+handshake hands the result over. A renewed certificate (cert-manager rewriting a mounted Secret,
+a cron job's renewal) is so served to new connections without a restart, while connections
+already open keep the one they began with; and no handshake, nor the server's shutdown, waits
+for the files to be read (a slow or hung file system). gRPC checks a configuration only as a
+handshake uses it, so a pair that does not load here (a key not matching its certificate, a file
+half written or not readable yet) is not handed over: the previous pair stays in use, a warning
+says why, and the files are tried again once they change, or after `RETRY_SECONDS`.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import logging
 import os
 import ssl
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +26,9 @@ import grpc
 
 log = logging.getLogger("sessions.transport")
 
-_Signature = tuple[tuple[int, int, int], ...]
+RETRY_SECONDS = 30.0  # a refused pair is read again after this long, changed or not
+
+_Signature = tuple[tuple[int, ...], ...]
 
 
 class CertificateFiles:
@@ -32,9 +38,12 @@ class CertificateFiles:
         self._paths = [("--tls-cert", cert), ("--tls-key", key)]
         if client_ca is not None:
             self._paths.append(("--tls-client-ca", client_ca))
-        self._lock = threading.Lock()
-        self._served: _Signature = ()
+        self._lock = threading.Lock()  # held for a few assignments, never while files are read
+        self._served: _Signature = ()  # the files as read for the configuration in use (or ready)
         self._refused: _Signature = ()
+        self._retry_at = 0.0
+        self._loading = False
+        self._ready: grpc.ServerCertificateConfiguration | None = None
 
     def credentials(self) -> grpc.ServerCredentials:
         """Server credentials serving the files as they are now, then as they change. Raises
@@ -50,39 +59,52 @@ class CertificateFiles:
         )
 
     def _fetch(self) -> grpc.ServerCertificateConfiguration | None:
-        """gRPC's fetcher: a new configuration when the files changed and load, else None (the
-        current one stays). Never raises: an exception here would fail the handshake."""
+        """gRPC's fetcher: a configuration read since the last handshake, else None (the current
+        one stays), starting a read when the files changed. Never raises: an exception here
+        would fail the handshake."""
         try:
             with self._lock:
+                ready, self._ready = self._ready, None
+                if ready is not None or self._loading:
+                    return ready
                 signature = self._signature()
-                if signature in (self._served, self._refused):
+                if signature == self._served or (signature == self._refused and time.monotonic() < self._retry_at):
                     return None
-                try:
-                    configuration = self._load()
-                except OSError as exc:
-                    self._refused = signature
-                    log.warning("TLS files changed but were not taken (the previous ones stay in use): %s", exc)
-                    return None
-                if self._signature() != signature:
-                    return None  # changed again while being read: the next handshake looks again
-                self._served = signature
-            log.info("TLS certificate reloaded from %s", self._paths[0][1])
-            return configuration
+                self._loading = True
+            threading.Thread(target=self._read_changed, args=(signature,), name="tls-reload", daemon=True).start()
         except Exception:
             log.exception("could not check the TLS files; the previous ones stay in use")
-            return None
+        return None
+
+    def _read_changed(self, signature: _Signature) -> None:
+        configuration = None
+        try:
+            configuration = self._load()
+            if self._signature() != signature:
+                configuration = None  # changed again while being read: the next handshake looks again
+        except Exception as exc:
+            log.warning("TLS files changed but were not taken (the previous ones stay in use): %s", exc)
+            with self._lock:
+                self._refused, self._retry_at = signature, time.monotonic() + RETRY_SECONDS
+        with self._lock:
+            self._loading = False
+            if configuration is not None:
+                self._ready, self._served = configuration, signature
+        if configuration is not None:
+            log.info("TLS certificate read again from %s; new connections get it", self._paths[0][1])
 
     def _signature(self) -> _Signature:
-        """What identifies the files' current contents without reading them (a replaced file,
-        or a symlink pointed elsewhere as a Secret volume's update does, has another inode)."""
-        stats = []
+        """What identifies the files' current contents and access without reading them (a
+        replaced file, or a symlink pointed elsewhere as a Secret volume's update does, has
+        another inode; a chmod or chown changes the ctime)."""
+        stats: list[tuple[int, ...]] = []
         for _, path in self._paths:
             try:
                 found = os.stat(path)
             except OSError:
-                stats.append((0, 0, 0))
+                stats.append((0,))
             else:
-                stats.append((found.st_ino, found.st_mtime_ns, found.st_size))
+                stats.append((found.st_dev, found.st_ino, found.st_mtime_ns, found.st_ctime_ns, found.st_size))
         return tuple(stats)
 
     def _load(self) -> grpc.ServerCertificateConfiguration:
