@@ -323,6 +323,15 @@ def _install(source: Path, target: Path) -> None:
     staged.replace(target)
 
 
+def _server_renewing(tmp_path: Path, pair: tuple[Path, Path]) -> tuple[LiveServer, Path, Path]:
+    """A TLS server started on copies of `pair` (certificate, key), which a test then replaces."""
+    cert, key = tmp_path / "tls" / "server.pem", tmp_path / "tls" / "server.key"
+    cert.parent.mkdir()
+    _install(pair[0], cert)
+    _install(pair[1], key)
+    return start_server(tmp_path / "data", tls_cert=cert, tls_key=key), cert, key
+
+
 def _served_soon(address: str, pki: Path, cert: Path) -> bool:
     """Whether new connections get `cert` within a few handshakes: the first after a change
     starts reading the files, a later one hands them over."""
@@ -332,14 +341,8 @@ def _served_soon(address: str, pki: Path, cert: Path) -> bool:
 def test_a_renewed_certificate_is_served_to_new_connections_without_a_restart(
     tmp_path: Path, pki: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    first = _server_certificate(pki, tmp_path / "issued", "first")
-    renewed = _server_certificate(pki, tmp_path / "issued", "renewed")
-    later = _server_certificate(pki, tmp_path / "issued", "later")
-    cert, key = tmp_path / "tls" / "server.pem", tmp_path / "tls" / "server.key"
-    cert.parent.mkdir()
-    _install(first[0], cert)
-    _install(first[1], key)
-    server = start_server(tmp_path / "data", tls_cert=cert, tls_key=key)
+    first, renewed, later = (_server_certificate(pki, tmp_path / "issued", n) for n in ("first", "renewed", "later"))
+    server, cert, key = _server_renewing(tmp_path, first)
     try:
         config = TlsConfig(root_certificates=(pki / "ca.pem").read_bytes())
         with SessionsClient(server.address, tls=config) as before:
@@ -375,13 +378,8 @@ def test_a_pair_that_failed_to_read_is_read_again_unchanged(
     """A renewal that writes the key unreadable, then fixes its mode (or a moment out of file
     descriptors): the files' contents and mtime stay, and the pair was refused for good. Now it
     is read again after a while (and at once when a chmod or chown changes the files' ctime)."""
-    first = _server_certificate(pki, tmp_path / "issued", "first")
-    renewed = _server_certificate(pki, tmp_path / "issued", "renewed")
-    cert, key = tmp_path / "tls" / "server.pem", tmp_path / "tls" / "server.key"
-    cert.parent.mkdir()
-    _install(first[0], cert)
-    _install(first[1], key)
-    server = start_server(tmp_path / "data", tls_cert=cert, tls_key=key)
+    first, renewed = (_server_certificate(pki, tmp_path / "issued", name) for name in ("first", "renewed"))
+    server, cert, key = _server_renewing(tmp_path, first)
     try:
         failures = [OSError(f"could not read --tls-key {key}: Permission denied")]
         read = certificates._read

@@ -295,22 +295,28 @@ def _message(message_id: str) -> str:
     return f'{{"id":"{message_id}","role":"user","parts":[{{"type":"text","text":"hello"}}]}}'
 
 
-def test_an_object_set_aside_twice_keeps_both_copies_each_with_its_own_wal(tmp_path: Path) -> None:
-    """Set aside under its own name, the second copy overwrote the first, and an earlier copy's
-    WAL stayed beside a later file without one: opening it read the earlier rows."""
+def _object_with_a_row_in_its_wal(tmp_path: Path, value: str) -> tuple[Path, Path]:
+    """An object file whose one row (`value` in table t) is in its WAL only, as a crash leaves
+    it; and the set-aside directory."""
     path = object_path(tmp_path / "data", "k")
-    aside = tmp_path / "data" / "set-aside"
     path.parent.mkdir(parents=True)
     with contextlib.closing(sqlite3.connect(path)) as conn:
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA wal_autocheckpoint = 0")
         conn.execute("CREATE TABLE t (v TEXT)")
-        conn.execute("INSERT INTO t VALUES ('first')")
+        conn.execute("INSERT INTO t VALUES (?)", (value,))
         conn.commit()
         wal = Path(str(path) + "-wal").read_bytes()
         before = path.read_bytes()
-    path.write_bytes(before)  # as a crash leaves it: the row in the WAL only
+    path.write_bytes(before)  # the closing connection checkpointed: put the file back as it was
     Path(str(path) + "-wal").write_bytes(wal)
+    return path, tmp_path / "data" / "set-aside"
+
+
+def test_an_object_set_aside_twice_keeps_both_copies_each_with_its_own_wal(tmp_path: Path) -> None:
+    """Set aside under its own name, the second copy overwrote the first, and an earlier copy's
+    WAL stayed beside a later file without one: opening it read the earlier rows."""
+    path, aside = _object_with_a_row_in_its_wal(tmp_path, "first")
     first = files.set_object_files_aside(path, aside)
     with contextlib.closing(sqlite3.connect(path)) as conn:  # the key's second file: no WAL left
         conn.execute("CREATE TABLE t (v TEXT)")
@@ -329,19 +335,7 @@ def test_a_set_aside_cut_short_between_its_renames_keeps_the_wals_commits(
 ) -> None:
     """A crash after the WAL was moved and before the file was left the file without its
     latest commits; the next start set it aside under another name, parted from them."""
-    path = object_path(tmp_path / "data", "k")
-    aside = tmp_path / "data" / "set-aside"
-    path.parent.mkdir(parents=True)
-    with contextlib.closing(sqlite3.connect(path)) as conn:
-        conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute("PRAGMA wal_autocheckpoint = 0")
-        conn.execute("CREATE TABLE t (v TEXT)")
-        conn.execute("INSERT INTO t VALUES ('in the wal')")
-        conn.commit()
-        wal = Path(str(path) + "-wal").read_bytes()
-        before = path.read_bytes()
-    path.write_bytes(before)  # as a crash leaves it: the row in the WAL only
-    Path(str(path) + "-wal").write_bytes(wal)
+    path, aside = _object_with_a_row_in_its_wal(tmp_path, "in the wal")
 
     replace = Path.replace
 
