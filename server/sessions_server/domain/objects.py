@@ -222,7 +222,7 @@ class ObjectAdmin:
     async def _stored(self, object_key: str, again: Callable[[], None]) -> AsyncIterator[ObjectStore | None]:
         """The object's store, None when it has no file here (never an open that creates: an
         erase can take the object away while this waits); a file that fails to open is
-        answered as a write's storage failure is."""
+        answered as any call's (`open_failure`)."""
         try:
             async with self._registry.use_existing(object_key, again) as store:
                 yield store
