@@ -433,6 +433,7 @@ def test_tls_flags_that_cannot_work_are_refused(
         ["abort-move", "--from", "127.0.0.1:1", "--object-key", "k"],
         ["move-object", "--from", "127.0.0.1:1", "--to", "127.0.0.1:2", "--object-key", "k"],
         ["import-store", "store.sqlite", "--object-key", "k", "--to", "127.0.0.1:1"],
+        ["export-store", "saved.sqlite", "--object-key", "k", "--from", "127.0.0.1:1"],
     ):
         line = _parse_error([*command, *argv], capsys)
         assert line.startswith(f"sessions-server {command[0]}: error: {expected}"), line

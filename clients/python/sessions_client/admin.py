@@ -112,13 +112,16 @@ def export_file(source: SessionsClient, object_key: str, path: str | Path, *, ov
     target = Path(path)
     if target.exists() and not overwrite:
         raise FileExistsError(f"{target} exists (overwrite it with overwrite=True, or --force)")
-    export = source._stub.ExportObject(
-        pb.ExportObjectRequest(object_key=object_key), metadata=routing_metadata(object_key, source._token)
-    )
+    if not target.parent.is_dir():
+        raise FileNotFoundError(f"{target.parent} is not a directory: nothing was exported")
     handle, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
     os.close(handle)
     partial = Path(name)
+    export: typing.Any = None
     try:
+        export = source._stub.ExportObject(
+            pb.ExportObjectRequest(object_key=object_key), metadata=routing_metadata(object_key, source._token)
+        )
         digest, size, expected = hashlib.sha256(), 0, ""
         with partial.open("wb") as out:
             try:
@@ -141,8 +144,14 @@ def export_file(source: SessionsClient, object_key: str, path: str | Path, *, ov
         with contextlib.closing(sqlite3.connect(f"file:{partial}?mode=ro", uri=True)) as copy:
             rows = int(copy.execute("SELECT COUNT(*) FROM cf_agents_session_messages").fetchone()[0])
         partial.replace(target)
+        directory = os.open(target.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)  # the rename, not only the bytes, outlives a crash
+        finally:
+            os.close(directory)
     except BaseException:
-        typing.cast(typing.Any, export).cancel()
+        if export is not None:
+            export.cancel()
         partial.unlink(missing_ok=True)
         raise
     return ExportReport(object_key, target, size, rows)
