@@ -237,7 +237,7 @@ class ObjectAdmin:
         if isinstance(exc, OutOfDescriptors):  # refused before anything was done, as a busy server refuses
             return LimitExceeded(str(exc), reason="SERVER_BUSY")
         if isinstance(exc, ObjectKeyConflict):
-            path = exc.path or object_path(self.data_dir, exc.object_key)
+            path = object_path(self.data_dir, exc.object_key)
             # The key the file records stays in the log: the caller's token may not grant it.
             log.warning("%s records object key %r, not %r: left alone", path, exc.recorded_key, exc.object_key)
             return file_of_another_object(str(path.relative_to(self.data_dir)))

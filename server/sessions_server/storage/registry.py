@@ -28,7 +28,6 @@ from sessions_server.storage import fdlimit
 from sessions_server.storage.feed import FeedClosed, FeedHub, Feeds, FeedSettings
 from sessions_server.storage.paths import object_path
 from sessions_server.storage.rows import OutOfDescriptors, StorageError
-from sessions_server.storage.schema import ObjectKeyConflict
 from sessions_server.storage.store import ObjectStore, recent_estimate
 
 log = logging.getLogger("sessions.storage")
@@ -187,8 +186,6 @@ class ObjectRegistry:
         else would ever close them, and every later open would fail too."""
         try:
             return await self._open_file(object_key)
-        except ObjectKeyConflict as exc:
-            raise ObjectKeyConflict(exc.recorded_key, object_key, object_path(self.data_dir, object_key)) from None
         except (OSError, sqlite3.Error) as exc:
             if not fdlimit.is_out_of_descriptors(exc, object_path(self.data_dir, object_key)):
                 # A storage failure as any write's (a full disk when the file is made, say), not

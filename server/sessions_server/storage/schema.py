@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from pathlib import Path
 
 from sessions_server.storage.queries import FTS_LOOKUP_DDL
 
@@ -115,11 +114,10 @@ class ObjectKeyConflict(Exception):
     """The file at an object's path records a different object key: it was copied or restored
     there by hand. Serving it would mix two objects, so calls on either key leave it alone."""
 
-    def __init__(self, recorded_key: str, object_key: str, path: Path | None = None) -> None:
+    def __init__(self, recorded_key: str, object_key: str) -> None:
         super().__init__(f"file belongs to object key {recorded_key!r}, not {object_key!r}")
         self.recorded_key = recorded_key
         self.object_key = object_key
-        self.path = path
 
 
 BUSY_TIMEOUT_MS = 10_000  # how long a statement waits for another connection's lock

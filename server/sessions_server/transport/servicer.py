@@ -27,6 +27,7 @@ from sessions_server.domain.errors import InvalidArgument, SessionsError, Unavai
 from sessions_server.domain.history import DEFAULT_BATCH_BYTES, DEFAULT_BATCH_SIZE, BatchMarker, RecentSummary
 from sessions_server.domain.limits import RESPONSE_PAYLOAD_BYTES, exceeded, page_size
 from sessions_server.domain.messages import FieldNames
+from sessions_server.domain.placement import routing_key
 from sessions_server.domain.records import ChangeEvent, Compaction, Parent, Reset
 from sessions_server.domain.service import AppendInput, Progress, SessionsService
 from sessions_server.domain.views import MessageView, pointer_form
@@ -167,7 +168,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                         reason="OBJECT_KEY_MISMATCH",
                         field="object_key",
                     )
-                if self._require_routing_header and raw != (spelled := urllib.parse.quote(object_key, safe="")):
+                if self._require_routing_header and raw != (spelled := routing_key(object_key).decode("ascii")):
                     # A proxy hashes the header's text: another spelling of the same key (`a/b`
                     # for `a%2Fb`, lower-case hex) went to another shard, a second copy there.
                     raise InvalidArgument(
