@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -75,3 +77,60 @@ def test_json_log_lines_carry_a_utc_time_with_milliseconds() -> None:
     assert entry["time"] == "2025-11-24T16:00:00.123Z"
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", entry["time"])
     assert (entry["level"], entry["message"]) == ("WARNING", "disk full")
+
+
+def _logged_by_grpc(failure: BaseException) -> Any:
+    import logging
+
+    try:
+        raise failure
+    except BaseException:
+        exc_info = sys.exc_info()
+    return logging.LogRecord(
+        "grpc._cython.cygrpc",
+        logging.ERROR,
+        __file__,
+        1,
+        "ExecuteBatchError raised in core by servicer method [%s]",
+        ("/sessions.v1.SessionService/GetRecentHistory",),
+        exc_info,
+    )
+
+
+def test_a_status_that_could_not_reach_a_departed_client_is_logged_at_debug_only() -> None:
+    """gRPC logged an ERROR with a traceback when a call's deadline passed just before its status
+    was sent; such a refused status batch is kept at DEBUG, and every other failure stays an ERROR."""
+    import logging
+
+    from grpc._cython import cygrpc
+
+    from sessions_server.transport.metrics import EndedCallFilter
+
+    quiet = EndedCallFilter()
+    core = logging.getLogger("grpc._cython.cygrpc")
+    ended = cygrpc.ExecuteBatchError(
+        'Failed "execute_batch": (<grpc._cython.cygrpc.SendStatusFromServerOperation object at 0x1>,)'
+    )
+    misuse = cygrpc.ExecuteBatchError(
+        "Failed grpc_call_start_batch: 8 with grpc_call_error value: 'GRPC_CALL_ERROR_TOO_MANY_OPERATIONS'"
+    )
+
+    previous = core.level
+    try:
+        core.setLevel(logging.INFO)
+        record = _logged_by_grpc(ended)
+        assert quiet.filter(record) is False
+        core.setLevel(logging.DEBUG)
+        record = _logged_by_grpc(ended)
+        assert quiet.filter(record) is True
+        assert (record.levelname, record.exc_info) == ("DEBUG", None)
+        assert record.getMessage() == (
+            "ExecuteBatchError raised in core by servicer method [/sessions.v1.SessionService/GetRecentHistory]"
+            ": the call ended before its status could be sent"
+        )
+        for kept in (misuse, RuntimeError("SendStatusFromServerOperation")):
+            record = _logged_by_grpc(kept)
+            assert quiet.filter(record) is True
+            assert record.levelname == "ERROR" and record.exc_info is not None
+    finally:
+        core.setLevel(previous)

@@ -226,6 +226,35 @@ class RequestIdFilter(logging.Filter):
         return True
 
 
+GRPC_CORE_LOGGER = "grpc._cython.cygrpc"
+
+
+class EndedCallFilter(logging.Filter):
+    """Keeps at DEBUG what gRPC logs as an ERROR, with a traceback, when a call's status could
+    not be sent because the call had already ended: the handler finished (or failed) just as the
+    client's deadline passed or the client cancelled. The status had nowhere to go and nothing
+    went wrong on the server; an operator paged for it would learn to ignore ERROR lines."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        failure = record.exc_info[1] if record.exc_info else None
+        if failure is None or type(failure).__name__ != "ExecuteBatchError":
+            return True
+        # gRPC names the operations of the refused batch; one holding the status is the call's end.
+        if "SendStatusFromServerOperation" not in str(failure):
+            return True
+        record.msg, record.args = "%s: the call ended before its status could be sent", (record.getMessage(),)
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        record.exc_info, record.exc_text = None, None
+        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+
+
+def quiet_ended_calls() -> None:
+    """Installs `EndedCallFilter` on gRPC's server logger, once per process."""
+    core = logging.getLogger(GRPC_CORE_LOGGER)
+    if not any(isinstance(existing, EndedCallFilter) for existing in core.filters):
+        core.addFilter(EndedCallFilter())
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per log line: time, level, logger, request id, message (and error)."""
 

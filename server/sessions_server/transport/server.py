@@ -33,7 +33,7 @@ from sessions_server.transport.auth import TokenAuthority
 from sessions_server.transport.certificates import CertificateFiles
 from sessions_server.transport.handlers import WrappingRegistrar, generic_handler, refusing_unauthorized
 from sessions_server.transport.idle import run_when_idle
-from sessions_server.transport.metrics import CallMeter, Metrics
+from sessions_server.transport.metrics import CallMeter, Metrics, quiet_ended_calls
 from sessions_server.transport.open_services import (
     MAX_REFLECTION_STREAMS,
     Bounded,
@@ -181,6 +181,7 @@ async def _create_server(config: ServerConfig, lock: DataDirectoryLock) -> Runni
     metrics.searches_running.set_function(lambda: service.search_slots.running)
     metrics.searches_waiting.set_function(lambda: service.search_slots.waiting)
     service.compactor.on_stored = lambda kind: metrics.compactions.labels(kind).inc()
+    quiet_ended_calls()
     server = grpc.aio.server(
         options=[
             ("grpc.max_receive_message_length", config.max_request_bytes),

@@ -1090,5 +1090,8 @@ async def _stream(context: Any, run: Callable[[], AsyncIterator[Resp]], slots: S
         raise
     except Exception as exc:
         if context.cancelled() or context.done() or isinstance(exc, _SendFailed):
-            return  # the client went away mid-write: nothing to report to anyone
+            # The call is over: the client went away mid-write. Ending as cancelled keeps gRPC
+            # from sending a status it can no longer send (a failed first write leaves it
+            # believing the headers unsent, and it logged the refused batch as an ERROR).
+            raise asyncio.CancelledError from exc
         await _abort(context, exc)
