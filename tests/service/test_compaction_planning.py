@@ -124,6 +124,16 @@ def test_twelve_messages_keep_recent_one(session: Any):
     assert plan.prompt == first_prompt("\n\n---\n\n".join(render(m) for m in middle), budget)
 
 
+def test_a_plan_without_a_budget_keeps_the_tail_the_sessions_policy_names(session: Any):
+    """The stored policy's keep_recent_tokens was ignored: a plan kept 20,000 tokens whatever
+    SetCompactionPolicy stored, though a server without a summarizer points users there."""
+    append_turns(session, 0, 12)
+    assert session.plan_compaction() is None  # the default tail holds everything
+    session.set_compaction_policy(0, keep_recent_tokens=1)
+    assert session.plan_compaction() == session.plan_compaction(keep_recent_tokens=1) is not None
+    assert session.plan_compaction(keep_recent_tokens=20_000) is None  # a request's own budget wins
+
+
 def test_keep_recent_tokens_sizes_the_tail(session: Any):
     messages = append_turns(session, 0, 12)
     three = sum(message_tokens(m) for m in messages[9:12])

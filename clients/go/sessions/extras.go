@@ -287,7 +287,7 @@ func (s *Session) ListCompactions(ctx context.Context) ([]Compaction, error) {
 
 // PlanCompaction plans a compaction of the path (the active branch, or WithLeaf) as upstream's
 // createCompactFunction does; planned is false when there is nothing to compact.
-// keepRecentTokens 0 means the server's default (20,000).
+// keepRecentTokens 0 means the session's policy (SetCompactionPolicy), whose own 0 is 20,000.
 func (s *Session) PlanCompaction(ctx context.Context, keepRecentTokens int64, opts ...ReadOption) (plan CompactionPlan, planned bool, err error) {
 	o := newReadOptions(opts)
 	cctx, cancel := s.object.unaryCtx(ctx)

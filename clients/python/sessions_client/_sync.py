@@ -530,7 +530,7 @@ class SessionHandle:
     ) -> CompactionRecord | None:
         """Compacts the branch: with `summarize`, plans on the server, calls your model here and
         stores the overlay (upstream's createCompactFunction); without, the server's summarizer.
-        `keep_recent_tokens` 0: the session's policy (the server's) or, with `summarize`, 20,000."""
+        `keep_recent_tokens` 0: the session's policy (`set_compaction_policy`), whose own 0 is 20,000."""
         if summarize is None:
             request = pb.CompactRequest(
                 object_key=self._key, session_id=self.id, leaf_id=leaf_id or "", keep_recent_tokens=keep_recent_tokens

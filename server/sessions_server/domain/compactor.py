@@ -267,9 +267,10 @@ class Compactor:
         """Plans over the history with overlays applied (a bounded path: at most 10,001 rows).
         The history is read twice: once for what planning needs of each message, once for the
         span's messages, rendered into the prompt as they come. `max_prompt_bytes` (0: none)
-        refuses a longer prompt as soon as its messages are past it (LimitExceeded)."""
+        refuses a longer prompt as soon as its messages are past it (LimitExceeded).
+        `keep_recent_tokens` 0: the session's policy, as `compact` takes it."""
         _check_keep_recent(keep_recent_tokens)
-        keep = keep_recent_tokens or compaction.DEFAULT_KEEP_RECENT_TOKENS
+        keep = keep_recent_tokens or (await self.get_policy(object_key, session_id)).keep_recent
         for _ in range(PLAN_ATTEMPTS):
             stamp = await self._change_stamp(object_key, session_id)  # before the first read
             facts = [

@@ -1962,7 +1962,9 @@ class PlanCompactionRequest(_message.Message):
     leaf_id: _builtins.str
     """The leaf whose path to plan; empty means the active leaf."""
     keep_recent_tokens: _builtins.int
-    """Token budget of the recent tail kept verbatim (0: 20,000)."""
+    """Token budget of the recent tail kept verbatim (0: the session's policy, whose own 0 is
+    20,000; negative refused).
+    """
     def __init__(
         self,
         *,

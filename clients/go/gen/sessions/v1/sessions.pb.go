@@ -3734,7 +3734,8 @@ type PlanCompactionRequest struct {
 	SessionId string `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// The leaf whose path to plan; empty means the active leaf.
 	LeafId string `protobuf:"bytes,3,opt,name=leaf_id,json=leafId,proto3" json:"leaf_id,omitempty"`
-	// Token budget of the recent tail kept verbatim (0: 20,000).
+	// Token budget of the recent tail kept verbatim (0: the session's policy, whose own 0 is
+	// 20,000; negative refused).
 	KeepRecentTokens int64 `protobuf:"varint,4,opt,name=keep_recent_tokens,json=keepRecentTokens,proto3" json:"keep_recent_tokens,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache

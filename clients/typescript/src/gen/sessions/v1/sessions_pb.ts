@@ -1869,7 +1869,8 @@ export type PlanCompactionRequest = Message<"sessions.v1.PlanCompactionRequest">
   leafId: string;
 
   /**
-   * Token budget of the recent tail kept verbatim (0: 20,000).
+   * Token budget of the recent tail kept verbatim (0: the session's policy, whose own 0 is
+   * 20,000; negative refused).
    *
    * @generated from field: int64 keep_recent_tokens = 4;
    */
