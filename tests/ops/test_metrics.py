@@ -62,6 +62,26 @@ def test_fresh_request_ids_are_distinct_and_short() -> None:
     assert all(len(i) == 16 and int(i, 16) >= 0 for i in ids)
 
 
+def test_a_stopped_server_gives_its_metrics_port_back(tmp_path: Path) -> None:
+    """The HTTP endpoint outlived its server: it kept answering for a closed registry, and a
+    server started again in the same process on the same address failed to bind."""
+    import urllib.error
+
+    port = free_port()
+    first = start_server(tmp_path / "data", metrics_listen=f"127.0.0.1:{port}")
+    try:
+        assert "sessions_open_objects" in _scrape(port)
+    finally:
+        first.stop()
+    with pytest.raises(urllib.error.URLError):
+        _scrape(port)
+    second = start_server(tmp_path / "data", metrics_listen=f"127.0.0.1:{port}")
+    try:
+        assert "sessions_open_objects" in _scrape(port)
+    finally:
+        second.stop()
+
+
 def test_json_log_lines_carry_a_utc_time_with_milliseconds() -> None:
     """The time was local, to the second and without a zone: lines of one second could not be
     ordered, nor joined with other services' logs."""

@@ -18,6 +18,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from typing import Any
+from wsgiref.simple_server import WSGIServer
 
 import grpc
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, start_http_server
@@ -34,6 +35,7 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        self._endpoint: WSGIServer | None = None
         GCCollector(registry=self.registry)  # python_gc_collections_total by generation
         # process_resident_memory_bytes, process_open_fds and process_max_fds among them: what
         # the operations guide sizes memory and the open-objects bound by.
@@ -88,8 +90,17 @@ class Metrics:
         )
 
     def serve(self, listen: str) -> None:
+        """Serves the registry over HTTP on `listen` until `close`."""
         host, _, port = listen.rpartition(":")
-        start_http_server(int(port), addr=host or "127.0.0.1", registry=self.registry)
+        self._endpoint, _ = start_http_server(int(port), addr=host or "127.0.0.1", registry=self.registry)
+
+    def close(self) -> None:
+        """Stops the HTTP endpoint and gives its port back (a server stopped in-process, or one
+        whose other ports failed to bind, must not keep answering for a closed registry)."""
+        endpoint, self._endpoint = self._endpoint, None
+        if endpoint is not None:
+            endpoint.shutdown()
+            endpoint.server_close()
 
 
 # A request id is this process's random prefix and a call counter: unique per call, and cheap

@@ -103,6 +103,7 @@ class RunningServer:
         await self.registry.close_all()
         self.executor.shutdown(wait=True)
         self.commit_executor.shutdown(wait=True)
+        self.metrics.close()
         self.data_dir_lock.release()  # last: nothing of this server touches the files any more
 
 
