@@ -5,6 +5,7 @@ run without the hop to the executor, and any other call in flight sends them bac
 from __future__ import annotations
 
 import itertools
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -137,3 +138,32 @@ def test_messages_read_by_id_run_in_place_unless_known_to_be_large(tmp_path: Pat
     finally:
         server.stop()
     assert read_in_place == [[1, 0, 1, 0, 1], [1, 1, 0, 1, 0, 1]]
+
+
+def test_what_an_object_remembers_of_its_large_messages_does_not_grow_with_their_ids(tmp_path: Path) -> None:
+    """Messages with inline media are remembered as large. The memo held their (session id,
+    message id) pairs: 4,096 messages with 16 KiB ids held 66 MiB per open object, outside every
+    memory budget. It holds a fixed-size entry per message, and still knows them."""
+    long_id = "i" * 16_000
+    image = {"type": "file", "mediaType": "image/png", "url": "data:image/png;base64,AAAA"}
+    messages = [{"id": f"{n}-{long_id}", "role": "user", "parts": [image]} for n in range(64)]
+    server = start_server(tmp_path / "data")
+    try:
+        with SessionsClient(server.address) as client:
+            session = client.object("memo").session("s" * 1_000)
+            session.append_messages(messages)
+            store = server.running.registry._open["memo"]
+            known = store.memo["large-messages"]
+            assert len(known) == len(messages)
+            held = sum(_deep_size(entry) for entry in known)
+            assert held < 64 * len(messages), held  # about 32 bytes an entry; the ids are 1 MB
+            before = store.inline_reads
+            assert session.get_message(messages[5]["id"]) == messages[5]
+            assert store.inline_reads == before  # known large: read on a worker thread
+    finally:
+        server.stop()
+
+
+def _deep_size(value: object) -> int:
+    inner = value if isinstance(value, tuple) else ()
+    return sys.getsizeof(value) + sum(_deep_size(item) for item in inner)

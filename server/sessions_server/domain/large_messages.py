@@ -27,14 +27,20 @@ MEMO_KEY: Final = "large-messages"
 # a quarter of a megabyte takes a fraction of a millisecond, so little is lost by sending it to a
 # worker thread too.
 LARGE_CHARS: Final = 1 << 18
-# Entries are (session id, message id) of large messages only, but messages with attachments
-# count too, and a conversation may have many; past this the object stops learning.
+# Entries are of large messages only, but messages with attachments count too, and a
+# conversation may have many; past this the object stops learning. An entry is a hash of the
+# (session id, message id) pair, not the pair: ids may be 16 KiB each, and 4,096 pairs of such
+# ids held 66 MiB per open object. Two pairs sharing a hash cost one read on a worker thread.
 MAX_REMEMBERED: Final = 4096
+
+
+def _entry(session_id: str, message_id: str) -> int:
+    return hash((session_id, message_id))
 
 
 def any_known_large(store: ObjectStore, session_id: str, message_ids: Iterable[str]) -> bool:
     known = store.memo.get(MEMO_KEY)
-    return known is not None and any((session_id, message_id) in known for message_id in message_ids)
+    return known is not None and any(_entry(session_id, message_id) in known for message_id in message_ids)
 
 
 def note_read(store: ObjectStore, session_id: str, message_id: str, json_chars: int) -> None:
@@ -51,6 +57,6 @@ def note_written(store: ObjectStore, session_id: str, rows: Iterable[NewRow | No
 
 
 def _remember(store: ObjectStore, session_id: str, message_id: str) -> None:
-    known: set[tuple[str, str]] = store.memo.setdefault(MEMO_KEY, set())
+    known: set[int] = store.memo.setdefault(MEMO_KEY, set())
     if len(known) < MAX_REMEMBERED:
-        known.add((session_id, message_id))
+        known.add(_entry(session_id, message_id))
