@@ -159,3 +159,63 @@ def test_frames_are_written_read_and_hashed_off_the_event_loop(tmp_path: Path, m
         release.set()
         channel.close()
         server.stop()
+
+
+def test_an_import_is_answered_by_what_it_installed_even_when_an_erase_follows_at_once(tmp_path: Path) -> None:
+    """The import counted the installed file's rows after reopening the object to calls: an
+    erase let in then took the file from under the count, and an import that had installed its
+    file was answered INTERNAL (7 of 200 such pairs here). Each pair starts its erase as the
+    import's last frame leaves, a few calls later each time, to meet the install at its end."""
+    import asyncio
+    import json
+
+    server = start_server(tmp_path / "data")
+
+    async def pairs() -> set[tuple[str, str]]:
+        async with grpc.aio.insecure_channel(server.address) as channel:
+            stub = pb_grpc.SessionServiceStub(channel)
+            for index in range(20):
+                message = json.dumps(_message(f"m{index}", 100))
+                await stub.AppendMessage(pb.AppendMessageRequest(object_key="source", message_json=message))
+            export = stub.ExportObject(pb.ExportObjectRequest(object_key="source"))
+            data = b"".join([frame.data async for frame in export])
+            frame = pb.ImportObjectRequest(data=data, sha256=hashlib.sha256(data).hexdigest())
+            return {await _import_then_erase(stub, f"target{n}", frame, n % 4) for n in range(120)}
+
+    try:
+        outcomes = asyncio.run(pairs())
+    finally:
+        server.stop()
+    assert outcomes == {("imported 20", "erased")}
+
+
+async def _import_then_erase(
+    stub: pb_grpc.SessionServiceStub, key: str, frame: pb.ImportObjectRequest, calls_between: int
+) -> tuple[str, str]:
+    """Imports `frame` as `key`; erases `key` once the frame has left, `calls_between` calls later."""
+    import asyncio
+
+    sent = asyncio.Event()
+
+    async def frames() -> Any:
+        yield pb.ImportObjectRequest(object_key=key, data=frame.data, sha256=frame.sha256)
+        sent.set()
+
+    async def imported() -> str:
+        try:
+            return f"imported {(await stub.ImportObject(frames())).message_rows}"
+        except grpc.aio.AioRpcError as exc:
+            return f"{exc.code().name}: {exc.details()}"
+
+    async def erased() -> str:
+        await sent.wait()
+        for _ in range(calls_between):
+            await stub.GetObjectStats(pb.GetObjectStatsRequest(object_key="source"))
+        try:
+            await stub.DeleteObject(pb.DeleteObjectRequest(object_key=key, erase=True))
+            return "erased"
+        except grpc.aio.AioRpcError as exc:
+            return f"{exc.code().name}: {exc.details()}"
+
+    import_outcome, erase_outcome = await asyncio.gather(imported(), erased())
+    return import_outcome, erase_outcome

@@ -288,7 +288,7 @@ class ObjectAdmin:
                 async with self._registry.closed(object_key):
                     # Kept closed until the file is in place, even if the caller gives up: a
                     # request let in meanwhile would write to the file being replaced.
-                    target = await _finish_in_thread(self._install, partial, object_key, replace)
+                    rows = await _finish_in_thread(self._install, partial, object_key, replace)
             except files.OversizedText as exc:
                 raise InvalidArgument(
                     f"the received file cannot be served here: {exc}; nothing was installed",
@@ -309,7 +309,6 @@ class ObjectAdmin:
             ) from None
         finally:
             partial.unlink(missing_ok=True)
-        rows = await asyncio.to_thread(files.count_message_rows, target)
         return size, rows
 
     # A file's frames are read or written, and hashed, on a worker thread: a write may wait for
@@ -326,14 +325,16 @@ class ObjectAdmin:
         out.write(data)
         digest.update(data)
 
-    def _install(self, partial: Path, object_key: str, replace: bool) -> Path:
+    def _install(self, partial: Path, object_key: str, replace: bool) -> int:
         """Installs a received file, then notes the object is here again (a crash between the
-        two leaves it refused, and the next import replaces it)."""
+        two leaves it refused, and the next import replaces it). Returns its message rows,
+        counted while the object is still closed to calls: an erase let in afterwards would
+        take the file from under the count, and an installed import would be answered as failed."""
         target = files.import_store_file(
             partial, object_key, self.data_dir, replace=replace, text_limits=self._text_limits
         )
         self._moved.forget(object_key)
-        return target
+        return files.count_message_rows(target)
 
     def abort_move(self, object_key: str) -> bool:
         """Releases a move lock; True when one was held (and not yet expired)."""
