@@ -190,3 +190,25 @@ def test_a_burst_of_writes_is_held_to_the_object_size_limit(tmp_path: Path, fill
             assert accepted <= limit // size + 1
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("fill", ["x", "😀"], ids=["ascii", "four-byte"])
+def test_an_import_stream_is_held_to_the_object_size_limit(tmp_path: Path, fill: str) -> None:
+    """Only an import's first message was checked against the limit (as it opened the object):
+    one stream of 300 messages of 100 KB took a 1 MB object to 46 MB. Each message is checked
+    now; those before the refusal stay imported, in order (an import is not all or nothing)."""
+    limit, size = 1_000_000, 100_000
+    server = start_server(tmp_path / "data", limits=Limits(max_object_bytes=limit))
+    messages = [text_message(f"m{i}", fill * (size // len(fill.encode()))) for i in range(300)]
+    try:
+        with SessionsClient(server.address, retry=None) as client:
+            session = client.object("importing").session()
+            with pytest.raises(SessionsError) as full:
+                session.import_messages(messages)  # each parented to the one before
+            assert (full.value.code, full.value.reason) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "LIMIT_EXCEEDED")
+            kept = session.get_history()
+            assert kept == messages[: len(kept)]
+            assert 0 < len(kept) <= limit // size + 1
+            assert client.object("importing").get_object_stats().file_bytes < 2 * limit
+    finally:
+        server.stop()

@@ -10,9 +10,10 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 from sessions_server.domain import large_messages, messages
+from sessions_server.domain.chunking import utf8_length
 from sessions_server.domain.compactor import forget_estimate, note_session_changed
 from sessions_server.domain.errors import FailedPrecondition, InvalidArgument, storage_failure
-from sessions_server.domain.limits import Limits
+from sessions_server.domain.limits import Limits, exceeded
 from sessions_server.storage import queries
 from sessions_server.storage.feed import ChangeEvent
 from sessions_server.storage.rows import NewRow, StorageError
@@ -29,7 +30,7 @@ IMPORTED = messages.FieldNames(text="json", parent_id="parent_id")
 class _ImportChunk:
     """Validated messages waiting to be written together, with their change events."""
 
-    __slots__ = ("created_at_ms", "events", "parents", "rows", "text_chars")
+    __slots__ = ("created_at_ms", "events", "parents", "rows", "text_bytes", "text_chars")
 
     def __init__(self) -> None:
         self.rows: list[NewRow] = []
@@ -37,6 +38,7 @@ class _ImportChunk:
         self.created_at_ms: list[int] = []
         self.events: list[ChangeEvent] = []
         self.text_chars = 0
+        self.text_bytes = 0  # what the file grows by, about: counted against the object's size limit
 
 
 class Importer:
@@ -87,6 +89,10 @@ class Importer:
             ) from None
         if self._store is None:
             self._store = await self._open_store()
+        elif self._store.cached_file_bytes() + self._chunk.text_bytes > self._limits.max_object_bytes:
+            # Checked as each message arrives, as each append is, with what waits to be written:
+            # the object's opening checked only the first, and one stream filled the disk past it.
+            raise exceeded("the object is full", "max_object_bytes", self._limits.max_object_bytes, "bytes")
         large_messages.note_written(self._store, self._session_id, (row,))  # a skipped id: one slower read
         self.received += 1
         chunk = self._chunk
@@ -103,6 +109,7 @@ class Importer:
             )
         )
         chunk.text_chars += len(text)
+        chunk.text_bytes += utf8_length(text)
         full = len(chunk.rows) >= IMPORT_CHUNK_MESSAGES or chunk.text_chars >= IMPORT_CHUNK_CHARS
         self._account_done()
         if full or not self._pending:
@@ -142,7 +149,7 @@ class Importer:
             if inserted and any(inserted):  # committed, whether or not the import's caller is still there
                 forget_estimate(store, session_id)
 
-        future = asyncio.ensure_future(store.write(run, after=noted))
+        future = asyncio.ensure_future(store.write(run, after=noted, grows=chunk.text_bytes))
         future.add_done_callback(self._after_write)
         self._pending.append(future)
 
