@@ -131,6 +131,28 @@ def test_backfill_reads_non_string_texts_as_sqlite_does(pair: Pair) -> None:
         search(pair, query, limit=100)
 
 
+NUL_TEXTS = [
+    [{"type": "text", "text": "a\u0000x nulword"}],
+    [{"type": "text", "text": "\u0000lead word"}, {"type": "text", "text": "tailword"}],
+    [{"type": "text", "text": "\u0000"}],
+    [{"type": "text", "text": "back\\u0000slash nulword"}],
+    [{"type": "text", "text": {"o": "\u0000 nulword"}}, {"type": "text", "text": "x"}],
+]
+
+
+def test_backfill_keeps_text_past_a_nul_character(pair: Pair) -> None:
+    """Our SQLite (3.40) ends a JSON string's SQL value at its first U+0000, upstream's does not:
+    the first search's build indexed "a\u0000x nulword" as "a", and a text starting with one not
+    at all. Written after the build, the same messages are indexed the write path's way."""
+    for prefix in ("b", "w"):
+        for i, parts in enumerate(NUL_TEXTS):
+            pair.append(parts_msg(f"{prefix}{i}", parts))
+        search(pair, "nulword", limit=100)
+        _fts_rows(pair)
+    for query in ("lead", "tailword", "x", "slash", "u0000"):
+        search(pair, query, limit=100)
+
+
 @pytest.mark.parametrize("limit", [1, 2, -1, 100])
 def test_limit(pair: Pair, limit: int) -> None:
     _corpus(pair)

@@ -4,11 +4,13 @@ the lift is complete."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 from pathlib import Path
 from typing import Any
 
+from sessions_server.storage.queries import FTS_DDL
 from tests.service.support import message_rows, open_readonly, text_message
 from tests.storage.upstream_schema import SCHEMA_VERSION_1, SCHEMA_VERSION_KEY, UPSTREAM_DDL, object_file
 
@@ -133,3 +135,23 @@ def test_incomplete_lift_keeps_the_source_and_the_version_unset(client: Any, liv
     rows = {r["id"]: r for r in message_rows(data_dir, object_key)}
     assert rows["m2"]["content"] == content("m2", "a different payload")
     assert {"m1", "m2", "m3"} <= set(rows)
+
+
+def test_the_lift_indexes_legacy_text_past_a_nul_character(client: Any, live_server: Any, object_key: str) -> None:
+    """The lift indexes legacy messages when the file has a search index. Its SQL read a text
+    part as Debian's SQLite 3.40 does, ending it at a U+0000 (upstream's SQLite keeps the rest):
+    "a\\u0000x nulword" was indexed as "a", and searches missed it."""
+    data_dir = Path(live_server.data_dir)
+    path = object_file(data_dir, object_key)
+    write_legacy_store(path)
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        conn.execute(FTS_DDL)
+        conn.execute(
+            "INSERT INTO assistant_messages (id, session_id, parent_id, role, content) VALUES (?, '', 'm3', 'user', ?)",
+            ("nul", content("nul", "a\u0000x nulword")),
+        )
+    session = client.object(object_key).session()
+    assert [hit.id for hit in session.search("nulword")] == ["nul"]
+    with open_readonly(path) as conn:
+        indexed = conn.execute("SELECT content FROM cf_agents_session_fts WHERE id = 'nul'").fetchall()
+    assert [tuple(row) for row in indexed] == [("a\u0000x nulword",)]

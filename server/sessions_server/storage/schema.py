@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 
-from sessions_server.storage.queries import FTS_LOOKUP_DDL
+from sessions_server.storage.queries import FTS_LOOKUP_DDL, message_text_sql, use_json_text_function
 
 # New files get 16 KiB pages: at 4 KiB, upstream's ~1 KB WITHOUT ROWID rows spill to overflow
 # pages (4.7 KB on disk per message, 2-3x slower scans). Page size is not part of the format.
@@ -318,15 +318,14 @@ def _drop_when_copied(conn: sqlite3.Connection, source: str, destination: str, p
 def backfill_fts(conn: sqlite3.Connection) -> None:
     """Indexes message rows that have no FTS row yet (used by the lift when an index exists)."""
     conn.execute(FTS_LOOKUP_DDL)  # one lookup per message below, not a scan of the index
+    use_json_text_function(conn)
+    text = message_text_sql("""CASE WHEN json_valid(m.content) THEN m.content ELSE '{"parts":[]}' END""")
     conn.execute(
-        """INSERT INTO cf_agents_session_fts (id, session_id, role, content)
-           SELECT m.id, m.session_id, m.role, group_concat(json_extract(part.value, '$.text'), ' ')
-           FROM cf_agents_session_messages AS m
-           JOIN json_each(CASE WHEN json_valid(m.content) THEN m.content ELSE '{"parts":[]}' END,
-                          '$.parts') AS part
-           WHERE json_extract(part.value, '$.type') = 'text'
-             AND COALESCE(json_extract(part.value, '$.text'), '') <> ''
-             AND NOT EXISTS (SELECT 1 FROM cf_agents_session_fts_content AS f
-                             WHERE f.c1 = m.session_id AND f.c0 = m.id)
-           GROUP BY m.id, m.session_id, m.role"""
+        f"""INSERT INTO cf_agents_session_fts (id, session_id, role, content)
+           SELECT id, session_id, role, text FROM (
+               SELECT m.id, m.session_id, m.role, {text} AS text
+                 FROM cf_agents_session_messages AS m
+                WHERE NOT EXISTS (SELECT 1 FROM cf_agents_session_fts_content AS f
+                                  WHERE f.c1 = m.session_id AND f.c0 = m.id))
+            WHERE text IS NOT NULL"""
     )

@@ -73,6 +73,7 @@ MESSAGES: list[tuple[str, str, str | None, str | None, str, str | None]] = [
         "2026-01-01 00:00:01",
     ),
     ("a3", "s1", "compaction_c-old", "user", _m("a3", "after the echoed overlay"), "2026-01-01 00:00:02"),
+    ("a4", "s1", "a3", "user", _m("a4", "a\u0000x past a NUL"), "2026-01-01 00:00:03"),
 ]
 COMPACTIONS = [
     ("c-main", "", "summary of m3..m4", "m3", "m4", "2026-01-02 03:05:00"),
