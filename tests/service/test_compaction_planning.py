@@ -185,12 +185,20 @@ def test_previous_overlay_enters_the_prompt_but_never_becomes_from_or_to(session
     assert ids(session.get_history()) == ["m0", "m1", "m2", "compaction_" + record.id, "m10", "m11"]
 
 
-def test_whitespace_summary_stores_nothing(session: Any):
+@pytest.mark.parametrize("blank", [" \n\t ", "\ufeff\u3000"])
+def test_whitespace_summary_stores_nothing(session: Any, blank: str):
+    """Blank as JavaScript's trim() sees it, as upstream's createCompactFunction tests it."""
     append_turns(session, 0, 12)
-    summarize = Recorder(" \n\t ")
+    summarize = Recorder(blank)
     assert session.compact(summarize, keep_recent_tokens=1) is None
     assert len(summarize.prompts) == 1
     assert session.list_compactions() == []
+
+
+def test_a_summary_javascript_does_not_trim_away_is_stored(session: Any):
+    """Python's strip() removes U+0085, which JavaScript's trim() keeps."""
+    append_turns(session, 0, 12)
+    assert session.compact(Recorder("\x85"), keep_recent_tokens=1) is not None
 
 
 def _tool_call(message_id: str, call_id: str) -> dict[str, Any]:

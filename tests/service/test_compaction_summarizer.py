@@ -233,6 +233,22 @@ def test_compact_with_an_empty_summary_stores_nothing(summarizing: Summarizing, 
     assert session.list_compactions() == []
 
 
+@pytest.mark.parametrize(
+    ("summary", "stored"),
+    [("\ufeff \u3000", False), ("\x85", True), ("\x1c", True)],
+    ids=["js-blank", "next-line", "file-separator"],
+)
+def test_a_summary_is_blank_by_javascripts_trim(
+    summarizing: Summarizing, llm: ChatCompletionsStub, summary: str, stored: bool
+):
+    """Upstream drops a summary that JavaScript's trim() empties; Python's strip() kept U+FEFF
+    and dropped U+0085 and U+001C, which JavaScript keeps."""
+    llm.content = summary
+    session = _setup(summarizing, f"trim-{ord(summary[0])}")
+    assert (session.compact(keep_recent_tokens=1) is not None) is stored
+    assert [record.summary for record in session.list_compactions()] == ([summary] if stored else [])
+
+
 def test_compact_keeps_the_recent_tail_the_call_asks_for(summarizing: Summarizing, llm: ChatCompletionsStub):
     """`keep_recent_tokens` on the call (as PlanCompaction takes it) wins over the session's
     policy; the clients sent none, so the server kept the policy's 20,000 tokens and, with all

@@ -334,6 +334,10 @@ func (s *Session) CompactKeeping(ctx context.Context, keepRecentTokens int64, op
 	return compactionOrZero(resp.GetCompaction()), nil
 }
 
+// jsWhitespace is JavaScript's whitespace and line terminators (String.prototype.trim): upstream
+// drops a summary that trims to nothing by these. strings.TrimSpace knows U+0085 and not U+FEFF.
+const jsWhitespace = "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+
 // CompactWith compacts with a summarizer that runs here: it plans on the server, calls
 // summarize with the prompt, and stores the summary (upstream's createCompactFunction) as
 // AddCompaction with FromCompact does, so subscribers see a ChangeCompact event, as after
@@ -348,7 +352,7 @@ func (s *Session) CompactWith(ctx context.Context, summarize func(ctx context.Co
 	if err != nil {
 		return nil, err
 	}
-	if strings.TrimSpace(summary) == "" {
+	if strings.Trim(summary, jsWhitespace) == "" {
 		return nil, nil
 	}
 	record, err := s.AddCompaction(ctx, summary, plan.FromMessageID, plan.ToMessageID, FromCompact())

@@ -20,6 +20,21 @@ from sessions_proto.v1 import sessions_pb2 as pb
 
 Message = dict[str, Any]
 OBJECT_KEY_HEADER: Final = "x-object-key"
+
+# JavaScript's whitespace and line terminators (`String#trim`): upstream drops a summary that
+# trims to nothing by these. Python's `str.strip` knows others (U+001C-U+001F, U+0085) and not
+# U+FEFF.
+JS_WHITESPACE: Final = (
+    "\t\n\x0b\x0c\r \xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
+    "\u2028\u2029\u202f\u205f\u3000\ufeff"
+)
+
+
+def is_blank(summary: str) -> bool:
+    """Whether upstream's createCompactFunction would drop `summary` as empty."""
+    return not summary.strip(JS_WHITESPACE)
+
+
 # A request above this size goes through the client-streaming path, so any server or proxy
 # with default 4 MiB limits accepts it. Pieces of a streamed message are this size too.
 UNARY_LIMIT_BYTES: Final = 3 * 1024 * 1024

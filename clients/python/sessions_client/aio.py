@@ -49,6 +49,7 @@ from sessions_client._common import (
     history_request,
     import_frames,
     import_result,
+    is_blank,
     json_size,
     parent_fields,
     parent_of,
@@ -547,7 +548,7 @@ class SessionHandle:
         if plan is None:
             return None
         summary = await summarize(plan.prompt)
-        if not summary.strip():
+        if is_blank(summary):
             return None
         return await self.add_compaction(summary, plan.from_message_id, plan.to_message_id, from_compact=True)
 
