@@ -46,7 +46,7 @@ def fts_expression(query: str, mode: str, *, max_query_bytes: int = MAX_QUERY_BY
     size = utf8_length(query)
     if size > max_query_bytes:
         raise InvalidArgument(
-            f"query is {size} bytes; the limit is {max_query_bytes} bytes",
+            f"query is {size} bytes; the limit is {max_query_bytes} bytes (max_query_bytes)",
             reason="LIMIT_EXCEEDED",
             field="query",
             limit="max_query_bytes",
