@@ -42,7 +42,7 @@ COLUMNS = [
 ]
 
 
-def _store(path: Path, table: str, column: str, text: str) -> Path:
+def _store(path: Path, table: str, column: str, text: object) -> Path:
     """A store holding ordinary rows in every table, and `text` in `column` of one row of `table`."""
     rows = {
         MESSAGES: {
@@ -102,6 +102,42 @@ def test_a_text_one_byte_past_its_limit_is_refused_and_nothing_installed(
     assert f"its {column} is {LIMIT + 1} bytes; the limit is {LIMIT} bytes (max_{column})" in str(refused.value)
     assert _leftovers(data_dir) == []  # no object, no partial copy
     assert source.read_bytes() == before
+
+
+MISTYPED = [
+    (MESSAGES, "seq", 1.5, "the message with session_id 's', id 'm1': its seq holds a real value", "integer"),
+    (
+        MESSAGES,
+        "created_at",
+        "x",
+        "the message with session_id 's', id 'm1': its created_at holds a text value",
+        "integer",
+    ),
+    (MESSAGES, "content", b"{}", "the message with session_id 's', id 'm1': its content holds a blob value", "text"),
+    (
+        COMPACTIONS,
+        "created_at",
+        "yesterday",
+        "the compaction with session_id 's', id 'c1': its created_at holds a text value",
+        "integer",
+    ),
+    (MEDIA, "bytes", "many", f"the attachment with hash '{'ab' * 32}': its bytes holds a text value", "integer"),
+]
+
+
+@pytest.mark.parametrize(("table", "column", "value", "row", "declared"), MISTYPED)
+def test_a_value_of_another_kind_than_its_column_is_refused_and_nothing_installed(
+    tmp_path: Path, table: str, column: str, value: object, row: str, declared: str
+) -> None:
+    """SQLite checks no column types: a compaction whose created_at was 'yesterday' imported, and
+    then every read of its session failed INTERNAL (a ValueError); chunk data stored as a number
+    read as that many zero bytes."""
+    source = _store(tmp_path / "source.sqlite", table, column, value)
+    data_dir = tmp_path / "data"
+    with pytest.raises(files.MistypedValue) as refused:
+        files.import_store_file(source, "k", data_dir, text_limits=_limits())
+    assert str(refused.value) == f"{row}, where its column declares {declared}"
+    assert _leftovers(data_dir) == []
 
 
 @pytest.mark.parametrize(("table", "column"), COLUMNS)

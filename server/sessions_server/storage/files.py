@@ -54,19 +54,37 @@ class OversizedText(StoreImportError):
         self.limit = limit
 
 
-# How an error names a row of each table the text limits cover: its key columns.
+class MistypedValue(StoreImportError):
+    """A row of the file holds a value of another kind than its column declares (SQLite checks
+    no types): its reads would fail, or read it as something it is not."""
+
+    def __init__(self, row: str, column: str, found: str, declared: str) -> None:
+        super().__init__(f"{row}: its {column} holds {found}, where its column declares {declared}")
+
+
+# How an error names a row of each of the service's tables: its key columns.
 _ROW_KEYS = {
     "cf_agents_session_messages": ("session_id", "id"),
+    "cf_agents_session_message_chunks": ("session_id", "id", "idx"),
     "cf_agents_session_compactions": ("session_id", "id"),
     "cf_agents_session_config": ("session_id", "key"),
     "cf_agents_session_attachment_meta": ("hash",),
+    "cf_agents_session_attachment_chunks": ("hash", "idx"),
+    "cf_agents_session_attachment_refs": ("session_id", "message_id", "hash"),
 }
 _ROW_NOUNS = {
     "cf_agents_session_messages": "message",
+    "cf_agents_session_message_chunks": "continuation row",
     "cf_agents_session_compactions": "compaction",
     "cf_agents_session_config": "config entry",
     "cf_agents_session_attachment_meta": "attachment",
+    "cf_agents_session_attachment_chunks": "attachment chunk",
+    "cf_agents_session_attachment_refs": "attachment reference",
 }
+# The storage class a value of each declared type holds in a file this service or upstream
+# wrote: SQLite's affinity turns an integral number into an INTEGER and a number into TEXT, so
+# anything else was put there by hand (a created_at of 'yesterday', chunk data as text).
+_STORAGE_CLASSES = {"INTEGER": "integer", "TEXT": "text", "BLOB": "blob"}
 QUOTED_KEY_CHARS = 64
 _STORAGE_FAILURES = frozenset({sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR})
 
@@ -105,6 +123,7 @@ def import_store_file(
                 dst.execute("DELETE FROM _sessions_meta WHERE key = 'object_key'")
             schema.initialize(dst, object_key)
             _check_text_sizes(dst, text_limits)
+            _check_column_types(dst)
             _unstamp_mismatched_rows(dst)
             queries.backfill_partial_index(dst)
     except sqlite3.DatabaseError as exc:
@@ -195,6 +214,33 @@ def _check_text_sizes(conn: sqlite3.Connection, limits: Sequence[TextLimit]) -> 
         for index, limit in enumerate(mine):
             if row[index] is not None and row[index] > limit.max_bytes:
                 raise OversizedText(limit, int(row[index]), _describe_row(table, row[len(mine) :]))
+
+
+def _check_column_types(conn: sqlite3.Connection) -> None:
+    """Raises MistypedValue for the first value found of another storage class than its column
+    declares (NULL where the column allows it): one scan of each table."""
+    for table in _ROW_KEYS:
+        columns = [
+            (str(name), _STORAGE_CLASSES[str(declared).upper()], not not_null)
+            for _, name, declared, not_null, _, _ in conn.execute(f"PRAGMA table_info({table})")
+            if str(declared).upper() in _STORAGE_CLASSES
+        ]
+        if not columns:
+            continue
+        wrong = " OR ".join(
+            f"typeof({name}) NOT IN ('{kind}', '{'null' if nullable else kind}')" for name, kind, nullable in columns
+        )
+        found = ", ".join(f"typeof({name})" for name, _, _ in columns)
+        keys = _ROW_KEYS[table]
+        row = conn.execute(f"SELECT {found}, {', '.join(keys)} FROM {table} WHERE {wrong} LIMIT 1").fetchone()
+        if row is None:
+            continue
+        for index, (name, kind, nullable) in enumerate(columns):
+            if row[index] != kind and not (nullable and row[index] == "null"):
+                article = "an" if row[index][0] in "aeiou" else "a"
+                raise MistypedValue(
+                    _describe_row(table, row[len(columns) :]), name, f"{article} {row[index]} value", kind
+                )
 
 
 def _unstamp_mismatched_rows(conn: sqlite3.Connection) -> None:
