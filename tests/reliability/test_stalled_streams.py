@@ -226,3 +226,43 @@ def test_a_client_stream_that_goes_quiet_between_messages_is_refused_and_frees_i
 def _held_for_pieces(server: Any) -> float:
     value = server.running.metrics.registry.get_sample_value("sessions_assembly_bytes")
     return float(value or 0.0)
+
+
+def test_an_export_whose_client_stopped_reading_is_ended_and_its_copy_dropped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An export holds a copy of its object in scratch until its last frame is taken: a client
+    that stopped reading kept it there for as long as its connection lived."""
+    monkeypatch.setattr(servicer_module, "EXPORT_IDLE_SECONDS", 0.5, raising=False)
+    data_dir = tmp_path / "data"
+    scratch = data_dir / SCRATCH_DIR_NAME
+    server = start_server(data_dir)
+    # A window that does not grow: flow control lets only a little ahead of this reader.
+    stalled = grpc.insecure_channel(server.address, options=[("grpc.http2.bdp_probe", 0)])
+    try:
+        with SessionsClient(server.address) as client:
+            session = client.object("exported").session()
+            for index in range(8):  # 12 MB: frames beyond what flow control lets ahead
+                session.append_message(text_message(f"m{index}", "x" * BIG))
+            stub = sessions_pb2_grpc.SessionServiceStub(stalled)
+            export = stub.ExportObject(
+                pb.ExportObjectRequest(object_key="exported"), metadata=routing_metadata("exported")
+            )
+            assert next(export).size_bytes > 0
+            assert list(scratch.iterdir())  # the copy, while the export is under way
+            assert wait_until(lambda: not list(scratch.iterdir()), 10, interval=0.01), "the copy stayed"
+            with pytest.raises(grpc.RpcError) as ended:
+                for _ in export:
+                    pass
+            assert ended.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert error_reason(ended.value) == "LIMIT_EXCEEDED"
+            assert "not taken in time" in (ended.value.details() or "")
+            # The object is whole and exports to a reader that keeps up.
+            assert client.object("exported").session().get_message("m7") is not None
+            frames = list(
+                stub.ExportObject(pb.ExportObjectRequest(object_key="exported"), metadata=routing_metadata("exported"))
+            )
+            assert frames[-1].sha256
+    finally:
+        stalled.close()
+        server.stop()

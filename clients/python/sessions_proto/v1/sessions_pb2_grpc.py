@@ -424,7 +424,9 @@ class SessionServiceServicer:
     def ExportObject(self, request, context):
         """Streams a consistent copy of an object's file, for moving it to another server. With
         `lock_for_move`, writes to the object are refused (UNAVAILABLE, OBJECT_MOVING: retry) from
-        the snapshot on, until DeleteObject completes the move or the lease expires.
+        the snapshot on, until DeleteObject completes the move or the lease expires. Each frame
+        must be taken within 60 s (RESOURCE_EXHAUSTED, LIMIT_EXCEEDED, export_idle_seconds): the
+        snapshot is a copy in the server's scratch space, dropped then.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

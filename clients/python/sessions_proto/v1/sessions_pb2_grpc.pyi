@@ -164,7 +164,9 @@ class SessionServiceStub:
     ExportObject: _grpc.UnaryStreamMultiCallable[_sessions_pb2.ExportObjectRequest, _sessions_pb2.ExportObjectResponse]
     """Streams a consistent copy of an object's file, for moving it to another server. With
     `lock_for_move`, writes to the object are refused (UNAVAILABLE, OBJECT_MOVING: retry) from
-    the snapshot on, until DeleteObject completes the move or the lease expires.
+    the snapshot on, until DeleteObject completes the move or the lease expires. Each frame
+    must be taken within 60 s (RESOURCE_EXHAUSTED, LIMIT_EXCEEDED, export_idle_seconds): the
+    snapshot is a copy in the server's scratch space, dropped then.
     """
     ImportObject: _grpc.StreamUnaryMultiCallable[_sessions_pb2.ImportObjectRequest, _sessions_pb2.ImportObjectResponse]
     """Receives an exported object file, verifies its digest and integrity, and serves it. A file
@@ -305,7 +307,9 @@ class SessionServiceAsyncStub(SessionServiceStub):
     ExportObject: _aio.UnaryStreamMultiCallable[_sessions_pb2.ExportObjectRequest, _sessions_pb2.ExportObjectResponse]  # type: ignore[assignment]
     """Streams a consistent copy of an object's file, for moving it to another server. With
     `lock_for_move`, writes to the object are refused (UNAVAILABLE, OBJECT_MOVING: retry) from
-    the snapshot on, until DeleteObject completes the move or the lease expires.
+    the snapshot on, until DeleteObject completes the move or the lease expires. Each frame
+    must be taken within 60 s (RESOURCE_EXHAUSTED, LIMIT_EXCEEDED, export_idle_seconds): the
+    snapshot is a copy in the server's scratch space, dropped then.
     """
     ImportObject: _aio.StreamUnaryMultiCallable[_sessions_pb2.ImportObjectRequest, _sessions_pb2.ImportObjectResponse]  # type: ignore[assignment]
     """Receives an exported object file, verifies its digest and integrity, and serves it. A file
@@ -611,7 +615,9 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_abc.Iterator[_sessions_pb2.ExportObjectResponse], _abc.AsyncIterator[_sessions_pb2.ExportObjectResponse]]:
         """Streams a consistent copy of an object's file, for moving it to another server. With
         `lock_for_move`, writes to the object are refused (UNAVAILABLE, OBJECT_MOVING: retry) from
-        the snapshot on, until DeleteObject completes the move or the lease expires.
+        the snapshot on, until DeleteObject completes the move or the lease expires. Each frame
+        must be taken within 60 s (RESOURCE_EXHAUSTED, LIMIT_EXCEEDED, export_idle_seconds): the
+        snapshot is a copy in the server's scratch space, dropped then.
         """
 
     @_abc_1.abstractmethod

@@ -174,7 +174,9 @@ type SessionServiceClient interface {
 	ListObjects(ctx context.Context, in *ListObjectsRequest, opts ...grpc.CallOption) (*ListObjectsResponse, error)
 	// Streams a consistent copy of an object's file, for moving it to another server. With
 	// `lock_for_move`, writes to the object are refused (UNAVAILABLE, OBJECT_MOVING: retry) from
-	// the snapshot on, until DeleteObject completes the move or the lease expires.
+	// the snapshot on, until DeleteObject completes the move or the lease expires. Each frame
+	// must be taken within 60 s (RESOURCE_EXHAUSTED, LIMIT_EXCEEDED, export_idle_seconds): the
+	// snapshot is a copy in the server's scratch space, dropped then.
 	ExportObject(ctx context.Context, in *ExportObjectRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExportObjectResponse], error)
 	// Receives an exported object file, verifies its digest and integrity, and serves it. A file
 	// holding a text past this server's limits (a session id, message or parent id, role,
@@ -724,7 +726,9 @@ type SessionServiceServer interface {
 	ListObjects(context.Context, *ListObjectsRequest) (*ListObjectsResponse, error)
 	// Streams a consistent copy of an object's file, for moving it to another server. With
 	// `lock_for_move`, writes to the object are refused (UNAVAILABLE, OBJECT_MOVING: retry) from
-	// the snapshot on, until DeleteObject completes the move or the lease expires.
+	// the snapshot on, until DeleteObject completes the move or the lease expires. Each frame
+	// must be taken within 60 s (RESOURCE_EXHAUSTED, LIMIT_EXCEEDED, export_idle_seconds): the
+	// snapshot is a copy in the server's scratch space, dropped then.
 	ExportObject(*ExportObjectRequest, grpc.ServerStreamingServer[ExportObjectResponse]) error
 	// Receives an exported object file, verifies its digest and integrity, and serves it. A file
 	// holding a text past this server's limits (a session id, message or parent id, role,
