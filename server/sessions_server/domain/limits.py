@@ -126,6 +126,12 @@ def exceeded(what: str, limit_name: str, limit_value: int, unit: str = "") -> Li
     )
 
 
+# Listings' pages (`page_size` 0 asks for the default, a larger one gets the maximum). A page
+# is also cut where its response would pass a frame's budget.
+COMPACTIONS_PAGE_DEFAULT, COMPACTIONS_PAGE_MAX = 100, 1_000
+SESSIONS_PAGE_DEFAULT, SESSIONS_PAGE_MAX = 1_000, 10_000
+
+
 def page_size(value: int, *, default: int, maximum: int) -> int:
     """A listing's page size as asked: 0 for `default`, at most `maximum`, never negative."""
     if value < 0:

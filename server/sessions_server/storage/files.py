@@ -14,7 +14,7 @@ import os
 import sqlite3
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -330,12 +330,6 @@ def snapshot_object(source: Path, scratch_dir: Path) -> Path:
         copy.unlink(missing_ok=True)  # a partial copy would only take more of a full disk
         raise StorageError(f"could not copy the object: {exc}", cause=exc) from exc
     return copy
-
-
-def file_chunks(path: Path, chunk_bytes: int) -> Iterator[bytes]:
-    with path.open("rb") as stream:
-        while chunk := stream.read(chunk_bytes):
-            yield chunk
 
 
 def remove_object_files(path: Path, trash: Path | None = None) -> bool:

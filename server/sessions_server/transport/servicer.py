@@ -26,7 +26,15 @@ from sessions_server.domain import search as search_rules
 from sessions_server.domain.compactor import Policy
 from sessions_server.domain.errors import InvalidArgument, SessionsError, Unavailable
 from sessions_server.domain.history import DEFAULT_BATCH_BYTES, DEFAULT_BATCH_SIZE, BatchMarker, RecentSummary
-from sessions_server.domain.limits import RESPONSE_PAYLOAD_BYTES, exceeded, page_size
+from sessions_server.domain.limits import (
+    COMPACTIONS_PAGE_DEFAULT,
+    COMPACTIONS_PAGE_MAX,
+    RESPONSE_PAYLOAD_BYTES,
+    SESSIONS_PAGE_DEFAULT,
+    SESSIONS_PAGE_MAX,
+    exceeded,
+    page_size,
+)
 from sessions_server.domain.messages import FieldNames
 from sessions_server.domain.placement import routing_key
 from sessions_server.domain.records import ChangeEvent, Compaction, Parent, Reset
@@ -87,11 +95,21 @@ def _from_client(source: int, within: str = "") -> bool:
     return source == pb.SOURCE_CLIENT
 
 
-def _check_upload_header(header: pb.UploadHeader) -> None:
+@dataclass(frozen=True)
+class _Upload:
+    """What an UploadMessage header asks for, checked before the message arrives (it may be large)."""
+
+    operation: int
+    parent: Parent | None  # None for an update, which keeps the message's parent
+    from_client: bool
+
+
+def _upload(header: pb.UploadHeader) -> _Upload:
     if header.operation not in (pb.UPLOAD_OPERATION_APPEND, pb.UPLOAD_OPERATION_UPDATE, pb.UPLOAD_OPERATION_UPSERT):
         raise InvalidArgument("header.operation must be APPEND, UPDATE or UPSERT", field="header.operation")
-    if header.operation != pb.UPLOAD_OPERATION_UPDATE:  # an update keeps the message's parent
-        _parent(header.parent_mode, header.parent_id, "header.")
+    updating = header.operation == pb.UPLOAD_OPERATION_UPDATE
+    parent = None if updating else _parent(header.parent_mode, header.parent_id, "header.")
+    return _Upload(header.operation, parent, _from_client(header.source, "header."))
 
 
 async def _abort(context: grpc.aio.ServicerContext[Any, Any], exc: BaseException) -> None:
@@ -280,9 +298,9 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 raise InvalidArgument("the first UploadMessage frame must carry the header", reason="INVALID_STREAM")
             header = first.header
             self._admit(context, header.object_key, write=True)
-            _check_upload_header(header)  # before the message arrives, which may be large
+            upload = _upload(header)
             granted = _Granted(self._authority, context, header.object_key, write=True)
-            with self._pieces(from_client=_from_client(header.source, "header.")) as pieces:
+            with self._pieces(from_client=upload.from_client) as pieces:
                 pieces.add(first.json_piece)
                 while (frame := await _next_frame(frames, inside_message=True)) is not None:
                     granted.recheck()
@@ -292,38 +310,26 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                         )
                     pieces.add(frame.json_piece)
                 granted.recheck()
-                return await written(header, pieces.text())
+                return await written(header, upload, pieces.text())
 
-        async def written(header: pb.UploadHeader, text: str) -> pb.UploadMessageResponse:
-            from_client = _from_client(header.source, "header.")
-            if header.operation == pb.UPLOAD_OPERATION_APPEND:
+        async def written(header: pb.UploadHeader, upload: _Upload, text: str) -> pb.UploadMessageResponse:
+            key, session_id, from_client = header.object_key, header.session_id, upload.from_client
+            if upload.parent is None:  # an update: the message keeps its parent
+                result = await self._service.update(
+                    key, session_id, text, from_client=from_client, fields=UPLOAD_FIELDS
+                )
+                inserted = False
+            elif upload.operation == pb.UPLOAD_OPERATION_APPEND:
                 appended = await self._service.append(
-                    header.object_key,
-                    header.session_id,
-                    text,
-                    _parent(header.parent_mode, header.parent_id, "header."),
-                    from_client=from_client,
-                    fields=UPLOAD_FIELDS,
+                    key, session_id, text, upload.parent, from_client=from_client, fields=UPLOAD_FIELDS
                 )
                 return pb.UploadMessageResponse(
                     inserted=appended.inserted, found=True, message=framing.written_message(appended.message, sent=text)
                 )
-            if header.operation == pb.UPLOAD_OPERATION_UPDATE:
-                result = await self._service.update(
-                    header.object_key, header.session_id, text, from_client=from_client, fields=UPLOAD_FIELDS
-                )
-                inserted = False
-            elif header.operation == pb.UPLOAD_OPERATION_UPSERT:
-                inserted, result = await self._service.upsert(
-                    header.object_key,
-                    header.session_id,
-                    text,
-                    _parent(header.parent_mode, header.parent_id, "header."),
-                    from_client=from_client,
-                    fields=UPLOAD_FIELDS,
-                )
             else:
-                raise InvalidArgument("header.operation must be APPEND, UPDATE or UPSERT", field="header.operation")
+                inserted, result = await self._service.upsert(
+                    key, session_id, text, upload.parent, from_client=from_client, fields=UPLOAD_FIELDS
+                )
             response = pb.UploadMessageResponse(inserted=inserted, found=result.found, changed=result.changed)
             if result.message is not None:
                 response.message.CopyFrom(framing.written_message(result.message, sent=text))
@@ -567,7 +573,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         async def run() -> pb.ListCompactionsResponse:
             self._admit(context, request.object_key, write=False)
             after = _page_token_int(request.page_token)
-            size_limit = page_size(request.page_size, default=100, maximum=1000)
+            size_limit = page_size(request.page_size, default=COMPACTIONS_PAGE_DEFAULT, maximum=COMPACTIONS_PAGE_MAX)
             records, more = await self._service.compactor.records_after(
                 request.object_key, request.session_id, after, size_limit, FRAME_BUDGET_BYTES
             )
@@ -696,7 +702,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         async def run() -> pb.ListSessionsResponse:
             self._admit(context, request.object_key, write=False)
             after = _decode_token(request.page_token)
-            size_limit = page_size(request.page_size, default=1000, maximum=10_000)
+            size_limit = page_size(request.page_size, default=SESSIONS_PAGE_DEFAULT, maximum=SESSIONS_PAGE_MAX)
             # One more than a page: whether another page follows.
             page = await self._service.list_sessions(request.object_key, after, size_limit + 1)
             response = pb.ListSessionsResponse()
