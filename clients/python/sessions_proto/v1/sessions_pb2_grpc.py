@@ -393,8 +393,9 @@ class SessionServiceServicer:
     def Subscribe(self, request, context):
         """Streams an object's changes in commit order, each with a revision; resumable. Every stream
         starts with a PROGRESS event naming the revision it starts after: a resume's is the revision
-        it resumes after (a resume of an object still never written is placed live, at the feed's
-        clock: nothing can have been missed).
+        it resumes after (a resume from the start of a feed that carried no event, of an object
+        still never written, is placed live at the feed's clock: nothing can have been missed; one
+        after an event there, a delete or clear that found nothing, is told RESET).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -3653,8 +3653,9 @@ export const SessionService: GenService<{
   /**
    * Streams an object's changes in commit order, each with a revision; resumable. Every stream
    * starts with a PROGRESS event naming the revision it starts after: a resume's is the revision
-   * it resumes after (a resume of an object still never written is placed live, at the feed's
-   * clock: nothing can have been missed).
+   * it resumes after (a resume from the start of a feed that carried no event, of an object
+   * still never written, is placed live at the feed's clock: nothing can have been missed; one
+   * after an event there, a delete or clear that found nothing, is told RESET).
    *
    * @generated from rpc sessions.v1.SessionService.Subscribe
    */
