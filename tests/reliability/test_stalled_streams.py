@@ -21,6 +21,7 @@ from sessions_server.domain.limits import Limits
 from sessions_server.storage import registry
 from sessions_server.storage.datadir import SCRATCH_DIR_NAME
 from sessions_server.storage.paths import object_path
+from sessions_server.transport import calls
 from sessions_server.transport import servicer as servicer_module
 from tests.conftest import start_server
 from tests.reliability.support import wait_until
@@ -128,7 +129,7 @@ def test_a_message_whose_pieces_stop_coming_gives_back_what_it_held(
     --max-assembly-bytes for as long as it kept the call open, and other writers were refused
     (SERVER_BUSY) meanwhile. Past the wait for the next piece the call is refused and the
     share returned."""
-    monkeypatch.setattr(servicer_module, "PIECE_IDLE_SECONDS", 0.3)
+    monkeypatch.setattr(calls, "PIECE_IDLE_SECONDS", 0.3)
     server = start_server(tmp_path / "data")
     release = threading.Event()
     piece = "x" * 100_000
@@ -186,8 +187,8 @@ def test_a_client_stream_that_goes_quiet_between_messages_is_refused_and_frees_i
     store too), so that a few of them refused every other stream call of the server. Past
     the same idle limit they are refused the same way, the slot comes back, and the messages
     the import received are kept."""
-    monkeypatch.setattr(servicer_module, "PIECE_IDLE_SECONDS", 0.3)
-    monkeypatch.setattr(servicer_module, "REFUSED_STREAM_DRAIN_SECONDS", 1.0)  # the client sends no more
+    monkeypatch.setattr(calls, "PIECE_IDLE_SECONDS", 0.3)
+    monkeypatch.setattr(calls, "REFUSED_STREAM_DRAIN_SECONDS", 1.0)  # the client sends no more
     server = start_server(tmp_path / "data", limits=Limits(max_concurrent_streams=1))
     release = threading.Event()
 

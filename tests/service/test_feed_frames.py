@@ -1,11 +1,11 @@
-"""The change feed's shared encodings (transport.servicer.FeedFrames): an event is encoded once
+"""The change feed's shared encodings (transport.feed_frames.FeedFrames): an event is encoded once
 per attachment mode for all its subscribers, and what is kept is bounded by bytes."""
 
 from __future__ import annotations
 
 from sessions_server.storage.feed import ChangeEvent
 from sessions_server.storage.rows import RowInfo
-from sessions_server.transport.servicer import FeedFrames, feed_responses
+from sessions_server.transport.feed_frames import FeedFrames, feed_responses
 
 
 def _event(name: str, size: int) -> ChangeEvent:

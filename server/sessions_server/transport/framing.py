@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_server.domain.chunking import utf8_length
 from sessions_server.domain.limits import RESPONSE_PAYLOAD_BYTES, results_bytes
+from sessions_server.domain.records import Compaction
 from sessions_server.domain.search import SearchHit
 from sessions_server.domain.service import AppendResult
 from sessions_server.domain.views import MessageView
@@ -428,3 +429,14 @@ def search_responses(hits: Sequence[SearchHit], max_hits: int) -> Iterator[pb.Se
             yield response
     if packed is not None:
         yield packed
+
+
+def compaction_message(record: Compaction) -> pb.Compaction:
+    return pb.Compaction(
+        id=record.id,
+        seq=record.seq,
+        summary=record.summary,
+        from_message_id=record.from_message_id,
+        to_message_id=record.to_message_id,
+        created_at_ms=record.created_at_ms,
+    )

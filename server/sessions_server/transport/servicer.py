@@ -1,23 +1,20 @@
 """The SessionService servicer: decodes requests, calls the domain, encodes responses.
 
 Mapping only: no SQL, no session rules. Every handler checks the routing header against the
-object it names (an empty ImportMessages stream names none, and does nothing), turns domain
-errors into statuses with ErrorInfo details, and frames message content (framing.py).
+object it names (an empty ImportMessages stream names none, and does nothing), frames message
+content (framing.py), and hands its work to `calls`, which answers, or refuses with a status
+and ErrorInfo details.
 """
 
 from __future__ import annotations
 
-import asyncio
-import base64
 import contextlib
 import urllib.parse
-from collections import OrderedDict
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import grpc
-from grpc._cython import cygrpc  # type: ignore[attr-defined]
 
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
@@ -37,12 +34,11 @@ from sessions_server.domain.limits import (
 )
 from sessions_server.domain.messages import FieldNames
 from sessions_server.domain.placement import routing_key
-from sessions_server.domain.records import ChangeEvent, Compaction, Parent, Reset
-from sessions_server.domain.service import AppendInput, Progress, SessionsService
-from sessions_server.domain.views import MessageView, pointer_form
-from sessions_server.transport import framing
+from sessions_server.domain.records import Parent
+from sessions_server.domain.service import AppendInput, SessionsService
+from sessions_server.domain.views import MessageView
+from sessions_server.transport import calls, feed_frames, framing, page_tokens
 from sessions_server.transport.auth import TokenAuthority
-from sessions_server.transport.errors import internal_status, status_for
 from sessions_server.transport.handlers import OBJECT_KEY_HEADER
 from sessions_server.transport.pieces import AssemblyBudget, Pieces
 
@@ -53,7 +49,6 @@ DEFAULT_PROGRESS_SECONDS = 10.0
 UPLOAD_FIELDS = FieldNames(text="json_piece", parent_id="header.parent_id")
 IMPORT_PIECES_FIELDS = FieldNames(text="json_piece", parent_id="parent_id")
 
-Req = TypeVar("Req")
 Resp = TypeVar("Resp")
 
 
@@ -112,11 +107,6 @@ def _upload(header: pb.UploadHeader) -> _Upload:
     return _Upload(header.operation, parent, _from_client(header.source, "header."))
 
 
-async def _abort(context: grpc.aio.ServicerContext[Any, Any], exc: BaseException) -> None:
-    status = status_for(exc) if isinstance(exc, SessionsError) else internal_status(exc)
-    await context.abort(status.code, status.details, status.trailing_metadata)
-
-
 class _Granted:
     """A long call's authorization, checked again after the tokens are reloaded (SIGHUP): a
     revoked token must not go on receiving a feed, or writing through a stream, it opened
@@ -153,13 +143,13 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         self._require_routing_header = require_routing_header
         self._progress_seconds = progress_seconds
         self._authority = authority
-        self._slots = StreamSlots(
+        self._slots = calls.StreamSlots(
             service.limits.max_concurrent_streams,
             per_token=service.limits.max_streams_per_token,
             token_of=None if authority is None else authority.token_id,
         )
         self.assembly = AssemblyBudget(service.limits.max_assembly_bytes)
-        self._feed_frames = FeedFrames(FEED_FRAMES_BYTES)
+        self._feed_frames = feed_frames.FeedFrames(feed_frames.FEED_FRAMES_BYTES)
 
     def _pieces(self, *, from_client: bool) -> Pieces:
         """A message arriving in pieces: `source=client` ones have their own size limit."""
@@ -229,7 +219,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                     result, framing.ResponseBudget(), pb.AppendMessageResponse, text, request.omit_json_as_sent
                 )
 
-        return await _unary(context, run)
+        return await calls.unary(context, run)
 
     async def AppendMessages(self, request: pb.AppendMessagesRequest, context: Any) -> bytes:  # type: ignore[override]
         async def run() -> bytes:
@@ -246,7 +236,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 results = await self._service.append_many(request.object_key, request.session_id, items)
                 return framing.encoded_append_results(results, (item.text for item in items), request.omit_json_as_sent)
 
-        return await _unary(context, run)
+        return await calls.unary(context, run)
 
     async def UpdateMessage(self, request: pb.UpdateMessageRequest, context: Any) -> pb.UpdateMessageResponse:
         async def run() -> pb.UpdateMessageResponse:
@@ -263,7 +253,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 )
             return response
 
-        return await _unary(context, run)
+        return await calls.unary(context, run)
 
     async def UpsertMessage(self, request: pb.UpsertMessageRequest, context: Any) -> pb.UpsertMessageResponse:
         async def run() -> pb.UpsertMessageResponse:
@@ -284,14 +274,14 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 )
             return response
 
-        return await _unary(context, run)
+        return await calls.unary(context, run)
 
     async def UploadMessage(
         self, request_iterator: AsyncIterable[pb.UploadMessageRequest], context: Any
     ) -> pb.UploadMessageResponse:
         async def run() -> pb.UploadMessageResponse:
             frames = request_iterator.__aiter__()
-            first = await _next_frame(frames)
+            first = await calls.next_frame(frames)
             if first is None:
                 raise InvalidArgument("UploadMessage stream carried no frames", reason="INVALID_STREAM")
             if not first.HasField("header"):
@@ -302,7 +292,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             granted = _Granted(self._authority, context, header.object_key, write=True)
             with self._pieces(from_client=upload.from_client) as pieces:
                 pieces.add(first.json_piece)
-                while (frame := await _next_frame(frames, inside_message=True)) is not None:
+                while (frame := await calls.next_frame(frames, inside_message=True)) is not None:
                     granted.recheck()
                     if frame.HasField("header"):
                         raise InvalidArgument(
@@ -335,7 +325,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 response.message.CopyFrom(framing.written_message(result.message, sent=text))
             return response
 
-        return await _client_stream(context, request_iterator, run, self._slots)
+        return await calls.client_stream(context, request_iterator, run, self._slots)
 
     async def DeleteMessages(self, request: pb.DeleteMessagesRequest, context: Any) -> pb.DeleteMessagesResponse:
         async def run() -> pb.DeleteMessagesResponse:
@@ -343,7 +333,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             deleted = await self._service.delete(request.object_key, request.session_id, list(request.message_ids))
             return pb.DeleteMessagesResponse(deleted_count=deleted)
 
-        return await _unary(context, run)
+        return await calls.unary(context, run)
 
     async def ClearMessages(self, request: pb.ClearMessagesRequest, context: Any) -> pb.ClearMessagesResponse:
         async def run() -> pb.ClearMessagesResponse:
@@ -351,14 +341,14 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             deleted = await self._service.clear(request.object_key, request.session_id)
             return pb.ClearMessagesResponse(deleted_count=deleted)
 
-        return await _unary(context, run)
+        return await calls.unary(context, run)
 
     async def ImportMessages(
         self, request_iterator: AsyncIterable[pb.ImportMessagesRequest], context: Any
     ) -> pb.ImportMessagesResponse:
         async def run() -> pb.ImportMessagesResponse:
             frames = request_iterator.__aiter__()
-            first = await _next_frame(frames)
+            first = await calls.next_frame(frames)
             if first is None:
                 return pb.ImportMessagesResponse()
             object_key, session_id = first.object_key, first.session_id
@@ -391,7 +381,8 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                                 fields = FieldNames(f"messages[{index}].json", f"messages[{index}].parent_id")
                                 await importer.add(whole.json, parent, whole.created_at_ms, fields)
                         if head is None and not frame.json_piece and not frame.more_pieces:
-                            frame = await _next_frame(frames)  # no piece: it named the object, or held whole messages
+                            # No piece: the frame named the object, or held whole messages.
+                            frame = await calls.next_frame(frames)
                             continue
                         if head is None:
                             head = frame
@@ -401,7 +392,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                             with pieces:
                                 await importer.add(pieces.text(), parent_id, head.created_at_ms, IMPORT_PIECES_FIELDS)
                             head = None
-                        frame = await _next_frame(frames, inside_message=head is not None)
+                        frame = await calls.next_frame(frames, inside_message=head is not None)
                     if head is not None:
                         raise InvalidArgument(
                             "the stream ended inside a message (more_pieces was true)", reason="INVALID_STREAM"
@@ -410,7 +401,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 pieces.release()  # a stream that ended inside a message
             return pb.ImportMessagesResponse(imported_count=importer.imported, skipped_count=importer.skipped)
 
-        return await _client_stream(context, request_iterator, run, self._slots)
+        return await calls.client_stream(context, request_iterator, run, self._slots)
 
     # ── reads ───────────────────────────────────────────────────────────────
 
@@ -424,7 +415,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 for response in framing.message_responses(view, pb.GetMessageResponse):
                     yield response
 
-        await _stream(context, run, self._slots)
+        await calls.stream(context, run, self._slots)
 
     async def GetMessages(self, request: pb.GetMessagesRequest, context: Any) -> None:  # type: ignore[override]
         async def run() -> AsyncIterator[pb.GetMessagesResponse | bytes]:
@@ -436,7 +427,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 async for response, _ in _responses(views, request.max_messages_per_response, pb.GetMessagesResponse):
                     yield response
 
-        await _stream(context, run, self._slots)
+        await calls.stream(context, run, self._slots)
 
     async def GetLatestLeaf(self, request: pb.GetLatestLeafRequest, context: Any) -> None:  # type: ignore[override]
         async def run() -> AsyncIterator[bytes]:
@@ -448,7 +439,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 for response in framing.message_responses(view, pb.GetLatestLeafResponse):
                     yield response
 
-        await _stream(context, run, self._slots)
+        await calls.stream(context, run, self._slots)
 
     async def GetBranches(self, request: pb.GetBranchesRequest, context: Any) -> None:  # type: ignore[override]
         async def run() -> AsyncIterator[pb.GetBranchesResponse | bytes]:
@@ -460,7 +451,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 async for response, _ in _responses(views, request.max_messages_per_response, pb.GetBranchesResponse):
                     yield response
 
-        await _stream(context, run, self._slots)
+        await calls.stream(context, run, self._slots)
 
     async def StreamHistory(self, request: pb.StreamHistoryRequest, context: Any) -> None:  # type: ignore[override]
         async def run() -> AsyncIterator[pb.StreamHistoryResponse | bytes]:
@@ -483,7 +474,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 async for response, batch_end in responses:
                     yield framing.with_batch_end(response) if batch_end else response
 
-        await _stream(context, run, self._slots)
+        await calls.stream(context, run, self._slots)
 
     async def GetRecentHistory(self, request: pb.GetRecentHistoryRequest, context: Any) -> None:  # type: ignore[override]
         async def run() -> AsyncIterator[pb.GetRecentHistoryResponse | bytes]:
@@ -509,7 +500,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 ):
                     yield response
 
-        await _stream(context, run, self._slots)
+        await calls.stream(context, run, self._slots)
 
     async def GetHistoryRowStats(self, request: pb.GetHistoryRowStatsRequest, context: Any) -> None:  # type: ignore[override]
         async def run() -> AsyncIterator[pb.GetHistoryRowStatsResponse]:
@@ -533,7 +524,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             if count:
                 yield frame
 
-        await _stream(context, run, self._slots)
+        await calls.stream(context, run, self._slots)
 
     async def ReadAttachment(self, request: pb.ReadAttachmentRequest, context: Any) -> None:  # type: ignore[override]
         async def run() -> AsyncIterator[pb.ReadAttachmentResponse]:
@@ -550,7 +541,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                             first = False
                         yield response
 
-        await _stream(context, run, self._slots)
+        await calls.stream(context, run, self._slots)
 
     # ── compaction ──────────────────────────────────────────────────────────
 
@@ -565,14 +556,14 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 request.to_message_id,
                 event="compact" if request.from_compact else "compaction",
             )
-            return pb.AddCompactionResponse(compaction=_compaction(record))
+            return pb.AddCompactionResponse(compaction=framing.compaction_message(record))
 
-        return await _unary(context, run)
+        return await calls.unary(context, run)
 
     async def ListCompactions(self, request: pb.ListCompactionsRequest, context: Any) -> pb.ListCompactionsResponse:
         async def run() -> pb.ListCompactionsResponse:
             self._admit(context, request.object_key, write=False)
-            after = _page_token_int(request.page_token)
+            after = page_tokens.seq_after(request.page_token)
             size_limit = page_size(request.page_size, default=COMPACTIONS_PAGE_DEFAULT, maximum=COMPACTIONS_PAGE_MAX)
             records, more = await self._service.compactor.records_after(
                 request.object_key, request.session_id, after, size_limit, FRAME_BUDGET_BYTES
@@ -580,7 +571,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             response = pb.ListCompactionsResponse()
             budget = FRAME_BUDGET_BYTES
             for record in records:
-                item = _compaction(record)
+                item = framing.compaction_message(record)
                 if response.compactions and item.ByteSize() + 16 > budget:
                     more = True
                     break
@@ -590,7 +581,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 response.next_page_token = str(response.compactions[-1].seq)
             return response
 
-        return await _unary(context, run)
+        return await calls.unary(context, run)
 
     async def PlanCompaction(self, request: pb.PlanCompactionRequest, context: Any) -> pb.PlanCompactionResponse:
         async def run() -> pb.PlanCompactionResponse:
@@ -612,7 +603,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 budget_tokens=plan.budget_tokens,
             )
 
-        return await _unary(context, run)
+        return await calls.unary(context, run)
 
     async def Compact(self, request: pb.CompactRequest, context: Any) -> pb.CompactResponse:
         async def run() -> pb.CompactResponse:
@@ -625,9 +616,9 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             )
             if record is None:
                 return pb.CompactResponse(compacted=False)
-            return pb.CompactResponse(compacted=True, compaction=_compaction(record))
+            return pb.CompactResponse(compacted=True, compaction=framing.compaction_message(record))
 
-        return await _unary(context, run)
+        return await calls.unary(context, run)
 
     async def SetCompactionPolicy(
         self, request: pb.SetCompactionPolicyRequest, context: Any
@@ -641,7 +632,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             )
             return pb.SetCompactionPolicyResponse(policy=_policy(policy))
 
-        return await _unary(context, run)
+        return await calls.unary(context, run)
 
     async def GetCompactionPolicy(
         self, request: pb.GetCompactionPolicyRequest, context: Any
@@ -651,7 +642,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             policy = await self._service.compactor.get_policy(request.object_key, request.session_id)
             return pb.GetCompactionPolicyResponse(policy=_policy(policy))
 
-        return await _unary(context, run)
+        return await calls.unary(context, run)
 
     # ── search ──────────────────────────────────────────────────────────────
 
@@ -673,7 +664,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                     for response in framing.search_responses(hits, request.max_hits_per_response):
                         yield response
 
-        await _stream(context, run, self._slots)
+        await calls.stream(context, run, self._slots)
 
     # ── change feed ─────────────────────────────────────────────────────────
 
@@ -691,17 +682,17 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             async with contextlib.aclosing(items):
                 async for item in items:
                     granted.recheck()
-                    for response in feed_responses(item, inline, self._feed_frames):
+                    for response in feed_frames.feed_responses(item, inline, self._feed_frames):
                         yield response
 
-        await _stream(context, run, self._slots)
+        await calls.stream(context, run, self._slots)
 
     # ── admin ───────────────────────────────────────────────────────────────
 
     async def ListSessions(self, request: pb.ListSessionsRequest, context: Any) -> pb.ListSessionsResponse:
         async def run() -> pb.ListSessionsResponse:
             self._admit(context, request.object_key, write=False)
-            after = _decode_token(request.page_token)
+            after = page_tokens.session_after(request.page_token)
             size_limit = page_size(request.page_size, default=SESSIONS_PAGE_DEFAULT, maximum=SESSIONS_PAGE_MAX)
             # One more than a page: whether another page follows.
             page = await self._service.list_sessions(request.object_key, after, size_limit + 1)
@@ -711,20 +702,20 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             for taken, (sid, count) in enumerate(page):
                 size = framing.json_bytes(sid) + 24
                 if taken and (taken >= size_limit or size > budget):
-                    response.next_page_token = _encode_token(page[taken - 1][0])
+                    response.next_page_token = page_tokens.session_token(page[taken - 1][0])
                     break
                 add(session_id=sid, message_count=count)
                 budget -= size
             return response
 
-        return await _unary(context, run)
+        return await calls.unary(context, run)
 
     async def GetObjectStats(self, request: pb.GetObjectStatsRequest, context: Any) -> pb.GetObjectStatsResponse:
         async def run() -> pb.GetObjectStatsResponse:
             self._admit(context, request.object_key, write=False)
             return pb.GetObjectStatsResponse(**await self._service.object_stats(request.object_key))
 
-        return await _unary(context, run)
+        return await calls.unary(context, run)
 
     async def ListObjects(self, request: pb.ListObjectsRequest, context: Any) -> pb.ListObjectsResponse:
         async def run() -> pb.ListObjectsResponse:
@@ -732,7 +723,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             keys, token = await self._service.objects.list_keys(request.page_size, request.page_token)
             return pb.ListObjectsResponse(object_keys=keys, next_page_token=token)
 
-        return await _unary(context, run)
+        return await calls.unary(context, run)
 
     async def ExportObject(self, request: pb.ExportObjectRequest, context: Any) -> None:  # type: ignore[override]
         async def run() -> AsyncIterator[pb.ExportObjectResponse]:
@@ -746,14 +737,16 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                         size_bytes=frame.size_bytes, data=frame.data, sha256=frame.sha256, move_id=frame.move_id
                     )
 
-        await _stream(context, run, self._slots, taken_within=_TakenWithin(EXPORT_IDLE_SECONDS, _export_stalled))
+        await calls.stream(
+            context, run, self._slots, taken_within=calls.TakenWithin(EXPORT_IDLE_SECONDS, _export_stalled)
+        )
 
     async def ImportObject(
         self, request_iterator: AsyncIterable[pb.ImportObjectRequest], context: Any
     ) -> pb.ImportObjectResponse:
         async def run() -> pb.ImportObjectResponse:
             frames = request_iterator.__aiter__()
-            first = await _next_frame(frames)
+            first = await calls.next_frame(frames)
             if first is None or not first.object_key:
                 raise InvalidArgument("the first ImportObject frame must name object_key", reason="INVALID_STREAM")
             self._admit(context, first.object_key, write=True)
@@ -769,12 +762,12 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                             reason="INVALID_STREAM",
                         )
                     yield frame.data, frame.sha256
-                    frame = await _next_frame(frames)
+                    frame = await calls.next_frame(frames)
 
             size, rows = await self._service.objects.receive(first.object_key, data(), replace=first.replace)
             return pb.ImportObjectResponse(size_bytes=size, message_rows=rows)
 
-        return await _client_stream(context, request_iterator, run, self._slots)
+        return await calls.client_stream(context, request_iterator, run, self._slots)
 
     async def DeleteObject(self, request: pb.DeleteObjectRequest, context: Any) -> pb.DeleteObjectResponse:
         async def run() -> pb.DeleteObjectResponse:
@@ -788,14 +781,14 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 deleted = await objects.delete(request.object_key, moved_to=request.moved_to, move_id=request.move_id)
             return pb.DeleteObjectResponse(deleted=deleted)
 
-        return await _unary(context, run)
+        return await calls.unary(context, run)
 
     async def AbortMove(self, request: pb.AbortMoveRequest, context: Any) -> pb.AbortMoveResponse:
         async def run() -> pb.AbortMoveResponse:
             self._admit(context, request.object_key, write=True)
             return pb.AbortMoveResponse(was_locked=self._service.objects.abort_move(request.object_key))
 
-        return await _unary(context, run)
+        return await calls.unary(context, run)
 
     def _admit_admin(self, context: Any, what: str) -> None:
         """Server-wide admin calls (`what` they do, for messages): a token must grant every key."""
@@ -810,205 +803,8 @@ def _row_stat_bytes(message_id: str, role: str) -> int:
     return framing.json_bytes(message_id) + framing.json_bytes(role) + 40
 
 
-def _page_token_int(token: str) -> int:
-    if not token:
-        return 0
-    # Issued as a decimal row number: `int` would also take signs, underscores, spaces, other
-    # scripts' digits and numbers past SQLite's, each a wrong page (or an internal error).
-    if not (token.isascii() and token.isdigit() and len(token) <= 18):
-        raise InvalidArgument("page_token is not one this server issued", field="page_token")
-    return int(token)
-
-
-# A page token names the last session id of its page. It is never empty, even after session ""
-# (an empty next_page_token means the last page), so it carries a tag before the id.
-_TOKEN_TAG = b"s:"
-
-
-def _encode_token(session_id: str) -> str:
-    return base64.urlsafe_b64encode(_TOKEN_TAG + session_id.encode("utf-8", "surrogatepass")).decode("ascii")
-
-
-def _decode_token(token: str) -> str | None:
-    if not token:
-        return None
-    try:
-        # Strictly: the lenient decoder skips characters outside the alphabet, so a mistyped
-        # token would decode to another position (`!!` to the start) instead of being refused.
-        raw = base64.b64decode(token.encode("ascii"), altchars=b"-_", validate=True)
-        if raw.startswith(_TOKEN_TAG):
-            return raw[len(_TOKEN_TAG) :].decode("utf-8", "surrogatepass")
-    except (ValueError, UnicodeError):
-        pass
-    raise InvalidArgument("page_token is not one this server issued", field="page_token")
-
-
-def _compaction(record: Compaction) -> pb.Compaction:
-    return pb.Compaction(
-        id=record.id,
-        seq=record.seq,
-        summary=record.summary,
-        from_message_id=record.from_message_id,
-        to_message_id=record.to_message_id,
-        created_at_ms=record.created_at_ms,
-    )
-
-
 def _policy(policy: Policy) -> pb.CompactionPolicy:
     return pb.CompactionPolicy(threshold_tokens=policy.threshold_tokens, keep_recent_tokens=policy.keep_recent_tokens)
-
-
-_CHANGE_TYPES = {
-    "append": pb.CHANGE_TYPE_APPEND,
-    "update": pb.CHANGE_TYPE_UPDATE,
-    "delete": pb.CHANGE_TYPE_DELETE,
-    "clear": pb.CHANGE_TYPE_CLEAR,
-    "compact": pb.CHANGE_TYPE_COMPACT,
-    "compaction": pb.CHANGE_TYPE_COMPACTION,
-    "import": pb.CHANGE_TYPE_IMPORT,
-    "compaction_error": pb.CHANGE_TYPE_COMPACTION_ERROR,
-}
-_PARENT_MODES = {"auto": pb.PARENT_MODE_AUTO, "root": pb.PARENT_MODE_ROOT, "id": pb.PARENT_MODE_ID}
-
-
-FEED_FRAMES_BYTES = 16 * 1024 * 1024
-
-
-class FeedFrames:
-    """The encoded responses of recent change events, per attachment mode, shared by every
-    subscriber they go to: an event is encoded once however many receive it. Bounded by the
-    JSON the entries hold (`max_bytes`, least recently used dropped first): an event read again
-    later (a resume replaying the retained ring) is encoded again. Each entry keeps its event
-    alive, so no other event can take its identity, which keys it."""
-
-    def __init__(self, max_bytes: int) -> None:
-        self._max_bytes = max_bytes
-        self._bytes = 0
-        self._entries: OrderedDict[tuple[int, bool], tuple[ChangeEvent, list[pb.SubscribeResponse]]] = OrderedDict()
-
-    def get(self, event: ChangeEvent, inline: bool) -> list[pb.SubscribeResponse] | None:
-        entry = self._entries.get((id(event), inline))
-        if entry is None:
-            return None
-        self._entries.move_to_end((id(event), inline))
-        return entry[1]
-
-    def put(self, event: ChangeEvent, inline: bool, responses: list[pb.SubscribeResponse]) -> None:
-        self._entries[(id(event), inline)] = (event, responses)
-        self._bytes += event.size
-        while self._bytes > self._max_bytes and len(self._entries) > 1:
-            _, (dropped, _) = self._entries.popitem(last=False)
-            self._bytes -= dropped.size
-
-
-def feed_responses(
-    item: ChangeEvent | Reset | Progress, inline: bool, shared: FeedFrames
-) -> Iterator[pb.SubscribeResponse]:
-    """The frames of one feed item: one, or several when its message needs pieces."""
-    if isinstance(item, Progress):
-        yield pb.SubscribeResponse(revision=item.revision, type=pb.CHANGE_TYPE_PROGRESS)
-        return
-    if isinstance(item, Reset):
-        yield pb.SubscribeResponse(revision=item.revision, type=pb.CHANGE_TYPE_RESET, error=item.reason)
-        return
-    head = pb.SubscribeResponse(
-        revision=item.revision,
-        type=_CHANGE_TYPES[item.type],
-        session_id=item.session_id,
-        inserted=item.inserted,
-        message_ids=item.message_ids,
-        error=item.error,
-    )
-    if item.parent_kind:
-        head.parent_mode = _PARENT_MODES[item.parent_kind]
-        head.parent_id = item.parent_id
-    if item.compaction is not None:
-        head.compaction.CopyFrom(_compaction(item.compaction))
-    if item.message_json is None:
-        yield head
-        return
-    cached = shared.get(item, inline)
-    if cached is None:
-        text = item.message_json if inline else pointer_form(item.message_json)
-        frames = list(framing.message_frames(MessageView(item.message_info, text)))
-        head.message.CopyFrom(frames[0])
-        cached = [head] + [
-            pb.SubscribeResponse(revision=item.revision, type=head.type, session_id=item.session_id, message=frame)
-            for frame in frames[1:]
-        ]
-        shared.put(item, inline, cached)
-    yield from cached
-
-
-async def _unary(context: Any, run: Callable[[], Awaitable[Resp]]) -> Resp:
-    try:
-        return await run()
-    except SessionsError as exc:
-        await _abort(context, exc)
-    except (grpc.aio.AbortError, grpc.aio.UsageError):
-        raise
-    except Exception as exc:
-        await _abort(context, exc)
-    raise AssertionError("unreachable: abort raises")
-
-
-# How long the next frame of an upload or import (of messages, or of an object's file) may take,
-# the first one included: the call holds one of the stream slots, an import of messages its
-# object's store (which cannot close meanwhile), and the pieces already received of a message
-# their share of --max-assembly-bytes. A client that stalled, between messages as well as inside
-# one, held them (and refused others' calls) forever.
-PIECE_IDLE_SECONDS = 60.0
-
-
-async def _next_frame(frames: AsyncIterator[Any], *, inside_message: bool = False) -> Any:
-    """The next frame of a client stream (None at the stream's end), or a refusal once it takes
-    longer than PIECE_IDLE_SECONDS."""
-    try:
-        return await asyncio.wait_for(anext(frames, None), PIECE_IDLE_SECONDS)
-    except TimeoutError:
-        raise exceeded(
-            "the next piece of the message did not arrive in time; the pieces received were dropped"
-            if inside_message
-            else "the stream's next frame did not arrive in time",
-            "piece_idle_seconds",
-            int(PIECE_IDLE_SECONDS),
-            "s",
-        ) from None
-
-
-# How much of a refused client stream is read (and dropped) before the refusal is sent.
-REFUSED_STREAM_DRAIN_SECONDS = 5.0
-REFUSED_STREAM_DRAIN_BYTES = 32 * 1024 * 1024
-
-
-async def _client_stream(
-    context: Any, frames: AsyncIterable[Any], run: Callable[[], Awaitable[Resp]], slots: StreamSlots
-) -> Resp:
-    """`_unary` for a client stream, which takes one of the server's stream slots (a client can
-    hold it open as long as a server stream), and whose refusal first waits for what the client
-    is still sending (read and dropped, up to a bound). Sent while the client still sends, the
-    refusal ends the stream with a reset, which a proxy may pass on without the status (HAProxy
-    2.6: CANCELLED, the reason lost), where the caller should learn why (LIMIT_EXCEEDED,
-    DRAINING)."""
-    try:
-        with slots.take(context):
-            return await run()
-    except (grpc.aio.AbortError, grpc.aio.UsageError):
-        raise
-    except Exception as exc:
-        await _drop_the_rest(frames)
-        await _abort(context, exc)
-    raise AssertionError("unreachable: abort raises")
-
-
-async def _drop_the_rest(frames: AsyncIterable[Any]) -> None:
-    received = 0
-    with contextlib.suppress(Exception):  # the client gone, the bound passed: answer anyway
-        async with asyncio.timeout(REFUSED_STREAM_DRAIN_SECONDS):
-            async for frame in frames:
-                received += frame.ByteSize()
-                if received > REFUSED_STREAM_DRAIN_BYTES:
-                    return
 
 
 async def _responses(
@@ -1031,65 +827,6 @@ async def _responses(
             yield item
 
 
-class StreamSlots:
-    """Counts concurrent streaming calls against `max_concurrent_streams`, and, with tokens,
-    each token's against `max_streams_per_token`."""
-
-    def __init__(
-        self,
-        limit: int,
-        *,
-        per_token: int = 0,
-        token_of: Callable[[Iterable[tuple[str, str | bytes]]], str | None] | None = None,
-    ) -> None:
-        self.limit = limit
-        self.active = 0
-        self._per_token = per_token
-        self._token_of = token_of
-        self._by_token: dict[str, int] = {}
-
-    @contextlib.contextmanager
-    def take(self, context: Any) -> Iterator[None]:
-        token = None
-        if self._per_token and self._token_of is not None:
-            token = self._token_of(context.invocation_metadata() or ())
-        if self.active >= self.limit:
-            raise exceeded("too many concurrent streams on this server", "max_concurrent_streams", self.limit)
-        if token is not None and self._by_token.get(token, 0) >= self._per_token:
-            raise exceeded(
-                "too many concurrent streams for this token (end some of its feeds or reads)",
-                "max_streams_per_token",
-                self._per_token,
-            )
-        self.active += 1
-        if token is not None:
-            self._by_token[token] = self._by_token.get(token, 0) + 1
-        try:
-            yield
-        finally:
-            self.active -= 1
-            if token is not None:
-                left = self._by_token[token] - 1
-                if left:
-                    self._by_token[token] = left
-                else:
-                    del self._by_token[token]
-
-
-# What a write to a stream raises when gRPC could not send (the call ended under it: the client
-# cancelled while the write waited for room); the context does not always say cancelled yet.
-_SendFailed: type[Exception] = cygrpc.ExecuteBatchError
-
-
-@dataclass(frozen=True)
-class _TakenWithin:
-    """How long a stream's client may leave a response untaken before the stream is ended, and
-    the refusal it then gets."""
-
-    seconds: float
-    refusal: Callable[[], SessionsError]
-
-
 # An export holds a copy of its object's file in scratch until its last frame is taken: a
 # client that stopped reading kept it there for as long as its connection lived (5 stalled
 # exports of a 40 MB object: 193 MiB, still held 75 s later). 60 s a frame of 3 MiB asks for
@@ -1104,67 +841,3 @@ def _export_stalled() -> SessionsError:
         int(EXPORT_IDLE_SECONDS),
         "s",
     )
-
-
-class _Stall:
-    """Ends the call's task (as a client's cancellation would: every `finally` runs) when a
-    write waits longer than the reader's bound for the client to take it. A write cannot be
-    given a deadline of its own: `asyncio.wait_for` around it never returned."""
-
-    def __init__(self, seconds: float) -> None:
-        self._seconds = seconds
-        self.ended = False
-
-    @contextlib.contextmanager
-    def watching(self) -> Iterator[None]:
-        task = asyncio.current_task()
-        assert task is not None
-        alarm = asyncio.get_running_loop().call_later(self._seconds, self._end, task)
-        try:
-            yield
-        finally:
-            alarm.cancel()
-
-    def _end(self, task: asyncio.Task[Any]) -> None:
-        self.ended = True
-        task.cancel()
-
-
-async def _stream(
-    context: Any,
-    run: Callable[[], AsyncIterator[Resp]],
-    slots: StreamSlots,
-    *,
-    taken_within: _TakenWithin | None = None,
-) -> None:
-    """Writes a server stream with `context.write`. Written as a coroutine (not a generator) so a
-    client's cancellation or deadline raises inside it at once and every `finally` runs: the read
-    stops, its connection and its hold on the object are released. `taken_within`: the stream
-    is ended, refused, when a response waits longer for its client."""
-    iterator = run()
-    stall = _Stall(taken_within.seconds) if taken_within is not None else None
-    try:
-        with slots.take(context):
-            async with contextlib.aclosing(iterator):  # type: ignore[type-var]
-                async for item in iterator:
-                    if stall is None:
-                        await context.write(item)
-                        continue
-                    with stall.watching():
-                        await context.write(item)
-    except asyncio.CancelledError:
-        if stall is None or not stall.ended or taken_within is None:
-            raise
-        asyncio.current_task().uncancel()  # type: ignore[union-attr]  # our own cancellation, handled here
-        await _abort(context, taken_within.refusal())
-    except SessionsError as exc:
-        await _abort(context, exc)
-    except (grpc.aio.AbortError, grpc.aio.UsageError):
-        raise
-    except Exception as exc:
-        if context.cancelled() or context.done() or isinstance(exc, _SendFailed):
-            # The call is over: the client went away mid-write. Ending as cancelled keeps gRPC
-            # from sending a status it can no longer send (a failed first write leaves it
-            # believing the headers unsent, and it logged the refused batch as an ERROR).
-            raise asyncio.CancelledError from exc
-        await _abort(context, exc)

@@ -1,0 +1,222 @@
+"""How a call runs, apart from what it does: its stream slot, its answer or refusal (domain
+errors become statuses), and the bounds on a client that stalls, sending or reading.
+
+The servicer hands each handler's work here as a `run` function: `unary`, `client_stream`
+(uploads and imports), `stream` (server streams, written with `context.write`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import grpc
+from grpc._cython import cygrpc  # type: ignore[attr-defined]
+
+from sessions_server.domain.errors import SessionsError
+from sessions_server.domain.limits import exceeded
+from sessions_server.transport.errors import internal_status, status_for
+
+Resp = TypeVar("Resp")
+
+
+async def abort(context: grpc.aio.ServicerContext[Any, Any], exc: BaseException) -> None:
+    status = status_for(exc) if isinstance(exc, SessionsError) else internal_status(exc)
+    await context.abort(status.code, status.details, status.trailing_metadata)
+
+
+async def unary(context: Any, run: Callable[[], Awaitable[Resp]]) -> Resp:
+    try:
+        return await run()
+    except SessionsError as exc:
+        await abort(context, exc)
+    except (grpc.aio.AbortError, grpc.aio.UsageError):
+        raise
+    except Exception as exc:
+        await abort(context, exc)
+    raise AssertionError("unreachable: abort raises")
+
+
+# How long the next frame of an upload or import (of messages, or of an object's file) may take,
+# the first one included: the call holds one of the stream slots, an import of messages its
+# object's store (which cannot close meanwhile), and the pieces already received of a message
+# their share of --max-assembly-bytes. A client that stalled, between messages as well as inside
+# one, held them (and refused others' calls) forever.
+PIECE_IDLE_SECONDS = 60.0
+
+
+async def next_frame(frames: AsyncIterator[Any], *, inside_message: bool = False) -> Any:
+    """The next frame of a client stream (None at the stream's end), or a refusal once it takes
+    longer than PIECE_IDLE_SECONDS."""
+    try:
+        return await asyncio.wait_for(anext(frames, None), PIECE_IDLE_SECONDS)
+    except TimeoutError:
+        raise exceeded(
+            "the next piece of the message did not arrive in time; the pieces received were dropped"
+            if inside_message
+            else "the stream's next frame did not arrive in time",
+            "piece_idle_seconds",
+            int(PIECE_IDLE_SECONDS),
+            "s",
+        ) from None
+
+
+# How much of a refused client stream is read (and dropped) before the refusal is sent.
+REFUSED_STREAM_DRAIN_SECONDS = 5.0
+REFUSED_STREAM_DRAIN_BYTES = 32 * 1024 * 1024
+
+
+async def client_stream(
+    context: Any, frames: AsyncIterable[Any], run: Callable[[], Awaitable[Resp]], slots: StreamSlots
+) -> Resp:
+    """`unary` for a client stream, which takes one of the server's stream slots (a client can
+    hold it open as long as a server stream), and whose refusal first waits for what the client
+    is still sending (read and dropped, up to a bound). Sent while the client still sends, the
+    refusal ends the stream with a reset, which a proxy may pass on without the status (HAProxy
+    2.6: CANCELLED, the reason lost), where the caller should learn why (LIMIT_EXCEEDED,
+    DRAINING)."""
+    try:
+        with slots.take(context):
+            return await run()
+    except (grpc.aio.AbortError, grpc.aio.UsageError):
+        raise
+    except Exception as exc:
+        await _drop_the_rest(frames)
+        await abort(context, exc)
+    raise AssertionError("unreachable: abort raises")
+
+
+async def _drop_the_rest(frames: AsyncIterable[Any]) -> None:
+    received = 0
+    with contextlib.suppress(Exception):  # the client gone, the bound passed: answer anyway
+        async with asyncio.timeout(REFUSED_STREAM_DRAIN_SECONDS):
+            async for frame in frames:
+                received += frame.ByteSize()
+                if received > REFUSED_STREAM_DRAIN_BYTES:
+                    return
+
+
+class StreamSlots:
+    """Counts concurrent streaming calls against `max_concurrent_streams`, and, with tokens,
+    each token's against `max_streams_per_token`."""
+
+    def __init__(
+        self,
+        limit: int,
+        *,
+        per_token: int = 0,
+        token_of: Callable[[Iterable[tuple[str, str | bytes]]], str | None] | None = None,
+    ) -> None:
+        self.limit = limit
+        self.active = 0
+        self._per_token = per_token
+        self._token_of = token_of
+        self._by_token: dict[str, int] = {}
+
+    @contextlib.contextmanager
+    def take(self, context: Any) -> Iterator[None]:
+        token = None
+        if self._per_token and self._token_of is not None:
+            token = self._token_of(context.invocation_metadata() or ())
+        if self.active >= self.limit:
+            raise exceeded("too many concurrent streams on this server", "max_concurrent_streams", self.limit)
+        if token is not None and self._by_token.get(token, 0) >= self._per_token:
+            raise exceeded(
+                "too many concurrent streams for this token (end some of its feeds or reads)",
+                "max_streams_per_token",
+                self._per_token,
+            )
+        self.active += 1
+        if token is not None:
+            self._by_token[token] = self._by_token.get(token, 0) + 1
+        try:
+            yield
+        finally:
+            self.active -= 1
+            if token is not None:
+                left = self._by_token[token] - 1
+                if left:
+                    self._by_token[token] = left
+                else:
+                    del self._by_token[token]
+
+
+# What a write to a stream raises when gRPC could not send (the call ended under it: the client
+# cancelled while the write waited for room); the context does not always say cancelled yet.
+_SendFailed: type[Exception] = cygrpc.ExecuteBatchError
+
+
+@dataclass(frozen=True)
+class TakenWithin:
+    """How long a stream's client may leave a response untaken before the stream is ended, and
+    the refusal it then gets."""
+
+    seconds: float
+    refusal: Callable[[], SessionsError]
+
+
+class _Stall:
+    """Ends the call's task (as a client's cancellation would: every `finally` runs) when a
+    write waits longer than the reader's bound for the client to take it. A write cannot be
+    given a deadline of its own: `asyncio.wait_for` around it never returned."""
+
+    def __init__(self, seconds: float) -> None:
+        self._seconds = seconds
+        self.ended = False
+
+    @contextlib.contextmanager
+    def watching(self) -> Iterator[None]:
+        task = asyncio.current_task()
+        assert task is not None
+        alarm = asyncio.get_running_loop().call_later(self._seconds, self._end, task)
+        try:
+            yield
+        finally:
+            alarm.cancel()
+
+    def _end(self, task: asyncio.Task[Any]) -> None:
+        self.ended = True
+        task.cancel()
+
+
+async def stream(
+    context: Any,
+    run: Callable[[], AsyncIterator[Resp]],
+    slots: StreamSlots,
+    *,
+    taken_within: TakenWithin | None = None,
+) -> None:
+    """Writes a server stream with `context.write`. Written as a coroutine (not a generator) so a
+    client's cancellation or deadline raises inside it at once and every `finally` runs: the read
+    stops, its connection and its hold on the object are released. `taken_within`: the stream
+    is ended, refused, when a response waits longer for its client."""
+    iterator = run()
+    stall = _Stall(taken_within.seconds) if taken_within is not None else None
+    try:
+        with slots.take(context):
+            async with contextlib.aclosing(iterator):  # type: ignore[type-var]
+                async for item in iterator:
+                    if stall is None:
+                        await context.write(item)
+                        continue
+                    with stall.watching():
+                        await context.write(item)
+    except asyncio.CancelledError:
+        if stall is None or not stall.ended or taken_within is None:
+            raise
+        asyncio.current_task().uncancel()  # type: ignore[union-attr]  # our own cancellation, handled here
+        await abort(context, taken_within.refusal())
+    except SessionsError as exc:
+        await abort(context, exc)
+    except (grpc.aio.AbortError, grpc.aio.UsageError):
+        raise
+    except Exception as exc:
+        if context.cancelled() or context.done() or isinstance(exc, _SendFailed):
+            # The call is over: the client went away mid-write. Ending as cancelled keeps gRPC
+            # from sending a status it can no longer send (a failed first write leaves it
+            # believing the headers unsent, and it logged the refused batch as an ERROR).
+            raise asyncio.CancelledError from exc
+        await abort(context, exc)
