@@ -18,7 +18,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from sessions_server.domain import compaction, jsjson, paths
 from sessions_server.domain.chunking import utf8_length
@@ -27,6 +27,7 @@ from sessions_server.domain.limits import check_size
 from sessions_server.domain.overlays import plan_overlays
 from sessions_server.storage import queries
 from sessions_server.storage.feed import ChangeEvent
+from sessions_server.storage.queries import Connection
 from sessions_server.storage.rows import MAX_PATH_DEPTH, Compaction, RowInfo
 from sessions_server.storage.store import ObjectStore, WriteContext, now_ms
 
@@ -416,7 +417,7 @@ class Compactor:
         if isinstance(cached, Policy):
             return cached
 
-        def run(conn: Any) -> Policy:
+        def run(conn: Connection) -> Policy:
             def number(key: str) -> int:
                 value = queries.get_config(conn, session_id, key)
                 try:
@@ -438,7 +439,7 @@ class Compactor:
         if memo is None:
             stamp = paths.walk_stamp(store, session_id)  # before the read's snapshot
 
-            def derive(conn: Any) -> TokenMemo:
+            def derive(conn: Connection) -> TokenMemo:
                 leaf = store.latest_leaf_id(conn, session_id)
                 if not leaf:
                     return TokenMemo(None, 0.0, 0, False, [])

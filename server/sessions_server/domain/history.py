@@ -14,7 +14,6 @@ from bisect import bisect_right
 from collections.abc import AsyncGenerator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import Any
 
 from sessions_server.domain import large_messages, paths
 from sessions_server.domain.chunking import utf8_length
@@ -22,6 +21,7 @@ from sessions_server.domain.overlays import OverlaySpan, overlay_id, overlay_mes
 from sessions_server.domain.paths import ROW_ID, STORED_BYTES
 from sessions_server.domain.views import MessageView, view_of, views_by_id
 from sessions_server.storage import queries
+from sessions_server.storage.queries import Connection
 from sessions_server.storage.rows import COMPACTION_PREFIX, MAX_PATH_DEPTH, Compaction, PathStat, RowInfo
 from sessions_server.storage.store import ObjectStore
 
@@ -67,7 +67,7 @@ _WalkStep = tuple[list[MessageView], int, str | None, bool]
 _Remembered = tuple[list[PathStat], list[OverlaySpan]]
 
 
-def latest_leaf(conn: Any, store: ObjectStore, session_id: str, inline: bool) -> MessageView | None:
+def latest_leaf(conn: Connection, store: ObjectStore, session_id: str, inline: bool) -> MessageView | None:
     """The active leaf, skipping hidden overlay rows towards the root."""
     leaf = store.latest_leaf_id(conn, session_id)
     if leaf is None:
@@ -93,7 +93,7 @@ async def messages_in_windows(
     while start < len(ids):
         candidates = ids[start : start + rows]
 
-        def read(conn: Any, candidates: Sequence[str] = candidates) -> tuple[int, dict[str, MessageView]]:
+        def read(conn: Connection, candidates: Sequence[str] = candidates) -> tuple[int, dict[str, MessageView]]:
             with_attachments = inline and queries.has_attachment_refs(conn, session_id)
             sizes = queries.stored_bytes(conn, session_id, candidates, with_attachments=with_attachments)
             taken, total = 0, 0
@@ -112,7 +112,7 @@ async def messages_in_windows(
         rows = min(rows * 2, WINDOW_MAX_ROWS)
 
 
-def branch_ids(conn: Any, session_id: str, message_id: str) -> list[str]:
+def branch_ids(conn: Connection, session_id: str, message_id: str) -> list[str]:
     """Direct children in seq order; hidden overlay children are replaced by their own (upstream's
     rule). Ids only: the messages are read a bounded window at a time (`messages_in_windows`)."""
     hidden = _hidden_row_ids(conn, session_id)
@@ -136,7 +136,7 @@ def branch_ids(conn: Any, session_id: str, message_id: str) -> list[str]:
     return [child_id for child_id, _ in rows]
 
 
-def row_stats(conn: Any, store: ObjectStore, session_id: str, leaf_id: str) -> list[PathStat]:
+def row_stats(conn: Connection, store: ObjectStore, session_id: str, leaf_id: str) -> list[PathStat]:
     """Per-row stored bytes and token estimates along a path (at most 10,001 rows)."""
     stamp = paths.walk_stamp(store, session_id)  # before the snapshot
     leaf = resolve_leaf(store, conn, session_id, leaf_id)
@@ -148,7 +148,7 @@ async def from_root(
 ) -> AsyncGenerator[list[MessageView], None]:
     """One root-to-leaf path with overlays applied, root first, in windows."""
 
-    def plan(conn: Any) -> tuple[list[PathStat], list[Compaction], list[OverlaySpan] | None]:
+    def plan(conn: Connection) -> tuple[list[PathStat], list[Compaction], list[OverlaySpan] | None]:
         stamp = paths.walk_stamp(store, session_id)  # before the snapshot
         leaf = resolve_leaf(store, conn, session_id, leaf_id)
         if not leaf:  # an empty id as the leaf reads as no leaf, as upstream
@@ -172,7 +172,7 @@ async def recent(
     """The longest recent suffix whose stored bytes fit the budget, never less than the leaf.
     Yields the summary first, then the messages in windows."""
 
-    def planned(conn: Any, suffix: paths.PathSuffix) -> _RecentPlan:
+    def planned(conn: Connection, suffix: paths.PathSuffix) -> _RecentPlan:
         if not suffix.rows:
             return [], False, 0, []
         # The depth cap hides older rows as the budget does; a path of exactly the cap's
@@ -184,7 +184,7 @@ async def recent(
         )
         return suffix.rows, suffix.cut or capped, suffix.stored_bytes, queries.compactions(conn, session_id)
 
-    def plan(conn: Any) -> _RecentPlan:
+    def plan(conn: Connection) -> _RecentPlan:
         stamp = paths.walk_stamp(store, session_id)  # before the snapshot
         leaf = resolve_leaf(store, conn, session_id, leaf_id)
         if not leaf:  # an empty id as the leaf reads as no leaf, as upstream
@@ -219,7 +219,7 @@ async def from_leaf(
     hidden: set[str] = set()
     wanted = limit or MAX_PATH_DEPTH + 1
 
-    def walk(conn: Any, first: str, budget: int, depth: int) -> _WalkStep:
+    def walk(conn: Connection, first: str, budget: int, depth: int) -> _WalkStep:
         wanted_rows = min(budget, MAX_PATH_DEPTH + 1 - depth)
         taken = queries.ancestors(conn, session_id, first, wanted_rows)
         views: list[MessageView] = []
@@ -235,7 +235,7 @@ async def from_leaf(
         depth += len(taken)
         return views, len(taken), (current if depth <= MAX_PATH_DEPTH else None), False
 
-    def start(conn: Any) -> tuple[str | None, list[Compaction], _Remembered | None, _WalkStep | None]:
+    def start(conn: Connection) -> tuple[str | None, list[Compaction], _Remembered | None, _WalkStep | None]:
         leaf = resolve_leaf(store, conn, session_id, leaf_id)
         records = queries.compactions(conn, session_id)
         remembered: _Remembered | None = None
@@ -300,7 +300,7 @@ async def _overlaid_prefix(
     records: list[Compaction],
     inline: bool,
 ) -> AsyncGenerator[list[MessageView], None]:
-    def ids(conn: Any) -> list[str]:
+    def ids(conn: Connection) -> list[str]:
         return [] if not leaf else queries.path_ids(conn, session_id, leaf)  # "": no path, as upstream
 
     path = await store.read(ids, quick=True)  # a walk that outlasts a quick read runs again on the executor
@@ -330,13 +330,13 @@ def hidden_ids(records: Sequence[Compaction]) -> set[str]:
     return {overlay_id(record) for record in records}
 
 
-def _hidden_row_ids(conn: Any, session_id: str) -> set[str]:
+def _hidden_row_ids(conn: Connection, session_id: str) -> set[str]:
     """The ids a row of the session is hidden under (its compactions' overlay ids), read without
     the records' summaries: reads that only skip hidden rows read ids alone."""
     return {COMPACTION_PREFIX + record_id for record_id in queries.compaction_ids(conn, session_id)}
 
 
-def resolve_leaf(store: ObjectStore, conn: Any, session_id: str, leaf_id: str) -> str | None:
+def resolve_leaf(store: ObjectStore, conn: Connection, session_id: str, leaf_id: str) -> str | None:
     """A non-empty leaf id is used only if it exists in the session (else the read is empty);
     an empty one means the active leaf. Path reads then treat an empty-string leaf (a message
     whose id is "") as no leaf, as upstream's truthiness test does; newest-first walks from it."""
@@ -462,7 +462,7 @@ async def stream_path(
 
 
 def _window_views(
-    conn: Any, session_id: str, ids: list[str], inline: bool, remember: bool
+    conn: Connection, session_id: str, ids: list[str], inline: bool, remember: bool
 ) -> tuple[dict[str, MessageView], list[MessageView]]:
     """A window's views by id, and, when `remember`, those read as stored (for the memo): in a
     list of its own on each run, as a quick read stopped in place runs again."""

@@ -38,11 +38,12 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, repeat
-from typing import Any, NamedTuple, cast
+from typing import NamedTuple, cast
 
 from sessions_server.domain.overlays import OverlaySpan, plan_overlays
 from sessions_server.domain.views import MessageView, Rewrites
 from sessions_server.storage import queries
+from sessions_server.storage.queries import Connection
 from sessions_server.storage.rows import MAX_PATH_DEPTH, Compaction, PathStat, PathStats, RowInfo, utf8_length
 from sessions_server.storage.store import ObjectStore
 
@@ -218,7 +219,7 @@ def walk_stamp(store: ObjectStore, session_id: str) -> WalkStamp:
         return WalkStamp(memo.version(session_id), memo.appends)
 
 
-def path_stats(store: ObjectStore, conn: Any, session_id: str, leaf_id: str, stamp: WalkStamp) -> PathStats:
+def path_stats(store: ObjectStore, conn: Connection, session_id: str, leaf_id: str, stamp: WalkStamp) -> PathStats:
     """The session's path to `leaf_id`, from the memo when it holds that leaf (runs on a reader
     thread); a walk is remembered if the session is still at the version of `stamp` (taken
     before the read's snapshot) and, for a walk that stopped at a missing parent, no append was

@@ -12,10 +12,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
-from typing import Any
 
 from sessions_server.domain.views import stored_row_ok
 from sessions_server.storage import queries
+from sessions_server.storage.queries import Connection
 from sessions_server.storage.store import ObjectStore, WriteContext
 
 # The first search's backfill runs as write jobs of about this long each, so that the object's
@@ -46,7 +46,7 @@ def _seen(build: asyncio.Future[None]) -> None:
         build.exception()  # whoever waited has it; nobody may have
 
 
-def _index_complete(conn: Any) -> bool:
+def _index_complete(conn: Connection) -> bool:
     return queries.fts_exists(conn) and queries.backfill_under_way(conn) is None
 
 
@@ -119,7 +119,7 @@ def _runs(page: list[queries.BackfillRow]) -> Iterator[list[queries.BackfillRow]
         yield run
 
 
-def _index_one(conn: Any, session_id: str, message_id: str) -> bool:
+def _index_one(conn: Connection, session_id: str, message_id: str) -> bool:
     stored = queries.get_message(conn, session_id, message_id)
     return (
         stored is not None

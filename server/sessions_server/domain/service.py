@@ -14,7 +14,6 @@ import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from sessions_server.domain import attachments, jsjson, keys, large_messages, messages, paths, search_index
 from sessions_server.domain import history as history_reads
@@ -53,6 +52,7 @@ from sessions_server.domain.search import SearchHit
 from sessions_server.domain.views import MessageView, stored_row_ok, view_of
 from sessions_server.storage import queries
 from sessions_server.storage.feed import COUNTER_LIMIT, ChangeEvent, FeedClosed, Reset
+from sessions_server.storage.queries import Connection
 from sessions_server.storage.registry import ObjectRegistry
 from sessions_server.storage.rows import (
     NewRow,
@@ -768,7 +768,7 @@ class Progress:
     revision: int
 
 
-def _payload_chunk(conn: Any, digest: str, index: int) -> bytes | None:
+def _payload_chunk(conn: Connection, digest: str, index: int) -> bytes | None:
     """One chunk of a payload; None when the payload is gone. A payload still there without the
     chunk is a damaged store."""
     data = queries.payload_chunk(conn, digest, index)

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from sessions_server.domain import attachments, jsjson, messages
 from sessions_server.storage import queries
+from sessions_server.storage.queries import Connection
 from sessions_server.storage.rows import RowInfo, StoredMessage
 
 
@@ -45,7 +45,7 @@ def stored_row_ok(stored: StoredMessage) -> bool:
     return stored.stamped or messages.is_stored_message(stored.content)
 
 
-def view_of(conn: Any, stored: StoredMessage | None, inline: bool) -> MessageView | None:
+def view_of(conn: Connection, stored: StoredMessage | None, inline: bool) -> MessageView | None:
     """The readable form of a stored row, attachment payloads restored when `inline`; None for
     rows upstream's reads skip (unparseable). Runs on the read connection's thread."""
     if stored is None or not stored_row_ok(stored):
@@ -62,7 +62,7 @@ def view_of(conn: Any, stored: StoredMessage | None, inline: bool) -> MessageVie
 
 
 def views_by_id(
-    conn: Any, session_id: str, ids: Sequence[str], inline: bool, as_stored: list[MessageView] | None = None
+    conn: Connection, session_id: str, ids: Sequence[str], inline: bool, as_stored: list[MessageView] | None = None
 ) -> dict[str, MessageView]:
     """One hydration window: the rows by id (one query, plus one for continuations), as views.
     Views that are the stored JSON as is (the same in every attachment mode) are also added to

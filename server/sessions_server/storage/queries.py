@@ -27,6 +27,10 @@ from sessions_server.storage.rows import (
     StoredMessage,
 )
 
+# What a read or write job is handed (`ObjectStore.read`, `WriteContext.conn`): the domain names
+# the type through storage, and imports no sqlite3 of its own.
+Connection = sqlite3.Connection
+
 
 class ObjectConnection(sqlite3.Connection):
     """A connection to an object file that remembers facts about its schema."""
