@@ -129,6 +129,29 @@ def test_policy_defaults_to_zero_and_is_per_session(summarizing: Summarizing):
     assert obj.session("a").get_compaction_policy() == CompactionPolicy(0, 0)
 
 
+def test_a_call_for_an_object_moved_away_is_told_its_owner_before_the_missing_summarizer(
+    live_server: LiveServer, object_key: str
+):
+    """The refusal for want of a summarizer came first, though the object's owner may have one."""
+    from sessions_client._common import routing_metadata
+    from sessions_proto.v1 import sessions_pb2 as pb
+
+    with SessionsClient(live_server.address, retry=None) as client:  # the clients retry OBJECT_NOT_OWNED
+        client.object(object_key).session().append_message(text_message("m1"))
+        client._stub.DeleteObject(
+            pb.DeleteObjectRequest(object_key=object_key, moved_to="owner:1"), metadata=routing_metadata(object_key)
+        )
+        moved = client.object(object_key).session()
+        for call in (lambda: moved.set_compaction_policy(5000), moved.compact):
+            with pytest.raises(SessionsError) as caught:
+                call()
+            assert (caught.value.code, caught.value.reason) == (
+                grpc.StatusCode.FAILED_PRECONDITION,
+                "OBJECT_NOT_OWNED",
+            )
+            assert "owner:1" in caught.value.message
+
+
 @pytest.mark.parametrize(("threshold", "keep"), [(-1, 0), (10, -5)])
 def test_negative_policy_values_are_invalid(session: Any, threshold: int, keep: int):
     with pytest.raises(SessionsError) as caught:

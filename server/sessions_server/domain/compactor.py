@@ -338,6 +338,7 @@ class Compactor:
         `keep_recent_tokens` 0: the session's policy."""
         _check_keep_recent(keep_recent_tokens)
         if self._summarizer is None:
+            self._service.objects.admit(object_key, writing=True)  # the owner, elsewhere, may summarize
             raise FailedPrecondition(
                 "no summarizer is configured on this server (--summarizer-url); "
                 "plan with PlanCompaction and store the summary with AddCompaction instead",
@@ -389,6 +390,8 @@ class Compactor:
         if policy.threshold_tokens < 0 or policy.keep_recent_tokens < 0:
             raise InvalidArgument("policy values must not be negative", field="policy")
         if policy.threshold_tokens and self._summarizer is None:
+            # A call for an object owned elsewhere is told where first (the owner may summarize).
+            self._service.objects.admit(object_key, writing=True)
             # Stored, the threshold would never compact anything, and nothing would say so.
             raise FailedPrecondition(
                 "automatic compaction needs a summarizer on this server (--summarizer-url); nothing was "
