@@ -119,17 +119,23 @@ def _logged_by_grpc(failure: BaseException) -> Any:
 
 def test_a_status_that_could_not_reach_a_departed_client_is_logged_at_debug_only() -> None:
     """gRPC logged an ERROR with a traceback when a call's deadline passed just before its status
-    was sent; such a refused status batch is kept at DEBUG, and every other failure stays an ERROR."""
+    was sent; such a refused status batch is kept at DEBUG, and every other failure stays an ERROR:
+    a unary answer refused before its deadline (one past the send limit) among them."""
     import logging
+    import time
 
     from grpc._cython import cygrpc
 
-    from sessions_server.transport.metrics import EndedCallFilter
+    from sessions_server.transport.metrics import EndedCallFilter, call_deadline
 
     quiet = EndedCallFilter()
     core = logging.getLogger("grpc._cython.cygrpc")
     ended = cygrpc.ExecuteBatchError(
         'Failed "execute_batch": (<grpc._cython.cygrpc.SendStatusFromServerOperation object at 0x1>,)'
+    )
+    answer = cygrpc.ExecuteBatchError(
+        'Failed "execute_batch": (<grpc._cython.cygrpc.SendMessageOperation object at 0x1>, '
+        "<grpc._cython.cygrpc.SendStatusFromServerOperation object at 0x2>,)"
     )
     misuse = cygrpc.ExecuteBatchError(
         "Failed grpc_call_start_batch: 8 with grpc_call_error value: 'GRPC_CALL_ERROR_TOO_MANY_OPERATIONS'"
@@ -148,9 +154,22 @@ def test_a_status_that_could_not_reach_a_departed_client_is_logged_at_debug_only
             "ExecuteBatchError raised in core by servicer method [/sessions.v1.SessionService/GetRecentHistory]"
             ": the call ended before its status could be sent"
         )
-        for kept in (misuse, RuntimeError("SendStatusFromServerOperation")):
+        for kept in (misuse, RuntimeError("SendStatusFromServerOperation"), answer):
             record = _logged_by_grpc(kept)
             assert quiet.filter(record) is True
             assert record.levelname == "ERROR" and record.exc_info is not None
+        # A unary answer refused once its deadline passed: the client had gone.
+        passed = call_deadline.set(time.monotonic() - 1)
+        try:
+            record = _logged_by_grpc(answer)
+            assert quiet.filter(record) is True and record.levelname == "DEBUG"
+        finally:
+            call_deadline.reset(passed)
+        later = call_deadline.set(time.monotonic() + 60)
+        try:
+            record = _logged_by_grpc(answer)
+            assert quiet.filter(record) is True and record.levelname == "ERROR"
+        finally:
+            call_deadline.reset(later)
     finally:
         core.setLevel(previous)

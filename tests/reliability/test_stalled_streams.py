@@ -229,41 +229,57 @@ def _held_for_pieces(server: Any) -> float:
     return float(value or 0.0)
 
 
+@pytest.mark.parametrize("taken", [1, 0], ids=["after-a-frame", "before-any"])
 def test_an_export_whose_client_stopped_reading_is_ended_and_its_copy_dropped(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, taken: int
 ) -> None:
     """An export holds a copy of its object in scratch until its last frame is taken: a client
-    that stopped reading kept it there for as long as its connection lived."""
-    monkeypatch.setattr(servicer_module, "EXPORT_IDLE_SECONDS", 0.5, raising=False)
+    that stopped reading kept it there for as long as its connection lived. The refusal waits
+    behind the frame not taken, and the call keeps its stream slot until its client reads it
+    (a first frame never taken left the client with no end at all)."""
+    monkeypatch.setattr(servicer_module, "EXPORT_IDLE_SECONDS", 0.5)
     data_dir = tmp_path / "data"
     scratch = data_dir / SCRATCH_DIR_NAME
-    server = start_server(data_dir)
+    server = start_server(data_dir, limits=Limits(max_concurrent_streams=1))
     # A window that does not grow: flow control lets only a little ahead of this reader.
     stalled = grpc.insecure_channel(server.address, options=[("grpc.http2.bdp_probe", 0)])
     try:
-        with SessionsClient(server.address) as client:
+        with SessionsClient(server.address, retry=None) as client:
             session = client.object("exported").session()
             for index in range(8):  # 12 MB: frames beyond what flow control lets ahead
                 session.append_message(text_message(f"m{index}", "x" * BIG))
             stub = sessions_pb2_grpc.SessionServiceStub(stalled)
-            export = stub.ExportObject(
-                pb.ExportObjectRequest(object_key="exported"), metadata=routing_metadata("exported")
-            )
-            assert next(export).size_bytes > 0
-            assert list(scratch.iterdir())  # the copy, while the export is under way
-            assert wait_until(lambda: not list(scratch.iterdir()), 10, interval=0.01), "the copy stayed"
+            request = pb.ExportObjectRequest(object_key="exported")
+            export = stub.ExportObject(request, metadata=routing_metadata("exported"), timeout=60)
+            for _ in range(taken):
+                assert next(export).size_bytes > 0
+            assert wait_until(lambda: bool(_files_in(scratch)), 10, interval=0.01)  # the copy
+            assert wait_until(lambda: not _files_in(scratch), 10, interval=0.01), "the copy stayed"
+            with pytest.raises(SessionsError) as busy:  # the stalled call still holds the one slot
+                session.get_history()
+            assert busy.value.metadata.get("limit") == "max_concurrent_streams"
             with pytest.raises(grpc.RpcError) as ended:
                 for _ in export:
                     pass
             assert ended.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
             assert error_reason(ended.value) == "LIMIT_EXCEEDED"
             assert "not taken in time" in (ended.value.details() or "")
-            # The object is whole and exports to a reader that keeps up.
-            assert client.object("exported").session().get_message("m7") is not None
-            frames = list(
-                stub.ExportObject(pb.ExportObjectRequest(object_key="exported"), metadata=routing_metadata("exported"))
-            )
+            # The slot is free again; the object is whole and exports to a reader that keeps up.
+            assert wait_until(lambda: _streams_again(session), 10, interval=0.01)
+            frames = list(stub.ExportObject(request, metadata=routing_metadata("exported"), timeout=60))
             assert frames[-1].sha256
     finally:
         stalled.close()
         server.stop()
+
+
+def _streams_again(session: Any) -> bool:
+    try:
+        return len(session.get_history()) == 8
+    except SessionsError as busy:
+        assert busy.metadata.get("limit") == "max_concurrent_streams"
+        return False
+
+
+def _files_in(directory: Path) -> list[Path]:
+    return list(directory.iterdir()) if directory.exists() else []

@@ -105,7 +105,7 @@ def test_a_text_one_byte_past_its_limit_is_refused_and_nothing_installed(
 
 
 MISTYPED = [
-    (MESSAGES, "seq", 1.5, "the message with session_id 's', id 'm1': its seq holds a real value", "integer"),
+    (MESSAGES, "seq", b"\x01", "the message with session_id 's', id 'm1': its seq holds a blob value", "integer"),
     (
         MESSAGES,
         "created_at",
@@ -138,6 +138,17 @@ def test_a_value_of_another_kind_than_its_column_is_refused_and_nothing_installe
         files.import_store_file(source, "k", data_dir, text_limits=_limits())
     assert str(refused.value) == f"{row}, where its column declares {declared}"
     assert _leftovers(data_dir) == []
+
+
+@pytest.mark.parametrize(
+    ("table", "column"), [(MESSAGES, "created_at"), (MESSAGES, "seq"), (COMPACTIONS, "created_at")]
+)
+def test_a_fraction_in_an_integer_column_is_imported(tmp_path: Path, table: str, column: str) -> None:
+    """Upstream's importMessage stores `createdAt: 1700000000000.5` as a REAL (SQLite keeps a
+    fraction so): such a file is upstream's own, and served (reads take the integer part)."""
+    source = _store(tmp_path / "source.sqlite", table, column, 1_700_000_000_000.5)
+    target = files.import_store_file(source, "k", tmp_path / "data", text_limits=_limits())
+    assert target.exists()
 
 
 @pytest.mark.parametrize(("table", "column"), COLUMNS)

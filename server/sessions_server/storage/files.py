@@ -81,10 +81,12 @@ _ROW_NOUNS = {
     "cf_agents_session_attachment_chunks": "attachment chunk",
     "cf_agents_session_attachment_refs": "attachment reference",
 }
-# The storage class a value of each declared type holds in a file this service or upstream
-# wrote: SQLite's affinity turns an integral number into an INTEGER and a number into TEXT, so
-# anything else was put there by hand (a created_at of 'yesterday', chunk data as text).
-_STORAGE_CLASSES = {"INTEGER": "integer", "TEXT": "text", "BLOB": "blob"}
+# The storage classes a value of each declared type holds in a file this service or upstream
+# wrote: SQLite's affinity turns an integral number into an INTEGER and a number into TEXT, and
+# keeps a fraction as a REAL (upstream's importMessage stores `createdAt: 1.5` so; reads take
+# its integer part). Anything else was put there by hand (a created_at of 'yesterday', chunk
+# data as text), and reads would fail on it or read it as something else.
+_STORAGE_CLASSES = {"INTEGER": ("integer", "real"), "TEXT": ("text",), "BLOB": ("blob",)}
 QUOTED_KEY_CHARS = 64
 _STORAGE_FAILURES = frozenset({sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR})
 
@@ -228,18 +230,19 @@ def _check_column_types(conn: sqlite3.Connection) -> None:
         if not columns:
             continue
         wrong = " OR ".join(
-            f"typeof({name}) NOT IN ('{kind}', '{'null' if nullable else kind}')" for name, kind, nullable in columns
+            f"typeof({name}) NOT IN ({', '.join(repr(k) for k in (*kinds, 'null') if nullable or k != 'null')})"
+            for name, kinds, nullable in columns
         )
         found = ", ".join(f"typeof({name})" for name, _, _ in columns)
         keys = _ROW_KEYS[table]
         row = conn.execute(f"SELECT {found}, {', '.join(keys)} FROM {table} WHERE {wrong} LIMIT 1").fetchone()
         if row is None:
             continue
-        for index, (name, kind, nullable) in enumerate(columns):
-            if row[index] != kind and not (nullable and row[index] == "null"):
+        for index, (name, kinds, nullable) in enumerate(columns):
+            if row[index] not in kinds and not (nullable and row[index] == "null"):
                 article = "an" if row[index][0] in "aeiou" else "a"
                 raise MistypedValue(
-                    _describe_row(table, row[len(columns) :]), name, f"{article} {row[index]} value", kind
+                    _describe_row(table, row[len(columns) :]), name, f"{article} {row[index]} value", kinds[0]
                 )
 
 

@@ -35,6 +35,12 @@ Connection = sqlite3.Connection
 class ObjectConnection(sqlite3.Connection):
     """A connection to an object file that remembers facts about its schema."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Once, before any statement: defining a function again expires the connection's
+        # prepared statements, and fails while one of them is under way.
+        self.create_function(JSON_TEXT_FUNCTION, 1, _json_text, deterministic=True)
+
     fts_known = False
     # Only the object's writer creates the index (`create_fts`), so only the writer may also
     # remember that it is absent: without that, every append looked it up (8 µs a message).
@@ -998,8 +1004,10 @@ def message_text_sql(content: str) -> str:
 
 
 def use_json_text_function(conn: sqlite3.Connection) -> None:
-    """Makes `message_text_sql` work on `conn` (any connection: the lift runs on import-store's)."""
-    conn.create_function(JSON_TEXT_FUNCTION, 1, _json_text, deterministic=True)
+    """Makes `message_text_sql` work on `conn`: an object's connections have it from the start;
+    another (import-store's, where the lift runs) gets it here."""
+    if not isinstance(conn, ObjectConnection):
+        conn.create_function(JSON_TEXT_FUNCTION, 1, _json_text, deterministic=True)
 
 
 def _json_text(representation: str) -> str | bytes:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -18,8 +19,10 @@ from grpc._cython import cygrpc  # type: ignore[attr-defined]
 
 from sessions_server.domain.errors import SessionsError
 from sessions_server.domain.limits import exceeded
+from sessions_server.transport import framing
 from sessions_server.transport.errors import internal_status, status_for
 
+log = logging.getLogger("sessions.transport")
 Resp = TypeVar("Resp")
 
 
@@ -144,8 +147,9 @@ class StreamSlots:
                     del self._by_token[token]
 
 
-# What a write to a stream raises when gRPC could not send (the call ended under it: the client
-# cancelled while the write waited for room); the context does not always say cancelled yet.
+# What a write to a stream raises when gRPC could not send: the call ended under it (the client
+# cancelled while the write waited for room, and the context does not always say cancelled yet),
+# or the response passed the send limit.
 _SendFailed: type[Exception] = cygrpc.ExecuteBatchError
 
 
@@ -161,7 +165,8 @@ class TakenWithin:
 class _Stall:
     """Ends the call's task (as a client's cancellation would: every `finally` runs) when a
     write waits longer than the reader's bound for the client to take it. A write cannot be
-    given a deadline of its own: `asyncio.wait_for` around it never returned."""
+    given a deadline of its own: `asyncio.wait_for` around it never returned. A write that
+    completes in the very loop pass the alarm rings is refused all the same, at the bound."""
 
     def __init__(self, seconds: float) -> None:
         self._seconds = seconds
@@ -195,28 +200,48 @@ async def stream(
     is ended, refused, when a response waits longer for its client."""
     iterator = run()
     stall = _Stall(taken_within.seconds) if taken_within is not None else None
+    sending: Any = None
     try:
         with slots.take(context):
-            async with contextlib.aclosing(iterator):  # type: ignore[type-var]
-                async for item in iterator:
-                    if stall is None:
-                        await context.write(item)
-                        continue
-                    with stall.watching():
-                        await context.write(item)
-    except asyncio.CancelledError:
-        if stall is None or not stall.ended or taken_within is None:
-            raise
-        asyncio.current_task().uncancel()  # type: ignore[union-attr]  # our own cancellation, handled here
-        await abort(context, taken_within.refusal())
+            try:
+                if stall is not None:
+                    # The headers first, alone: a first write the stall cuts short leaves gRPC
+                    # believing them unsent, and the refusal sent them again, which gRPC's core
+                    # refuses (logged as an ERROR, and the client never learnt the call's end).
+                    await context.send_initial_metadata(())
+                async with contextlib.aclosing(iterator):  # type: ignore[type-var]
+                    async for sending in iterator:
+                        if stall is None:
+                            await context.write(sending)
+                            continue
+                        with stall.watching():
+                            await context.write(sending)
+            except asyncio.CancelledError:
+                if stall is None or not stall.ended or taken_within is None:
+                    raise
+                asyncio.current_task().uncancel()  # type: ignore[union-attr]  # our own cancellation, handled here
+                # Refused within its slot: the status waits behind the frame the client has not
+                # taken, and until the client reads or leaves, the call counts against the
+                # stream bounds as any open stream does (outside, stalled calls escaped them).
+                await abort(context, taken_within.refusal())
     except SessionsError as exc:
         await abort(context, exc)
     except (grpc.aio.AbortError, grpc.aio.UsageError):
         raise
     except Exception as exc:
+        if isinstance(exc, _SendFailed) and _size(sending) > framing.RESPONSE_LIMIT_BYTES:
+            # Our framing's fault, not the client's: gRPC ended the call (RESOURCE_EXHAUSTED).
+            log.error("a response of %d bytes passed a frame's limit, and its call failed", _size(sending))
+            raise asyncio.CancelledError from exc
         if context.cancelled() or context.done() or isinstance(exc, _SendFailed):
             # The call is over: the client went away mid-write. Ending as cancelled keeps gRPC
             # from sending a status it can no longer send (a failed first write leaves it
             # believing the headers unsent, and it logged the refused batch as an ERROR).
             raise asyncio.CancelledError from exc
         await abort(context, exc)
+
+
+def _size(response: Any) -> int:
+    if response is None:
+        return 0
+    return len(response) if isinstance(response, bytes) else int(response.ByteSize())

@@ -28,6 +28,18 @@ from prometheus_client.process_collector import ProcessCollector
 from sessions_server import version
 
 request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
+# When the call being served must end (`time.monotonic()`), None without a deadline: what gRPC
+# logs about the call after its handler (in the handler's task) can tell a deadline passed.
+call_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("call_deadline", default=None)
+
+
+# gRPC's core keeps the deadline its own way: ours, taken as the handler starts, may lag it.
+DEADLINE_SLACK_SECONDS = 0.01
+
+
+def _deadline_passed() -> bool:
+    deadline = call_deadline.get()
+    return deadline is not None and time.monotonic() >= deadline - DEADLINE_SLACK_SECONDS
 
 
 class Metrics:
@@ -96,7 +108,7 @@ class Metrics:
 
     def close(self) -> None:
         """Stops the HTTP endpoint and gives its port back (a server stopped in-process, or one
-        whose other ports failed to bind, must not keep answering for a closed registry)."""
+        that failed to start, must not keep answering for a closed registry)."""
         endpoint, self._endpoint = self._endpoint, None
         if endpoint is not None:
             endpoint.shutdown()
@@ -175,6 +187,8 @@ class CallMeter:
                 self.calls_in_flight += 1
             incoming = dict(context.invocation_metadata() or ()).get("x-request-id")
             request_id.set(str(incoming) if incoming else _fresh_request_id())
+            remaining = context.time_remaining()
+            call_deadline.set(None if remaining is None else time.monotonic() + remaining)
             return time.perf_counter()
 
         def end(context: Any, started: float, failure: BaseException | None) -> None:
@@ -242,16 +256,22 @@ GRPC_CORE_LOGGER = "grpc._cython.cygrpc"
 
 class EndedCallFilter(logging.Filter):
     """Keeps at DEBUG what gRPC logs as an ERROR, with a traceback, when a call's status could
-    not be sent because the call had already ended: the handler finished (or failed) just as the
-    client's deadline passed or the client cancelled. The status had nowhere to go and nothing
-    went wrong on the server; an operator paged for it would learn to ignore ERROR lines."""
+    not be sent because the call had already ended: a stream's handler finished just as its
+    client cancelled or its deadline passed, or a unary call's answer came after its deadline.
+    The status had nowhere to go and nothing went wrong on the server; an operator paged for it
+    would learn to ignore ERROR lines. A unary answer refused before its deadline (one past the
+    send limit, say) stays an ERROR."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         failure = record.exc_info[1] if record.exc_info else None
         if failure is None or type(failure).__name__ != "ExecuteBatchError":
             return True
-        # gRPC names the operations of the refused batch; one holding the status is the call's end.
-        if "SendStatusFromServerOperation" not in str(failure):
+        # gRPC names the operations of the refused batch: the status alone ends a stream whose
+        # responses all went; with a response, it is a unary call's answer.
+        operations = str(failure)
+        if "SendStatusFromServerOperation" not in operations:
+            return True
+        if "SendMessageOperation" in operations and not _deadline_passed():
             return True
         record.msg, record.args = "%s: the call ended before its status could be sent", (record.getMessage(),)
         record.levelno, record.levelname = logging.DEBUG, "DEBUG"

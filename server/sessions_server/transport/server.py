@@ -92,18 +92,20 @@ class RunningServer:
         a closed port would only refuse their connections."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.drain_seconds
-        self.draining.active = True
-        await self.health.enter_graceful_shutdown()
-        self.registry.close_feeds()  # subscribers end with UNAVAILABLE: reconnect elsewhere
-        await self.calls.until_idle(self.drain_seconds)
-        await self.server.stop(max(0.0, deadline - loop.time()))
-        if self.probes is not None:  # told NOT_SERVING all along the drain, as the main port
-            await self.probes.stop(0)
-        await self.service.compactor.wait_idle(deadline - loop.time())
-        await self.registry.close_all()
-        self.executor.shutdown(wait=True)
-        self.commit_executor.shutdown(wait=True)
-        self.metrics.close()
+        try:
+            self.draining.active = True
+            await self.health.enter_graceful_shutdown()
+            self.registry.close_feeds()  # subscribers end with UNAVAILABLE: reconnect elsewhere
+            await self.calls.until_idle(self.drain_seconds)
+            await self.server.stop(max(0.0, deadline - loop.time()))
+            if self.probes is not None:  # told NOT_SERVING all along the drain, as the main port
+                await self.probes.stop(0)
+            await self.service.compactor.wait_idle(deadline - loop.time())
+            await self.registry.close_all()
+            self.executor.shutdown(wait=True)
+            self.commit_executor.shutdown(wait=True)
+        finally:
+            await asyncio.to_thread(self.metrics.close)  # its shutdown polls for up to 0.5 s
         self.data_dir_lock.release()  # last: nothing of this server touches the files any more
 
 
@@ -239,11 +241,15 @@ async def _create_server(config: ServerConfig, lock: DataDirectoryLock) -> Runni
                 await bound.start()  # a server never started keeps its ports through stop()
                 await bound.stop(None)
         raise
-    for name in ("", SERVICE_NAME):  # before the first call can come: a Watch then knows the names
-        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    await server.start()
-    if probes is not None:
-        await probes.start()
+    try:
+        for name in ("", SERVICE_NAME):  # before the first call can come: a Watch then knows the names
+            await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+        await server.start()
+        if probes is not None:
+            await probes.start()
+    except BaseException:
+        metrics.close()  # bound last above: its port is given back too
+        raise
     host = config.listen.rsplit(":", 1)[0]
     return RunningServer(
         server,
