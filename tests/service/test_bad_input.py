@@ -12,6 +12,7 @@ import grpc
 import pytest
 
 from sessions_client import ImportItem, SessionsError
+from sessions_client._common import routing_metadata
 from sessions_proto.v1 import sessions_pb2 as pb
 from tests.service.support import (
     error_reason,
@@ -419,3 +420,34 @@ def test_an_import_object_frame_naming_another_key_is_refused(stub: Any, data_di
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, refused.value.details()
     assert error_reason(refused.value) == "INVALID_STREAM"
     assert not object_file(data_dir, object_key).exists()
+
+
+def test_a_request_with_more_items_than_can_be_answered_is_refused_before_they_are_read(client: Any) -> None:
+    """Counts alone refuse these, before any item is decoded: a 64 MiB AppendMessages of empty
+    items held the event loop for about a minute before its refusal, GetMessages with millions
+    of ids for seconds."""
+    from sessions_server.domain.service import MAX_BATCH_ITEMS, MAX_DELETE_IDS, MAX_GET_IDS
+
+    key = "counted"
+    metadata = routing_metadata(key)
+    stub = client._stub
+    refusals = []
+    for call in (
+        lambda: stub.AppendMessages(
+            pb.AppendMessagesRequest(object_key=key, items=[pb.AppendItem()] * (MAX_BATCH_ITEMS + 1)),
+            metadata=metadata,
+        ),
+        lambda: list(
+            stub.GetMessages(
+                pb.GetMessagesRequest(object_key=key, message_ids=["m"] * (MAX_GET_IDS + 1)), metadata=metadata
+            )
+        ),
+        lambda: stub.DeleteMessages(
+            pb.DeleteMessagesRequest(object_key=key, message_ids=["m"] * (MAX_DELETE_IDS + 1)), metadata=metadata
+        ),
+    ):
+        with pytest.raises(grpc.RpcError) as refused:
+            call()
+        refusals.append((refused.value.code(), error_reason(refused.value)))
+    assert refusals == [(grpc.StatusCode.RESOURCE_EXHAUSTED, "LIMIT_EXCEEDED")] * 3
+    assert client.object(key).list_sessions() == []  # nothing was written

@@ -408,6 +408,21 @@ def test_phrase_mode_ignores_punctuation_between_words(session: Any) -> None:
     assert hit_ids(session.search("alpha...gamma")) == ["m1"]
 
 
+def test_all_words_mode_takes_each_word_once_and_at_most_32_of_them(session: Any) -> None:
+    """FTS5 matches many words naming one token in time that grows with their count squared,
+    where a search's deadline cannot stop it: 2,048 times "a" over a message of 5,000 "a"s ran
+    47 s past a 2 s budget, holding a SQL thread. Repeats are dropped; more than 32 different
+    words are refused."""
+    session.append_message(text_message("many", " ".join(["a"] * 5_000)))
+    assert hit_ids(session.search(" ".join(["a"] * 1_000), mode="all_words")) == ["many"]
+    words = [f"a{'.' * n}" for n in range(1, 34)]  # 33 words, each the token "a"
+    with pytest.raises(SessionsError) as refused:
+        session.search(" ".join(words), mode="all_words")
+    assert (refused.value.code, refused.value.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "LIMIT_EXCEEDED")
+    assert "33 different words; the limit is 32" in refused.value.message
+    assert hit_ids(session.search(" ".join(words[:32]), mode="all_words")) == ["many"]
+
+
 def test_all_words_mode_matches_every_word_in_any_order(session: Any) -> None:
     session.append_messages(
         [

@@ -41,6 +41,7 @@ from sessions_server.domain.limits import (
     ID_OVERHEAD_BYTES,
     MAX_BATCH_RESULT_BYTES,
     MAX_DELETE_IDS_BYTES,
+    RESULT_OVERHEAD_BYTES,
     Limits,
     exceeded,
     results_bytes,
@@ -126,6 +127,34 @@ def _check_results_fit(results: Sequence[AppendResult]) -> None:
             limit="max_batch_result_bytes",
             limit_value=str(limit),
         )
+
+
+# A request's count of items alone can tell that it will be refused: each batch result takes at
+# least RESULT_OVERHEAD_BYTES of its response, each deleted id ID_OVERHEAD_BYTES of its change
+# event. Checked first, before the items are looked at: a 64 MiB AppendMessages of empty items
+# held the event loop for about a minute (and 6 GB) before its refusal.
+MAX_BATCH_ITEMS = MAX_BATCH_RESULT_BYTES // RESULT_OVERHEAD_BYTES
+MAX_DELETE_IDS = MAX_DELETE_IDS_BYTES // ID_OVERHEAD_BYTES
+# GetMessages answers ids it finds in request order, read in windows: 5.6 million ids held the
+# event loop 6 s. Far more than any page of a conversation.
+MAX_GET_IDS = 100_000
+
+
+def check_batch_length(count: int) -> None:
+    """LimitExceeded when an AppendMessages of `count` items could not be answered, whatever they hold."""
+    if count > MAX_BATCH_ITEMS:
+        raise exceeded(
+            f"{count} messages in one batch, whose results could not fit one response (nothing was "
+            "written; send them in smaller batches)",
+            "max_batch_result_bytes",
+            MAX_BATCH_RESULT_BYTES,
+            "bytes",
+        )
+
+
+def _check_id_count(count: int, most: int, what: str, limit_name: str) -> None:
+    if count > most:
+        raise exceeded(f"{count} ids in one {what}", limit_name, most, "ids")
 
 
 def _check_delete_ids(message_ids: Sequence[str]) -> None:
@@ -452,6 +481,9 @@ class SessionsService:
     async def delete(self, object_key: str, session_id: str, message_ids: Sequence[str]) -> int:
         """Deletes messages (splicing children); the event carries the ids as passed, even none."""
         self.check_names(object_key, session_id)
+        _check_id_count(
+            len(message_ids), MAX_DELETE_IDS, "delete (send them in smaller batches)", "max_delete_ids_bytes"
+        )
         _check_delete_ids(message_ids)
         ids = list(dict.fromkeys(message_ids))
         event = ChangeEvent("delete", session_id, message_ids=tuple(message_ids))
@@ -528,6 +560,7 @@ class SessionsService:
     ) -> AsyncGenerator[list[MessageView], None]:
         """Found messages in request order, one bounded window (one read) per list."""
         self.check_names(object_key, session_id)
+        _check_id_count(len(message_ids), MAX_GET_IDS, "read (ask in smaller lists)", "max_get_ids")
         ids = list(dict.fromkeys(message_ids))
         async with self.existing_object(object_key) as store:
             if store is None:

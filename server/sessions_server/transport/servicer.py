@@ -35,7 +35,7 @@ from sessions_server.domain.limits import (
 from sessions_server.domain.messages import FieldNames
 from sessions_server.domain.placement import routing_key
 from sessions_server.domain.records import Parent
-from sessions_server.domain.service import AppendInput, SessionsService
+from sessions_server.domain.service import AppendInput, SessionsService, check_batch_length
 from sessions_server.domain.views import MessageView
 from sessions_server.transport import calls, feed_frames, framing, page_tokens
 from sessions_server.transport.auth import TokenAuthority
@@ -224,6 +224,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
     async def AppendMessages(self, request: pb.AppendMessagesRequest, context: Any) -> bytes:  # type: ignore[override]
         async def run() -> bytes:
             self._admit(context, request.object_key, write=True)
+            check_batch_length(len(request.items))
             items = [
                 AppendInput(
                     item.message_json,
@@ -330,7 +331,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
     async def DeleteMessages(self, request: pb.DeleteMessagesRequest, context: Any) -> pb.DeleteMessagesResponse:
         async def run() -> pb.DeleteMessagesResponse:
             self._admit(context, request.object_key, write=True)
-            deleted = await self._service.delete(request.object_key, request.session_id, list(request.message_ids))
+            deleted = await self._service.delete(request.object_key, request.session_id, request.message_ids)
             return pb.DeleteMessagesResponse(deleted_count=deleted)
 
         return await calls.unary(context, run)
@@ -421,7 +422,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         async def run() -> AsyncIterator[pb.GetMessagesResponse | bytes]:
             self._admit(context, request.object_key, write=False)
             views = self._service.get_messages(
-                request.object_key, request.session_id, list(request.message_ids), inline=_inline(request.attachments)
+                request.object_key, request.session_id, request.message_ids, inline=_inline(request.attachments)
             )
             async with contextlib.aclosing(views):
                 async for response, _ in _responses(views, request.max_messages_per_response, pb.GetMessagesResponse):

@@ -281,7 +281,9 @@ class _SearchModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_SearchMode
     SEARCH_MODE_PHRASE: _SearchMode.ValueType  # 1
     """Upstream's semantics: the whole query is one phrase (adjacent words, in order)."""
     SEARCH_MODE_ALL_WORDS: _SearchMode.ValueType  # 2
-    """Every word of the query, in any order."""
+    """Every word of the query, in any order (a repeated word counts once; more than 32
+    different words: INVALID_ARGUMENT, LIMIT_EXCEEDED).
+    """
 
 class SearchMode(_SearchMode, metaclass=_SearchModeEnumTypeWrapper):
     """How a search query matches."""
@@ -291,7 +293,9 @@ SEARCH_MODE_UNSPECIFIED: SearchMode.ValueType  # 0
 SEARCH_MODE_PHRASE: SearchMode.ValueType  # 1
 """Upstream's semantics: the whole query is one phrase (adjacent words, in order)."""
 SEARCH_MODE_ALL_WORDS: SearchMode.ValueType  # 2
-"""Every word of the query, in any order."""
+"""Every word of the query, in any order (a repeated word counts once; more than 32
+different words: INVALID_ARGUMENT, LIMIT_EXCEEDED).
+"""
 Global___SearchMode: _TypeAlias = SearchMode  # noqa: Y015
 
 class _ChangeType:

@@ -409,7 +409,8 @@ const (
 	SearchMode_SEARCH_MODE_UNSPECIFIED SearchMode = 0
 	// Upstream's semantics: the whole query is one phrase (adjacent words, in order).
 	SearchMode_SEARCH_MODE_PHRASE SearchMode = 1
-	// Every word of the query, in any order.
+	// Every word of the query, in any order (a repeated word counts once; more than 32
+	// different words: INVALID_ARGUMENT, LIMIT_EXCEEDED).
 	SearchMode_SEARCH_MODE_ALL_WORDS SearchMode = 2
 )
 

@@ -3277,7 +3277,8 @@ export enum SearchMode {
   PHRASE = 1,
 
   /**
-   * Every word of the query, in any order.
+   * Every word of the query, in any order (a repeated word counts once; more than 32
+   * different words: INVALID_ARGUMENT, LIMIT_EXCEEDED).
    *
    * @generated from enum value: SEARCH_MODE_ALL_WORDS = 2;
    */
