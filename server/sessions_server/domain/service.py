@@ -152,11 +152,6 @@ def check_batch_length(count: int) -> None:
         )
 
 
-def _check_id_count(count: int, most: int, what: str, limit_name: str) -> None:
-    if count > most:
-        raise exceeded(f"{count} ids in one {what}", limit_name, most, "ids")
-
-
 def _check_delete_ids(message_ids: Sequence[str]) -> None:
     """LimitExceeded when a delete's ids would not fit the one change event that carries them."""
     limit = MAX_DELETE_IDS_BYTES
@@ -481,9 +476,14 @@ class SessionsService:
     async def delete(self, object_key: str, session_id: str, message_ids: Sequence[str]) -> int:
         """Deletes messages (splicing children); the event carries the ids as passed, even none."""
         self.check_names(object_key, session_id)
-        _check_id_count(
-            len(message_ids), MAX_DELETE_IDS, "delete (send them in smaller batches)", "max_delete_ids_bytes"
-        )
+        if len(message_ids) > MAX_DELETE_IDS:
+            raise exceeded(
+                f"{len(message_ids)} ids in one delete, more than the change event that carries them can "
+                "(nothing was deleted; delete them in smaller batches)",
+                "max_delete_ids_bytes",
+                MAX_DELETE_IDS_BYTES,
+                "bytes",
+            )
         _check_delete_ids(message_ids)
         ids = list(dict.fromkeys(message_ids))
         event = ChangeEvent("delete", session_id, message_ids=tuple(message_ids))
@@ -560,7 +560,10 @@ class SessionsService:
     ) -> AsyncGenerator[list[MessageView], None]:
         """Found messages in request order, one bounded window (one read) per list."""
         self.check_names(object_key, session_id)
-        _check_id_count(len(message_ids), MAX_GET_IDS, "read (ask in smaller lists)", "max_get_ids")
+        if len(message_ids) > MAX_GET_IDS:
+            raise exceeded(
+                f"{len(message_ids)} ids in one read (ask in smaller lists)", "max_get_ids", MAX_GET_IDS, "ids"
+            )
         ids = list(dict.fromkeys(message_ids))
         async with self.existing_object(object_key) as store:
             if store is None:
