@@ -41,7 +41,7 @@ from sessions_server.storage.registry import DEFAULT_MAX_OPEN_OBJECTS
 from sessions_server.transport import packed_cache
 
 if TYPE_CHECKING:
-    from sessions_client import TlsConfig
+    from sessions_client import SessionsClient, TlsConfig
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
@@ -719,6 +719,13 @@ def _configure_logging(level: str, log_format: str) -> None:
     logging.basicConfig(level=level.upper(), handlers=[handler])
 
 
+def _admin_client(address: str, token: str | None, tls: TlsConfig | None) -> SessionsClient:
+    """A client for the admin commands: `--token`, else $SESSIONS_TOKEN."""
+    from sessions_client import SessionsClient
+
+    return SessionsClient(address, token=token or os.environ.get("SESSIONS_TOKEN"), tls=tls)
+
+
 def _move_objects(
     source: str,
     destination: str,
@@ -731,15 +738,11 @@ def _move_objects(
 ) -> int:
     """Moves each key in turn; a key that fails is reported and the others still move. Exits 1
     when any failed, after a summary naming each with its reason."""
-    from sessions_client import SessionsClient, SessionsError
+    from sessions_client import SessionsError
     from sessions_client.admin import MoveOutcomeUnknown, move_object
 
-    token = token or os.environ.get("SESSIONS_TOKEN")
     failed: list[tuple[str, str]] = []
-    with (
-        SessionsClient(source, token=token, tls=tls) as src,
-        SessionsClient(destination, token=token, tls=tls) as dst,
-    ):
+    with _admin_client(source, token, tls) as src, _admin_client(destination, token, tls) as dst:
         for key in object_keys:
             try:
                 report = move_object(src, dst, key, destination_name=destination, replace=replace)
@@ -810,12 +813,11 @@ def _call_failure(exc: Exception, *, plaintext: bool) -> str:
 
 def _abort_moves(source: str, object_keys: list[str], token: str | None, *, tls: TlsConfig | None = None) -> int:
     """Releases the move lock of each key (AbortMove); exits 1 when a call failed."""
-    from sessions_client import SessionsClient, SessionsError
+    from sessions_client import SessionsError
     from sessions_client.admin import abort_move
 
-    token = token or os.environ.get("SESSIONS_TOKEN")
     failures = 0
-    with SessionsClient(source, token=token, tls=tls) as client:
+    with _admin_client(source, token, tls) as client:
         for key in object_keys:
             try:
                 released = abort_move(client, key)
@@ -879,12 +881,11 @@ def _import_store(source: Path, object_key: str, data_dir: Path, *, replace: boo
 def _send_store(
     source: Path, object_key: str, address: str, token: str | None, *, replace: bool, tls: TlsConfig | None = None
 ) -> int:
-    from sessions_client import SessionsClient, SessionsError
+    from sessions_client import SessionsError
     from sessions_client.admin import import_file
 
-    token = token or os.environ.get("SESSIONS_TOKEN")
     try:
-        with SessionsClient(address, token=token, tls=tls) as client:
+        with _admin_client(address, token, tls) as client:
             report = import_file(client, object_key, source, replace=replace)
     except (SessionsError, OSError) as exc:
         if isinstance(exc, SessionsError) and exc.reason == "OBJECT_EXISTS":
@@ -903,12 +904,11 @@ def _send_store(
 def _save_store(
     address: str, object_key: str, target: Path, token: str | None, *, force: bool, tls: TlsConfig | None = None
 ) -> int:
-    from sessions_client import SessionsClient, SessionsError
+    from sessions_client import SessionsError
     from sessions_client.admin import export_file
 
-    token = token or os.environ.get("SESSIONS_TOKEN")
     try:
-        with SessionsClient(address, token=token, tls=tls) as client:
+        with _admin_client(address, token, tls) as client:
             report = export_file(client, object_key, target, overwrite=force)
     except FileExistsError:
         print(

@@ -122,11 +122,10 @@ def test_a_status_that_could_not_reach_a_departed_client_is_logged_at_debug_only
     was sent; such a refused status batch is kept at DEBUG, and every other failure stays an ERROR:
     a unary answer refused before its deadline (one past the send limit) among them."""
     import logging
-    import time
 
     from grpc._cython import cygrpc
 
-    from sessions_server.transport.metrics import EndedCallFilter, call_deadline
+    from sessions_server.transport.metrics import EndedCallFilter, serving
 
     quiet = EndedCallFilter()
     core = logging.getLogger("grpc._cython.cygrpc")
@@ -159,17 +158,28 @@ def test_a_status_that_could_not_reach_a_departed_client_is_logged_at_debug_only
             assert quiet.filter(record) is True
             assert record.levelname == "ERROR" and record.exc_info is not None
         # A unary answer refused once its deadline passed: the client had gone.
-        passed = call_deadline.set(time.monotonic() - 1)
+        passed = serving.set(_Deadline(0.0))
         try:
             record = _logged_by_grpc(answer)
             assert quiet.filter(record) is True and record.levelname == "DEBUG"
         finally:
-            call_deadline.reset(passed)
-        later = call_deadline.set(time.monotonic() + 60)
+            serving.reset(passed)
+        later = serving.set(_Deadline(60.0))
         try:
             record = _logged_by_grpc(answer)
             assert quiet.filter(record) is True and record.levelname == "ERROR"
         finally:
-            call_deadline.reset(later)
+            serving.reset(later)
     finally:
         core.setLevel(previous)
+
+
+class _Deadline:
+    """What the filter asks of the call being served: the seconds left before its deadline
+    (gRPC's `time_remaining`, never below 0)."""
+
+    def __init__(self, remaining: float) -> None:
+        self._remaining = remaining
+
+    def time_remaining(self) -> float:
+        return self._remaining

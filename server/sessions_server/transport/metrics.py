@@ -28,18 +28,17 @@ from prometheus_client.process_collector import ProcessCollector
 from sessions_server import version
 
 request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
-# When the call being served must end (`time.monotonic()`), None without a deadline: what gRPC
-# logs about the call after its handler (in the handler's task) can tell a deadline passed.
-call_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("call_deadline", default=None)
-
-
-# gRPC's core keeps the deadline its own way: ours, taken as the handler starts, may lag it.
+# The call being served (its servicer context): what gRPC logs about the call after its handler,
+# in the handler's task, can ask whether its deadline passed. Asked then only, not on every call.
+serving: contextvars.ContextVar[Any] = contextvars.ContextVar("serving", default=None)
+# gRPC's core and Python's clock may differ by a little as the deadline passes.
 DEADLINE_SLACK_SECONDS = 0.01
 
 
 def _deadline_passed() -> bool:
-    deadline = call_deadline.get()
-    return deadline is not None and time.monotonic() >= deadline - DEADLINE_SLACK_SECONDS
+    context = serving.get()
+    remaining = None if context is None else context.time_remaining()
+    return remaining is not None and remaining <= DEADLINE_SLACK_SECONDS
 
 
 class Metrics:
@@ -187,8 +186,7 @@ class CallMeter:
                 self.calls_in_flight += 1
             incoming = dict(context.invocation_metadata() or ()).get("x-request-id")
             request_id.set(str(incoming) if incoming else _fresh_request_id())
-            remaining = context.time_remaining()
-            call_deadline.set(None if remaining is None else time.monotonic() + remaining)
+            serving.set(context)
             return time.perf_counter()
 
         def end(context: Any, started: float, failure: BaseException | None) -> None:
