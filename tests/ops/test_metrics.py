@@ -157,19 +157,14 @@ def test_a_status_that_could_not_reach_a_departed_client_is_logged_at_debug_only
             record = _logged_by_grpc(kept)
             assert quiet.filter(record) is True
             assert record.levelname == "ERROR" and record.exc_info is not None
-        # A unary answer refused once its deadline passed: the client had gone.
-        passed = serving.set(_Deadline(0.0))
-        try:
-            record = _logged_by_grpc(answer)
-            assert quiet.filter(record) is True and record.levelname == "DEBUG"
-        finally:
-            serving.reset(passed)
-        later = serving.set(_Deadline(60.0))
-        try:
-            record = _logged_by_grpc(answer)
-            assert quiet.filter(record) is True and record.levelname == "ERROR"
-        finally:
-            serving.reset(later)
+        # A unary answer refused once its deadline passed: the client had gone; before it, not.
+        for remaining, level in ((0.0, "DEBUG"), (60.0, "ERROR")):
+            call = serving.set(_Deadline(remaining))
+            try:
+                record = _logged_by_grpc(answer)
+                assert quiet.filter(record) is True and record.levelname == level
+            finally:
+                serving.reset(call)
     finally:
         core.setLevel(previous)
 
