@@ -130,3 +130,34 @@ def test_a_search_that_waits_its_whole_budget_is_refused_as_busy(
         await sessions.registry.close_all()
 
     run(scenario())
+
+
+def test_a_search_whose_caller_left_keeps_its_slot_until_its_sql_ends(
+    service: Callable[..., SessionsService], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A caller that gives up (a deadline, a cancelled stream) cannot stop its query on the SQL
+    # thread; were its slot given back then, abandoned searches would take every SQL thread.
+    sessions = service(max_concurrent_searches=1, search_seconds=WAIT_SECONDS)
+
+    async def scenario() -> None:
+        await sessions.append_many("searched", "", [message("m1", "hello world")])
+        assert await search(sessions, "searched", "", "hello") != []
+        held = HeldSearches(monkeypatch)
+        abandoned = asyncio.create_task(search(sessions, "searched", "", "hello"))
+        await held.until_entered(1)
+        abandoned.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await abandoned
+
+        assert sessions.search_slots.running == 1  # its query still holds a SQL thread
+        waiting = asyncio.create_task(search(sessions, "searched", "", "hello"))
+        await until(lambda: sessions.search_slots.waiting == 1)
+        assert held.count == 1
+
+        held.release.set()
+        assert [hit.id for hit in await waiting] == ["m1"]
+        assert held.count == 2
+        assert (sessions.search_slots.running, sessions.search_slots.waiting) == (0, 0)
+        await sessions.registry.close_all()
+
+    run(scenario())

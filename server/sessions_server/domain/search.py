@@ -10,11 +10,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from sessions_server.domain.chunking import utf8_length
 from sessions_server.domain.errors import InvalidArgument, LimitExceeded
+
+T = TypeVar("T")
 
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 1000
@@ -97,9 +100,11 @@ class SearchSlots:
         self.waiting = 0
 
     @contextlib.asynccontextmanager
-    async def taken(self, deadline: float) -> AsyncIterator[None]:
+    async def taken(self, deadline: float) -> AsyncIterator[SearchSlot]:
         """A slot, waited for until the monotonic `deadline` (the search's budget): past it,
-        LimitExceeded with SERVER_BUSY, which clients retry."""
+        LimitExceeded with SERVER_BUSY, which clients retry. The search's SQL runs through the
+        slot's `run`, which keeps the slot taken until that SQL has ended, even when the caller
+        gave up on it first."""
         self.waiting += 1
         try:
             async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
@@ -115,8 +120,49 @@ class SearchSlots:
         finally:
             self.waiting -= 1
         self.running += 1
+        slot = SearchSlot(self._give_back)
         try:
-            yield
+            yield slot
         finally:
-            self.running -= 1
-            self._free.release()
+            slot.leave()
+
+    def _give_back(self) -> None:
+        self.running -= 1
+        self._free.release()
+
+
+class SearchSlot:
+    """One taken slot. A cancelled caller cannot stop a query on its SQL thread (the deadline's
+    progress handler is not reached inside some FTS5 work), so a slot whose query still runs is
+    given back when the query ends, not when its caller leaves: the bound is on SQL threads."""
+
+    def __init__(self, give_back: Callable[[], None]) -> None:
+        self._give_back: Callable[[], None] | None = give_back
+        self._running: asyncio.Future[Any] | None = None
+
+    async def run(self, work: Awaitable[T]) -> T:
+        self._running = asyncio.ensure_future(work)
+        try:
+            return await asyncio.shield(self._running)
+        finally:
+            if self._running.done():
+                self._running = None
+
+    def leave(self) -> None:
+        running = self._running
+        if running is None:
+            self._release()
+            return
+        # The caller left while the query runs on: the query's end gives the slot back, and its
+        # outcome, which no one waits for now, is taken so that asyncio does not report it.
+        running.add_done_callback(self._after_abandoned)
+
+    def _after_abandoned(self, running: asyncio.Future[Any]) -> None:
+        if not running.cancelled():
+            running.exception()
+        self._release()
+
+    def _release(self) -> None:
+        give_back, self._give_back = self._give_back, None
+        if give_back is not None:
+            give_back()

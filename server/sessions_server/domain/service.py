@@ -700,13 +700,15 @@ class SessionsService:
                 return
             scope = None if all_sessions else session_id
             try:
-                async with self.search_slots.taken(time.monotonic() + self.search_seconds):
+                async with self.search_slots.taken(time.monotonic() + self.search_seconds) as slot:
                     deadline = time.monotonic() + self.search_seconds  # its budget runs from here
-                    ranked = await store.read(
-                        lambda conn: queries.search(conn, scope, expression, wanted),
-                        quick=_small(store),
-                        kind="search",
-                        deadline=deadline,
+                    ranked = await slot.run(
+                        store.read(
+                            lambda conn: queries.search(conn, scope, expression, wanted),
+                            quick=_small(store),
+                            kind="search",
+                            deadline=deadline,
+                        )
                     )
             except QueryInterrupted:
                 raise LimitExceeded(
