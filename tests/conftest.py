@@ -30,7 +30,7 @@ def fresh_memo(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
     """An empty path and message memo (domain/paths.py: what other tests left is not ours to
     count) whose budgets a test may change; all of it is put back afterwards."""
     monkeypatch.setattr(paths, "_paths", OrderedDict())
-    monkeypatch.setattr(paths, "_rows", 0)
+    monkeypatch.setattr(paths, "_path_bytes", 0)
     monkeypatch.setattr(paths, "_views", OrderedDict())
     monkeypatch.setattr(paths, "_view_bytes", 0)
     monkeypatch.setattr(paths, "MAX_VIEW_BYTES", paths.MAX_VIEW_BYTES)

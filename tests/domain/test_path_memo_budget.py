@@ -19,7 +19,7 @@ from sessions_server.domain import paths
 from sessions_server.domain.service import AppendInput, SessionsService
 from sessions_server.domain.views import MessageView
 from sessions_server.storage.registry import ObjectRegistry
-from sessions_server.storage.rows import MAX_PATH_DEPTH, Parent, RowInfo
+from sessions_server.storage.rows import MAX_PATH_DEPTH, Parent, PathStat, RowInfo
 
 
 def _message(message_id: str) -> str:
@@ -35,13 +35,19 @@ async def _history_json(service: SessionsService, key: str, session_id: str) -> 
 
 
 def _accounted() -> int:
-    return sum(len(path.rows) + paths.PATH_OVERHEAD_ROWS for path in paths._paths.values())
+    """The remembered paths' cost, counted afresh from what they hold."""
+    return sum(paths.PATH_OVERHEAD_BYTES + sum(map(paths.row_cost, path.rows)) for path in paths._paths.values())
+
+
+def _row(message_id: str) -> PathStat:
+    return PathStat(message_id, "user", 0, 0)
 
 
 def test_remembered_rows_stay_within_the_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(paths, "MAX_REMEMBERED_ROWS", 250)
+    budget = 250 * paths.row_cost(_row("s0-000"))
+    monkeypatch.setattr(paths, "MAX_REMEMBERED_PATH_BYTES", budget)
     monkeypatch.setattr(paths, "_paths", OrderedDict())  # what other tests left is not ours to count
-    monkeypatch.setattr(paths, "_rows", 0)
+    monkeypatch.setattr(paths, "_path_bytes", 0)
     service = SessionsService(ObjectRegistry(tmp_path, ThreadPoolExecutor(max_workers=2)))
 
     async def history_ids(session_id: str) -> list[str]:
@@ -58,12 +64,56 @@ def test_remembered_rows_stay_within_the_budget(tmp_path: Path, monkeypatch: pyt
         for round_ in range(3):
             for session_id, ids in expected.items():
                 assert await history_ids(session_id) == ids
-                assert paths._rows == _accounted() <= paths.MAX_REMEMBERED_ROWS
+                assert paths._path_bytes == _accounted() <= budget
                 new_id = f"{session_id}-x{round_}"
                 await service.append("budget", session_id, _message(new_id), Parent.auto(), from_client=True)
                 ids.append(new_id)  # extends the remembered path when it is still held
-                assert paths._rows == _accounted() <= paths.MAX_REMEMBERED_ROWS
+                assert paths._path_bytes == _accounted() <= budget
         assert 0 < len(paths._paths) <= 2
+
+    asyncio.run(scenario())
+
+
+def test_long_ids_and_roles_count_for_what_they_take(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ids and roles may each take 16 KiB: a budget counted in rows held 633 MB for 20,000 such
+    rows. Counted in bytes, a session of long ids takes the room of many short ones, updates
+    and appends keep the count true, and reads stay right."""
+    budget = 300 * paths.row_cost(_row("s0-000"))
+    monkeypatch.setattr(paths, "MAX_REMEMBERED_PATH_BYTES", budget)
+    monkeypatch.setattr(paths, "_paths", OrderedDict())
+    monkeypatch.setattr(paths, "_path_bytes", 0)
+    service = SessionsService(ObjectRegistry(tmp_path, ThreadPoolExecutor(max_workers=2)))
+    long_role = "r" * 8_000
+
+    def long_message(message_id: str, role: str = long_role) -> str:
+        return json.dumps({"id": message_id, "role": role, "parts": [{"type": "text", "text": "x"}]})
+
+    async def history_ids(session_id: str) -> list[str]:
+        return [view.info.id async for window in service.history("long", session_id) for view in window]
+
+    async def scenario() -> None:
+        short = [f"s-{n:03d}" for n in range(100)]
+        await _append_all(service, "long", "short", [_message(i) for i in short])
+        assert await history_ids("short") == short
+        long = [f"{n:03d}-" + "i" * 8_000 for n in range(20)]  # 20 rows: over the whole budget
+        await _append_all(service, "long", "long", [long_message(i) for i in long])
+        assert await history_ids("long") == long
+        assert paths._path_bytes == _accounted() <= budget
+        assert [key[1] for key in paths._paths] == ["short"]  # the long path was too large to keep
+
+        few = long[:5]  # within the budget, but not beside the short session's 100 rows
+        await _append_all(service, "long", "few", [long_message(i) for i in few])
+        assert await history_ids("few") == few
+        assert paths._path_bytes == _accounted() <= budget
+        assert [key[1] for key in paths._paths] == ["few"]
+
+        # An update restates a row with a role of another length; an append extends the path.
+        await service.update("long", "few", long_message(few[2], role="user"), from_client=True)
+        assert paths._path_bytes == _accounted() <= budget
+        few.append("after")
+        await service.append("long", "few", long_message("after", role="user"), Parent.auto(), from_client=True)
+        assert paths._path_bytes == _accounted() <= budget
+        assert [key[1] for key in paths._paths] == ["few"] and await history_ids("few") == few
 
     asyncio.run(scenario())
 

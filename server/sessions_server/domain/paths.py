@@ -21,7 +21,7 @@ every message of a remembered path is remembered, the path also keeps them in it
 appends extend that list): a read of it then costs nothing per message. The overlays planned over
 a remembered path are kept with it too (`remembered_overlaid_path`).
 
-Memory is bounded for the whole process: at most MAX_REMEMBERED_ROWS row stats and
+Memory is bounded for the whole process: at most MAX_REMEMBERED_PATH_BYTES of row stats and
 MAX_VIEW_BYTES of message JSON (counted twice, for its encoding) in all, least recently used
 sessions dropped first; a session whose messages would take more than MAX_SESSION_VIEW_BYTES
 is not kept. Hooks run on the event loop and lookups on reader threads or the loop, all under
@@ -50,12 +50,15 @@ from sessions_server.storage.store import ObjectStore
 MEMO_KEY = "paths"
 ROW_ID = operator.attrgetter("id")
 STORED_BYTES = operator.attrgetter("bytes")
-# A row stat costs about 200 bytes, and a remembered path's own entry (its record, its key,
-# the dictionary slot) about 400 more, counted as PATH_OVERHEAD_ROWS rows: some 50 MB at most,
-# whether for 25 sessions at the 10,001-row depth cap or 83,000 sessions of one row (one row
-# each was counted as 200 bytes and took 596: 142 MiB at the bound).
-MAX_REMEMBERED_ROWS = 250_000
-PATH_OVERHEAD_ROWS = 2
+# A row stat with its id and role string objects costs ROW_STAT_BYTES and their characters
+# (measured: 317 bytes in all with a UUID id and "assistant"), and a remembered path's own
+# entry (its record, its key, the dictionary slot) about PATH_OVERHEAD_BYTES more. Counted in
+# bytes, not rows: ids and roles may each take 16 KiB, and 20,000 such rows held 633 MB when a
+# row was taken to cost 200 bytes. 64 MiB holds some 210,000 rows of the usual kind (21
+# sessions at the 10,001-row depth cap).
+MAX_REMEMBERED_PATH_BYTES = 64 * 1024 * 1024
+ROW_STAT_BYTES = 275
+PATH_OVERHEAD_BYTES = 400
 # Sessions whose last change an open object remembers (see `_ObjectMemo`).
 MAX_VERSIONED_SESSIONS = 4096
 DEFAULT_MESSAGE_BUDGET_BYTES = 96 * 1024 * 1024
@@ -115,6 +118,8 @@ class _Path:
     # The missing parent the walk stopped at (`PathStats.open_parent`): a row appended under
     # that id joins the path's root to its leaf, and the path is walked again.
     open_parent: str | None = None
+    # What the path is charged against MAX_REMEMBERED_PATH_BYTES, kept as rows come and go.
+    cost: int = PATH_OVERHEAD_BYTES
 
     def stats(self) -> PathStats:
         return PathStats(list(self.rows), self.walked, self.oldest_id, open_parent=self.open_parent)
@@ -158,7 +163,7 @@ class _Views:
 
 _lock = threading.Lock()
 _paths: OrderedDict[tuple[_ObjectMemo, str], _Path] = OrderedDict()  # least recently used first
-_rows = 0
+_path_bytes = 0
 _views: OrderedDict[tuple[_ObjectMemo, str], _Views] = OrderedDict()  # least recently used first
 _view_bytes = 0
 
@@ -173,22 +178,42 @@ def _object_memo(store: ObjectStore) -> _ObjectMemo:
     return cast(_ObjectMemo, memo)
 
 
+def row_cost(row: PathStat) -> int:
+    """What a remembered row stat takes in memory, erring high: an interned id is charged to
+    each path holding it, and text not all ASCII at four bytes a character, the most Python
+    takes (`sys.getsizeof` is exact, but three times slower over a 10,000-row walk)."""
+    return ROW_STAT_BYTES + _characters_bytes(row.id) + _characters_bytes(row.role)
+
+
+def _characters_bytes(text: str) -> int:
+    return len(text) if text.isascii() else 4 * len(text)
+
+
 def _drop(key: tuple[_ObjectMemo, str]) -> None:
-    global _rows
+    global _path_bytes
     held = _paths.pop(key, None)
     if held is not None:
-        _rows -= len(held.rows) + PATH_OVERHEAD_ROWS
+        _path_bytes -= held.cost
         if key not in _views:
             key[0].sessions.discard(key[1])
 
 
+def _charge(held: _Path, cost: int) -> None:
+    """A change of a held path's cost, charged at once: `_drop` takes back what it holds then."""
+    global _path_bytes
+    held.cost += cost
+    _path_bytes += cost
+
+
 def _keep(key: tuple[_ObjectMemo, str], path: _Path) -> None:
-    global _rows
+    global _path_bytes
     _drop(key)
+    if path.cost > MAX_REMEMBERED_PATH_BYTES:  # kept, it would push every other path out, then itself
+        return
     _paths[key] = path
     key[0].sessions.add(key[1])
-    _rows += len(path.rows) + PATH_OVERHEAD_ROWS
-    while _rows > MAX_REMEMBERED_ROWS and _paths:
+    _path_bytes += path.cost
+    while _path_bytes > MAX_REMEMBERED_PATH_BYTES and _paths:
         _drop(next(iter(_paths)))
 
 
@@ -238,6 +263,7 @@ def path_stats(store: ObjectStore, conn: Connection, session_id: str, leaf_id: s
     # A path that passes a row twice (imported rows in a cycle) is not kept: an update of that
     # row would have to restate it wherever it stands.
     cyclic = len(set(map(ROW_ID, stats.rows))) != len(stats.rows)
+    cost = PATH_OVERHEAD_BYTES + sum(map(row_cost, stats.rows))  # outside the lock: 0.9 ms a 10,000 rows
     with _lock:
         # A walk that stopped at a missing parent, with an append committed meanwhile: that row
         # may be the parent, noted (`note_appends`) before this walk was kept to be dropped.
@@ -246,7 +272,15 @@ def path_stats(store: ObjectStore, conn: Connection, session_id: str, leaf_id: s
             stored = sum(map(STORED_BYTES, stats.rows))
             _keep(
                 key,
-                _Path(leaf_id, list(stats.rows), stats.walked, stats.oldest_id, stored, open_parent=stats.open_parent),
+                _Path(
+                    leaf_id,
+                    list(stats.rows),
+                    stats.walked,
+                    stats.oldest_id,
+                    stored,
+                    open_parent=stats.open_parent,
+                    cost=cost,
+                ),
             )
     return stats
 
@@ -329,7 +363,6 @@ def note_appends(store: ObjectStore, session_id: str, appended: Sequence[Appende
     elsewhere moves the active leaf away from it, which makes it useless: it is dropped. Returns
     the token estimates of the rows the appends pushed out at the walk's cap, oldest first, or
     None when the path was not remembered through every append."""
-    global _rows
     key = (_object_memo(store), session_id)
     pushed_out: list[int] = []
     with _lock:
@@ -351,24 +384,25 @@ def note_appends(store: ObjectStore, session_id: str, appended: Sequence[Appende
                 pushed_out.append(held.rows[0].token_estimate)
                 held.overlays = None
                 held.stored_bytes -= held.rows[0].bytes
+                _charge(held, -row_cost(held.rows[0]))
                 del held.rows[0]
                 if held.views is not None:
                     del held.views[0]
-                _rows -= 1
                 held.oldest_id = held.rows[0].id if held.rows else row.info.id
             else:
                 held.walked += 1
             info = row.info
             if held.overlays is not None and info.id in held.overlays.span_ends:
                 held.overlays = None
-            held.rows.append(PathStat(sys.intern(info.id), info.role, row.bytes, info.token_estimate))
+            stat = PathStat(sys.intern(info.id), info.role, row.bytes, info.token_estimate)
+            held.rows.append(stat)
             held.stored_bytes += row.bytes
+            _charge(held, row_cost(stat))
             if held.views is not None:
                 if row.view is None:  # read from storage when first read
                     held.views = None
                 else:
                     held.views.append(row.view)
-            _rows += 1
             held.leaf_id = info.id
         _keep(key, held)
     return pushed_out
@@ -406,7 +440,9 @@ def note_update(store: ObjectStore, session_id: str, updated: AppendedRow) -> Pa
         if updated.bytes is None:  # its attachments' bytes count too, and are not known here
             _drop(key)
             return place
-        held.rows[index] = PathStat(old.id, updated.info.role, updated.bytes, updated.info.token_estimate)
+        restated = PathStat(old.id, updated.info.role, updated.bytes, updated.info.token_estimate)
+        held.rows[index] = restated
+        _charge(held, row_cost(restated) - row_cost(old))
         held.stored_bytes += updated.bytes - old.bytes
         if held.views is not None:
             held.views[index].superseded = True
