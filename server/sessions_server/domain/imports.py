@@ -80,7 +80,7 @@ class Importer:
             return prepared, prepared.row()
 
         try:
-            prepared, row = await messages.prepared_off_loop_if_large(len(text), prepare)
+            prepared, row = await messages.prepared_off_loop_if_costly([text], prepare)
         except InvalidArgument as exc:  # which message of the stream, beside its field in the frame
             raise InvalidArgument(
                 f"the import's message {self.received} (counting from 0): {exc.message}",
