@@ -614,6 +614,13 @@ class ObjectStore:
             self._commits += 1
 
     @property
+    def commits(self) -> int:
+        """How many commits this store has made (or failed to make) since it opened: the file
+        stayed as it was while the count did not move. Counted once a commit has ended, before
+        its callers are answered."""
+        return self._commits
+
+    @property
     def queued_writes(self) -> int:
         """Write jobs waiting for the writer (behind a commit under way)."""
         return len(self._queue)
