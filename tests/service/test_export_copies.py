@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import pytest
 
 from sessions_client import SessionsClient
 from sessions_client._common import routing_metadata
@@ -20,7 +21,7 @@ from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc
 from sessions_server.storage.datadir import SCRATCH_DIR_NAME
 from tests.conftest import start_server
-from tests.service.support import text_message
+from tests.service.support import error_reason, text_message
 
 KEY = "exported"
 BIG = 1_500_000  # 8 of them: more frames than flow control lets ahead of a reader
@@ -82,6 +83,47 @@ def test_exports_of_an_unchanged_object_share_one_copy(tmp_path: Path) -> None:
             # Each sent file is the object as its export began: the first three without m8.
             for data, count in [(sent[0][0], 8), (later, 9)]:
                 assert _message_ids(tmp_path / "sent.db", data) == [f"m{index}" for index in range(count)]
+    finally:
+        for channel in channels:
+            channel.close()
+        server.stop()
+
+
+def test_exports_between_writes_hold_at_most_four_copies_of_an_object(tmp_path: Path) -> None:
+    """Each export that begins after a write needs a copy of its own: a fifth such copy, while
+    four are held, is refused as busy, which clients retry, until one of them is done."""
+    data_dir = tmp_path / "data"
+    server = start_server(data_dir)
+    channels = [grpc.insecure_channel(server.address, options=[("grpc.http2.bdp_probe", 0)]) for _ in range(5)]
+    try:
+        with SessionsClient(server.address, retry=None) as client:
+            session = client.object(KEY).session()
+            for index in range(8):
+                session.append_message(text_message(f"m{index}", "x" * BIG))
+            stubs = [sessions_pb2_grpc.SessionServiceStub(channel) for channel in channels]
+            held = []
+            for index, stub in enumerate(stubs[:4]):
+                session.append_message(text_message(f"w{index}", "a write between exports"))
+                export = _export(stub)
+                held.append((next(export), export))
+            assert len(_copies(data_dir)) == 4
+
+            session.append_message(text_message("w4", "one more write"))
+            with pytest.raises(grpc.RpcError) as refused:
+                next(_export(stubs[4]))
+            assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert error_reason(refused.value) == "SERVER_BUSY"
+            assert "max_export_copies_per_object" in (refused.value.details() or "")
+            assert len(_copies(data_dir)) == 4
+
+            data, digest = _rest(*held.pop(0))
+            assert hashlib.sha256(data).hexdigest() == digest
+            export = _export(stubs[4])  # one copy fewer: the fifth is made
+            data, digest = _rest(next(export), export)
+            assert _message_ids(tmp_path / "fifth.db", data)[-1] == "w4"
+            for first, rest in held:
+                _rest(first, rest)
+            assert _copies(data_dir) == []
     finally:
         for channel in channels:
             channel.close()

@@ -73,6 +73,11 @@ class _MoveLock:
     expiry: float
 
 
+# Copies of one object that exports may hold at once: exports between writes each need one, and
+# an export may hold its copy for a minute a frame (EXPORT_IDLE_SECONDS in the transport).
+MAX_EXPORT_COPIES = 4
+
+
 @dataclass(slots=True, eq=False)
 class _SharedCopy:
     """A copy of an object's file in scratch, made for an export and shared by the exports that
@@ -112,6 +117,7 @@ class ObjectAdmin:
         self._aborted: set[str] = set()
         self._moved = MovedObjects(registry.data_dir)
         self._copies: dict[str, _SharedCopy] = {}  # the newest copy of each object being exported
+        self._copies_held: dict[str, int] = {}  # copies of each object that exports still use
 
     @property
     def data_dir(self) -> Path:
@@ -242,6 +248,16 @@ class ObjectAdmin:
         whoever stays to wait for it)."""
         shared = self._copies.get(object_key)
         if shared is None or not shared.is_current(store):
+            held = self._copies_held.get(object_key, 0)
+            if held >= MAX_EXPORT_COPIES:
+                raise LimitExceeded(
+                    f"exports under way hold {held} copies of this object, made between writes to it "
+                    f"(max_export_copies_per_object, {MAX_EXPORT_COPIES}); retry once one has ended",
+                    reason="SERVER_BUSY",
+                    limit="max_export_copies_per_object",
+                    limit_value=str(MAX_EXPORT_COPIES),
+                )
+            self._copies_held[object_key] = held + 1
             commits = store.commits  # before the copy begins: it holds at least those commits
             made = asyncio.ensure_future(
                 asyncio.to_thread(files.snapshot_object, path, self.data_dir / datadir.SCRATCH_DIR_NAME)
@@ -256,6 +272,9 @@ class ObjectAdmin:
             return
         if self._copies.get(object_key) is shared:
             del self._copies[object_key]
+        held = self._copies_held.pop(object_key) - 1
+        if held:
+            self._copies_held[object_key] = held
         shared.made.add_done_callback(_remove_copy)  # once made, if it is still being made
 
     @contextlib.asynccontextmanager
