@@ -115,6 +115,15 @@ def test_long_ids_and_roles_count_for_what_they_take(tmp_path: Path, monkeypatch
         assert paths._path_bytes == _accounted() <= budget
         assert [key[1] for key in paths._paths] == ["few"] and await history_ids("few") == few
 
+        # Updates alone (an agent rewriting its messages) that lengthen roles keep to the budget
+        # too: the remembered paths are trimmed, and a path grown past all of it is dropped.
+        assert await history_ids("short") == short
+        for message_id in short[:50]:
+            await service.update("long", "short", long_message(message_id), from_client=True)
+            assert paths._path_bytes == _accounted() <= budget
+        assert "short" not in [key[1] for key in paths._paths]
+        assert await history_ids("short") == short
+
     asyncio.run(scenario())
 
 

@@ -15,8 +15,9 @@ from typing import Any
 import grpc
 import pytest
 
-from sessions_client import SessionsClient
+from sessions_client import RetryNotice, SessionsClient
 from sessions_client._common import routing_metadata
+from sessions_client.admin import export_file, move_object
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc
 from sessions_server.storage.datadir import SCRATCH_DIR_NAME
@@ -128,3 +129,76 @@ def test_exports_between_writes_hold_at_most_four_copies_of_an_object(tmp_path: 
         for channel in channels:
             channel.close()
         server.stop()
+
+
+class _HeldCopies:
+    """Four exports, each begun after a write, that have taken one frame and hold their copy."""
+
+    def __init__(self, address: str, session: Any) -> None:
+        self.channels = [grpc.insecure_channel(address, options=[("grpc.http2.bdp_probe", 0)]) for _ in range(4)]
+        self.held = []
+        for index, channel in enumerate(self.channels):
+            session.append_message(text_message(f"w{index}", "a write between exports"))
+            export = _export(sessions_pb2_grpc.SessionServiceStub(channel))
+            self.held.append((next(export), export))
+
+    def finish_one(self) -> None:
+        data, digest = _rest(*self.held.pop(0))
+        assert hashlib.sha256(data).hexdigest() == digest
+
+    def close(self) -> None:
+        while self.held:
+            self.finish_one()
+        for channel in self.channels:
+            channel.close()
+
+
+def test_export_file_tries_again_while_the_copies_are_taken(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    server = start_server(data_dir)
+    try:
+        with SessionsClient(server.address, retry=None) as client:
+            session = client.object(KEY).session()
+            for index in range(8):
+                session.append_message(text_message(f"m{index}", "x" * BIG))
+            held = _HeldCopies(server.address, session)
+            try:
+                session.append_message(text_message("w4", "one more write"))
+                notices: list[RetryNotice] = []
+
+                def one_ends(notice: RetryNotice) -> None:
+                    notices.append(notice)
+                    held.finish_one()  # while the client waits to try again
+
+                with SessionsClient(server.address, on_retry=one_ends) as retrying:
+                    report = export_file(retrying, KEY, tmp_path / "saved.db")
+                assert [(n.method, n.error.reason) for n in notices] == [("ExportObject", "SERVER_BUSY")]
+                assert report.message_rows == 13
+                ids = _message_ids(tmp_path / "check.db", (tmp_path / "saved.db").read_bytes())
+                assert ids[-1] == "w4"
+            finally:
+                held.close()
+            assert _copies(data_dir) == []
+    finally:
+        server.stop()
+
+
+def test_a_move_is_not_refused_for_the_copies_exports_hold(tmp_path: Path) -> None:
+    source, destination = start_server(tmp_path / "a"), start_server(tmp_path / "b")
+    try:
+        with SessionsClient(source.address, retry=None) as a, SessionsClient(destination.address) as b:
+            session = a.object(KEY).session()
+            for index in range(8):
+                session.append_message(text_message(f"m{index}", "x" * BIG))
+            held = _HeldCopies(source.address, session)
+            try:
+                session.append_message(text_message("w4", "the last write before the move"))
+                report = move_object(a, b, KEY, destination_name=destination.address)
+                assert report.message_rows == 13
+                assert [m["id"] for m in b.object(KEY).session().get_history()][-1] == "w4"
+            finally:
+                held.close()  # the exports under way still end whole
+            assert _copies(tmp_path / "a") == []
+    finally:
+        source.stop()
+        destination.stop()

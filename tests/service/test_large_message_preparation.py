@@ -95,3 +95,40 @@ def test_a_costly_message_is_prepared_while_other_calls_are_answered(
     finally:
         release.set()
         server.stop()
+
+
+def test_a_small_message_of_many_values_does_not_wait_for_a_large_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Messages of many values are prepared in turn on a thread of their own, large messages
+    elsewhere: one of a few KB waited seconds behind another tenant's 20 MB message."""
+    held, release = threading.Event(), threading.Event()
+    original = messages.prepare_for_write
+
+    def hold_large(message: dict[str, Any], **options: Any) -> messages.PreparedMessage:
+        if message["parts"][0]["text"] == LARGE_TEXT:
+            held.set()
+            assert release.wait(timeout=60), "the preparation was never released"
+        return original(message, **options)
+
+    server = start_server(tmp_path / "data")
+    try:
+        with SessionsClient(server.address, retry=None) as client:
+            monkeypatch.setattr(messages, "prepare_for_write", hold_large)
+            large = threading.Thread(
+                target=lambda: client.object("large").session().append_message(_message("l", LARGE_TEXT))
+            )
+            large.start()
+            try:
+                assert held.wait(timeout=60), "the large message was not prepared"
+                small = client.object("small").session()
+                small.append_message(_message("s", HELD_TEXT, MANY_VALUES))
+                assert [m["id"] for m in small.get_history()] == ["s"]
+                assert large.is_alive()  # still held: the small one did not wait for it
+            finally:
+                release.set()
+                large.join(timeout=60)
+            assert [m["id"] for m in client.object("large").session().get_history()] == ["l"]
+    finally:
+        release.set()
+        server.stop()

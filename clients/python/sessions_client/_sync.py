@@ -130,7 +130,9 @@ class SessionsClient(CallOptions):
                     raise failure from None
             time.sleep(delay)
 
-    def _stream(self, object_key: str, method: str, request: Any, *, endless: bool = False) -> Iterator[Any]:
+    def _stream(
+        self, object_key: str, method: str, request: Any, *, endless: bool = False
+    ) -> Generator[Any, None, None]:
         """A server stream, tried again as `retry` allows while it has delivered nothing.
         `endless` (a change feed): runs until closed, whatever the client's timeout."""
         fn = getattr(self._stub, method)

@@ -117,21 +117,17 @@ def export_file(source: SessionsClient, object_key: str, path: str | Path, *, ov
     handle, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
     os.close(handle)
     partial = Path(name)
-    export: typing.Any = None
+    # Tried again as the client's policy allows until its first frame (a server busy with other
+    # exports' copies refuses it as SERVER_BUSY); no deadline, however large the object.
+    export = source._stream(object_key, "ExportObject", pb.ExportObjectRequest(object_key=object_key), endless=True)
     try:
-        export = source._stub.ExportObject(
-            pb.ExportObjectRequest(object_key=object_key), metadata=routing_metadata(object_key, source._token)
-        )
         digest, size, expected = hashlib.sha256(), 0, ""
         with partial.open("wb") as out:
-            try:
-                for frame in export:
-                    out.write(frame.data)
-                    digest.update(frame.data)
-                    size += len(frame.data)
-                    expected = frame.sha256 or expected
-            except grpc.RpcError as error:
-                raise SessionsError.from_rpc_error(error) from None
+            for frame in export:
+                out.write(frame.data)
+                digest.update(frame.data)
+                size += len(frame.data)
+                expected = frame.sha256 or expected
             out.flush()
             os.fsync(out.fileno())
         if digest.hexdigest() != expected:
@@ -150,8 +146,7 @@ def export_file(source: SessionsClient, object_key: str, path: str | Path, *, ov
         finally:
             os.close(directory)
     except BaseException:
-        if export is not None:
-            export.cancel()
+        export.close()  # cancels the call
         partial.unlink(missing_ok=True)
         raise
     return ExportReport(object_key, target, size, rows)

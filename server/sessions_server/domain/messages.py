@@ -13,7 +13,7 @@ import concurrent.futures
 import hashlib
 import math
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -31,16 +31,18 @@ _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 # every few milliseconds instead of holding it for the whole message: a 20 MB message of two
 # million parts held every call to every object for about 10 s.
 PREPARE_OFF_LOOP_CHARS = 256 * 1024
-# ... and so are messages of many JSON values, for those walks cost per value more than per
-# character: under that size, 145 arrays nested 900 deep took 83 ms on the loop (plain text
-# 0.4 ms), 8,000 parts 25 ms. Values are counted by their openings and separators, about a
-# microsecond each at most, so a message prepared on the loop holds it some 2 ms at most.
+# ... and so are smaller messages of many JSON values, for those walks cost per value more than
+# per character: 145 arrays nested 900 deep (256 KiB) took 83 ms on the loop (plain text 0.4 ms),
+# 8,000 parts 25 ms. Values are counted by their openings and separators, about a microsecond
+# each at most, so a message prepared on the loop holds it some 2 ms at most.
 PREPARE_OFF_LOOP_VALUES = 2_000
-# One thread prepares them all, in turn. The walks hold the interpreter, and each thread that
-# wants it lengthens the event loop's wait for it: four writers of nested metadata took another
-# tenant's p50 from 2 ms to 137 ms on the default pool's threads, to 47 ms on this one (and
-# 227 ms on the loop). What it costs: a costly message waits for those before it.
-_PREPARER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="sessions-prepare")
+# One thread prepares those, in turn. The walks hold the interpreter, and each thread that wants
+# it lengthens the event loop's wait for it: four writers of nested metadata took another
+# tenant's p50 from 2 ms to 137 ms on the default pool's threads, to 47 ms on this one (227 ms
+# on the loop). Each waits at most for the few such messages queued before it (under 256 KiB,
+# some 100 ms each at most); large messages, seconds each, go to the default pool, so that a
+# small message never waits for a large one.
+_MANY_VALUES_PREPARER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="sessions-prepare")
 T = TypeVar("T")
 
 Message = dict[str, Any]
@@ -247,19 +249,23 @@ def check_parent_id(parent_id: str, limits: Limits, field: str) -> None:
     check_size(parent_id, limits.max_message_id_bytes, "the parent id", "max_message_id_bytes", field)
 
 
-def costly_to_prepare(texts: Iterable[str]) -> bool:
-    """Whether messages of this JSON take long to prepare: more than PREPARE_OFF_LOOP_CHARS, or
-    more than PREPARE_OFF_LOOP_VALUES values (told by `{`, `[` and `,`, also where they stand in
-    strings: such a message goes to a thread needlessly, for a hop of some 0.1 ms)."""
-    chars = values = 0
+def _has_many_values(texts: Sequence[str]) -> bool:
+    """More than PREPARE_OFF_LOOP_VALUES values, told by `{`, `[` and `,` (also where they stand
+    in strings: such a message goes to a thread needlessly, for a hop of some 0.1 ms)."""
+    values = 0
     for text in texts:
-        chars += len(text)
         values += text.count("{") + text.count("[") + text.count(",")
-    return chars > PREPARE_OFF_LOOP_CHARS or values > PREPARE_OFF_LOOP_VALUES
+        if values > PREPARE_OFF_LOOP_VALUES:
+            return True
+    return False
 
 
-async def prepared_off_loop_if_costly(texts: Iterable[str], prepare: Callable[[], T]) -> T:
-    """`prepare()` for messages of this JSON, on a worker thread when `costly_to_prepare`."""
-    if costly_to_prepare(texts):
-        return await asyncio.get_running_loop().run_in_executor(_PREPARER, prepare)
+async def prepared_off_loop_if_costly(texts: Sequence[str], prepare: Callable[[], T]) -> T:
+    """`prepare()` for messages of this JSON: on a worker thread for more than
+    PREPARE_OFF_LOOP_CHARS of it, on the many-values thread for more than
+    PREPARE_OFF_LOOP_VALUES values, else here."""
+    if sum(map(len, texts)) > PREPARE_OFF_LOOP_CHARS:
+        return await asyncio.to_thread(prepare)
+    if _has_many_values(texts):  # counted over 256 KiB at most: 0.1 ms
+        return await asyncio.get_running_loop().run_in_executor(_MANY_VALUES_PREPARER, prepare)
     return prepare()

@@ -74,7 +74,8 @@ class _MoveLock:
 
 
 # Copies of one object that exports may hold at once: exports between writes each need one, and
-# an export may hold its copy for a minute a frame (EXPORT_IDLE_SECONDS in the transport).
+# an export may hold its copy for a minute a frame (EXPORT_IDLE_SECONDS in the transport). A
+# move's export is never refused for it: slow readers must not keep an object from moving.
 MAX_EXPORT_COPIES = 4
 
 
@@ -209,7 +210,7 @@ class ObjectAdmin:
                     # those queued before it commit first.
                     store.write_gate = functools.partial(self.admit, object_key, writing=True)
                     await store.settled()
-                shared = self._take_copy(object_key, store, path)
+                shared = self._take_copy(object_key, store, path, for_move=lock_for_move)
                 try:
                     copy = await _run_to_end(shared.made)
                 except BaseException:
@@ -242,14 +243,14 @@ class ObjectAdmin:
             if lock_for_move and not sent:  # cut short (the mover gone): no move can follow it
                 self._release(object_key, lock)
 
-    def _take_copy(self, object_key: str, store: ObjectStore, path: Path) -> _SharedCopy:
+    def _take_copy(self, object_key: str, store: ObjectStore, path: Path, *, for_move: bool) -> _SharedCopy:
         """The copy of the object as it stands, shared with the exports under way when the
         object has not changed since theirs was begun, else begun now (on a thread, to its end
         whoever stays to wait for it)."""
         shared = self._copies.get(object_key)
         if shared is None or not shared.is_current(store):
             held = self._copies_held.get(object_key, 0)
-            if held >= MAX_EXPORT_COPIES:
+            if held >= MAX_EXPORT_COPIES and not for_move:
                 raise LimitExceeded(
                     f"exports under way hold {held} copies of this object, made between writes to it "
                     f"(max_export_copies_per_object, {MAX_EXPORT_COPIES}); retry once one has ended",

@@ -213,6 +213,11 @@ def _keep(key: tuple[_ObjectMemo, str], path: _Path) -> None:
     _paths[key] = path
     key[0].sessions.add(key[1])
     _path_bytes += path.cost
+    _trim()
+
+
+def _trim() -> None:
+    """Drops the least recently used paths until what is kept fits the budget."""
     while _path_bytes > MAX_REMEMBERED_PATH_BYTES and _paths:
         _drop(next(iter(_paths)))
 
@@ -442,7 +447,6 @@ def note_update(store: ObjectStore, session_id: str, updated: AppendedRow) -> Pa
             return place
         restated = PathStat(old.id, updated.info.role, updated.bytes, updated.info.token_estimate)
         held.rows[index] = restated
-        _charge(held, row_cost(restated) - row_cost(old))
         held.stored_bytes += updated.bytes - old.bytes
         if held.views is not None:
             held.views[index].superseded = True
@@ -450,6 +454,10 @@ def note_update(store: ObjectStore, session_id: str, updated: AppendedRow) -> Pa
                 held.views = None
             else:
                 held.views[index] = updated.view
+        _charge(held, row_cost(restated) - row_cost(old))
+        if held.cost > MAX_REMEMBERED_PATH_BYTES:  # a longer role: now too large to keep
+            _drop(key)
+        _trim()
         return place
 
 

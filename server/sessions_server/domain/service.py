@@ -310,7 +310,7 @@ class SessionsService:
             # the interpreter with the event loop).
             return staged, [None if prepared is None else prepared.row() for _, _, prepared in staged]
 
-        staged, rows = await messages.prepared_off_loop_if_costly((item.text for item in items), prepare)
+        staged, rows = await messages.prepared_off_loop_if_costly([item.text for item in items], prepare)
 
         def refused(message: messages.Message) -> AppendResult:
             return AppendResult(False, MessageView(None, jsjson.stringify(message)))
