@@ -39,9 +39,9 @@ PREPARE_OFF_LOOP_VALUES = 2_000
 # One thread prepares those, in turn. The walks hold the interpreter, and each thread that wants
 # it lengthens the event loop's wait for it: four writers of nested metadata took another
 # tenant's p50 from 2 ms to 137 ms on the default pool's threads, to 47 ms on this one (227 ms
-# on the loop). Each waits at most for the few such messages queued before it (under 256 KiB,
-# some 100 ms each at most); large messages, seconds each, go to the default pool, so that a
-# small message never waits for a large one.
+# on the loop). Each waits for such messages queued before it (under 256 KiB: some 100 ms each
+# at most); large messages, seconds each, go to the default pool, so that a small message never
+# waits for a large one.
 _MANY_VALUES_PREPARER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="sessions-prepare")
 T = TypeVar("T")
 
