@@ -149,11 +149,13 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     ERROR_REASON_DRAINING: _ErrorReason.ValueType  # 7
     """The server is shutting down; retry on another connection."""
     ERROR_REASON_STORAGE_FAILURE: _ErrorReason.ValueType  # 8
-    """The storage engine failed (disk full, I/O error); nothing was written."""
+    """The storage engine failed (an I/O error; SQLite reports some lack of room so too: a nearly
+    full disk as an object's file is created, a file size limit); nothing was written.
+    """
     ERROR_REASON_LIMIT_EXCEEDED: _ErrorReason.ValueType  # 9
     """A configured limit was exceeded (metadata: limit, limit_value)."""
     ERROR_REASON_STORAGE_FULL: _ErrorReason.ValueType  # 10
-    """The disk holding the object is full (or the file size limit was reached); nothing was written."""
+    """The disk holding the object is full; nothing was written."""
     ERROR_REASON_NOT_FOUND: _ErrorReason.ValueType  # 11
     """A thing named by id does not exist where an answer needs it (e.g. an attachment hash)."""
     ERROR_REASON_NO_SUMMARIZER: _ErrorReason.ValueType  # 12
@@ -173,9 +175,11 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     ERROR_REASON_SUMMARIZER_FAILED: _ErrorReason.ValueType  # 19
     """The configured summarizer failed or timed out (see the message); nothing was stored."""
     ERROR_REASON_SERVER_BUSY: _ErrorReason.ValueType  # 20
-    """The server holds as many bytes of messages being received or written as it takes
-    (--max-assembly-bytes, all calls together) and refused the call's messages before writing
-    them (an import keeps those it wrote before). Retry shortly. (Messages larger than the whole
+    """The server is at one of its bounds on work under way, which the message names (and the
+    metadata's limit, but for open files): bytes of messages being received or written
+    (--max-assembly-bytes, all calls together; an import keeps the messages it wrote before),
+    searches (--max-concurrent-searches), open files, or copies of an object held by exports.
+    It refused the call before acting. Retry shortly. (Messages larger than the whole assembly
     budget are LIMIT_EXCEEDED instead.)
     """
     ERROR_REASON_OBJECT_EXISTS: _ErrorReason.ValueType  # 21
@@ -207,11 +211,13 @@ ERROR_REASON_INVALID_STREAM: ErrorReason.ValueType  # 6
 ERROR_REASON_DRAINING: ErrorReason.ValueType  # 7
 """The server is shutting down; retry on another connection."""
 ERROR_REASON_STORAGE_FAILURE: ErrorReason.ValueType  # 8
-"""The storage engine failed (disk full, I/O error); nothing was written."""
+"""The storage engine failed (an I/O error; SQLite reports some lack of room so too: a nearly
+full disk as an object's file is created, a file size limit); nothing was written.
+"""
 ERROR_REASON_LIMIT_EXCEEDED: ErrorReason.ValueType  # 9
 """A configured limit was exceeded (metadata: limit, limit_value)."""
 ERROR_REASON_STORAGE_FULL: ErrorReason.ValueType  # 10
-"""The disk holding the object is full (or the file size limit was reached); nothing was written."""
+"""The disk holding the object is full; nothing was written."""
 ERROR_REASON_NOT_FOUND: ErrorReason.ValueType  # 11
 """A thing named by id does not exist where an answer needs it (e.g. an attachment hash)."""
 ERROR_REASON_NO_SUMMARIZER: ErrorReason.ValueType  # 12
@@ -231,9 +237,11 @@ ERROR_REASON_OBJECT_MOVING: ErrorReason.ValueType  # 18
 ERROR_REASON_SUMMARIZER_FAILED: ErrorReason.ValueType  # 19
 """The configured summarizer failed or timed out (see the message); nothing was stored."""
 ERROR_REASON_SERVER_BUSY: ErrorReason.ValueType  # 20
-"""The server holds as many bytes of messages being received or written as it takes
-(--max-assembly-bytes, all calls together) and refused the call's messages before writing
-them (an import keeps those it wrote before). Retry shortly. (Messages larger than the whole
+"""The server is at one of its bounds on work under way, which the message names (and the
+metadata's limit, but for open files): bytes of messages being received or written
+(--max-assembly-bytes, all calls together; an import keeps the messages it wrote before),
+searches (--max-concurrent-searches), open files, or copies of an object held by exports.
+It refused the call before acting. Retry shortly. (Messages larger than the whole assembly
 budget are LIMIT_EXCEEDED instead.)
 """
 ERROR_REASON_OBJECT_EXISTS: ErrorReason.ValueType  # 21

@@ -231,11 +231,12 @@ const (
 	ErrorReason_ERROR_REASON_INVALID_STREAM ErrorReason = 6
 	// The server is shutting down; retry on another connection.
 	ErrorReason_ERROR_REASON_DRAINING ErrorReason = 7
-	// The storage engine failed (disk full, I/O error); nothing was written.
+	// The storage engine failed (an I/O error; SQLite reports some lack of room so too: a nearly
+	// full disk as an object's file is created, a file size limit); nothing was written.
 	ErrorReason_ERROR_REASON_STORAGE_FAILURE ErrorReason = 8
 	// A configured limit was exceeded (metadata: limit, limit_value).
 	ErrorReason_ERROR_REASON_LIMIT_EXCEEDED ErrorReason = 9
-	// The disk holding the object is full (or the file size limit was reached); nothing was written.
+	// The disk holding the object is full; nothing was written.
 	ErrorReason_ERROR_REASON_STORAGE_FULL ErrorReason = 10
 	// A thing named by id does not exist where an answer needs it (e.g. an attachment hash).
 	ErrorReason_ERROR_REASON_NOT_FOUND ErrorReason = 11
@@ -255,9 +256,11 @@ const (
 	ErrorReason_ERROR_REASON_OBJECT_MOVING ErrorReason = 18
 	// The configured summarizer failed or timed out (see the message); nothing was stored.
 	ErrorReason_ERROR_REASON_SUMMARIZER_FAILED ErrorReason = 19
-	// The server holds as many bytes of messages being received or written as it takes
-	// (--max-assembly-bytes, all calls together) and refused the call's messages before writing
-	// them (an import keeps those it wrote before). Retry shortly. (Messages larger than the whole
+	// The server is at one of its bounds on work under way, which the message names (and the
+	// metadata's limit, but for open files): bytes of messages being received or written
+	// (--max-assembly-bytes, all calls together; an import keeps the messages it wrote before),
+	// searches (--max-concurrent-searches), open files, or copies of an object held by exports.
+	// It refused the call before acting. Retry shortly. (Messages larger than the whole assembly
 	// budget are LIMIT_EXCEEDED instead.)
 	ErrorReason_ERROR_REASON_SERVER_BUSY ErrorReason = 20
 	// ImportObject without `replace` found the object already held here (FAILED_PRECONDITION):

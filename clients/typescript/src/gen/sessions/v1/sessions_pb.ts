@@ -3107,7 +3107,8 @@ export enum ErrorReason {
   DRAINING = 7,
 
   /**
-   * The storage engine failed (disk full, I/O error); nothing was written.
+   * The storage engine failed (an I/O error; SQLite reports some lack of room so too: a nearly
+   * full disk as an object's file is created, a file size limit); nothing was written.
    *
    * @generated from enum value: ERROR_REASON_STORAGE_FAILURE = 8;
    */
@@ -3121,7 +3122,7 @@ export enum ErrorReason {
   LIMIT_EXCEEDED = 9,
 
   /**
-   * The disk holding the object is full (or the file size limit was reached); nothing was written.
+   * The disk holding the object is full; nothing was written.
    *
    * @generated from enum value: ERROR_REASON_STORAGE_FULL = 10;
    */
@@ -3191,9 +3192,11 @@ export enum ErrorReason {
   SUMMARIZER_FAILED = 19,
 
   /**
-   * The server holds as many bytes of messages being received or written as it takes
-   * (--max-assembly-bytes, all calls together) and refused the call's messages before writing
-   * them (an import keeps those it wrote before). Retry shortly. (Messages larger than the whole
+   * The server is at one of its bounds on work under way, which the message names (and the
+   * metadata's limit, but for open files): bytes of messages being received or written
+   * (--max-assembly-bytes, all calls together; an import keeps the messages it wrote before),
+   * searches (--max-concurrent-searches), open files, or copies of an object held by exports.
+   * It refused the call before acting. Retry shortly. (Messages larger than the whole assembly
    * budget are LIMIT_EXCEEDED instead.)
    *
    * @generated from enum value: ERROR_REASON_SERVER_BUSY = 20;
