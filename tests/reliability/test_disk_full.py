@@ -484,6 +484,11 @@ def test_an_export_that_finds_the_disk_full_is_refused_and_leaves_the_object_wri
                 list(client._stub.ExportObject(request, metadata=routing("leaving")))
             print(f"DISK FULL ExportObject ({storage.mode}): {refused.value.code()} {refused.value.details()}")
             assert refused.value.code() in {code for code, _ in ACCEPTED}
+            if storage.mode == "tmpfs":
+                # Refused before copying: a copy that took the disk's last bytes failed every
+                # other object's writes until it was removed.
+                assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                assert "nothing was copied" in (refused.value.details() or "")
             assert [p.name for p in storage.data_dir.rglob("scratch/*")] == []  # no partial copy
             storage.free()
             # Not locked for a move that never got its copy: writes are taken at once.

@@ -77,6 +77,9 @@ class _MoveLock:
 # an export may hold its copy for a minute a frame (EXPORT_IDLE_SECONDS in the transport). A
 # move's export is never refused for it: slow readers must not keep an object from moving.
 MAX_EXPORT_COPIES = 4
+# What a copy must leave free on its disk: a copy that would take the disk's last bytes is not
+# begun, for until it failed and was removed every other object's writes would fail too.
+COPY_FREE_MARGIN_BYTES = 16 * 1024 * 1024
 
 
 @dataclass(slots=True, eq=False)
@@ -258,11 +261,18 @@ class ObjectAdmin:
                     limit="max_export_copies_per_object",
                     limit_value=str(MAX_EXPORT_COPIES),
                 )
+            scratch = self.data_dir / datadir.SCRATCH_DIR_NAME
+            needed, free = files.snapshot_room(path, scratch)
+            if needed + COPY_FREE_MARGIN_BYTES > free:
+                raise storage_failure(
+                    f"the export's copy of this object needs up to {needed} bytes in the data directory's "
+                    f"scratch, and its disk has {free} bytes free (a copy leaves {COPY_FREE_MARGIN_BYTES} "
+                    "at least); nothing was copied",
+                    out_of_space=True,
+                )
             self._copies_held[object_key] = held + 1
             commits = store.commits  # before the copy begins: it holds at least those commits
-            made = asyncio.ensure_future(
-                asyncio.to_thread(files.snapshot_object, path, self.data_dir / datadir.SCRATCH_DIR_NAME)
-            )
+            made = asyncio.ensure_future(asyncio.to_thread(files.snapshot_object, path, scratch))
             shared = self._copies[object_key] = _SharedCopy(store, commits, made)
         shared.users += 1
         return shared

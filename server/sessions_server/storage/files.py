@@ -11,6 +11,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 import sqlite3
 import time
 import uuid
@@ -314,6 +315,16 @@ def _check_integrity(conn: sqlite3.Connection) -> None:
     problems = [str(row[0]) for row in conn.execute("PRAGMA integrity_check(5)")]
     if problems != ["ok"]:
         raise StoreImportError(f"integrity check failed: {'; '.join(problems)}")
+
+
+def snapshot_room(source: Path, scratch_dir: Path) -> tuple[int, int]:
+    """(The most a copy of the live object file takes: the file and its WAL; the bytes free on
+    the file system the copy would go to.)"""
+    needed = 0
+    for path in (source, source.with_name(source.name + "-wal")):
+        with contextlib.suppress(FileNotFoundError):
+            needed += path.stat().st_size
+    return needed, shutil.disk_usage(scratch_dir if scratch_dir.exists() else scratch_dir.parent).free
 
 
 def snapshot_object(source: Path, scratch_dir: Path) -> Path:
