@@ -77,9 +77,6 @@ class _MoveLock:
 # an export may hold its copy for a minute a frame (EXPORT_IDLE_SECONDS in the transport). A
 # move's export is never refused for it: slow readers must not keep an object from moving.
 MAX_EXPORT_COPIES = 4
-# What a copy must leave free on its disk: a copy that would take the disk's last bytes is not
-# begun, for until it failed and was removed every other object's writes would fail too.
-COPY_FREE_MARGIN_BYTES = 16 * 1024 * 1024
 
 
 @dataclass(slots=True, eq=False)
@@ -263,10 +260,10 @@ class ObjectAdmin:
                 )
             scratch = self.data_dir / datadir.SCRATCH_DIR_NAME
             needed, free = files.snapshot_room(path, scratch)
-            if needed + COPY_FREE_MARGIN_BYTES > free:
+            if needed + files.FREE_MARGIN_BYTES > free:
                 raise storage_failure(
                     f"the export's copy of this object needs up to {needed} bytes in the data directory's "
-                    f"scratch, and its disk has {free} bytes free (a copy leaves {COPY_FREE_MARGIN_BYTES} "
+                    f"scratch, and its disk has {free} bytes free (a copy leaves {files.FREE_MARGIN_BYTES} "
                     "at least); nothing was copied",
                     out_of_space=True,
                 )
@@ -392,7 +389,7 @@ class ObjectAdmin:
 
     @staticmethod
     def _write_received(out: BinaryIO, digest: hashlib._Hash, data: bytes) -> None:
-        out.write(data)
+        files.append_leaving_room(out, data)
         digest.update(data)
 
     def _install(self, partial: Path, object_key: str, replace: bool) -> int:
