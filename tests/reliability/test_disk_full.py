@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -37,6 +38,8 @@ import pytest
 from sessions_client import ImportItem, SessionsClient, SessionsError
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
+from sessions_server.domain.scratch_room import FREE_MARGIN_BYTES, ScratchRoom
+from sessions_server.storage.files import free_bytes
 from sessions_server.storage.paths import object_path
 from tests.reliability.support import (
     SERVING,
@@ -457,7 +460,7 @@ def test_a_received_object_file_that_finds_the_disk_full_is_refused_cleanly(
             print(f"DISK FULL ImportObject ({storage.mode}): {_status(refused.value)} {refused.value.message}")
             assert _status(refused.value) in ACCEPTED
             if storage.mode == "tmpfs":  # refused before the file took the disk's last bytes
-                assert "would leave less than" in refused.value.message
+                assert "a copy leaves" in refused.value.message
             assert health_status(server.address) == SERVING
             assert destination.object("resident").session().get_message("r1") is not None
             assert not object_path(storage.data_dir, "arriving").exists()
@@ -498,3 +501,28 @@ def test_an_export_that_finds_the_disk_full_is_refused_and_leaves_the_object_wri
     finally:
         storage.free()
         server.stop()
+
+
+def test_copies_under_way_reserve_their_room(storage: LimitedStorage) -> None:
+    """Two copies begun together each saw the same free space, and both ran the disk out: a
+    copy under way holds its size until it is written, and the next is judged without it."""
+    scratch = storage.data_dir / "scratch"
+    scratch.mkdir(parents=True)
+    room = ScratchRoom(scratch)
+    free = free_bytes(scratch)
+    if storage.mode == "tmpfs":
+        storage.exhaust(room=FREE_MARGIN_BYTES + 8 * 1024 * 1024)  # room for one 6 MB copy, not two
+        room.reserve(6 * 1024 * 1024, "the first copy")
+        with pytest.raises(OSError) as refused:
+            room.reserve(6 * 1024 * 1024, "the second copy")
+        assert refused.value.errno == errno.ENOSPC
+        assert "reserved by copies under way" in str(refused.value)
+        room.release(6 * 1024 * 1024)  # the first is written: the disk shows it now
+        room.reserve(6 * 1024 * 1024, "the second copy")
+        storage.free()
+    else:  # the data directory is on the machine's disk: reservations past its free space
+        room.reserve(free // 2, "the first copy")
+        with pytest.raises(OSError) as refused:
+            room.reserve(free // 2 + 1, "the second copy")
+        assert refused.value.errno == errno.ENOSPC
+    assert room.reserved > 0

@@ -35,7 +35,8 @@ from sessions_server.domain.errors import (
 )
 from sessions_server.domain.limits import RESPONSE_PAYLOAD_BYTES, check_size, exceeded
 from sessions_server.domain.placement import Placement
-from sessions_server.storage import datadir, files
+from sessions_server.domain.scratch_room import ScratchRoom
+from sessions_server.storage import datadir, files, queries
 from sessions_server.storage.moved import MovedObjects
 from sessions_server.storage.paths import is_object_file_name, object_file_name, object_path
 from sessions_server.storage.registry import ObjectRegistry
@@ -119,6 +120,7 @@ class ObjectAdmin:
         self._moved = MovedObjects(registry.data_dir)
         self._copies: dict[str, _SharedCopy] = {}  # the newest copy of each object being exported
         self._copies_held: dict[str, int] = {}  # copies of each object that exports still use
+        self._room = ScratchRoom(registry.data_dir / datadir.SCRATCH_DIR_NAME)
 
     @property
     def data_dir(self) -> Path:
@@ -210,7 +212,7 @@ class ObjectAdmin:
                     # those queued before it commit first.
                     store.write_gate = functools.partial(self.admit, object_key, writing=True)
                     await store.settled()
-                shared = self._take_copy(object_key, store, path, for_move=lock_for_move)
+                shared = await self._take_copy(object_key, store, path, for_move=lock_for_move)
                 try:
                     copy = await _run_to_end(shared.made)
                 except BaseException:
@@ -243,36 +245,47 @@ class ObjectAdmin:
             if lock_for_move and not sent:  # cut short (the mover gone): no move can follow it
                 self._release(object_key, lock)
 
-    def _take_copy(self, object_key: str, store: ObjectStore, path: Path, *, for_move: bool) -> _SharedCopy:
+    async def _take_copy(self, object_key: str, store: ObjectStore, path: Path, *, for_move: bool) -> _SharedCopy:
         """The copy of the object as it stands, shared with the exports under way when the
         object has not changed since theirs was begun, else begun now (on a thread, to its end
-        whoever stays to wait for it)."""
+        whoever stays to wait for it), if the disk has room for it."""
         shared = self._copies.get(object_key)
+        if shared is not None and shared.is_current(store):
+            shared.users += 1
+            return shared
+        self._copies_held_below_bound(object_key, for_move)
+        size = await store.read(queries.database_bytes, quick=True)
+        shared = self._copies.get(object_key)  # another export may have begun one meanwhile
         if shared is None or not shared.is_current(store):
-            held = self._copies_held.get(object_key, 0)
-            if held >= MAX_EXPORT_COPIES and not for_move:
-                raise LimitExceeded(
-                    f"exports under way hold {held} copies of this object, made between writes to it "
-                    f"(max_export_copies_per_object, {MAX_EXPORT_COPIES}); retry once one has ended",
-                    reason="SERVER_BUSY",
-                    limit="max_export_copies_per_object",
-                    limit_value=str(MAX_EXPORT_COPIES),
-                )
-            scratch = self.data_dir / datadir.SCRATCH_DIR_NAME
-            needed, free = files.snapshot_room(path, scratch)
-            if needed + files.FREE_MARGIN_BYTES > free:
+            held = self._copies_held_below_bound(object_key, for_move)
+            try:
+                self._room.reserve(size, "the export's copy of this object")
+            except OSError as exc:
                 raise storage_failure(
-                    f"the export's copy of this object needs up to {needed} bytes in the data directory's "
-                    f"scratch, and its disk has {free} bytes free (a copy leaves {files.FREE_MARGIN_BYTES} "
-                    "at least); nothing was copied",
-                    out_of_space=True,
-                )
+                    f"{exc.strerror or exc}; nothing was copied", out_of_space=is_out_of_space(exc)
+                ) from None
             self._copies_held[object_key] = held + 1
             commits = store.commits  # before the copy begins: it holds at least those commits
-            made = asyncio.ensure_future(asyncio.to_thread(files.snapshot_object, path, scratch))
+            made = asyncio.ensure_future(
+                asyncio.to_thread(files.snapshot_object, path, self.data_dir / datadir.SCRATCH_DIR_NAME)
+            )
+            made.add_done_callback(lambda _: self._room.release(size))  # written: the disk shows it now
             shared = self._copies[object_key] = _SharedCopy(store, commits, made)
         shared.users += 1
         return shared
+
+    def _copies_held_below_bound(self, object_key: str, for_move: bool) -> int:
+        """The copies of the object exports hold; LimitExceeded when one more is not let in."""
+        held = self._copies_held.get(object_key, 0)
+        if held >= MAX_EXPORT_COPIES and not for_move:
+            raise LimitExceeded(
+                f"exports under way hold {held} copies of this object, made between writes to it "
+                f"(max_export_copies_per_object, {MAX_EXPORT_COPIES}); retry once one has ended",
+                reason="SERVER_BUSY",
+                limit="max_export_copies_per_object",
+                limit_value=str(MAX_EXPORT_COPIES),
+            )
+        return held
 
     def _leave_copy(self, object_key: str, shared: _SharedCopy) -> None:
         shared.users -= 1
@@ -352,10 +365,12 @@ class ObjectAdmin:
             if expected != digest.hexdigest():
                 raise InvalidArgument("the received file does not match its sha256", reason="INVALID_STREAM")
             try:
-                async with self._registry.closed(object_key):
-                    # Kept closed until the file is in place, even if the caller gives up: a
-                    # request let in meanwhile would write to the file being replaced.
-                    rows = await _finish_in_thread(self._install, partial, object_key, replace)
+                # Installed from a copy of the received file, staged in scratch too.
+                with self._room.reserved_for(size, "installing the received file"):
+                    async with self._registry.closed(object_key):
+                        # Kept closed until the file is in place, even if the caller gives up:
+                        # a request let in meanwhile would write to the file being replaced.
+                        rows = await _finish_in_thread(self._install, partial, object_key, replace)
             except files.OversizedText as exc:
                 raise InvalidArgument(
                     f"the received file cannot be served here: {exc}; nothing was installed",
@@ -387,9 +402,9 @@ class ObjectAdmin:
         digest.update(chunk)
         return chunk
 
-    @staticmethod
-    def _write_received(out: BinaryIO, digest: hashlib._Hash, data: bytes) -> None:
-        files.append_leaving_room(out, data)
+    def _write_received(self, out: BinaryIO, digest: hashlib._Hash, data: bytes) -> None:
+        self._room.check(len(data), "the received file")
+        out.write(data)
         digest.update(data)
 
     def _install(self, partial: Path, object_key: str, replace: bool) -> int:

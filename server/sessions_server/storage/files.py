@@ -8,7 +8,6 @@ schema upgrade, key record, and the legacy lift.
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import json
 import os
@@ -19,7 +18,6 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
 
 import orjson
 
@@ -319,31 +317,10 @@ def _check_integrity(conn: sqlite3.Connection) -> None:
         raise StoreImportError(f"integrity check failed: {'; '.join(problems)}")
 
 
-# What a copy or a received file must leave free on its disk: one that took the disk's last
-# bytes would fail every object's writes until it failed itself and was removed.
-FREE_MARGIN_BYTES = 16 * 1024 * 1024
-
-
-def snapshot_room(source: Path, scratch_dir: Path) -> tuple[int, int]:
-    """(The most a copy of the live object file takes: the file and its WAL; the bytes free on
-    the file system the copy would go to.)"""
-    needed = 0
-    for path in (source, source.with_name(source.name + "-wal")):
-        with contextlib.suppress(FileNotFoundError):
-            needed += path.stat().st_size
-    return needed, shutil.disk_usage(scratch_dir if scratch_dir.exists() else scratch_dir.parent).free
-
-
-def append_leaving_room(out: BinaryIO, data: bytes) -> None:
-    """Writes `data` to `out` (a file in scratch) unless that would leave less than
-    FREE_MARGIN_BYTES free on its disk: then OSError ENOSPC, and nothing is written."""
-    free = shutil.disk_usage(os.path.dirname(out.name)).free
-    if len(data) + FREE_MARGIN_BYTES > free:
-        raise OSError(
-            errno.ENOSPC,
-            f"{len(data)} more bytes would leave less than {FREE_MARGIN_BYTES} free on the disk ({free} free)",
-        )
-    out.write(data)
+def free_bytes(directory: Path) -> int:
+    """Bytes free to the server on the file system holding `directory` (or, while it does not
+    exist, its parent)."""
+    return shutil.disk_usage(directory if directory.exists() else directory.parent).free
 
 
 def snapshot_object(source: Path, scratch_dir: Path) -> Path:

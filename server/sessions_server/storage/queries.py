@@ -1105,3 +1105,12 @@ def search_texts(
             if total >= max_bytes:
                 return taken, texts
     return len(hits), texts
+
+
+def database_bytes(conn: Connection) -> int:
+    """The database's size as the reader's snapshot has it, its WAL's pages included: what a
+    copy of it (the backup API) writes. The -wal file itself keeps its largest size until the
+    object closes, so the files' sizes can count twice as much."""
+    (pages,) = conn.execute("PRAGMA page_count").fetchone()
+    (page_size,) = conn.execute("PRAGMA page_size").fetchone()
+    return int(pages) * int(page_size)
