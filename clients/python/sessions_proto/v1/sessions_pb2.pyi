@@ -155,7 +155,7 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     ERROR_REASON_LIMIT_EXCEEDED: _ErrorReason.ValueType  # 9
     """A configured limit was exceeded (metadata: limit, limit_value)."""
     ERROR_REASON_STORAGE_FULL: _ErrorReason.ValueType  # 10
-    """The disk holding the object is full; nothing was written."""
+    """The disk holding the object is full (or the file size limit was reached); nothing was written."""
     ERROR_REASON_NOT_FOUND: _ErrorReason.ValueType  # 11
     """A thing named by id does not exist where an answer needs it (e.g. an attachment hash)."""
     ERROR_REASON_NO_SUMMARIZER: _ErrorReason.ValueType  # 12
@@ -217,7 +217,7 @@ full disk as an object's file is created, a file size limit); nothing was writte
 ERROR_REASON_LIMIT_EXCEEDED: ErrorReason.ValueType  # 9
 """A configured limit was exceeded (metadata: limit, limit_value)."""
 ERROR_REASON_STORAGE_FULL: ErrorReason.ValueType  # 10
-"""The disk holding the object is full; nothing was written."""
+"""The disk holding the object is full (or the file size limit was reached); nothing was written."""
 ERROR_REASON_NOT_FOUND: ErrorReason.ValueType  # 11
 """A thing named by id does not exist where an answer needs it (e.g. an attachment hash)."""
 ERROR_REASON_NO_SUMMARIZER: ErrorReason.ValueType  # 12

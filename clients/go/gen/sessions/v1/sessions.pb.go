@@ -236,7 +236,7 @@ const (
 	ErrorReason_ERROR_REASON_STORAGE_FAILURE ErrorReason = 8
 	// A configured limit was exceeded (metadata: limit, limit_value).
 	ErrorReason_ERROR_REASON_LIMIT_EXCEEDED ErrorReason = 9
-	// The disk holding the object is full; nothing was written.
+	// The disk holding the object is full (or the file size limit was reached); nothing was written.
 	ErrorReason_ERROR_REASON_STORAGE_FULL ErrorReason = 10
 	// A thing named by id does not exist where an answer needs it (e.g. an attachment hash).
 	ErrorReason_ERROR_REASON_NOT_FOUND ErrorReason = 11

@@ -3122,7 +3122,7 @@ export enum ErrorReason {
   LIMIT_EXCEEDED = 9,
 
   /**
-   * The disk holding the object is full; nothing was written.
+   * The disk holding the object is full (or the file size limit was reached); nothing was written.
    *
    * @generated from enum value: ERROR_REASON_STORAGE_FULL = 10;
    */
