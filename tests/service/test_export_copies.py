@@ -46,6 +46,16 @@ def _copies(data_dir: Path) -> list[Path]:
     return list(scratch.iterdir()) if scratch.exists() else []
 
 
+def _reader_channels(address: str, count: int) -> list[grpc.Channel]:
+    """Channels whose flow-control window does not grow: a reader that stops stalls its export."""
+    return [grpc.insecure_channel(address, options=[("grpc.http2.bdp_probe", 0)]) for _ in range(count)]
+
+
+def _fill(session: Any) -> None:
+    for index in range(8):
+        session.append_message(text_message(f"m{index}", "x" * BIG))
+
+
 def _message_ids(path: Path, data: bytes) -> list[str]:
     path.write_bytes(data)
     with contextlib.closing(sqlite3.connect(path)) as conn:
@@ -55,12 +65,11 @@ def _message_ids(path: Path, data: bytes) -> list[str]:
 def test_exports_of_an_unchanged_object_share_one_copy(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     server = start_server(data_dir)
-    channels = [grpc.insecure_channel(server.address, options=[("grpc.http2.bdp_probe", 0)]) for _ in range(4)]
+    channels = _reader_channels(server.address, 4)
     try:
         with SessionsClient(server.address, retry=None) as client:
             session = client.object(KEY).session()
-            for index in range(8):
-                session.append_message(text_message(f"m{index}", "x" * BIG))
+            _fill(session)
             stubs = [sessions_pb2_grpc.SessionServiceStub(channel) for channel in channels]
 
             before = [_export(stub) for stub in stubs[:3]]
@@ -90,52 +99,11 @@ def test_exports_of_an_unchanged_object_share_one_copy(tmp_path: Path) -> None:
         server.stop()
 
 
-def test_exports_between_writes_hold_at_most_four_copies_of_an_object(tmp_path: Path) -> None:
-    """Each export that begins after a write needs a copy of its own: a fifth such copy, while
-    four are held, is refused as busy, which clients retry, until one of them is done."""
-    data_dir = tmp_path / "data"
-    server = start_server(data_dir)
-    channels = [grpc.insecure_channel(server.address, options=[("grpc.http2.bdp_probe", 0)]) for _ in range(5)]
-    try:
-        with SessionsClient(server.address, retry=None) as client:
-            session = client.object(KEY).session()
-            for index in range(8):
-                session.append_message(text_message(f"m{index}", "x" * BIG))
-            stubs = [sessions_pb2_grpc.SessionServiceStub(channel) for channel in channels]
-            held = []
-            for index, stub in enumerate(stubs[:4]):
-                session.append_message(text_message(f"w{index}", "a write between exports"))
-                export = _export(stub)
-                held.append((next(export), export))
-            assert len(_copies(data_dir)) == 4
-
-            session.append_message(text_message("w4", "one more write"))
-            with pytest.raises(grpc.RpcError) as refused:
-                next(_export(stubs[4]))
-            assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-            assert error_reason(refused.value) == "SERVER_BUSY"
-            assert "max_export_copies_per_object" in (refused.value.details() or "")
-            assert len(_copies(data_dir)) == 4
-
-            data, digest = _rest(*held.pop(0))
-            assert hashlib.sha256(data).hexdigest() == digest
-            export = _export(stubs[4])  # one copy fewer: the fifth is made
-            data, digest = _rest(next(export), export)
-            assert _message_ids(tmp_path / "fifth.db", data)[-1] == "w4"
-            for first, rest in held:
-                _rest(first, rest)
-            assert _copies(data_dir) == []
-    finally:
-        for channel in channels:
-            channel.close()
-        server.stop()
-
-
 class _HeldCopies:
     """Four exports, each begun after a write, that have taken one frame and hold their copy."""
 
     def __init__(self, address: str, session: Any) -> None:
-        self.channels = [grpc.insecure_channel(address, options=[("grpc.http2.bdp_probe", 0)]) for _ in range(4)]
+        self.channels = _reader_channels(address, 4)
         self.held = []
         for index, channel in enumerate(self.channels):
             session.append_message(text_message(f"w{index}", "a write between exports"))
@@ -153,14 +121,48 @@ class _HeldCopies:
             channel.close()
 
 
+def test_exports_between_writes_hold_at_most_four_copies_of_an_object(tmp_path: Path) -> None:
+    """Each export that begins after a write needs a copy of its own: a fifth such copy, while
+    four are held, is refused as busy, which clients retry, until one of them is done."""
+    data_dir = tmp_path / "data"
+    server = start_server(data_dir)
+    (fifth,) = _reader_channels(server.address, 1)
+    try:
+        with SessionsClient(server.address, retry=None) as client:
+            session = client.object(KEY).session()
+            _fill(session)
+            held = _HeldCopies(server.address, session)
+            try:
+                assert len(_copies(data_dir)) == 4
+                session.append_message(text_message("w4", "one more write"))
+                stub = sessions_pb2_grpc.SessionServiceStub(fifth)
+                with pytest.raises(grpc.RpcError) as refused:
+                    next(_export(stub))
+                assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                assert error_reason(refused.value) == "SERVER_BUSY"
+                assert "max_export_copies_per_object" in (refused.value.details() or "")
+                assert len(_copies(data_dir)) == 4
+
+                held.finish_one()
+                export = _export(stub)  # one copy fewer: the fifth is made
+                data, digest = _rest(next(export), export)
+                assert hashlib.sha256(data).hexdigest() == digest
+                assert _message_ids(tmp_path / "fifth.db", data)[-1] == "w4"
+            finally:
+                held.close()
+            assert _copies(data_dir) == []
+    finally:
+        fifth.close()
+        server.stop()
+
+
 def test_export_file_tries_again_while_the_copies_are_taken(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     server = start_server(data_dir)
     try:
         with SessionsClient(server.address, retry=None) as client:
             session = client.object(KEY).session()
-            for index in range(8):
-                session.append_message(text_message(f"m{index}", "x" * BIG))
+            _fill(session)
             held = _HeldCopies(server.address, session)
             try:
                 session.append_message(text_message("w4", "one more write"))
@@ -188,8 +190,7 @@ def test_a_move_is_not_refused_for_the_copies_exports_hold(tmp_path: Path) -> No
     try:
         with SessionsClient(source.address, retry=None) as a, SessionsClient(destination.address) as b:
             session = a.object(KEY).session()
-            for index in range(8):
-                session.append_message(text_message(f"m{index}", "x" * BIG))
+            _fill(session)
             held = _HeldCopies(source.address, session)
             try:
                 session.append_message(text_message("w4", "the last write before the move"))
