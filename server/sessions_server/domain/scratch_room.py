@@ -22,6 +22,8 @@ FREE_MARGIN_BYTES = 16 * 1024 * 1024
 
 
 class ScratchRoom:
+    """The room check and the reservations of one data directory's copies."""
+
     def __init__(self, scratch_dir: Path) -> None:
         self._scratch_dir = scratch_dir
         self.reserved = 0  # bytes that copies under way will still write
