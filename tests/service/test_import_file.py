@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -109,9 +110,9 @@ def test_frames_are_written_read_and_hashed_off_the_event_loop(tmp_path: Path, m
         held.set()
         assert release.wait(timeout=60), "the frame was never released"
 
-    def write_held(out: Any, digest: Any, data: bytes) -> None:
+    def write_held(admin: Any, out: Any, digest: Any, data: bytes) -> None:
         hold()
-        original_write(out, digest, data)
+        original_write(admin, out, digest, data)
 
     def read_held(stream: Any, digest: Any) -> bytes:
         hold()
@@ -135,13 +136,14 @@ def test_frames_are_written_read_and_hashed_off_the_event_loop(tmp_path: Path, m
             def import_() -> None:
                 imported.append(import_file(client, "copy", object_path(tmp_path / "data", "source")))
 
-            for name, replacement, transfer in (
-                ("_read_to_send", read_held, export),
-                ("_write_received", write_held, import_),
-            ):
+            replacements: tuple[tuple[str, object, Callable[[], None]], ...] = (
+                ("_read_to_send", staticmethod(read_held), export),
+                ("_write_received", write_held, import_),  # a method: it checks the disk's room
+            )
+            for name, replacement, transfer in replacements:
                 held.clear()
                 release.clear()
-                monkeypatch.setattr(ObjectAdmin, name, staticmethod(replacement))
+                monkeypatch.setattr(ObjectAdmin, name, replacement)
                 worker = threading.Thread(target=transfer)
                 worker.start()
                 try:
