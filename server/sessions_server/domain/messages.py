@@ -264,8 +264,10 @@ async def prepared_off_loop_if_costly(texts: Sequence[str], prepare: Callable[[]
     """`prepare()` for messages of this JSON: on a worker thread for more than
     PREPARE_OFF_LOOP_CHARS of it, on the many-values thread for more than
     PREPARE_OFF_LOOP_VALUES values, else here."""
-    if sum(map(len, texts)) > PREPARE_OFF_LOOP_CHARS:
+    chars = sum(map(len, texts))
+    if chars > PREPARE_OFF_LOOP_CHARS:
         return await asyncio.to_thread(prepare)
-    if _has_many_values(texts):  # counted over 256 KiB at most: 0.1 ms
+    # Values are fewer than characters: a lone message of a few KB is not counted at all.
+    if chars > PREPARE_OFF_LOOP_VALUES and _has_many_values(texts):  # over 256 KiB at most: 0.1 ms
         return await asyncio.get_running_loop().run_in_executor(_MANY_VALUES_PREPARER, prepare)
     return prepare()
