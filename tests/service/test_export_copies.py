@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import sqlite3
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,8 +21,10 @@ from sessions_client._common import routing_metadata
 from sessions_client.admin import export_file, move_object
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc
+from sessions_server.storage import files
 from sessions_server.storage.datadir import SCRATCH_DIR_NAME
 from tests.conftest import start_server
+from tests.reliability.support import wait_until
 from tests.service.support import error_reason, text_message
 
 KEY = "exported"
@@ -203,3 +206,53 @@ def test_a_move_is_not_refused_for_the_copies_exports_hold(tmp_path: Path) -> No
     finally:
         source.stop()
         destination.stop()
+
+
+def test_an_export_cancelled_while_its_copy_is_made_leaves_it_to_the_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The copy is made once for both exports; the first one's caller leaving while it is being
+    made neither stops it for the second nor leaves it behind once the second is done."""
+    data_dir = tmp_path / "data"
+    entered, release = threading.Event(), threading.Event()
+    made: list[Path] = []
+    real = files.snapshot_object
+
+    def held_snapshot(source: Path, scratch_dir: Path) -> Path:
+        entered.set()
+        assert release.wait(timeout=60), "the copy was never released"
+        made.append(real(source, scratch_dir))
+        return made[-1]
+
+    monkeypatch.setattr(files, "snapshot_object", held_snapshot)
+    server = start_server(data_dir)
+    channels = _reader_channels(server.address, 2)
+    try:
+        with SessionsClient(server.address, retry=None) as client:
+            _fill(client.object(KEY).session())
+            first_stub, second_stub = (sessions_pb2_grpc.SessionServiceStub(channel) for channel in channels)
+            request = pb.ExportObjectRequest(object_key=KEY)
+            first = first_stub.ExportObject(request, metadata=routing_metadata(KEY), timeout=60)
+            assert entered.wait(timeout=60)
+            second = _export(second_stub)
+            admin = server.running.service.objects
+            assert wait_until(lambda: KEY in admin._copies and admin._copies[KEY].users == 2, 60, interval=0.001)
+            taken: list[Any] = []
+            reader = threading.Thread(target=lambda: taken.append(next(second)))
+            reader.start()
+            first.cancel()
+            release.set()
+            reader.join(timeout=60)
+            data, digest = _rest(taken[0], second)
+            assert hashlib.sha256(data).hexdigest() == digest
+            assert _message_ids(tmp_path / "second.db", data) == [f"m{index}" for index in range(8)]
+            assert len(made) == 1  # one copy for both
+            with pytest.raises(grpc.RpcError) as cancelled:
+                next(first)
+            assert cancelled.value.code() == grpc.StatusCode.CANCELLED
+        assert _copies(data_dir) == []
+    finally:
+        release.set()
+        for channel in channels:
+            channel.close()
+        server.stop()
