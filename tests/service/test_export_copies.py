@@ -124,6 +124,20 @@ class _HeldCopies:
             channel.close()
 
 
+@contextlib.contextmanager
+def _four_copies_held(address: str, session: Any, data_dir: Path) -> Iterator[_HeldCopies]:
+    """The object filled, four exports each begun after a write and holding their copy, then
+    one more write ("w4"); on leaving, every export ends whole and scratch is left empty."""
+    _fill(session)
+    held = _HeldCopies(address, session)
+    try:
+        session.append_message(text_message("w4", "one more write"))
+        yield held
+    finally:
+        held.close()
+    assert _copies(data_dir) == []
+
+
 def test_exports_between_writes_hold_at_most_four_copies_of_an_object(tmp_path: Path) -> None:
     """Each export that begins after a write needs a copy of its own: a fifth such copy, while
     four are held, is refused as busy, which clients retry, until one of them is done."""
@@ -131,29 +145,24 @@ def test_exports_between_writes_hold_at_most_four_copies_of_an_object(tmp_path: 
     server = start_server(data_dir)
     (fifth,) = _reader_channels(server.address, 1)
     try:
-        with SessionsClient(server.address, retry=None) as client:
-            session = client.object(KEY).session()
-            _fill(session)
-            held = _HeldCopies(server.address, session)
-            try:
-                assert len(_copies(data_dir)) == 4
-                session.append_message(text_message("w4", "one more write"))
-                stub = sessions_pb2_grpc.SessionServiceStub(fifth)
-                with pytest.raises(grpc.RpcError) as refused:
-                    next(_export(stub))
-                assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-                assert error_reason(refused.value) == "SERVER_BUSY"
-                assert "max_export_copies_per_object" in (refused.value.details() or "")
-                assert len(_copies(data_dir)) == 4
+        with (
+            SessionsClient(server.address, retry=None) as client,
+            _four_copies_held(server.address, client.object(KEY).session(), data_dir) as held,
+        ):
+            assert len(_copies(data_dir)) == 4
+            stub = sessions_pb2_grpc.SessionServiceStub(fifth)
+            with pytest.raises(grpc.RpcError) as refused:
+                next(_export(stub))
+            assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert error_reason(refused.value) == "SERVER_BUSY"
+            assert "max_export_copies_per_object" in (refused.value.details() or "")
+            assert len(_copies(data_dir)) == 4
 
-                held.finish_one()
-                export = _export(stub)  # one copy fewer: the fifth is made
-                data, digest = _rest(next(export), export)
-                assert hashlib.sha256(data).hexdigest() == digest
-                assert _message_ids(tmp_path / "fifth.db", data)[-1] == "w4"
-            finally:
-                held.close()
-            assert _copies(data_dir) == []
+            held.finish_one()
+            export = _export(stub)  # one copy fewer: the fifth is made
+            data, digest = _rest(next(export), export)
+            assert hashlib.sha256(data).hexdigest() == digest
+            assert _message_ids(tmp_path / "fifth.db", data)[-1] == "w4"
     finally:
         fifth.close()
         server.stop()
@@ -163,27 +172,22 @@ def test_export_file_tries_again_while_the_copies_are_taken(tmp_path: Path) -> N
     data_dir = tmp_path / "data"
     server = start_server(data_dir)
     try:
-        with SessionsClient(server.address, retry=None) as client:
-            session = client.object(KEY).session()
-            _fill(session)
-            held = _HeldCopies(server.address, session)
-            try:
-                session.append_message(text_message("w4", "one more write"))
-                notices: list[RetryNotice] = []
+        with (
+            SessionsClient(server.address, retry=None) as client,
+            _four_copies_held(server.address, client.object(KEY).session(), data_dir) as held,
+        ):
+            notices: list[RetryNotice] = []
 
-                def one_ends(notice: RetryNotice) -> None:
-                    notices.append(notice)
-                    held.finish_one()  # while the client waits to try again
+            def one_ends(notice: RetryNotice) -> None:
+                notices.append(notice)
+                held.finish_one()  # while the client waits to try again
 
-                with SessionsClient(server.address, on_retry=one_ends) as retrying:
-                    report = export_file(retrying, KEY, tmp_path / "saved.db")
-                assert [(n.method, n.error.reason) for n in notices] == [("ExportObject", "SERVER_BUSY")]
-                assert report.message_rows == 13
-                ids = _message_ids(tmp_path / "check.db", (tmp_path / "saved.db").read_bytes())
-                assert ids[-1] == "w4"
-            finally:
-                held.close()
-            assert _copies(data_dir) == []
+            with SessionsClient(server.address, on_retry=one_ends) as retrying:
+                report = export_file(retrying, KEY, tmp_path / "saved.db")
+            assert [(n.method, n.error.reason) for n in notices] == [("ExportObject", "SERVER_BUSY")]
+            assert report.message_rows == 13
+            ids = _message_ids(tmp_path / "check.db", (tmp_path / "saved.db").read_bytes())
+            assert ids[-1] == "w4"
     finally:
         server.stop()
 
@@ -191,18 +195,15 @@ def test_export_file_tries_again_while_the_copies_are_taken(tmp_path: Path) -> N
 def test_a_move_is_not_refused_for_the_copies_exports_hold(tmp_path: Path) -> None:
     source, destination = start_server(tmp_path / "a"), start_server(tmp_path / "b")
     try:
-        with SessionsClient(source.address, retry=None) as a, SessionsClient(destination.address) as b:
-            session = a.object(KEY).session()
-            _fill(session)
-            held = _HeldCopies(source.address, session)
-            try:
-                session.append_message(text_message("w4", "the last write before the move"))
-                report = move_object(a, b, KEY, destination_name=destination.address)
-                assert report.message_rows == 13
-                assert [m["id"] for m in b.object(KEY).session().get_history()][-1] == "w4"
-            finally:
-                held.close()  # the exports under way still end whole
-            assert _copies(tmp_path / "a") == []
+        with (
+            SessionsClient(source.address, retry=None) as a,
+            SessionsClient(destination.address) as b,
+            # Leaving it, the exports under way end whole and scratch is left empty.
+            _four_copies_held(source.address, a.object(KEY).session(), tmp_path / "a"),
+        ):
+            report = move_object(a, b, KEY, destination_name=destination.address)
+            assert report.message_rows == 13
+            assert [m["id"] for m in b.object(KEY).session().get_history()][-1] == "w4"
     finally:
         source.stop()
         destination.stop()

@@ -253,7 +253,6 @@ class ObjectAdmin:
         if shared is not None and shared.is_current(store):
             shared.users += 1
             return shared
-        self._copies_held_below_bound(object_key, for_move)
         size = await store.read(queries.database_bytes, quick=True)
         shared = self._copies.get(object_key)  # another export may have begun one meanwhile
         if shared is None or not shared.is_current(store):
