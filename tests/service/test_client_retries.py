@@ -98,6 +98,12 @@ WRITES: dict[str, tuple[str, Callable[[Any], Any], Callable[[Any], bool]]] = {
         lambda s: s.add_compaction("summary", "m0", "m0"),
         lambda s: len(s.list_compactions()) == 1,
     ),
+    # A list of messages is in hand: its frames are made again for the next attempt.
+    "import": (
+        "ImportMessages",
+        lambda s: s.import_messages([text_message("m1"), text_message("m2")]),
+        lambda s: [m["id"] for m in s.get_history(leaf_id="m2")] == ["m1", "m2"],
+    ),
 }
 
 
@@ -157,6 +163,7 @@ def test_a_refusal_that_outlasts_the_attempts_reaches_the_caller(
         ("StreamHistory", lambda s: s.get_history()),
         ("AppendMessage", lambda s: s.append_message(text_message("m1"))),
         ("DeleteMessages", lambda s: s.delete_messages(["m1"])),
+        ("ImportMessages", lambda s: s.import_messages([text_message("m1")])),
     ],
 )
 def test_a_call_safe_to_repeat_is_tried_again_after_a_connection_failure(
@@ -174,16 +181,95 @@ def test_a_call_safe_to_repeat_is_tried_again_after_a_connection_failure(
     [
         lambda s: s.clear_messages(),
         lambda s: s.add_compaction("summary", "a", "b"),
-        lambda s: s.import_messages([text_message("m1")]),
+        lambda s: s.import_messages(iter([text_message("m1")])),
     ],
-    ids=["clear", "compaction", "import"],
+    ids=["clear", "compaction", "import-from-iterator"],
 )
 def test_a_call_unsafe_to_repeat_is_not_tried_again_after_a_connection_failure(
     dead_address: str, run: Callable[[Any], Any]
 ) -> None:
     """The first attempt may have been carried out: a repeat could clear what others appended
-    meanwhile, or add a second compaction; an import's messages come from a one-pass iterable."""
+    meanwhile, or add a second compaction; an iterator's messages cannot be read twice."""
     assert _failing_against(dead_address, run) == []
+
+
+def test_an_import_from_an_iterator_is_not_tried_again_even_when_refused_before_acting(
+    live_server: LiveServer, stub: Any, object_key: str
+) -> None:
+    """The refusal reaches the caller, who holds what the iterator yielded: nothing was stored."""
+    notices: list[RetryNotice] = []
+    with SessionsClient(live_server.address, on_retry=notices.append) as client:
+        session = client.object(object_key).session()
+        session.append_message(text_message("m0"))
+        _lock_for_move(stub, object_key)
+        try:
+            with pytest.raises(SessionsError) as refused:
+                session.import_messages(iter([text_message("m1"), text_message("m2")]))
+        finally:
+            stub.AbortMove(pb.AbortMoveRequest(object_key=object_key))
+        assert (refused.value.code, refused.value.reason) == (grpc.StatusCode.UNAVAILABLE, "OBJECT_MOVING")
+        assert notices == []
+        assert session.get_message("m1") is None
+
+
+def test_a_retried_import_counts_what_an_earlier_attempt_stored_as_skipped(
+    live_server: LiveServer, object_key: str
+) -> None:
+    """The first attempt stores the messages but its answer is lost on the way (the relay cuts the
+    connection once the server answered); the second finds them all stored. Nothing is stored
+    twice, and the result says what the last attempt did."""
+    notices: list[RetryNotice] = []
+    relay = AnswerLosingRelay(live_server.address)
+    try:
+        with SessionsClient(relay.address, on_retry=notices.append) as client:
+            session = client.object(object_key).session()
+            result = session.import_messages([text_message("m1"), text_message("m2")])
+            assert relay.lost_answers == 1
+            assert _summary(notices) == [("ImportMessages", 1, grpc.StatusCode.UNAVAILABLE, None)]
+            assert (result.imported, result.skipped) == (0, 2)
+            assert [m["id"] for m in session.get_history()] == ["m1", "m2"]
+    finally:
+        relay.close()
+
+
+class AnswerLosingRelay(Relay):
+    """A TCP relay that closes the first connection when the server's first answer on it begins
+    (its first HTTP/2 HEADERS frame on a stream): the call was carried out, and the client sees
+    its connection fail without the answer. Later connections pass everything."""
+
+    def __init__(self, target: str) -> None:
+        self.lost_answers = 0
+        self._lock = threading.Lock()
+        super().__init__(target)
+
+    def pump(self, source: socket.socket, sink: socket.socket, *, from_server: bool) -> None:
+        pending = b""
+        try:
+            while data := source.recv(65536):
+                if not from_server:
+                    sink.sendall(data)
+                    continue
+                pending += data
+                while len(pending) >= 9:  # a frame header: length (3), type, flags, stream (4)
+                    size = int.from_bytes(pending[:3], "big") + 9
+                    kind, stream = pending[3], int.from_bytes(pending[5:9], "big") & 0x7FFFFFFF
+                    if kind == 1 and stream != 0 and self._lose_this_answer():
+                        for sock in (source, sink):
+                            sock.shutdown(socket.SHUT_RDWR)
+                        return
+                    if len(pending) < size:
+                        break
+                    sink.sendall(pending[:size])
+                    pending = pending[size:]
+        except OSError:
+            pass
+
+    def _lose_this_answer(self) -> bool:
+        with self._lock:
+            if self.lost_answers:
+                return False
+            self.lost_answers = 1
+            return True
 
 
 def test_the_timeout_covers_every_attempt_and_wait(dead_address: str) -> None:
@@ -241,6 +327,32 @@ def test_the_asyncio_client_retries_the_same_way(live_server: LiveServer, stub: 
 
     assert asyncio.run(scenario())
     assert _summary(notices) == [("UploadMessage", 1, grpc.StatusCode.UNAVAILABLE, "OBJECT_MOVING")]
+
+
+def test_the_asyncio_client_sends_an_import_in_hand_again_and_an_iterator_s_once(
+    live_server: LiveServer, stub: Any, object_key: str
+) -> None:
+    from sessions_client.aio import SessionsClient as AsyncClient
+
+    notices: list[RetryNotice] = []
+
+    async def scenario() -> tuple[int, str | None, list[str]]:
+        async with AsyncClient(live_server.address, on_retry=_releasing(stub, object_key, notices)) as client:
+            session = client.object(object_key).session()
+            await session.append_message(text_message("m0"))
+            _lock_for_move(stub, object_key)
+            imported = (await session.import_messages([text_message("m1"), text_message("m2")])).imported
+            _lock_for_move(stub, object_key)
+            try:
+                await session.import_messages(iter([text_message("m3")]))
+            except SessionsError as error:
+                reason = error.reason
+            finally:
+                stub.AbortMove(pb.AbortMoveRequest(object_key=object_key))
+            return imported, reason, [m["id"] async for m in session.history()]
+
+    assert asyncio.run(scenario()) == (2, "OBJECT_MOVING", ["m1", "m2"])
+    assert _summary(notices) == [("ImportMessages", 1, grpc.StatusCode.UNAVAILABLE, "OBJECT_MOVING")]
 
 
 def test_the_asyncio_client_gives_up_on_unsafe_calls_and_at_the_deadline(dead_address: str) -> None:

@@ -41,6 +41,9 @@ type Client struct {
 	stub        pb.SessionServiceClient
 	callTimeout time.Duration
 	token       string
+	// retries is the stub's retrying connection, nil when retries are off; a call whose request
+	// the connection cannot replay (ImportMessages) runs its own attempts through it.
+	retries *retryConn
 }
 
 // DialOption configures Dial.
@@ -141,7 +144,8 @@ func Dial(ctx context.Context, target string, opts ...DialOption) (*Client, erro
 	}
 	var cc grpc.ClientConnInterface = client.conn
 	if policy := cfg.retry.normalized(); policy.MaxAttempts > 1 {
-		cc = &retryConn{cc: client.conn, policy: policy, observe: cfg.retryObserver}
+		client.retries = &retryConn{cc: client.conn, policy: policy, observe: cfg.retryObserver}
+		cc = client.retries
 	}
 	client.stub = pb.NewSessionServiceClient(cc)
 	if cfg.block {

@@ -74,8 +74,9 @@ type RetryNotice struct {
 //     ClearMessages (it could remove messages others appended in between), AddCompaction and
 //     Compact (a repeat adds a second compaction), or the admin calls.
 //
-// ImportMessages is never retried (its frames come from the caller's sequence), nor Subscribe,
-// which reconnects by itself. A server-streaming read is retried only until its first response,
+// ImportMessages, whose items are in hand, is repeatable (an import skips the ids it holds) and
+// sends them all again on each attempt; ImportMessagesSeq is never retried (its sequence need not
+// yield twice), nor Subscribe, which reconnects by itself. A server-streaming read is retried only until its first response,
 // since after that the caller has seen data a new attempt would repeat. The deadline of the call
 // (the caller's context, or WithCallTimeout) covers every attempt and wait: the client never
 // starts a wait that would end past it, and returns the last error instead.
@@ -171,7 +172,8 @@ var retryClasses = map[string]retryClass{
 	pb.SessionService_ExportObject_FullMethodName:  retryRefused,
 	pb.SessionService_DeleteObject_FullMethodName:  retryRefused,
 	pb.SessionService_AbortMove_FullMethodName:     retryRefused,
-	// The caller's request stream cannot be replayed, or the call retries by itself.
+	// The caller's request stream cannot be replayed, or the call retries by itself
+	// (Session.ImportMessages makes its attempts from the items it holds).
 	pb.SessionService_ImportMessages_FullMethodName: retryNever,
 	pb.SessionService_ImportObject_FullMethodName:   retryNever,
 	pb.SessionService_Subscribe_FullMethodName:      retryNever,

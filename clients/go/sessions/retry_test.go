@@ -10,6 +10,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -270,9 +271,9 @@ func TestRetryReplaysUpload(t *testing.T) {
 	}
 }
 
-// TestRetryNeverImportMessages: ImportMessages is not retried even when refused before acting
-// (its frames may come from a sequence that cannot be replayed).
-func TestRetryNeverImportMessages(t *testing.T) {
+// TestRetryImportMessages: ImportMessages holds its items and sends them all again when refused
+// before acting; ImportMessagesSeq, whose sequence need not yield twice, is not retried.
+func TestRetryImportMessages(t *testing.T) {
 	ctx := testCtx(t)
 	key := objectKey(t)
 	mustAppend(t, client.Object(key).Session("s"), textMessage("m0", "user", "creates the object"))
@@ -280,12 +281,29 @@ func TestRetryNeverImportMessages(t *testing.T) {
 
 	log := &retryLog{onNotice: func(sessions.RetryNotice) { _ = abortMove(ctx, key) }}
 	s := dialRetrying(t, server.Addr, log).Object(key).Session("s")
-	_, err := s.ImportMessages(ctx, sessions.ImportChain(textMessage("i1", "user", "imported")))
-	if sessions.Code(err) != codes.Unavailable || sessions.Reason(err) != sessions.ReasonObjectMoving {
-		t.Fatalf("ImportMessages during a move: %v, want UNAVAILABLE [OBJECT_MOVING]", err)
+	chain := sessions.ImportChain(textMessage("i1", "user", "imported"), textMessage("i2", "assistant", "too"))
+	res, err := s.ImportMessages(ctx, chain)
+	if err != nil || res.Imported != 2 {
+		t.Fatalf("ImportMessages during a move: %+v, %v; want both imported after the lock", res, err)
 	}
-	if n := log.seen(); len(n) != 0 {
-		t.Fatalf("ImportMessages was retried: %+v", n)
+	checkNotices(t, log.seen(), "ImportMessages", codes.Unavailable, sessions.ReasonObjectMoving)
+	if n := log.attemptsOf("ImportMessages"); n != 2 {
+		t.Fatalf("%d attempts, want 2", n)
+	}
+
+	lockForMove(t, key)
+	_, err = s.ImportMessagesSeq(ctx, slices.Values(sessions.ImportChain(textMessage("i3", "user", "lazy"))))
+	if sessions.Code(err) != codes.Unavailable || sessions.Reason(err) != sessions.ReasonObjectMoving {
+		t.Fatalf("ImportMessagesSeq during a move: %v, want UNAVAILABLE [OBJECT_MOVING]", err)
+	}
+	if n := log.attemptsOf("ImportMessages"); n != 3 {
+		t.Fatalf("ImportMessagesSeq was retried: %d attempts in all, want 3", n)
+	}
+	if err := abortMove(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if _, found, err := s.GetMessage(ctx, "i3"); err != nil || found {
+		t.Fatalf("the refused lazy import stored i3 (found %v, %v)", found, err)
 	}
 }
 
@@ -584,7 +602,7 @@ func TestRetryTransportFailureByMethod(t *testing.T) {
 			_, err := s.Compact(ctx)
 			return err
 		}},
-		{"ImportMessages", false, func(ctx context.Context, _ *sessions.Client, s *sessions.Session) error {
+		{"ImportMessages", true, func(ctx context.Context, _ *sessions.Client, s *sessions.Session) error {
 			_, err := s.ImportMessages(ctx, sessions.ImportChain(msg))
 			return err
 		}},

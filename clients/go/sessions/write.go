@@ -225,8 +225,27 @@ func (s *Session) ClearMessages(ctx context.Context) (int64, error) {
 // 1 MiB, larger ones in pieces. Not all or nothing: what committed before a failure stays, and
 // ids that already exist are skipped. A server that predates packed frames reads none of their
 // messages: the result's counts then fall short, and ImportMessages returns an error saying so.
+//
+// The call is retried as the client's policy allows (WithRetry), each attempt sending every item
+// again: messages an earlier attempt stored then count as skipped.
 func (s *Session) ImportMessages(ctx context.Context, items []ImportItem) (ImportResult, error) {
-	res, err := s.importMessages(ctx, slices.Values(items), true)
+	ctx, cancel := s.object.unaryCtx(ctx) // one deadline for every attempt and wait
+	defer cancel()
+	var loop *retryLoop
+	if r := s.client.retries; r != nil {
+		loop = r.loop(ctx, pb.SessionService_ImportMessages_FullMethodName, retryRepeatable)
+	}
+	var res ImportResult
+	var err error
+	for {
+		res, err = s.importMessages(ctx, slices.Values(items), true)
+		if err == nil || loop == nil {
+			break
+		}
+		if err = loop.retry(err); err != nil {
+			break
+		}
+	}
 	if err == nil && res.Imported+res.Skipped != int64(len(items)) {
 		return res, clientError(codes.FailedPrecondition, "", "the server accounted for %d of the %d messages sent: "+
 			"it does not read packed import frames (ImportedMessage); upgrade it, or use ImportMessagesSeq",
@@ -237,8 +256,10 @@ func (s *Session) ImportMessages(ctx context.Context, items []ImportItem) (Impor
 
 // ImportMessagesSeq is ImportMessages for items produced lazily, e.g. read from another server's
 // History: only the message being sent is held, and each goes in a frame of its own as soon as
-// the sequence yields it.
+// the sequence yields it. It is never retried (a sequence need not yield its items twice).
 func (s *Session) ImportMessagesSeq(ctx context.Context, items iter.Seq[ImportItem]) (ImportResult, error) {
+	ctx, cancel := s.object.unaryCtx(ctx)
+	defer cancel()
 	return s.importMessages(ctx, items, false)
 }
 
@@ -249,8 +270,9 @@ const (
 	importFrameBytes = 1024 * 1024
 )
 
+// importMessages makes one attempt of an import; ctx is routed and bounded (unaryCtx).
 func (s *Session) importMessages(ctx context.Context, items iter.Seq[ImportItem], pack bool) (ImportResult, error) {
-	cctx, cancel := s.object.unaryCtx(ctx)
+	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, err := s.client.stub.ImportMessages(cctx)
 	if err != nil {

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import time
 import urllib.parse
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
@@ -393,6 +393,24 @@ class SentFrames:
         if self.failure is not None:
             self.failure.__suppress_context__ = True  # the call's own failure only says it ended
             raise self.failure
+
+
+class FramesEachAttempt:
+    """A client stream's frames made afresh for each attempt of its call (a call tried again
+    sends them from the start): `make` is called once an attempt. What making the latest
+    attempt's frames raised is raised as itself (`SentFrames`)."""
+
+    def __init__(self, make: Callable[[], Iterator[Any]]) -> None:
+        self._make = make
+        self._latest: SentFrames | None = None
+
+    def __call__(self) -> SentFrames:
+        self._latest = SentFrames(self._make())
+        return self._latest
+
+    def raise_failure(self) -> None:
+        if self._latest is not None:
+            self._latest.raise_failure()
 
 
 def import_result(response: pb.ImportMessagesResponse, items: Iterable[ImportItem | Message]) -> ImportResult:

@@ -31,8 +31,9 @@ REFUSED_BEFORE_ACTING: Final = frozenset(
     }
 )
 # Methods whose repeat, after an attempt that may have been carried out, changes nothing more:
-# reads, and writes idempotent by message id or by value. ClearMessages is not (it would also
-# remove what others appended in between), nor AddCompaction and Compact (no id: a second record).
+# reads, and writes idempotent by message id or by value (an import skips the ids it holds).
+# ClearMessages is not (it would also remove what others appended in between), nor AddCompaction
+# and Compact (no id: a second record).
 REPEATABLE_METHODS: Final = frozenset(
     {
         "GetMessage",
@@ -56,11 +57,13 @@ REPEATABLE_METHODS: Final = frozenset(
         "UpsertMessage",
         "DeleteMessages",
         "SetCompactionPolicy",
+        "ImportMessages",
     }
 )
-# Never tried again by the call layer: an import's frames come from the caller's iterable, which
-# cannot be replayed, and a subscription reconnects by itself, resuming after what it saw.
-NOT_REPLAYABLE: Final = frozenset({"ImportMessages", "Subscribe"})
+# Never tried again by the call layer: a subscription reconnects by itself, resuming after what it
+# saw. (An import of items from an iterator is not tried again either, its call says so: the
+# items cannot be read twice.)
+NOT_REPLAYABLE: Final = frozenset({"Subscribe"})
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from sessions_client._common import (
     CompactionRecord,
     EventAssembler,
     FrameAssembler,
+    FramesEachAttempt,
     ImportItem,
     ImportResult,
     Message,
@@ -38,7 +39,6 @@ from sessions_client._common import (
     RecentHistory,
     RowStat,
     SearchResult,
-    SentFrames,
     SessionsError,
     TlsConfig,
     UpsertResult,
@@ -114,11 +114,12 @@ class SessionsClient(CallOptions):
     def object(self, object_key: str) -> ObjectHandle:
         return ObjectHandle(self, object_key)
 
-    async def _call(self, object_key: str, method: str, request: Any) -> Any:
+    async def _call(self, object_key: str, method: str, request: Any, *, once: bool = False) -> Any:
         """A unary or client-streaming call, tried again as `retry` allows. `request` may be a
-        function making the request, for requests (iterators of frames) that are used up."""
+        function making the request, for requests (iterators of frames) that are used up;
+        `once`: never tried again (frames from the caller's iterator, which cannot be replayed)."""
         fn = getattr(self._stub, method)
-        attempts = Attempts(method, self.retry, self.on_retry, self.timeout)
+        attempts = Attempts(method, None if once else self.retry, self.on_retry, self.timeout)
         while True:
             attempts.begin()
             try:
@@ -339,9 +340,15 @@ class SessionHandle:
         return (await self.import_messages([ImportItem(message, parent_id, created_at)])).imported == 1
 
     async def import_messages(self, items: Iterable[ImportItem | Message]) -> ImportResult:
-        frames = SentFrames(import_frames(self._key, self.id, items))
+        """Streams messages in; plain dicts chain, each parented to the previous one. A list or
+        tuple goes packed (many messages a frame) and is sent again when the call is tried again
+        (ids stored by an earlier attempt then count as skipped); an iterator a message at a time
+        as it yields, and the call is not tried again (the iterator cannot be read twice)."""
+        frames = FramesEachAttempt(lambda: import_frames(self._key, self.id, items))
         try:
-            response = await self._client._call(self._key, "ImportMessages", frames)
+            response = await self._client._call(
+                self._key, "ImportMessages", frames, once=not isinstance(items, Sequence)
+            )
         except (SessionsError, asyncio.CancelledError):
             if not _cancelled_here():
                 frames.raise_failure()
@@ -627,17 +634,12 @@ class SessionHandle:
             source=source_value(source),
             **parent_fields(parent_id),
         )
-        made: list[SentFrames] = []  # each attempt's frames
-
-        def frames() -> SentFrames:
-            made.append(SentFrames(upload_frames(header, text)))
-            return made[-1]
-
+        frames = FramesEachAttempt(lambda: upload_frames(header, text))
         try:
             response: pb.UploadMessageResponse = await self._client._call(self._key, "UploadMessage", frames)
         except (SessionsError, asyncio.CancelledError):
-            if made and not _cancelled_here():
-                made[-1].raise_failure()  # text UTF-8 cannot carry: raised as a small write's is
+            if not _cancelled_here():
+                frames.raise_failure()  # text UTF-8 cannot carry: raised as a small write's is
             raise
         return response
 

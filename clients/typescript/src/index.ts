@@ -620,9 +620,9 @@ type MethodName = Capitalize<keyof typeof SessionService.method & string>;
 /**
  * Methods that may be sent again after a transport failure, when the server may or may not have
  * carried out the first attempt: reads, and writes whose repeat finds its own earlier effect
- * (same message id, same value). Left out: ClearMessages (a repeat could remove messages others
- * appended in between), AddCompaction and Compact (a repeat adds a second compaction),
- * ImportMessages (the caller's iterable cannot be replayed) and the admin calls.
+ * (same message id, same value; an import skips the ids it holds, and is retried only when its
+ * items are an array). Left out: ClearMessages (a repeat could remove messages others appended in
+ * between), AddCompaction and Compact (a repeat adds a second compaction) and the admin calls.
  */
 const REPEATABLE_METHODS: ReadonlySet<string> = new Set<MethodName>([
   "GetMessage",
@@ -646,6 +646,7 @@ const REPEATABLE_METHODS: ReadonlySet<string> = new Set<MethodName>([
   "UpsertMessage",
   "DeleteMessages",
   "SetCompactionPolicy",
+  "ImportMessages",
 ]);
 
 /** Whether `error` ended an attempt of `method` in a way that another attempt may cure. */
@@ -1327,12 +1328,13 @@ export class SessionHandle {
     options: AbortOptions = {},
   ): Promise<ImportResult> {
     const made: { failure?: unknown } = {};
-    const frames = keepingFailure(importFrames(this.key, this.id, items), made);
-    // Never retried: the frames come from the caller's iterable, which cannot be read twice.
+    // An array is sent whole again by each attempt; another iterable cannot be read twice, so its
+    // call is never retried.
+    const frames = () => keepingFailure(importFrames(this.key, this.id, items), made);
     let response: Awaited<ReturnType<typeof this.rpc.importMessages>>;
     try {
-      response = await this.client.call("ImportMessages", this.key, (o) => this.rpc.importMessages(frames, o), {
-        retry: false,
+      response = await this.client.call("ImportMessages", this.key, (o) => this.rpc.importMessages(frames(), o), {
+        retry: Array.isArray(items),
         signal: options.signal,
       });
     } catch (error) {

@@ -205,19 +205,30 @@ describe("refused before acting (real server)", () => {
     assert.deepEqual(await s.getHistory(), [msg("a")]);
   });
 
-  test("ImportMessages is never retried, even when refused before acting", async () => {
+  test("an array's import is sent again whole after OBJECT_MOVING; another iterable's is not retried", async () => {
     const key = freshKey("moving-import");
-    const { client, attempts, notices } = observed(null);
+    const { client, attempts, notices } = observed(null, {
+      onRetry: async (notice) => {
+        if (notice.attempt === 1) assert.equal(await abortMove(key), true, "the object was locked");
+      },
+    });
     const s = client.object(key).session();
     await s.appendMessage(msg("a"));
     await lockForMove(key);
+    assert.deepEqual(await s.importMessages([msg("x"), msg("y")]), { imported: 2, skipped: 0 });
+    assert.deepEqual(notices.map((n) => [n.method, n.attempt, n.error.reason]), [["ImportMessages", 1, "OBJECT_MOVING"]]);
+    assert.equal(attempts.filter((m) => m === "ImportMessages").length, 2);
+    assert.deepEqual(await s.getHistory({ leafId: "y" }), [msg("x"), msg("y")]);
+
+    await lockForMove(key);
     try {
-      await assert.rejects(s.importMessages([msg("x")]), expectFailure("UNAVAILABLE", "OBJECT_MOVING"));
-      assert.equal(notices.length, 0);
-      assert.equal(attempts.filter((m) => m === "ImportMessages").length, 1);
+      await assert.rejects(s.importMessages([msg("z")].values()), expectFailure("UNAVAILABLE", "OBJECT_MOVING"));
+      assert.equal(notices.length, 1);
+      assert.equal(attempts.filter((m) => m === "ImportMessages").length, 3);
     } finally {
-      await abortMove(key);
+      assert.equal(await abortMove(key), true, "the lock was still held");
     }
+    assert.equal(await s.getMessage("z"), null);
   });
 
   test("OBJECT_NOT_OWNED (the object moved away) is retried, then its error is thrown", async () => {
@@ -352,6 +363,7 @@ describe("transport failures (nothing listening)", () => {
         ["AppendMessage", () => s.appendMessage(msg("a"))],
         ["StreamHistory", () => s.getHistory()],
         ["ListSessions", () => client.object("k").listSessions()],
+        ["ImportMessages", () => s.importMessages([msg("a")])],
       ] as const) {
         attempts.length = 0;
         notices.length = 0;
@@ -367,12 +379,13 @@ describe("transport failures (nothing listening)", () => {
     }
   });
 
-  test("ClearMessages and ImportMessages fail at once: a repeat could do harm", async () => {
+  test("ClearMessages and an import from a non-array iterable fail at once", async () => {
+    // A repeated clear could remove what others appended in between; an iterable may not yield twice.
     const { client, attempts, notices } = observed(await deadAddress(), { retry: tiny });
     try {
       const s = client.object("k").session();
       await assert.rejects(s.clearMessages(), expectFailure("UNAVAILABLE", null));
-      await assert.rejects(s.importMessages([msg("a")]), expectFailure("UNAVAILABLE", null));
+      await assert.rejects(s.importMessages([msg("a")].values()), expectFailure("UNAVAILABLE", null));
       assert.deepEqual(attempts, ["ClearMessages", "ImportMessages"]);
       assert.equal(notices.length, 0);
     } finally {
