@@ -38,8 +38,8 @@ def test_a_limited_newest_first_walk_reads_only_the_rows_it_returns(
     rows_read: list[str] = []
     ancestors = queries.ancestors
 
-    def counted(conn: Any, session_id: str, message_id: str, count: int) -> Any:
-        rows = ancestors(conn, session_id, message_id, count)
+    def counted(conn: Any, session_id: str, message_id: str, count: int, *args: Any, **kwargs: Any) -> Any:
+        rows = ancestors(conn, session_id, message_id, count, *args, **kwargs)
         rows_read.extend(row.info.id for row in rows)
         return rows
 

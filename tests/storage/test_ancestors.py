@@ -39,8 +39,16 @@ def _chain(conn: sqlite3.Connection, count: int) -> None:
         _add(conn, f"m{i}", f"m{i - 1}" if i else None, f'{{"id":"m{i}"}}')
 
 
-def _ids(conn: sqlite3.Connection, start: str, count: int, session_id: str = "") -> list[str]:
-    return [row.info.id for row in queries.ancestors(conn, session_id, start, count)]
+def _ids(
+    conn: sqlite3.Connection,
+    start: str,
+    count: int,
+    session_id: str = "",
+    max_bytes: int = 1 << 30,
+    with_attachments: bool = False,
+) -> list[str]:
+    rows = queries.ancestors(conn, session_id, start, count, max_bytes, with_attachments=with_attachments)
+    return [row.info.id for row in rows]
 
 
 def test_rows_come_newest_first_and_stop_at_the_count(conn: sqlite3.Connection) -> None:
@@ -78,8 +86,36 @@ def test_rows_with_continuations_are_reassembled_and_carry_their_facts(conn: sql
     _add(conn, "big", "m1", head)
     conn.execute(f"UPDATE {MESSAGES} SET content_chunks = 1, token_estimate = 7 WHERE id = 'big'")
     conn.execute(f"INSERT INTO {CHUNKS} (session_id, id, idx, content) VALUES ('', 'big', 1, ?)", (tail,))
-    rows = queries.ancestors(conn, "", "big", 3)
+    rows = queries.ancestors(conn, "", "big", 3, 1 << 30, with_attachments=False)
     assert [row.content for row in rows] == [head + tail, '{"id":"m1"}', '{"id":"m0"}']
     assert rows[0].info == queries.get_message(conn, "", "big").info  # type: ignore[union-attr]
     assert (rows[0].info.parent_id, rows[0].info.token_estimate) == ("m1", 7)
     assert rows[2].info.parent_id is None
+
+
+def test_a_read_stops_before_the_row_that_would_pass_the_byte_bound(conn: sqlite3.Connection) -> None:
+    """Bytes as a read hydrates them: the first slice, continuations, and (when asked) the
+    referenced attachment payloads at their base64 length. A first row larger than the bound
+    comes alone."""
+    for i in range(4):
+        _add(conn, f"m{i}", f"m{i - 1}" if i else None, f'{{"id":"m{i}","t":"{"x" * 100}"}}')
+    row = len('{"id":"m0","t":"' + "x" * 100 + '"}')
+    assert _ids(conn, "m3", 10, max_bytes=3 * row) == ["m3", "m2", "m1"]
+    assert _ids(conn, "m3", 10, max_bytes=3 * row - 1) == ["m3", "m2"]
+    assert _ids(conn, "m3", 10, max_bytes=1) == ["m3"]
+
+    head, tail = '{"id":"big","t":"' + "é" * 10, "ü" * 10 + '"}'
+    _add(conn, "big", "m3", head)
+    conn.execute(f"UPDATE {MESSAGES} SET content_chunks = 1 WHERE id = 'big'")
+    conn.execute(f"INSERT INTO {CHUNKS} (session_id, id, idx, content) VALUES ('', 'big', 1, ?)", (tail,))
+    big = len((head + tail).encode())
+    assert _ids(conn, "big", 10, max_bytes=big + row) == ["big", "m3"]
+    assert _ids(conn, "big", 10, max_bytes=big + row - 1) == ["big"]
+
+    conn.execute("INSERT INTO cf_agents_session_attachment_meta VALUES ('h', 3000, 'image/png', 1)")
+    conn.execute("INSERT INTO cf_agents_session_attachment_refs VALUES ('', 'm3', 'h')")
+    payload = 4000  # 3,000 bytes in base64
+    bound = big + row + payload + row
+    assert _ids(conn, "big", 10, max_bytes=bound - 1) == ["big", "m3", "m2", "m1", "m0"]
+    assert _ids(conn, "big", 10, max_bytes=bound - 1, with_attachments=True) == ["big", "m3"]
+    assert _ids(conn, "big", 10, max_bytes=bound, with_attachments=True) == ["big", "m3", "m2"]

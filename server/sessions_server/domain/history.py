@@ -214,14 +214,16 @@ async def from_leaf(
     A path the memo holds is streamed from it instead. The first read also takes the walk's
     first steps, so the newest messages come back after one read. With a `limit`, no read
     takes more rows than the messages still wanted. Every read looks up at most
-    WALK_MAX_STEPS rows by key, marked quick: a lone caller's walk reads without thread hops."""
+    WALK_MAX_STEPS rows by key, and WINDOW_BYTES of stored bytes (a larger message alone),
+    marked quick: a lone caller's walk reads without thread hops."""
     span_ends: set[str] = set()
     hidden: set[str] = set()
     wanted = limit or MAX_PATH_DEPTH + 1
 
     def walk(conn: Connection, first: str, budget: int, depth: int) -> _WalkStep:
         wanted_rows = min(budget, MAX_PATH_DEPTH + 1 - depth)
-        taken = queries.ancestors(conn, session_id, first, wanted_rows)
+        with_attachments = inline and queries.has_attachment_refs(conn, session_id)
+        taken = queries.ancestors(conn, session_id, first, wanted_rows, WINDOW_BYTES, with_attachments=with_attachments)
         views: list[MessageView] = []
         for rows, row in enumerate(taken):
             if row.info.id in span_ends:
@@ -230,8 +232,10 @@ async def from_leaf(
                 view = view_of(conn, row, inline)
                 if view is not None:
                     views.append(view)
-        # Fewer rows than asked: the chain reached a root or a missing row, so the path ends.
-        current = taken[-1].info.parent_id if taken and len(taken) == wanted_rows else None
+        # The path goes on from the last row's parent unless the chain reached a root: also
+        # when the bytes cut this step short, or the parent is missing (the next step then
+        # reads nothing, and the path ends there).
+        current = taken[-1].info.parent_id if taken else None
         depth += len(taken)
         return views, len(taken), (current if depth <= MAX_PATH_DEPTH else None), False
 
@@ -300,15 +304,19 @@ async def _overlaid_prefix(
     records: list[Compaction],
     inline: bool,
 ) -> AsyncGenerator[list[MessageView], None]:
-    def ids(conn: Connection) -> list[str]:
-        return [] if not leaf else queries.path_ids(conn, session_id, leaf)  # "": no path, as upstream
+    def visible_path(conn: Connection) -> list[PathStat]:
+        stamp = paths.walk_stamp(store, session_id)  # before the snapshot
+        return [] if not leaf else paths.path_stats(store, conn, session_id, leaf, stamp).rows  # "": as upstream
 
-    path = await store.read(ids, quick=True)  # a walk that outlasts a quick read runs again on the executor
+    # With each row's stored bytes, so that windows keep to WINDOW_BYTES. A walk that outlasts a
+    # quick read runs again on the executor.
+    rows = await store.read(visible_path, quick=True)
+    path = [row.id for row in rows]
     if from_id not in path:
         return
     end = path.index(from_id)
     spans = [span for span in plan_overlays(path, records) if span.end <= end]
-    stats = [PathStat(message_id, "", 0, 0) for message_id in path[: end + 1]]
+    stats = rows[: end + 1]
     async for window in stream_path(store, session_id, stats, records, newest_first=True, spans=spans, inline=inline):
         yield window
 

@@ -142,22 +142,36 @@ def get_message(conn: sqlite3.Connection, session_id: str, message_id: str) -> S
 
 
 _ANCESTOR_COLUMNS = "id, role, parent_id, seq, created_at, token_estimate, content, content_chunks, content_hash"
-_ANCESTORS_SQL = f"""WITH RECURSIVE up({_ANCESTOR_COLUMNS}, depth) AS (
-    SELECT {_ANCESTOR_COLUMNS}, 1 FROM cf_agents_session_messages WHERE session_id = ?1 AND id = ?2
+
+
+def _ancestors_sql(with_attachments: bool) -> str:
+    """The walk up the parent pointers, carrying the stored bytes taken so far: a row joins
+    only while the total stays within ?4 (the first row always does)."""
+    columns = ", ".join("m." + column for column in _ANCESTOR_COLUMNS.split(", "))
+    row_bytes = _ROW_BYTES_SQL + (_ATTACHMENT_BYTES_SQL if with_attachments else "")
+    return f"""WITH RECURSIVE up({_ANCESTOR_COLUMNS}, depth, total) AS (
+    SELECT {columns}, 1, {row_bytes} FROM cf_agents_session_messages AS m WHERE m.session_id = ?1 AND m.id = ?2
     UNION ALL
-    SELECT {", ".join("m." + column for column in _ANCESTOR_COLUMNS.split(", "))}, up.depth + 1
+    SELECT {columns}, up.depth + 1, up.total + {row_bytes}
     FROM up JOIN cf_agents_session_messages AS m ON m.session_id = ?1 AND m.id = up.parent_id
-    WHERE up.depth < ?3
+    WHERE up.depth < ?3 AND up.total + {row_bytes} <= ?4
 ) SELECT {_ROW_COLUMNS} FROM up ORDER BY depth"""
 
 
-def ancestors(conn: sqlite3.Connection, session_id: str, message_id: str, count: int) -> list[StoredMessage]:
+_ANCESTORS_SQL = {flag: _ancestors_sql(flag) for flag in (False, True)}
+
+
+def ancestors(
+    conn: sqlite3.Connection, session_id: str, message_id: str, count: int, max_bytes: int, *, with_attachments: bool
+) -> list[StoredMessage]:
     """Up to `count` rows: `message_id`'s, its parent's, and so on up the parent pointers, in
-    that order, reassembled. Fewer when the chain reaches a root or a missing row. One statement:
-    a point read per row costs twice as much in statement overhead as the lookups themselves."""
+    that order, reassembled, of at most `max_bytes` of stored bytes in all (`stored_bytes`; a
+    larger first row alone). Fewer when the chain reaches a root or a missing row, or the next
+    row would pass `max_bytes`. One statement: a point read per row costs twice as much in
+    statement overhead as the lookups themselves."""
     if count <= 0:
         return []
-    rows = conn.execute(_ANCESTORS_SQL, (session_id, message_id, count)).fetchall()
+    rows = conn.execute(_ANCESTORS_SQL[with_attachments], (session_id, message_id, count, max_bytes)).fetchall()
     return _assemble(conn, session_id, rows)
 
 
@@ -282,18 +296,6 @@ def path_stats(conn: sqlite3.Connection, session_id: str, leaf_id: str) -> PathS
 
 _DANGLING_REF_SQL = """SELECT 1 FROM cf_agents_session_attachment_refs AS r WHERE r.session_id = ?
     AND NOT EXISTS (SELECT 1 FROM cf_agents_session_attachment_meta AS meta WHERE meta.hash = r.hash) LIMIT 1"""
-
-
-def path_ids(conn: sqlite3.Connection, session_id: str, leaf_id: str) -> list[str]:
-    """The path's visible ids, root to leaf: the cheapest walk, for overlay planning."""
-    hidden = _HIDDEN_SQL.format(id="path.id", session="?1")
-    return [
-        str(r[0])
-        for r in conn.execute(
-            f"{_PATH_CTE} SELECT path.id FROM path WHERE NOT {hidden} ORDER BY path.depth DESC",
-            (session_id, leaf_id),
-        )
-    ]
 
 
 def compaction_ids(conn: sqlite3.Connection, session_id: str) -> list[str]:
