@@ -21,12 +21,10 @@ def _rows(sizes: list[int]) -> list[PathStat]:
 @given(
     sizes=st.lists(st.integers(min_value=0, max_value=5_000), max_size=300),
     max_rows=st.integers(min_value=1, max_value=40),
-    max_bytes=st.one_of(st.none(), st.integers(min_value=1, max_value=20_000)),
+    max_bytes=st.integers(min_value=1, max_value=20_000),
     grow_to=st.integers(min_value=0, max_value=100),
 )
-def test_windows_are_as_long_as_the_limits_allow(
-    sizes: list[int], max_rows: int, max_bytes: int | None, grow_to: int
-) -> None:
+def test_windows_are_as_long_as_the_limits_allow(sizes: list[int], max_rows: int, max_bytes: int, grow_to: int) -> None:
     rows = _rows(sizes)
     windows = cut_windows(rows, max_rows, max_bytes, grow_to=grow_to)
     assert [row for window in windows for row in window] == rows
@@ -35,11 +33,11 @@ def test_windows_are_as_long_as_the_limits_allow(
     for window in windows:
         stored = sum(row.bytes for row in window)
         assert 1 <= len(window) <= limit
-        assert len(window) == 1 or max_bytes is None or stored <= max_bytes
+        assert len(window) == 1 or stored <= max_bytes
         taken += len(window)
         if taken < len(rows):  # a window ends only where the next row would break a limit
             following = rows[taken].bytes
-            assert len(window) == limit or (max_bytes is not None and stored + following > max_bytes)
+            assert len(window) == limit or stored + following > max_bytes
         limit = max(limit, min(limit * 2, grow_to))
 
 

@@ -354,21 +354,20 @@ def resolve_leaf(store: ObjectStore, conn: Connection, session_id: str, leaf_id:
 
 
 def cut_windows(
-    rows: Sequence[PathStat], max_rows: int, max_bytes: int | None, *, grow_to: int = 0
+    rows: Sequence[PathStat], max_rows: int, max_bytes: int, *, grow_to: int = 0
 ) -> list[Sequence[PathStat]]:
     """Cuts rows into hydration windows: at most `max_rows` (doubling after each window up to
-    `grow_to` when given), and at most `max_bytes` of stored bytes when given, a single
-    oversized row standing alone."""
+    `grow_to` when given), and at most `max_bytes` of stored bytes, a single oversized row
+    standing alone."""
     # Cut points come from running byte totals by bisection: a remembered read of a long path
     # spends no Python per row here.
-    totals = [0, *accumulate(map(STORED_BYTES, rows))] if max_bytes is not None else []
+    totals = [0, *accumulate(map(STORED_BYTES, rows))]
     out: list[Sequence[PathStat]] = []
     start = 0
     while start < len(rows):
         end = min(len(rows), start + max_rows)
-        if max_bytes is not None:
-            fits = bisect_right(totals, totals[start] + max_bytes, start + 1, end + 1) - 1
-            end = max(start + 1, fits)
+        fits = bisect_right(totals, totals[start] + max_bytes, start + 1, end + 1) - 1
+        end = max(start + 1, fits)
         out.append(rows[start:end])
         start = end
         max_rows = max(max_rows, min(max_rows * 2, grow_to))

@@ -524,19 +524,16 @@ class ObjectAdmin:
             return await asyncio.to_thread(files.remove_object_files, path, self.data_dir / datadir.SCRATCH_DIR_NAME)
 
 
-async def _finish_in_thread(
-    fn: Callable[..., T], *args: Any, abandoned: Callable[[T], object] | None = None, **kwargs: Any
-) -> T:
+async def _finish_in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """`fn(*args, **kwargs)` on a worker thread, awaited to its end even if the caller is
     cancelled meanwhile: what it does to the files cannot be taken back, and the lock or
-    `closed` block the caller holds must cover all of it. A cancelled caller is cancelled once
-    it is done, after `abandoned` is given what it made."""
-    return await _run_to_end(asyncio.to_thread(fn, *args, **kwargs), abandoned)
+    `closed` block the caller holds must cover all of it."""
+    return await _run_to_end(asyncio.to_thread(fn, *args, **kwargs))
 
 
-async def _run_to_end(work: Awaitable[T], abandoned: Callable[[T], object] | None = None) -> T:
+async def _run_to_end(work: Awaitable[T]) -> T:
     """Awaits `work` to its end even if the caller is cancelled meanwhile; a cancelled caller is
-    cancelled once it is done, after `abandoned` is given what it made."""
+    cancelled once it is done."""
     task = asyncio.ensure_future(work)
     cancelled = False
     while not task.done():
@@ -545,8 +542,8 @@ async def _run_to_end(work: Awaitable[T], abandoned: Callable[[T], object] | Non
         except asyncio.CancelledError:
             cancelled = True
     if cancelled:
-        if not task.cancelled() and task.exception() is None and abandoned is not None:
-            abandoned(task.result())
+        if not task.cancelled():
+            task.exception()  # retrieved: the caller is cancelled, whatever the work ended with
         raise asyncio.CancelledError
     return task.result()
 

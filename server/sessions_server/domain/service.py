@@ -567,8 +567,6 @@ class SessionsService:
         ids = list(dict.fromkeys(message_ids))
         async with self.existing_object(object_key) as store:
             if store is None:
-                for _ in range(0, len(ids), WINDOW_ROWS):
-                    yield []
                 return
             async for window in history_reads.messages_in_windows(store, session_id, ids, inline):
                 yield window
@@ -588,11 +586,8 @@ class SessionsService:
         self.check_names(object_key, session_id)
         async with self.existing_object(object_key) as store:
             if store is None:
-                yield []
                 return
             ids = await store.read(lambda conn: history_reads.branch_ids(conn, session_id, message_id), quick=True)
-            if not ids:
-                yield []
             async for window in history_reads.messages_in_windows(store, session_id, ids, inline):
                 yield window
 

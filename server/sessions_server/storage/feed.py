@@ -68,7 +68,7 @@ class ChangeEvent:
     @property
     def size(self) -> int:
         """Bytes the event is counted at: its texts' UTF-8 and a fixed overhead (computed once:
-        the ring and every subscriber's queue count it)."""
+        the ring's retention and the feed's framing both count it)."""
         if self._size < 0:
             texts = (self.message_json or "", self.error, *self.message_ids)
             self._size = 256 + sum(map(utf8_length, texts))

@@ -145,7 +145,7 @@ class ObjectRegistry:
                 continue
             evicted = self._closing.get(object_key)
             if evicted is not None:  # its last writes to the file (a counter) come first
-                await self._closed_evicted(object_key, evicted)
+                await self._await_evicted(object_key, evicted)
                 continue
             if not create and not object_path(self.data_dir, object_key).exists():
                 return None  # one stat, in place: cheaper than the thread hop of an open
@@ -299,19 +299,21 @@ class ObjectRegistry:
             task.add_done_callback(self._closes.discard)
 
     async def _close_evicted(self, object_key: str, store: ObjectStore) -> None:
+        """An eviction's close (its task reports a failure), then the store is forgotten."""
         try:
             await store.close()
         finally:
-            if self._closing.get(object_key) is store:
-                del self._closing[object_key]
-                self._drop_hub_if_unused(object_key)
+            self._forget_closing(object_key, store)
 
-    async def _closed_evicted(self, object_key: str, store: ObjectStore) -> None:
+    async def _await_evicted(self, object_key: str, store: ObjectStore) -> None:
         """Waits for an evicted store's close (its failure is the eviction's to report), and
         forgets it at once: a close already done returns without yielding to the event loop,
         so waiting for the eviction task to forget it would spin."""
         with contextlib.suppress(Exception):
             await store.close()
+        self._forget_closing(object_key, store)
+
+    def _forget_closing(self, object_key: str, store: ObjectStore) -> None:
         if self._closing.get(object_key) is store:
             del self._closing[object_key]
             self._drop_hub_if_unused(object_key)
@@ -363,7 +365,7 @@ class ObjectRegistry:
             self._let_go(object_key, hub, FeedClosed("the object is being replaced or removed", moving=True))
         evicted = self._closing.get(object_key)
         if evicted is not None:
-            await self._closed_evicted(object_key, evicted)
+            await self._await_evicted(object_key, evicted)
         store = self._open.get(object_key)
         if store is None:
             return

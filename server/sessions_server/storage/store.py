@@ -123,6 +123,12 @@ class Tail:
 _FORGET = Tail(None, -1)  # batch-local marker: the tail must be re-derived
 
 
+def _tail_in(conn: sqlite3.Connection, session_id: str) -> Tail:
+    """The session's tail as `conn` sees it: its max-seq row (none: an empty session)."""
+    newest = queries.newest_row(conn, session_id)
+    return Tail(newest[0], newest[1] + 1) if newest else Tail(None, 1)
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -141,8 +147,7 @@ class WriteContext:
     def tail(self, session_id: str) -> Tail:
         tail = self.pending_tails.get(session_id) or self._shared.get(session_id)
         if tail is None or tail is _FORGET:
-            newest = queries.newest_row(self.conn, session_id)
-            tail = Tail(newest[0], newest[1] + 1) if newest else Tail(None, 1)
+            tail = _tail_in(self.conn, session_id)
             self.pending_tails[session_id] = tail
         return tail
 
@@ -752,8 +757,7 @@ class ObjectStore:
         meanwhile."""
         with self._tails_lock:
             commits = self._commits
-        newest = queries.newest_row(conn, session_id)
-        tail = Tail(newest[0], newest[1] + 1) if newest else Tail(None, 1)
+        tail = _tail_in(conn, session_id)
         with self._tails_lock:
             if self._commits == commits:  # nothing committed meanwhile: the view is current
                 self._tails[session_id] = tail

@@ -152,12 +152,18 @@ def written_message(
     have JSON that is `sent` left out."""
     out = pb.WrittenMessage()
     _fill_info(out.info, view)
-    if not (omit_as_sent and view.json == sent) and (budget or ResponseBudget()).take(json_bytes(view.json)):
+    if _json_inline(view, budget or ResponseBudget(), sent, omit_as_sent):
         out.json = view.json
     else:
         out.json_omitted = True
         out.json_as_sent = view.json == sent
     return out
+
+
+def _json_inline(view: MessageView, budget: ResponseBudget, sent: str | None, omit_as_sent: bool) -> bool:
+    """Whether a write's answer carries the stored JSON (taking its bytes from `budget`): not
+    when the request asked to leave out JSON that is `sent`, nor past the budget."""
+    return not (omit_as_sent and view.json == sent) and budget.take(json_bytes(view.json))
 
 
 _ONE_BYTE = tuple(bytes((value,)) for value in range(0x80))
@@ -207,10 +213,9 @@ def encoded_append_result(
     inserted_tag, message_tag = _append_tags(response_class)
     head = inserted_tag + b"\x01" if result.inserted else b""
     view = result.message
-    as_sent = view.json == sent
-    if not (omit_as_sent and as_sent) and budget.take(json_bytes(view.json)):
+    if _json_inline(view, budget, sent, omit_as_sent):
         return head + message_tag + encoded_frame(view)
-    omitted = pb.WrittenMessage(json_omitted=True, json_as_sent=as_sent)
+    omitted = pb.WrittenMessage(json_omitted=True, json_as_sent=view.json == sent)
     _fill_info(omitted.info, view)
     data = omitted.SerializeToString()
     return head + message_tag + _varint(len(data)) + data
