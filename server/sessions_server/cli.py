@@ -11,6 +11,7 @@ os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 import argparse
 import asyncio
+import dataclasses
 import gc
 import logging
 import math
@@ -630,6 +631,10 @@ def main(argv: list[str] | None = None) -> int:
             )
         data_dir = args.data_dir or Path("./data")
         return _import_store(args.file, args.object_key, data_dir, replace=args.replace, limits=_text_limits(args))
+    return _serve(args)
+
+
+def _serve(args: argparse.Namespace) -> int:
     problem = _data_dir_problem(args.data_dir)
     if problem is not None:
         print(f"sessions-server: {problem}", file=sys.stderr)
@@ -644,7 +649,12 @@ def main(argv: list[str] | None = None) -> int:
             )
     paths.set_message_budget(args.message_memo_bytes)
     packed_cache.set_budget(args.message_memo_bytes // 3)
-    config = ServerConfig(
+    config = _server_config(args)
+    return _run_on_event_loop(args.event_loop, lambda: _run(config))
+
+
+def _server_config(args: argparse.Namespace) -> ServerConfig:
+    return ServerConfig(
         data_dir=args.data_dir,
         listen=args.listen,
         reserved_metadata_keys=tuple(args.reserved_metadata_key),
@@ -679,19 +689,16 @@ def main(argv: list[str] | None = None) -> int:
             retain_bytes=args.feed_retain_bytes,
             retain_total_bytes=args.feed_retain_total_bytes,
         ),
-        limits=Limits(
+        limits=dataclasses.replace(
+            _text_limits(args),
             max_client_message_bytes=args.max_client_message_bytes,
             max_object_bytes=args.max_object_bytes,
             max_subscribers_per_object=args.max_subscribers_per_object,
             max_concurrent_streams=args.max_concurrent_streams,
             max_streams_per_token=args.max_streams_per_token,
-            max_message_id_bytes=args.max_message_id_bytes,
-            max_role_bytes=args.max_role_bytes,
-            max_summary_bytes=args.max_summary_bytes,
             max_assembly_bytes=args.max_assembly_bytes,
         ),
     )
-    return _run_on_event_loop(args.event_loop, lambda: _run(config))
 
 
 def _run_on_event_loop(choice: str, main: Callable[[], Coroutine[Any, Any, int]]) -> int:
