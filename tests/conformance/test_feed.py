@@ -4,8 +4,7 @@ object) against our `Subscribe` stream, event by event: type, session, payload."
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -16,41 +15,88 @@ from tests.conformance.harness.messages import msg
 from tests.conformance.harness.ours import OurServerProcess
 from tests.conformance.harness.pair import Pair
 
+GUARD_SECONDS = 30.0  # a failure guard on waits, never a synchronisation device
+SENTINEL_SESSION = "feed-sentinel"
+
 
 class Recorder:
-    """Our object's events, collected by a background subscriber (progress events dropped)."""
+    """Our object's events, collected by a background subscriber (progress events dropped).
+
+    The subscription is live once its first event arrives: the server's progress event, sent
+    only once the subscription is registered. What a step emitted is read up to a sentinel: a
+    message appended (on both sides) in a session of its own after the step, whose event comes
+    after every event of the commits before it, so nothing of the step can arrive later."""
 
     def __init__(self, pair: Pair, address: str) -> None:
-        self.events: list[Any] = []
-        self.ready = threading.Event()
+        self._pair = pair
+        self._events: list[Any] = []
+        self._changed = threading.Condition()
+        self._live = False
+        self._ended: str | None = None
+        self._sentinels = 0
         self._client = SessionsClient(address)  # its own channel: closing it ends the stream
         self._stream: Iterator[Any] = self._client.object(pair.key).subscribe(
             include_progress=True, reconnect_attempts=0
         )
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
-        assert self.ready.wait(10), "our Subscribe stream sent nothing within 10 s"
+        self._wait(lambda: self._live, "our Subscribe stream sent nothing")
 
     def _run(self) -> None:
+        ended = "the subscription ended"
         try:
             for event in self._stream:
-                self.ready.set()
-                if event.type != "progress":
-                    self.events.append(event)
-        except Exception:
-            self.ready.set()
+                with self._changed:
+                    self._live = True
+                    if event.type != "progress":
+                        self._events.append(event)
+                    self._changed.notify_all()
+        except Exception as error:  # handed to the waiting test thread
+            ended = f"the subscription failed: {error!r}"
+        with self._changed:
+            self._ended = ended
+            self._changed.notify_all()
 
-    def take(self, count: int, timeout: float = 5.0) -> list[Any]:
-        deadline = time.monotonic() + timeout
-        while len(self.events) < count and time.monotonic() < deadline:
-            time.sleep(0.02)
-        time.sleep(0.1)  # anything extra arrives too
-        out, self.events = self.events, []
+    def _wait(self, ready: Callable[[], bool], what: str, timeout: float = GUARD_SECONDS) -> None:
+        with self._changed:
+            if not self._changed.wait_for(lambda: ready() or self._ended is not None, timeout):
+                raise AssertionError(f"{what} within {timeout} s")
+            if not ready():
+                raise AssertionError(f"{what}: {self._ended}")
+
+    def wait_for(self, predicate: Callable[[list[Any]], bool], what: str) -> list[Any]:
+        """Waits until `predicate` holds of the events received (and not yet taken); returns them."""
+        self._wait(lambda: predicate(self._events), what)
+        with self._changed:
+            return list(self._events)
+
+    def sentinel(self) -> str:
+        """Appends the next sentinel message on both sides; returns its id."""
+        self._sentinels += 1
+        message_id = f"sentinel-{self._sentinels}"
+        self._pair.append(msg(message_id), session=SENTINEL_SESSION, check=False)
+        return message_id
+
+    def take_through(self, sentinel: str) -> list[Any]:
+        """Our events up to and including the sentinel's append (taken: later calls see only
+        what came after it)."""
+
+        def position() -> int | None:
+            for index, event in enumerate(self._events):
+                if event.type == "append" and event.session_id == SENTINEL_SESSION and event.message["id"] == sentinel:
+                    return index
+            return None
+
+        self._wait(lambda: position() is not None, f"no event for the sentinel {sentinel!r}")
+        with self._changed:
+            end = position()
+            assert end is not None
+            out, self._events = self._events[: end + 1], self._events[end + 1 :]
         return out
 
     def close(self) -> None:
         self._client.close()
-        self._thread.join(timeout=10)
+        self._thread.join(timeout=GUARD_SECONDS)
 
 
 def _up_event(e: dict[str, Any]) -> dict[str, Any]:
@@ -102,8 +148,10 @@ def feed(pair: Pair, our_server: OurServerProcess) -> Iterator[Recorder]:
 
 
 def _compare(pair: Pair, feed: Recorder, label: str) -> None:
+    """The events of the steps since the last comparison, and the sentinel's after them."""
+    sentinel = feed.sentinel()
     up = [_up_event(e) for e in pair.oracle.call(pair.key, "", "events", {})]
-    ours = [_our_event(e) for e in feed.take(len(up))]
+    ours = [_our_event(e) for e in feed.take_through(sentinel)]
     assert up == ours, f"events after {label}"
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -20,6 +19,7 @@ from tests.conformance.harness.messages import msg
 from tests.conformance.harness.oracle import Oracle
 from tests.conformance.harness.ours import OurServerProcess
 from tests.conformance.harness.pair import Pair
+from tests.conformance.test_feed import Recorder, _our_event, _up_event
 
 
 def fake_summary(prompt: str) -> str:
@@ -51,11 +51,25 @@ class SummarizingServer(OurServerProcess):
 
 
 @pytest.fixture(scope="module")
-def summarizing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[OurServerProcess, SessionsClient]]:
+def fake_model() -> Iterator[str]:
+    """The fake model's URL."""
     model = ThreadingHTTPServer(("127.0.0.1", 0), _FakeModel)
-    threading.Thread(target=model.serve_forever, daemon=True).start()
+    thread = threading.Thread(target=model.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{model.server_address[1]}"
+    finally:
+        model.shutdown()
+        thread.join(timeout=30)
+        model.server_close()
+
+
+@pytest.fixture(scope="module")
+def summarizing(
+    tmp_path_factory: pytest.TempPathFactory, fake_model: str
+) -> Iterator[tuple[OurServerProcess, SessionsClient]]:
     base = tmp_path_factory.mktemp("summarizing")
-    server = SummarizingServer(base / "data", base / "server.log", f"http://127.0.0.1:{model.server_address[1]}")
+    server = SummarizingServer(base / "data", base / "server.log", fake_model)
     server.start()
     client = SessionsClient(server.address)
     try:
@@ -63,7 +77,6 @@ def summarizing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[OurS
     finally:
         client.close()
         server.stop()
-        model.shutdown()
 
 
 @pytest.fixture
@@ -103,43 +116,70 @@ def test_compact_rpc(spair: Pair) -> None:
     _compact_both(spair, 30, leaf="n3")
 
 
-def _wait_for_compactions(pair: Pair, count: int, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if len(pair.ours().list_compactions()) >= count:
-            time.sleep(0.05)
-            return
-        time.sleep(0.02)
+def _compactions_stored(recorder: Recorder, expected: int, label: str) -> None:
+    """Waits until our feed announced `expected` automatic compactions in all (raises if it did
+    not within the guard, or announced a failure); more than `expected` fails too."""
+
+    def compacts(events: list[Any]) -> int:
+        return sum(1 for e in events if e.type == "compact")
+
+    events = recorder.wait_for(
+        lambda events: compacts(events) >= expected or any(e.type == "compaction_error" for e in events),
+        f"{label}: {expected} automatic compactions",
+    )
+    errors = [e.error for e in events if e.type == "compaction_error"]
+    assert not errors, f"{label}: automatic compaction failed: {errors}"
+    assert compacts(events) == expected, f"{label}: ours compacted {compacts(events)} times, upstream {expected}"
 
 
 @pytest.mark.parametrize("threshold", [60, 150])
-def test_auto_compaction_policy(spair: Pair, threshold: int) -> None:
+def test_auto_compaction_policy(oracle: Oracle, fake_model: str, tmp_path: Path, threshold: int) -> None:
     """compactAfter(threshold): after each inserted append whose session estimate is strictly over
-    the threshold, compact the active branch. Ours runs it in the background: wait for it."""
-    spair.up("compactAfter", {"threshold": threshold, "mode": "reference", "keepRecentTokens": 1})
-    spair.ours().set_compaction_policy(threshold, keep_recent_tokens=1)
-    for i in range(24):
-        spair.append(msg(f"m{i}", f"turn {i} " + "words " * (i % 7)), check=False)
-        expected = len(spair.oracle.sql(spair.key, "SELECT id FROM cf_agents_session_compactions"))
-        _wait_for_compactions(spair, expected)
-        spair.check(level="rows" if i % 4 else "normal")
-    assert spair.oracle.sql(spair.key, "SELECT count(*) AS n FROM cf_agents_session_compactions")[0]["n"] > 0
+    the threshold, compact the active branch. Ours runs it in the background: each one is
+    waited for by its `compact` event. Its own server: stopping it at the end lets every
+    background compaction finish, so the stored records compared then include any extra one."""
+    server = SummarizingServer(tmp_path / "data", tmp_path / "server.log", fake_model)
+    server.start()
+    client = SessionsClient(server.address)
+    recorder: Recorder | None = None
+    try:
+        spair = Pair(oracle, client, server.data_dir, level="normal")
+        spair.ignore_tables.add("config")  # ours persists the policy there (DESIGN §5); upstream never writes it
+        recorder = Recorder(spair, server.address)
+        spair.up("compactAfter", {"threshold": threshold, "mode": "reference", "keepRecentTokens": 1})
+        spair.ours().set_compaction_policy(threshold, keep_recent_tokens=1)
+        for i in range(24):
+            spair.append(msg(f"m{i}", f"turn {i} " + "words " * (i % 7)), check=False)
+            expected = len(spair.oracle.sql(spair.key, "SELECT id FROM cf_agents_session_compactions"))
+            _compactions_stored(recorder, expected, f"append m{i}")
+            assert len(spair.ours().list_compactions()) == expected, f"append m{i}"
+            spair.check(level="rows" if i % 4 else "normal")
+        assert expected > 0
+    finally:
+        if recorder is not None:
+            recorder.close()
+        client.close()
+        server.stop()
+    # Stopped: every background compaction ours started has stored its record (or was cancelled
+    # past the drain, storing nothing). The stored rows, compactions included, are still upstream's.
+    assert server.proc is None
+    spair.check(level="rows")
 
 
 def test_compact_rpc_event(spair: Pair, summarizing: tuple[OurServerProcess, SessionsClient]) -> None:
     """A server-side compaction is announced like upstream's compact(): a payload-less `compact`."""
-    from tests.conformance.test_feed import Recorder, _our_event, _up_event
-
     server, _ = summarizing
     spair.up("events", {})
     recorder = Recorder(spair, server.address)
     try:
         _chain(spair, 12)
+        recorder.take_through(recorder.sentinel())
         spair.up("events", {})
-        recorder.take(12)
         _compact_both(spair, 1)
+        sentinel = recorder.sentinel()
         up = [_up_event(e) for e in spair.up("events", {})]
-        ours = [_our_event(e) for e in recorder.take(len(up))]
+        ours = [_our_event(e) for e in recorder.take_through(sentinel)]
         assert up == ours
+        assert [e["type"] for e in up] == ["compact", "append"]
     finally:
         recorder.close()

@@ -4,7 +4,6 @@ HAProxy tests."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -126,18 +125,23 @@ def large_message_and_history_streaming(c: Cluster) -> None:
 
 
 def subscribe_through_proxy(c: Cluster) -> None:
-    """A Subscribe stream through the proxy delivers the object's appends in commit order."""
+    """A Subscribe stream through the proxy delivers the object's appends in commit order. The
+    stream's first event, a progress event, comes once the subscription is registered on the
+    shard: every write after it is delivered."""
     seen: list[str] = []
+    first: list[str] = []
     failure: list[BaseException] = []
     enough = 10
     with SessionsClient(c.proxy.address) as listener, SessionsClient(c.proxy.address) as writer:
-        events = listener.object("feed/proxy").subscribe(session_id="")
+        events = listener.object("feed/proxy").subscribe(session_id="", include_progress=True)
         subscribed = threading.Event()
 
         def listen() -> None:
             try:
-                subscribed.set()
                 for event in events:
+                    if not first:
+                        first.append(event.type)
+                        subscribed.set()
                     if event.type == "append":
                         assert event.message is not None
                         seen.append(str(event.message["id"]))
@@ -145,24 +149,26 @@ def subscribe_through_proxy(c: Cluster) -> None:
                             return
             except BaseException as error:  # reported in the main thread
                 failure.append(error)
+            finally:
+                subscribed.set()  # the main thread stops waiting: `first` and `failure` say why
 
         thread = threading.Thread(target=listen, daemon=True)
         thread.start()
-        subscribed.wait(10)
-        session = writer.object("feed/proxy").session()
-        deadline = time.monotonic() + 30
-        written: list[str] = []
-        while len(seen) < enough and not failure and time.monotonic() < deadline:
-            message_id = f"e{len(written)}"
-            session.append_message(text_message(message_id, "event"))
-            written.append(message_id)
-            time.sleep(0.05)
-        thread.join(timeout=10)
-        events.close()
+        try:
+            assert subscribed.wait(30), "the subscription sent nothing within 30 s"
+            assert not failure, failure
+            assert first == ["progress"], first
+            session = writer.object("feed/proxy").session()
+            written = [f"e{index}" for index in range(enough)]
+            for message_id in written:
+                session.append_message(text_message(message_id, "event"))
+            thread.join(timeout=30)
+            assert not thread.is_alive(), f"the feed delivered {seen} of {written} within 30 s"
+        finally:
+            if not thread.is_alive():  # else closing the listener's client ends the stream
+                events.close()
     assert not failure, failure
-    assert len(seen) >= enough, f"the feed delivered {seen} of {written}"
-    start = written.index(seen[0])
-    assert seen == written[start : start + len(seen)], "events out of commit order"
+    assert seen == written, "events missing or out of commit order"
 
 
 def shard_restart_is_survived(c: Cluster) -> None:

@@ -15,6 +15,7 @@ from sessions_client.admin import move_object
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_server.storage.paths import object_path
 from tests.e2e.conftest import ServerProcess
+from tests.reliability.support import wait_until
 
 
 def _stable(messages: list[dict[str, object]]) -> list[dict[str, object]]:
@@ -73,6 +74,7 @@ def test_writes_during_a_move_are_refused_retryably_and_none_is_lost(two_servers
     source, destination = two_servers
     acknowledged: list[str] = []
     refused: list[str] = []
+    failures: list[BaseException] = []
     stop = threading.Event()
     with SessionsClient(source.address) as a, SessionsClient(destination.address) as b:
         session = a.object("busy").session()
@@ -80,26 +82,35 @@ def test_writes_during_a_move_are_refused_retryably_and_none_is_lost(two_servers
         acknowledged.append("m0")
 
         def writer() -> None:
-            with SessionsClient(source.address, retry=None) as own:  # the refusals are what is tested
-                own_session = own.object("busy").session()
-                index = 1
-                while not stop.is_set():
-                    try:
-                        own_session.append_message(_text(f"m{index}", "during"))
-                        acknowledged.append(f"m{index}")
-                    except SessionsError as error:
-                        refused.append(f"{error.code.name}:{error.reason}")
-                        if error.reason == "OBJECT_NOT_OWNED":
-                            return
-                    index += 1
+            try:
+                with SessionsClient(source.address, retry=None) as own:  # the refusals are what is tested
+                    own_session = own.object("busy").session()
+                    index = 1
+                    while not stop.is_set():
+                        try:
+                            own_session.append_message(_text(f"m{index}", "during"))
+                            acknowledged.append(f"m{index}")
+                        except SessionsError as error:
+                            refused.append(f"{error.code.name}:{error.reason}")
+                            if error.reason == "OBJECT_NOT_OWNED":
+                                return
+                        index += 1
+            except BaseException as error:  # reported by the test thread
+                failures.append(error)
 
         thread = threading.Thread(target=writer)
         thread.start()
-        while len(acknowledged) < 20:  # let some writes land before the move starts
-            pass
-        move_object(a, b, "busy", destination_name=destination.address)
-        stop.set()
-        thread.join()
+        try:
+            # Some writes land before the move starts.
+            assert wait_until(lambda: len(acknowledged) >= 20 or not thread.is_alive(), timeout=60)
+            assert not failures, failures
+            assert len(acknowledged) >= 20, f"the writer stopped after {acknowledged}: {refused}"
+            move_object(a, b, "busy", destination_name=destination.address)
+        finally:
+            stop.set()
+            thread.join(timeout=60)
+        assert not thread.is_alive()
+        assert not failures, failures
         stored = [m["id"] for m in b.object("busy").session().history()]
     assert set(acknowledged) <= set(stored)
     assert all(reason in ("UNAVAILABLE:OBJECT_MOVING", "FAILED_PRECONDITION:OBJECT_NOT_OWNED") for reason in refused)

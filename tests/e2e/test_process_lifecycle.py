@@ -50,32 +50,43 @@ def test_acknowledged_writes_survive_sigkill(server_process: ServerProcess) -> N
 
 
 def test_concurrent_writers_then_sigkill_lose_nothing_acknowledged(server_process: ServerProcess) -> None:
+    writers, writes = 6, 60
     acknowledged: dict[str, list[str]] = {}
+    errors: list[BaseException] = []
     lock = threading.Lock()
 
     def writer(worker: int) -> None:
-        with SessionsClient(server_process.address) as client:
-            session = client.object(f"object-{worker % 3}").session(f"s{worker}")
-            for index in range(60):
-                message_id = f"w{worker}-{index}"
-                session.append_message({"id": message_id, "role": "user", "parts": []})
-                with lock:
-                    acknowledged.setdefault(f"object-{worker % 3}/s{worker}", []).append(message_id)
+        try:
+            with SessionsClient(server_process.address) as client:
+                session = client.object(f"object-{worker % 3}").session(f"s{worker}")
+                for index in range(writes):
+                    message_id = f"w{worker}-{index}"
+                    session.append_message({"id": message_id, "role": "user", "parts": []})
+                    with lock:
+                        acknowledged.setdefault(f"object-{worker % 3}/s{worker}", []).append(message_id)
+        except BaseException as error:  # reported by the test thread
+            with lock:
+                errors.append(error)
 
-    threads = [threading.Thread(target=writer, args=(worker,)) for worker in range(6)]
+    threads = [threading.Thread(target=writer, args=(worker,)) for worker in range(writers)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    server_process.signal(signal.SIGKILL)
+    assert not errors, errors[:3]
+    expected = {
+        f"object-{worker % 3}/s{worker}": [f"w{worker}-{index}" for index in range(writes)] for worker in range(writers)
+    }
+    assert acknowledged == expected  # every write was acknowledged before the kill
+    assert server_process.signal(signal.SIGKILL) == -signal.SIGKILL
 
     restarted = ServerProcess(server_process.data_dir).start()
     try:
         with SessionsClient(restarted.address) as client:
-            for name, ids in acknowledged.items():
+            for name, ids in expected.items():
                 key, session_id = name.split("/")
                 stored = [m["id"] for m in client.object(key).session(session_id).history()]
-                assert stored == ids
+                assert stored == ids, name
     finally:
         restarted.stop()
 

@@ -806,25 +806,31 @@ def test_a_resume_to_one_session_is_not_reset_for_other_sessions_traffic(tmp_pat
         server.stop()
 
 
-def test_a_stalled_subscriber_does_not_block_writers_and_later_sees_a_reset(
-    live_server: Any, feeds: Callable[..., Feed], session: Any, object_key: str
-) -> None:
-    healthy = feeds()
+def test_a_stalled_subscriber_does_not_block_writers_and_later_sees_a_reset(tmp_path: Path) -> None:
+    """A subscriber that stops reading holds no events: the object keeps its 500 newest (its
+    own server's retention), writers go on, and when the subscriber reads again it gets what the
+    transport had buffered, then a reset for what retention dropped, then the live feed."""
+    from tests.conftest import start_server
+
+    key = "stalled"
+    server = start_server(tmp_path / "data", feed=FeedSettings(retain_events=500))
+    healthy: Feed | None = None
     # Its own connection: gRPC shares a connection between channels to one address, and a stream
     # that is never read eventually holds that connection's flow-control window for everyone.
-    channel = grpc.insecure_channel(live_server.address, options=[("grpc.use_local_subchannel_pool", 1)])
+    channel = grpc.insecure_channel(server.address, options=[("grpc.use_local_subchannel_pool", 1)])
+    client = SessionsClient(server.address)
     try:
+        session = client.object(key).session()
+        healthy = Feed(server.address, key)
         stub = sessions_pb2_grpc.SessionServiceStub(channel)
-        call = stub.Subscribe(
-            pb.SubscribeRequest(object_key=object_key), metadata=routing_metadata(object_key), timeout=120
-        )
+        call = stub.Subscribe(pb.SubscribeRequest(object_key=key), metadata=routing_metadata(key), timeout=120)
         first = next(call)
         assert first.type == pb.CHANGE_TYPE_PROGRESS  # registered; from now on it never reads
 
-        # 4,000 events of ~4 KB: more than the transport's buffers hold. Every write is
-        # acknowledged although the stalled stream is not read. The healthy subscriber gets each
-        # batch before the next is written: it shares this process (and its interpreter lock)
-        # with the server; this test is about the stalled one.
+        # 4,000 events of ~4 KB: more than the transport's buffers hold, and 8 times what the
+        # object retains. Every write is acknowledged although the stalled stream is not read.
+        # The healthy subscriber gets each batch before the next is written: it shares this
+        # process (and its interpreter lock) with the server; this test is about the stalled one.
         written: list[str] = []
         received: list[ChangeEvent] = []
         for batch in range(40):
@@ -840,37 +846,52 @@ def test_a_stalled_subscriber_does_not_block_writers_and_later_sees_a_reset(
         final = healthy.next()
         assert final.message is not None and final.message["id"] == "after-stall"
 
-        # Now the stalled subscriber reads: what it got before a reset (retention passing it by)
-        # is a prefix of the writes, what follows is a suffix; no gap without a reset between
-        # them. It reads up to the final write's revision.
+        # Now the stalled subscriber reads, up to the final write's revision (a reset carries the
+        # revision it brings the subscriber up to: here the final write's).
         assembler = EventAssembler()
+
+        def stalled_events() -> Iterator[ChangeEvent]:
+            for response in call:
+                event = assembler.feed(response)
+                if event is not None and event.type != "progress":
+                    yield event
+
+        reading = stalled_events()
         stalled: list[ChangeEvent] = []
-        for response in call:
-            event = assembler.feed(response)
-            if event is None or event.type == "progress":
-                continue
+        for event in reading:
             stalled.append(event)
             if event.revision >= final.revision:
                 break
+
+        # After the reset the feed is live again: the next write is the next event.
+        session.append_message(text_message("after-reset"))
+        live = next(reading)
         call.cancel()
     finally:
         channel.close()
+        if healthy is not None:
+            healthy.close()
+        client.close()
+        server.stop()
 
     types = [e.type for e in stalled]
     all_ids = [*written, "after-stall"]
-    revisions = [e.revision for e in stalled]
-    assert revisions == sorted(revisions)
-    if "reset" not in types:
-        # Retention kept everything it had not read: then nothing may be missing at all.
-        assert [e.message["id"] for e in stalled if e.message] == all_ids
-        return
+    assert "reset" in types, f"no reset although retention dropped unread events: {len(stalled)} events"
     first_reset, last_reset = types.index("reset"), len(types) - 1 - types[::-1].index("reset")
     before = [e.message["id"] for e in stalled[:first_reset] if e.message]
     after = [e.message["id"] for e in stalled[last_reset + 1 :] if e.message]
+    # What it got before the reset is a prefix of the writes, what follows it a suffix; the
+    # reset stands for a real gap between them, and says why.
     assert before == all_ids[: len(before)]
     assert after == all_ids[len(all_ids) - len(after) :]
-    assert len(before) < len(written)
+    assert len(before) + len(after) < len(all_ids), (len(before), len(after))
     assert stalled[first_reset].error
+    # Revisions increase through the reset: it carries the revision it caught up to.
+    revisions = [e.revision for e in stalled]
+    assert revisions == sorted(revisions)
+    assert stalled[-1].revision == final.revision
+    assert (live.type, live.message and live.message["id"]) == ("append", "after-reset"), summary(live)
+    assert live.revision > final.revision
 
 
 def test_many_subscribers_all_receive_everything(feeds: Callable[..., Feed], session: Any) -> None:

@@ -167,42 +167,53 @@ def test_remembered_paths_stay_right_under_concurrent_appends_and_reads(one_open
         pair = Pair(client, one_open_object.address)
         pair.session.append_message(text_message("root"))
         errors: list[str] = []
+        reads_done: list[int] = []
+        reads, writes = 40, 40
 
         def write(worker: int) -> None:
-            for n in range(40):
-                parent: Any = "root" if n % 10 == 9 else None  # now and then a branch from the root
-                message = text_message(f"w{worker}-{n}", f"{worker}/{n}")
-                if parent is None:
-                    pair.session.append_message(message)
-                else:
-                    pair.session.append_message(message, parent_id=parent)
+            try:
+                for n in range(writes):
+                    parent: Any = "root" if n % 10 == 9 else None  # now and then a branch from the root
+                    message = text_message(f"w{worker}-{n}", f"{worker}/{n}")
+                    if parent is None:
+                        pair.session.append_message(message)
+                    else:
+                        pair.session.append_message(message, parent_id=parent)
+            except Exception as error:  # reported by the test thread
+                errors.append(f"writer {worker}: {error!r}")
 
         key = pair.key
         channel = grpc.insecure_channel(one_open_object.address)
         stub = sessions_pb2_grpc.SessionServiceStub(channel)
 
-        def read() -> None:
+        def read(reader: int) -> None:
             # Root first, each row's parent is the row before it: the remembered path is a real
             # chain, whichever appends it was extended by.
-            for _ in range(40):
-                request = pb.StreamHistoryRequest(object_key=key, max_messages_per_response=128)
-                infos = [
-                    frame.info
-                    for response in stub.StreamHistory(request, metadata=routing_metadata(key))
-                    for frame in response.frames
-                ]
-                parents = [info.parent_id for info in infos[1:]]
-                if parents != [info.id for info in infos[:-1]] or infos[0].id != "root":
-                    errors.append(f"not a chain: {[(i.id, i.parent_id) for i in infos]}")
+            try:
+                for _ in range(reads):
+                    request = pb.StreamHistoryRequest(object_key=key, max_messages_per_response=128)
+                    infos = [
+                        frame.info
+                        for response in stub.StreamHistory(request, metadata=routing_metadata(key))
+                        for frame in response.frames
+                    ]
+                    parents = [info.parent_id for info in infos[1:]]
+                    if not infos or parents != [info.id for info in infos[:-1]] or infos[0].id != "root":
+                        errors.append(f"not a chain: {[(i.id, i.parent_id) for i in infos]}")
+                    reads_done.append(reader)
+            except Exception as error:  # reported by the test thread
+                errors.append(f"reader {reader}: {error!r}")
 
         threads = [threading.Thread(target=write, args=(w,)) for w in range(3)]
-        threads += [threading.Thread(target=read) for _ in range(2)]
+        threads += [threading.Thread(target=read, args=(r,)) for r in range(2)]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join(timeout=120)
         channel.close()
+        assert not [thread.name for thread in threads if thread.is_alive()], "threads still running"
         assert not errors, errors[:3]
+        assert sorted(reads_done) == sorted([0, 1] * reads)  # every reader completed every read
         pair.check()
 
 

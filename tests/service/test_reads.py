@@ -123,7 +123,9 @@ def test_history_frames_carry_row_facts(session: Any, stub: Any, object_key: str
     build_tree(session)
     rows = {r["id"]: r for r in message_rows(data_dir, object_key)}
     request = pb.StreamHistoryRequest(object_key=object_key)
-    for response in stub.StreamHistory(request):
+    responses = list(stub.StreamHistory(request))
+    assert [r.frame.info.id for r in responses] == ["a", "b", "x", "y"]  # the active leaf's path
+    for response in responses:
         info = response.frame.info
         row = rows[info.id]
         assert info.role == row["role"]

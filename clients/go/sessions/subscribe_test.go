@@ -172,14 +172,17 @@ func TestSubscribeEndsWithContext(t *testing.T) {
 		cancel()
 	}()
 	count := 0
+	var ended error
 	for _, err := range sub.All() {
 		if err != nil {
-			if sessions.Code(err) != codes.Canceled {
-				t.Fatalf("subscription ended with %v", err)
-			}
+			ended = err
 			break
 		}
 		count++
+	}
+	// Err() is nil only after a clean end or Close(): a cancelled context is neither.
+	if ended == nil || sessions.Code(ended) != codes.Canceled {
+		t.Fatalf("subscription ended with %v, want a CANCELED error", ended)
 	}
 	if count != 0 {
 		t.Fatalf("got %d events from an idle session", count)
