@@ -73,7 +73,6 @@ class LimitedStorage:
 
     mode: str
     data_dir: Path
-    note: str = ""
     mount_point: Path | None = None
     filler: Path | None = None
     pid: int | None = None
@@ -129,9 +128,9 @@ def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LimitedS
                 if subprocess.run(["umount", str(mount_point)], capture_output=True).returncode != 0:
                     subprocess.run(["umount", "-l", str(mount_point)], capture_output=True)
             return
-        note = f"tmpfs mount refused ({(done.stderr or done.stdout).strip()}); using RLIMIT_FSIZE"
-        yield LimitedStorage("rlimit", tmp_path / "data", note=note)
-        return
+        # Said, not hidden: the rlimit case would run twice, and a full disk (ENOSPC, SQLITE_FULL)
+        # not at all. CI runs as root, where the mount works.
+        pytest.skip(f"a full disk needs a tmpfs, and mount was refused: {(done.stderr or done.stdout).strip()}")
     yield LimitedStorage("rlimit", tmp_path / "data")
 
 
@@ -224,7 +223,7 @@ def test_full_storage_fails_the_write_cleanly_and_keeps_serving_reads(
     report = check_object_file(object_path(storage.data_dir, key), readonly=False)
     assert report.integrity == "ok" and not report.torn, (report.integrity, report.torn)
     with capsys.disabled():
-        print(f"\nDISK FULL [{storage.mode}{'; ' + storage.note if storage.note else ''}]:")
+        print(f"\nDISK FULL [{storage.mode}]:")
         for line in seen:
             print(f"  {line}")
 
