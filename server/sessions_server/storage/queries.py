@@ -61,14 +61,6 @@ _HIDDEN_SQL = f"""(substr({{id}}, 1, {len(COMPACTION_PREFIX)}) = '{COMPACTION_PR
     AND EXISTS (SELECT 1 FROM cf_agents_session_compactions AS oc
                 WHERE oc.session_id = {{session}} AND oc.id = substr({{id}}, {len(COMPACTION_PREFIX) + 1})))"""
 
-_PATH_CTE = f"""WITH RECURSIVE path(id, parent_id, depth) AS (
-    SELECT id, parent_id, 0 FROM cf_agents_session_messages WHERE session_id = ?1 AND id = ?2
-    UNION ALL
-    SELECT m.id, m.parent_id, path.depth + 1
-    FROM path JOIN cf_agents_session_messages AS m ON m.session_id = ?1 AND m.id = path.parent_id
-    WHERE path.depth < {MAX_PATH_DEPTH}
-)"""
-
 # Stored size of a row as hydration costs it: slice 0, continuation slices, and (when the object
 # holds any) each referenced attachment payload at its base64 length.
 _ROW_BYTES_SQL = """LENGTH(CAST(m.content AS BLOB))
