@@ -271,3 +271,13 @@ def test_a_path_at_the_depth_cap_keeps_its_messages_in_step(tmp_path: Path, fres
             assert read == ids[-cap_rows:]
 
     asyncio.run(scenario())
+
+
+def test_a_remembered_message_counts_what_its_text_takes_in_memory() -> None:
+    """Text and encoding both: one emoji in ASCII JSON makes CPython keep 4 bytes a character,
+    which the memo counted as 1 (the audit's emoji messages held 2.2 times the budget)."""
+    ascii_text = _message("x" * 100_000)
+    wide_text = ascii_text[:-4] + "😀" + ascii_text[-4:]
+    ascii_cost, wide_cost = paths.view_cost(_view(ascii_text)), paths.view_cost(_view(wide_text))
+    assert ascii_cost >= 2 * len(ascii_text)
+    assert wide_cost >= 4 * len(wide_text) + len(wide_text.encode())

@@ -20,6 +20,7 @@ from sessions_server.storage.feed import (
     Reset,
 )
 from sessions_server.storage.registry import ObjectRegistry
+from sessions_server.storage.rows import Compaction
 
 
 def _events(count: int, size: int = 10) -> list[ChangeEvent]:
@@ -297,10 +298,26 @@ def test_an_event_queued_while_a_wait_times_out_is_delivered_not_reported_as_not
     asyncio.run(run())
 
 
-def test_events_are_counted_at_their_utf8_size() -> None:
-    emoji = '{"text":"' + "😀" * 1000 + '"}'  # 1,011 characters, 4,011 bytes
-    event = ChangeEvent("delete", "", message_json=emoji, message_ids=("é" * 10,), error="ü")
-    assert event.size == 256 + 4011 + 20 + 2
+def test_events_are_counted_at_what_their_texts_take_in_memory_or_in_utf8() -> None:
+    """UTF-8 for text that takes less in memory (its encoding is what subscribers are sent), the
+    memory for text that takes more: one emoji makes CPython keep 4 bytes a character."""
+    wide = "é" * 100_000  # 100,000 characters, 200,000 bytes of UTF-8, 1 byte a character held
+    assert ChangeEvent("append", "", message_json=wide).size >= 200_000
+    mostly_ascii = "x" * 100_000 + "😀"  # 100,004 bytes of UTF-8, 4 bytes a character held
+    assert ChangeEvent("append", "", message_json=mostly_ascii).size >= 400_004
+    assert ChangeEvent("delete", "", message_ids=(mostly_ascii,), error=wide).size >= 600_004
+
+
+def test_a_compaction_event_counts_its_summary() -> None:
+    """Its record travels with it: 150 compactions of 3 MiB summaries were each counted at 256
+    bytes, so the ring kept them all (RSS +525 MiB, kept after the writes)."""
+    record = Compaction("c1", 1, "s" * 3_000_000, "m1", "m9", 0)
+    assert ChangeEvent("compaction", "", compaction=record).size >= 3_000_000
+
+
+def test_retention_by_bytes_counts_what_events_take() -> None:
+    emoji = '{"text":"' + "😀" * 1000 + '"}'
+    event = ChangeEvent("append", "", message_json=emoji)
     hub = FeedHub(FeedSettings(retain_bytes=2 * event.size))
     events = [ChangeEvent("append", "", message_json=emoji) for _ in range(3)]
     hub.publish(events)

@@ -44,7 +44,15 @@ from sessions_server.domain.overlays import OverlaySpan, plan_overlays
 from sessions_server.domain.views import MessageView, Rewrites
 from sessions_server.storage import queries
 from sessions_server.storage.queries import Connection
-from sessions_server.storage.rows import MAX_PATH_DEPTH, Compaction, PathStat, PathStats, RowInfo, utf8_length
+from sessions_server.storage.rows import (
+    MAX_PATH_DEPTH,
+    Compaction,
+    PathStat,
+    PathStats,
+    RowInfo,
+    held_bytes,
+    utf8_length,
+)
 from sessions_server.storage.store import ObjectStore
 
 MEMO_KEY = "paths"
@@ -514,8 +522,9 @@ def forget_object(memo: _ObjectMemo) -> None:
 
 
 def view_cost(view: MessageView) -> int:
-    """What remembering `view` counts against the budgets: its JSON twice (text and encoding)."""
-    return 2 * utf8_length(view.json) + VIEW_OVERHEAD_BYTES
+    """What remembering `view` counts against the budgets: its JSON as text (`held_bytes`) and
+    encoded (its UTF-8)."""
+    return held_bytes(view.json) + utf8_length(view.json) + VIEW_OVERHEAD_BYTES
 
 
 def set_message_budget(total_bytes: int) -> None:

@@ -24,7 +24,7 @@ import weakref
 from collections import deque
 from dataclasses import dataclass, field
 
-from sessions_server.storage.rows import Compaction, RowInfo, utf8_length
+from sessions_server.storage.rows import Compaction, RowInfo, held_bytes
 
 COUNTER_BITS = 22
 COUNTER_LIMIT = 1 << COUNTER_BITS
@@ -67,11 +67,15 @@ class ChangeEvent:
 
     @property
     def size(self) -> int:
-        """Bytes the event is counted at: its texts' UTF-8 and a fixed overhead (computed once:
-        the ring's retention and the feed's framing both count it)."""
+        """Bytes the event is counted at: what its texts take (`held_bytes`: in memory, or in
+        UTF-8 once encoded for subscribers), a compaction's summary included, and a fixed
+        overhead (computed once: the ring's retention and the feed's framing both count it)."""
         if self._size < 0:
-            texts = (self.message_json or "", self.error, *self.message_ids)
-            self._size = 256 + sum(map(utf8_length, texts))
+            texts = [self.message_json or "", self.error, *self.message_ids]
+            if self.compaction is not None:
+                record = self.compaction
+                texts += (record.summary, record.id, record.from_message_id, record.to_message_id)
+            self._size = 256 + sum(map(held_bytes, texts))
         return self._size
 
 

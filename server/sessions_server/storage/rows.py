@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import sqlite3
+import sys
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -203,3 +204,10 @@ def is_out_of_space(exc: BaseException) -> bool:
 def utf8_length(text: str) -> int:
     """Length of `text` in UTF-8 bytes (a lone surrogate counts 3, as upstream measures it)."""
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def held_bytes(text: str) -> int:
+    """What `text` takes in memory, or encoded as UTF-8 if that is more: CPython keeps a string
+    at 1, 2 or 4 bytes a character, by its widest one, so one emoji in ASCII text makes it take
+    four times its UTF-8 length."""
+    return max(sys.getsizeof(text), utf8_length(text))
