@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import collections
+import dataclasses
 import hashlib
 import re
 from collections.abc import Callable
@@ -49,6 +51,9 @@ class Extraction:
     message: dict[str, Any]
     payloads: list[Payload]
     references: list[str]
+    # How often the stored form names each reference: a read inline puts the payload back at
+    # every one of them.
+    uses: list[int] = dataclasses.field(default_factory=list)
 
 
 def pointer_hash(value: Any) -> str | None:
@@ -185,7 +190,8 @@ def extract(message: dict[str, Any]) -> Extraction:
     if not isinstance(parts, list) or not parts:
         return Extraction(message, [], [])
     new_parts = _rewrite(parts, 0, visit)
-    return Extraction(_with_parts(message, new_parts), payloads, list(dict.fromkeys(pointers_of(new_parts))))
+    uses = collections.Counter(pointers_of(new_parts))
+    return Extraction(_with_parts(message, new_parts), payloads, list(uses), list(uses.values()))
 
 
 def pointers_of(value: Any, depth: int = 0) -> list[str]:

@@ -86,8 +86,9 @@ class PreparedMessage:
             return self.stored_json
         return jsjson.stringify(self.message)
 
-    def row(self) -> NewRow:
-        """The storage row: slices of the stored JSON, digest, payloads, references, search text."""
+    def row(self, max_inline_bytes: int = 0) -> NewRow:
+        """The storage row: slices of the stored JSON, digest, payloads, references, search text;
+        refused at its write past `max_inline_bytes` read back with its payloads inline (0: any)."""
         extraction = self.extraction
         payloads = extraction.payloads
         return NewRow(
@@ -99,6 +100,8 @@ class PreparedMessage:
             payloads=tuple(PayloadRow(p.hash, p.media_type, p.data) for p in payloads) if payloads else (),
             references=tuple(extraction.references),
             search_text=search_text(extraction.message),
+            reference_uses=tuple(extraction.uses),
+            max_inline_bytes=max_inline_bytes,
         )
 
 

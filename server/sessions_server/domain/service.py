@@ -56,6 +56,7 @@ from sessions_server.storage.feed import COUNTER_LIMIT, ChangeEvent, FeedClosed,
 from sessions_server.storage.queries import Connection
 from sessions_server.storage.registry import ObjectRegistry
 from sessions_server.storage.rows import (
+    InlineTooLarge,
     NewRow,
     Parent,
     PathStat,
@@ -252,6 +253,23 @@ class SessionsService:
             raise self.objects.open_failure(exc) from exc
         except StoredRowUnreadable as exc:
             raise FailedPrecondition(str(exc), reason="INVALID_MESSAGE") from exc
+        except InlineTooLarge as exc:
+            limit = "max_client_message_bytes" if exc.limit < self.limits.max_assembly_bytes else "max_assembly_bytes"
+            raise exceeded(
+                f"the message would read back as {exc.inline_bytes} bytes with its attachments inline; nothing "
+                "was written",
+                limit,
+                exc.limit,
+                "bytes",
+            ) from exc
+
+    def _inline_bound(self, from_client: bool) -> int:
+        """The most bytes a message may read back as with its attachments inline: what the
+        server takes as one message, and less from a client when its cap is less."""
+        cap = self.limits.max_client_message_bytes
+        if from_client and cap:
+            return min(cap, self.limits.max_assembly_bytes)
+        return self.limits.max_assembly_bytes
 
     def _check_parent(self, parent: Parent, field: str) -> None:
         if parent.kind == "id":
@@ -273,7 +291,7 @@ class SessionsService:
     ) -> tuple[messages.Message, messages.PreparedMessage, NewRow]:
         def prepare() -> tuple[messages.Message, messages.PreparedMessage, NewRow]:
             message, prepared = self._prepare(text, from_client, field)
-            return message, prepared, prepared.row()
+            return message, prepared, prepared.row(self._inline_bound(from_client))
 
         return await messages.prepared_off_loop_if_costly([text], prepare)
 
@@ -308,7 +326,10 @@ class SessionsService:
             # Built before the transaction: the slices, digest and search text are pure work that
             # would otherwise hold the object's write lock (and, on the writer thread, contend for
             # the interpreter with the event loop).
-            return staged, [None if prepared is None else prepared.row() for _, _, prepared in staged]
+            return staged, [
+                None if prepared is None else prepared.row(self._inline_bound(items[index].from_client))
+                for index, _, prepared in staged
+            ]
 
         staged, rows = await messages.prepared_off_loop_if_costly([item.text for item in items], prepare)
 

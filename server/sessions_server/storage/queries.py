@@ -18,6 +18,7 @@ from sessions_server.storage.rows import (
     COMPACTION_PREFIX,
     MAX_PATH_DEPTH,
     Compaction,
+    InlineTooLarge,
     NewRow,
     PathStat,
     PathStats,
@@ -25,6 +26,7 @@ from sessions_server.storage.rows import (
     QueryRejected,
     RowInfo,
     StoredMessage,
+    utf8_length,
 )
 
 # What a read or write job is handed (`ObjectStore.read`, `WriteContext.conn`): the domain names
@@ -377,6 +379,7 @@ def insert_message(
     """Writes a message unless its id is taken in the session: then it writes nothing, not even
     payloads, and returns None. Otherwise the rows written (what upstream's billing counts).
     The row goes first, so a fresh id, the common case, costs no separate probe."""
+    check_inline_size(conn, row)
     inserted = conn.execute(
         _INSERT_MESSAGE_SQL,
         (
@@ -481,6 +484,7 @@ def rewrite_message(conn: sqlite3.Connection, session_id: str, row: NewRow, old_
     """Replaces a row's content in place (parent, seq and created time stay): payloads first,
     then the row, surplus continuations, continuations, references, search row. Returns rows
     written."""
+    check_inline_size(conn, row)
     written = put_payloads(conn, row.payloads)
     conn.execute(
         """UPDATE cf_agents_session_messages
@@ -637,6 +641,29 @@ def remember_fts(conn: sqlite3.Connection) -> None:
 
 # Payload chunks share the row budget: an immutable payload in big rows costs few billed writes.
 ATTACHMENT_CHUNK_BYTES = 1_572_864
+
+
+def check_inline_size(conn: sqlite3.Connection, row: NewRow) -> None:
+    """Raises InlineTooLarge when `row` would read back, its payloads put back inline at each
+    place its stored form names them, as more than `row.max_inline_bytes`."""
+    if not row.max_inline_bytes or not row.references:
+        return
+    sizes = {payload.hash: len(payload.data) for payload in row.payloads}
+    known = [digest for digest in row.references if digest not in sizes]
+    for start in range(0, len(known), 500):
+        chunk = known[start : start + 500]
+        placeholders = ",".join("?" * len(chunk))
+        sizes.update(
+            conn.execute(
+                f"SELECT hash, bytes FROM cf_agents_session_attachment_meta WHERE hash IN ({placeholders})", chunk
+            ).fetchall()
+        )
+    inline = sum(map(utf8_length, row.slices))
+    uses = row.reference_uses or (1,) * len(row.references)
+    for digest, count in zip(row.references, uses, strict=True):
+        inline += count * (int(sizes.get(digest, 0)) + 2) // 3 * 4  # base64, as a read restores it
+    if inline > row.max_inline_bytes:
+        raise InlineTooLarge(inline, row.max_inline_bytes)
 
 
 def put_payloads(conn: sqlite3.Connection, payloads: Iterable[PayloadRow]) -> int:

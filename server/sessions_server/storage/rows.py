@@ -60,6 +60,11 @@ class NewRow:
     payloads: tuple[PayloadRow, ...] = ()
     references: tuple[str, ...] = ()
     search_text: str = ""
+    # How often the stored form names each of `references`, and the most bytes the message may
+    # read back as with its payloads inline (0: unchecked): a few bytes of pointers to one
+    # large payload, repeated, would read back as any size.
+    reference_uses: tuple[int, ...] = ()
+    max_inline_bytes: int = 0
 
 
 @dataclass(slots=True)  # not frozen: built per row on every read, and frozen init costs 5x
@@ -151,6 +156,16 @@ class QueryInterrupted(Exception):
 
 class QueryRejected(Exception):
     """SQLite refused a query built from caller input (e.g. an FTS expression)."""
+
+
+class InlineTooLarge(Exception):
+    """A message that would read back, its attachment payloads inline, as more bytes than its
+    writer allowed (`NewRow.max_inline_bytes`); nothing of it was written."""
+
+    def __init__(self, inline_bytes: int, limit: int) -> None:
+        super().__init__(f"{inline_bytes} bytes with its attachments inline, past {limit}")
+        self.inline_bytes = inline_bytes
+        self.limit = limit
 
 
 class StorageError(Exception):
