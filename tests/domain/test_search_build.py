@@ -207,3 +207,36 @@ def test_the_backfill_indexes_in_key_order_whatever_each_message_needs(
     with sqlite3.connect(object_path(tmp_path, "k")) as conn:
         ids = [str(r[0]) for r in conn.execute("SELECT id FROM cf_agents_session_fts ORDER BY rowid")]
     assert ids == [f"m{i:02d}" for i in range(12)]
+
+
+def test_a_message_with_continuation_rows_is_backfilled_as_its_write_indexes_it(tmp_path: Path) -> None:
+    """Upstream's backfill skips such a message; ours indexes it with the text its write would
+    index (read in Python, not by SQLite's JSON functions, which held about 28 times its size):
+    the same message written before and after the index exists gets the same index row."""
+    parts = [
+        {"type": "text", "text": "first " * 300_000},  # over a row: continuation rows
+        {"type": "text", "text": ""},
+        {"type": "reasoning", "text": "not indexed"},
+        {"type": "text", "text": "last words"},
+    ]
+
+    def message(message_id: str) -> str:
+        return json.dumps({"id": message_id, "role": "user", "parts": parts})
+
+    async def scenario() -> None:
+        executor = ThreadPoolExecutor(max_workers=2)
+        registry = ObjectRegistry(tmp_path, executor)
+        service = SessionsService(registry)
+        try:
+            await service.append("k", "", message("before"), Parent.auto(), from_client=True)
+            assert len(await search(service, "k", "", "last", limit=-1)) == 1  # the backfill
+            await service.append("k", "", message("after"), Parent.auto(), from_client=True)
+            assert len(await search(service, "k", "", "last", limit=-1)) == 2
+        finally:
+            await registry.close_all()
+            executor.shutdown()
+
+    asyncio.run(scenario())
+    with sqlite3.connect(object_path(tmp_path, "k")) as conn:
+        texts = dict(conn.execute("SELECT id, CAST(content AS BLOB) FROM cf_agents_session_fts"))
+    assert texts["before"] == texts["after"]
