@@ -75,3 +75,13 @@ def test_a_client_message_is_held_to_the_client_cap(server: LiveServer) -> None:
         with pytest.raises(SessionsError):
             session.append_messages([_pointing("a", 1), _pointing("b", 6)], source="client")
         assert [m["id"] for m in session.get_history()] == ["img", "fits"]  # the batch wrote nothing
+
+
+def test_an_import_is_held_to_it_too(server: LiveServer) -> None:
+    with SessionsClient(server.address, retry=None) as client:
+        session = client.object("o").session()
+        _with_image(session)
+        with pytest.raises(SessionsError) as refused:
+            session.import_messages([_pointing("fits", 20), _pointing("past", 21)])
+        assert refused.value.metadata["limit"] == "max_assembly_bytes"
+        assert session.get_message("past") is None

@@ -7,6 +7,8 @@ Unlike an append, an import keeps the parent and creation time it is given (upst
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 from collections.abc import Awaitable, Callable
 
 from sessions_server.domain import large_messages, messages
@@ -20,23 +22,29 @@ from sessions_server.storage.rows import NewRow, StorageError
 from sessions_server.storage.store import ObjectStore, WriteContext, import_all_in
 
 # An import writes its messages in chunks of at most this many (or about this many characters of
-# JSON), a job each, and keeps at most IMPORT_PIPELINE_DEPTH chunks waiting for their commits.
+# JSON), a job each, and keeps at most IMPORT_PIPELINE_DEPTH chunks waiting for their commits,
+# holding at most IMPORT_PIPELINE_BYTES of messages not yet committed (received and waiting, or
+# being written): a message larger than that waits for all the import's writes before it, and is
+# then the only one the import holds. Writing takes several times a message's size: without the
+# bound in bytes, an import of large messages held four of them at once, each in several forms.
 IMPORT_CHUNK_MESSAGES = 64
 IMPORT_CHUNK_CHARS = 1 << 20
 IMPORT_PIPELINE_DEPTH = 4
+IMPORT_PIPELINE_BYTES = 4 << 20
 IMPORTED = messages.FieldNames(text="json", parent_id="parent_id")
 
 
 class _ImportChunk:
     """Validated messages waiting to be written together, with their change events."""
 
-    __slots__ = ("created_at_ms", "events", "parents", "rows", "text_bytes", "text_chars")
+    __slots__ = ("created_at_ms", "events", "parents", "releases", "rows", "text_bytes", "text_chars")
 
     def __init__(self) -> None:
         self.rows: list[NewRow] = []
         self.parents: list[str | None] = []
         self.created_at_ms: list[int] = []
         self.events: list[ChangeEvent] = []
+        self.releases: list[Callable[[], None]] = []  # the messages' `release`, once done with them
         self.text_chars = 0
         self.text_bytes = 0  # what the file grows by, about: counted against the object's size limit
 
@@ -46,7 +54,10 @@ class Importer:
     each (one statement for a chunk of new plain messages). A message goes to the writer at
     once when none of this import's writes is under way, else it waits for them with those
     that follow, up to a chunk: a slow stream is written message by message as it arrives, a
-    fast one in chunks that share commits. Whatever was received before a failure is still
+    fast one in chunks that share commits. The import holds at most IMPORT_PIPELINE_DEPTH
+    chunks and IMPORT_PIPELINE_BYTES of messages not yet committed (`pending_bytes`): a
+    message that does not fit waits, before it is parsed, for the writes before it, so a larger
+    one is the only message the import holds. Whatever was received before a failure is still
     written (`finish`): the import is not all or nothing. Nothing after a failed write is: each
     chunk's job first checks that the chunk before it is stored (in the same transaction, or
     committed), so a chunk queued behind one that fails writes nothing, whatever commits take
@@ -62,6 +73,7 @@ class Importer:
         self._chunk = _ImportChunk()
         self._pending: list[asyncio.Future[list[bool] | None]] = []
         self._submitted_ids: tuple[str, ...] = ()  # the ids of the chunk submitted last
+        self.pending_bytes = 0  # UTF-8 bytes of the messages taken and not yet done with (written or not)
         self._stopped = False  # a write failed: nothing more is submitted
         self._reported = False  # its failure was raised
         self.imported = 0
@@ -69,30 +81,47 @@ class Importer:
         self.received = 0
 
     async def add(
-        self, text: str, parent_id: str | None, created_at_ms: int, fields: messages.FieldNames = IMPORTED
+        self,
+        text: str,
+        parent_id: str | None,
+        created_at_ms: int,
+        fields: messages.FieldNames = IMPORTED,
+        release: Callable[[], None] | None = None,
     ) -> None:
+        """Takes the next message. `release` is called once the import is done with it, however:
+        its write committed or failed, it was refused, or nothing after a failure is written (the
+        caller's charge for the message lasts until then)."""
+
         def prepare() -> tuple[messages.PreparedMessage, NewRow]:
             message, plain = messages.parse_message(text, field=fields.text)
             messages.check_message_sizes(message, self._limits, fields.text)
             if parent_id is not None:
                 messages.check_parent_id(parent_id, self._limits, fields.parent_id)
             prepared = messages.prepare_for_import(message, plain=plain)
-            return prepared, prepared.row()
+            return prepared, prepared.row(self._limits.max_assembly_bytes)
 
+        size = utf8_length(text)
         try:
-            prepared, row = await messages.prepared_off_loop_if_costly([text], prepare)
-        except InvalidArgument as exc:  # which message of the stream, beside its field in the frame
-            raise InvalidArgument(
-                f"the import's message {self.received} (counting from 0): {exc.message}",
-                reason=exc.reason,
-                **exc.metadata,
-            ) from None
-        if self._store is None:
-            self._store = await self._open_store()
-        elif self._store.cached_file_bytes() + self._chunk.text_bytes > self._limits.max_object_bytes:
-            # Checked as each message arrives, as each append is, with what waits to be written:
-            # the object's opening checked only the first, and one stream filled the disk past it.
-            raise exceeded("the object is full", "max_object_bytes", self._limits.max_object_bytes, "bytes")
+            if self._pending and self.pending_bytes + size > IMPORT_PIPELINE_BYTES:
+                await self._make_room(size)  # before the message is parsed: its forms wait too
+            try:
+                prepared, row = await messages.prepared_off_loop_if_costly([text], prepare)
+            except InvalidArgument as exc:  # which message of the stream, beside its field in the frame
+                raise InvalidArgument(
+                    f"the import's message {self.received} (counting from 0): {exc.message}",
+                    reason=exc.reason,
+                    **exc.metadata,
+                ) from None
+            if self._store is None:
+                self._store = await self._open_store()
+            elif self._store.cached_file_bytes() + self._chunk.text_bytes > self._limits.max_object_bytes:
+                # Checked as each message arrives, as each append is, with what waits to be written:
+                # the object's opening checked only the first, and one stream filled the disk past it.
+                raise exceeded("the object is full", "max_object_bytes", self._limits.max_object_bytes, "bytes")
+        except BaseException:
+            if release is not None:  # not taken: done with it now
+                release()
+            raise
         large_messages.note_written(self._store, self._session_id, (row,))  # a skipped id: one slower read
         self.received += 1
         chunk = self._chunk
@@ -108,8 +137,11 @@ class Importer:
                 parent_id=parent_id or "",
             )
         )
+        if release is not None:
+            chunk.releases.append(release)
         chunk.text_chars += len(text)
-        chunk.text_bytes += utf8_length(text)
+        chunk.text_bytes += size
+        self.pending_bytes += size
         full = len(chunk.rows) >= IMPORT_CHUNK_MESSAGES or chunk.text_chars >= IMPORT_CHUNK_CHARS
         self._account_done()
         if full or not self._pending:
@@ -117,17 +149,55 @@ class Importer:
             if len(self._pending) >= IMPORT_PIPELINE_DEPTH:
                 await self._settle(IMPORT_PIPELINE_DEPTH // 2)
 
-    def _after_write(self, future: asyncio.Future[list[bool] | None]) -> None:
-        """Sends what arrived during this import's writes once the last of them is done."""
+    async def _make_room(self, size: int) -> None:
+        """Waits, oldest first, for this import's writes until a message of `size` bytes fits
+        IMPORT_PIPELINE_BYTES with what waits for its commit, or none is left under way."""
+        while self._pending and self.pending_bytes + size > IMPORT_PIPELINE_BYTES:
+            await self._settle(1)
+
+    async def wait_for_writes(self) -> None:
+        """Waits until none of this import's writes is under way (so the import holds nothing);
+        raises the first failure."""
+        while self._pending:
+            await self._settle(1)
+
+    def release_after(self, release: Callable[[], None]) -> None:
+        """Calls `release` once the import is done with every message it has taken so far (a
+        charge for several messages, given with none of them)."""
+        if self._chunk.rows:
+            self._chunk.releases.append(release)
+        else:
+            self._release_after(release, self._pending)
+
+    def _release_after(self, release: Callable[[], None], writes: list[asyncio.Future[list[bool] | None]]) -> None:
+        if under_way := [future for future in writes if not future.done()]:
+            under_way[-1].add_done_callback(lambda _: self._release_after(release, under_way))
+        else:
+            release()
+
+    def _after_write(self, chunk: _ImportChunk, future: asyncio.Future[list[bool] | None]) -> None:
+        """Done with the chunk's messages; sends what arrived during this import's writes once
+        the last of them is done."""
+        self._done_with(chunk)
         if future.cancelled() or future.exception() is not None or future.result() is None:
             self._stopped = True
             return
         if self._chunk.rows and all(pending.done() for pending in self._pending):
             self._submit()
 
+    def _done_with(self, chunk: _ImportChunk) -> None:
+        self.pending_bytes -= chunk.text_bytes
+        releases, chunk.releases = chunk.releases, []
+        for release in releases:
+            with contextlib.suppress(Exception):  # each is called, whatever another raised
+                release()
+
     def _submit(self) -> None:
         chunk, self._chunk = self._chunk, _ImportChunk()
-        if not chunk.rows or self._stopped:
+        if not chunk.rows:
+            return
+        if self._stopped:  # after a failed write: nothing more is written
+            self._done_with(chunk)
             return
         session_id, store = self._session_id, self._store
         assert store is not None  # opened by the chunk's first message
@@ -150,7 +220,7 @@ class Importer:
                 forget_estimate(store, session_id)
 
         future = asyncio.ensure_future(store.write(run, after=noted, grows=chunk.text_bytes))
-        future.add_done_callback(self._after_write)
+        future.add_done_callback(functools.partial(self._after_write, chunk))
         self._pending.append(future)
 
     async def _settle(self, count: int) -> None:

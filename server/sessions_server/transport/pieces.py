@@ -9,13 +9,15 @@ is refused with RESOURCE_EXHAUSTED: reason SERVER_BUSY while other calls hold th
 budget (refused before it is written; clients retry), LIMIT_EXCEEDED when the call's own messages
 pass it. Whole messages of unary writes are charged to the same budget while they are written:
 writing takes several times their size in memory, and without the charge a few large batches at
-once could take the server's.
+once could take the server's. So are an import's messages, whole or in pieces, until their write
+is done (`UntilWritten`): an import goes on receiving while its writes are under way, and its
+messages given back as they were handed to the writer left several large ones outside the budget.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from types import TracebackType
 
 from sessions_server.domain.chunking import utf8_length
@@ -56,6 +58,16 @@ class AssemblyBudget:
 
     def give_back(self, size: int) -> None:
         self.held_bytes -= size
+
+    def charge(self, texts: Iterable[str]) -> Release:
+        """Charges whole messages (their UTF-8 bytes) until the release returned is called."""
+        size = sum(utf8_length(text) for text in texts)
+        self.take(size)
+        return Release(self, size)
+
+    def until_written(self, wait_for_writes: Callable[[], Awaitable[None]]) -> UntilWritten:
+        """Charges for a call whose messages stay charged until written (see UntilWritten)."""
+        return UntilWritten(self, wait_for_writes)
 
     @contextlib.contextmanager
     def holding(self, texts: Iterable[str]) -> Iterator[None]:
@@ -104,3 +116,57 @@ class Pieces:
         self._pieces.clear()
         self._budget.give_back(self._charged)
         self._charged = 0
+
+    def hand_over(self) -> Release:
+        """The message's charge, given back by the release returned instead of by this object
+        (which is then empty, ready for the next message)."""
+        self._pieces.clear()
+        charged, self._charged = self._charged, 0
+        return Release(self._budget, charged)
+
+
+class Release:
+    """Gives a charge back to the budget, once however often it is called."""
+
+    __slots__ = ("_budget", "_size")
+
+    def __init__(self, budget: AssemblyBudget, size: int) -> None:
+        self._budget = budget
+        self._size = size
+
+    def __call__(self) -> None:
+        size, self._size = self._size, 0
+        if size:
+            self._budget.give_back(size)
+
+
+class UntilWritten:
+    """Charges for a call whose messages stay charged until their write is done (ImportMessages),
+    while it receives more. A charge refused for now (SERVER_BUSY) may be refused for what the
+    call itself holds: it waits for the call's writes under way (which give their charges back)
+    and is tried once more, refused then only for what other calls hold."""
+
+    def __init__(self, budget: AssemblyBudget, wait_for_writes: Callable[[], Awaitable[None]]) -> None:
+        self._budget = budget
+        self._wait_for_writes = wait_for_writes
+
+    async def whole(self, texts: Sequence[str]) -> Release:
+        """Charges whole messages, until the release returned is called."""
+        try:
+            return self._budget.charge(texts)
+        except LimitExceeded as refused:
+            if refused.reason != "SERVER_BUSY":
+                raise
+        await self._wait_for_writes()
+        return self._budget.charge(texts)
+
+    async def piece(self, pieces: Pieces, piece: str) -> None:
+        """Adds a piece to the message arriving in pieces (charged until `hand_over` and its release)."""
+        try:
+            pieces.add(piece)
+            return
+        except LimitExceeded as refused:
+            if refused.reason != "SERVER_BUSY":
+                raise
+        await self._wait_for_writes()
+        pieces.add(piece)

@@ -358,6 +358,22 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             pieces = self._pieces(from_client=False)  # the message in pieces under way, if any
             try:
                 async with self._service.importer(object_key, session_id) as importer:
+                    # Each message stays charged to the assembly budget until its write is done:
+                    # the importer calls its release.
+                    charges = self.assembly.until_written(importer.wait_for_writes)
+
+                    async def add_whole(frame: pb.ImportMessagesRequest) -> None:
+                        """The frame's whole messages, charged together until the last is written."""
+                        texts = [message.json for message in frame.messages]  # each access decodes anew
+                        release = await charges.whole(texts)
+                        try:
+                            for index, (message, text) in enumerate(zip(frame.messages, texts, strict=True)):
+                                parent = message.parent_id if message.HasField("parent_id") else None
+                                fields = FieldNames(f"messages[{index}].json", f"messages[{index}].parent_id")
+                                await importer.add(text, parent, message.created_at_ms, fields)
+                        finally:
+                            importer.release_after(release)
+
                     head: pb.ImportMessagesRequest | None = None
                     frame: pb.ImportMessagesRequest | None = first
                     while frame is not None:
@@ -377,21 +393,19 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                                     "whole messages came while a message sent in pieces was incomplete",
                                     reason="INVALID_STREAM",
                                 )
-                            for index, whole in enumerate(frame.messages):
-                                parent = whole.parent_id if whole.HasField("parent_id") else None
-                                fields = FieldNames(f"messages[{index}].json", f"messages[{index}].parent_id")
-                                await importer.add(whole.json, parent, whole.created_at_ms, fields)
+                            await add_whole(frame)
                         if head is None and not frame.json_piece and not frame.more_pieces:
                             # No piece: the frame named the object, or held whole messages.
                             frame = await calls.next_frame(frames)
                             continue
                         if head is None:
                             head = frame
-                        pieces.add(frame.json_piece)
+                        await charges.piece(pieces, frame.json_piece)
                         if not frame.more_pieces:
                             parent_id = head.parent_id if head.HasField("parent_id") else None
-                            with pieces:
-                                await importer.add(pieces.text(), parent_id, head.created_at_ms, IMPORT_PIECES_FIELDS)
+                            await importer.add(
+                                pieces.text(), parent_id, head.created_at_ms, IMPORT_PIECES_FIELDS, pieces.hand_over()
+                            )
                             head = None
                         frame = await calls.next_frame(frames, inside_message=head is not None)
                     if head is not None:
