@@ -21,8 +21,9 @@ from typing import Any
 
 from sessions_server.domain import jsjson
 from sessions_server.domain.messages import js_string
-from sessions_server.domain.tokens import estimate_message_tokens, estimate_string_tokens
-from sessions_server.storage.rows import COMPACTION_PREFIX, Compaction
+from sessions_server.domain.overlays import SpanRecord
+from sessions_server.domain.tokens import estimate_message_tokens
+from sessions_server.storage.rows import COMPACTION_PREFIX
 
 PROTECT_HEAD = 3
 MIN_TAIL_MESSAGES = 2
@@ -54,29 +55,39 @@ class MessageFacts:
 
     Call ids that are not strings, numbers, booleans or null are left out: upstream compares
     them by identity, and no two messages share a parsed object. The others are told apart as a
-    JavaScript `Set` tells them (`_call_key`)."""
+    JavaScript `Set` tells them (`_call_key`).
+
+    An overlay a read made of a record keeps the record's id, not its summary (3 MiB each at
+    most, and a history may show many): the summaries the prompt needs are read again by id. A
+    stored row whose id merely looks like an overlay's keeps its text."""
 
     id: str
     tokens: int
     overlay: bool
     calls: frozenset[Any] | None  # an assistant message with tool calls: the ids it calls
     answers: frozenset[Any]  # the call ids its tool parts carry
-    summary: str | None  # an overlay's text
+    summary: str | None  # an overlay's text, unless it is a record's (`record_id`)
+    record_id: str | None = None  # the record an overlay of the read was made of
 
 
-def message_facts(message: Message) -> MessageFacts:
+def message_facts(message: Message, *, of_record: bool = False) -> MessageFacts:
+    """`of_record`: the message is an overlay a read made of a record (its summary, the
+    message's text, is then left to be read by the record's id)."""
     tool_parts = [part for part in message.get("parts", ()) if _is_tool_part(part)]
     answers = frozenset(
         _call_key(part["toolCallId"]) for part in tool_parts if "toolCallId" in part and _comparable(part["toolCallId"])
     )
     overlay = is_overlay_message(message)
+    message_id = str(message.get("id"))
+    record_id = message_id[len(COMPACTION_PREFIX) :] if overlay and of_record else None
     return MessageFacts(
-        id=str(message.get("id")),
+        id=message_id,
         tokens=estimate_message_tokens([message]),
         overlay=overlay,
         calls=answers if tool_parts and message.get("role") == "assistant" else None,
         answers=answers,
-        summary=_text_of(message, "\n") if overlay else None,
+        summary=_text_of(message, "\n") if overlay and record_id is None else None,
+        record_id=record_id,
     )
 
 
@@ -233,19 +244,25 @@ def build_prompt(rendered: Sequence[str], previous_summary: str | None, budget: 
 @dataclass(frozen=True, slots=True)
 class SpanPlan:
     """The span a summary will replace, and what its prompt is made of: the non-overlay messages
-    at history indexes `begin` to `end` (exclusive), the summaries it extends, the budget."""
+    at history indexes `begin` to `end` (exclusive), the overlays whose summaries it extends
+    (`previous`, joined by `previous_summary` once their texts are read), the budget."""
 
     from_message_id: str
     to_message_id: str
     begin: int
     end: int
-    previous_summary: str | None
+    previous: tuple[MessageFacts, ...]
     budget_tokens: int
+
+
+def previous_summary(summaries: Sequence[str]) -> str | None:
+    """The previous summary a prompt extends: the texts of a plan's `previous` overlays."""
+    return "\n\n".join(summaries) if summaries else None
 
 
 def plan_span(
     history: Sequence[MessageFacts],
-    compactions: Sequence[Compaction],
+    compactions: Sequence[SpanRecord],
     *,
     keep_recent_tokens: int = DEFAULT_KEEP_RECENT_TOKENS,
 ) -> SpanPlan | None:
@@ -286,12 +303,11 @@ def plan_span(
     covered = [m for m in history[begin:end] if m.overlay]
     first = next((m for m in history if m.overlay), None)
     summaries = covered or ([first] if first is not None else [])
-    previous_summary = "\n\n".join(m.summary or "" for m in summaries) if summaries else None
     budget = max(100, math.floor(sum(m.tokens for m in middle) * 0.2))
-    return SpanPlan(from_id, to_id, begin, end, previous_summary, budget)
+    return SpanPlan(from_id, to_id, begin, end, tuple(summaries), budget)
 
 
-def _span_start_index(ids: Sequence[str], record: Compaction) -> int | None:
+def _span_start_index(ids: Sequence[str], record: SpanRecord) -> int | None:
     """Where a record's span begins in a history: its synthetic message, or its raw first row."""
     overlay = COMPACTION_PREFIX + record.id
     if overlay in ids:
@@ -301,11 +317,13 @@ def _span_start_index(ids: Sequence[str], record: Compaction) -> int | None:
     return None
 
 
-def session_token_estimate(row_estimates: Sequence[tuple[str, int]], spans: Sequence[tuple[int, int, str]]) -> int:
+def session_token_estimate(row_estimates: Sequence[tuple[str, int]], spans: Sequence[tuple[int, int, int]]) -> int:
     """Upstream's session estimate: stamped row estimates along the active path, minus rows
-    under applied overlays, plus each overlay summary's string estimate; ceil, floored at 0."""
+    under applied overlays, plus each overlay summary's string estimate (`estimate_string_tokens`
+    of it, taken as its summary is read: the spans hold the estimates, not the summaries);
+    ceil, floored at 0."""
     total = float(sum(tokens for _, tokens in row_estimates))
-    for start, end, summary in spans:
+    for start, end, summary_tokens in spans:
         total -= sum(tokens for _, tokens in row_estimates[start : end + 1])
-        total += estimate_string_tokens(summary)
+        total += summary_tokens
     return max(0, math.ceil(total))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import uuid
 from collections import OrderedDict
@@ -23,11 +24,13 @@ from typing import TYPE_CHECKING, Protocol
 from sessions_server.domain import compaction, jsjson, paths
 from sessions_server.domain.chunking import utf8_length
 from sessions_server.domain.errors import FailedPrecondition, InvalidArgument, LimitExceeded, Unavailable
-from sessions_server.domain.limits import check_size
+from sessions_server.domain.history import SUMMARY_READ
+from sessions_server.domain.limits import RESPONSE_PAYLOAD_BYTES, check_size
 from sessions_server.domain.overlays import plan_overlays
+from sessions_server.domain.tokens import estimate_string_tokens
 from sessions_server.storage import queries
 from sessions_server.storage.feed import ChangeEvent
-from sessions_server.storage.queries import Connection
+from sessions_server.storage.queries import CompactionSpan, Connection
 from sessions_server.storage.rows import MAX_PATH_DEPTH, Compaction, RowInfo
 from sessions_server.storage.store import ObjectStore, WriteContext, now_ms
 
@@ -38,6 +41,13 @@ log = logging.getLogger("sessions.compaction")
 
 POLICY_THRESHOLD_KEY = "compaction.threshold_tokens"
 POLICY_KEEP_RECENT_KEY = "compaction.keep_recent_tokens"
+
+MAX_SUMMARIZER_PROMPT_BYTES = RESPONSE_PAYLOAD_BYTES
+"""The longest prompt (UTF-8 bytes) the server's summarizer is sent, by `Compact` and automatic
+compaction alike: the bound of PlanCompaction's prompt (one response), so that a span either
+way of summarizing takes is refused by both or by neither. Planning refuses a longer one as
+soon as its text is past it; unbounded, 70 messages of 5 MB made a 325 MB prompt and took
+the server's memory up by 1.9 GB."""
 
 
 class Summarizer(Protocol):
@@ -162,7 +172,16 @@ def note_session_changed(ctx: WriteContext, session_id: str) -> None:
     ctx.note_changed(session_id)
 
 
-def _prompt_too_large(size: str, limit: int) -> LimitExceeded:
+def _prompt_too_large(size: str, limit: int, *, for_summarizer: bool = False) -> LimitExceeded:
+    if for_summarizer:  # Compact, and automatic compaction
+        return LimitExceeded(
+            f"the summarizer prompt for this span is {size}, more than the server sends its summarizer "
+            f"(max_summarizer_prompt_bytes, {limit}, as PlanCompaction's prompt); nothing was summarized. "
+            "Compact an older part first (a larger keep_recent_tokens ends the span sooner), or summarize "
+            "the span in parts and record each with AddCompaction",
+            limit="max_summarizer_prompt_bytes",
+            limit_value=str(limit),
+        )
     # A response over the server's send limit would fail with a bare transport error.
     return LimitExceeded(
         f"the summarizer prompt for this span is {size}, more than a response carries "
@@ -254,6 +273,22 @@ class Compactor:
                 lambda conn: queries.compactions_after(conn, session_id, after_seq, limit, max_bytes), quick=True
             )
 
+    async def spans(self, object_key: str, session_id: str) -> list[CompactionSpan]:
+        """The session's records without their summaries, lowest seq first."""
+        self._service.check_names(object_key, session_id)
+        async with self._service.existing_object(object_key) as store:
+            if store is None:
+                return []
+            return await store.read(lambda conn: queries.compaction_spans(conn, session_id), quick=True)
+
+    async def _summary(self, object_key: str, session_id: str, record_id: str) -> str | None:
+        """One record's summary, read by id; None when it is gone."""
+        async with self._service.existing_object(object_key) as store:
+            if store is None:
+                return None
+            read = functools.partial(queries.compaction_summary, session_id=session_id, compaction_id=record_id)
+            return await store.read(read, quick=True, kind=SUMMARY_READ)
+
     # ── planning and summarizing ────────────────────────────────────────────
 
     async def plan(
@@ -268,32 +303,74 @@ class Compactor:
         """Plans over the history with overlays applied (a bounded path: at most 10,001 rows).
         The history is read twice: once for what planning needs of each message, once for the
         span's messages, rendered into the prompt as they come. `max_prompt_bytes` (0: none)
-        refuses a longer prompt as soon as its messages are past it (LimitExceeded).
+        refuses a longer prompt as soon as its text is past it (LimitExceeded).
         `keep_recent_tokens` 0: the session's policy, as `compact` takes it."""
+        return await self._plan(object_key, session_id, leaf_id, keep_recent_tokens, max_prompt_bytes, False)
+
+    async def _plan(
+        self,
+        object_key: str,
+        session_id: str,
+        leaf_id: str,
+        keep_recent_tokens: int,
+        max_prompt_bytes: int,
+        for_summarizer: bool,
+    ) -> compaction.CompactionPlan | None:
+        """`plan`; `for_summarizer`: the bound is the server's summarizer's (its refusal says so).
+
+        Planning holds no summary but those its prompt extends: the first read keeps each
+        overlay's record id (`MessageFacts.record_id`) and the records are planned without
+        their summaries; the prompt's previous summaries are read by id, counted against the
+        bound as they come."""
         _check_keep_recent(keep_recent_tokens)
         keep = keep_recent_tokens or (await self.get_policy(object_key, session_id)).keep_recent
         for _ in range(PLAN_ATTEMPTS):
             stamp = await self._change_stamp(object_key, session_id)  # before the first read
             facts = [
-                compaction.message_facts(jsjson.parse(view.json))
+                compaction.message_facts(jsjson.parse(view.json), of_record=view.overlay)
                 async for window in self._service.history(object_key, session_id, leaf_id=leaf_id)
                 for view in window
             ]
-            span = compaction.plan_span(facts, await self.records(object_key, session_id), keep_recent_tokens=keep)
+            span = compaction.plan_span(facts, await self.spans(object_key, session_id), keep_recent_tokens=keep)
             if span is None:
                 return None
-            rendered = await self._render_span(object_key, session_id, leaf_id, facts, span, max_prompt_bytes)
+            bound = _PromptBound(max_prompt_bytes, for_summarizer)
+            previous = await self._previous_summaries(object_key, session_id, span, bound)
+            rendered = None
+            if previous is not None:
+                rendered = await self._render_span(object_key, session_id, leaf_id, facts, span, bound)
             # A change other than an append between the reads (an update of a message in the
             # span) would join the first read's span and budget to the second's text.
-            if rendered is not None and await self._change_stamp(object_key, session_id) == stamp:
-                prompt = compaction.build_prompt(rendered, span.previous_summary, span.budget_tokens)
+            if (
+                previous is not None
+                and rendered is not None
+                and await self._change_stamp(object_key, session_id) == stamp
+            ):
+                prompt = compaction.build_prompt(rendered, compaction.previous_summary(previous), span.budget_tokens)
+                del previous, rendered  # in the prompt now
                 size = utf8_length(prompt) if max_prompt_bytes else 0
                 if size > max_prompt_bytes:
-                    raise _prompt_too_large(f"{size} bytes", max_prompt_bytes)
+                    raise _prompt_too_large(f"{size} bytes", max_prompt_bytes, for_summarizer=for_summarizer)
                 return compaction.CompactionPlan(span.from_message_id, span.to_message_id, prompt, span.budget_tokens)
         raise FailedPrecondition(
             f"the session changed while its compaction was planned, {PLAN_ATTEMPTS} times in a row; plan again"
         )
+
+    async def _previous_summaries(
+        self, object_key: str, session_id: str, span: compaction.SpanPlan, bound: _PromptBound
+    ) -> list[str] | None:
+        """The texts of the summaries a plan's prompt extends, a record's read by id, counted
+        against the prompt's bound as they come; None when a record is gone (plan again)."""
+        texts: list[str] = []
+        for overlay in span.previous:
+            text = overlay.summary
+            if overlay.record_id is not None:
+                text = await self._summary(object_key, session_id, overlay.record_id)
+            if text is None:
+                return None
+            bound.add(utf8_length(text) + (2 if texts else 0))  # joined by a blank line
+            texts.append(text)
+        return texts
 
     async def _change_stamp(self, object_key: str, session_id: str) -> tuple[ObjectStore, int] | None:
         async with self._service.existing_object(object_key) as store:
@@ -306,12 +383,11 @@ class Compactor:
         leaf_id: str,
         facts: list[compaction.MessageFacts],
         span: compaction.SpanPlan,
-        max_prompt_bytes: int,
+        bound: _PromptBound,
     ) -> list[str] | None:
-        """The span's messages rendered for the prompt, read again; None when the history no
-        longer holds the planned messages where they were."""
+        """The span's messages rendered for the prompt, read again, counted against the bound;
+        None when the history no longer holds the planned messages where they were."""
         rendered: list[str] = []
-        size = 0
         index = 0
         windows = self._service.history(object_key, session_id, leaf_id=leaf_id)
         async with contextlib.aclosing(windows):
@@ -325,9 +401,7 @@ class Compactor:
                             return None
                         if not facts[index].overlay:
                             rendered.append(compaction.render_message(message))
-                            size += utf8_length(rendered[-1])
-                            if max_prompt_bytes and size > max_prompt_bytes:
-                                raise _prompt_too_large(f"over {max_prompt_bytes} bytes", max_prompt_bytes)
+                            bound.add(utf8_length(rendered[-1]))
                     index += 1
         return rendered if index >= span.end else None
 
@@ -335,7 +409,8 @@ class Compactor:
         self, object_key: str, session_id: str, *, leaf_id: str = "", keep_recent_tokens: int = 0
     ) -> Compaction | None:
         """Plans, asks the configured summarizer, stores the overlay (`compact` event).
-        `keep_recent_tokens` 0: the session's policy."""
+        `keep_recent_tokens` 0: the session's policy. A prompt past MAX_SUMMARIZER_PROMPT_BYTES
+        is refused (LimitExceeded) before the summarizer is asked, as PlanCompaction's is."""
         _check_keep_recent(keep_recent_tokens)
         if self._summarizer is None:
             self._service.objects.admit(object_key, writing=True)  # the owner, elsewhere, may summarize
@@ -352,7 +427,9 @@ class Compactor:
                 if store is None:
                     return None  # never written: nothing to summarize
                 planned_at = (store, store.change_stamp(session_id))  # before the history is read
-            planned = await self.plan(object_key, session_id, leaf_id=leaf_id, keep_recent_tokens=keep_recent_tokens)
+            planned = await self._plan(
+                object_key, session_id, leaf_id, keep_recent_tokens, MAX_SUMMARIZER_PROMPT_BYTES, True
+            )
             if planned is None:
                 return None
             try:
@@ -448,9 +525,10 @@ class Compactor:
                     return TokenMemo(None, 0.0, 0, False, [])
                 path = paths.path_stats(store, conn, session_id, leaf, stamp)
                 rows = [(row.id, row.token_estimate) for row in path.rows]
-                records = queries.compactions(conn, session_id)
+                records = queries.compaction_spans(conn, session_id)
+                # Each applied overlay's summary is read, estimated and let go: one at a time.
                 spans = [
-                    (span.start, span.end, span.compaction.summary)
+                    (span.start, span.end, _summary_tokens(conn, session_id, span.compaction.id))
                     for span in plan_overlays([r[0] for r in rows], records)
                 ]
                 total = float(compaction.session_token_estimate(rows, spans))
@@ -548,6 +626,28 @@ class Compactor:
             task.cancel()
         if pending:
             await asyncio.wait(pending)
+
+
+@dataclass(slots=True)
+class _PromptBound:
+    """What a prompt being planned holds so far, against its bound (0: none): refused as soon
+    as its text passes it (the prompt's own template comes on top)."""
+
+    max_bytes: int
+    for_summarizer: bool
+    used: int = 0
+
+    def add(self, size: int) -> None:
+        self.used += size
+        if self.max_bytes and self.used > self.max_bytes:
+            raise _prompt_too_large(f"over {self.max_bytes} bytes", self.max_bytes, for_summarizer=self.for_summarizer)
+
+
+def _summary_tokens(conn: Connection, session_id: str, record_id: str) -> int:
+    """The string estimate of a record's summary (0 when the record is gone: a clear, which
+    also drops what this derivation would be remembered as)."""
+    summary = queries.compaction_summary(conn, session_id, record_id)
+    return 0 if summary is None else estimate_string_tokens(summary)
 
 
 def _forget_task(

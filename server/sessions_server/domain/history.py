@@ -17,12 +17,18 @@ from itertools import accumulate
 
 from sessions_server.domain import large_messages, paths
 from sessions_server.domain.chunking import utf8_length
-from sessions_server.domain.overlays import OverlaySpan, overlay_id, overlay_message_json, plan_overlays
+from sessions_server.domain.overlays import (
+    OverlaySpan,
+    SpanRecord,
+    overlay_id,
+    overlay_message_json,
+    plan_overlays,
+)
 from sessions_server.domain.paths import ROW_ID, STORED_BYTES
 from sessions_server.domain.views import MessageView, view_of, views_by_id
 from sessions_server.storage import queries
-from sessions_server.storage.queries import Connection
-from sessions_server.storage.rows import COMPACTION_PREFIX, MAX_PATH_DEPTH, Compaction, PathStat, RowInfo
+from sessions_server.storage.queries import CompactionSpan, Connection
+from sessions_server.storage.rows import COMPACTION_PREFIX, MAX_PATH_DEPTH, PathStat, RowInfo
 from sessions_server.storage.store import ObjectStore
 
 # Upstream's hydration windows: forward reads fetch at most 50 rows and 4 MiB of stored bytes per
@@ -48,6 +54,8 @@ WALK_MAX_STEPS = 64
 DEFAULT_BATCH_SIZE = 50
 DEFAULT_BATCH_BYTES = 4 * 1024 * 1024
 _SPAN_START = operator.attrgetter("start")
+# The kind of quick read that reads an overlay's summary (`ObjectStore.read`).
+SUMMARY_READ = "summary"
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +65,8 @@ class RecentSummary:
 
 
 # A budgeted read's plan: the rows to read, whether older ones were left out, the path's stored
-# bytes in all, and the session's compactions.
-_RecentPlan = tuple[list[PathStat], bool, int, list[Compaction]]
+# bytes in all, and the session's compactions (without their summaries, read as overlays are sent).
+_RecentPlan = tuple[list[PathStat], bool, int, list[CompactionSpan]]
 
 # One step of a walk from the leaf: the views read, rows walked, where to go on, and whether the
 # walk reached a row that ends a compaction (from which overlays must be planned).
@@ -148,12 +156,12 @@ async def from_root(
 ) -> AsyncGenerator[list[MessageView], None]:
     """One root-to-leaf path with overlays applied, root first, in windows."""
 
-    def plan(conn: Connection) -> tuple[list[PathStat], list[Compaction], list[OverlaySpan] | None]:
+    def plan(conn: Connection) -> tuple[list[PathStat], list[CompactionSpan], list[OverlaySpan] | None]:
         stamp = paths.walk_stamp(store, session_id)  # before the snapshot
         leaf = resolve_leaf(store, conn, session_id, leaf_id)
         if not leaf:  # an empty id as the leaf reads as no leaf, as upstream
             return [], [], []
-        records = queries.compactions(conn, session_id)
+        records = queries.compaction_spans(conn, session_id)
         remembered = paths.remembered_overlaid_path(store, session_id, leaf, records) if records else None
         if remembered is not None:
             return remembered[0], records, remembered[1]
@@ -182,7 +190,7 @@ async def recent(
             and suffix.oldest_id is not None
             and queries.parent_of(conn, session_id, suffix.oldest_id)[1] is not None
         )
-        return suffix.rows, suffix.cut or capped, suffix.stored_bytes, queries.compactions(conn, session_id)
+        return suffix.rows, suffix.cut or capped, suffix.stored_bytes, queries.compaction_spans(conn, session_id)
 
     def plan(conn: Connection) -> _RecentPlan:
         stamp = paths.walk_stamp(store, session_id)  # before the snapshot
@@ -239,9 +247,9 @@ async def from_leaf(
         depth += len(taken)
         return views, len(taken), (current if depth <= MAX_PATH_DEPTH else None), False
 
-    def start(conn: Connection) -> tuple[str | None, list[Compaction], _Remembered | None, _WalkStep | None]:
+    def start(conn: Connection) -> tuple[str | None, list[CompactionSpan], _Remembered | None, _WalkStep | None]:
         leaf = resolve_leaf(store, conn, session_id, leaf_id)
-        records = queries.compactions(conn, session_id)
+        records = queries.compaction_spans(conn, session_id)
         remembered: _Remembered | None = None
         if leaf and records:  # overlays are planned over the whole path, once while it is remembered
             remembered = paths.remembered_overlaid_path(store, session_id, leaf, records)
@@ -301,7 +309,7 @@ async def _overlaid_prefix(
     session_id: str,
     leaf: str | None,
     from_id: str,
-    records: list[Compaction],
+    records: list[CompactionSpan],
     inline: bool,
 ) -> AsyncGenerator[list[MessageView], None]:
     def visible_path(conn: Connection) -> list[PathStat]:
@@ -334,7 +342,7 @@ async def first_messages(
                 return
 
 
-def hidden_ids(records: Sequence[Compaction]) -> set[str]:
+def hidden_ids(records: Sequence[SpanRecord]) -> set[str]:
     return {overlay_id(record) for record in records}
 
 
@@ -396,7 +404,7 @@ async def stream_path(
     store: ObjectStore,
     session_id: str,
     stats: Sequence[PathStat],
-    records: Sequence[Compaction],
+    records: Sequence[CompactionSpan],
     *,
     newest_first: bool = False,
     spans: Sequence[OverlaySpan] | None = None,
@@ -404,7 +412,9 @@ async def stream_path(
 ) -> AsyncGenerator[list[MessageView], None]:
     """Streams path rows with overlays collapsed, hydrating one bounded window at a time and
     yielding it whole (an overlay alone); no window is retained after it has been yielded. A
-    path whose messages are all remembered comes as one window: it is in memory already."""
+    path whose messages are all remembered comes as one window: it is in memory already. An
+    overlay's summary is read (by id) as the overlay is sent, and one whose record is gone by
+    then (a clear) is left out, as a message deleted during a read is."""
     if spans is None:
         spans = plan_overlays(list(map(ROW_ID, stats)), records) if records else []
     if not spans and not newest_first:
@@ -416,28 +426,25 @@ async def stream_path(
     # Decided at the first storage read: the sum runs over the whole path, which a newest-first
     # read of remembered messages never needs.
     remember: bool | None = None
-    segments: list[Compaction | Sequence[PathStat]] = []
+    # Each segment: an overlay's record, or a run of rows.
+    segments: list[tuple[SpanRecord | None, Sequence[PathStat]]] = []
     index = 0
     for span in sorted(spans, key=_SPAN_START):
         if span.start < index:
             continue  # inside an overlay already taken
         if span.start > index:
-            segments.append(stats[index : span.start])
-        segments.append(span.compaction)
+            segments.append((None, stats[index : span.start]))
+        segments.append((span.compaction, ()))
         index = span.end + 1
     if index < len(stats):
-        segments.append(stats[index:])
+        segments.append((None, stats[index:]))
     if newest_first:
         segments.reverse()
-    for segment in segments:
-        if isinstance(segment, Compaction):
-            yield [
-                MessageView(
-                    RowInfo(overlay_id(segment), "assistant", None, 0, 0, 0),
-                    overlay_message_json(segment),
-                    overlay=True,
-                )
-            ]
+    for record, segment in segments:
+        if record is not None:
+            overlay = await _overlay_view(store, session_id, record)
+            if overlay is not None:
+                yield [overlay]
             continue
         windows: Iterable[Sequence[PathStat]] = (
             cut_windows_from_end(segment, NEWEST_FIRST_WINDOW_ROWS, WINDOW_BYTES, grow_to=WINDOW_MAX_ROWS)
@@ -466,6 +473,22 @@ async def stream_path(
             kept = [view for view in views if view is not None]  # without the rows reads skip (unparseable)
             if kept:
                 yield kept
+
+
+async def _overlay_view(store: ObjectStore, session_id: str, record: SpanRecord) -> MessageView | None:
+    """The synthetic message of an overlay, its summary read by id now: None when the record is
+    gone (a clear since the read planned it). Timed as a kind of its own: a point read of a key,
+    in place for a lone caller even after a long walk's reads were sent to the executor."""
+    summary = await store.read(
+        functools.partial(queries.compaction_summary, session_id=session_id, compaction_id=record.id),
+        quick=True,
+        kind=SUMMARY_READ,
+    )
+    if summary is None:
+        return None
+    return MessageView(
+        RowInfo(overlay_id(record), "assistant", None, 0, 0, 0), overlay_message_json(record, summary), overlay=True
+    )
 
 
 def _window_views(

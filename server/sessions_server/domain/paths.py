@@ -43,10 +43,9 @@ from typing import NamedTuple, cast
 from sessions_server.domain.overlays import OverlaySpan, plan_overlays
 from sessions_server.domain.views import MessageView, Rewrites
 from sessions_server.storage import queries
-from sessions_server.storage.queries import Connection
+from sessions_server.storage.queries import CompactionSpan, Connection
 from sessions_server.storage.rows import (
     MAX_PATH_DEPTH,
-    Compaction,
     PathStat,
     PathStats,
     RowInfo,
@@ -103,7 +102,8 @@ class _Overlays:
     """The overlays planned over a remembered path, for the records (by id) they were planned
     with. An append keeps them unless it ends some record's span (which may then apply) or
     pushes a row out at the walk's cap (every index moves); records change only by writes that
-    forget the path."""
+    forget the path. The spans' records hold no summaries (`CompactionSpan`): a read reads an
+    overlay's summary as it sends it, so what is kept here is ids and spans alone."""
 
     record_ids: tuple[str, ...]
     span_ends: frozenset[str]
@@ -339,7 +339,7 @@ def remembered_path(store: ObjectStore, session_id: str, leaf_id: str, last: int
 
 
 def remembered_overlaid_path(
-    store: ObjectStore, session_id: str, leaf_id: str, records: Sequence[Compaction]
+    store: ObjectStore, session_id: str, leaf_id: str, records: Sequence[CompactionSpan]
 ) -> tuple[list[PathStat], list[OverlaySpan]] | None:
     """The remembered path to `leaf_id` (a copy) and the overlays `records` apply to it, planned
     once for the path and kept with it (a newest-first read of 50 messages planned a

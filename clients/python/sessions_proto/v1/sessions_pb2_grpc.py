@@ -359,9 +359,13 @@ class SessionServiceServicer:
         """Plans, summarizes with the server's configured summarizer, and stores the overlay.
         FAILED_PRECONDITION when no summarizer is configured; UNAVAILABLE (SUMMARIZER_FAILED) when
         it fails, times out or answers more than max_summary_bytes. The prompt includes every
-        summary the new span hides. When the session changes other than by appends while the
-        summary is made, it plans and summarizes again (three tries) rather than store a summary of
-        what is no longer there.
+        summary the new span hides. A prompt over 3 MiB, PlanCompaction's bound, is refused before
+        the summarizer is asked (RESOURCE_EXHAUSTED, limit max_summarizer_prompt_bytes): compact an
+        older part first (a larger keep_recent_tokens ends the span sooner), or summarize the span
+        in parts, recording each with AddCompaction. Automatic compaction has the same bound and
+        reports such a refusal as a compaction error event. When the session changes other than by
+        appends while the summary is made, it plans and summarizes again (three tries) rather than
+        store a summary of what is no longer there.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

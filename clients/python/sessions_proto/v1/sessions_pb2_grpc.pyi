@@ -136,9 +136,13 @@ class SessionServiceStub:
     """Plans, summarizes with the server's configured summarizer, and stores the overlay.
     FAILED_PRECONDITION when no summarizer is configured; UNAVAILABLE (SUMMARIZER_FAILED) when
     it fails, times out or answers more than max_summary_bytes. The prompt includes every
-    summary the new span hides. When the session changes other than by appends while the
-    summary is made, it plans and summarizes again (three tries) rather than store a summary of
-    what is no longer there.
+    summary the new span hides. A prompt over 3 MiB, PlanCompaction's bound, is refused before
+    the summarizer is asked (RESOURCE_EXHAUSTED, limit max_summarizer_prompt_bytes): compact an
+    older part first (a larger keep_recent_tokens ends the span sooner), or summarize the span
+    in parts, recording each with AddCompaction. Automatic compaction has the same bound and
+    reports such a refusal as a compaction error event. When the session changes other than by
+    appends while the summary is made, it plans and summarizes again (three tries) rather than
+    store a summary of what is no longer there.
     """
     SetCompactionPolicy: _grpc.UnaryUnaryMultiCallable[_sessions_pb2.SetCompactionPolicyRequest, _sessions_pb2.SetCompactionPolicyResponse]
     """Sets a session's automatic compaction policy (persisted in the object). A threshold needs
@@ -280,9 +284,13 @@ class SessionServiceAsyncStub(SessionServiceStub):
     """Plans, summarizes with the server's configured summarizer, and stores the overlay.
     FAILED_PRECONDITION when no summarizer is configured; UNAVAILABLE (SUMMARIZER_FAILED) when
     it fails, times out or answers more than max_summary_bytes. The prompt includes every
-    summary the new span hides. When the session changes other than by appends while the
-    summary is made, it plans and summarizes again (three tries) rather than store a summary of
-    what is no longer there.
+    summary the new span hides. A prompt over 3 MiB, PlanCompaction's bound, is refused before
+    the summarizer is asked (RESOURCE_EXHAUSTED, limit max_summarizer_prompt_bytes): compact an
+    older part first (a larger keep_recent_tokens ends the span sooner), or summarize the span
+    in parts, recording each with AddCompaction. Automatic compaction has the same bound and
+    reports such a refusal as a compaction error event. When the session changes other than by
+    appends while the summary is made, it plans and summarizes again (three tries) rather than
+    store a summary of what is no longer there.
     """
     SetCompactionPolicy: _aio.UnaryUnaryMultiCallable[_sessions_pb2.SetCompactionPolicyRequest, _sessions_pb2.SetCompactionPolicyResponse]  # type: ignore[assignment]
     """Sets a session's automatic compaction policy (persisted in the object). A threshold needs
@@ -541,9 +549,13 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         """Plans, summarizes with the server's configured summarizer, and stores the overlay.
         FAILED_PRECONDITION when no summarizer is configured; UNAVAILABLE (SUMMARIZER_FAILED) when
         it fails, times out or answers more than max_summary_bytes. The prompt includes every
-        summary the new span hides. When the session changes other than by appends while the
-        summary is made, it plans and summarizes again (three tries) rather than store a summary of
-        what is no longer there.
+        summary the new span hides. A prompt over 3 MiB, PlanCompaction's bound, is refused before
+        the summarizer is asked (RESOURCE_EXHAUSTED, limit max_summarizer_prompt_bytes): compact an
+        older part first (a larger keep_recent_tokens ends the span sooner), or summarize the span
+        in parts, recording each with AddCompaction. Automatic compaction has the same bound and
+        reports such a refusal as a compaction error event. When the session changes other than by
+        appends while the summary is made, it plans and summarizes again (three tries) rather than
+        store a summary of what is no longer there.
         """
 
     @_abc_1.abstractmethod
