@@ -24,13 +24,14 @@ from typing import Any
 
 import pytest
 
-from sessions_server.domain import compaction, paths
+from sessions_server.domain import paths
 from sessions_server.domain.errors import LimitExceeded
 from sessions_server.domain.service import AppendInput, SessionsService
 from sessions_server.domain.tokens import estimate_string_tokens
 from sessions_server.storage import queries
 from sessions_server.storage.registry import ObjectRegistry
 from sessions_server.storage.rows import COMPACTION_PREFIX, Parent
+from tests.domain.test_compaction_plan_reads import _count_renderings
 
 KEY = "o"
 MARK = "summary-of-record-"
@@ -177,7 +178,7 @@ def test_a_remembered_overlay_plan_holds_no_summary(tmp_path: Path) -> None:
             held = paths._paths.get((paths._object_memo(store), ""))
         assert held is not None and held.overlays is not None
         assert [span.compaction.id for span in held.overlays.spans] == [
-            record.id for record in await service.compactor.records(KEY, "") if record.seq - 1 in APPLIED
+            record.id for record in await service.compactor.spans(KEY, "") if record.seq - 1 in APPLIED
         ]
         for span in held.overlays.spans:
             assert not hasattr(span.compaction, "summary")
@@ -219,14 +220,7 @@ def test_planning_reads_the_summaries_its_prompt_extends(tmp_path: Path, monkeyp
 def test_previous_summaries_count_against_the_prompt_bound_before_the_span_is_rendered(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    rendered: list[str] = []
-    original = compaction.render_message
-
-    def counted(message: Any) -> str:
-        rendered.append(str(message.get("id")))
-        return original(message)
-
-    monkeypatch.setattr(compaction, "render_message", counted)
+    rendered = _count_renderings(monkeypatch)
 
     async def scenario(service: SessionsService) -> None:
         with pytest.raises(LimitExceeded) as refused:

@@ -22,7 +22,8 @@ import grpc
 import pytest
 
 from sessions_client import SessionsError
-from sessions_server.domain import compaction, compactor
+from sessions_server.domain import compactor
+from tests.domain.test_compaction_plan_reads import _count_renderings
 from tests.service.chat_completions_stub import ChatCompletionsStub, FeedReader
 from tests.service.support import text_message
 from tests.service.test_compaction_summarizer import Summarizing, api_key_env  # noqa: F401  (a fixture)
@@ -43,15 +44,7 @@ def summarizing(tmp_path: Path, llm: ChatCompletionsStub, api_key_env: tuple[str
 def bound(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Lowers the bound; returns the ids of the messages rendered into prompts from now on."""
     monkeypatch.setattr(compactor, "MAX_SUMMARIZER_PROMPT_BYTES", BOUND, raising=False)
-    rendered: list[str] = []
-    original = compaction.render_message
-
-    def counted(message: Any) -> str:
-        rendered.append(str(message.get("id")))
-        return original(message)
-
-    monkeypatch.setattr(compaction, "render_message", counted)
-    return rendered
+    return _count_renderings(monkeypatch)
 
 
 def _turns(session: Any, count: int) -> None:

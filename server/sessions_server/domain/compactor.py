@@ -254,13 +254,6 @@ class Compactor:
             self.on_stored(event)
             return record
 
-    async def records(self, object_key: str, session_id: str) -> list[Compaction]:
-        self._service.check_names(object_key, session_id)
-        async with self._service.existing_object(object_key) as store:
-            if store is None:
-                return []
-            return await store.read(lambda conn: queries.compactions(conn, session_id), quick=True)
-
     async def records_after(
         self, object_key: str, session_id: str, after_seq: int, limit: int, max_bytes: int
     ) -> tuple[list[Compaction], bool]:

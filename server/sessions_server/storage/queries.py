@@ -356,19 +356,6 @@ def compaction_summary(conn: sqlite3.Connection, session_id: str, compaction_id:
     return None if row is None else str(row[0])
 
 
-def compactions(conn: sqlite3.Connection, session_id: str) -> list[Compaction]:
-    """Every compaction record of a session, summaries included, oldest (lowest seq) first.
-    Reads plan with `compaction_spans` instead: this holds every summary at once."""
-    return [
-        Compaction(str(r[0]), int(r[1]), str(r[2]), str(r[3]), str(r[4]), int(r[5]))
-        for r in conn.execute(
-            """SELECT id, seq, summary, from_message_id, to_message_id, created_at
-               FROM cf_agents_session_compactions WHERE session_id = ? ORDER BY seq ASC""",
-            (session_id,),
-        )
-    ]
-
-
 def compactions_after(
     conn: sqlite3.Connection, session_id: str, after_seq: int, limit: int, max_bytes: int
 ) -> tuple[list[Compaction], bool]:
