@@ -841,10 +841,8 @@ def index_search_text(
 
 
 def next_compaction_seq(conn: sqlite3.Connection, session_id: str) -> int:
-    row = conn.execute(
-        "SELECT COALESCE(MAX(seq), 0) + 1 FROM cf_agents_session_compactions WHERE session_id = ?", (session_id,)
-    ).fetchone()
-    return int(row[0])
+    """One above the session's highest record seq (`_session_compactions`: no summary is read)."""
+    return max((int(row[0]) for row in _session_compactions(conn, session_id, "seq")), default=0) + 1
 
 
 def insert_compaction(conn: sqlite3.Connection, session_id: str, record: Compaction) -> None:
