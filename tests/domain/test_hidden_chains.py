@@ -68,7 +68,8 @@ def test_latest_leaf_and_branches_read_no_compaction_summaries(tmp_path: Path, m
                 await importer.add(_message(f"compaction_{first.id}"), "root", 1)
                 await importer.add(_message("child"), f"compaction_{first.id}", 1)
                 await importer.add(_message(f"compaction_{second.id}"), "child", 1)  # the newest row: hidden
-            monkeypatch.setattr(queries, "compactions", _no_summaries)
+            for reads_summaries in ("compaction_summary", "compactions_after"):
+                monkeypatch.setattr(queries, reads_summaries, _no_summaries)
             leaf = await service.get_latest_leaf("o", "")
             below = [
                 view.info.id async for window in service.get_branches("o", "", "root") for view in window if view.info
@@ -81,4 +82,4 @@ def test_latest_leaf_and_branches_read_no_compaction_summaries(tmp_path: Path, m
 
 
 def _no_summaries(*args: object) -> list[object]:
-    raise AssertionError("read the compaction records whole")
+    raise AssertionError("read a compaction record's summary")
