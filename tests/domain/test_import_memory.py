@@ -86,7 +86,7 @@ def observed(monkeypatch: pytest.MonkeyPatch) -> Iterator[Observed]:
     seen.gate.set()
 
 
-def _import(tmp_path: Path, texts: list[tuple[str, str]], **add: Any) -> int:
+def _import(tmp_path: Path, texts: list[tuple[str, str]]) -> int:
     """Imports the messages (id, JSON) as a chain; the number imported."""
 
     async def run() -> int:
@@ -95,7 +95,7 @@ def _import(tmp_path: Path, texts: list[tuple[str, str]], **add: Any) -> int:
             async with service.importer("o", "") as importer:
                 parent = None
                 for message_id, text in texts:
-                    await importer.add(text, parent, 1, **add)
+                    await importer.add(text, parent, 1)
                     parent = message_id
             return importer.imported
         finally:
