@@ -8,9 +8,16 @@ domain over real object files."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import json
+import random
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from sessions_server.domain.history import WINDOW_BYTES
 from sessions_server.domain.service import AppendInput, SessionsService
@@ -103,3 +110,73 @@ def test_a_newest_first_read_past_a_compaction_reads_windows_of_at_most_4_mib(tm
     assert read == ["m6", "m5", "m4", "m3", "overlay", "m0", "root"]
     assert all(sum(size for _, size in window) <= WINDOW_BYTES for window in windows)
     assert max(len(window) for window in windows) <= 2
+
+
+PAYLOAD = random.Random(11).randbytes(300_000)  # 400,000 bytes in base64
+POINTER = "attachment:sha256:" + hashlib.sha256(PAYLOAD).hexdigest()
+USES = 8  # each message reads back as 3.2 MB: two pass WINDOW_BYTES, its stored bytes are 0.3 MB
+
+
+def _naming_the_payload(message_id: str) -> str:
+    parts = [{"type": "file", "mediaType": "image/png", "url": POINTER} for _ in range(USES)]
+    return json.dumps({"id": message_id, "role": "user", "parts": parts})
+
+
+READS: dict[str, Callable[[SessionsService], AsyncIterator[Any]]] = {
+    "get_messages": lambda service: service.get_messages("o", "", [f"m{index}" for index in range(6)]),
+    "branches": lambda service: service.get_branches("o", "", "img"),
+    "root_first": lambda service: service.history("o", ""),
+    "newest_first": lambda service: service.history("o", "", newest_first=True),
+    "recent": lambda service: service.recent_history("o", "", 1 << 30),
+}
+
+
+@pytest.mark.parametrize("read", READS)
+@pytest.mark.parametrize("remembered", [False, True], ids=["cold", "after_a_whole_read"])
+def test_windows_end_after_the_message_whose_payloads_pass_4_mib(tmp_path: Path, read: str, remembered: bool) -> None:
+    """A window is sized by stored bytes before it is read, and a payload counts once per message
+    however many times the message names it: six messages naming a 0.3 MB image eight times each
+    came back in one window of 19 MB. A window now ends after the message that brings what it
+    read back past WINDOW_BYTES, and the read goes on from the next."""
+    ids = [f"m{index}" for index in range(6)]
+
+    async def write() -> None:
+        service = SessionsService(ObjectRegistry(tmp_path, ThreadPoolExecutor(max_workers=2)))
+        try:
+            url = "data:image/png;base64," + base64.b64encode(PAYLOAD).decode()
+            image = {"id": "img", "role": "user", "parts": [{"type": "file", "mediaType": "image/png", "url": url}]}
+            await service.append("o", "", json.dumps(image), Parent.auto(), from_client=True)
+            await service.append_many("o", "", [AppendInput(_naming_the_payload(i), Parent.auto(), True) for i in ids])
+            if read == "branches":  # all six the image's children
+                await service.append_many(
+                    "o", "", [AppendInput(_naming_the_payload(f"b{i}"), Parent.of("img"), True) for i in range(5)]
+                )
+        finally:
+            await service.registry.close_all()
+
+    async def windows() -> list[list[tuple[str, int]]]:
+        service = SessionsService(ObjectRegistry(tmp_path, ThreadPoolExecutor(max_workers=2)))
+        try:
+            if remembered:
+                whole = [view async for window in service.history("o", "") for view in window]
+                assert len(whole) == (2 if read == "branches" else 7)  # the image and the newest branch
+            return [
+                [(view.info.id if view.info else "", len(view.json)) for view in window]
+                async for window in READS[read](service)
+                if isinstance(window, list)
+            ]
+        finally:
+            await service.registry.close_all()
+
+    asyncio.run(write())
+    read_windows = asyncio.run(windows())
+    messages = [(message_id, size) for window in read_windows for message_id, size in window]
+    expected = {"get_messages": ids, "branches": ["m0", *(f"b{i}" for i in range(5))]}.get(read)
+    if expected is None:
+        expected = ["img", *ids]
+        if read == "newest_first":
+            expected.reverse()
+    assert [message_id for message_id, _ in messages] == expected
+    assert all(USES * 400_000 < size < WINDOW_BYTES for message_id, size in messages if message_id != "img")
+    assert all(sum(size for _, size in window[:-1]) <= WINDOW_BYTES for window in read_windows)
+    assert len(read_windows) >= 3  # 19 MB read back in windows of two or three messages

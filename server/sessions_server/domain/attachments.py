@@ -218,18 +218,31 @@ def pointers_of(value: Any, depth: int = 0) -> list[str]:
 
 def resolve(message: dict[str, Any], load: Callable[[str], tuple[str, bytes] | None]) -> dict[str, Any]:
     """Puts payloads back inline; a pointer whose payload is unknown stays as it is."""
+    # One payload named many times is loaded and encoded once: the restored records share the
+    # string, so the message holds it once until it is written out as JSON.
+    restored_forms: dict[tuple[str, str], str | None] = {}
+
+    def restored_form(digest: str, field: str) -> str | None:
+        key = (digest, field)
+        if key not in restored_forms:
+            loaded = load(digest)
+            if loaded is None:
+                restored_forms[key] = None
+            else:
+                encoded = encode_base64(loaded[1])
+                restored_forms[key] = f"data:{loaded[0]};base64,{encoded}" if field == "url" else encoded
+        return restored_forms[key]
 
     def visit(record: dict[str, Any]) -> Any:
         for field in ("url", "data"):
             digest = pointer_hash(record.get(field))
             if digest is None:
                 continue
-            loaded = load(digest)
-            if loaded is None:
+            form = restored_form(digest, field)
+            if form is None:
                 return record
             restored = dict(record)
-            encoded = encode_base64(loaded[1])
-            restored[field] = f"data:{loaded[0]};base64,{encoded}" if field == "url" else encoded
+            restored[field] = form
             return restored
         return _NOT_HANDLED
 

@@ -95,7 +95,8 @@ async def messages_in_windows(
 ) -> AsyncGenerator[list[MessageView], None]:
     """The messages of `ids` (distinct) that exist, in that order, a window a read: at most
     WINDOW_ROWS rows and WINDOW_BYTES of stored bytes (a larger message alone), sized before they
-    are read, so that no read holds more than a window of them however large they are. Past the
+    are read, so that no read holds more than a window of them however large they are; a window
+    whose payloads read back larger ends after the message that passes WINDOW_BYTES. Past the
     first, windows double up to WINDOW_MAX_ROWS rows, as a history read's do."""
     start, rows = 0, WINDOW_ROWS
     while start < len(ids):
@@ -110,7 +111,8 @@ async def messages_in_windows(
                 if taken and total > WINDOW_BYTES:
                     break
                 taken += 1
-            return taken, views_by_id(conn, session_id, candidates[:taken], inline)
+            found, answered = views_by_id(conn, session_id, candidates[:taken], inline, WINDOW_BYTES)
+            return answered, found
 
         taken, found = await store.read(read, quick=not large_messages.any_known_large(store, session_id, candidates))
         for message_id, view in found.items():
@@ -223,7 +225,8 @@ async def from_leaf(
     first steps, so the newest messages come back after one read. With a `limit`, no read
     takes more rows than the messages still wanted. Every read looks up at most
     WALK_MAX_STEPS rows by key, and WINDOW_BYTES of stored bytes (a larger message alone),
-    marked quick: a lone caller's walk reads without thread hops."""
+    ending after a message whose payloads bring what it read back past WINDOW_BYTES; marked
+    quick: a lone caller's walk reads without thread hops."""
     span_ends: set[str] = set()
     hidden: set[str] = set()
     wanted = limit or MAX_PATH_DEPTH + 1
@@ -233,19 +236,24 @@ async def from_leaf(
         with_attachments = inline and queries.has_attachment_refs(conn, session_id)
         taken = queries.ancestors(conn, session_id, first, wanted_rows, WINDOW_BYTES, with_attachments=with_attachments)
         views: list[MessageView] = []
-        for rows, row in enumerate(taken):
+        held, walked = 0, 0
+        for row in taken:
             if row.info.id in span_ends:
-                return views, rows, row.info.id, True
+                return views, walked, row.info.id, True
+            walked += 1
             if row.info.id not in hidden:
                 view = view_of(conn, row, inline)
                 if view is not None:
                     views.append(view)
+                    held += len(view.json)
+                    if held > WINDOW_BYTES:  # payloads named many times read back larger than stored
+                        break
         # The path goes on from the last row's parent unless the chain reached a root: also
         # when the bytes cut this step short, or the parent is missing (the next step then
         # reads nothing, and the path ends there).
-        current = taken[-1].info.parent_id if taken else None
-        depth += len(taken)
-        return views, len(taken), (current if depth <= MAX_PATH_DEPTH else None), False
+        current = taken[walked - 1].info.parent_id if walked else None
+        depth += walked
+        return views, walked, (current if depth <= MAX_PATH_DEPTH else None), False
 
     def start(conn: Connection) -> tuple[str | None, list[CompactionSpan], _Remembered | None, _WalkStep | None]:
         leaf = resolve_leaf(store, conn, session_id, leaf_id)
@@ -453,26 +461,33 @@ async def stream_path(
         )
         for window in windows:
             ids = list(map(ROW_ID, window))
-            remembered, missing, version = paths.remembered_views(store, session_id, ids)
-            if not missing:
-                yield remembered  # type: ignore[misc]  # no None left
-                continue
-            if remember is None:
-                remember = paths.fits_session_share(sum(map(STORED_BYTES, stats)), len(stats))
-            found, as_stored = await store.read(
-                functools.partial(_window_views, session_id=session_id, ids=missing, inline=inline, remember=remember),
-                quick=sum(map(STORED_BYTES, window)) <= QUICK_WINDOW_BYTES,
-                kind="window",
-            )
-            if as_stored:
-                paths.remember_views(store, session_id, version, as_stored)
-            views = [
-                found.get(message_id) if view is None else view
-                for message_id, view in zip(ids, remembered, strict=True)
-            ]
-            kept = [view for view in views if view is not None]  # without the rows reads skip (unparseable)
-            if kept:
-                yield kept
+            quick = sum(map(STORED_BYTES, window)) <= QUICK_WINDOW_BYTES
+            while ids:  # more than once only when payloads read back larger than stored
+                remembered, missing, version = paths.remembered_views(store, session_id, ids)
+                if not missing:
+                    yield remembered  # type: ignore[misc]  # no None left
+                    break
+                if remember is None:
+                    remember = paths.fits_session_share(sum(map(STORED_BYTES, stats)), len(stats))
+                found, as_stored, answered = await store.read(
+                    functools.partial(
+                        _window_views, session_id=session_id, ids=missing, inline=inline, remember=remember
+                    ),
+                    quick=quick,
+                    kind="window",
+                )
+                if as_stored:
+                    paths.remember_views(store, session_id, version, as_stored)
+                # Up to the first missing message the read did not answer.
+                end = len(ids) if answered == len(missing) else ids.index(missing[answered])
+                views = [
+                    found.get(message_id) if view is None else view
+                    for message_id, view in zip(ids[:end], remembered[:end], strict=True)
+                ]
+                kept = [view for view in views if view is not None]  # without the rows reads skip (unparseable)
+                if kept:
+                    yield kept
+                ids = ids[end:]
 
 
 async def _overlay_view(store: ObjectStore, session_id: str, record: SpanRecord) -> MessageView | None:
@@ -493,11 +508,13 @@ async def _overlay_view(store: ObjectStore, session_id: str, record: SpanRecord)
 
 def _window_views(
     conn: Connection, session_id: str, ids: list[str], inline: bool, remember: bool
-) -> tuple[dict[str, MessageView], list[MessageView]]:
+) -> tuple[dict[str, MessageView], list[MessageView], int]:
     """A window's views by id, and, when `remember`, those read as stored (for the memo): in a
-    list of its own on each run, as a quick read stopped in place runs again."""
+    list of its own on each run, as a quick read stopped in place runs again; and how many of
+    `ids` they answer."""
     as_stored: list[MessageView] = []
-    return views_by_id(conn, session_id, ids, inline, as_stored if remember else None), as_stored
+    views, answered = views_by_id(conn, session_id, ids, inline, WINDOW_BYTES, as_stored if remember else None)
+    return views, as_stored, answered
 
 
 class BatchMarker:

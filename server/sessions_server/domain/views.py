@@ -62,23 +62,40 @@ def view_of(conn: Connection, stored: StoredMessage | None, inline: bool) -> Mes
 
 
 def views_by_id(
-    conn: Connection, session_id: str, ids: Sequence[str], inline: bool, as_stored: list[MessageView] | None = None
-) -> dict[str, MessageView]:
-    """One hydration window: the rows by id (one query, plus one for continuations), as views.
-    Views that are the stored JSON as is (the same in every attachment mode) are also added to
-    `as_stored` when given."""
+    conn: Connection,
+    session_id: str,
+    ids: Sequence[str],
+    inline: bool,
+    max_bytes: int,
+    as_stored: list[MessageView] | None = None,
+) -> tuple[dict[str, MessageView], int]:
+    """One hydration window: the rows by id (one query, plus one for continuations), as views,
+    and how many of `ids` (from the first) they answer. The views stop after the one whose JSON
+    passes `max_bytes` in all: a window is sized by stored bytes before it is read, and a
+    payload named many times is stored once but read back at each place. Views that are the
+    stored JSON as is (the same in every attachment mode) are also added to `as_stored` when
+    given."""
     found = queries.get_messages(conn, session_id, ids)
     views = {}
-    for message_id, stored in found.items():
-        if stored.stamped and not attachments.may_hold_pointers(stored.content):
-            plain = views[message_id] = MessageView(stored.info, stored.content)  # the common row
-            if as_stored is not None:
-                as_stored.append(plain)
+    held = 0
+    for answered, message_id in enumerate(ids, 1):
+        stored = found.get(message_id)
+        if stored is None or message_id in views:
             continue
-        view = view_of(conn, stored, inline)
-        if view is not None:
-            views[message_id] = view
-    return views
+        view: MessageView | None
+        if stored.stamped and not attachments.may_hold_pointers(stored.content):
+            view = MessageView(stored.info, stored.content)  # the common row
+            if as_stored is not None:
+                as_stored.append(view)
+        else:
+            view = view_of(conn, stored, inline)
+            if view is None:
+                continue
+        views[message_id] = view
+        held += len(view.json)
+        if held > max_bytes:
+            return views, answered
+    return views, len(ids)
 
 
 def pointer_form(message_json: str) -> str:
