@@ -16,6 +16,7 @@ import grpc
 import pytest
 
 from sessions_client import DEFAULT_RETRY_POLICY, RetryNotice, RetryPolicy, SessionsClient, SessionsError
+from sessions_client.admin import export_file, import_file
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
 from sessions_server.domain.limits import Limits
@@ -121,6 +122,30 @@ def test_a_write_refused_during_a_move_is_tried_again_once_the_lock_is_gone(
         run(session)
         assert _summary(notices) == [(method, 1, grpc.StatusCode.UNAVAILABLE, "OBJECT_MOVING")]
         assert done(session)
+
+
+def test_a_file_import_refused_during_a_move_is_sent_again_once_the_lock_is_gone(
+    live_server: LiveServer, stub: Any, object_key: str, tmp_path: Path
+) -> None:
+    """`import_file` has the store's copy in hand: a refusal before acting sends it again (it
+    raised OBJECT_MOVING to the caller, whatever the client's policy)."""
+    notices: list[RetryNotice] = []
+    with SessionsClient(live_server.address, on_retry=_releasing(stub, object_key, notices)) as client:
+        source = client.object(f"{object_key}-source").session()
+        source.append_messages([text_message("s1"), text_message("s2")])
+        saved = export_file(client, f"{object_key}-source", tmp_path / "source.sqlite")
+        client.object(object_key).session().append_message(text_message("m0"))
+        _lock_for_move(stub, object_key)
+        report = import_file(client, object_key, saved.path, replace=True)
+        assert _summary(notices) == [("ImportObject", 1, grpc.StatusCode.UNAVAILABLE, "OBJECT_MOVING")]
+        assert report.message_rows == 2
+        assert [m["id"] for m in client.object(object_key).session().get_history()] == ["s1", "s2"]
+
+        _lock_for_move(stub, object_key)
+        with pytest.raises(SessionsError) as refused:
+            import_file(client.with_options(retry=None), object_key, saved.path, replace=True)
+        assert (refused.value.code, refused.value.reason) == (grpc.StatusCode.UNAVAILABLE, "OBJECT_MOVING")
+        stub.AbortMove(pb.AbortMoveRequest(object_key=object_key))
 
 
 def test_with_retries_off_the_refusal_reaches_the_caller_and_nothing_is_stored(

@@ -113,12 +113,13 @@ class SessionsClient(CallOptions):
     def object(self, object_key: str) -> ObjectHandle:
         return ObjectHandle(self, object_key)
 
-    def _call(self, object_key: str, method: str, request: Any, *, once: bool = False) -> Any:
+    def _call(self, object_key: str, method: str, request: Any, *, once: bool = False, endless: bool = False) -> Any:
         """A unary or client-streaming call, tried again as `retry` allows. `request` may be a
         function making the request, for requests (iterators of frames) that are used up;
-        `once`: never tried again (frames from the caller's iterator, which cannot be replayed)."""
+        `once`: never tried again (frames from the caller's iterator, which cannot be replayed);
+        `endless`: no deadline, whatever the client's timeout (a file of any size sent)."""
         fn = getattr(self._stub, method)
-        attempts = Attempts(method, None if once else self.retry, self.on_retry, self.timeout)
+        attempts = Attempts(method, None if once else self.retry, self.on_retry, None if endless else self.timeout)
         while True:
             attempts.begin()
             try:

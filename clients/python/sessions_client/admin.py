@@ -17,7 +17,7 @@ from pathlib import Path
 
 import grpc
 
-from sessions_client._common import SessionsError, routing_metadata
+from sessions_client._common import FramesEachAttempt, SessionsError, routing_metadata
 from sessions_client._sync import SessionsClient
 from sessions_proto.v1 import sessions_pb2 as pb
 
@@ -47,7 +47,9 @@ def import_file(
     `object_key` (ImportObject). A consistent copy is taken first with SQLite's backup API (it
     includes what the file's WAL holds, so a live file can be sent), then streamed with its
     SHA-256; the server checks the digest, the file's integrity and its limits before installing
-    it, and installs nothing otherwise. Raises SessionsError (FAILED_PRECONDITION when the
+    it, and installs nothing otherwise. A refusal before the server acted (a drain, a move's
+    lock, a busy server) is tried again, the copy sent again, as `destination`'s retry policy
+    allows; the call has no deadline. Raises SessionsError (FAILED_PRECONDITION when the
     object exists and `replace` is false; INVALID_ARGUMENT for a file that is not a usable
     store) and OSError when `path` cannot be read."""
     source = Path(path)
@@ -85,12 +87,15 @@ def import_file(
                     yield request
                     request = pb.ImportObjectRequest()
 
+        # The copy is in hand: an attempt the server refused before acting (a drain, a move's
+        # lock, a busy server) sends it again from its start, as the client's policy allows. A
+        # failed connection is not retried: the file may have been installed (OBJECT_EXISTS then).
+        attempt_frames = FramesEachAttempt(frames)
         try:
-            imported = destination._stub.ImportObject(
-                frames(), metadata=routing_metadata(object_key, destination._token)
-            )
-        except grpc.RpcError as error:
-            raise SessionsError.from_rpc_error(error) from None
+            imported = destination._call(object_key, "ImportObject", attempt_frames, endless=True)
+        except SessionsError:
+            attempt_frames.raise_failure()  # the copy failing to read, as itself
+            raise
     return ImportReport(object_key, int(imported.size_bytes), int(imported.message_rows))
 
 
