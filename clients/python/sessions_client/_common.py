@@ -35,6 +35,21 @@ def is_blank(summary: str) -> bool:
     return not summary.strip(JS_WHITESPACE)
 
 
+# The C scanner `json.loads` runs, called without the wrappers around it (a decoder per call, two
+# whitespace matches): the server writes compact JSON, and this halves the cost of decoding a
+# read's small messages, which is most of a long history read's time in the client.
+_scan_json: Final[Callable[[str, int], tuple[Any, int]]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+
+
+def loads_message(text: str) -> Any:
+    """`json.loads(text)`, the same value or the same error, faster for compact JSON."""
+    try:
+        value, end = _scan_json(text, 0)
+    except StopIteration:  # nothing at the start (whitespace first, or no JSON): as json.loads says
+        return json.loads(text)
+    return value if end == len(text) else json.loads(text)
+
+
 # A request above this size goes through the client-streaming path, so any server or proxy
 # with default 4 MiB limits accepts it. Pieces of a streamed message are this size too.
 UNARY_LIMIT_BYTES: Final = 3 * 1024 * 1024
@@ -303,7 +318,7 @@ class MessageDecoder:
 
     def messages(self, response: Any) -> list[Message]:
         out: list[Message] = []
-        loads = json.loads
+        loads = loads_message
         for frame in response.frames or ([response.frame] if response.HasField("frame") else ()):
             text = frame.json
             if frame.more_pieces:
