@@ -149,7 +149,8 @@ def test_delete_and_clear_are_refused_while_the_object_moves(live_server: Any, s
 
 
 def test_delete_and_clear_make_room_in_a_full_object(tmp_path: Path) -> None:
-    """The object size limit refuses what would add, never what removes."""
+    """The object size limit refuses what would add, never what removes; what a delete or a
+    clear frees is room again (the file kept its size, and writes were refused for good)."""
     filler = start_server(tmp_path / "data")
     try:
         with SessionsClient(filler.address) as client:
@@ -165,8 +166,23 @@ def test_delete_and_clear_make_room_in_a_full_object(tmp_path: Path) -> None:
             with pytest.raises(SessionsError) as full:
                 session.append_message(text_message("more"))
             assert full.value.reason == "LIMIT_EXCEEDED"
+            assert "delete messages or clear sessions to make room" in full.value.message
             assert session.delete_messages(["m0"]) == 1
             assert session.clear_messages() == 4
+            # The file keeps its size; the pages it freed are room again.
+            assert client.object("full").get_object_stats().file_bytes > 1024 * 1024
+            session.append_messages([text_message(f"n{i}", "x" * 300_000) for i in range(4)])  # 1.2 MB
+            assert len(session.get_history()) == 4
+            with pytest.raises(SessionsError) as full_again:  # past the limit again
+                session.append_message(text_message("o"))
+            assert full_again.value.reason == "LIMIT_EXCEEDED"
+    finally:
+        server.stop()
+    server = start_server(tmp_path / "data", limits=Limits(max_object_bytes=1024 * 1024))
+    try:  # after a restart too
+        with SessionsClient(server.address, retry=None) as client:
+            client.object("full").session().clear_messages()
+            client.object("full").session().append_message(text_message("after"))
     finally:
         server.stop()
 

@@ -15,7 +15,7 @@ from sessions_server.domain import large_messages, messages
 from sessions_server.domain.chunking import utf8_length
 from sessions_server.domain.compactor import forget_estimate, note_session_changed
 from sessions_server.domain.errors import FailedPrecondition, InvalidArgument, storage_failure
-from sessions_server.domain.limits import Limits, exceeded
+from sessions_server.domain.limits import Limits, check_room
 from sessions_server.storage import queries
 from sessions_server.storage.feed import ChangeEvent
 from sessions_server.storage.rows import NewRow, StorageError
@@ -114,10 +114,10 @@ class Importer:
                 ) from None
             if self._store is None:
                 self._store = await self._open_store()
-            elif self._store.cached_file_bytes() + self._chunk.text_bytes > self._limits.max_object_bytes:
+            else:
                 # Checked as each message arrives, as each append is, with what waits to be written:
                 # the object's opening checked only the first, and one stream filled the disk past it.
-                raise exceeded("the object is full", "max_object_bytes", self._limits.max_object_bytes, "bytes")
+                await check_room(self._store, self._chunk.text_bytes, self._limits.max_object_bytes)
         except BaseException:
             if release is not None:  # not taken: done with it now
                 release()

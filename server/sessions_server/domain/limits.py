@@ -15,6 +15,7 @@ from sessions_server.domain.errors import InvalidArgument, LimitExceeded
 from sessions_server.domain.keys import MAX_SESSION_ID_BYTES
 from sessions_server.storage.files import TextLimit
 from sessions_server.storage.rows import RowInfo
+from sessions_server.storage.store import ObjectStore
 
 GIB = 1024 * 1024 * 1024
 
@@ -123,6 +124,23 @@ def exceeded(what: str, limit_name: str, limit_value: int, unit: str = "") -> Li
         f"{what}: the limit is {limit_value}{suffix} ({limit_name})",
         limit=limit_name,
         limit_value=str(limit_value),
+    )
+
+
+async def check_room(store: ObjectStore, adding: int, limit: int) -> None:
+    """Refuses a write of about `adding` bytes to an object that holds `limit` bytes or would
+    pass it. The files are measured first (cheap); only a file past the limit has its pages in
+    use counted, as it keeps its size when deletes free them."""
+    if store.cached_file_bytes() + adding <= limit:
+        return
+    in_use = await store.cached_bytes_in_use()
+    if in_use + adding <= limit:
+        return
+    raise exceeded(
+        f"the object is full ({in_use} bytes in use): delete messages or clear sessions to make room",
+        "max_object_bytes",
+        limit,
+        "bytes",
     )
 
 

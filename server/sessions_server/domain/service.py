@@ -43,6 +43,7 @@ from sessions_server.domain.limits import (
     MAX_DELETE_IDS_BYTES,
     RESULT_OVERHEAD_BYTES,
     Limits,
+    check_room,
     exceeded,
     results_bytes,
     stored_text_limits,
@@ -246,8 +247,8 @@ class SessionsService:
         opened = self.registry.use(object_key, again) if create else self.registry.use_existing(object_key, again)
         try:
             async with opened as store:
-                if writing and store is not None and store.cached_file_bytes() > self.limits.max_object_bytes:
-                    raise exceeded("the object is full", "max_object_bytes", self.limits.max_object_bytes, "bytes")
+                if writing and store is not None:
+                    await check_room(store, 0, self.limits.max_object_bytes)
                 yield store
         except (StorageError, ObjectKeyConflict) as exc:
             raise self.objects.open_failure(exc) from exc

@@ -1189,3 +1189,12 @@ def database_bytes(conn: Connection) -> int:
     (pages,) = conn.execute("PRAGMA page_count").fetchone()
     (page_size,) = conn.execute("PRAGMA page_size").fetchone()
     return int(pages) * int(page_size)
+
+
+def bytes_in_use(conn: Connection) -> int:
+    """The database's pages that hold data, in bytes: its size less its free pages. A delete or
+    a clear frees pages that later writes reuse, while the file keeps its size."""
+    (pages,) = conn.execute("PRAGMA page_count").fetchone()
+    (free,) = conn.execute("PRAGMA freelist_count").fetchone()
+    (page_size,) = conn.execute("PRAGMA page_size").fetchone()
+    return (int(pages) - int(free)) * int(page_size)

@@ -236,6 +236,8 @@ class ObjectStore:
         self._row_writes_saved = 0
         self._size_cache = (0.0, 0)  # (monotonic time, bytes): writes check the size limit often
         self._grown_since_measured = 0  # bytes writes queued since, by their callers' estimates
+        self._grown = 0  # bytes writes ever queued, by the same estimates
+        self._in_use_cache = (-1, 0, 0)  # (`_commits`, bytes in use, `_grown`) when last read
         self.users = 0  # in-flight calls holding this store open (registry bookkeeping)
         self.idle = asyncio.Event()  # set whenever `users` drops to zero
         self.row_writes = 0
@@ -350,6 +352,7 @@ class ObjectStore:
         if self.write_gate is not None:
             self.write_gate()  # raises to refuse: checked as the job is queued, not before
         self._grown_since_measured += grows
+        self._grown += grows
         loop = asyncio.get_running_loop()
         job = _Job(run, loop.create_future(), after)
         if self._may_commit_here(size_hint) and self._begin_here():
@@ -794,6 +797,17 @@ class ObjectStore:
             self._size_cache = (now, size)
             self._grown_since_measured = 0
         return size + self._grown_since_measured
+
+    async def cached_bytes_in_use(self) -> int:
+        """The database's pages that hold data (`queries.bytes_in_use`), read again once a commit
+        was made since, plus what writes queued since said they add, as `cached_file_bytes`.
+        For a file past a size limit: what deletes freed in it is room again."""
+        commits, size, grown_then = self._in_use_cache
+        if commits != self._commits:
+            commits, grown_then = self._commits, self._grown
+            size = await self.read(queries.bytes_in_use, quick=True)
+            self._in_use_cache = (commits, size, grown_then)
+        return size + self._grown - grown_then
 
     def file_bytes(self) -> int:
         """Bytes of the object's database file and its WAL."""
