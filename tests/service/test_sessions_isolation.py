@@ -123,10 +123,11 @@ def test_page_tokens_the_server_never_issued_are_refused(obj: Any, stub: Any, ob
     """A mistyped or foreign token is refused, not read as some other position: the lenient
     base64 decoder turned `!!` into the empty id (a page that skipped session ""), and a token
     that is no object file name gave ListObjects an empty page that looked like the end. A page
-    ending with session "" has a token too (it was empty: the listing stopped there)."""
+    ending with session "" has a token too (it was empty: the listing stopped there). A token
+    naming a lone surrogate reached SQLite, which failed on it (INTERNAL)."""
     for session_id in ("", "a", "b"):
         obj.session(session_id).append_message(text_message("m"))
-    for token in ("!!", "YQ", "a b", "not-a-token"):
+    for token in ("!!", "YQ", "a b", "not-a-token", "czrtoIA="):  # the last: "s:" and a lone surrogate's bytes
         with pytest.raises(grpc.RpcError) as caught:
             stub.ListSessions(
                 pb.ListSessionsRequest(object_key=object_key, page_token=token), metadata=routing_metadata(object_key)

@@ -1,5 +1,7 @@
-"""Listings' page tokens: opaque to callers, checked strictly when they come back (a token
-this server did not issue is refused, never read as another position)."""
+"""Listings' page tokens: opaque to callers, checked strictly when they come back (a token not
+of the form this server issues is refused, never read as another position). A token names a
+position in its listing, not the listing: one of another session or object of the same kind
+reads that position there."""
 
 from __future__ import annotations
 
@@ -24,7 +26,8 @@ _TOKEN_TAG = b"s:"
 
 
 def session_token(session_id: str) -> str:
-    return base64.urlsafe_b64encode(_TOKEN_TAG + session_id.encode("utf-8", "surrogatepass")).decode("ascii")
+    # Session ids arrive as protobuf strings, valid UTF-8: none holds a lone surrogate.
+    return base64.urlsafe_b64encode(_TOKEN_TAG + session_id.encode("utf-8")).decode("ascii")
 
 
 def session_after(token: str) -> str | None:
@@ -35,7 +38,7 @@ def session_after(token: str) -> str | None:
         # token would decode to another position (`!!` to the start) instead of being refused.
         raw = base64.b64decode(token.encode("ascii"), altchars=b"-_", validate=True)
         if raw.startswith(_TOKEN_TAG):
-            return raw[len(_TOKEN_TAG) :].decode("utf-8", "surrogatepass")
+            return raw[len(_TOKEN_TAG) :].decode("utf-8")  # a lone surrogate is no session id
     except (ValueError, UnicodeError):
         pass
     raise InvalidArgument("page_token is not one this server issued", field="page_token")
