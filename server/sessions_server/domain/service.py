@@ -375,8 +375,9 @@ class SessionsService:
             _check_results_fit(results)
             return results
 
-        if all(prepared is None for _, _, prepared in staged):
-            return [refused(message) for _, message, _ in staged]  # nothing to store
+        if all(prepared is None for _, _, prepared in staged):  # nothing to store (or an empty batch)
+            self.objects.admit(object_key, writing=True)  # still refused where the object is not ours
+            return [refused(message) for _, message, _ in staged]
         inserted: list[paths.AppendedRow] = []
 
         def noted(results: list[AppendResult]) -> None:
@@ -411,6 +412,7 @@ class SessionsService:
         self.check_names(object_key, session_id)
         _, prepared, row = await self._prepared_row(text, from_client, fields.text)
         if messages.is_overlay_id(prepared.id):
+            self.objects.admit(object_key, writing=True)
             return UpdateResult(False, False, None)
 
         def run(ctx: WriteContext) -> UpdateOutcome:
@@ -453,6 +455,7 @@ class SessionsService:
         self._check_parent(parent, fields.parent_id)
         message, prepared, row = await self._prepared_row(text, from_client, fields.text)
         if messages.is_overlay_id(prepared.id):
+            self.objects.admit(object_key, writing=True)
             return False, UpdateResult(False, False, MessageView(None, jsjson.stringify(message)))
 
         def run(ctx: WriteContext) -> tuple[bool, UpdateResult]:

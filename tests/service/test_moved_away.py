@@ -1,0 +1,65 @@
+"""Every write to a key this server moved away is refused FAILED_PRECONDITION / OBJECT_NOT_OWNED,
+naming the new owner, so that a client can go there: also the writes that would store nothing
+(an overlay id, which upstream answers without writing; an empty batch). Those answered OK, as
+if the object were still here."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from sessions_client._common import routing_metadata
+from sessions_proto.v1 import sessions_pb2 as pb
+from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
+from tests.conftest import start_server
+
+KEY = "moved"
+
+
+def _json(message_id: str) -> str:
+    return json.dumps({"id": message_id, "role": "user", "parts": [{"type": "text", "text": "hi"}]})
+
+
+WRITES: dict[str, Callable[[Any], Any]] = {
+    "append": lambda stub: stub.AppendMessage(pb.AppendMessageRequest(object_key=KEY, message_json=_json("m2"))),
+    "append_overlay_id": lambda stub: stub.AppendMessage(
+        pb.AppendMessageRequest(object_key=KEY, message_json=_json("compaction_x"))
+    ),
+    "batch_of_overlay_ids": lambda stub: stub.AppendMessages(
+        pb.AppendMessagesRequest(object_key=KEY, items=[pb.AppendItem(message_json=_json("compaction_y"))])
+    ),
+    "empty_batch": lambda stub: stub.AppendMessages(pb.AppendMessagesRequest(object_key=KEY)),
+    "update_overlay_id": lambda stub: stub.UpdateMessage(
+        pb.UpdateMessageRequest(object_key=KEY, message_json=_json("compaction_x"))
+    ),
+    "upsert_overlay_id": lambda stub: stub.UpsertMessage(
+        pb.UpsertMessageRequest(object_key=KEY, message_json=_json("compaction_x"))
+    ),
+}
+
+
+def test_writes_to_a_key_moved_away_are_refused_naming_its_owner(tmp_path: Path) -> None:
+    server = start_server(tmp_path / "data")
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            stub = pb_grpc.SessionServiceStub(channel)
+            metadata = routing_metadata(KEY)
+            stub.AppendMessage(pb.AppendMessageRequest(object_key=KEY, message_json=_json("m1")), metadata=metadata)
+            frames = list(stub.ExportObject(pb.ExportObjectRequest(object_key=KEY, lock_for_move=True)))
+            stub.DeleteObject(
+                pb.DeleteObjectRequest(object_key=KEY, move_id=frames[-1].move_id, moved_to="new-owner:1"),
+                metadata=metadata,
+            )
+            refused = {}
+            for name, write in WRITES.items():
+                with pytest.raises(grpc.RpcError) as caught:
+                    write(stub)
+                refused[name] = (caught.value.code(), "new-owner:1" in (caught.value.details() or ""))
+    finally:
+        server.stop()
+    assert refused == {name: (grpc.StatusCode.FAILED_PRECONDITION, True) for name in WRITES}
