@@ -43,6 +43,20 @@ def test_invalid_object_key_is_refused(client: Any, key: str) -> None:
     assert caught.value.reason == "INVALID_OBJECT_KEY"
 
 
+def test_too_long_names_say_which_limit_as_other_limits_do(client: Any) -> None:
+    """A key or session id past its length names its limit as every other limit does (limit,
+    limit_value), beside the limit_bytes it named before."""
+    cases = [
+        (client.object("k" * 1025).session(), "INVALID_OBJECT_KEY", "object_key", "max_object_key_bytes"),
+        (client.object("k").session("s" * 1025), "INVALID_FIELD", "session_id", "max_session_id_bytes"),
+    ]
+    for session, reason, field, limit in cases:
+        with pytest.raises(SessionsError) as caught:
+            session.append_message(text_message("a"))
+        assert (caught.value.code, caught.value.reason) == (grpc.StatusCode.INVALID_ARGUMENT, reason)
+        assert caught.value.metadata == {"field": field, "limit": limit, "limit_value": "1024", "limit_bytes": "1024"}
+
+
 def test_invalid_object_key_is_refused_on_reads(client: Any) -> None:
     session = client.object("bad\x00key").session()
     for read in (session.get_history, session.get_latest_leaf, session.get_history_row_stats):

@@ -25,7 +25,9 @@ def check_object_key(key: str, *, max_bytes: int = MAX_OBJECT_KEY_BYTES) -> None
             f"object_key is {size} bytes; the limit is {max_bytes} bytes",
             reason="INVALID_OBJECT_KEY",
             field="object_key",
-            limit_bytes=str(max_bytes),
+            limit="max_object_key_bytes",
+            limit_value=str(max_bytes),
+            limit_bytes=str(max_bytes),  # the first name it had, kept for callers that read it
         )
     for index, char in enumerate(key):
         if unicodedata.category(char) in ("Cc", "Cs"):
@@ -43,5 +45,7 @@ def check_session_id(session_id: str, *, max_bytes: int = MAX_SESSION_ID_BYTES) 
         raise InvalidArgument(
             f"session_id is {size} bytes; the limit is {max_bytes} bytes",
             field="session_id",
-            limit_bytes=str(max_bytes),
+            limit="max_session_id_bytes",
+            limit_value=str(max_bytes),
+            limit_bytes=str(max_bytes),  # the first name it had, kept for callers that read it
         )

@@ -137,9 +137,13 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     `parts` of objects with a string `type` (metadata: field, detail).
     """
     ERROR_REASON_INVALID_OBJECT_KEY: _ErrorReason.ValueType  # 3
-    """The object key is empty, too long, or holds control characters (metadata: limit_bytes)."""
+    """The object key is empty, too long, or holds control characters (metadata: field; too long:
+    limit, limit_value, and limit_bytes, the same value).
+    """
     ERROR_REASON_INVALID_FIELD: _ErrorReason.ValueType  # 4
-    """Another request field is invalid (metadata: field, detail)."""
+    """Another request field is invalid; the message says how (metadata: field; a session id too
+    long: limit, limit_value and limit_bytes).
+    """
     ERROR_REASON_OBJECT_KEY_MISMATCH: _ErrorReason.ValueType  # 5
     """The x-object-key metadata differs from the request's object_key, or is missing where the
     server requires it (a shard: `--ring-file` or `--require-routing-header`).
@@ -199,9 +203,13 @@ ERROR_REASON_INVALID_MESSAGE: ErrorReason.ValueType  # 2
 `parts` of objects with a string `type` (metadata: field, detail).
 """
 ERROR_REASON_INVALID_OBJECT_KEY: ErrorReason.ValueType  # 3
-"""The object key is empty, too long, or holds control characters (metadata: limit_bytes)."""
+"""The object key is empty, too long, or holds control characters (metadata: field; too long:
+limit, limit_value, and limit_bytes, the same value).
+"""
 ERROR_REASON_INVALID_FIELD: ErrorReason.ValueType  # 4
-"""Another request field is invalid (metadata: field, detail)."""
+"""Another request field is invalid; the message says how (metadata: field; a session id too
+long: limit, limit_value and limit_bytes).
+"""
 ERROR_REASON_OBJECT_KEY_MISMATCH: ErrorReason.ValueType  # 5
 """The x-object-key metadata differs from the request's object_key, or is missing where the
 server requires it (a shard: `--ring-file` or `--require-routing-header`).

@@ -220,9 +220,11 @@ const (
 	// A JSON value is not a message: it needs a string `id`, a string `role` and an array
 	// `parts` of objects with a string `type` (metadata: field, detail).
 	ErrorReason_ERROR_REASON_INVALID_MESSAGE ErrorReason = 2
-	// The object key is empty, too long, or holds control characters (metadata: limit_bytes).
+	// The object key is empty, too long, or holds control characters (metadata: field; too long:
+	// limit, limit_value, and limit_bytes, the same value).
 	ErrorReason_ERROR_REASON_INVALID_OBJECT_KEY ErrorReason = 3
-	// Another request field is invalid (metadata: field, detail).
+	// Another request field is invalid; the message says how (metadata: field; a session id too
+	// long: limit, limit_value and limit_bytes).
 	ErrorReason_ERROR_REASON_INVALID_FIELD ErrorReason = 4
 	// The x-object-key metadata differs from the request's object_key, or is missing where the
 	// server requires it (a shard: `--ring-file` or `--require-routing-header`).

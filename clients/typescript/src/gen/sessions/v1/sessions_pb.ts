@@ -3071,14 +3071,16 @@ export enum ErrorReason {
   INVALID_MESSAGE = 2,
 
   /**
-   * The object key is empty, too long, or holds control characters (metadata: limit_bytes).
+   * The object key is empty, too long, or holds control characters (metadata: field; too long:
+   * limit, limit_value, and limit_bytes, the same value).
    *
    * @generated from enum value: ERROR_REASON_INVALID_OBJECT_KEY = 3;
    */
   INVALID_OBJECT_KEY = 3,
 
   /**
-   * Another request field is invalid (metadata: field, detail).
+   * Another request field is invalid; the message says how (metadata: field; a session id too
+   * long: limit, limit_value and limit_bytes).
    *
    * @generated from enum value: ERROR_REASON_INVALID_FIELD = 4;
    */
