@@ -72,8 +72,9 @@ def test_a_client_message_is_held_to_the_client_cap(server: LiveServer) -> None:
         with pytest.raises(SessionsError) as refused:
             session.append_message(_pointing("past", 6), source="client")
         assert refused.value.metadata["limit"] == "max_client_message_bytes"
-        with pytest.raises(SessionsError):
+        with pytest.raises(SessionsError) as batch:
             session.append_messages([_pointing("a", 1), _pointing("b", 6)], source="client")
+        assert batch.value.message.startswith("message 'b' would read back as")  # which of the batch
         assert [m["id"] for m in session.get_history()] == ["img", "fits"]  # the batch wrote nothing
 
 

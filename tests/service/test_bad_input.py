@@ -404,6 +404,24 @@ def test_an_upload_with_a_bad_header_is_refused_before_its_message_arrives(
     assert not object_file(data_dir, object_key).exists()
 
 
+@pytest.mark.parametrize(
+    ("names", "field"),
+    [({"object_key": ""}, "header.object_key"), ({"session_id": "s" * 1025}, "header.session_id")],
+    ids=["empty-key", "long-session-id"],
+)
+def test_an_upload_header_s_names_are_refused_by_their_path_in_the_request(
+    stub: Any, object_key: str, names: dict[str, str], field: str
+) -> None:
+    """They were named `object_key` and `session_id`, fields UploadMessageRequest does not have."""
+    header = pb.UploadHeader(**{"object_key": object_key, **names}, operation=pb.UPLOAD_OPERATION_APPEND)
+    request = pb.UploadMessageRequest(header=header, json_piece='{"id":"a","role":"user","parts":[]}')
+    with pytest.raises(grpc.RpcError) as refused:
+        stub.UploadMessage(iter([request]), timeout=60)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, refused.value.details()
+    assert _violated_field(refused.value) == field
+    assert (refused.value.details() or "").startswith(field)
+
+
 def test_an_import_object_frame_naming_another_key_is_refused(stub: Any, data_dir: Path, object_key: str) -> None:
     """Later frames may leave object_key empty; one naming another key was ignored, and the
     file installed under the first frame's key (ImportMessages refuses the same mistake)."""

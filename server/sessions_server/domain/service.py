@@ -257,8 +257,8 @@ class SessionsService:
         except InlineTooLarge as exc:
             limit = "max_client_message_bytes" if exc.limit < self.limits.max_assembly_bytes else "max_assembly_bytes"
             raise exceeded(
-                f"the message would read back as {exc.inline_bytes} bytes with its attachments inline; nothing "
-                "was written",
+                f"message {exc.message_id!r} would read back as {exc.inline_bytes} bytes with its attachments "
+                "inline; nothing was written",
                 limit,
                 exc.limit,
                 "bytes",

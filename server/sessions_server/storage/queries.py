@@ -719,7 +719,7 @@ def check_inline_size(conn: sqlite3.Connection, row: NewRow) -> None:
     for digest, count in zip(row.references, uses, strict=True):
         inline += count * (int(sizes.get(digest, 0)) + 2) // 3 * 4  # base64, as a read restores it
     if inline > row.max_inline_bytes:
-        raise InlineTooLarge(inline, row.max_inline_bytes)
+        raise InlineTooLarge(row.id, inline, row.max_inline_bytes)
 
 
 def put_payloads(conn: sqlite3.Connection, payloads: Iterable[PayloadRow]) -> int:

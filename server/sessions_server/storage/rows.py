@@ -162,8 +162,9 @@ class InlineTooLarge(Exception):
     """A message that would read back, its attachment payloads inline, as more bytes than its
     writer allowed (`NewRow.max_inline_bytes`); nothing of it was written."""
 
-    def __init__(self, inline_bytes: int, limit: int) -> None:
-        super().__init__(f"{inline_bytes} bytes with its attachments inline, past {limit}")
+    def __init__(self, message_id: str, inline_bytes: int, limit: int) -> None:
+        super().__init__(f"{message_id!r}: {inline_bytes} bytes with its attachments inline, past {limit}")
+        self.message_id = message_id
         self.inline_bytes = inline_bytes
         self.limit = limit
 

@@ -99,6 +99,15 @@ class _Upload:
     from_client: bool
 
 
+def _in_header(exc: InvalidArgument) -> InvalidArgument:
+    """`exc` about a field of an UploadMessage header, named by its path in the request."""
+    field = exc.metadata.get("field", "")
+    if not field:
+        return exc
+    message = f"header.{exc.message}" if exc.message.startswith(field) else exc.message
+    return InvalidArgument(message, reason=exc.reason, **{**exc.metadata, "field": f"header.{field}"})
+
+
 def _upload(header: pb.UploadHeader) -> _Upload:
     if header.operation not in (pb.UPLOAD_OPERATION_APPEND, pb.UPLOAD_OPERATION_UPDATE, pb.UPLOAD_OPERATION_UPSERT):
         raise InvalidArgument("header.operation must be APPEND, UPDATE or UPSERT", field="header.operation")
@@ -288,6 +297,10 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             if not first.HasField("header"):
                 raise InvalidArgument("the first UploadMessage frame must carry the header", reason="INVALID_STREAM")
             header = first.header
+            try:
+                self._service.check_names(header.object_key, header.session_id)
+            except InvalidArgument as exc:
+                raise _in_header(exc) from None
             self._admit(context, header.object_key, write=True)
             upload = _upload(header)
             granted = _Granted(self._authority, context, header.object_key, write=True)
