@@ -221,3 +221,26 @@ async def _import_then_erase(
 
     import_outcome, erase_outcome = await asyncio.gather(imported(), erased())
     return import_outcome, erase_outcome
+
+
+def test_an_empty_file_is_refused_and_replaces_nothing(tmp_path: Path) -> None:
+    """No data and the digest of nothing is a valid SQLite database (0 bytes): it was installed
+    as an empty object, and with `replace` it took the place of one holding messages."""
+    server = start_server(tmp_path / "data")
+    try:
+        with SessionsClient(server.address) as client, grpc.insecure_channel(server.address) as channel:
+            client.object("kept").session().append_message(_message("m1", 10))
+            stub = pb_grpc.SessionServiceStub(channel)
+            empty = hashlib.sha256(b"").hexdigest()
+            for key, replace in (("kept", True), ("new", False)):
+                with pytest.raises(grpc.RpcError) as refused:
+                    stub.ImportObject(
+                        iter([pb.ImportObjectRequest(object_key=key, replace=replace, sha256=empty)]),
+                        metadata=routing_metadata(key),
+                    )
+                assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+                assert "empty database" in (refused.value.details() or "")
+            assert client.object("kept").session().get_history() == [_message("m1", 10)]
+            assert list(stub.ListObjects(pb.ListObjectsRequest()).object_keys) == ["kept"]
+    finally:
+        server.stop()

@@ -121,6 +121,10 @@ def import_store_file(
             src.close()
         with contextlib.closing(dst):
             _check_integrity(dst)  # the copy: a corrupt source would fail every later read of it
+            if dst.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone() is None:
+                # An empty file (a sender that sent nothing) is a valid database: installed, it
+                # would replace an object's messages with none. Every store has tables once opened.
+                raise StoreImportError(f"{source} is an empty database (no tables): not a store")
             dst.isolation_level = None
             if schema.table_exists(dst, "_sessions_meta"):  # the copy takes the new key
                 dst.execute("DELETE FROM _sessions_meta WHERE key = 'object_key'")
