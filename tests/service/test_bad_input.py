@@ -374,8 +374,9 @@ def test_the_field_an_error_names_is_the_path_of_the_field_in_the_request(
     [
         pb.UploadHeader(),
         pb.UploadHeader(operation=pb.UPLOAD_OPERATION_UPSERT, parent_mode=pb.PARENT_MODE_ROOT, parent_id="p"),
+        pb.UploadHeader(operation=pb.UPLOAD_OPERATION_UPDATE, parent_mode=9),  # unused by an update, still checked
     ],
-    ids=["no-operation", "root-with-parent"],
+    ids=["no-operation", "root-with-parent", "update-unknown-parent-mode"],
 )
 def test_an_upload_with_a_bad_header_is_refused_before_its_message_arrives(
     stub: Any, data_dir: Path, object_key: str, header: Any

@@ -111,9 +111,9 @@ def _in_header(exc: InvalidArgument) -> InvalidArgument:
 def _upload(header: pb.UploadHeader) -> _Upload:
     if header.operation not in (pb.UPLOAD_OPERATION_APPEND, pb.UPLOAD_OPERATION_UPDATE, pb.UPLOAD_OPERATION_UPSERT):
         raise InvalidArgument("header.operation must be APPEND, UPDATE or UPSERT", field="header.operation")
+    parent = _parent(header.parent_mode, header.parent_id, "header.")  # checked for an update too
     updating = header.operation == pb.UPLOAD_OPERATION_UPDATE
-    parent = None if updating else _parent(header.parent_mode, header.parent_id, "header.")
-    return _Upload(header.operation, parent, _from_client(header.source, "header."))
+    return _Upload(header.operation, None if updating else parent, _from_client(header.source, "header."))
 
 
 class _Granted:
