@@ -14,7 +14,7 @@ import pytest
 
 from sessions_client import SessionsClient, SessionsError
 from sessions_client._common import routing_metadata
-from sessions_client.admin import IMPORT_FRAME_BYTES, import_file
+from sessions_client.admin import IMPORT_FRAME_BYTES, export_file, import_file
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
 from sessions_server.storage.paths import object_path
@@ -242,5 +242,21 @@ def test_an_empty_file_is_refused_and_replaces_nothing(tmp_path: Path) -> None:
                 assert "empty database" in (refused.value.details() or "")
             assert client.object("kept").session().get_history() == [_message("m1", 10)]
             assert list(stub.ListObjects(pb.ListObjectsRequest()).object_keys) == ["kept"]
+    finally:
+        server.stop()
+
+
+def test_files_whose_names_hold_uri_characters_are_saved_and_sent_as_themselves(tmp_path: Path) -> None:
+    """`export_file` counted the rows of, and `import_file` copied, `file:{path}?mode=ro`: a `?` or
+    `#` in the name cut the path short, and SQLite made an empty database there instead."""
+    server = start_server(tmp_path / "data")
+    try:
+        with SessionsClient(server.address) as client:
+            client.object("source").session().append_messages([_message("m1", 10), _message("m2", 10)])
+            saved = export_file(client, "source", tmp_path / "a?b#c.sqlite")
+            assert saved.message_rows == 2
+            assert import_file(client, "copy", saved.path).message_rows == 2
+            assert [m["id"] for m in client.object("copy").session().get_history()] == ["m1", "m2"]
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["a?b#c.sqlite", "data"]
     finally:
         server.stop()

@@ -450,3 +450,19 @@ def test_a_stamped_row_that_is_not_a_message_is_unstamped_and_skipped_as_upstrea
             await service.registry.close_all()
 
     assert asyncio.run(read_imported()) == (["m0", "m4"], ["m4", "m0"], ["m0", "m4"])
+
+
+@pytest.mark.parametrize("name", ["good?copy.sqlite", "a#b.sqlite", "50%25.sqlite"])
+def test_a_file_whose_name_holds_uri_characters_is_read_as_itself(tmp_path: Path, name: str) -> None:
+    """Files were opened as `file:{path}?mode=ro` URIs: a `?` or `#` ended the path, and SQLite
+    created an empty database at what came before, which was imported (0 messages, reported as
+    done) in place of the file named. A data directory holding one listed no objects."""
+    source = _store(tmp_path / name, MESSAGES, "role", "user")
+    data_dir = tmp_path / "data#1?"
+    target = files.import_store_file(source, "k", data_dir)
+    assert files.count_message_rows(target) == 2
+    assert files.recorded_object_key(target) == "k"
+    snapshot = files.snapshot_object(target, data_dir / "scratch")
+    assert files.count_message_rows(snapshot) == 2
+    strays = [p.name for p in tmp_path.iterdir() if p != data_dir and not p.name.startswith(name)]
+    assert strays == []  # no database made at a path cut short

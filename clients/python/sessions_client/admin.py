@@ -40,6 +40,12 @@ class ImportReport:
 IMPORT_FRAME_BYTES = 3 * 1024 * 1024  # as the server's export frames: well under a message's 4 MiB
 
 
+def _open_read_only(path: Path) -> sqlite3.Connection:
+    """A read-only connection to `path`, escaped as a URI: a `?` or `#` in a file's name ended
+    the path there, and SQLite opened (creating it, writable) the file named by what came before."""
+    return sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)
+
+
 def import_file(
     destination: SessionsClient, object_key: str, path: str | Path, *, replace: bool = False
 ) -> ImportReport:
@@ -59,7 +65,7 @@ def import_file(
         copy = Path(scratch) / "store.sqlite"
         try:
             with (
-                contextlib.closing(sqlite3.connect(f"file:{source}?mode=ro", uri=True)) as src,
+                contextlib.closing(_open_read_only(source)) as src,
                 contextlib.closing(sqlite3.connect(copy)) as dst,
             ):
                 src.backup(dst)
@@ -142,7 +148,7 @@ def export_file(source: SessionsClient, object_key: str, path: str | Path, *, ov
                 None,
                 {},
             )
-        with contextlib.closing(sqlite3.connect(f"file:{partial}?mode=ro", uri=True)) as copy:
+        with contextlib.closing(_open_read_only(partial)) as copy:
             rows = int(copy.execute("SELECT COUNT(*) FROM cf_agents_session_messages").fetchone()[0])
         partial.replace(target)
         directory = os.open(target.parent, os.O_RDONLY)

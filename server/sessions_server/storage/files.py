@@ -92,6 +92,13 @@ QUOTED_KEY_CHARS = 64
 _STORAGE_FAILURES = frozenset({sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR})
 
 
+def open_read_only(path: Path) -> sqlite3.Connection:
+    """A read-only connection to the file at `path`, whatever its name holds: in a URI, a `?` or
+    `#` in a path ends it, and SQLite opened (creating it) the file named by what came before,
+    writable. `as_uri` escapes them."""
+    return sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)
+
+
 def import_store_file(
     source: Path, object_key: str, data_dir: Path, *, replace: bool = False, text_limits: Sequence[TextLimit] = ()
 ) -> Path:
@@ -113,7 +120,7 @@ def import_store_file(
     with contextlib.suppress(FileNotFoundError):
         partial.unlink()
     try:
-        src = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
+        src = open_read_only(source)
         dst = sqlite3.connect(partial)
         try:
             src.backup(dst)
@@ -172,7 +179,7 @@ def _replace_in_place(staged: Path, target: Path) -> bool:
     SQLite cannot open): the caller swaps the file then."""
     try:
         with (
-            contextlib.closing(sqlite3.connect(f"file:{staged}?mode=ro", uri=True)) as src,
+            contextlib.closing(open_read_only(staged)) as src,
             contextlib.closing(sqlite3.connect(target, timeout=30)) as dst,
         ):
             same_pages = src.execute("PRAGMA page_size").fetchone() == dst.execute("PRAGMA page_size").fetchone()
@@ -332,7 +339,7 @@ def snapshot_object(source: Path, scratch_dir: Path) -> Path:
     copy = scratch_dir / f"export-{uuid.uuid4().hex}{FILE_SUFFIX}"
     try:
         scratch_dir.mkdir(parents=True, exist_ok=True)
-        src = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
+        src = open_read_only(source)
         dst = sqlite3.connect(copy)
         try:
             src.backup(dst)
@@ -426,7 +433,7 @@ def _subdirectories(parent: Path, start: str) -> list[Path]:
 def recorded_object_key(path: Path) -> str | None:
     """The object key recorded inside an object file, or None when unreadable."""
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        conn = open_read_only(path)
     except sqlite3.Error:
         return None
     try:
@@ -439,7 +446,7 @@ def recorded_object_key(path: Path) -> str | None:
 
 
 def count_message_rows(path: Path) -> int:
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    conn = open_read_only(path)
     try:
         return int(conn.execute("SELECT COUNT(*) FROM cf_agents_session_messages").fetchone()[0])
     finally:
