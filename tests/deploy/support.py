@@ -164,9 +164,9 @@ def render_haproxy(listen_port: int, servers: list[str]) -> str:
     """The shipped deploy/haproxy/haproxy.cfg with this test's bind port and servers."""
     text = (DEPLOY / "haproxy" / "haproxy.cfg").read_text(encoding="utf-8")
     text = replace_once(r"^    bind \S+ proto h2$", f"    bind 127.0.0.1:{listen_port} proto h2", text)
-    lines = "".join(f"    server shard{i} {server} proto h2\n" for i, server in enumerate(servers))
-    text, count = re.subn(r"^    server shard\d+ \S+ proto h2\n", "", text, flags=re.MULTILINE)
-    assert count >= 1, "the shipped backend has no `server shardN ... proto h2` lines"
+    lines = "".join(f"    server shard{i} {server} id {i + 1} proto h2\n" for i, server in enumerate(servers))
+    text, count = re.subn(r"^    server shard\d+ \S+ id \d+ proto h2\n", "", text, flags=re.MULTILINE)
+    assert count >= 1, "the shipped backend has no `server shardN ADDRESS id N proto h2` lines"
     return text.rstrip("\n") + "\n" + lines
 
 

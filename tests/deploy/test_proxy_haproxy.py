@@ -55,3 +55,5 @@ def test_config_keeps_routing_rules() -> None:
         assert directive in text, directive
     server_lines = [line for line in text.splitlines() if line.strip().startswith("server ")]
     assert server_lines and all(" check" not in line for line in server_lines), "health checks would re-hash keys"
+    ids = [line.split(" id ")[1].split()[0] for line in server_lines if " id " in line]
+    assert len(ids) == len(server_lines) == len(set(ids)), "a server without its own fixed id moves others' keys"
