@@ -792,8 +792,9 @@ def test_a_move_delete_naming_a_lock_the_source_lost_in_a_restart_is_refused(tmp
 def test_move_object_names_its_lock_and_a_source_restarted_mid_move_keeps_its_writes(tmp_path: Path) -> None:
     """Through the client's move_object: the source restarts between the copy and the delete
     (as when its process is replaced mid-move) and takes an update, which the move's check of
-    sessions and row counts cannot see; the move is refused at its delete, and the update stays
-    where it was acknowledged."""
+    sessions and row counts cannot see; the move is refused at its delete, the update stays
+    where it was acknowledged, and the destination's copy, which lacks it, is dropped (it was
+    kept, and took writes, beside the source)."""
     source_dir = tmp_path / "source"
     source, destination = start_server(source_dir), start_server(tmp_path / "destination")
     key = "moved-across-a-restart"
@@ -815,7 +816,10 @@ def test_move_object_names_its_lock_and_a_source_restarted_mid_move_keeps_its_wr
             with pytest.raises(SessionsError) as refused:
                 move_object(a, b, key, destination_name=destination.address)
             assert refused.value.code == grpc.StatusCode.FAILED_PRECONDITION
-            assert f"{destination.address} keeps the copy it installed" in refused.value.message
+            assert f"the copy {destination.address} installed is dropped" in refused.value.message
+            # One copy takes writes: the destination's, which lacks the update, is gone.
+            assert not b._stub.ListObjects(pb.ListObjectsRequest()).object_keys
+            assert b.object(key).session().get_history() == []
         with SessionsClient(source.address, retry=None) as a:
             (stored,) = a.object(key).session().get_history()
             assert stored["parts"][0]["text"] == "after the restart"
@@ -824,3 +828,120 @@ def test_move_object_names_its_lock_and_a_source_restarted_mid_move_keeps_its_wr
             server.stop()
         if not restarted:
             source.stop()
+
+
+def _import_held(stub: pb_grpc.SessionServiceStub, key: str, data: bytes, digest: str, **first: Any) -> str:
+    """ImportObject with hold_for_move: the hold's id."""
+    frames = iter([pb.ImportObjectRequest(object_key=key, data=data, sha256=digest, hold_for_move=True, **first)])
+    answer = stub.ImportObject(frames, metadata=routing(key), timeout=GUARD_SECONDS)
+    assert answer.move_id
+    return str(answer.move_id)
+
+
+def test_a_held_arrival_is_read_but_not_written_until_released(tmp_path: Path) -> None:
+    """ImportObject with hold_for_move installs the copy for reads and refuses writes as a
+    moving object (retryable), until AbortMove releases it; an erase naming another hold, or one
+    no longer held, erases nothing."""
+    origin, arrival = start_server(tmp_path / "origin"), start_server(tmp_path / "arrival")
+    key = "arriving"
+    try:
+        with grpc.insecure_channel(origin.address) as a, grpc.insecure_channel(arrival.address) as b:
+            source, destination = pb_grpc.SessionServiceStub(a), pb_grpc.SessionServiceStub(b)
+            _append(source, key, "m0")
+            hold = _import_held(destination, key, *_export(source, key))
+            assert _stored(destination, key, "m0")
+            assert _writes_refused(destination, key)
+            refused = _refusal(lambda: _append(destination, key, "m1"))
+            assert (refused.code, refused.reason) == (grpc.StatusCode.UNAVAILABLE, "OBJECT_MOVING")
+            erase = pb.DeleteObjectRequest(object_key=key, erase=True, move_id="not-the-hold")
+            refused = _refusal(lambda: destination.DeleteObject(erase, metadata=routing(key), timeout=GUARD_SECONDS))
+            assert refused.code == grpc.StatusCode.FAILED_PRECONDITION
+            assert _stored(destination, key, "m0")
+            release = pb.AbortMoveRequest(object_key=key)
+            assert destination.AbortMove(release, metadata=routing(key), timeout=GUARD_SECONDS).was_locked
+            _append(destination, key, "m1")
+            erase.move_id = hold  # released: the copy is the object now, and the hold is gone
+            refused = _refusal(lambda: destination.DeleteObject(erase, metadata=routing(key), timeout=GUARD_SECONDS))
+            assert refused.code == grpc.StatusCode.FAILED_PRECONDITION
+            assert _stored(destination, key, "m1")
+    finally:
+        origin.stop()
+        arrival.stop()
+
+
+def test_a_dropped_arrival_leaves_a_key_moved_away_refused_as_before(tmp_path: Path) -> None:
+    """A move back to a server the object had left, failed after its import: dropping the held
+    copy (an erase naming the hold) refuses the key there again, naming where it is, restarts
+    included; it does not leave the key free for a write to create a second object."""
+    home, away = tmp_path / "home", tmp_path / "away"
+    first, second = start_server(home), start_server(away)
+    key = "back-and-forth"
+    try:
+        with grpc.insecure_channel(first.address) as a, grpc.insecure_channel(second.address) as b:
+            here, there = pb_grpc.SessionServiceStub(a), pb_grpc.SessionServiceStub(b)
+            _append(here, key, "m0")
+            move_id = _locked_export_with_id(here, key)
+            data, digest = _export(here, key)
+            _import_held(there, key, data, digest)
+            there.AbortMove(pb.AbortMoveRequest(object_key=key), metadata=routing(key), timeout=GUARD_SECONDS)
+            gone = pb.DeleteObjectRequest(object_key=key, moved_to=second.address, move_id=move_id)
+            assert here.DeleteObject(gone, metadata=routing(key), timeout=GUARD_SECONDS).deleted
+            # The move back: its import arrives, held, and the move then fails.
+            hold = _import_held(here, key, *_export(there, key))
+            assert _stored(here, key, "m0")
+            drop = pb.DeleteObjectRequest(object_key=key, erase=True, move_id=hold)
+            assert here.DeleteObject(drop, metadata=routing(key), timeout=GUARD_SECONDS).deleted
+            refused = _refusal(lambda: _append(here, key, "stale"))
+            assert (refused.code, refused.reason) == (grpc.StatusCode.FAILED_PRECONDITION, "OBJECT_NOT_OWNED")
+            assert second.address in refused.message
+    finally:
+        first.stop()
+    restarted = start_server(home, listen=first.address)
+    try:
+        with grpc.insecure_channel(restarted.address) as a:
+            refused = _refusal(lambda: _append(pb_grpc.SessionServiceStub(a), key, "stale"))
+            assert (refused.code, refused.reason) == (grpc.StatusCode.FAILED_PRECONDITION, "OBJECT_NOT_OWNED")
+    finally:
+        restarted.stop()
+        second.stop()
+
+
+def test_a_write_reaching_the_destination_before_the_source_is_deleted_waits_for_the_move(tmp_path: Path) -> None:
+    """A client that reaches the destination mid-move (a stale one, after an earlier move away
+    from it) was answered OK as soon as the copy was installed, before the mover had checked it
+    or deleted the source: the check then failed, the source took writes again, and two copies
+    took writes, the acknowledged one only on the copy reported as left over. Now the copy is
+    held: the write is refused retryably until the source is deleted, then lands on the one
+    copy there is."""
+    source, destination = start_server(tmp_path / "source"), start_server(tmp_path / "destination")
+    key = "raced-at-its-destination"
+    refusals: list[SessionsError] = []
+    try:
+        with SessionsClient(source.address, retry=None) as a, SessionsClient(destination.address, retry=None) as b:
+            a.object(key).session().append_message(canonical_message("m0"))
+            real_import = b._stub.ImportObject
+
+            def import_then_write_there(frames: Any, **kwargs: Any) -> Any:
+                answer = real_import(frames, **kwargs)  # installed, not yet checked or released
+                with SessionsClient(destination.address, retry=None) as stale:
+                    try:
+                        stale.object(key).session().append_message(canonical_message("stale"))
+                    except SessionsError as refused:
+                        refusals.append(refused)
+                return answer
+
+            b._stub.ImportObject = import_then_write_there  # type: ignore[method-assign]
+            move_object(a, b, key, destination_name=destination.address)
+            assert [(r.code, r.reason) for r in refusals] == [(grpc.StatusCode.UNAVAILABLE, "OBJECT_MOVING")]
+            b.object(key).session().append_message(canonical_message("after"))  # released: the owner now
+            assert [m["id"] for m in b.object(key).session().get_history()] == ["m0", "after"]
+            with pytest.raises(SessionsError) as moved:
+                a.object(key).session().get_history()
+            assert moved.value.reason == "OBJECT_NOT_OWNED"
+    finally:
+        source.stop()
+        destination.stop()
+
+
+def canonical_message(message_id: str) -> dict[str, Any]:
+    return {"id": message_id, "role": "user", "parts": [{"type": "text", "text": "hi"}]}

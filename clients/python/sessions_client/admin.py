@@ -181,9 +181,11 @@ def move_object(
     """Moves one object: locked snapshot from `source`, verified import into `destination`
     (digest, integrity, and the same sessions and row counts), then deletion at `source`.
     Writes to the object during the move get UNAVAILABLE (OBJECT_MOVING) and should be retried
-    against the object's new owner. When a step before the deletion fails it raises
-    SessionsError and leaves the source in place, its lock released (AbortMove) so it takes
-    writes again at once.
+    against the object's new owner. The destination holds its copy (reads only) until the
+    source is deleted, then releases it: no write lands on the copy while the source may still
+    take one. When a step before the deletion fails, or the source refuses it, it raises
+    SessionsError, drops the destination's copy and leaves the source in place, its lock
+    released (AbortMove) so it takes writes again at once: one writable copy either way.
 
     An object `destination` already holds is not overwritten (FAILED_PRECONDITION, before
     anything is sent) unless `replace`: it may be a copy an earlier attempt of this move left
@@ -213,12 +215,15 @@ def move_object(
                 if first:
                     request.object_key = object_key
                     request.replace = replace
+                    request.hold_for_move = True
+                    request.lease_seconds = lease_seconds
                     first = False
                 yield request
         except grpc.RpcError as error:  # gRPC reports it as "Exception iterating requests!"
             export_failure.append(error)
             raise
 
+    hold = ""  # the destination's hold on its copy (none from a server that predates holds)
     try:
         try:
             imported = destination._stub.ImportObject(frames(), metadata=metadata_destination)
@@ -226,6 +231,7 @@ def move_object(
             # The source's failure mid-snapshot is the cause; the import only saw its requests end.
             cause = export_failure[0] if export_failure else error
             raise SessionsError.from_rpc_error(cause) from None
+        hold = imported.move_id
         # The source refuses writes since the snapshot, so its state now is what was copied.
         before = source.object(object_key).list_sessions()
         after = destination.object(object_key).list_sessions()
@@ -238,19 +244,77 @@ def move_object(
             )
     except BaseException:  # a refusal, or the mover interrupted: the source takes writes again
         typing.cast(typing.Any, export).cancel()  # a snapshot still being sent is dropped
-        with contextlib.suppress(grpc.RpcError):  # best effort: else the lock lasts its lease
-            source._stub.AbortMove(pb.AbortMoveRequest(object_key=object_key), metadata=metadata_source)
+        _undo_move(source, destination, object_key, hold, metadata_source, metadata_destination)
         raise
     # Naming the lock: if the source lost it meanwhile (a restart, an AbortMove, its lease run
     # out), it may have taken writes the copy lacks, and it refuses the delete.
     move_id = move_ids[-1] if move_ids else ""
-    _delete_moved(source, object_key, destination_name, move_id, metadata_source)
+    try:
+        _delete_moved(source, object_key, destination_name, move_id, metadata_source)
+    except MoveOutcomeUnknown:
+        raise  # the destination keeps holding its copy: it may be the only one now
+    except SessionsError:  # refused: the source is the object still, the copy may lack writes
+        _undo_move(source, destination, object_key, hold, metadata_source, metadata_destination)
+        raise
+    if hold:
+        _release_arrival(destination, object_key, destination_name, metadata_destination)
     return MoveReport(object_key, int(imported.size_bytes), int(imported.message_rows), after)
+
+
+def _undo_move(
+    source: SessionsClient,
+    destination: SessionsClient,
+    object_key: str,
+    hold: str,
+    metadata_source: typing.Any,
+    metadata_destination: typing.Any,
+) -> None:
+    """A move that will not complete: the destination's held copy is dropped (it would take
+    writes once its hold ended, beside the source's), then the source's lock released. Best
+    effort: what fails here leaves a lease to run out."""
+    if hold:
+        with contextlib.suppress(grpc.RpcError):
+            destination._stub.DeleteObject(
+                pb.DeleteObjectRequest(object_key=object_key, erase=True, move_id=hold),
+                metadata=metadata_destination,
+                timeout=destination.timeout,
+            )
+    with contextlib.suppress(grpc.RpcError):  # best effort: else the lock lasts its lease
+        source._stub.AbortMove(
+            pb.AbortMoveRequest(object_key=object_key), metadata=metadata_source, timeout=source.timeout
+        )
+
+
+def _release_arrival(destination: SessionsClient, object_key: str, destination_name: str, metadata: typing.Any) -> None:
+    """The move's end at the destination: its copy takes writes from now on. Asked again while
+    no answer comes (a repeat releases nothing more)."""
+    policy = destination.retry
+    for attempt in itertools.count(1):
+        try:
+            destination._stub.AbortMove(
+                pb.AbortMoveRequest(object_key=object_key), metadata=metadata, timeout=destination.timeout
+            )
+            return
+        except grpc.RpcError as error:
+            failure = SessionsError.from_rpc_error(error)
+        if failure.code not in _NO_ANSWER or policy is None or attempt >= policy.max_attempts:
+            where = destination_name or "the destination"
+            raise SessionsError(
+                failure.code,
+                f"the object moved, but {where} did not release its hold ({failure.message}): it refuses "
+                "writes until its lease ends; run abort-move on it to release it now",
+                failure.reason,
+                failure.metadata,
+            ) from None
+        time.sleep(policy.backoff(attempt))
 
 
 class MoveOutcomeUnknown(SessionsError):
     """The source never answered the move's last step (its delete): the object may have moved
-    (the source then refuses it, OBJECT_NOT_OWNED) or not. The destination keeps its copy."""
+    (the source then refuses it, OBJECT_NOT_OWNED) or not. The destination keeps its copy, held
+    (refusing writes) until its lease ends or abort-move releases it: release it once the source
+    refuses the key; else drop it (DeleteObject with erase and the hold's move_id) or let the
+    source's lock run out and move again."""
 
 
 # The delete went out and no answer came back: the connection, a proxy or a deadline, not the
@@ -293,7 +357,8 @@ def _delete_moved(
     where = destination_name or "the destination"
     raise SessionsError(
         refused.code,
-        f"{refused.message}; {where} keeps the copy it installed: move the object again with replace to overwrite it",
+        f"{refused.message}; the copy {where} installed is dropped (a destination that does not hold "
+        "arrivals keeps it: move the object again with replace to overwrite it)",
         refused.reason,
         refused.metadata,
     ) from None

@@ -68,10 +68,16 @@ class _MoveLock:
     """A locked export's hold on its object: writes are refused until `expiry` (monotonic
     seconds). `id` names it to the move's DeleteObject, which deletes only while this very lock
     holds: one released, expired, replaced by another export's, or lost with a restart (it is
-    kept in memory only) no longer kept writes out of the copy."""
+    kept in memory only) no longer kept writes out of the copy.
+
+    On a move's destination (`arrival`), the hold an import took on the copy it installed, until
+    the mover releases it (the source deleted) or drops the copy (the move failed); then the key
+    is refused again as before the import when it had been moved away (`moved_before`)."""
 
     id: str
     expiry: float
+    arrival: bool = False
+    moved_before: str | None = None
 
 
 # Copies of one object that exports may hold at once: exports between writes each need one, and
@@ -191,15 +197,9 @@ class ObjectAdmin:
     async def export(self, object_key: str, *, lock_for_move: bool, lease_seconds: int) -> AsyncGenerator[ExportFrame]:
         """A consistent copy of the object's file in frames; the last frame carries the digest."""
         keys.check_object_key(object_key, max_bytes=self._max_object_key_bytes)
-        if not 0 <= lease_seconds <= MAX_LEASE_SECONDS:
-            raise InvalidArgument(
-                f"lease_seconds must be from 0 (for {DEFAULT_LEASE_SECONDS} s) to {MAX_LEASE_SECONDS}, "
-                f"not {lease_seconds}",
-                field="lease_seconds",
-            )
+        lease = _lease(lease_seconds)
         self.admit(object_key, writing=lock_for_move)
         path = object_path(self.data_dir, object_key)
-        lease = lease_seconds or DEFAULT_LEASE_SECONDS
         again = functools.partial(self.admit, object_key, writing=lock_for_move)
         lock = _MoveLock(uuid.uuid4().hex, math.inf)
         async with self._stored(object_key, again) as store:
@@ -331,11 +331,20 @@ class ObjectAdmin:
             del self._moving[object_key]
 
     async def receive(
-        self, object_key: str, frames: AsyncIterator[tuple[bytes, str]], *, replace: bool
-    ) -> tuple[int, int]:
+        self,
+        object_key: str,
+        frames: AsyncIterator[tuple[bytes, str]],
+        *,
+        replace: bool,
+        hold_for_move: bool = False,
+        lease_seconds: int = 0,
+    ) -> tuple[int, int, str]:
         """Writes a received file, verifies its digest and integrity, installs it. Returns
-        (bytes received, message rows)."""
+        (bytes received, message rows, the hold's id). `hold_for_move`: the installed object
+        refuses writes until the mover releases it (`abort_move`) or drops it (`erase` naming
+        the hold), or `lease_seconds` pass."""
         keys.check_object_key(object_key, max_bytes=self._max_object_key_bytes)
+        lease = _lease(lease_seconds)
         self.admit(object_key, writing=True, arriving=True)
         # A file left by a delete cut short after it was recorded (the key refused since) is no
         # object here: a move back replaces it.
@@ -372,7 +381,14 @@ class ObjectAdmin:
                     async with self._registry.closed(object_key):
                         # Kept closed until the file is in place, even if the caller gives up:
                         # a request let in meanwhile would write to the file being replaced.
+                        moved_before = self._moved.where(object_key)
                         rows = await _finish_in_thread(self._install, partial, object_key, replace)
+                        hold = ""
+                        if hold_for_move:  # before the object opens to calls again
+                            hold = uuid.uuid4().hex
+                            expiry = time.monotonic() + lease
+                            self._moving[object_key] = _MoveLock(hold, expiry, arrival=True, moved_before=moved_before)
+                            self._aborted.discard(object_key)
             except files.OversizedText as exc:
                 raise InvalidArgument(
                     f"the received file cannot be served here: {exc}; nothing was installed",
@@ -393,7 +409,7 @@ class ObjectAdmin:
             ) from None
         finally:
             partial.unlink(missing_ok=True)
-        return size, rows
+        return size, rows, hold
 
     # A file's frames are read or written, and hashed, on a worker thread: a write may wait for
     # the disk (seconds, when the kernel throttles dirty pages) and hashing 3 MiB takes ~6 ms,
@@ -426,23 +442,52 @@ class ObjectAdmin:
         self.admit(object_key, writing=False)
         lock = self._moving.pop(object_key, None)
         held = lock is not None and time.monotonic() < lock.expiry
-        if held:
+        if held and lock is not None and not lock.arrival:
             self._aborted.add(object_key)
-        else:  # none held (or it had expired): a plain delete may follow
+        else:  # none held (or it had expired), or a move's end here: a plain delete may follow
             self._aborted.discard(object_key)
         return held
 
-    async def erase(self, object_key: str, *, moved_to: str = "") -> bool:
+    async def erase(self, object_key: str, *, moved_to: str = "", move_id: str = "") -> bool:
         """Removes the object for good, recording nothing: the key's next write creates a new
         object. Refused with a destination (an erased object goes nowhere), and for an object
-        moved away or being moved (`admit`). True if it existed."""
+        moved away or being moved (`admit`). True if it existed. With `move_id`, drops the copy
+        a failed move's import holds here (`_drop_arrival`)."""
         keys.check_object_key(object_key, max_bytes=self._max_object_key_bytes)
         if moved_to:
             raise InvalidArgument("an erased object goes nowhere: leave moved_to empty", field="moved_to")
+        if move_id:
+            return await self._drop_arrival(object_key, move_id)
         self.admit(object_key, writing=True)
         self._aborted.discard(object_key)
         self._moving.pop(object_key, None)  # an expired lock: no move can end in a delete now
         return await _run_to_end(self._remove_files(object_key))
+
+    async def _drop_arrival(self, object_key: str, move_id: str) -> bool:
+        """Removes the copy a move's import installed and holds (`receive` with hold_for_move),
+        while that hold holds: the move failed, and its source takes writes again. A key that
+        had been moved away from here before the import is refused again as it was."""
+        self.admit(object_key, writing=False)
+        lock = self._moving.get(object_key)
+        if lock is None or not lock.arrival or lock.id != move_id or time.monotonic() >= lock.expiry:
+            raise FailedPrecondition(
+                "the import hold this erase names no longer holds here (released by AbortMove, expired, "
+                "replaced, or lost when this server restarted): the copy may have taken writes, so nothing "
+                "was erased",
+                reason="FAILED_PRECONDITION",
+            )
+        expiry, lock.expiry = lock.expiry, math.inf  # held until the files are gone
+        try:
+            if lock.moved_before is not None:
+                return await _run_to_end(self._remove(object_key, lock.moved_before))
+            existed = await _run_to_end(self._remove_files(object_key))
+        except BaseException:
+            if self._moving.get(object_key) is lock:
+                lock.expiry = expiry
+            raise
+        if self._moving.get(object_key) is lock:
+            del self._moving[object_key]
+        return existed
 
     async def delete(self, object_key: str, *, moved_to: str, move_id: str = "") -> bool:
         """Removes the object; later calls are refused, naming `moved_to`. A move's last step:
@@ -554,6 +599,16 @@ async def _run_to_end(work: Awaitable[T]) -> T:
 def _remove_copy(made: asyncio.Future[Path]) -> None:
     if not made.cancelled() and made.exception() is None:
         made.result().unlink(missing_ok=True)
+
+
+def _lease(lease_seconds: int) -> float:
+    """A move lock's lease in seconds, as a request gives it (0: the default)."""
+    if not 0 <= lease_seconds <= MAX_LEASE_SECONDS:
+        raise InvalidArgument(
+            f"lease_seconds must be from 0 (for {DEFAULT_LEASE_SECONDS} s) to {MAX_LEASE_SECONDS}, not {lease_seconds}",
+            field="lease_seconds",
+        )
+    return lease_seconds or DEFAULT_LEASE_SECONDS
 
 
 def _already_here() -> FailedPrecondition:

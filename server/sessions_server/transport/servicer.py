@@ -792,8 +792,14 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                     yield frame.data, frame.sha256
                     frame = await calls.next_frame(frames)
 
-            size, rows = await self._service.objects.receive(first.object_key, data(), replace=first.replace)
-            return pb.ImportObjectResponse(size_bytes=size, message_rows=rows)
+            size, rows, hold = await self._service.objects.receive(
+                first.object_key,
+                data(),
+                replace=first.replace,
+                hold_for_move=first.hold_for_move,
+                lease_seconds=first.lease_seconds,
+            )
+            return pb.ImportObjectResponse(size_bytes=size, message_rows=rows, move_id=hold)
 
         return await calls.client_stream(context, request_iterator, run, self._slots)
 
@@ -802,9 +808,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             self._admit(context, request.object_key, write=True)
             objects = self._service.objects
             if request.erase:
-                if request.move_id:
-                    raise InvalidArgument("an erase ends no move: leave move_id empty", field="move_id")
-                deleted = await objects.erase(request.object_key, moved_to=request.moved_to)
+                deleted = await objects.erase(request.object_key, moved_to=request.moved_to, move_id=request.move_id)
             else:
                 deleted = await objects.delete(request.object_key, moved_to=request.moved_to, move_id=request.move_id)
             return pb.DeleteObjectResponse(deleted=deleted)

@@ -2764,6 +2764,8 @@ class ImportObjectRequest(_message.Message):
     REPLACE_FIELD_NUMBER: _builtins.int
     DATA_FIELD_NUMBER: _builtins.int
     SHA256_FIELD_NUMBER: _builtins.int
+    HOLD_FOR_MOVE_FIELD_NUMBER: _builtins.int
+    LEASE_SECONDS_FIELD_NUMBER: _builtins.int
     object_key: _builtins.str
     """The object key (first frame only)."""
     replace: _builtins.bool
@@ -2772,6 +2774,17 @@ class ImportObjectRequest(_message.Message):
     """The next bytes of the file."""
     sha256: _builtins.str
     """The lowercase hex SHA-256 of the whole file (required on the last frame)."""
+    hold_for_move: _builtins.bool
+    """Hold the installed object for the end of a move (first frame only): it is served for reads,
+    but writes are refused (UNAVAILABLE, OBJECT_MOVING) until the mover releases it with
+    AbortMove once the source is deleted, or drops it with DeleteObject (`erase` and this
+    import's move_id) when the move fails, or the lease runs out. So no write lands on the copy
+    while the source may still take one, and a failed move leaves one writable copy.
+    """
+    lease_seconds: _builtins.int
+    """How long the hold lasts without an AbortMove or DeleteObject (0: 60 s; at most 86,400;
+    negative refused), as ExportObject's lease.
+    """
     def __init__(
         self,
         *,
@@ -2779,10 +2792,12 @@ class ImportObjectRequest(_message.Message):
         replace: _builtins.bool = ...,
         data: _builtins.bytes = ...,
         sha256: _builtins.str = ...,
+        hold_for_move: _builtins.bool = ...,
+        lease_seconds: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "object_key", b"object_key", "replace", b"replace", "sha256", b"sha256"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "hold_for_move", b"hold_for_move", "lease_seconds", b"lease_seconds", "object_key", b"object_key", "replace", b"replace", "sha256", b"sha256"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2796,19 +2811,25 @@ class ImportObjectResponse(_message.Message):
 
     SIZE_BYTES_FIELD_NUMBER: _builtins.int
     MESSAGE_ROWS_FIELD_NUMBER: _builtins.int
+    MOVE_ID_FIELD_NUMBER: _builtins.int
     size_bytes: _builtins.int
     """Bytes received."""
     message_rows: _builtins.int
     """Message rows in the imported object."""
+    move_id: _builtins.str
+    """With hold_for_move: the id of the hold, for a DeleteObject that drops the copy (empty from
+    a server that does not hold arrivals: the object takes writes as soon as it is installed).
+    """
     def __init__(
         self,
         *,
         size_bytes: _builtins.int = ...,
         message_rows: _builtins.int = ...,
+        move_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["message_rows", b"message_rows", "size_bytes", b"size_bytes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["message_rows", b"message_rows", "move_id", b"move_id", "size_bytes", b"size_bytes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2884,7 +2905,9 @@ class DeleteObjectRequest(_message.Message):
     refused (FAILED_PRECONDITION) unless that lock still holds: released (AbortMove), expired,
     taken over by another export, or lost with a restart of this server, it no longer kept
     writes out, and some may be missing from the copy. Without it, only a lock held now or an
-    AbortMove since is told apart.
+    AbortMove since is told apart. With `erase`: the move_id of an ImportObject hold_for_move
+    (a move that failed after its import), whose copy is dropped while the hold still holds,
+    and the key is refused again as it was before the import if it had been moved away.
     """
     def __init__(
         self,

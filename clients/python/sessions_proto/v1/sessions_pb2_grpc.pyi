@@ -197,6 +197,8 @@ class SessionServiceStub:
     instead of when the lease expires. The object stays here, served as before. A DeleteObject
     after releasing a lock that still held is refused (FAILED_PRECONDITION: the mover's copy may
     miss writes accepted since) until the object is exported again or AbortMove is called once more.
+    On a move's destination, releases the hold ImportObject took with `hold_for_move` once the
+    source is deleted: the object takes writes here from then on.
     """
 
 @_typing.type_check_only
@@ -345,6 +347,8 @@ class SessionServiceAsyncStub(SessionServiceStub):
     instead of when the lease expires. The object stays here, served as before. A DeleteObject
     after releasing a lock that still held is refused (FAILED_PRECONDITION: the mover's copy may
     miss writes accepted since) until the object is exported again or AbortMove is called once more.
+    On a move's destination, releases the hold ImportObject took with `hold_for_move` once the
+    source is deleted: the object takes writes here from then on.
     """
 
 class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -676,6 +680,8 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         instead of when the lease expires. The object stays here, served as before. A DeleteObject
         after releasing a lock that still held is refused (FAILED_PRECONDITION: the mover's copy may
         miss writes accepted since) until the object is exported again or AbortMove is called once more.
+        On a move's destination, releases the hold ImportObject took with `hold_for_move` once the
+        source is deleted: the object takes writes here from then on.
         """
 
 def add_SessionServiceServicer_to_server(servicer: SessionServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -5342,7 +5342,16 @@ type ImportObjectRequest struct {
 	// The next bytes of the file.
 	Data []byte `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
 	// The lowercase hex SHA-256 of the whole file (required on the last frame).
-	Sha256        string `protobuf:"bytes,4,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	Sha256 string `protobuf:"bytes,4,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// Hold the installed object for the end of a move (first frame only): it is served for reads,
+	// but writes are refused (UNAVAILABLE, OBJECT_MOVING) until the mover releases it with
+	// AbortMove once the source is deleted, or drops it with DeleteObject (`erase` and this
+	// import's move_id) when the move fails, or the lease runs out. So no write lands on the copy
+	// while the source may still take one, and a failed move leaves one writable copy.
+	HoldForMove bool `protobuf:"varint,5,opt,name=hold_for_move,json=holdForMove,proto3" json:"hold_for_move,omitempty"`
+	// How long the hold lasts without an AbortMove or DeleteObject (0: 60 s; at most 86,400;
+	// negative refused), as ExportObject's lease.
+	LeaseSeconds  int32 `protobuf:"varint,6,opt,name=lease_seconds,json=leaseSeconds,proto3" json:"lease_seconds,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5405,13 +5414,30 @@ func (x *ImportObjectRequest) GetSha256() string {
 	return ""
 }
 
+func (x *ImportObjectRequest) GetHoldForMove() bool {
+	if x != nil {
+		return x.HoldForMove
+	}
+	return false
+}
+
+func (x *ImportObjectRequest) GetLeaseSeconds() int32 {
+	if x != nil {
+		return x.LeaseSeconds
+	}
+	return 0
+}
+
 // Response for ImportObject.
 type ImportObjectResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Bytes received.
 	SizeBytes int64 `protobuf:"varint,1,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
 	// Message rows in the imported object.
-	MessageRows   int64 `protobuf:"varint,2,opt,name=message_rows,json=messageRows,proto3" json:"message_rows,omitempty"`
+	MessageRows int64 `protobuf:"varint,2,opt,name=message_rows,json=messageRows,proto3" json:"message_rows,omitempty"`
+	// With hold_for_move: the id of the hold, for a DeleteObject that drops the copy (empty from
+	// a server that does not hold arrivals: the object takes writes as soon as it is installed).
+	MoveId        string `protobuf:"bytes,3,opt,name=move_id,json=moveId,proto3" json:"move_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5458,6 +5484,13 @@ func (x *ImportObjectResponse) GetMessageRows() int64 {
 		return x.MessageRows
 	}
 	return 0
+}
+
+func (x *ImportObjectResponse) GetMoveId() string {
+	if x != nil {
+		return x.MoveId
+	}
+	return ""
 }
 
 // Request for AbortMove.
@@ -5569,7 +5602,9 @@ type DeleteObjectRequest struct {
 	// refused (FAILED_PRECONDITION) unless that lock still holds: released (AbortMove), expired,
 	// taken over by another export, or lost with a restart of this server, it no longer kept
 	// writes out, and some may be missing from the copy. Without it, only a lock held now or an
-	// AbortMove since is told apart.
+	// AbortMove since is told apart. With `erase`: the move_id of an ImportObject hold_for_move
+	// (a move that failed after its import), whose copy is dropped while the hold still holds,
+	// and the key is refused again as it was before the import if it had been moved away.
 	MoveId        string `protobuf:"bytes,4,opt,name=move_id,json=moveId,proto3" json:"move_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -6093,17 +6128,20 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"size_bytes\x18\x01 \x01(\x03R\tsizeBytes\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12\x16\n" +
 	"\x06sha256\x18\x03 \x01(\tR\x06sha256\x12\x17\n" +
-	"\amove_id\x18\x04 \x01(\tR\x06moveId\"z\n" +
+	"\amove_id\x18\x04 \x01(\tR\x06moveId\"\xc3\x01\n" +
 	"\x13ImportObjectRequest\x12\x1d\n" +
 	"\n" +
 	"object_key\x18\x01 \x01(\tR\tobjectKey\x12\x18\n" +
 	"\areplace\x18\x02 \x01(\bR\areplace\x12\x12\n" +
 	"\x04data\x18\x03 \x01(\fR\x04data\x12\x16\n" +
-	"\x06sha256\x18\x04 \x01(\tR\x06sha256\"X\n" +
+	"\x06sha256\x18\x04 \x01(\tR\x06sha256\x12\"\n" +
+	"\rhold_for_move\x18\x05 \x01(\bR\vholdForMove\x12#\n" +
+	"\rlease_seconds\x18\x06 \x01(\x05R\fleaseSeconds\"q\n" +
 	"\x14ImportObjectResponse\x12\x1d\n" +
 	"\n" +
 	"size_bytes\x18\x01 \x01(\x03R\tsizeBytes\x12!\n" +
-	"\fmessage_rows\x18\x02 \x01(\x03R\vmessageRows\"1\n" +
+	"\fmessage_rows\x18\x02 \x01(\x03R\vmessageRows\x12\x17\n" +
+	"\amove_id\x18\x03 \x01(\tR\x06moveId\"1\n" +
 	"\x10AbortMoveRequest\x12\x1d\n" +
 	"\n" +
 	"object_key\x18\x01 \x01(\tR\tobjectKey\"2\n" +

@@ -204,6 +204,8 @@ type SessionServiceClient interface {
 	// instead of when the lease expires. The object stays here, served as before. A DeleteObject
 	// after releasing a lock that still held is refused (FAILED_PRECONDITION: the mover's copy may
 	// miss writes accepted since) until the object is exported again or AbortMove is called once more.
+	// On a move's destination, releases the hold ImportObject took with `hold_for_move` once the
+	// source is deleted: the object takes writes here from then on.
 	AbortMove(ctx context.Context, in *AbortMoveRequest, opts ...grpc.CallOption) (*AbortMoveResponse, error)
 }
 
@@ -761,6 +763,8 @@ type SessionServiceServer interface {
 	// instead of when the lease expires. The object stays here, served as before. A DeleteObject
 	// after releasing a lock that still held is refused (FAILED_PRECONDITION: the mover's copy may
 	// miss writes accepted since) until the object is exported again or AbortMove is called once more.
+	// On a move's destination, releases the hold ImportObject took with `hold_for_move` once the
+	// source is deleted: the object takes writes here from then on.
 	AbortMove(context.Context, *AbortMoveRequest) (*AbortMoveResponse, error)
 	mustEmbedUnimplementedSessionServiceServer()
 }
