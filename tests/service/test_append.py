@@ -351,6 +351,22 @@ def test_canonical_json_numbers_and_integer_keys(session: Any, data_dir: Path, o
     assert row["token_estimate"] == 4
 
 
+def test_a_message_read_with_a_lone_surrogate_is_written_back_as_it_reads(obj: Any) -> None:
+    """`json.loads` reads upstream's `"\\ud800"` as a lone surrogate, which no UTF-8 holds: the
+    client failed to write such a message back (a raw UnicodeEncodeError from protobuf), so a
+    copy of a session stopped at it. It now goes escaped, and reads back the same."""
+    source = obj.session("source")
+    source.append_message(r'{"id":"ls","role":"user","parts":[{"type":"text","text":"a\ud800b é"}]}')
+    (read,) = source.get_history()
+    assert read["parts"][0]["text"] == "a\ud800b é"
+    copy = obj.session("copy")
+    assert copy.append_message(read).inserted
+    assert copy.upsert_message({**read, "id": "ls2"}).inserted
+    obj.session("imported").import_messages(source.get_history())
+    for session_id in ("copy", "imported"):
+        assert obj.session(session_id).get_history()[0] == read
+
+
 def test_canonical_json_strings_keys_and_big_numbers(session: Any, data_dir: Path, object_key: str) -> None:
     raw = (
         r'{"id":"s","role":"user","parts":[{"type":"text","text":"\ud800x\u00e9\u2028\u001f\"\\/"}],'

@@ -540,8 +540,9 @@ def test_a_view_with_other_options_shares_the_connection_and_leaves_the_client_a
         assert [m["id"] for m in client.object(object_key).session().get_history()] == ["m0", "m1"]
     finally:
         client.close()
-    with pytest.raises(ValueError, match=r"[Cc]hannel closed|closed channel"):
+    with pytest.raises(SessionsError) as closed:
         impatient.object(object_key).session().get_history()
+    assert (closed.value.code, closed.value.message) == (grpc.StatusCode.CANCELLED, "the client is closed")
 
 
 def test_a_view_s_timeout_bounds_its_calls_only(dead_address: str) -> None:

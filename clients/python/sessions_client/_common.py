@@ -215,7 +215,15 @@ def to_json(message: Message | str) -> str:
     """Messages may be given as dicts or as JSON text (sent byte for byte)."""
     if isinstance(message, str):
         return message
-    return json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    text = json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            # A lone UTF-16 surrogate, as `json.loads` reads `"\ud800"` (which upstream stores):
+            # no UTF-8 holds it, so the text goes with it escaped, as JSON allows.
+            return json.dumps(message, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
+    return text
 
 
 def json_size(text: str) -> int:
@@ -632,6 +640,21 @@ def channel_options(
 
 
 # Status codes after which a subscription reconnects by itself (server restart or drain).
+class Connection:
+    """Whether a client's connection was closed, shared by the client and its views
+    (`with_options`): calls made after, and streams cut by, the close raise `closed_error()`
+    instead of gRPC's own exceptions (ValueError, UsageError, a bare CancelledError)."""
+
+    __slots__ = ("closed",)
+
+    def __init__(self) -> None:
+        self.closed = False
+
+
+def closed_error() -> SessionsError:
+    return SessionsError(grpc.StatusCode.CANCELLED, "the client is closed", None, {})
+
+
 RECONNECT_CODES: Final = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED})
 
 

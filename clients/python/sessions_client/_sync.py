@@ -23,6 +23,7 @@ from sessions_client._common import (
     CompactionPlan,
     CompactionPolicy,
     CompactionRecord,
+    Connection,
     EventAssembler,
     FrameAssembler,
     FramesEachAttempt,
@@ -42,6 +43,7 @@ from sessions_client._common import (
     UpsertResult,
     attachment_mode,
     channel_options,
+    closed_error,
     collect_search,
     frames_of,
     history_request,
@@ -93,6 +95,7 @@ class SessionsClient(CallOptions):
                 else grpc.insecure_channel(target, options=chosen)
             )
         self._channel = channel
+        self._connection = Connection()
         self._token = token
         self._stub = pb_grpc.SessionServiceStub(self._channel)
         self.timeout = timeout
@@ -108,6 +111,7 @@ class SessionsClient(CallOptions):
     def close(self) -> None:
         """Closes the connection, unless this is a view (`with_options`) of another client."""
         if self._owns_channel:
+            self._connection.closed = True
             self._channel.close()
 
     def object(self, object_key: str) -> ObjectHandle:
@@ -125,12 +129,21 @@ class SessionsClient(CallOptions):
             try:
                 sent = request() if callable(request) else request
                 return fn(sent, metadata=routing_metadata(object_key, self._token), timeout=attempts.remaining())
-            except grpc.RpcError as error:
-                failure = SessionsError.from_rpc_error(error)
+            except (grpc.RpcError, ValueError) as error:
+                failure = self._failure(error)
                 delay = attempts.wait_after(failure)
                 if delay is None:
                     raise failure from None
             time.sleep(delay)
+
+    def _failure(self, error: Exception) -> SessionsError:
+        """A failed call as the SessionsError it raises: the client's close, when it was closed
+        (gRPC then raises ValueError, or CANCELLED for a call it cut)."""
+        if self._connection.closed:
+            return closed_error()
+        if not isinstance(error, grpc.RpcError):
+            raise error
+        return SessionsError.from_rpc_error(error)
 
     def _stream(
         self, object_key: str, method: str, request: Any, *, endless: bool = False
@@ -141,7 +154,10 @@ class SessionsClient(CallOptions):
         attempts = Attempts(method, self.retry, self.on_retry, None if endless else self.timeout)
         while True:
             attempts.begin()
-            call = fn(request, metadata=routing_metadata(object_key, self._token), timeout=attempts.remaining())
+            try:
+                call = fn(request, metadata=routing_metadata(object_key, self._token), timeout=attempts.remaining())
+            except ValueError as error:
+                raise self._failure(error) from None
             delivered = False
             try:
                 for response in call:
@@ -149,7 +165,7 @@ class SessionsClient(CallOptions):
                     yield response
                 return
             except grpc.RpcError as error:
-                failure = SessionsError.from_rpc_error(error)
+                failure = self._failure(error)
                 delay = None if delivered else attempts.wait_after(failure)
                 if delay is None:
                     raise failure from None
@@ -205,7 +221,8 @@ class ObjectHandle:
                     if event.type != "progress" or include_progress:
                         yield event
             except SessionsError as error:
-                if error.code not in RECONNECT_CODES or attempts >= reconnect_attempts:
+                gone = self.client._connection.closed  # closed by its owner: nothing to reconnect to
+                if error.code not in RECONNECT_CODES or attempts >= reconnect_attempts or gone:
                     raise
                 attempts += 1
                 time.sleep(min(2.0, 0.05 * 2**attempts))

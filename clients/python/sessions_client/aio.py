@@ -26,6 +26,7 @@ from sessions_client._common import (
     CompactionPlan,
     CompactionPolicy,
     CompactionRecord,
+    Connection,
     EventAssembler,
     FrameAssembler,
     FramesEachAttempt,
@@ -44,6 +45,7 @@ from sessions_client._common import (
     UpsertResult,
     attachment_mode,
     channel_options,
+    closed_error,
     collect_search,
     frames_of,
     history_request,
@@ -94,6 +96,7 @@ class SessionsClient(CallOptions):
                 else grpc.aio.insecure_channel(target, options=chosen)
             )
         self._channel = channel
+        self._connection = Connection()
         self._token = token
         self._stub = pb_grpc.SessionServiceStub(self._channel)
         self.timeout = timeout
@@ -109,6 +112,7 @@ class SessionsClient(CallOptions):
     async def close(self) -> None:
         """Closes the connection, unless this is a view (`with_options`) of another client."""
         if self._owns_channel:
+            self._connection.closed = True
             await self._channel.close(None)
 
     def object(self, object_key: str) -> ObjectHandle:
@@ -123,14 +127,29 @@ class SessionsClient(CallOptions):
         while True:
             attempts.begin()
             try:
+                if self._connection.closed:
+                    raise closed_error()
                 sent = request() if callable(request) else request
                 return await fn(sent, metadata=routing_metadata(object_key, self._token), timeout=attempts.remaining())
             except grpc.RpcError as error:
-                failure = SessionsError.from_rpc_error(error)
+                failure = self._failure(error)
                 delay = attempts.wait_after(failure)
                 if delay is None:
                     raise failure from None
+            except asyncio.CancelledError:
+                self._raise_if_closed()
+                raise
             await asyncio.sleep(delay)
+
+    def _failure(self, error: grpc.RpcError) -> SessionsError:
+        return closed_error() if self._connection.closed else SessionsError.from_rpc_error(error)
+
+    def _raise_if_closed(self) -> None:
+        """A call the client's close cut ends with CancelledError in a task nobody cancelled:
+        raised as the close instead (a cancelled task's own cancellation goes on as it is)."""
+        task = asyncio.current_task()
+        if self._connection.closed and (task is None or not task.cancelling()):
+            raise closed_error() from None
 
     async def _stream(self, object_key: str, method: str, request: Any, *, endless: bool = False) -> AsyncIterator[Any]:
         """A server stream, tried again as `retry` allows while it has delivered nothing.
@@ -139,6 +158,8 @@ class SessionsClient(CallOptions):
         attempts = Attempts(method, self.retry, self.on_retry, None if endless else self.timeout)
         while True:
             attempts.begin()
+            if self._connection.closed:
+                raise closed_error()
             call = fn(request, metadata=routing_metadata(object_key, self._token), timeout=attempts.remaining())
             delivered = False
             try:
@@ -147,10 +168,13 @@ class SessionsClient(CallOptions):
                     yield response
                 return
             except grpc.RpcError as error:
-                failure = SessionsError.from_rpc_error(error)
+                failure = self._failure(error)
                 delay = None if delivered else attempts.wait_after(failure)
                 if delay is None:
                     raise failure from None
+            except asyncio.CancelledError:
+                self._raise_if_closed()
+                raise
             finally:
                 call.cancel()  # stops the server's reads when the caller breaks off early
             await asyncio.sleep(delay)
@@ -202,7 +226,8 @@ class ObjectHandle:
                     if event.type != "progress" or include_progress:
                         yield event
             except SessionsError as error:
-                if error.code not in RECONNECT_CODES or attempts >= reconnect_attempts:
+                gone = self.client._connection.closed  # closed by its owner: nothing to reconnect to
+                if error.code not in RECONNECT_CODES or attempts >= reconnect_attempts or gone:
                     raise
                 attempts += 1
                 await asyncio.sleep(min(2.0, 0.05 * 2**attempts))

@@ -1,0 +1,87 @@
+"""A closed Python client raises SessionsError (CANCELLED, "the client is closed"), as every
+other failure: a subscription it cuts ends so instead of trying to reconnect through a closed
+channel (ValueError), or ending in a bare CancelledError in a task nobody cancelled (asyncio);
+a call made after the close raises it too (ValueError, grpc's UsageError before)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import grpc
+import pytest
+
+from sessions_client import SessionsClient, SessionsError, aio
+from tests.conftest import LiveServer
+
+
+def _is_closed_error(error: BaseException | None) -> bool:
+    return (
+        isinstance(error, SessionsError)
+        and error.code == grpc.StatusCode.CANCELLED
+        and error.message == "the client is closed"
+    )
+
+
+def test_closing_the_sync_client_ends_its_subscription_and_later_calls(live_server: LiveServer) -> None:
+    client = SessionsClient(live_server.address)
+    subscribed = threading.Event()
+    ended: list[BaseException | None] = []
+
+    def follow() -> None:
+        try:
+            for _ in client.object("closing").subscribe(include_progress=True):
+                subscribed.set()
+            ended.append(None)
+        except BaseException as error:  # what the subscriber sees is the assertion
+            ended.append(error)
+
+    thread = threading.Thread(target=follow)
+    thread.start()
+    assert subscribed.wait(timeout=30)
+    client.close()
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+    assert _is_closed_error(ended[0]), ended
+    with pytest.raises(SessionsError) as after:
+        client.object("closing").session().get_history()
+    assert _is_closed_error(after.value)
+    with pytest.raises(SessionsError) as unary_after:
+        client.object("closing").session().append_message({"id": "m", "role": "user", "parts": []})
+    assert _is_closed_error(unary_after.value)
+
+
+def test_closing_the_asyncio_client_ends_its_subscription_and_later_calls(live_server: LiveServer) -> None:
+    async def scenario() -> tuple[BaseException | None, Any, Any]:
+        client = aio.SessionsClient(live_server.address)
+        subscribed = asyncio.Event()
+
+        async def follow() -> BaseException | None:
+            try:
+                async for _ in client.object("closing").subscribe(include_progress=True):
+                    subscribed.set()
+            except BaseException as error:  # what the subscriber sees is the assertion
+                return error
+            return None
+
+        task = asyncio.create_task(follow())
+        await asyncio.wait_for(subscribed.wait(), 30)
+        await client.close()
+        ended = await asyncio.wait_for(task, 30)
+        outcomes = []
+        for call in (
+            client.object("closing").session().get_history(),
+            client.object("closing").session().append_message({"id": "m", "role": "user", "parts": []}),
+        ):
+            try:
+                await call
+                outcomes.append(None)
+            except BaseException as error:
+                outcomes.append(error)
+        return ended, outcomes[0], outcomes[1]
+
+    ended, read_after, write_after = asyncio.run(scenario())
+    assert _is_closed_error(ended), ended
+    assert _is_closed_error(read_after), read_after
+    assert _is_closed_error(write_after), write_after
