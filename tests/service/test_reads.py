@@ -43,6 +43,8 @@ def test_get_messages_keeps_request_order(session: Any) -> None:
     session.append_messages([text_message(i) for i in "abc"])
     got = session.get_messages(["c", "missing", "a"])
     assert got == [text_message("c"), None, text_message("a")]
+    # Ids from an iterator are read once: the answer was [] (the request took them all).
+    assert session.get_messages(i for i in ["c", "missing", "a"]) == got
 
 
 def test_get_latest_leaf(session: Any) -> None:

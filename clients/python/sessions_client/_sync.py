@@ -386,17 +386,18 @@ class SessionHandle:
         found = self._messages("GetMessage", request)
         return next((m.message() for m in found), None)
 
-    def get_messages(self, ids: Sequence[str], *, pointers: bool = False) -> list[Message | None]:
+    def get_messages(self, ids: Iterable[str], *, pointers: bool = False) -> list[Message | None]:
         """Messages in the order of `ids`, None where absent."""
+        wanted = list(ids)  # read once: an iterator gave the request its ids and the answer none
         request = pb.GetMessagesRequest(
             object_key=self._key,
             session_id=self.id,
-            message_ids=list(ids),
+            message_ids=wanted,
             attachments=attachment_mode(pointers),
             max_messages_per_response=PACKED_MESSAGES,
         )
         by_id = {m.info.id: m.message() for m in self._messages("GetMessages", request)}
-        return [by_id.get(i) for i in ids]
+        return [by_id.get(i) for i in wanted]
 
     def get_latest_leaf(self, *, pointers: bool = False) -> Message | None:
         request = pb.GetLatestLeafRequest(
