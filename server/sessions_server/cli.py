@@ -36,6 +36,7 @@ from sessions_server.config import (
 from sessions_server.domain import paths
 from sessions_server.domain.keys import MAX_OBJECT_KEY_BYTES
 from sessions_server.domain.limits import RESPONSE_PAYLOAD_BYTES, Limits
+from sessions_server.domain.objects import MAX_LEASE_SECONDS as MAX_MOVE_LEASE_SECONDS
 from sessions_server.domain.search import DEFAULT_CONCURRENT_SEARCHES
 from sessions_server.storage.feed import FeedSettings
 from sessions_server.storage.registry import DEFAULT_MAX_OPEN_OBJECTS
@@ -322,6 +323,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="overwrite the object where the destination already holds it (a copy an earlier attempt of "
         "the move left; without it such an object is not moved)",
+    )
+    mover.add_argument(
+        "--lease-seconds",
+        type=_lease_seconds,
+        default=MOVE_LEASE_SECONDS,
+        help="how long the source's lock and the destination's hold outlive a mover that dies mid-move "
+        f"(1 to 86400; default {MOVE_LEASE_SECONDS}): it must cover sending, installing and checking the object",
     )
     _add_client_tls_flags(mover, "both servers (--from and --to)")
     aborter = commands.add_parser(
@@ -611,6 +619,7 @@ def main(argv: list[str] | None = None) -> int:
             args.object_key,
             args.token,
             replace=args.replace,
+            lease_seconds=args.lease_seconds,
             tls=args.tls_config,
             tls_flags=_tls_flags(args),
         )
@@ -733,6 +742,20 @@ def _admin_client(address: str, token: str | None, tls: TlsConfig | None) -> Ses
     return SessionsClient(address, token=token or os.environ.get("SESSIONS_TOKEN"), tls=tls)
 
 
+MOVE_LEASE_SECONDS = 600  # sessions_client.admin.MOVE_LEASE_SECONDS, which the client is imported for later
+
+
+def _lease_seconds(text: str) -> int:
+    """--lease-seconds: whole seconds a server takes as a move lock's lease."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of seconds") from None
+    if not 1 <= value <= MAX_MOVE_LEASE_SECONDS:
+        raise argparse.ArgumentTypeError(f"{value} is not from 1 to {MAX_MOVE_LEASE_SECONDS} seconds")
+    return value
+
+
 def _move_objects(
     source: str,
     destination: str,
@@ -740,6 +763,7 @@ def _move_objects(
     token: str | None,
     *,
     replace: bool = False,
+    lease_seconds: int = MOVE_LEASE_SECONDS,
     tls: TlsConfig | None = None,
     tls_flags: list[str] | None = None,
 ) -> int:
@@ -752,7 +776,9 @@ def _move_objects(
     with _admin_client(source, token, tls) as src, _admin_client(destination, token, tls) as dst:
         for key in object_keys:
             try:
-                report = move_object(src, dst, key, destination_name=destination, replace=replace)
+                report = move_object(
+                    src, dst, key, destination_name=destination, replace=replace, lease_seconds=lease_seconds
+                )
             except MoveOutcomeUnknown as exc:
                 failed.append((key, f"outcome unknown: {exc.message}"))
                 print(

@@ -448,3 +448,17 @@ def test_the_version_is_printed() -> None:
     result = _cli("--version")
     assert result.returncode == 0 and result.stdout.startswith("sessions-server "), result
     assert result.stdout.split()[1][0].isdigit()
+
+
+def test_move_object_takes_a_lease_within_what_servers_take(capsys: pytest.CaptureFixture[str]) -> None:
+    """The lease was fixed at 600 s: an object whose move takes longer could never move (its
+    delete is refused once the lock has expired)."""
+    from sessions_client.admin import MOVE_LEASE_SECONDS
+
+    from sessions_server import cli
+
+    move = ["move-object", "--from", "a:1", "--to", "b:2", "--object-key", "k"]
+    assert parse_arguments(move).lease_seconds == cli.MOVE_LEASE_SECONDS == MOVE_LEASE_SECONDS
+    assert parse_arguments([*move, "--lease-seconds", "86400"]).lease_seconds == 86_400
+    for value in ("0", "86401", "1.5"):
+        assert "argument --lease-seconds:" in _parse_error([*move, "--lease-seconds", value], capsys)
