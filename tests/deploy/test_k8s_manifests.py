@@ -122,3 +122,15 @@ def test_nginx_accepts_the_proxy_config(tmp_path: Path) -> None:
         [nginx, "-t", "-p", str(tmp_path), "-c", str(tmp_path / "nginx.conf")], capture_output=True, text=True
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_the_pods_replicate_with_the_settings_the_docs_measured() -> None:
+    """The pods' Litestream left out the checkpoint settings, busy-timeout and region of
+    deploy/litestream/litestream.yml, with which the RPO in the docs was measured."""
+    measured = yaml.safe_load((DEPLOY / "litestream" / "litestream.yml").read_text())["dbs"][0]
+    pods = yaml.safe_load(_one("ConfigMap", "sessions-ring")["data"]["litestream.yml"])["dbs"][0]
+    where = {"dir", "meta-dir", "replica"}
+    assert {k: v for k, v in pods.items() if k not in where} == {k: v for k, v in measured.items() if k not in where}
+    assert {k: v for k, v in pods["replica"].items() if k != "url"} == {
+        k: v for k, v in measured["replica"].items() if k != "url"
+    }
