@@ -454,7 +454,6 @@ def test_move_object_takes_a_lease_within_what_servers_take(capsys: pytest.Captu
     """The lease was fixed at 600 s: an object whose move takes longer could never move (its
     delete is refused once the lock has expired)."""
     from sessions_client.admin import MOVE_LEASE_SECONDS
-
     from sessions_server import cli
 
     move = ["move-object", "--from", "a:1", "--to", "b:2", "--object-key", "k"]
