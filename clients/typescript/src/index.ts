@@ -14,20 +14,32 @@
  * `ErrorInfo` reason from the `grpc-status-details-bin` trailer), after the client has tried the
  * call again when the server refused it before acting or, for calls safe to repeat, when the
  * connection failed (`ClientOptions.retry`). Every call takes `{ signal }` (`AbortOptions`) to
- * cancel it, retries included.
+ * cancel it, retries included. Reads take `pointers` to leave stored attachments as pointers
+ * (`readAttachment` reads them); `ClientOptions.tls` connects with TLS or mTLS.
  */
 
 import { create } from "@bufbuild/protobuf";
 import { BinaryReader } from "@bufbuild/protobuf/wire";
 import { Code, ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
-import type { ClientHttp2Session } from "node:http2";
+import type {
+  ClientHttp2Session,
+  ClientHttp2Stream,
+  ClientSessionRequestOptions,
+  Http2Session,
+  OutgoingHttpHeaders,
+  SecureClientSessionOptions,
+} from "node:http2";
+import { X509Certificate } from "node:crypto";
+import { createSecureContext } from "node:tls";
 
 import {
+  AttachmentMode,
   ChangeType,
   ImportMessagesRequestSchema,
   ImportedMessageSchema,
   ParentMode,
+  SearchMode,
   SessionService,
   Source,
   UploadHeaderSchema,
@@ -37,6 +49,8 @@ import {
   type ImportMessagesRequest,
   type MessageFrame,
   type MessageInfo as MessageInfoPb,
+  type CompactionPolicy as CompactionPolicyPb,
+  type SearchMessagesResponse,
   type UploadMessageRequest,
   type UploadMessageResponse,
   type WrittenMessage,
@@ -133,7 +147,19 @@ export interface ImportItemLike {
   createdAt?: number | Date;
 }
 
-export interface HistoryOptions extends AbortOptions {
+/** What the reads that return messages accept: `{ signal }` and `pointers`. */
+export interface ReadOptions extends AbortOptions {
+  /**
+   * Leave the inline media the server stores as attachments (a `data:` URL in a file part) as
+   * `attachment:sha256:<hex>` pointers instead of restoring the payloads into the messages
+   * (default false: messages come back as they were written). Read a payload with
+   * `ObjectHandle.readAttachment(hex)`. As Python's `pointers=True` and Go's
+   * `WithAttachmentPointers()`.
+   */
+  pointers?: boolean;
+}
+
+export interface HistoryOptions extends ReadOptions {
   /** The leaf whose path to read; default the active leaf. */
   leafId?: string;
   /** Read from the leaf towards the root. */
@@ -157,8 +183,8 @@ export interface SubscribeOptions extends AbortOptions {
    */
   resumeAfterRevision?: bigint | string | number;
   /**
-   * Reconnections in a row after the server went away (UNAVAILABLE or CANCELLED) before the
-   * error is thrown (default 20; 0 never reconnects). Each resumes after the last revision seen.
+   * Reconnections in a row after the server went away (UNAVAILABLE or CANCELLED, but not a
+   * failure of TLS, thrown at once) before the error is thrown (default 20; 0 never reconnects). Each resumes after the last revision seen.
    * A stream that delivered more than the PROGRESS opening every stream (an event, or a second
    * PROGRESS) ends a row; one that fails after that PROGRESS alone counts as a failure.
    */
@@ -170,6 +196,8 @@ export interface SubscribeOptions extends AbortOptions {
    * at the object's current revision); it means nothing happened. Dropped or not, it advances the revision a reconnect resumes after.
    */
   includeProgress?: boolean;
+  /** Events' messages keep stored attachments as pointers (see `ReadOptions.pointers`). */
+  pointers?: boolean;
 }
 
 export type ChangeTypeName =
@@ -213,6 +241,93 @@ export interface ChangeEvent {
   compaction?: Compaction;
   /** COMPACTION_ERROR: what failed; RESET: why events were missed. */
   error: string;
+}
+
+/** The range and prompt of a planned compaction, for a summarizer that runs on the client. */
+export interface CompactionPlan {
+  /** The first message the summary replaces. */
+  fromMessageId: string;
+  /** The last message the summary replaces. */
+  toMessageId: string;
+  /** The prompt for the summarizer. */
+  prompt: string;
+  /** The summary length target given in the prompt, in tokens. */
+  budgetTokens: number;
+}
+
+/** A session's automatic compaction policy. */
+export interface CompactionPolicy {
+  /**
+   * Compact after an inserted append when the session's token estimate exceeds this; 0 turns
+   * automatic compaction off.
+   */
+  thresholdTokens: number;
+  /** Token budget of the recent tail kept verbatim (0: 20,000). */
+  keepRecentTokens: number;
+}
+
+export interface PlanCompactionOptions extends AbortOptions {
+  /** The leaf whose path to plan (default the active leaf). */
+  leafId?: string;
+  /**
+   * Token budget of the recent tail kept verbatim (default 0: the session's policy, whose own 0
+   * is 20,000; the server refuses a negative one).
+   */
+  keepRecentTokens?: number;
+}
+
+export type CompactOptions = PlanCompactionOptions;
+
+export interface AddCompactionOptions extends AbortOptions {
+  /**
+   * The summary comes from a compaction the caller ran (plan, summarize, store): subscribers see
+   * a COMPACT event with no payload, as upstream's compact() emits, instead of COMPACTION with
+   * the record. `compact(summarize)` sets it.
+   */
+  fromCompact?: boolean;
+}
+
+export interface SetCompactionPolicyOptions extends AbortOptions {
+  /** Token budget of the recent tail kept verbatim (default 0: 20,000). */
+  keepRecentTokens?: number;
+}
+
+/**
+ * A summarizer that runs on the client, for `compact(summarize)`: given the planned prompt, it
+ * returns the summary (or a promise of it). It is given the call's `signal`.
+ */
+export type Summarizer = (prompt: string, options: AbortOptions) => string | PromiseLike<string>;
+
+export interface SearchOptions extends AbortOptions {
+  /**
+   * The largest number of results (default 20, upstream's; 0 returns none; a negative number
+   * means the server's cap). An integer within int32.
+   */
+  limit?: number;
+  /**
+   * "phrase" (default, upstream's semantics: the words adjacent and in order) or "all_words"
+   * (every word of the query, in any order), as Python's `mode`.
+   */
+  mode?: "phrase" | "all_words";
+  /** Search every session of the object, not only this one. */
+  allSessions?: boolean;
+}
+
+/** One full-text search hit. */
+export interface SearchResult {
+  id: string;
+  role: string;
+  /** The indexed text of the message. */
+  content: string;
+  sessionId: string;
+}
+
+/** One stored attachment payload. */
+export interface Attachment {
+  /** The lowercase hex SHA-256 it was read by. */
+  hash: string;
+  mediaType: string;
+  data: Uint8Array;
 }
 
 export interface SessionSummary {
@@ -262,6 +377,31 @@ export interface ClientOptions {
    * call fails with that error.
    */
   onRetry?: (notice: RetryNotice) => void | PromiseLike<void>;
+  /**
+   * Connect with TLS: the address "host:port" is then reached as `https://host:port` (an
+   * "https://" URL needs no `tls` to use the default roots; an "http://" one refuses it).
+   * `{}` trusts Node's default roots; `rootCertificates` a CA of yours; `certificateChain` and
+   * `privateKey` present a client certificate to a server that requires one (mTLS,
+   * `--tls-client-ca`). As Python's `tls=TlsConfig(...)`. A call that fails because TLS did
+   * (the server's certificate not trusted or not for this host, the server refusing the client's
+   * certificate or its absence) fails UNAVAILABLE at once: it is not tried again, and a
+   * subscription does not reconnect after it.
+   */
+  tls?: TlsConfig;
+}
+
+/**
+ * TLS settings, as Python's `TlsConfig`: PEM text (a string) or bytes. The constructor checks
+ * them: a TypeError for PEM that does not load, a key that does not match its certificate, or
+ * one of `certificateChain` and `privateKey` without the other.
+ */
+export interface TlsConfig {
+  /** The CA certificate(s) that signed the server's certificate (default: Node's default roots). */
+  rootCertificates?: string | Uint8Array;
+  /** The client's certificate chain, for mTLS (with `privateKey`). */
+  certificateChain?: string | Uint8Array;
+  /** The private key of `certificateChain`. */
+  privateKey?: string | Uint8Array;
 }
 
 /**
@@ -360,9 +500,18 @@ export class SessionsError extends Error {
     this.domain = domain;
   }
 
-  /** Converts any error thrown by a call; non-RPC errors are returned unchanged. */
+  /**
+   * Converts any error thrown by a call; non-RPC errors are returned unchanged. A failure of TLS
+   * (see `ClientOptions.tls`) becomes UNAVAILABLE, as the Python and Go clients report it.
+   */
   static from(error: unknown): unknown {
     if (error instanceof SessionsError) return error;
+    const tls = tlsFailureIn(error);
+    if (tls !== undefined) {
+      const failure = new SessionsError(Code.Unavailable, tls, null, {}, null, { cause: error });
+      TLS_FAILURES.add(failure);
+      return failure;
+    }
     if (!(error instanceof ConnectError)) return error;
     let reason: string | null = null;
     let domain: string | null = null;
@@ -378,6 +527,84 @@ export class SessionsError extends Error {
     }
     return new SessionsError(error.code, error.rawMessage, reason, metadata, domain, { cause: error });
   }
+}
+
+/**
+ * Errors that TLS caused: retrying cannot cure them (the certificates are what they are), so they
+ * are never retried, and a subscription does not reconnect after one.
+ */
+const TLS_FAILURES = new WeakSet<SessionsError>();
+
+/**
+ * Node's codes for a server certificate that failed verification (`tls.connect`'s
+ * `verifyError` codes); other TLS failures have codes starting ERR_SSL_ (OpenSSL, e.g. a TLS
+ * alert or a plaintext server: ERR_SSL_WRONG_VERSION_NUMBER) or ERR_TLS_ (e.g.
+ * ERR_TLS_CERT_ALTNAME_INVALID, a certificate for another host).
+ */
+const CERTIFICATE_ERRORS: ReadonlySet<string> = new Set([
+  "UNABLE_TO_GET_ISSUER_CERT",
+  "UNABLE_TO_GET_CRL",
+  "UNABLE_TO_DECRYPT_CERT_SIGNATURE",
+  "UNABLE_TO_DECRYPT_CRL_SIGNATURE",
+  "UNABLE_TO_DECODE_ISSUER_PUBLIC_KEY",
+  "CERT_SIGNATURE_FAILURE",
+  "CRL_SIGNATURE_FAILURE",
+  "CERT_NOT_YET_VALID",
+  "CERT_HAS_EXPIRED",
+  "CRL_NOT_YET_VALID",
+  "CRL_HAS_EXPIRED",
+  "ERROR_IN_CERT_NOT_BEFORE_FIELD",
+  "ERROR_IN_CERT_NOT_AFTER_FIELD",
+  "ERROR_IN_CRL_LAST_UPDATE_FIELD",
+  "ERROR_IN_CRL_NEXT_UPDATE_FIELD",
+  "DEPTH_ZERO_SELF_SIGNED_CERT",
+  "SELF_SIGNED_CERT_IN_CHAIN",
+  "UNABLE_TO_GET_ISSUER_CERT_LOCALLY",
+  "UNABLE_TO_VERIFY_LEAF_SIGNATURE",
+  "CERT_CHAIN_TOO_LONG",
+  "CERT_REVOKED",
+  "INVALID_CA",
+  "PATH_LENGTH_EXCEEDED",
+  "INVALID_PURPOSE",
+  "CERT_UNTRUSTED",
+  "CERT_REJECTED",
+  "HOSTNAME_MISMATCH",
+]);
+
+/**
+ * What a server that refused the TLS handshake did: it closed a connection that the client took
+ * for established (with TLS 1.3 the client's side of the handshake ends before the server has
+ * checked the client's certificate) before sending anything, even HTTP/2's SETTINGS, which every
+ * HTTP/2 server sends first. Connect would report it as CANCELLED ("http/2 stream closed with
+ * error code CANCEL"), which a subscription takes for a server that went away.
+ */
+class TlsRefused extends Error {
+  override name = "TlsRefused";
+  constructor() {
+    super(
+      "the server closed the TLS connection before it spoke HTTP/2: it refused the TLS handshake, most " +
+        "likely for want of a client certificate it trusts (a server run with --tls-client-ca requires one: " +
+        "set tls.certificateChain and tls.privateKey)",
+    );
+  }
+}
+
+/** The message of the TLS failure in `error`'s cause chain (Connect keeps Node's error as cause), if any. */
+function tlsFailureIn(error: unknown): string | undefined {
+  const seen = new Set<unknown>();
+  for (let e = error; e instanceof Error && !seen.has(e); e = e.cause) {
+    seen.add(e);
+    if (e instanceof TlsRefused) return e.message;
+    const code = (e as { code?: unknown }).code;
+    if (typeof code !== "string") continue;
+    if (CERTIFICATE_ERRORS.has(code) || code.startsWith("ERR_TLS_") || code.startsWith("ERR_SSL_")) {
+      // OpenSSL's errors carry a short `reason` ("wrong version number") besides a long message.
+      const reason = (e as { reason?: unknown }).reason;
+      const text = typeof reason === "string" && reason !== "" ? reason : e.message.trim();
+      return `TLS handshake failed: ${text} (${code})`;
+    }
+  }
+  return undefined;
 }
 
 const CODE_NAMES: Record<number, string> = {
@@ -512,6 +739,11 @@ function maxMessages(limit: number | undefined): number {
   return limit;
 }
 
+/** The `attachments` field of a read: POINTER with `pointers`, else INLINE (as Python sends it). */
+function attachmentMode(pointers: boolean | undefined): AttachmentMode {
+  return pointers === true ? AttachmentMode.POINTER : AttachmentMode.INLINE;
+}
+
 function createdAtMs(value: number | Date | undefined): bigint {
   if (value === undefined) return BigInt(Date.now());
   if (value instanceof Date) return BigInt(value.getTime());
@@ -612,6 +844,76 @@ function compactionOf(c: CompactionPb | undefined): Compaction | undefined {
   };
 }
 
+/** A compaction record the server returned (an empty one should it send none). */
+function storedCompaction(c: CompactionPb | undefined): Compaction {
+  return (
+    compactionOf(c) ?? { id: "", seq: 0, summary: "", fromMessageId: "", toMessageId: "", createdAtMs: 0 }
+  );
+}
+
+function policyOf(p: CompactionPolicyPb | undefined): CompactionPolicy {
+  return { thresholdTokens: toNumber(p?.thresholdTokens ?? 0n), keepRecentTokens: toNumber(p?.keepRecentTokens ?? 0n) };
+}
+
+/** An int64 field from a number option (undefined: 0); a RangeError, before any call, unless an integer. */
+function int64Of(name: string, value: number | undefined): bigint {
+  if (value === undefined) return 0n;
+  if (!Number.isSafeInteger(value)) throw new RangeError(`${name} must be an integer, got ${String(value)}`);
+  return BigInt(value);
+}
+
+/** Hits the client asks for per search response; the server also ends a response at about 1 MiB. */
+const SEARCH_HITS_PER_RESPONSE = 1000;
+/** The number of results a search asks for by default (upstream's, and Python's `limit=20`). */
+const SEARCH_LIMIT = 20;
+
+function searchLimit(limit: number | undefined): number {
+  if (limit === undefined) return SEARCH_LIMIT;
+  if (!Number.isInteger(limit) || limit < -0x80000000 || limit > 0x7fffffff) {
+    throw new RangeError(`limit must be an integer within int32, got ${String(limit)}`);
+  }
+  return limit;
+}
+
+function searchMode(mode: SearchOptions["mode"]): SearchMode {
+  if (mode === undefined || mode === "phrase") return SearchMode.PHRASE;
+  if (mode === "all_words") return SearchMode.ALL_WORDS;
+  throw new TypeError('mode must be "phrase" or "all_words"');
+}
+
+/** The hits of a search's responses, packed (`hits`) or one per response, pieces joined. */
+async function collectSearch(responses: AsyncIterable<SearchMessagesResponse>): Promise<SearchResult[]> {
+  const out: SearchResult[] = [];
+  let head: SearchResult | null = null;
+  let parts: string[] = [];
+  for await (const response of responses) {
+    for (const hit of response.hits.length > 0 ? response.hits : [response]) {
+      head ??= { id: hit.id, role: hit.role, content: "", sessionId: hit.sessionId };
+      parts.push(hit.content);
+      if (!hit.morePieces) {
+        head.content = parts.length === 1 ? parts[0]! : parts.join("");
+        out.push(head);
+        head = null;
+        parts = [];
+      }
+    }
+  }
+  if (head !== null) throw new SessionsError(Code.DataLoss, "stream ended inside a search hit", "INVALID_STREAM");
+  return out;
+}
+
+/** The bytes of `chunks` in one array. */
+function concatBytes(chunks: Uint8Array[]): Uint8Array {
+  if (chunks.length === 1) return chunks[0]!;
+  const out = new Uint8Array(chunks.reduce((total, chunk) => total + chunk.length, 0));
+  let at = 0;
+  for (const chunk of chunks) {
+    out.set(chunk, at);
+    at += chunk.length;
+  }
+  return out;
+}
+
 type Rpc = Client<typeof SessionService>;
 
 /** An RPC's name as in the proto ("AppendMessage"): a misspelt one does not compile. */
@@ -651,6 +953,8 @@ const REPEATABLE_METHODS: ReadonlySet<string> = new Set<MethodName>([
 
 /** Whether `error` ended an attempt of `method` in a way that another attempt may cure. */
 function retryable(method: string, error: SessionsError): boolean {
+  // The certificates (or their absence) that made TLS fail will be the same on the next attempt.
+  if (TLS_FAILURES.has(error)) return false;
   // The server refused before doing anything: a retry is safe for every method.
   if (error.code === "UNAVAILABLE" && (error.reason === "DRAINING" || error.reason === "OBJECT_MOVING")) return true;
   if (error.code === "FAILED_PRECONDITION" && error.reason === "OBJECT_NOT_OWNED") return true;
@@ -731,6 +1035,89 @@ function follow(signal: AbortSignal | undefined): { controller: AbortController;
   return { controller, unlink: () => signal.removeEventListener("abort", onAbort) };
 }
 
+/**
+ * The connection manager of an https:// client: it watches each connection from its first
+ * request, and when the server closes it without having sent anything (`TlsRefused`), fails its
+ * calls with that error instead of the CANCELLED Connect would report.
+ */
+class TlsSessionManager extends Http2SessionManager {
+  /** Per connection: whether the server has been heard speaking HTTP/2 on it. */
+  private readonly watched = new WeakMap<Http2Session, { heard: boolean }>();
+
+  override async request(
+    method: string,
+    path: string,
+    headers: OutgoingHttpHeaders,
+    options: Omit<ClientSessionRequestOptions, "signal">,
+  ): Promise<ClientHttp2Stream> {
+    const stream = await super.request(method, path, headers, options);
+    const session = stream.session;
+    if (session === undefined) return stream;
+    let watch = this.watched.get(session);
+    if (watch === undefined) {
+      watch = watchForRefusal(session);
+      this.watched.set(session, watch);
+    }
+    if (!watch.heard) {
+      const heard = watch;
+      stream.once("response", () => (heard.heard = true));
+    }
+    return stream;
+  }
+}
+
+/**
+ * Watches a connection from its first request, which gets here in the same turn as its
+ * "connect" event (promise callbacks only in between): before anything the server sent has been
+ * read. Should the server close the connection without having sent anything, its streams fail
+ * with `TlsRefused`.
+ */
+function watchForRefusal(session: Http2Session): { heard: boolean } {
+  const watch = { heard: false };
+  const hear = () => {
+    watch.heard = true;
+  };
+  // The server's SETTINGS, its acknowledgement of ours, a GOAWAY (or a response, see request()):
+  // it speaks HTTP/2.
+  session.once("remoteSettings", hear);
+  session.once("localSettings", hear);
+  session.once("goaway", hear);
+  // "end" (the server closed its side) comes before the connection's "close", which would close
+  // its streams with CANCEL; a stream closed with an error reports that error instead.
+  session.socket.once("end", () => {
+    if (watch.heard || session.destroyed) return;
+    session.on("error", () => {}); // Connect's own listener may be gone: no uncaught exception
+    session.destroy(new TlsRefused());
+  });
+  return watch;
+}
+
+/** http2.connect's TLS options for `tls`, checked now rather than at the first call. */
+function tlsSessionOptions(tls: TlsConfig): SecureClientSessionOptions {
+  const pem = (value: string | Uint8Array | undefined): string | Buffer | undefined =>
+    value === undefined || typeof value === "string"
+      ? value
+      : Buffer.from(value.buffer, value.byteOffset, value.byteLength);
+  const options: SecureClientSessionOptions = {};
+  const ca = pem(tls.rootCertificates);
+  const cert = pem(tls.certificateChain);
+  const key = pem(tls.privateKey);
+  if ((cert === undefined) !== (key === undefined)) {
+    throw new TypeError("tls.certificateChain and tls.privateKey go together (a client certificate and its key)");
+  }
+  if (ca !== undefined) options.ca = ca;
+  if (cert !== undefined) options.cert = cert;
+  if (key !== undefined) options.key = key;
+  try {
+    // Node takes a CA that does not parse for no CA at all: every server would then be refused.
+    if (ca !== undefined) new X509Certificate(ca);
+    createSecureContext(options);
+  } catch (error) {
+    throw new TypeError(`tls: ${error instanceof Error ? error.message : String(error)}`, { cause: error });
+  }
+  return options;
+}
+
 /** Per-call options passed to the generated client. */
 export interface CallOptions {
   headers: Record<string, string>;
@@ -751,22 +1138,29 @@ export class SessionsClient {
   private readonly closing = new AbortController();
 
   /**
-   * `address` is "host:port" (plaintext HTTP/2) or a full "http://" / "https://" URL. Throws a
-   * RangeError for a `retry` policy with a field out of range.
+   * `address` is "host:port" (plaintext HTTP/2, or TLS with `options.tls`) or a full "http://" /
+   * "https://" URL. Throws a RangeError for a `retry` policy with a field out of range, a
+   * TypeError for `tls` settings that do not load or an "http://" URL given `tls`.
    */
   constructor(address: string, options: ClientOptions = {}) {
-    const baseUrl = /^https?:\/\//.test(address) ? address : `http://${address}`;
+    const { tls } = options;
+    const url = /^https?:\/\//.test(address);
+    if (url && tls !== undefined && address.startsWith("http://")) {
+      throw new TypeError(`tls was given for a plaintext address (${address}): use https:// or host:port`);
+    }
+    const baseUrl = url ? address : `${tls !== undefined ? "https" : "http"}://${address}`;
     this.address = address;
     this.timeoutMs = options.timeoutMs;
     this.retryPolicy = retryPolicyOf(options.retry);
     this.onRetry = options.onRetry;
     const keepaliveMs = options.keepaliveMs ?? KEEPALIVE_MS;
-    this.sessionManager = new Http2SessionManager(
-      baseUrl,
+    const pings =
       keepaliveMs > 0
         ? { pingIntervalMs: keepaliveMs, pingTimeoutMs: options.keepaliveTimeoutMs ?? KEEPALIVE_TIMEOUT_MS }
-        : {},
-    );
+        : {};
+    this.sessionManager = baseUrl.startsWith("https://")
+      ? new TlsSessionManager(baseUrl, pings, tls === undefined ? undefined : tlsSessionOptions(tls))
+      : new Http2SessionManager(baseUrl, pings);
     const interceptors: Interceptor[] = [...(options.interceptors ?? [])];
     if (options.token !== undefined) {
       const value = `Bearer ${options.token}`;
@@ -994,11 +1388,35 @@ export class ObjectHandle {
   }
 
   /**
+   * One attachment payload by its hash: the lowercase hex after `attachment:sha256:` in a
+   * message read with `pointers: true`. NOT_FOUND when the object holds no such payload. As a
+   * read, it is tried again after a connection failure until its first frame has arrived.
+   */
+  async readAttachment(hash: string, options: AbortOptions = {}): Promise<Attachment> {
+    const request = { objectKey: this.key, hash };
+    let mediaType = "";
+    let first = true;
+    const chunks: Uint8Array[] = [];
+    const responses = this.client.stream("ReadAttachment", this.key, (o) => this.client.rpc.readAttachment(request, o), {
+      signal: options.signal,
+    });
+    for await (const response of responses) {
+      if (first) {
+        mediaType = response.mediaType;
+        first = false;
+      }
+      chunks.push(response.data);
+    }
+    return { hash, mediaType, data: concatBytes(chunks) };
+  }
+
+  /**
    * Streams the object's change events in commit order (of every session, or of `sessionId`).
    * Large messages are reassembled. When the server goes away (a drain, a restart, a connection
    * its keepalive found dead: UNAVAILABLE or CANCELLED) it reconnects by itself, resuming after
    * the last revision seen (PROGRESS events included); a RESET event then means events were
-   * missed (re-read state). PROGRESS events are dropped unless `includeProgress` is set. Break
+   * missed (re-read state). A failure of TLS is thrown at once. PROGRESS events are dropped
+   * unless `includeProgress` is set; `pointers` leaves events' attachments as pointers. Break
    * out of the loop, or abort `signal` (the loop then throws CANCELLED, as any call does), to
    * unsubscribe; the client's `timeoutMs` does not apply.
    */
@@ -1024,7 +1442,9 @@ export class ObjectHandle {
       } catch (error) {
         // close() ends the stream as a server that went away would: it must not reconnect.
         if (this.client.closedSignal.aborted) throw closedClient(error);
-        const retryable = error instanceof SessionsError && RECONNECT_CODES.has(error.code);
+        // Not after a failure of TLS: the next connection would fail the same way.
+        const retryable =
+          error instanceof SessionsError && RECONNECT_CODES.has(error.code) && !TLS_FAILURES.has(error);
         if (!retryable || options.signal?.aborted === true || attempts >= maxAttempts) throw error;
         attempts += 1;
         await pause(Math.min(2000, 50 * 2 ** attempts), options.signal, this.client.closedSignal);
@@ -1036,6 +1456,7 @@ export class ObjectHandle {
     const request = {
       objectKey: this.key,
       resumeAfterRevision: after,
+      attachments: attachmentMode(options.pointers),
       ...(options.sessionId !== undefined ? { sessionId: options.sessionId } : {}),
     };
     const assembler = new FrameAssembler();
@@ -1356,8 +1777,8 @@ export class SessionHandle {
   // ── reads ─────────────────────────────────────────────────────────────────
 
   /** One message by id; null when it does not exist. */
-  async getMessage(messageId: string, options: AbortOptions = {}): Promise<Message | null> {
-    const request = { objectKey: this.key, sessionId: this.id, messageId };
+  async getMessage(messageId: string, options: ReadOptions = {}): Promise<Message | null> {
+    const request = { objectKey: this.key, sessionId: this.id, messageId, attachments: attachmentMode(options.pointers) };
     let message: Message | null = null;
     // Read to the end (one message at most) rather than cancel the call after the first.
     for await (const found of this.messages("GetMessage", (o) => this.rpc.getMessage(request, o), options)) {
@@ -1367,9 +1788,15 @@ export class SessionHandle {
   }
 
   /** Messages in the order of `ids`, null where absent. */
-  async getMessages(ids: Iterable<string>, options: AbortOptions = {}): Promise<(Message | null)[]> {
+  async getMessages(ids: Iterable<string>, options: ReadOptions = {}): Promise<(Message | null)[]> {
     const messageIds = [...ids];
-    const request = { objectKey: this.key, sessionId: this.id, messageIds, maxMessagesPerResponse: PACKED_MESSAGES };
+    const request = {
+      objectKey: this.key,
+      sessionId: this.id,
+      messageIds,
+      attachments: attachmentMode(options.pointers),
+      maxMessagesPerResponse: PACKED_MESSAGES,
+    };
     const byId = new Map<string, Message>();
     for await (const found of this.messages("GetMessages", (o) => this.rpc.getMessages(request, o), options)) {
       const message = parseMessage(found.json);
@@ -1379,8 +1806,8 @@ export class SessionHandle {
   }
 
   /** The active leaf (the session's newest message); null for an empty session. */
-  async getLatestLeaf(options: AbortOptions = {}): Promise<Message | null> {
-    const request = { objectKey: this.key, sessionId: this.id };
+  async getLatestLeaf(options: ReadOptions = {}): Promise<Message | null> {
+    const request = { objectKey: this.key, sessionId: this.id, attachments: attachmentMode(options.pointers) };
     let message: Message | null = null;
     for await (const found of this.messages("GetLatestLeaf", (o) => this.rpc.getLatestLeaf(request, o), options)) {
       message ??= parseMessage(found.json);
@@ -1389,8 +1816,14 @@ export class SessionHandle {
   }
 
   /** The direct children of a message, oldest first. */
-  async getBranches(messageId: string, options: AbortOptions = {}): Promise<Message[]> {
-    const request = { objectKey: this.key, sessionId: this.id, messageId, maxMessagesPerResponse: PACKED_MESSAGES };
+  async getBranches(messageId: string, options: ReadOptions = {}): Promise<Message[]> {
+    const request = {
+      objectKey: this.key,
+      sessionId: this.id,
+      messageId,
+      attachments: attachmentMode(options.pointers),
+      maxMessagesPerResponse: PACKED_MESSAGES,
+    };
     const out: Message[] = [];
     for await (const found of this.messages("GetBranches", (o) => this.rpc.getBranches(request, o), options)) {
       out.push(parseMessage(found.json));
@@ -1408,6 +1841,7 @@ export class SessionHandle {
       sessionId: this.id,
       leafId: options.leafId ?? "",
       newestFirst: options.newestFirst ?? false,
+      attachments: attachmentMode(options.pointers),
       maxMessagesPerResponse: PACKED_MESSAGES,
       maxMessages: maxMessages(options.limit),
     };
@@ -1425,6 +1859,7 @@ export class SessionHandle {
       newestFirst: options.newestFirst ?? false,
       batchSize: Math.max(1, Math.trunc(options.batchSize ?? 50)),
       maxBatchBytes: BigInt(Math.max(1, Math.trunc(options.maxBatchBytes ?? 4 * 1024 * 1024))),
+      attachments: attachmentMode(options.pointers),
       maxMessagesPerResponse: PACKED_MESSAGES,
       maxMessages: maxMessages(options.limit),
     };
@@ -1456,12 +1891,13 @@ export class SessionHandle {
   }
 
   /** The longest recent suffix of a path whose stored size fits `maxContentBytes` (at least the newest message). */
-  async getRecentHistory(maxContentBytes: number, options: AbortOptions & { leafId?: string } = {}): Promise<RecentHistory> {
+  async getRecentHistory(maxContentBytes: number, options: ReadOptions & { leafId?: string } = {}): Promise<RecentHistory> {
     const request = {
       objectKey: this.key,
       sessionId: this.id,
       maxContentBytes: BigInt(Math.trunc(maxContentBytes)),
       leafId: options.leafId ?? "",
+      attachments: attachmentMode(options.pointers),
       maxMessagesPerResponse: PACKED_MESSAGES,
     };
     let truncated = false;
@@ -1498,6 +1934,174 @@ export class SessionHandle {
       }
     }
     return out;
+  }
+
+  // ── compaction ────────────────────────────────────────────────────────────
+
+  /**
+   * Stores a compaction overlay: reads then show one synthetic message holding `summary` in
+   * place of the path from `fromMessageId` to `toMessageId` (neither is checked, as upstream).
+   * Nothing is deleted. Not tried again after a connection failure (a repeat would store a
+   * second record), only after a refusal before acting.
+   */
+  async addCompaction(
+    summary: string,
+    fromMessageId: string,
+    toMessageId: string,
+    options: AddCompactionOptions = {},
+  ): Promise<Compaction> {
+    const request = {
+      objectKey: this.key,
+      sessionId: this.id,
+      summary,
+      fromMessageId,
+      toMessageId,
+      fromCompact: options.fromCompact ?? false,
+    };
+    const response = await this.client.call("AddCompaction", this.key, (o) => this.rpc.addCompaction(request, o), {
+      signal: options.signal,
+    });
+    return storedCompaction(response.compaction);
+  }
+
+  /**
+   * Every compaction record of the session, oldest first (superseded ones included). The server
+   * answers a page at a time (100 records): this follows `next_page_token` to the last page, one
+   * call per page, as `listSessions` does.
+   */
+  async listCompactions(options: AbortOptions = {}): Promise<Compaction[]> {
+    const out: Compaction[] = [];
+    let pageToken = "";
+    do {
+      const request = { objectKey: this.key, sessionId: this.id, pageToken };
+      const response = await this.client.call("ListCompactions", this.key, (o) => this.rpc.listCompactions(request, o), {
+        signal: options.signal,
+      });
+      for (const record of response.compactions) out.push(storedCompaction(record));
+      pageToken = response.nextPageToken;
+    } while (pageToken !== "");
+    return out;
+  }
+
+  /**
+   * Plans a compaction of the path (the active branch, or `leafId`) as upstream's
+   * createCompactFunction does: the span to summarize and the prompt for a summarizer of yours.
+   * null when there is nothing to compact. Store the summary with `addCompaction`, or let
+   * `compact(summarize)` do all three steps.
+   */
+  async planCompaction(options: PlanCompactionOptions = {}): Promise<CompactionPlan | null> {
+    const request = {
+      objectKey: this.key,
+      sessionId: this.id,
+      leafId: options.leafId ?? "",
+      keepRecentTokens: int64Of("keepRecentTokens", options.keepRecentTokens),
+    };
+    const response = await this.client.call("PlanCompaction", this.key, (o) => this.rpc.planCompaction(request, o), {
+      signal: options.signal,
+    });
+    if (!response.planned) return null;
+    return {
+      fromMessageId: response.fromMessageId,
+      toMessageId: response.toMessageId,
+      prompt: response.prompt,
+      budgetTokens: toNumber(response.budgetTokens),
+    };
+  }
+
+  /**
+   * Compacts the path (the active branch, or `leafId`). With `summarize`, the summarizer runs
+   * here: the server plans (`planCompaction`), `summarize(prompt)` writes the summary, and it is
+   * stored as `addCompaction(..., { fromCompact: true })` does (upstream's
+   * createCompactFunction; subscribers see COMPACT). Without it, the server's summarizer does the
+   * work (`--summarizer-url`; without one the server answers FAILED_PRECONDITION /
+   * NO_SUMMARIZER). null when there was nothing to compact, or the summary was blank (as
+   * JavaScript's `trim()` finds it). `keepRecentTokens` 0 (the default): the session's policy,
+   * whose own 0 is 20,000. The server-side Compact is not tried again after a connection
+   * failure (a repeat would store a second record), as in the Python and Go clients.
+   */
+  async compact(options?: CompactOptions): Promise<Compaction | null>;
+  async compact(summarize: Summarizer | undefined, options?: CompactOptions): Promise<Compaction | null>;
+  async compact(first?: Summarizer | CompactOptions, second?: CompactOptions): Promise<Compaction | null> {
+    const summarize = typeof first === "function" ? first : undefined;
+    const options: CompactOptions = (typeof first === "function" || first === undefined ? second : first) ?? {};
+    if (summarize === undefined) {
+      const request = {
+        objectKey: this.key,
+        sessionId: this.id,
+        leafId: options.leafId ?? "",
+        keepRecentTokens: int64Of("keepRecentTokens", options.keepRecentTokens),
+      };
+      const response = await this.client.call("Compact", this.key, (o) => this.rpc.compact(request, o), {
+        signal: options.signal,
+      });
+      return response.compacted ? storedCompaction(response.compaction) : null;
+    }
+    const plan = await this.planCompaction(options);
+    if (plan === null) return null;
+    const summary: unknown = await summarize(plan.prompt, options.signal === undefined ? {} : { signal: options.signal });
+    if (typeof summary !== "string") throw new TypeError(`summarize returned ${typeof summary}, not a string`);
+    if (summary.trim() === "") return null;
+    return this.addCompaction(summary, plan.fromMessageId, plan.toMessageId, { fromCompact: true, signal: options.signal });
+  }
+
+  /**
+   * Stores the session's automatic compaction policy and returns it as stored: compact after an
+   * inserted append once the session's token estimate exceeds `thresholdTokens` (0: never). A
+   * threshold needs the server's summarizer: without one it is refused (FAILED_PRECONDITION,
+   * NO_SUMMARIZER) and nothing is stored; a threshold of 0 still stores `keepRecentTokens`.
+   */
+  async setCompactionPolicy(thresholdTokens: number, options: SetCompactionPolicyOptions = {}): Promise<CompactionPolicy> {
+    const request = {
+      objectKey: this.key,
+      sessionId: this.id,
+      policy: {
+        thresholdTokens: int64Of("thresholdTokens", thresholdTokens),
+        keepRecentTokens: int64Of("keepRecentTokens", options.keepRecentTokens),
+      },
+    };
+    const response = await this.client.call(
+      "SetCompactionPolicy",
+      this.key,
+      (o) => this.rpc.setCompactionPolicy(request, o),
+      { signal: options.signal },
+    );
+    return policyOf(response.policy);
+  }
+
+  /** The session's automatic compaction policy (all zero when none was set). */
+  async getCompactionPolicy(options: AbortOptions = {}): Promise<CompactionPolicy> {
+    const request = { objectKey: this.key, sessionId: this.id };
+    const response = await this.client.call(
+      "GetCompactionPolicy",
+      this.key,
+      (o) => this.rpc.getCompactionPolicy(request, o),
+      { signal: options.signal },
+    );
+    return policyOf(response.policy);
+  }
+
+  // ── search ────────────────────────────────────────────────────────────────
+
+  /**
+   * Full-text search over message text, best match first: the whole query as one phrase
+   * (default, upstream's semantics) or, with `mode: "all_words"`, every word in any order; in
+   * this session or, with `allSessions`, every session of the object. Hits are asked for packed
+   * (many a response) and a hit sent in pieces is joined.
+   */
+  async search(query: string, options: SearchOptions = {}): Promise<SearchResult[]> {
+    const request = {
+      objectKey: this.key,
+      sessionId: this.id,
+      query,
+      limit: searchLimit(options.limit),
+      mode: searchMode(options.mode),
+      allSessions: options.allSessions ?? false,
+      maxHitsPerResponse: SEARCH_HITS_PER_RESPONSE,
+    };
+    const responses = this.client.stream("SearchMessages", this.key, (o) => this.rpc.searchMessages(request, o), {
+      signal: options.signal,
+    });
+    return collectSearch(responses);
   }
 
   /** The object's change feed, filtered to this session unless `sessionId` says otherwise. */

@@ -198,6 +198,17 @@ describe("a signal aborted before the call", () => {
       ["getHistoryRowStats", () => s.getHistoryRowStats({ signal })],
       ["listSessions", () => o.listSessions({ signal })],
       ["getObjectStats", () => o.getObjectStats({ signal })],
+      ["readAttachment", () => o.readAttachment("0".repeat(64), { signal })],
+      ["search", () => s.search("text", { signal })],
+      ["addCompaction", () => s.addCompaction("summary", "a", "b", { signal })],
+      ["listCompactions", () => s.listCompactions({ signal })],
+      ["planCompaction", () => s.planCompaction({ signal })],
+      ["compact", () => s.compact({ signal })],
+      ["compact (summarize)", () => s.compact(() => "summary", { signal })],
+      ["setCompactionPolicy", () => s.setCompactionPolicy(0, { signal })],
+      ["getCompactionPolicy", () => s.getCompactionPolicy({ signal })],
+      ["getMessage (pointers)", () => s.getMessage("a", { pointers: true, signal })],
+      ["subscribe (pointers)", () => drain(s.subscribe({ pointers: true, signal }))],
       ["object subscribe", () => drain(o.subscribe({ signal }))],
       ["session subscribe", () => drain(s.subscribe({ signal }))],
     ];
@@ -407,6 +418,12 @@ describe("a signal that is never aborted", () => {
     out.rowStats = (await s.getHistoryRowStats(opts)).map((r) => r.id);
     out.sessions = await o.listSessions(opts);
     out.stats = (({ messageRows, sessionCount }) => ({ messageRows, sessionCount }))(await o.getObjectStats(opts));
+    out.pointers = await s.getMessage("a", { pointers: true, ...opts });
+    out.search = (await s.search("text", opts)).map((h) => h.id).sort();
+    out.added = (await s.addCompaction("summary", "a", "b", opts)).summary;
+    out.compactions = (await s.listCompactions(opts)).map((c) => [c.summary, c.fromMessageId, c.toMessageId]);
+    out.policy = await s.setCompactionPolicy(0, { keepRecentTokens: 10, ...opts });
+    out.policyRead = await s.getCompactionPolicy(opts);
     out.deleted = await s.deleteMessages(["d"], opts);
     out.imported = await s.importMessages([msg("i1"), msg("i2")], opts);
     out.importedOne = await s.importMessage(msg("i3"), { parentId: null, ...opts });
@@ -433,5 +450,35 @@ describe("a signal that is never aborted", () => {
     assert.ok(mostListeners >= 1, "calls followed the signal while they ran");
     assert.equal(abortListeners(signal), 0, "every call removed its listener");
     assert.equal(signal.aborted, false);
+  });
+});
+
+describe("compact(summarize) and its signal", () => {
+  test("the summarizer is given the signal; an abort while it runs stores nothing", async () => {
+    const key = freshKey("summarize");
+    const seeded = raw.object(key).session("s");
+    await seeded.appendMessages(
+      Array.from({ length: 12 }, (_, i) => msg(`m${String(i).padStart(2, "0")}`, `turn ${i} words `.repeat(200))),
+    );
+    const { client, attempts } = observed(null);
+    const stop = new AbortController();
+    const reason = new Error("the summary is no longer wanted");
+    let given: AbortSignal | undefined;
+    const s = client.object(key).session("s");
+    await assert.rejects(
+      s.compact(
+        (_prompt, { signal }) => {
+          given = signal;
+          stop.abort(reason);
+          return "a summary nobody waits for";
+        },
+        { keepRecentTokens: 500, signal: stop.signal },
+      ),
+      cancelledBy(reason),
+    );
+    assert.equal(given, stop.signal, "the summarizer was given the call's signal");
+    assert.deepEqual(attempts, ["PlanCompaction"], "no AddCompaction after the abort");
+    assert.deepEqual(await seeded.listCompactions(), []);
+    assert.equal(abortListeners(stop.signal), 0);
   });
 });

@@ -364,6 +364,14 @@ describe("transport failures (nothing listening)", () => {
         ["StreamHistory", () => s.getHistory()],
         ["ListSessions", () => client.object("k").listSessions()],
         ["ImportMessages", () => s.importMessages([msg("a")])],
+        ["SearchMessages", () => s.search("a")],
+        ["ReadAttachment", () => client.object("k").readAttachment("0".repeat(64))],
+        ["ListCompactions", () => s.listCompactions()],
+        ["PlanCompaction", () => s.planCompaction()],
+        ["PlanCompaction", () => s.compact(() => "summary")], // plans first; never reaches AddCompaction
+        ["GetCompactionPolicy", () => s.getCompactionPolicy()],
+        ["SetCompactionPolicy", () => s.setCompactionPolicy(0, { keepRecentTokens: 100 })],
+        ["GetMessage", () => s.getMessage("a", { pointers: true })],
       ] as const) {
         attempts.length = 0;
         notices.length = 0;
@@ -379,14 +387,18 @@ describe("transport failures (nothing listening)", () => {
     }
   });
 
-  test("ClearMessages and an import from a non-array iterable fail at once", async () => {
-    // A repeated clear could remove what others appended in between; an iterable may not yield twice.
+  test("ClearMessages, AddCompaction, Compact and an import from a non-array iterable fail at once", async () => {
+    // A repeated clear could remove what others appended in between, a repeated AddCompaction or
+    // Compact would store a second record (no id); an iterable may not yield twice.
     const { client, attempts, notices } = observed(await deadAddress(), { retry: tiny });
     try {
       const s = client.object("k").session();
       await assert.rejects(s.clearMessages(), expectFailure("UNAVAILABLE", null));
       await assert.rejects(s.importMessages([msg("a")].values()), expectFailure("UNAVAILABLE", null));
-      assert.deepEqual(attempts, ["ClearMessages", "ImportMessages"]);
+      await assert.rejects(s.addCompaction("summary", "a", "b"), expectFailure("UNAVAILABLE", null));
+      await assert.rejects(s.compact(), expectFailure("UNAVAILABLE", null));
+      await assert.rejects(s.compact({ keepRecentTokens: 100 }), expectFailure("UNAVAILABLE", null));
+      assert.deepEqual(attempts, ["ClearMessages", "ImportMessages", "AddCompaction", "Compact", "Compact"]);
       assert.equal(notices.length, 0);
     } finally {
       client.close();
