@@ -188,6 +188,30 @@ def test_aio_an_import_source_that_fails_raises_its_own_error(live_server: Any, 
     asyncio.run(scenario())
 
 
+def test_aio_an_import_takes_an_async_iterable(live_server: Any, object_key: str) -> None:
+    """Another session's `history()`, an async generator, is the natural source of a copy: it
+    was refused (TypeError: not iterable). Its messages go as they come, chained; what the
+    iterable raises is raised as itself."""
+
+    async def failing() -> Any:
+        yield text_message("x")
+        raise RuntimeError("the source went away")
+
+    async def scenario() -> None:
+        async with SessionsClient(live_server.address) as client:
+            source = client.object(object_key).session("source")
+            await source.append_messages([text_message(f"m{i}") for i in range(5)])
+            copy = client.object(object_key).session("copy")
+            result = await copy.import_messages(source.history())
+            assert (result.imported, result.skipped) == (5, 0)
+            assert await copy.get_history() == await source.get_history()
+            assert (await copy.import_messages(source.history())).skipped == 5  # ids it holds
+            with pytest.raises(RuntimeError, match="the source went away"):
+                await client.object(object_key).session("other").import_messages(failing())
+
+    asyncio.run(scenario())
+
+
 def test_aio_a_large_message_utf8_cannot_carry_raises_as_a_small_one_does(live_server: Any, object_key: str) -> None:
     """As the blocking client's: grpc.aio ended the upload with a bare CancelledError."""
     text = '{"id":"a","role":"user","parts":[{"type":"text","text":"' + "x" * (4 << 20) + '\ud800"}]}'

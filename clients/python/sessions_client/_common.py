@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import time
 import urllib.parse
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
@@ -352,41 +352,71 @@ def import_frames(
     an iterator go a message per frame, each as soon as the iterator yields it, as before. A
     message over IMPORT_WHOLE_BYTES goes in pieces either way. Plain messages chain: each one's
     parent is the previous message."""
-    pack = isinstance(items, Sequence)
-    previous: str | None = None
-    frame = pb.ImportMessagesRequest(object_key=object_key, session_id=session_id)
-    packed = 0
-    sent = False
+    chain = _ImportFrames(object_key, session_id, pack=isinstance(items, Sequence))
     for item in items:
+        yield from chain.frames_of(item)
+    yield from chain.finish()
+
+
+async def import_frames_async(
+    object_key: str, session_id: str, items: AsyncIterable[ImportItem | Message]
+) -> AsyncIterator[pb.ImportMessagesRequest]:
+    """`import_frames` of an async iterable's items (another session's `history()`, say): a
+    message a frame, each as soon as the iterable yields it."""
+    chain = _ImportFrames(object_key, session_id, pack=False)
+    async for item in items:
+        for frame in chain.frames_of(item):
+            yield frame
+    for frame in chain.finish():
+        yield frame
+
+
+class _ImportFrames:
+    """The frames of an import's items, one item at a time: the frame being packed, and the
+    previous message's id, which a plain message's parent is."""
+
+    def __init__(self, object_key: str, session_id: str, *, pack: bool) -> None:
+        self._pack = pack
+        self._previous: str | None = None
+        self._frame = pb.ImportMessagesRequest(object_key=object_key, session_id=session_id)
+        self._packed = 0
+        self._sent = False
+
+    def _next_frame(self) -> pb.ImportMessagesRequest:
+        frame = self._frame
+        self._frame, self._packed, self._sent = pb.ImportMessagesRequest(), 0, True
+        return frame
+
+    def frames_of(self, item: ImportItem | Message) -> Iterator[pb.ImportMessagesRequest]:
         if not isinstance(item, ImportItem):
-            item = ImportItem(item, previous, None)
+            item = ImportItem(item, self._previous, None)
         text = to_json(item.message)
         size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
-        if pack and size <= IMPORT_WHOLE_BYTES:
-            if packed and packed + size > IMPORT_FRAME_BYTES:
-                yield frame
-                frame, packed, sent = pb.ImportMessagesRequest(), 0, True
-            whole = frame.messages.add(json=text, created_at_ms=created_at_ms(item.created_at))
+        if self._pack and size <= IMPORT_WHOLE_BYTES:
+            if self._packed and self._packed + size > IMPORT_FRAME_BYTES:
+                yield self._next_frame()
+            whole = self._frame.messages.add(json=text, created_at_ms=created_at_ms(item.created_at))
             if item.parent_id is not None:
                 whole.parent_id = item.parent_id
-            packed += size
+            self._packed += size
         else:
-            if packed:  # whole messages first, in a frame of their own: no frame over ~4 MiB
-                yield frame
-                frame, packed, sent = pb.ImportMessagesRequest(), 0, True
+            if self._packed:  # whole messages first, in a frame of their own: no frame over ~4 MiB
+                yield self._next_frame()
             parts = list(pieces(text))
             for index, piece in enumerate(parts):
+                frame = self._frame
                 frame.json_piece = piece
                 frame.more_pieces = index < len(parts) - 1
                 if index == 0:
                     frame.created_at_ms = created_at_ms(item.created_at)
                     if item.parent_id is not None:
                         frame.parent_id = item.parent_id
-                yield frame
-                frame, packed, sent = pb.ImportMessagesRequest(), 0, True
-        previous = _message_id(item.message)
-    if packed or not sent:  # an empty import still names its object
-        yield frame
+                yield self._next_frame()
+        self._previous = _message_id(item.message)
+
+    def finish(self) -> Iterator[pb.ImportMessagesRequest]:
+        if self._packed or not self._sent:  # an empty import still names its object
+            yield self._frame
 
 
 class SentFrames:
@@ -415,6 +445,31 @@ class SentFrames:
         """Raises what making a frame raised, if anything did (the call's failure followed)."""
         if self.failure is not None:
             self.failure.__suppress_context__ = True  # the call's own failure only says it ended
+            raise self.failure
+
+
+class SentFramesAsync:
+    """`SentFrames` of frames made from an async iterable's items."""
+
+    def __init__(self, frames: AsyncIterator[Any]) -> None:
+        self._frames = frames
+        self.failure: Exception | None = None
+
+    def __aiter__(self) -> SentFramesAsync:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await anext(self._frames)
+        except StopAsyncIteration:
+            raise
+        except Exception as exc:
+            self.failure = exc
+            raise
+
+    def raise_failure(self) -> None:
+        if self.failure is not None:
+            self.failure.__suppress_context__ = True
             raise self.failure
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 import grpc
@@ -40,6 +40,7 @@ from sessions_client._common import (
     RecentHistory,
     RowStat,
     SearchResult,
+    SentFramesAsync,
     SessionsError,
     TlsConfig,
     UpsertResult,
@@ -50,6 +51,7 @@ from sessions_client._common import (
     frames_of,
     history_request,
     import_frames,
+    import_frames_async,
     import_result,
     is_blank,
     json_size,
@@ -364,11 +366,23 @@ class SessionHandle:
     async def import_message(self, message: Message | str, *, parent_id: str | None, created_at: Any = None) -> bool:
         return (await self.import_messages([ImportItem(message, parent_id, created_at)])).imported == 1
 
-    async def import_messages(self, items: Iterable[ImportItem | Message]) -> ImportResult:
+    async def import_messages(
+        self, items: Iterable[ImportItem | Message] | AsyncIterable[ImportItem | Message]
+    ) -> ImportResult:
         """Streams messages in; plain dicts chain, each parented to the previous one. A list or
         tuple goes packed (many messages a frame) and is sent again when the call is tried again
-        (ids stored by an earlier attempt then count as skipped); an iterator a message at a time
-        as it yields, and the call is not tried again (the iterator cannot be read twice)."""
+        (ids stored by an earlier attempt then count as skipped); an iterator, or an async
+        iterable (another session's `history()`), a message at a time as it yields, and the call
+        is not tried again (the iterator cannot be read twice)."""
+        if isinstance(items, AsyncIterable):
+            sent = SentFramesAsync(import_frames_async(self._key, self.id, items))
+            try:
+                response = await self._client._call(self._key, "ImportMessages", sent, once=True)
+            except (SessionsError, asyncio.CancelledError):
+                if not _cancelled_here():
+                    sent.raise_failure()
+                raise
+            return import_result(response, iter(()))  # not counted against items in hand
         frames = FramesEachAttempt(lambda: import_frames(self._key, self.id, items))
         try:
             response = await self._client._call(
