@@ -856,6 +856,9 @@ def test_a_held_arrival_is_read_but_not_written_until_released(tmp_path: Path) -
             erase = pb.DeleteObjectRequest(object_key=key, erase=True, move_id="not-the-hold")
             refused = _refusal(lambda: destination.DeleteObject(erase, metadata=routing(key), timeout=GUARD_SECONDS))
             assert refused.code == grpc.StatusCode.FAILED_PRECONDITION
+            away = pb.DeleteObjectRequest(object_key=key, moved_to="elsewhere:1")  # no move ends at an arrival
+            refused = _refusal(lambda: destination.DeleteObject(away, metadata=routing(key), timeout=GUARD_SECONDS))
+            assert (refused.code, "arriving here" in refused.message) == (grpc.StatusCode.FAILED_PRECONDITION, True)
             assert _stored(destination, key, "m0")
             release = pb.AbortMoveRequest(object_key=key)
             assert destination.AbortMove(release, metadata=routing(key), timeout=GUARD_SECONDS).was_locked

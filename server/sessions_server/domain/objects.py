@@ -500,6 +500,12 @@ class ObjectAdmin:
         if self._placement is not None:
             self._placement.check(object_key)
         lock = self._moving.get(object_key)
+        if lock is not None and lock.arrival:
+            raise FailedPrecondition(
+                "the object is arriving here (a move's import holds it): its mover releases it (AbortMove) or "
+                "drops it (DeleteObject with erase and its move_id); nothing was deleted",
+                reason="FAILED_PRECONDITION",
+            )
         if object_key not in self._moved:
             if not self.is_stored(object_key):
                 raise NotFound(
