@@ -1039,3 +1039,13 @@ def test_mirror_rereads_on_reset(feeds: Callable[..., Feed], session: Any) -> No
     assert reset.type == "reset"
     mirror.apply(reset)
     assert mirror.messages == session.get_history()
+    # A resume point ahead of the feed (another server's) is reset to the feed's revision: the
+    # mirror takes that one, not the higher point, whose every resume would reset again.
+    mirror.revision = reset.revision + (1 << 40)
+    ahead = feeds(resume_from=mirror.revision).next()
+    assert ahead.type == "reset" and ahead.revision < mirror.revision
+    mirror.apply(ahead)
+    assert mirror.revision == ahead.revision
+    session.append_message(text_message("c"))
+    event = feeds(resume_from=mirror.revision).next()  # resumed: no reset this time
+    assert (event.type, event.message and event.message["id"]) == ("append", "c")

@@ -227,16 +227,21 @@ def test_hub_epochs_keep_to_the_clock_however_many_hubs_are_made() -> None:
 
 
 def test_an_objects_next_hub_starts_above_its_last_within_one_millisecond(tmp_path: Path) -> None:
-    async def run() -> list[int]:
+    async def run() -> list[tuple[int, int]]:
         registry = ObjectRegistry(tmp_path, ThreadPoolExecutor(max_workers=1))
-        epochs = []
+        hubs = []
         for _ in range(200):  # each let go at once (no store, no subscriber): made again
             async with registry.feed("k") as hub:
-                epochs.append(hub.epoch)
-        return epochs
+                hub.publish(_events(1))
+                hubs.append((hub.start_revision, hub.revision))
+        return hubs
 
-    epochs = asyncio.run(run())
-    assert epochs == sorted(set(epochs))  # strictly increasing, however fast
+    started = time.time() * 1000
+    hubs = asyncio.run(run())
+    revisions = [revision for pair in hubs for revision in pair]
+    assert revisions == sorted(set(revisions))  # strictly increasing, however fast
+    # ...without running ahead of the clock (one epoch a hub ran a millisecond ahead per hub).
+    assert int(started) <= hubs[0][0] >> 22 <= hubs[-1][1] >> 22 <= time.time() * 1000 + 1
 
 
 def test_a_subscriber_holds_no_events_of_its_own() -> None:
@@ -260,9 +265,9 @@ def test_a_restart_is_an_unknown_revision() -> None:
         before = FeedHub()
         old = _events(2)
         before.publish(old)
-        # Reopened (the registry gives the last epoch: a later one, even within the same
-        # millisecond), or restarted (the clock has moved on).
-        after = FeedHub(after_epoch=before.epoch)
+        # Reopened (a feed made later takes revisions above every earlier one's, even within the
+        # same millisecond), or restarted (the clock has moved on).
+        after = FeedHub()
         after.publish(_events(1))
         assert after.revision > old[-1].revision
         item = await after.subscribe(None, old[-1].revision).next(timeout=1)

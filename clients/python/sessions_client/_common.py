@@ -734,9 +734,12 @@ class Mirror:
 
     def _follow(self, event: ChangeEvent) -> bool:
         """Applies one event to the list; True for a reset (the list must be read again)."""
-        self.revision = max(self.revision, event.revision)
         if event.type == "reset":
+            # The feed's revision now, lower than a resume point ahead of the feed: kept, that
+            # point would have every later resume reset again.
+            self.revision = event.revision
             return True
+        self.revision = max(self.revision, event.revision)
         if event.session_id != self.session_id:
             return False
         if event.type == "append" and event.inserted and event.message is not None:

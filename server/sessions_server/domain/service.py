@@ -53,7 +53,7 @@ from sessions_server.domain.placement import Placement
 from sessions_server.domain.search import SearchHit
 from sessions_server.domain.views import MessageView, stored_row_ok, view_of
 from sessions_server.storage import queries
-from sessions_server.storage.feed import COUNTER_LIMIT, ChangeEvent, FeedClosed, Reset
+from sessions_server.storage.feed import ChangeEvent, FeedClosed, Reset
 from sessions_server.storage.queries import Connection
 from sessions_server.storage.registry import ObjectRegistry
 from sessions_server.storage.rows import (
@@ -770,21 +770,38 @@ class SessionsService:
             cap = self.limits.max_subscribers_per_object
             if hub.subscriber_count >= cap:
                 raise exceeded("too many subscribers on this object", "max_subscribers_per_object", cap)
+            starts = self.registry.feeds.unwritten_starts
+            stored = functools.cache(functools.partial(self.objects.is_stored, object_key))
             place = resume_after
-            if resume_after & (COUNTER_LIMIT - 1) == 0 and not self.objects.is_stored(object_key):
-                # The start of a feed that had no event, on an object still never written: its
-                # hub, gone with its last subscriber, had a clock of its own, but nothing can have
-                # been missed since (an object written and erased meanwhile is empty again too).
-                place = 0
+            # A revision ahead of the feed's (another server's, say) is answered with the reset
+            # first: an opening progress echoing it, then a reset at the feed's lower revision,
+            # took revisions backwards within the stream.
+            ahead = resume_after > hub.revision
+            if (
+                resume_after
+                and not ahead
+                and not hub.knows(resume_after)
+                and starts.key_of(resume_after) == object_key
+                and not stored()
+            ):
+                # The start of a feed gone, handed out while the object had no file, of a feed
+                # that carried no event (see UnwrittenStarts); still no file: nothing was in the
+                # object then, nothing is now, so it resumes where this feed started. (The
+                # start of any fresh feed, after a restart or an idle close, once passed for
+                # one: a subscriber to an object erased meanwhile was never told.)
+                place = hub.start_revision
             try:
                 subscription = hub.subscribe(session_filter, place)
             except FeedClosed as exc:
                 raise _feed_closed(exc) from None
+            if not hub.carried_events and not stored():
+                starts.note(hub.start_revision, object_key)  # what this stream tells is such a start
             try:
                 # Every stream opens so, telling where it starts: everything after this revision
                 # follows (a resume: what follows the revision it resumes after, replayed events
                 # first). Clients take it for "subscribed", not yet for a stream that works.
-                yield Progress(place or hub.revision)
+                if not ahead:
+                    yield Progress(place or hub.revision)
                 while True:
                     item = await subscription.next(timeout=progress_seconds)
                     yield Progress(hub.revision) if item is None else item

@@ -1,10 +1,13 @@
 """The change feed of one object: revisions, retention, and subscribers (DESIGN.md §6).
 
 Events are published by the object's writer only after their transaction committed, in commit
-order, so revisions follow commit order across all writers. Each event gets a revision that
-increases for the life of the object: `epoch << 22 | counter`, where the epoch is a millisecond
-clock taken when the object opens (and moved on if the counter ever fills), so revisions keep
-increasing across restarts while a resume point from before a restart is recognisably gone.
+order, so revisions follow commit order across all writers. A revision is `epoch << 22 |
+counter`, the epoch a millisecond clock. A feed takes its revisions from blocks of 4,096 that
+the process hands out (`_allocate`), each above every block handed out before it and at or above
+the clock's: an object's revisions increase across its feeds (an object closed and reopened) and
+across restarts, no two feeds of the process share one (a revision of another object, or of
+the object's feed before a restart, is recognisably not this feed's), and a feed knows its own
+(its start and its events', block by block: `FeedHub.knows`).
 
 A bounded ring keeps recent events (by count and bytes), and one bound for the process
 (`FeedRetention`) keeps the rings of all objects together within a budget, the oldest event
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import threading
 import time
 import weakref
 from collections import deque
@@ -28,6 +32,13 @@ from sessions_server.storage.rows import Compaction, RowInfo, held_bytes
 
 COUNTER_BITS = 22
 COUNTER_LIMIT = 1 << COUNTER_BITS
+# Revisions a feed takes at a time: 1,024 blocks a millisecond before the blocks run ahead of the
+# clock (a hub is made in 2.5 us or more; a busy feed takes one block every 4,095 events).
+BLOCK_BITS = 12
+BLOCK = 1 << BLOCK_BITS
+# Blocks a feed recognises its revisions in: its newest ~4 million events' (a resume from before
+# them is told to reset, as one from before the ring is unless its session lost nothing).
+BLOCKS_REMEMBERED = 1024
 DEFAULT_RETAIN_EVENTS = 10_000
 DEFAULT_RETAIN_BYTES = 64 * 1024 * 1024
 DEFAULT_RETAIN_TOTAL_BYTES = 256 * 1024 * 1024
@@ -35,6 +46,9 @@ DEFAULT_RETAIN_TOTAL_BYTES = 256 * 1024 * 1024
 # past it, it remembers one revision for them all (as if every session had had that event).
 # About 200 bytes each: at most ~50 KB a hub, ~13 MB with 256 objects open.
 DROPPED_SESSIONS_REMEMBERED = 256
+# Starts of feeds handed out while their object had no file (`UnwrittenStarts`): at most ~5 MB
+# with keys of 1 KiB.
+UNWRITTEN_STARTS_REMEMBERED = 4096
 
 
 @dataclass(frozen=True)
@@ -143,6 +157,7 @@ class Subscription:
         hub = self._hub
         if self._next < hub.first_seq:
             self._next = hub.next_seq
+            hub.trim()  # it moved on: what it held back of the latest commit may go
             return Reset(hub.revision, "the subscriber fell behind: events it had not read were no longer retained")
         while self._next < hub.next_seq:
             event = hub.event_at(self._next)
@@ -155,7 +170,10 @@ class Subscription:
 
     async def next(self, timeout: float | None = None) -> ChangeEvent | Reset | None:
         """The next event, or None when `timeout` passed with nothing to deliver (then nothing
-        up to the hub's current revision is for this subscriber)."""
+        up to the hub's current revision is for this subscriber). The timeout runs from the call,
+        whatever wakes it meanwhile: a subscriber to one session is woken by every other
+        session's event too, and waiting anew after each had it never time out on a busy object."""
+        deadline: float | None = None
         while True:
             if self.closed is not None:
                 raise FeedClosed(str(self.closed), moving=self.closed.moving)
@@ -166,8 +184,16 @@ class Subscription:
             if self._interrupted:
                 self._interrupted = False
                 return None
+            wait = None
+            if timeout is not None:
+                now = asyncio.get_running_loop().time()
+                if deadline is None:
+                    deadline = now + timeout
+                elif now >= deadline:
+                    return None  # nothing for it up to the current revision (just looked)
+                wait = deadline - now
             try:
-                await asyncio.wait_for(self._wakeup.wait(), timeout)
+                await asyncio.wait_for(self._wakeup.wait(), wait)
             except TimeoutError:
                 # An event may have been published while the timed-out wait was torn down: the
                 # caller reports "nothing happened up to the current revision" only if not.
@@ -184,30 +210,52 @@ class Subscription:
         self._wakeup.set()
 
 
-def _next_epoch(after: int = 0) -> int:
-    """The millisecond clock, or `after + 1` if that is later: `after` is the epoch the object's
-    previous hub had (closed and made again within the same millisecond). Only the object's own
-    epochs matter: one shared counter for all objects ran ahead of the clock by a millisecond
-    for every hub made (12 s after 20,000 subscriptions in 8 s), and a restart then gave an
-    object revisions below, or equal to, those it had before."""
-    return max(int(time.time() * 1000), after + 1)
+_allocated = 0  # the first revision of the newest block handed out in this process
+_allocation_lock = threading.Lock()  # the process's servers may run on loops of their own (tests)
+
+
+def _allocate() -> int:
+    """The first revision of a new block of `BLOCK`: above every block handed out before in this
+    process, so no two feeds share a revision (two objects' feeds made within one millisecond
+    once shared an epoch, and one's revision resumed on the other, skipping events silently); at
+    or above the millisecond clock's first, so revisions increase across restarts. The clock
+    gives 1,024 blocks a millisecond; only past that do blocks run ahead of it (an epoch per hub
+    from one counter ran a millisecond ahead for every hub made: 12 s after 20,000
+    subscriptions in 8 s, and a restart then gave an object revisions below those it had)."""
+    global _allocated
+    clock = int(time.time() * 1000) << COUNTER_BITS
+    with _allocation_lock:
+        base = _allocated = max(clock, _allocated + BLOCK)
+    return base
 
 
 class FeedHub:
     """Revisions, the retention ring and the subscribers of one object."""
 
     def __init__(
-        self, settings: FeedSettings | None = None, retention: FeedRetention | None = None, *, after_epoch: int = 0
+        self,
+        settings: FeedSettings | None = None,
+        retention: FeedRetention | None = None,
+        *,
+        starts: UnwrittenStarts | None = None,
     ) -> None:
+        """`starts`: where the process remembers feed starts handed out while their object had
+        no file (this hub forgets its own there once it carried an event, or was closed by a
+        move). Its revisions start above every feed's made before it in the process."""
         settings = settings or FeedSettings()
         self._retention = retention
-        self._epoch = _next_epoch(after_epoch)
-        self._counter = 0
+        self._starts = starts
+        self._ref = weakref.ref(self)  # what the process-wide bound holds of it
+        self._start = self._base = _allocate()
+        self._counter = 0  # revisions taken of the block at `_base`
+        # The blocks it took, oldest first (the newest BLOCKS_REMEMBERED or more): those of the
+        # revisions it handed out, for `knows`.
+        self._bases = [self._base]
         self._ring: deque[ChangeEvent] = deque()
         self._ring_sizes: deque[int] = deque()  # each ring event's `size`, computed once
         self._ring_bytes = 0
         # Every event published gets the next sequence number (unlike revisions, they run on
-        # through an epoch change): the ring holds those from `first_seq` to `next_seq - 1`.
+        # through blocks): the ring holds those from `first_seq` to `next_seq - 1`.
         self.first_seq = 0
         self.next_seq = 0
         self._latest_from = 0  # the first sequence number of the latest commit
@@ -219,15 +267,31 @@ class FeedHub:
         # forgotten when there were too many: what a resume to one session may have missed.
         self._dropped: dict[str, int] = {}
         self._dropped_floor = 0
+        self._last_dropped = 0  # the revision of the newest dropped event
+        # The ring's events before sequence number `_owed_to` (none when 0): those the
+        # process-wide bound would have dropped but this hub spared (see `owe`), and whether
+        # some of them may go now, the bound told so (`_payable`).
+        self._owed_to = 0
+        self._payable = False
 
     @property
     def revision(self) -> int:
-        """The revision of the newest event (the epoch's zero point before any)."""
-        return (self._epoch << COUNTER_BITS) | self._counter
+        """The revision of the newest event (the feed's start before any)."""
+        return self._base + self._counter
+
+    @property
+    def start_revision(self) -> int:
+        """The revision a subscriber is told before the feed carried any event."""
+        return self._start
+
+    @property
+    def carried_events(self) -> bool:
+        """Whether it published an event (its revision is no longer its start)."""
+        return self._base + self._counter != self._start
 
     @property
     def epoch(self) -> int:
-        return self._epoch
+        return self._base >> COUNTER_BITS
 
     @property
     def subscriber_count(self) -> int:
@@ -240,14 +304,19 @@ class FeedHub:
         past the retention bounds: a commit larger than those (a batch of 12,000 messages, one
         70 MiB message, a group commit of many batches) would otherwise be dropped before any
         subscriber could read it, resetting them all. Older events go as the bounds say."""
-        ring, sizes = self._ring, self._ring_sizes
+        ring, sizes, retention = self._ring, self._ring_sizes, self._retention
         self._latest_from = self.next_seq
+        if self._owed_to:  # the previous commit may go now
+            self._settle_owed()
+        if self._closed is not None and self._starts is not None:  # events nobody will be told of
+            self._starts.forget(self._start)
         for event in events:
-            self._counter += 1
-            if self._counter >= COUNTER_LIMIT:
-                self._epoch = _next_epoch(self._epoch)
-                self._counter = 1
-            event.revision = self.revision
+            counter = self._counter + 1
+            if counter >= BLOCK:
+                self._next_block()
+                counter = 1
+            self._counter = counter
+            event.revision = self._base + counter
             if self._closed is not None:  # no subscriber now or later: nothing to keep
                 continue
             size = event.size
@@ -255,11 +324,33 @@ class FeedHub:
             sizes.append(size)
             self.next_seq += 1
             self._ring_bytes += size
-            self.trim()
-            if self._retention is not None:
-                self._retention.kept(self, event.revision, size)
+            if len(ring) > self._retain_events or self._ring_bytes > self._retain_bytes:
+                self._trim_to_bounds()
+            if retention is not None:
+                retention.kept(self, self.next_seq - 1, size)
         for subscriber in self._subscribers:
             subscriber.wake()
+
+    def _next_block(self) -> None:
+        self._base = _allocate()
+        self._counter = 0
+        bases = self._bases
+        bases.append(self._base)
+        if len(bases) > 2 * BLOCKS_REMEMBERED:
+            del bases[:BLOCKS_REMEMBERED]
+
+    def knows(self, revision: int) -> bool:
+        """Whether it handed out `revision`: its start, or one of its events' (of the blocks it
+        remembers). One of another object's feed, of the object's feed before this one (closed
+        and reopened, or before a restart), or of none, it does not."""
+        if revision == self._start:
+            return True
+        if not self._start < revision <= self._base + self._counter:
+            return False
+        bases = self._bases
+        index = bisect.bisect_right(bases, revision) - 1
+        # A block's first revision is none of its events' (the first takes the next one).
+        return index >= 0 and 0 < revision - bases[index] < BLOCK
 
     def subscribe(self, session_filter: str | None, resume_after: int) -> Subscription:
         """A new subscriber, placed after the retained event of `resume_after` (0: live only),
@@ -269,28 +360,34 @@ class FeedHub:
         subscription = Subscription(self, session_filter, self.next_seq)
         if resume_after:
             current = self.revision
-            oldest_kept = self._ring[0].revision if self._ring else current + 1
-            same_epoch = resume_after >> COUNTER_BITS == self._epoch
-            if not same_epoch and resume_after < current and resume_after >= oldest_kept - 1:
-                same_epoch = True  # the counter rolled into a new epoch while we kept its events
             if resume_after > current:
                 subscription._reset = Reset(
-                    current, "unknown revision (the feed restarted: the object was reopened or the server restarted)"
+                    current,
+                    "unknown revision, ahead of this object's feed (another server's, or the feed restarted: "
+                    "the object was reopened or the server restarted)",
                 )
-            elif not same_epoch or (
-                resume_after < oldest_kept - 1 and not self._kept_all_after(session_filter, resume_after)
-            ):
-                reason = (
-                    "events were not retained"
-                    if same_epoch
-                    else "the feed restarted (the object was closed and reopened, or the server restarted)"
-                )
-                subscription._reset = Reset(current, reason)
-            else:  # just after the last kept event at or before it (revisions increase along the ring)
+            elif not self.knows(resume_after):
+                subscription._reset = Reset(current, self._unknown(resume_after))
+            elif resume_after >= self._last_dropped:  # every event after it is kept
                 revisions = [event.revision for event in self._ring]
                 subscription._next = self.first_seq + bisect.bisect_right(revisions, resume_after)
+            elif self._kept_all_after(session_filter, resume_after):
+                subscription._next = self.first_seq  # all the ring's events are after it
+            else:
+                subscription._reset = Reset(current, "events were not retained")
         self._subscribers.add(subscription)
         return subscription
+
+    def _unknown(self, revision: int) -> str:
+        """Why a resume from `revision`, not one this feed knows (and not ahead of it), is reset."""
+        if revision < self._start:
+            return (
+                "the feed restarted (the object was closed and reopened, or the server restarted), "
+                "or the revision is not this object's"
+            )
+        if revision < self._bases[0]:
+            return "events were not retained"  # a block it no longer remembers
+        return "unknown revision: not one of this object's feed"
 
     def _kept_all_after(self, session_filter: str | None, revision: int) -> bool:
         """Whether every event of `session_filter`'s session after `revision` is still in the ring
@@ -309,18 +406,24 @@ class FeedHub:
 
     def unsubscribe(self, subscription: Subscription) -> None:
         self._subscribers.discard(subscription)
+        if self._owed_to:  # it may have been the one holding them back
+            self._settle_owed()
 
     def close_all(self, why: FeedClosed) -> None:
         """Ends every subscription with `why`, and refuses later ones with it."""
+        if self._starts is not None and (why.moving or self.carried_events):
+            self._starts.forget(self._start)
         self._closed = why
         while self._ring:
             self._drop_oldest()
+        self._owed_to = 0
         for subscription in list(self._subscribers):
             subscription.close(why)
 
     def _drop_oldest(self) -> ChangeEvent:
         event = self._ring.popleft()
         self.first_seq += 1
+        self._last_dropped = event.revision
         dropped = self._dropped
         dropped[event.session_id] = event.revision
         if len(dropped) > DROPPED_SESSIONS_REMEMBERED:
@@ -332,16 +435,75 @@ class FeedHub:
             self._retention.released(size)
         return event
 
-    def keeps(self, revision: int) -> bool:
-        """Whether the ring still holds the event of `revision` (one this hub published)."""
-        return bool(self._ring) and self._ring[0].revision <= revision
+    # ── the process-wide bound's side (`FeedRetention`), by sequence number ──────────
 
-    def drop_through(self, revision: int) -> None:
-        """Drops the retained events up to `revision` (the process-wide bound's decision), but
-        none of the latest commit a subscriber has still to read."""
-        ring, limit = self._ring, self._droppable_before()
+    def keeps(self, seq: int) -> bool:
+        """Whether the ring still holds the event of sequence number `seq` (one it published)."""
+        return self.first_seq <= seq
+
+    def drop_through(self, seq: int) -> None:
+        """Drops the retained events up to sequence number `seq` (the process-wide bound's
+        decision), but none of the latest commit a subscriber has still to read."""
+        if self.first_seq > seq:
+            return
         dropped: list[ChangeEvent] = []
-        while ring and ring[0].revision <= revision and self.first_seq < limit:
+        limit = self._latest_from  # earlier commits' events may go whoever reads
+        while self.first_seq <= seq:
+            if self.first_seq >= limit:
+                limit = self._droppable_before()  # of the latest commit: what all have read
+                if self.first_seq >= limit:
+                    break
+            dropped.append(self._drop_oldest())
+        self._carry_past(dropped)
+
+    def owe(self, seq: int) -> None:
+        """The process-wide bound would drop the events up to sequence number `seq` (all it
+        looked at of this hub's), but they are of the latest commit and a subscriber has still
+        to read them: the hub keeps them and owes them to the bound, which forgets them (it
+        walked them again at every later event kept: publishing a commit of N events took
+        O(N²)). They go as soon as they may while the bound is over its budget (`_settle_owed`,
+        as the subscribers read and at the next commit); those that may go once it is within
+        it again, it takes first when it next needs room (`_pay`): they are the oldest."""
+        if seq >= self._owed_to:
+            self._owed_to = seq + 1
+
+    def _settle_owed(self) -> None:
+        """Pays what it owes the process-wide bound of what may go now (see `owe`)."""
+        if self.first_seq >= self._owed_to:  # all gone meanwhile
+            self._owed_to = 0
+            return
+        limit = min(self._droppable_before(), self._owed_to)
+        if self.first_seq >= limit:
+            return  # all still to be read
+        retention = self._retention
+        assert retention is not None  # only the bound makes debts
+        if retention.bytes > retention.max_bytes:
+            self._drop_owed(limit, retention)
+        if self.first_seq >= self._owed_to:
+            self._owed_to = 0
+        elif self.first_seq < limit and not self._payable:  # the bound takes them when it needs room
+            self._payable = True
+            retention.payable(self._ref)
+
+    def _pay(self) -> bool:
+        """Drops what it owes the process-wide bound (over its budget) of what may go, oldest
+        first, while the bound is over its budget; whether some may still go."""
+        if self.first_seq >= self._owed_to:
+            self._owed_to = 0
+        else:
+            limit = min(self._droppable_before(), self._owed_to)
+            assert self._retention is not None
+            self._drop_owed(limit, self._retention)
+            if self.first_seq >= self._owed_to:
+                self._owed_to = 0
+            elif self.first_seq < limit:
+                return True  # the bound has room again before these
+        self._payable = False
+        return False
+
+    def _drop_owed(self, limit: int, retention: FeedRetention) -> None:
+        dropped: list[ChangeEvent] = []
+        while self.first_seq < limit and retention.bytes > retention.max_bytes:
             dropped.append(self._drop_oldest())
         self._carry_past(dropped)
 
@@ -353,10 +515,14 @@ class FeedHub:
 
     def trim(self) -> None:
         """Drops the oldest events while the ring is past its bounds, sparing what subscribers
-        have still to read of the latest commit (which may take it past them). Runs as events
-        arrive and as subscribers read."""
-        if not self._past_bounds():
-            return
+        have still to read of the latest commit (which may take it past them), and pays what it
+        owes the process-wide bound. Runs as events arrive and as subscribers read."""
+        if self._owed_to:
+            self._settle_owed()
+        if len(self._ring) > self._retain_events or self._ring_bytes > self._retain_bytes:
+            self._trim_to_bounds()
+
+    def _trim_to_bounds(self) -> None:
         limit = self._droppable_before()
         dropped: list[ChangeEvent] = []
         while self._ring and self._past_bounds() and self.first_seq < limit:
@@ -385,38 +551,63 @@ class FeedHub:
 class FeedRetention:
     """The bound on the events all open objects' feeds keep for resuming, together: past it, the
     oldest event in the process is dropped, whichever object it belongs to. Without it each open
-    object could keep its own `retain_bytes` (64 MiB × `--max-open-objects`).
+    object could keep its own `retain_bytes` (64 MiB × `--max-open-objects`). An event of an
+    object's latest commit that a subscriber has still to read is spared: its hub owes it, and
+    pays as soon as it may (`FeedHub.owe`); the bound looks at each event once per time it is
+    spared, so keeping an event costs O(1) amortized, however large the commit.
 
     Used on the event loop's thread only, as the hubs are."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self.bytes = 0
-        # Every kept event in publish order, as (hub, revision). An event its hub dropped on its
-        # own stays here until it reaches the front or the next sweep, which come only as events
-        # are kept: the hub is held weakly, so those of a closed object's hub do not keep it
-        # (each evicted object's hub stayed, about 3.4 KB, and an idle server kept them all).
+        # Hubs owing it events that may go now (`FeedHub._pay`), the first to owe first: older
+        # than any event in `_order` (it was at the front of it when spared).
+        self._payable: deque[weakref.ReferenceType[FeedHub]] = deque()
+        # Kept events in publish order, as (hub, sequence number), but for those a hub owes. An
+        # event its hub dropped on its own stays here until it reaches the front or the next
+        # sweep, which come only as events are kept: the hub is held weakly, so those of a
+        # closed object's hub do not keep it (each evicted object's hub stayed, about 3.4 KB,
+        # and an idle server kept them all).
         self._order: deque[tuple[weakref.ReferenceType[FeedHub], int]] = deque()
         self._count = 0  # events kept, in all hubs
 
-    def kept(self, hub: FeedHub, revision: int, size: int) -> None:
-        """`hub` keeps the event of `revision`: drops the oldest kept events while over the bound."""
-        self._order.append((weakref.ref(hub), revision))
+    def kept(self, hub: FeedHub, seq: int, size: int) -> None:
+        """`hub` keeps its event of sequence number `seq`: drops the oldest kept events while
+        over the bound."""
+        order = self._order
+        order.append((hub._ref, seq))
         self.bytes += size
         self._count += 1
-        order = self._order
-        spared: list[tuple[weakref.ReferenceType[FeedHub], int]] = []
-        while self.bytes > self.max_bytes and order:
-            entry = order.popleft()
-            oldest_hub, oldest_revision = entry[0](), entry[1]
-            if oldest_hub is None:
-                continue  # its events went with it
-            oldest_hub.drop_through(oldest_revision)
-            if oldest_hub.keeps(oldest_revision):
-                spared.append(entry)  # its latest commit, still to be read: dropped at a later turn
-        order.extendleft(reversed(spared))
+        if self.bytes > self.max_bytes:
+            self._make_room()
         if len(order) > 2 * self._count + 1024:  # mostly events dropped by their hubs: sweep them out
             self._order = deque(entry for entry in order if _still_kept(entry))
+
+    def _make_room(self) -> None:
+        order, payable = self._order, self._payable
+        while self.bytes > self.max_bytes:
+            if payable:  # spared events that may go now: the oldest
+                debtor = payable[0]()
+                if debtor is None or not debtor._pay():
+                    payable.popleft()
+                continue
+            if not order:
+                return
+            ref, oldest = order.popleft()
+            oldest_hub = ref()
+            if oldest_hub is None:
+                continue  # its events went with it
+            if oldest_hub._owed_to and oldest >= oldest_hub._owed_to:
+                oldest_hub._owed_to = oldest + 1  # after what it owes, all still to be read: spared too
+                continue
+            oldest_hub.drop_through(oldest)
+            if oldest_hub.keeps(oldest):
+                oldest_hub.owe(oldest)  # its latest commit, still to be read: it pays later
+
+    def payable(self, hub: weakref.ReferenceType[FeedHub]) -> None:
+        """`hub` owes events that may go now: taken first when the bound next needs room."""
+        self._payable.append(hub)
 
     def released(self, size: int) -> None:
         """A hub dropped one of its kept events."""
@@ -429,12 +620,44 @@ def _still_kept(entry: tuple[weakref.ReferenceType[FeedHub], int]) -> bool:
     return hub is not None and hub.keeps(entry[1])
 
 
+class UnwrittenStarts:
+    """Feed starts handed out while their object had no file (a subscription's opening revision
+    before its feed carried any event), the newest UNWRITTEN_STARTS_REMEMBERED, each with its
+    object's key: a resume from one, once that feed is gone, starts where the object's current
+    feed started if the object still has no file (`SessionsService.subscribe`): nothing was in it
+    then, nothing is now. A feed that carried an event, or was closed by a move, forgets its own
+    (`FeedHub.close_all`): a resume from its start is told to reset, as from any revision of a
+    feed gone (a counter-0 revision of any fresh feed once passed for such a start, and a
+    subscriber to an object erased after a restart was never told)."""
+
+    def __init__(self, limit: int = UNWRITTEN_STARTS_REMEMBERED) -> None:
+        self._limit = limit
+        self._keys: dict[int, str] = {}  # revision -> object key, oldest first
+
+    def note(self, revision: int, object_key: str) -> None:
+        keys = self._keys
+        if revision in keys:
+            return
+        keys[revision] = object_key
+        if len(keys) > self._limit:
+            del keys[next(iter(keys))]
+
+    def key_of(self, revision: int) -> str | None:
+        """The object a feed start was handed out for while it had no file, if remembered."""
+        return self._keys.get(revision)
+
+    def forget(self, revision: int) -> None:
+        self._keys.pop(revision, None)
+
+
 class Feeds:
-    """Makes each open object's feed hub, all sharing one settings and one process-wide bound."""
+    """Makes each open object's feed hub, all sharing one settings, one process-wide bound and
+    one record of feed starts of objects without a file."""
 
     def __init__(self, settings: FeedSettings | None = None) -> None:
         self.settings = settings or FeedSettings()
         self.retention = FeedRetention(self.settings.retain_total_bytes)
+        self.unwritten_starts = UnwrittenStarts()
 
-    def hub(self, after_epoch: int = 0) -> FeedHub:
-        return FeedHub(self.settings, self.retention, after_epoch=after_epoch)
+    def hub(self) -> FeedHub:
+        return FeedHub(self.settings, self.retention, starts=self.unwritten_starts)

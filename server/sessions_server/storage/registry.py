@@ -77,9 +77,6 @@ class ObjectRegistry:
         self._closes: set[asyncio.Task[None]] = set()
         self._feeds_closed: FeedClosed | None = None  # set by a drain
         self._hubs: dict[str, FeedHub] = {}  # of open objects, and of closed ones with subscribers
-        # The epochs of hubs let go of within the last millisecond or so: the object's next hub
-        # must start above (see `feed._next_epoch`); older ones are below the clock anyway.
-        self._past_epochs: dict[str, int] = {}
         self._held: dict[str, asyncio.Event] = {}
         self._open_seconds = 0.0  # running estimate of one open of a ready file
         self.inline_opens = 0  # objects opened on the calling thread
@@ -242,7 +239,7 @@ class ObjectRegistry:
     def _hub(self, object_key: str) -> FeedHub:
         hub = self._hubs.get(object_key)
         if hub is None:
-            hub = self._hubs[object_key] = self.feeds.hub(self._past_epochs.pop(object_key, 0))
+            hub = self._hubs[object_key] = self.feeds.hub()  # above every feed's revisions before it
             if self._feeds_closed is not None:
                 hub.close_all(self._feeds_closed)
         return hub
@@ -263,9 +260,6 @@ class ObjectRegistry:
 
     def _let_go(self, object_key: str, hub: FeedHub, why: FeedClosed) -> None:
         hub.close_all(why)
-        now = time.time() * 1000
-        self._past_epochs = {key: epoch for key, epoch in self._past_epochs.items() if epoch >= now - 1}
-        self._past_epochs[object_key] = hub.epoch
 
     @contextlib.asynccontextmanager
     async def feed(self, object_key: str, check: Callable[[], None] | None = None) -> AsyncIterator[FeedHub]:

@@ -156,9 +156,12 @@ class SessionServiceStub:
     Subscribe: _grpc.UnaryStreamMultiCallable[_sessions_pb2.SubscribeRequest, _sessions_pb2.SubscribeResponse]
     """Streams an object's changes in commit order, each with a revision; resumable. Every stream
     starts with a PROGRESS event naming the revision it starts after: a resume's is the revision
-    it resumes after (a resume from the start of a feed that carried no event, of an object
-    still never written, is placed live at the feed's clock: nothing can have been missed; one
-    after an event there, a delete or clear that found nothing, is told RESET).
+    it resumes after, or RESET (and no PROGRESS first) when events after it may have been
+    missed: not retained, of a feed gone (the object closed and reopened, the server
+    restarted), another object's, or ahead of this feed. A resume from the start of a feed
+    gone that carried no event, of an object still never written, is placed where the current
+    feed started: nothing can have been missed. Revisions increase for the object, and no two
+    objects' feeds on a server share one.
     """
     ListSessions: _grpc.UnaryUnaryMultiCallable[_sessions_pb2.ListSessionsRequest, _sessions_pb2.ListSessionsResponse]
     """Lists the sessions of an object with their message counts."""
@@ -306,9 +309,12 @@ class SessionServiceAsyncStub(SessionServiceStub):
     Subscribe: _aio.UnaryStreamMultiCallable[_sessions_pb2.SubscribeRequest, _sessions_pb2.SubscribeResponse]  # type: ignore[assignment]
     """Streams an object's changes in commit order, each with a revision; resumable. Every stream
     starts with a PROGRESS event naming the revision it starts after: a resume's is the revision
-    it resumes after (a resume from the start of a feed that carried no event, of an object
-    still never written, is placed live at the feed's clock: nothing can have been missed; one
-    after an event there, a delete or clear that found nothing, is told RESET).
+    it resumes after, or RESET (and no PROGRESS first) when events after it may have been
+    missed: not retained, of a feed gone (the object closed and reopened, the server
+    restarted), another object's, or ahead of this feed. A resume from the start of a feed
+    gone that carried no event, of an object still never written, is placed where the current
+    feed started: nothing can have been missed. Revisions increase for the object, and no two
+    objects' feeds on a server share one.
     """
     ListSessions: _aio.UnaryUnaryMultiCallable[_sessions_pb2.ListSessionsRequest, _sessions_pb2.ListSessionsResponse]  # type: ignore[assignment]
     """Lists the sessions of an object with their message counts."""
@@ -597,9 +603,12 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_abc.Iterator[_sessions_pb2.SubscribeResponse], _abc.AsyncIterator[_sessions_pb2.SubscribeResponse]]:
         """Streams an object's changes in commit order, each with a revision; resumable. Every stream
         starts with a PROGRESS event naming the revision it starts after: a resume's is the revision
-        it resumes after (a resume from the start of a feed that carried no event, of an object
-        still never written, is placed live at the feed's clock: nothing can have been missed; one
-        after an event there, a delete or clear that found nothing, is told RESET).
+        it resumes after, or RESET (and no PROGRESS first) when events after it may have been
+        missed: not retained, of a feed gone (the object closed and reopened, the server
+        restarted), another object's, or ahead of this feed. A resume from the start of a feed
+        gone that carried no event, of an object still never written, is placed where the current
+        feed started: nothing can have been missed. Revisions increase for the object, and no two
+        objects' feeds on a server share one.
         """
 
     @_abc_1.abstractmethod

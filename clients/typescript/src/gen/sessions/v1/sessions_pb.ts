@@ -3692,9 +3692,12 @@ export const SessionService: GenService<{
   /**
    * Streams an object's changes in commit order, each with a revision; resumable. Every stream
    * starts with a PROGRESS event naming the revision it starts after: a resume's is the revision
-   * it resumes after (a resume from the start of a feed that carried no event, of an object
-   * still never written, is placed live at the feed's clock: nothing can have been missed; one
-   * after an event there, a delete or clear that found nothing, is told RESET).
+   * it resumes after, or RESET (and no PROGRESS first) when events after it may have been
+   * missed: not retained, of a feed gone (the object closed and reopened, the server
+   * restarted), another object's, or ahead of this feed. A resume from the start of a feed
+   * gone that carried no event, of an object still never written, is placed where the current
+   * feed started: nothing can have been missed. Revisions increase for the object, and no two
+   * objects' feeds on a server share one.
    *
    * @generated from rpc sessions.v1.SessionService.Subscribe
    */

@@ -1,0 +1,221 @@
+"""Where a resumed subscription starts, through a real server: a resume point is trusted only as
+far as the server can prove it, else the stream says RESET.
+
+- The start of a feed that carried no event was taken for that of an object never written
+  whenever the object had no file: but every fresh feed starts so (after a restart, after an
+  idle close), and a subscriber to an object erased after that was placed live, never told
+  that its messages were gone.
+- A feed of an object never written carries events too (a clear or delete that found nothing):
+  a resume from its start was placed live, skipping them.
+- Revisions are the server's, not an object's alone: two objects' feeds made in the same
+  millisecond shared them, and one object's revision resumed on the other mid-stream.
+- A revision ahead of the feed's was echoed by the opening PROGRESS, and the RESET after it
+  took the stream's revisions backwards.
+
+Every wait is for a call's answer or an event, with GUARD_SECONDS only as a failure guard."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from sessions_client import SessionsError
+from sessions_client._common import routing_metadata
+from sessions_proto.v1 import sessions_pb2 as pb
+from sessions_proto.v1 import sessions_pb2_grpc
+from tests.conftest import start_server
+from tests.service.support import text_message
+
+GUARD_SECONDS = 20.0
+PROGRESS = pb.CHANGE_TYPE_PROGRESS
+
+
+def _append(stub: sessions_pb2_grpc.SessionServiceStub, key: str, message_id: str, session_id: str = "") -> None:
+    request = pb.AppendMessageRequest(
+        object_key=key, session_id=session_id, message_json=json.dumps(text_message(message_id))
+    )
+    stub.AppendMessage(request, metadata=routing_metadata(key), timeout=GUARD_SECONDS)
+
+
+def _subscribe(stub: sessions_pb2_grpc.SessionServiceStub, key: str, resume_after: int = 0) -> Any:
+    return stub.Subscribe(
+        pb.SubscribeRequest(object_key=key, resume_after_revision=resume_after),
+        metadata=routing_metadata(key),
+        timeout=GUARD_SECONDS,
+    )
+
+
+def _opened(stub: sessions_pb2_grpc.SessionServiceStub, key: str, resume_after: int = 0) -> tuple[Any, int]:
+    """A subscription once registered, and the revision its opening PROGRESS names."""
+    feed = _subscribe(stub, key, resume_after)
+    opening = next(feed)
+    assert opening.type == PROGRESS, opening
+    return feed, opening.revision
+
+
+def _next_change(feed: Any) -> Any:
+    return next(event for event in feed if event.type != PROGRESS)
+
+
+def _erase(stub: sessions_pb2_grpc.SessionServiceStub, key: str) -> None:
+    request = pb.DeleteObjectRequest(object_key=key, erase=True)
+    assert stub.DeleteObject(request, metadata=routing_metadata(key), timeout=GUARD_SECONDS).deleted
+
+
+def _ended(feed: Any) -> SessionsError:
+    """The error that ends a subscription (after nothing but progress)."""
+    try:
+        for event in feed:
+            assert event.type == PROGRESS, event
+    except grpc.RpcError as error:
+        return SessionsError.from_rpc_error(error)
+    raise AssertionError("the subscription ended without an error")
+
+
+@pytest.fixture
+def stub(live_server: Any) -> Iterator[sessions_pb2_grpc.SessionServiceStub]:
+    with grpc.insecure_channel(live_server.address) as channel:
+        yield sessions_pb2_grpc.SessionServiceStub(channel)
+
+
+def test_a_resume_from_a_fresh_feeds_start_is_reset_once_the_object_was_erased(tmp_path: Path) -> None:
+    """After a restart a written object's feed has carried no event: the subscriber is told its
+    start. The object is erased (the stream ends, OBJECT_MOVING); the subscriber resumes from
+    that start: its messages are gone, so it must be told RESET, not placed live."""
+    data, key = tmp_path / "data", "erased-after-restart"
+    before = start_server(data)
+    try:
+        with grpc.insecure_channel(before.address) as channel:
+            for index in range(3):
+                _append(sessions_pb2_grpc.SessionServiceStub(channel), key, f"m{index}")
+    finally:
+        before.stop()
+
+    server = start_server(data)  # the object's feed starts afresh
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            stub = sessions_pb2_grpc.SessionServiceStub(channel)
+            feed, start = _opened(stub, key)
+            _erase(stub, key)
+            ended = _ended(feed)
+            assert (ended.code, ended.reason) == (grpc.StatusCode.UNAVAILABLE, "OBJECT_MOVING"), ended
+
+            resumed, opening = _opened(stub, key, resume_after=start)
+            _append(stub, key, "after")  # a stream placed live would deliver this first
+            first = _next_change(resumed)
+            assert first.type == pb.CHANGE_TYPE_RESET, first
+            assert opening == start < first.revision
+            after = _next_change(resumed)
+            assert (after.type, json.loads(after.message.json)["id"]) == (pb.CHANGE_TYPE_APPEND, "after")
+            resumed.cancel()
+    finally:
+        server.stop()
+
+
+def test_a_resume_from_a_never_written_objects_feed_start_gets_the_events_the_feed_carried_since(
+    stub: sessions_pb2_grpc.SessionServiceStub, object_key: str
+) -> None:
+    keeper, _ = _opened(stub, object_key)  # holds the object's feed
+    leaver, start = _opened(stub, object_key)
+    leaver.cancel()
+    metadata = routing_metadata(object_key)
+    stub.ClearMessages(pb.ClearMessagesRequest(object_key=object_key, session_id="s"), metadata=metadata)
+    stub.DeleteMessages(
+        pb.DeleteMessagesRequest(object_key=object_key, session_id="s", message_ids=["x"]), metadata=metadata
+    )
+    carried = [_next_change(keeper), _next_change(keeper)]
+    assert [e.type for e in carried] == [pb.CHANGE_TYPE_CLEAR, pb.CHANGE_TYPE_DELETE]
+
+    resumed, opening = _opened(stub, object_key, resume_after=start)
+    _append(stub, object_key, "sentinel")  # a stream placed live would deliver this first
+    replayed = [_next_change(resumed) for _ in range(3)]
+    assert [(e.type, e.revision) for e in replayed[:2]] == [(e.type, e.revision) for e in carried]
+    assert replayed[2].type == pb.CHANGE_TYPE_APPEND
+    assert opening == start
+    resumed.cancel()
+    keeper.cancel()
+
+
+def test_a_resume_from_the_start_of_a_gone_feed_that_carried_events_is_reset(
+    stub: sessions_pb2_grpc.SessionServiceStub, object_key: str
+) -> None:
+    """As above, but the feed that carried the events is gone with its subscribers (or going:
+    while it is still there, the events are replayed, which is as good)."""
+    watcher, start = _opened(stub, object_key)
+    metadata = routing_metadata(object_key)
+    stub.ClearMessages(pb.ClearMessagesRequest(object_key=object_key, session_id="s"), metadata=metadata)
+    carried = _next_change(watcher)
+    assert carried.type == pb.CHANGE_TYPE_CLEAR
+    watcher.cancel()
+
+    resumed, _ = _opened(stub, object_key, resume_after=start)
+    _append(stub, object_key, "sentinel")  # a stream placed live would deliver this first
+    first = _next_change(resumed)
+    assert first.type == pb.CHANGE_TYPE_RESET or (first.type, first.revision) == (
+        pb.CHANGE_TYPE_CLEAR,
+        carried.revision,
+    ), first
+    resumed.cancel()
+
+
+def test_a_resume_ahead_of_the_feed_is_told_reset_first_and_revisions_never_go_back(
+    stub: sessions_pb2_grpc.SessionServiceStub, object_key: str
+) -> None:
+    _append(stub, object_key, "a")
+    live, current = _opened(stub, object_key)
+    live.cancel()
+
+    resumed = _subscribe(stub, object_key, resume_after=current + (1 << 30))
+    first = next(resumed)  # registered: the reset is its first word
+    assert (first.type, first.revision) == (pb.CHANGE_TYPE_RESET, current), first
+    assert first.error
+    _append(stub, object_key, "b")
+    seen = [first]
+    while seen[-1].type != pb.CHANGE_TYPE_APPEND:
+        seen.append(next(resumed))
+    revisions = [e.revision for e in seen]
+    assert revisions == sorted(revisions) and revisions[-1] > current, seen
+    resumed.cancel()
+
+
+def test_a_revision_of_another_object_is_never_resumed_from(
+    stub: sessions_pb2_grpc.SessionServiceStub, object_key: str
+) -> None:
+    """Objects first written at the same time have feeds made within one millisecond often (once,
+    the same epoch, and so the same revisions): a revision of one, resumed on the other, is
+    told RESET, whenever their feeds were made."""
+    same_millisecond = 0
+    for attempt in range(60):
+        keys = [f"{object_key}-{attempt}-a", f"{object_key}-{attempt}-b"]
+        writers = [threading.Thread(target=_append, args=(stub, key, "first")) for key in keys]
+        for writer in writers:
+            writer.start()
+        for writer in writers:
+            writer.join(GUARD_SECONDS)
+        feeds = [_opened(stub, key) for key in keys]
+        for key, count in zip(keys, (3, 6), strict=True):
+            for index in range(count):
+                _append(stub, key, f"m{index}")
+        revisions = [
+            [_next_change(feed).revision for _ in range(count)] for (feed, _), count in zip(feeds, (3, 6), strict=True)
+        ]
+        for feed, _ in feeds:
+            feed.cancel()
+        same_millisecond += revisions[0][0] >> 22 == revisions[1][0] >> 22
+
+        for resume_on, foreign in ((keys[1], revisions[0][1]), (keys[0], revisions[1][1])):
+            resumed = _subscribe(stub, resume_on, resume_after=foreign)
+            first = next(resumed)
+            if first.type == PROGRESS:  # the opening (a revision behind this feed's is echoed)
+                _append(stub, resume_on, "sentinel")  # a stream resumed mid-feed would deliver events first
+                first = _next_change(resumed)
+            assert first.type == pb.CHANGE_TYPE_RESET, (attempt, first)
+            resumed.cancel()
+        if same_millisecond >= 3:
+            break
