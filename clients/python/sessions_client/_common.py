@@ -419,15 +419,26 @@ class _ImportFrames:
             yield self._frame
 
 
-class SentFrames:
-    """A client stream's frames, made from the caller's items as gRPC sends them. What making a
-    frame raised (the caller's iterator failing, a message JSON cannot hold) is kept, to be
-    raised as itself: gRPC reports it only as UNKNOWN "Exception iterating requests!", and
-    grpc.aio cancels the call (a bare CancelledError)."""
+class _FramesFailure:
+    """What making a client stream's frames raised, kept to be raised as itself: gRPC reports it
+    only as UNKNOWN "Exception iterating requests!", and grpc.aio cancels the call (a bare
+    CancelledError)."""
+
+    failure: Exception | None = None
+
+    def raise_failure(self) -> None:
+        """Raises what making a frame raised, if anything did (the call's failure followed)."""
+        if self.failure is not None:
+            self.failure.__suppress_context__ = True  # the call's own failure only says it ended
+            raise self.failure
+
+
+class SentFrames(_FramesFailure):
+    """A client stream's frames, made from the caller's items as gRPC sends them; what making a
+    frame raised (the caller's iterator failing, a message JSON cannot hold) is kept."""
 
     def __init__(self, frames: Iterator[Any]) -> None:
         self._frames = frames
-        self.failure: Exception | None = None
 
     def __iter__(self) -> SentFrames:
         return self
@@ -441,19 +452,12 @@ class SentFrames:
             self.failure = exc
             raise
 
-    def raise_failure(self) -> None:
-        """Raises what making a frame raised, if anything did (the call's failure followed)."""
-        if self.failure is not None:
-            self.failure.__suppress_context__ = True  # the call's own failure only says it ended
-            raise self.failure
 
-
-class SentFramesAsync:
+class SentFramesAsync(_FramesFailure):
     """`SentFrames` of frames made from an async iterable's items."""
 
     def __init__(self, frames: AsyncIterator[Any]) -> None:
         self._frames = frames
-        self.failure: Exception | None = None
 
     def __aiter__(self) -> SentFramesAsync:
         return self
@@ -466,11 +470,6 @@ class SentFramesAsync:
         except Exception as exc:
             self.failure = exc
             raise
-
-    def raise_failure(self) -> None:
-        if self.failure is not None:
-            self.failure.__suppress_context__ = True
-            raise self.failure
 
 
 class FramesEachAttempt:
