@@ -85,3 +85,19 @@ def test_closing_the_asyncio_client_ends_its_subscription_and_later_calls(live_s
     assert _is_closed_error(ended), ended
     assert _is_closed_error(read_after), read_after
     assert _is_closed_error(write_after), write_after
+
+
+def test_a_channel_passed_in_stays_open_when_the_client_closes(live_server: LiveServer) -> None:
+    """It was closed under its owner, as the Go client's WithConn does not."""
+    from sessions_proto.v1 import sessions_pb2 as pb
+    from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
+
+    with grpc.insecure_channel(live_server.address) as channel:
+        client = SessionsClient("unused", channel=channel)
+        client.object("passed").session().append_message({"id": "m", "role": "user", "parts": []})
+        client.close()
+        with pytest.raises(SessionsError) as after:
+            client.object("passed").session().get_history()
+        assert _is_closed_error(after.value)
+        request = pb.GetMessageRequest(object_key="passed", message_id="m")
+        assert len(list(pb_grpc.SessionServiceStub(channel).GetMessage(request))) == 1  # still open

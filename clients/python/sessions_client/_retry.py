@@ -169,6 +169,7 @@ class CallOptions:
     retry: RetryPolicy | None
     on_retry: Callable[[RetryNotice], None] | None
     _owns_channel: bool = True
+    _is_view: bool = False  # made by `with_options`: the client it views closes the connection
 
     def with_options(
         self,
@@ -182,7 +183,7 @@ class CallOptions:
         the client itself keeps its own. Closing the view leaves the connection open (it is the
         client's to close); the client's options do not change."""
         view = copy.copy(self)
-        view._owns_channel = False
+        view._is_view = True
         if not isinstance(timeout, Unchanged):
             view.timeout = timeout
         if not isinstance(retry, Unchanged):

@@ -86,7 +86,9 @@ class SessionsClient(CallOptions):
         closed). `retry` tries a call again after the server refused it before acting (drain,
         object move, re-shard, busy with large messages) and, for methods safe to repeat, after
         a connection failure; None turns that off. `on_retry` is told of each retry before its
-        wait."""
+        wait. `channel`: a channel of yours to call through (`target` and the connection
+        options unused); `close()` leaves it open."""
+        self._owns_channel = channel is None  # a channel passed in is the caller's to close
         if channel is None:
             chosen = channel_options(options, keepalive_seconds, keepalive_timeout_seconds)
             channel = (
@@ -109,9 +111,12 @@ class SessionsClient(CallOptions):
         self.close()
 
     def close(self) -> None:
-        """Closes the connection, unless this is a view (`with_options`) of another client."""
+        """Closes the client: its later calls raise SessionsError CANCELLED. Does nothing on a
+        view (`with_options`) of another client; a channel passed in stays open (it is yours)."""
+        if self._is_view:
+            return
+        self._connection.closed = True
         if self._owns_channel:
-            self._connection.closed = True
             self._channel.close()
 
     def object(self, object_key: str) -> ObjectHandle:
@@ -127,6 +132,8 @@ class SessionsClient(CallOptions):
         while True:
             attempts.begin()
             try:
+                if self._connection.closed:
+                    raise closed_error()
                 sent = request() if callable(request) else request
                 return fn(sent, metadata=routing_metadata(object_key, self._token), timeout=attempts.remaining())
             except (grpc.RpcError, ValueError) as error:
@@ -154,6 +161,8 @@ class SessionsClient(CallOptions):
         attempts = Attempts(method, self.retry, self.on_retry, None if endless else self.timeout)
         while True:
             attempts.begin()
+            if self._connection.closed:
+                raise closed_error()
             try:
                 call = fn(request, metadata=routing_metadata(object_key, self._token), timeout=attempts.remaining())
             except ValueError as error:

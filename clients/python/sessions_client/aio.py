@@ -90,6 +90,7 @@ class SessionsClient(CallOptions):
     ) -> None:
         """As the sync client's: `timeout` bounds each call, its retries included (not
         `subscribe`); `retry` and `on_retry` decide and report when a failed call is tried again."""
+        self._owns_channel = channel is None  # a channel passed in is the caller's to close
         if channel is None:
             chosen = channel_options(options, keepalive_seconds, keepalive_timeout_seconds)
             channel = (
@@ -112,9 +113,11 @@ class SessionsClient(CallOptions):
         await self.close()
 
     async def close(self) -> None:
-        """Closes the connection, unless this is a view (`with_options`) of another client."""
+        """As the sync client's: does nothing on a view; a channel passed in stays open."""
+        if self._is_view:
+            return
+        self._connection.closed = True
         if self._owns_channel:
-            self._connection.closed = True
             await self._channel.close(None)
 
     def object(self, object_key: str) -> ObjectHandle:
