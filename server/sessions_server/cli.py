@@ -328,7 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--lease-seconds",
         type=_lease_seconds,
         default=MOVE_LEASE_SECONDS,
-        help="how long the source's lock and the destination's hold outlive a mover that dies mid-move "
+        help="how long the source's lock outlives a mover that dies mid-move "
         f"(1 to 86400; default {MOVE_LEASE_SECONDS}): it must cover sending, installing and checking the object",
     )
     _add_client_tls_flags(mover, "both servers (--from and --to)")

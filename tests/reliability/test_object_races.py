@@ -909,6 +909,47 @@ def test_a_dropped_arrival_leaves_a_key_moved_away_refused_as_before(tmp_path: P
         second.stop()
 
 
+def test_a_held_arrival_stays_held_across_a_restart_and_a_move_run_again_replaces_it(tmp_path: Path) -> None:
+    """The hold was kept in memory: a destination restarted mid-move took writes on its copy
+    while the source still did (and a key it had moved away before was no longer refused). It is
+    kept on disk now, without a lease; an import run again replaces the held copy, and dropping
+    that refuses the key again as before the first import."""
+    origin, arrival_dir = start_server(tmp_path / "origin"), tmp_path / "arrival"
+    arrival = start_server(arrival_dir)
+    key = "held-over-a-restart"
+    try:
+        with grpc.insecure_channel(origin.address) as a:
+            source = pb_grpc.SessionServiceStub(a)
+            _append(source, key, "m0")
+            with grpc.insecure_channel(arrival.address) as b:
+                destination = pb_grpc.SessionServiceStub(b)
+                _append(destination, key, "here-before")  # the destination's own object, moved away:
+                gone = pb.DeleteObjectRequest(
+                    object_key=key, moved_to="elsewhere:1", move_id=_locked_export_with_id(destination, key)
+                )
+                assert destination.DeleteObject(gone, metadata=routing(key), timeout=GUARD_SECONDS).deleted
+                _import_held(destination, key, *_export(source, key))
+            arrival.stop()
+            arrival = start_server(arrival_dir, listen=arrival.address)
+            with grpc.insecure_channel(arrival.address) as b:
+                destination = pb_grpc.SessionServiceStub(b)
+                assert _stored(destination, key, "m0")  # served for reads...
+                refused = _refusal(lambda: _append(destination, key, "after-restart"))
+                assert (refused.code, refused.reason) == (grpc.StatusCode.UNAVAILABLE, "OBJECT_MOVING")  # ...held
+                _append(source, key, "m1")
+                data, digest = _export(source, key)
+                again = _import_held(destination, key, data, digest, replace=True)  # the move run again
+                assert _stored(destination, key, "m1")
+                drop = pb.DeleteObjectRequest(object_key=key, erase=True, move_id=again)
+                assert destination.DeleteObject(drop, metadata=routing(key), timeout=GUARD_SECONDS).deleted
+                refused = _refusal(lambda: _append(destination, key, "stale"))
+                assert (refused.code, refused.reason) == (grpc.StatusCode.FAILED_PRECONDITION, "OBJECT_NOT_OWNED")
+                assert "elsewhere:1" in refused.message
+    finally:
+        origin.stop()
+        arrival.stop()
+
+
 def test_a_write_reaching_the_destination_before_the_source_is_deleted_waits_for_the_move(tmp_path: Path) -> None:
     """A client that reaches the destination mid-move (a stale one, after an earlier move away
     from it) was answered OK as soon as the copy was installed, before the mover had checked it

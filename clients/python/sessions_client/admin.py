@@ -216,7 +216,6 @@ def move_object(
                     request.object_key = object_key
                     request.replace = replace
                     request.hold_for_move = True
-                    request.lease_seconds = lease_seconds
                     first = False
                 yield request
         except grpc.RpcError as error:  # gRPC reports it as "Exception iterating requests!"
@@ -242,9 +241,11 @@ def move_object(
                 "FAILED_PRECONDITION",
                 {},
             )
-    except BaseException:  # a refusal, or the mover interrupted: the source takes writes again
+    except BaseException as failure:  # a refusal, or the mover interrupted: the source takes writes again
         typing.cast(typing.Any, export).cancel()  # a snapshot still being sent is dropped
-        _undo_move(source, destination, object_key, hold, metadata_source, metadata_destination)
+        left = _undo_move(source, destination, object_key, hold, metadata_source, metadata_destination)
+        if left and isinstance(failure, SessionsError):
+            raise SessionsError(failure.code, f"{failure.message}; {left}", failure.reason, failure.metadata) from None
         raise
     # Naming the lock: if the source lost it meanwhile (a restart, an AbortMove, its lease run
     # out), it may have taken writes the copy lacks, and it refuses the delete.
@@ -253,8 +254,10 @@ def move_object(
         _delete_moved(source, object_key, destination_name, move_id, metadata_source)
     except MoveOutcomeUnknown:
         raise  # the destination keeps holding its copy: it may be the only one now
-    except SessionsError:  # refused: the source is the object still, the copy may lack writes
-        _undo_move(source, destination, object_key, hold, metadata_source, metadata_destination)
+    except SessionsError as refused:  # refused: the source is the object still, the copy may lack writes
+        left = _undo_move(source, destination, object_key, hold, metadata_source, metadata_destination)
+        if left:
+            raise SessionsError(refused.code, f"{refused.message}; {left}", refused.reason, refused.metadata) from None
         raise
     if hold:
         _release_arrival(destination, object_key, destination_name, metadata_destination)
@@ -268,21 +271,29 @@ def _undo_move(
     hold: str,
     metadata_source: typing.Any,
     metadata_destination: typing.Any,
-) -> None:
-    """A move that will not complete: the destination's held copy is dropped (it would take
-    writes once its hold ended, beside the source's), then the source's lock released. Best
-    effort: what fails here leaves a lease to run out."""
+) -> str:
+    """A move that will not complete: the destination's held copy is dropped, then the source's
+    lock released. What could not be undone, said for the caller's error ("" if nothing): a
+    copy the destination still holds stays read-only (the hold has no lease), so the source is
+    released either way; a lock that could not be released runs out with its lease."""
+    left = ""
     if hold:
-        with contextlib.suppress(grpc.RpcError):
+        try:
             destination._stub.DeleteObject(
                 pb.DeleteObjectRequest(object_key=object_key, erase=True, move_id=hold),
                 metadata=metadata_destination,
                 timeout=destination.timeout,
             )
+        except grpc.RpcError as error:
+            left = (
+                f"the destination's copy could not be dropped ({SessionsError.from_rpc_error(error).message}): it "
+                f"stays there read-only; drop it with DeleteObject erase and move_id {hold}"
+            )
     with contextlib.suppress(grpc.RpcError):  # best effort: else the lock lasts its lease
         source._stub.AbortMove(
             pb.AbortMoveRequest(object_key=object_key), metadata=metadata_source, timeout=source.timeout
         )
+    return left
 
 
 def _release_arrival(destination: SessionsClient, object_key: str, destination_name: str, metadata: typing.Any) -> None:
@@ -302,7 +313,7 @@ def _release_arrival(destination: SessionsClient, object_key: str, destination_n
             raise SessionsError(
                 failure.code,
                 f"the object moved, but {where} did not release its hold ({failure.message}): it refuses "
-                "writes until its lease ends; run abort-move on it to release it now",
+                "writes until released; run abort-move on it",
                 failure.reason,
                 failure.metadata,
             ) from None
@@ -312,9 +323,9 @@ def _release_arrival(destination: SessionsClient, object_key: str, destination_n
 class MoveOutcomeUnknown(SessionsError):
     """The source never answered the move's last step (its delete): the object may have moved
     (the source then refuses it, OBJECT_NOT_OWNED) or not. The destination keeps its copy, held
-    (refusing writes) until its lease ends or abort-move releases it: release it once the source
-    refuses the key; else drop it (DeleteObject with erase and the hold's move_id) or let the
-    source's lock run out and move again."""
+    (read-only, restarts included) until it is released or dropped: release it (abort-move on
+    the destination) once the source refuses the key; else drop it (DeleteObject with erase and
+    the hold's move_id, or move the object again with replace, which replaces the held copy)."""
 
 
 # The delete went out and no answer came back: the connection, a proxy or a deadline, not the

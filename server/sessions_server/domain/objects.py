@@ -37,6 +37,7 @@ from sessions_server.domain.limits import RESPONSE_PAYLOAD_BYTES, check_size, ex
 from sessions_server.domain.placement import Placement
 from sessions_server.domain.scratch_room import ScratchRoom
 from sessions_server.storage import datadir, files, queries
+from sessions_server.storage.arrivals import Arrival, Arrivals
 from sessions_server.storage.moved import MovedObjects
 from sessions_server.storage.paths import is_object_file_name, object_file_name, object_path
 from sessions_server.storage.registry import ObjectRegistry
@@ -72,7 +73,8 @@ class _MoveLock:
 
     On a move's destination (`arrival`), the hold an import took on the copy it installed, until
     the mover releases it (the source deleted) or drops the copy (the move failed); then the key
-    is refused again as before the import when it had been moved away (`moved_before`)."""
+    is refused again as before the import when it had been moved away (`moved_before`). Such a
+    hold never expires, and is kept on disk (`storage/arrivals.py`): restarts keep it."""
 
     id: str
     expiry: float
@@ -124,6 +126,9 @@ class ObjectAdmin:
         # Objects whose move lock AbortMove released while it held: the move's delete must not follow.
         self._aborted: set[str] = set()
         self._moved = MovedObjects(registry.data_dir)
+        self._arrivals = Arrivals(registry.data_dir)
+        for key, arrival in self._arrivals.held().items():  # held across the restart
+            self._moving[key] = _MoveLock(arrival.hold, math.inf, arrival=True, moved_before=arrival.moved_before)
         self._copies: dict[str, _SharedCopy] = {}  # the newest copy of each object being exported
         self._copies_held: dict[str, int] = {}  # copies of each object that exports still use
         self._room = ScratchRoom(registry.data_dir / datadir.SCRATCH_DIR_NAME)
@@ -165,7 +170,8 @@ class ObjectAdmin:
             )
         if writing:
             lock = self._moving.get(object_key)  # an expired lock stays: a delete then refuses
-            if lock is not None and time.monotonic() < lock.expiry:
+            # A copy held for a move's end gives way to the next import (a move run again).
+            if lock is not None and time.monotonic() < lock.expiry and not (arriving and lock.arrival):
                 raise Unavailable("the object is being moved; retry shortly", reason="OBJECT_MOVING")
 
     async def list_keys(self, page_size: int, page_token: str) -> tuple[list[str], str]:
@@ -337,14 +343,12 @@ class ObjectAdmin:
         *,
         replace: bool,
         hold_for_move: bool = False,
-        lease_seconds: int = 0,
     ) -> tuple[int, int, str]:
         """Writes a received file, verifies its digest and integrity, installs it. Returns
         (bytes received, message rows, the hold's id). `hold_for_move`: the installed object
         refuses writes until the mover releases it (`abort_move`) or drops it (`erase` naming
-        the hold), or `lease_seconds` pass."""
+        the hold), restarts included."""
         keys.check_object_key(object_key, max_bytes=self._max_object_key_bytes)
-        lease = _lease(lease_seconds)
         self.admit(object_key, writing=True, arriving=True)
         # A file left by a delete cut short after it was recorded (the key refused since) is no
         # object here: a move back replaces it.
@@ -381,14 +385,17 @@ class ObjectAdmin:
                     async with self._registry.closed(object_key):
                         # Kept closed until the file is in place, even if the caller gives up:
                         # a request let in meanwhile would write to the file being replaced.
-                        moved_before = self._moved.where(object_key)
-                        rows = await _finish_in_thread(self._install, partial, object_key, replace)
-                        hold = ""
-                        if hold_for_move:  # before the object opens to calls again
-                            hold = uuid.uuid4().hex
-                            expiry = time.monotonic() + lease
-                            self._moving[object_key] = _MoveLock(hold, expiry, arrival=True, moved_before=moved_before)
-                            self._aborted.discard(object_key)
+                        held = self._moving.get(object_key)  # an earlier run's held copy, replaced
+                        earlier = held if held is not None and held.arrival else None
+                        hold = await self._hold_arrival(object_key, earlier) if hold_for_move else ""
+                        try:
+                            rows = await _finish_in_thread(self._install, partial, object_key, replace)
+                        except BaseException:
+                            if hold:  # nothing arrived: the key is as it was
+                                await self._end_arrival(object_key, earlier)
+                            raise
+                        if earlier is not None and not hold:  # replaced by an object taking writes
+                            await self._end_arrival(object_key, None)
             except files.OversizedText as exc:
                 raise InvalidArgument(
                     f"the received file cannot be served here: {exc}; nothing was installed",
@@ -410,6 +417,28 @@ class ObjectAdmin:
         finally:
             partial.unlink(missing_ok=True)
         return size, rows, hold
+
+    async def _hold_arrival(self, object_key: str, earlier: _MoveLock | None) -> str:
+        """Holds the key for the copy about to be installed (`receive`), on disk first: a
+        restart between the install and the move's end keeps the copy read-only. A hold
+        `earlier` (a move run again) passes on where the key had been moved to before."""
+        hold = uuid.uuid4().hex
+        moved_before = earlier.moved_before if earlier is not None else self._moved.where(object_key)
+        await _finish_in_thread(self._arrivals.hold, object_key, Arrival(hold, moved_before))
+        self._moving[object_key] = _MoveLock(hold, math.inf, arrival=True, moved_before=moved_before)
+        self._aborted.discard(object_key)
+        return hold
+
+    async def _end_arrival(self, object_key: str, restored: _MoveLock | None) -> None:
+        """Ends the key's hold on disk, or puts back `restored` (the hold an import failed to
+        replace)."""
+        if restored is None:
+            await _finish_in_thread(self._arrivals.end, object_key)
+            self._moving.pop(object_key, None)
+        else:
+            arrival = Arrival(restored.id, restored.moved_before)
+            await _finish_in_thread(self._arrivals.hold, object_key, arrival)
+            self._moving[object_key] = restored
 
     # A file's frames are read or written, and hashed, on a worker thread: a write may wait for
     # the disk (seconds, when the kernel throttles dirty pages) and hashing 3 MiB takes ~6 ms,
@@ -436,11 +465,16 @@ class ObjectAdmin:
         self._moved.forget(object_key)
         return files.count_message_rows(target)
 
-    def abort_move(self, object_key: str) -> bool:
-        """Releases a move lock; True when one was held (and not yet expired)."""
+    async def abort_move(self, object_key: str) -> bool:
+        """Releases a move lock, or a move's hold on its arrival; True when one was held (and
+        not yet expired)."""
         keys.check_object_key(object_key, max_bytes=self._max_object_key_bytes)
         self.admit(object_key, writing=False)
-        lock = self._moving.pop(object_key, None)
+        lock = self._moving.get(object_key)
+        if lock is not None and lock.arrival:  # on disk first: a restart must not hold it again
+            await _finish_in_thread(self._arrivals.end, object_key)
+        if self._moving.get(object_key) is lock:
+            self._moving.pop(object_key, None)
         held = lock is not None and time.monotonic() < lock.expiry
         if held and lock is not None and not lock.arrival:
             self._aborted.add(object_key)
@@ -469,22 +503,17 @@ class ObjectAdmin:
         had been moved away from here before the import is refused again as it was."""
         self.admit(object_key, writing=False)
         lock = self._moving.get(object_key)
-        if lock is None or not lock.arrival or lock.id != move_id or time.monotonic() >= lock.expiry:
+        if lock is None or not lock.arrival or lock.id != move_id:
             raise FailedPrecondition(
-                "the import hold this erase names no longer holds here (released by AbortMove, expired, "
-                "replaced, or lost when this server restarted): the copy may have taken writes, so nothing "
-                "was erased",
+                "the import hold this erase names no longer holds here (released by AbortMove, or replaced "
+                "by another import's): the copy may have taken writes, so nothing was erased",
                 reason="FAILED_PRECONDITION",
             )
-        expiry, lock.expiry = lock.expiry, math.inf  # held until the files are gone
-        try:
-            if lock.moved_before is not None:
-                return await _run_to_end(self._remove(object_key, lock.moved_before))
+        if lock.moved_before is not None:  # refused again (recorded first), files gone, hold ended
+            existed = await _run_to_end(self._remove(object_key, lock.moved_before))
+        else:
             existed = await _run_to_end(self._remove_files(object_key))
-        except BaseException:
-            if self._moving.get(object_key) is lock:
-                lock.expiry = expiry
-            raise
+        await _finish_in_thread(self._arrivals.end, object_key)
         if self._moving.get(object_key) is lock:
             del self._moving[object_key]
         return existed

@@ -797,7 +797,6 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 data(),
                 replace=first.replace,
                 hold_for_move=first.hold_for_move,
-                lease_seconds=first.lease_seconds,
             )
             return pb.ImportObjectResponse(size_bytes=size, message_rows=rows, move_id=hold)
 
@@ -818,7 +817,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
     async def AbortMove(self, request: pb.AbortMoveRequest, context: Any) -> pb.AbortMoveResponse:
         async def run() -> pb.AbortMoveResponse:
             self._admit(context, request.object_key, write=True)
-            return pb.AbortMoveResponse(was_locked=self._service.objects.abort_move(request.object_key))
+            return pb.AbortMoveResponse(was_locked=await self._service.objects.abort_move(request.object_key))
 
         return await calls.unary(context, run)
 

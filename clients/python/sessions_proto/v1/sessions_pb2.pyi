@@ -2765,7 +2765,6 @@ class ImportObjectRequest(_message.Message):
     DATA_FIELD_NUMBER: _builtins.int
     SHA256_FIELD_NUMBER: _builtins.int
     HOLD_FOR_MOVE_FIELD_NUMBER: _builtins.int
-    LEASE_SECONDS_FIELD_NUMBER: _builtins.int
     object_key: _builtins.str
     """The object key (first frame only)."""
     replace: _builtins.bool
@@ -2778,12 +2777,10 @@ class ImportObjectRequest(_message.Message):
     """Hold the installed object for the end of a move (first frame only): it is served for reads,
     but writes are refused (UNAVAILABLE, OBJECT_MOVING) until the mover releases it with
     AbortMove once the source is deleted, or drops it with DeleteObject (`erase` and this
-    import's move_id) when the move fails, or the lease runs out. So no write lands on the copy
-    while the source may still take one, and a failed move leaves one writable copy.
-    """
-    lease_seconds: _builtins.int
-    """How long the hold lasts without an AbortMove or DeleteObject (0: 60 s; at most 86,400;
-    negative refused), as ExportObject's lease.
+    import's move_id) when the move fails. So no write lands on the copy while the source may
+    still take one, and a failed move leaves one writable copy. The hold is kept on disk and
+    has no lease: restarts keep it, and a mover that never comes back leaves the copy read-only
+    until an operator releases or drops it. A later import of the key replaces a held copy.
     """
     def __init__(
         self,
@@ -2793,11 +2790,10 @@ class ImportObjectRequest(_message.Message):
         data: _builtins.bytes = ...,
         sha256: _builtins.str = ...,
         hold_for_move: _builtins.bool = ...,
-        lease_seconds: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "hold_for_move", b"hold_for_move", "lease_seconds", b"lease_seconds", "object_key", b"object_key", "replace", b"replace", "sha256", b"sha256"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "hold_for_move", b"hold_for_move", "object_key", b"object_key", "replace", b"replace", "sha256", b"sha256"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -5346,12 +5346,11 @@ type ImportObjectRequest struct {
 	// Hold the installed object for the end of a move (first frame only): it is served for reads,
 	// but writes are refused (UNAVAILABLE, OBJECT_MOVING) until the mover releases it with
 	// AbortMove once the source is deleted, or drops it with DeleteObject (`erase` and this
-	// import's move_id) when the move fails, or the lease runs out. So no write lands on the copy
-	// while the source may still take one, and a failed move leaves one writable copy.
-	HoldForMove bool `protobuf:"varint,5,opt,name=hold_for_move,json=holdForMove,proto3" json:"hold_for_move,omitempty"`
-	// How long the hold lasts without an AbortMove or DeleteObject (0: 60 s; at most 86,400;
-	// negative refused), as ExportObject's lease.
-	LeaseSeconds  int32 `protobuf:"varint,6,opt,name=lease_seconds,json=leaseSeconds,proto3" json:"lease_seconds,omitempty"`
+	// import's move_id) when the move fails. So no write lands on the copy while the source may
+	// still take one, and a failed move leaves one writable copy. The hold is kept on disk and
+	// has no lease: restarts keep it, and a mover that never comes back leaves the copy read-only
+	// until an operator releases or drops it. A later import of the key replaces a held copy.
+	HoldForMove   bool `protobuf:"varint,5,opt,name=hold_for_move,json=holdForMove,proto3" json:"hold_for_move,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5419,13 +5418,6 @@ func (x *ImportObjectRequest) GetHoldForMove() bool {
 		return x.HoldForMove
 	}
 	return false
-}
-
-func (x *ImportObjectRequest) GetLeaseSeconds() int32 {
-	if x != nil {
-		return x.LeaseSeconds
-	}
-	return 0
 }
 
 // Response for ImportObject.
@@ -6128,15 +6120,14 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"size_bytes\x18\x01 \x01(\x03R\tsizeBytes\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12\x16\n" +
 	"\x06sha256\x18\x03 \x01(\tR\x06sha256\x12\x17\n" +
-	"\amove_id\x18\x04 \x01(\tR\x06moveId\"\xc3\x01\n" +
+	"\amove_id\x18\x04 \x01(\tR\x06moveId\"\x9e\x01\n" +
 	"\x13ImportObjectRequest\x12\x1d\n" +
 	"\n" +
 	"object_key\x18\x01 \x01(\tR\tobjectKey\x12\x18\n" +
 	"\areplace\x18\x02 \x01(\bR\areplace\x12\x12\n" +
 	"\x04data\x18\x03 \x01(\fR\x04data\x12\x16\n" +
 	"\x06sha256\x18\x04 \x01(\tR\x06sha256\x12\"\n" +
-	"\rhold_for_move\x18\x05 \x01(\bR\vholdForMove\x12#\n" +
-	"\rlease_seconds\x18\x06 \x01(\x05R\fleaseSeconds\"q\n" +
+	"\rhold_for_move\x18\x05 \x01(\bR\vholdForMove\"q\n" +
 	"\x14ImportObjectResponse\x12\x1d\n" +
 	"\n" +
 	"size_bytes\x18\x01 \x01(\x03R\tsizeBytes\x12!\n" +
