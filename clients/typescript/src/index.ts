@@ -179,7 +179,8 @@ export interface SubscribeOptions extends AbortOptions {
   /**
    * Resume after this revision (0: start live, from the next event). Revisions are uint64 values
    * around 2^62 (`epoch_ms << 22 | counter`), so keep them as bigint (or a decimal string):
-   * a JS number loses their low bits.
+   * a JS number loses their low bits, and one past `Number.MAX_SAFE_INTEGER` is refused with a
+   * RangeError (rounded up, it would skip events without a RESET).
    */
   resumeAfterRevision?: bigint | string | number;
   /**
@@ -1421,7 +1422,13 @@ export class ObjectHandle {
    * unsubscribe; the client's `timeoutMs` does not apply.
    */
   async *subscribe(options: SubscribeOptions = {}): AsyncGenerator<ChangeEvent> {
-    let after = BigInt(options.resumeAfterRevision ?? 0);
+    const resumeFrom = options.resumeAfterRevision ?? 0;
+    if (typeof resumeFrom === "number" && !Number.isSafeInteger(resumeFrom)) {
+      throw new RangeError(
+        `resumeAfterRevision ${String(resumeFrom)} is not a safe integer: pass revisions as bigint (or a decimal string)`,
+      );
+    }
+    let after = BigInt(resumeFrom);
     const maxAttempts = options.reconnectAttempts ?? RECONNECT_ATTEMPTS;
     const includeProgress = options.includeProgress ?? false;
     let attempts = 0;

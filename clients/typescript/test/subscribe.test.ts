@@ -154,3 +154,20 @@ test("close() ends a running subscription: it does not reconnect, and calls afte
   await assert.rejects(own.object(key).session().appendMessage(msg("late")), /CANCELLED: the client is closed/);
   assert.equal(await client.object(key).session().getMessage("late"), null);
 });
+
+test("a revision given as an unsafe JS number is refused: rounded, it would skip events without a RESET", async () => {
+  const session = client.object(freshKey()).session("s");
+  await session.appendMessage(msg("m1"));
+  const unsafe = Number(2n ** 62n + 5n); // what a revision read into a number becomes
+  await assert.rejects(async () => {
+    // The signal bounds a client that takes the number: it would follow the feed from there.
+    for await (const event of session.subscribe({ resumeAfterRevision: unsafe, signal: AbortSignal.timeout(10_000) })) {
+      void event;
+    }
+  }, RangeError);
+  // A bigint, or a decimal string, of the same revision is taken.
+  const live = session.subscribe({ resumeAfterRevision: "0", includeProgress: true });
+  const opening = await live.next();
+  assert.equal(opening.done, false);
+  await live.return(undefined);
+});
