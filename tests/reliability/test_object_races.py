@@ -962,14 +962,14 @@ def test_a_write_reaching_the_destination_before_the_source_is_deleted_waits_for
     refusals: list[SessionsError] = []
     try:
         with SessionsClient(source.address, retry=None) as a, SessionsClient(destination.address, retry=None) as b:
-            a.object(key).session().append_message(canonical_message("m0"))
+            a.object(key).session().append_message(_message("m0"))
             real_import = b._stub.ImportObject
 
             def import_then_write_there(frames: Any, **kwargs: Any) -> Any:
                 answer = real_import(frames, **kwargs)  # installed, not yet checked or released
                 with SessionsClient(destination.address, retry=None) as stale:
                     try:
-                        stale.object(key).session().append_message(canonical_message("stale"))
+                        stale.object(key).session().append_message(_message("stale"))
                     except SessionsError as refused:
                         refusals.append(refused)
                 return answer
@@ -977,7 +977,7 @@ def test_a_write_reaching_the_destination_before_the_source_is_deleted_waits_for
             b._stub.ImportObject = import_then_write_there  # type: ignore[method-assign]
             move_object(a, b, key, destination_name=destination.address)
             assert [(r.code, r.reason) for r in refusals] == [(grpc.StatusCode.UNAVAILABLE, "OBJECT_MOVING")]
-            b.object(key).session().append_message(canonical_message("after"))  # released: the owner now
+            b.object(key).session().append_message(_message("after"))  # released: the owner now
             assert [m["id"] for m in b.object(key).session().get_history()] == ["m0", "after"]
             with pytest.raises(SessionsError) as moved:
                 a.object(key).session().get_history()
@@ -985,7 +985,3 @@ def test_a_write_reaching_the_destination_before_the_source_is_deleted_waits_for
     finally:
         source.stop()
         destination.stop()
-
-
-def canonical_message(message_id: str) -> dict[str, Any]:
-    return {"id": message_id, "role": "user", "parts": [{"type": "text", "text": "hi"}]}
