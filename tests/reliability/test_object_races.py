@@ -33,6 +33,7 @@ from sessions_client import SessionsClient, SessionsError
 from sessions_client.admin import move_object
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
+from sessions_server.storage.move_holds import Departures
 from sessions_server.storage.moved import MovedObjects
 from sessions_server.storage.paths import object_path
 from tests.conftest import LiveServer, start_server
@@ -754,47 +755,81 @@ def test_an_export_still_sending_after_abort_move_does_not_take_the_lock_again(t
         server.stop()
 
 
-def test_a_move_delete_naming_a_lock_the_source_lost_in_a_restart_is_refused(tmp_path: Path) -> None:
-    """The lock lives in memory: a source restarted after the locked export took writes again,
-    and the mover's DeleteObject (with a destination, which needs no lock) then removed them
-    with the source. Named by its move_id, a lock that is gone refuses the delete."""
+def test_a_source_killed_after_its_locked_export_keeps_the_lock_and_the_move_ends(tmp_path: Path) -> None:
+    """The lock lived in memory: a source restarted after the locked export took writes again,
+    so the mover's DeleteObject had to be refused (the copy sent lacked them) and the move given
+    up. The lock is written to disk as the export's last frame goes: a source killed then still
+    refuses writes after its restart, for the rest of the lease, and the move's delete goes ahead."""
     data_dir = tmp_path / "data"
-    server = start_server(data_dir)
+    server = Server(data_dir).start()
     key = "restarted-mid-move"
     try:
         with grpc.insecure_channel(server.address) as channel:
             stub = pb_grpc.SessionServiceStub(channel)
             _append(stub, key, "m0")
             move_id = _locked_export_with_id(stub, key)
+        assert server.kill() == -signal.SIGKILL
+        server.start()
+        with grpc.insecure_channel(server.address) as channel:
+            stub = pb_grpc.SessionServiceStub(channel)
+            assert _writes_refused(stub, key)
+            assert _stored(stub, key, "m0")  # read as ever
+            # A lock held, but not the one named, deletes nothing.
+            request = pb.DeleteObjectRequest(object_key=key, moved_to="elsewhere:1", move_id="another")
+            refused = _refusal(lambda: stub.DeleteObject(request, metadata=routing(key), timeout=GUARD_SECONDS))
+            assert refused.code == grpc.StatusCode.FAILED_PRECONDITION
+            request.move_id = move_id
+            assert stub.DeleteObject(request, metadata=routing(key), timeout=GUARD_SECONDS).deleted
+            repeated = stub.DeleteObject(request, metadata=routing(key), timeout=GUARD_SECONDS)
+            assert not repeated.deleted  # answered, not refused: the lock went with the files
+        assert _departing(data_dir) == {}
     finally:
         server.stop()
+
+
+def test_a_released_lock_is_not_taken_back_by_a_restart(tmp_path: Path) -> None:
+    """What ends a move lock ends its record too: a restart after an AbortMove leaves the
+    object writable, and keeps another object's lock."""
+    data_dir = tmp_path / "data"
     server = start_server(data_dir)
     try:
         with grpc.insecure_channel(server.address) as channel:
             stub = pb_grpc.SessionServiceStub(channel)
-            _append(stub, key, "after the restart")  # the lock went with the process
-            request = pb.DeleteObjectRequest(object_key=key, moved_to="elsewhere:1", move_id=move_id)
-            refused = _refusal(lambda: stub.DeleteObject(request, metadata=routing(key), timeout=GUARD_SECONDS))
-            assert (refused.code, "restarted" in refused.message) == (grpc.StatusCode.FAILED_PRECONDITION, True)
-            assert _stored(stub, key, "after the restart")
-            # A lock held now, but another export's, is not the one named either.
-            newer = _locked_export_with_id(stub, key)
-            refused = _refusal(lambda: stub.DeleteObject(request, metadata=routing(key), timeout=GUARD_SECONDS))
-            assert refused.code == grpc.StatusCode.FAILED_PRECONDITION
-            request.move_id = newer
-            assert stub.DeleteObject(request, metadata=routing(key), timeout=GUARD_SECONDS).deleted
-            repeated = stub.DeleteObject(request, metadata=routing(key), timeout=GUARD_SECONDS)
-            assert not repeated.deleted  # answered, not refused: the lock went with the files
+            _append(stub, "released", "m0")
+            _locked_export_with_id(stub, "released")
+            assert set(_departing(data_dir)) == {"released"}
+            released = pb.AbortMoveRequest(object_key="released")
+            assert stub.AbortMove(released, metadata=routing("released"), timeout=GUARD_SECONDS).was_locked
+            # Another object's lock stays, on disk and across the restart.
+            _append(stub, "kept", "m0")
+            kept = _locked_export_with_id(stub, "kept")
+    finally:
+        server.stop()
+    assert _departing(data_dir) == {"kept": kept}
+    server = start_server(data_dir)
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            stub = pb_grpc.SessionServiceStub(channel)
+            _append(stub, "released", "after the restart")
+            assert _writes_refused(stub, "kept")
     finally:
         server.stop()
 
 
-def test_move_object_names_its_lock_and_a_source_restarted_mid_move_keeps_its_writes(tmp_path: Path) -> None:
+def _departing(data_dir: Path) -> dict[str, str]:
+    """The move locks the data directory holds on disk: key -> lock id."""
+    return {key: departure.lock for key, departure in Departures(data_dir).held().items()}
+
+
+@pytest.mark.parametrize("released", [False, True], ids=["lock-kept", "lock-released-by-an-operator"])
+def test_move_object_across_a_source_restart(tmp_path: Path, released: bool) -> None:
     """Through the client's move_object: the source restarts between the copy and the delete
-    (as when its process is replaced mid-move) and takes an update, which the move's check of
-    sessions and row counts cannot see; the move is refused at its delete, the update stays
-    where it was acknowledged, and the destination's copy, which lacks it, is dropped (it was
-    kept, and took writes, beside the source)."""
+    (as when its process is replaced mid-move). Its lock survives the restart: an update sent
+    then is refused as moving, and the move ends. If an operator releases the lock meanwhile
+    (AbortMove), the source takes the update, which the move's check of sessions and row counts
+    cannot see; the move is refused at its delete, the update stays where it was acknowledged,
+    and the destination's copy, which lacks it, is dropped (it was kept, and took writes, beside
+    the source)."""
     source_dir = tmp_path / "source"
     source, destination = start_server(source_dir), start_server(tmp_path / "destination")
     key = "moved-across-a-restart"
@@ -809,10 +844,26 @@ def test_move_object_names_its_lock_and_a_source_restarted_mid_move_keeps_its_wr
                 source.stop()
                 restarted.append(start_server(source_dir, listen=source.address))
                 with SessionsClient(source.address, retry=None) as again:
-                    assert again.object(key).session().update_message(_message("m0", "after the restart"))
+                    session = again.object(key).session()
+                    if released:
+                        again._stub.AbortMove(pb.AbortMoveRequest(object_key=key), metadata=routing(key))
+                        assert session.update_message(_message("m0", "after the restart"))
+                    else:
+                        with pytest.raises(SessionsError) as refused:
+                            session.update_message(_message("m0", "after the restart"))
+                        assert refused.value.reason == "OBJECT_MOVING"
                 return answer
 
             b._stub.ImportObject = import_then_restart_the_source  # type: ignore[method-assign]
+            if not released:
+                move_object(a, b, key, destination_name=destination.address)
+                (stored,) = b.object(key).session().get_history()
+                assert stored["parts"][0]["text"] == "hi"
+                assert b.object(key).session().update_message(_message("m0", "moved"))  # the hold released
+                with pytest.raises(SessionsError) as refused:
+                    a.object(key).session().get_history()
+                assert refused.value.reason == "OBJECT_NOT_OWNED"
+                return
             with pytest.raises(SessionsError) as refused:
                 move_object(a, b, key, destination_name=destination.address)
             assert refused.value.code == grpc.StatusCode.FAILED_PRECONDITION

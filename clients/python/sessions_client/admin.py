@@ -247,8 +247,8 @@ def move_object(
         if left and isinstance(failure, SessionsError):
             raise SessionsError(failure.code, f"{failure.message}; {left}", failure.reason, failure.metadata) from None
         raise
-    # Naming the lock: if the source lost it meanwhile (a restart, an AbortMove, its lease run
-    # out), it may have taken writes the copy lacks, and it refuses the delete.
+    # Naming the lock: if the source lost it meanwhile (an AbortMove, its lease run out), it may
+    # have taken writes the copy lacks, and it refuses the delete.
     move_id = move_ids[-1] if move_ids else ""
     try:
         _delete_moved(source, object_key, destination_name, move_id, metadata_source)

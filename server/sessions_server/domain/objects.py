@@ -37,7 +37,7 @@ from sessions_server.domain.limits import RESPONSE_PAYLOAD_BYTES, check_size, ex
 from sessions_server.domain.placement import Placement
 from sessions_server.domain.scratch_room import ScratchRoom
 from sessions_server.storage import datadir, files, queries
-from sessions_server.storage.arrivals import Arrival, Arrivals
+from sessions_server.storage.move_holds import Arrival, Arrivals, Departure, Departures
 from sessions_server.storage.moved import MovedObjects
 from sessions_server.storage.paths import is_object_file_name, object_file_name, object_path
 from sessions_server.storage.registry import ObjectRegistry
@@ -68,8 +68,9 @@ class ExportFrame:
 class _MoveLock:
     """A locked export's hold on its object: writes are refused until `expiry` (monotonic
     seconds). `id` names it to the move's DeleteObject, which deletes only while this very lock
-    holds: one released, expired, replaced by another export's, or lost with a restart (it is
-    kept in memory only) no longer kept writes out of the copy.
+    holds: one released, expired or replaced by another export's no longer kept writes out of
+    the copy. Written to disk (`on_disk`, `storage/move_holds.py`) as its export's last frame
+    goes, so that a restart before the move's delete keeps it for the rest of its lease.
 
     On a move's destination (`arrival`), the hold an import took on the copy it installed, until
     the mover releases it (the source deleted) or drops the copy (the move failed); then the key
@@ -80,6 +81,7 @@ class _MoveLock:
     expiry: float
     arrival: bool = False
     moved_before: str | None = None
+    on_disk: bool = False
 
 
 # Copies of one object that exports may hold at once: exports between writes each need one, and
@@ -129,9 +131,23 @@ class ObjectAdmin:
         self._arrivals = Arrivals(registry.data_dir)
         for key, arrival in self._arrivals.held().items():  # held across the restart
             self._moving[key] = _MoveLock(arrival.hold, math.inf, arrival=True, moved_before=arrival.moved_before)
+        self._departures = Departures(registry.data_dir)
+        self._restore_departures()
         self._copies: dict[str, _SharedCopy] = {}  # the newest copy of each object being exported
         self._copies_held: dict[str, int] = {}  # copies of each object that exports still use
         self._room = ScratchRoom(registry.data_dir / datadir.SCRATCH_DIR_NAME)
+
+    def _restore_departures(self) -> None:
+        """Takes back the move locks held across the restart, for what is left of each lease
+        (blocking; at startup): a lock whose lease ran out, or whose move's delete was recorded,
+        is done with."""
+        now_wall, now = time.time(), time.monotonic()
+        for key, departure in self._departures.held().items():
+            left = departure.until - now_wall
+            if left <= 0 or key in self._moved or key in self._moving:
+                self._departures.end(key, departure.lock)
+                continue
+            self._moving[key] = _MoveLock(departure.lock, now + left, on_disk=True)
 
     @property
     def data_dir(self) -> Path:
@@ -247,12 +263,15 @@ class ObjectAdmin:
                     now = time.monotonic()
                     if lock_for_move and self._moving.get(object_key) is lock and now < lock.expiry:
                         lock.expiry = now + lease
+            if lock_for_move:
+                await self._note_departure(object_key, lock)
             yield ExportFrame(size if first else 0, b"", digest.hexdigest(), lock.id if lock_for_move else "")
             sent = True
         finally:
             self._leave_copy(object_key, shared)
             if lock_for_move and not sent:  # cut short (the mover gone): no move can follow it
                 self._release(object_key, lock)
+                await self._forget_departure(object_key, lock)
 
     async def _take_copy(self, object_key: str, store: ObjectStore, path: Path, *, for_move: bool) -> _SharedCopy:
         """The copy of the object as it stands, shared with the exports under way when the
@@ -335,6 +354,24 @@ class ObjectAdmin:
         """Drops `lock`, if it is still the object's (not another export's since)."""
         if self._moving.get(object_key) is lock:
             del self._moving[object_key]
+
+    async def _note_departure(self, object_key: str, lock: _MoveLock) -> None:
+        """Writes the move lock to disk before the export's last frame names it to the mover,
+        unless it was released or ran out meanwhile (the move's delete will be refused)."""
+        now = time.monotonic()
+        if self._moving.get(object_key) is not lock or now >= lock.expiry:
+            return
+        departure = Departure(lock.id, time.time() + (lock.expiry - now))
+        await _finish_in_thread(self._departures.hold, object_key, departure)
+        lock.on_disk = True
+        if self._moving.get(object_key) is not lock:  # released while it was written
+            await self._forget_departure(object_key, lock)
+
+    async def _forget_departure(self, object_key: str, lock: _MoveLock | None) -> None:
+        """Takes a move lock that is done with off the disk (a newer lock on the key stays)."""
+        if lock is not None and lock.on_disk:
+            lock.on_disk = False
+            await _finish_in_thread(self._departures.end, object_key, lock.id)
 
     async def receive(
         self,
@@ -473,6 +510,7 @@ class ObjectAdmin:
         lock = self._moving.get(object_key)
         if lock is not None and lock.arrival:  # on disk first: a restart must not hold it again
             await _finish_in_thread(self._arrivals.end, object_key)
+        await self._forget_departure(object_key, lock)
         if self._moving.get(object_key) is lock:
             self._moving.pop(object_key, None)
         held = lock is not None and time.monotonic() < lock.expiry
@@ -494,7 +532,8 @@ class ObjectAdmin:
             return await self._drop_arrival(object_key, move_id)
         self.admit(object_key, writing=True)
         self._aborted.discard(object_key)
-        self._moving.pop(object_key, None)  # an expired lock: no move can end in a delete now
+        # An expired lock: no move can end in a delete now.
+        await self._forget_departure(object_key, self._moving.pop(object_key, None))
         return await _run_to_end(self._remove_files(object_key))
 
     async def _drop_arrival(self, object_key: str, move_id: str) -> bool:
@@ -550,8 +589,8 @@ class ObjectAdmin:
             if move_id and (lock is None or lock.id != move_id):
                 raise FailedPrecondition(
                     "the move lock this delete names no longer holds (released by AbortMove, taken over by "
-                    "another export, or lost when this server restarted): writes may have been accepted after "
-                    "the snapshot, so nothing was deleted; move the object again",
+                    "another export, or its lease ran out before this server restarted): writes may have been "
+                    "accepted after the snapshot, so nothing was deleted; move the object again",
                     reason="FAILED_PRECONDITION",
                 )
         expiry = math.inf
@@ -596,7 +635,8 @@ class ObjectAdmin:
                 f"the move could not be recorded, nothing was deleted: {exc}", out_of_space=is_out_of_space(exc)
             ) from None
         existed = await self._remove_files(object_key)
-        self._moving.pop(object_key, None)
+        with contextlib.suppress(OSError):  # a restart drops a lock whose key is recorded as moved
+            await self._forget_departure(object_key, self._moving.pop(object_key, None))
         with contextlib.suppress(OSError):  # the files are gone all the same; a start looks once more
             await asyncio.to_thread(self._moved.settle, [object_key])
         return existed

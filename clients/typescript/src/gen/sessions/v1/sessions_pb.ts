@@ -2735,7 +2735,8 @@ export type ExportObjectResponse = Message<"sessions.v1.ExportObjectResponse"> &
 
   /**
    * With lock_for_move, on the last frame: the id of the move lock this export took. Pass it
-   * to DeleteObject, which then deletes only while this very lock holds.
+   * to DeleteObject, which then deletes only while this very lock holds. The lock is written to
+   * disk before this frame is sent: a restart of the server keeps it.
    *
    * @generated from field: string move_id = 4;
    */
@@ -2915,9 +2916,9 @@ export type DeleteObjectRequest = Message<"sessions.v1.DeleteObjectRequest"> & {
 
   /**
    * The move_id of the locked export whose copy the destination holds. The delete is then
-   * refused (FAILED_PRECONDITION) unless that lock still holds: released (AbortMove), expired,
-   * taken over by another export, or lost with a restart of this server, it no longer kept
-   * writes out, and some may be missing from the copy. Without it, only a lock held now or an
+   * refused (FAILED_PRECONDITION) unless that lock still holds: released (AbortMove), expired or
+   * taken over by another export, it no longer kept writes out, and some may be missing from
+   * the copy. A restart of this server keeps the lock, for the rest of its lease. Without it, only a lock held now or an
    * AbortMove since is told apart. With `erase`: the move_id of an ImportObject hold_for_move
    * (a move that failed after its import), whose copy is dropped while the hold still holds,
    * and the key is refused again as it was before the import if it had been moved away.

@@ -1,0 +1,132 @@
+"""The holds a move puts on an object at either end, kept across restarts.
+
+A move's destination installs the copy it received and holds it (reads only) until the mover,
+having deleted the source, releases it, or drops it when the move fails (ImportObject's
+`hold_for_move`). Held in memory only, a restart of the destination mid-move let the copy take
+writes while the source still did: two copies diverging. So each such hold is written to
+`<data_dir>/ARRIVING` first. It has no lease: a mover that never comes back leaves the copy
+read-only until an operator releases it (the source gone: the move happened) or drops it (the
+source still there).
+
+A move's source refuses writes from its locked export's last frame until the move's delete, under
+the lock's lease. Held in memory only, a source restarted in between took writes again, and the
+move had to give up at its delete (the copy sent lacked them). So the lock is written to
+`<data_dir>/DEPARTING` before that last frame goes, with the wall-clock time its lease ends: a
+restart keeps it for what is left of the lease, and the move's delete still finds it.
+
+Each file is a JSON object of the holds in place (few: one per move under way), replaced whole
+and synced at each change.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from sessions_server.storage.datadir import sync_directory
+
+ARRIVING_FILE_NAME = "ARRIVING"
+DEPARTING_FILE_NAME = "DEPARTING"
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """One held copy: the hold's id (the import's `move_id`), and where the key was recorded
+    as moved to before the import (None if it was not), to be refused so again if it is dropped."""
+
+    hold: str
+    moved_before: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Departure:
+    """One locked source: the lock's id (the export's `move_id`) and when its lease ends, in
+    seconds since the epoch (a restart's monotonic clock starts over)."""
+
+    lock: str
+    until: float
+
+
+class _HoldFile:
+    """A JSON object of key → entry, read at startup; changed on worker threads."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._lock = threading.Lock()
+        self._entries: dict[str, dict[str, Any]] = {}
+        try:
+            data = orjson.loads(path.read_bytes())
+        except FileNotFoundError:
+            return
+        self._entries = {str(key): dict(entry) for key, entry in data.items()}
+
+    def entries(self) -> dict[str, dict[str, Any]]:
+        with self._lock:
+            return dict(self._entries)
+
+    def put(self, object_key: str, entry: dict[str, Any]) -> None:
+        """Durably notes the entry (blocking: a worker thread)."""
+        with self._lock:
+            self._entries[object_key] = entry
+            self._write()
+
+    def drop(self, object_key: str, only_if: str = "", field: str = "") -> None:
+        """Durably notes the key's entry gone; with `only_if`, only while its `field` is that
+        (a newer hold on the key stays). Blocking: a worker thread."""
+        with self._lock:
+            entry = self._entries.get(object_key)
+            if entry is None or (only_if and entry.get(field) != only_if):
+                return
+            del self._entries[object_key]
+            self._write()
+
+    def _write(self) -> None:
+        staged = self._path.with_name(self._path.name + ".new")
+        with staged.open("wb") as out:
+            out.write(orjson.dumps(self._entries))
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(staged, self._path)
+        sync_directory(self._path.parent)
+
+
+class Arrivals:
+    """The copies this data directory holds for the end of a move (`ARRIVING`)."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self._file = _HoldFile(data_dir / ARRIVING_FILE_NAME)
+
+    def held(self) -> dict[str, Arrival]:
+        return {key: Arrival(str(e["hold"]), e.get("before")) for key, e in self._file.entries().items()}
+
+    def hold(self, object_key: str, arrival: Arrival) -> None:
+        """Durably notes the hold (blocking: a worker thread)."""
+        self._file.put(object_key, {"hold": arrival.hold, "before": arrival.moved_before})
+
+    def end(self, object_key: str) -> None:
+        """Durably notes the hold released or dropped (blocking: a worker thread)."""
+        self._file.drop(object_key)
+
+
+class Departures:
+    """The objects this data directory holds locked for a move away (`DEPARTING`)."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self._file = _HoldFile(data_dir / DEPARTING_FILE_NAME)
+
+    def held(self) -> dict[str, Departure]:
+        return {key: Departure(str(e["lock"]), float(e["until"])) for key, e in self._file.entries().items()}
+
+    def hold(self, object_key: str, departure: Departure) -> None:
+        """Durably notes the lock (blocking: a worker thread)."""
+        self._file.put(object_key, {"lock": departure.lock, "until": departure.until})
+
+    def end(self, object_key: str, lock: str) -> None:
+        """Durably notes the lock released or its move done, unless another has replaced it
+        (blocking: a worker thread)."""
+        self._file.drop(object_key, only_if=lock, field="lock")
