@@ -37,10 +37,10 @@ def test_a_read_racing_a_delete_leaves_no_stale_path(
     entered, proceed = threading.Event(), threading.Event()
     original = paths.path_stats
 
-    def held(*args: Any) -> Any:
+    def held(*args: Any, **kwargs: Any) -> Any:
         entered.set()
         assert proceed.wait(timeout=30), "the walk was never let go"
-        return original(*args)
+        return original(*args, **kwargs)
 
     async def ids(service: SessionsService) -> list[str]:
         if read == "history":

@@ -99,7 +99,9 @@ def test_a_window_of_large_messages_is_read_on_the_executor(tmp_path: Path, exec
             await service.registry.close_all()
 
     assert asyncio.run(run()) == ["m1", "m2", "m3", "m4"]
-    assert len(executor_reads) == 1  # the window (1.2 MB stored); the walk in place
+    # The plan with its first window (1.2 MB stored), one snapshot: begun in place, it stops at
+    # the window and runs again on the executor.
+    assert len(executor_reads) == 1
 
 
 def _service(data_dir: Path) -> SessionsService:

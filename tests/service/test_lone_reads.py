@@ -52,8 +52,8 @@ def test_a_lone_clients_leaf_and_newest_first_walk_read_in_place(tmp_path: Path)
     assert newest == [f"m{i}" for i in reversed(range(30))]
     assert whole == [f"m{i}" for i in range(30)]
     # The leaf, the walk's reads of up to 4, 8, 16 and 32 rows, and the forward read's plan (a walk:
-    # nothing remembered) and its one window (30 short messages: at most 50 rows and 256 KiB).
-    assert in_place == 7
+    # nothing remembered) with its one window (30 short messages), one read in one snapshot.
+    assert in_place == 6
 
 
 def test_an_open_reflection_stream_does_not_make_the_server_busy(tmp_path: Path) -> None:

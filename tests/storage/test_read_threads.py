@@ -484,3 +484,37 @@ def test_the_active_leaf_is_the_snapshots_newest_row_whatever_the_writers_cache_
             return [await store.read(lambda conn, s=s: store.latest_leaf_id(conn, s)) for s in ("", "gone")]
 
     assert asyncio.run(scenario()) == ["x3", None]
+
+
+def test_a_tail_read_from_a_snapshot_older_than_a_commit_is_not_cached(tmp_path: Path) -> None:
+    """The active leaf a read finds is cached for writers only if nothing committed since the
+    read began. Checked once the leaf was read, a commit that came after the read's snapshot
+    but before the check was taken as already in it: the snapshot's older tail was cached, and
+    the next appends took a parent and seq that were no longer the session's newest (found by a
+    concurrency audit while a read's snapshot began earlier than its leaf)."""
+    snapshot_taken, committed = threading.Event(), threading.Event()
+
+    def leaf_after_a_commit(store: ObjectStore, conn: sqlite3.Connection) -> str | None:
+        conn.execute("SELECT count(*) FROM cf_agents_session_messages").fetchall()  # the snapshot begins
+        snapshot_taken.set()
+        assert committed.wait(timeout=30), "the commit never came"
+        return store.latest_leaf_id(conn, "")
+
+    def insert(*ids: str) -> Callable[[WriteContext], object]:
+        rows = [("", message_id, int(message_id[1:]), None) for message_id in ids]
+        sql = """INSERT INTO cf_agents_session_messages (session_id, id, seq, parent_id, role, content, created_at)
+                 VALUES (?, ?, ?, ?, 'user', '{}', 0)"""
+        return lambda ctx: ctx.conn.executemany(sql, rows)
+
+    async def scenario() -> tuple[str | None, store_module.Tail | None]:
+        async with opened(tmp_path / "object.sqlite", None) as store:  # reads on the executor
+            await store.write(insert("x1", "x2", "x3"))
+            reading = asyncio.ensure_future(store.read(lambda conn: leaf_after_a_commit(store, conn)))
+            assert await asyncio.to_thread(snapshot_taken.wait, 30)
+            await store.write(insert("x4"))
+            committed.set()
+            return await reading, store._tails.get("")
+
+    leaf, cached = asyncio.run(scenario())
+    assert leaf == "x3"  # the snapshot's
+    assert cached is None or cached.leaf_id == "x4"

@@ -3,6 +3,14 @@ row statistics, the active leaf and branches, with compaction overlays collapsed
 
 Reads hydrate in bounded windows and yield each as it is read, so no read holds a whole
 transcript; a path the memo remembers (`paths`) is served from memory.
+
+Each window is one state of the session, and a read's first window is read in the snapshot its
+plan (the path, its overlays) was made in: a read of a short session is one state. What the
+memo holds is taken into a snapshot only while it agrees with it (`ObjectStore.memo_epoch`: no
+commit was waiting for its bookkeeping when the snapshot began, nor came while the memo was
+consulted). A committed write is visible to other readers before the memo notes it on the event
+loop, and a path or message taken from the memo beside rows read from storage made states that
+never existed: a cleared message's old text under a new path, an older path with a newer text.
 """
 
 from __future__ import annotations
@@ -11,9 +19,10 @@ import contextlib
 import functools
 import operator
 from bisect import bisect_right
-from collections.abc import AsyncGenerator, Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from itertools import accumulate
+from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from itertools import accumulate, chain
+from typing import TypeVar
 
 from sessions_server.domain import large_messages, paths
 from sessions_server.domain.chunking import utf8_length
@@ -73,6 +82,7 @@ _RecentPlan = tuple[list[PathStat], bool, int, list[CompactionSpan]]
 _WalkStep = tuple[list[MessageView], int, str | None, bool]
 # A remembered path (or its newest rows, when no record can apply) and the overlays planned on it.
 _Remembered = tuple[list[PathStat], list[OverlaySpan]]
+T = TypeVar("T")
 
 
 def latest_leaf(conn: Connection, store: ObjectStore, session_id: str, inline: bool) -> MessageView | None:
@@ -91,35 +101,66 @@ def latest_leaf(conn: Connection, store: ObjectStore, session_id: str, inline: b
 
 
 async def messages_in_windows(
-    store: ObjectStore, session_id: str, ids: Sequence[str], inline: bool
+    store: ObjectStore, session_id: str, ids: Sequence[str], inline: bool, *, start: int = 0, rows: int = WINDOW_ROWS
 ) -> AsyncGenerator[list[MessageView], None]:
     """The messages of `ids` (distinct) that exist, in that order, a window a read: at most
     WINDOW_ROWS rows and WINDOW_BYTES of stored bytes (a larger message alone), sized before they
     are read, so that no read holds more than a window of them however large they are; a window
     whose payloads read back larger ends after the message that passes WINDOW_BYTES. Past the
-    first, windows double up to WINDOW_MAX_ROWS rows, as a history read's do."""
-    start, rows = 0, WINDOW_ROWS
+    first, windows double up to WINDOW_MAX_ROWS rows, as a history read's do. `start` and `rows`:
+    where to begin, and the first window's rows, when a first window was read already."""
     while start < len(ids):
         candidates = ids[start : start + rows]
-
-        def read(conn: Connection, candidates: Sequence[str] = candidates) -> tuple[int, dict[str, MessageView]]:
-            with_attachments = inline and queries.has_attachment_refs(conn, session_id)
-            sizes = queries.stored_bytes(conn, session_id, candidates, with_attachments=with_attachments)
-            taken, total = 0, 0
-            for message_id in candidates:
-                total += sizes.get(message_id, 0)
-                if taken and total > WINDOW_BYTES:
-                    break
-                taken += 1
-            found, answered = views_by_id(conn, session_id, candidates[:taken], inline, WINDOW_BYTES)
-            return answered, found
-
+        read = functools.partial(_id_window, session_id=session_id, candidates=candidates, inline=inline)
         taken, found = await store.read(read, quick=not large_messages.any_known_large(store, session_id, candidates))
-        for message_id, view in found.items():
-            large_messages.note_read(store, session_id, message_id, len(view.json))
-        yield [found[message_id] for message_id in candidates[:taken] if message_id in found]
+        yield _found_in_order(store, session_id, candidates[:taken], found)
         start += taken
         rows = min(rows * 2, WINDOW_MAX_ROWS)
+
+
+async def branches(
+    store: ObjectStore, session_id: str, message_id: str, inline: bool
+) -> AsyncGenerator[list[MessageView], None]:
+    """A message's direct children (`branch_ids`), their first window read in the snapshot the
+    children were found in (a child re-parented meanwhile came back naming its new parent)."""
+
+    def first(conn: Connection) -> tuple[list[str], int, dict[str, MessageView]]:
+        ids = branch_ids(conn, session_id, message_id)
+        return ids, *_id_window(conn, session_id, ids[:WINDOW_ROWS], inline)
+
+    ids, taken, found = await store.read(first, quick=True)
+    if not ids:
+        return
+    yield _found_in_order(store, session_id, ids[:taken], found)
+    async for window in messages_in_windows(
+        store, session_id, ids, inline, start=taken, rows=min(2 * WINDOW_ROWS, WINDOW_MAX_ROWS)
+    ):
+        yield window
+
+
+def _id_window(
+    conn: Connection, session_id: str, candidates: Sequence[str], inline: bool
+) -> tuple[int, dict[str, MessageView]]:
+    """The first of `candidates` that fit a window by their stored bytes, read: how many of
+    them the views answer, and the views by id."""
+    with_attachments = inline and queries.has_attachment_refs(conn, session_id)
+    sizes = queries.stored_bytes(conn, session_id, candidates, with_attachments=with_attachments)
+    taken, total = 0, 0
+    for message_id in candidates:
+        total += sizes.get(message_id, 0)
+        if taken and total > WINDOW_BYTES:
+            break
+        taken += 1
+    found, answered = views_by_id(conn, session_id, candidates[:taken], inline, WINDOW_BYTES)
+    return answered, found
+
+
+def _found_in_order(
+    store: ObjectStore, session_id: str, ids: Sequence[str], found: dict[str, MessageView]
+) -> list[MessageView]:
+    for message_id, view in found.items():
+        large_messages.note_read(store, session_id, message_id, len(view.json))
+    return [found[message_id] for message_id in ids if message_id in found]
 
 
 def branch_ids(conn: Connection, session_id: str, message_id: str) -> list[str]:
@@ -158,21 +199,23 @@ async def from_root(
 ) -> AsyncGenerator[list[MessageView], None]:
     """One root-to-leaf path with overlays applied, root first, in windows."""
 
-    def plan(conn: Connection) -> tuple[list[PathStat], list[CompactionSpan], list[OverlaySpan] | None]:
-        stamp = paths.walk_stamp(store, session_id)  # before the snapshot
+    def attempt(conn: Connection, stamp: paths.WalkStamp, epoch: int | None) -> _Started:
         leaf = resolve_leaf(store, conn, session_id, leaf_id)
         if not leaf:  # an empty id as the leaf reads as no leaf, as upstream
-            return [], [], []
+            return _Started()
         records = queries.compaction_spans(conn, session_id)
-        remembered = paths.remembered_overlaid_path(store, session_id, leaf, records) if records else None
+        trusted = epoch is not None
+        remembered = paths.remembered_overlaid_path(store, session_id, leaf, records) if records and trusted else None
         if remembered is not None:
-            return remembered[0], records, remembered[1]
-        return paths.path_stats(store, conn, session_id, leaf, stamp).rows, records, None
+            stats, spans = remembered
+        else:
+            stats, spans = paths.path_stats(store, conn, session_id, leaf, stamp, remembered=trusted).rows, None
+        return _start_path(conn, store, session_id, stats, records, spans, inline=inline, epoch=epoch, stamp=stamp)
 
     # In place for a lone caller: a remembered path (an agent's read after its append) costs
     # point reads; a walk that outlasts a quick read (a long session's) runs again on the executor.
-    stats, records, spans = await store.read(plan, quick=True)
-    async for window in stream_path(store, session_id, stats, records, spans=spans, inline=inline):
+    started = await store.read(functools.partial(_planned, store, session_id, attempt), quick=True)
+    async for window in _stream(store, session_id, started, inline=inline):
         yield window
 
 
@@ -194,24 +237,26 @@ async def recent(
         )
         return suffix.rows, suffix.cut or capped, suffix.stored_bytes, queries.compaction_spans(conn, session_id)
 
-    def plan(conn: Connection) -> _RecentPlan:
-        stamp = paths.walk_stamp(store, session_id)  # before the snapshot
+    def attempt(conn: Connection, stamp: paths.WalkStamp, epoch: int | None) -> tuple[RecentSummary, _Started]:
         leaf = resolve_leaf(store, conn, session_id, leaf_id)
         if not leaf:  # an empty id as the leaf reads as no leaf, as upstream
-            return [], False, 0, []
+            return RecentSummary(False, 0), _Started()
         # The remembered path gives the suffix without a pass over the path; else the walk,
         # which is then remembered.
-        suffix = paths.remembered_suffix(store, session_id, leaf, max_content_bytes)
+        trusted = epoch is not None
+        suffix = paths.remembered_suffix(store, session_id, leaf, max_content_bytes) if trusted else None
         if suffix is None:
-            suffix = paths.suffix_of(paths.path_stats(store, conn, session_id, leaf, stamp), max_content_bytes)
-        return planned(conn, suffix)
+            walked = paths.path_stats(store, conn, session_id, leaf, stamp, remembered=trusted)
+            suffix = paths.suffix_of(walked, max_content_bytes)
+        window, truncated, total, records = planned(conn, suffix)
+        started = _start_path(conn, store, session_id, window, records, None, inline=inline, epoch=epoch, stamp=stamp)
+        return RecentSummary(truncated, total), started
 
     # In place for a lone caller, as a root-first read's plan: a walk that outlasts a quick
     # read (a long session's) runs again on the executor.
-    plan_read = await store.read(plan, quick=True)
-    window, truncated, total, records = plan_read
-    yield RecentSummary(truncated, total)
-    async for views in stream_path(store, session_id, window, records, inline=inline):
+    summary, started = await store.read(functools.partial(_planned, store, session_id, attempt), quick=True)
+    yield summary
+    async for views in _stream(store, session_id, started, inline=inline):
         yield views
 
 
@@ -255,30 +300,34 @@ async def from_leaf(
         depth += walked
         return views, walked, (current if depth <= MAX_PATH_DEPTH else None), False
 
-    def start(conn: Connection) -> tuple[str | None, list[CompactionSpan], _Remembered | None, _WalkStep | None]:
+    def attempt(conn: Connection, stamp: paths.WalkStamp, epoch: int | None) -> _LeafStart:
         leaf = resolve_leaf(store, conn, session_id, leaf_id)
         records = queries.compaction_spans(conn, session_id)
         remembered: _Remembered | None = None
-        if leaf and records:  # overlays are planned over the whole path, once while it is remembered
+        if leaf and records and epoch is not None:
+            # Overlays are planned over the whole path, once while it is remembered.
             remembered = paths.remembered_overlaid_path(store, session_id, leaf, records)
-        elif leaf:  # without any, the newest rows suffice
+        elif leaf and epoch is not None:  # without any, the newest rows suffice
             rows = paths.remembered_path(store, session_id, leaf, wanted)
             remembered = None if rows is None else (rows, [])
         # Before the return below too: a walk from a leaf whose id is "" switches to overlays.
         span_ends.update(record.to_message_id for record in records)
         hidden.update(hidden_ids(records))
-        if not leaf or remembered is not None:
-            return leaf, records, remembered, None
-        return leaf, records, None, walk(conn, leaf, min(WALK_FIRST_STEPS, wanted), 0)
+        if not leaf or remembered is None:
+            return leaf, records, None, None if not leaf else walk(conn, leaf, min(WALK_FIRST_STEPS, wanted), 0)
+        rows, spans = remembered
+        started = _start_path(
+            conn, store, session_id, rows, records, spans, newest_first=True, inline=inline, epoch=epoch, stamp=stamp
+        )
+        return leaf, records, (rows, started), None
 
-    leaf, records, path, step = await store.read(start, quick=True)
+    leaf, records, path, step = await store.read(functools.partial(_planned, store, session_id, attempt), quick=True)
     next_id = leaf
     depth = 0
     if path is not None:  # no walk: the path's messages are likely remembered too
-        remembered, spans = path
+        remembered, started = path
         asked = wanted
-        windows = stream_path(store, session_id, remembered, records, newest_first=True, spans=spans, inline=inline)
-        async for window in windows:
+        async for window in _stream(store, session_id, started, inline=inline):
             wanted -= len(window)
             yield window
         if records or wanted <= 0 or len(remembered) < asked:
@@ -320,20 +369,23 @@ async def _overlaid_prefix(
     records: list[CompactionSpan],
     inline: bool,
 ) -> AsyncGenerator[list[MessageView], None]:
-    def visible_path(conn: Connection) -> list[PathStat]:
-        stamp = paths.walk_stamp(store, session_id)  # before the snapshot
-        return [] if not leaf else paths.path_stats(store, conn, session_id, leaf, stamp).rows  # "": as upstream
+    def attempt(conn: Connection, stamp: paths.WalkStamp, epoch: int | None) -> _Started:
+        # With each row's stored bytes, so that windows keep to WINDOW_BYTES. "": as upstream.
+        trusted = epoch is not None
+        rows = [] if not leaf else paths.path_stats(store, conn, session_id, leaf, stamp, remembered=trusted).rows
+        path = [row.id for row in rows]
+        if from_id not in path:
+            return _Started()
+        end = path.index(from_id)
+        spans = [span for span in plan_overlays(path, records) if span.end <= end]
+        stats = rows[: end + 1]
+        return _start_path(
+            conn, store, session_id, stats, records, spans, newest_first=True, inline=inline, epoch=epoch, stamp=stamp
+        )
 
-    # With each row's stored bytes, so that windows keep to WINDOW_BYTES. A walk that outlasts a
-    # quick read runs again on the executor.
-    rows = await store.read(visible_path, quick=True)
-    path = [row.id for row in rows]
-    if from_id not in path:
-        return
-    end = path.index(from_id)
-    spans = [span for span in plan_overlays(path, records) if span.end <= end]
-    stats = rows[: end + 1]
-    async for window in stream_path(store, session_id, stats, records, newest_first=True, spans=spans, inline=inline):
+    # A walk that outlasts a quick read runs again on the executor.
+    started = await store.read(functools.partial(_planned, store, session_id, attempt), quick=True)
+    async for window in _stream(store, session_id, started, inline=inline):
         yield window
 
 
@@ -408,34 +460,109 @@ def cut_windows_from_end(
         max_rows = max(max_rows, min(max_rows * 2, grow_to))
 
 
-async def stream_path(
+def _planned(
+    store: ObjectStore,
+    session_id: str,
+    attempt: Callable[[Connection, paths.WalkStamp, int | None], T],
+    conn: Connection,
+) -> T:
+    """A read's plan, and its first window, in one snapshot: `attempt(conn, stamp, epoch)` with
+    the memo, when it agrees with the snapshot (`epoch`, see `ObjectStore.memo_epoch`), else (or
+    when a commit came while it consulted the memo) `attempt(conn, stamp, None)` from storage."""
+    stamp = paths.walk_stamp(store, session_id)  # before the snapshot
+    return _with_memo(store, conn, functools.partial(attempt, conn, stamp))
+
+
+def _with_memo(store: ObjectStore, conn: Connection, attempt: Callable[[int | None], T]) -> T:
+    """Call before the read's first statement (its snapshot begins there)."""
+    epoch = store.memo_epoch
+    if not epoch & 1:  # every commit so far noted: the memo is the state the snapshot will have
+        result = attempt(epoch)
+        if store.memo_epoch == epoch:  # and no commit came while it was consulted
+            return result
+    return attempt(None)
+
+
+@dataclass(slots=True)
+class _Share:
+    """Whether a path's messages may be remembered (`paths.fits_session_share`), decided at its
+    first storage read: the sum runs over the whole path, which a read of remembered messages
+    never needs."""
+
+    stats: Sequence[PathStat]
+    fits: bool | None = None
+
+    def remember(self) -> bool:
+        if self.fits is None:
+            self.fits = paths.fits_session_share(sum(map(STORED_BYTES, self.stats)), len(self.stats))
+        return self.fits
+
+
+# One window of a path read: an overlay's record, or a run of rows (record None).
+_Window = tuple[SpanRecord | None, Sequence[PathStat]]
+
+
+@dataclass(slots=True)
+class _Started:
+    """A path read's first window, read in the snapshot of its plan, and the windows after it."""
+
+    views: list[MessageView] = field(default_factory=list)
+    rest: Iterator[_Window] = field(default_factory=lambda: iter(()))
+    share: _Share = field(default_factory=lambda: _Share(()))
+
+
+# A newest-first read's start: the leaf, the session's compaction records, and either the
+# remembered path with its first window read, or the walk's first step.
+_LeafStart = tuple[str | None, list[CompactionSpan], tuple[list[PathStat], _Started] | None, _WalkStep | None]
+
+
+def _start_path(
+    conn: Connection,
     store: ObjectStore,
     session_id: str,
     stats: Sequence[PathStat],
     records: Sequence[CompactionSpan],
+    spans: Sequence[OverlaySpan] | None,
     *,
     newest_first: bool = False,
-    spans: Sequence[OverlaySpan] | None = None,
-    inline: bool = True,
-) -> AsyncGenerator[list[MessageView], None]:
-    """Streams path rows with overlays collapsed, hydrating one bounded window at a time and
-    yielding it whole (an overlay alone); no window is retained after it has been yielded. A
-    path whose messages are all remembered comes as one window: it is in memory already. An
-    overlay's summary is read (by id) as the overlay is sent, and one whose record is gone by
-    then (a clear) is left out, as a message deleted during a read is."""
+    inline: bool,
+    epoch: int | None,
+    stamp: paths.WalkStamp,
+) -> _Started:
+    """Cuts a path into windows, overlays collapsed, and reads the first in this snapshot (its
+    remembered messages only when `epoch` says the memo agrees with it). A path whose messages
+    are all remembered comes as one window: it is in memory already."""
     if spans is None:
         spans = plan_overlays(list(map(ROW_ID, stats)), records) if records else []
-    if not spans and not newest_first:
+    share = _Share(stats)
+    if epoch is not None and not spans and not newest_first:
         in_memory = paths.path_views(store, session_id, stats)
         if in_memory is not None:
-            yield in_memory  # one window: framing cuts it into responses as they go out
-            return
-    # A path too large to remember is streamed without filling the memo (and evicting others).
-    # Decided at the first storage read: the sum runs over the whole path, which a newest-first
-    # read of remembered messages never needs.
-    remember: bool | None = None
-    # Each segment: an overlay's record, or a run of rows.
-    segments: list[tuple[SpanRecord | None, Sequence[PathStat]]] = []
+            return _Started(in_memory, iter(()), share)
+    pending = _windows(stats, spans, newest_first)
+    while (window := next(pending, None)) is not None:
+        record, rows = window
+        if record is not None:
+            overlay = _overlay_in(conn, session_id, record)
+            if overlay is not None:
+                return _Started([overlay], pending, share)
+            continue
+        if sum(map(STORED_BYTES, rows)) > QUICK_WINDOW_BYTES:
+            store.read_on_executor(conn)  # as `_stream` reads such a window
+        views, unread, as_stored = _read_rows(conn, store, session_id, rows, inline, epoch, share.remember())
+        if as_stored:
+            paths.remember_views(store, session_id, stamp.version, as_stored)
+        if unread:
+            pending = chain([(None, unread)], pending)
+        if views:
+            return _Started(views, pending, share)
+    return _Started([], pending, share)
+
+
+def _windows(stats: Sequence[PathStat], spans: Sequence[OverlaySpan], newest_first: bool) -> Iterator[_Window]:
+    """The windows of a path in the order they are sent: each overlay alone, and the rows between
+    cut into hydration windows (newest first: lazily from the end)."""
+    segments: list[_Window] = []
     index = 0
     for span in sorted(spans, key=_SPAN_START):
         if span.start < index:
@@ -450,44 +577,104 @@ async def stream_path(
         segments.reverse()
     for record, segment in segments:
         if record is not None:
-            overlay = await _overlay_view(store, session_id, record)
-            if overlay is not None:
-                yield [overlay]
+            yield record, ()
             continue
         windows: Iterable[Sequence[PathStat]] = (
             cut_windows_from_end(segment, NEWEST_FIRST_WINDOW_ROWS, WINDOW_BYTES, grow_to=WINDOW_MAX_ROWS)
             if newest_first
             else cut_windows(segment, WINDOW_ROWS, WINDOW_BYTES, grow_to=WINDOW_MAX_ROWS)
         )
-        for window in windows:
-            ids = list(map(ROW_ID, window))
-            quick = sum(map(STORED_BYTES, window)) <= QUICK_WINDOW_BYTES
-            while ids:  # more than once only when payloads read back larger than stored
-                remembered, missing, version = paths.remembered_views(store, session_id, ids)
-                if not missing:
+        for rows in windows:
+            yield None, rows
+
+
+async def _stream(
+    store: ObjectStore, session_id: str, started: _Started, *, inline: bool
+) -> AsyncGenerator[list[MessageView], None]:
+    """Streams a path read's windows, yielding each whole (an overlay alone): the first, read
+    with the plan, then each of the rest in a snapshot of its own; none is retained after it
+    has been yielded. A window whose messages are all remembered comes from memory when no
+    commit waits for its bookkeeping (the memo is then the latest state). An overlay's summary
+    is read (by id) as the overlay is sent, and one whose record is gone by then (a clear) is
+    left out, as a message deleted during a read is."""
+    first, started.views = started.views, []  # not held while later windows are read
+    if first:
+        yield first
+    del first
+    for record, window in started.rest:
+        if record is not None:
+            overlay = await _overlay_view(store, session_id, record)
+            if overlay is not None:
+                yield [overlay]
+            continue
+        rows = window
+        while rows:  # more than once only when payloads read back larger than stored
+            epoch = store.memo_epoch
+            if not epoch & 1:
+                remembered, missing, _ = paths.remembered_views(store, session_id, list(map(ROW_ID, rows)))
+                if not missing and store.memo_epoch == epoch:
                     yield remembered  # type: ignore[misc]  # no None left
                     break
-                if remember is None:
-                    remember = paths.fits_session_share(sum(map(STORED_BYTES, stats)), len(stats))
-                found, as_stored, answered = await store.read(
-                    functools.partial(
-                        _window_views, session_id=session_id, ids=missing, inline=inline, remember=remember
-                    ),
-                    quick=quick,
-                    kind="window",
-                )
-                if as_stored:
-                    paths.remember_views(store, session_id, version, as_stored)
-                # Up to the first missing message the read did not answer.
-                end = len(ids) if answered == len(missing) else ids.index(missing[answered])
-                views = [
-                    found.get(message_id) if view is None else view
-                    for message_id, view in zip(ids[:end], remembered[:end], strict=True)
-                ]
-                kept = [view for view in views if view is not None]  # without the rows reads skip (unparseable)
-                if kept:
-                    yield kept
-                ids = ids[end:]
+            version = paths.session_version(store, session_id)  # before the snapshot
+            remember = started.share.remember()
+            read = functools.partial(
+                _window_read, store=store, session_id=session_id, rows=rows, inline=inline, remember=remember
+            )
+            quick = sum(map(STORED_BYTES, rows)) <= QUICK_WINDOW_BYTES
+            views, rows, as_stored = await store.read(read, quick=quick, kind="window")
+            if as_stored:
+                paths.remember_views(store, session_id, version, as_stored)
+            if views:
+                yield views
+
+
+def _window_read(
+    conn: Connection, store: ObjectStore, session_id: str, rows: Sequence[PathStat], inline: bool, remember: bool
+) -> tuple[list[MessageView], Sequence[PathStat], list[MessageView]]:
+    """One window in one snapshot (`_read_rows`), with the memo's messages where it agrees."""
+    return _with_memo(store, conn, lambda epoch: _read_rows(conn, store, session_id, rows, inline, epoch, remember))
+
+
+def _read_rows(
+    conn: Connection,
+    store: ObjectStore,
+    session_id: str,
+    rows: Sequence[PathStat],
+    inline: bool,
+    epoch: int | None,
+    remember: bool,
+) -> tuple[list[MessageView], Sequence[PathStat], list[MessageView]]:
+    """A window's messages in order (those that read as messages), remembered ones from the memo
+    when `epoch` is given, the rest read here; the rows left for the next read (when payloads
+    read back larger than stored end the window early); and, when `remember`, the views read as
+    stored, for the memo: in a list of their own on each run, as a quick read stopped in place
+    runs again."""
+    ids = list(map(ROW_ID, rows))
+    remembered: list[MessageView | None]
+    if epoch is not None:
+        remembered, missing, _ = paths.remembered_views(store, session_id, ids)
+    else:
+        remembered, missing = [None] * len(ids), ids
+    as_stored: list[MessageView] = []
+    found: dict[str, MessageView] = {}
+    answered = 0
+    if missing:
+        found, answered = views_by_id(conn, session_id, missing, inline, WINDOW_BYTES, as_stored if remember else None)
+    # Up to the first missing message the read did not answer.
+    end = len(ids) if answered == len(missing) else ids.index(missing[answered])
+    views = [
+        found.get(message_id) if view is None else view
+        for message_id, view in zip(ids[:end], remembered[:end], strict=True)
+    ]
+    # Without the rows reads skip (unparseable).
+    return [view for view in views if view is not None], rows[end:], as_stored
+
+
+def _overlay_in(conn: Connection, session_id: str, record: SpanRecord) -> MessageView | None:
+    """An overlay's synthetic message, its summary read in this snapshot; None when the record
+    is gone."""
+    summary = queries.compaction_summary(conn, session_id=session_id, compaction_id=record.id)
+    return None if summary is None else _overlay_message(record, summary)
 
 
 async def _overlay_view(store: ObjectStore, session_id: str, record: SpanRecord) -> MessageView | None:
@@ -499,22 +686,13 @@ async def _overlay_view(store: ObjectStore, session_id: str, record: SpanRecord)
         quick=True,
         kind=SUMMARY_READ,
     )
-    if summary is None:
-        return None
+    return None if summary is None else _overlay_message(record, summary)
+
+
+def _overlay_message(record: SpanRecord, summary: str) -> MessageView:
     return MessageView(
         RowInfo(overlay_id(record), "assistant", None, 0, 0, 0), overlay_message_json(record, summary), overlay=True
     )
-
-
-def _window_views(
-    conn: Connection, session_id: str, ids: list[str], inline: bool, remember: bool
-) -> tuple[dict[str, MessageView], list[MessageView], int]:
-    """A window's views by id, and, when `remember`, those read as stored (for the memo): in a
-    list of its own on each run, as a quick read stopped in place runs again; and how many of
-    `ids` they answer."""
-    as_stored: list[MessageView] = []
-    views, answered = views_by_id(conn, session_id, ids, inline, WINDOW_BYTES, as_stored if remember else None)
-    return views, as_stored, answered
 
 
 class BatchMarker:

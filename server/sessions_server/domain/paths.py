@@ -257,17 +257,21 @@ def walk_stamp(store: ObjectStore, session_id: str) -> WalkStamp:
         return WalkStamp(memo.version(session_id), memo.appends)
 
 
-def path_stats(store: ObjectStore, conn: Connection, session_id: str, leaf_id: str, stamp: WalkStamp) -> PathStats:
-    """The session's path to `leaf_id`, from the memo when it holds that leaf (runs on a reader
-    thread); a walk is remembered if the session is still at the version of `stamp` (taken
-    before the read's snapshot) and, for a walk that stopped at a missing parent, no append was
-    noted since. The caller owns the returned rows."""
+def path_stats(
+    store: ObjectStore, conn: Connection, session_id: str, leaf_id: str, stamp: WalkStamp, *, remembered: bool = True
+) -> PathStats:
+    """The session's path to `leaf_id`, from the memo when it holds that leaf and `remembered`
+    (the memo agrees with the read's snapshot) (runs on a reader thread); a walk is remembered
+    if the session is still at the version of `stamp` (taken before the read's snapshot) and,
+    for a walk that stopped at a missing parent, no append was noted since. The caller owns the
+    returned rows."""
     memo = _object_memo(store)
     key = (memo, session_id)
-    with _lock:
-        held = _held_path(key, leaf_id)
-        if held is not None:
-            return held.stats()
+    if remembered:
+        with _lock:
+            held = _held_path(key, leaf_id)
+            if held is not None:
+                return held.stats()
     stats = queries.path_stats(conn, session_id, leaf_id)
     # Ids are interned here and where messages are remembered, so a read's lookups of a long
     # remembered path match by identity instead of comparing thousands of strings.

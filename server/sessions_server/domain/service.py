@@ -612,8 +612,7 @@ class SessionsService:
         async with self.existing_object(object_key) as store:
             if store is None:
                 return
-            ids = await store.read(lambda conn: history_reads.branch_ids(conn, session_id, message_id), quick=True)
-            async for window in history_reads.messages_in_windows(store, session_id, ids, inline):
+            async for window in history_reads.branches(store, session_id, message_id, inline):
                 yield window
 
     def history(

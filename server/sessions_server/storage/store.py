@@ -226,6 +226,11 @@ class ObjectStore:
         self._changes_floor = 0
         self._tails_lock = threading.Lock()
         self._commits = 0  # bumped after every commit that may move a tail
+        # Odd from just before a COMMIT until the commit's `after` bookkeeping has run on the
+        # event loop (`_settle`), even otherwise: see `memo_epoch`.
+        self._memo_epoch = 0
+        # Per read connection in a read (by id): `_commits` as the read began, before its snapshot.
+        self._begun_at: dict[int, int] = {}
         self._queue: list[_Job] = []
         self._writer_task: asyncio.Task[None] | None = None
         self._closed = False
@@ -478,6 +483,8 @@ class ObjectStore:
                 job.future.set_result(value)
             else:
                 job.future.set_exception(value)
+        if self._memo_epoch & 1:
+            self._memo_epoch += 1  # the batch's bookkeeping has run (answers wake their callers later)
 
     def _commit_batch(
         self, batch: list[_Job], *, begun: bool = False
@@ -534,6 +541,8 @@ class ObjectStore:
                 outcomes.append((False, refused))
                 continue
             outcomes.append((True, value))
+        if not self._memo_epoch & 1:
+            self._memo_epoch += 1  # readers may see this commit before its bookkeeping runs
         try:
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
@@ -682,6 +691,7 @@ class ObjectStore:
         # SQLite steps and runs again on the executor. The handler is the read's alone: commits
         # on this connection must never be interrupted.
         conn.set_progress_handler(functools.partial(_past, stop_at), PROGRESS_STEPS)
+        self._begun_at[id(conn)] = self._commits
         try:
             conn.execute("BEGIN")  # one snapshot, as on the executor
             value = run(conn)
@@ -700,6 +710,7 @@ class ObjectStore:
                 raise _RunAgain from exc
             raise StorageError(f"storage read failed: {exc}", cause=exc) from exc
         finally:
+            del self._begun_at[id(conn)]
             conn.set_progress_handler(None, 0)
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
@@ -729,6 +740,7 @@ class ObjectStore:
         started = time.monotonic()
         if deadline is not None:
             conn.set_progress_handler(functools.partial(_past, deadline), DEADLINE_PROGRESS_STEPS)
+        self._begun_at[id(conn)] = self._commits
         try:
             # One snapshot for the whole read: its statements (a message's row, then its
             # continuation rows) must not straddle a commit, or a large message comes back torn.
@@ -739,6 +751,7 @@ class ObjectStore:
                 raise QueryInterrupted(str(exc)) from None
             raise StorageError(f"storage read failed: {exc}", cause=exc) from exc
         finally:
+            del self._begun_at[id(conn)]
             if deadline is not None:
                 conn.set_progress_handler(None, 0)
             if conn.in_transaction:
@@ -752,14 +765,34 @@ class ObjectStore:
             if conn is not None:
                 conn.close()
 
+    @property
+    def memo_epoch(self) -> int:
+        """Moves at each COMMIT and again once that commit's `after` bookkeeping has run: odd
+        while a committed write may be visible to readers but not yet in what the domain
+        remembers of the object (`memo`). What a read takes from the memo agrees with its
+        snapshot when the epoch was even before the snapshot began (before the read's first
+        statement: SQLite takes the snapshot there) and is the same after the memo was
+        consulted: no commit was waiting for its bookkeeping then, nor began since."""
+        return self._memo_epoch
+
+    def read_on_executor(self, conn: sqlite3.Connection) -> None:
+        """Called by a quick read that finds more to do than a read in place should (large
+        messages to put together: Python work no stop interrupts): run in place (on the
+        writer's connection), it stops here and runs again on the executor."""
+        if conn is self._writer:
+            raise _RunAgain
+
     def latest_leaf_id(self, conn: sqlite3.Connection, session_id: str) -> str | None:
         """The active leaf as the reader's snapshot has it: its max-seq row, one seek of the seq
         index. (The writer's cached tail, taken before the snapshot and checked only for the
         leaf's presence in it, could be a leaf newer rows had replaced, paired with their later
         texts: a state that never existed.) Caches the tail for writers when nothing committed
-        meanwhile."""
+        since the read began (before its snapshot: a tail read from a snapshot older than a
+        commit counted since, cached, gave appends a parent and seq that were no longer the
+        session's newest)."""
+        begun = self._begun_at.get(id(conn))
         with self._tails_lock:
-            commits = self._commits
+            commits = self._commits if begun is None else begun
         tail = _tail_in(conn, session_id)
         with self._tails_lock:
             if self._commits == commits:  # nothing committed meanwhile: the view is current
