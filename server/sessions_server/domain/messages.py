@@ -143,6 +143,11 @@ class FieldNames:
 def parse_message(text: str, *, field: str = "message_json") -> tuple[Message, bool]:
     """Parses client JSON text into a message, or raises InvalidArgument naming the field.
     Also answers whether the message is plain data (jsjson.parse_checked)."""
+    if not text:
+        # A field left out of the request: the parser's "Expecting value at line 1 column 1"
+        # sent its reader looking for a typo in JSON that was never there.
+        detail = "empty: it must hold the message as a JSON object"
+        raise InvalidArgument(f"{field} is {detail}", reason="INVALID_JSON", field=field, detail=detail)
     try:
         value, plain = jsjson.parse_checked(text)
     except jsjson.JsonInputError as exc:
