@@ -154,6 +154,19 @@ def test_span_never_covers_unsummarized_message(pair: Pair) -> None:
     )
 
 
+def test_compact_after_manual_records_extends_only_the_summaries_it_hides(pair: Pair) -> None:
+    """LATER sits after the span's last raw message (m6), before the recent tail: the new record
+    leaves it visible, so its summary is no previous summary (upstream's prompt holds FIRST
+    only; ours held FIRST and LATER, and LATER was then both visible and in the new summary)."""
+    for i in range(10):
+        pair.append(msg(f"m{i}", f"turn {i}"), check=False)
+    pair.add_compaction("FIRST", "m3", "m4", check=False)
+    pair.add_compaction("LATER", "m7", "m7")
+    up, _ = pair.compact_reference(keep_recent_tokens=1)  # compares the prompts, records and reads
+    assert (up.value["result"]["from"], up.value["result"]["to"]) == ("m3", "m6"), up.value
+    assert "PREVIOUS SUMMARY:\nFIRST\n\nNEW TURNS" in up.value["prompt"]
+
+
 def test_lone_surrogates_in_the_span_reach_the_plan_as_u_fffd(pair: Pair) -> None:
     """Deliberate (README): upstream's prompt holds a text's lone surrogate, and the high half of
     an emoji that the 500-unit cut of a tool output splits. Ours plans the same prompt (the

@@ -244,8 +244,9 @@ def build_prompt(rendered: Sequence[str], previous_summary: str | None, budget: 
 @dataclass(frozen=True, slots=True)
 class SpanPlan:
     """The span a summary will replace, and what its prompt is made of: the non-overlay messages
-    at history indexes `begin` to `end` (exclusive), the overlays whose summaries it extends
-    (`previous`, joined by `previous_summary` once their texts are read), the budget."""
+    at history indexes `begin` to `end` (exclusive; `end - 1` is `to_message_id`'s), the overlays
+    whose summaries it extends (`previous`, joined by `previous_summary` once their texts are
+    read), the budget."""
 
     from_message_id: str
     to_message_id: str
@@ -298,6 +299,9 @@ def plan_span(
             begin = span_start
             middle = [m for m in history[begin:end] if not m.overlay]
 
+    # The span ends at its last raw message (`to_id`): an overlay after it, before the recent
+    # tail, stays visible, so it is neither rendered nor a previous summary.
+    end = max(index for index in range(begin, end) if not history[index].overlay) + 1
     # The summaries the new span hides go into the prompt, every one of them (upstream passes
     # only the first overlay's, and a later overlay's content was then in no summary at all).
     covered = [m for m in history[begin:end] if m.overlay]
