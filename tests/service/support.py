@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
 
 ROW_BUDGET_BYTES = 1_572_864  # 1536 * 1024: upstream's MAX_INLINE_ROW_BYTES
 FRAME_LIMIT_BYTES = 4 * 1024 * 1024  # default gRPC receive limit: no response frame may exceed it
@@ -121,6 +123,17 @@ def error_reason(error: grpc.RpcError) -> str | None:
     from sessions_client import SessionsError
 
     return SessionsError.from_rpc_error(error).reason
+
+
+def violated_field(error: grpc.RpcError) -> str:
+    """The field of the error's one `google.rpc.BadRequest` field violation."""
+    status = rpc_status.from_call(error)  # type: ignore[arg-type]
+    assert status is not None
+    (detail,) = [detail for detail in status.details if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR)]
+    bad = error_details_pb2.BadRequest()
+    detail.Unpack(bad)
+    (violation,) = bad.field_violations
+    return str(violation.field)
 
 
 def files_under(root: Path) -> list[Path]:

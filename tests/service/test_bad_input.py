@@ -21,6 +21,7 @@ from tests.service.support import (
     object_file,
     open_readonly,
     text_message,
+    violated_field,
 )
 
 BAD_MESSAGES = [
@@ -298,19 +299,6 @@ def test_an_import_without_messages_and_an_update_of_nothing_create_no_object(
     assert object_key not in listed_object_keys(stub)
 
 
-def _violated_field(error: grpc.RpcError) -> str:
-    from google.rpc import error_details_pb2
-    from grpc_status import rpc_status
-
-    status = rpc_status.from_call(error)  # type: ignore[arg-type]
-    assert status is not None
-    (detail,) = [detail for detail in status.details if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR)]
-    bad = error_details_pb2.BadRequest()
-    detail.Unpack(bad)
-    (violation,) = bad.field_violations
-    return str(violation.field)
-
-
 def _items(*items: Any) -> Any:
     return pb.AppendMessagesRequest(items=[pb.AppendItem(message_json=GOOD), pb.AppendItem(message_json=GOOD), *items])
 
@@ -365,7 +353,7 @@ def test_the_field_an_error_names_is_the_path_of_the_field_in_the_request(
     with pytest.raises(grpc.RpcError) as refused:
         getattr(stub, method)(built)
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, refused.value.details()
-    assert _violated_field(refused.value) == field
+    assert violated_field(refused.value) == field
     assert SessionsError.from_rpc_error(refused.value).metadata.get("field") == field
 
 
@@ -401,7 +389,7 @@ def test_an_upload_with_a_bad_header_is_refused_before_its_message_arrives(
     finally:
         released.set()
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, refused.value.details()
-    assert _violated_field(refused.value).startswith("header.")
+    assert violated_field(refused.value).startswith("header.")
     assert not object_file(data_dir, object_key).exists()
 
 
@@ -419,7 +407,7 @@ def test_an_upload_header_s_names_are_refused_by_their_path_in_the_request(
     with pytest.raises(grpc.RpcError) as refused:
         stub.UploadMessage(iter([request]), timeout=60)
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, refused.value.details()
-    assert _violated_field(refused.value) == field
+    assert violated_field(refused.value) == field
     assert (refused.value.details() or "").startswith(field)
 
 

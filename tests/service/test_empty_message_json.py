@@ -14,12 +14,10 @@ from typing import Any
 
 import grpc
 import pytest
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
 
 from sessions_client import SessionsError
 from sessions_proto.v1 import sessions_pb2 as pb
-from tests.service.support import listed_object_keys, message_rows, object_file, text_message
+from tests.service.support import listed_object_keys, message_rows, object_file, text_message, violated_field
 
 EMPTY = "is empty: it must hold the message as a JSON object"
 GOOD = '{"id":"g","role":"user","parts":[]}'
@@ -72,13 +70,7 @@ def _refusal(call: Callable[[], Any]) -> tuple[grpc.RpcError, SessionsError, str
         call()
     error = refused.value
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, error.details()
-    status = rpc_status.from_call(error)  # type: ignore[arg-type]
-    assert status is not None
-    (detail,) = [detail for detail in status.details if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR)]
-    bad = error_details_pb2.BadRequest()
-    detail.Unpack(bad)
-    (violation,) = bad.field_violations
-    return error, SessionsError.from_rpc_error(error), str(violation.field)
+    return error, SessionsError.from_rpc_error(error), violated_field(error)
 
 
 @pytest.mark.parametrize("call", EMPTY_CALLS)
