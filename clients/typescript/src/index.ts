@@ -1997,12 +1997,7 @@ export class SessionHandle {
    * `compact(summarize)` do all three steps.
    */
   async planCompaction(options: PlanCompactionOptions = {}): Promise<CompactionPlan | null> {
-    const request = {
-      objectKey: this.key,
-      sessionId: this.id,
-      leafId: options.leafId ?? "",
-      keepRecentTokens: int64Of("keepRecentTokens", options.keepRecentTokens),
-    };
+    const request = this.compactionRequest(options);
     const response = await this.client.call("PlanCompaction", this.key, (o) => this.rpc.planCompaction(request, o), {
       signal: options.signal,
     });
@@ -2032,12 +2027,7 @@ export class SessionHandle {
     const summarize = typeof first === "function" ? first : undefined;
     const options: CompactOptions = (typeof first === "function" || first === undefined ? second : first) ?? {};
     if (summarize === undefined) {
-      const request = {
-        objectKey: this.key,
-        sessionId: this.id,
-        leafId: options.leafId ?? "",
-        keepRecentTokens: int64Of("keepRecentTokens", options.keepRecentTokens),
-      };
+      const request = this.compactionRequest(options);
       const response = await this.client.call("Compact", this.key, (o) => this.rpc.compact(request, o), {
         signal: options.signal,
       });
@@ -2154,6 +2144,16 @@ export class SessionHandle {
       return fetched;
     }
     return parseMessage(written.json);
+  }
+
+  /** The fields PlanCompaction and Compact share: the path's leaf and the recent tail to keep. */
+  private compactionRequest(options: PlanCompactionOptions) {
+    return {
+      objectKey: this.key,
+      sessionId: this.id,
+      leafId: options.leafId ?? "",
+      keepRecentTokens: int64Of("keepRecentTokens", options.keepRecentTokens),
+    };
   }
 
   private upload(operation: UploadOperation, text: string, options: WriteOptions): Promise<UploadMessageResponse> {
