@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import uuid
 
 import grpc
@@ -77,3 +78,51 @@ def test_a_token_it_did_not_issue_is_refused(stub: pb_grpc.SessionServiceStub, t
     with pytest.raises(grpc.RpcError) as refused:
         stub.ListCompactions(pb.ListCompactionsRequest(object_key=key, page_token=token))
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+@pytest.mark.parametrize("position", [b"-1", b"+2", b" 1_0 ", "\u0662".encode(), b"9223372036854775808", b""])
+def test_a_token_edited_to_another_position_is_refused(stub: pb_grpc.SessionServiceStub, position: bytes) -> None:
+    """Tokens are base64 with their position last: one edited to hold a position the server
+    never writes is refused, not read by Python's lenient int()."""
+    key = f"listing-{uuid.uuid4().hex}"
+    add_records(stub, key, ["one", "two"])
+    issued = stub.ListCompactions(pb.ListCompactionsRequest(object_key=key, page_size=1)).next_page_token
+    raw = base64.urlsafe_b64decode(issued)
+    seq = str(stub.ListCompactions(pb.ListCompactionsRequest(object_key=key)).compactions[0].seq).encode()
+    assert raw.endswith(seq)
+    edited = base64.urlsafe_b64encode(raw[: -len(seq)] + position).decode()
+    assert stub.ListCompactions(pb.ListCompactionsRequest(object_key=key, page_token=issued)).compactions
+    with pytest.raises(grpc.RpcError) as refused:
+        stub.ListCompactions(pb.ListCompactionsRequest(object_key=key, page_token=edited))
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "page_token is not one this server issued" in (refused.value.details() or "")
+
+
+def test_a_token_comes_back_only_with_its_object_and_session(stub: pb_grpc.SessionServiceStub) -> None:
+    """A token names a position in one listing: with another object or session it was read as
+    that position there (a page that skipped records, or repeated them). It is refused."""
+    key, other_key = f"listing-{uuid.uuid4().hex}", f"listing-{uuid.uuid4().hex}"
+    for object_key in (key, other_key):
+        for session_id in ("", "other"):
+            for summary in ("one", "two", "three"):
+                stub.AddCompaction(
+                    pb.AddCompactionRequest(
+                        object_key=object_key,
+                        session_id=session_id,
+                        summary=summary,
+                        from_message_id="a",
+                        to_message_id="b",
+                    )
+                )
+    first = stub.ListCompactions(pb.ListCompactionsRequest(object_key=key, page_size=1))
+    for object_key, session_id in ((key, "other"), (other_key, ""), (other_key, "other")):
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.ListCompactions(
+                pb.ListCompactionsRequest(
+                    object_key=object_key, session_id=session_id, page_token=first.next_page_token
+                )
+            )
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "page_token belongs to a listing of another object or session" in (refused.value.details() or "")
+    rest = stub.ListCompactions(pb.ListCompactionsRequest(object_key=key, page_token=first.next_page_token))
+    assert [r.summary for r in (*first.compactions, *rest.compactions)] == ["one", "two", "three"]

@@ -146,6 +146,23 @@ def test_page_tokens_the_server_never_issued_are_refused(obj: Any, stub: Any, ob
         metadata=routing_metadata(object_key),
     )
     assert [s.session_id for s in (*first.sessions, *rest.sessions)] == ["", "a", "b"]
+    other_key = f"{object_key}-other"
+    for session_id in ("", "a", "b"):
+        stub.AppendMessage(
+            pb.AppendMessageRequest(
+                object_key=other_key, session_id=session_id, message_json='{"id":"m","role":"user","parts":[]}'
+            ),
+            metadata=routing_metadata(other_key),
+        )
+    # A token names a position in one object's listing: with another object it read that
+    # position there. It is refused.
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.ListSessions(
+            pb.ListSessionsRequest(object_key=other_key, page_token=first.next_page_token),
+            metadata=routing_metadata(other_key),
+        )
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "page_token belongs to a listing of another object" in (caught.value.details() or "")
     objects = stub.ListObjects(pb.ListObjectsRequest(page_size=1))
     assert objects.next_page_token  # the session-scoped server holds other tests' objects too
     following = stub.ListObjects(pb.ListObjectsRequest(page_size=1, page_token=objects.next_page_token))

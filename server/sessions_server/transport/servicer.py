@@ -591,7 +591,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
     async def ListCompactions(self, request: pb.ListCompactionsRequest, context: Any) -> pb.ListCompactionsResponse:
         async def run() -> pb.ListCompactionsResponse:
             self._admit(context, request.object_key, write=False)
-            after = page_tokens.seq_after(request.page_token)
+            after = page_tokens.compactions_after(request.page_token, request.object_key, request.session_id)
             size_limit = page_size(request.page_size, default=COMPACTIONS_PAGE_DEFAULT, maximum=COMPACTIONS_PAGE_MAX)
             records, more = await self._service.compactor.records_after(
                 request.object_key, request.session_id, after, size_limit, FRAME_BUDGET_BYTES
@@ -606,7 +606,9 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 response.compactions.append(item)
                 budget -= item.ByteSize() + 16
             if more:
-                response.next_page_token = str(response.compactions[-1].seq)
+                response.next_page_token = page_tokens.compaction_token(
+                    request.object_key, request.session_id, response.compactions[-1].seq
+                )
             return response
 
         return await calls.unary(context, run)
@@ -720,7 +722,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
     async def ListSessions(self, request: pb.ListSessionsRequest, context: Any) -> pb.ListSessionsResponse:
         async def run() -> pb.ListSessionsResponse:
             self._admit(context, request.object_key, write=False)
-            after = page_tokens.session_after(request.page_token)
+            after = page_tokens.session_after(request.page_token, request.object_key)
             size_limit = page_size(request.page_size, default=SESSIONS_PAGE_DEFAULT, maximum=SESSIONS_PAGE_MAX)
             # One more than a page: whether another page follows.
             page = await self._service.list_sessions(request.object_key, after, size_limit + 1)
@@ -730,7 +732,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             for taken, (sid, count) in enumerate(page):
                 size = framing.json_bytes(sid) + 24
                 if taken and (taken >= size_limit or size > budget):
-                    response.next_page_token = page_tokens.session_token(page[taken - 1][0])
+                    response.next_page_token = page_tokens.session_token(request.object_key, page[taken - 1][0])
                     break
                 add(session_id=sid, message_count=count)
                 budget -= size

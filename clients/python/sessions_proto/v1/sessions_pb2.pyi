@@ -1920,7 +1920,9 @@ class ListCompactionsRequest(_message.Message):
     negative refused).
     """
     page_token: _builtins.str
-    """The next_page_token of the previous page; empty for the first."""
+    """The next_page_token of the previous page; empty for the first. A token is refused
+    (INVALID_ARGUMENT) with another object_key or session_id than the call that returned it.
+    """
     def __init__(
         self,
         *,
@@ -2492,7 +2494,9 @@ class ListSessionsRequest(_message.Message):
     negative refused).
     """
     page_token: _builtins.str
-    """The next_page_token of the previous page; empty for the first."""
+    """The next_page_token of the previous page; empty for the first. A token is refused
+    (INVALID_ARGUMENT) with another object_key than the call that returned it.
+    """
     def __init__(
         self,
         *,

@@ -3612,7 +3612,8 @@ type ListCompactionsRequest struct {
 	// Records per page (0: 100; at most 1,000; a page also stops before 3 MiB of summaries;
 	// negative refused).
 	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	// The next_page_token of the previous page; empty for the first.
+	// The next_page_token of the previous page; empty for the first. A token is refused
+	// (INVALID_ARGUMENT) with another object_key or session_id than the call that returned it.
 	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -4769,7 +4770,8 @@ type ListSessionsRequest struct {
 	// Sessions per page (0: 1,000; at most 10,000; a page also stops before 3 MiB of ids;
 	// negative refused).
 	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	// The next_page_token of the previous page; empty for the first.
+	// The next_page_token of the previous page; empty for the first. A token is refused
+	// (INVALID_ARGUMENT) with another object_key than the call that returned it.
 	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

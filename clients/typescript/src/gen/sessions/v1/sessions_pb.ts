@@ -1799,7 +1799,8 @@ export type ListCompactionsRequest = Message<"sessions.v1.ListCompactionsRequest
   pageSize: number;
 
   /**
-   * The next_page_token of the previous page; empty for the first.
+   * The next_page_token of the previous page; empty for the first. A token is refused
+   * (INVALID_ARGUMENT) with another object_key or session_id than the call that returned it.
    *
    * @generated from field: string page_token = 4;
    */
@@ -2459,7 +2460,8 @@ export type ListSessionsRequest = Message<"sessions.v1.ListSessionsRequest"> & {
   pageSize: number;
 
   /**
-   * The next_page_token of the previous page; empty for the first.
+   * The next_page_token of the previous page; empty for the first. A token is refused
+   * (INVALID_ARGUMENT) with another object_key than the call that returned it.
    *
    * @generated from field: string page_token = 3;
    */
