@@ -891,6 +891,7 @@ def _import_store(source: Path, object_key: str, data_dir: Path, *, replace: boo
                 data_dir,
                 replace=replace or object_key in moved,
                 text_limits=stored_text_limits(limits),
+                max_read_back_bytes=limits.max_assembly_bytes,
             )
             moved.forget(object_key)
         finally:

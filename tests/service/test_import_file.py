@@ -3,7 +3,10 @@ frames with its digest, from a consistent copy (a live file's WAL included)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
+import sqlite3
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +20,8 @@ from sessions_client._common import routing_metadata
 from sessions_client.admin import IMPORT_FRAME_BYTES, export_file, import_file
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
+from sessions_server.domain.limits import Limits
+from sessions_server.storage import schema
 from sessions_server.storage.paths import object_path
 from tests.conftest import start_server
 
@@ -258,5 +263,69 @@ def test_files_whose_names_hold_uri_characters_are_saved_and_sent_as_themselves(
             assert import_file(client, "copy", saved.path).message_rows == 2
             assert [m["id"] for m in client.object("copy").session().get_history()] == ["m1", "m2"]
         assert sorted(p.name for p in tmp_path.iterdir()) == ["a?b#c.sqlite", "data"]
+    finally:
+        server.stop()
+
+
+def _store_file(path: Path, script: str) -> bytes:
+    """The bytes of a store made by the service's schema, one message, then `script`."""
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        conn.isolation_level = None
+        schema.initialize(conn, "origin")
+        conn.execute(
+            "INSERT INTO cf_agents_session_messages (session_id, id, seq, role, content, created_at)"
+            """ VALUES ('', 'm1', 1, 'user', '{"id":"m1","role":"user","parts":[]}', 1)"""
+        )
+        conn.executescript(script)
+        conn.execute("PRAGMA journal_mode = DELETE")  # the file alone holds it all
+    return path.read_bytes()
+
+
+def _send(stub: pb_grpc.SessionServiceStub, key: str, data: bytes) -> None:
+    frames = [
+        pb.ImportObjectRequest(object_key=key, replace=True, data=data),
+        pb.ImportObjectRequest(sha256=hashlib.sha256(data).hexdigest()),
+    ]
+    stub.ImportObject(iter(frames), metadata=routing_metadata(key))
+
+
+def test_a_file_carrying_a_trigger_or_an_oversized_read_is_refused_and_replaces_nothing(tmp_path: Path) -> None:
+    """A security audit's findings, through the server: a trigger imported with a file ran in
+    every later append on the shared write threads; a message naming one stored payload many
+    times read back far past --max-assembly-bytes, which the write calls refuse."""
+    payload = bytes(range(256)) * 40  # 10,240 bytes: 13,656 in base64
+    digest = hashlib.sha256(payload).hexdigest()
+    pointer = {"type": "file", "mediaType": "image/png", "url": f"attachment:sha256:{digest}"}
+    amplified = json.dumps({"id": "big", "role": "user", "parts": [pointer] * 100})  # reads back as ~1.4 MB
+    trigger = _store_file(
+        tmp_path / "trigger.sqlite",
+        "CREATE TRIGGER evil AFTER INSERT ON cf_agents_session_messages BEGIN SELECT 1; END;",
+    )
+    amplifying = _store_file(
+        tmp_path / "amplifying.sqlite",
+        f"INSERT INTO cf_agents_session_attachment_chunks VALUES ('{digest}', 0, x'{payload.hex()}');"
+        f"INSERT INTO cf_agents_session_attachment_meta VALUES ('{digest}', {len(payload)}, 'image/png', 1);"
+        "INSERT INTO cf_agents_session_messages (session_id, id, seq, role, content, created_at)"
+        f" VALUES ('', 'big', 2, 'user', '{amplified}', 1);",
+    )
+    server = start_server(tmp_path / "data", limits=Limits(max_assembly_bytes=1024 * 1024))
+    try:
+        with SessionsClient(server.address) as client, grpc.insecure_channel(server.address) as channel:
+            client.object("kept").session().append_message(_message("m1", 10))
+            stub = pb_grpc.SessionServiceStub(channel)
+            with pytest.raises(grpc.RpcError) as refused:
+                _send(stub, "kept", trigger)
+            assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert (refused.value.details() or "") == (
+                "the received file cannot be served: it holds a trigger ('evil'); a store holds none"
+            )
+            with pytest.raises(grpc.RpcError) as too_large:
+                _send(stub, "kept", amplifying)
+            error = SessionsError.from_rpc_error(too_large.value)
+            assert (error.code, error.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "LIMIT_EXCEEDED")
+            assert error.metadata["limit"] == "max_assembly_bytes"
+            assert "id 'big': its JSON with its attachments inline is" in error.message
+            assert client.object("kept").session().get_history() == [_message("m1", 10)]
+            assert list(stub.ListObjects(pb.ListObjectsRequest()).object_keys) == ["kept"]
     finally:
         server.stop()

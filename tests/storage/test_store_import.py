@@ -25,6 +25,7 @@ COMPACTIONS = "cf_agents_session_compactions"
 CONFIG = "cf_agents_session_config"
 MEDIA = "cf_agents_session_attachment_meta"
 LIMIT = 100
+PAYLOAD = b"\x89"  # an attachment's bytes: a file's attachments must match their hashes
 
 # Every (table, column) a limit can cover, with a row whose text goes in that column.
 COLUMNS = [
@@ -64,7 +65,7 @@ def _store(path: Path, table: str, column: str, text: object) -> Path:
             "created_at": 1,
         },
         CONFIG: {"session_id": "s", "key": "compaction_policy", "value": "{}"},
-        MEDIA: {"hash": "ab" * 32, "bytes": 1, "media_type": "image/png", "chunks": 1},
+        MEDIA: {"hash": hashlib.sha256(PAYLOAD).hexdigest(), "bytes": 1, "media_type": "image/png", "chunks": 1},
     }
     rows[table][column] = text
     with contextlib.closing(sqlite3.connect(path)) as conn:
@@ -78,6 +79,10 @@ def _store(path: Path, table: str, column: str, text: object) -> Path:
             conn.execute(
                 f"INSERT INTO {name} ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})", list(row.values())
             )
+        conn.execute(
+            "INSERT INTO cf_agents_session_attachment_chunks (hash, idx, data) VALUES (?, 0, ?)",
+            (rows[MEDIA]["hash"], PAYLOAD),
+        )
     return path
 
 
@@ -121,7 +126,13 @@ MISTYPED = [
         "the compaction with session_id 's', id 'c1': its created_at holds a text value",
         "integer",
     ),
-    (MEDIA, "bytes", "many", f"the attachment with hash '{'ab' * 32}': its bytes holds a text value", "integer"),
+    (
+        MEDIA,
+        "bytes",
+        "many",
+        f"the attachment with hash '{hashlib.sha256(PAYLOAD).hexdigest()}': its bytes holds a text value",
+        "integer",
+    ),
 ]
 
 

@@ -118,12 +118,14 @@ class ObjectAdmin:
         max_object_key_bytes: int = keys.MAX_OBJECT_KEY_BYTES,
         max_object_bytes: int = 0,
         text_limits: Sequence[files.TextLimit] = (),
+        max_read_back_bytes: int = 0,
     ) -> None:
         self._registry = registry
         self._placement = placement
         self._max_object_key_bytes = max_object_key_bytes
         self._max_object_bytes = max_object_bytes  # 0: none
         self._text_limits = tuple(text_limits)
+        self._max_read_back_bytes = max_read_back_bytes  # 0: none
         self._moving: dict[str, _MoveLock] = {}
         # Objects whose move lock AbortMove released while it held: the move's delete must not follow.
         self._aborted: set[str] = set()
@@ -497,7 +499,12 @@ class ObjectAdmin:
         counted while the object is still closed to calls: an erase let in afterwards would
         take the file from under the count, and an installed import would be answered as failed."""
         target = files.import_store_file(
-            partial, object_key, self.data_dir, replace=replace, text_limits=self._text_limits
+            partial,
+            object_key,
+            self.data_dir,
+            replace=replace,
+            text_limits=self._text_limits,
+            max_read_back_bytes=self._max_read_back_bytes,
         )
         self._moved.forget(object_key)
         return files.count_message_rows(target)

@@ -198,6 +198,7 @@ class SessionsService:
             max_object_key_bytes=max_object_key_bytes,
             max_object_bytes=self.limits.max_object_bytes,
             text_limits=stored_text_limits(self.limits),
+            max_read_back_bytes=self.limits.max_assembly_bytes,
         )
 
     def check_names(self, object_key: str, session_id: str) -> None:

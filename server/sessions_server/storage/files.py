@@ -21,7 +21,7 @@ from pathlib import Path
 
 import orjson
 
-from sessions_server.storage import queries, schema
+from sessions_server.storage import import_checks, queries, schema
 from sessions_server.storage.datadir import SCRATCH_DIR_NAME, sync_directories
 from sessions_server.storage.paths import FILE_SUFFIX, OBJECTS_DIR, object_path
 from sessions_server.storage.rows import StorageError, has_message_fields
@@ -100,12 +100,19 @@ def open_read_only(path: Path) -> sqlite3.Connection:
 
 
 def import_store_file(
-    source: Path, object_key: str, data_dir: Path, *, replace: bool = False, text_limits: Sequence[TextLimit] = ()
+    source: Path,
+    object_key: str,
+    data_dir: Path,
+    *,
+    replace: bool = False,
+    text_limits: Sequence[TextLimit] = (),
+    max_read_back_bytes: int = 0,
 ) -> Path:
     """Copies `source` in as `object_key`; returns the object's path. The caller owns `data_dir`
     (holds its lock, see `datadir`) and does not have the object open. A file that fails
-    SQLite's integrity check, or holds a text past one of `text_limits` (OversizedText), is
-    refused and nothing is installed."""
+    SQLite's integrity check or `import_checks`, holds a text past one of `text_limits`, or a
+    message that reads back, its attachments inline, past `max_read_back_bytes` (0: any;
+    OversizedText), is refused and nothing is installed."""
     if not source.is_file():
         raise StoreImportError(f"{source} is not a file")
     target = object_path(data_dir, object_key)
@@ -127,6 +134,7 @@ def import_store_file(
         finally:
             src.close()
         with contextlib.closing(dst):
+            import_checks.check_schema(dst)  # before anything of the file runs
             _check_integrity(dst)  # the copy: a corrupt source would fail every later read of it
             if dst.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone() is None:
                 # An empty file (a sender that sent nothing) is a valid database: installed, it
@@ -138,6 +146,8 @@ def import_store_file(
             schema.initialize(dst, object_key)
             _check_text_sizes(dst, text_limits)
             _check_column_types(dst)
+            import_checks.check_attachments(dst)
+            _check_read_back_sizes(dst, max_read_back_bytes)
             _unstamp_mismatched_rows(dst)
             queries.backfill_partial_index(dst)
     except sqlite3.DatabaseError as exc:
@@ -146,6 +156,10 @@ def import_store_file(
         if getattr(exc, "sqlite_errorcode", 0) & 0xFF in _STORAGE_FAILURES:  # the disk, not the file
             raise StorageError(f"storage failed, nothing was imported: {exc}", cause=exc) from exc
         raise StoreImportError(f"{source} is not a usable SQLite store: {exc}") from exc
+    except import_checks.UnsafeFile as exc:
+        with contextlib.suppress(FileNotFoundError):
+            partial.unlink()
+        raise StoreImportError(f"{source} {exc}") from None
     except (StoreImportError, OSError):
         with contextlib.suppress(FileNotFoundError):
             partial.unlink()
@@ -323,9 +337,19 @@ def _describe_row(table: str, key_values: Sequence[object]) -> str:
 
 
 def _check_integrity(conn: sqlite3.Connection) -> None:
-    problems = [str(row[0]) for row in conn.execute("PRAGMA integrity_check(5)")]
-    if problems != ["ok"]:
-        raise StoreImportError(f"integrity check failed: {'; '.join(problems)}")
+    problems = import_checks.integrity_problems(conn)
+    if problems:
+        raise StoreImportError(f"integrity check failed: {'; '.join(problems[:5])}")
+
+
+def _check_read_back_sizes(conn: sqlite3.Connection, limit: int) -> None:
+    """Raises OversizedText for a message that would read back past `limit` (0: any), as the
+    write calls refuse one: a read builds the whole of it in memory."""
+    found = import_checks.first_read_back_past(conn, limit)
+    if found is not None:
+        session_id, message_id, size = found
+        bound = TextLimit("cf_agents_session_messages", "JSON with its attachments inline", limit, "max_assembly_bytes")
+        raise OversizedText(bound, size, _describe_row("cf_agents_session_messages", (session_id, message_id)))
 
 
 def free_bytes(directory: Path) -> int:

@@ -1,0 +1,218 @@
+"""Checks of a file brought in from elsewhere (ImportObject, `import-store`) that a file this
+service wrote always passes: its schema runs nothing the service did not write, and its
+attachments are what their rows say.
+
+A store's schema is code: SQLite runs a trigger inside every write to its table, a view's query
+wherever the view is read, a generated column's expression and an index's expression or WHERE
+clause on every row written, and a column's DEFAULT expression on every insert that leaves it
+out. A file that carried any of them into the service would have it run on the server's write
+threads, with no deadline, on behalf of whoever sent it. So the file may hold other tables (an
+agent's whole Durable Object database holds many), but no trigger, view or generated column at
+all, and the service's own tables only as the service (or upstream) defines them.
+
+Reads put attachment payloads back into messages by hash, and size their work by the payload
+sizes the file records; both are trusted on every later read, so both are checked here."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import re
+import sqlite3
+from collections.abc import Iterator
+
+from sessions_server.storage import queries, schema
+
+_POINTER = re.compile(r"attachment:sha256:([0-9a-f]{64})")
+_POINTER_CHARS = len("attachment:sha256:") + 64
+_HASH = re.compile(r"[0-9a-f]{64}\Z")
+_CHECK_CONSTRAINT = re.compile(r"\bcheck\s*\(", re.IGNORECASE)
+NAME_CHARS = 64  # of a name from the file quoted in an error
+
+
+class UnsafeFile(Exception):
+    """The file holds schema the service would run and did not write, or attachments whose
+    rows disagree with their hash. The message says what the file holds ("holds ...")."""
+
+
+def check_schema(conn: sqlite3.Connection) -> None:
+    """Raises UnsafeFile unless the file's schema is one this service would run as it is.
+    Reads the schema alone: nothing of the file runs."""
+    reference = _reference_schema()
+    for kind, name, table, sql in conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master").fetchall():
+        kind, name, table = str(kind), str(name), str(table)
+        if kind in ("trigger", "view"):
+            raise UnsafeFile(f"holds a {kind} ({_quoted(name)}); a store holds none")
+        known = reference.get(name)
+        if kind == "table":
+            virtual = _is_virtual(sql)
+            if known is not None and virtual != _is_virtual(known.sql):
+                raise UnsafeFile(f"holds a table {_quoted(name)} not of the kind this service defines")
+            if virtual:
+                if known is not None and _normalized(sql) != _normalized(known.sql):
+                    raise UnsafeFile(f"holds a table {_quoted(name)} that is not the search index this service defines")
+            else:
+                _check_table(conn, name, known)
+        elif (
+            kind == "index"
+            and table in reference
+            and sql is not None  # None: a key's own index
+            and (known is None or _normalized(sql) != _normalized(known.sql))
+        ):
+            raise UnsafeFile(f"holds an index {_quoted(name)} on {_quoted(table)} this service does not define")
+
+
+def integrity_problems(conn: sqlite3.Connection) -> list[str]:
+    """SQLite's integrity check of each of the service's own tables with its indexes; empty when
+    all is well. Other tables are left alone: the check would run their constraints' and
+    indexes' expressions, which the service never does (the legacy lift only reads rows, and a
+    damaged one fails it). Run after `check_schema`."""
+    reference = _reference_schema()
+    problems = []
+    for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
+        if name in reference and not _is_virtual(reference[name].sql):
+            problems += [str(row[0]) for row in conn.execute(f"PRAGMA integrity_check({_ident(name)})")]
+    return [problem for problem in problems if problem != "ok"]
+
+
+def check_attachments(conn: sqlite3.Connection) -> None:
+    """Raises UnsafeFile for the first attachment whose chunks do not make up the
+    bytes its hash and size name. Reads every payload once."""
+    metas = conn.execute("SELECT hash, bytes, chunks FROM cf_agents_session_attachment_meta").fetchall()
+    for digest_text, size, chunks in metas:
+        digest = str(digest_text)
+        if not _HASH.match(digest):
+            raise UnsafeFile(f"holds an attachment whose hash {_quoted(digest)} is not a SHA-256 in hex")
+        hasher = hashlib.sha256()
+        total = 0
+        count = 0
+        for index, data in _chunks(conn, digest):
+            if index != count:
+                raise UnsafeFile(f"holds the attachment {digest} without its chunk {count}")
+            hasher.update(data)
+            total += len(data)
+            count += 1
+        if count != chunks or total != size:
+            raise UnsafeFile(
+                f"holds the attachment {digest} recorded as {size} bytes in {chunks} chunks; "
+                f"its chunks hold {total} in {count}"
+            )
+        if hasher.hexdigest() != digest:
+            raise UnsafeFile(f"holds the attachment {digest} with bytes of another hash")
+
+
+def first_read_back_past(conn: sqlite3.Connection, limit: int) -> tuple[str, str, int] | None:
+    """(session id, message id, size) of the first message that names stored attachments and
+    would read back, each put back inline (base64) at every place it is named, past `limit`
+    bytes (0: no limit), as writes refuse such a message. Counts each pointer's text in the
+    stored JSON, a bound on the places a read restores."""
+    if not limit:
+        return None
+    sizes = {str(h): int(b) for h, b in conn.execute("SELECT hash, bytes FROM cf_agents_session_attachment_meta")}
+    if not sizes:
+        return None
+    rows = conn.execute(
+        "SELECT session_id, id, content, content_chunks FROM cf_agents_session_messages "
+        "WHERE content_chunks > 0 OR instr(content, 'attachment:sha256:') > 0"
+    )
+    for session_id, message_id, content, chunks in rows:  # a row at a time: rows run to 1.5 MiB
+        total = 0
+        carried = ""  # the end of the row before: a pointer may straddle two rows
+        for piece in _message_rows(conn, str(session_id), str(message_id), str(content), int(chunks or 0)):
+            total += len(piece.encode("utf-8", "surrogatepass"))
+            text = carried + piece
+            for match in _POINTER.finditer(text):
+                if match.end() > len(carried):  # not counted with the row before
+                    total += (sizes.get(match.group(1), 0) + 2) // 3 * 4
+            carried = text[-(_POINTER_CHARS - 1) :]
+        if total > limit:
+            return str(session_id), str(message_id), total
+    return None
+
+
+def _message_rows(conn: sqlite3.Connection, session_id: str, message_id: str, head: str, chunks: int) -> Iterator[str]:
+    yield head
+    if chunks:
+        for (piece,) in conn.execute(
+            "SELECT content FROM cf_agents_session_message_chunks WHERE session_id = ? AND id = ? ORDER BY idx",
+            (session_id, message_id),
+        ):
+            yield str(piece)
+
+
+def _chunks(conn: sqlite3.Connection, digest: str) -> Iterator[tuple[int, bytes]]:
+    for index, data in conn.execute(
+        "SELECT idx, data FROM cf_agents_session_attachment_chunks WHERE hash = ? ORDER BY idx", (digest,)
+    ):
+        yield int(index), bytes(data)
+
+
+class _Defined:
+    """A table or index as this service creates it: its SQL and, for a table, its columns'
+    defaults by name."""
+
+    def __init__(self, sql: str, defaults: dict[str, str | None]) -> None:
+        self.sql = sql
+        self.defaults = defaults
+
+
+@functools.cache
+def _reference_schema() -> dict[str, _Defined]:
+    """The service's tables and indexes, search index included, as SQLite records them."""
+    with contextlib.closing(sqlite3.connect(":memory:")) as conn:
+        for ddl in (*schema.TABLES_DDL, queries.FTS_DDL, queries.FTS_LOOKUP_DDL):
+            conn.execute(ddl)
+        defined = {}
+        for kind, name, sql in conn.execute("SELECT type, name, sql FROM sqlite_master").fetchall():
+            if sql is None:
+                continue
+            defaults = {}
+            if kind == "table":
+                defaults = {str(row[1]): row[4] for row in conn.execute(f"PRAGMA table_xinfo({_ident(name)})")}
+            defined[str(name)] = _Defined(str(sql), defaults)
+        return defined
+
+
+def _check_table(conn: sqlite3.Connection, name: str, known: _Defined | None) -> None:
+    """No generated column in any table; the service's own tables with no column it does not
+    define, no DEFAULT it does not write and no CHECK constraint (SQLite runs each on writes)."""
+    columns = conn.execute(f"PRAGMA table_xinfo({_ident(name)})").fetchall()
+    if any(int(row[6]) in (2, 3) for row in columns):  # hidden: 2 virtual, 3 stored generated column
+        raise UnsafeFile(f"holds a table {_quoted(name)} with a generated column; a store has none")
+    if known is None:
+        return  # not the service's: nothing of the service reads or writes it
+    for row in columns:
+        column, default = str(row[1]), row[4]
+        if column not in known.defaults:
+            raise UnsafeFile(
+                f"holds a table {_quoted(name)} with a column {_quoted(column)} this service does not define"
+            )
+        if default is not None and default != known.defaults[column]:
+            raise UnsafeFile(
+                f"holds a table {_quoted(name)} that gives {_quoted(column)} a default this service does not"
+            )
+    if _CHECK_CONSTRAINT.search(_table_sql(conn, name)):
+        raise UnsafeFile(f"holds a table {_quoted(name)} with a CHECK constraint this service does not define")
+
+
+def _table_sql(conn: sqlite3.Connection, name: str) -> str:
+    row = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone()
+    return str(row[0] or "") if row is not None else ""
+
+
+def _is_virtual(sql: object) -> bool:
+    return str(sql or "").upper().startswith("CREATE VIRTUAL TABLE")
+
+
+def _normalized(sql: object) -> str:
+    text = re.sub(r"\s+", " ", str(sql or "")).strip().lower()
+    return text.replace(" if not exists ", " ")
+
+
+def _ident(name: object) -> str:
+    return '"' + str(name).replace('"', '""') + '"'
+
+
+def _quoted(text: str) -> str:
+    return repr(text if len(text) <= NAME_CHARS else f"{text[:NAME_CHARS]}… ({len(text)} characters)")
