@@ -8,9 +8,10 @@ import sqlite3
 from tests.conformance.harness.messages import msg
 from tests.conformance.harness.pair import Pair
 
-# Ours alone, documented: the object-key record, and the (session_id, seq) index that finds the
-# active leaf without scanning a session. Both are invisible to upstream's code.
-OUR_ADDITIONS = {"_sessions_meta", "_sessions_messages_by_seq"}
+# Ours alone, documented: the object-key record, the (session_id, seq) index that finds the
+# active leaf and the (session_id, parent_id, seq) index that finds a row's children without
+# scanning a session. All are invisible to upstream's code.
+OUR_ADDITIONS = {"_sessions_meta", "_sessions_messages_by_seq", "_sessions_messages_by_parent"}
 
 
 def _norm(sql: str | None) -> str:

@@ -155,7 +155,11 @@ def test_a_file_that_needs_upgrading_is_upgraded_on_the_executor(tmp_path: Path,
     assert opens == [("not ready", True), ("full", False)]
     assert (ids, inline_opens) == (["m1"], 0)
     assert "_sessions_meta" not in upstream_tables
-    assert after_open == upstream_tables | {"_sessions_meta", "_sessions_messages_by_seq"}
+    assert after_open == upstream_tables | {
+        "_sessions_meta",
+        "_sessions_messages_by_seq",
+        "_sessions_messages_by_parent",
+    }
 
 
 def test_a_file_in_rollback_journal_mode_is_switched_to_wal_on_the_executor(

@@ -5,9 +5,14 @@ an identical update only stamps the digest (reference notes §1, §5)."""
 from __future__ import annotations
 
 import hashlib
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from sessions_server.storage import schema
 from tests.service.support import js_json, message_rows, open_readonly, text_message
 from tests.storage.upstream_schema import (
     SCHEMA_VERSION_1,
@@ -82,3 +87,48 @@ def test_a_0_23_file_gains_content_hash_and_identical_update_stamps_it(
     assert row["content"] == js_json(text_message("m3", "changed"))
     assert row["content_hash"] == hashlib.sha256(row["content"].encode()).hexdigest()
     assert (row["seq"], row["parent_id"]) == (3, "m1")
+
+
+def _file_of_an_older_server(path: Path, object_key: str, rows: list[tuple[Any, ...]]) -> None:
+    """This service's own file from before `_sessions_messages_by_parent`: every other object."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        schema.initialize(conn, object_key)
+        conn.execute("DROP INDEX _sessions_messages_by_parent")
+        conn.executemany(
+            """INSERT INTO cf_agents_session_messages (session_id, id, seq, parent_id, role, content, created_at)
+               VALUES (?, ?, ?, ?, ?, ?, ?)""",
+            rows,
+        )
+
+
+@pytest.mark.parametrize("made_by", ["upstream", "older server"])
+def test_a_file_without_the_parent_index_gains_it_on_open_and_keeps_its_rows(
+    client: Any, live_server: Any, object_key: str, made_by: str
+) -> None:
+    data_dir = Path(live_server.data_dir)
+    path = object_file(data_dir, object_key)
+    if made_by == "upstream":
+        write_upstream_store(path, upstream_rows())
+    else:
+        _file_of_an_older_server(path, object_key, upstream_rows())
+    with open_readonly(path) as conn:
+        assert (
+            conn.execute("SELECT 1 FROM sqlite_master WHERE name = '_sessions_messages_by_parent'").fetchone() is None
+        )
+    before = message_rows(data_dir, object_key, None)
+
+    branches = client.object(object_key).session().get_branches("m1")  # the first call opens the file
+
+    assert branches == [text_message("m2", "world", role="assistant"), text_message("m3", "branch")]
+    assert message_rows(data_dir, object_key, None) == before
+    with open_readonly(path) as conn:
+        (ddl,) = conn.execute(
+            "SELECT sql FROM sqlite_master WHERE type = 'index' AND name = '_sessions_messages_by_parent'"
+        ).fetchone()
+        assert normalized(ddl) == (
+            "CREATE INDEX _sessions_messages_by_parent ON cf_agents_session_messages (session_id, parent_id, seq)"
+        )
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert client.object(object_key).session().delete_messages(["m1"]) == 1
+    assert [(r["id"], r["parent_id"]) for r in message_rows(data_dir, object_key)] == [("m2", None), ("m3", None)]

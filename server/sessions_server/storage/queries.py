@@ -242,15 +242,15 @@ def newest_row(conn: sqlite3.Connection, session_id: str) -> tuple[str, int] | N
 def children(conn: sqlite3.Connection, session_id: str, parent_id: str) -> list[tuple[str, int]]:
     """(id, seq) of the direct children in seq order (hidden overlay rows are the caller's
     business); reading them is another's, a window at a time."""
-    # Nothing indexes parents (upstream has no index at all), so this reads the whole session.
-    # `+seq` keeps SQLite from walking the seq index in order and looking up every row from it,
-    # which took twice as long as reading the session's rows in key order and sorting the few
-    # children found (10,000 rows of 1 KB: 19 ms against 8).
+    # One seek of `_sessions_messages_by_parent` (session_id, parent_id, seq; the key's `id` rides
+    # along), which covers the query and holds the children in this order: no row of the session
+    # is read (it read all of them, ~37 ms at 100,000 messages). `id` breaks seq ties as the old
+    # plan did (rows in key order, sorted by seq), and the index gives it without a sort.
     return [
         (str(r[0]), int(r[1]))
         for r in conn.execute(
             """SELECT id, seq FROM cf_agents_session_messages
-                WHERE session_id = ? AND parent_id = ? ORDER BY +seq ASC""",
+                WHERE session_id = ? AND parent_id = ? ORDER BY seq ASC, id ASC""",
             (session_id, parent_id),
         )
     ]
@@ -576,6 +576,8 @@ def delete_messages(conn: sqlite3.Connection, session_id: str, ids: Sequence[str
     conn.execute("CREATE TEMP TABLE IF NOT EXISTS doomed (id TEXT PRIMARY KEY) WITHOUT ROWID")
     conn.execute("DELETE FROM temp.doomed")
     conn.executemany("INSERT OR IGNORE INTO temp.doomed (id) VALUES (?)", [(i,) for i in ids])
+    # The children of the doomed rows are found through `_sessions_messages_by_parent`, one
+    # seek per doomed id (without it, a scan of the whole session under the write lock).
     conn.execute(
         f"""WITH RECURSIVE climb(child_id, ancestor_id, depth) AS (
               SELECT child.id, child.parent_id, 0
