@@ -22,7 +22,7 @@ from sessions_client._common import routing_metadata
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc
 from sessions_server.transport.handlers import WrappingRegistrar, _WrappedLookup
-from sessions_server.transport.metrics import CallMeter, Metrics, request_id
+from sessions_server.transport.metrics import MAX_REQUEST_ID_CHARS, CallMeter, Metrics, request_id
 from tests.conftest import start_server
 from tests.deploy.support import free_port
 from tests.reliability.support import wait_until
@@ -151,3 +151,11 @@ def test_a_call_carries_the_callers_request_id_or_a_fresh_one(request_id_server:
         fresh = [ask(b"").decode() for _ in range(3)]
     assert len(set(fresh)) == 3
     assert all(re.fullmatch(r"[0-9a-f]{16}", value) for value in fresh)
+
+
+def test_a_long_request_id_is_cut_to_its_limit(request_id_server: str) -> None:
+    """A caller's id is written into every log line of its call: one of 6 KB was, whole."""
+    long_id = "r" * 6_000
+    with grpc.insecure_channel(request_id_server) as channel:
+        ask = channel.unary_unary("/t.Ids/Id")
+        assert ask(b"", metadata=(("x-request-id", long_id),)) == b"r" * MAX_REQUEST_ID_CHARS

@@ -24,7 +24,7 @@ from sessions_server.config import ServerConfig
 from sessions_server.domain.limits import Limits
 from sessions_server.storage.paths import object_path
 from sessions_server.transport import certificates
-from sessions_server.transport.auth import hash_token
+from sessions_server.transport.auth import hash_token, load_grants
 from tests.conftest import LiveServer, start_server
 from tests.reliability.support import wait_until
 from tests.service.support import text_message
@@ -641,3 +641,19 @@ def test_the_screen_refuses_before_the_request_is_read(auth_server: LiveServer) 
         assert screen(Details(method, "w-secret", "tenant-a/x")) is None  # type: ignore[arg-type]
         assert screen(Details(method, "w-secret", "tenant-b/x")) is not None  # type: ignore[arg-type]
         assert screen(Details(method, "w-secret", "tenant-%61/x")) is None  # type: ignore[arg-type]  # percent-encoded
+
+
+def test_a_prefix_that_does_not_end_a_segment_is_warned_of(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Prefixes match characters: a grant for `tenant-a` reaches `tenant-ab/...` too (a security
+    audit's note). The file still loads as written; the operator is told."""
+    path = tmp_path / "tokens.json"
+    entries = [{"name": "a", "sha256": "0" * 64, "prefixes": ["tenant-a", "tenant-b/", ""], "access": "write"}]
+    path.write_text(json.dumps({"tokens": entries}))
+    with caplog.at_level("WARNING", logger="sessions.auth"):
+        (grant,) = load_grants(path)
+    warnings = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
+    assert warnings == [
+        "tokens[0].prefixes: 'tenant-a' also grants keys such as 'tenant-ab/...'; end it with a separator "
+        "(e.g. 'tenant-a/') unless that is meant"
+    ]
+    assert grant.prefixes == ("tenant-a", "tenant-b/", "")  # as written: a warning, not a new rule

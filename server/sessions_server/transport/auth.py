@@ -68,6 +68,18 @@ def load_grants(path: Path) -> list[Grant]:
         access = entry.get("access", "read")
         if access not in ("read", "write"):
             raise ValueError(f'{where}.access must be "read" or "write"')
+        for prefix in prefixes:
+            if prefix[-1:].isalnum():
+                # Prefixes match characters, not path segments: a grant for `tenant-a` reaches
+                # `tenant-ab/...` too, which a tokens file rarely means.
+                log.warning(
+                    "%s.prefixes: %r also grants keys such as %r; end it with a separator (e.g. %r) "
+                    "unless that is meant",
+                    where,
+                    prefix,
+                    prefix + "b/...",
+                    prefix + "/",
+                )
         grants.append(Grant(str(entry.get("name", where)), digest.lower(), tuple(prefixes), access == "write"))
     return grants
 

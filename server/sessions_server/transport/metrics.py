@@ -120,6 +120,11 @@ _REQUEST_ID_PREFIX = os.urandom(4).hex()
 _request_numbers = itertools.count(1)
 
 
+# A caller's id goes into every log line of its call: metadata values run to the header limit
+# (8 KiB and more), which a caller could otherwise copy into each line (security audit).
+MAX_REQUEST_ID_CHARS = 128
+
+
 def _fresh_request_id() -> str:
     return f"{_REQUEST_ID_PREFIX}{next(_request_numbers) & 0xFFFFFFFF:08x}"
 
@@ -185,7 +190,7 @@ class CallMeter:
             if is_tracked:
                 self.calls_in_flight += 1
             incoming = dict(context.invocation_metadata() or ()).get("x-request-id")
-            request_id.set(str(incoming) if incoming else _fresh_request_id())
+            request_id.set(str(incoming)[:MAX_REQUEST_ID_CHARS] if incoming else _fresh_request_id())
             serving.set(context)
             return time.perf_counter()
 
