@@ -234,3 +234,23 @@ def test_a_pointer_cut_between_two_rows_is_counted(tmp_path: Path) -> None:
     with pytest.raises(files.OversizedText):
         _import(source, tmp_path / "data", max_read_back_bytes=len(text) + 4_095)
     assert _import(source, tmp_path / "other", max_read_back_bytes=len(text) + 4_096).exists()
+
+
+def test_sqlites_message_about_a_file_is_cut_short(tmp_path: Path) -> None:
+    """SQLite's errors quote the file's names, which run to any length (a collation of 20,000
+    characters): the refusal quotes 500 of them."""
+    collation = "c" * 20_000
+    source = _store(
+        tmp_path / "source.sqlite",
+        after="PRAGMA writable_schema = ON;"  # SQLite checks a collation's name when a table is made
+        " UPDATE sqlite_master SET sql = replace(sql, 'key TEXT NOT NULL', 'key TEXT NOT NULL COLLATE "
+        + collation
+        + "') WHERE name = 'cf_agents_session_config';",
+    )
+    data_dir = tmp_path / "data"
+    with pytest.raises(files.StoreImportError) as refused:
+        _import(source, data_dir)
+    message = str(refused.value)
+    assert "no such collation sequence" in message
+    assert len(message) < len(str(source)) + 600
+    assert _nothing_installed(data_dir)

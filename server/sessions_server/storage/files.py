@@ -155,7 +155,7 @@ def import_store_file(
             partial.unlink()
         if getattr(exc, "sqlite_errorcode", 0) & 0xFF in _STORAGE_FAILURES:  # the disk, not the file
             raise StorageError(f"storage failed, nothing was imported: {exc}", cause=exc) from exc
-        raise StoreImportError(f"{source} is not a usable SQLite store: {exc}") from exc
+        raise StoreImportError(f"{source} is not a usable SQLite store: {_cut(str(exc))}") from exc
     except import_checks.UnsafeFile as exc:
         with contextlib.suppress(FileNotFoundError):
             partial.unlink()
@@ -324,6 +324,11 @@ def _holds_a_message(text: str) -> bool:
 
 def _no_constant(name: str) -> None:
     raise ValueError(f"{name} is not JSON")  # NaN, Infinity: JSON.parse refuses them
+
+
+def _cut(text: str, limit: int = 500) -> str:
+    """SQLite's message, cut short: it may quote a name of the file's, which runs to any length."""
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
 
 
 def _describe_row(table: str, key_values: Sequence[object]) -> str:
