@@ -17,6 +17,8 @@ import pytest
 
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
+from sessions_server.domain.errors import LimitExceeded
+from sessions_server.transport.pieces import AssemblyBudget, Pieces
 from tests.deploy.support import free_port
 from tests.reliability.support import Server, routing, wait_until
 from tests.service.support import error_reason
@@ -216,3 +218,64 @@ def test_unary_writes_share_the_budget_with_pieces(server: Server) -> None:
         write()
     assert _stored_ids(stub, "unary") == ["w"]
     assert _held_bytes(server) == 0
+
+
+def test_small_writes_go_through_while_pieces_hold_the_whole_budget(server: Server) -> None:
+    """A security audit held the whole budget with one upload kept open (a piece a minute): every
+    other tenant's 60-byte append was refused SERVER_BUSY for as long as it liked. Writes of up
+    to 1 MiB are charged to a pool of their own (an eighth of the budget here: 1 MiB); larger ones
+    still share the budget with pieces."""
+    stub = _stub(server)
+    small = _whole("small", 300 * 1024)  # more than the budget has left: under 256 KiB
+    large = _whole("large", 2 * MIB)
+    with _upload_held(server, stub, 8 * MIB - len(PIECE)):
+        for method, request in (
+            ("AppendMessage", pb.AppendMessageRequest(object_key="small", message_json=small)),
+            ("UpsertMessage", pb.UpsertMessageRequest(object_key="small", message_json=small)),
+            ("UpdateMessage", pb.UpdateMessageRequest(object_key="small", message_json=small)),
+        ):
+            getattr(stub, method)(request, metadata=routing("small"))
+        batch = pb.AppendMessagesRequest(
+            object_key="small", items=[pb.AppendItem(message_json=_whole(f"b{i}", 150 * 1024)) for i in range(3)]
+        )
+        assert [r.inserted for r in stub.AppendMessages(batch, metadata=routing("small")).results] == [True] * 3
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.AppendMessage(
+                pb.AppendMessageRequest(object_key="large", message_json=large), metadata=routing("large")
+            )
+        assert error_reason(refused.value) == "SERVER_BUSY"
+    assert _stored_ids(stub, "small") == ["small", "b0", "b1", "b2"]
+    assert _held_bytes(server) == 0
+
+
+def test_a_message_whose_pieces_barely_move_is_refused_after_its_first_minute() -> None:
+    """The next frame's 60 s bound was kept by an empty piece a minute, and the message held its
+    share of the budget for as long as its sender liked. After a minute a message must have come
+    at 64 KiB/s on average. (The clock is the test's: no waiting.)"""
+    now = [0.0]
+    budget = AssemblyBudget(64 * MIB)
+    slow = Pieces(budget, clock=lambda: now[0])
+    slow.add("x" * 1_000)
+    now[0] = 59.0
+    slow.add("")  # within the first minute: any pace
+    now[0] = 61.0
+    with pytest.raises(LimitExceeded) as refused:
+        slow.add("")
+    assert refused.value.metadata["limit"] == "min_piece_bytes_per_second"
+    assert "came at 16 bytes/s on average" in str(refused.value)
+    slow.release()
+    assert budget.held_bytes == 0
+
+    steady = Pieces(budget, clock=lambda: now[0])
+    now[0] = 0.0
+    steady.add("y" * 100)
+    now[0] = 120.0
+    steady.add("y" * (64 * 1024 * 120))  # exactly the rate since its first piece
+    assert budget.held_bytes == 100 + 64 * 1024 * 120
+    steady.hand_over()()  # the next message's minute starts at its own first piece
+    now[0] = 500.0
+    steady.add("z")
+    now[0] = 530.0
+    steady.add("")
+    steady.release()
+    assert budget.held_bytes == 0

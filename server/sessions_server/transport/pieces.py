@@ -17,6 +17,7 @@ messages given back as they were handed to the writer left several large ones ou
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from types import TracebackType
 
@@ -24,13 +25,23 @@ from sessions_server.domain.chunking import utf8_length
 from sessions_server.domain.errors import LimitExceeded
 from sessions_server.domain.limits import exceeded
 
+# A unary write of at most this much (the common message: a turn of a conversation) is charged to
+# a pool of its own while the pool has room, not to the budget that pieces fill: a security audit
+# held the whole budget with one upload (kept open by a piece a minute), and every other tenant's
+# 60-byte append was refused SERVER_BUSY for as long as it liked.
+SMALL_WRITE_BYTES = 1024 * 1024
+SMALL_WRITES_POOL_MAX_BYTES = 64 * 1024 * 1024  # and at most an eighth of the budget
+
 
 class AssemblyBudget:
-    """Bytes of incomplete messages the server holds, across calls."""
+    """Bytes of incomplete messages the server holds, across calls; small unary writes apart
+    (`holding`)."""
 
     def __init__(self, limit_bytes: int) -> None:
         self.limit_bytes = limit_bytes
         self.held_bytes = 0
+        self.small_pool_bytes = min(SMALL_WRITES_POOL_MAX_BYTES, limit_bytes // 8)
+        self.small_held_bytes = 0
 
     def take(self, size: int, *, already: int = 0) -> None:
         """Charges `size` more bytes to a call that holds `already`, or refuses them: for good
@@ -71,26 +82,52 @@ class AssemblyBudget:
 
     @contextlib.contextmanager
     def holding(self, texts: Iterable[str]) -> Iterator[None]:
-        """Charges whole messages (their UTF-8 bytes) for the block."""
+        """Charges whole messages (their UTF-8 bytes) for the block: a write of at most
+        SMALL_WRITE_BYTES to the small writes' pool while it has room, else to the budget."""
         size = sum(utf8_length(text) for text in texts)
-        self.take(size)
+        small = size <= SMALL_WRITE_BYTES and self.small_held_bytes + size <= self.small_pool_bytes
+        if small:
+            self.small_held_bytes += size
+        else:
+            self.take(size)
         try:
             yield
         finally:
-            self.give_back(size)
+            if small:
+                self.small_held_bytes -= size
+            else:
+                self.give_back(size)
+
+
+# A message in pieces holds its share of the budget while it arrives; one that barely moves would
+# hold it for as long as its sender likes (the next frame's 60 s bound is kept by an empty piece a
+# minute). After its first minute, a message must have come at this rate on average, or it is
+# refused and its pieces dropped: 512 MiB then takes at most about 2.3 hours.
+MIN_PIECE_BYTES_PER_SECOND = 64 * 1024
+PIECE_RATE_GRACE_SECONDS = 60.0
 
 
 class Pieces:
     """One message arriving in pieces, charged to the budget until `release` (use `with`: the
     charge lasts while the message is written, and ends however the call does)."""
 
-    def __init__(self, budget: AssemblyBudget, *, max_bytes: int = 0, what: str = "", limit_name: str = "") -> None:
+    def __init__(
+        self,
+        budget: AssemblyBudget,
+        *,
+        max_bytes: int = 0,
+        what: str = "",
+        limit_name: str = "",
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._budget = budget
         self._max_bytes = max_bytes  # 0: no limit of its own
         self._what = what
         self._limit_name = limit_name
+        self._clock = clock
         self._pieces: list[str] = []
         self._charged = 0
+        self._started: float | None = None  # the current message's first piece
 
     def __enter__(self) -> Pieces:
         return self
@@ -102,9 +139,25 @@ class Pieces:
         size = utf8_length(piece)
         if self._max_bytes and self._charged + size > self._max_bytes:
             raise exceeded(f"{self._what} is larger than allowed", self._limit_name, self._max_bytes, "bytes")
+        self._check_rate(size)
         self._budget.take(size, already=self._charged)
         self._charged += size
         self._pieces.append(piece)
+
+    def _check_rate(self, size: int) -> None:
+        now = self._clock()
+        if self._started is None:
+            self._started = now
+            return
+        elapsed = now - self._started
+        if elapsed > PIECE_RATE_GRACE_SECONDS and self._charged + size < MIN_PIECE_BYTES_PER_SECOND * elapsed:
+            raise exceeded(
+                f"the message's pieces came at {int((self._charged + size) / elapsed)} bytes/s on average, "
+                "slower than the server holds a message for; the pieces received were dropped",
+                "min_piece_bytes_per_second",
+                MIN_PIECE_BYTES_PER_SECOND,
+                "bytes/s",
+            )
 
     def text(self) -> str:
         """The message so far, joined; the pieces are dropped (the charge stays until release)."""
@@ -116,11 +169,13 @@ class Pieces:
         self._pieces.clear()
         self._budget.give_back(self._charged)
         self._charged = 0
+        self._started = None
 
     def hand_over(self) -> Release:
         """The message's charge, given back by the release returned instead of by this object
         (which is then empty, ready for the next message)."""
         self._pieces.clear()
+        self._started = None
         charged, self._charged = self._charged, 0
         return Release(self._budget, charged)
 
