@@ -147,8 +147,12 @@ def test_abort_move_releases_the_lock_of_a_move_cut_short_and_the_object_then_mo
 
 
 def test_abort_move_uses_the_token_and_reports_a_refusal_on_one_line(tmp_path: Path) -> None:
+    """A move's steps are an operator's: a tenant's write grant may write its keys but neither
+    lock one for a move nor release a lock (a second security audit: a tenant held its keys
+    against a re-shard, and could have readers told a key moved anywhere it liked)."""
     tokens = tmp_path / "tokens.json"
     grants = [
+        {"name": "operator", "sha256": hash_token("o-secret"), "prefixes": [""], "access": "write"},
         {"name": "writer", "sha256": hash_token("w-secret"), "prefixes": ["tenant-a/"], "access": "write"},
         {"name": "reader", "sha256": hash_token("r-secret"), "prefixes": ["tenant-a/"], "access": "read"},
     ]
@@ -158,26 +162,34 @@ def test_abort_move_uses_the_token_and_reports_a_refusal_on_one_line(tmp_path: P
         with SessionsClient(server.address, token="w-secret", retry=None) as client:
             client.object("tenant-a/x").session().append_message(_text("m1", "one"))
             request = pb.ExportObjectRequest(object_key="tenant-a/x", lock_for_move=True, lease_seconds=3600)
-            assert list(client._stub.ExportObject(request, metadata=routing_metadata("tenant-a/x", "w-secret")))
+            with pytest.raises(grpc.RpcError) as refused:
+                list(client._stub.ExportObject(request, metadata=routing_metadata("tenant-a/x", "w-secret")))
+            assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+            assert "needs a token granting every object key" in (refused.value.details() or "")
+            assert not _writes_refused_as_moving(client, "tenant-a/x")
+            assert list(client._stub.ExportObject(request, metadata=routing_metadata("tenant-a/x", "o-secret")))
             assert _writes_refused_as_moving(client, "tenant-a/x")
 
-            reader = _cli("abort-move", "--from", server.address, "--object-key", "tenant-a/x", "--token", "r-secret")
-            assert reader.returncode == 1
-            assert reader.stdout == ""
-            [line] = reader.stderr.splitlines()
-            assert line.startswith(f"sessions-server abort-move: 'tenant-a/x' on {server.address}: PERMISSION_DENIED")
-            assert _writes_refused_as_moving(client, "tenant-a/x")
+            for token in ("r-secret", "w-secret"):
+                refusal = _cli("abort-move", "--from", server.address, "--object-key", "tenant-a/x", "--token", token)
+                assert refusal.returncode == 1
+                assert refusal.stdout == ""
+                [line] = refusal.stderr.splitlines()
+                assert line.startswith(
+                    f"sessions-server abort-move: 'tenant-a/x' on {server.address}: PERMISSION_DENIED"
+                ), line
+                assert _writes_refused_as_moving(client, "tenant-a/x")
 
-            writer = _cli(
+            operator = _cli(
                 "abort-move",
                 "--from",
                 server.address,
                 "--object-key",
                 "tenant-a/x",
-                env={**os.environ, "SESSIONS_TOKEN": "w-secret"},
+                env={**os.environ, "SESSIONS_TOKEN": "o-secret"},
             )
-            assert writer.returncode == 0, writer
-            assert writer.stdout.startswith("released the move lock of 'tenant-a/x'")
+            assert operator.returncode == 0, operator
+            assert operator.stdout.startswith("released the move lock of 'tenant-a/x'")
             assert not _writes_refused_as_moving(client, "tenant-a/x")
     finally:
         server.stop()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import socket
 import ssl
@@ -657,3 +658,53 @@ def test_a_prefix_that_does_not_end_a_segment_is_warned_of(tmp_path: Path, caplo
         "(e.g. 'tenant-a/') unless that is meant"
     ]
     assert grant.prefixes == ("tenant-a", "tenant-b/", "")  # as written: a warning, not a new rule
+
+
+def test_a_tenants_write_grant_takes_no_step_of_a_move(auth_server: LiveServer) -> None:
+    """A move's steps are an operator's (a token granting every key): with its write grant a
+    tenant held its own keys against a re-shard (hold_for_move, lock_for_move) and had every
+    later reader told its key had moved to an address of its choosing (DeleteObject with
+    moved_to). It still exports, imports and erases its own objects (a second security audit)."""
+    key = "tenant-a/moving"
+    metadata = (("authorization", "Bearer w-secret"), ("x-object-key", key))
+    with (
+        SessionsClient(auth_server.address, token="w-secret") as writer,
+        grpc.insecure_channel(auth_server.address) as channel,
+    ):
+        writer.object(key).session().append_message(MESSAGE)
+        stub = pb_grpc.SessionServiceStub(channel)
+        exported = b"".join(
+            frame.data for frame in stub.ExportObject(pb.ExportObjectRequest(object_key=key), metadata=metadata)
+        )
+        digest = hashlib.sha256(exported).hexdigest()
+        refused = {
+            "lock_for_move": lambda: list(
+                stub.ExportObject(pb.ExportObjectRequest(object_key=key, lock_for_move=True), metadata=metadata)
+            ),
+            "hold_for_move": lambda: stub.ImportObject(
+                iter(
+                    [
+                        pb.ImportObjectRequest(
+                            object_key=key, replace=True, hold_for_move=True, data=exported, sha256=digest
+                        )
+                    ]
+                ),
+                metadata=metadata,
+            ),
+            "moved_to": lambda: stub.DeleteObject(
+                pb.DeleteObjectRequest(object_key=key, moved_to="grpc://elsewhere:443"), metadata=metadata
+            ),
+            "AbortMove": lambda: stub.AbortMove(pb.AbortMoveRequest(object_key=key), metadata=metadata),
+        }
+        for step, call in refused.items():
+            with pytest.raises(grpc.RpcError) as denied:
+                call()
+            assert denied.value.code() == grpc.StatusCode.PERMISSION_DENIED, step
+            assert "needs a token granting every object key" in (denied.value.details() or ""), step
+        assert writer.object(key).session().append_message(dict(MESSAGE, id="m2")).inserted  # not moving, not moved
+        imported = stub.ImportObject(
+            iter([pb.ImportObjectRequest(object_key=key, replace=True, data=exported, sha256=digest)]),
+            metadata=metadata,
+        )
+        assert imported.message_rows == 1
+        assert stub.DeleteObject(pb.DeleteObjectRequest(object_key=key, erase=True), metadata=metadata).deleted

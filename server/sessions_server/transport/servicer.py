@@ -758,6 +758,8 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
     async def ExportObject(self, request: pb.ExportObjectRequest, context: Any) -> None:  # type: ignore[override]
         async def run() -> AsyncIterator[pb.ExportObjectResponse]:
             self._admit(context, request.object_key, write=True)
+            if request.lock_for_move:
+                self._admit_mover(context, "an export that locks its object for a move (lock_for_move)")
             frames = self._service.objects.export(
                 request.object_key, lock_for_move=request.lock_for_move, lease_seconds=request.lease_seconds
             )
@@ -780,6 +782,8 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             if first is None or not first.object_key:
                 raise InvalidArgument("the first ImportObject frame must name object_key", reason="INVALID_STREAM")
             self._admit(context, first.object_key, write=True)
+            if first.hold_for_move:
+                self._admit_mover(context, "an import that holds its object for a move (hold_for_move)")
             granted = _Granted(self._authority, context, first.object_key, write=True)
 
             async def data() -> AsyncIterator[tuple[bytes, str]]:
@@ -811,6 +815,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             if request.erase:
                 deleted = await objects.erase(request.object_key, moved_to=request.moved_to, move_id=request.move_id)
             else:
+                self._admit_mover(context, "a delete that ends a move (DeleteObject without erase)")
                 deleted = await objects.delete(request.object_key, moved_to=request.moved_to, move_id=request.move_id)
             return pb.DeleteObjectResponse(deleted=deleted)
 
@@ -819,9 +824,18 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
     async def AbortMove(self, request: pb.AbortMoveRequest, context: Any) -> pb.AbortMoveResponse:
         async def run() -> pb.AbortMoveResponse:
             self._admit(context, request.object_key, write=True)
+            self._admit_mover(context, "releasing a move lock (AbortMove)")
             return pb.AbortMoveResponse(was_locked=await self._service.objects.abort_move(request.object_key))
 
         return await calls.unary(context, run)
+
+    def _admit_mover(self, context: Any, what: str) -> None:
+        """A move's steps (`what`, for messages) move keys between servers, and a key moved away is
+        refused naming its destination: an operator's calls, which need a token granting every
+        key. (With a tenant's write grant, a tenant could hold its keys against a re-shard, or
+        have every reader of a key told it moved to an address of its choosing.)"""
+        if self._authority is not None:
+            self._authority.check_server_wide(context.invocation_metadata() or (), what)
 
     def _admit_admin(self, context: Any, what: str) -> None:
         """Server-wide admin calls (`what` they do, for messages): a token must grant every key."""

@@ -2702,7 +2702,9 @@ class ExportObjectRequest(_message.Message):
     object_key: _builtins.str
     """The object key."""
     lock_for_move: _builtins.bool
-    """Refuse writes to the object from the snapshot on (a move in progress)."""
+    """Refuse writes to the object from the snapshot on (a move in progress). With tokens, needs
+    one granting every key (PERMISSION_DENIED).
+    """
     lease_seconds: _builtins.int
     """How long the move lock lasts after the export ends without a DeleteObject (0: 60 s; at
     most 86,400; negative refused).
@@ -2786,6 +2788,7 @@ class ImportObjectRequest(_message.Message):
     still take one, and a failed move leaves one writable copy. The hold is kept on disk and
     has no lease: restarts keep it, and a mover that never comes back leaves the copy read-only
     until an operator releases or drops it. A later import of the key replaces a held copy.
+    With tokens, needs one granting every key (PERMISSION_DENIED).
     """
     def __init__(
         self,

@@ -460,7 +460,8 @@ class SessionServiceServicer:
         move's delete answers deleted=false), and with neither a move lock (ExportObject with
         lock_for_move) nor moved_to (FAILED_PRECONDITION: the key would only be blocked). With
         `erase`, removes it for good instead: nothing is recorded, and the key's next write makes a
-        new, empty object. Runs to its end once begun, even if the caller goes away.
+        new, empty object. Runs to its end once begun, even if the caller goes away. With tokens,
+        a delete without `erase` (a move's end) needs one granting every key (PERMISSION_DENIED).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -473,7 +474,8 @@ class SessionServiceServicer:
         after releasing a lock that still held is refused (FAILED_PRECONDITION: the mover's copy may
         miss writes accepted since) until the object is exported again or AbortMove is called once more.
         On a move's destination, releases the hold ImportObject took with `hold_for_move` once the
-        source is deleted: the object takes writes here from then on.
+        source is deleted: the object takes writes here from then on. With tokens, needs one
+        granting every key (PERMISSION_DENIED).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -192,7 +192,8 @@ class SessionServiceStub:
     move's delete answers deleted=false), and with neither a move lock (ExportObject with
     lock_for_move) nor moved_to (FAILED_PRECONDITION: the key would only be blocked). With
     `erase`, removes it for good instead: nothing is recorded, and the key's next write makes a
-    new, empty object. Runs to its end once begun, even if the caller goes away.
+    new, empty object. Runs to its end once begun, even if the caller goes away. With tokens,
+    a delete without `erase` (a move's end) needs one granting every key (PERMISSION_DENIED).
     """
     AbortMove: _grpc.UnaryUnaryMultiCallable[_sessions_pb2.AbortMoveRequest, _sessions_pb2.AbortMoveResponse]
     """Gives up a move that will not complete (the destination refused the file, say): releases
@@ -201,7 +202,8 @@ class SessionServiceStub:
     after releasing a lock that still held is refused (FAILED_PRECONDITION: the mover's copy may
     miss writes accepted since) until the object is exported again or AbortMove is called once more.
     On a move's destination, releases the hold ImportObject took with `hold_for_move` once the
-    source is deleted: the object takes writes here from then on.
+    source is deleted: the object takes writes here from then on. With tokens, needs one
+    granting every key (PERMISSION_DENIED).
     """
 
 @_typing.type_check_only
@@ -345,7 +347,8 @@ class SessionServiceAsyncStub(SessionServiceStub):
     move's delete answers deleted=false), and with neither a move lock (ExportObject with
     lock_for_move) nor moved_to (FAILED_PRECONDITION: the key would only be blocked). With
     `erase`, removes it for good instead: nothing is recorded, and the key's next write makes a
-    new, empty object. Runs to its end once begun, even if the caller goes away.
+    new, empty object. Runs to its end once begun, even if the caller goes away. With tokens,
+    a delete without `erase` (a move's end) needs one granting every key (PERMISSION_DENIED).
     """
     AbortMove: _aio.UnaryUnaryMultiCallable[_sessions_pb2.AbortMoveRequest, _sessions_pb2.AbortMoveResponse]  # type: ignore[assignment]
     """Gives up a move that will not complete (the destination refused the file, say): releases
@@ -354,7 +357,8 @@ class SessionServiceAsyncStub(SessionServiceStub):
     after releasing a lock that still held is refused (FAILED_PRECONDITION: the mover's copy may
     miss writes accepted since) until the object is exported again or AbortMove is called once more.
     On a move's destination, releases the hold ImportObject took with `hold_for_move` once the
-    source is deleted: the object takes writes here from then on.
+    source is deleted: the object takes writes here from then on. With tokens, needs one
+    granting every key (PERMISSION_DENIED).
     """
 
 class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -675,7 +679,8 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         move's delete answers deleted=false), and with neither a move lock (ExportObject with
         lock_for_move) nor moved_to (FAILED_PRECONDITION: the key would only be blocked). With
         `erase`, removes it for good instead: nothing is recorded, and the key's next write makes a
-        new, empty object. Runs to its end once begun, even if the caller goes away.
+        new, empty object. Runs to its end once begun, even if the caller goes away. With tokens,
+        a delete without `erase` (a move's end) needs one granting every key (PERMISSION_DENIED).
         """
 
     @_abc_1.abstractmethod
@@ -690,7 +695,8 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         after releasing a lock that still held is refused (FAILED_PRECONDITION: the mover's copy may
         miss writes accepted since) until the object is exported again or AbortMove is called once more.
         On a move's destination, releases the hold ImportObject took with `hold_for_move` once the
-        source is deleted: the object takes writes here from then on.
+        source is deleted: the object takes writes here from then on. With tokens, needs one
+        granting every key (PERMISSION_DENIED).
         """
 
 def add_SessionServiceServicer_to_server(servicer: SessionServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

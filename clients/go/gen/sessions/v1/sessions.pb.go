@@ -5200,7 +5200,8 @@ type ExportObjectRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The object key.
 	ObjectKey string `protobuf:"bytes,1,opt,name=object_key,json=objectKey,proto3" json:"object_key,omitempty"`
-	// Refuse writes to the object from the snapshot on (a move in progress).
+	// Refuse writes to the object from the snapshot on (a move in progress). With tokens, needs
+	// one granting every key (PERMISSION_DENIED).
 	LockForMove bool `protobuf:"varint,2,opt,name=lock_for_move,json=lockForMove,proto3" json:"lock_for_move,omitempty"`
 	// How long the move lock lasts after the export ends without a DeleteObject (0: 60 s; at
 	// most 86,400; negative refused).
@@ -5353,6 +5354,7 @@ type ImportObjectRequest struct {
 	// still take one, and a failed move leaves one writable copy. The hold is kept on disk and
 	// has no lease: restarts keep it, and a mover that never comes back leaves the copy read-only
 	// until an operator releases or drops it. A later import of the key replaces a held copy.
+	// With tokens, needs one granting every key (PERMISSION_DENIED).
 	HoldForMove   bool `protobuf:"varint,5,opt,name=hold_for_move,json=holdForMove,proto3" json:"hold_for_move,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

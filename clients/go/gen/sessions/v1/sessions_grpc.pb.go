@@ -200,7 +200,8 @@ type SessionServiceClient interface {
 	// move's delete answers deleted=false), and with neither a move lock (ExportObject with
 	// lock_for_move) nor moved_to (FAILED_PRECONDITION: the key would only be blocked). With
 	// `erase`, removes it for good instead: nothing is recorded, and the key's next write makes a
-	// new, empty object. Runs to its end once begun, even if the caller goes away.
+	// new, empty object. Runs to its end once begun, even if the caller goes away. With tokens,
+	// a delete without `erase` (a move's end) needs one granting every key (PERMISSION_DENIED).
 	DeleteObject(ctx context.Context, in *DeleteObjectRequest, opts ...grpc.CallOption) (*DeleteObjectResponse, error)
 	// Gives up a move that will not complete (the destination refused the file, say): releases
 	// the lock ExportObject took with `lock_for_move`, so the object takes writes again at once
@@ -208,7 +209,8 @@ type SessionServiceClient interface {
 	// after releasing a lock that still held is refused (FAILED_PRECONDITION: the mover's copy may
 	// miss writes accepted since) until the object is exported again or AbortMove is called once more.
 	// On a move's destination, releases the hold ImportObject took with `hold_for_move` once the
-	// source is deleted: the object takes writes here from then on.
+	// source is deleted: the object takes writes here from then on. With tokens, needs one
+	// granting every key (PERMISSION_DENIED).
 	AbortMove(ctx context.Context, in *AbortMoveRequest, opts ...grpc.CallOption) (*AbortMoveResponse, error)
 }
 
@@ -762,7 +764,8 @@ type SessionServiceServer interface {
 	// move's delete answers deleted=false), and with neither a move lock (ExportObject with
 	// lock_for_move) nor moved_to (FAILED_PRECONDITION: the key would only be blocked). With
 	// `erase`, removes it for good instead: nothing is recorded, and the key's next write makes a
-	// new, empty object. Runs to its end once begun, even if the caller goes away.
+	// new, empty object. Runs to its end once begun, even if the caller goes away. With tokens,
+	// a delete without `erase` (a move's end) needs one granting every key (PERMISSION_DENIED).
 	DeleteObject(context.Context, *DeleteObjectRequest) (*DeleteObjectResponse, error)
 	// Gives up a move that will not complete (the destination refused the file, say): releases
 	// the lock ExportObject took with `lock_for_move`, so the object takes writes again at once
@@ -770,7 +773,8 @@ type SessionServiceServer interface {
 	// after releasing a lock that still held is refused (FAILED_PRECONDITION: the mover's copy may
 	// miss writes accepted since) until the object is exported again or AbortMove is called once more.
 	// On a move's destination, releases the hold ImportObject took with `hold_for_move` once the
-	// source is deleted: the object takes writes here from then on.
+	// source is deleted: the object takes writes here from then on. With tokens, needs one
+	// granting every key (PERMISSION_DENIED).
 	AbortMove(context.Context, *AbortMoveRequest) (*AbortMoveResponse, error)
 	mustEmbedUnimplementedSessionServiceServer()
 }

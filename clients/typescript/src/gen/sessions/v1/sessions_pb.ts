@@ -2686,7 +2686,8 @@ export type ExportObjectRequest = Message<"sessions.v1.ExportObjectRequest"> & {
   objectKey: string;
 
   /**
-   * Refuse writes to the object from the snapshot on (a move in progress).
+   * Refuse writes to the object from the snapshot on (a move in progress). With tokens, needs
+   * one granting every key (PERMISSION_DENIED).
    *
    * @generated from field: bool lock_for_move = 2;
    */
@@ -2794,6 +2795,7 @@ export type ImportObjectRequest = Message<"sessions.v1.ImportObjectRequest"> & {
    * still take one, and a failed move leaves one writable copy. The hold is kept on disk and
    * has no lease: restarts keep it, and a mover that never comes back leaves the copy read-only
    * until an operator releases or drops it. A later import of the key replaces a held copy.
+   * With tokens, needs one granting every key (PERMISSION_DENIED).
    *
    * @generated from field: bool hold_for_move = 5;
    */
@@ -3770,7 +3772,8 @@ export const SessionService: GenService<{
    * move's delete answers deleted=false), and with neither a move lock (ExportObject with
    * lock_for_move) nor moved_to (FAILED_PRECONDITION: the key would only be blocked). With
    * `erase`, removes it for good instead: nothing is recorded, and the key's next write makes a
-   * new, empty object. Runs to its end once begun, even if the caller goes away.
+   * new, empty object. Runs to its end once begun, even if the caller goes away. With tokens,
+   * a delete without `erase` (a move's end) needs one granting every key (PERMISSION_DENIED).
    *
    * @generated from rpc sessions.v1.SessionService.DeleteObject
    */
@@ -3786,7 +3789,8 @@ export const SessionService: GenService<{
    * after releasing a lock that still held is refused (FAILED_PRECONDITION: the mover's copy may
    * miss writes accepted since) until the object is exported again or AbortMove is called once more.
    * On a move's destination, releases the hold ImportObject took with `hold_for_move` once the
-   * source is deleted: the object takes writes here from then on.
+   * source is deleted: the object takes writes here from then on. With tokens, needs one
+   * granting every key (PERMISSION_DENIED).
    *
    * @generated from rpc sessions.v1.SessionService.AbortMove
    */
