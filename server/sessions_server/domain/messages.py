@@ -143,19 +143,59 @@ class FieldNames:
 def parse_message(text: str, *, field: str = "message_json") -> tuple[Message, bool]:
     """Parses client JSON text into a message, or raises InvalidArgument naming the field.
     Also answers whether the message is plain data (jsjson.parse_checked)."""
+    message, plain, _ = parse_client_message(text, field=field)
+    return message, plain
+
+
+_DIGITS = "0123456789"
+
+
+def is_simple_message(value: Any) -> bool:
+    """Whether a value orjson parsed is a message of the common shape, which settles its checks
+    and preparation at a glance: an object with string `id` and `role` whose values are strings
+    but for `parts`, an array of objects whose values are strings, each with a `type` other than
+    `reasoning` and neither `url` nor `data`; no key empty or starting with a digit (JavaScript
+    orders array-index keys first). Such a message is plain data nested three levels deep, of the
+    shape every write needs (a lone surrogate aside: orjson refuses those); sanitizing and
+    stripping reserved metadata leave it as it is (no metadata object, no reasoning part), and it
+    holds no media and no pointer (only a record's `url` or `data` can)."""
+    if type(value) is not dict:
+        return False
+    parts = value.get("parts")
+    if type(parts) is not list or type(value.get("id")) is not str or type(value.get("role")) is not str:
+        return False
+    for key, item in value.items():
+        if (type(item) is not str and key != "parts") or key[:1] in _DIGITS:  # "" is in every string
+            return False
+    for part in parts:
+        if type(part) is not dict:
+            return False
+        kind = part.get("type")
+        if type(kind) is not str or kind == "reasoning" or "url" in part or "data" in part:
+            return False
+        for key, item in part.items():
+            if type(item) is not str or key[:1] in _DIGITS:
+                return False
+    return True
+
+
+def parse_client_message(text: str, *, field: str = "message_json") -> tuple[Message, bool, bool]:
+    """`parse_message`, also answering whether the message is of the common shape
+    (`is_simple_message`), which `prepare_for_write` takes as `simple`."""
     if not text:
         # A field left out of the request: the parser's "Expecting value at line 1 column 1"
         # sent its reader looking for a typo in JSON that was never there.
         detail = "empty: it must hold the message as a JSON object"
         raise InvalidArgument(f"{field} is {detail}", reason="INVALID_JSON", field=field, detail=detail)
     try:
-        value, plain = jsjson.parse_checked(text)
+        value, plain, simple = jsjson.parse_quick(text, is_simple_message)
     except jsjson.JsonInputError as exc:
         raise InvalidArgument(
             f"{field} is not valid JSON: {exc}", reason="INVALID_JSON", field=field, detail=str(exc)
         ) from None
-    check_message_shape(value, field=field)
-    return value, plain
+    if not simple or not (value["id"].isascii() and value["role"].isascii()):
+        check_message_shape(value, field=field)
+    return value, plain, simple
 
 
 def check_message_shape(value: Any, *, field: str) -> None:
@@ -216,10 +256,19 @@ def prepare_for_write(
     reserved_keys: Sequence[str],
     source_text: str | None = None,
     plain: bool = False,
+    simple: bool = False,
 ) -> PreparedMessage:
     """Append, update and upsert: sanitize, strip reserved metadata for client input, stamp.
     `source_text`, the JSON the message was parsed from, lets a message with no media skip the
-    walk for it, and a `plain` message stays plain (sanitizing and stripping only remove)."""
+    walk for it, and a `plain` message stays plain (sanitizing and stripping only remove). A
+    `simple` message (`is_simple_message`) is stored as it is: each of those steps would keep it."""
+    if simple:
+        return PreparedMessage(
+            message,
+            estimate_row_tokens(message),
+            attachments.Extraction(message, [], []),
+            jsjson.stringify(message, plain=True),
+        )
     prepared = sanitize_message(message)
     if from_client:
         prepared = strip_reserved_metadata(prepared, reserved_keys)

@@ -281,10 +281,15 @@ class SessionsService:
         cap = self.limits.max_client_message_bytes
         if from_client and cap and len(text) > cap // 4 and utf8_length(text) > cap:
             raise exceeded(f"{field} from a client is larger than allowed", "max_client_message_bytes", cap, "bytes")
-        message, plain = messages.parse_message(text, field=field)
+        message, plain, simple = messages.parse_client_message(text, field=field)
         messages.check_message_sizes(message, self.limits, field)
         prepared = messages.prepare_for_write(
-            message, from_client=from_client, reserved_keys=self.reserved_metadata_keys, source_text=text, plain=plain
+            message,
+            from_client=from_client,
+            reserved_keys=self.reserved_metadata_keys,
+            source_text=text,
+            plain=plain,
+            simple=simple,
         )
         return message, prepared
 
