@@ -317,7 +317,9 @@ def build_parser() -> argparse.ArgumentParser:
     mover.add_argument("--object-key", required=True, action="append", help="the object to move (repeatable)")
     mover.add_argument("--from", dest="source", required=True, help="source server address")
     mover.add_argument("--to", dest="destination", required=True, help="destination server address")
-    mover.add_argument("--token", help="bearer token valid on both servers (or SESSIONS_TOKEN)")
+    mover.add_argument(
+        "--token", help="bearer token valid on both servers, granting every key (prefix \"\") (or SESSIONS_TOKEN)"
+    )
     mover.add_argument(
         "--replace",
         action="store_true",
@@ -345,7 +347,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--object-key", required=True, action="append", help="the object whose lock to release (repeatable)"
     )
     aborter.add_argument("--from", dest="source", required=True, help="the server holding the lock (the move's source)")
-    aborter.add_argument("--token", help="bearer token for the server (or SESSIONS_TOKEN)")
+    aborter.add_argument("--token", help="bearer token for the server, granting every key (or SESSIONS_TOKEN)")
     _add_client_tls_flags(aborter, "the server")
     hasher = commands.add_parser("hash-token", help="print the SHA-256 of a bearer token, for the tokens file")
     hasher.set_defaults(command_parser=hasher)

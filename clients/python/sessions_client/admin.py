@@ -190,7 +190,8 @@ def move_object(
     An object `destination` already holds is not overwritten (FAILED_PRECONDITION, before
     anything is sent) unless `replace`: it may be a copy an earlier attempt of this move left
     there, or an object of its own whose writes would be lost. One the destination itself moved
-    away earlier is replaced either way."""
+    away earlier is replaced either way. With tokens, both clients' must grant every key (prefix
+    ""): a move's steps are an operator's (PERMISSION_DENIED otherwise, before anything changes)."""
     metadata_source = routing_metadata(object_key, source._token)
     metadata_destination = routing_metadata(object_key, destination._token)
     export = source._stub.ExportObject(
@@ -379,7 +380,8 @@ def abort_move(source: SessionsClient, object_key: str) -> bool:
     """Releases the move lock `object_key` holds on `source` (AbortMove), so it takes writes
     again: for a move cut short (a mover killed after a locked export) whose lock would otherwise
     last its lease. True when a lock was held; False when there was nothing to release. Only for
-    a move that is not running: a mover still at work would go on to delete the source."""
+    a move that is not running: a mover still at work would go on to delete the source. With
+    tokens, `source`'s must grant every key."""
     try:
         response = source._stub.AbortMove(
             pb.AbortMoveRequest(object_key=object_key), metadata=routing_metadata(object_key, source._token)
