@@ -318,7 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
     mover.add_argument("--from", dest="source", required=True, help="source server address")
     mover.add_argument("--to", dest="destination", required=True, help="destination server address")
     mover.add_argument(
-        "--token", help="bearer token valid on both servers, granting every key (prefix \"\") (or SESSIONS_TOKEN)"
+        "--token", help='bearer token valid on both servers, granting every key (prefix "") (or SESSIONS_TOKEN)'
     )
     mover.add_argument(
         "--replace",
