@@ -869,7 +869,7 @@ def _abort_moves(source: str, object_keys: list[str], token: str | None, *, tls:
 
 
 def _import_store(source: Path, object_key: str, data_dir: Path, *, replace: bool, limits: Limits) -> int:
-    from sessions_server.domain.limits import stored_text_limits
+    from sessions_server.domain.limits import stored_read_back, stored_text_limits
     from sessions_server.storage.datadir import DataDirectoryInUse, DataDirectoryLock
     from sessions_server.storage.files import ObjectExists, StoreImportError, import_store_file
     from sessions_server.storage.moved import MovedObjects
@@ -893,7 +893,7 @@ def _import_store(source: Path, object_key: str, data_dir: Path, *, replace: boo
                 data_dir,
                 replace=replace or object_key in moved,
                 text_limits=stored_text_limits(limits),
-                max_read_back_bytes=limits.max_assembly_bytes,
+                read_back=stored_read_back(limits),
             )
             moved.forget(object_key)
         finally:

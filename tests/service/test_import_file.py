@@ -3,6 +3,7 @@ frames with its digest, from a consistent copy (a live file's WAL included)."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 import json
@@ -327,5 +328,29 @@ def test_a_file_carrying_a_trigger_or_an_oversized_read_is_refused_and_replaces_
             assert "id 'big': its JSON with its attachments inline is" in error.message
             assert client.object("kept").session().get_history() == [_message("m1", 10)]
             assert list(stub.ListObjects(pb.ListObjectsRequest()).object_keys) == ["kept"]
+    finally:
+        server.stop()
+
+
+def test_an_object_the_server_stored_imports_again_under_its_limits(tmp_path: Path) -> None:
+    """A text that quotes an attachment's pointer is no place a read restores it, and the write
+    calls do not count it: the import's read-back bound counted every pointer's text, so an
+    object the server had stored could not be exported and imported (nor moved) again (a
+    review's finding)."""
+    image = bytes(range(256)) * 800  # 204,800 bytes: 273,068 in base64
+    digest = hashlib.sha256(image).hexdigest()
+    data_url = "data:image/png;base64," + base64.b64encode(image).decode()
+    server = start_server(tmp_path / "data", limits=Limits(max_assembly_bytes=1024 * 1024))
+    try:
+        with SessionsClient(server.address) as client:
+            session = client.object("stored").session()
+            session.append_message(
+                {"id": "img", "role": "user", "parts": [{"type": "file", "mediaType": "image/png", "url": data_url}]}
+            )
+            quote = {"type": "text", "text": f"attachment:sha256:{digest} " * 10}
+            session.append_message({"id": "quote", "role": "user", "parts": [quote]})
+            export_file(client, "stored", tmp_path / "stored.sqlite")
+            import_file(client, "copy", tmp_path / "stored.sqlite")
+            assert [m["id"] for m in client.object("copy").session().get_history()] == ["img", "quote"]
     finally:
         server.stop()

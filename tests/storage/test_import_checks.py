@@ -41,8 +41,16 @@ def _store(path: Path, before: str = "", after: str = "") -> Path:
     return path
 
 
+def _file_parts_pointers(text: str) -> list[str]:
+    """The hashes a read restores, for these tests' messages: each file part's `url` pointer."""
+    prefix = "attachment:sha256:"
+    parts = json.loads(text).get("parts", [])
+    return [p["url"][len(prefix) :] for p in parts if p.get("type") == "file" and p["url"].startswith(prefix)]
+
+
 def _import(source: Path, data_dir: Path, max_read_back_bytes: int = 0) -> Path:
-    return files.import_store_file(source, "k", data_dir, max_read_back_bytes=max_read_back_bytes)
+    read_back = files.ReadBack(max_read_back_bytes, _file_parts_pointers) if max_read_back_bytes else None
+    return files.import_store_file(source, "k", data_dir, read_back=read_back)
 
 
 def _nothing_installed(data_dir: Path) -> bool:
@@ -223,13 +231,14 @@ def test_a_message_that_reads_back_past_the_assembly_limit_is_refused(tmp_path: 
     assert _import(source, tmp_path / "other", max_read_back_bytes=read_back).exists()
 
 
-def test_a_pointer_cut_between_two_rows_is_counted(tmp_path: Path) -> None:
+@pytest.mark.parametrize("cut_into", ["the prefix", "the hash"])
+def test_a_pointer_cut_between_two_rows_is_counted(tmp_path: Path, cut_into: str) -> None:
     """A message's JSON is cut into rows anywhere: a pointer across the cut still names its payload."""
     data = bytes(range(256)) * 12
     digest = hashlib.sha256(data).hexdigest()
     times = 1
     text = _message_naming(digest, times)
-    cut = text.index(digest) + 10
+    cut = text.index("attachment:sha256:") + 5 if cut_into == "the prefix" else text.index(digest) + 10
     source = _store_naming(tmp_path / "source.sqlite", data, times, cut=cut)
     with pytest.raises(files.OversizedText):
         _import(source, tmp_path / "data", max_read_back_bytes=len(text) + 4_095)
@@ -254,3 +263,22 @@ def test_sqlites_message_about_a_file_is_cut_short(tmp_path: Path) -> None:
     assert "no such collation sequence" in message
     assert len(message) < len(str(source)) + 600
     assert _nothing_installed(data_dir)
+
+
+def test_a_pointers_text_where_no_read_restores_it_is_not_counted(tmp_path: Path) -> None:
+    """A text part may quote a pointer: reads restore only a record's `url` or `data`, and the
+    write calls count only those. Counting every pointer's text refused, on import, objects the
+    server had stored (a move of one failed: a review's finding)."""
+    data = bytes(range(256)) * 12
+    digest = hashlib.sha256(data).hexdigest()
+    quoted = {"type": "text", "text": f"see attachment:sha256:{digest} " * 50}
+    text = json.dumps({"id": "quoting", "role": "user", "parts": [quoted]})
+    source = _store(tmp_path / "source.sqlite", after=_with_payload(data))
+    with contextlib.closing(sqlite3.connect(source)) as conn:
+        conn.execute(
+            "INSERT INTO cf_agents_session_messages (session_id, id, seq, role, content, created_at)"
+            " VALUES ('', 'quoting', 2, 'user', ?, 1)",
+            (text,),
+        )
+        conn.commit()
+    assert _import(source, tmp_path / "data", max_read_back_bytes=len(text) + 1).exists()

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from sessions_server.domain import jsjson
 from sessions_server.domain.chunking import utf8_length
 
 POINTER_PREFIX = "attachment:sha256:"
@@ -214,6 +215,19 @@ def pointers_of(value: Any, depth: int = 0) -> list[str]:
 
     walk(value, depth)
     return found
+
+
+def restored_pointers(stored_json: str) -> list[str]:
+    """The hashes a read restores in a message's stored JSON, once for each place (none for
+    JSON that is no message: reads skip it)."""
+    if not may_hold_pointers(stored_json):
+        return []
+    try:
+        message = jsjson.parse(stored_json)
+    except jsjson.JsonInputError:
+        return []
+    parts = message.get("parts") if isinstance(message, dict) else None
+    return pointers_of(parts) if isinstance(parts, list) else []
 
 
 def resolve(message: dict[str, Any], load: Callable[[str], tuple[str, bytes] | None]) -> dict[str, Any]:

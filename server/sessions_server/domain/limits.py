@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sessions_server.domain.attachments import MAX_MEDIA_TYPE_BYTES
+from sessions_server.domain.attachments import MAX_MEDIA_TYPE_BYTES, restored_pointers
 from sessions_server.domain.chunking import utf8_length
 from sessions_server.domain.errors import InvalidArgument, LimitExceeded
 from sessions_server.domain.keys import MAX_SESSION_ID_BYTES
-from sessions_server.storage.files import TextLimit
+from sessions_server.storage.files import ReadBack, TextLimit
 from sessions_server.storage.rows import RowInfo
 from sessions_server.storage.store import ObjectStore
 
@@ -66,6 +66,12 @@ def stored_text_limits(limits: Limits) -> tuple[TextLimit, ...]:
         TextLimit(compactions, "summary", limits.max_summary_bytes, "max_summary_bytes"),
         TextLimit("cf_agents_session_attachment_meta", "media_type", MAX_MEDIA_TYPE_BYTES, "max_media_type_bytes"),
     )
+
+
+def stored_read_back(limits: Limits) -> ReadBack:
+    """How large a message a file brought in from elsewhere may hold, read back with its
+    attachments inline: as the write calls bound one (`max_assembly_bytes`)."""
+    return ReadBack(limits.max_assembly_bytes, restored_pointers)
 
 
 RESPONSE_PAYLOAD_BYTES = 3 * 1024 * 1024

@@ -118,14 +118,14 @@ class ObjectAdmin:
         max_object_key_bytes: int = keys.MAX_OBJECT_KEY_BYTES,
         max_object_bytes: int = 0,
         text_limits: Sequence[files.TextLimit] = (),
-        max_read_back_bytes: int = 0,
+        read_back: files.ReadBack | None = None,
     ) -> None:
         self._registry = registry
         self._placement = placement
         self._max_object_key_bytes = max_object_key_bytes
         self._max_object_bytes = max_object_bytes  # 0: none
         self._text_limits = tuple(text_limits)
-        self._max_read_back_bytes = max_read_back_bytes  # 0: none
+        self._read_back = read_back
         self._moving: dict[str, _MoveLock] = {}
         # Objects whose move lock AbortMove released while it held: the move's delete must not follow.
         self._aborted: set[str] = set()
@@ -504,7 +504,7 @@ class ObjectAdmin:
             self.data_dir,
             replace=replace,
             text_limits=self._text_limits,
-            max_read_back_bytes=self._max_read_back_bytes,
+            read_back=self._read_back,
         )
         self._moved.forget(object_key)
         return files.count_message_rows(target)

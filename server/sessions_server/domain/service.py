@@ -46,6 +46,7 @@ from sessions_server.domain.limits import (
     check_room,
     exceeded,
     results_bytes,
+    stored_read_back,
     stored_text_limits,
 )
 from sessions_server.domain.objects import ObjectAdmin
@@ -198,7 +199,7 @@ class SessionsService:
             max_object_key_bytes=max_object_key_bytes,
             max_object_bytes=self.limits.max_object_bytes,
             text_limits=stored_text_limits(self.limits),
-            max_read_back_bytes=self.limits.max_assembly_bytes,
+            read_back=stored_read_back(self.limits),
         )
 
     def check_names(self, object_key: str, session_id: str) -> None:

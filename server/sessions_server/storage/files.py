@@ -15,7 +15,7 @@ import shutil
 import sqlite3
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +43,16 @@ class TextLimit:
     column: str
     max_bytes: int
     name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReadBack:
+    """How large a message may read back with its attachments inline (`limit` bytes), and the
+    attachment hashes a read restores in a message's stored JSON (`pointers`, in the order and
+    number of the places it restores them)."""
+
+    limit: int
+    pointers: Callable[[str], Sequence[str]]
 
 
 class OversizedText(StoreImportError):
@@ -106,13 +116,13 @@ def import_store_file(
     *,
     replace: bool = False,
     text_limits: Sequence[TextLimit] = (),
-    max_read_back_bytes: int = 0,
+    read_back: ReadBack | None = None,
 ) -> Path:
     """Copies `source` in as `object_key`; returns the object's path. The caller owns `data_dir`
     (holds its lock, see `datadir`) and does not have the object open. A file that fails
     SQLite's integrity check or `import_checks`, holds a text past one of `text_limits`, or a
-    message that reads back, its attachments inline, past `max_read_back_bytes` (0: any;
-    OversizedText), is refused and nothing is installed."""
+    message that reads back, its attachments inline, past `read_back` (OversizedText), is
+    refused and nothing is installed."""
     if not source.is_file():
         raise StoreImportError(f"{source} is not a file")
     target = object_path(data_dir, object_key)
@@ -147,7 +157,8 @@ def import_store_file(
             _check_text_sizes(dst, text_limits)
             _check_column_types(dst)
             import_checks.check_attachments(dst)
-            _check_read_back_sizes(dst, max_read_back_bytes)
+            if read_back is not None:
+                _check_read_back_sizes(dst, read_back)
             _unstamp_mismatched_rows(dst)
             queries.backfill_partial_index(dst)
     except sqlite3.DatabaseError as exc:
@@ -347,13 +358,15 @@ def _check_integrity(conn: sqlite3.Connection) -> None:
         raise StoreImportError(f"integrity check failed: {'; '.join(problems[:5])}")
 
 
-def _check_read_back_sizes(conn: sqlite3.Connection, limit: int) -> None:
-    """Raises OversizedText for a message that would read back past `limit` (0: any), as the
-    write calls refuse one: a read builds the whole of it in memory."""
-    found = import_checks.first_read_back_past(conn, limit)
+def _check_read_back_sizes(conn: sqlite3.Connection, read_back: ReadBack) -> None:
+    """Raises OversizedText for a message that would read back past the limit, as the write
+    calls refuse one: a read builds the whole of it in memory."""
+    found = import_checks.first_read_back_past(conn, read_back.limit, read_back.pointers)
     if found is not None:
         session_id, message_id, size = found
-        bound = TextLimit("cf_agents_session_messages", "JSON with its attachments inline", limit, "max_assembly_bytes")
+        bound = TextLimit(
+            "cf_agents_session_messages", "JSON with its attachments inline", read_back.limit, "max_assembly_bytes"
+        )
         raise OversizedText(bound, size, _describe_row("cf_agents_session_messages", (session_id, message_id)))
 
 

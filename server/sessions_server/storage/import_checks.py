@@ -20,12 +20,11 @@ import functools
 import hashlib
 import re
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from sessions_server.storage import queries, schema
 
-_POINTER = re.compile(r"attachment:sha256:([0-9a-f]{64})")
-_POINTER_CHARS = len("attachment:sha256:") + 64
+_POINTER_PREFIX = "attachment:sha256:"
 _HASH = re.compile(r"[0-9a-f]{64}\Z")
 _CHECK_CONSTRAINT = re.compile(r"\bcheck\s*\(", re.IGNORECASE)
 NAME_CHARS = 64  # of a name from the file quoted in an error
@@ -102,33 +101,46 @@ def check_attachments(conn: sqlite3.Connection) -> None:
             raise UnsafeFile(f"holds the attachment {digest} with bytes of another hash")
 
 
-def first_read_back_past(conn: sqlite3.Connection, limit: int) -> tuple[str, str, int] | None:
+def first_read_back_past(
+    conn: sqlite3.Connection, limit: int, pointers: Callable[[str], Sequence[str]]
+) -> tuple[str, str, int] | None:
     """(session id, message id, size) of the first message that names stored attachments and
-    would read back, each put back inline (base64) at every place it is named, past `limit`
-    bytes (0: no limit), as writes refuse such a message. Counts each pointer's text in the
-    stored JSON, a bound on the places a read restores."""
+    would read back, each put back inline (base64) at every place a read restores it
+    (`pointers` of its stored JSON), past `limit` bytes (0: no limit), as writes refuse such a
+    message. A message whose stored JSON alone passes the limit and holds a pointer's text is
+    refused unread: a read that restores attachments builds the whole message."""
     if not limit:
         return None
     sizes = {str(h): int(b) for h, b in conn.execute("SELECT hash, bytes FROM cf_agents_session_attachment_meta")}
     if not sizes:
         return None
-    rows = conn.execute(
-        "SELECT session_id, id, content, content_chunks FROM cf_agents_session_messages "
-        "WHERE content_chunks > 0 OR instr(content, 'attachment:sha256:') > 0"
-    )
+    rows = conn.execute("SELECT session_id, id, content, content_chunks FROM cf_agents_session_messages")
     for session_id, message_id, content, chunks in rows:  # a row at a time: rows run to 1.5 MiB
-        total = 0
-        carried = ""  # the end of the row before: a pointer may straddle two rows
-        for piece in _message_rows(conn, str(session_id), str(message_id), str(content), int(chunks or 0)):
-            total += len(piece.encode("utf-8", "surrogatepass"))
-            text = carried + piece
-            for match in _POINTER.finditer(text):
-                if match.end() > len(carried):  # not counted with the row before
-                    total += (sizes.get(match.group(1), 0) + 2) // 3 * 4
-            carried = text[-(_POINTER_CHARS - 1) :]
+        key = (str(session_id), str(message_id))
+        stored, named = _scan(_message_rows(conn, *key, str(content), int(chunks or 0)))
+        if not named:
+            continue
+        if stored > limit:
+            return (*key, stored)
+        text = "".join(_message_rows(conn, *key, str(content), int(chunks or 0)))
+        total = stored + sum((sizes.get(digest, 0) + 2) // 3 * 4 for digest in pointers(text))
         if total > limit:
-            return str(session_id), str(message_id), total
+            return (*key, total)
     return None
+
+
+def _scan(pieces: Iterable[str]) -> tuple[int, bool]:
+    """The UTF-8 bytes of a message's rows, and whether a pointer's text is in them (also across
+    two rows: JSON is cut into rows anywhere)."""
+    stored = 0
+    named = False
+    carried = ""
+    for piece in pieces:
+        stored += len(piece.encode("utf-8", "surrogatepass"))
+        if not named:
+            named = _POINTER_PREFIX in carried + piece[: len(_POINTER_PREFIX)] or _POINTER_PREFIX in piece
+            carried = piece[-(len(_POINTER_PREFIX) - 1) :]
+    return stored, named
 
 
 def _message_rows(conn: sqlite3.Connection, session_id: str, message_id: str, head: str, chunks: int) -> Iterator[str]:
