@@ -208,7 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=limits.max_assembly_bytes,
         help=f"bytes of messages held at once while their pieces arrive or while they are written, all calls "
-        f"together (default {limits.max_assembly_bytes})",
+        f"together, and an eighth more (at most 64 MiB) for writes of up to 1 MiB "
+        f"(default {limits.max_assembly_bytes})",
     )
     serve.add_argument(
         "--max-subscribers-per-object",

@@ -77,11 +77,11 @@ def _stored_ids(stub: pb_grpc.SessionServiceStub, key: str) -> list[str]:
     return [f.info.id for r in responses for f in r.frames or [r.frame] if f.HasField("info")]  # heads of messages
 
 
-def _held_bytes(server: Server) -> float:
+def _held_bytes(server: Server, gauge: str = "sessions_assembly_bytes") -> float:
     port = server.metrics_port  # type: ignore[attr-defined]
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as page:
         text = page.read().decode()
-    return float(next(line.split()[1] for line in text.splitlines() if line.startswith("sessions_assembly_bytes ")))
+    return float(next(line.split()[1] for line in text.splitlines() if line.startswith(gauge + " ")))
 
 
 def _refused_early(stub: pb_grpc.SessionServiceStub, upload: Upload, limit: str) -> None:
@@ -246,6 +246,7 @@ def test_small_writes_go_through_while_pieces_hold_the_whole_budget(server: Serv
         assert error_reason(refused.value) == "SERVER_BUSY"
     assert _stored_ids(stub, "small") == ["small", "b0", "b1", "b2"]
     assert _held_bytes(server) == 0
+    assert _held_bytes(server, "sessions_small_write_bytes") == 0  # each write gave its charge back
 
 
 def test_a_message_whose_pieces_barely_move_is_refused_after_its_first_minute() -> None:
@@ -278,4 +279,13 @@ def test_a_message_whose_pieces_barely_move_is_refused_after_its_first_minute() 
     now[0] = 530.0
     steady.add("")
     steady.release()
+    assert budget.held_bytes == 0
+
+    waited = Pieces(budget, clock=lambda: now[0])
+    now[0] = 1_000.0
+    waited.add("w" * 1_000)
+    now[0] = 1_100.0
+    waited.excuse(90.0)  # the server made it wait for the import's own writes
+    waited.add("")  # 1,000 bytes in the 10 s that were the sender's
+    waited.release()
     assert budget.held_bytes == 0

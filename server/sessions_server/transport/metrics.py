@@ -86,6 +86,12 @@ class Metrics:
             "Bytes of messages held while their pieces arrive or while they are written (limit: --max-assembly-bytes)",
             registry=self.registry,
         )
+        self.small_write_bytes = Gauge(
+            "sessions_small_write_bytes",
+            "Bytes of unary writes of up to 1 MiB held while they are written, charged to a pool of their "
+            "own (an eighth of --max-assembly-bytes, at most 64 MiB) beside sessions_assembly_bytes",
+            registry=self.registry,
+        )
         self.calls_in_flight = Gauge(
             "sessions_rpcs_in_flight",
             "Calls being handled, except change feeds (Subscribe, health Watch) and bidirectional streams",

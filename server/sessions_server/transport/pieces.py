@@ -139,15 +139,21 @@ class Pieces:
         size = utf8_length(piece)
         if self._max_bytes and self._charged + size > self._max_bytes:
             raise exceeded(f"{self._what} is larger than allowed", self._limit_name, self._max_bytes, "bytes")
-        self._check_rate(size)
+        now = self._clock()
+        self._check_rate(size, now)
         self._budget.take(size, already=self._charged)
+        if self._started is None:  # the message's first piece taken
+            self._started = now
         self._charged += size
         self._pieces.append(piece)
 
-    def _check_rate(self, size: int) -> None:
-        now = self._clock()
+    def excuse(self, seconds: float) -> None:
+        """Leaves `seconds` the server itself made the message wait out of its rate."""
+        if self._started is not None:
+            self._started += seconds
+
+    def _check_rate(self, size: int, now: float) -> None:
         if self._started is None:
-            self._started = now
             return
         elapsed = now - self._started
         if elapsed > PIECE_RATE_GRACE_SECONDS and self._charged + size < MIN_PIECE_BYTES_PER_SECOND * elapsed:
@@ -223,5 +229,7 @@ class UntilWritten:
         except LimitExceeded as refused:
             if refused.reason != "SERVER_BUSY":
                 raise
+        waited_from = time.monotonic()
         await self._wait_for_writes()
+        pieces.excuse(time.monotonic() - waited_from)  # the import's own writes, not its sender
         pieces.add(piece)

@@ -219,6 +219,7 @@ async def _create_server(config: ServerConfig, lock: DataDirectoryLock) -> Runni
         require_routing_header=config.require_routing_header or config.ring_file is not None,
     )
     metrics.assembly_bytes.set_function(lambda: servicer.assembly.held_bytes)
+    metrics.small_write_bytes.set_function(lambda: servicer.assembly.small_held_bytes)
     screen = refusing_unauthorized(authority) if authority is not None else None
     registrar.add_generic_rpc_handlers((generic_handler(servicer),), screen)
     health_servicer = HealthServicer()
