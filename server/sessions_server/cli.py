@@ -379,6 +379,13 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"longest object key taken, UTF-8 bytes, as the server's flag (default {MAX_OBJECT_KEY_BYTES})",
     )
     _add_text_limit_flags(imp)
+    imp.add_argument(
+        "--max-assembly-bytes",
+        type=int,
+        default=Limits().max_assembly_bytes,
+        help="the largest a message may read back with its attachments inline, as the server's flag "
+        f"(default {Limits().max_assembly_bytes})",
+    )
     _add_client_tls_flags(imp, "the server of --to")
     exp = commands.add_parser(
         "export-store",
@@ -642,7 +649,8 @@ def main(argv: list[str] | None = None) -> int:
                 args.file, args.object_key, args.address, args.token, replace=args.replace, tls=args.tls_config
             )
         data_dir = args.data_dir or Path("./data")
-        return _import_store(args.file, args.object_key, data_dir, replace=args.replace, limits=_text_limits(args))
+        limits = dataclasses.replace(_text_limits(args), max_assembly_bytes=args.max_assembly_bytes)
+        return _import_store(args.file, args.object_key, data_dir, replace=args.replace, limits=limits)
     return _serve(args)
 
 

@@ -3,6 +3,7 @@ the row and the limit, and nothing is installed; the limits are the same flags a
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import sqlite3
 import subprocess
@@ -100,3 +101,29 @@ def test_an_object_moved_away_comes_back_with_import_store(tmp_path: Path) -> No
             assert client.object("imported").session().get_history() == [message]
     finally:
         server.stop()
+
+
+def test_the_read_back_bound_is_the_flag_the_server_runs_with(tmp_path: Path) -> None:
+    """`import-store` took the default --max-assembly-bytes (512 MiB) whatever the server ran
+    with: a server of 1 MiB got files whose messages read back far past it (a review's finding)."""
+    server = ServerProcess(tmp_path / "origin").start()
+    image = "data:image/png;base64," + base64.b64encode(bytes(range(256)) * 400).decode()  # 136,536 chars
+    try:
+        with SessionsClient(server.address) as client:
+            part = {"type": "file", "mediaType": "image/png", "url": image}
+            client.object("origin").session().append_message({"id": "m", "role": "user", "parts": [part] * 10})
+    finally:
+        server.stop()
+    source = tmp_path / "origin.sqlite"
+    live = sqlite3.connect(object_path(tmp_path / "origin", "origin"))
+    with contextlib.closing(live), contextlib.closing(sqlite3.connect(source)) as out:
+        live.backup(out)
+    data_dir = tmp_path / "data"
+
+    refused = _import_store(source, data_dir, "--max-assembly-bytes", str(1024 * 1024))
+    assert refused.returncode == 1
+    assert "id 'm': its JSON with its attachments inline is" in refused.stderr
+    assert "(max_assembly_bytes)" in refused.stderr
+    assert not object_path(data_dir, "imported").exists()
+    done = _import_store(source, data_dir)
+    assert done.returncode == 0, done.stderr
