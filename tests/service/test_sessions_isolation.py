@@ -127,7 +127,7 @@ def test_page_tokens_the_server_never_issued_are_refused(obj: Any, stub: Any, ob
     naming a lone surrogate reached SQLite, which failed on it (INTERNAL)."""
     for session_id in ("", "a", "b"):
         obj.session(session_id).append_message(text_message("m"))
-    for token in ("!!", "YQ", "a b", "not-a-token", "czrtoIA="):  # the last: "s:" and a lone surrogate's bytes
+    for token in ("!!", "YQ", "a b", "not-a-token", "czHtoIA="):  # the last: "s1" and a lone surrogate's bytes
         with pytest.raises(grpc.RpcError) as caught:
             stub.ListSessions(
                 pb.ListSessionsRequest(object_key=object_key, page_token=token), metadata=routing_metadata(object_key)
@@ -138,6 +138,13 @@ def test_page_tokens_the_server_never_issued_are_refused(obj: Any, stub: Any, ob
         with pytest.raises(grpc.RpcError) as caught:
             stub.ListObjects(pb.ListObjectsRequest(page_token=token))
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT, token
+    # A token of the servers before listings' fingerprints ("s:" and the id): start again.
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.ListSessions(
+            pb.ListSessionsRequest(object_key=object_key, page_token="czph"), metadata=routing_metadata(object_key)
+        )
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "issued by an earlier version of this server: start the listing again" in (caught.value.details() or "")
     first = stub.ListSessions(
         pb.ListSessionsRequest(object_key=object_key, page_size=1), metadata=routing_metadata(object_key)
     )

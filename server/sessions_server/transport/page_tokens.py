@@ -13,9 +13,12 @@ from sessions_server.domain.errors import InvalidArgument
 # What a token holds, base64url-coded: a tag for its kind of listing, the listing's fingerprint,
 # then the position. Session tokens are never empty, even after session "" (an empty
 # next_page_token means the last page).
-_SESSIONS_TAG = b"s:"
-_COMPACTIONS_TAG = b"c:"
+_SESSIONS_TAG = b"s1"
+_COMPACTIONS_TAG = b"c1"
 _FINGERPRINT_BYTES = 8
+# Servers before listings' fingerprints issued b"s:" + a session id, and a decimal seq: a
+# listing paged across an upgrade is told to start again rather than that it is another's.
+_EARLIER_SESSIONS_TAG = b"s:"
 
 
 def session_token(object_key: str, last_session_id: str) -> str:
@@ -43,6 +46,8 @@ def compactions_after(token: str, object_key: str, session_id: str) -> int:
     """The record seq a ListCompactions page starts after; 0 for the first page."""
     if not token:
         return 0
+    if token.isascii() and token.isdigit():
+        raise _from_an_earlier_server()
     position = _decode(token, _COMPACTIONS_TAG, (object_key, session_id))
     # Issued as a decimal row number: `int` would also take signs, underscores and spaces.
     if not (position.isdigit() and 0 < len(position) <= 18):
@@ -72,6 +77,8 @@ def _decode(token: str, tag: bytes, listing: tuple[str, ...]) -> bytes:
     except (ValueError, UnicodeError):
         raise _not_issued() from None
     head = len(tag) + _FINGERPRINT_BYTES
+    if tag == _SESSIONS_TAG and raw.startswith(_EARLIER_SESSIONS_TAG):
+        raise _from_an_earlier_server()
     if not raw.startswith(tag) or len(raw) < head:
         raise _not_issued()
     if raw[len(tag) : head] != _fingerprint(listing):
@@ -82,6 +89,13 @@ def _decode(token: str, tag: bytes, listing: tuple[str, ...]) -> bytes:
             field="page_token",
         )
     return raw[head:]
+
+
+def _from_an_earlier_server() -> InvalidArgument:
+    return InvalidArgument(
+        "page_token was issued by an earlier version of this server: start the listing again (empty page_token)",
+        field="page_token",
+    )
 
 
 def _not_issued() -> InvalidArgument:
