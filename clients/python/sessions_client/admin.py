@@ -191,7 +191,8 @@ def move_object(
     anything is sent) unless `replace`: it may be a copy an earlier attempt of this move left
     there, or an object of its own whose writes would be lost. One the destination itself moved
     away earlier is replaced either way. With tokens, both clients' must grant every key (prefix
-    ""): a move's steps are an operator's (PERMISSION_DENIED otherwise, before anything changes)."""
+    ""): a move's steps are an operator's (PERMISSION_DENIED otherwise; the source's lock, if it
+    was taken, is released as for any step that fails)."""
     metadata_source = routing_metadata(object_key, source._token)
     metadata_destination = routing_metadata(object_key, destination._token)
     export = source._stub.ExportObject(
