@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--old", required=True, help="comma-separated upstream names before the change")
     parser.add_argument("--new", required=True, help="comma-separated upstream names after the change")
     parser.add_argument("--connect", action="append", default=[], help="NAME=ADDRESS to reach a shard")
-    parser.add_argument("--token", help="bearer token valid on every shard, granting every key (prefix \"\")")
+    parser.add_argument("--token", help='bearer token valid on every shard, granting every key (prefix "")')
     parser.add_argument("--execute", action="store_true", help="run the moves (default: only print them)")
     parser.add_argument(
         "--replace",
