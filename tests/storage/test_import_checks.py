@@ -92,6 +92,33 @@ REFUSED_SCHEMAS = {
         "",
         "holds a table 'cf_agents_session_messages' with a CHECK constraint this service does not define",
     ),
+    "a key the service does not define": (
+        f"CREATE TABLE cf_agents_session_messages ({MESSAGES_COLUMNS}, UNIQUE (session_id, role),"
+        " PRIMARY KEY (session_id, id)) WITHOUT ROWID;",
+        "",
+        "holds a table 'cf_agents_session_messages' with keys this service does not define",
+    ),
+    "a column declared otherwise": (
+        "CREATE TABLE cf_agents_session_messages ("
+        + MESSAGES_COLUMNS.replace("role TEXT NOT NULL", "role TEXT", 1)
+        + ", PRIMARY KEY (session_id, id)) WITHOUT ROWID;",
+        "",
+        "holds a table 'cf_agents_session_messages' whose column 'role' is not declared as this service does",
+    ),
+    "a collation": (
+        "CREATE TABLE cf_agents_session_messages ("
+        + MESSAGES_COLUMNS.replace("id TEXT NOT NULL,", "id TEXT NOT NULL COLLATE NOCASE,", 1)
+        + ", PRIMARY KEY (session_id, id)) WITHOUT ROWID;",
+        "",
+        "holds a table 'cf_agents_session_messages' with keys this service does not define",
+    ),
+    "a collation of a column that is no key": (
+        "CREATE TABLE cf_agents_session_messages ("
+        + MESSAGES_COLUMNS.replace("role TEXT NOT NULL", "role TEXT NOT NULL COLLATE NOCASE", 1)
+        + ", PRIMARY KEY (session_id, id)) WITHOUT ROWID;",
+        "",
+        "holds a table 'cf_agents_session_messages' with a collation this service does not define",
+    ),
     "an index the service does not define": (
         "",
         "CREATE INDEX evil ON cf_agents_session_messages (length(content));",
@@ -246,21 +273,20 @@ def test_a_pointer_cut_between_two_rows_is_counted(tmp_path: Path, cut_into: str
 
 
 def test_sqlites_message_about_a_file_is_cut_short(tmp_path: Path) -> None:
-    """SQLite's errors quote the file's names, which run to any length (a collation of 20,000
-    characters): the refusal quotes 500 of them."""
-    collation = "c" * 20_000
+    """SQLite's errors quote the file's names, which run to any length (a table of 20,000
+    characters whose schema is malformed): the refusal quotes 500 characters of SQLite's."""
+    name = "c" * 20_000
     source = _store(
         tmp_path / "source.sqlite",
-        after="PRAGMA writable_schema = ON;"  # SQLite checks a collation's name when a table is made
-        " UPDATE sqlite_master SET sql = replace(sql, 'key TEXT NOT NULL', 'key TEXT NOT NULL COLLATE "
-        + collation
-        + "') WHERE name = 'cf_agents_session_config';",
+        after=f"CREATE TABLE {name} (a);"
+        "PRAGMA writable_schema = ON;"
+        f" UPDATE sqlite_master SET sql = 'CREATE TABLE {name} (' WHERE name = '{name}';",
     )
     data_dir = tmp_path / "data"
     with pytest.raises(files.StoreImportError) as refused:
         _import(source, data_dir)
     message = str(refused.value)
-    assert "no such collation sequence" in message
+    assert "malformed database schema" in message
     assert len(message) < len(str(source)) + 600
     assert _nothing_installed(data_dir)
 

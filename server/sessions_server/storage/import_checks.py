@@ -27,6 +27,7 @@ from sessions_server.storage import queries, schema
 _POINTER_PREFIX = "attachment:sha256:"
 _HASH = re.compile(r"[0-9a-f]{64}\Z")
 _CHECK_CONSTRAINT = re.compile(r"\bcheck\s*\(", re.IGNORECASE)
+_COLLATE = re.compile(r"\bcollate\b", re.IGNORECASE)
 NAME_CHARS = 64  # of a name from the file quoted in an error
 
 
@@ -161,12 +162,13 @@ def _chunks(conn: sqlite3.Connection, digest: str) -> Iterator[tuple[int, bytes]
 
 
 class _Defined:
-    """A table or index as this service creates it: its SQL and, for a table, its columns'
-    defaults by name."""
+    """A table or index as this service creates it: its SQL and, for a table, each column's
+    (declared type, not null, key position, default) by name and its keys (`_keys`)."""
 
-    def __init__(self, sql: str, defaults: dict[str, str | None]) -> None:
+    def __init__(self, sql: str, columns: dict[str, tuple[str, int, int, str | None]], keys: frozenset[str]) -> None:
         self.sql = sql
-        self.defaults = defaults
+        self.columns = columns
+        self.keys = keys
 
 
 @functools.cache
@@ -179,33 +181,68 @@ def _reference_schema() -> dict[str, _Defined]:
         for kind, name, sql in conn.execute("SELECT type, name, sql FROM sqlite_master").fetchall():
             if sql is None:
                 continue
-            defaults = {}
-            if kind == "table":
-                defaults = {str(row[1]): row[4] for row in conn.execute(f"PRAGMA table_xinfo({_ident(name)})")}
-            defined[str(name)] = _Defined(str(sql), defaults)
+            columns: dict[str, tuple[str, int, int, str | None]] = {}
+            keys: frozenset[str] = frozenset()
+            if kind == "table" and not _is_virtual(sql):
+                columns = {column[0]: column[1:] for column in _columns(conn, name)}
+                keys = _keys(conn, name)
+            defined[str(name)] = _Defined(str(sql), columns, keys)
         return defined
 
 
 def _check_table(conn: sqlite3.Connection, name: str, known: _Defined | None) -> None:
     """No generated column in any table; the service's own tables with no column it does not
-    define, no DEFAULT it does not write and no CHECK constraint (SQLite runs each on writes)."""
-    columns = conn.execute(f"PRAGMA table_xinfo({_ident(name)})").fetchall()
-    if any(int(row[6]) in (2, 3) for row in columns):  # hidden: 2 virtual, 3 stored generated column
-        raise UnsafeFile(f"holds a table {_quoted(name)} with a generated column; a store has none")
+    define or defines otherwise (type, NOT NULL, key, DEFAULT: SQLite runs a default on every
+    insert that leaves its column out), no key or collation of their own, and no CHECK."""
+    if any(int(row[6]) in (2, 3) for row in conn.execute(f"PRAGMA table_xinfo({_ident(name)})")):
+        raise UnsafeFile(f"holds a table {_quoted(name)} with a generated column; a store has none")  # hidden 2, 3
     if known is None:
         return  # not the service's: nothing of the service reads or writes it
-    for row in columns:
-        column, default = str(row[1]), row[4]
-        if column not in known.defaults:
+    for column, kind, notnull, pk, default in _columns(conn, name):
+        expected = known.columns.get(column)
+        if expected is None:
             raise UnsafeFile(
                 f"holds a table {_quoted(name)} with a column {_quoted(column)} this service does not define"
             )
-        if default is not None and default != known.defaults[column]:
+        if default is not None and default != expected[3]:
             raise UnsafeFile(
                 f"holds a table {_quoted(name)} that gives {_quoted(column)} a default this service does not"
             )
-    if _CHECK_CONSTRAINT.search(_table_sql(conn, name)):
+        if (kind, notnull, pk) != expected[:3]:
+            raise UnsafeFile(
+                f"holds a table {_quoted(name)} whose column {_quoted(column)} is not declared as this service does"
+            )
+    if _keys(conn, name) != known.keys:
+        raise UnsafeFile(f"holds a table {_quoted(name)} with keys this service does not define")
+    sql = _table_sql(conn, name)
+    if _CHECK_CONSTRAINT.search(sql):
         raise UnsafeFile(f"holds a table {_quoted(name)} with a CHECK constraint this service does not define")
+    if _COLLATE.search(sql):
+        raise UnsafeFile(f"holds a table {_quoted(name)} with a collation this service does not define")
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> list[tuple[str, str, int, int, str | None]]:
+    """(name, declared type, not null, key position, default) of each column."""
+    return [
+        (str(row[1]), str(row[2]).upper(), int(row[3]), int(row[5]), row[4])
+        for row in conn.execute(f"PRAGMA table_xinfo({_ident(table)})")
+    ]
+
+
+def _keys(conn: sqlite3.Connection, table: str) -> frozenset[str]:
+    """The table's primary key and UNIQUE constraints, each as its kind, uniqueness and columns
+    with their order and collation (`CREATE INDEX`es are compared by their SQL)."""
+    keys = set()
+    for _, index, unique, origin, partial in conn.execute(f"PRAGMA index_list({_ident(table)})").fetchall():
+        if origin == "c":
+            continue
+        columns = [
+            f"{row[2]} {row[3]} {row[4]}"  # name, descending, collation
+            for row in conn.execute(f"PRAGMA index_xinfo({_ident(index)})")
+            if row[5]  # key columns only
+        ]
+        keys.add(f"{origin} {unique} {partial}: {', '.join(columns)}")
+    return frozenset(keys)
 
 
 def _table_sql(conn: sqlite3.Connection, name: str) -> str:
