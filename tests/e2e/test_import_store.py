@@ -24,20 +24,28 @@ def _import_store(source: Path, data_dir: Path, *flags: str) -> subprocess.Compl
     return subprocess.run([*command, "--data-dir", str(data_dir), *flags], capture_output=True, text=True, check=False)
 
 
-def _store_with_a_long_role(tmp_path: Path) -> Path:
-    """A store written by a server, then given a role no server would have accepted."""
+def _store_written(tmp_path: Path, messages: list[dict[str, object]]) -> Path:
+    """A copy of the file a server wrote holding `messages`."""
     server = ServerProcess(tmp_path / "origin").start()
     try:
         with SessionsClient(server.address) as client:
             session = client.object("origin").session()
-            for index in range(3):
-                session.append_message({"id": f"m{index}", "role": "user", "parts": [{"type": "text", "text": "hi"}]})
+            for message in messages:
+                session.append_message(message)
     finally:
         server.stop()
     copy = tmp_path / "upstream.sqlite"
     live = sqlite3.connect(object_path(tmp_path / "origin", "origin"))
     with contextlib.closing(live), contextlib.closing(sqlite3.connect(copy)) as out:
         live.backup(out)
+    return copy
+
+
+def _store_with_a_long_role(tmp_path: Path) -> Path:
+    """A store written by a server, then given a role no server would have accepted."""
+    text = [{"type": "text", "text": "hi"}]
+    copy = _store_written(tmp_path, [{"id": f"m{index}", "role": "user", "parts": text} for index in range(3)])
+    with contextlib.closing(sqlite3.connect(copy)) as out:
         out.execute("UPDATE cf_agents_session_messages SET role = ? WHERE id = 'm1'", (LONG_ROLE,))
         out.commit()
     return copy
@@ -106,18 +114,9 @@ def test_an_object_moved_away_comes_back_with_import_store(tmp_path: Path) -> No
 def test_the_read_back_bound_is_the_flag_the_server_runs_with(tmp_path: Path) -> None:
     """`import-store` took the default --max-assembly-bytes (512 MiB) whatever the server ran
     with: a server of 1 MiB got files whose messages read back far past it (a review's finding)."""
-    server = ServerProcess(tmp_path / "origin").start()
     image = "data:image/png;base64," + base64.b64encode(bytes(range(256)) * 400).decode()  # 136,536 chars
-    try:
-        with SessionsClient(server.address) as client:
-            part = {"type": "file", "mediaType": "image/png", "url": image}
-            client.object("origin").session().append_message({"id": "m", "role": "user", "parts": [part] * 10})
-    finally:
-        server.stop()
-    source = tmp_path / "origin.sqlite"
-    live = sqlite3.connect(object_path(tmp_path / "origin", "origin"))
-    with contextlib.closing(live), contextlib.closing(sqlite3.connect(source)) as out:
-        live.backup(out)
+    part = {"type": "file", "mediaType": "image/png", "url": image}
+    source = _store_written(tmp_path, [{"id": "m", "role": "user", "parts": [part] * 10}])
     data_dir = tmp_path / "data"
 
     refused = _import_store(source, data_dir, "--max-assembly-bytes", str(1024 * 1024))
