@@ -346,7 +346,8 @@ class Compactor:
                     raise _prompt_too_large(f"{size} bytes", max_prompt_bytes, for_summarizer=for_summarizer)
                 return compaction.CompactionPlan(span.from_message_id, span.to_message_id, prompt, span.budget_tokens)
         raise FailedPrecondition(
-            f"the session changed while its compaction was planned, {PLAN_ATTEMPTS} times in a row; plan again"
+            f"the session changed while its compaction was planned, {PLAN_ATTEMPTS} times in a row; plan again",
+            reason="SESSION_CHANGED",
         )
 
     async def _previous_summaries(
@@ -451,7 +452,13 @@ class Compactor:
                 )
             except SessionChanged:
                 continue  # its messages changed while the summary was made: it may be stale
-        return None
+        # Not "nothing to compact": a caller (and automatic compaction, which reports it as a
+        # compaction_error) must learn that the model was asked and nothing was stored.
+        raise FailedPrecondition(
+            f"the session changed while each of {COMPACT_ATTEMPTS} summaries was made (an update, delete or "
+            "clear, wherever it landed): none was stored, as it might miss the change; compact again",
+            reason="SESSION_CHANGED",
+        )
 
     # ── policy ──────────────────────────────────────────────────────────────
 

@@ -529,7 +529,8 @@ class SessionsService:
 
             def run(ctx: WriteContext) -> int:
                 deleted = delete_in(ctx, session_id, ids)
-                note_session_changed(ctx, session_id)
+                if deleted:  # a delete that found none changed nothing a compaction summarizes
+                    note_session_changed(ctx, session_id)
                 ctx.emit(event)
                 return deleted
 

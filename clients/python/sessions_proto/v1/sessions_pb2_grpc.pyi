@@ -142,7 +142,9 @@ class SessionServiceStub:
     in parts, recording each with AddCompaction. Automatic compaction has the same bound and
     reports such a refusal as a compaction error event. When the session changes other than by
     appends while the summary is made, it plans and summarizes again (three tries) rather than
-    store a summary of what is no longer there.
+    store a summary of what is no longer there; when all three were outrun it is refused
+    FAILED_PRECONDITION (reason SESSION_CHANGED, nothing stored: compact again), and automatic
+    compaction reports that as a compaction error event.
     """
     SetCompactionPolicy: _grpc.UnaryUnaryMultiCallable[_sessions_pb2.SetCompactionPolicyRequest, _sessions_pb2.SetCompactionPolicyResponse]
     """Sets a session's automatic compaction policy (persisted in the object). A threshold needs
@@ -297,7 +299,9 @@ class SessionServiceAsyncStub(SessionServiceStub):
     in parts, recording each with AddCompaction. Automatic compaction has the same bound and
     reports such a refusal as a compaction error event. When the session changes other than by
     appends while the summary is made, it plans and summarizes again (three tries) rather than
-    store a summary of what is no longer there.
+    store a summary of what is no longer there; when all three were outrun it is refused
+    FAILED_PRECONDITION (reason SESSION_CHANGED, nothing stored: compact again), and automatic
+    compaction reports that as a compaction error event.
     """
     SetCompactionPolicy: _aio.UnaryUnaryMultiCallable[_sessions_pb2.SetCompactionPolicyRequest, _sessions_pb2.SetCompactionPolicyResponse]  # type: ignore[assignment]
     """Sets a session's automatic compaction policy (persisted in the object). A threshold needs
@@ -569,7 +573,9 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         in parts, recording each with AddCompaction. Automatic compaction has the same bound and
         reports such a refusal as a compaction error event. When the session changes other than by
         appends while the summary is made, it plans and summarizes again (three tries) rather than
-        store a summary of what is no longer there.
+        store a summary of what is no longer there; when all three were outrun it is refused
+        FAILED_PRECONDITION (reason SESSION_CHANGED, nothing stored: compact again), and automatic
+        compaction reports that as a compaction error event.
         """
 
     @_abc_1.abstractmethod

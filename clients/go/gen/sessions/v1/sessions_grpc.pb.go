@@ -155,7 +155,9 @@ type SessionServiceClient interface {
 	// in parts, recording each with AddCompaction. Automatic compaction has the same bound and
 	// reports such a refusal as a compaction error event. When the session changes other than by
 	// appends while the summary is made, it plans and summarizes again (three tries) rather than
-	// store a summary of what is no longer there.
+	// store a summary of what is no longer there; when all three were outrun it is refused
+	// FAILED_PRECONDITION (reason SESSION_CHANGED, nothing stored: compact again), and automatic
+	// compaction reports that as a compaction error event.
 	Compact(ctx context.Context, in *CompactRequest, opts ...grpc.CallOption) (*CompactResponse, error)
 	// Sets a session's automatic compaction policy (persisted in the object). A threshold needs
 	// the server's summarizer: without one it is refused (FAILED_PRECONDITION, NO_SUMMARIZER) and
@@ -719,7 +721,9 @@ type SessionServiceServer interface {
 	// in parts, recording each with AddCompaction. Automatic compaction has the same bound and
 	// reports such a refusal as a compaction error event. When the session changes other than by
 	// appends while the summary is made, it plans and summarizes again (three tries) rather than
-	// store a summary of what is no longer there.
+	// store a summary of what is no longer there; when all three were outrun it is refused
+	// FAILED_PRECONDITION (reason SESSION_CHANGED, nothing stored: compact again), and automatic
+	// compaction reports that as a compaction error event.
 	Compact(context.Context, *CompactRequest) (*CompactResponse, error)
 	// Sets a session's automatic compaction policy (persisted in the object). A threshold needs
 	// the server's summarizer: without one it is refused (FAILED_PRECONDITION, NO_SUMMARIZER) and

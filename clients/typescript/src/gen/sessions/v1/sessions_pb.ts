@@ -3647,7 +3647,9 @@ export const SessionService: GenService<{
    * in parts, recording each with AddCompaction. Automatic compaction has the same bound and
    * reports such a refusal as a compaction error event. When the session changes other than by
    * appends while the summary is made, it plans and summarizes again (three tries) rather than
-   * store a summary of what is no longer there.
+   * store a summary of what is no longer there; when all three were outrun it is refused
+   * FAILED_PRECONDITION (reason SESSION_CHANGED, nothing stored: compact again), and automatic
+   * compaction reports that as a compaction error event.
    *
    * @generated from rpc sessions.v1.SessionService.Compact
    */
