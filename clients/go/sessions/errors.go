@@ -33,6 +33,7 @@ const (
 	ReasonObjectMoving       = "OBJECT_MOVING"
 	ReasonServerBusy         = "SERVER_BUSY"
 	ReasonObjectExists       = "OBJECT_EXISTS"
+	ReasonSessionChanged     = "SESSION_CHANGED"
 	errorDomain              = "sessions.v1"
 	codeUnavailable          = codes.Unavailable
 	streamEndedInsideMessage = "stream ended inside a message (more_pieces was true)"

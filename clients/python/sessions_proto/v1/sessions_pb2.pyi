@@ -190,6 +190,11 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """ImportObject without `replace` found the object already held here (FAILED_PRECONDITION):
     check it, then import again with `replace` if the copy is to win.
     """
+    ERROR_REASON_SESSION_CHANGED: _ErrorReason.ValueType  # 22
+    """The session changed (other than by appends) while a compaction was planned or summarized,
+    on every try (FAILED_PRECONDITION): nothing was stored, as it might miss the change; compact
+    or plan again, e.g. once a streamed reply's updates are done.
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """The reasons found in google.rpc.ErrorInfo.reason (without the ERROR_REASON_ prefix)."""
@@ -255,6 +260,11 @@ budget are LIMIT_EXCEEDED instead.)
 ERROR_REASON_OBJECT_EXISTS: ErrorReason.ValueType  # 21
 """ImportObject without `replace` found the object already held here (FAILED_PRECONDITION):
 check it, then import again with `replace` if the copy is to win.
+"""
+ERROR_REASON_SESSION_CHANGED: ErrorReason.ValueType  # 22
+"""The session changed (other than by appends) while a compaction was planned or summarized,
+on every try (FAILED_PRECONDITION): nothing was stored, as it might miss the change; compact
+or plan again, e.g. once a streamed reply's updates are done.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015
 

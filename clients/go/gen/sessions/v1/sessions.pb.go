@@ -268,6 +268,10 @@ const (
 	// ImportObject without `replace` found the object already held here (FAILED_PRECONDITION):
 	// check it, then import again with `replace` if the copy is to win.
 	ErrorReason_ERROR_REASON_OBJECT_EXISTS ErrorReason = 21
+	// The session changed (other than by appends) while a compaction was planned or summarized,
+	// on every try (FAILED_PRECONDITION): nothing was stored, as it might miss the change; compact
+	// or plan again, e.g. once a streamed reply's updates are done.
+	ErrorReason_ERROR_REASON_SESSION_CHANGED ErrorReason = 22
 )
 
 // Enum value maps for ErrorReason.
@@ -295,6 +299,7 @@ var (
 		19: "ERROR_REASON_SUMMARIZER_FAILED",
 		20: "ERROR_REASON_SERVER_BUSY",
 		21: "ERROR_REASON_OBJECT_EXISTS",
+		22: "ERROR_REASON_SESSION_CHANGED",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":         0,
@@ -319,6 +324,7 @@ var (
 		"ERROR_REASON_SUMMARIZER_FAILED":   19,
 		"ERROR_REASON_SERVER_BUSY":         20,
 		"ERROR_REASON_OBJECT_EXISTS":       21,
+		"ERROR_REASON_SESSION_CHANGED":     22,
 	}
 )
 
@@ -6165,7 +6171,7 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"\x06Source\x12\x16\n" +
 	"\x12SOURCE_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rSOURCE_SERVER\x10\x01\x12\x11\n" +
-	"\rSOURCE_CLIENT\x10\x02*\xdd\x05\n" +
+	"\rSOURCE_CLIENT\x10\x02*\xff\x05\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19ERROR_REASON_INVALID_JSON\x10\x01\x12 \n" +
@@ -6189,7 +6195,8 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"\x1aERROR_REASON_OBJECT_MOVING\x10\x12\x12\"\n" +
 	"\x1eERROR_REASON_SUMMARIZER_FAILED\x10\x13\x12\x1c\n" +
 	"\x18ERROR_REASON_SERVER_BUSY\x10\x14\x12\x1e\n" +
-	"\x1aERROR_REASON_OBJECT_EXISTS\x10\x15*\x8a\x01\n" +
+	"\x1aERROR_REASON_OBJECT_EXISTS\x10\x15\x12 \n" +
+	"\x1cERROR_REASON_SESSION_CHANGED\x10\x16*\x8a\x01\n" +
 	"\x0fUploadOperation\x12 \n" +
 	"\x1cUPLOAD_OPERATION_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17UPLOAD_OPERATION_APPEND\x10\x01\x12\x1b\n" +
