@@ -24,7 +24,7 @@ import orjson
 from sessions_server.storage import import_checks, queries, schema
 from sessions_server.storage.datadir import SCRATCH_DIR_NAME, sync_directories
 from sessions_server.storage.paths import FILE_SUFFIX, OBJECTS_DIR, object_path
-from sessions_server.storage.rows import StorageError, has_message_fields
+from sessions_server.storage.rows import StorageError, has_message_fields, shortened
 
 
 class StoreImportError(Exception):
@@ -99,6 +99,7 @@ _ROW_NOUNS = {
 # data as text), and reads would fail on it or read it as something else.
 _STORAGE_CLASSES = {"INTEGER": ("integer", "real"), "TEXT": ("text",), "BLOB": ("blob",)}
 QUOTED_KEY_CHARS = 64
+SQLITE_MESSAGE_CHARS = 500  # SQLite's errors quote the file's names, which run to any length
 _STORAGE_FAILURES = frozenset({sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR})
 
 
@@ -166,7 +167,9 @@ def import_store_file(
             partial.unlink()
         if getattr(exc, "sqlite_errorcode", 0) & 0xFF in _STORAGE_FAILURES:  # the disk, not the file
             raise StorageError(f"storage failed, nothing was imported: {exc}", cause=exc) from exc
-        raise StoreImportError(f"{source} is not a usable SQLite store: {_cut(str(exc))}") from exc
+        raise StoreImportError(
+            f"{source} is not a usable SQLite store: {shortened(str(exc), SQLITE_MESSAGE_CHARS)}"
+        ) from exc
     except import_checks.UnsafeFile as exc:
         with contextlib.suppress(FileNotFoundError):
             partial.unlink()
@@ -337,18 +340,12 @@ def _no_constant(name: str) -> None:
     raise ValueError(f"{name} is not JSON")  # NaN, Infinity: JSON.parse refuses them
 
 
-def _cut(text: str, limit: int = 500) -> str:
-    """SQLite's message, cut short: it may quote a name of the file's, which runs to any length."""
-    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
-
-
 def _describe_row(table: str, key_values: Sequence[object]) -> str:
     """Names a row by its key, each value cut short: the value may itself be the long one."""
     parts = []
     for column, value in zip(_ROW_KEYS[table], key_values, strict=True):
         text = str(value)
-        quoted = text if len(text) <= QUOTED_KEY_CHARS else f"{text[:QUOTED_KEY_CHARS]}… ({len(text)} characters)"
-        parts.append(f"{column} {quoted!r}")
+        parts.append(f"{column} {shortened(text, QUOTED_KEY_CHARS)!r}")
     return f"the {_ROW_NOUNS[table]} with {', '.join(parts)}"
 
 

@@ -23,6 +23,7 @@ import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from sessions_server.storage import queries, schema
+from sessions_server.storage.rows import shortened
 
 _POINTER_PREFIX = "attachment:sha256:"
 _HASH = re.compile(r"[0-9a-f]{64}\Z")
@@ -53,7 +54,7 @@ def check_schema(conn: sqlite3.Connection) -> None:
                 if known is not None and _normalized(sql) != _normalized(known.sql):
                     raise UnsafeFile(f"holds a table {_quoted(name)} that is not the search index this service defines")
             else:
-                _check_table(conn, name, known)
+                _check_table(conn, name, str(sql or ""), known)
         elif (
             kind == "index"
             and table in reference
@@ -190,7 +191,7 @@ def _reference_schema() -> dict[str, _Defined]:
         return defined
 
 
-def _check_table(conn: sqlite3.Connection, name: str, known: _Defined | None) -> None:
+def _check_table(conn: sqlite3.Connection, name: str, sql: str, known: _Defined | None) -> None:
     """No generated column in any table; the service's own tables with no column it does not
     define or defines otherwise (type, NOT NULL, key, DEFAULT: SQLite runs a default on every
     insert that leaves its column out), no key or collation of their own, and no CHECK."""
@@ -214,7 +215,6 @@ def _check_table(conn: sqlite3.Connection, name: str, known: _Defined | None) ->
             )
     if _keys(conn, name) != known.keys:
         raise UnsafeFile(f"holds a table {_quoted(name)} with keys this service does not define")
-    sql = _table_sql(conn, name)
     if _CHECK_CONSTRAINT.search(sql):
         raise UnsafeFile(f"holds a table {_quoted(name)} with a CHECK constraint this service does not define")
     if _COLLATE.search(sql):
@@ -245,11 +245,6 @@ def _keys(conn: sqlite3.Connection, table: str) -> frozenset[str]:
     return frozenset(keys)
 
 
-def _table_sql(conn: sqlite3.Connection, name: str) -> str:
-    row = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone()
-    return str(row[0] or "") if row is not None else ""
-
-
 def _is_virtual(sql: object) -> bool:
     return str(sql or "").upper().startswith("CREATE VIRTUAL TABLE")
 
@@ -264,4 +259,4 @@ def _ident(name: object) -> str:
 
 
 def _quoted(text: str) -> str:
-    return repr(text if len(text) <= NAME_CHARS else f"{text[:NAME_CHARS]}… ({len(text)} characters)")
+    return repr(shortened(text, NAME_CHARS))

@@ -222,6 +222,12 @@ def utf8_length(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
+def shortened(text: str, limit: int) -> str:
+    """`text`, or its first `limit` characters and how long it was: for a text of any length
+    (a name, a key, a message from SQLite) quoted in an error."""
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
+
+
 def held_bytes(text: str) -> int:
     """What `text` takes in memory, or encoded as UTF-8 if that is more: CPython keeps a string
     at 1, 2 or 4 bytes a character, by its widest one, so one emoji in ASCII text makes it take

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from types import TracebackType
 
 from sessions_server.domain.chunking import utf8_length
@@ -147,10 +147,15 @@ class Pieces:
         self._charged += size
         self._pieces.append(piece)
 
-    def excuse(self, seconds: float) -> None:
-        """Leaves `seconds` the server itself made the message wait out of its rate."""
-        if self._started is not None:
-            self._started += seconds
+    @contextlib.asynccontextmanager
+    async def excused(self) -> AsyncIterator[None]:
+        """Leaves the time the block takes (the server's own wait) out of the message's rate."""
+        began = self._clock()
+        try:
+            yield
+        finally:
+            if self._started is not None:
+                self._started += self._clock() - began
 
     def _check_rate(self, size: int, now: float) -> None:
         if self._started is None:
@@ -229,7 +234,6 @@ class UntilWritten:
         except LimitExceeded as refused:
             if refused.reason != "SERVER_BUSY":
                 raise
-        waited_from = time.monotonic()
-        await self._wait_for_writes()
-        pieces.excuse(time.monotonic() - waited_from)  # the import's own writes, not its sender
+        async with pieces.excused():  # the import's own writes, not its sender
+            await self._wait_for_writes()
         pieces.add(piece)
