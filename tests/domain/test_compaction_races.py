@@ -40,8 +40,8 @@ def test_a_change_committed_while_compact_summarizes_makes_it_plan_again(
     original = service_module.note_session_changed
     prompts: list[str] = []
 
-    def held(ctx: WriteContext, session_id: str) -> None:
-        original(ctx, session_id)
+    def held(ctx: WriteContext, session_id: str, changed: frozenset[str] | None) -> None:
+        original(ctx, session_id, changed)
         counted.set()
         assert proceed.wait(timeout=30), "the delete was never let go"
 
@@ -83,36 +83,29 @@ def test_a_change_committed_while_compact_summarizes_makes_it_plan_again(
     assert "text-m4" in summary and "text-m5" not in summary
 
 
-def test_a_compact_the_session_outran_every_time_says_so_and_stores_nothing(tmp_path: Path) -> None:
-    """A compaction audit: while each summary was made, the newest message was updated (a reply
-    streaming in); after three summaries `compact` answered None, as for "nothing to compact",
-    and automatic compaction reported nothing. It now refuses FAILED_PRECONDITION
-    (SESSION_CHANGED), and automatic compaction publishes a compaction_error. A delete that
-    found nothing changes nothing and does not make it plan again."""
+def test_a_compact_whose_span_changed_every_time_says_so_and_stores_nothing(tmp_path: Path) -> None:
+    """A compaction audit: while each summary was made a message of its span was updated; after
+    three summaries `compact` answered None, as for "nothing to compact", and automatic
+    compaction reported nothing. It now refuses FAILED_PRECONDITION (SESSION_CHANGED), and
+    automatic compaction publishes a compaction_error."""
 
-    async def scenario() -> tuple[str, int, list[str], int, int]:
+    async def scenario() -> tuple[str, int, list[str], int]:
         service: SessionsService | None = None
-        streaming = True
         calls = 0
 
-        class StreamedMeanwhile:
-            """Summarizes while the newest message (outside every span) is updated."""
+        class EditedMeanwhile:
+            """Summarizes while a message the span holds (m5) is edited."""
 
             async def summarize(self, prompt: str) -> str:
                 nonlocal calls
                 calls += 1
                 assert service is not None
-                if streaming:
-                    await service.update(
-                        "k", "", _message("m11").replace("text-m11", f"text-m11-{calls}"), from_client=True
-                    )
-                else:
-                    await service.delete("k", "", ["no-such-id"])  # finds nothing
+                await service.update("k", "", _message("m5").replace("text-m5", f"text-m5-{calls}"), from_client=True)
                 return "S"
 
         executor = ThreadPoolExecutor(max_workers=4)
         registry = ObjectRegistry(tmp_path, executor, calls_in_flight=lambda: 5)
-        service = SessionsService(registry, summarizer=StreamedMeanwhile())
+        service = SessionsService(registry, summarizer=EditedMeanwhile())
         events: list[str] = []
         try:
             await service.append_many("k", "", [AppendInput(_message(f"m{i}"), Parent.auto(), True) for i in range(12)])
@@ -120,7 +113,6 @@ def test_a_compact_the_session_outran_every_time_says_so_and_stores_nothing(tmp_
             with pytest.raises(FailedPrecondition) as refused:
                 await service.compactor.compact("k", "")
             asked_first = calls
-            stored_first = len(await service.compactor.spans("k", ""))
 
             subscription = service.subscribe("k", None, 0, progress_seconds=3600)
             await anext(subscription)  # subscribed (its opening progress)
@@ -131,19 +123,165 @@ def test_a_compact_the_session_outran_every_time_says_so_and_stores_nothing(tmp_
                     if item.type == "compaction_error":
                         break
             await subscription.aclose()
-
-            streaming = False
-            record = await service.compactor.compact("k", "")
-            stored = len(await service.compactor.spans("k", ""))
-            assert record is not None
-            return refused.value.reason, asked_first, events, stored_first, stored
+            return refused.value.reason, asked_first, events, len(await service.compactor.spans("k", ""))
         finally:
             await registry.close_all()
             executor.shutdown()
 
-    reason, asked, events, stored_before, stored_after = asyncio.run(scenario())
+    reason, asked, events, stored = asyncio.run(scenario())
     assert reason == "SESSION_CHANGED"
     assert asked == 3  # COMPACT_ATTEMPTS, each summary outrun
-    assert stored_before == 0
     assert "compaction_error" in events
-    assert stored_after == 1  # a delete that found nothing did not outrun the summary
+    assert stored == 0
+
+
+@pytest.mark.parametrize(
+    "meanwhile",
+    ["update the newest message", "delete the newest message", "delete an unknown id", "import a message"],
+)
+def test_a_change_outside_the_span_while_compact_summarizes_keeps_its_record(tmp_path: Path, meanwhile: str) -> None:
+    """The compaction audit's first finding: a reply streaming into the newest message (outside
+    every span) while the summary was made threw the summary away, three times over. Only a
+    change to what the summary was made of refuses it now; the record is stored at the first
+    try, over the span planned."""
+
+    async def scenario() -> tuple[int, list[tuple[str, str]], list[str]]:
+        service: SessionsService | None = None
+        calls = 0
+
+        class ChangedMeanwhile:
+            async def summarize(self, prompt: str) -> str:
+                nonlocal calls
+                calls += 1
+                assert service is not None
+                if meanwhile == "update the newest message":
+                    await service.update("k", "", _message("m11").replace("text-m11", "streamed"), from_client=True)
+                elif meanwhile == "delete the newest message":
+                    assert await service.delete("k", "", ["m11"]) == 1
+                elif meanwhile == "delete an unknown id":
+                    assert await service.delete("k", "", ["no-such-id"]) == 0
+                else:
+                    async with service.importer("k", "") as importer:
+                        await importer.add(_message("imported"), "m11", 1)
+                return "S"
+
+        executor = ThreadPoolExecutor(max_workers=4)
+        registry = ObjectRegistry(tmp_path, executor, calls_in_flight=lambda: 5)
+        service = SessionsService(registry, summarizer=ChangedMeanwhile())
+        try:
+            await service.append_many("k", "", [AppendInput(_message(f"m{i}"), Parent.auto(), True) for i in range(12)])
+            record = await service.compactor.compact("k", "", keep_recent_tokens=1)
+            assert record is not None
+            spans = [(s.from_message_id, s.to_message_id) for s in await service.compactor.spans("k", "")]
+            read = service.history("k", "")
+            ids = [view.info.id async for window in read for view in window]
+            return calls, spans, ids
+        finally:
+            await registry.close_all()
+            executor.shutdown()
+
+    calls, spans, ids = asyncio.run(scenario())
+    assert calls == 1
+    assert spans == [("m3", "m9")]
+    assert ids[:3] == ["m0", "m1", "m2"] and ids[3].startswith("compaction_") and ids[4] == "m10"
+
+
+@pytest.mark.parametrize("then", ["nothing", "edit its span", "erase and write it again"])
+def test_a_compact_whose_object_closed_to_make_room_meanwhile_keeps_its_record(tmp_path: Path, then: str) -> None:
+    """The compaction audit's second finding: with few objects open at once, the object closed
+    to make room while the model was asked, and the reopened object was another store: every
+    try was refused though nothing changed. The watch lasts through the close; it still sees a
+    change of the span made after the reopen, and an object erased and written anew is no
+    longer the one planned."""
+
+    async def scenario() -> tuple[int, list[bool], int, str | None]:
+        service: SessionsService | None = None
+        calls = 0
+        closed_meanwhile: list[bool] = []
+
+        class OthersWrittenMeanwhile:
+            async def summarize(self, prompt: str) -> str:
+                nonlocal calls
+                calls += 1
+                assert service is not None
+                await service.append_many("other", "", [AppendInput(_message(f"o{calls}"), Parent.auto(), True)])
+                closed_meanwhile.append(not registry.is_open("k"))
+                if then == "edit its span":
+                    await service.update("k", "", _message("m5").replace("text-m5", f"edit-{calls}"), from_client=True)
+                elif then == "erase and write it again":
+                    assert await service.objects.erase("k")
+                    await service.append_many(
+                        "k", "", [AppendInput(_message(f"m{i}"), Parent.auto(), True) for i in range(12)]
+                    )
+                return "S"
+
+        executor = ThreadPoolExecutor(max_workers=4)
+        registry = ObjectRegistry(tmp_path, executor, max_open=1, calls_in_flight=lambda: 5)
+        service = SessionsService(registry, summarizer=OthersWrittenMeanwhile())
+        try:
+            await service.append_many("k", "", [AppendInput(_message(f"m{i}"), Parent.auto(), True) for i in range(12)])
+            reason = None
+            try:
+                await service.compactor.compact("k", "", keep_recent_tokens=1)
+            except FailedPrecondition as refused:
+                reason = refused.reason
+            return calls, closed_meanwhile, len(await service.compactor.spans("k", "")), reason
+        finally:
+            await registry.close_all()
+            executor.shutdown()
+
+    calls, closed, stored, reason = asyncio.run(scenario())
+    assert all(closed)  # the object did close while the model was asked
+    if then == "nothing":
+        assert (calls, stored, reason) == (1, 1, None)
+    else:
+        assert (calls, stored, reason) == (3, 0, "SESSION_CHANGED")
+
+
+@pytest.mark.parametrize(
+    ("meanwhile", "stored"),
+    [("delete m6, where the record it extends ends", False), ("update m4, under the record it extends", True)],
+)
+def test_a_compact_extending_a_record_depends_on_its_ends(tmp_path: Path, meanwhile: str, stored: bool) -> None:
+    """A span that extends an earlier record starts where that record did and takes its summary:
+    deleting one of the record's ends while the summary is made leaves the earlier overlay
+    unshown and the new one starting nowhere, so the summary is made again; a message under
+    the record (in its summary, not in the prompt) changes nothing the new summary holds."""
+
+    async def scenario() -> tuple[int, list[tuple[str, str]]]:
+        service: SessionsService | None = None
+        calls = 0
+
+        class ChangedMeanwhile:
+            async def summarize(self, prompt: str) -> str:
+                nonlocal calls
+                calls += 1
+                assert service is not None
+                assert ("earlier summary" in prompt) == (calls == 1 or stored)
+                if calls == 1 and meanwhile.startswith("delete"):
+                    assert await service.delete("k", "", ["m6"]) == 1
+                elif calls == 1:
+                    await service.update("k", "", _message("m4").replace("text-m4", "edited"), from_client=True)
+                return "S"
+
+        executor = ThreadPoolExecutor(max_workers=4)
+        registry = ObjectRegistry(tmp_path, executor, calls_in_flight=lambda: 5)
+        service = SessionsService(registry, summarizer=ChangedMeanwhile())
+        try:
+            await service.append_many("k", "", [AppendInput(_message(f"m{i}"), Parent.auto(), True) for i in range(14)])
+            await service.compactor.add("k", "", "earlier summary", "m3", "m6")
+            record = await service.compactor.compact("k", "", keep_recent_tokens=1)
+            assert record is not None
+            spans = await service.compactor.spans("k", "")
+            return calls, [(s.from_message_id, s.to_message_id) for s in spans]
+        finally:
+            await registry.close_all()
+            executor.shutdown()
+
+    calls, spans = asyncio.run(scenario())
+    if stored:
+        assert (calls, spans) == (1, [("m3", "m6"), ("m3", "m11")])
+    else:
+        # Planned again without the deleted end: the earlier record no longer shows, and the new
+        # span starts after the protected head, as on a session without it.
+        assert calls == 2 and spans[-1] == ("m3", "m11"), spans

@@ -4,7 +4,7 @@ what it remembers of an object goes when the object closes.
 An object stays open as long as it is in use (within `--max-open-objects`), so an object that
 sees ever new sessions (one per conversation, say) kept an entry per session in each of its
 caches: the path memo's versions, the writer's tails, the compaction facts (policies, token
-estimates), and the change stamps. A soak of 4,000 sessions created and cleared in one object
+estimates). A soak of 4,000 sessions created and cleared in one object
 grew the server by 13 MB, kept after the sessions were gone. And the path memo kept the paths
 and messages of closed objects until newer entries pushed them out (12,587 sessions' of 12 open
 objects). Runs the domain over real object files (no gRPC).
@@ -33,7 +33,6 @@ def _message(message_id: str) -> str:
 def test_per_session_state_of_an_open_object_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(paths, "MAX_VERSIONED_SESSIONS", 5)
     monkeypatch.setattr(store_module, "MAX_CACHED_TAILS", 5)
-    monkeypatch.setattr(store_module, "MAX_CHANGE_STAMPS", 5)
     monkeypatch.setattr(compactor, "MAX_REMEMBERED_SESSION_FACTS", 5)
 
     async def scenario() -> None:
@@ -59,7 +58,6 @@ def test_per_session_state_of_an_open_object_is_bounded(tmp_path: Path, monkeypa
                 memo = paths._object_memo(store)
                 assert len(memo.versions) <= 5
                 assert len(store._tails) <= 5
-                assert len(store._change_stamps) <= 5
                 assert len(compactor._facts(store)) <= 5
                 # s00 changed after `before` was taken: whatever was let go since, it never reads
                 # as that version again (a walk taken at it would not be remembered).

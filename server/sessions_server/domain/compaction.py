@@ -35,12 +35,14 @@ Message = dict[str, Any]
 
 @dataclass(frozen=True, slots=True)
 class CompactionPlan:
-    """The span a summary will replace and the prompt that asks for it."""
+    """The span a summary will replace and the prompt that asks for it; `depends_on` as the
+    span's (`SpanPlan`)."""
 
     from_message_id: str
     to_message_id: str
     prompt: str
     budget_tokens: int
+    depends_on: frozenset[str] = frozenset()
 
 
 def _is_tool_part(part: Any) -> bool:
@@ -246,7 +248,10 @@ class SpanPlan:
     """The span a summary will replace, and what its prompt is made of: the non-overlay messages
     at history indexes `begin` to `end` (exclusive; `end - 1` is `to_message_id`'s), the overlays
     whose summaries it extends (`previous`, joined by `previous_summary` once their texts are
-    read), the budget."""
+    read), the budget. `depends_on`: the ids whose update or delete makes the plan stale: the
+    messages at `begin` to `end`, the span's ends, and the ends of the records whose summaries
+    it extends (deleted, their overlay no longer shows, nor would the new one that starts
+    where the first of them did)."""
 
     from_message_id: str
     to_message_id: str
@@ -254,6 +259,7 @@ class SpanPlan:
     end: int
     previous: tuple[MessageFacts, ...]
     budget_tokens: int
+    depends_on: frozenset[str] = frozenset()
 
 
 def previous_summary(summaries: Sequence[str]) -> str | None:
@@ -308,7 +314,10 @@ def plan_span(
     first = next((m for m in history if m.overlay), None)
     summaries = covered or ([first] if first is not None else [])
     budget = max(100, math.floor(sum(m.tokens for m in middle) * 0.2))
-    return SpanPlan(from_id, to_id, begin, end, tuple(summaries), budget)
+    extended = {m.record_id for m in summaries if m.record_id is not None}
+    record_ends = [end_id for c in compactions if c.id in extended for end_id in (c.from_message_id, c.to_message_id)]
+    depends_on = frozenset([m.id for m in history[begin:end]] + [from_id, to_id] + record_ends)
+    return SpanPlan(from_id, to_id, begin, end, tuple(summaries), budget, depends_on)
 
 
 def _span_start_index(ids: Sequence[str], record: SpanRecord) -> int | None:

@@ -33,6 +33,7 @@ from sessions_server.storage.feed import ChangeEvent
 from sessions_server.storage.queries import CompactionSpan, Connection
 from sessions_server.storage.rows import MAX_PATH_DEPTH, Compaction, RowInfo
 from sessions_server.storage.store import ObjectStore, WriteContext, now_ms
+from sessions_server.storage.watches import Changed, ChangeWatch
 
 if TYPE_CHECKING:
     from sessions_server.domain.service import SessionsService
@@ -162,14 +163,13 @@ def note_update(store: ObjectStore, session_id: str, updated: paths.AppendedRow)
     memo.total += updated.info.token_estimate - place.old_tokens
 
 
-def note_session_changed(ctx: WriteContext, session_id: str) -> None:
+def note_session_changed(ctx: WriteContext, session_id: str, changed: Changed) -> None:
     """Called inside a write job that changes a session other than by appending (an update, a
-    delete, a clear, an import, a compaction): a compaction planned before it may summarize
-    what is no longer there, or cover what it did not summarize. Stamped once the job commits
-    (`ObjectStore.change_stamp`): counted inside it, before its commit, a planner could take the
-    count with the change and then read a snapshot without it, and store a summary of what the
-    change had removed."""
-    ctx.note_changed(session_id)
+    delete, a clear, an import, a compaction record), with the ids of the messages it updated
+    or deleted (None: it may have changed anything): a compaction planned before it that
+    summarizes one of them, or extends a record that ends on one, is refused its record
+    (`storage.watches`); one that summarizes none of them is stored."""
+    ctx.note_changed(session_id, changed)
 
 
 def _prompt_too_large(size: str, limit: int, *, for_summarizer: bool = False) -> LimitExceeded:
@@ -193,7 +193,7 @@ def _prompt_too_large(size: str, limit: int, *, for_summarizer: bool = False) ->
 
 
 class SessionChanged(Exception):
-    """The session changed between a compaction's plan and its record: plan again."""
+    """A change since a compaction's plan touched what it summarized: plan again."""
 
 
 # How many times `compact` plans and summarizes again when the session changed meanwhile.
@@ -222,11 +222,11 @@ class Compactor:
         to_id: str,
         *,
         event: str = "compaction",
-        planned_at: tuple[ObjectStore, int] | None = None,
+        planned: tuple[ChangeWatch, frozenset[str]] | None = None,
     ) -> Compaction:
-        """Stores an overlay record (no validation of the ids, as upstream). `planned_at`: the
-        store and the session's change count when the span was planned; the record is refused
-        (SessionChanged) if the session changed since."""
+        """Stores an overlay record (no validation of the ids, as upstream). `planned`: the
+        watch begun before the span was planned, and the ids the plan depends on; the record is
+        refused (SessionChanged) if a change since touched one of them."""
         self._service.check_names(object_key, session_id)
         limit = self._service.limits.max_summary_bytes
         check_size(summary, limit, "the summary", "max_summary_bytes", "summary")
@@ -234,7 +234,7 @@ class Compactor:
             check_size(value, self._service.limits.max_message_id_bytes, field, "max_message_id_bytes", field)
         opened = (
             self._service.object(object_key, writing=True)
-            if planned_at is None
+            if planned is None
             else self._service.existing_object(object_key, writing=True)  # never a new file
         )
         async with opened as store:
@@ -242,12 +242,11 @@ class Compactor:
                 raise SessionChanged
 
             def run(ctx: WriteContext) -> Compaction:
-                if planned_at is not None and (
-                    planned_at[0] is not store or ctx.changed_since(store, session_id, planned_at[1])
-                ):
+                if planned is not None and ctx.touched(*planned):
                     raise SessionChanged
                 record = _insert_record(ctx, session_id, summary, from_id, to_id, event)
-                note_session_changed(ctx, session_id)
+                # Another record meanwhile: a compaction planned before it would stack on it.
+                note_session_changed(ctx, session_id, None)
                 return record
 
             record = await store.write(run, after=lambda _: forget_estimate(store, session_id))
@@ -298,7 +297,8 @@ class Compactor:
         span's messages, rendered into the prompt as they come. `max_prompt_bytes` (0: none)
         refuses a longer prompt as soon as its text is past it (LimitExceeded).
         `keep_recent_tokens` 0: the session's policy, as `compact` takes it."""
-        return await self._plan(object_key, session_id, leaf_id, keep_recent_tokens, max_prompt_bytes, False)
+        with self._service.registry.watch(object_key, session_id) as watch:
+            return await self._plan(object_key, session_id, leaf_id, keep_recent_tokens, max_prompt_bytes, False, watch)
 
     async def _plan(
         self,
@@ -308,8 +308,11 @@ class Compactor:
         keep_recent_tokens: int,
         max_prompt_bytes: int,
         for_summarizer: bool,
+        watch: ChangeWatch,
     ) -> compaction.CompactionPlan | None:
         """`plan`; `for_summarizer`: the bound is the server's summarizer's (its refusal says so).
+        `watch` is begun again before each try's first read: on return it has watched the
+        session since the returned plan's.
 
         Planning holds no summary but those its prompt extends: the first read keeps each
         overlay's record id (`MessageFacts.record_id`) and the records are planned without
@@ -318,7 +321,7 @@ class Compactor:
         _check_keep_recent(keep_recent_tokens)
         keep = keep_recent_tokens or (await self.get_policy(object_key, session_id)).keep_recent
         for _ in range(PLAN_ATTEMPTS):
-            stamp = await self._change_stamp(object_key, session_id)  # before the first read
+            watch.restart()  # before the first read
             facts = [
                 compaction.message_facts(jsjson.parse(view.json), of_record=view.overlay)
                 async for window in self._service.history(object_key, session_id, leaf_id=leaf_id)
@@ -334,19 +337,18 @@ class Compactor:
                 rendered = await self._render_span(object_key, session_id, leaf_id, facts, span, bound)
             # A change other than an append between the reads (an update of a message in the
             # span) would join the first read's span and budget to the second's text.
-            if (
-                previous is not None
-                and rendered is not None
-                and await self._change_stamp(object_key, session_id) == stamp
-            ):
+            if previous is not None and rendered is not None and not watch.touches(span.depends_on):
                 prompt = compaction.build_prompt(rendered, compaction.previous_summary(previous), span.budget_tokens)
                 del previous, rendered  # in the prompt now
                 size = utf8_length(prompt) if max_prompt_bytes else 0
                 if size > max_prompt_bytes:
                     raise _prompt_too_large(f"{size} bytes", max_prompt_bytes, for_summarizer=for_summarizer)
-                return compaction.CompactionPlan(span.from_message_id, span.to_message_id, prompt, span.budget_tokens)
+                return compaction.CompactionPlan(
+                    span.from_message_id, span.to_message_id, prompt, span.budget_tokens, span.depends_on
+                )
         raise FailedPrecondition(
-            f"the session changed while its compaction was planned, {PLAN_ATTEMPTS} times in a row; plan again",
+            f"the messages a compaction was being planned over changed while it read them (an update or delete, "
+            f"a clear, another record), {PLAN_ATTEMPTS} times in a row; plan again",
             reason="SESSION_CHANGED",
         )
 
@@ -365,10 +367,6 @@ class Compactor:
             bound.add(utf8_length(text) + (2 if texts else 0))  # joined by a blank line
             texts.append(text)
         return texts
-
-    async def _change_stamp(self, object_key: str, session_id: str) -> tuple[ObjectStore, int] | None:
-        async with self._service.existing_object(object_key) as store:
-            return None if store is None else (store, store.change_stamp(session_id))
 
     async def _render_span(
         self,
@@ -415,50 +413,58 @@ class Compactor:
             )
         if not keep_recent_tokens:
             keep_recent_tokens = (await self.get_policy(object_key, session_id)).keep_recent
-        limit = self._service.limits.max_summary_bytes
         for _ in range(COMPACT_ATTEMPTS):
-            async with self._service.existing_object(object_key) as store:
-                if store is None:
-                    return None  # never written: nothing to summarize
-                planned_at = (store, store.change_stamp(session_id))  # before the history is read
-            planned = await self._plan(
-                object_key, session_id, leaf_id, keep_recent_tokens, MAX_SUMMARIZER_PROMPT_BYTES, True
-            )
-            if planned is None:
-                return None
-            try:
-                summary = await self._summarizer.summarize(planned.prompt)
-            except Exception as exc:
-                raise Unavailable(f"the summarizer failed: {exc}", reason="SUMMARIZER_FAILED") from exc
-            if not jsjson.js_trim(summary):  # upstream's test: Python's strip() knows other blanks
-                return None
-            size = utf8_length(summary)
-            if limit and size > limit:
-                # The model's answer, not the caller's input: nothing the caller sent is wrong.
-                raise Unavailable(
-                    f"the summarizer answered {size} bytes, more than a summary may hold "
-                    f"(max_summary_bytes {limit}); nothing was stored",
-                    reason="SUMMARIZER_FAILED",
+            # Begun before the history is read, the watch lasts through the model's call, while
+            # the object may close and open again.
+            with self._service.registry.watch(object_key, session_id) as watch:
+                planned = await self._plan(
+                    object_key, session_id, leaf_id, keep_recent_tokens, MAX_SUMMARIZER_PROMPT_BYTES, True, watch
                 )
-            try:
-                return await self.add(
-                    object_key,
-                    session_id,
-                    summary,
-                    planned.from_message_id,
-                    planned.to_message_id,
-                    event="compact",
-                    planned_at=planned_at,
-                )
-            except SessionChanged:
-                continue  # its messages changed while the summary was made: it may be stale
+                if planned is None:
+                    return None
+                summary = await self._summarize(planned.prompt)
+                if summary is None:
+                    return None
+                try:
+                    return await self.add(
+                        object_key,
+                        session_id,
+                        summary,
+                        planned.from_message_id,
+                        planned.to_message_id,
+                        event="compact",
+                        planned=(watch, planned.depends_on),
+                    )
+                except SessionChanged:
+                    continue  # what it summarized changed while the summary was made: it may be stale
         # Not "nothing to compact": a caller (and automatic compaction, which reports it as a
         # compaction_error) must learn that the model was asked and nothing was stored.
         raise FailedPrecondition(
-            f"the session changed while each of {COMPACT_ATTEMPTS} summaries was made (an update, delete or "
-            "clear, wherever it landed): none was stored, as it might miss the change; compact again",
+            f"the messages each of {COMPACT_ATTEMPTS} summaries was made of changed while it was made (an update "
+            "or delete of one of them, a clear, another compaction record): none was stored, as it might miss "
+            "the change; compact again",
             reason="SESSION_CHANGED",
         )
+
+    async def _summarize(self, prompt: str) -> str | None:
+        """The configured summarizer's answer; None when it is blank (nothing to store)."""
+        assert self._summarizer is not None
+        try:
+            summary = await self._summarizer.summarize(prompt)
+        except Exception as exc:
+            raise Unavailable(f"the summarizer failed: {exc}", reason="SUMMARIZER_FAILED") from exc
+        if not jsjson.js_trim(summary):  # upstream's test: Python's strip() knows other blanks
+            return None
+        size = utf8_length(summary)
+        limit = self._service.limits.max_summary_bytes
+        if limit and size > limit:
+            # The model's answer, not the caller's input: nothing the caller sent is wrong.
+            raise Unavailable(
+                f"the summarizer answered {size} bytes, more than a summary may hold "
+                f"(max_summary_bytes {limit}); nothing was stored",
+                reason="SUMMARIZER_FAILED",
+            )
+        return summary
 
     # ── policy ──────────────────────────────────────────────────────────────
 

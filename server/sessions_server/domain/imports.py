@@ -207,8 +207,9 @@ class Importer:
             if before and not queries.all_exist(ctx.conn, session_id, before):
                 return None  # the chunk before is not stored: nothing after it may be
             infos = import_all_in(ctx, session_id, chunk.rows, chunk.parents, chunk.created_at_ms)
-            if any(info is not None for info in infos):
-                note_session_changed(ctx, session_id)
+            inserted = frozenset(row.id for row, info in zip(chunk.rows, infos, strict=True) if info is not None)
+            if inserted:  # new messages only: what a compaction planned before summarizes is as it was
+                note_session_changed(ctx, session_id, inserted)
             for info, event in zip(infos, chunk.events, strict=True):
                 if info is not None:
                     event.message_info = info

@@ -425,7 +425,7 @@ class SessionsService:
         def run(ctx: WriteContext) -> UpdateOutcome:
             outcome = update_in(ctx, session_id, row)
             if outcome.status == "updated":
-                note_session_changed(ctx, session_id)
+                note_session_changed(ctx, session_id, frozenset((row.id,)))
                 ctx.emit(ChangeEvent("update", session_id, message_json=prepared.json, message_info=outcome.info))
             return outcome
 
@@ -482,7 +482,7 @@ class SessionsService:
                 return True, UpdateResult(True, False, MessageView(outcome.info, prepared.json))
             updated = update_in(ctx, session_id, row)
             if updated.status == "updated":
-                note_session_changed(ctx, session_id)
+                note_session_changed(ctx, session_id, frozenset((row.id,)))
                 ctx.emit(ChangeEvent("update", session_id, message_json=prepared.json, message_info=updated.info))
             return False, UpdateResult(True, updated.status == "updated", MessageView(updated.info, prepared.json))
 
@@ -530,7 +530,7 @@ class SessionsService:
             def run(ctx: WriteContext) -> int:
                 deleted = delete_in(ctx, session_id, ids)
                 if deleted:  # a delete that found none changed nothing a compaction summarizes
-                    note_session_changed(ctx, session_id)
+                    note_session_changed(ctx, session_id, frozenset(ids))
                 ctx.emit(event)
                 return deleted
 
@@ -545,7 +545,7 @@ class SessionsService:
 
             def run(ctx: WriteContext) -> int:
                 deleted = clear_in(ctx, session_id)
-                note_session_changed(ctx, session_id)
+                note_session_changed(ctx, session_id, None)
                 ctx.emit(ChangeEvent("clear", session_id))
                 return deleted
 

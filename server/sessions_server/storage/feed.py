@@ -29,6 +29,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from sessions_server.storage.rows import Compaction, RowInfo, held_bytes
+from sessions_server.storage.watches import ChangeWatches
 
 COUNTER_BITS = 22
 COUNTER_LIMIT = 1 << COUNTER_BITS
@@ -273,6 +274,7 @@ class FeedHub:
         # some of them may go now, the bound told so (`_payable`).
         self._owed_to = 0
         self._payable = False
+        self.watches = ChangeWatches()  # compactions' watches over the object's sessions (`watches`)
 
     @property
     def revision(self) -> int:

@@ -19,7 +19,7 @@ import logging
 import sqlite3
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ from sessions_server.storage.feed import FeedClosed, FeedHub, Feeds, FeedSetting
 from sessions_server.storage.paths import object_path
 from sessions_server.storage.rows import OutOfDescriptors, StorageError
 from sessions_server.storage.store import ObjectStore, recent_estimate
+from sessions_server.storage.watches import ChangeWatch
 
 log = logging.getLogger("sessions.storage")
 
@@ -251,6 +252,7 @@ class ObjectRegistry:
         if (
             hub is not None
             and not hub.subscriber_count
+            and not hub.watches
             and object_key not in self._open
             and object_key not in self._opening
             and object_key not in self._closing
@@ -272,6 +274,18 @@ class ObjectRegistry:
         try:
             yield hub
         finally:
+            self._drop_hub_if_unused(object_key)
+
+    @contextlib.contextmanager
+    def watch(self, object_key: str, session_id: str) -> Iterator[ChangeWatch]:
+        """Watches the session's changes other than appends (`storage.watches`) for the block,
+        without opening the object; the watch lasts through closes to make room, and sees
+        everything changed when the object's file is replaced or removed."""
+        watch = self._hub(object_key).watches.start(session_id)
+        try:
+            yield watch
+        finally:
+            watch.stop()
             self._drop_hub_if_unused(object_key)
 
     def _evict_idle(self, down_to: int | None = None) -> None:
@@ -356,6 +370,7 @@ class ObjectRegistry:
         once its file is closed, also when an eviction had begun closing it."""
         hub = self._hubs.pop(object_key, None)
         if hub is not None:  # subscribers end whether or not the object is open
+            hub.watches.note_everything()
             self._let_go(object_key, hub, FeedClosed("the object is being replaced or removed", moving=True))
         evicted = self._closing.get(object_key)
         if evicted is not None:

@@ -52,8 +52,7 @@ import logging
 import sqlite3
 import threading
 import time
-from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,6 +74,7 @@ from sessions_server.storage.rows import (
     StoredRowUnreadable,
     UpdateOutcome,
 )
+from sessions_server.storage.watches import Changed, ChangeWatch
 
 T = TypeVar("T")
 
@@ -84,7 +84,6 @@ _Committed = tuple[list[tuple[bool, Any]], list[ChangeEvent]]
 
 MAX_JOBS_PER_COMMIT = 256
 MAX_CACHED_TAILS = 8192  # sessions whose tail (active leaf, next seq) a store keeps
-MAX_CHANGE_STAMPS = 8192  # sessions whose last change stamp a store keeps
 MAX_IDLE_READERS = 4
 # A write commits on the calling thread only when it is at most this large (the caller's estimate)
 # and this object's commits have lately taken at most this long (a slow disk keeps to the thread);
@@ -142,7 +141,8 @@ class WriteContext:
         self.pending_tails: dict[str, Tail] = {}
         self.row_writes = 0
         self.events: list[ChangeEvent] = []
-        self.changed_sessions: set[str] = set()  # changed other than by appends, uncommitted
+        # Sessions changed other than by appends, uncommitted: what each job changed (`Changed`).
+        self.changed_sessions: dict[str, Changed] = {}
 
     def tail(self, session_id: str) -> Tail:
         tail = self.pending_tails.get(session_id) or self._shared.get(session_id)
@@ -161,15 +161,17 @@ class WriteContext:
         """Queues a change event; it is published only if this job's changes commit."""
         self.events.append(event)
 
-    def note_changed(self, session_id: str) -> None:
-        """The session changed other than by an append: its `change_stamp` moves once this job
-        commits."""
-        self.changed_sessions.add(session_id)
+    def note_changed(self, session_id: str, changed: Changed) -> None:
+        """The session changed other than by an append: `changed` names the messages updated or
+        deleted (None: everything). Watches learn it once this job commits."""
+        noted = self.changed_sessions.get(session_id, frozenset())
+        self.changed_sessions[session_id] = None if noted is None or changed is None else noted | changed
 
-    def changed_since(self, store: ObjectStore, session_id: str, stamp: int) -> bool:
-        """Whether the session changed since its `change_stamp` was `stamp`: in a commit since,
+    def touched(self, watch: ChangeWatch, ids: Collection[str]) -> bool:
+        """Whether a change since `watch` began may have touched any of `ids`: in a commit since,
         or in this transaction (a job before this one in it, or this one so far)."""
-        return session_id in self.changed_sessions or store.change_stamp(session_id) != stamp
+        pending = self.changed_sessions.get(watch.session_id, frozenset())
+        return pending is None or not pending.isdisjoint(ids) or watch.touches(ids)
 
 
 class _RunAgain(Exception):
@@ -219,11 +221,6 @@ class ObjectStore:
         self._readers_lock = threading.Lock()
         self._close_hooks: list[Callable[[], None]] = []
         self._tails: dict[str, Tail] = {}
-        # Per session, the stamp of its last committed change other than appends, from one
-        # counter, so stamps only grow; the newest are kept and the others read as the floor.
-        self._change_stamps: OrderedDict[str, int] = OrderedDict()
-        self._change_counter = 0
-        self._changes_floor = 0
         self._tails_lock = threading.Lock()
         self._commits = 0  # bumped after every commit that may move a tail
         # Odd from just before a COMMIT until the commit's `after` bookkeeping has run on the
@@ -514,7 +511,7 @@ class ObjectStore:
             before_tails = dict(ctx.pending_tails)
             before_writes = ctx.row_writes
             before_events = len(ctx.events)
-            before_changes = set(ctx.changed_sessions)
+            before_changes = dict(ctx.changed_sessions)  # values are immutable
             try:
                 if alone:
                     value = job.run(ctx)
@@ -555,14 +552,9 @@ class ObjectStore:
                 if tail is not _FORGET:
                     self._tails[session_id] = tail
             self._bound_tails()
-            for session_id in ctx.changed_sessions:
-                self._change_counter += 1
-                self._change_stamps.pop(session_id, None)
-                self._change_stamps[session_id] = self._change_counter
-            while len(self._change_stamps) > MAX_CHANGE_STAMPS:  # the oldest stamps read as the floor
-                _, stamp = self._change_stamps.popitem(last=False)
-                self._changes_floor = max(self._changes_floor, stamp)
             self._commits += 1
+        if ctx.changed_sessions:
+            self.feed.watches.note(ctx.changed_sessions)
         self.row_writes += ctx.row_writes
         if self._wal_index is not None:
             self._checkpoints.after_commit(self._wal_index.frames()[0])
@@ -807,13 +799,6 @@ class ObjectStore:
         tails = self._tails
         while len(tails) > MAX_CACHED_TAILS:
             del tails[next(iter(tails))]
-
-    def change_stamp(self, session_id: str) -> int:
-        """Moves whenever a job that changed the session other than by appending commits (after
-        the commit): taken before a read's snapshot, the read sees every change stamped so far,
-        and one it does not see moves the stamp later. A stamp is never given twice."""
-        with self._tails_lock:
-            return self._change_stamps.get(session_id, self._changes_floor)
 
     def search_index_committed(self) -> None:
         """The search index now exists for good: writes stop looking it up."""

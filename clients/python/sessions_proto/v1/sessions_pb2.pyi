@@ -191,9 +191,9 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     check it, then import again with `replace` if the copy is to win.
     """
     ERROR_REASON_SESSION_CHANGED: _ErrorReason.ValueType  # 22
-    """The session changed (other than by appends) while a compaction was planned or summarized,
-    on every try (FAILED_PRECONDITION): nothing was stored, as it might miss the change; compact
-    or plan again, e.g. once a streamed reply's updates are done.
+    """Messages a compaction was planned over or summarized changed (an update, delete or clear,
+    another record) while it was made, on every try (FAILED_PRECONDITION): nothing was stored,
+    as it might miss the change; compact or plan again once those edits are done.
     """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
@@ -262,9 +262,9 @@ ERROR_REASON_OBJECT_EXISTS: ErrorReason.ValueType  # 21
 check it, then import again with `replace` if the copy is to win.
 """
 ERROR_REASON_SESSION_CHANGED: ErrorReason.ValueType  # 22
-"""The session changed (other than by appends) while a compaction was planned or summarized,
-on every try (FAILED_PRECONDITION): nothing was stored, as it might miss the change; compact
-or plan again, e.g. once a streamed reply's updates are done.
+"""Messages a compaction was planned over or summarized changed (an update, delete or clear,
+another record) while it was made, on every try (FAILED_PRECONDITION): nothing was stored,
+as it might miss the change; compact or plan again once those edits are done.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015
 
@@ -2096,8 +2096,8 @@ class CompactResponse(_message.Message):
     COMPACTED_FIELD_NUMBER: _builtins.int
     COMPACTION_FIELD_NUMBER: _builtins.int
     compacted: _builtins.bool
-    """False when there was nothing to compact, the summary was empty, or the session changed
-    during each of the three tries.
+    """False when there was nothing to compact or the summary was empty (a summary outrun on
+    every try is refused FAILED_PRECONDITION, reason SESSION_CHANGED).
     """
     @_builtins.property
     def compaction(self) -> Global___Compaction:

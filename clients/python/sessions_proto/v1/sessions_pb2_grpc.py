@@ -363,11 +363,13 @@ class SessionServiceServicer:
         the summarizer is asked (RESOURCE_EXHAUSTED, limit max_summarizer_prompt_bytes): compact an
         older part first (a larger keep_recent_tokens ends the span sooner), or summarize the span
         in parts, recording each with AddCompaction. Automatic compaction has the same bound and
-        reports such a refusal as a compaction error event. When the session changes other than by
-        appends while the summary is made, it plans and summarizes again (three tries) rather than
-        store a summary of what is no longer there; when all three were outrun it is refused
-        FAILED_PRECONDITION (reason SESSION_CHANGED, nothing stored: compact again), and automatic
-        compaction reports that as a compaction error event.
+        reports such a refusal as a compaction error event. When a message the summary is made of
+        (the span's, or an end of a record it extends) is updated or deleted while the summary is
+        made, or the session is cleared or gains another record, it plans and summarizes again
+        (three tries) rather than store a summary of what is no longer there; when all three were
+        outrun it is refused FAILED_PRECONDITION (reason SESSION_CHANGED, nothing stored: compact
+        again), and automatic compaction reports that as a compaction error event. Changes to
+        other messages meanwhile (a reply streamed into the newest) keep the summary.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

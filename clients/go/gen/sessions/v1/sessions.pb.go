@@ -268,9 +268,9 @@ const (
 	// ImportObject without `replace` found the object already held here (FAILED_PRECONDITION):
 	// check it, then import again with `replace` if the copy is to win.
 	ErrorReason_ERROR_REASON_OBJECT_EXISTS ErrorReason = 21
-	// The session changed (other than by appends) while a compaction was planned or summarized,
-	// on every try (FAILED_PRECONDITION): nothing was stored, as it might miss the change; compact
-	// or plan again, e.g. once a streamed reply's updates are done.
+	// Messages a compaction was planned over or summarized changed (an update, delete or clear,
+	// another record) while it was made, on every try (FAILED_PRECONDITION): nothing was stored,
+	// as it might miss the change; compact or plan again once those edits are done.
 	ErrorReason_ERROR_REASON_SESSION_CHANGED ErrorReason = 22
 )
 
@@ -3971,8 +3971,8 @@ func (x *CompactRequest) GetKeepRecentTokens() int64 {
 // Response for Compact.
 type CompactResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// False when there was nothing to compact, the summary was empty, or the session changed
-	// during each of the three tries.
+	// False when there was nothing to compact or the summary was empty (a summary outrun on
+	// every try is refused FAILED_PRECONDITION, reason SESSION_CHANGED).
 	Compacted bool `protobuf:"varint,1,opt,name=compacted,proto3" json:"compacted,omitempty"`
 	// The stored record when compacted.
 	Compaction    *Compaction `protobuf:"bytes,2,opt,name=compaction,proto3" json:"compaction,omitempty"`

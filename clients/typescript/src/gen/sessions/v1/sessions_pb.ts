@@ -1984,8 +1984,8 @@ export const CompactRequestSchema: GenMessage<CompactRequest> = /*@__PURE__*/
  */
 export type CompactResponse = Message<"sessions.v1.CompactResponse"> & {
   /**
-   * False when there was nothing to compact, the summary was empty, or the session changed
-   * during each of the three tries.
+   * False when there was nothing to compact or the summary was empty (a summary outrun on
+   * every try is refused FAILED_PRECONDITION, reason SESSION_CHANGED).
    *
    * @generated from field: bool compacted = 1;
    */
@@ -3242,9 +3242,9 @@ export enum ErrorReason {
   OBJECT_EXISTS = 21,
 
   /**
-   * The session changed (other than by appends) while a compaction was planned or summarized,
-   * on every try (FAILED_PRECONDITION): nothing was stored, as it might miss the change; compact
-   * or plan again, e.g. once a streamed reply's updates are done.
+   * Messages a compaction was planned over or summarized changed (an update, delete or clear,
+   * another record) while it was made, on every try (FAILED_PRECONDITION): nothing was stored,
+   * as it might miss the change; compact or plan again once those edits are done.
    *
    * @generated from enum value: ERROR_REASON_SESSION_CHANGED = 22;
    */
@@ -3654,11 +3654,13 @@ export const SessionService: GenService<{
    * the summarizer is asked (RESOURCE_EXHAUSTED, limit max_summarizer_prompt_bytes): compact an
    * older part first (a larger keep_recent_tokens ends the span sooner), or summarize the span
    * in parts, recording each with AddCompaction. Automatic compaction has the same bound and
-   * reports such a refusal as a compaction error event. When the session changes other than by
-   * appends while the summary is made, it plans and summarizes again (three tries) rather than
-   * store a summary of what is no longer there; when all three were outrun it is refused
-   * FAILED_PRECONDITION (reason SESSION_CHANGED, nothing stored: compact again), and automatic
-   * compaction reports that as a compaction error event.
+   * reports such a refusal as a compaction error event. When a message the summary is made of
+   * (the span's, or an end of a record it extends) is updated or deleted while the summary is
+   * made, or the session is cleared or gains another record, it plans and summarizes again
+   * (three tries) rather than store a summary of what is no longer there; when all three were
+   * outrun it is refused FAILED_PRECONDITION (reason SESSION_CHANGED, nothing stored: compact
+   * again), and automatic compaction reports that as a compaction error event. Changes to
+   * other messages meanwhile (a reply streamed into the newest) keep the summary.
    *
    * @generated from rpc sessions.v1.SessionService.Compact
    */
