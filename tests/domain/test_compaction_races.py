@@ -1,11 +1,11 @@
-"""`Compact` plans again when the session changes (other than by appends) while it summarizes,
-also when the change was under way, counted but not committed, as the plan began.
+"""`Compact` stores its record unless what the summary was made of changed while it was made:
+an update or delete of a message of its span, of a message beside it or of an end of a record it
+extends; a clear, another record, the object's file replaced. Other changes meanwhile (a reply
+streamed into the newest message, imports, the object closed to make room) keep it. A change
+counted inside a write job but not yet committed as the plan began counts too.
 
-Runs the domain over real object files (no gRPC). A delete's write job is held on the writer's
-thread after it counted its change and before its commit; a compaction plans meanwhile (its
-snapshot still has the deleted message) and asks the summarizer, which lets the delete commit
-before answering. The change was counted inside the job, so the plan took the count with the
-delete in it, and the record summarizing the deleted message was stored.
+Runs the domain over real object files (no gRPC); the summarizers here make the changes while
+they are asked.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from sessions_server.domain.compactor import Policy
 from sessions_server.domain.errors import FailedPrecondition
 from sessions_server.domain.service import AppendInput, SessionsService
 from sessions_server.storage.feed import ChangeEvent
+from sessions_server.storage.queries import CompactionSpan
 from sessions_server.storage.registry import ObjectRegistry
 from sessions_server.storage.rows import Parent
 from sessions_server.storage.store import WriteContext
@@ -285,3 +286,151 @@ def test_a_compact_extending_a_record_depends_on_its_ends(tmp_path: Path, meanwh
         # Planned again without the deleted end: the earlier record no longer shows, and the new
         # span starts after the protected head, as on a session without it.
         assert calls == 2 and spans[-1] == ("m3", "m11"), spans
+
+
+def test_a_compact_whose_object_was_replaced_while_it_planned_still_watches_the_new_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A review: the object was erased and written again while compact's first plan read; the
+    watch saw "everything", planning began again on the new file, and the watch, restarted, was
+    left with the old file's feed: an edit of m5 (in the span) while the model was asked went
+    unseen and the summary of the old m5 was stored. The watches are the key's now, whichever
+    file and feed the object has."""
+
+    async def scenario() -> tuple[int, list[str], str]:
+        service: SessionsService | None = None
+        prompts: list[str] = []
+
+        class EditsM5Once:
+            async def summarize(self, prompt: str) -> str:
+                prompts.append(prompt)
+                assert service is not None
+                if len(prompts) == 1:
+                    await service.update("k", "", _message("m5").replace("text-m5", "edited-m5"), from_client=True)
+                return "S:" + ",".join(re.findall(r"(?:text|edited)-m\d+", prompt.split("Use this structure")[0]))
+
+        executor = ThreadPoolExecutor(max_workers=4)
+        registry = ObjectRegistry(tmp_path, executor, calls_in_flight=lambda: 5)
+        service = SessionsService(registry, summarizer=EditsM5Once())
+        replaced = False
+        read_records = service.compactor.spans
+
+        async def spans_after_replacing(object_key: str, session_id: str) -> list[CompactionSpan]:
+            nonlocal replaced
+            if not replaced:  # between the first plan's two reads
+                replaced = True
+                assert service is not None
+                assert await service.objects.erase("k")
+                await service.append_many(
+                    "k", "", [AppendInput(_message(f"m{i}"), Parent.auto(), True) for i in range(12)]
+                )
+            return await read_records(object_key, session_id)
+
+        monkeypatch.setattr(service.compactor, "spans", spans_after_replacing)
+        try:
+            await service.append_many("k", "", [AppendInput(_message(f"m{i}"), Parent.auto(), True) for i in range(12)])
+            record = await service.compactor.compact("k", "", keep_recent_tokens=1)
+            assert record is not None
+            return len(prompts), prompts, record.summary
+        finally:
+            await registry.close_all()
+            executor.shutdown()
+
+    asked, prompts, summary = asyncio.run(scenario())
+    assert asked == 2  # the first summary, of the m5 edited meanwhile, was made again
+    assert "edited-m5" in prompts[1]
+    assert "edited-m5" in summary and "text-m5" not in summary
+
+
+@pytest.mark.parametrize("meanwhile", ["import 10,001 messages", "delete one message past the span among 10,000 ids"])
+def test_many_changes_outside_the_span_keep_the_record(tmp_path: Path, meanwhile: str) -> None:
+    """A review: imports noted the ids they inserted and deletes every id asked for, so 10,001
+    of them while the model was asked passed the watch's bound and refused the summary, though
+    none was in the span. Imports change nothing a summary holds, and once planned a watch
+    keeps only what the plan depends on."""
+
+    async def scenario() -> tuple[int, list[tuple[str, str]]]:
+        service: SessionsService | None = None
+        calls = 0
+
+        class ChangedMeanwhile:
+            async def summarize(self, prompt: str) -> str:
+                nonlocal calls
+                calls += 1
+                assert service is not None
+                if meanwhile.startswith("import"):
+                    async with service.importer("k", "") as importer:
+                        parent = "m11"
+                        for i in range(10_001):
+                            await importer.add(_message(f"i{i}"), parent, 1)
+                            parent = f"i{i}"
+                else:
+                    assert await service.delete("k", "", ["m11"] + [f"unknown{i}" for i in range(10_000)]) == 1
+                return "S"
+
+        executor = ThreadPoolExecutor(max_workers=4)
+        registry = ObjectRegistry(tmp_path, executor, calls_in_flight=lambda: 5)
+        service = SessionsService(registry, summarizer=ChangedMeanwhile())
+        try:
+            await service.append_many("k", "", [AppendInput(_message(f"m{i}"), Parent.auto(), True) for i in range(12)])
+            assert await service.compactor.compact("k", "", keep_recent_tokens=1) is not None
+            spans = await service.compactor.spans("k", "")
+            return calls, [(s.from_message_id, s.to_message_id) for s in spans]
+        finally:
+            await registry.close_all()
+            executor.shutdown()
+
+    assert asyncio.run(scenario()) == (1, [("m3", "m9")])
+
+
+def test_a_message_beside_the_span_whose_tool_parts_placed_its_end_is_watched(tmp_path: Path) -> None:
+    """A review: the span ends at m9, which calls a tool; while the model was asked, m10 (the
+    first message kept) was updated into that call's answer. A plan made then ends at m8 (a call
+    stays with its answer); the record stored hid the call and showed its answer. The messages
+    beside the span's boundaries are watched: the summary is made again, up to m8."""
+    call = json.dumps(
+        {
+            "id": "m9",
+            "role": "assistant",
+            "parts": [{"type": "tool-x", "toolCallId": "c1", "state": "input-available", "input": {}}],
+        }
+    )
+    answer = json.dumps(
+        {
+            "id": "m10",
+            "role": "tool",
+            "parts": [{"type": "tool-x", "toolCallId": "c1", "state": "output-available", "output": "42"}],
+        }
+    )
+
+    async def scenario() -> tuple[int, list[tuple[str, str]], list[str]]:
+        service: SessionsService | None = None
+        calls = 0
+
+        class AnswersMeanwhile:
+            async def summarize(self, prompt: str) -> str:
+                nonlocal calls
+                calls += 1
+                assert service is not None
+                if calls == 1:
+                    await service.update("k", "", answer, from_client=True)
+                return "S"
+
+        executor = ThreadPoolExecutor(max_workers=4)
+        registry = ObjectRegistry(tmp_path, executor, calls_in_flight=lambda: 5)
+        service = SessionsService(registry, summarizer=AnswersMeanwhile())
+        try:
+            texts = [_message(f"m{i}") for i in range(9)] + [call, _message("m10"), _message("m11")]
+            await service.append_many("k", "", [AppendInput(text, Parent.auto(), True) for text in texts])
+            assert await service.compactor.compact("k", "", keep_recent_tokens=1) is not None
+            spans = await service.compactor.spans("k", "")
+            read = service.history("k", "")
+            ids = [view.info.id async for window in read for view in window]
+            return calls, [(s.from_message_id, s.to_message_id) for s in spans], ids
+        finally:
+            await registry.close_all()
+            executor.shutdown()
+
+    calls, spans, ids = asyncio.run(scenario())
+    assert (calls, spans) == (2, [("m3", "m8")])
+    assert ids[4:] == ["m9", "m10", "m11"]  # the call shown with its answer

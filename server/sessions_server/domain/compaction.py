@@ -42,7 +42,7 @@ class CompactionPlan:
     to_message_id: str
     prompt: str
     budget_tokens: int
-    depends_on: frozenset[str] = frozenset()
+    depends_on: frozenset[str]
 
 
 def _is_tool_part(part: Any) -> bool:
@@ -249,9 +249,9 @@ class SpanPlan:
     at history indexes `begin` to `end` (exclusive; `end - 1` is `to_message_id`'s), the overlays
     whose summaries it extends (`previous`, joined by `previous_summary` once their texts are
     read), the budget. `depends_on`: the ids whose update or delete makes the plan stale: the
-    messages at `begin` to `end`, the span's ends, and the ends of the records whose summaries
-    it extends (deleted, their overlay no longer shows, nor would the new one that starts
-    where the first of them did)."""
+    messages at `begin` to `end`, the span's ends, the messages beside its boundaries (whose
+    tool parts placed them), and the ends of the records whose summaries it extends (deleted,
+    their overlay no longer shows, nor would the new one that starts where the first did)."""
 
     from_message_id: str
     to_message_id: str
@@ -259,7 +259,7 @@ class SpanPlan:
     end: int
     previous: tuple[MessageFacts, ...]
     budget_tokens: int
-    depends_on: frozenset[str] = frozenset()
+    depends_on: frozenset[str]
 
 
 def previous_summary(summaries: Sequence[str]) -> str | None:
@@ -279,6 +279,7 @@ def plan_span(
         return None
     start = _align_forward(history, PROTECT_HEAD)
     end = _tail_cut(history, start, keep_recent_tokens)
+    first_kept = end
     if end <= start:
         return None
     middle = [m for m in history[start:end] if not m.overlay]
@@ -316,7 +317,8 @@ def plan_span(
     budget = max(100, math.floor(sum(m.tokens for m in middle) * 0.2))
     extended = {m.record_id for m in summaries if m.record_id is not None}
     record_ends = [end_id for c in compactions if c.id in extended for end_id in (c.from_message_id, c.to_message_id)]
-    depends_on = frozenset([m.id for m in history[begin:end]] + [from_id, to_id] + record_ends)
+    beside = [history[i].id for i in (start - 1, begin - 1, first_kept) if 0 <= i < len(history)]
+    depends_on = frozenset([m.id for m in history[begin:end]] + [from_id, to_id] + beside + record_ends)
     return SpanPlan(from_id, to_id, begin, end, tuple(summaries), budget, depends_on)
 
 

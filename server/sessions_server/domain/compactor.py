@@ -196,7 +196,7 @@ class SessionChanged(Exception):
     """A change since a compaction's plan touched what it summarized: plan again."""
 
 
-# How many times `compact` plans and summarizes again when the session changed meanwhile.
+# How many times `compact` plans and summarizes again when what it summarized changed meanwhile.
 COMPACT_ATTEMPTS = 3
 # How many times `plan` reads the history again when it changed between its two reads.
 PLAN_ATTEMPTS = 3
@@ -330,6 +330,7 @@ class Compactor:
             span = compaction.plan_span(facts, await self.spans(object_key, session_id), keep_recent_tokens=keep)
             if span is None:
                 return None
+            watch.narrow(span.depends_on)
             bound = _PromptBound(max_prompt_bytes, for_summarizer)
             previous = await self._previous_summaries(object_key, session_id, span, bound)
             rendered = None
@@ -347,8 +348,9 @@ class Compactor:
                     span.from_message_id, span.to_message_id, prompt, span.budget_tokens, span.depends_on
                 )
         raise FailedPrecondition(
-            f"the messages a compaction was being planned over changed while it read them (an update or delete, "
-            f"a clear, another record), {PLAN_ATTEMPTS} times in a row; plan again",
+            f"the session changed while its compaction was planned ({PLAN_ATTEMPTS} times in a row: the span's "
+            "messages updated or deleted, the history before it or its branch changed between planning's reads, "
+            "a clear, another record, the object replaced); plan again",
             reason="SESSION_CHANGED",
         )
 
@@ -441,8 +443,8 @@ class Compactor:
         # compaction_error) must learn that the model was asked and nothing was stored.
         raise FailedPrecondition(
             f"the messages each of {COMPACT_ATTEMPTS} summaries was made of changed while it was made (an update "
-            "or delete of one of them, a clear, another compaction record): none was stored, as it might miss "
-            "the change; compact again",
+            "or delete of one of them, a clear, another compaction record, the object replaced): none was "
+            "stored, as it might miss the change; compact again",
             reason="SESSION_CHANGED",
         )
 

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 
 from sessions_server.domain import large_messages, messages
 from sessions_server.domain.chunking import utf8_length
-from sessions_server.domain.compactor import forget_estimate, note_session_changed
+from sessions_server.domain.compactor import forget_estimate
 from sessions_server.domain.errors import FailedPrecondition, InvalidArgument, storage_failure
 from sessions_server.domain.limits import Limits, check_room
 from sessions_server.storage import queries
@@ -206,10 +206,8 @@ class Importer:
         def run(ctx: WriteContext) -> list[bool] | None:
             if before and not queries.all_exist(ctx.conn, session_id, before):
                 return None  # the chunk before is not stored: nothing after it may be
+            # New rows only, as appends: no change a compaction planned before must hear of.
             infos = import_all_in(ctx, session_id, chunk.rows, chunk.parents, chunk.created_at_ms)
-            inserted = frozenset(row.id for row, info in zip(chunk.rows, infos, strict=True) if info is not None)
-            if inserted:  # new messages only: what a compaction planned before summarizes is as it was
-                note_session_changed(ctx, session_id, inserted)
             for info, event in zip(infos, chunk.events, strict=True):
                 if info is not None:
                     event.message_info = info

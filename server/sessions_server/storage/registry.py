@@ -29,7 +29,7 @@ from sessions_server.storage.feed import FeedClosed, FeedHub, Feeds, FeedSetting
 from sessions_server.storage.paths import object_path
 from sessions_server.storage.rows import OutOfDescriptors, StorageError
 from sessions_server.storage.store import ObjectStore, recent_estimate
-from sessions_server.storage.watches import ChangeWatch
+from sessions_server.storage.watches import ChangeWatch, ChangeWatches
 
 log = logging.getLogger("sessions.storage")
 
@@ -78,6 +78,8 @@ class ObjectRegistry:
         self._closes: set[asyncio.Task[None]] = set()
         self._feeds_closed: FeedClosed | None = None  # set by a drain
         self._hubs: dict[str, FeedHub] = {}  # of open objects, and of closed ones with subscribers
+        # Of keys a compaction watches: kept through closes and hubs (each hub of the key gets them).
+        self._watches: dict[str, ChangeWatches] = {}
         self._held: dict[str, asyncio.Event] = {}
         self._open_seconds = 0.0  # running estimate of one open of a ready file
         self.inline_opens = 0  # objects opened on the calling thread
@@ -241,6 +243,9 @@ class ObjectRegistry:
         hub = self._hubs.get(object_key)
         if hub is None:
             hub = self._hubs[object_key] = self.feeds.hub()  # above every feed's revisions before it
+            watches = self._watches.get(object_key)
+            if watches is not None:  # the object's watches go on, whichever store commits
+                hub.watches = watches
             if self._feeds_closed is not None:
                 hub.close_all(self._feeds_closed)
         return hub
@@ -252,7 +257,6 @@ class ObjectRegistry:
         if (
             hub is not None
             and not hub.subscriber_count
-            and not hub.watches
             and object_key not in self._open
             and object_key not in self._opening
             and object_key not in self._closing
@@ -279,14 +283,20 @@ class ObjectRegistry:
     @contextlib.contextmanager
     def watch(self, object_key: str, session_id: str) -> Iterator[ChangeWatch]:
         """Watches the session's changes other than appends (`storage.watches`) for the block,
-        without opening the object; the watch lasts through closes to make room, and sees
-        everything changed when the object's file is replaced or removed."""
-        watch = self._hub(object_key).watches.start(session_id)
+        without opening the object. The watch lasts through closes to make room, and sees
+        everything changed when the object's file is replaced or removed, then what the new
+        file's commits change."""
+        watches = self._watches.get(object_key)
+        if watches is None:
+            hub = self._hubs.get(object_key)
+            watches = self._watches[object_key] = hub.watches if hub is not None else ChangeWatches()
+        watch = watches.start(session_id)
         try:
             yield watch
         finally:
             watch.stop()
-            self._drop_hub_if_unused(object_key)
+            if not watches and self._watches.get(object_key) is watches:
+                del self._watches[object_key]
 
     def _evict_idle(self, down_to: int | None = None) -> None:
         """Closes the least recently used idle objects until at most `down_to` (by default
@@ -368,9 +378,11 @@ class ObjectRegistry:
     async def close_object(self, object_key: str) -> None:
         """Closes one object once nobody uses it (its feed subscribers are ended first); returns
         once its file is closed, also when an eviction had begun closing it."""
+        watches = self._watches.get(object_key)
+        if watches is not None:
+            watches.note_everything()
         hub = self._hubs.pop(object_key, None)
         if hub is not None:  # subscribers end whether or not the object is open
-            hub.watches.note_everything()
             self._let_go(object_key, hub, FeedClosed("the object is being replaced or removed", moving=True))
         evicted = self._closing.get(object_key)
         if evicted is not None:

@@ -2,13 +2,15 @@
 messages updated or deleted, or everything (a clear, a compaction record, the file replaced).
 
 A compaction plans, asks a model for seconds or minutes, then stores its record; the record is
-refused only if a change since the plan touched the messages it summarizes, not for a reply
-streaming into the newest message meanwhile. A watch is noted as each batch commits, on the
-writer's thread: begun before a read's snapshot, it sees every change that snapshot lacks.
+refused only if a change since the plan touched what it depends on, not for a reply streaming
+into the newest message meanwhile. A watch is noted as each batch commits, on the writer's
+thread: begun before a read's snapshot, it sees every change that snapshot lacks. Once the plan
+names what it depends on, the watch keeps only those ids (`narrow`).
 
-The watches of an object live in its feed hub, which outlives a close to make room for other
-objects (a reopened object is the same file, nothing of it changed); the registry tells them
-when the file is replaced or removed.
+The registry keeps an object's watches while any is under way and hands them to each feed hub
+of the object, whose store notes its commits there: they last through a close to make room for
+other objects (a reopened object is the same file, nothing of it changed), and the registry tells
+them when the file is replaced or removed.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Collection, Mapping
 
-# A watch noting more ids than this keeps "everything" instead (a delete of many messages).
+# A watch not yet narrowed that notes more ids than this keeps "everything" instead (a delete of
+# many messages while a plan reads).
 MAX_WATCHED_IDS = 10_000
 
 Changed = frozenset[str] | None
@@ -26,17 +29,26 @@ Changed = frozenset[str] | None
 class ChangeWatch:
     """The changes committed to one session since the watch began (or `restart`ed)."""
 
-    __slots__ = ("_ids", "_owner", "session_id")
+    __slots__ = ("_ids", "_interest", "_owner", "session_id")
 
     def __init__(self, owner: ChangeWatches, session_id: str) -> None:
         self._owner = owner
         self.session_id = session_id
         self._ids: set[str] | None = set()  # None: everything
+        self._interest: frozenset[str] | None = None  # None: every id
 
     def restart(self) -> None:
-        """Forgets what was noted: the watch begins again now."""
+        """Forgets what was noted, and any narrowing: the watch begins again now."""
         with self._owner.lock:
             self._ids = set()
+            self._interest = None
+
+    def narrow(self, ids: frozenset[str]) -> None:
+        """From now on keeps only changes of `ids` (what was noted of others is let go)."""
+        with self._owner.lock:
+            self._interest = ids
+            if self._ids is not None:
+                self._ids.intersection_update(ids)
 
     def touches(self, ids: Collection[str]) -> bool:
         """Whether a change noted since the watch began may have touched any of `ids`."""
@@ -49,6 +61,8 @@ class ChangeWatch:
     def _note(self, changed: Changed) -> None:  # under the owner's lock
         if self._ids is None:
             return
+        if changed is not None and self._interest is not None:
+            changed = changed & self._interest
         if changed is None or len(self._ids) + len(changed) > MAX_WATCHED_IDS:
             self._ids = None
         else:

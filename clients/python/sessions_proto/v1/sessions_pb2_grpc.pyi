@@ -141,12 +141,13 @@ class SessionServiceStub:
     older part first (a larger keep_recent_tokens ends the span sooner), or summarize the span
     in parts, recording each with AddCompaction. Automatic compaction has the same bound and
     reports such a refusal as a compaction error event. When a message the summary is made of
-    (the span's, or an end of a record it extends) is updated or deleted while the summary is
-    made, or the session is cleared or gains another record, it plans and summarizes again
-    (three tries) rather than store a summary of what is no longer there; when all three were
-    outrun it is refused FAILED_PRECONDITION (reason SESSION_CHANGED, nothing stored: compact
-    again), and automatic compaction reports that as a compaction error event. Changes to
-    other messages meanwhile (a reply streamed into the newest) keep the summary.
+    (the span's, one beside it, an end of a record it extends) is updated or deleted while the
+    summary is made, or the session is cleared or gains another record, or the object is
+    replaced, it plans and summarizes again (three tries) rather than store a summary of what
+    is no longer there; when all three were outrun it is refused FAILED_PRECONDITION (reason
+    SESSION_CHANGED, nothing stored: compact again), and automatic compaction reports that as a
+    compaction error event. Changes to other messages meanwhile (a reply streamed into the
+    newest) keep the summary.
     """
     SetCompactionPolicy: _grpc.UnaryUnaryMultiCallable[_sessions_pb2.SetCompactionPolicyRequest, _sessions_pb2.SetCompactionPolicyResponse]
     """Sets a session's automatic compaction policy (persisted in the object). A threshold needs
@@ -300,12 +301,13 @@ class SessionServiceAsyncStub(SessionServiceStub):
     older part first (a larger keep_recent_tokens ends the span sooner), or summarize the span
     in parts, recording each with AddCompaction. Automatic compaction has the same bound and
     reports such a refusal as a compaction error event. When a message the summary is made of
-    (the span's, or an end of a record it extends) is updated or deleted while the summary is
-    made, or the session is cleared or gains another record, it plans and summarizes again
-    (three tries) rather than store a summary of what is no longer there; when all three were
-    outrun it is refused FAILED_PRECONDITION (reason SESSION_CHANGED, nothing stored: compact
-    again), and automatic compaction reports that as a compaction error event. Changes to
-    other messages meanwhile (a reply streamed into the newest) keep the summary.
+    (the span's, one beside it, an end of a record it extends) is updated or deleted while the
+    summary is made, or the session is cleared or gains another record, or the object is
+    replaced, it plans and summarizes again (three tries) rather than store a summary of what
+    is no longer there; when all three were outrun it is refused FAILED_PRECONDITION (reason
+    SESSION_CHANGED, nothing stored: compact again), and automatic compaction reports that as a
+    compaction error event. Changes to other messages meanwhile (a reply streamed into the
+    newest) keep the summary.
     """
     SetCompactionPolicy: _aio.UnaryUnaryMultiCallable[_sessions_pb2.SetCompactionPolicyRequest, _sessions_pb2.SetCompactionPolicyResponse]  # type: ignore[assignment]
     """Sets a session's automatic compaction policy (persisted in the object). A threshold needs
@@ -576,12 +578,13 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         older part first (a larger keep_recent_tokens ends the span sooner), or summarize the span
         in parts, recording each with AddCompaction. Automatic compaction has the same bound and
         reports such a refusal as a compaction error event. When a message the summary is made of
-        (the span's, or an end of a record it extends) is updated or deleted while the summary is
-        made, or the session is cleared or gains another record, it plans and summarizes again
-        (three tries) rather than store a summary of what is no longer there; when all three were
-        outrun it is refused FAILED_PRECONDITION (reason SESSION_CHANGED, nothing stored: compact
-        again), and automatic compaction reports that as a compaction error event. Changes to
-        other messages meanwhile (a reply streamed into the newest) keep the summary.
+        (the span's, one beside it, an end of a record it extends) is updated or deleted while the
+        summary is made, or the session is cleared or gains another record, or the object is
+        replaced, it plans and summarizes again (three tries) rather than store a summary of what
+        is no longer there; when all three were outrun it is refused FAILED_PRECONDITION (reason
+        SESSION_CHANGED, nothing stored: compact again), and automatic compaction reports that as a
+        compaction error event. Changes to other messages meanwhile (a reply streamed into the
+        newest) keep the summary.
         """
 
     @_abc_1.abstractmethod

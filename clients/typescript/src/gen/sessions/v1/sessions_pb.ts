@@ -3655,12 +3655,13 @@ export const SessionService: GenService<{
    * older part first (a larger keep_recent_tokens ends the span sooner), or summarize the span
    * in parts, recording each with AddCompaction. Automatic compaction has the same bound and
    * reports such a refusal as a compaction error event. When a message the summary is made of
-   * (the span's, or an end of a record it extends) is updated or deleted while the summary is
-   * made, or the session is cleared or gains another record, it plans and summarizes again
-   * (three tries) rather than store a summary of what is no longer there; when all three were
-   * outrun it is refused FAILED_PRECONDITION (reason SESSION_CHANGED, nothing stored: compact
-   * again), and automatic compaction reports that as a compaction error event. Changes to
-   * other messages meanwhile (a reply streamed into the newest) keep the summary.
+   * (the span's, one beside it, an end of a record it extends) is updated or deleted while the
+   * summary is made, or the session is cleared or gains another record, or the object is
+   * replaced, it plans and summarizes again (three tries) rather than store a summary of what
+   * is no longer there; when all three were outrun it is refused FAILED_PRECONDITION (reason
+   * SESSION_CHANGED, nothing stored: compact again), and automatic compaction reports that as a
+   * compaction error event. Changes to other messages meanwhile (a reply streamed into the
+   * newest) keep the summary.
    *
    * @generated from rpc sessions.v1.SessionService.Compact
    */
