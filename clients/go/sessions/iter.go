@@ -48,7 +48,9 @@ func (o *readOptions) maxMessages() (uint32, error) {
 
 // History streams a path: the active branch by default (WithLeaf for another), root first
 // (NewestFirst for the other way), all of it or at most WithLimit messages. Errors, including a
-// failure to start the call, come from Err once Next returns false.
+// failure to start the call, come from Err once Next returns false. An iterator left before
+// Next returns false must be Closed (All does it): until then it holds the call open, on the
+// server too, and a goroutine here.
 func (s *Session) History(ctx context.Context, opts ...ReadOption) *HistoryIterator {
 	o := newReadOptions(opts)
 	sctx, cancel := context.WithCancel(s.object.routed(ctx))
