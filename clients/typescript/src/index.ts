@@ -22,16 +22,11 @@ import { create } from "@bufbuild/protobuf";
 import { BinaryReader } from "@bufbuild/protobuf/wire";
 import { Code, ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
-import type {
-  ClientHttp2Session,
-  ClientHttp2Stream,
-  ClientSessionRequestOptions,
-  Http2Session,
-  OutgoingHttpHeaders,
-  SecureClientSessionOptions,
-} from "node:http2";
+import { constants as http2Constants, type ClientHttp2Session, type SecureClientSessionOptions } from "node:http2";
 import { X509Certificate } from "node:crypto";
-import { createSecureContext } from "node:tls";
+import { connect as netConnect, type NetConnectOpts } from "node:net";
+import type { Duplex } from "node:stream";
+import { connect as tlsConnect, createSecureContext } from "node:tls";
 
 import {
   AttachmentMode,
@@ -366,6 +361,16 @@ export interface ClientOptions {
   keepaliveMs?: number;
   keepaliveTimeoutMs?: number;
   /**
+   * How long a new connection may take to be ready, from its start to the server's HTTP/2
+   * SETTINGS (default 20,000 ms, gRPC's connect timeout; 0 turns it off). A connection not ready
+   * by then is given up and its calls fail UNAVAILABLE, which is retried as any connection
+   * failure (within the retry policy and `timeoutMs`). Without it, a server that accepts
+   * connections but does not answer (stopped, or its accept queue full) would hold a call until
+   * keepalive noticed, or with keepalive off forever. Keepalive covers a connection that went
+   * silent after it was ready.
+   */
+  connectTimeoutMs?: number;
+  /**
    * How calls refused by the server before acting (a drain, an object move, re-sharding) and
    * transport failures of repeatable calls are tried again; unset fields take
    * `DEFAULT_RETRY_POLICY`'s values. `false` turns retries off (every call is tried once).
@@ -450,6 +455,8 @@ export interface RetryNotice {
 
 export const KEEPALIVE_MS = 30_000;
 export const KEEPALIVE_TIMEOUT_MS = 10_000;
+/** `ClientOptions.connectTimeoutMs`'s default: gRPC's connect timeout, as the Python and Go clients have it. */
+export const CONNECT_TIMEOUT_MS = 20_000;
 
 export const OBJECT_KEY_HEADER = "x-object-key";
 /** A write above this many UTF-8 bytes goes through UploadMessage, so default 4 MiB limits hold. */
@@ -503,31 +510,85 @@ export class SessionsError extends Error {
 
   /**
    * Converts any error thrown by a call; non-RPC errors are returned unchanged. A failure of TLS
-   * (see `ClientOptions.tls`) becomes UNAVAILABLE, as the Python and Go clients report it.
+   * (see `ClientOptions.tls`) becomes UNAVAILABLE, as the Python and Go clients report it; so
+   * does a failure of the connection (reset, refused, broken pipe, the HTTP/2 session or stream
+   * torn down with it: see `connectionFailureIn`), which Connect reports as ABORTED ("read
+   * ECONNRESET") or INTERNAL. Such an error has no reason, so the retry policy takes it for a
+   * connection failure, and the original is its `cause`.
    */
   static from(error: unknown): unknown {
-    if (error instanceof SessionsError) return error;
-    const tls = tlsFailureIn(error);
-    if (tls !== undefined) {
-      const failure = new SessionsError(Code.Unavailable, tls, null, {}, null, { cause: error });
-      TLS_FAILURES.add(failure);
-      return failure;
-    }
-    if (!(error instanceof ConnectError)) return error;
-    let reason: string | null = null;
-    let domain: string | null = null;
-    let metadata: Record<string, string> = {};
-    for (const detail of error.details) {
-      if ("desc" in detail || detail.type !== ERROR_INFO_TYPE) continue;
-      try {
-        ({ reason, domain, metadata } = decodeErrorInfo(detail.value));
-      } catch {
-        // A detail that does not decode leaves the error without a reason.
-      }
-      break;
-    }
-    return new SessionsError(error.code, error.rawMessage, reason, metadata, domain, { cause: error });
+    return sessionsErrorOf(error, true);
   }
+}
+
+/**
+ * `SessionsError.from`, with `connectionFailures` false for an attempt that the client ended
+ * itself (the caller's signal, `close()`, the deadline): the connection's breaking is then its own
+ * doing, and the error stays as Connect reported it (CANCELLED, DEADLINE_EXCEEDED).
+ */
+function sessionsErrorOf(error: unknown, connectionFailures: boolean): unknown {
+  if (error instanceof SessionsError) return error;
+  const tls = tlsFailureIn(error);
+  if (tls !== undefined) {
+    const failure = new SessionsError(Code.Unavailable, tls, null, {}, null, { cause: error });
+    TLS_FAILURES.add(failure);
+    return failure;
+  }
+  if (!(error instanceof ConnectError)) return error;
+  if (connectionFailures && error.code !== Code.Unavailable && connectionFailureIn(error)) {
+    return new SessionsError(Code.Unavailable, error.rawMessage, null, {}, null, { cause: error });
+  }
+  let reason: string | null = null;
+  let domain: string | null = null;
+  let metadata: Record<string, string> = {};
+  for (const detail of error.details) {
+    if ("desc" in detail || detail.type !== ERROR_INFO_TYPE) continue;
+    try {
+      ({ reason, domain, metadata } = decodeErrorInfo(detail.value));
+    } catch {
+      // A detail that does not decode leaves the error without a reason.
+    }
+    break;
+  }
+  return new SessionsError(error.code, error.rawMessage, reason, metadata, domain, { cause: error });
+}
+
+/**
+ * Node's codes for a connection that failed under a call, as found in the cause chain Connect
+ * keeps: the socket reset (a server killed with unread data: Connect's ABORTED "read
+ * ECONNRESET"), refused, timed out or broken, and the HTTP/2 session or stream torn down with it.
+ * The stream codes also follow the caller's own cancellation; `sessionsErrorOf` does not look
+ * for them then.
+ */
+const CONNECTION_FAILURES: ReadonlySet<string> = new Set([
+  "ECONNRESET",
+  "ECONNREFUSED",
+  "ECONNABORTED",
+  "EPIPE",
+  "ETIMEDOUT",
+  "ERR_HTTP2_GOAWAY_SESSION",
+  "ERR_HTTP2_INVALID_SESSION",
+  "ERR_HTTP2_SESSION_ERROR",
+  "ERR_HTTP2_STREAM_CANCEL",
+  "ERR_HTTP2_INVALID_STREAM",
+  "ERR_STREAM_DESTROYED",
+]);
+
+/**
+ * Whether `error`'s cause chain shows the connection failed. A stream reset by the server is
+ * one only with REFUSED_STREAM (not processed: the server is going away) or CANCEL; another code
+ * (INTERNAL_ERROR, …) is the server's answer, and stays as Connect reports it.
+ */
+function connectionFailureIn(error: unknown): boolean {
+  const seen = new Set<unknown>();
+  for (let e = error; e instanceof Error && !seen.has(e); e = e.cause) {
+    seen.add(e);
+    const code = (e as { code?: unknown }).code;
+    if (typeof code !== "string") continue;
+    if (CONNECTION_FAILURES.has(code)) return true;
+    if (code === "ERR_HTTP2_STREAM_ERROR" && /NGHTTP2_(REFUSED_STREAM|CANCEL)\b/.test(e.message)) return true;
+  }
+  return false;
 }
 
 /**
@@ -1037,60 +1098,127 @@ function follow(signal: AbortSignal | undefined): { controller: AbortController;
 }
 
 /**
- * The connection manager of an https:// client: it watches each connection from its first
- * request, and when the server closes it without having sent anything (`TlsRefused`), fails its
- * calls with that error instead of the CANCELLED Connect would report.
+ * connect-node's Http2SessionManager as far as `SessionManager` reaches into it: the private
+ * `setState`, through which every connection passes from "connecting" to "ready" (its HTTP/2
+ * session). connect-node is pinned (package.json); the tests of the connect deadline and of the
+ * TLS refusal fail should it move.
  */
-class TlsSessionManager extends Http2SessionManager {
-  /** Per connection: whether the server has been heard speaking HTTP/2 on it. */
-  private readonly watched = new WeakMap<Http2Session, { heard: boolean }>();
+interface ManagerInternals {
+  setState(state: ConnectionState): void;
+}
+type ConnectionState = { t: "ready"; conn: ClientHttp2Session } | { t: "connecting" | "closed" | "error" };
 
-  override async request(
-    method: string,
-    path: string,
-    headers: OutgoingHttpHeaders,
-    options: Omit<ClientSessionRequestOptions, "signal">,
-  ): Promise<ClientHttp2Stream> {
-    const stream = await super.request(method, path, headers, options);
-    const session = stream.session;
-    if (session === undefined) return stream;
-    let watch = this.watched.get(session);
-    if (watch === undefined) {
-      watch = watchForRefusal(session);
-      this.watched.set(session, watch);
+/**
+ * The client's connection manager: connect-node's, with each new connection watched from its
+ * start.
+ *
+ * - A connection whose server has not sent its HTTP/2 SETTINGS (the first thing every HTTP/2
+ *   server sends) within `connectTimeoutMs` of the attempt's start is given up, failing its
+ *   calls with UNAVAILABLE. connect-node has no such deadline: it takes a connection for ready
+ *   once TCP (and TLS) connected, and keepalive pings only start once a call has been open for
+ *   `keepaliveMs`, so a server that accepts connections but never answers (stopped, or its
+ *   accept queue full) held a call forever, or with keepalive off forever.
+ * - A connection that the server closes while calls are open on it (a server killed, or a proxy
+ *   that hung up) fails them with UNAVAILABLE ("the server closed the connection"), as the
+ *   Python and Go clients report it. Node would close the streams with CANCEL, which Connect
+ *   reports as CANCELLED: the code of a call its caller cancelled, which is not retried.
+ * - With `tls`: a server that closes the connection without having sent anything fails its
+ *   calls with `TlsRefused` instead (see there).
+ */
+class SessionManager extends Http2SessionManager {
+  constructor(
+    url: string,
+    pings: { pingIntervalMs?: number; pingTimeoutMs?: number },
+    http2Options: SecureClientSessionOptions | undefined,
+    private readonly connectTimeoutMs: number,
+    private readonly tls: boolean,
+  ) {
+    // The connection's socket is opened here, so that the connect deadline can destroy it while
+    // TCP or TLS is unfinished: connect-node's own abort leaves such a socket to end gracefully,
+    // which keeps the process alive until the kernel gives up on it (about two minutes).
+    super(url, pings, {
+      ...http2Options,
+      createConnection: (authority: URL, options: SecureClientSessionOptions) =>
+        connectSocket(authority, options, connectTimeoutMs),
+    });
+    const internals = this as unknown as ManagerInternals;
+    const setState = internals.setState;
+    let startedAt = performance.now();
+    internals.setState = (state: ConnectionState) => {
+      setState.call(this, state);
+      if (state.t === "connecting") startedAt = performance.now();
+      else if (state.t === "ready") this.watch(state.conn, startedAt);
+    };
+  }
+
+  /**
+   * Watches a connection from the moment it connected (a promise callback after its "connect"
+   * event), with what is left of its connect deadline (`startedAt`: when it was opened): before
+   * anything the server sent has been read.
+   */
+  private watch(session: ClientHttp2Session, startedAt: number): void {
+    let heard = false;
+    let timer: NodeJS.Timeout | undefined;
+    const hear = () => {
+      heard = true;
+      clearTimeout(timer);
+    };
+    // The server's SETTINGS, its acknowledgement of ours, or a GOAWAY: it speaks HTTP/2.
+    session.once("remoteSettings", hear);
+    session.once("localSettings", hear);
+    session.once("goaway", hear);
+    session.once("close", () => clearTimeout(timer));
+    if (this.connectTimeoutMs > 0) {
+      const left = Math.max(0, startedAt + this.connectTimeoutMs - performance.now());
+      timer = setTimeout(() => {
+        if (heard || session.destroyed) return;
+        session.on("error", () => {}); // Connect's own listener may be gone: no uncaught exception
+        session.destroy(connectTimedOut(this.connectTimeoutMs), http2Constants.NGHTTP2_CANCEL);
+      }, left).unref();
     }
-    if (!watch.heard) {
-      const heard = watch;
-      stream.once("response", () => (heard.heard = true));
-    }
-    return stream;
+    // "end" (the server closed its side) comes before the connection's "close", which would close
+    // its streams with CANCEL; a stream closed with an error reports that error instead. close()
+    // destroys the connection first: its calls stay CANCELLED.
+    session.socket.once("end", () => {
+      if (session.destroyed) return;
+      session.on("error", () => {});
+      session.destroy(
+        this.tls && !heard
+          ? new TlsRefused()
+          : new ConnectError("the server closed the connection", Code.Unavailable),
+      );
+    });
   }
 }
 
 /**
- * Watches a connection from its first request, which gets here in the same turn as its
- * "connect" event (promise callbacks only in between): before anything the server sent has been
- * read. Should the server close the connection without having sent anything, its streams fail
- * with `TlsRefused`.
+ * Opens the socket of a new connection as http2.connect would (TCP, or TLS with ALPN "h2" and,
+ * by default, the host as server name), destroyed with `connectTimedOut` when it has not
+ * connected within `timeoutMs` (0: never): a SYN unanswered (the server's accept queue full, a
+ * network dropping packets) or a TLS handshake that stalled.
  */
-function watchForRefusal(session: Http2Session): { heard: boolean } {
-  const watch = { heard: false };
-  const hear = () => {
-    watch.heard = true;
-  };
-  // The server's SETTINGS, its acknowledgement of ours, a GOAWAY (or a response, see request()):
-  // it speaks HTTP/2.
-  session.once("remoteSettings", hear);
-  session.once("localSettings", hear);
-  session.once("goaway", hear);
-  // "end" (the server closed its side) comes before the connection's "close", which would close
-  // its streams with CANCEL; a stream closed with an error reports that error instead.
-  session.socket.once("end", () => {
-    if (watch.heard || session.destroyed) return;
-    session.on("error", () => {}); // Connect's own listener may be gone: no uncaught exception
-    session.destroy(new TlsRefused());
-  });
-  return watch;
+function connectSocket(authority: URL, options: SecureClientSessionOptions, timeoutMs: number): Duplex {
+  const secure = authority.protocol === "https:";
+  const hostname = authority.hostname === "" ? "localhost" : authority.hostname;
+  const host = hostname.startsWith("[") ? hostname.slice(1, -1) : hostname;
+  const port = authority.port !== "" ? Number(authority.port) : secure ? 443 : 80;
+  const socket = secure
+    ? tlsConnect(port, host, { ...options, ALPNProtocols: ["h2"] })
+    : netConnect({ ...(options as NetConnectOpts), host, port });
+  if (timeoutMs > 0) {
+    const timer = setTimeout(() => socket.destroy(connectTimedOut(timeoutMs)), timeoutMs).unref();
+    socket.once(secure ? "secureConnect" : "connect", () => clearTimeout(timer));
+    socket.once("close", () => clearTimeout(timer));
+  }
+  return socket;
+}
+
+/** The failure of a connection whose server did not complete the HTTP/2 handshake in time. */
+function connectTimedOut(timeoutMs: number): ConnectError {
+  return new ConnectError(
+    `connection attempt timed out: the server did not complete the HTTP/2 handshake within ${timeoutMs} ms (connectTimeoutMs)`,
+    Code.Unavailable,
+  );
 }
 
 /** http2.connect's TLS options for `tls`, checked now rather than at the first call. */
@@ -1159,9 +1287,18 @@ export class SessionsClient {
       keepaliveMs > 0
         ? { pingIntervalMs: keepaliveMs, pingTimeoutMs: options.keepaliveTimeoutMs ?? KEEPALIVE_TIMEOUT_MS }
         : {};
-    this.sessionManager = baseUrl.startsWith("https://")
-      ? new TlsSessionManager(baseUrl, pings, tls === undefined ? undefined : tlsSessionOptions(tls))
-      : new Http2SessionManager(baseUrl, pings);
+    const connectTimeoutMs = options.connectTimeoutMs ?? CONNECT_TIMEOUT_MS;
+    if (!Number.isFinite(connectTimeoutMs) || connectTimeoutMs < 0) {
+      throw new RangeError(`connectTimeoutMs must be a finite number >= 0, got ${String(connectTimeoutMs)}`);
+    }
+    const secure = baseUrl.startsWith("https://");
+    this.sessionManager = new SessionManager(
+      baseUrl,
+      pings,
+      tls === undefined ? undefined : tlsSessionOptions(tls),
+      connectTimeoutMs,
+      secure,
+    );
     const interceptors: Interceptor[] = [...(options.interceptors ?? [])];
     if (options.token !== undefined) {
       const value = `Bearer ${options.token}`;
@@ -1242,7 +1379,7 @@ export class SessionsClient {
         try {
           return await run(callOptions);
         } catch (error) {
-          const failure = SessionsError.from(error);
+          const failure = this.failureOf(error, controller.signal, deadlineAt);
           if (options.retry === false) throw failure;
           await this.beforeRetry(method, attempt, failure, deadlineAt, controller.signal);
         }
@@ -1261,11 +1398,25 @@ export class SessionsClient {
    * it, the caller has seen data, and the error is theirs. `signal`: the caller's (see
    * `AbortOptions`).
    */
-  async *stream<T>(
+  stream<T>(
     method: MethodName,
     objectKey: string,
     start: (options: CallOptions) => AsyncIterable<T>,
     options: { signal?: AbortSignal | undefined; deadline?: boolean; retry?: boolean } = {},
+  ): AsyncGenerator<T> {
+    const dropped: Dropped = { stop: () => {} };
+    const generator = this.attempts(method, objectKey, start, options, dropped);
+    DROPPED_STREAMS.register(generator, dropped, dropped);
+    return generator;
+  }
+
+  /** `stream`'s generator; `dropped.stop` is set to cancel the call once it has started. */
+  private async *attempts<T>(
+    method: MethodName,
+    objectKey: string,
+    start: (options: CallOptions) => AsyncIterable<T>,
+    options: { signal?: AbortSignal | undefined; deadline?: boolean; retry?: boolean },
+    dropped: Dropped,
   ): AsyncGenerator<T> {
     const { signal, deadline = true } = options;
     if (abortedBy(signal)) throw cancelled(signal);
@@ -1279,6 +1430,7 @@ export class SessionsClient {
       timeoutMs === undefined
         ? undefined
         : setTimeout(() => controller.abort(new ConnectError("the operation timed out", Code.DeadlineExceeded)), timeoutMs);
+    dropped.stop = stopWhenDropped(controller, unlink, timer);
     let finished = false;
     let received = false;
     try {
@@ -1291,7 +1443,7 @@ export class SessionsClient {
           finished = true;
           return;
         } catch (error) {
-          const failure = SessionsError.from(error);
+          const failure = this.failureOf(error, controller.signal, deadlineAt);
           if (received || options.retry === false) throw failure;
           await this.beforeRetry(method, attempt, failure, deadlineAt, controller.signal);
         }
@@ -1299,11 +1451,25 @@ export class SessionsClient {
     } catch (error) {
       throw abortedBy(signal) ? cancelled(signal) : error;
     } finally {
+      DROPPED_STREAMS.unregister(dropped);
       clearTimeout(timer);
       unlink();
       // The consumer stopped early (break, return, throw): cancel so the server stops reading.
       if (!finished) controller.abort(new ConnectError("the caller stopped reading the stream", Code.Canceled));
     }
+  }
+
+  /**
+   * An attempt's error as a `SessionsError` (see `SessionsError.from`), with a connection failure
+   * as UNAVAILABLE only when the client did not end the attempt itself: `signal` (the call's own,
+   * which follows the caller's, a stream's deadline and its consumer stopping) aborted, `close()`
+   * called, or the deadline (a `performance.now()` time) passed. Those keep Connect's CANCELLED or
+   * DEADLINE_EXCEEDED, whatever the connection's teardown looked like.
+   */
+  private failureOf(error: unknown, signal: AbortSignal, deadlineAt: number | undefined): unknown {
+    const endedHere =
+      signal.aborted || this.closing.signal.aborted || (deadlineAt !== undefined && performance.now() >= deadlineAt);
+    return sessionsErrorOf(error, !endedHere);
   }
 
   /**
@@ -1333,6 +1499,31 @@ export class SessionsClient {
     // A slow observer can eat the rest of the deadline: an attempt with no time left cannot succeed.
     if (stopped() || (deadlineAt !== undefined && deadlineAt - performance.now() < 1)) throw failure;
   }
+}
+
+/** What cancels a server stream whose generator was dropped unfinished (see `DROPPED_STREAMS`). */
+interface Dropped {
+  stop: () => void;
+}
+
+/**
+ * Cancels the call of a stream's generator that was garbage-collected before it ended: one
+ * dropped after a `next()` without `return()` (a `for await` loop left by `break` ends it
+ * properly) would otherwise hold its server stream, and the server's reads, until the client
+ * closed. Best effort: collection comes when the engine decides, if at all, so an iterator not
+ * run to its end should be ended with `return()`. The held `Dropped` must not reach the
+ * generator, or it would never be collected: its `stop` is made outside the generator's body
+ * (`stopWhenDropped`), holding only what cancels the call.
+ */
+const DROPPED_STREAMS = new FinalizationRegistry<Dropped>((dropped) => dropped.stop());
+
+/** What `Dropped.stop` does for a stream's call: cancel it (the server stops reading) and let go of the caller's signal. */
+function stopWhenDropped(controller: AbortController, unlink: () => void, timer: NodeJS.Timeout | undefined): () => void {
+  return () => {
+    clearTimeout(timer);
+    unlink();
+    controller.abort(new ConnectError("the stream's iterator was dropped before it ended", Code.Canceled));
+  };
 }
 
 /** One object (an isolated store) on the server. */
@@ -1502,7 +1693,11 @@ export class ObjectHandle {
   }
 }
 
-/** Status codes after which a subscription reconnects by itself (the server went away). */
+/**
+ * Status codes after which a subscription reconnects by itself (the server went away: a
+ * connection reset or closed under the stream is UNAVAILABLE, see `SessionsError.from`; CANCELLED
+ * is a stream the server or a proxy reset).
+ */
 const RECONNECT_CODES = new Set(["UNAVAILABLE", "CANCELLED"]);
 /** Reconnections in a row before a subscription gives up (as the Python and Go clients). */
 export const RECONNECT_ATTEMPTS = 20;
@@ -1841,6 +2036,10 @@ export class SessionHandle {
   /**
    * Streams one root-to-leaf path; break out of the loop to stop the server's reads. `limit`: at
    * most that many messages (a RangeError, before any call, unless a positive integer < 2^32).
+   * An iterator stepped with `next()` and not run to its end must be ended with `return()` (as
+   * `for await … break` does): one merely dropped holds its server stream, and the server's
+   * reads, until it is garbage-collected, when its call is cancelled, and the engine may collect
+   * it late or never.
    */
   async *history(options: HistoryOptions = {}): AsyncGenerator<Message> {
     const request = {
@@ -1857,7 +2056,10 @@ export class SessionHandle {
     }
   }
 
-  /** Streams a path in batches marked by the server (by count and JSON bytes); `limit` as in `history`. */
+  /**
+   * Streams a path in batches marked by the server (by count and JSON bytes); `limit` as in
+   * `history`, and as there, end an iterator not run to its end with `return()`.
+   */
   async *historyBatches(options: HistoryBatchOptions = {}): AsyncGenerator<Message[]> {
     const request = {
       objectKey: this.key,

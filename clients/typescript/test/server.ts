@@ -1,5 +1,7 @@
 // Starts a real sessions-server for one test file: `serve --listen 127.0.0.1:0 --data-dir <tmp>`,
 // reads the port from its "sessions-server listening on HOST:PORT" line, stops it with SIGTERM.
+// kill() and restart() kill it (SIGKILL) and start it again on the same port and data directory;
+// signal() stalls (SIGSTOP) and resumes (SIGCONT) it.
 // SESSIONS_SERVER_CMD overrides the executable (whitespace-separated words; the serve arguments
 // are appended).
 import { spawn, type ChildProcess } from "node:child_process";
@@ -20,51 +22,62 @@ export function serverCommand(): string[] {
   return [join(repoRoot, ".venv", "bin", "sessions-server")];
 }
 
+/** Starts `sessions-server serve --listen <listen> --data-dir <dataDir> ...extraArgs`; resolves with its address once it listens. */
+async function spawnServer(
+  listen: string,
+  dataDir: string,
+  extraArgs: string[],
+): Promise<{ child: ChildProcess; address: string }> {
+  const [cmd, ...args] = serverCommand();
+  const child = spawn(cmd!, [...args, "serve", "--listen", listen, "--data-dir", dataDir, ...extraArgs], {
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let stderr = "";
+  child.stderr!.setEncoding("utf8");
+  child.stderr!.on("data", (chunk: string) => {
+    stderr += chunk;
+    if (stderr.length > 65536) stderr = stderr.slice(-65536);
+  });
+  const address = await new Promise<string>((resolvePromise, reject) => {
+    let stdout = "";
+    const timer = setTimeout(() => {
+      child.kill("SIGKILL");
+      reject(new Error(`sessions-server did not start within 30 s\n${stdout}\n${stderr}`));
+    }, 30_000);
+    child.stdout!.setEncoding("utf8");
+    child.stdout!.on("data", (chunk: string) => {
+      stdout += chunk;
+      const match = /sessions-server listening on (\S+:\d+)/.exec(stdout);
+      if (match) {
+        clearTimeout(timer);
+        resolvePromise(match[1]!);
+      }
+    });
+    child.on("error", (error) => {
+      clearTimeout(timer);
+      reject(error);
+    });
+    child.on("exit", (code, signal) => {
+      clearTimeout(timer);
+      reject(new Error(`sessions-server exited early (${code ?? signal})\n${stdout}\n${stderr}`));
+    });
+  });
+  return { child, address };
+}
+
 export class TestServer {
   private constructor(
     readonly address: string,
-    private readonly child: ChildProcess,
+    private child: ChildProcess,
     private readonly dataDir: string,
+    private readonly extraArgs: string[],
     private readonly clients: SessionsClient[] = [],
   ) {}
 
   static async start(extraArgs: string[] = []): Promise<TestServer> {
     const dataDir = mkdtempSync(join(tmpdir(), "sessions-ts-test-"));
-    const [cmd, ...args] = serverCommand();
-    const child = spawn(cmd!, [...args, "serve", "--listen", "127.0.0.1:0", "--data-dir", dataDir, ...extraArgs], {
-      stdio: ["ignore", "pipe", "pipe"],
-    });
-    let stderr = "";
-    child.stderr!.setEncoding("utf8");
-    child.stderr!.on("data", (chunk: string) => {
-      stderr += chunk;
-      if (stderr.length > 65536) stderr = stderr.slice(-65536);
-    });
-    const address = await new Promise<string>((resolvePromise, reject) => {
-      let stdout = "";
-      const timer = setTimeout(() => {
-        child.kill("SIGKILL");
-        reject(new Error(`sessions-server did not start within 30 s\n${stdout}\n${stderr}`));
-      }, 30_000);
-      child.stdout!.setEncoding("utf8");
-      child.stdout!.on("data", (chunk: string) => {
-        stdout += chunk;
-        const match = /sessions-server listening on (\S+:\d+)/.exec(stdout);
-        if (match) {
-          clearTimeout(timer);
-          resolvePromise(match[1]!);
-        }
-      });
-      child.on("error", (error) => {
-        clearTimeout(timer);
-        reject(error);
-      });
-      child.on("exit", (code, signal) => {
-        clearTimeout(timer);
-        reject(new Error(`sessions-server exited early (${code ?? signal})\n${stdout}\n${stderr}`));
-      });
-    });
-    return new TestServer(address, child, dataDir);
+    const { child, address } = await spawnServer("127.0.0.1:0", dataDir, extraArgs);
+    return new TestServer(address, child, dataDir, extraArgs);
   }
 
   /** A client that is closed by stop(). */
@@ -74,10 +87,36 @@ export class TestServer {
     return client;
   }
 
+  /** The server process's id. */
+  get pid(): number {
+    return this.child.pid!;
+  }
+
+  /** Sends `signal` to the server process (SIGSTOP / SIGCONT to stall and resume it). */
+  signal(signal: NodeJS.Signals): void {
+    this.child.kill(signal);
+  }
+
+  /** Kills the server process (SIGKILL: no drain, no goodbye) and waits for it to exit. */
+  async kill(): Promise<void> {
+    if (this.child.exitCode === null && this.child.signalCode === null) {
+      const exited = new Promise<void>((r) => this.child.once("exit", () => r()));
+      this.child.kill("SIGKILL");
+      await exited;
+    }
+  }
+
+  /** Starts the server again on the same address and data directory, after kill(). */
+  async restart(): Promise<void> {
+    const { child } = await spawnServer(this.address, this.dataDir, this.extraArgs);
+    this.child = child;
+  }
+
   async stop(): Promise<void> {
     for (const client of this.clients) client.close();
     if (this.child.exitCode === null && this.child.signalCode === null) {
       const exited = new Promise<void>((r) => this.child.once("exit", () => r()));
+      this.child.kill("SIGCONT"); // a stalled server (SIGSTOP) would not see the SIGTERM
       this.child.kill("SIGTERM");
       const timer = setTimeout(() => this.child.kill("SIGKILL"), 20_000);
       await exited;
