@@ -11,6 +11,9 @@ far as the server can prove it, else the stream says RESET.
   millisecond shared them, and one object's revision resumed on the other mid-stream.
 - A revision ahead of the feed's was echoed by the opening PROGRESS, and the RESET after it
   took the stream's revisions backwards.
+- So was any revision the feed could not resume from (another object's, a gone feed's, 1): the
+  opening PROGRESS read as "resumed after it" to a client keeping it as its place, the RESET
+  came after. A resume told RESET now opens with it, as the contract says.
 
 Every wait is for a call's answer or an event, with GUARD_SECONDS only as a failure guard."""
 
@@ -106,11 +109,11 @@ def test_a_resume_from_a_fresh_feeds_start_is_reset_once_the_object_was_erased(t
             ended = _ended(feed)
             assert (ended.code, ended.reason) == (grpc.StatusCode.UNAVAILABLE, "OBJECT_MOVING"), ended
 
-            resumed, opening = _opened(stub, key, resume_after=start)
+            resumed = _subscribe(stub, key, resume_after=start)
             _append(stub, key, "after")  # a stream placed live would deliver this first
-            first = _next_change(resumed)
+            first = next(resumed)  # the reset opens the stream: no progress echoing `start`
             assert first.type == pb.CHANGE_TYPE_RESET, first
-            assert opening == start < first.revision
+            assert start < first.revision
             after = _next_change(resumed)
             assert (after.type, json.loads(after.message.json)["id"]) == (pb.CHANGE_TYPE_APPEND, "after")
             resumed.cancel()
@@ -154,13 +157,15 @@ def test_a_resume_from_the_start_of_a_gone_feed_that_carried_events_is_reset(
     assert carried.type == pb.CHANGE_TYPE_CLEAR
     watcher.cancel()
 
-    resumed, _ = _opened(stub, object_key, resume_after=start)
+    resumed = _subscribe(stub, object_key, resume_after=start)
     _append(stub, object_key, "sentinel")  # a stream placed live would deliver this first
-    first = _next_change(resumed)
-    assert first.type == pb.CHANGE_TYPE_RESET or (first.type, first.revision) == (
-        pb.CHANGE_TYPE_CLEAR,
-        carried.revision,
-    ), first
+    first = next(resumed)
+    if first.type == PROGRESS:  # the feed still there: its events are replayed after the opening
+        assert first.revision == start
+        first = _next_change(resumed)
+        assert (first.type, first.revision) == (pb.CHANGE_TYPE_CLEAR, carried.revision), first
+    else:
+        assert first.type == pb.CHANGE_TYPE_RESET, first
     resumed.cancel()
 
 
@@ -211,10 +216,7 @@ def test_a_revision_of_another_object_is_never_resumed_from(
 
         for resume_on, foreign in ((keys[1], revisions[0][1]), (keys[0], revisions[1][1])):
             resumed = _subscribe(stub, resume_on, resume_after=foreign)
-            first = next(resumed)
-            if first.type == PROGRESS:  # the opening (a revision behind this feed's is echoed)
-                _append(stub, resume_on, "sentinel")  # a stream resumed mid-feed would deliver events first
-                first = _next_change(resumed)
+            first = next(resumed)  # the reset opens the stream: no progress echoing the foreign revision
             assert first.type == pb.CHANGE_TYPE_RESET, (attempt, first)
             resumed.cancel()
         if same_millisecond >= 3:

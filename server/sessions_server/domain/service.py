@@ -780,13 +780,9 @@ class SessionsService:
             starts = self.registry.feeds.unwritten_starts
             stored = functools.cache(functools.partial(self.objects.is_stored, object_key))
             place = resume_after
-            # A revision ahead of the feed's (another server's, say) is answered with the reset
-            # first: an opening progress echoing it, then a reset at the feed's lower revision,
-            # took revisions backwards within the stream.
-            ahead = resume_after > hub.revision
             if (
                 resume_after
-                and not ahead
+                and resume_after <= hub.revision
                 and not hub.knows(resume_after)
                 and starts.key_of(resume_after) == object_key
                 and not stored()
@@ -806,8 +802,11 @@ class SessionsService:
             try:
                 # Every stream opens so, telling where it starts: everything after this revision
                 # follows (a resume: what follows the revision it resumes after, replayed events
-                # first). Clients take it for "subscribed", not yet for a stream that works.
-                if not ahead:
+                # first). Clients take it for "subscribed", not yet for a stream that works. A
+                # resume told to reset opens with the reset: a progress echoing a revision the
+                # feed cannot resume from (another object's, one ahead of it) would read as a
+                # place to resume from again.
+                if not subscription.resets_first:
                     yield Progress(place or hub.revision)
                 while True:
                     item = await subscription.next(timeout=progress_seconds)

@@ -133,6 +133,11 @@ class Subscription:
         return self.session_filter is None or event.session_id == self.session_filter
 
     @property
+    def resets_first(self) -> bool:
+        """Whether the first thing it tells is a reset (placed after events no longer kept)."""
+        return self._reset is not None
+
+    @property
     def position(self) -> int:
         """The sequence number of the next event it will look at."""
         return self._next
