@@ -9,6 +9,7 @@ import contextlib
 import socket
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -635,3 +636,83 @@ def test_a_write_refused_while_the_server_is_busy_with_large_messages_is_tried_a
         if sender.is_alive():
             sender.join()
         server.stop()
+
+
+class _CuttingFront:
+    """A gRPC front of a real server that ends the first call of each method CANCELLED (no
+    ErrorInfo), as a server's stop ends the calls that reached it, and forwards the others
+    byte for byte."""
+
+    def __init__(self, target: str) -> None:
+        self._channel = grpc.insecure_channel(target)
+        self._cut: set[str] = set()
+        self.calls: list[str] = []
+        self._server = grpc.server(ThreadPoolExecutor(max_workers=4))
+        self._server.add_generic_rpc_handlers([self])
+        self.address = f"127.0.0.1:{self._server.add_insecure_port('127.0.0.1:0')}"
+        self._server.start()
+
+    def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        method = details.method  # type: ignore[attr-defined]
+        forward = self._channel.unary_unary(method)
+
+        def handle(request: bytes, context: grpc.ServicerContext) -> bytes:
+            self.calls.append(method.rsplit("/", 1)[1])
+            if method not in self._cut:
+                self._cut.add(method)
+                context.abort(grpc.StatusCode.CANCELLED, "the server stopped")
+            metadata = [(k, v) for k, v in context.invocation_metadata() if not k.startswith("grpc-")]
+            return forward(request, metadata=metadata)  # type: ignore[no-any-return]
+
+        return grpc.unary_unary_rpc_method_handler(handle)
+
+    def close(self) -> None:
+        self._server.stop(None)
+        self._channel.close()
+
+
+@pytest.fixture
+def cutting_front(live_server: LiveServer) -> Iterator[_CuttingFront]:
+    front = _CuttingFront(live_server.address)
+    yield front
+    front.close()
+
+
+def test_a_call_the_server_cut_cancelled_is_tried_again_when_safe_to_repeat(
+    live_server: LiveServer, cutting_front: _CuttingFront, object_key: str
+) -> None:
+    """A drain audit: a write that reached a stopping server was ended CANCELLED by gRPC, not
+    stored, and not tried again (CANCELLED was taken for the caller's own), so the message was
+    lost and the next auto-parent append chained past it. A CANCELLED the client did not make
+    is a failure of the connection: a repeatable call is tried again, ClearMessages is not."""
+    notices: list[RetryNotice] = []
+    with SessionsClient(cutting_front.address, retry=QUICK, on_retry=notices.append) as client:
+        session = client.object(object_key).session()
+        assert session.append_message(text_message("m1")).inserted
+        with pytest.raises(SessionsError) as cut:
+            session.clear_messages()
+        assert cut.value.code == grpc.StatusCode.CANCELLED
+    assert _summary(notices) == [("AppendMessage", 1, grpc.StatusCode.CANCELLED, None)]
+    assert cutting_front.calls == ["AppendMessage", "AppendMessage", "ClearMessages"]
+    with SessionsClient(live_server.address) as direct:
+        assert [m["id"] for m in direct.object(object_key).session().get_history()] == ["m1"]  # not cleared
+
+
+def test_the_asyncio_client_tries_a_cut_call_again_but_not_after_its_own_close(
+    cutting_front: _CuttingFront, object_key: str
+) -> None:
+    from sessions_client.aio import SessionsClient as AsyncClient
+
+    notices: list[RetryNotice] = []
+
+    async def scenario() -> tuple[bool, SessionsError]:
+        async with AsyncClient(cutting_front.address, retry=QUICK, on_retry=notices.append) as client:
+            inserted = (await client.object(object_key).session().append_message(text_message("m1"))).inserted
+        with pytest.raises(SessionsError) as closed:
+            await client.object(object_key).session().append_message(text_message("m2"))
+        return inserted, closed.value
+
+    inserted, closed = asyncio.run(scenario())
+    assert inserted
+    assert (closed.code, closed.message) == (grpc.StatusCode.CANCELLED, "the client is closed")
+    assert _summary(notices) == [("AppendMessage", 1, grpc.StatusCode.CANCELLED, None)]

@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 
 	pb "github.com/sessions-dev/sessions/clients/go/gen/sessions/v1"
 )
@@ -200,6 +201,10 @@ func retryable(class retryClass, err *Error) bool {
 		return true
 	case err.Code == codes.Unavailable && err.Reason == "":
 		return class == retryRepeatable
+	case err.Code == codes.Canceled && err.Reason == "":
+		// Not the caller's (retryLoop.retry checks the context and the connection first): a
+		// stopping server's gRPC cancels the calls that reached it, carried out or not.
+		return class == retryRepeatable
 	}
 	return false
 }
@@ -267,7 +272,7 @@ func (l *retryLoop) retry(err error) error {
 	l.attempts++
 	failure := FromError(err)
 	policy := l.conn.policy
-	if l.attempts >= policy.MaxAttempts || !retryable(l.class, failure) {
+	if l.attempts >= policy.MaxAttempts || !retryable(l.class, failure) || l.cancelledHere() {
 		return err
 	}
 	delay := policy.delay(l.attempts)
@@ -285,6 +290,16 @@ func (l *retryLoop) retry(err error) error {
 	case <-l.ctx.Done():
 		return toError(l.ctx.Err())
 	}
+}
+
+// cancelledHere reports whether this side ended the call: the caller's context, or the
+// connection closed (Client.Close): its CANCELLED is then no failure to cure by trying again.
+func (l *retryLoop) cancelledHere() bool {
+	if l.ctx.Err() != nil {
+		return true
+	}
+	conn, ok := l.conn.cc.(*grpc.ClientConn)
+	return ok && conn.GetState() == connectivity.Shutdown
 }
 
 // retryStream is one streaming call across its attempts. The embedded stream is the current

@@ -19,6 +19,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/sessions-dev/sessions/clients/go/gen/sessions/v1"
 	"github.com/sessions-dev/sessions/clients/go/internal/testserver"
@@ -985,4 +986,58 @@ func TestRetryAfterLostResponse(t *testing.T) {
 			t.Fatalf("history = %v: the lost ClearMessages was carried out, expected empty", got)
 		}
 	})
+}
+
+// cutFirstAttempts ends the first attempt of each method CANCELLED without sending it, as a
+// stopping server's gRPC ends the calls that reached it; an interceptor below the retries, so
+// the retries see it as they would the server's answer, with the real server behind.
+func cutFirstAttempts() sessions.DialOption {
+	var mu sync.Mutex
+	cut := map[string]bool{}
+	return sessions.WithGRPCOptions(grpc.WithChainUnaryInterceptor(
+		func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			mu.Lock()
+			first := !cut[method]
+			cut[method] = true
+			mu.Unlock()
+			if first {
+				return status.Error(codes.Canceled, "the server stopped")
+			}
+			return invoker(ctx, method, req, reply, cc, opts...)
+		}))
+}
+
+// TestRetryCancelledByTheServer: a drain audit found a write that reached a stopping server
+// ended CANCELLED, not stored and not tried again, so it was lost. A CANCELLED the caller did not
+// make is a connection failure: a repeatable call is tried again, ClearMessages is not; the
+// caller's own cancellation is never tried again.
+func TestRetryCancelledByTheServer(t *testing.T) {
+	ctx := testCtx(t)
+	key := objectKey(t)
+	log := &retryLog{}
+	s := dialRetrying(t, server.Addr, log, sessions.WithRetry(fastRetry), cutFirstAttempts()).Object(key).Session("s")
+	if res, err := s.AppendMessage(ctx, textMessage("m1", "user", "cut once")); err != nil || !res.Inserted {
+		t.Fatalf("AppendMessage = %+v, %v; want inserted after a retry", res, err)
+	}
+	checkNotices(t, log.seen(), "AppendMessage", codes.Canceled, "")
+	if _, err := s.ClearMessages(ctx); sessions.Code(err) != codes.Canceled {
+		t.Fatalf("ClearMessages: %v, want CANCELLED (not tried again)", err)
+	}
+	if n := log.attemptsOf("ClearMessages"); n != 1 {
+		t.Fatalf("ClearMessages made %d attempts, want 1", n)
+	}
+	if got := collectHistory(t, client.Object(key).Session("s")); !equalStrings(got, []string{"m1"}) {
+		t.Fatalf("history = %v", got)
+	}
+
+	own := &retryLog{}
+	mine := dialRetrying(t, server.Addr, own, sessions.WithRetry(fastRetry)).Object(key).Session("s")
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := mine.AppendMessage(cancelled, textMessage("m2", "user", "never sent")); sessions.Code(err) != codes.Canceled {
+		t.Fatalf("AppendMessage with a cancelled context: %v, want CANCELLED", err)
+	}
+	if len(own.seen()) != 0 {
+		t.Fatalf("the caller's own cancellation was retried: %+v", own.seen())
+	}
 }

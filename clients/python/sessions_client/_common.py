@@ -693,7 +693,6 @@ def channel_options(
     return list(chosen.items())
 
 
-# Status codes after which a subscription reconnects by itself (server restart or drain).
 class Connection:
     """Whether a client's connection was closed, shared by the client and its views
     (`with_options`): calls made after, and streams cut by, the close raise `closed_error()`
@@ -705,10 +704,16 @@ class Connection:
         self.closed = False
 
 
+class ClientClosed(SessionsError):
+    """The client's own close ended the call (CANCELLED): never tried again, unlike a call the
+    server or a proxy cut with CANCELLED."""
+
+
 def closed_error() -> SessionsError:
-    return SessionsError(grpc.StatusCode.CANCELLED, "the client is closed", None, {})
+    return ClientClosed(grpc.StatusCode.CANCELLED, "the client is closed", None, {})
 
 
+# Status codes after which a subscription reconnects by itself (server restart or drain).
 RECONNECT_CODES: Final = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED})
 
 

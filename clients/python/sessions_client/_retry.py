@@ -4,7 +4,8 @@ A drain, an object move, a re-shard or a server busy with large messages makes t
 calls for a while without doing anything, and says so (an ErrorInfo reason): those are tried
 again whatever the method. A connection that fails (server restarting, proxy unable to reach a
 shard) leaves the request's fate unknown: only methods that are safe to repeat are tried again
-then.
+then. So does a call the server's stop cut (CANCELLED without a reason: gRPC cancels the calls
+that reached it as it stops, though the drain refused those before with DRAINING).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Final, Self
 
 import grpc
 
-from sessions_client._common import SessionsError
+from sessions_client._common import ClientClosed, SessionsError
 
 # (status, ErrorInfo reason) of refusals the server makes before doing anything.
 REFUSED_BEFORE_ACTING: Final = frozenset(
@@ -110,8 +111,16 @@ def may_retry(method: str, error: SessionsError) -> bool:
         return False
     if (error.code, error.reason) in REFUSED_BEFORE_ACTING:
         return True
-    # No reason: the failure came from the connection or a proxy, not from this service.
-    return error.code == grpc.StatusCode.UNAVAILABLE and not error.reason and method in REPEATABLE_METHODS
+    # No reason: the failure came from the connection or a proxy, not from this service; so did
+    # a CANCELLED the client did not make (its calls cannot be cancelled but by its close: a
+    # timeout is DEADLINE_EXCEEDED, an asyncio task's cancellation no RpcError).
+    return not error.reason and method in REPEATABLE_METHODS and _connection_failed(error)
+
+
+def _connection_failed(error: SessionsError) -> bool:
+    if error.code == grpc.StatusCode.CANCELLED:
+        return not isinstance(error, ClientClosed)
+    return error.code == grpc.StatusCode.UNAVAILABLE
 
 
 class Attempts:

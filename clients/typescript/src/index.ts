@@ -1023,8 +1023,12 @@ function retryable(method: string, error: SessionsError): boolean {
   // Busy with other calls' large messages (--max-assembly-bytes): refused before acting, too.
   if (error.code === "RESOURCE_EXHAUSTED" && error.reason === "SERVER_BUSY") return true;
   // No reason: the failure came from the connection, not the service, and the request may have
-  // been carried out.
-  return error.code === "UNAVAILABLE" && error.reason === null && REPEATABLE_METHODS.has(method);
+  // been carried out. So did a CANCELLED the client did not make (`beforeRetry` stops for the
+  // caller's signal and `close()` before it waits): a stopping server's gRPC cancels the calls
+  // that reached it.
+  return (
+    (error.code === "UNAVAILABLE" || error.code === "CANCELLED") && error.reason === null && REPEATABLE_METHODS.has(method)
+  );
 }
 
 function retryPolicyOf(option: RetryPolicy | false | undefined): Required<RetryPolicy> {
