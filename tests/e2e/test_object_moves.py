@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import threading
@@ -223,3 +224,26 @@ def test_abort_move_releases_the_lock_of_a_move_that_will_not_complete(two_serve
         assert a._stub.AbortMove(abort, metadata=metadata).was_locked
         assert session.append_message(_text("m2", "after")).inserted
         assert not a._stub.AbortMove(abort, metadata=metadata).was_locked  # nothing left to release
+
+
+def test_a_move_whose_import_got_no_answer_says_how_to_finish_it(tmp_path: Path) -> None:
+    """A client audit: a destination that died after installing its held copy, before answering,
+    left the mover with a bare UNAVAILABLE; a plain retry of the move was then refused
+    OBJECT_EXISTS there. The error says the destination may hold a copy and how to replace it;
+    the source takes writes again. (Here the destination is not there at all: the import gets no
+    answer the same way.)"""
+    source = ServerProcess(tmp_path / "a").start()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        nowhere = f"127.0.0.1:{probe.getsockname()[1]}"
+    try:
+        with SessionsClient(source.address, retry=None) as a, SessionsClient(nowhere, retry=None) as b:
+            a.object("k").session().append_message(_text("m1", "before"))
+            with pytest.raises(SessionsError) as unanswered:
+                move_object(a, b, "k")
+            assert unanswered.value.code == grpc.StatusCode.UNAVAILABLE
+            assert "may hold a read-only copy" in unanswered.value.message
+            assert "move-object --replace" in unanswered.value.message
+            assert a.object("k").session().append_message(_text("m2", "after")).inserted
+    finally:
+        source.stop()

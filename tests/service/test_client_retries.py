@@ -17,7 +17,7 @@ import grpc
 import pytest
 
 from sessions_client import DEFAULT_RETRY_POLICY, RetryNotice, RetryPolicy, SessionsClient, SessionsError
-from sessions_client.admin import export_file, import_file
+from sessions_client.admin import abort_move, export_file, import_file
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
 from sessions_server.domain.limits import Limits
@@ -333,6 +333,37 @@ def test_an_append_rides_through_a_server_restart(tmp_path: Path) -> None:
             assert (result.inserted, result.parent_id) == (True, "m0")
             assert [m["id"] for m in session.get_history()] == ["m0", "m1"]
         assert len(restarted) == 1
+    finally:
+        for server in restarted:
+            server.stop()
+
+
+def test_abort_move_rides_through_the_sources_restart(tmp_path: Path) -> None:
+    """A client audit: `abort_move` made one attempt, so an operator's process that called it
+    as the source came back (a move cut short, the source restarted) failed UNAVAILABLE. It is
+    asked again under the client's retry policy, each wait told to `on_retry`; the lock, kept
+    across the restart, is released and the object takes writes."""
+    first = start_server(tmp_path / "data")
+    address = first.address
+    with SessionsClient(address) as client:
+        client.object("k").session().append_message(text_message("m0"))
+    with grpc.insecure_channel(address) as channel:
+        _lock_for_move(pb_grpc.SessionServiceStub(channel), "k")
+    first.stop()
+    restarted: list[LiveServer] = []
+    notices: list[RetryNotice] = []
+
+    def restart(notice: RetryNotice) -> None:
+        notices.append(notice)
+        if not restarted:
+            restarted.append(start_server(tmp_path / "data", listen=address))
+
+    try:
+        with SessionsClient(address, on_retry=restart) as client:
+            assert abort_move(client, "k")
+            assert client.object("k").session().append_message(text_message("m1")).inserted
+        assert len(restarted) == 1
+        assert notices[0].method == "AbortMove" and notices[0].error.code == grpc.StatusCode.UNAVAILABLE
     finally:
         for server in restarted:
             server.stop()

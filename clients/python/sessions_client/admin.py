@@ -18,6 +18,7 @@ from pathlib import Path
 import grpc
 
 from sessions_client._common import FramesEachAttempt, SessionsError, routing_metadata
+from sessions_client._retry import RetryNotice
 from sessions_client._sync import SessionsClient
 from sessions_proto.v1 import sessions_pb2 as pb
 
@@ -230,8 +231,9 @@ def move_object(
             imported = destination._stub.ImportObject(frames(), metadata=metadata_destination)
         except grpc.RpcError as error:
             # The source's failure mid-snapshot is the cause; the import only saw its requests end.
-            cause = export_failure[0] if export_failure else error
-            raise SessionsError.from_rpc_error(cause) from None
+            if export_failure:
+                raise SessionsError.from_rpc_error(export_failure[0]) from None
+            raise _unanswered_import(SessionsError.from_rpc_error(error)) from None
         hold = imported.move_id
         # The source refuses writes since the snapshot, so its state now is what was copied.
         before = source.object(object_key).list_sessions()
@@ -264,6 +266,22 @@ def move_object(
     if hold:
         _release_arrival(destination, object_key, destination_name, metadata_destination)
     return MoveReport(object_key, int(imported.size_bytes), int(imported.message_rows), after)
+
+
+def _unanswered_import(failure: SessionsError) -> SessionsError:
+    """An import that got no answer (the destination gone mid-call) may have installed its copy,
+    held read-only for this move, whose hold the mover never learnt: a plain retry of the move is
+    refused OBJECT_EXISTS there. Said so, with the way out; another refusal is returned as it is."""
+    if failure.code not in _NO_ANSWER:
+        return failure
+    return SessionsError(
+        failure.code,
+        f"{failure.message}; the destination did not answer the import: it may hold a read-only copy of the "
+        "object for this move (the source was kept and takes writes again); move the object again with "
+        "replace (move-object --replace), which replaces that copy",
+        failure.reason,
+        failure.metadata,
+    )
 
 
 def _undo_move(
@@ -301,25 +319,40 @@ def _undo_move(
 def _release_arrival(destination: SessionsClient, object_key: str, destination_name: str, metadata: typing.Any) -> None:
     """The move's end at the destination: its copy takes writes from now on. Asked again while
     no answer comes (a repeat releases nothing more)."""
-    policy = destination.retry
-    for attempt in itertools.count(1):
+    try:
+        _release(destination, object_key, metadata)
+    except SessionsError as failure:
+        where = destination_name or "the destination"
+        raise SessionsError(
+            failure.code,
+            f"the object moved, but {where} did not release its hold ({failure.message}): it refuses "
+            "writes until released; run abort-move on it",
+            failure.reason,
+            failure.metadata,
+        ) from None
+
+
+def _release(client: SessionsClient, object_key: str, metadata: typing.Any) -> bool:
+    """AbortMove on `client`'s server, asked again under its retry policy while no answer comes
+    (a server restarting, as after a move cut short): a repeat releases nothing more. Each wait
+    is told to the client's `on_retry`. Whether a lock or hold was released."""
+    policy = client.retry
+    attempt = 0
+    while True:
+        attempt += 1
         try:
-            destination._stub.AbortMove(
-                pb.AbortMoveRequest(object_key=object_key), metadata=metadata, timeout=destination.timeout
+            response = client._stub.AbortMove(
+                pb.AbortMoveRequest(object_key=object_key), metadata=metadata, timeout=client.timeout
             )
-            return
+            return bool(response.was_locked)
         except grpc.RpcError as error:
             failure = SessionsError.from_rpc_error(error)
         if failure.code not in _NO_ANSWER or policy is None or attempt >= policy.max_attempts:
-            where = destination_name or "the destination"
-            raise SessionsError(
-                failure.code,
-                f"the object moved, but {where} did not release its hold ({failure.message}): it refuses "
-                "writes until released; run abort-move on it",
-                failure.reason,
-                failure.metadata,
-            ) from None
-        time.sleep(policy.backoff(attempt))
+            raise failure
+        delay = policy.backoff(attempt)
+        if client.on_retry is not None:
+            client.on_retry(RetryNotice("AbortMove", attempt, failure, delay))
+        time.sleep(delay)
 
 
 class MoveOutcomeUnknown(SessionsError):
@@ -382,14 +415,9 @@ def abort_move(source: SessionsClient, object_key: str) -> bool:
     again: for a move cut short (a mover killed after a locked export) whose lock would otherwise
     last its lease. True when a lock was held; False when there was nothing to release. Only for
     a move that is not running: a mover still at work would go on to delete the source. With
-    tokens, `source`'s must grant every key."""
-    try:
-        response = source._stub.AbortMove(
-            pb.AbortMoveRequest(object_key=object_key), metadata=routing_metadata(object_key, source._token)
-        )
-    except grpc.RpcError as error:
-        raise SessionsError.from_rpc_error(error) from None
-    return bool(response.was_locked)
+    tokens, `source`'s must grant every key. Asked again, as `source`'s retry policy allows,
+    while no answer comes (the source restarting)."""
+    return _release(source, object_key, routing_metadata(object_key, source._token))
 
 
 def erase_object(client: SessionsClient, object_key: str) -> bool:
