@@ -101,3 +101,46 @@ def test_a_channel_passed_in_stays_open_when_the_client_closes(live_server: Live
         assert _is_closed_error(after.value)
         request = pb.GetMessageRequest(object_key="passed", message_id="m")
         assert len(list(pb_grpc.SessionServiceStub(channel).GetMessage(request))) == 1  # still open
+
+
+def test_a_call_through_a_channel_its_owner_closed_raises_sessions_error(live_server: LiveServer) -> None:
+    """A review: a channel passed in and closed by its owner made a call raise gRPC's own
+    ValueError (asyncio: UsageError), and one it cut mid-call, retried as a CANCELLED the client
+    did not make, ended the same way. Both clients raise SessionsError (CANCELLED), not retried."""
+    channel = grpc.insecure_channel(live_server.address)
+    notices: list[Any] = []
+    client = SessionsClient(live_server.address, channel=channel, on_retry=notices.append)
+    channel.close()
+    with pytest.raises(SessionsError) as unary:
+        client.object("owned-channel").session().append_message({"id": "m", "role": "user", "parts": []})
+    with pytest.raises(SessionsError) as stream:
+        client.object("owned-channel").session().get_history()
+    for failure in (unary.value, stream.value):
+        assert (failure.code, failure.message) == (
+            grpc.StatusCode.CANCELLED,
+            "the channel the client calls through is closed",
+        )
+    assert notices == []
+
+    async def scenario() -> list[SessionsError]:
+        async_channel = grpc.aio.insecure_channel(live_server.address)
+        async_client = aio.SessionsClient(live_server.address, channel=async_channel, on_retry=notices.append)
+        await async_channel.close()
+        failures = []
+        for call in (
+            lambda: (
+                async_client.object("owned-channel").session().append_message({"id": "m", "role": "user", "parts": []})
+            ),
+            lambda: async_client.object("owned-channel").session().get_history(),
+        ):
+            with pytest.raises(SessionsError) as failed:
+                await call()
+            failures.append(failed.value)
+        return failures
+
+    for failure in asyncio.run(scenario()):
+        assert (failure.code, failure.message) == (
+            grpc.StatusCode.CANCELLED,
+            "the channel the client calls through is closed",
+        )
+    assert notices == []

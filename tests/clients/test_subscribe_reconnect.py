@@ -49,8 +49,12 @@ class FailingRelay(pb_grpc.SessionServiceServicer):
         failing: int = FOREVER,
         limit: int = FOREVER,
         cut_after_seconds: float | None = None,
+        forgetful: bool = False,
     ) -> None:
         self.cut = cut
+        # Each stream resumes from revision 1, unknown to every feed: as after a server that
+        # restarted since the client's last revision, the stream opens with RESET.
+        self.forgetful = forgetful
         self.cut_after_seconds = cut_after_seconds  # or at the first event forwarded this long after it opened
         self.failing = failing
         self.limit = limit
@@ -82,6 +86,8 @@ class FailingRelay(pb_grpc.SessionServiceServicer):
         if refused:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, "relay: too many Subscribe streams")
         routing = [(k, v) for k, v in context.invocation_metadata() if k == OBJECT_KEY_HEADER]
+        if self.forgetful:
+            request.resume_after_revision = 1
         upstream = self._stub.Subscribe(request, metadata=routing)
         try:
             for response in upstream:
@@ -106,9 +112,15 @@ def relay_to(live_server: LiveServer) -> Iterator[Any]:
         limit: int = FOREVER,
         target: str | None = None,
         cut_after_seconds: float | None = None,
+        forgetful: bool = False,
     ) -> FailingRelay:
         relay = FailingRelay(
-            target or live_server.address, cut=cut, failing=failing, limit=limit, cut_after_seconds=cut_after_seconds
+            target or live_server.address,
+            cut=cut,
+            failing=failing,
+            limit=limit,
+            cut_after_seconds=cut_after_seconds,
+            forgetful=forgetful,
         )
         made.append(relay)
         return relay
@@ -183,6 +195,38 @@ def test_aio_streams_failed_after_their_acknowledgement_use_up_the_attempts(rela
     assert error.code == grpc.StatusCode.UNAVAILABLE
     assert seen == ["progress"] * (ATTEMPTS + 1)
     assert relay.streams == [[PROGRESS]] * (ATTEMPTS + 1)
+
+
+def test_streams_that_open_with_a_reset_and_fail_use_up_the_attempts(relay_to: Any, object_key: str) -> None:
+    """A resume the server cannot place opens with RESET instead of PROGRESS: a server that
+    fails every stream after that opening (restarting again and again) must use up the attempts
+    as after a PROGRESS. A review: the clients took only a PROGRESS for the opening, so each
+    RESET reset the count and the subscription reconnected forever."""
+    relay = relay_to(cut=after_one, limit=ATTEMPTS + 3, forgetful=True)
+    with SessionsClient(relay.address) as client:
+        events = client.object(object_key).subscribe(resume_from=1, reconnect_attempts=ATTEMPTS)
+        seen: list[str] = []
+        with pytest.raises(SessionsError) as caught:
+            for event in events:
+                seen.append(event.type)
+                assert len(seen) <= ATTEMPTS + 1, f"still reconnecting after {relay.calls} streams"
+    assert caught.value.code == grpc.StatusCode.UNAVAILABLE
+    assert seen == ["reset"] * (ATTEMPTS + 1)
+    assert relay.streams == [["CHANGE_TYPE_RESET"]] * (ATTEMPTS + 1)
+
+    async def asynchronously() -> list[str]:
+        relay.streams.clear()
+        async_seen: list[str] = []
+        async with sessions_aio.SessionsClient(relay.address) as async_client:
+            feed = async_client.object(object_key).subscribe(resume_from=1, reconnect_attempts=ATTEMPTS)
+            with pytest.raises(SessionsError):
+                async for event in feed:
+                    async_seen.append(event.type)
+                    assert len(async_seen) <= ATTEMPTS + 1, f"still reconnecting after {relay.calls} streams"
+        return async_seen
+
+    relay.limit = 2 * (ATTEMPTS + 3)
+    assert asyncio.run(asyncio.wait_for(asynchronously(), 60)) == ["reset"] * (ATTEMPTS + 1)
 
 
 def test_without_progress_events_the_subscription_still_gives_up(relay_to: Any, object_key: str) -> None:

@@ -48,6 +48,9 @@ type failingRelay struct {
 	cut      func(forwarded []string) bool
 	failing  int
 	limit    int
+	// forgetful makes every stream resume from revision 1, which no feed knows: as after a
+	// server that restarted since the client's last revision, each stream opens with RESET.
+	forgetful bool
 
 	mu      sync.Mutex
 	streams [][]string // per stream, the change types it forwarded
@@ -85,6 +88,9 @@ func (r *failingRelay) Subscribe(req *pb.SubscribeRequest, stream grpc.ServerStr
 		if key := md.Get("x-object-key"); len(key) > 0 {
 			ctx = metadata.AppendToOutgoingContext(ctx, "x-object-key", key[0])
 		}
+	}
+	if r.forgetful {
+		req.ResumeAfterRevision = 1
 	}
 	up, err := r.upstream.Subscribe(ctx, req)
 	if err != nil {
@@ -167,6 +173,36 @@ func TestSubscribeGivesUpOnStreamsFailedAfterTheirAcknowledgement(t *testing.T) 
 		t.Fatalf("%d PROGRESS events, want %d", seen, reconnectAttempts+1)
 	}
 	if got, want := relay.recorded(), repeated([]string{progressType}, reconnectAttempts+1); !reflect.DeepEqual(got, want) {
+		t.Fatalf("streams forwarded %v, want %v", got, want)
+	}
+}
+
+// TestSubscribeGivesUpOnStreamsThatOpenWithAReset: a resume the server cannot place opens with
+// RESET instead of PROGRESS; streams failed after that opening must use up the attempts too. A
+// review: only a PROGRESS was taken for the opening, so each RESET reset the count and the
+// subscription reconnected forever.
+func TestSubscribeGivesUpOnStreamsThatOpenWithAReset(t *testing.T) {
+	ctx, cancel := context.WithTimeout(testCtx(t), 30*time.Second)
+	defer cancel()
+	relay := startRelay(t, server.Addr, afterOne, unlimited, reconnectAttempts+3)
+	relay.forgetful = true
+	c := dialRelay(t, ctx, relay)
+	sub := c.Object(objectKey(t)).Subscribe(ctx, sessions.ResumeAfter(1), sessions.WithReconnectAttempts(reconnectAttempts))
+	defer sub.Close()
+	seen := 0
+	for sub.Next() {
+		if ev := sub.Event(); ev.Type != sessions.ChangeReset {
+			t.Fatalf("event %v, want only RESET", ev.Type)
+		}
+		seen++
+		if seen > reconnectAttempts+1 {
+			t.Fatalf("still reconnecting after %d streams", len(relay.recorded()))
+		}
+	}
+	if err := sub.Err(); sessions.Code(err) != codes.Unavailable {
+		t.Fatalf("ended with %v, want the relay's UNAVAILABLE", err)
+	}
+	if got, want := relay.recorded(), repeated([]string{"CHANGE_TYPE_RESET"}, reconnectAttempts+1); !reflect.DeepEqual(got, want) {
 		t.Fatalf("streams forwarded %v, want %v", got, want)
 	}
 }

@@ -102,10 +102,11 @@ func (s *Subscription) Next() bool {
 		if !complete {
 			continue
 		}
-		// A live stream opens with a PROGRESS, which alone is no sign that it works: a proxy could
-		// accept every stream and fail it at once. Only what follows it (an event, or a second
-		// PROGRESS a progress interval later) ends a row of failed attempts.
-		if ev.Type == ChangeProgress && !s.acknowledged {
+		// A stream opens with a PROGRESS (a resume that missed events with a RESET), which alone
+		// is no sign that it works: a proxy could accept every stream and fail it at once. Only
+		// what follows it (an event, or a second PROGRESS a progress interval later) ends a row
+		// of failed attempts.
+		if (ev.Type == ChangeProgress || ev.Type == ChangeReset) && !s.acknowledged {
 			s.acknowledged = true
 		} else {
 			s.attempts = 0

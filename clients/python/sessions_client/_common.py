@@ -713,6 +713,12 @@ def closed_error() -> SessionsError:
     return ClientClosed(grpc.StatusCode.CANCELLED, "the client is closed", None, {})
 
 
+def channel_closed_error() -> SessionsError:
+    """A channel passed to the client, closed by its owner: gRPC refuses to call through it
+    (ValueError, or asyncio's UsageError)."""
+    return ClientClosed(grpc.StatusCode.CANCELLED, "the channel the client calls through is closed", None, {})
+
+
 # Status codes after which a subscription reconnects by itself (server restart or drain).
 RECONNECT_CODES: Final = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED})
 

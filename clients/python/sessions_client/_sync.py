@@ -20,6 +20,7 @@ from sessions_client._common import (
     AppendResult,
     Attachment,
     ChangeEvent,
+    ClientClosed,
     CompactionPlan,
     CompactionPolicy,
     CompactionRecord,
@@ -42,6 +43,7 @@ from sessions_client._common import (
     TlsConfig,
     UpsertResult,
     attachment_mode,
+    channel_closed_error,
     channel_options,
     closed_error,
     collect_search,
@@ -131,10 +133,10 @@ class SessionsClient(CallOptions):
         attempts = Attempts(method, None if once else self.retry, self.on_retry, None if endless else self.timeout)
         while True:
             attempts.begin()
+            if self._connection.closed:
+                raise closed_error()
+            sent = request() if callable(request) else request
             try:
-                if self._connection.closed:
-                    raise closed_error()
-                sent = request() if callable(request) else request
                 return fn(sent, metadata=routing_metadata(object_key, self._token), timeout=attempts.remaining())
             except (grpc.RpcError, ValueError) as error:
                 failure = self._failure(error)
@@ -145,11 +147,12 @@ class SessionsClient(CallOptions):
 
     def _failure(self, error: Exception) -> SessionsError:
         """A failed call as the SessionsError it raises: the client's close, when it was closed
-        (gRPC then raises ValueError, or CANCELLED for a call it cut)."""
+        (gRPC then raises ValueError, or CANCELLED for a call it cut); the channel's, when a
+        channel passed in was closed (the only ValueError a call through it raises)."""
         if self._connection.closed:
             return closed_error()
         if not isinstance(error, grpc.RpcError):
-            raise error
+            return channel_closed_error()
         return SessionsError.from_rpc_error(error)
 
     def _stream(
@@ -206,7 +209,7 @@ class ObjectHandle:
         last revision seen) when the server drains or restarts; a `reset` event means events were
         missed and state should be re-read. Close the iterator to stop. `reconnect_attempts`:
         failed reconnections in a row before the error is raised; a stream that delivered more than
-        the PROGRESS that opens every stream (an event, or a second PROGRESS) ends a row."""
+        what opens it (the PROGRESS, or a resume's RESET) ends a row."""
         last = resume_from or 0
         attempts = 0
         while True:
@@ -216,21 +219,24 @@ class ObjectHandle:
             if session_id is not None:
                 request.session_id = session_id
             assembler = EventAssembler()
-            acknowledged = False  # this stream delivered its first PROGRESS (the "subscribed")
+            acknowledged = False  # this stream delivered what opens it (the "subscribed")
             try:
                 for response in self.client._stream(self.key, "Subscribe", request, endless=True):
                     event = assembler.feed(response)
                     if event is None:
                         continue
-                    if event.type == "progress" and not acknowledged:
-                        acknowledged = True  # a live stream opens so: no sign yet that it works
+                    if not acknowledged and event.type in ("progress", "reset"):
+                        # A stream opens so (a resume that missed events, with the reset): no sign
+                        # yet that it works.
+                        acknowledged = True
                     else:
                         attempts = 0  # it worked: the next failure is the first in a row
                     last = event.revision  # everything up to it has been delivered (or reset)
                     if event.type != "progress" or include_progress:
                         yield event
             except SessionsError as error:
-                gone = self.client._connection.closed  # closed by its owner: nothing to reconnect to
+                # The client or the channel closed by its owner: nothing to reconnect to.
+                gone = self.client._connection.closed or isinstance(error, ClientClosed)
                 if error.code not in RECONNECT_CODES or attempts >= reconnect_attempts or gone:
                     raise
                 attempts += 1

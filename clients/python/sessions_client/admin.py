@@ -335,14 +335,18 @@ def _release_arrival(destination: SessionsClient, object_key: str, destination_n
 def _release(client: SessionsClient, object_key: str, metadata: typing.Any) -> bool:
     """AbortMove on `client`'s server, asked again under its retry policy while no answer comes
     (a server restarting, as after a move cut short): a repeat releases nothing more. Each wait
-    is told to the client's `on_retry`. Whether a lock or hold was released."""
+    is told to the client's `on_retry`; the client's timeout bounds every attempt and wait, as
+    it bounds its own calls'. Whether a lock or hold was released: after an attempt whose answer
+    was lost, a later one finds nothing to release (False) though that attempt may have."""
     policy = client.retry
+    deadline = None if client.timeout is None else time.monotonic() + client.timeout
     attempt = 0
     while True:
         attempt += 1
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
         try:
             response = client._stub.AbortMove(
-                pb.AbortMoveRequest(object_key=object_key), metadata=metadata, timeout=client.timeout
+                pb.AbortMoveRequest(object_key=object_key), metadata=metadata, timeout=remaining
             )
             return bool(response.was_locked)
         except grpc.RpcError as error:
@@ -350,6 +354,8 @@ def _release(client: SessionsClient, object_key: str, metadata: typing.Any) -> b
         if failure.code not in _NO_ANSWER or policy is None or attempt >= policy.max_attempts:
             raise failure
         delay = policy.backoff(attempt)
+        if deadline is not None and time.monotonic() + delay >= deadline:
+            raise failure
         if client.on_retry is not None:
             client.on_retry(RetryNotice("AbortMove", attempt, failure, delay))
         time.sleep(delay)
@@ -416,7 +422,8 @@ def abort_move(source: SessionsClient, object_key: str) -> bool:
     last its lease. True when a lock was held; False when there was nothing to release. Only for
     a move that is not running: a mover still at work would go on to delete the source. With
     tokens, `source`'s must grant every key. Asked again, as `source`'s retry policy allows,
-    while no answer comes (the source restarting)."""
+    while no answer comes (the source restarting); False after such a retry may mean that an
+    earlier attempt, whose answer was lost, released it."""
     return _release(source, object_key, routing_metadata(object_key, source._token))
 
 

@@ -23,6 +23,7 @@ from sessions_client._common import (
     AsyncMirror,
     Attachment,
     ChangeEvent,
+    ClientClosed,
     CompactionPlan,
     CompactionPolicy,
     CompactionRecord,
@@ -45,6 +46,7 @@ from sessions_client._common import (
     TlsConfig,
     UpsertResult,
     attachment_mode,
+    channel_closed_error,
     channel_options,
     closed_error,
     collect_search,
@@ -131,11 +133,13 @@ class SessionsClient(CallOptions):
         attempts = Attempts(method, None if once else self.retry, self.on_retry, self.timeout)
         while True:
             attempts.begin()
+            if self._connection.closed:
+                raise closed_error()
+            sent = request() if callable(request) else request
             try:
-                if self._connection.closed:
-                    raise closed_error()
-                sent = request() if callable(request) else request
                 return await fn(sent, metadata=routing_metadata(object_key, self._token), timeout=attempts.remaining())
+            except grpc.aio.UsageError:  # a channel passed in, closed by its owner
+                raise self._closed_channel() from None
             except grpc.RpcError as error:
                 failure = self._failure(error)
                 delay = attempts.wait_after(failure)
@@ -148,6 +152,9 @@ class SessionsClient(CallOptions):
 
     def _failure(self, error: grpc.RpcError) -> SessionsError:
         return closed_error() if self._connection.closed else SessionsError.from_rpc_error(error)
+
+    def _closed_channel(self) -> SessionsError:
+        return closed_error() if self._connection.closed else channel_closed_error()
 
     def _raise_if_closed(self) -> None:
         """A call the client's close cut ends with CancelledError in a task nobody cancelled:
@@ -165,13 +172,18 @@ class SessionsClient(CallOptions):
             attempts.begin()
             if self._connection.closed:
                 raise closed_error()
-            call = fn(request, metadata=routing_metadata(object_key, self._token), timeout=attempts.remaining())
+            try:
+                call = fn(request, metadata=routing_metadata(object_key, self._token), timeout=attempts.remaining())
+            except grpc.aio.UsageError:  # a channel passed in, closed by its owner
+                raise self._closed_channel() from None
             delivered = False
             try:
                 async for response in call:
                     delivered = True
                     yield response
                 return
+            except grpc.aio.UsageError:
+                raise self._closed_channel() from None
             except grpc.RpcError as error:
                 failure = self._failure(error)
                 delay = None if delivered else attempts.wait_after(failure)
@@ -207,7 +219,7 @@ class ObjectHandle:
         """The object's change events in commit order, reconnecting (and resuming) by itself
         across drains and restarts; a `reset` event means events were missed. `reconnect_attempts`:
         failed reconnections in a row before the error is raised; a stream that delivered more than
-        the PROGRESS that opens every stream (an event, or a second PROGRESS) ends a row."""
+        what opens it (the PROGRESS, or a resume's RESET) ends a row."""
         last = resume_from or 0
         attempts = 0
         while True:
@@ -217,21 +229,24 @@ class ObjectHandle:
             if session_id is not None:
                 request.session_id = session_id
             assembler = EventAssembler()
-            acknowledged = False  # this stream delivered its first PROGRESS (the "subscribed")
+            acknowledged = False  # this stream delivered what opens it (the "subscribed")
             try:
                 async for response in self.client._stream(self.key, "Subscribe", request, endless=True):
                     event = assembler.feed(response)
                     if event is None:
                         continue
-                    if event.type == "progress" and not acknowledged:
-                        acknowledged = True  # a live stream opens so: no sign yet that it works
+                    if not acknowledged and event.type in ("progress", "reset"):
+                        # A stream opens so (a resume that missed events, with the reset): no sign
+                        # yet that it works.
+                        acknowledged = True
                     else:
                         attempts = 0  # it worked: the next failure is the first in a row
                     last = event.revision
                     if event.type != "progress" or include_progress:
                         yield event
             except SessionsError as error:
-                gone = self.client._connection.closed  # closed by its owner: nothing to reconnect to
+                # The client or the channel closed by its owner: nothing to reconnect to.
+                gone = self.client._connection.closed or isinstance(error, ClientClosed)
                 if error.code not in RECONNECT_CODES or attempts >= reconnect_attempts or gone:
                     raise
                 attempts += 1

@@ -24,7 +24,7 @@ import { Code, ConnectError, createClient, type Client, type Interceptor } from 
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { constants as http2Constants, type ClientHttp2Session, type SecureClientSessionOptions } from "node:http2";
 import { X509Certificate } from "node:crypto";
-import { connect as netConnect, type NetConnectOpts } from "node:net";
+import { isIP, connect as netConnect, type NetConnectOpts } from "node:net";
 import type { Duplex } from "node:stream";
 import { connect as tlsConnect, createSecureContext } from "node:tls";
 
@@ -1206,8 +1206,12 @@ function connectSocket(authority: URL, options: SecureClientSessionOptions, time
   const hostname = authority.hostname === "" ? "localhost" : authority.hostname;
   const host = hostname.startsWith("[") ? hostname.slice(1, -1) : hostname;
   const port = authority.port !== "" ? Number(authority.port) : secure ? 443 : 80;
+  // tls.connect sends no server name of its own: http2.connect names the host (not an IP
+  // address, which SNI does not carry), and servers choosing a certificate or a backend by it
+  // (proxies, load balancers) need it.
+  const servername = options.servername ?? (isIP(host) === 0 ? host : undefined);
   const socket = secure
-    ? tlsConnect(port, host, { ...options, ALPNProtocols: ["h2"] })
+    ? tlsConnect(port, host, { ...options, ALPNProtocols: ["h2"], ...(servername === undefined ? {} : { servername }) })
     : netConnect({ ...(options as NetConnectOpts), host, port });
   if (timeoutMs > 0) {
     const timer = setTimeout(() => socket.destroy(connectTimedOut(timeoutMs)), timeoutMs).unref();
@@ -1628,13 +1632,14 @@ export class ObjectHandle {
     const includeProgress = options.includeProgress ?? false;
     let attempts = 0;
     for (;;) {
-      // A live stream opens with a PROGRESS (the "subscribed"), which alone is no sign that it
-      // works: a proxy could accept every stream and fail it at once. Only what follows it (an
-      // event, or a second PROGRESS a progress interval later) ends a row of failed attempts.
+      // A stream opens with a PROGRESS (the "subscribed"; a resume that missed events with a
+      // RESET), which alone is no sign that it works: a proxy could accept every stream and fail
+      // it at once. Only what follows it (an event, or a second PROGRESS a progress interval
+      // later) ends a row of failed attempts.
       let acknowledged = false;
       try {
         for await (const event of this.subscribeOnce(after, options)) {
-          if (event.type === "PROGRESS" && !acknowledged) acknowledged = true;
+          if ((event.type === "PROGRESS" || event.type === "RESET") && !acknowledged) acknowledged = true;
           else attempts = 0;
           after = event.revision; // everything up to it has been delivered (or reset)
           if (event.type === "PROGRESS" && !includeProgress) continue;

@@ -40,6 +40,11 @@ class FailingRelay {
   private readonly upstream: Client<typeof pb.SessionService>;
   private readonly server: http2.Http2Server;
   private readonly sessions = new Set<http2.ServerHttp2Session>();
+  /**
+   * Every stream resumes from revision 1, which no feed knows: as after a server that restarted
+   * since the client's last revision, each stream opens with RESET.
+   */
+  forgetful = false;
 
   constructor(
     target: string,
@@ -79,7 +84,8 @@ class FailingRelay {
     if (n > this.limit) throw new ConnectError("relay: too many Subscribe streams", Code.FailedPrecondition);
     const key = context.requestHeader.get(OBJECT_KEY_HEADER);
     const headers: Record<string, string> = key === null ? {} : { [OBJECT_KEY_HEADER]: key };
-    for await (const response of this.upstream.subscribe(request, { signal: context.signal, headers })) {
+    const sent = this.forgetful ? { ...request, resumeAfterRevision: 1n } : request;
+    for await (const response of this.upstream.subscribe(sent, { signal: context.signal, headers })) {
       forwarded.push(pb.ChangeType[response.type] ?? "UNSPECIFIED");
       yield response;
       if (n <= this.failing && this.cut(forwarded)) {
@@ -122,6 +128,35 @@ test("streams failed right after their acknowledgement use up reconnectAttempts"
     assert.match(error.message, /relay: the backend went away/);
     assert.deepEqual(seen, Array(ATTEMPTS + 1).fill("PROGRESS"));
     assert.deepEqual(relay.streams, Array(ATTEMPTS + 1).fill(["PROGRESS"]));
+  } finally {
+    client.close();
+    await relay.close();
+  }
+});
+
+test("streams that open with a RESET and fail use up reconnectAttempts too", { timeout: 30_000 }, async () => {
+  // A resume the server cannot place opens with RESET instead of PROGRESS. A review: only a
+  // PROGRESS was taken for the opening, so each RESET reset the count: reconnecting forever.
+  const relay = await FailingRelay.start(server.address, afterOne, Infinity, ATTEMPTS + 3);
+  relay.forgetful = true;
+  const client = new SessionsClient(relay.address);
+  const seen: string[] = [];
+  try {
+    const error = await (async () => {
+      try {
+        for await (const event of client.object(freshKey("reset")).subscribe({ resumeAfterRevision: 1n, reconnectAttempts: ATTEMPTS })) {
+          seen.push(event.type);
+          assert.ok(seen.length <= ATTEMPTS + 1, `still reconnecting after ${relay.streams.length} streams`);
+        }
+      } catch (error) {
+        return error;
+      }
+      return null;
+    })();
+    assert.ok(error instanceof SessionsError, `ended with ${String(error)}`);
+    assert.equal(error.code, "UNAVAILABLE");
+    assert.deepEqual(seen, Array(ATTEMPTS + 1).fill("RESET"));
+    assert.deepEqual(relay.streams, Array(ATTEMPTS + 1).fill(["RESET"]));
   } finally {
     client.close();
     await relay.close();

@@ -9,6 +9,7 @@ import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import net, { type AddressInfo } from "node:net";
+import tls from "node:tls";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
@@ -260,5 +261,37 @@ describe("TLS settings", () => {
       ["tls for an http:// URL", () => new SessionsClient("http://127.0.0.1:1", { tls: trusted() })],
     ];
     for (const [name, make] of bad) assert.throws(make, TypeError, name);
+  });
+});
+
+describe("server name (SNI)", () => {
+  test("a host name is sent as the server name, as http2.connect sends it; an IP address is not", async () => {
+    // A TLS listener that records the name each client sends, then hangs up: proxies and load
+    // balancers pick a certificate or a backend by it. (A review: the client opens its sockets
+    // itself since connectTimeoutMs, and sent none.)
+    const names: string[] = [];
+    const listener = tls.createServer(
+      {
+        key: readFileSync(file("server.key")),
+        cert: readFileSync(file("server.pem")),
+        ALPNProtocols: ["h2"],
+        SNICallback: (name, done) => {
+          names.push(name);
+          done(null, undefined);
+        },
+      },
+      (socket) => socket.destroy(),
+    );
+    await new Promise<void>((resolve) => listener.listen(0, "127.0.0.1", resolve));
+    const { port } = listener.address() as AddressInfo;
+    try {
+      for (const host of ["localhost", "127.0.0.1"]) {
+        const { client } = observed(`${host}:${port}`, { tls: trusted(), retry: false, connectTimeoutMs: 2_000 });
+        await assert.rejects(client.object(freshKey("sni")).session().getMessage("a"), SessionsError);
+      }
+      assert.deepEqual(names, ["localhost"]);
+    } finally {
+      listener.close();
+    }
   });
 });

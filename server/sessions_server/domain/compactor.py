@@ -164,11 +164,11 @@ def note_update(store: ObjectStore, session_id: str, updated: paths.AppendedRow)
 
 
 def note_session_changed(ctx: WriteContext, session_id: str, changed: Changed) -> None:
-    """Called inside a write job that changes a session other than by appending (an update, a
-    delete, a clear, an import, a compaction record), with the ids of the messages it updated
-    or deleted (None: it may have changed anything): a compaction planned before it that
-    summarizes one of them, or extends a record that ends on one, is refused its record
-    (`storage.watches`); one that summarizes none of them is stored."""
+    """Called inside a write job that changes a session other than by adding rows (an update, a
+    delete, a clear, a compaction record; not an import, which adds rows as appends do), with
+    the ids of the messages it updated or deleted (None: it may have changed anything): a
+    compaction planned before it that summarizes one of them, or extends a record that ends on
+    one, is refused its record (`storage.watches`); one that summarizes none of them is stored."""
     ctx.note_changed(session_id, changed)
 
 
