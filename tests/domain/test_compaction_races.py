@@ -11,16 +11,18 @@ they are asked.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import threading
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from sessions_server.domain import service as service_module
-from sessions_server.domain.compactor import Policy
+from sessions_server.domain.compactor import Policy, Summarizer
 from sessions_server.domain.errors import FailedPrecondition
 from sessions_server.domain.service import AppendInput, SessionsService
 from sessions_server.storage.feed import ChangeEvent
@@ -32,6 +34,25 @@ from sessions_server.storage.store import WriteContext
 
 def _message(message_id: str) -> str:
     return json.dumps({"id": message_id, "role": "user", "parts": [{"type": "text", "text": f"text-{message_id}"}]})
+
+
+@contextlib.asynccontextmanager
+async def _service(
+    tmp_path: Path, summarizer: Summarizer, *, messages: int = 12, max_open: int = 64
+) -> AsyncIterator[SessionsService]:
+    """A service over real object files in `tmp_path`, its writes on threads (as under load), the
+    session "" of object "k" holding `messages` messages, m0 on."""
+    executor = ThreadPoolExecutor(max_workers=4)
+    registry = ObjectRegistry(tmp_path, executor, max_open=max_open, calls_in_flight=lambda: 5)
+    service = SessionsService(registry, summarizer=summarizer)
+    try:
+        await service.append_many(
+            "k", "", [AppendInput(_message(f"m{i}"), Parent.auto(), True) for i in range(messages)]
+        )
+        yield service
+    finally:
+        await registry.close_all()
+        executor.shutdown()
 
 
 def test_a_change_committed_while_compact_summarizes_makes_it_plan_again(
@@ -59,24 +80,19 @@ def test_a_change_committed_while_compact_summarizes_makes_it_plan_again(
                     await deleting
                 return "S:" + ",".join(re.findall(r"text-m\d+", prompt.split("Use this structure")[0]))
 
-        executor = ThreadPoolExecutor(max_workers=4)
-        registry = ObjectRegistry(tmp_path, executor, calls_in_flight=lambda: 5)  # jobs on threads
-        service = SessionsService(registry, summarizer=Echo())
-        try:
-            await service.append_many("k", "", [AppendInput(_message(f"m{i}"), Parent.auto(), True) for i in range(12)])
-            await service.compactor.set_policy("k", "", Policy(0, 1))
-            monkeypatch.setattr(service_module, "note_session_changed", held)
-            deleting = asyncio.ensure_future(service.delete("k", "", ["m5"]))
-            await asyncio.to_thread(counted.wait, 30)  # counted, not committed
-            monkeypatch.setattr(service_module, "note_session_changed", original)
-            record = await service.compactor.compact("k", "")
-            assert record is not None
-            assert await deleting == 1
-            return record.summary, prompts
-        finally:
-            proceed.set()
-            await registry.close_all()
-            executor.shutdown()
+        async with _service(tmp_path, Echo()) as service:
+            try:
+                await service.compactor.set_policy("k", "", Policy(0, 1))
+                monkeypatch.setattr(service_module, "note_session_changed", held)
+                deleting = asyncio.ensure_future(service.delete("k", "", ["m5"]))
+                await asyncio.to_thread(counted.wait, 30)  # counted, not committed
+                monkeypatch.setattr(service_module, "note_session_changed", original)
+                record = await service.compactor.compact("k", "")
+                assert record is not None
+                assert await deleting == 1
+                return record.summary, prompts
+            finally:
+                proceed.set()  # before the close, which waits for the delete's job
 
     summary, asked = asyncio.run(scenario())
     assert "text-m5" in asked[0]  # the first plan still had it: its summary was made again
@@ -91,7 +107,6 @@ def test_a_compact_whose_span_changed_every_time_says_so_and_stores_nothing(tmp_
     automatic compaction publishes a compaction_error."""
 
     async def scenario() -> tuple[str, int, list[str], int]:
-        service: SessionsService | None = None
         calls = 0
 
         class EditedMeanwhile:
@@ -100,16 +115,11 @@ def test_a_compact_whose_span_changed_every_time_says_so_and_stores_nothing(tmp_
             async def summarize(self, prompt: str) -> str:
                 nonlocal calls
                 calls += 1
-                assert service is not None
                 await service.update("k", "", _message("m5").replace("text-m5", f"text-m5-{calls}"), from_client=True)
                 return "S"
 
-        executor = ThreadPoolExecutor(max_workers=4)
-        registry = ObjectRegistry(tmp_path, executor, calls_in_flight=lambda: 5)
-        service = SessionsService(registry, summarizer=EditedMeanwhile())
         events: list[str] = []
-        try:
-            await service.append_many("k", "", [AppendInput(_message(f"m{i}"), Parent.auto(), True) for i in range(12)])
+        async with _service(tmp_path, EditedMeanwhile()) as service:
             await service.compactor.set_policy("k", "", Policy(0, 1))
             with pytest.raises(FailedPrecondition) as refused:
                 await service.compactor.compact("k", "")
@@ -125,9 +135,6 @@ def test_a_compact_whose_span_changed_every_time_says_so_and_stores_nothing(tmp_
                         break
             await subscription.aclose()
             return refused.value.reason, asked_first, events, len(await service.compactor.spans("k", ""))
-        finally:
-            await registry.close_all()
-            executor.shutdown()
 
     reason, asked, events, stored = asyncio.run(scenario())
     assert reason == "SESSION_CHANGED"
@@ -147,14 +154,12 @@ def test_a_change_outside_the_span_while_compact_summarizes_keeps_its_record(tmp
     try, over the span planned."""
 
     async def scenario() -> tuple[int, list[tuple[str, str]], list[str]]:
-        service: SessionsService | None = None
         calls = 0
 
         class ChangedMeanwhile:
             async def summarize(self, prompt: str) -> str:
                 nonlocal calls
                 calls += 1
-                assert service is not None
                 if meanwhile == "update the newest message":
                     await service.update("k", "", _message("m11").replace("text-m11", "streamed"), from_client=True)
                 elif meanwhile == "delete the newest message":
@@ -166,20 +171,13 @@ def test_a_change_outside_the_span_while_compact_summarizes_keeps_its_record(tmp
                         await importer.add(_message("imported"), "m11", 1)
                 return "S"
 
-        executor = ThreadPoolExecutor(max_workers=4)
-        registry = ObjectRegistry(tmp_path, executor, calls_in_flight=lambda: 5)
-        service = SessionsService(registry, summarizer=ChangedMeanwhile())
-        try:
-            await service.append_many("k", "", [AppendInput(_message(f"m{i}"), Parent.auto(), True) for i in range(12)])
+        async with _service(tmp_path, ChangedMeanwhile()) as service:
             record = await service.compactor.compact("k", "", keep_recent_tokens=1)
             assert record is not None
             spans = [(s.from_message_id, s.to_message_id) for s in await service.compactor.spans("k", "")]
             read = service.history("k", "")
             ids = [view.info.id async for window in read for view in window]
             return calls, spans, ids
-        finally:
-            await registry.close_all()
-            executor.shutdown()
 
     calls, spans, ids = asyncio.run(scenario())
     assert calls == 1
@@ -196,7 +194,6 @@ def test_a_compact_whose_object_closed_to_make_room_meanwhile_keeps_its_record(t
     longer the one planned."""
 
     async def scenario() -> tuple[int, list[bool], int, str | None]:
-        service: SessionsService | None = None
         calls = 0
         closed_meanwhile: list[bool] = []
 
@@ -204,9 +201,8 @@ def test_a_compact_whose_object_closed_to_make_room_meanwhile_keeps_its_record(t
             async def summarize(self, prompt: str) -> str:
                 nonlocal calls
                 calls += 1
-                assert service is not None
                 await service.append_many("other", "", [AppendInput(_message(f"o{calls}"), Parent.auto(), True)])
-                closed_meanwhile.append(not registry.is_open("k"))
+                closed_meanwhile.append(not service.registry.is_open("k"))
                 if then == "edit its span":
                     await service.update("k", "", _message("m5").replace("text-m5", f"edit-{calls}"), from_client=True)
                 elif then == "erase and write it again":
@@ -216,20 +212,13 @@ def test_a_compact_whose_object_closed_to_make_room_meanwhile_keeps_its_record(t
                     )
                 return "S"
 
-        executor = ThreadPoolExecutor(max_workers=4)
-        registry = ObjectRegistry(tmp_path, executor, max_open=1, calls_in_flight=lambda: 5)
-        service = SessionsService(registry, summarizer=OthersWrittenMeanwhile())
-        try:
-            await service.append_many("k", "", [AppendInput(_message(f"m{i}"), Parent.auto(), True) for i in range(12)])
+        async with _service(tmp_path, OthersWrittenMeanwhile(), max_open=1) as service:
             reason = None
             try:
                 await service.compactor.compact("k", "", keep_recent_tokens=1)
             except FailedPrecondition as refused:
                 reason = refused.reason
             return calls, closed_meanwhile, len(await service.compactor.spans("k", "")), reason
-        finally:
-            await registry.close_all()
-            executor.shutdown()
 
     calls, closed, stored, reason = asyncio.run(scenario())
     assert all(closed)  # the object did close while the model was asked
@@ -250,14 +239,12 @@ def test_a_compact_extending_a_record_depends_on_its_ends(tmp_path: Path, meanwh
     the record (in its summary, not in the prompt) changes nothing the new summary holds."""
 
     async def scenario() -> tuple[int, list[tuple[str, str]]]:
-        service: SessionsService | None = None
         calls = 0
 
         class ChangedMeanwhile:
             async def summarize(self, prompt: str) -> str:
                 nonlocal calls
                 calls += 1
-                assert service is not None
                 assert ("earlier summary" in prompt) == (calls == 1 or stored)
                 if calls == 1 and meanwhile.startswith("delete"):
                     assert await service.delete("k", "", ["m6"]) == 1
@@ -265,19 +252,12 @@ def test_a_compact_extending_a_record_depends_on_its_ends(tmp_path: Path, meanwh
                     await service.update("k", "", _message("m4").replace("text-m4", "edited"), from_client=True)
                 return "S"
 
-        executor = ThreadPoolExecutor(max_workers=4)
-        registry = ObjectRegistry(tmp_path, executor, calls_in_flight=lambda: 5)
-        service = SessionsService(registry, summarizer=ChangedMeanwhile())
-        try:
-            await service.append_many("k", "", [AppendInput(_message(f"m{i}"), Parent.auto(), True) for i in range(14)])
+        async with _service(tmp_path, ChangedMeanwhile(), messages=14) as service:
             await service.compactor.add("k", "", "earlier summary", "m3", "m6")
             record = await service.compactor.compact("k", "", keep_recent_tokens=1)
             assert record is not None
             spans = await service.compactor.spans("k", "")
             return calls, [(s.from_message_id, s.to_message_id) for s in spans]
-        finally:
-            await registry.close_all()
-            executor.shutdown()
 
     calls, spans = asyncio.run(scenario())
     if stored:
@@ -298,43 +278,33 @@ def test_a_compact_whose_object_was_replaced_while_it_planned_still_watches_the_
     file and feed the object has."""
 
     async def scenario() -> tuple[int, list[str], str]:
-        service: SessionsService | None = None
         prompts: list[str] = []
 
         class EditsM5Once:
             async def summarize(self, prompt: str) -> str:
                 prompts.append(prompt)
-                assert service is not None
                 if len(prompts) == 1:
                     await service.update("k", "", _message("m5").replace("text-m5", "edited-m5"), from_client=True)
                 return "S:" + ",".join(re.findall(r"(?:text|edited)-m\d+", prompt.split("Use this structure")[0]))
 
-        executor = ThreadPoolExecutor(max_workers=4)
-        registry = ObjectRegistry(tmp_path, executor, calls_in_flight=lambda: 5)
-        service = SessionsService(registry, summarizer=EditsM5Once())
         replaced = False
-        read_records = service.compactor.spans
 
         async def spans_after_replacing(object_key: str, session_id: str) -> list[CompactionSpan]:
             nonlocal replaced
             if not replaced:  # between the first plan's two reads
                 replaced = True
-                assert service is not None
                 assert await service.objects.erase("k")
                 await service.append_many(
                     "k", "", [AppendInput(_message(f"m{i}"), Parent.auto(), True) for i in range(12)]
                 )
             return await read_records(object_key, session_id)
 
-        monkeypatch.setattr(service.compactor, "spans", spans_after_replacing)
-        try:
-            await service.append_many("k", "", [AppendInput(_message(f"m{i}"), Parent.auto(), True) for i in range(12)])
+        async with _service(tmp_path, EditsM5Once()) as service:
+            read_records = service.compactor.spans
+            monkeypatch.setattr(service.compactor, "spans", spans_after_replacing)
             record = await service.compactor.compact("k", "", keep_recent_tokens=1)
             assert record is not None
             return len(prompts), prompts, record.summary
-        finally:
-            await registry.close_all()
-            executor.shutdown()
 
     asked, prompts, summary = asyncio.run(scenario())
     assert asked == 2  # the first summary, of the m5 edited meanwhile, was made again
@@ -350,14 +320,12 @@ def test_many_changes_outside_the_span_keep_the_record(tmp_path: Path, meanwhile
     keeps only what the plan depends on."""
 
     async def scenario() -> tuple[int, list[tuple[str, str]]]:
-        service: SessionsService | None = None
         calls = 0
 
         class ChangedMeanwhile:
             async def summarize(self, prompt: str) -> str:
                 nonlocal calls
                 calls += 1
-                assert service is not None
                 if meanwhile.startswith("import"):
                     async with service.importer("k", "") as importer:
                         parent = "m11"
@@ -368,17 +336,10 @@ def test_many_changes_outside_the_span_keep_the_record(tmp_path: Path, meanwhile
                     assert await service.delete("k", "", ["m11"] + [f"unknown{i}" for i in range(10_000)]) == 1
                 return "S"
 
-        executor = ThreadPoolExecutor(max_workers=4)
-        registry = ObjectRegistry(tmp_path, executor, calls_in_flight=lambda: 5)
-        service = SessionsService(registry, summarizer=ChangedMeanwhile())
-        try:
-            await service.append_many("k", "", [AppendInput(_message(f"m{i}"), Parent.auto(), True) for i in range(12)])
+        async with _service(tmp_path, ChangedMeanwhile()) as service:
             assert await service.compactor.compact("k", "", keep_recent_tokens=1) is not None
             spans = await service.compactor.spans("k", "")
             return calls, [(s.from_message_id, s.to_message_id) for s in spans]
-        finally:
-            await registry.close_all()
-            executor.shutdown()
 
     assert asyncio.run(scenario()) == (1, [("m3", "m9")])
 
@@ -404,22 +365,17 @@ def test_a_message_beside_the_span_whose_tool_parts_placed_its_end_is_watched(tm
     )
 
     async def scenario() -> tuple[int, list[tuple[str, str]], list[str]]:
-        service: SessionsService | None = None
         calls = 0
 
         class AnswersMeanwhile:
             async def summarize(self, prompt: str) -> str:
                 nonlocal calls
                 calls += 1
-                assert service is not None
                 if calls == 1:
                     await service.update("k", "", answer, from_client=True)
                 return "S"
 
-        executor = ThreadPoolExecutor(max_workers=4)
-        registry = ObjectRegistry(tmp_path, executor, calls_in_flight=lambda: 5)
-        service = SessionsService(registry, summarizer=AnswersMeanwhile())
-        try:
+        async with _service(tmp_path, AnswersMeanwhile(), messages=0) as service:
             texts = [_message(f"m{i}") for i in range(9)] + [call, _message("m10"), _message("m11")]
             await service.append_many("k", "", [AppendInput(text, Parent.auto(), True) for text in texts])
             assert await service.compactor.compact("k", "", keep_recent_tokens=1) is not None
@@ -427,9 +383,6 @@ def test_a_message_beside_the_span_whose_tool_parts_placed_its_end_is_watched(tm
             read = service.history("k", "")
             ids = [view.info.id async for window in read for view in window]
             return calls, [(s.from_message_id, s.to_message_id) for s in spans], ids
-        finally:
-            await registry.close_all()
-            executor.shutdown()
 
     calls, spans, ids = asyncio.run(scenario())
     assert (calls, spans) == (2, [("m3", "m8")])
