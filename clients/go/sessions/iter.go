@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"iter"
+	"runtime"
 
 	"google.golang.org/grpc/codes"
 
@@ -50,11 +51,12 @@ func (o *readOptions) maxMessages() (uint32, error) {
 // (NewestFirst for the other way), all of it or at most WithLimit messages. Errors, including a
 // failure to start the call, come from Err once Next returns false. An iterator left before
 // Next returns false must be Closed (All does it): until then it holds the call open, on the
-// server too, and a goroutine here.
+// server too, and a goroutine here (until it is garbage-collected, if the context lives on).
 func (s *Session) History(ctx context.Context, opts ...ReadOption) *HistoryIterator {
 	o := newReadOptions(opts)
 	sctx, cancel := context.WithCancel(s.object.routed(ctx))
 	it := &HistoryIterator{cancel: cancel}
+	cancelWhenDropped(it, cancel)
 	maxMessages, err := o.maxMessages()
 	if err != nil {
 		it.finish(err)
@@ -164,6 +166,14 @@ type BatchIterator struct {
 	done   bool
 }
 
+// cancelWhenDropped cancels an iterator's call once the iterator is garbage-collected: one left
+// unfinished without Close would hold the call, on the server too, and gRPC's goroutine watching
+// its context, for as long as the context lived. Best effort (collection comes when the runtime
+// decides): Close is the way.
+func cancelWhenDropped[T any](it *T, cancel context.CancelFunc) {
+	runtime.AddCleanup(it, func(cancel context.CancelFunc) { cancel() }, cancel)
+}
+
 // HistoryBatches streams a path in batches of at most WithBatchSize messages (default 50) and
 // WithMaxBatchBytes JSON bytes (default 4 MiB; a larger message forms a batch alone), all of it
 // or at most WithLimit messages.
@@ -177,6 +187,7 @@ func (s *Session) HistoryBatches(ctx context.Context, opts ...ReadOption) *Batch
 	}
 	sctx, cancel := context.WithCancel(s.object.routed(ctx))
 	it := &BatchIterator{cancel: cancel}
+	cancelWhenDropped(it, cancel)
 	maxMessages, err := o.maxMessages()
 	if err != nil {
 		it.finish(err)

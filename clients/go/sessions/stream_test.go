@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path"
 	"reflect"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -484,5 +485,40 @@ func TestHistoryEarlyBreak(t *testing.T) {
 	// The server is unharmed: a full read still works.
 	if got := collectHistory(t, s); len(got) != 300 || got[299] != "m299" {
 		t.Fatalf("full history after early breaks has %d messages", len(got))
+	}
+}
+
+// TestDroppedHistoryIteratorsAreCancelled: an iterator stepped and dropped without Close held
+// its call and gRPC's goroutine for as long as its context lived (a client audit: 300 such,
+// 300 goroutines more). Once collected, its call is cancelled: the goroutines go.
+func TestDroppedHistoryIteratorsAreCancelled(t *testing.T) {
+	ctx := testCtx(t)
+	s := newSession(t)
+	if _, err := s.AppendMessages(ctx, []any{textMessage("a", "user", "x"), textMessage("b", "user", "y")}); err != nil {
+		t.Fatal(err)
+	}
+	before := runtime.NumGoroutine()
+	const dropped = 50
+	for i := range dropped {
+		var it interface{ Next() bool }
+		if i%2 == 0 {
+			it = s.History(ctx, sessions.NewestFirst())
+		} else {
+			it = s.HistoryBatches(ctx, sessions.WithBatchSize(1))
+		}
+		if !it.Next() {
+			t.Fatal("the stream ended before its first message")
+		}
+	}
+	if grown := runtime.NumGoroutine() - before; grown < dropped {
+		t.Fatalf("%d goroutines more for %d calls held open: the test no longer sees what it checks", grown, dropped)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for runtime.NumGoroutine() > before+dropped/10 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines, %d before the dropped iterators: their calls were not cancelled", runtime.NumGoroutine(), before)
+		}
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond) // a poll of the condition above, with its deadline
 	}
 }
