@@ -441,7 +441,18 @@ describe("transport failures (nothing listening)", () => {
         ["GetMessage", () => s.getMessage("a")], // server stream: the client's own deadline timer
       ] as const) {
         notices.length = 0;
-        await assert.rejects(call(), expectFailure("UNAVAILABLE", null), method);
+        await assert.rejects(
+          call(),
+          (e: unknown) => {
+            // The last attempt's error: the refusal, or, when that attempt began with little of the
+            // deadline left on a loaded machine, its own deadline (a CI run saw it once).
+            assert.ok(e instanceof SessionsError, `expected SessionsError, got ${String(e)}`);
+            assert.ok(e.code === "UNAVAILABLE" || e.code === "DEADLINE_EXCEEDED", `${method}: ${e.message}`);
+            assert.equal(e.reason, null);
+            return true;
+          },
+          method,
+        );
         assert.ok(notices.length >= 1, `${method} was retried`);
         assert.ok(notices.length < policy.maxAttempts - 1, `${method}: ${notices.length} waits, not the whole schedule`);
         // No wait is begun that would end past the deadline, so the waits fit inside it.
