@@ -36,6 +36,16 @@ def _message(message_id: str) -> str:
     return json.dumps({"id": message_id, "role": "user", "parts": [{"type": "text", "text": f"text-{message_id}"}]})
 
 
+async def _span_ends(service: SessionsService) -> list[tuple[str, str]]:
+    """The (from, to) of each compaction record of "k"'s session "", lowest seq first."""
+    return [(span.from_message_id, span.to_message_id) for span in await service.compactor.spans("k", "")]
+
+
+async def _history_ids(service: SessionsService) -> list[str]:
+    """The ids "k"'s session "" reads as, overlays applied."""
+    return [view.info.id async for window in service.history("k", "") for view in window]
+
+
 @contextlib.asynccontextmanager
 async def _service(
     tmp_path: Path, summarizer: Summarizer, *, messages: int = 12, max_open: int = 64
@@ -174,9 +184,8 @@ def test_a_change_outside_the_span_while_compact_summarizes_keeps_its_record(tmp
         async with _service(tmp_path, ChangedMeanwhile()) as service:
             record = await service.compactor.compact("k", "", keep_recent_tokens=1)
             assert record is not None
-            spans = [(s.from_message_id, s.to_message_id) for s in await service.compactor.spans("k", "")]
-            read = service.history("k", "")
-            ids = [view.info.id async for window in read for view in window]
+            spans = await _span_ends(service)
+            ids = await _history_ids(service)
             return calls, spans, ids
 
     calls, spans, ids = asyncio.run(scenario())
@@ -256,8 +265,7 @@ def test_a_compact_extending_a_record_depends_on_its_ends(tmp_path: Path, meanwh
             await service.compactor.add("k", "", "earlier summary", "m3", "m6")
             record = await service.compactor.compact("k", "", keep_recent_tokens=1)
             assert record is not None
-            spans = await service.compactor.spans("k", "")
-            return calls, [(s.from_message_id, s.to_message_id) for s in spans]
+            return calls, await _span_ends(service)
 
     calls, spans = asyncio.run(scenario())
     if stored:
@@ -338,8 +346,7 @@ def test_many_changes_outside_the_span_keep_the_record(tmp_path: Path, meanwhile
 
         async with _service(tmp_path, ChangedMeanwhile()) as service:
             assert await service.compactor.compact("k", "", keep_recent_tokens=1) is not None
-            spans = await service.compactor.spans("k", "")
-            return calls, [(s.from_message_id, s.to_message_id) for s in spans]
+            return calls, await _span_ends(service)
 
     assert asyncio.run(scenario()) == (1, [("m3", "m9")])
 
@@ -379,10 +386,7 @@ def test_a_message_beside_the_span_whose_tool_parts_placed_its_end_is_watched(tm
             texts = [_message(f"m{i}") for i in range(9)] + [call, _message("m10"), _message("m11")]
             await service.append_many("k", "", [AppendInput(text, Parent.auto(), True) for text in texts])
             assert await service.compactor.compact("k", "", keep_recent_tokens=1) is not None
-            spans = await service.compactor.spans("k", "")
-            read = service.history("k", "")
-            ids = [view.info.id async for window in read for view in window]
-            return calls, [(s.from_message_id, s.to_message_id) for s in spans], ids
+            return calls, await _span_ends(service), await _history_ids(service)
 
     calls, spans, ids = asyncio.run(scenario())
     assert (calls, spans) == (2, [("m3", "m8")])

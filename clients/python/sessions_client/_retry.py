@@ -132,8 +132,13 @@ class Attempts:
         policy: RetryPolicy | None,
         on_retry: Callable[[RetryNotice], None] | None,
         timeout: float | None,
+        *,
+        retryable: Callable[[SessionsError], bool] | None = None,
     ) -> None:
+        """`retryable`: which failures may be tried again (by default `may_retry`'s rule for
+        `method`), for a call with a rule of its own."""
         self.method = method
+        self._retryable = retryable or (lambda error: may_retry(method, error))
         self._policy = policy
         self._on_retry = on_retry
         self._deadline = None if timeout is None else time.monotonic() + timeout
@@ -151,7 +156,7 @@ class Attempts:
     def wait_after(self, error: SessionsError) -> float | None:
         """Seconds to wait before trying again after `error`, or None to give up and raise it."""
         policy = self._policy
-        if policy is None or self.count >= policy.max_attempts or not may_retry(self.method, error):
+        if policy is None or self.count >= policy.max_attempts or not self._retryable(error):
             return None
         delay = policy.backoff(self.count)
         if self._deadline is not None and time.monotonic() + delay >= self._deadline:

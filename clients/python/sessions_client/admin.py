@@ -18,7 +18,7 @@ from pathlib import Path
 import grpc
 
 from sessions_client._common import FramesEachAttempt, SessionsError, routing_metadata
-from sessions_client._retry import RetryNotice
+from sessions_client._retry import Attempts
 from sessions_client._sync import SessionsClient
 from sessions_proto.v1 import sessions_pb2 as pb
 
@@ -338,26 +338,21 @@ def _release(client: SessionsClient, object_key: str, metadata: typing.Any) -> b
     is told to the client's `on_retry`; the client's timeout bounds every attempt and wait, as
     it bounds its own calls'. Whether a lock or hold was released: after an attempt whose answer
     was lost, a later one finds nothing to release (False) though that attempt may have."""
-    policy = client.retry
-    deadline = None if client.timeout is None else time.monotonic() + client.timeout
-    attempt = 0
+    attempts = Attempts(
+        "AbortMove", client.retry, client.on_retry, client.timeout, retryable=lambda error: error.code in _NO_ANSWER
+    )
     while True:
-        attempt += 1
-        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        attempts.begin()
         try:
             response = client._stub.AbortMove(
-                pb.AbortMoveRequest(object_key=object_key), metadata=metadata, timeout=remaining
+                pb.AbortMoveRequest(object_key=object_key), metadata=metadata, timeout=attempts.remaining()
             )
             return bool(response.was_locked)
         except grpc.RpcError as error:
             failure = SessionsError.from_rpc_error(error)
-        if failure.code not in _NO_ANSWER or policy is None or attempt >= policy.max_attempts:
-            raise failure
-        delay = policy.backoff(attempt)
-        if deadline is not None and time.monotonic() + delay >= deadline:
-            raise failure
-        if client.on_retry is not None:
-            client.on_retry(RetryNotice("AbortMove", attempt, failure, delay))
+        delay = attempts.wait_after(failure)
+        if delay is None:
+            raise failure from None
         time.sleep(delay)
 
 

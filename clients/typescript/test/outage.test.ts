@@ -36,6 +36,17 @@ async function failureWithin(promise: Promise<unknown>, ms: number): Promise<unk
   ]).finally(() => clearTimeout(timer));
 }
 
+/** A TCP listener that accepts connections and never answers (a stopped server's kernel does as much). */
+async function silentListener(): Promise<{ silent: net.Server; sockets: net.Socket[]; address: string }> {
+  const sockets: net.Socket[] = [];
+  const silent = net.createServer((socket) => {
+    sockets.push(socket);
+    socket.on("error", () => {});
+  });
+  await new Promise<void>((resolve) => silent.listen(0, "127.0.0.1", resolve));
+  return { silent, sockets, address: `127.0.0.1:${(silent.address() as AddressInfo).port}` };
+}
+
 /** Resolves once `condition()` holds, checked every few milliseconds; rejects after `ms`. */
 async function until(condition: () => boolean, ms: number, what: string): Promise<void> {
   const deadline = performance.now() + ms;
@@ -99,13 +110,7 @@ test("appends survive the server being killed and restarted under them: none fai
 });
 
 test("a server that accepts connections but never speaks HTTP/2 fails the call UNAVAILABLE after connectTimeoutMs", { timeout: 30_000 }, async () => {
-  const sockets: net.Socket[] = [];
-  const silent = net.createServer((socket) => {
-    sockets.push(socket);
-    socket.on("error", () => {});
-  });
-  await new Promise<void>((resolve) => silent.listen(0, "127.0.0.1", resolve));
-  const address = `127.0.0.1:${(silent.address() as AddressInfo).port}`;
+  const { silent, sockets, address } = await silentListener();
   // Keepalive off: only the connect deadline can end the wait.
   const client = new SessionsClient(address, { connectTimeoutMs: 300, keepaliveMs: 0, retry: false });
   try {
@@ -125,13 +130,7 @@ test("a server that accepts connections but never speaks HTTP/2 fails the call U
 });
 
 test("a connect deadline is retried as any connection failure: one new connection per attempt", { timeout: 30_000 }, async () => {
-  const sockets: net.Socket[] = [];
-  const silent = net.createServer((socket) => {
-    sockets.push(socket);
-    socket.on("error", () => {});
-  });
-  await new Promise<void>((resolve) => silent.listen(0, "127.0.0.1", resolve));
-  const address = `127.0.0.1:${(silent.address() as AddressInfo).port}`;
+  const { silent, sockets, address } = await silentListener();
   const attempts: number[] = [];
   const client = new SessionsClient(address, {
     connectTimeoutMs: 200,
