@@ -499,20 +499,21 @@ func TestDroppedHistoryIteratorsAreCancelled(t *testing.T) {
 	}
 	before := runtime.NumGoroutine()
 	const dropped = 50
-	for i := range dropped {
-		var it interface{ Next() bool }
+	held := make([]interface{ Next() bool }, dropped) // kept until the check below: none collected before it
+	for i := range held {
 		if i%2 == 0 {
-			it = s.History(ctx, sessions.NewestFirst())
+			held[i] = s.History(ctx, sessions.NewestFirst())
 		} else {
-			it = s.HistoryBatches(ctx, sessions.WithBatchSize(1))
+			held[i] = s.HistoryBatches(ctx, sessions.WithBatchSize(1))
 		}
-		if !it.Next() {
+		if !held[i].Next() {
 			t.Fatal("the stream ended before its first message")
 		}
 	}
 	if grown := runtime.NumGoroutine() - before; grown < dropped {
 		t.Fatalf("%d goroutines more for %d calls held open: the test no longer sees what it checks", grown, dropped)
 	}
+	runtime.KeepAlive(held) // and dropped from here on
 	deadline := time.Now().Add(20 * time.Second)
 	for runtime.NumGoroutine() > before+dropped/10 {
 		if time.Now().After(deadline) {
