@@ -567,6 +567,32 @@ class CompactionPlan:
     to_message_id: str
     prompt: str
     budget_tokens: int
+    # Pass to add_compaction: the summary is then refused (SESSION_CHANGED) if its span was
+    # edited since this plan. Each plan has its own, so it takes no part in equality.
+    plan_token: str = field(default="", compare=False, repr=False)
+
+    @classmethod
+    def of(cls, response: pb.PlanCompactionResponse) -> CompactionPlan | None:
+        if not response.planned:
+            return None
+        return cls(
+            response.from_message_id,
+            response.to_message_id,
+            response.prompt,
+            int(response.budget_tokens),
+            response.plan_token,
+        )
+
+
+COMPACT_ATTEMPTS: Final = 3
+"""How many times compact(summarize) plans and summarizes when its summary is refused."""
+PLAN_AGAIN_REASONS: Final = frozenset({"SESSION_CHANGED", "PLAN_EXPIRED"})
+"""Refusals of a summary that a new plan and summary can get past."""
+
+
+def summary_refused(error: SessionsError, attempt: int) -> bool:
+    """Whether compact(summarize) plans and summarizes again after `error` on try `attempt` (0 on)."""
+    return error.reason in PLAN_AGAIN_REASONS and attempt + 1 < COMPACT_ATTEMPTS
 
 
 @dataclass(frozen=True)

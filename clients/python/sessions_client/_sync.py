@@ -58,6 +58,7 @@ from sessions_client._common import (
     routing_metadata,
     search_mode,
     source_value,
+    summary_refused,
     to_json,
     upload_frames,
     written_json_in_hand,
@@ -527,8 +528,16 @@ class SessionHandle:
     # ── compaction ──────────────────────────────────────────────────────────
 
     def add_compaction(
-        self, summary: str, from_message_id: str, to_message_id: str, *, from_compact: bool = False
+        self,
+        summary: str,
+        from_message_id: str,
+        to_message_id: str,
+        *,
+        from_compact: bool = False,
+        plan_token: str = "",
     ) -> CompactionRecord:
+        """Stores an overlay. `plan_token`, a plan's (`plan_compaction`): the summary is refused
+        (SESSION_CHANGED, nothing stored) if what it was made of changed since that plan."""
         request = pb.AddCompactionRequest(
             object_key=self._key,
             session_id=self.id,
@@ -536,6 +545,7 @@ class SessionHandle:
             from_message_id=from_message_id,
             to_message_id=to_message_id,
             from_compact=from_compact,
+            plan_token=plan_token,
         )
         return CompactionRecord.of(self._client._call(self._key, "AddCompaction", request).compaction)
 
@@ -554,12 +564,7 @@ class SessionHandle:
         request = pb.PlanCompactionRequest(
             object_key=self._key, session_id=self.id, leaf_id=leaf_id or "", keep_recent_tokens=keep_recent_tokens
         )
-        response = self._client._call(self._key, "PlanCompaction", request)
-        if not response.planned:
-            return None
-        return CompactionPlan(
-            response.from_message_id, response.to_message_id, response.prompt, int(response.budget_tokens)
-        )
+        return CompactionPlan.of(self._client._call(self._key, "PlanCompaction", request))
 
     def compact(
         self,
@@ -577,13 +582,22 @@ class SessionHandle:
             )
             response = self._client._call(self._key, "Compact", request)
             return CompactionRecord.of(response.compaction) if response.compacted else None
-        plan = self.plan_compaction(leaf_id=leaf_id, keep_recent_tokens=keep_recent_tokens)
-        if plan is None:
-            return None
-        summary = summarize(plan.prompt)
-        if is_blank(summary):
-            return None
-        return self.add_compaction(summary, plan.from_message_id, plan.to_message_id, from_compact=True)
+        attempt = 0
+        while True:
+            plan = self.plan_compaction(leaf_id=leaf_id, keep_recent_tokens=keep_recent_tokens)
+            if plan is None:
+                return None
+            summary = summarize(plan.prompt)
+            if is_blank(summary):
+                return None
+            try:
+                return self.add_compaction(
+                    summary, plan.from_message_id, plan.to_message_id, from_compact=True, plan_token=plan.plan_token
+                )
+            except SessionsError as error:
+                if not summary_refused(error, attempt):
+                    raise
+            attempt += 1
 
     def set_compaction_policy(self, threshold_tokens: int, *, keep_recent_tokens: int = 0) -> CompactionPolicy:
         request = pb.SetCompactionPolicyRequest(

@@ -62,6 +62,7 @@ from sessions_client._common import (
     routing_metadata,
     search_mode,
     source_value,
+    summary_refused,
     to_json,
     upload_frames,
     written_json_in_hand,
@@ -558,8 +559,16 @@ class SessionHandle:
         ]
 
     async def add_compaction(
-        self, summary: str, from_message_id: str, to_message_id: str, *, from_compact: bool = False
+        self,
+        summary: str,
+        from_message_id: str,
+        to_message_id: str,
+        *,
+        from_compact: bool = False,
+        plan_token: str = "",
     ) -> CompactionRecord:
+        """Stores an overlay. `plan_token`, a plan's (`plan_compaction`): the summary is refused
+        (SESSION_CHANGED, nothing stored) if what it was made of changed since that plan."""
         request = pb.AddCompactionRequest(
             object_key=self._key,
             session_id=self.id,
@@ -567,6 +576,7 @@ class SessionHandle:
             from_message_id=from_message_id,
             to_message_id=to_message_id,
             from_compact=from_compact,
+            plan_token=plan_token,
         )
         return CompactionRecord.of((await self._client._call(self._key, "AddCompaction", request)).compaction)
 
@@ -587,12 +597,7 @@ class SessionHandle:
         request = pb.PlanCompactionRequest(
             object_key=self._key, session_id=self.id, leaf_id=leaf_id or "", keep_recent_tokens=keep_recent_tokens
         )
-        response = await self._client._call(self._key, "PlanCompaction", request)
-        if not response.planned:
-            return None
-        return CompactionPlan(
-            response.from_message_id, response.to_message_id, response.prompt, int(response.budget_tokens)
-        )
+        return CompactionPlan.of(await self._client._call(self._key, "PlanCompaction", request))
 
     async def compact(
         self,
@@ -609,13 +614,22 @@ class SessionHandle:
             )
             response = await self._client._call(self._key, "Compact", request)
             return CompactionRecord.of(response.compaction) if response.compacted else None
-        plan = await self.plan_compaction(leaf_id=leaf_id, keep_recent_tokens=keep_recent_tokens)
-        if plan is None:
-            return None
-        summary = await summarize(plan.prompt)
-        if is_blank(summary):
-            return None
-        return await self.add_compaction(summary, plan.from_message_id, plan.to_message_id, from_compact=True)
+        attempt = 0
+        while True:
+            plan = await self.plan_compaction(leaf_id=leaf_id, keep_recent_tokens=keep_recent_tokens)
+            if plan is None:
+                return None
+            summary = await summarize(plan.prompt)
+            if is_blank(summary):
+                return None
+            try:
+                return await self.add_compaction(
+                    summary, plan.from_message_id, plan.to_message_id, from_compact=True, plan_token=plan.plan_token
+                )
+            except SessionsError as error:
+                if not summary_refused(error, attempt):
+                    raise
+            attempt += 1
 
     async def set_compaction_policy(self, threshold_tokens: int, *, keep_recent_tokens: int = 0) -> CompactionPolicy:
         request = pb.SetCompactionPolicyRequest(

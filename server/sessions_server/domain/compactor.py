@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Protocol
 from sessions_server.domain import compaction, jsjson, paths
 from sessions_server.domain.chunking import utf8_length
 from sessions_server.domain.errors import FailedPrecondition, InvalidArgument, LimitExceeded, Unavailable
+from sessions_server.domain.held_plans import HeldPlans
 from sessions_server.domain.history import SUMMARY_READ
 from sessions_server.domain.limits import RESPONSE_PAYLOAD_BYTES, check_size
 from sessions_server.domain.overlays import plan_overlays
@@ -209,6 +210,7 @@ class Compactor:
         self._service = service
         self._summarizer = summarizer
         self._running: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self.held_plans = HeldPlans(service.registry)
         self.on_stored: Callable[[str], None] = lambda kind: None  # observability hook
 
     # ── records ─────────────────────────────────────────────────────────────
@@ -222,16 +224,54 @@ class Compactor:
         to_id: str,
         *,
         event: str = "compaction",
-        planned: tuple[ChangeWatch, frozenset[str]] | None = None,
+        plan_token: str = "",
     ) -> Compaction:
-        """Stores an overlay record (no validation of the ids, as upstream). `planned`: the
-        watch begun before the span was planned, and the ids the plan depends on; the record is
-        refused (SessionChanged) if a change since touched one of them."""
+        """Stores an overlay record (no validation of the ids, as upstream). `plan_token`, from
+        `plan_held`: the record is refused (FailedPrecondition SESSION_CHANGED) if a change since
+        that plan touched what it depends on; a token is used once."""
+        self._check_record(object_key, session_id, summary, from_id, to_id)
+        if not plan_token:
+            return await self._store(object_key, session_id, summary, from_id, to_id, event)
+        held = self.held_plans.take(plan_token, object_key, session_id, from_id, to_id)
+        try:
+            record = await self._store(
+                object_key, session_id, summary, from_id, to_id, event, (held.watch, held.depends_on)
+            )
+        except SessionChanged:
+            self.held_plans.release(held)
+            raise FailedPrecondition(
+                "a message this summary was made of changed since its plan (an update or delete of one in the "
+                "span, beside it or at an end of a record it extends; a clear, another compaction record, the "
+                "object replaced or erased): nothing was stored, as the summary might miss the change; plan "
+                "again (PlanCompaction) and summarize the new prompt",
+                reason="SESSION_CHANGED",
+            ) from None
+        except BaseException:
+            self.held_plans.put_back(plan_token, held)  # cut before it stored or was refused
+            raise
+        self.held_plans.release(held)
+        return record
+
+    def _check_record(self, object_key: str, session_id: str, summary: str, from_id: str, to_id: str) -> None:
         self._service.check_names(object_key, session_id)
         limit = self._service.limits.max_summary_bytes
         check_size(summary, limit, "the summary", "max_summary_bytes", "summary")
         for field, value in (("from_message_id", from_id), ("to_message_id", to_id)):
             check_size(value, self._service.limits.max_message_id_bytes, field, "max_message_id_bytes", field)
+
+    async def _store(
+        self,
+        object_key: str,
+        session_id: str,
+        summary: str,
+        from_id: str,
+        to_id: str,
+        event: str,
+        planned: tuple[ChangeWatch, frozenset[str]] | None = None,
+    ) -> Compaction:
+        """Stores the record. `planned`: the watch begun before the span was planned, and the
+        ids the plan depends on; the record is refused (SessionChanged) if a change since
+        touched one of them."""
         opened = (
             self._service.object(object_key, writing=True)
             if planned is None
@@ -299,6 +339,31 @@ class Compactor:
         `keep_recent_tokens` 0: the session's policy, as `compact` takes it."""
         with self._service.registry.watch(object_key, session_id) as watch:
             return await self._plan(object_key, session_id, leaf_id, keep_recent_tokens, max_prompt_bytes, False, watch)
+
+    async def plan_held(
+        self,
+        object_key: str,
+        session_id: str,
+        *,
+        leaf_id: str = "",
+        keep_recent_tokens: int = 0,
+        max_prompt_bytes: int = 0,
+    ) -> tuple[compaction.CompactionPlan, str] | None:
+        """`plan`, held for the summary a client makes of it: also returns the token `add`
+        takes to refuse that summary if what it depends on changed meanwhile (`held_plans`)."""
+        registry = self._service.registry
+        watch = registry.start_watch(object_key, session_id)
+        try:
+            planned = await self._plan(
+                object_key, session_id, leaf_id, keep_recent_tokens, max_prompt_bytes, False, watch
+            )
+        except BaseException:
+            registry.stop_watch(object_key, watch)
+            raise
+        if planned is None:
+            registry.stop_watch(object_key, watch)
+            return None
+        return planned, self.held_plans.hold(object_key, session_id, planned, watch)
 
     async def _plan(
         self,
@@ -427,15 +492,11 @@ class Compactor:
                 summary = await self._summarize(planned.prompt)
                 if summary is None:
                     return None
+                span = (planned.from_message_id, planned.to_message_id)
+                self._check_record(object_key, session_id, summary, *span)
                 try:
-                    return await self.add(
-                        object_key,
-                        session_id,
-                        summary,
-                        planned.from_message_id,
-                        planned.to_message_id,
-                        event="compact",
-                        planned=(watch, planned.depends_on),
+                    return await self._store(
+                        object_key, session_id, summary, *span, "compact", (watch, planned.depends_on)
                     )
                 except SessionChanged:
                     continue  # what it summarized changed while the summary was made: it may be stale

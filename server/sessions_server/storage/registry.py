@@ -286,17 +286,25 @@ class ObjectRegistry:
         without opening the object. The watch lasts through closes to make room, and sees
         everything changed when the object's file is replaced or removed, then what the new
         file's commits change."""
+        watch = self.start_watch(object_key, session_id)
+        try:
+            yield watch
+        finally:
+            self.stop_watch(object_key, watch)
+
+    def start_watch(self, object_key: str, session_id: str) -> ChangeWatch:
+        """`watch` for as long as the caller holds it: end it with `stop_watch`."""
         watches = self._watches.get(object_key)
         if watches is None:
             hub = self._hubs.get(object_key)
             watches = self._watches[object_key] = hub.watches if hub is not None else ChangeWatches()
-        watch = watches.start(session_id)
-        try:
-            yield watch
-        finally:
-            watch.stop()
-            if not watches and self._watches.get(object_key) is watches:
-                del self._watches[object_key]
+        return watches.start(session_id)
+
+    def stop_watch(self, object_key: str, watch: ChangeWatch) -> None:
+        watch.stop()
+        watches = self._watches.get(object_key)
+        if watches is not None and not watches:
+            del self._watches[object_key]
 
     def _evict_idle(self, down_to: int | None = None) -> None:
         """Closes the least recently used idle objects until at most `down_to` (by default

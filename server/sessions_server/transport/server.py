@@ -101,6 +101,7 @@ class RunningServer:
             if self.probes is not None:  # told NOT_SERVING all along the drain, as the main port
                 await self.probes.stop(0)
             await self.service.compactor.wait_idle(deadline - loop.time())
+            self.service.compactor.held_plans.close()
             await self.registry.close_all()
             self.executor.shutdown(wait=True)
             self.commit_executor.shutdown(wait=True)

@@ -583,6 +583,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 request.from_message_id,
                 request.to_message_id,
                 event="compact" if request.from_compact else "compaction",
+                plan_token=request.plan_token,
             )
             return pb.AddCompactionResponse(compaction=framing.compaction_message(record))
 
@@ -616,21 +617,23 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
     async def PlanCompaction(self, request: pb.PlanCompactionRequest, context: Any) -> pb.PlanCompactionResponse:
         async def run() -> pb.PlanCompactionResponse:
             self._admit(context, request.object_key, write=False)
-            plan = await self._service.compactor.plan(
+            held = await self._service.compactor.plan_held(
                 request.object_key,
                 request.session_id,
                 leaf_id=request.leaf_id,
                 keep_recent_tokens=request.keep_recent_tokens,
                 max_prompt_bytes=FRAME_BUDGET_BYTES,
             )
-            if plan is None:
+            if held is None:
                 return pb.PlanCompactionResponse(planned=False)
+            plan, token = held
             return pb.PlanCompactionResponse(
                 planned=True,
                 from_message_id=plan.from_message_id,
                 to_message_id=plan.to_message_id,
                 prompt=jsjson.well_formed(plan.prompt),  # a protobuf string carries no lone surrogate
                 budget_tokens=plan.budget_tokens,
+                plan_token=token,
             )
 
         return await calls.unary(context, run)

@@ -192,8 +192,14 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """
     ERROR_REASON_SESSION_CHANGED: _ErrorReason.ValueType  # 22
     """Messages a compaction was planned over or summarized changed (an update, delete or clear,
-    another record) while it was made, on every try (FAILED_PRECONDITION): nothing was stored,
-    as it might miss the change; compact or plan again once those edits are done.
+    another record) while it was made, on every try of Compact or PlanCompaction, or since the
+    plan of AddCompaction's plan_token (FAILED_PRECONDITION): nothing was stored, as it might
+    miss the change; compact or plan again once those edits are done.
+    """
+    ERROR_REASON_PLAN_EXPIRED: _ErrorReason.ValueType  # 23
+    """AddCompaction's plan_token is not held by this server (FAILED_PRECONDITION): older than 15
+    minutes, used already, let go for newer plans, or made before a restart of the server or a
+    move of the object. Nothing was stored; plan and summarize again.
     """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
@@ -263,8 +269,14 @@ check it, then import again with `replace` if the copy is to win.
 """
 ERROR_REASON_SESSION_CHANGED: ErrorReason.ValueType  # 22
 """Messages a compaction was planned over or summarized changed (an update, delete or clear,
-another record) while it was made, on every try (FAILED_PRECONDITION): nothing was stored,
-as it might miss the change; compact or plan again once those edits are done.
+another record) while it was made, on every try of Compact or PlanCompaction, or since the
+plan of AddCompaction's plan_token (FAILED_PRECONDITION): nothing was stored, as it might
+miss the change; compact or plan again once those edits are done.
+"""
+ERROR_REASON_PLAN_EXPIRED: ErrorReason.ValueType  # 23
+"""AddCompaction's plan_token is not held by this server (FAILED_PRECONDITION): older than 15
+minutes, used already, let go for newer plans, or made before a restart of the server or a
+move of the object. Nothing was stored; plan and summarize again.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015
 
@@ -1855,6 +1867,7 @@ class AddCompactionRequest(_message.Message):
     FROM_MESSAGE_ID_FIELD_NUMBER: _builtins.int
     TO_MESSAGE_ID_FIELD_NUMBER: _builtins.int
     FROM_COMPACT_FIELD_NUMBER: _builtins.int
+    PLAN_TOKEN_FIELD_NUMBER: _builtins.int
     object_key: _builtins.str
     """The object key."""
     session_id: _builtins.str
@@ -1869,6 +1882,17 @@ class AddCompactionRequest(_message.Message):
     """The summary comes from a compaction the caller ran (plan, summarize, store): the change
     event is `compact` with no payload, as upstream's compact() emits, not `compaction`.
     """
+    plan_token: _builtins.str
+    """PlanCompaction's plan_token for the plan the summary was made from (beyond upstream; empty:
+    no check, as upstream). The record is then stored only if no message the summary is made of
+    (the span's, one beside it, an end of a record it extends) was updated or deleted since the
+    plan, and the session was not cleared, given another record, or replaced: else
+    FAILED_PRECONDITION, reason SESSION_CHANGED, nothing stored; plan and summarize again.
+    Appends and other edits meanwhile keep the summary. A token is used once, by the server
+    that returned it, within 15 minutes: after that, a restart of that server, or the object's
+    move, FAILED_PRECONDITION, reason PLAN_EXPIRED. from_message_id and to_message_id must be
+    the plan's, and object_key and session_id its own (INVALID_ARGUMENT, the token kept).
+    """
     def __init__(
         self,
         *,
@@ -1878,10 +1902,11 @@ class AddCompactionRequest(_message.Message):
         from_message_id: _builtins.str = ...,
         to_message_id: _builtins.str = ...,
         from_compact: _builtins.bool = ...,
+        plan_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["from_compact", b"from_compact", "from_message_id", b"from_message_id", "object_key", b"object_key", "session_id", b"session_id", "summary", b"summary", "to_message_id", b"to_message_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["from_compact", b"from_compact", "from_message_id", b"from_message_id", "object_key", b"object_key", "plan_token", b"plan_token", "session_id", b"session_id", "summary", b"summary", "to_message_id", b"to_message_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2024,6 +2049,7 @@ class PlanCompactionResponse(_message.Message):
     TO_MESSAGE_ID_FIELD_NUMBER: _builtins.int
     PROMPT_FIELD_NUMBER: _builtins.int
     BUDGET_TOKENS_FIELD_NUMBER: _builtins.int
+    PLAN_TOKEN_FIELD_NUMBER: _builtins.int
     planned: _builtins.bool
     """False when there is nothing to compact (too few messages, or an empty middle)."""
     from_message_id: _builtins.str
@@ -2034,6 +2060,11 @@ class PlanCompactionResponse(_message.Message):
     """The prompt for the summarizer."""
     budget_tokens: _builtins.int
     """The summary length target given in the prompt, in tokens."""
+    plan_token: _builtins.str
+    """Pass to AddCompaction with the summary (beyond upstream): it then stores the record only if
+    what the summary is made of has not changed since this plan. Held by this server, used
+    once, for 15 minutes (at most 1,024 plans are held; the oldest are let go first).
+    """
     def __init__(
         self,
         *,
@@ -2042,10 +2073,11 @@ class PlanCompactionResponse(_message.Message):
         to_message_id: _builtins.str = ...,
         prompt: _builtins.str = ...,
         budget_tokens: _builtins.int = ...,
+        plan_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["budget_tokens", b"budget_tokens", "from_message_id", b"from_message_id", "planned", b"planned", "prompt", b"prompt", "to_message_id", b"to_message_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["budget_tokens", b"budget_tokens", "from_message_id", b"from_message_id", "plan_token", b"plan_token", "planned", b"planned", "prompt", b"prompt", "to_message_id", b"to_message_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

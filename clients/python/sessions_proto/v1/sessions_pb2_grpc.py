@@ -347,7 +347,8 @@ class SessionServiceServicer:
 
     def PlanCompaction(self, request, context):
         """Plans a compaction as upstream's createCompactFunction does and returns the range and the
-        prompt, for a summarizer that runs on the client. Store the summary with AddCompaction. A
+        prompt, for a summarizer that runs on the client. Store the summary with AddCompaction,
+        passing the plan_token to have it refused if the span was edited meanwhile. A
         prompt over 3 MiB is refused (RESOURCE_EXHAUSTED, limit max_response_bytes): summarize such a
         span in parts, recording each with AddCompaction.
         """

@@ -128,7 +128,8 @@ class SessionServiceStub:
     """Lists every compaction record of a session, oldest first (superseded ones included)."""
     PlanCompaction: _grpc.UnaryUnaryMultiCallable[_sessions_pb2.PlanCompactionRequest, _sessions_pb2.PlanCompactionResponse]
     """Plans a compaction as upstream's createCompactFunction does and returns the range and the
-    prompt, for a summarizer that runs on the client. Store the summary with AddCompaction. A
+    prompt, for a summarizer that runs on the client. Store the summary with AddCompaction,
+    passing the plan_token to have it refused if the span was edited meanwhile. A
     prompt over 3 MiB is refused (RESOURCE_EXHAUSTED, limit max_response_bytes): summarize such a
     span in parts, recording each with AddCompaction.
     """
@@ -288,7 +289,8 @@ class SessionServiceAsyncStub(SessionServiceStub):
     """Lists every compaction record of a session, oldest first (superseded ones included)."""
     PlanCompaction: _aio.UnaryUnaryMultiCallable[_sessions_pb2.PlanCompactionRequest, _sessions_pb2.PlanCompactionResponse]  # type: ignore[assignment]
     """Plans a compaction as upstream's createCompactFunction does and returns the range and the
-    prompt, for a summarizer that runs on the client. Store the summary with AddCompaction. A
+    prompt, for a summarizer that runs on the client. Store the summary with AddCompaction,
+    passing the plan_token to have it refused if the span was edited meanwhile. A
     prompt over 3 MiB is refused (RESOURCE_EXHAUSTED, limit max_response_bytes): summarize such a
     span in parts, recording each with AddCompaction.
     """
@@ -559,7 +561,8 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_sessions_pb2.PlanCompactionResponse, _abc.Awaitable[_sessions_pb2.PlanCompactionResponse]]:
         """Plans a compaction as upstream's createCompactFunction does and returns the range and the
-        prompt, for a summarizer that runs on the client. Store the summary with AddCompaction. A
+        prompt, for a summarizer that runs on the client. Store the summary with AddCompaction,
+        passing the plan_token to have it refused if the span was edited meanwhile. A
         prompt over 3 MiB is refused (RESOURCE_EXHAUSTED, limit max_response_bytes): summarize such a
         span in parts, recording each with AddCompaction.
         """

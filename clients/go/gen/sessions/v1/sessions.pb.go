@@ -269,9 +269,14 @@ const (
 	// check it, then import again with `replace` if the copy is to win.
 	ErrorReason_ERROR_REASON_OBJECT_EXISTS ErrorReason = 21
 	// Messages a compaction was planned over or summarized changed (an update, delete or clear,
-	// another record) while it was made, on every try (FAILED_PRECONDITION): nothing was stored,
-	// as it might miss the change; compact or plan again once those edits are done.
+	// another record) while it was made, on every try of Compact or PlanCompaction, or since the
+	// plan of AddCompaction's plan_token (FAILED_PRECONDITION): nothing was stored, as it might
+	// miss the change; compact or plan again once those edits are done.
 	ErrorReason_ERROR_REASON_SESSION_CHANGED ErrorReason = 22
+	// AddCompaction's plan_token is not held by this server (FAILED_PRECONDITION): older than 15
+	// minutes, used already, let go for newer plans, or made before a restart of the server or a
+	// move of the object. Nothing was stored; plan and summarize again.
+	ErrorReason_ERROR_REASON_PLAN_EXPIRED ErrorReason = 23
 )
 
 // Enum value maps for ErrorReason.
@@ -300,6 +305,7 @@ var (
 		20: "ERROR_REASON_SERVER_BUSY",
 		21: "ERROR_REASON_OBJECT_EXISTS",
 		22: "ERROR_REASON_SESSION_CHANGED",
+		23: "ERROR_REASON_PLAN_EXPIRED",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":         0,
@@ -325,6 +331,7 @@ var (
 		"ERROR_REASON_SERVER_BUSY":         20,
 		"ERROR_REASON_OBJECT_EXISTS":       21,
 		"ERROR_REASON_SESSION_CHANGED":     22,
+		"ERROR_REASON_PLAN_EXPIRED":        23,
 	}
 )
 
@@ -3485,7 +3492,17 @@ type AddCompactionRequest struct {
 	ToMessageId string `protobuf:"bytes,5,opt,name=to_message_id,json=toMessageId,proto3" json:"to_message_id,omitempty"`
 	// The summary comes from a compaction the caller ran (plan, summarize, store): the change
 	// event is `compact` with no payload, as upstream's compact() emits, not `compaction`.
-	FromCompact   bool `protobuf:"varint,6,opt,name=from_compact,json=fromCompact,proto3" json:"from_compact,omitempty"`
+	FromCompact bool `protobuf:"varint,6,opt,name=from_compact,json=fromCompact,proto3" json:"from_compact,omitempty"`
+	// PlanCompaction's plan_token for the plan the summary was made from (beyond upstream; empty:
+	// no check, as upstream). The record is then stored only if no message the summary is made of
+	// (the span's, one beside it, an end of a record it extends) was updated or deleted since the
+	// plan, and the session was not cleared, given another record, or replaced: else
+	// FAILED_PRECONDITION, reason SESSION_CHANGED, nothing stored; plan and summarize again.
+	// Appends and other edits meanwhile keep the summary. A token is used once, by the server
+	// that returned it, within 15 minutes: after that, a restart of that server, or the object's
+	// move, FAILED_PRECONDITION, reason PLAN_EXPIRED. from_message_id and to_message_id must be
+	// the plan's, and object_key and session_id its own (INVALID_ARGUMENT, the token kept).
+	PlanToken     string `protobuf:"bytes,7,opt,name=plan_token,json=planToken,proto3" json:"plan_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3560,6 +3577,13 @@ func (x *AddCompactionRequest) GetFromCompact() bool {
 		return x.FromCompact
 	}
 	return false
+}
+
+func (x *AddCompactionRequest) GetPlanToken() string {
+	if x != nil {
+		return x.PlanToken
+	}
+	return ""
 }
 
 // Response for AddCompaction.
@@ -3824,7 +3848,11 @@ type PlanCompactionResponse struct {
 	// The prompt for the summarizer.
 	Prompt string `protobuf:"bytes,4,opt,name=prompt,proto3" json:"prompt,omitempty"`
 	// The summary length target given in the prompt, in tokens.
-	BudgetTokens  int64 `protobuf:"varint,5,opt,name=budget_tokens,json=budgetTokens,proto3" json:"budget_tokens,omitempty"`
+	BudgetTokens int64 `protobuf:"varint,5,opt,name=budget_tokens,json=budgetTokens,proto3" json:"budget_tokens,omitempty"`
+	// Pass to AddCompaction with the summary (beyond upstream): it then stores the record only if
+	// what the summary is made of has not changed since this plan. Held by this server, used
+	// once, for 15 minutes (at most 1,024 plans are held; the oldest are let go first).
+	PlanToken     string `protobuf:"bytes,6,opt,name=plan_token,json=planToken,proto3" json:"plan_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3892,6 +3920,13 @@ func (x *PlanCompactionResponse) GetBudgetTokens() int64 {
 		return x.BudgetTokens
 	}
 	return 0
+}
+
+func (x *PlanCompactionResponse) GetPlanToken() string {
+	if x != nil {
+		return x.PlanToken
+	}
+	return ""
 }
 
 // Request for Compact.
@@ -5966,7 +6001,7 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"\asummary\x18\x03 \x01(\tR\asummary\x12&\n" +
 	"\x0ffrom_message_id\x18\x04 \x01(\tR\rfromMessageId\x12\"\n" +
 	"\rto_message_id\x18\x05 \x01(\tR\vtoMessageId\x12\"\n" +
-	"\rcreated_at_ms\x18\x06 \x01(\x03R\vcreatedAtMs\"\xdd\x01\n" +
+	"\rcreated_at_ms\x18\x06 \x01(\x03R\vcreatedAtMs\"\xfc\x01\n" +
 	"\x14AddCompactionRequest\x12\x1d\n" +
 	"\n" +
 	"object_key\x18\x01 \x01(\tR\tobjectKey\x12\x1d\n" +
@@ -5975,7 +6010,9 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"\asummary\x18\x03 \x01(\tR\asummary\x12&\n" +
 	"\x0ffrom_message_id\x18\x04 \x01(\tR\rfromMessageId\x12\"\n" +
 	"\rto_message_id\x18\x05 \x01(\tR\vtoMessageId\x12!\n" +
-	"\ffrom_compact\x18\x06 \x01(\bR\vfromCompact\"P\n" +
+	"\ffrom_compact\x18\x06 \x01(\bR\vfromCompact\x12\x1d\n" +
+	"\n" +
+	"plan_token\x18\a \x01(\tR\tplanToken\"P\n" +
 	"\x15AddCompactionResponse\x127\n" +
 	"\n" +
 	"compaction\x18\x01 \x01(\v2\x17.sessions.v1.CompactionR\n" +
@@ -5997,13 +6034,15 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x02 \x01(\tR\tsessionId\x12\x17\n" +
 	"\aleaf_id\x18\x03 \x01(\tR\x06leafId\x12,\n" +
-	"\x12keep_recent_tokens\x18\x04 \x01(\x03R\x10keepRecentTokens\"\xbb\x01\n" +
+	"\x12keep_recent_tokens\x18\x04 \x01(\x03R\x10keepRecentTokens\"\xda\x01\n" +
 	"\x16PlanCompactionResponse\x12\x18\n" +
 	"\aplanned\x18\x01 \x01(\bR\aplanned\x12&\n" +
 	"\x0ffrom_message_id\x18\x02 \x01(\tR\rfromMessageId\x12\"\n" +
 	"\rto_message_id\x18\x03 \x01(\tR\vtoMessageId\x12\x16\n" +
 	"\x06prompt\x18\x04 \x01(\tR\x06prompt\x12#\n" +
-	"\rbudget_tokens\x18\x05 \x01(\x03R\fbudgetTokens\"\x95\x01\n" +
+	"\rbudget_tokens\x18\x05 \x01(\x03R\fbudgetTokens\x12\x1d\n" +
+	"\n" +
+	"plan_token\x18\x06 \x01(\tR\tplanToken\"\x95\x01\n" +
 	"\x0eCompactRequest\x12\x1d\n" +
 	"\n" +
 	"object_key\x18\x01 \x01(\tR\tobjectKey\x12\x1d\n" +
@@ -6171,7 +6210,7 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"\x06Source\x12\x16\n" +
 	"\x12SOURCE_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rSOURCE_SERVER\x10\x01\x12\x11\n" +
-	"\rSOURCE_CLIENT\x10\x02*\xff\x05\n" +
+	"\rSOURCE_CLIENT\x10\x02*\x9e\x06\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19ERROR_REASON_INVALID_JSON\x10\x01\x12 \n" +
@@ -6196,7 +6235,8 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"\x1eERROR_REASON_SUMMARIZER_FAILED\x10\x13\x12\x1c\n" +
 	"\x18ERROR_REASON_SERVER_BUSY\x10\x14\x12\x1e\n" +
 	"\x1aERROR_REASON_OBJECT_EXISTS\x10\x15\x12 \n" +
-	"\x1cERROR_REASON_SESSION_CHANGED\x10\x16*\x8a\x01\n" +
+	"\x1cERROR_REASON_SESSION_CHANGED\x10\x16\x12\x1d\n" +
+	"\x19ERROR_REASON_PLAN_EXPIRED\x10\x17*\x8a\x01\n" +
 	"\x0fUploadOperation\x12 \n" +
 	"\x1cUPLOAD_OPERATION_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17UPLOAD_OPERATION_APPEND\x10\x01\x12\x1b\n" +

@@ -142,7 +142,8 @@ type SessionServiceClient interface {
 	// Lists every compaction record of a session, oldest first (superseded ones included).
 	ListCompactions(ctx context.Context, in *ListCompactionsRequest, opts ...grpc.CallOption) (*ListCompactionsResponse, error)
 	// Plans a compaction as upstream's createCompactFunction does and returns the range and the
-	// prompt, for a summarizer that runs on the client. Store the summary with AddCompaction. A
+	// prompt, for a summarizer that runs on the client. Store the summary with AddCompaction,
+	// passing the plan_token to have it refused if the span was edited meanwhile. A
 	// prompt over 3 MiB is refused (RESOURCE_EXHAUSTED, limit max_response_bytes): summarize such a
 	// span in parts, recording each with AddCompaction.
 	PlanCompaction(ctx context.Context, in *PlanCompactionRequest, opts ...grpc.CallOption) (*PlanCompactionResponse, error)
@@ -711,7 +712,8 @@ type SessionServiceServer interface {
 	// Lists every compaction record of a session, oldest first (superseded ones included).
 	ListCompactions(context.Context, *ListCompactionsRequest) (*ListCompactionsResponse, error)
 	// Plans a compaction as upstream's createCompactFunction does and returns the range and the
-	// prompt, for a summarizer that runs on the client. Store the summary with AddCompaction. A
+	// prompt, for a summarizer that runs on the client. Store the summary with AddCompaction,
+	// passing the plan_token to have it refused if the span was edited meanwhile. A
 	// prompt over 3 MiB is refused (RESOURCE_EXHAUSTED, limit max_response_bytes): summarize such a
 	// span in parts, recording each with AddCompaction.
 	PlanCompaction(context.Context, *PlanCompactionRequest) (*PlanCompactionResponse, error)
