@@ -17,7 +17,7 @@ import grpc
 import pytest
 
 from sessions_client import DEFAULT_RETRY_POLICY, RetryNotice, RetryPolicy, SessionsClient, SessionsError
-from sessions_client.admin import abort_move, export_file, import_file
+from sessions_client.admin import abort_move, erase_object, export_file, import_file
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
 from sessions_server.domain.limits import Limits
@@ -364,6 +364,34 @@ def test_abort_move_rides_through_the_sources_restart(tmp_path: Path) -> None:
             assert client.object("k").session().append_message(text_message("m1")).inserted
         assert len(restarted) == 1
         assert notices[0].method == "AbortMove" and notices[0].error.code == grpc.StatusCode.UNAVAILABLE
+    finally:
+        for server in restarted:
+            server.stop()
+
+
+def test_erase_object_rides_through_the_servers_restart(tmp_path: Path) -> None:
+    """`erase_object` made one attempt: an operator's erase sent as the server restarted failed
+    UNAVAILABLE and the user's data stayed. It is asked again under the client's retry policy."""
+    data = tmp_path / "data"
+    first = start_server(data)
+    address = first.address
+    with SessionsClient(address) as client:
+        client.object("user-1").session().append_message(text_message("m0", "private words"))
+    first.stop()
+    restarted: list[LiveServer] = []
+    notices: list[RetryNotice] = []
+
+    def restart(notice: RetryNotice) -> None:
+        notices.append(notice)
+        if not restarted:
+            restarted.append(start_server(data, listen=address))
+
+    try:
+        with SessionsClient(address, on_retry=restart) as client:
+            assert erase_object(client, "user-1")
+            assert client.object("user-1").session().get_history() == []
+        assert len(restarted) == 1
+        assert notices[0].method == "DeleteObject" and notices[0].error.code == grpc.StatusCode.UNAVAILABLE
     finally:
         for server in restarted:
             server.stop()

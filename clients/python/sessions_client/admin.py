@@ -11,7 +11,7 @@ import sqlite3
 import tempfile
 import time
 import typing
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +21,8 @@ from sessions_client._common import FramesEachAttempt, SessionsError, routing_me
 from sessions_client._retry import Attempts
 from sessions_client._sync import SessionsClient
 from sessions_proto.v1 import sessions_pb2 as pb
+
+_Answer = typing.TypeVar("_Answer")
 
 
 @dataclass(frozen=True)
@@ -333,21 +335,28 @@ def _release_arrival(destination: SessionsClient, object_key: str, destination_n
 
 
 def _release(client: SessionsClient, object_key: str, metadata: typing.Any) -> bool:
-    """AbortMove on `client`'s server, asked again under its retry policy while no answer comes
-    (a server restarting, as after a move cut short): a repeat releases nothing more. Each wait
-    is told to the client's `on_retry`; the client's timeout bounds every attempt and wait, as
-    it bounds its own calls'. Whether a lock or hold was released: after an attempt whose answer
+    """AbortMove on `client`'s server, asked until answered (`_until_answered`): a repeat
+    releases nothing more. Whether a lock or hold was released: after an attempt whose answer
     was lost, a later one finds nothing to release (False) though that attempt may have."""
+    request = pb.AbortMoveRequest(object_key=object_key)
+    answer = _until_answered(
+        client, "AbortMove", lambda timeout: client._stub.AbortMove(request, metadata=metadata, timeout=timeout)
+    )
+    return bool(answer.was_locked)
+
+
+def _until_answered(client: SessionsClient, method: str, call: Callable[[float | None], _Answer]) -> _Answer:
+    """`call(timeout)`, asked again under `client`'s retry policy while no answer comes (a server
+    restarting, as after a move cut short), for a call whose repeat does nothing more. Each wait
+    is told to the client's `on_retry`; the client's timeout bounds every attempt and wait, as it
+    bounds its own calls'."""
     attempts = Attempts(
-        "AbortMove", client.retry, client.on_retry, client.timeout, retryable=lambda error: error.code in _NO_ANSWER
+        method, client.retry, client.on_retry, client.timeout, retryable=lambda error: error.code in _NO_ANSWER
     )
     while True:
         attempts.begin()
         try:
-            response = client._stub.AbortMove(
-                pb.AbortMoveRequest(object_key=object_key), metadata=metadata, timeout=attempts.remaining()
-            )
-            return bool(response.was_locked)
+            return call(attempts.remaining())
         except grpc.RpcError as error:
             failure = SessionsError.from_rpc_error(error)
         delay = attempts.wait_after(failure)
@@ -426,12 +435,12 @@ def erase_object(client: SessionsClient, object_key: str) -> bool:
     """Removes `object_key` from the server for good (DeleteObject with `erase`): its sessions,
     messages, compactions and search index go, nothing is recorded, and its next write starts
     a new, empty object. True when there was an object to remove. Not for moves: `move_object`
-    leaves the source refusing the key instead, naming where it went."""
-    try:
-        response = client._stub.DeleteObject(
-            pb.DeleteObjectRequest(object_key=object_key, erase=True),
-            metadata=routing_metadata(object_key, client._token),
-        )
-    except grpc.RpcError as error:
-        raise SessionsError.from_rpc_error(error) from None
-    return bool(response.deleted)
+    leaves the source refusing the key instead, naming where it went. Asked again, as `client`'s
+    retry policy allows, while no answer comes (the server restarting); False after such a retry
+    may mean that an earlier attempt, whose answer was lost, removed it."""
+    request = pb.DeleteObjectRequest(object_key=object_key, erase=True)
+    metadata = routing_metadata(object_key, client._token)
+    answer = _until_answered(
+        client, "DeleteObject", lambda timeout: client._stub.DeleteObject(request, metadata=metadata, timeout=timeout)
+    )
+    return bool(answer.deleted)
