@@ -458,3 +458,41 @@ def test_a_request_with_more_items_than_can_be_answered_is_refused_before_they_a
         refusals.append((refused.value.code(), error_reason(refused.value)))
     assert refusals == [(grpc.StatusCode.RESOURCE_EXHAUSTED, "LIMIT_EXCEEDED")] * 3
     assert client.object(key).list_sessions() == []  # nothing was written
+
+
+def test_an_import_object_with_no_key_names_the_field(stub: Any) -> None:
+    """An empty key was INVALID_STREAM with no field, where every other call names object_key."""
+    with pytest.raises(grpc.RpcError) as refused:
+        stub.ImportObject(iter([pb.ImportObjectRequest(data=b"x")]))
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, refused.value.details()
+    assert (error_reason(refused.value), violated_field(refused.value)) == ("INVALID_OBJECT_KEY", "object_key")
+
+
+@pytest.mark.parametrize(
+    ("object_key", "session_id", "reason", "field"),
+    [
+        ("", "", "INVALID_OBJECT_KEY", "object_key"),
+        ("k\x00", "", "INVALID_OBJECT_KEY", "object_key"),
+        ("k", "s" * 1_025, "INVALID_FIELD", "session_id"),
+    ],
+    ids=["empty-key", "nul-in-key", "long-session-id"],
+)
+def test_compact_refuses_bad_names_before_saying_no_summarizer_is_configured(
+    stub: Any, object_key: str, session_id: str, reason: str, field: str
+) -> None:
+    """On a server without a summarizer, Compact answered FAILED_PRECONDITION NO_SUMMARIZER for
+    a bad key or session id: the caller was sent to PlanCompaction, which refused the same name."""
+    with pytest.raises(grpc.RpcError) as refused:
+        stub.Compact(pb.CompactRequest(object_key=object_key, session_id=session_id))
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, refused.value.details()
+    assert (error_reason(refused.value), violated_field(refused.value)) == (reason, field)
+
+
+@pytest.mark.parametrize("field", ["threshold_tokens", "keep_recent_tokens"])
+def test_a_negative_policy_value_is_named_by_its_path(stub: Any, object_key: str, field: str) -> None:
+    policy = pb.CompactionPolicy(**{field: -1})
+    with pytest.raises(grpc.RpcError) as refused:
+        stub.SetCompactionPolicy(pb.SetCompactionPolicyRequest(object_key=object_key, policy=policy))
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert violated_field(refused.value) == f"policy.{field}"
+    assert f"policy.{field} must not be negative, not -1" in (refused.value.details() or "")

@@ -80,7 +80,11 @@ def test_a_token_it_did_not_issue_is_refused(stub: pb_grpc.SessionServiceStub, t
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
-@pytest.mark.parametrize("position", [b"-1", b"+2", b" 1_0 ", "\u0662".encode(), b"9223372036854775808", b""])
+@pytest.mark.parametrize(
+    # 0 and leading zeros read as a position too: a 0 restarted the listing (a client looping).
+    "position",
+    [b"-1", b"+2", b" 1_0 ", "\u0662".encode(), b"9223372036854775808", b"", b"0", b"007"],
+)
 def test_a_token_edited_to_another_position_is_refused(stub: pb_grpc.SessionServiceStub, position: bytes) -> None:
     """Tokens are base64 with their position last: one edited to hold a position the server
     never writes is refused, not read by Python's lenient int()."""

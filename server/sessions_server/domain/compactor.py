@@ -193,6 +193,10 @@ def _prompt_too_large(size: str, limit: int, *, for_summarizer: bool = False) ->
     )
 
 
+_POLICY_ZERO = {"threshold_tokens": "no automatic compaction", "keep_recent_tokens": "20,000"}
+"""What a policy value of 0 means, for a refusal of a negative one."""
+
+
 class SessionChanged(Exception):
     """A change since a compaction's plan touched what it summarized: plan again."""
 
@@ -470,6 +474,7 @@ class Compactor:
         """Plans, asks the configured summarizer, stores the overlay (`compact` event).
         `keep_recent_tokens` 0: the session's policy. A prompt past MAX_SUMMARIZER_PROMPT_BYTES
         is refused (LimitExceeded) before the summarizer is asked, as PlanCompaction's is."""
+        self._service.check_names(object_key, session_id)  # bad input before the server's state
         _check_keep_recent(keep_recent_tokens)
         if self._summarizer is None:
             self._service.objects.admit(object_key, writing=True)  # the owner, elsewhere, may summarize
@@ -533,8 +538,14 @@ class Compactor:
 
     async def set_policy(self, object_key: str, session_id: str, policy: Policy) -> Policy:
         self._service.check_names(object_key, session_id)
-        if policy.threshold_tokens < 0 or policy.keep_recent_tokens < 0:
-            raise InvalidArgument("policy values must not be negative", field="policy")
+        for name, value in (
+            ("threshold_tokens", policy.threshold_tokens),
+            ("keep_recent_tokens", policy.keep_recent_tokens),
+        ):
+            if value < 0:
+                raise InvalidArgument(
+                    f"policy.{name} must not be negative, not {value} (0: {_POLICY_ZERO[name]})", field=f"policy.{name}"
+                )
         if policy.threshold_tokens and self._summarizer is None:
             # A call for an object owned elsewhere is told where first (the owner may summarize).
             self._service.objects.admit(object_key, writing=True)

@@ -49,8 +49,9 @@ def compactions_after(token: str, object_key: str, session_id: str) -> int:
     if token.isascii() and token.isdigit():
         raise _from_an_earlier_server()
     position = _decode(token, _COMPACTIONS_TAG, (object_key, session_id))
-    # Issued as a decimal row number: `int` would also take signs, underscores and spaces.
-    if not (position.isdigit() and 0 < len(position) <= 18):
+    # Issued as a record's seq, 1 on, in decimal without leading zeros: `int` would also take
+    # signs, underscores and spaces, and a 0 would quietly list from the start again.
+    if not (position.isdigit() and 0 < len(position) <= 18 and position[:1] != b"0"):
         raise _not_issued()
     return int(position)
 

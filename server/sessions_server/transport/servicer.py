@@ -23,6 +23,7 @@ from sessions_server.domain import search as search_rules
 from sessions_server.domain.compactor import Policy
 from sessions_server.domain.errors import InvalidArgument, SessionsError, Unavailable
 from sessions_server.domain.history import DEFAULT_BATCH_BYTES, DEFAULT_BATCH_SIZE, BatchMarker, RecentSummary
+from sessions_server.domain.keys import check_object_key
 from sessions_server.domain.limits import (
     COMPACTIONS_PAGE_DEFAULT,
     COMPACTIONS_PAGE_MAX,
@@ -782,8 +783,9 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         async def run() -> pb.ImportObjectResponse:
             frames = request_iterator.__aiter__()
             first = await calls.next_frame(frames)
-            if first is None or not first.object_key:
+            if first is None:
                 raise InvalidArgument("the first ImportObject frame must name object_key", reason="INVALID_STREAM")
+            check_object_key(first.object_key)  # an empty one named as every call's is
             self._admit(context, first.object_key, write=True)
             if first.hold_for_move:
                 self._admit_mover(context, "an import that holds its object for a move (hold_for_move)")

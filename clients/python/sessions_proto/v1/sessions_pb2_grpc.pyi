@@ -198,7 +198,8 @@ class SessionServiceStub:
     move's delete answers deleted=false), and with neither a move lock (ExportObject with
     lock_for_move) nor moved_to (FAILED_PRECONDITION: the key would only be blocked). With
     `erase`, removes it for good instead: nothing is recorded, and the key's next write makes a
-    new, empty object. Runs to its end once begun, even if the caller goes away. With tokens,
+    new, empty object; a key with no object here is no error then (deleted=false), so an erase
+    may be asked again. Runs to its end once begun, even if the caller goes away. With tokens,
     a delete without `erase` (a move's end) needs one granting every key (PERMISSION_DENIED).
     """
     AbortMove: _grpc.UnaryUnaryMultiCallable[_sessions_pb2.AbortMoveRequest, _sessions_pb2.AbortMoveResponse]
@@ -359,7 +360,8 @@ class SessionServiceAsyncStub(SessionServiceStub):
     move's delete answers deleted=false), and with neither a move lock (ExportObject with
     lock_for_move) nor moved_to (FAILED_PRECONDITION: the key would only be blocked). With
     `erase`, removes it for good instead: nothing is recorded, and the key's next write makes a
-    new, empty object. Runs to its end once begun, even if the caller goes away. With tokens,
+    new, empty object; a key with no object here is no error then (deleted=false), so an erase
+    may be asked again. Runs to its end once begun, even if the caller goes away. With tokens,
     a delete without `erase` (a move's end) needs one granting every key (PERMISSION_DENIED).
     """
     AbortMove: _aio.UnaryUnaryMultiCallable[_sessions_pb2.AbortMoveRequest, _sessions_pb2.AbortMoveResponse]  # type: ignore[assignment]
@@ -697,7 +699,8 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         move's delete answers deleted=false), and with neither a move lock (ExportObject with
         lock_for_move) nor moved_to (FAILED_PRECONDITION: the key would only be blocked). With
         `erase`, removes it for good instead: nothing is recorded, and the key's next write makes a
-        new, empty object. Runs to its end once begun, even if the caller goes away. With tokens,
+        new, empty object; a key with no object here is no error then (deleted=false), so an erase
+        may be asked again. Runs to its end once begun, even if the caller goes away. With tokens,
         a delete without `erase` (a move's end) needs one granting every key (PERMISSION_DENIED).
         """
 

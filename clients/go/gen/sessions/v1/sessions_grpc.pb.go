@@ -206,7 +206,8 @@ type SessionServiceClient interface {
 	// move's delete answers deleted=false), and with neither a move lock (ExportObject with
 	// lock_for_move) nor moved_to (FAILED_PRECONDITION: the key would only be blocked). With
 	// `erase`, removes it for good instead: nothing is recorded, and the key's next write makes a
-	// new, empty object. Runs to its end once begun, even if the caller goes away. With tokens,
+	// new, empty object; a key with no object here is no error then (deleted=false), so an erase
+	// may be asked again. Runs to its end once begun, even if the caller goes away. With tokens,
 	// a delete without `erase` (a move's end) needs one granting every key (PERMISSION_DENIED).
 	DeleteObject(ctx context.Context, in *DeleteObjectRequest, opts ...grpc.CallOption) (*DeleteObjectResponse, error)
 	// Gives up a move that will not complete (the destination refused the file, say): releases
@@ -776,7 +777,8 @@ type SessionServiceServer interface {
 	// move's delete answers deleted=false), and with neither a move lock (ExportObject with
 	// lock_for_move) nor moved_to (FAILED_PRECONDITION: the key would only be blocked). With
 	// `erase`, removes it for good instead: nothing is recorded, and the key's next write makes a
-	// new, empty object. Runs to its end once begun, even if the caller goes away. With tokens,
+	// new, empty object; a key with no object here is no error then (deleted=false), so an erase
+	// may be asked again. Runs to its end once begun, even if the caller goes away. With tokens,
 	// a delete without `erase` (a move's end) needs one granting every key (PERMISSION_DENIED).
 	DeleteObject(context.Context, *DeleteObjectRequest) (*DeleteObjectResponse, error)
 	// Gives up a move that will not complete (the destination refused the file, say): releases
