@@ -117,17 +117,19 @@ def test_a_token_given_with_another_span_or_session_is_refused_and_kept(obj: Any
 
 
 def test_an_unknown_or_malformed_token_is_refused_with_nothing_stored(session: Any) -> None:
-    _planned(session)
+    plan = _planned(session)
     with pytest.raises(SessionsError) as unknown:
         session.add_compaction("S", "m3", "m9", plan_token="cpt1_" + "A" * 22)
     assert (unknown.value.code, unknown.value.reason) == (grpc.StatusCode.FAILED_PRECONDITION, "PLAN_EXPIRED")
-    with pytest.raises(SessionsError) as malformed:
-        session.add_compaction("S", "m3", "m9", plan_token="x" * 65)
-    assert (malformed.value.code, malformed.value.metadata.get("field")) == (
-        grpc.StatusCode.INVALID_ARGUMENT,
-        "plan_token",
-    )
+    for malformed in ("x" * 65, "cpt1_short", plan.plan_token + "=", plan.plan_token[:-1] + "!"):
+        with pytest.raises(SessionsError) as refused:
+            session.add_compaction("S", "m3", "m9", plan_token=malformed)
+        assert (refused.value.code, refused.value.metadata.get("field")) == (
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "plan_token",
+        ), malformed
     assert session.list_compactions() == []
+    assert _add(session, plan).summary == "SUMMARY"  # none of them was taken for the plan's
 
 
 def test_a_token_outlives_no_restart_of_its_server(tmp_path: Path) -> None:

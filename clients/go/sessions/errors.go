@@ -34,6 +34,7 @@ const (
 	ReasonServerBusy         = "SERVER_BUSY"
 	ReasonObjectExists       = "OBJECT_EXISTS"
 	ReasonSessionChanged     = "SESSION_CHANGED"
+	ReasonPlanExpired        = "PLAN_EXPIRED"
 	errorDomain              = "sessions.v1"
 	codeUnavailable          = codes.Unavailable
 	streamEndedInsideMessage = "stream ended inside a message (more_pieces was true)"

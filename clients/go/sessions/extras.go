@@ -214,6 +214,10 @@ type CompactionPlan struct {
 	Prompt        string
 	// BudgetTokens is the summary length target given in the prompt.
 	BudgetTokens int64
+	// PlanToken names this plan to the server: pass it to AddCompaction (WithPlanToken) to have
+	// the summary refused (ReasonSessionChanged) if what it is made of changed since the plan.
+	// Used once, by the server that planned, within 15 minutes (else ReasonPlanExpired).
+	PlanToken string
 }
 
 // CompactionPolicy is a session's automatic compaction policy.
@@ -230,6 +234,7 @@ type CompactionOption func(*compactionOptions)
 
 type compactionOptions struct {
 	fromCompact bool
+	planToken   string
 }
 
 // FromCompact marks the summary given to AddCompaction as the result of a compaction the caller
@@ -240,9 +245,22 @@ func FromCompact() CompactionOption {
 	return func(o *compactionOptions) { o.fromCompact = true }
 }
 
+// WithPlanToken gives AddCompaction the PlanToken of the plan the summary was made from: the
+// record is then stored only if no message the summary is made of was updated or deleted since
+// the plan, nor the session cleared or given another record, nor the object replaced; else
+// FAILED_PRECONDITION with ReasonSessionChanged, and nothing is stored. The token is used once:
+// used already, older than 15 minutes or from before a restart of the server, it is refused
+// FAILED_PRECONDITION with ReasonPlanExpired. fromID and toID must be the plan's
+// (INVALID_ARGUMENT, the token kept). An empty token checks nothing, as upstream. CompactWith
+// passes it.
+func WithPlanToken(token string) CompactionOption {
+	return func(o *compactionOptions) { o.planToken = token }
+}
+
 // AddCompaction stores a compaction overlay: reads replace the path from fromID to toID with
 // one synthetic message holding the summary. Nothing is deleted. Subscribers see a
-// ChangeCompaction event carrying the record, or ChangeCompact with FromCompact.
+// ChangeCompaction event carrying the record, or ChangeCompact with FromCompact. WithPlanToken
+// has it refused if the span changed since the plan.
 func (s *Session) AddCompaction(ctx context.Context, summary, fromID, toID string, opts ...CompactionOption) (Compaction, error) {
 	var o compactionOptions
 	for _, opt := range opts {
@@ -252,7 +270,7 @@ func (s *Session) AddCompaction(ctx context.Context, summary, fromID, toID strin
 	defer cancel()
 	resp, err := s.client.stub.AddCompaction(cctx, &pb.AddCompactionRequest{
 		ObjectKey: s.object.key, SessionId: s.id, Summary: summary, FromMessageId: fromID, ToMessageId: toID,
-		FromCompact: o.fromCompact,
+		FromCompact: o.fromCompact, PlanToken: o.planToken,
 	})
 	if err != nil {
 		return Compaction{}, toError(err)
@@ -306,6 +324,7 @@ func (s *Session) PlanCompaction(ctx context.Context, keepRecentTokens int64, op
 		ToMessageID:   resp.GetToMessageId(),
 		Prompt:        resp.GetPrompt(),
 		BudgetTokens:  resp.GetBudgetTokens(),
+		PlanToken:     resp.GetPlanToken(),
 	}, true, nil
 }
 
@@ -338,28 +357,45 @@ func (s *Session) CompactKeeping(ctx context.Context, keepRecentTokens int64, op
 // drops a summary that trims to nothing by these. strings.TrimSpace knows U+0085 and not U+FEFF.
 const jsWhitespace = "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
 
+// compactAttempts is how many times CompactWith plans and summarizes when its summary is refused
+// (ReasonSessionChanged, ReasonPlanExpired), as Python's COMPACT_ATTEMPTS.
+const compactAttempts = 3
+
+// planAgain reports whether a refusal of AddCompaction is one a new plan and summary can get past.
+func planAgain(err error) bool {
+	reason := Reason(err)
+	return reason == ReasonSessionChanged || reason == ReasonPlanExpired
+}
+
 // CompactWith compacts with a summarizer that runs here: it plans on the server, calls
 // summarize with the prompt, and stores the summary (upstream's createCompactFunction) as
 // AddCompaction with FromCompact does, so subscribers see a ChangeCompact event, as after
 // Python's session.compact(summarize=fn). It returns nil when there was nothing to compact or
-// the summary is blank.
+// the summary is blank. The summary is stored WithPlanToken: when the server refuses it because
+// the span changed meanwhile (ReasonSessionChanged) or the plan is no longer held
+// (ReasonPlanExpired), CompactWith plans and summarizes again, at once, three tries in all, and
+// returns the last refusal after the third.
 func (s *Session) CompactWith(ctx context.Context, summarize func(ctx context.Context, prompt string) (string, error), keepRecentTokens int64, opts ...ReadOption) (*Compaction, error) {
-	plan, planned, err := s.PlanCompaction(ctx, keepRecentTokens, opts...)
-	if err != nil || !planned {
-		return nil, err
+	for attempt := 1; ; attempt++ {
+		plan, planned, err := s.PlanCompaction(ctx, keepRecentTokens, opts...)
+		if err != nil || !planned {
+			return nil, err
+		}
+		summary, err := summarize(ctx, plan.Prompt)
+		if err != nil {
+			return nil, err
+		}
+		if strings.Trim(summary, jsWhitespace) == "" {
+			return nil, nil
+		}
+		record, err := s.AddCompaction(ctx, summary, plan.FromMessageID, plan.ToMessageID, FromCompact(), WithPlanToken(plan.PlanToken))
+		if err == nil {
+			return &record, nil
+		}
+		if attempt >= compactAttempts || !planAgain(err) {
+			return nil, err
+		}
 	}
-	summary, err := summarize(ctx, plan.Prompt)
-	if err != nil {
-		return nil, err
-	}
-	if strings.Trim(summary, jsWhitespace) == "" {
-		return nil, nil
-	}
-	record, err := s.AddCompaction(ctx, summary, plan.FromMessageID, plan.ToMessageID, FromCompact())
-	if err != nil {
-		return nil, err
-	}
-	return &record, nil
 }
 
 // SetCompactionPolicy stores the session's automatic compaction policy. A server without a

@@ -249,6 +249,12 @@ export interface CompactionPlan {
   prompt: string;
   /** The summary length target given in the prompt, in tokens. */
   budgetTokens: number;
+  /**
+   * Names this plan to the server: pass it to `addCompaction` (`{ planToken }`) to have the
+   * summary refused (SESSION_CHANGED) if what it is made of changed since the plan. Used once,
+   * by the server that planned, within 15 minutes (else PLAN_EXPIRED).
+   */
+  planToken: string;
 }
 
 /** A session's automatic compaction policy. */
@@ -281,6 +287,16 @@ export interface AddCompactionOptions extends AbortOptions {
    * the record. `compact(summarize)` sets it.
    */
   fromCompact?: boolean;
+  /**
+   * The `planToken` of the plan the summary was made from: the record is then stored only if no
+   * message the summary is made of was updated or deleted since the plan, nor the session
+   * cleared or given another record, nor the object replaced; else FAILED_PRECONDITION /
+   * SESSION_CHANGED, and nothing is stored. Used once: used already, older than 15 minutes or
+   * from before a restart of the server, it is refused FAILED_PRECONDITION / PLAN_EXPIRED.
+   * `fromMessageId` and `toMessageId` must be the plan's (INVALID_ARGUMENT, the token kept).
+   * Empty (the default) checks nothing, as upstream. `compact(summarize)` passes it.
+   */
+  planToken?: string;
 }
 
 export interface SetCompactionPolicyOptions extends AbortOptions {
@@ -915,6 +931,20 @@ function storedCompaction(c: CompactionPb | undefined): Compaction {
 
 function policyOf(p: CompactionPolicyPb | undefined): CompactionPolicy {
   return { thresholdTokens: toNumber(p?.thresholdTokens ?? 0n), keepRecentTokens: toNumber(p?.keepRecentTokens ?? 0n) };
+}
+
+/**
+ * How many times `compact(summarize)` plans and summarizes when its summary is refused, as the
+ * Python client's COMPACT_ATTEMPTS and the Go client's compactAttempts.
+ */
+const COMPACT_ATTEMPTS = 3;
+
+/** Refusals of a summary (AddCompaction with a plan token) that a new plan and summary can get past. */
+const PLAN_AGAIN_REASONS: ReadonlySet<string> = new Set(["SESSION_CHANGED", "PLAN_EXPIRED"]);
+
+/** Whether `compact(summarize)` plans and summarizes again after `error` from AddCompaction. */
+function summaryRefused(error: unknown): boolean {
+  return error instanceof SessionsError && error.reason !== null && PLAN_AGAIN_REASONS.has(error.reason);
 }
 
 /** An int64 field from a number option (undefined: 0); a RangeError, before any call, unless an integer. */
@@ -2175,6 +2205,7 @@ export class SessionHandle {
       fromMessageId,
       toMessageId,
       fromCompact: options.fromCompact ?? false,
+      planToken: options.planToken ?? "",
     };
     const response = await this.client.call("AddCompaction", this.key, (o) => this.rpc.addCompaction(request, o), {
       signal: options.signal,
@@ -2218,6 +2249,7 @@ export class SessionHandle {
       toMessageId: response.toMessageId,
       prompt: response.prompt,
       budgetTokens: toNumber(response.budgetTokens),
+      planToken: response.planToken,
     };
   }
 
@@ -2230,7 +2262,11 @@ export class SessionHandle {
    * NO_SUMMARIZER). null when there was nothing to compact, or the summary was blank (as
    * JavaScript's `trim()` finds it). `keepRecentTokens` 0 (the default): the session's policy,
    * whose own 0 is 20,000. The server-side Compact is not tried again after a connection
-   * failure (a repeat would store a second record), as in the Python and Go clients.
+   * failure (a repeat would store a second record), as in the Python and Go clients. With
+   * `summarize`, the summary is stored with the plan's `planToken`: when the server refuses it
+   * because the span changed meanwhile (SESSION_CHANGED) or the plan is no longer held
+   * (PLAN_EXPIRED), it plans and summarizes again, at once, three tries in all, and throws the
+   * last refusal after the third.
    */
   async compact(options?: CompactOptions): Promise<Compaction | null>;
   async compact(summarize: Summarizer | undefined, options?: CompactOptions): Promise<Compaction | null>;
@@ -2244,12 +2280,22 @@ export class SessionHandle {
       });
       return response.compacted ? storedCompaction(response.compaction) : null;
     }
-    const plan = await this.planCompaction(options);
-    if (plan === null) return null;
-    const summary: unknown = await summarize(plan.prompt, options.signal === undefined ? {} : { signal: options.signal });
-    if (typeof summary !== "string") throw new TypeError(`summarize returned ${typeof summary}, not a string`);
-    if (summary.trim() === "") return null;
-    return this.addCompaction(summary, plan.fromMessageId, plan.toMessageId, { fromCompact: true, signal: options.signal });
+    for (let attempt = 1; ; attempt++) {
+      const plan = await this.planCompaction(options);
+      if (plan === null) return null;
+      const summary: unknown = await summarize(plan.prompt, options.signal === undefined ? {} : { signal: options.signal });
+      if (typeof summary !== "string") throw new TypeError(`summarize returned ${typeof summary}, not a string`);
+      if (summary.trim() === "") return null;
+      try {
+        return await this.addCompaction(summary, plan.fromMessageId, plan.toMessageId, {
+          fromCompact: true,
+          planToken: plan.planToken,
+          signal: options.signal,
+        });
+      } catch (error) {
+        if (attempt >= COMPACT_ATTEMPTS || !summaryRefused(error)) throw error;
+      }
+    }
   }
 
   /**

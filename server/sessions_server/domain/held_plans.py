@@ -14,6 +14,7 @@ again), never taken for a check that passed.
 from __future__ import annotations
 
 import asyncio
+import re
 import secrets
 import time
 from collections import OrderedDict
@@ -34,7 +35,8 @@ MAX_HELD_PLANS = 1_024
 MAX_HELD_IDS = 1_000_000
 """Ids the held plans depend on, all together (a plan's are at most a path's, 10,001)."""
 TOKEN_PREFIX = "cpt1_"
-MAX_TOKEN_BYTES = 64
+_TOKEN_BYTES = 16
+_TOKEN_FORM = re.compile(re.escape(TOKEN_PREFIX) + f"[A-Za-z0-9_-]{{{len(secrets.token_urlsafe(_TOKEN_BYTES))}}}")
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,7 @@ class HeldPlans:
     def hold(self, object_key: str, session_id: str, plan: CompactionPlan, watch: ChangeWatch) -> str:
         """Holds `plan`, watched by `watch` since before it was read (the watch is the plans'
         now: they stop it); returns its token."""
-        token = TOKEN_PREFIX + secrets.token_urlsafe(16)
+        token = TOKEN_PREFIX + secrets.token_urlsafe(_TOKEN_BYTES)
         expires_at = self._clock() + self._hold_seconds
         held = HeldPlan(
             object_key, session_id, plan.from_message_id, plan.to_message_id, plan.depends_on, watch, expires_at
@@ -91,10 +93,10 @@ class HeldPlans:
         """The plan of `token` for this span, no longer held: `release` it once its record is
         stored or refused, `put_back` if the attempt was cut before either. Refuses a token of
         another plan (InvalidArgument) and one not held (PLAN_EXPIRED), leaving it as it was."""
-        if len(token.encode()) > MAX_TOKEN_BYTES:
+        if not _TOKEN_FORM.fullmatch(token):
             raise InvalidArgument(
-                f"plan_token is longer than any token PlanCompaction returns ({MAX_TOKEN_BYTES} bytes): "
-                "pass the plan_token of the plan the summary was made from",
+                "plan_token is not of the form PlanCompaction returns: pass the plan_token of the plan the "
+                "summary was made from, as it came",
                 field="plan_token",
             )
         self._let_go_expired()
