@@ -1750,7 +1750,8 @@ export type AddCompactionRequest = Message<"sessions.v1.AddCompactionRequest"> &
    * Appends and other edits meanwhile keep the summary. A token is used once, by the server
    * that returned it, within 15 minutes: after that, a restart of that server, or the object's
    * move, FAILED_PRECONDITION, reason PLAN_EXPIRED. from_message_id and to_message_id must be
-   * the plan's, and object_key and session_id its own (INVALID_ARGUMENT, the token kept).
+   * the plan's, and object_key and session_id its own, and a token not of the form
+   * PlanCompaction returns is refused (INVALID_ARGUMENT, field plan_token; the token kept).
    *
    * @generated from field: string plan_token = 7;
    */
