@@ -11,7 +11,8 @@
 # exactly where the server looks for it. Without --object-key, every object found in the replica
 # is restored (S3 listing uses Python with boto3: PYTHON=/path/to/python if not python3). With
 # --timestamp, each object is restored to its state at that time (point-in-time recovery; objects
-# created after it are skipped). Run it with the shard's server STOPPED (or on a fresh directory;
+# created after it are skipped, objects unchanged since are restored as they are now; deciding
+# which needs Python too, its standard library only). Run it with the shard's server STOPPED (or on a fresh directory;
 # it refuses a directory a running server owns), then start the server on DIR. --skip-missing: an
 # object with nothing in the replica yet is skipped instead of failing the run. Needs `litestream`
 # (v0.5) on PATH or LITESTREAM=/path/to/litestream.
@@ -33,7 +34,7 @@ while [[ $# -gt 0 ]]; do
         --force) force=1; shift ;;
         --skip-missing) skip=1; shift ;;
         --integrity-check) check=$2; shift 2 ;;
-        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
         *) echo "restore.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -98,17 +99,94 @@ restore_one() {  # relative path -> DIR/objects/<relative path>
     [[ -n "$force" ]] && args+=(-force)
     [[ -n "$skip" ]] && args+=(-if-replica-exists)
     if ! output=$("$LITESTREAM" "${args[@]}" "$(source_url "$rel")" 2>&1); then
-        # Litestream 0.5 says either when the object's first backup is later than the timestamp.
-        if [[ -n "$timestamp" && ( "$output" == *"no matching backup files available"* \
-              || "$output" == *"timestamp does not exist"* ) ]]; then
-            echo "skipped $rel: no state at $timestamp" >&2
-            return 0
+        if [[ -n "$timestamp" && "$output" == *"timestamp does not exist"* ]]; then
+            restore_unchanged "$rel" "$target"
+            return
         fi
         echo "restore of $rel failed: $output" >&2
         return 1
     fi
     echo "restored $rel"
 }
+
+# Litestream 0.5 refuses a timestamp outside the times of an object's replicated files: before
+# the first (the object did not exist yet: skipped) and after the newest alike (nothing changed
+# since: its newest state is its state at the timestamp, restored up to that file's transaction,
+# which a replicator still running cannot move past).
+restore_unchanged() {
+    local rel=$1 target=$2 url listing at output
+    url=$(source_url "$rel")
+    if ! listing=$("$LITESTREAM" ltx -level all -json "$url" 2>&1); then
+        echo "restore of $rel failed: listing its replica: $listing" >&2
+        return 1
+    fi
+    local base
+    case "$replica" in
+        s3://*) base="$replica/objects/$rel" ;;
+        file://*) base="${replica#file://}/objects/$rel" ;;
+        *) base="$(cd "$replica" && pwd)/objects/$rel" ;;
+    esac
+    at=$("$PYTHON" -c "$STATE_AT" "$timestamp" "$base" "$endpoint" "$region" <<<"$listing" 2>&1) || true
+    case "$at" in
+        none)
+            echo "skipped $rel: created after $timestamp" >&2
+            return 0 ;;
+        txid\ *)
+            local args=(restore -integrity-check "$check" -o "$target" -txid "${at#txid }")
+            [[ -n "$force" ]] && args+=(-force)
+            if ! output=$("$LITESTREAM" "${args[@]}" "$url" 2>&1); then
+                echo "restore of $rel failed: $output" >&2
+                return 1
+            fi
+            echo "restored $rel (unchanged since before $timestamp)" ;;
+        *)
+            echo "restore of $rel failed: $at" >&2
+            return 1 ;;
+    esac
+}
+
+# Reads `litestream ltx -json` (every level) and prints whether the timestamp (argv[1]), which
+# Litestream found outside the files' times, is before the first ("none") or after the newest
+# ("txid <its last transaction>"). The listing gives times to the second, and Litestream compared
+# them exactly: when the whole replica is within the timestamp's second, each file's own header
+# (its transaction's time, in milliseconds) decides. argv[2]: the object's replica (s3://... or a
+# directory), argv[3] and argv[4]: the S3 endpoint and region.
+STATE_AT='
+import json, os, sys
+from datetime import datetime, timedelta, timezone
+
+def when(text):
+    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+def written(item):  # an LTX header holds its timestamp, Unix ms, at bytes 32-39
+    name = "ltx/%s/%s-%s.ltx" % (item["level"], item["min_txid"], item["max_txid"])
+    base, endpoint, region = sys.argv[2:5]
+    if base.startswith("s3://"):
+        import boto3
+        bucket, _, prefix = base[len("s3://"):].partition("/")
+        s3 = boto3.client("s3", endpoint_url=endpoint or None, region_name=region)
+        head = s3.get_object(Bucket=bucket, Key=f"{prefix}/{name}", Range="bytes=32-39")["Body"].read()
+    else:
+        with open(os.path.join(base, name), "rb") as ltx:
+            ltx.seek(32)
+            head = ltx.read(8)
+    return datetime.fromtimestamp(int.from_bytes(head, "big") / 1000, timezone.utc)
+
+def state(files):
+    return "txid " + max(f["max_txid"] for f in files) if files else "none"
+
+at = when(sys.argv[1])
+files = json.load(sys.stdin) or []
+oldest = min((when(f["timestamp"]) for f in files), default=at)
+newest = max((when(f["timestamp"]) for f in files), default=at)
+if not files or at < newest:  # before the newest file: so, as Litestream refused it, before the first
+    print("none")
+elif at >= newest + timedelta(seconds=1) or oldest < newest:
+    print(state(files))
+else:
+    print(state([f for f in files if written(f) <= at]))
+'
 
 mkdir -p "$data_dir/objects"
 # The data directory's lock, as a server takes it (storage/datadir.py): refused while a server
@@ -132,8 +210,8 @@ else
 fi
 [[ ${#paths[@]} -gt 0 ]] || { echo "restore.sh: nothing to restore in $replica" >&2; exit 1; }
 
-export -f restore_one source_url
-export LITESTREAM replica data_dir timestamp endpoint region force check skip
+export -f restore_one restore_unchanged source_url
+export LITESTREAM PYTHON STATE_AT replica data_dir timestamp endpoint region force check skip
 start=$(date +%s.%N)
 printf '%s\n' "${paths[@]}" | xargs -P "$jobs" -I{} bash -c 'restore_one "$1"' _ {}
 end=$(date +%s.%N)

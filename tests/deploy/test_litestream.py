@@ -106,9 +106,15 @@ def test_lose_the_shard_restore_everything_and_a_point_in_time(replicated_shard,
         pitr = client.object("pitr/one").session()
         for n in range(3):
             pitr.append_message(text_message(f"a{n}", f"state A {n}"))
-    _wait_replicated(replicator, s3, tmp_path / "poll", {"pitr/one": ["a0", "a1", "a2"]}, timeout=60)
+        # Written before the moment only: Litestream refuses a time after an object's newest file
+        # as it refuses one before its first, and such an object was skipped as "created after".
+        client.object("pitr/idle").session().append_message(text_message("i0", "unchanged since"))
+    _wait_replicated(
+        replicator, s3, tmp_path / "poll", {"pitr/one": ["a0", "a1", "a2"], "pitr/idle": ["i0"]}, timeout=60
+    )
     moment = time.time()
     state_a = message_rows(object_path(shard.data_dir, "pitr/one"))
+    idle = message_rows(object_path(shard.data_dir, "pitr/idle"))
     while time.time() < moment + 1.5:  # B's transactions must be stamped after `moment`
         time.sleep(0.05)
     with SessionsClient(shard.address) as client:
@@ -157,7 +163,7 @@ def test_lose_the_shard_restore_everything_and_a_point_in_time(replicated_shard,
     fresh = tmp_path / "restored" / "data"
     result = restore(replicator.replica, s3, fresh, check="quick")
     restored_files = sorted((fresh / "objects").glob("*/*/*.sqlite"))
-    assert len(restored_files) == OBJECTS + 2, result.stderr
+    assert len(restored_files) == OBJECTS + 3, result.stderr
     for path in restored_files:
         assert integrity(path) == "ok", path
     for key in keys:
@@ -183,6 +189,9 @@ def test_lose_the_shard_restore_everything_and_a_point_in_time(replicated_shard,
     at_moment = tmp_path / "pitr" / "data"
     restore(replicator.replica, s3, at_moment, keys=["pitr/one"], timestamp=_utc(moment))
     assert message_rows(object_path(at_moment, "pitr/one")) == state_a
+    idle_at_moment = tmp_path / "pitr-idle" / "data"
+    restore(replicator.replica, s3, idle_at_moment, keys=["pitr/idle"], timestamp=_utc(moment))
+    assert message_rows(object_path(idle_at_moment, "pitr/idle")) == idle
     latest = message_rows(object_path(fresh, "pitr/one"))
     assert [row[1] for row in latest] == ["a0", "a2", "b0"]
     assert integrity(object_path(at_moment, "pitr/one")) == "ok"
@@ -192,6 +201,7 @@ def test_lose_the_shard_restore_everything_and_a_point_in_time(replicated_shard,
     shard_at_moment = tmp_path / "pitr-shard" / "data"
     result = restore(replicator.replica, s3, shard_at_moment, timestamp=_utc(moment))
     assert message_rows(object_path(shard_at_moment, "pitr/one")) == state_a
+    assert message_rows(object_path(shard_at_moment, "pitr/idle")) == idle
     assert not object_path(shard_at_moment, "pitr/later").exists()
     assert "skipped" in result.stderr
     for key in keys:

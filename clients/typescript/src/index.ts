@@ -551,6 +551,13 @@ function sessionsErrorOf(error: unknown, connectionFailures: boolean): unknown {
     return failure;
   }
   if (!(error instanceof ConnectError)) return error;
+  if (connectionFailures && notProcessedIn(error)) {
+    // A connection failure as below (Connect reports Node's stream error as INTERNAL), marked
+    // safe to repeat for every method.
+    const failure = new SessionsError(Code.Unavailable, error.rawMessage, null, {}, null, { cause: error });
+    NOT_PROCESSED.add(failure);
+    return failure;
+  }
   if (connectionFailures && error.code !== Code.Unavailable && connectionFailureIn(error)) {
     return new SessionsError(Code.Unavailable, error.rawMessage, null, {}, null, { cause: error });
   }
@@ -603,6 +610,35 @@ function connectionFailureIn(error: unknown): boolean {
     if (typeof code !== "string") continue;
     if (CONNECTION_FAILURES.has(code)) return true;
     if (code === "ERR_HTTP2_STREAM_ERROR" && /NGHTTP2_(REFUSED_STREAM|CANCEL)\b/.test(e.message)) return true;
+  }
+  return false;
+}
+
+/**
+ * Connection failures of a stream that the server provably never processed, after which sending
+ * the request again is safe for every method (gRPC's C core and grpc-go retry them
+ * transparently). HTTP/2 gives a client two such guarantees (RFC 9113, section 8.7): a stream
+ * reset with REFUSED_STREAM, and a stream above the last-stream-id of the server's GOAWAY. In
+ * Node's terms (its error is the `cause` Connect keeps):
+ * - ERR_HTTP2_STREAM_ERROR "Stream closed with error code NGHTTP2_REFUSED_STREAM": either case
+ *   (nghttp2 closes the streams above a NO_ERROR GOAWAY's last-stream-id with REFUSED_STREAM).
+ *   Connect reports it as INTERNAL.
+ * - ERR_HTTP2_GOAWAY_SESSION: Node would not open the stream on a connection that had received a
+ *   GOAWAY (or was closing); its HEADERS were never sent.
+ * Not CANCEL, which a server or proxy may send after processing the request, nor a GOAWAY with
+ * an error code: Node then fails every stream of the connection alike (ERR_HTTP2_SESSION_ERROR),
+ * including those the server may have processed.
+ */
+const NOT_PROCESSED = new WeakSet<SessionsError>();
+
+/** Whether `error`'s cause chain shows the stream was never processed (see `NOT_PROCESSED`). */
+function notProcessedIn(error: unknown): boolean {
+  const seen = new Set<unknown>();
+  for (let e = error; e instanceof Error && !seen.has(e); e = e.cause) {
+    seen.add(e);
+    const code = (e as { code?: unknown }).code;
+    if (code === "ERR_HTTP2_GOAWAY_SESSION") return true;
+    if (code === "ERR_HTTP2_STREAM_ERROR" && /\bNGHTTP2_REFUSED_STREAM\b/.test(e.message)) return true;
   }
   return false;
 }
@@ -1047,6 +1083,9 @@ const REPEATABLE_METHODS: ReadonlySet<string> = new Set<MethodName>([
 function retryable(method: string, error: SessionsError): boolean {
   // The certificates (or their absence) that made TLS fail will be the same on the next attempt.
   if (TLS_FAILURES.has(error)) return false;
+  // The server never processed the stream (REFUSED_STREAM, or above a GOAWAY's last-stream-id):
+  // like a refusal, a retry is safe for every method (see `NOT_PROCESSED`).
+  if (NOT_PROCESSED.has(error)) return true;
   // The server refused before doing anything: a retry is safe for every method.
   if (error.code === "UNAVAILABLE" && (error.reason === "DRAINING" || error.reason === "OBJECT_MOVING")) return true;
   if (error.code === "FAILED_PRECONDITION" && error.reason === "OBJECT_NOT_OWNED") return true;
