@@ -29,6 +29,9 @@ def test_metrics_endpoint_counts_rpcs_and_objects(tmp_path: Path) -> None:
             session.get_history()
             with pytest.raises(SessionsError):
                 session.append_message("not json")
+            planned = client.object("metrics").session("planned")
+            planned.append_messages([{"id": f"p{i}", "role": "user", "parts": []} for i in range(12)])
+            assert planned.plan_compaction(keep_recent_tokens=1) is not None  # held until used
         # A failed call is counted as its handler unwinds, which can be just after the client has
         # seen the status (grpc sends it from `abort`): read until it shows, within a bound.
         failed = 'sessions_rpcs_total{code="INVALID_ARGUMENT",method="AppendMessage"} 1.0'
@@ -45,8 +48,10 @@ def test_metrics_endpoint_counts_rpcs_and_objects(tmp_path: Path) -> None:
     assert 'sessions_rpcs_total{code="OK",method="AppendMessage"} 1.0' in body
     assert 'sessions_rpcs_total{code="OK",method="StreamHistory"} 1.0' in body
     assert "sessions_open_objects 1.0" in body
-    assert "sessions_row_writes 1.0" in body
+    assert "sessions_held_compaction_plans 1.0" in body
+    assert "sessions_row_writes 13.0" in body
     assert 'sessions_rpc_seconds_count{method="AppendMessage"} 2.0' in body
+    assert 'sessions_rpcs_total{code="OK",method="PlanCompaction"} 1.0' in body
     # What memory and the open-objects bound are sized by, and which version answers.
     for name in ("process_resident_memory_bytes", "process_open_fds", "process_max_fds"):
         assert any(line.startswith(name + " ") and float(line.split()[1]) > 0 for line in body.splitlines()), name

@@ -97,6 +97,12 @@ class Metrics:
             "Calls being handled, except change feeds (Subscribe, health Watch) and bidirectional streams",
             registry=self.registry,
         )
+        self.held_plans = Gauge(
+            "sessions_held_compaction_plans",
+            "Compaction plans (PlanCompaction) held for the summary their client makes, each watching its "
+            "object's commits until used or let go (at most 1,024, for 15 minutes)",
+            registry=self.registry,
+        )
         self.compactions = Counter(
             "sessions_compactions", "Compaction overlays stored", ["kind"], registry=self.registry
         )

@@ -184,6 +184,7 @@ async def _create_server(config: ServerConfig, lock: DataDirectoryLock) -> Runni
     metrics.feed_retained_bytes.set_function(registry.feed_retained_bytes)
     metrics.searches_running.set_function(lambda: service.search_slots.running)
     metrics.searches_waiting.set_function(lambda: service.search_slots.waiting)
+    metrics.held_plans.set_function(lambda: len(service.compactor.held_plans))
     service.compactor.on_stored = lambda kind: metrics.compactions.labels(kind).inc()
     quiet_ended_calls()
     server = grpc.aio.server(
