@@ -91,8 +91,10 @@ async def test_the_sweep_lets_expired_plans_go_on_an_idle_server(registry: Objec
 
 
 @_on_a_loop
-async def test_the_oldest_plans_are_let_go_past_the_count(registry: ObjectRegistry) -> None:
-    plans = HeldPlans(registry, max_plans=3)
+async def test_a_holder_past_its_count_lets_go_of_its_own_oldest(registry: ObjectRegistry) -> None:
+    """One caller making plans (a loop, a flood) lets go of its own, not of another's."""
+    plans = HeldPlans(registry, max_plans_per_holder=3)
+    theirs = plans.hold("k", "", _plan("t"), registry.start_watch("k", ""), holder="other")
     tokens = [_hold(plans, registry, "k", name) for name in "abcd"]
     assert [_held(plans, token, "k", name) for token, name in zip(tokens, "abcd", strict=True)] == [
         False,
@@ -100,17 +102,21 @@ async def test_the_oldest_plans_are_let_go_past_the_count(registry: ObjectRegist
         True,
         True,
     ]
+    assert _held(plans, theirs, "k", "t")
 
 
 @_on_a_loop
-async def test_the_oldest_plans_are_let_go_past_the_ids_they_watch(registry: ObjectRegistry) -> None:
-    plans = HeldPlans(registry, max_ids=4)
-    first = _hold(plans, registry, "k", "a", "b")
-    second = _hold(plans, registry, "other", "c", "d")
-    third = _hold(plans, registry, "k", "e")  # five ids: the first goes
-    assert not _held(plans, first, "k", "a", "b")
-    assert _held(plans, second, "other", "c", "d") and _held(plans, third, "k", "e")
-    assert len(plans) == 2
+async def test_past_the_bytes_the_heaviest_holders_oldest_go_first(registry: ObjectRegistry) -> None:
+    """A plan's ids are held in memory (an id may be 16 KiB): the server's bound lets go of the
+    plans of the holder holding most, oldest first."""
+    plans = HeldPlans(registry, max_bytes=3 * (100 + 1_000))
+    light = plans.hold("k", "", _plan("a"), registry.start_watch("k", ""), holder="light")
+    heavy = [plans.hold("k", "", _plan(name * 1_000), registry.start_watch("k", ""), holder="heavy") for name in "bc"]
+    assert len(plans) == 3  # 2,301 bytes held
+    newest = plans.hold("k", "", _plan("d" * 1_000), registry.start_watch("k", ""), holder="light")
+    assert not _held(plans, heavy[0], "k", "b" * 1_000)  # the heaviest holder's oldest went
+    assert _held(plans, heavy[1], "k", "c" * 1_000) and _held(plans, light, "k", "a")
+    assert _held(plans, newest, "k", "d" * 1_000)
 
 
 @_on_a_loop

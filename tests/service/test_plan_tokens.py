@@ -7,6 +7,9 @@ when its summary is refused. Without a token AddCompaction checks nothing, as up
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +19,7 @@ import pytest
 from sessions_client import SessionsClient, SessionsError
 from sessions_client.admin import erase_object
 from sessions_server.storage.paths import object_path
+from sessions_server.transport.auth import hash_token
 from tests.conftest import start_server
 from tests.service.support import text_message
 from tests.service.test_compaction_planning import append_turns, turn
@@ -197,3 +201,58 @@ def test_compact_with_a_summarizer_outrun_every_time_stores_nothing(obj: Any) ->
         session.compact(summarize, keep_recent_tokens=1)
     assert refused.value.reason == "SESSION_CHANGED" and len(calls) == 3
     assert session.list_compactions() == []
+
+
+def test_an_add_its_caller_cancelled_has_used_its_token(tmp_path: Path) -> None:
+    """A cancelled AddCompaction put its token back, though its queued write could still commit:
+    a repeat was then told SESSION_CHANGED, "nothing was stored", beside the stored record. The
+    token is now used (PLAN_EXPIRED), however far the call got before its cancel."""
+    server = start_server(tmp_path / "data")
+    compactor = server.running.service.compactor
+    try:
+        with SessionsClient(server.address) as client:
+            for steps in range(1, 9):  # how many turns the call runs before its cancel (1: up to its first wait)
+                key = f"k{steps}"
+                session = client.object(key).session()
+                plan = _planned(session)
+                before = len(session.list_compactions())
+
+                async def cancelled(plan: Any = plan, steps: int = steps, key: str = key) -> None:
+                    span = (plan.from_message_id, plan.to_message_id)
+                    call = asyncio.ensure_future(compactor.add(key, "", "S", *span, plan_token=plan.plan_token))
+                    for _ in range(steps):
+                        await asyncio.sleep(0)  # one turn of the loop, no waiting
+                    call.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await call
+
+                asyncio.run_coroutine_threadsafe(cancelled(), server.loop).result(timeout=30)
+                assert _refusal(session, plan).reason == "PLAN_EXPIRED", steps
+                assert len(session.list_compactions()) - before <= 1
+    finally:
+        server.stop()
+
+
+def test_a_plan_for_a_read_only_token_is_not_held(tmp_path: Path) -> None:
+    """A reader could not store the summary, and its plans, held, would crowd out the writers'
+    (a reader's 1,025 plans let every writer's go): it gets its plan without a token."""
+    tokens = tmp_path / "tokens.json"
+    grants = [
+        {"name": "writer", "sha256": hash_token("w-secret"), "prefixes": ["tenant-a/"], "access": "write"},
+        {"name": "reader", "sha256": hash_token("r-secret"), "prefixes": ["tenant-a/"], "access": "read"},
+    ]
+    tokens.write_text(json.dumps({"tokens": grants}))
+    server = start_server(tmp_path / "data", tokens_file=tokens)
+    held = server.running.service.compactor.held_plans
+    try:
+        with (
+            SessionsClient(server.address, token="w-secret") as writer,
+            SessionsClient(server.address, token="r-secret") as reader,
+        ):
+            plan = _planned(writer.object("tenant-a/chat").session())
+            read = reader.object("tenant-a/chat").session().plan_compaction(keep_recent_tokens=1)
+            assert read == plan and read is not None and read.plan_token == ""
+            assert len(held) == 1
+            assert _add(writer.object("tenant-a/chat").session(), plan).summary == "SUMMARY"
+    finally:
+        server.stop()

@@ -250,8 +250,18 @@ class Compactor:
                 "again (PlanCompaction) and summarize the new prompt",
                 reason="SESSION_CHANGED",
             ) from None
+        except asyncio.CancelledError:
+            # The caller went away: its write, once queued, may still commit. The token is used,
+            # so that a repeat learns so (PLAN_EXPIRED) rather than that nothing was stored.
+            self.held_plans.release(held)
+            raise
         except BaseException:
-            self.held_plans.put_back(plan_token, held)  # cut before it stored or was refused
+            # Failed before it was refused, nothing stored: held again for another try, unless a
+            # change already spoiled it.
+            if held.watch.touches(held.depends_on):
+                self.held_plans.release(held)
+            else:
+                self.held_plans.put_back(plan_token, held)
             raise
         self.held_plans.release(held)
         return record
@@ -352,9 +362,21 @@ class Compactor:
         leaf_id: str = "",
         keep_recent_tokens: int = 0,
         max_prompt_bytes: int = 0,
+        holder: str | None = "",
     ) -> tuple[compaction.CompactionPlan, str] | None:
         """`plan`, held for the summary a client makes of it: also returns the token `add`
-        takes to refuse that summary if what it depends on changed meanwhile (`held_plans`)."""
+        takes to refuse that summary if what it depends on changed meanwhile (`held_plans`),
+        counted against `holder`'s plans. With `holder` None (a caller that could not store a
+        summary) the plan is not held, and its token is empty."""
+        if holder is None:
+            plan = await self.plan(
+                object_key,
+                session_id,
+                leaf_id=leaf_id,
+                keep_recent_tokens=keep_recent_tokens,
+                max_prompt_bytes=max_prompt_bytes,
+            )
+            return None if plan is None else (plan, "")
         registry = self._service.registry
         watch = registry.start_watch(object_key, session_id)
         try:
@@ -367,7 +389,7 @@ class Compactor:
         if planned is None:
             registry.stop_watch(object_key, watch)
             return None
-        return planned, self.held_plans.hold(object_key, session_id, planned, watch)
+        return planned, self.held_plans.hold(object_key, session_id, planned, watch, holder=holder)
 
     async def _plan(
         self,

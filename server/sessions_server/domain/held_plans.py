@@ -5,10 +5,12 @@ record only if nothing the plan depends on changed since (`storage.watches`), th
 makes across its own model call. Without the token, a summary made while the span was edited
 would be stored as if it were current.
 
-A held plan keeps a watch on its object that every commit there tells, so plans are bounded: in
-time, in number and in the ids they watch, the oldest let go first. A plan lives in the process
-that made it: after a restart or a move its token is unknown and refused (PLAN_EXPIRED: plan
-again), never taken for a check that passed.
+A held plan keeps a watch on its object that every commit there tells, and its ids in memory, so
+plans are bounded: in time, in number for each holder (a caller's token: one caller making plans
+lets go of its own oldest, not of others'), and in the bytes of their ids for the whole server
+(the holder holding most lets go first). A plan lives in the process that made it: after a
+restart its token is unknown and refused (PLAN_EXPIRED: plan again), never taken for a check
+that passed; so is it on another server, where the object moved.
 """
 
 from __future__ import annotations
@@ -31,9 +33,11 @@ if TYPE_CHECKING:
 
 PLAN_HOLD_SECONDS = 15 * 60
 """How long a plan is held: a model call on the client, retries included, fits well inside."""
-MAX_HELD_PLANS = 1_024
-MAX_HELD_IDS = 1_000_000
-"""Ids the held plans depend on, all together (a plan's are at most a path's, 10,001)."""
+MAX_PLANS_PER_HOLDER = 1_024
+MAX_HELD_BYTES = 64 * 1024 * 1024
+"""Of the ids the held plans depend on, all together, as `_weight` counts them (a plan's ids are
+at most a path's, 10,001, and an id up to 16 KiB)."""
+_ID_OVERHEAD_BYTES = 100  # a Python string and its slots in the plan's set and the watch's
 TOKEN_PREFIX = "cpt1_"
 _TOKEN_BYTES = 16
 _TOKEN_FORM = re.compile(re.escape(TOKEN_PREFIX) + f"[A-Za-z0-9_-]{{{len(secrets.token_urlsafe(_TOKEN_BYTES))}}}")
@@ -48,6 +52,12 @@ class HeldPlan:
     depends_on: frozenset[str]
     watch: ChangeWatch
     expires_at: float
+    holder: str
+    weight: int
+
+
+def _weight(ids: frozenset[str]) -> int:
+    return sum(len(i.encode("utf-8", "surrogatepass")) + _ID_OVERHEAD_BYTES for i in ids)
 
 
 class HeldPlans:
@@ -58,34 +68,41 @@ class HeldPlans:
         registry: ObjectRegistry,
         *,
         hold_seconds: float = PLAN_HOLD_SECONDS,
-        max_plans: int = MAX_HELD_PLANS,
-        max_ids: int = MAX_HELD_IDS,
+        max_plans_per_holder: int = MAX_PLANS_PER_HOLDER,
+        max_bytes: int = MAX_HELD_BYTES,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._registry = registry
         self._hold_seconds = hold_seconds
-        self._max_plans = max_plans
-        self._max_ids = max_ids
+        self._max_plans = max_plans_per_holder
+        self._max_bytes = max_bytes
         self._clock = clock
-        self._plans: OrderedDict[str, HeldPlan] = OrderedDict()  # oldest first
-        self._ids = 0
+        self._plans: OrderedDict[str, HeldPlan] = OrderedDict()  # least recently held first
+        self._bytes = 0
+        self._by_holder: dict[str, dict[str, None]] = {}  # each holder's tokens, oldest first
+        self._holder_bytes: dict[str, int] = {}
         self._sweep: asyncio.TimerHandle | None = None
 
     def __len__(self) -> int:
         return len(self._plans)
 
-    def hold(self, object_key: str, session_id: str, plan: CompactionPlan, watch: ChangeWatch) -> str:
-        """Holds `plan`, watched by `watch` since before it was read (the watch is the plans'
-        now: they stop it); returns its token."""
+    def hold(
+        self, object_key: str, session_id: str, plan: CompactionPlan, watch: ChangeWatch, *, holder: str = ""
+    ) -> str:
+        """Holds `plan` for `holder`, watched by `watch` since before it was read (the watch is
+        the plans' now: they stop it); returns its token."""
         token = TOKEN_PREFIX + secrets.token_urlsafe(_TOKEN_BYTES)
         expires_at = self._clock() + self._hold_seconds
+        span = (plan.from_message_id, plan.to_message_id)
         held = HeldPlan(
-            object_key, session_id, plan.from_message_id, plan.to_message_id, plan.depends_on, watch, expires_at
+            object_key, session_id, *span, plan.depends_on, watch, expires_at, holder, _weight(plan.depends_on)
         )
         self._add(token, held)
         self._let_go_expired()
-        while len(self._plans) > 1 and (len(self._plans) > self._max_plans or self._ids > self._max_ids):
-            self._let_go(next(iter(self._plans)))
+        while len(self._by_holder[holder]) > self._max_plans:
+            self._let_go(next(iter(self._by_holder[holder])))
+        while self._bytes > self._max_bytes and len(self._plans) > 1:
+            self._let_go(self._heaviest_holders_oldest(sparing=token))
         self._schedule_sweep()
         return token
 
@@ -105,8 +122,9 @@ class HeldPlans:
             minutes = round(self._hold_seconds / 60)
             raise FailedPrecondition(
                 f"this server holds no plan with this plan_token: a plan is held for {minutes} minutes and used "
-                f"once, and is forgotten when the server restarts, when the object moves, or when more than "
-                f"{self._max_plans} plans are held; plan again (PlanCompaction) and summarize the new prompt",
+                f"once, by the server that made it (not one the object moved to), and is let go when that server "
+                f"restarts or when its caller holds more than {self._max_plans} plans; plan again "
+                "(PlanCompaction) and summarize the new prompt",
                 reason="PLAN_EXPIRED",
             )
         if (held.object_key, held.session_id) != (object_key, session_id):
@@ -145,12 +163,24 @@ class HeldPlans:
 
     def _add(self, token: str, held: HeldPlan) -> None:
         self._plans[token] = held
-        self._ids += len(held.depends_on)
+        self._bytes += held.weight
+        self._by_holder.setdefault(held.holder, {})[token] = None
+        self._holder_bytes[held.holder] = self._holder_bytes.get(held.holder, 0) + held.weight
 
     def _remove(self, token: str) -> HeldPlan:
         held = self._plans.pop(token)
-        self._ids -= len(held.depends_on)
+        self._bytes -= held.weight
+        tokens = self._by_holder[held.holder]
+        del tokens[token]
+        self._holder_bytes[held.holder] -= held.weight
+        if not tokens:
+            del self._by_holder[held.holder], self._holder_bytes[held.holder]
         return held
+
+    def _heaviest_holders_oldest(self, *, sparing: str) -> str:
+        """The oldest plan, but `sparing`, of the holder whose plans weigh most."""
+        holders = sorted(self._holder_bytes, key=self._holder_bytes.__getitem__, reverse=True)
+        return next(token for holder in holders for token in self._by_holder[holder] if token != sparing)
 
     def _let_go(self, token: str) -> None:
         self.release(self._remove(token))

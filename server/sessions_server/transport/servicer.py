@@ -624,6 +624,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 leaf_id=request.leaf_id,
                 keep_recent_tokens=request.keep_recent_tokens,
                 max_prompt_bytes=FRAME_BUDGET_BYTES,
+                holder=self._plan_holder(context, request.object_key),
             )
             if held is None:
                 return pb.PlanCompactionResponse(planned=False)
@@ -833,6 +834,14 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             return pb.AbortMoveResponse(was_locked=await self._service.objects.abort_move(request.object_key))
 
         return await calls.unary(context, run)
+
+    def _plan_holder(self, context: Any, object_key: str) -> str | None:
+        """Whose plans a plan counts against (its token's), or None when the caller may only
+        read `object_key`: it could not store the summary, and its plans would crowd out others'."""
+        if self._authority is None:
+            return ""
+        grant = self._authority.authenticate(context.invocation_metadata() or ())
+        return grant.digest if grant.allows(object_key, True) else None
 
     def _admit_mover(self, context: Any, what: str) -> None:
         """A move's steps (`what`, for messages) move keys between servers, and a key moved away is

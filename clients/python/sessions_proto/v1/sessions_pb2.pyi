@@ -198,8 +198,9 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """
     ERROR_REASON_PLAN_EXPIRED: _ErrorReason.ValueType  # 23
     """AddCompaction's plan_token is not held by this server (FAILED_PRECONDITION): older than 15
-    minutes, used already, let go for newer plans, or made before a restart of the server or a
-    move of the object. Nothing was stored; plan and summarize again.
+    minutes, used already, let go for newer plans, made before a restart of the server, or
+    made on another server (before the object moved here). Nothing was stored; plan and
+    summarize again.
     """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
@@ -275,8 +276,9 @@ miss the change; compact or plan again once those edits are done.
 """
 ERROR_REASON_PLAN_EXPIRED: ErrorReason.ValueType  # 23
 """AddCompaction's plan_token is not held by this server (FAILED_PRECONDITION): older than 15
-minutes, used already, let go for newer plans, or made before a restart of the server or a
-move of the object. Nothing was stored; plan and summarize again.
+minutes, used already, let go for newer plans, made before a restart of the server, or
+made on another server (before the object moved here). Nothing was stored; plan and
+summarize again.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015
 
@@ -1891,8 +1893,8 @@ class AddCompactionRequest(_message.Message):
     Appends and other edits meanwhile keep the summary. A token is used once, by the server
     that returned it, within 15 minutes: after that, a restart of that server, or the object's
     move, FAILED_PRECONDITION, reason PLAN_EXPIRED. from_message_id and to_message_id must be
-    the plan's, and object_key and session_id its own, and a token not of the form
-    PlanCompaction returns is refused (INVALID_ARGUMENT, field plan_token; the token kept).
+    the plan's and object_key and session_id its own, else INVALID_ARGUMENT (field plan_token
+    or from_message_id; the token kept), as for a token not of the form PlanCompaction returns.
     """
     def __init__(
         self,
@@ -2064,7 +2066,8 @@ class PlanCompactionResponse(_message.Message):
     plan_token: _builtins.str
     """Pass to AddCompaction with the summary (beyond upstream): it then stores the record only if
     what the summary is made of has not changed since this plan. Held by this server, used
-    once, for 15 minutes (at most 1,024 plans are held; the oldest are let go first).
+    once, for 15 minutes (at most 1,024 plans a caller's token, its oldest let go first, and a
+    bound on the memory of all). Empty when the caller's token may only read the object.
     """
     def __init__(
         self,

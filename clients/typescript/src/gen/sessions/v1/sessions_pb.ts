@@ -1750,8 +1750,8 @@ export type AddCompactionRequest = Message<"sessions.v1.AddCompactionRequest"> &
    * Appends and other edits meanwhile keep the summary. A token is used once, by the server
    * that returned it, within 15 minutes: after that, a restart of that server, or the object's
    * move, FAILED_PRECONDITION, reason PLAN_EXPIRED. from_message_id and to_message_id must be
-   * the plan's, and object_key and session_id its own, and a token not of the form
-   * PlanCompaction returns is refused (INVALID_ARGUMENT, field plan_token; the token kept).
+   * the plan's and object_key and session_id its own, else INVALID_ARGUMENT (field plan_token
+   * or from_message_id; the token kept), as for a token not of the form PlanCompaction returns.
    *
    * @generated from field: string plan_token = 7;
    */
@@ -1945,7 +1945,8 @@ export type PlanCompactionResponse = Message<"sessions.v1.PlanCompactionResponse
   /**
    * Pass to AddCompaction with the summary (beyond upstream): it then stores the record only if
    * what the summary is made of has not changed since this plan. Held by this server, used
-   * once, for 15 minutes (at most 1,024 plans are held; the oldest are let go first).
+   * once, for 15 minutes (at most 1,024 plans a caller's token, its oldest let go first, and a
+   * bound on the memory of all). Empty when the caller's token may only read the object.
    *
    * @generated from field: string plan_token = 6;
    */
@@ -3278,8 +3279,9 @@ export enum ErrorReason {
 
   /**
    * AddCompaction's plan_token is not held by this server (FAILED_PRECONDITION): older than 15
-   * minutes, used already, let go for newer plans, or made before a restart of the server or a
-   * move of the object. Nothing was stored; plan and summarize again.
+   * minutes, used already, let go for newer plans, made before a restart of the server, or
+   * made on another server (before the object moved here). Nothing was stored; plan and
+   * summarize again.
    *
    * @generated from enum value: ERROR_REASON_PLAN_EXPIRED = 23;
    */
