@@ -392,6 +392,7 @@ def test_erase_object_rides_through_the_servers_restart(tmp_path: Path) -> None:
             assert client.object("user-1").session().get_history() == []
         assert len(restarted) == 1
         assert notices[0].method == "DeleteObject" and notices[0].error.code == grpc.StatusCode.UNAVAILABLE
+        assert notices[0].error.message.startswith("failed to connect to all addresses")  # never sent
     finally:
         for server in restarted:
             server.stop()
@@ -755,6 +756,23 @@ def test_a_call_the_server_cut_cancelled_is_tried_again_when_safe_to_repeat(
     assert cutting_front.calls == ["AppendMessage", "AppendMessage", "ClearMessages"]
     with SessionsClient(live_server.address) as direct:
         assert [m["id"] for m in direct.object(object_key).session().get_history()] == ["m1"]  # not cleared
+
+
+def test_an_erase_that_may_have_reached_the_server_is_not_repeated(
+    live_server: LiveServer, cutting_front: _CuttingFront, object_key: str
+) -> None:
+    """A repeat of an erase whose answer was lost would also erase what was written since: it is
+    asked again only when it never reached the server (the restart test above), not when cut."""
+    notices: list[RetryNotice] = []
+    with SessionsClient(live_server.address) as direct:
+        direct.object(object_key).session().append_message(text_message("m1"))
+    with (
+        SessionsClient(cutting_front.address, retry=QUICK, on_retry=notices.append) as client,
+        pytest.raises(SessionsError) as cut,
+    ):
+        erase_object(client, object_key)
+    assert cut.value.code == grpc.StatusCode.CANCELLED and notices == []
+    assert cutting_front.calls == ["DeleteObject"]
 
 
 def test_the_asyncio_client_tries_a_cut_call_again_but_not_after_its_own_close(

@@ -18,7 +18,7 @@ from pathlib import Path
 import grpc
 
 from sessions_client._common import FramesEachAttempt, SessionsError, routing_metadata
-from sessions_client._retry import Attempts
+from sessions_client._retry import REFUSED_BEFORE_ACTING, Attempts
 from sessions_client._sync import SessionsClient
 from sessions_proto.v1 import sessions_pb2 as pb
 
@@ -345,14 +345,17 @@ def _release(client: SessionsClient, object_key: str, metadata: typing.Any) -> b
     return bool(answer.was_locked)
 
 
-def _until_answered(client: SessionsClient, method: str, call: Callable[[float | None], _Answer]) -> _Answer:
+def _until_answered(
+    client: SessionsClient,
+    method: str,
+    call: Callable[[float | None], _Answer],
+    retryable: Callable[[SessionsError], bool] = lambda error: error.code in _NO_ANSWER,
+) -> _Answer:
     """`call(timeout)`, asked again under `client`'s retry policy while no answer comes (a server
-    restarting, as after a move cut short), for a call whose repeat does nothing more. Each wait
-    is told to the client's `on_retry`; the client's timeout bounds every attempt and wait, as it
-    bounds its own calls'."""
-    attempts = Attempts(
-        method, client.retry, client.on_retry, client.timeout, retryable=lambda error: error.code in _NO_ANSWER
-    )
+    restarting, as after a move cut short), for a call whose repeat does nothing more, or only
+    after the failures `retryable` takes. Each wait is told to the client's `on_retry`; the
+    client's timeout bounds every attempt and wait, as it bounds its own calls'."""
+    attempts = Attempts(method, client.retry, client.on_retry, client.timeout, retryable=retryable)
     while True:
         attempts.begin()
         try:
@@ -436,11 +439,27 @@ def erase_object(client: SessionsClient, object_key: str) -> bool:
     messages, compactions and search index go, nothing is recorded, and its next write starts
     a new, empty object. True when there was an object to remove. Not for moves: `move_object`
     leaves the source refusing the key instead, naming where it went. Asked again, as `client`'s
-    retry policy allows, while no answer comes (the server restarting); False after such a retry
-    may mean that an earlier attempt, whose answer was lost, removed it."""
+    retry policy allows, while the server cannot be reached or refuses before acting (draining,
+    restarting), but not after an attempt that may have reached it: a repeat would also erase
+    what was written since, so that failure is raised and erasing again is the caller's choice."""
     request = pb.DeleteObjectRequest(object_key=object_key, erase=True)
     metadata = routing_metadata(object_key, client._token)
     answer = _until_answered(
-        client, "DeleteObject", lambda timeout: client._stub.DeleteObject(request, metadata=metadata, timeout=timeout)
+        client,
+        "DeleteObject",
+        lambda timeout: client._stub.DeleteObject(request, metadata=metadata, timeout=timeout),
+        retryable=_never_reached,
     )
     return bool(answer.deleted)
+
+
+def _never_reached(error: SessionsError) -> bool:
+    """Whether the call failed before the server acted on it: refused before acting, or never
+    sent (gRPC found no connection to send it on)."""
+    if (error.code, error.reason) in REFUSED_BEFORE_ACTING:
+        return True
+    return (
+        error.code == grpc.StatusCode.UNAVAILABLE
+        and not error.reason
+        and error.message.startswith("failed to connect to all addresses")
+    )
