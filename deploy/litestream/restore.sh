@@ -11,11 +11,11 @@
 # exactly where the server looks for it. Without --object-key, every object found in the replica
 # is restored (S3 listing uses Python with boto3: PYTHON=/path/to/python if not python3). With
 # --timestamp, each object is restored to its state at that time (point-in-time recovery; objects
-# created after it are skipped, objects unchanged since are restored as they are now; deciding
-# which needs Python too, its standard library only). Run it with the shard's server STOPPED (or on a fresh directory;
-# it refuses a directory a running server owns), then start the server on DIR. --skip-missing: an
-# object with nothing in the replica yet is skipped instead of failing the run. Needs `litestream`
-# (v0.5) on PATH or LITESTREAM=/path/to/litestream.
+# created after it are skipped, objects unchanged since are restored as they are now: telling
+# which needs Python, with boto3 for S3). Run it with the shard's server STOPPED (or on a fresh
+# directory; it refuses a directory a running server owns), then start the server on DIR.
+# --skip-missing: an object with nothing in the replica yet is skipped instead of failing the run.
+# Needs `litestream` (v0.5) on PATH or LITESTREAM=/path/to/litestream.
 set -euo pipefail
 
 LITESTREAM=${LITESTREAM:-litestream}
@@ -100,33 +100,42 @@ restore_one() {  # relative path -> DIR/objects/<relative path>
     [[ -n "$skip" ]] && args+=(-if-replica-exists)
     if ! output=$("$LITESTREAM" "${args[@]}" "$(source_url "$rel")" 2>&1); then
         if [[ -n "$timestamp" && "$output" == *"timestamp does not exist"* ]]; then
-            restore_unchanged "$rel" "$target"
+            restore_dated "$rel" "$target"
             return
+        fi
+        if [[ -n "$skip" && "$output" == *"no backups found"* ]]; then  # what a timestamp makes of it
+            echo "skipped $rel: nothing in the replica" >&2
+            return 0
         fi
         echo "restore of $rel failed: $output" >&2
         return 1
     fi
+    if [[ -n "$skip" && "$output" == *"no matching backups found"* ]]; then  # -if-replica-exists
+        echo "skipped $rel: nothing in the replica" >&2
+        return 0
+    fi
     echo "restored $rel"
 }
 
-# Litestream 0.5 refuses a timestamp outside the times of an object's replicated files: before
-# the first (the object did not exist yet: skipped) and after the newest alike (nothing changed
-# since: its newest state is its state at the timestamp, restored up to that file's transaction,
-# which a replicator still running cannot move past).
-restore_unchanged() {
-    local rel=$1 target=$2 url listing at output
+# Litestream 0.5 refuses a timestamp outside the times of an object's replicated files: after
+# the newest (nothing changed since: the object is as it is now) as well as before the first
+# (it did not exist yet). The replica's own files tell which (`STATE_AT`), and the object is
+# restored up to the newest transaction made by then, which a replicator still running cannot
+# move past.
+restore_dated() {
+    local rel=$1 target=$2 url listing at output base
     url=$(source_url "$rel")
     if ! listing=$("$LITESTREAM" ltx -level all -json "$url" 2>&1); then
         echo "restore of $rel failed: listing its replica: $listing" >&2
         return 1
     fi
-    local base
     case "$replica" in
         s3://*) base="$replica/objects/$rel" ;;
         file://*) base="${replica#file://}/objects/$rel" ;;
         *) base="$(cd "$replica" && pwd)/objects/$rel" ;;
     esac
-    at=$("$PYTHON" -c "$STATE_AT" "$timestamp" "$base" "$endpoint" "$region" <<<"$listing" 2>&1) || true
+    # Its last line only: Python's warnings go to stderr, and the answer is the last thing printed.
+    at=$("$PYTHON" -c "$STATE_AT" "$timestamp" "$base" "$endpoint" "$region" <<<"$listing" | tail -n 1)
     case "$at" in
         none)
             echo "skipped $rel: created after $timestamp" >&2
@@ -138,54 +147,70 @@ restore_unchanged() {
                 echo "restore of $rel failed: $output" >&2
                 return 1
             fi
-            echo "restored $rel (unchanged since before $timestamp)" ;;
+            echo "restored $rel (as of transaction ${at#txid })" ;;
         *)
-            echo "restore of $rel failed: $at" >&2
+            echo "restore of $rel failed: ${at:-deciding its state at $timestamp failed (see above)}" >&2
             return 1 ;;
     esac
 }
 
-# Reads `litestream ltx -json` (every level) and prints whether the timestamp (argv[1]), which
-# Litestream found outside the files' times, is before the first ("none") or after the newest
-# ("txid <its last transaction>"). The listing gives times to the second, and Litestream compared
-# them exactly: when the whole replica is within the timestamp's second, each file's own header
-# (its transaction's time, in milliseconds) decides. argv[2]: the object's replica (s3://... or a
-# directory), argv[3] and argv[4]: the S3 endpoint and region.
+# Reads `litestream ltx -json` (every level) for the timestamp argv[1] and prints the newest
+# transaction made by then ("txid X"), "none" when the object was created after it, or why
+# neither can be told. A file's time in the listing (to the second) is when it was written to
+# the replica; its header holds its newest transaction's time (Unix ms, bytes 32-39), which is
+# read for the files written within a few seconds of the timestamp (an upload trails its
+# transactions). A compacted file written long after is not counted: the precision of a point
+# in time is Litestream's. "none" needs the object's first transaction in a file of a level
+# below the snapshots' (9): a snapshot's time is when it was taken, not when the object was
+# made. argv[2]: the object's replica (s3://... or a directory); argv[3], argv[4]: the S3
+# endpoint and region (reading headers there needs boto3).
 STATE_AT='
-import json, os, sys
+import json, os, re, sys
 from datetime import datetime, timedelta, timezone
 
-def when(text):
-    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+UPLOAD_LAG = timedelta(seconds=5)
+SNAPSHOT_LEVEL = 9
+
+def when(text):  # RFC 3339, as Litestream takes it (Python before 3.11 reads less)
+    text = re.sub(r"[zZ]$", "+00:00", text.strip())
+    text = re.sub(r"\.(\d+)", lambda m: "." + (m.group(1) + "000000")[:6], text)
+    moment = datetime.fromisoformat(text)
     return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
 
-def written(item):  # an LTX header holds its timestamp, Unix ms, at bytes 32-39
-    name = "ltx/%s/%s-%s.ltx" % (item["level"], item["min_txid"], item["max_txid"])
+def written(item):  # the two clients lay levels out differently
+    name = "%s-%s.ltx" % (item["min_txid"], item["max_txid"])
     base, endpoint, region = sys.argv[2:5]
     if base.startswith("s3://"):
         import boto3
         bucket, _, prefix = base[len("s3://"):].partition("/")
+        key = "%s/%04x/%s" % (prefix, item["level"], name)
         s3 = boto3.client("s3", endpoint_url=endpoint or None, region_name=region)
-        head = s3.get_object(Bucket=bucket, Key=f"{prefix}/{name}", Range="bytes=32-39")["Body"].read()
+        head = s3.get_object(Bucket=bucket, Key=key, Range="bytes=32-39")["Body"].read()
     else:
-        with open(os.path.join(base, name), "rb") as ltx:
+        with open(os.path.join(base, "ltx", str(item["level"]), name), "rb") as ltx:
             ltx.seek(32)
             head = ltx.read(8)
     return datetime.fromtimestamp(int.from_bytes(head, "big") / 1000, timezone.utc)
 
-def state(files):
-    return "txid " + max(f["max_txid"] for f in files) if files else "none"
+def made_by(item, at):
+    listed = when(item["timestamp"])
+    if listed + timedelta(seconds=1) <= at:
+        return True
+    return listed <= at + UPLOAD_LAG and written(item) <= at
 
 at = when(sys.argv[1])
 files = json.load(sys.stdin) or []
-oldest = min((when(f["timestamp"]) for f in files), default=at)
-newest = max((when(f["timestamp"]) for f in files), default=at)
-if not files or at < newest:  # before the newest file: so, as Litestream refused it, before the first
+made = [f for f in files if made_by(f, at)]
+if not files:
+    print("its replica holds no files")
+elif made:
+    print("txid " + max(f["max_txid"] for f in made))
+elif any(f["level"] < SNAPSHOT_LEVEL and int(f["min_txid"], 16) == 1 for f in files):
     print("none")
-elif at >= newest + timedelta(seconds=1) or oldest < newest:
-    print(state(files))
 else:
-    print(state([f for f in files if written(f) <= at]))
+    oldest = min(f["timestamp"] for f in files)
+    print("its replica holds no state of it from before " + oldest + " (older files were let go by "
+          "retention): restore it without --timestamp, or with a later one")
 '
 
 mkdir -p "$data_dir/objects"
@@ -210,7 +235,7 @@ else
 fi
 [[ ${#paths[@]} -gt 0 ]] || { echo "restore.sh: nothing to restore in $replica" >&2; exit 1; }
 
-export -f restore_one restore_unchanged source_url
+export -f restore_one restore_dated source_url
 export LITESTREAM PYTHON STATE_AT replica data_dir timestamp endpoint region force check skip
 start=$(date +%s.%N)
 printf '%s\n' "${paths[@]}" | xargs -P "$jobs" -I{} bash -c 'restore_one "$1"' _ {}
