@@ -99,7 +99,9 @@ restore_one() {  # relative path -> DIR/objects/<relative path>
     [[ -n "$force" ]] && args+=(-force)
     [[ -n "$skip" ]] && args+=(-if-replica-exists)
     if ! output=$("$LITESTREAM" "${args[@]}" "$(source_url "$rel")" 2>&1); then
-        if [[ -n "$timestamp" && "$output" == *"timestamp does not exist"* ]]; then
+        # Either when Litestream's time bounds (upload times) and its plan (transaction times)
+        # disagree about a time near the object's first or oldest file.
+        if [[ -n "$timestamp" && ( "$output" == *"timestamp does not exist"*               || "$output" == *"no matching backup files available"* ) ]]; then
             restore_dated "$rel" "$target"
             return
         fi
@@ -156,19 +158,19 @@ restore_dated() {
 
 # Reads `litestream ltx -json` (every level) for the timestamp argv[1] and prints the newest
 # transaction made by then ("txid X"), "none" when the object was created after it, or why
-# neither can be told. A file's time in the listing (to the second) is when it was written to
-# the replica; its header holds its newest transaction's time (Unix ms, bytes 32-39), which is
-# read for the files written within a few seconds of the timestamp (an upload trails its
-# transactions). A compacted file written long after is not counted: the precision of a point
-# in time is Litestream's. "none" needs the object's first transaction in a file of a level
-# below the snapshots' (9): a snapshot's time is when it was taken, not when the object was
-# made. argv[2]: the object's replica (s3://... or a directory); argv[3], argv[4]: the S3
-# endpoint and region (reading headers there needs boto3).
+# neither can be told. A file's header holds the time of its newest transaction (Unix ms, bytes
+# 32-39; a compacted file's is its newest input's), so along the files in transaction order the
+# header times never go back: a binary search finds the last file made by the timestamp, reading
+# few headers. The listing's time (to the second) is when a file was written to the replica, at
+# or after its header's: a file listed a second before the timestamp needs no read. A snapshot's
+# time is when it was taken, not when its transactions were made: it counts when taken by the
+# timestamp, and "none" needs the object's first transaction in a file of another level.
+# argv[2]: the object's replica (s3://... or a directory); argv[3], argv[4]: the S3 endpoint and
+# region (reading headers there needs boto3).
 STATE_AT='
 import json, os, re, sys
 from datetime import datetime, timedelta, timezone
 
-UPLOAD_LAG = timedelta(seconds=5)
 SNAPSHOT_LEVEL = 9
 
 def when(text):  # RFC 3339, as Litestream takes it (Python before 3.11 reads less)
@@ -193,19 +195,28 @@ def written(item):  # the two clients lay levels out differently
     return datetime.fromtimestamp(int.from_bytes(head, "big") / 1000, timezone.utc)
 
 def made_by(item, at):
-    listed = when(item["timestamp"])
-    if listed + timedelta(seconds=1) <= at:
-        return True
-    return listed <= at + UPLOAD_LAG and written(item) <= at
+    return when(item["timestamp"]) + timedelta(seconds=1) <= at or written(item) <= at
+
+def last_made(items, at):  # items in transaction order, made ones first
+    low, high = 0, len(items)
+    while low < high:
+        middle = (low + high) // 2
+        if made_by(items[middle], at):
+            low = middle + 1
+        else:
+            high = middle
+    return items[low - 1] if low else None
 
 at = when(sys.argv[1])
 files = json.load(sys.stdin) or []
-made = [f for f in files if made_by(f, at)]
+regular = sorted((f for f in files if f["level"] < SNAPSHOT_LEVEL), key=lambda f: (f["max_txid"], f["level"]))
+made = [last_made(regular, at)] + [f for f in files if f["level"] >= SNAPSHOT_LEVEL and made_by(f, at)]
+made = [f for f in made if f is not None]
 if not files:
     print("its replica holds no files")
 elif made:
     print("txid " + max(f["max_txid"] for f in made))
-elif any(f["level"] < SNAPSHOT_LEVEL and int(f["min_txid"], 16) == 1 for f in files):
+elif any(int(f["min_txid"], 16) == 1 for f in regular):
     print("none")
 else:
     oldest = min(f["timestamp"] for f in files)
@@ -238,7 +249,12 @@ fi
 export -f restore_one restore_dated source_url
 export LITESTREAM PYTHON STATE_AT replica data_dir timestamp endpoint region force check skip
 start=$(date +%s.%N)
-printf '%s\n' "${paths[@]}" | xargs -P "$jobs" -I{} bash -c 'restore_one "$1"' _ {}
+status=0
+printf '%s\n' "${paths[@]}" | xargs -P "$jobs" -I{} bash -c 'restore_one "$1"' _ {} || status=$?
 end=$(date +%s.%N)
 awk -v n="${#paths[@]}" -v d="$data_dir" -v s="$start" -v e="$end" \
     'BEGIN { printf "restore.sh: %d object(s) into %s in %.2f s\n", n, d, e - s }' >&2
+if [[ $status -ne 0 ]]; then
+    echo "restore.sh: some objects failed (see above); the others were restored" >&2
+    exit 1
+fi

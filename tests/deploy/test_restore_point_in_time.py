@@ -26,24 +26,29 @@ def _state_at_program() -> str:
     return found.group(1)
 
 
-def _replica(root: Path, files: list[tuple[int, int, int, float]]) -> str:
-    """LTX files (level, first txid, last txid, seconds after BASE of the last transaction) under
-    `root`; returns their listing as `litestream ltx -json` prints it."""
+File = tuple[int, int, int, float] | tuple[int, int, int, float, float]
+
+
+def _replica(root: Path, files: list[File]) -> str:
+    """LTX files (level, first txid, last txid, seconds after BASE of the last transaction, and
+    of the file's upload when later: S3 lists that) under `root`; returns their listing as
+    `litestream ltx -json` prints it."""
     listing = []
-    for level, first, last, seconds in files:
+    for level, first, last, seconds, *uploaded in files:
         written = BASE + timedelta(seconds=seconds)
+        listed = BASE + timedelta(seconds=uploaded[0] if uploaded else seconds)
         path = root / "ltx" / str(level) / f"{first:016x}-{last:016x}.ltx"
         path.parent.mkdir(parents=True, exist_ok=True)
         header = b"LTX1" + bytes(28) + int(written.timestamp() * 1000).to_bytes(8, "big")
         path.write_bytes(header + bytes(60))
-        stamp = written.replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+        stamp = listed.replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
         listing.append(
             {"level": level, "min_txid": f"{first:016x}", "max_txid": f"{last:016x}", "size": 100, "timestamp": stamp}
         )
     return json.dumps(listing)
 
 
-def _decide(root: Path, files: list[tuple[int, int, int, float]], seconds: float) -> str:
+def _decide(root: Path, files: list[File], seconds: float) -> str:
     at = (BASE + timedelta(seconds=seconds)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     listing = _replica(root, files)
     done = subprocess.run(
@@ -57,7 +62,7 @@ def _decide(root: Path, files: list[tuple[int, int, int, float]], seconds: float
 
 
 # Two L0 files: txid 1 written at +0.239 s, txid 2 at +4.233 s.
-TWO = [(0, 1, 1, 0.239), (0, 2, 2, 4.233)]
+TWO: list[File] = [(0, 1, 1, 0.239), (0, 2, 2, 4.233)]
 
 
 @pytest.mark.parametrize(
@@ -100,3 +105,19 @@ def test_compacted_files_count_by_their_newest_transaction(tmp_path: Path) -> No
 
 def test_a_replica_with_no_files_holds_nothing_to_restore(tmp_path: Path) -> None:
     assert _decide(tmp_path, [], 0) == "its replica holds no files"
+
+
+def test_a_compacted_file_uploaded_long_after_its_transactions_counts_by_them(tmp_path: Path) -> None:
+    """The PITR audit, S3: the object's only file left for its first transaction was a level-1
+    file compacted (and listed) 16 s after it; a time 10 s after the transaction was taken for
+    one before the object existed, and the object skipped."""
+    files: list[File] = [(1, 1, 1, 3.684, 20), (0, 2, 2, 62)]
+    assert _decide(tmp_path, files, 13.4) == "txid 0000000000000001"
+    assert _decide(tmp_path, files, 3.6) == "none"
+
+
+def test_the_last_file_made_by_a_time_is_found_among_many(tmp_path: Path) -> None:
+    files: list[File] = [(0, n, n, n + 0.2) for n in range(1, 200)]
+    files += [(1, 1, 30, 30.2, 45), (1, 31, 60, 60.2, 75), (2, 1, 60, 60.2, 300)]
+    for seconds, txid in ((0.5, 0), (25.5, 25), (30.1, 29), (61, 60), (150.3, 150), (500, 199)):
+        assert _decide(tmp_path, files, seconds) == (f"txid {txid:016x}" if txid else "none"), seconds
