@@ -127,17 +127,21 @@ restore_one() {  # relative path -> DIR/objects/<relative path>
 restore_dated() {
     local rel=$1 target=$2 url listing at output base
     url=$(source_url "$rel")
-    if ! listing=$("$LITESTREAM" ltx -level all -json "$url" 2>&1); then
-        echo "restore of $rel failed: listing its replica: $listing" >&2
-        return 1
-    fi
     case "$replica" in
         s3://*) base="$replica/objects/$rel" ;;
         file://*) base="${replica#file://}/objects/$rel" ;;
         *) base="$(cd "$replica" && pwd)/objects/$rel" ;;
     esac
-    # Its last line only: Python's warnings go to stderr, and the answer is the last thing printed.
-    at=$("$PYTHON" -c "$STATE_AT" "$timestamp" "$base" "$endpoint" "$region" <<<"$listing" | tail -n 1)
+    local tries
+    for tries in 1 2 3; do  # again when a replicator still running let a listed file go meanwhile
+        if ! listing=$("$LITESTREAM" ltx -level all -json "$url" 2>&1); then
+            echo "restore of $rel failed: listing its replica: $listing" >&2
+            return 1
+        fi
+        # Its last line only: Python's warnings go to stderr, and the answer is printed last.
+        at=$("$PYTHON" -c "$STATE_AT" "$timestamp" "$base" "$endpoint" "$region" <<<"$listing" | tail -n 1)
+        [[ "$at" == "listed file gone"* ]] || break
+    done
     case "$at" in
         none)
             echo "skipped $rel: created after $timestamp" >&2
@@ -197,6 +201,9 @@ def written(item):  # the two clients lay levels out differently
 def made_by(item, at):
     return when(item["timestamp"]) + timedelta(seconds=1) <= at or written(item) <= at
 
+def gone(error):
+    return isinstance(error, FileNotFoundError) or type(error).__name__ == "NoSuchKey"
+
 def last_made(items, at):  # items in transaction order, made ones first
     low, high = 0, len(items)
     while low < high:
@@ -210,7 +217,13 @@ def last_made(items, at):  # items in transaction order, made ones first
 at = when(sys.argv[1])
 files = json.load(sys.stdin) or []
 regular = sorted((f for f in files if f["level"] < SNAPSHOT_LEVEL), key=lambda f: (f["max_txid"], f["level"]))
-made = [last_made(regular, at)] + [f for f in files if f["level"] >= SNAPSHOT_LEVEL and made_by(f, at)]
+try:
+    made = [last_made(regular, at)] + [f for f in files if f["level"] >= SNAPSHOT_LEVEL and made_by(f, at)]
+except Exception as error:
+    if not gone(error):
+        raise
+    print("listed file gone: " + str(error))
+    sys.exit()
 made = [f for f in made if f is not None]
 if not files:
     print("its replica holds no files")

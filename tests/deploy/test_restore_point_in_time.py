@@ -48,9 +48,14 @@ def _replica(root: Path, files: list[File]) -> str:
     return json.dumps(listing)
 
 
-def _decide(root: Path, files: list[File], seconds: float) -> str:
+def _decide(root: Path, files: list[File], seconds: float, *, let_go: int | None = None) -> str:
+    """The decision for a time `seconds` after BASE; `let_go`: the index of a listed file that
+    the replicator removed before the decision read it."""
     at = (BASE + timedelta(seconds=seconds)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     listing = _replica(root, files)
+    if let_go is not None:
+        level, first, last, *_ = files[let_go]
+        (root / "ltx" / str(level) / f"{first:016x}-{last:016x}.ltx").unlink()
     done = subprocess.run(
         [sys.executable, "-c", _state_at_program(), at, str(root), "", "us-east-1"],
         input=listing,
@@ -121,3 +126,9 @@ def test_the_last_file_made_by_a_time_is_found_among_many(tmp_path: Path) -> Non
     files += [(1, 1, 30, 30.2, 45), (1, 31, 60, 60.2, 75), (2, 1, 60, 60.2, 300)]
     for seconds, txid in ((0.5, 0), (25.5, 25), (30.1, 29), (61, 60), (150.3, 150), (500, 199)):
         assert _decide(tmp_path, files, seconds) == (f"txid {txid:016x}" if txid else "none"), seconds
+
+
+def test_a_file_let_go_while_the_decision_reads_it_asks_for_a_new_listing(tmp_path: Path) -> None:
+    """A replicator still running lets expired files go: the header read failed and the object
+    with it. The decision now says so, and restore.sh lists the replica again (three times)."""
+    assert _decide(tmp_path, TWO, 0.3, let_go=0).startswith("listed file gone: ")

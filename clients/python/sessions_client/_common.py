@@ -745,10 +745,6 @@ def channel_closed_error() -> SessionsError:
     return ClientClosed(grpc.StatusCode.CANCELLED, "the channel the client calls through is closed", None, {})
 
 
-# Status codes after which a subscription reconnects by itself (server restart or drain).
-RECONNECT_CODES: Final = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED})
-
-
 class Mirror:
     """A local list of one session's messages kept in sync by change events (upstream's
     `session.mirror()`): inserted appends replace-or-push, updates replace cached entries,

@@ -117,6 +117,18 @@ def may_retry(method: str, error: SessionsError) -> bool:
     return not error.reason and method in REPEATABLE_METHODS and _connection_failed(error)
 
 
+def may_resubscribe(error: SessionsError) -> bool:
+    """Whether a subscription resumes after `error` (a resume repeats nothing): the server went
+    away (UNAVAILABLE, a CANCELLED it made), refused before acting (draining, the object moving
+    or moved: a proxy routes the resume to its new owner), or a proxy ended the stream without the
+    server's status (UNKNOWN, no reason: nginx when the shard's connection closes under it)."""
+    if error.code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
+        return True
+    if (error.code, error.reason) in REFUSED_BEFORE_ACTING:
+        return True
+    return error.code == grpc.StatusCode.UNKNOWN and not error.reason
+
+
 def _connection_failed(error: SessionsError) -> bool:
     if error.code == grpc.StatusCode.CANCELLED:
         return not isinstance(error, ClientClosed)

@@ -14,7 +14,6 @@ from sessions_client._common import (
     KEEPALIVE_SECONDS,
     KEEPALIVE_TIMEOUT_SECONDS,
     PACKED_MESSAGES,
-    RECONNECT_CODES,
     SEARCH_HITS_PER_RESPONSE,
     UNARY_LIMIT_BYTES,
     AppendResult,
@@ -63,7 +62,14 @@ from sessions_client._common import (
     upload_frames,
     written_json_in_hand,
 )
-from sessions_client._retry import DEFAULT_RETRY_POLICY, Attempts, CallOptions, RetryNotice, RetryPolicy
+from sessions_client._retry import (
+    DEFAULT_RETRY_POLICY,
+    Attempts,
+    CallOptions,
+    RetryNotice,
+    RetryPolicy,
+    may_resubscribe,
+)
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
 
@@ -207,7 +213,8 @@ class ObjectHandle:
         reconnect_attempts: int = 20,
     ) -> Generator[ChangeEvent, None, None]:
         """The object's change events in commit order. Reconnects by itself (resuming after the
-        last revision seen) when the server drains or restarts; a `reset` event means events were
+        last revision seen) when the server drains or restarts, when the object moved to another shard
+        (`may_resubscribe`), or when a proxy ended the stream; a `reset` event means events were
         missed and state should be re-read. Close the iterator to stop. `reconnect_attempts`:
         failed reconnections in a row before the error is raised; a stream that delivered more than
         what opens it (the PROGRESS, or a resume's RESET) ends a row."""
@@ -238,7 +245,7 @@ class ObjectHandle:
             except SessionsError as error:
                 # The client or the channel closed by its owner: nothing to reconnect to.
                 gone = self.client._connection.closed or isinstance(error, ClientClosed)
-                if error.code not in RECONNECT_CODES or attempts >= reconnect_attempts or gone:
+                if not may_resubscribe(error) or attempts >= reconnect_attempts or gone:
                     raise
                 attempts += 1
                 time.sleep(min(2.0, 0.05 * 2**attempts))

@@ -349,12 +349,14 @@ def _until_answered(
     client: SessionsClient,
     method: str,
     call: Callable[[float | None], _Answer],
-    retryable: Callable[[SessionsError], bool] = lambda error: error.code in _NO_ANSWER,
+    retryable: Callable[[SessionsError], bool] | None = None,
 ) -> _Answer:
     """`call(timeout)`, asked again under `client`'s retry policy while no answer comes (a server
     restarting, as after a move cut short), for a call whose repeat does nothing more, or only
     after the failures `retryable` takes. Each wait is told to the client's `on_retry`; the
     client's timeout bounds every attempt and wait, as it bounds its own calls'."""
+    if retryable is None:
+        retryable = _no_answer
     attempts = Attempts(method, client.retry, client.on_retry, client.timeout, retryable=retryable)
     while True:
         attempts.begin()
@@ -451,6 +453,10 @@ def erase_object(client: SessionsClient, object_key: str) -> bool:
         retryable=_never_reached,
     )
     return bool(answer.deleted)
+
+
+def _no_answer(error: SessionsError) -> bool:
+    return error.code in _NO_ANSWER
 
 
 def _never_reached(error: SessionsError) -> bool:

@@ -16,7 +16,6 @@ from sessions_client._common import (
     KEEPALIVE_SECONDS,
     KEEPALIVE_TIMEOUT_SECONDS,
     PACKED_MESSAGES,
-    RECONNECT_CODES,
     SEARCH_HITS_PER_RESPONSE,
     UNARY_LIMIT_BYTES,
     AppendResult,
@@ -67,7 +66,14 @@ from sessions_client._common import (
     upload_frames,
     written_json_in_hand,
 )
-from sessions_client._retry import DEFAULT_RETRY_POLICY, Attempts, CallOptions, RetryNotice, RetryPolicy
+from sessions_client._retry import (
+    DEFAULT_RETRY_POLICY,
+    Attempts,
+    CallOptions,
+    RetryNotice,
+    RetryPolicy,
+    may_resubscribe,
+)
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
 
@@ -248,7 +254,7 @@ class ObjectHandle:
             except SessionsError as error:
                 # The client or the channel closed by its owner: nothing to reconnect to.
                 gone = self.client._connection.closed or isinstance(error, ClientClosed)
-                if error.code not in RECONNECT_CODES or attempts >= reconnect_attempts or gone:
+                if not may_resubscribe(error) or attempts >= reconnect_attempts or gone:
                     raise
                 attempts += 1
                 await asyncio.sleep(min(2.0, 0.05 * 2**attempts))
