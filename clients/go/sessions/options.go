@@ -114,7 +114,8 @@ func IncludeProgress() ReadOption {
 }
 
 // WithReconnectAttempts sets how many times in a row Subscribe reconnects after the server went
-// away (UNAVAILABLE or CANCELLED) before it gives up (default 20; 0 never reconnects).
+// away, refused before acting (the object moved to another shard among them) or a proxy ended
+// the stream (see Subscription) before it gives up (default 20; 0 never reconnects).
 func WithReconnectAttempts(n int) ReadOption {
 	return func(o *readOptions) { o.reconnectAttempts = &n }
 }

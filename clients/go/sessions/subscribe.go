@@ -19,7 +19,8 @@ import (
 const defaultReconnectAttempts = 20
 
 // Subscription streams an object's change events in commit order, one at a time. When the
-// server drains or restarts it reconnects by itself, resuming after the last revision seen; a
+// server drains or restarts, when the object moves to another shard, or when a proxy ends the
+// stream (UNKNOWN), it reconnects by itself, resuming after the last revision seen; a
 // ChangeReset event means events were missed (re-read state, then continue). PROGRESS events
 // are dropped unless IncludeProgress is given. Not safe for concurrent use.
 type Subscription struct {
@@ -172,11 +173,10 @@ func (s *Subscription) connect() error {
 	return nil
 }
 
-// retryOrFinish drops the current stream and, for a server that went away (UNAVAILABLE, or
-// CANCELLED by the server), waits and reconnects; any other error ends the subscription.
+// retryOrFinish drops the current stream and, when resubscribable(err), waits and reconnects;
+// any other error ends the subscription, and so does the last one allowed by its attempts.
 func (s *Subscription) retryOrFinish(err error) {
 	s.dropStream()
-	code := Code(err)
 	if s.ctx.Err() != nil {
 		s.finish(toError(s.ctx.Err()))
 		return
@@ -184,7 +184,7 @@ func (s *Subscription) retryOrFinish(err error) {
 	// Client.Close ends the stream with CANCELLED, as a server going away can: reconnecting to a
 	// closed connection failed the same way for every attempt (20, about 33 s).
 	closed := s.conn != nil && s.conn.GetState() == connectivity.Shutdown
-	if closed || (code != codes.Unavailable && code != codes.Canceled) || s.attempts >= s.maxAttempts {
+	if closed || !resubscribable(err) || s.attempts >= s.maxAttempts {
 		s.finish(err)
 		return
 	}
@@ -195,6 +195,28 @@ func (s *Subscription) retryOrFinish(err error) {
 	case <-s.ctx.Done():
 		s.finish(toError(s.ctx.Err()))
 	}
+}
+
+// resubscribable reports whether a subscription resumes after err (a resume repeats nothing, so
+// any failure that says nothing about the subscription itself will do), as Python's
+// may_resubscribe:
+//   - the server went away: UNAVAILABLE, or CANCELLED (one the caller or Client.Close made is
+//     checked for by retryOrFinish);
+//   - it refused before acting, as every call is retried after (retryable's refusals: draining,
+//     the object moving or moved to another shard, busy): after a move the old owner refuses the
+//     key (FAILED_PRECONDITION, OBJECT_NOT_OWNED) until the proxy routes it to the new owner,
+//     whose feed answers the resume with a RESET;
+//   - a proxy ended the stream without the server's status: UNKNOWN without a reason (nginx's
+//     "Stream removed" when the shard's connection closed under it).
+func resubscribable(err error) bool {
+	e := FromError(err)
+	switch {
+	case e.Code == codes.Unavailable || e.Code == codes.Canceled:
+		return true
+	case retryable(retryRefused, e): // a refusal before acting, and nothing else, for this class
+		return true
+	}
+	return e.Code == codes.Unknown && e.Reason == ""
 }
 
 func (s *Subscription) dropStream() {

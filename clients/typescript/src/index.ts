@@ -1079,6 +1079,17 @@ const REPEATABLE_METHODS: ReadonlySet<string> = new Set<MethodName>([
   "ImportMessages",
 ]);
 
+/**
+ * Whether the server refused before doing anything, so that any call may be made again: it
+ * drains, the object is moving or has moved to another shard (OBJECT_NOT_OWNED: re-sharding), or
+ * it is busy with other calls' large messages (--max-assembly-bytes).
+ */
+function refusedBeforeActing(error: SessionsError): boolean {
+  if (error.code === "UNAVAILABLE" && (error.reason === "DRAINING" || error.reason === "OBJECT_MOVING")) return true;
+  if (error.code === "FAILED_PRECONDITION" && error.reason === "OBJECT_NOT_OWNED") return true;
+  return error.code === "RESOURCE_EXHAUSTED" && error.reason === "SERVER_BUSY";
+}
+
 /** Whether `error` ended an attempt of `method` in a way that another attempt may cure. */
 function retryable(method: string, error: SessionsError): boolean {
   // The certificates (or their absence) that made TLS fail will be the same on the next attempt.
@@ -1087,10 +1098,7 @@ function retryable(method: string, error: SessionsError): boolean {
   // like a refusal, a retry is safe for every method (see `NOT_PROCESSED`).
   if (NOT_PROCESSED.has(error)) return true;
   // The server refused before doing anything: a retry is safe for every method.
-  if (error.code === "UNAVAILABLE" && (error.reason === "DRAINING" || error.reason === "OBJECT_MOVING")) return true;
-  if (error.code === "FAILED_PRECONDITION" && error.reason === "OBJECT_NOT_OWNED") return true;
-  // Busy with other calls' large messages (--max-assembly-bytes): refused before acting, too.
-  if (error.code === "RESOURCE_EXHAUSTED" && error.reason === "SERVER_BUSY") return true;
+  if (refusedBeforeActing(error)) return true;
   // No reason: the failure came from the connection, not the service, and the request may have
   // been carried out. So did a CANCELLED the client did not make (`beforeRetry` stops for the
   // caller's signal and `close()` before it waits): a stopping server's gRPC cancels the calls
@@ -1682,12 +1690,14 @@ export class ObjectHandle {
   /**
    * Streams the object's change events in commit order (of every session, or of `sessionId`).
    * Large messages are reassembled. When the server goes away (a drain, a restart, a connection
-   * its keepalive found dead: UNAVAILABLE or CANCELLED) it reconnects by itself, resuming after
-   * the last revision seen (PROGRESS events included); a RESET event then means events were
-   * missed (re-read state). A failure of TLS is thrown at once. PROGRESS events are dropped
-   * unless `includeProgress` is set; `pointers` leaves events' attachments as pointers. Break
-   * out of the loop, or abort `signal` (the loop then throws CANCELLED, as any call does), to
-   * unsubscribe; the client's `timeoutMs` does not apply.
+   * its keepalive found dead: UNAVAILABLE or CANCELLED), when the object moves to another shard
+   * (the old owner refuses it, FAILED_PRECONDITION / OBJECT_NOT_OWNED, until the proxy routes it
+   * to the new one) or when a proxy ends the stream without the server's status (UNKNOWN) it
+   * reconnects by itself, resuming after the last revision seen (PROGRESS events included); a
+   * RESET event then means events were missed (re-read state). A failure of TLS is thrown at
+   * once. PROGRESS events are dropped unless `includeProgress` is set; `pointers` leaves events'
+   * attachments as pointers. Break out of the loop, or abort `signal` (the loop then throws
+   * CANCELLED, as any call does), to unsubscribe; the client's `timeoutMs` does not apply.
    */
   async *subscribe(options: SubscribeOptions = {}): AsyncGenerator<ChangeEvent> {
     const resumeFrom = options.resumeAfterRevision ?? 0;
@@ -1718,9 +1728,7 @@ export class ObjectHandle {
       } catch (error) {
         // close() ends the stream as a server that went away would: it must not reconnect.
         if (this.client.closedSignal.aborted) throw closedClient(error);
-        // Not after a failure of TLS: the next connection would fail the same way.
-        const retryable =
-          error instanceof SessionsError && RECONNECT_CODES.has(error.code) && !TLS_FAILURES.has(error);
+        const retryable = error instanceof SessionsError && resubscribable(error);
         if (!retryable || options.signal?.aborted === true || attempts >= maxAttempts) throw error;
         attempts += 1;
         await pause(Math.min(2000, 50 * 2 ** attempts), options.signal, this.client.closedSignal);
@@ -1777,6 +1785,23 @@ export class ObjectHandle {
  * is a stream the server or a proxy reset).
  */
 const RECONNECT_CODES = new Set(["UNAVAILABLE", "CANCELLED"]);
+
+/**
+ * Whether a subscription resumes after `error` (a resume repeats nothing), as the Python client's
+ * `may_resubscribe`: the server went away (`RECONNECT_CODES`), it refused before acting (as any
+ * call is retried after: draining, the object moving or moved to another shard, where the
+ * proxy routes the resume to the new owner, whose feed answers it with a RESET; busy), or a
+ * proxy ended the stream without the server's status (UNKNOWN without a reason: nginx's
+ * "Stream removed" when the shard's connection closed under it). Never after a failure of TLS:
+ * the next connection would fail the same way. (The caller's signal and `close()` are checked by
+ * `subscribe`.)
+ */
+function resubscribable(error: SessionsError): boolean {
+  if (TLS_FAILURES.has(error)) return false;
+  if (RECONNECT_CODES.has(error.code) || refusedBeforeActing(error)) return true;
+  return error.code === "UNKNOWN" && error.reason === null;
+}
+
 /** Reconnections in a row before a subscription gives up (as the Python and Go clients). */
 export const RECONNECT_ATTEMPTS = 20;
 

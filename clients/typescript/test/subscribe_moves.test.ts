@@ -1,0 +1,201 @@
+// A subscription follows its object to a new shard (a sharding audit): a move ends the feed
+// (UNAVAILABLE, OBJECT_MOVING) and the old owner then refuses the key (FAILED_PRECONDITION,
+// OBJECT_NOT_OWNED) until the proxy routes it to the new owner. subscribe() took that refusal
+// for an error of the subscription's own and ended it, so events written after a re-shard never
+// came. Through nginx, a shard restarting under writes ended subscriptions UNKNOWN without the
+// server's status ("Stream removed"), which ended them too. Both now reconnect, within
+// `reconnectAttempts`. Real servers; streams are counted where they are opened (an interceptor,
+// or an h2c front that forwards them), never by waiting for time to pass.
+import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import http2 from "node:http2";
+import type { AddressInfo } from "node:net";
+import { promisify } from "node:util";
+import { after, before, test } from "node:test";
+
+import type { Interceptor } from "@connectrpc/connect";
+import { SessionsClient, SessionsError, type ChangeEvent } from "../src/index.js";
+import { TestServer, freshKey, msg, serverCommand } from "./server.js";
+
+let first: TestServer;
+let second: TestServer;
+/** A client of the first server, not through any front. */
+let direct: SessionsClient;
+
+before(async () => {
+  [first, second] = await Promise.all([TestServer.start(), TestServer.start()]);
+  direct = first.client();
+});
+after(async () => {
+  await Promise.all([first?.stop(), second?.stop()]);
+});
+
+/** Moves `key` from one server to another with the server's CLI, as an operator re-sharding does. */
+async function moveObject(key: string, from: string, to: string): Promise<void> {
+  const [cmd, ...args] = serverCommand();
+  await promisify(execFile)(cmd!, [...args, "move-object", "--object-key", key, "--from", from, "--to", to]);
+}
+
+test("a subscription to the shard its object left reconnects, then ends after its attempts", { timeout: 60_000 }, async () => {
+  const key = freshKey("moved");
+  await direct.object(key).session("chat").appendMessage(msg("m0"));
+  await moveObject(key, first.address, second.address);
+  const moved = second.client();
+  assert.deepEqual(
+    (await moved.object(key).session("chat").getHistory()).map((m) => m.id),
+    ["m0"],
+    "the new owner holds the object",
+  );
+
+  let opened = 0; // Subscribe streams the client opened
+  const counting: Interceptor = (next) => (req) => {
+    if (req.method.name === "Subscribe") opened += 1;
+    return next(req);
+  };
+  // No proxy routes the key to its new owner: the refusal comes back on every stream, and is
+  // thrown once the attempts are spent (attempts + 1 streams). It was thrown at the first one.
+  const client = first.client({ interceptors: [counting] });
+  const events: ChangeEvent[] = [];
+  const failure = await (async () => {
+    for await (const event of client.object(key).subscribe({ includeProgress: true, reconnectAttempts: 2 })) {
+      events.push(event);
+    }
+  })().then(
+    () => assert.fail("the subscription ended without an error"),
+    (error: unknown) => error,
+  );
+  assert.ok(failure instanceof SessionsError, String(failure));
+  assert.deepEqual([failure.code, failure.reason], ["FAILED_PRECONDITION", "OBJECT_NOT_OWNED"]);
+  assert.deepEqual(events, []);
+  assert.equal(opened, 3, "the first stream and 2 reconnections");
+});
+
+/**
+ * An h2c front on a loopback port in front of a real sessions-server: it forwards every stream as
+ * it is (headers, request body, response headers, body and trailers), except that it ends the
+ * first Subscribe stream right after its first response message with trailers of its own,
+ * grpc-status 2 (UNKNOWN) and grpc-message "Stream removed", without the server's ErrorInfo: what
+ * nginx sends when the shard's connection closes under a stream.
+ */
+class CuttingFront {
+  /** The method of every stream the front received, in order. */
+  readonly streams: string[] = [];
+  address = "";
+  private armed = true;
+  private readonly server = http2.createServer();
+  private readonly sessions = new Set<http2.ServerHttp2Session>();
+  private readonly upstream: http2.ClientHttp2Session;
+
+  private constructor(target: string) {
+    this.upstream = http2.connect(`http://${target}`);
+    this.upstream.on("error", () => {});
+    this.server.on("session", (session) => {
+      this.sessions.add(session);
+      session.on("error", () => {});
+      session.once("close", () => this.sessions.delete(session));
+    });
+    this.server.on("stream", (stream, headers) => this.onStream(stream, headers));
+  }
+
+  static async start(target: string): Promise<CuttingFront> {
+    const front = new CuttingFront(target);
+    await new Promise<void>((resolve) => front.server.listen(0, "127.0.0.1", resolve));
+    front.address = `127.0.0.1:${(front.server.address() as AddressInfo).port}`;
+    return front;
+  }
+
+  /** How many streams of `method` the front received. */
+  count(method: string): number {
+    return this.streams.filter((m) => m === method).length;
+  }
+
+  private onStream(stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders): void {
+    const method = String(headers[":path"]).split("/").pop()!;
+    this.streams.push(method);
+    stream.on("error", () => {});
+    const cut = this.armed && method === "Subscribe";
+    if (cut) this.armed = false;
+    const request: http2.OutgoingHttpHeaders = {};
+    for (const [name, value] of Object.entries(headers)) {
+      if (value !== undefined && (!name.startsWith(":") || name === ":method" || name === ":path")) request[name] = value;
+    }
+    const upstream = this.upstream.request(request);
+    upstream.on("error", () => {});
+    stream.pipe(upstream);
+    // The client reset its stream (cancelled): so is the server's.
+    stream.once("close", () => {
+      if (!upstream.closed) upstream.close(http2.constants.NGHTTP2_CANCEL);
+    });
+    let trailers: http2.IncomingHttpHeaders = {};
+    upstream.on("trailers", (received) => {
+      trailers = received;
+    });
+    upstream.once("response", (responseHeaders, flags) => {
+      if ((flags & http2.constants.NGHTTP2_FLAG_END_STREAM) !== 0) {
+        stream.respond(responseHeaders, { endStream: true }); // trailers-only (an error status)
+        return;
+      }
+      stream.respond(responseHeaders, { waitForTrailers: true });
+      if (!cut) {
+        stream.once("wantTrailers", () => stream.sendTrailers(trailers));
+        upstream.pipe(stream);
+        return;
+      }
+      // Forward the bytes of the first length-prefixed message (1 flag byte, 4 length bytes),
+      // then end the stream with the front's own status.
+      stream.once("wantTrailers", () => stream.sendTrailers({ "grpc-status": "2", "grpc-message": "Stream removed" }));
+      let buffered = Buffer.alloc(0);
+      const onData = (chunk: Buffer): void => {
+        buffered = Buffer.concat([buffered, chunk]);
+        if (buffered.length < 5) return;
+        const end = 5 + buffered.readUInt32BE(1);
+        if (buffered.length < end) return;
+        upstream.off("data", onData);
+        stream.end(buffered.subarray(0, end));
+        upstream.close(http2.constants.NGHTTP2_CANCEL);
+      };
+      upstream.on("data", onData);
+    });
+    // The server reset its stream: so is the client's.
+    upstream.once("close", () => {
+      if (upstream.rstCode !== http2.constants.NGHTTP2_NO_ERROR && !stream.closed && !cut) stream.close(upstream.rstCode);
+    });
+  }
+
+  async close(): Promise<void> {
+    const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
+    for (const session of this.sessions) session.destroy();
+    await closed;
+    this.upstream.destroy();
+  }
+}
+
+test("a subscription a proxy ended UNKNOWN without the server's status resumes", { timeout: 60_000 }, async () => {
+  const front = await CuttingFront.start(first.address);
+  const key = freshKey("cut");
+  const session = direct.object(key).session("chat");
+  await session.appendMessage(msg("m0"));
+  const through = new SessionsClient(front.address);
+  try {
+    const feed = through.object(key).subscribe({ includeProgress: true })[Symbol.asyncIterator]();
+    const opening = await feed.next();
+    assert.equal(opening.done, false);
+    assert.equal((opening.value as ChangeEvent).type, "PROGRESS"); // then cut: UNKNOWN
+    await session.appendMessage(msg("m1"));
+    for (;;) {
+      const next = await feed.next();
+      assert.equal(next.done, false, "the subscription ended");
+      const event = next.value as ChangeEvent;
+      assert.notEqual(event.type, "RESET", "the resume repeats and misses nothing");
+      if (event.type === "APPEND") {
+        assert.equal(event.message?.id, "m1");
+        break;
+      }
+    }
+    await feed.return?.(undefined);
+    assert.equal(front.count("Subscribe"), 2);
+  } finally {
+    through.close();
+    await front.close();
+  }
+});
