@@ -3497,8 +3497,9 @@ type AddCompactionRequest struct {
 	// PlanCompaction's plan_token for the plan the summary was made from (beyond upstream; empty:
 	// no check, as upstream). The record is then stored only if no message the summary is made of
 	// (the span's, one beside it, an end of a record it extends) was updated or deleted since the
-	// plan, and the session was not cleared, given another record, or replaced: else
-	// FAILED_PRECONDITION, reason SESSION_CHANGED, nothing stored; plan and summarize again.
+	// plan, the session was not cleared or given another record, nor the object replaced or
+	// erased: else FAILED_PRECONDITION, reason SESSION_CHANGED, nothing stored; plan and
+	// summarize again.
 	// Appends and other edits meanwhile keep the summary. A token is used once, by the server
 	// that returned it, within 15 minutes: after that, a restart of that server, or the object's
 	// move, FAILED_PRECONDITION, reason PLAN_EXPIRED. from_message_id and to_message_id must be
