@@ -786,7 +786,8 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             first = await calls.next_frame(frames)
             if first is None:
                 raise InvalidArgument("the first ImportObject frame must name object_key", reason="INVALID_STREAM")
-            check_object_key(first.object_key)  # an empty one named as every call's is
+            # An empty one named as every call's is (the service checks the key again).
+            check_object_key(first.object_key, max_bytes=self._service.max_object_key_bytes)
             self._admit(context, first.object_key, write=True)
             if first.hold_for_move:
                 self._admit_mover(context, "an import that holds its object for a move (hold_for_move)")
