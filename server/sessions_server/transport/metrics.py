@@ -100,7 +100,7 @@ class Metrics:
         self.held_plans = Gauge(
             "sessions_held_compaction_plans",
             "Compaction plans (PlanCompaction) held for the summary their client makes, each watching its "
-            "object's commits until used or let go (at most 1,024, for 15 minutes)",
+            "object's commits until used or let go (at most 1,024 a caller's token, for 15 minutes)",
             registry=self.registry,
         )
         self.compactions = Counter(
