@@ -101,7 +101,8 @@ restore_one() {  # relative path -> DIR/objects/<relative path>
     if ! output=$("$LITESTREAM" "${args[@]}" "$(source_url "$rel")" 2>&1); then
         # Either when Litestream's time bounds (upload times) and its plan (transaction times)
         # disagree about a time near the object's first or oldest file.
-        if [[ -n "$timestamp" && ( "$output" == *"timestamp does not exist"*               || "$output" == *"no matching backup files available"* ) ]]; then
+        if [[ -n "$timestamp" && ( "$output" == *"timestamp does not exist"* \
+              || "$output" == *"no matching backup files available"* ) ]]; then
             restore_dated "$rel" "$target"
             return
         fi
