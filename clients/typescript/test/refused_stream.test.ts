@@ -1,8 +1,7 @@
 // Streams the server provably never processed (RFC 9113 §8.7) are retried for every method, even
-// ClearMessages, which is not retried after other connection failures. ResettingProxy is an h2c
-// proxy on a loopback port in front of a real sessions-server: it forwards every stream as it
-// is (headers, request body, response headers, body and trailers) except the first stream of one
-// method, which it answers itself: with RST_STREAM REFUSED_STREAM without forwarding it, with a
+// ClearMessages, which is not retried after other connection failures. ResettingProxy, an h2c
+// front of a real sessions-server (`H2Front`), forwards every stream except the first stream of
+// one method, which it answers itself: with RST_STREAM REFUSED_STREAM without forwarding it, with a
 // GOAWAY whose last-stream-id is below the stream's id (NO_ERROR: Node's nghttp2 closes the
 // stream with REFUSED_STREAM; an error code: Node fails the whole connection, not retried), or
 // with RST_STREAM CANCEL after the server answered it (processed: not retried). Node's
@@ -11,11 +10,11 @@
 // injects it. No passing run depends on a timer to order events.
 import assert from "node:assert/strict";
 import http2 from "node:http2";
-import type { AddressInfo } from "node:net";
 import { after, before, test } from "node:test";
 
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { SessionsClient, SessionsError, type ClientOptions, type RetryNotice } from "../src/index.js";
+import { H2Front } from "./h2front.js";
 import { TestServer, freshKey, msg } from "./server.js";
 
 let server: TestServer;
@@ -33,52 +32,24 @@ after(async () => {
 /** What the proxy does with the first stream of its method. */
 type Action = "refuse" | "goaway" | "goaway-error" | "cancel";
 
-class ResettingProxy {
-  /** The method of every stream the proxy received, in order. */
-  readonly streams: string[] = [];
+class ResettingProxy extends H2Front {
   /** The GOAWAY frames the proxy sent: the id of the stream it answered so, and the last-stream-id. */
   readonly goaways: { streamId: number; lastStreamId: number }[] = [];
-  /** The connections clients opened to the proxy. */
-  connections = 0;
-  address = "";
   private armed = true;
-  private readonly server = http2.createServer();
-  private readonly sessions = new Set<http2.ServerHttp2Session>();
-  private readonly upstream: http2.ClientHttp2Session;
 
   private constructor(
     target: string,
     private readonly method: string,
     private readonly action: Action,
   ) {
-    this.upstream = http2.connect(`http://${target}`);
-    this.upstream.on("error", () => {});
-    this.server.on("session", (session) => {
-      this.connections += 1;
-      this.sessions.add(session);
-      session.on("error", () => {});
-      session.once("close", () => this.sessions.delete(session));
-    });
-    this.server.on("stream", (stream, headers) => this.onStream(stream, headers));
+    super(target);
   }
 
   static async start(target: string, method: string, action: Action): Promise<ResettingProxy> {
-    const proxy = new ResettingProxy(target, method, action);
-    await new Promise<void>((resolve) => proxy.server.listen(0, "127.0.0.1", resolve));
-    proxy.address = `127.0.0.1:${(proxy.server.address() as AddressInfo).port}`;
-    return proxy;
+    return H2Front.listening(new ResettingProxy(target, method, action));
   }
 
-  /** How many streams of `method` the proxy received. */
-  count(method: string): number {
-    return this.streams.filter((m) => m === method).length;
-  }
-
-  private onStream(stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders): void {
-    const method = String(headers[":path"]).split("/").pop()!;
-    this.streams.push(method);
-    // A stream reset here (REFUSED_STREAM also reports an error on this side) or by the client.
-    stream.on("error", () => {});
+  protected override onStream(stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, method: string): void {
     const action = this.armed && method === this.method ? this.action : null;
     if (action !== null) this.armed = false;
     if (action === "refuse") {
@@ -95,47 +66,15 @@ class ResettingProxy {
       stream.session?.goaway(code, lastStreamId);
       return;
     }
-    const request: http2.OutgoingHttpHeaders = {};
-    for (const [name, value] of Object.entries(headers)) {
-      if (value !== undefined && (!name.startsWith(":") || name === ":method" || name === ":path")) request[name] = value;
-    }
-    const upstream = this.upstream.request(request);
-    upstream.on("error", () => {});
-    stream.pipe(upstream);
-    // The client reset its stream (cancelled): so is the server's.
-    stream.once("close", () => {
-      if (!upstream.closed) upstream.close(http2.constants.NGHTTP2_CANCEL);
-    });
     if (action === "cancel") {
       // The server answers in full (it processed the call); the client gets a CANCEL instead.
-      upstream.resume();
-      upstream.once("end", () => stream.close(http2.constants.NGHTTP2_CANCEL));
+      this.forward(stream, headers, (upstream) => {
+        upstream.resume();
+        upstream.once("end", () => stream.close(http2.constants.NGHTTP2_CANCEL));
+      });
       return;
     }
-    let trailers: http2.IncomingHttpHeaders = {};
-    upstream.on("trailers", (received) => {
-      trailers = received;
-    });
-    upstream.once("response", (responseHeaders, flags) => {
-      if ((flags & http2.constants.NGHTTP2_FLAG_END_STREAM) !== 0) {
-        stream.respond(responseHeaders, { endStream: true }); // trailers-only (an error status)
-        return;
-      }
-      stream.respond(responseHeaders, { waitForTrailers: true });
-      stream.once("wantTrailers", () => stream.sendTrailers(trailers));
-      upstream.pipe(stream);
-    });
-    // The server reset its stream: so is the client's.
-    upstream.once("close", () => {
-      if (upstream.rstCode !== http2.constants.NGHTTP2_NO_ERROR && !stream.closed) stream.close(upstream.rstCode);
-    });
-  }
-
-  async close(): Promise<void> {
-    const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
-    for (const session of this.sessions) session.destroy();
-    await closed;
-    this.upstream.destroy();
+    this.forward(stream, headers);
   }
 }
 

@@ -9,12 +9,12 @@
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
 import http2 from "node:http2";
-import type { AddressInfo } from "node:net";
 import { promisify } from "node:util";
 import { after, before, test } from "node:test";
 
 import type { Interceptor } from "@connectrpc/connect";
 import { SessionsClient, SessionsError, type ChangeEvent } from "../src/index.js";
+import { H2Front, relay } from "./h2front.js";
 import { TestServer, freshKey, msg, serverCommand } from "./server.js";
 
 let first: TestServer;
@@ -71,102 +71,43 @@ test("a subscription to the shard its object left reconnects, then ends after it
 });
 
 /**
- * An h2c front on a loopback port in front of a real sessions-server: it forwards every stream as
- * it is (headers, request body, response headers, body and trailers), except that it ends the
- * first Subscribe stream right after its first response message with trailers of its own,
- * grpc-status 2 (UNKNOWN) and grpc-message "Stream removed", without the server's ErrorInfo: what
- * nginx sends when the shard's connection closes under a stream.
+ * An h2c front of a real sessions-server (`H2Front`) that ends the first Subscribe stream right
+ * after its first response message with trailers of its own, grpc-status 2 (UNKNOWN) and
+ * grpc-message "Stream removed", without the server's ErrorInfo: what nginx sends when the
+ * shard's connection closes under a stream.
  */
-class CuttingFront {
-  /** The method of every stream the front received, in order. */
-  readonly streams: string[] = [];
-  address = "";
+class CuttingFront extends H2Front {
   private armed = true;
-  private readonly server = http2.createServer();
-  private readonly sessions = new Set<http2.ServerHttp2Session>();
-  private readonly upstream: http2.ClientHttp2Session;
-
-  private constructor(target: string) {
-    this.upstream = http2.connect(`http://${target}`);
-    this.upstream.on("error", () => {});
-    this.server.on("session", (session) => {
-      this.sessions.add(session);
-      session.on("error", () => {});
-      session.once("close", () => this.sessions.delete(session));
-    });
-    this.server.on("stream", (stream, headers) => this.onStream(stream, headers));
-  }
 
   static async start(target: string): Promise<CuttingFront> {
-    const front = new CuttingFront(target);
-    await new Promise<void>((resolve) => front.server.listen(0, "127.0.0.1", resolve));
-    front.address = `127.0.0.1:${(front.server.address() as AddressInfo).port}`;
-    return front;
+    return H2Front.listening(new CuttingFront(target));
   }
 
-  /** How many streams of `method` the front received. */
-  count(method: string): number {
-    return this.streams.filter((m) => m === method).length;
-  }
-
-  private onStream(stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders): void {
-    const method = String(headers[":path"]).split("/").pop()!;
-    this.streams.push(method);
-    stream.on("error", () => {});
-    const cut = this.armed && method === "Subscribe";
-    if (cut) this.armed = false;
-    const request: http2.OutgoingHttpHeaders = {};
-    for (const [name, value] of Object.entries(headers)) {
-      if (value !== undefined && (!name.startsWith(":") || name === ":method" || name === ":path")) request[name] = value;
+  protected override onStream(stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, method: string): void {
+    if (!this.armed || method !== "Subscribe") {
+      this.forward(stream, headers);
+      return;
     }
-    const upstream = this.upstream.request(request);
-    upstream.on("error", () => {});
-    stream.pipe(upstream);
-    // The client reset its stream (cancelled): so is the server's.
-    stream.once("close", () => {
-      if (!upstream.closed) upstream.close(http2.constants.NGHTTP2_CANCEL);
-    });
-    let trailers: http2.IncomingHttpHeaders = {};
-    upstream.on("trailers", (received) => {
-      trailers = received;
-    });
-    upstream.once("response", (responseHeaders, flags) => {
-      if ((flags & http2.constants.NGHTTP2_FLAG_END_STREAM) !== 0) {
-        stream.respond(responseHeaders, { endStream: true }); // trailers-only (an error status)
-        return;
-      }
-      stream.respond(responseHeaders, { waitForTrailers: true });
-      if (!cut) {
-        stream.once("wantTrailers", () => stream.sendTrailers(trailers));
-        upstream.pipe(stream);
-        return;
-      }
-      // Forward the bytes of the first length-prefixed message (1 flag byte, 4 length bytes),
-      // then end the stream with the front's own status.
-      stream.once("wantTrailers", () => stream.sendTrailers({ "grpc-status": "2", "grpc-message": "Stream removed" }));
-      let buffered = Buffer.alloc(0);
-      const onData = (chunk: Buffer): void => {
-        buffered = Buffer.concat([buffered, chunk]);
-        if (buffered.length < 5) return;
-        const end = 5 + buffered.readUInt32BE(1);
-        if (buffered.length < end) return;
-        upstream.off("data", onData);
-        stream.end(buffered.subarray(0, end));
-        upstream.close(http2.constants.NGHTTP2_CANCEL);
-      };
-      upstream.on("data", onData);
-    });
-    // The server reset its stream: so is the client's.
-    upstream.once("close", () => {
-      if (upstream.rstCode !== http2.constants.NGHTTP2_NO_ERROR && !stream.closed && !cut) stream.close(upstream.rstCode);
-    });
-  }
-
-  async close(): Promise<void> {
-    const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
-    for (const session of this.sessions) session.destroy();
-    await closed;
-    this.upstream.destroy();
+    this.armed = false;
+    this.forward(stream, headers, (upstream) =>
+      relay(upstream, stream, (responseHeaders) => {
+        stream.respond(responseHeaders, { waitForTrailers: true });
+        stream.once("wantTrailers", () => stream.sendTrailers({ "grpc-status": "2", "grpc-message": "Stream removed" }));
+        // Forward the bytes of the first length-prefixed message (1 flag byte, 4 length bytes),
+        // then end the stream with the front's own status.
+        let buffered = Buffer.alloc(0);
+        const onData = (chunk: Buffer): void => {
+          buffered = Buffer.concat([buffered, chunk]);
+          if (buffered.length < 5) return;
+          const end = 5 + buffered.readUInt32BE(1);
+          if (buffered.length < end) return;
+          upstream.off("data", onData);
+          stream.end(buffered.subarray(0, end));
+          upstream.close(http2.constants.NGHTTP2_CANCEL);
+        };
+        upstream.on("data", onData);
+      }),
+    );
   }
 }
 
