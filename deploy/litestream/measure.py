@@ -7,6 +7,8 @@
 - Restore time for 1,000 objects: deploy/litestream/restore.sh of a whole shard replica.
 - Cost of replication on append throughput: the same 1 KB append loop against two servers in the
   same run, one replicated by Litestream and one not, alternated in rounds.
+- Disk held by WAL files: the same appends to a few objects of each server, then idle until the
+  plain server has emptied its quiet objects' WALs.
 
 Run from the repository root after installing Litestream (docs/operations.md):
     .venv/bin/python deploy/litestream/measure.py [--objects 1000] [--rpo-samples 20] [--json out.json]
@@ -160,16 +162,49 @@ def measure_throughput(replicated: Shard, plain: Shard, rounds: int, seconds: fl
     }
 
 
+def _wal_bytes(data_dir: Path) -> int:
+    return sum(path.stat().st_size for path in data_dir.rglob("*.sqlite-wal"))
+
+
+def measure_wal(replicated: Shard, plain: Shard, objects: int, appends: int) -> dict[str, float]:
+    """Disk held by WAL files: the same appends to `objects` objects of each shard, then idle
+    until the plain shard has emptied its quiet objects' WALs (storage/wal.py), at most 120 s."""
+    keys = [f"wal/{i}" for i in range(objects)]
+    for shard in (replicated, plain):
+        with SessionsClient(shard.address) as client:
+            for key in keys:
+                session = client.object(key).session()
+                for n in range(appends):
+                    session.append_message(text_message(f"w{n}", KB_TEXT))
+    mib = 1024 * 1024
+    written = {shard.name: _wal_bytes(shard.data_dir) / mib for shard in (replicated, plain)}
+    idle_started = time.monotonic()
+    while _wal_bytes(plain.data_dir) and time.monotonic() - idle_started < 120:
+        time.sleep(1)
+    return {
+        "objects": objects,
+        "appends_each": appends,
+        "data_mib": round(sum(p.stat().st_size for p in plain.data_dir.rglob("*.sqlite")) / mib, 1),
+        "wal_mib_after_writes_plain": round(written[plain.name], 1),
+        "wal_mib_after_writes_litestream": round(written[replicated.name], 1),
+        "idle_s": round(time.monotonic() - idle_started),
+        "wal_mib_idle_plain": round(_wal_bytes(plain.data_dir) / mib, 1),
+        "wal_mib_idle_litestream": round(_wal_bytes(replicated.data_dir) / mib, 1),
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--objects", type=int, default=1000)
     parser.add_argument("--rpo-samples", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--round-seconds", type=float, default=5.0)
-    parser.add_argument("--only", choices=["throughput", "rpo", "restore"], action="append")
+    parser.add_argument("--wal-objects", type=int, default=8)
+    parser.add_argument("--wal-appends", type=int, default=600)
+    parser.add_argument("--only", choices=["throughput", "rpo", "restore", "wal"], action="append")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    wanted = set(args.only or ["throughput", "rpo", "restore"])
+    wanted = set(args.only or ["throughput", "rpo", "restore", "wal"])
     work = Path(tempfile.mkdtemp(prefix="sessions-litestream-"))
     s3 = S3Server(work / "s3").start()
     # Above the object count: closing an object stalls while Litestream holds its read lock
@@ -187,6 +222,9 @@ def main() -> int:
         if "throughput" in wanted:
             report["throughput"] = measure_throughput(replicated, plain, args.rounds, args.round_seconds)
             print(json.dumps(report["throughput"]), flush=True)
+        if "wal" in wanted:
+            report["wal"] = measure_wal(replicated, plain, args.wal_objects, args.wal_appends)
+            print(json.dumps(report["wal"]), flush=True)
         if "rpo" in wanted:
             report["rpo"] = measure_rpo(replicated, replicator, s3, work, args.rpo_samples)
             print(json.dumps(report["rpo"]), flush=True)

@@ -24,7 +24,7 @@ from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
 
-from sessions_server.storage import fdlimit
+from sessions_server.storage import fdlimit, wal
 from sessions_server.storage.feed import FeedClosed, FeedHub, Feeds, FeedSettings
 from sessions_server.storage.paths import object_path
 from sessions_server.storage.rows import OutOfDescriptors, StorageError
@@ -61,11 +61,13 @@ class ObjectRegistry:
         feed: FeedSettings | None = None,
         calls_in_flight: Callable[[], int] | None = None,
         commit_executor: Executor | None = None,
+        wal_sweep_seconds: float = wal.TRIM_SWEEP_SECONDS,
     ) -> None:
         """`calls_in_flight` counts the requests the server is handling; with it, the registry
         may open a ready file, and a store may commit a small write or run a quick read, without
         a thread hop when its caller is alone (`_open_store`, `ObjectStore.write`,
-        `ObjectStore.read`)."""
+        `ObjectStore.read`). Every `wal_sweep_seconds` (0: never) quiet objects' WAL files are
+        emptied (storage/wal.py)."""
         self.data_dir = data_dir
         self.feeds = Feeds(feed)
         self._calls_in_flight = calls_in_flight
@@ -83,6 +85,9 @@ class ObjectRegistry:
         self._held: dict[str, asyncio.Event] = {}
         self._open_seconds = 0.0  # running estimate of one open of a ready file
         self.inline_opens = 0  # objects opened on the calling thread
+        self._wal_sweep_seconds = wal_sweep_seconds
+        self._wal_sweep: asyncio.TimerHandle | None = None  # armed by the first open
+        self._swept = False  # close_all ran: no more sweeps
 
     @property
     def open_count(self) -> int:
@@ -174,7 +179,22 @@ class ObjectRegistry:
         self._open[object_key] = store
         store.users += 1
         store.idle.clear()
+        if self._wal_sweep is None:
+            self._arm_wal_sweep()
         return store
+
+    def _arm_wal_sweep(self) -> None:
+        if self._wal_sweep is not None:
+            self._wal_sweep.cancel()  # a sweep called between two of the timer's
+        if self._wal_sweep_seconds > 0 and not self._swept:
+            self._wal_sweep = asyncio.get_running_loop().call_later(self._wal_sweep_seconds, self.sweep_wals)
+
+    def sweep_wals(self) -> None:
+        """Has each open object look whether its WAL file is due to be emptied (the timer calls
+        this; tests call it too)."""
+        for store in self._snapshot():
+            store.sweep_wal()
+        self._arm_wal_sweep()
 
     def _release_opened(self, opening: asyncio.Future[ObjectStore]) -> None:
         if not opening.cancelled() and opening.exception() is None:
@@ -421,6 +441,9 @@ class ObjectRegistry:
 
     async def close_all(self) -> None:
         """Closes every open object (after its queued writes commit)."""
+        self._swept = True
+        if self._wal_sweep is not None:
+            self._wal_sweep.cancel()
         stores = list(self._open.values())
         self._open.clear()
         for store in stores:

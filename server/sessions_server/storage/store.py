@@ -248,6 +248,9 @@ class ObjectStore:
         self._wal_index: wal.WalIndex | None = None  # None: SQLite checkpoints inside commits
         self._checkpoints = wal.CheckpointPolicy()
         self.checkpoints = 0  # checkpoints this store ran after answering writes
+        self._quiet_trim = wal.QuietTrim()
+        self._trim_at: int | None = None  # a WAL trim is due, decided at this commit count
+        self.wal_trims = 0  # WAL files this store emptied while quiet
 
     @classmethod
     def open(
@@ -422,6 +425,13 @@ class ObjectStore:
                 except RuntimeError as exc:  # the executor shut down; queued writes fail below
                     log.warning("object %r: WAL checkpoint not run: %s", self.object_key, exc)
                     self._checkpoints.due = False
+            elif self._trim_at is not None and not self._queue:
+                trim_at, self._trim_at = self._trim_at, None
+                if trim_at == self._commits and not self._closed:  # still quiet
+                    try:
+                        await loop.run_in_executor(self._commit_executor, self._truncate_wal)
+                    except RuntimeError as exc:  # the executor shut down
+                        log.warning("object %r: WAL not emptied: %s", self.object_key, exc)
             elif self._queue:
                 taken = self._queue[:MAX_JOBS_PER_COMMIT]
                 del self._queue[: len(taken)]
@@ -463,6 +473,32 @@ class ObjectStore:
         except sqlite3.Error as exc:
             log.warning("object %r: WAL checkpoint failed: %s", self.object_key, exc)
         self.checkpoints += 1
+        self._checkpoints.after_checkpoint(self._wal_index.frames()[0])
+
+    def sweep_wal(self) -> None:
+        """The registry's periodic look at this object (see storage/wal.py): an object that has
+        been quiet since the last look gets its WAL file emptied, on the writer thread."""
+        if self._closed or self._wal_index is None or self._writing:
+            return  # a write under way: not quiet; the next looks will tell
+        if self._quiet_trim.due(self._commits, lambda: _wal_bytes(self.path)):
+            self._trim_at = self._commits
+            self._start_writer(asyncio.get_running_loop())
+
+    def _truncate_wal(self) -> None:
+        """A TRUNCATE checkpoint that gives up at once rather than wait for a reader or for
+        another connection's write lock (a replicator's)."""
+        assert self._wal_index is not None
+        conn = self._writer
+        try:
+            if self._writer_waits_for_locks:
+                conn.execute("PRAGMA busy_timeout = 0")
+                self._writer_waits_for_locks = False
+            busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+        except sqlite3.Error as exc:
+            log.warning("object %r: WAL not emptied: %s", self.object_key, exc)
+            return
+        if not busy:
+            self.wal_trims += 1
         self._checkpoints.after_checkpoint(self._wal_index.frames()[0])
 
     def _settle(self, batch: list[_Job], outcomes: list[tuple[bool, Any]], events: list[ChangeEvent]) -> None:

@@ -12,12 +12,21 @@ The store learns when it is due from the frame counts in the wal-index (the `-sh
 layout SQLite documents in "WAL-mode File Format", walformat.html): reading its first 100 bytes
 costs one system call per commit. SQLite's own checkpoint stays armed, at a higher mark, should
 these counts ever mislead.
+
+A checkpoint copies the WAL's frames into the database but leaves the WAL file at its size: the
+next writes reuse it from its beginning. So every object that once wrote CHECKPOINT_FRAMES
+frames (about 300 appends of 1 KB at 16 KiB pages) kept a 16 MiB WAL for as long as it stayed
+open, idle or not (8 such objects: 125 MiB of WAL beside 6.4 MiB of data). The registry sweeps
+its open objects every TRIM_SWEEP_SECONDS, and one that has not committed since the last sweep
+and whose WAL file holds TRIM_MIN_BYTES or more has it emptied by a TRUNCATE checkpoint, once
+per quiet spell (`QuietTrim`).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 CHECKPOINT_FRAMES = 1000
@@ -25,6 +34,14 @@ CHECKPOINT_FRAMES = 1000
 
 BACKSTOP_FRAMES = 4 * CHECKPOINT_FRAMES
 """The writer connection's `wal_autocheckpoint` while the store checkpoints by itself."""
+
+TRIM_SWEEP_SECONDS = 30.0
+"""How often the registry looks for quiet objects whose WAL file to empty."""
+
+TRIM_MIN_BYTES = 1024 * 1024
+"""A smaller WAL file is left as it is: an object written now and then would otherwise pay for
+recreating its WAL after every pause (a TRUNCATE checkpoint's two syncs, then the file grown
+again), to give back less than a megabyte."""
 
 # Offsets in the wal-index: the first copy of the header's szPage (the page size; 1 for 65,536),
 # mxFrame (frames in the WAL) and nPage (the database's size in pages as of the last commit), and
@@ -109,3 +126,26 @@ class CheckpointPolicy:
     def after_checkpoint(self, frames: int) -> None:
         self._frames_at_last = frames
         self.due = False
+
+
+class QuietTrim:
+    """Whether a quiet object's WAL file is due to be emptied, from what each sweep sees.
+
+    Quiet: no commit since the previous sweep, so between one and two sweeps without a write.
+    One try per quiet spell: a reader that holds a snapshot then (a replicator such as
+    Litestream always does; a long export) makes the TRUNCATE give up at once, and trying again
+    every sweep would only repeat that."""
+
+    def __init__(self) -> None:
+        self._commits_seen = -1
+        self._tried_at = -1  # the commit count of the spell last tried (or found too small)
+
+    def due(self, commits: int, wal_bytes: Callable[[], int]) -> bool:
+        """`commits`: the store's commit count now; `wal_bytes` measures the WAL file."""
+        if commits != self._commits_seen:
+            self._commits_seen = commits
+            return False
+        if self._tried_at == commits:
+            return False
+        self._tried_at = commits
+        return wal_bytes() >= TRIM_MIN_BYTES

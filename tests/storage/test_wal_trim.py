@@ -1,0 +1,183 @@
+"""Quiet objects give their WAL file back (storage/wal.py `QuietTrim`, `ObjectStore.sweep_wal`).
+
+A checkpoint leaves the WAL file at its size, so an open object that once wrote 1,000 frames
+kept 16 MiB of WAL while idle. The registry looks at its open objects every sweep; one that
+committed nothing since the previous look and whose WAL holds a megabyte or more has it
+emptied by a TRUNCATE checkpoint that never waits for a reader."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
+from pathlib import Path
+
+from sessions_server.storage import wal
+from sessions_server.storage.paths import object_path
+from sessions_server.storage.registry import ObjectRegistry
+from sessions_server.storage.store import ObjectStore, WriteContext
+from tests.storage.test_write_threads import note, opened, stored_notes
+
+NOTE = "x" * 200_000  # about 13 frames at 16 KiB pages
+
+
+def wal_bytes(path: Path) -> int:
+    wal_file = Path(f"{path}-wal")
+    return wal_file.stat().st_size if wal_file.exists() else 0
+
+
+async def fill_wal(store: ObjectStore, path: Path) -> None:
+    while wal_bytes(path) < 2 * wal.TRIM_MIN_BYTES:
+        await store.write(note(NOTE))
+
+
+def test_a_quiet_objects_wal_file_is_emptied_and_grows_again_after(tmp_path: Path) -> None:
+    path = tmp_path / "object.sqlite"
+
+    async def scenario() -> list[int]:
+        sizes = []
+        async with opened(path, None) as store:
+            await fill_wal(store, path)
+            store.sweep_wal()  # the first look: written since any before it
+            await store.settled()
+            sizes.append(wal_bytes(path))
+            store.sweep_wal()  # nothing committed since the last look: quiet
+            await store.settled()
+            sizes.append(wal_bytes(path))
+            await store.write(note("after"))  # the emptied WAL takes writes as before
+            await fill_wal(store, path)
+            store.sweep_wal()
+            store.sweep_wal()
+            await store.settled()
+            sizes.append(wal_bytes(path))
+            assert store.wal_trims == 2
+        return sizes
+
+    first_look, quiet, quiet_again = asyncio.run(scenario())
+    assert first_look >= 2 * wal.TRIM_MIN_BYTES
+    assert quiet == 0
+    assert quiet_again == 0
+    notes = stored_notes(path)
+    assert "after" in notes and len(notes) > 2 * wal.TRIM_MIN_BYTES // len(NOTE)
+
+
+def test_a_write_since_the_last_look_keeps_the_wal(tmp_path: Path) -> None:
+    path = tmp_path / "object.sqlite"
+
+    async def scenario() -> tuple[int, int]:
+        async with opened(path, None) as store:
+            await fill_wal(store, path)
+            store.sweep_wal()
+            await store.write(note("between the looks"))
+            store.sweep_wal()
+            await store.settled()
+            return wal_bytes(path), store.wal_trims
+
+    size, trims = asyncio.run(scenario())
+    assert size >= 2 * wal.TRIM_MIN_BYTES
+    assert trims == 0
+
+
+def test_a_write_queued_behind_the_decision_cancels_the_trim(tmp_path: Path) -> None:
+    """The trim runs on the writer after what is queued; a write that came meanwhile ended the
+    quiet spell, so the WAL stays (and the write commits on the writer, never beside it)."""
+    path = tmp_path / "object.sqlite"
+
+    async def scenario() -> tuple[int, int]:
+        async with opened(path, None) as store:
+            await fill_wal(store, path)
+            store.sweep_wal()
+            store.sweep_wal()  # due: the writer task is started, not yet run
+            await store.write(note("arrived after the decision"))
+            await store.settled()
+            return wal_bytes(path), store.wal_trims
+
+    size, trims = asyncio.run(scenario())
+    assert size >= 2 * wal.TRIM_MIN_BYTES
+    assert trims == 0
+    assert stored_notes(path)[-1] == "arrived after the decision"
+
+
+def test_a_small_wal_is_left_as_it_is(tmp_path: Path) -> None:
+    path = tmp_path / "object.sqlite"
+
+    async def scenario() -> tuple[int, int, int]:
+        async with opened(path, None) as store:
+            await store.write(note("small"))
+            before = wal_bytes(path)
+            store.sweep_wal()
+            store.sweep_wal()
+            await store.settled()
+            return before, wal_bytes(path), store.wal_trims
+
+    before, after, trims = asyncio.run(scenario())
+    assert 0 < before < wal.TRIM_MIN_BYTES
+    assert after == before
+    assert trims == 0
+
+
+def test_a_reader_holding_a_snapshot_keeps_the_wal_and_is_not_waited_for(tmp_path: Path) -> None:
+    """As a replicator's (Litestream's) read transaction does: the TRUNCATE gives up at once,
+    is not tried again in the same quiet spell, and the next spell's try succeeds once the
+    reader is gone."""
+    path = tmp_path / "object.sqlite"
+
+    async def scenario() -> tuple[int, int, int, int]:
+        async with opened(path, None) as store:
+            await fill_wal(store, path)
+            with closing(sqlite3.connect(path, isolation_level=None)) as reader:
+                reader.execute("BEGIN")
+                reader.execute("SELECT count(*) FROM notes").fetchone()
+                store.sweep_wal()
+                store.sweep_wal()  # due: tried, and given up at once
+                await store.settled()
+                held = wal_bytes(path)
+                reader.execute("COMMIT")
+            store.sweep_wal()  # the same quiet spell: not tried again
+            await store.settled()
+            same_spell = wal_bytes(path)
+            tries_then = store.wal_trims
+            await store.write(note("a new spell"))
+            store.sweep_wal()
+            store.sweep_wal()
+            await store.settled()
+            return held, same_spell, tries_then, wal_bytes(path)
+
+    held, same_spell, trims_then, next_spell = asyncio.run(scenario())
+    assert held >= 2 * wal.TRIM_MIN_BYTES
+    assert same_spell == held
+    assert trims_then == 0
+    assert next_spell == 0
+    assert stored_notes(path)[-1] == "a new spell"
+
+
+def test_the_registry_sweeps_its_open_objects_on_a_timer(tmp_path: Path) -> None:
+    executor = ThreadPoolExecutor(max_workers=2)
+    key = "busy-then-quiet"
+
+    def create_notes(ctx: WriteContext) -> None:
+        ctx.conn.execute("CREATE TABLE IF NOT EXISTS notes (body TEXT NOT NULL)")
+
+    async def scenario() -> int:
+        registry = ObjectRegistry(tmp_path, executor, wal_sweep_seconds=0.05)
+        try:
+            async with registry.use(key) as store:
+                await store.write(create_notes)
+                await fill_wal(store, object_path(tmp_path, key))
+            filled = wal_bytes(object_path(tmp_path, key))
+            assert filled >= 2 * wal.TRIM_MIN_BYTES
+            # The timer's sweeps run on this loop: wait (bounded) for the second of them.
+            for _ in range(1000):
+                if store.wal_trims:
+                    break
+                await asyncio.sleep(0.01)
+            await store.settled()
+            return wal_bytes(object_path(tmp_path, key))
+        finally:
+            await registry.close_all()
+
+    try:
+        assert asyncio.run(scenario()) == 0
+    finally:
+        executor.shutdown()
