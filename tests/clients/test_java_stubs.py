@@ -29,7 +29,7 @@ def _maven() -> str:
 def _build(maven: str, out: Path) -> str:
     """Generates the stubs, compiles the program; returns its classpath."""
     classpath_file = out / "classpath.txt"
-    command = [maven, "-q", "-B", "package", "dependency:build-classpath", f"-Dmdep.outputFile={classpath_file}"]
+    command = [maven, "-q", "-B", "compile", "dependency:build-classpath", f"-Dmdep.outputFile={classpath_file}"]
     result = subprocess.run(command, cwd=PROJECT, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     return f"{PROJECT / 'target' / 'classes'}{os.pathsep}{classpath_file.read_text().strip()}"
