@@ -35,6 +35,10 @@ const (
 	ReasonObjectExists       = "OBJECT_EXISTS"
 	ReasonSessionChanged     = "SESSION_CHANGED"
 	ReasonPlanExpired        = "PLAN_EXPIRED"
+	// ReasonObjectDamaged comes with codes.DataLoss: the object's file on the server is damaged
+	// (or is not an object file at all) and every call on the object is refused until an
+	// operator restores or erases it. Permanent: never retried.
+	ReasonObjectDamaged      = "OBJECT_DAMAGED"
 	errorDomain              = "sessions.v1"
 	codeUnavailable          = codes.Unavailable
 	streamEndedInsideMessage = "stream ended inside a message (more_pieces was true)"

@@ -69,7 +69,8 @@ func TestReasonConstantsAreInTheContract(t *testing.T) {
 		ReasonObjectKeyMismatch, ReasonInvalidStream, ReasonDraining, ReasonStorageFailure,
 		ReasonLimitExceeded, ReasonStorageFull, ReasonNotFound, ReasonNoSummarizer,
 		ReasonUnauthenticated, ReasonPermissionDenied, ReasonInternal, ReasonFailedPrecondition,
-		ReasonObjectNotOwned, ReasonObjectMoving,
+		ReasonObjectNotOwned, ReasonObjectMoving, ReasonServerBusy,
+		ReasonObjectExists, ReasonSessionChanged, ReasonPlanExpired, ReasonObjectDamaged,
 	} {
 		if _, ok := pb.ErrorReason_value["ERROR_REASON_"+reason]; !ok {
 			t.Errorf("reason %s is not in the ErrorReason enum", reason)

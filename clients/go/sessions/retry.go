@@ -190,7 +190,9 @@ func retryClassOf(method string, clientStreams bool) retryClass {
 	return retryRefused
 }
 
-// retryable reports whether a method of the class may be tried again after err.
+// retryable reports whether a method of the class may be tried again after err. Anything not
+// named here is final: DATA_LOSS with ReasonObjectDamaged above all (a damaged object file stays
+// damaged until an operator acts), and STORAGE_FAILURE.
 func retryable(class retryClass, err *Error) bool {
 	switch {
 	case err.Code == codes.Unavailable && (err.Reason == ReasonDraining || err.Reason == ReasonObjectMoving):

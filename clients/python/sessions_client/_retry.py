@@ -6,6 +6,8 @@ again whatever the method. A connection that fails (server restarting, proxy una
 shard) leaves the request's fate unknown: only methods that are safe to repeat are tried again
 then. So does a call the server's stop cut (CANCELLED without a reason: gRPC cancels the calls
 that reached it as it stops, though the drain refused those before with DRAINING).
+Nothing else is tried again: DATA_LOSS with OBJECT_DAMAGED above all (the object's file on the
+server is damaged, and stays so until an operator restores or erases it), nor STORAGE_FAILURE.
 """
 
 from __future__ import annotations

@@ -1090,7 +1090,11 @@ function refusedBeforeActing(error: SessionsError): boolean {
   return error.code === "RESOURCE_EXHAUSTED" && error.reason === "SERVER_BUSY";
 }
 
-/** Whether `error` ended an attempt of `method` in a way that another attempt may cure. */
+/**
+ * Whether `error` ended an attempt of `method` in a way that another attempt may cure. Never
+ * DATA_LOSS with OBJECT_DAMAGED (the object's file on the server is damaged, and stays so until an
+ * operator restores or erases it), nor STORAGE_FAILURE: neither is named below.
+ */
 function retryable(method: string, error: SessionsError): boolean {
   // The certificates (or their absence) that made TLS fail will be the same on the next attempt.
   if (TLS_FAILURES.has(error)) return false;

@@ -71,6 +71,54 @@ class StorageFailure(SessionsError):
     reason = "STORAGE_FAILURE"
 
 
+class DataLoss(SessionsError):
+    """The object's stored data cannot be served: its file is damaged, or is not an object file
+    at all. Nothing was read from it or written to it; retrying cannot help, an operator must
+    act (DATA_LOSS)."""
+
+    reason = "OBJECT_DAMAGED"
+
+
+def object_damaged(relative_path: str, detail: str, *, foreign: bool) -> DataLoss:
+    """The answer to every call on an object whose file SQLite reports corrupt or not a database
+    (`detail`, SQLite's words), or which is another program's SQLite database (`foreign`): what
+    the operator does about it."""
+    if foreign:
+        what = (
+            f"the file at the object's path ({relative_path}) is not a Sessions object file: it is another "
+            "program's SQLite database, holding neither this service's tables nor upstream's. It was left as it is"
+        )
+        remedy = (
+            "on the server, move that file out of the data directory, or restore the object's own file from a "
+            "backup or replica (ImportObject with replace), or erase the key (DeleteObject with erase)"
+        )
+    else:
+        what = (
+            f"the object's file ({relative_path}) is damaged: SQLite reports it corrupt or not a database "
+            f"({detail}). Nothing was read from it or written to it"
+        )
+        remedy = (
+            "restore the object from a backup or replica (ImportObject with replace), or erase it (DeleteObject "
+            "with erase) to start it afresh"
+        )
+    return DataLoss(
+        f"{what}, and every call on this object is refused until an operator acts: {remedy}. Retrying will not help",
+        file=relative_path,
+    )
+
+
+def permission_denied(relative_path: str) -> StorageFailure:
+    """The answer to an object's file the server may not open: its mode or owner (or its
+    directory's) keep the server's user out. UNAVAILABLE with STORAGE_FAILURE, as the operator
+    can fix it without the caller."""
+    return StorageFailure(
+        f"could not open the object's file ({relative_path}) for lack of permission: the server's user may not "
+        "read and write it, or write to its directory; nothing was written. The server's operator fixes the "
+        "owner or mode of the file or its directory",
+        file=relative_path,
+    )
+
+
 def storage_failure(message: str, *, out_of_space: bool) -> SessionsError:
     """The answer to a storage failure: out of space (the disk, or the file size limit) is
     RESOURCE_EXHAUSTED with STORAGE_FULL, anything else UNAVAILABLE with STORAGE_FAILURE."""

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from sessions_server.domain import large_messages, messages
 from sessions_server.domain.chunking import utf8_length
 from sessions_server.domain.compactor import forget_estimate
-from sessions_server.domain.errors import FailedPrecondition, InvalidArgument, storage_failure
+from sessions_server.domain.errors import FailedPrecondition, InvalidArgument
 from sessions_server.domain.limits import Limits, check_room
 from sessions_server.storage import queries
 from sessions_server.storage.feed import ChangeEvent
@@ -237,9 +237,11 @@ class Importer:
                 continue  # after the failure: nothing of these was written
             try:
                 inserted = future.result()
-            except StorageError as exc:
+            except StorageError:
+                # Answered by the object's opener (`SessionsService._opened`), as any call's: a
+                # damaged file is refused DATA_LOSS, the disk's failures logged.
                 self._reported = True
-                raise storage_failure(str(exc), out_of_space=exc.out_of_space) from exc
+                raise
             except BaseException:
                 self._reported = True
                 raise

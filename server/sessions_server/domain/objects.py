@@ -31,6 +31,8 @@ from sessions_server.domain.errors import (
     SessionsError,
     Unavailable,
     file_of_another_object,
+    object_damaged,
+    permission_denied,
     storage_failure,
 )
 from sessions_server.domain.limits import RESPONSE_PAYLOAD_BYTES, check_size, exceeded
@@ -41,7 +43,14 @@ from sessions_server.storage.move_holds import Arrival, Arrivals, Departure, Dep
 from sessions_server.storage.moved import MovedObjects
 from sessions_server.storage.paths import is_object_file_name, object_file_name, object_path
 from sessions_server.storage.registry import ObjectRegistry
-from sessions_server.storage.rows import OutOfDescriptors, StorageError, StoreClosed, is_out_of_space
+from sessions_server.storage.rows import (
+    ObjectDamaged,
+    OutOfDescriptors,
+    StorageError,
+    StoreClosed,
+    is_out_of_space,
+    shortened,
+)
 from sessions_server.storage.schema import ObjectKeyConflict
 from sessions_server.storage.store import ObjectStore
 
@@ -53,6 +62,11 @@ MAX_LEASE_SECONDS = 86_400  # a lock that outlives its mover by days only blocks
 MAX_MOVED_TO_BYTES = 1024
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
+# A storage failure is logged at ERROR at most once per object in this many seconds: a client
+# calling again and again on a damaged object must not flood the log.
+FAILURE_LOG_SECONDS = 60.0
+MAX_FAILURE_LOG_KEYS = 4096  # objects whose last logged failure is remembered, past which old ones go
+SQLITE_DETAIL_CHARS = 200  # of SQLite's words quoted to the caller
 T = TypeVar("T")
 
 
@@ -138,6 +152,7 @@ class ObjectAdmin:
         self._copies: dict[str, _SharedCopy] = {}  # the newest copy of each object being exported
         self._copies_held: dict[str, int] = {}  # copies of each object that exports still use
         self._room = ScratchRoom(registry.data_dir / datadir.SCRATCH_DIR_NAME)
+        self._failures_logged: dict[str, float] = {}  # object key: when its last failure was logged
 
     def _restore_departures(self) -> None:
         """Takes back the move locks held across the restart, for what is left of each lease
@@ -249,7 +264,7 @@ class ObjectAdmin:
                 if lock_for_move:
                     self._release(object_key, lock)  # the object takes writes again
                 if isinstance(exc, StorageError):
-                    raise storage_failure(str(exc), out_of_space=exc.out_of_space) from None
+                    raise self.open_failure(exc, object_key) from None
                 raise
         sent = False
         try:
@@ -336,11 +351,13 @@ class ObjectAdmin:
             async with self._registry.use_existing(object_key, again) as store:
                 yield store
         except (StorageError, ObjectKeyConflict) as exc:
-            raise self.open_failure(exc) from None
+            raise self.open_failure(exc, object_key) from None
 
-    def open_failure(self, exc: StorageError | ObjectKeyConflict) -> SessionsError:
+    def open_failure(self, exc: StorageError | ObjectKeyConflict, object_key: str) -> SessionsError:
         """The answer to a store failing as it is opened or used: whatever a call was doing,
-        the same failure gets the same code and reason."""
+        the same failure gets the same code and reason. A failure of the disk or the file is
+        logged (`note_storage_failure`); a damaged file's object is quarantined (the store or
+        the registry has done so where it found the damage; an export's copy has not)."""
         if isinstance(exc, StoreClosed):
             return Unavailable(f"{exc} (replaced or removed, or the server stopping); retry", reason="OBJECT_MOVING")
         if isinstance(exc, OutOfDescriptors):  # refused before anything was done, as a busy server refuses
@@ -350,7 +367,64 @@ class ObjectAdmin:
             # The key the file records stays in the log: the caller's token may not grant it.
             log.warning("%s records object key %r, not %r: left alone", path, exc.recorded_key, exc.object_key)
             return file_of_another_object(str(path.relative_to(self.data_dir)))
-        return storage_failure(str(exc), out_of_space=exc.out_of_space)
+        relative = self.relative_file(object_key)
+        if isinstance(exc, ObjectDamaged):
+            self._registry.quarantine(object_key, exc)
+            self.note_storage_failure(object_key, exc.operation, str(exc), damaged=True)
+            return object_damaged(relative, shortened(str(exc), SQLITE_DETAIL_CHARS), foreign=exc.foreign)
+        self.note_storage_failure(object_key, exc.operation, str(exc))
+        if exc.permission_denied:
+            return permission_denied(relative)
+        return storage_failure(self.without_paths(str(exc)), out_of_space=exc.out_of_space)
+
+    def relative_file(self, object_key: str) -> str:
+        """The object's file as its path inside the data directory: what errors name (the
+        server's own paths are not the caller's business)."""
+        return str(object_path(self.data_dir, object_key).relative_to(self.data_dir))
+
+    def without_paths(self, text: str) -> str:
+        """`text` (an OS or SQLite error) with the data directory's absolute path taken out of
+        the paths it names: they become relative to the data directory."""
+        for prefix in {str(self.data_dir.absolute()), str(self.data_dir.resolve()), str(self.data_dir)}:
+            if prefix not in ("", "."):
+                text = text.replace(prefix.rstrip("/") + "/", "")
+        return text
+
+    def note_storage_failure(self, object_key: str, operation: str, detail: str, *, damaged: bool = False) -> None:
+        """Logs a failure of the disk or of an object's file at ERROR, at most once per object
+        per FAILURE_LOG_SECONDS (its later calls are refused the same way, unlogged), with what
+        the operator needs: the key, its file (relative to the data directory), the operation
+        and SQLite's or the OS's own words. Alert on these lines: "object damaged: ..." and
+        "storage failure: ..." (logger `sessions.objects`)."""
+        now = time.monotonic()
+        logged = self._failures_logged
+        last = logged.get(object_key)
+        if last is not None and now - last < FAILURE_LOG_SECONDS:
+            return
+        if len(logged) >= MAX_FAILURE_LOG_KEYS:  # the stale ones go (oldest first), else the older half
+            stale = [key for key, when in logged.items() if now - when >= FAILURE_LOG_SECONDS]
+            for key in stale or list(logged)[: MAX_FAILURE_LOG_KEYS // 2]:
+                del logged[key]
+        logged.pop(object_key, None)
+        logged[object_key] = now  # newest last
+        relative = self.relative_file(object_key)
+        if damaged:
+            log.error(
+                "object damaged: object %r, file %s, during %s: %s; every call on it is refused (DATA_LOSS, "
+                "OBJECT_DAMAGED) until it is restored (ImportObject with replace) or erased (DeleteObject with erase)",
+                object_key,
+                relative,
+                operation or "a call",
+                detail,
+            )
+        else:
+            log.error(
+                "storage failure: object %r, file %s, during %s: %s",
+                object_key,
+                relative,
+                operation or "a call",
+                detail,
+            )
 
     def _release(self, object_key: str, lock: _MoveLock) -> None:
         """Drops `lock`, if it is still the object's (not another export's since)."""
@@ -429,6 +503,7 @@ class ObjectAdmin:
                         hold = await self._hold_arrival(object_key, earlier) if hold_for_move else ""
                         try:
                             rows = await _finish_in_thread(self._install, partial, object_key, replace)
+                            self._registry.forget_damage(object_key)  # replaced: a damaged file is gone
                         except BaseException:
                             if hold:  # nothing arrived: the key is as it was
                                 await self._end_arrival(object_key, earlier)
@@ -450,8 +525,10 @@ class ObjectAdmin:
                 detail = str(exc).replace(str(partial), "it")
                 raise InvalidArgument(f"the received file cannot be served: {detail}", field="data") from None
         except (OSError, StorageError) as exc:  # the disk (full, failing), not the file
+            self.note_storage_failure(object_key, "import", str(exc))
             raise storage_failure(
-                f"the received file could not be stored: {exc}", out_of_space=is_out_of_space(exc)
+                f"the received file could not be stored: {self.without_paths(str(exc))}",
+                out_of_space=is_out_of_space(exc),
             ) from None
         finally:
             partial.unlink(missing_ok=True)
@@ -638,8 +715,10 @@ class ObjectAdmin:
             await asyncio.to_thread(self._moved.record, object_key, moved_to)
         except OSError as exc:
             self._moved.refuse(object_key, before)
+            self.note_storage_failure(object_key, "recording the move", str(exc))
             raise storage_failure(
-                f"the move could not be recorded, nothing was deleted: {exc}", out_of_space=is_out_of_space(exc)
+                f"the move could not be recorded, nothing was deleted: {self.without_paths(str(exc))}",
+                out_of_space=is_out_of_space(exc),
             ) from None
         existed = await self._remove_files(object_key)
         with contextlib.suppress(OSError):  # a restart drops a lock whose key is recorded as moved
@@ -651,7 +730,9 @@ class ObjectAdmin:
     async def _remove_files(self, object_key: str) -> bool:
         async with self._registry.closed(object_key):  # its subscriptions end, its calls wait
             path = object_path(self.data_dir, object_key)
-            return await asyncio.to_thread(files.remove_object_files, path, self.data_dir / datadir.SCRATCH_DIR_NAME)
+            existed = await asyncio.to_thread(files.remove_object_files, path, self.data_dir / datadir.SCRATCH_DIR_NAME)
+            self._registry.forget_damage(object_key)  # its file is gone, damaged or not
+            return existed
 
 
 async def _finish_in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:

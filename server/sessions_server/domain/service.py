@@ -253,7 +253,10 @@ class SessionsService:
                     await check_room(store, 0, self.limits.max_object_bytes)
                 yield store
         except (StorageError, ObjectKeyConflict) as exc:
-            raise self.objects.open_failure(exc) from exc
+            raise self.objects.open_failure(exc, object_key) from exc
+        except StorageFailure as exc:  # found by the domain (a row missing), not by SQLite
+            self.objects.note_storage_failure(object_key, "a read", exc.message)
+            raise
         except StoredRowUnreadable as exc:
             raise FailedPrecondition(str(exc), reason="INVALID_MESSAGE") from exc
         except InlineTooLarge as exc:

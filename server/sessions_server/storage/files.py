@@ -24,7 +24,13 @@ import orjson
 from sessions_server.storage import import_checks, queries, schema
 from sessions_server.storage.datadir import SCRATCH_DIR_NAME, sync_directories
 from sessions_server.storage.paths import FILE_SUFFIX, OBJECTS_DIR, object_path
-from sessions_server.storage.rows import StorageError, has_message_fields, shortened
+from sessions_server.storage.rows import (
+    ObjectDamaged,
+    StorageError,
+    damage_or_failure,
+    has_message_fields,
+    shortened,
+)
 
 
 class StoreImportError(Exception):
@@ -174,6 +180,10 @@ def import_store_file(
         with contextlib.suppress(FileNotFoundError):
             partial.unlink()
         raise StoreImportError(f"{source} {exc}") from None
+    except ObjectDamaged as exc:  # another program's database: served, it would be taken over
+        with contextlib.suppress(FileNotFoundError):
+            partial.unlink()
+        raise StoreImportError(f"{source} is {exc}") from None
     except (StoreImportError, OSError):
         with contextlib.suppress(FileNotFoundError):
             partial.unlink()
@@ -388,7 +398,7 @@ def snapshot_object(source: Path, scratch_dir: Path) -> Path:
             dst.close()
     except (sqlite3.Error, OSError) as exc:
         copy.unlink(missing_ok=True)  # a partial copy would only take more of a full disk
-        raise StorageError(f"could not copy the object: {exc}", cause=exc) from exc
+        raise damage_or_failure(exc, f"could not copy the object: {exc}", "export copy") from exc
     return copy
 
 

@@ -9,12 +9,22 @@ store: a subscription holds the hub alone, so subscribers keep no file open (an 
 evicted under them and reopened by the next write, its revisions going on), and subscribing to
 an object never written creates nothing. A hub goes when its object is closed and nobody
 subscribes.
+
+A damaged object is quarantined here, by key: once SQLite reports its file corrupt or not a
+database (on open, a read or a write), or the file proves to be another program's database,
+every later call on the key is refused with ObjectDamaged before anything opens or touches the
+file, also after its store closed (it is closed as soon as its calls are done). The key stays
+refused until the file is erased or replaced (`forget_damage`, called by DeleteObject and
+ImportObject once they are done) or is gone from the disk; a restart forgets it, and the next
+call to meet the damage quarantines the object again. The set holds one entry per damaged file
+on disk, so it grows no faster than damaged files do, and shrinks as they are dealt with.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import sqlite3
 import time
@@ -27,7 +37,13 @@ from typing import Any
 from sessions_server.storage import fdlimit, wal
 from sessions_server.storage.feed import FeedClosed, FeedHub, Feeds, FeedSettings
 from sessions_server.storage.paths import object_path
-from sessions_server.storage.rows import OutOfDescriptors, StorageError
+from sessions_server.storage.rows import (
+    ObjectDamaged,
+    OutOfDescriptors,
+    StorageError,
+    is_damage,
+    permission_denied_on,
+)
 from sessions_server.storage.store import ObjectStore, recent_estimate
 from sessions_server.storage.watches import ChangeWatch, ChangeWatches
 
@@ -83,6 +99,8 @@ class ObjectRegistry:
         # Of keys a compaction watches: kept through closes and hubs (each hub of the key gets them).
         self._watches: dict[str, ChangeWatches] = {}
         self._held: dict[str, asyncio.Event] = {}
+        # Keys whose files are damaged or foreign, with what was found (see the module docstring).
+        self._damaged: dict[str, ObjectDamaged] = {}
         self._open_seconds = 0.0  # running estimate of one open of a ready file
         self.inline_opens = 0  # objects opened on the calling thread
         self._wal_sweep_seconds = wal_sweep_seconds
@@ -125,7 +143,43 @@ class ObjectRegistry:
         store.users -= 1
         if store.users == 0:
             store.idle.set()
+            if store.damaged is not None:  # refused from now on: its files need not stay open
+                self._evict_damaged(store)
         self._evict_idle()
+
+    def _evict_damaged(self, store: ObjectStore) -> None:
+        key = store.object_key
+        if self._open.get(key) is store and not store.busy and key not in self._held:
+            del self._open[key]
+            self._closing[key] = store
+            task = asyncio.get_running_loop().create_task(self._close_evicted(key, store))
+            self._closes.add(task)
+            task.add_done_callback(self._closes.discard)
+
+    # ── damaged objects ─────────────────────────────────────────────────────
+
+    def quarantine(self, object_key: str, damage: ObjectDamaged) -> None:
+        """Refuses the object from now on (see the module docstring). Safe on any thread: one
+        dict assignment."""
+        self._damaged.setdefault(object_key, damage)
+
+    def _quarantine_from(self, object_key: str, store: ObjectStore, damage: ObjectDamaged) -> None:
+        """A store's `on_damage`: quarantines its key while the store is still the key's (a
+        store closed for an erase or a replacement may finish a read of the old file)."""
+        if self._open.get(object_key) is store or self._closing.get(object_key) is store:
+            self.quarantine(object_key, damage)
+
+    def forget_damage(self, object_key: str) -> None:
+        """The object's file was erased or replaced: calls on the key open it again."""
+        self._damaged.pop(object_key, None)
+
+    def damage(self, object_key: str) -> ObjectDamaged | None:
+        """What was found wrong with the object's file, if it is quarantined."""
+        return self._damaged.get(object_key)
+
+    @property
+    def damaged_count(self) -> int:
+        return len(self._damaged)
 
     async def _acquire(self, object_key: str, check: Callable[[], None] | None, *, create: bool) -> ObjectStore | None:
         first_pass = True
@@ -137,6 +191,11 @@ class ObjectRegistry:
             if held is not None:
                 await held.wait()
                 continue
+            damage = self._damaged.get(object_key)
+            if damage is not None:
+                if object_path(self.data_dir, object_key).exists():
+                    raise damage.again("open")
+                del self._damaged[object_key]  # removed by hand: the key starts afresh
             store = self._open.get(object_key)
             if store is not None:
                 self._open.move_to_end(object_key)
@@ -177,6 +236,7 @@ class ObjectRegistry:
             raise
         del self._opening[object_key]
         self._open[object_key] = store
+        store.on_damage = functools.partial(self._quarantine_from, object_key, store)
         store.users += 1
         store.idle.clear()
         if self._wal_sweep is None:
@@ -204,13 +264,28 @@ class ObjectRegistry:
         """Opens the object's file (`_open_file`). When the process is out of file descriptors,
         closes half of the idle objects and raises OutOfDescriptors: below `max_open` nothing
         else would ever close them, and every later open would fail too."""
+        path = object_path(self.data_dir, object_key)
         try:
             return await self._open_file(object_key)
+        except ObjectDamaged as exc:  # another program's database (`schema.initialize`)
+            self.quarantine(object_key, exc)
+            raise
         except (OSError, sqlite3.Error) as exc:
-            if not fdlimit.is_out_of_descriptors(exc, object_path(self.data_dir, object_key)):
+            if is_damage(exc):
+                damage = ObjectDamaged(str(exc), cause=exc, operation="open")
+                self.quarantine(object_key, damage)
+                raise damage from exc
+            if permission_denied_on(path, exc):
+                raise StorageError(
+                    f"could not open the object's file for lack of permission: {exc}",
+                    cause=exc,
+                    operation="open",
+                    permission_denied=True,
+                ) from exc
+            if not fdlimit.is_out_of_descriptors(exc, path):
                 # A storage failure as any write's (a full disk when the file is made, say), not
                 # an error of the server's own.
-                raise StorageError(f"could not open the object's file: {exc}", cause=exc) from exc
+                raise StorageError(f"could not open the object's file: {exc}", cause=exc, operation="open") from exc
             opened = len(self._open)
             self._evict_idle(down_to=opened // 2)
             raise OutOfDescriptors(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 import sqlite3
 import sys
 from dataclasses import dataclass
@@ -175,9 +176,42 @@ class StorageError(Exception):
     let a file grow, which freeing space cures, as opposed to a failing disk. As far as the
     error tells: SQLite reports a write the file size limit refused outright as an I/O error."""
 
-    def __init__(self, message: str, *, cause: BaseException | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        cause: BaseException | None = None,
+        operation: str = "",
+        permission_denied: bool | None = None,
+    ) -> None:
         super().__init__(message)
         self.out_of_space = cause is not None and is_out_of_space(cause)
+        # What the store was doing ("open", "read", "write", ...): for the server's log.
+        self.operation = operation
+        # The OS refused the file for lack of permission (its mode, its owner): the operator's
+        # to fix, and the message says so.
+        if permission_denied is None:
+            permission_denied = cause is not None and is_permission_denied(cause)
+        self.permission_denied = permission_denied
+
+
+class ObjectDamaged(StorageError):
+    """The object's file cannot be served as it is: SQLite reports it corrupt or not a database
+    (`damage_code`), or it is another program's SQLite database (`foreign`). Nothing was written
+    to it; the registry refuses the object from then on without touching the file, until it is
+    erased or replaced (`ObjectRegistry.forget_damage`). `str()` is SQLite's (or the schema
+    check's) own words, for the server's log."""
+
+    def __init__(
+        self, message: str, *, cause: BaseException | None = None, operation: str = "", foreign: bool = False
+    ) -> None:
+        super().__init__(message, cause=cause, operation=operation, permission_denied=False)
+        self.foreign = foreign
+
+    def again(self, operation: str) -> ObjectDamaged:
+        """The same refusal for a later call (a new exception: raising one instance over and
+        over would grow its traceback with every call)."""
+        return ObjectDamaged(str(self), operation=operation, foreign=self.foreign)
 
 
 class OutOfDescriptors(StorageError):
@@ -215,6 +249,59 @@ def is_out_of_space(exc: BaseException) -> bool:
     if isinstance(exc, OSError):
         return exc.errno in _OUT_OF_SPACE_ERRNOS
     return False
+
+
+# SQLite's primary result codes for a file that is damaged (a page that does not parse, a file
+# cut short) or is no database at all (a garbage header, another kind of file).
+_DAMAGE_CODES: Final = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
+
+
+def is_damage(exc: BaseException) -> bool:
+    """Whether `exc` is SQLite reporting the file corrupt or not a database: by its result code,
+    never by the words of the message."""
+    if isinstance(exc, ObjectDamaged):
+        return True
+    return isinstance(exc, sqlite3.Error) and getattr(exc, "sqlite_errorcode", 0) & 0xFF in _DAMAGE_CODES
+
+
+def damage_or_failure(exc: BaseException, message: str, operation: str) -> StorageError:
+    """The StorageError for a failure of SQLite (or the OS) during `operation`: ObjectDamaged
+    when the file is damaged (`is_damage`), else a StorageError saying `message`."""
+    if isinstance(exc, StorageError):
+        return exc
+    if is_damage(exc):
+        return ObjectDamaged(str(exc), cause=exc, operation=operation)
+    return StorageError(message, cause=exc, operation=operation)
+
+
+def is_permission_denied(exc: BaseException) -> bool:
+    """Whether `exc` is the OS refusing a file for lack of permission. SQLite reports that as
+    SQLITE_CANTOPEN ("unable to open database file") for the database, or SQLITE_READONLY
+    ("attempt to write a readonly database"), which other causes share: the caller checks the
+    file (`permission_denied_on`)."""
+    if isinstance(exc, StorageError):
+        return exc.permission_denied
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.EACCES, errno.EPERM)
+    return False
+
+
+def permission_denied_on(path: Any, exc: BaseException) -> bool:
+    """Whether SQLite's failure to open or write `path` (SQLITE_CANTOPEN, SQLITE_READONLY, or an
+    OSError) comes from the file's or its directory's permissions: the process lacks read and
+    write access to the file, or write access to its directory (where the -wal and -shm files
+    go)."""
+    if is_permission_denied(exc):
+        return True
+    code = getattr(exc, "sqlite_errorcode", 0) & 0xFF if isinstance(exc, sqlite3.Error) else 0
+    if code not in (sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM, sqlite3.SQLITE_AUTH):
+        return False
+    try:
+        if os.path.exists(path) and not os.access(path, os.R_OK | os.W_OK):
+            return True
+        return not os.access(os.path.dirname(path) or ".", os.W_OK | os.X_OK)
+    except (OSError, ValueError):
+        return False
 
 
 def utf8_length(text: str) -> int:

@@ -14,6 +14,7 @@ import contextlib
 import sqlite3
 
 from sessions_server.storage.queries import FTS_LOOKUP_DDL, message_text_sql, use_json_text_function
+from sessions_server.storage.rows import ObjectDamaged, shortened
 
 # New files get 16 KiB pages: at 4 KiB, upstream's ~1 KB WITHOUT ROWID rows spill to overflow
 # pages (4.7 KB on disk per message, 2-3x slower scans). Page size is not part of the format.
@@ -160,9 +161,31 @@ def is_ready(conn: sqlite3.Connection, object_key: str, *, busy_timeout_ms: int 
     return _is_current(conn, object_key)
 
 
+# Names (prefixes) of what a file this service, upstream, or an older upstream (the legacy
+# `assistant_*` tables) wrote holds: a file with none of them is another program's database.
+OWN_NAME_PREFIXES = ("_sessions_", "cf_agents_", "cf_ai_", "_cf_", "assistant_")
+
+
+def is_foreign(names: set[str]) -> bool:
+    """Whether a file whose schema holds `names` is another program's SQLite database: it holds
+    something (SQLite's own `sqlite_*` tables aside), none of it this service's or upstream's.
+    An empty file (0 bytes, or a database with no schema yet) is a new object's."""
+    theirs = {name for name in names if not name.startswith("sqlite_")}
+    return bool(theirs) and not any(name.startswith(OWN_NAME_PREFIXES) for name in theirs)
+
+
 def initialize(conn: sqlite3.Connection, object_key: str) -> None:
-    """Creates or upgrades the schema, checks the recorded key, and runs the legacy lift."""
+    """Creates or upgrades the schema, checks the recorded key, and runs the legacy lift.
+    Raises ObjectDamaged, having changed nothing, for another program's database (`is_foreign`):
+    serving it would write this service's tables into it and take it over."""
     names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+    if is_foreign(names):  # before anything writes (switching to WAL writes the file's header)
+        shown = ", ".join(shortened(name, 64) for name in sorted(names)[:5]) + (", ..." if len(names) > 5 else "")
+        raise ObjectDamaged(
+            f"not a Sessions object file: its schema holds neither this service's tables nor upstream's ({shown})",
+            operation="open",
+            foreign=True,
+        )
     if not names:
         conn.execute(f"PRAGMA page_size = {NEW_FILE_PAGE_SIZE}")
     elif "_sessions_meta" in names:

@@ -38,6 +38,12 @@ everything takes the threads.
   removes the -wal and -shm files). When many objects take turns (an LRU eviction per cold
   request), the close on the executor cost a request 0.3 ms more server CPU.
 
+When SQLite reports the file corrupt or not a database (a read, a job, a commit), the store is
+marked `damaged` and the registry told (it quarantines the key, storage/registry.py): the batch
+under way is rolled back and every job in it refused, and from then on reads and writes are
+refused with ObjectDamaged before they touch the file; checkpoints stop, and the close writes
+nothing.
+
 The tail of a session (its newest row and the next seq) is cached, since finding it scans the
 session's rows. Jobs see a batch-local view; the shared cache changes only after COMMIT, and a
 failed COMMIT drops the batch's view, so nothing cached ever reflects a rolled-back write.
@@ -64,6 +70,7 @@ from sessions_server.storage.feed import ChangeEvent, FeedHub
 from sessions_server.storage.rows import (
     AppendOutcome,
     NewRow,
+    ObjectDamaged,
     OutOfDescriptors,
     Parent,
     QueryInterrupted,
@@ -73,6 +80,9 @@ from sessions_server.storage.rows import (
     StoredMessage,
     StoredRowUnreadable,
     UpdateOutcome,
+    damage_or_failure,
+    is_damage,
+    permission_denied_on,
 )
 from sessions_server.storage.watches import Changed, ChangeWatch
 
@@ -251,6 +261,12 @@ class ObjectStore:
         self._quiet_trim = wal.QuietTrim()
         self._trim_at: int | None = None  # a WAL trim is due, decided at this commit count
         self.wal_trims = 0  # WAL files this store emptied while quiet
+        # Set once SQLite reported the file damaged (`_failed`): from then on every read and
+        # write is refused without touching the file, and the close writes nothing to it.
+        self.damaged: ObjectDamaged | None = None
+        # Told of the damage as it is found, on whichever thread found it (the registry keeps
+        # the object refused after this store closes).
+        self.on_damage: Callable[[ObjectDamaged], None] | None = None
 
     @classmethod
     def open(
@@ -354,6 +370,8 @@ class ObjectStore:
         until the file is measured again."""
         if self._closed:
             raise StoreClosed("the object was closed while this call used it")
+        if self.damaged is not None:
+            raise self.damaged.again("write")
         if self.write_gate is not None:
             self.write_gate()  # raises to refuse: checked as the job is queued, not before
         self._grown_since_measured += grows
@@ -468,9 +486,13 @@ class ObjectStore:
     def _checkpoint(self) -> None:
         """The WAL checkpoint SQLite would have run inside the last commit (see storage/wal.py)."""
         assert self._wal_index is not None
+        if self.damaged is not None:  # nothing more goes into a damaged file
+            self._checkpoints.due = False
+            return
         try:
             self._writer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
         except sqlite3.Error as exc:
+            self._failed(exc, "", "checkpoint")
             log.warning("object %r: WAL checkpoint failed: %s", self.object_key, exc)
         self.checkpoints += 1
         self._checkpoints.after_checkpoint(self._wal_index.frames()[0])
@@ -478,7 +500,7 @@ class ObjectStore:
     def sweep_wal(self) -> None:
         """The registry's periodic look at this object (see storage/wal.py): an object that has
         been quiet since the last look gets its WAL file emptied, on the writer thread."""
-        if self._closed or self._wal_index is None or self._writing:
+        if self._closed or self._wal_index is None or self._writing or self.damaged is not None:
             return  # a write under way: not quiet; the next looks will tell
         if self._quiet_trim.due(self._commits, lambda: _wal_bytes(self.path)):
             self._trim_at = self._commits
@@ -495,6 +517,7 @@ class ObjectStore:
                 self._writer_waits_for_locks = False
             busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
         except sqlite3.Error as exc:
+            self._failed(exc, "", "checkpoint")
             log.warning("object %r: WAL not emptied: %s", self.object_key, exc)
             return
         if not busy:
@@ -532,6 +555,10 @@ class ObjectStore:
         conn = self._writer
         ctx = WriteContext(conn, self._tails)
         outcomes: list[tuple[bool, Any]] = []
+        if self.damaged is not None:  # found by an earlier job (of this batch's rounds, or a read)
+            if begun:
+                self._roll_back()
+            return [(False, self.damaged.again("write")) for _ in batch], []
         if not begun:
             try:
                 if not self._writer_waits_for_locks:
@@ -539,7 +566,7 @@ class ObjectStore:
                     self._writer_waits_for_locks = True
                 conn.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
-                failure = StorageError(f"could not start a write transaction: {exc}", cause=exc)
+                failure = self._failed(exc, f"could not start a write transaction: {exc}", "write")
                 return [(False, failure) for _ in batch], []
         # A lone job needs no savepoint: if it fails, the whole transaction is its to roll back.
         alone = len(batch) == 1
@@ -556,8 +583,12 @@ class ObjectStore:
                     value = job.run(ctx)
                     conn.execute("RELEASE job")
             except BaseException as exc:
+                if is_damage(exc):
+                    # The file is damaged: nothing of the batch commits (the jobs before this
+                    # one ran over the same damaged pages), and nothing more is written to it.
+                    return self._abandon(batch, "", exc), []
                 refused: BaseException = (
-                    StorageError(f"storage failed: {exc}", cause=exc) if isinstance(exc, sqlite3.Error) else exc
+                    self._failed(exc, f"storage failed: {exc}", "write") if isinstance(exc, sqlite3.Error) else exc
                 )
                 queries.forget_uncommitted(conn)
                 if alone:
@@ -579,7 +610,7 @@ class ObjectStore:
         try:
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
-            if alone:
+            if alone or is_damage(exc):
                 return self._abandon(batch, f"commit failed, nothing was written: {exc}", exc), []
             return self._commit_each_alone(batch, outcomes)
         with self._tails_lock:
@@ -604,7 +635,7 @@ class ObjectStore:
         had no part in its failure and run again in a transaction of their own, as they would
         have without it. Each round refuses one job, so this ends."""
         self._forget_tails()
-        refused = StorageError(f"storage failed, nothing was written: {exc}", cause=exc)
+        refused = self._failed(exc, f"storage failed, nothing was written: {exc}", "write")
         outcomes, events = self._run_batch([*batch[:index], *batch[index + 1 :]], begun=False)
         outcomes.insert(index, (False, refused))
         return outcomes, events
@@ -645,13 +676,33 @@ class ObjectStore:
         return conn.in_transaction
 
     def _abandon(self, batch: list[_Job], reason: str, cause: BaseException) -> list[tuple[bool, Any]]:
-        """Rolls the whole batch back and fails every job in it; caches forget what they saw."""
+        """Rolls the whole batch back and fails every job in it; caches forget what they saw.
+        A damaged file (`is_damage`) fails each with ObjectDamaged, whatever `reason` says."""
+        self._roll_back()
+        failure = self._failed(cause, reason, "write")
+        if isinstance(failure, ObjectDamaged):
+            return [(False, failure.again("write")) for _ in batch]
+        return [(False, StorageError(reason, cause=cause, operation="write")) for _ in batch]
+
+    def _roll_back(self) -> None:
         with contextlib.suppress(sqlite3.Error):
             if self._writer.in_transaction:
                 self._writer.execute("ROLLBACK")
         queries.forget_uncommitted(self._writer)
         self._forget_tails()
-        return [(False, StorageError(reason, cause=cause)) for _ in batch]
+
+    def _failed(self, exc: BaseException, message: str, operation: str) -> StorageError:
+        """The StorageError for SQLite's failure `exc` during `operation`; when it reports the
+        file damaged, the store is marked so (`damaged`) and the registry told."""
+        failure = damage_or_failure(exc, message, operation)
+        if type(failure) is StorageError and not failure.permission_denied and permission_denied_on(self.path, exc):
+            failure.permission_denied = True  # a file made read-only for the server's user, say
+        if isinstance(failure, ObjectDamaged) and self.damaged is None:
+            self.damaged = failure
+            log.debug("object %r: file damaged (%s): %s", self.object_key, operation, failure)
+            if self.on_damage is not None:
+                self.on_damage(failure)
+        return failure
 
     def _forget_tails(self) -> None:
         with self._tails_lock:
@@ -688,6 +739,8 @@ class ObjectStore:
         QueryInterrupted."""
         if self._closed:
             raise StoreClosed("the object was closed while this call used it")
+        if self.damaged is not None:
+            raise self.damaged.again("read")
         if quick and self._may_read_here(kind):
             try:
                 return self._read_here(run, kind, deadline)
@@ -736,7 +789,7 @@ class ObjectStore:
                 raise _RunAgain from exc
             if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
                 raise _RunAgain from exc
-            raise StorageError(f"storage read failed: {exc}", cause=exc) from exc
+            raise self._failed(exc, f"storage read failed: {exc}", "read") from exc
         finally:
             del self._begun_at[id(conn)]
             conn.set_progress_handler(None, 0)
@@ -763,7 +816,7 @@ class ObjectStore:
                     raise OutOfDescriptors(
                         "the server has as many files open as it may: no connection for this read; retry shortly"
                     ) from exc
-                raise
+                raise self._failed(exc, f"storage read failed: {exc}", "read") from exc
             conn.execute("PRAGMA query_only = 1")
         started = time.monotonic()
         if deadline is not None:
@@ -777,7 +830,7 @@ class ObjectStore:
         except sqlite3.Error as exc:
             if deadline is not None and getattr(exc, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_INTERRUPT:
                 raise QueryInterrupted(str(exc)) from None
-            raise StorageError(f"storage read failed: {exc}", cause=exc) from exc
+            raise self._failed(exc, f"storage read failed: {exc}", "read") from exc
         finally:
             del self._begun_at[id(conn)]
             if deadline is not None:
@@ -944,6 +997,11 @@ class ObjectStore:
             readers, self._readers = self._readers, []
         for conn in readers:
             conn.close()
+        if self.damaged is not None:  # nothing more is written to a damaged file
+            self._writer.close()
+            if self._wal_index is not None:
+                self._wal_index.close()
+            return
         if self.row_writes != self._row_writes_saved:
             with contextlib.suppress(sqlite3.Error):
                 schema.write_row_writes(self._writer, self.row_writes)

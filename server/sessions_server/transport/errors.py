@@ -30,6 +30,9 @@ _CODES: dict[type[errors.SessionsError], grpc.StatusCode] = {
     errors.PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
     errors.Unavailable: grpc.StatusCode.UNAVAILABLE,
     errors.StorageFailure: grpc.StatusCode.UNAVAILABLE,
+    # Not UNAVAILABLE: retry policies (gRPC's, Envoy's, a mesh's) try that again, and alerting
+    # files it with drains and restarts; a damaged file stays damaged until an operator acts.
+    errors.DataLoss: grpc.StatusCode.DATA_LOSS,
 }
 
 

@@ -22,8 +22,11 @@ Where upstream returns null (a missing message), the answer is an empty or found
 response, not an error.
 
 Routing
-Clients send the object key as request metadata `x-object-key` (percent-encoded UTF-8) so a
-proxy can route by it; when present it must equal the request's `object_key`.
+Clients send the object key as request metadata `x-object-key` so a proxy can route by it;
+when present it must equal the request's `object_key`. Spell it as the clients do: the key's
+UTF-8 bytes, each but ASCII letters, digits and `_.-~` as `%XX` in upper-case hex (a shard
+refuses other spellings: a proxy would route them elsewhere). docs/raw-stubs.md lists what
+else the clients do (retries by reason, resuming subscriptions, keepalive).
 """
 
 from collections import abc as _abc
@@ -202,6 +205,14 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     made on another server (before the object moved here). Nothing was stored; plan and
     summarize again.
     """
+    ERROR_REASON_OBJECT_DAMAGED: _ErrorReason.ValueType  # 24
+    """The object's file is damaged (SQLite reports it corrupt or not a database) or is not a
+    Sessions object file at all (another program's SQLite database at the object's path)
+    (DATA_LOSS; metadata: file, the file's path relative to the server's data directory).
+    Nothing was read from it or written to it, and every later call on the object is refused so
+    until an operator acts: restore the file from a backup or replica (ImportObject with
+    replace), or erase the object (DeleteObject with erase). A permanent condition: never retry.
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """The reasons found in google.rpc.ErrorInfo.reason (without the ERROR_REASON_ prefix)."""
@@ -279,6 +290,14 @@ ERROR_REASON_PLAN_EXPIRED: ErrorReason.ValueType  # 23
 minutes, used already, let go for newer plans, made before a restart of the server, or
 made on another server (before the object moved here). Nothing was stored; plan and
 summarize again.
+"""
+ERROR_REASON_OBJECT_DAMAGED: ErrorReason.ValueType  # 24
+"""The object's file is damaged (SQLite reports it corrupt or not a database) or is not a
+Sessions object file at all (another program's SQLite database at the object's path)
+(DATA_LOSS; metadata: file, the file's path relative to the server's data directory).
+Nothing was read from it or written to it, and every later call on the object is refused so
+until an operator acts: restore the file from a backup or replica (ImportObject with
+replace), or erase the object (DeleteObject with erase). A permanent condition: never retry.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015
 
@@ -1535,7 +1554,9 @@ class StreamHistoryResponse(_message.Message):
     BATCH_END_FIELD_NUMBER: _builtins.int
     FRAMES_FIELD_NUMBER: _builtins.int
     batch_end: _builtins.bool
-    """True on the last frame of a batch (batched reads only)."""
+    """True on the last frame of a batch (batched reads only). A packed response ends where a
+    batch ends, so on a packed response it marks the batch of its last frame as complete.
+    """
     @_builtins.property
     def frame(self) -> Global___MessageFrame:
         """A message, or a piece of one."""
@@ -2309,7 +2330,7 @@ class SearchMessagesRequest(_message.Message):
     """The query text; FTS operators are treated as literal text."""
     limit: _builtins.int
     """Maximum results: unset means 20 (upstream's default); 0 returns none; negative means the
-    server's cap (upstream: no limit); larger values are capped.
+    server's cap, 1,000 (upstream: no limit); larger values are capped to it.
     """
     mode: Global___SearchMode.ValueType
     """How the query matches."""
@@ -2463,7 +2484,10 @@ Global___SubscribeRequest: _TypeAlias = SubscribeRequest  # noqa: Y015
 
 @_typing.final
 class SubscribeResponse(_message.Message):
-    """One change event, or one piece of an event's message."""
+    """One change event, or one piece of an event's message: a message too large for one response
+    comes in consecutive responses that each repeat the event's revision, type and session_id,
+    `message` continuing as Framing says.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -2478,7 +2502,10 @@ class SubscribeResponse(_message.Message):
     COMPACTION_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
     revision: _builtins.int
-    """The object-wide revision of the event; increases with every event."""
+    """The object-wide revision of the event; increases with every event. Revisions are large
+    (above 2^62) and pass 2^63 in 2039: where uint64 maps to a signed integer (Java's long),
+    compare and store them as unsigned.
+    """
     type: Global___ChangeType.ValueType
     """The kind of event."""
     session_id: _builtins.str
@@ -2486,7 +2513,9 @@ class SubscribeResponse(_message.Message):
     inserted: _builtins.bool
     """APPEND: whether a new row was written."""
     parent_mode: Global___ParentMode.ValueType
-    """APPEND: the parent option as the caller passed it; IMPORT: the parent stored."""
+    """APPEND: the parent option as the caller passed it, UNSPECIFIED resolved (AUTO without a
+    parent id, ID with one); IMPORT: the parent stored.
+    """
     parent_id: _builtins.str
     """The parent id that goes with parent_mode."""
     error: _builtins.str

@@ -22,8 +22,11 @@ Where upstream returns null (a missing message), the answer is an empty or found
 response, not an error.
 
 Routing
-Clients send the object key as request metadata `x-object-key` (percent-encoded UTF-8) so a
-proxy can route by it; when present it must equal the request's `object_key`.
+Clients send the object key as request metadata `x-object-key` so a proxy can route by it;
+when present it must equal the request's `object_key`. Spell it as the clients do: the key's
+UTF-8 bytes, each but ASCII letters, digits and `_.-~` as `%XX` in upper-case hex (a shard
+refuses other spellings: a proxy would route them elsewhere). docs/raw-stubs.md lists what
+else the clients do (retries by reason, resuming subscriptions, keepalive).
 """
 
 from collections import abc as _abc

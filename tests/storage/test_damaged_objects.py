@@ -1,0 +1,362 @@
+"""Damaged and foreign object files (storage/registry.py, storage/store.py, storage/schema.py).
+
+When SQLite reports an object's file corrupt or not a database, on open, a read or a write, the
+call is refused with ObjectDamaged and the object is quarantined by key in the registry: every
+later call is refused the same way without touching the file, also after its store closed, until
+the file is erased or replaced (`forget_damage`). A write in flight when the damage is found is
+not committed. A SQLite file of another program at an object's path is refused the same way and
+left byte for byte as it was; an empty file, and upstream's, open as before."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+import sqlite3
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sessions_server.storage import schema
+from sessions_server.storage.paths import object_path
+from sessions_server.storage.registry import ObjectRegistry
+from sessions_server.storage.rows import NewRow, ObjectDamaged, Parent, StorageError
+from sessions_server.storage.store import ObjectStore, WriteContext, append_in
+from tests.storage.upstream_schema import write_upstream_store
+
+KEY = "damaged-object"
+ROWS = 300
+PAGE = schema.NEW_FILE_PAGE_SIZE
+
+
+@contextlib.asynccontextmanager
+async def registry(data_dir: Path) -> AsyncIterator[ObjectRegistry]:
+    executor = ThreadPoolExecutor(max_workers=2)
+    objects = ObjectRegistry(data_dir, executor)
+    try:
+        yield objects
+    finally:
+        await objects.close_all()
+        executor.shutdown()
+
+
+def _row(message_id: str, text: str) -> NewRow:
+    content = f'{{"id":"{message_id}","role":"user","parts":[{{"type":"text","text":"{text}"}}]}}'
+    return NewRow(id=message_id, role="user", slices=[content], digest="", token_estimate=len(text) // 4)
+
+
+def _append(message_id: str, text: str = "hello") -> Callable[[WriteContext], Any]:
+    return lambda ctx: append_in(ctx, "", _row(message_id, text), Parent.auto(), lambda _: True)
+
+
+def _note(body: str) -> Callable[[WriteContext], None]:
+    def run(ctx: WriteContext) -> None:
+        ctx.conn.execute("INSERT OR REPLACE INTO _cf_KV (key, value) VALUES (?, ?)", (f"note:{body}", body))
+
+    return run
+
+
+def _all_contents(conn: sqlite3.Connection) -> int:
+    """Reads every message's content (every page of the messages table)."""
+    return sum(len(row[0]) for row in conn.execute("SELECT content FROM cf_agents_session_messages"))
+
+
+def _count(conn: sqlite3.Connection) -> int:
+    """Rows of a small table (its pages are not among those damaged)."""
+    return int(conn.execute("SELECT COUNT(*) FROM _cf_KV").fetchone()[0])
+
+
+def _notes(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("SELECT COUNT(*) FROM _cf_KV WHERE key LIKE 'note:%'").fetchone()[0])
+
+
+def _messages(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("SELECT COUNT(*) FROM cf_agents_session_messages").fetchone()[0])
+
+
+async def _written(data_dir: Path, rows: int) -> Path:
+    """The object with `rows` messages of about 1.5 KB, then closed (its WAL checkpointed away)."""
+    async with registry(data_dir) as objects, objects.use(KEY) as store:
+        for index in range(rows):
+            await store.write(_append(f"m{index}", f"alpha beta {index} " + "z" * 1500))
+    return object_path(data_dir, KEY)
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _corrupt_interior_pages(path: Path) -> None:
+    """Overwrites the middle of every other page in the second half of the file: the messages'
+    pages (the tables' root pages, written first, are left alone), so the file opens and a read
+    of the messages meets the damage."""
+    pages = path.stat().st_size // PAGE
+    assert pages > 20
+    with path.open("r+b") as file:
+        for page in range(pages // 2, pages, 2):
+            file.seek(page * PAGE + 200)
+            file.write(os.urandom(PAGE // 2))
+
+
+# ── damaged on open ─────────────────────────────────────────────────────────
+
+
+def _garbage_header(path: Path) -> None:
+    with path.open("r+b") as file:
+        file.write(os.urandom(100))
+
+
+def _not_sqlite(path: Path) -> None:
+    path.write_bytes(b"this is a text file, not sqlite\n" * 100)
+
+
+def _header_only(path: Path) -> None:
+    with path.open("r+b") as file:
+        file.truncate(100)
+
+
+@pytest.mark.parametrize(
+    "damage", [_garbage_header, _not_sqlite, _header_only], ids=["garbage header", "not sqlite", "header only"]
+)
+def test_a_file_damaged_so_it_cannot_open_is_quarantined_and_left_unchanged(
+    tmp_path: Path, damage: Callable[[Path], None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = asyncio.run(_written(tmp_path, 5))
+    damage(path)
+    before = _digest(path)
+    opens: list[str] = []
+    open_ready = ObjectStore.open_ready
+
+    def counted(*args: Any, **options: Any) -> ObjectStore | None:
+        opens.append(args[0])
+        return open_ready(*args, **options)
+
+    monkeypatch.setattr(ObjectStore, "open_ready", staticmethod(counted))
+
+    async def scenario() -> list[BaseException]:
+        failures: list[BaseException] = []
+        async with registry(tmp_path) as objects:
+            for _ in range(3):
+                try:
+                    async with objects.use(KEY) as store:
+                        await store.write(_note("never"))
+                except StorageError as exc:
+                    failures.append(exc)
+            try:
+                async with objects.use_existing(KEY):
+                    pass
+            except StorageError as exc:
+                failures.append(exc)
+            assert objects.damage(KEY) is not None
+            assert objects.open_count == 0
+        return failures
+
+    failures = asyncio.run(scenario())
+    assert len(failures) == 4
+    assert all(isinstance(exc, ObjectDamaged) and not exc.foreign for exc in failures)
+    assert opens == [KEY]  # the later calls touched nothing
+    assert _digest(path) == before
+
+
+# ── damaged inside: found by a read ─────────────────────────────────────────
+
+
+def test_damage_a_read_finds_refuses_every_later_read_and_write_and_outlives_the_store(tmp_path: Path) -> None:
+    path = asyncio.run(_written(tmp_path, ROWS))
+    _corrupt_interior_pages(path)
+    before = _digest(path)
+
+    async def scenario() -> tuple[list[BaseException], int]:
+        refused: list[BaseException] = []
+        async with registry(tmp_path) as objects:
+            async with objects.use(KEY) as store:
+                notes_before = await store.read(_count)  # the file opens, and its small tables read
+                with pytest.raises(ObjectDamaged) as found:
+                    await store.read(_all_contents)
+                assert "malformed" in str(found.value)
+                assert store.damaged is not None
+                for attempt in (
+                    store.write(_append("new")),
+                    store.write(_note("after")),
+                    store.read(_count),
+                ):
+                    try:
+                        await attempt
+                    except StorageError as exc:
+                        refused.append(exc)
+            await objects.close_object(KEY)  # waits for the close its last call's release began
+            assert not objects.is_open(KEY)
+            for _ in range(2):  # reopened? no: the registry refuses the key itself
+                try:
+                    async with objects.use(KEY) as store:
+                        await store.write(_note("later"))
+                except StorageError as exc:
+                    refused.append(exc)
+        return refused, notes_before
+
+    refused, notes_before = asyncio.run(scenario())
+    assert notes_before >= 1
+    assert len(refused) == 5
+    assert all(isinstance(exc, ObjectDamaged) for exc in refused)
+    assert _digest(path) == before
+
+
+def test_a_write_that_meets_damage_is_not_committed_nor_are_the_jobs_grouped_with_it(tmp_path: Path) -> None:
+    """Jobs queued together commit in one transaction: when one of them meets the damage, none
+    of the group is committed or answered as written, and the writes after it are refused
+    without touching the file."""
+    path = asyncio.run(_written(tmp_path, ROWS))
+    _corrupt_interior_pages(path)
+    before = _digest(path)
+
+    def scan_then_note(ctx: WriteContext) -> None:
+        _all_contents(ctx.conn)
+        _note("scanned")(ctx)
+
+    async def scenario() -> list[Any]:
+        async with registry(tmp_path) as objects, objects.use(KEY) as store:
+            await store.read(_count)  # opened; the next writes queue together on the writer
+            outcomes = await asyncio.gather(
+                store.write(_note("first")),
+                store.write(scan_then_note),
+                store.write(_note("third")),
+                return_exceptions=True,
+            )
+            outcomes.append(await asyncio.gather(store.write(_note("later")), return_exceptions=True))
+            notes = await asyncio.gather(store.read(_count), return_exceptions=True)
+            return [*outcomes, notes]
+
+    first, scanning, third, (later,), (read,) = asyncio.run(scenario())
+    for outcome in (first, scanning, third, later, read):
+        assert isinstance(outcome, ObjectDamaged), outcome
+    assert _digest(path) == before
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+        assert _notes(conn) == 0
+
+
+def test_an_erased_or_replaced_damaged_object_opens_afresh(tmp_path: Path) -> None:
+    path = asyncio.run(_written(tmp_path, 5))
+    _garbage_header(path)
+
+    async def scenario() -> tuple[int, int]:
+        async with registry(tmp_path) as objects:
+            with pytest.raises(ObjectDamaged):
+                async with objects.use(KEY):
+                    pass
+            # Replaced (ImportObject's install, through `closed`): the key is served again.
+            async with objects.closed(KEY):
+                path.unlink()
+                _upstream_store(path)
+                objects.forget_damage(KEY)
+            async with objects.use(KEY) as store:
+                replaced = await store.read(_messages)
+            async with objects.closed(KEY):
+                _garbage_header(path)
+            with pytest.raises(ObjectDamaged):
+                async with objects.use_existing(KEY):
+                    pass
+            # Removed by hand: the key starts afresh, as after an erase.
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{path}{suffix}").unlink(missing_ok=True)
+            async with objects.use_existing(KEY) as absent:
+                assert absent is None
+            async with objects.use(KEY) as store:
+                await store.write(_note("fresh"))
+                fresh = await store.read(_notes)
+            return replaced, fresh
+
+    assert asyncio.run(scenario()) == (1, 1)
+
+
+# ── another program's database ──────────────────────────────────────────────
+
+
+def _foreign(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        conn.execute("CREATE TABLE foo (a, b)")
+        conn.execute("INSERT INTO foo VALUES (1, 2)")
+        conn.commit()
+
+
+def test_another_programs_database_is_refused_and_left_byte_for_byte(tmp_path: Path) -> None:
+    path = object_path(tmp_path, KEY)
+    _foreign(path)
+    before = _digest(path)
+
+    async def scenario() -> list[BaseException]:
+        failures: list[BaseException] = []
+        async with registry(tmp_path) as objects:
+            for opened in (objects.use, objects.use_existing, objects.use):
+                try:
+                    async with opened(KEY):
+                        pass
+                except StorageError as exc:
+                    failures.append(exc)
+        return failures
+
+    failures = asyncio.run(scenario())
+    assert len(failures) == 3
+    assert all(isinstance(exc, ObjectDamaged) and exc.foreign for exc in failures)
+    assert "not a Sessions object file" in str(failures[0])
+    assert _digest(path) == before
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+        assert {row[0] for row in conn.execute("SELECT name FROM sqlite_master")} == {"foo"}
+
+
+def _empty_file(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"")
+
+
+def _schemaless_database(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        conn.execute("PRAGMA user_version = 7")  # a database file with no schema
+
+
+def _agent_database(path: Path) -> None:
+    """A Durable Object's database as an agent leaves it before any session: upstream's own
+    tables beside the agent's."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        conn.execute("CREATE TABLE cf_agents_state (id TEXT PRIMARY KEY, state TEXT)")
+        conn.execute("CREATE TABLE my_agent_notes (note TEXT)")
+        conn.commit()
+
+
+def _upstream_store(path: Path) -> None:
+    write_upstream_store(path, [("", "u1", 1, None, "user", '{"id":"u1","role":"user","parts":[]}', 1)])
+
+
+@pytest.mark.parametrize(
+    "make",
+    [_empty_file, _schemaless_database, _agent_database, _upstream_store],
+    ids=["0 bytes", "no schema", "an agent's database", "upstream's store"],
+)
+def test_empty_files_and_upstreams_open_as_objects(tmp_path: Path, make: Callable[[Path], None]) -> None:
+    path = object_path(tmp_path, KEY)
+    make(path)
+
+    async def scenario() -> int:
+        async with registry(tmp_path) as objects, objects.use(KEY) as store:
+            await store.write(_note("taken"))
+            return await store.read(_notes)
+
+    assert asyncio.run(scenario()) == 1
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+        assert conn.execute("SELECT value FROM _sessions_meta WHERE key = 'object_key'").fetchone() == (KEY,)
+
+
+def test_the_schema_check_names_what_is_foreign() -> None:
+    assert schema.is_foreign({"foo"})
+    assert schema.is_foreign({"foo", "sqlite_sequence", "sqlite_autoindex_foo_1"})
+    assert not schema.is_foreign(set())
+    assert not schema.is_foreign({"sqlite_sequence"})
+    assert not schema.is_foreign({"_cf_KV"})
+    assert not schema.is_foreign({"assistant_messages", "foo"})
+    assert not schema.is_foreign({"_sessions_meta"})
