@@ -6,7 +6,9 @@ import os
 
 # gRPC reads this once, as it is imported (below, through the server's modules). Its own log lines
 # under ERROR (a client's GOAWAY, say) tell an operator nothing to act on; set in the environment,
-# GRPC_VERBOSITY still wins.
+# GRPC_VERBOSITY still wins. Not NONE: its ERROR lines are the only word of some failures (a
+# listener's accept failing, say). The one it printed above the server's own for a port in use
+# no longer comes: the server tries the port itself first (transport/server.py, `_bind_refusal`).
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 import argparse
@@ -319,7 +321,9 @@ def build_parser() -> argparse.ArgumentParser:
     mover.add_argument("--from", dest="source", required=True, help="source server address")
     mover.add_argument("--to", dest="destination", required=True, help="destination server address")
     mover.add_argument(
-        "--token", help='bearer token valid on both servers, granting every key (prefix "") (or SESSIONS_TOKEN)'
+        "--token",
+        help='bearer token valid on both servers, granting every key (prefix ""); better in SESSIONS_TOKEN '
+        "(an argument shows in ps and the shell's history)",
     )
     mover.add_argument(
         "--replace",
@@ -348,11 +352,24 @@ def build_parser() -> argparse.ArgumentParser:
         "--object-key", required=True, action="append", help="the object whose lock to release (repeatable)"
     )
     aborter.add_argument("--from", dest="source", required=True, help="the server holding the lock (the move's source)")
-    aborter.add_argument("--token", help="bearer token for the server, granting every key (or SESSIONS_TOKEN)")
+    aborter.add_argument(
+        "--token", help="bearer token for the server, granting every key; better in SESSIONS_TOKEN (shows in ps)"
+    )
     _add_client_tls_flags(aborter, "the server")
-    hasher = commands.add_parser("hash-token", help="print the SHA-256 of a bearer token, for the tokens file")
+    hasher = commands.add_parser(
+        "hash-token",
+        help="print the SHA-256 of a bearer token, for the tokens file",
+        description="Print the SHA-256 of a bearer token, for the tokens file. Give the token on standard "
+        "input (`sessions-server hash-token < token.txt`, or typed at the prompt): an argument is seen by "
+        "every user of the machine (ps) and kept in the shell's history.",
+    )
     hasher.set_defaults(command_parser=hasher)
-    hasher.add_argument("token", nargs="?", help="the token (read from standard input when omitted)")
+    hasher.add_argument(
+        "token",
+        nargs="?",
+        help="the token; better omitted, to read it from standard input (an argument shows in ps and the "
+        "shell's history)",
+    )
     imp = commands.add_parser(
         "import-store",
         help="copy an upstream store file (e.g. a workerd Durable Object SQLite file) in as an object",
@@ -370,7 +387,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="address",
         help="send the file to this running server instead (ImportObject; its own limits apply)",
     )
-    imp.add_argument("--token", help="bearer token for --to (or SESSIONS_TOKEN)")
+    imp.add_argument("--token", help="bearer token for --to; better in SESSIONS_TOKEN (an argument shows in ps)")
     imp.add_argument("--replace", action="store_true", help="overwrite an existing object")
     imp.add_argument(
         "--max-object-key-bytes",
@@ -396,7 +413,7 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("file", type=Path, help="where to save the copy (written beside it, then renamed into place)")
     exp.add_argument("--object-key", required=True, help="the object to copy (it keeps taking writes meanwhile)")
     exp.add_argument("--from", dest="source", required=True, help="the server holding the object")
-    exp.add_argument("--token", help="bearer token for the server (or SESSIONS_TOKEN)")
+    exp.add_argument("--token", help="bearer token for the server; better in SESSIONS_TOKEN (an argument shows in ps)")
     exp.add_argument("--force", action="store_true", help="overwrite FILE when it exists")
     _add_client_tls_flags(exp, "the server")
     return parser
@@ -594,6 +611,24 @@ def _text_limits(args: argparse.Namespace) -> Limits:
     )
 
 
+def _token_to_hash(parser: argparse.ArgumentParser, given: str | None) -> str:
+    """hash-token's token: the argument, else standard input's first line (prompted for, not
+    echoed, on a terminal). An empty one is refused: its hash would go into a tokens file as a
+    grant anyone holds who sends an empty token."""
+    if given is not None:
+        token = given
+    elif sys.stdin is not None and sys.stdin.isatty():
+        import getpass
+
+        token = getpass.getpass("token: ")
+    else:
+        token = sys.stdin.readline().strip() if sys.stdin is not None else ""
+    if not token.strip():
+        where = "the argument" if given is not None else "standard input"
+        parser.error(f"the token is empty ({where}): give the token on standard input, or as the argument")
+    return token
+
+
 def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line, checked as far as it can be without acting on it: a bad one exits 2
     with a line naming the flag, its value and what it takes. For the admin commands,
@@ -603,6 +638,12 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     command: argparse.ArgumentParser = args.command_parser
     if args.command == "serve":
         _check_ranges(command, args, _SERVE_RANGES)
+        if (args.tls_cert is None) != (args.tls_key is None):
+            command.error("--tls-cert and --tls-key go together: give both to serve TLS, or neither")
+        if args.tls_client_ca is not None and args.tls_cert is None:
+            command.error("--tls-client-ca needs --tls-cert and --tls-key: client certificates are asked for over TLS")
+    if args.command == "hash-token":
+        args.token = _token_to_hash(command, args.token)
     if args.command == "import-store":
         _check_ranges(command, args, _TEXT_LIMIT_RANGES)
         _check_ranges(command, args, {"max_object_key_bytes": _OBJECT_KEY_RANGE})
@@ -638,8 +679,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "hash-token":
         from sessions_server.transport.auth import hash_token
 
-        token = args.token if args.token is not None else sys.stdin.readline().strip()
-        print(hash_token(token))
+        print(hash_token(args.token))
         return 0
     if args.command == "export-store":
         return _save_store(args.source, args.object_key, args.file, args.token, force=args.force, tls=args.tls_config)
@@ -879,7 +919,7 @@ def _abort_moves(source: str, object_keys: list[str], token: str | None, *, tls:
 
 def _import_store(source: Path, object_key: str, data_dir: Path, *, replace: bool, limits: Limits) -> int:
     from sessions_server.domain.limits import stored_read_back, stored_text_limits
-    from sessions_server.storage.datadir import DataDirectoryInUse, DataDirectoryLock
+    from sessions_server.storage.datadir import DataDirectoryInUse, DataDirectoryLock, DataDirectoryNotWritable
     from sessions_server.storage.files import ObjectExists, StoreImportError, import_store_file
     from sessions_server.storage.moved import MovedObjects
     from sessions_server.storage.rows import StorageError
@@ -905,8 +945,15 @@ def _import_store(source: Path, object_key: str, data_dir: Path, *, replace: boo
                 read_back=stored_read_back(limits),
             )
             moved.forget(object_key)
+        except BaseException:
+            if lock.created_data_dir:  # made by this command for an object it did not bring: gone again
+                lock.abandon()
+            raise
         finally:
             lock.release()
+    except DataDirectoryNotWritable as exc:
+        print(f"sessions-server import-store: --data-dir {data_dir}: {exc}", file=sys.stderr)
+        return 1
     except DataDirectoryInUse as exc:
         print(
             f"sessions-server import-store: {exc}: stop it first, or send the file to it with --to ADDRESS",
@@ -1034,11 +1081,25 @@ async def _run(config: ServerConfig) -> int:
     tuned = _tune_allocator()
     _raise_open_files_limit()
     stop = asyncio.Event()
+    hurry = asyncio.Event()
     loop = asyncio.get_running_loop()
+
+    def stop_or_hurry(sig: signal.Signals) -> None:
+        """The first SIGTERM/SIGINT drains; a second one during the drain stops now."""
+        if not stop.is_set():
+            stop.set()
+        elif not hurry.is_set():
+            logging.getLogger("sessions.server").warning(
+                "%s again: stopping now, without the rest of the drain (calls in flight are cancelled; "
+                "committed writes are on disk)",
+                sig.name,
+            )
+            hurry.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, stop_or_hurry, sig)
     try:
-        await serve(config, stop, on_idle=allocator.release_free_heap if tuned else None)
+        await serve(config, stop, on_idle=allocator.release_free_heap if tuned else None, hurry=hurry)
     except (OSError, ValueError) as exc:
         print(f"sessions-server: {exc}", file=sys.stderr)
         return 1

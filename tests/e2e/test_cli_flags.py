@@ -228,13 +228,13 @@ def test_a_listen_port_in_use_is_named(tmp_path: Path) -> None:
     with _port_taken() as port:
         done = _cli("serve", "--data-dir", str(tmp_path / "data"), "--listen", f"127.0.0.1:{port}")
     line = _refusal(done, 1, "sessions-server: ")
-    assert line == f"sessions-server: could not listen on 127.0.0.1:{port} (--listen): address in use or not available"
+    assert line == f"sessions-server: could not listen on 127.0.0.1:{port} (--listen): Address already in use"
     assert "listening on" not in done.stdout
 
 
 @pytest.mark.parametrize(
     ("flag", "reason"),
-    [("--metrics-listen", "Address already in use"), ("--probe-listen", "address in use or not available")],
+    [("--metrics-listen", "Address already in use"), ("--probe-listen", "Address already in use")],
 )
 def test_a_second_port_in_use_is_named(tmp_path: Path, flag: str, reason: str) -> None:
     with _port_taken() as port:

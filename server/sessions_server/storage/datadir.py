@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import shutil
 from pathlib import Path
 
 LOCK_FILE_NAME = "LOCK"
@@ -33,44 +34,151 @@ class DataDirectoryInUse(OSError):
     """Another process (or another server in this one) holds the data directory's lock."""
 
 
-class DataDirectoryLock:
-    """The exclusive lock on a data directory; `release` it (or end the process) to hand it on."""
+class DataDirectoryNotWritable(OSError):
+    """The data directory, or a directory in it, cannot be created or written; the message
+    names the path at fault and the system's reason."""
 
-    def __init__(self, data_dir: Path, fd: int) -> None:
+
+class DataDirectoryLock:
+    """The exclusive lock on a data directory; `release` it (or end the process) to hand it on,
+    or `abandon` it to remove what its holder made there first."""
+
+    def __init__(self, data_dir: Path, fd: int, created: list[Path]) -> None:
         self.data_dir = data_dir
         self._fd: int | None = fd
+        # What this holder made, oldest first: directories (the data directory and any parent
+        # of it that was missing, deepest first) and the lock file.
+        self._created = created
 
     @classmethod
     def acquire(cls, data_dir: Path, holder: str) -> DataDirectoryLock:
         """Creates the directory if needed and takes its lock, recording `holder` (with this
         process's id) in the lock file for whoever is refused next. Raises DataDirectoryInUse,
-        naming the holder, when it is taken; other OSErrors as the disk reports them."""
-        make_directories(data_dir)
-        fd = os.open(data_dir / LOCK_FILE_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            current = _recorded_holder(fd)
+        naming the holder, when it is taken; DataDirectoryNotWritable when the directory or its
+        lock file cannot be made; other OSErrors as the disk reports them."""
+        lock_path = data_dir / LOCK_FILE_NAME
+        created: list[Path] = []
+        while True:
+            try:
+                created += make_directories(data_dir)
+            except OSError as exc:
+                where = exc.filename or data_dir
+                raise DataDirectoryNotWritable(f"cannot create {where} ({exc.strerror or exc})") from None
+            try:
+                fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+                made_lock = True
+            except FileExistsError:
+                made_lock = False
+                try:
+                    fd = os.open(lock_path, os.O_RDWR | os.O_CLOEXEC)
+                except FileNotFoundError:  # removed meanwhile by a holder that gave up: again
+                    continue
+                except OSError as exc:
+                    raise DataDirectoryNotWritable(
+                        f"{data_dir} is not writable: cannot open {lock_path} ({exc.strerror or exc})"
+                    ) from None
+            except OSError as exc:
+                raise DataDirectoryNotWritable(
+                    f"{data_dir} is not writable: cannot create {lock_path} ({exc.strerror or exc})"
+                ) from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                current = _recorded_holder(fd)
+                os.close(fd)
+                raise DataDirectoryInUse(
+                    f"data directory {data_dir} is in use by {current or 'another process'}"
+                ) from None
+            except BaseException:
+                os.close(fd)
+                raise
+            if _still_named(fd, lock_path):
+                break
+            # A holder that gave up (`abandon`) removed the file after this opened it: the lock
+            # taken is on a file nobody else will open. Take the one the name leads to now.
             os.close(fd)
-            raise DataDirectoryInUse(f"data directory {data_dir} is in use by {current or 'another process'}") from None
-        except BaseException:
-            os.close(fd)
-            raise
-        # The file is never removed: unlinking it would let a later taker lock a new file while
-        # an earlier one still holds the old.
+        if made_lock:
+            created.append(lock_path)
+        # The file is removed only by `abandon`, under the lock, and takers check that the file
+        # they locked still has the name (above): unlinking it otherwise would let a later taker
+        # lock a new file while an earlier one still holds the old.
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} ({holder})\n".encode(), 0)
-        return cls(data_dir, fd)
+        return cls(data_dir, fd, created)
 
     @property
     def held(self) -> bool:
         return self._fd is not None
+
+    @property
+    def created_data_dir(self) -> bool:
+        """Whether taking the lock made the data directory itself (it did not exist before)."""
+        return self.data_dir in self._created
+
+    def note_created(self, paths: list[Path]) -> None:
+        """Records directories the holder made in the data directory, for `abandon`."""
+        self._created += paths
 
     def release(self) -> None:
         """Drops the lock (closing the file releases it); a second call does nothing."""
         if self._fd is not None:
             fd, self._fd = self._fd, None
             os.close(fd)
+
+    def abandon(self) -> None:
+        """Removes what this holder made (see `note_created`) and drops the lock, for a start
+        or a command that failed before it put anything of its own there: a data directory it
+        created goes whole (nothing but its holder could write in it), directories it created
+        in an existing one go when empty, and so does the lock file it created. Best effort:
+        what cannot be removed stays."""
+        if self._fd is None:
+            return
+        made = [path for path in self._created if path == self.data_dir or path in self.data_dir.parents]
+        top = min(made, key=lambda path: len(path.parts)) if made else None
+        try:
+            if top is not None:
+                shutil.rmtree(top, ignore_errors=True)
+                with contextlib.suppress(OSError):
+                    sync_directory(top.parent)
+                return
+            for path in reversed(self._created):
+                with contextlib.suppress(OSError):
+                    if path.name == LOCK_FILE_NAME and path.parent == self.data_dir:
+                        path.unlink()
+                    else:
+                        path.rmdir()  # only when empty
+            with contextlib.suppress(OSError):
+                sync_directory(self.data_dir)
+        finally:
+            self._created = []
+            self.release()
+
+
+def _still_named(fd: int, path: Path) -> bool:
+    """Whether `path` still names the file open as `fd`."""
+    try:
+        named = os.stat(path)
+    except FileNotFoundError:
+        return False
+    opened = os.fstat(fd)
+    return (named.st_dev, named.st_ino) == (opened.st_dev, opened.st_ino)
+
+
+def check_writable(directory: Path) -> None:
+    """Raises DataDirectoryNotWritable unless a file can be created in `directory` (and is,
+    then removed): a directory of the wrong owner or mode, or on a read-only file system, would
+    otherwise fail every write later, one call at a time."""
+    probe = directory / f".write-check-{os.getpid()}"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    except FileExistsError:  # left by a process of this id that died between the two steps
+        fd = os.open(probe, os.O_WRONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise DataDirectoryNotWritable(
+            f"{directory} is not writable: cannot create a file in it ({exc.strerror or exc})"
+        ) from None
+    os.close(fd)
+    os.unlink(probe)
 
 
 def _recorded_holder(fd: int) -> str:
@@ -94,12 +202,13 @@ def clear_scratch(data_dir: Path) -> tuple[int, int]:
     return files, size
 
 
-def make_directories(directory: Path) -> None:
+def make_directories(directory: Path) -> list[Path]:
     """`directory.mkdir(parents=True, exist_ok=True)`, with every directory it creates made
     durable: the parent of each is synced, deepest first, so no acknowledged write can lose
-    the path to its file in a power cut. Costs one `stat` when the directory exists."""
+    the path to its file in a power cut. Costs one `stat` when the directory exists. Returns
+    the directories it created, deepest first."""
     if directory.is_dir():
-        return
+        return []
     missing = []
     current = directory
     while not current.exists():
@@ -110,6 +219,7 @@ def make_directories(directory: Path) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     for created in missing:  # deepest first: each parent holds the entry just created
         sync_directory(created.parent)
+    return missing
 
 
 def sync_directories(directory: Path, top: Path) -> None:
