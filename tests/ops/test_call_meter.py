@@ -30,7 +30,9 @@ from tests.reliability.support import wait_until
 
 def _rpcs(port: int) -> dict[tuple[str, str], float]:
     body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    found = re.findall(r'^sessions_rpcs_total\{code="(\w+)",method="(\w+)"\} (\S+)$', body, re.MULTILINE)
+    found = re.findall(
+        r'^sessions_rpcs_total\{code="(\w+)",method="(\w+)",reason="\w*",service="[\w.]+"\} (\S+)$', body, re.MULTILINE
+    )
     return {(method, code): float(count) for code, method, count in found}
 
 

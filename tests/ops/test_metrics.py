@@ -14,6 +14,8 @@ from tests.conftest import start_server
 from tests.deploy.support import free_port
 from tests.reliability.support import wait_until
 
+SERVICE = 'service="sessions.v1.SessionService"'
+
 
 def _scrape(port: int) -> str:
     return str(urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode())
@@ -34,7 +36,10 @@ def test_metrics_endpoint_counts_rpcs_and_objects(tmp_path: Path) -> None:
             assert planned.plan_compaction(keep_recent_tokens=1) is not None  # held until used
         # A failed call is counted as its handler unwinds, which can be just after the client has
         # seen the status (grpc sends it from `abort`): read until it shows, within a bound.
-        failed = 'sessions_rpcs_total{code="INVALID_ARGUMENT",method="AppendMessage"} 1.0'
+        failed = (
+            'sessions_rpcs_total{code="INVALID_ARGUMENT",method="AppendMessage",reason="INVALID_JSON",'
+            'service="sessions.v1.SessionService"} 1.0'
+        )
         scraped = [""]
 
         def counted() -> bool:
@@ -45,13 +50,13 @@ def test_metrics_endpoint_counts_rpcs_and_objects(tmp_path: Path) -> None:
         body = scraped[0]
     finally:
         server.stop()
-    assert 'sessions_rpcs_total{code="OK",method="AppendMessage"} 1.0' in body
-    assert 'sessions_rpcs_total{code="OK",method="StreamHistory"} 1.0' in body
+    assert f'sessions_rpcs_total{{code="OK",method="AppendMessage",reason="",{SERVICE}}} 1.0' in body
+    assert f'sessions_rpcs_total{{code="OK",method="StreamHistory",reason="",{SERVICE}}} 1.0' in body
     assert "sessions_open_objects 1.0" in body
     assert "sessions_held_compaction_plans 1.0" in body
-    assert "sessions_row_writes 13.0" in body
-    assert 'sessions_rpc_seconds_count{method="AppendMessage"} 2.0' in body
-    assert 'sessions_rpcs_total{code="OK",method="PlanCompaction"} 1.0' in body
+    assert "sessions_open_object_row_writes 13.0" in body
+    assert f'sessions_rpc_seconds_count{{method="AppendMessage",{SERVICE}}} 2.0' in body
+    assert f'sessions_rpcs_total{{code="OK",method="PlanCompaction",reason="",{SERVICE}}} 1.0' in body
     # What memory and the open-objects bound are sized by, and which version answers.
     for name in ("process_resident_memory_bytes", "process_open_fds", "process_max_fds"):
         assert any(line.startswith(name + " ") and float(line.split()[1]) > 0 for line in body.splitlines()), name
@@ -183,3 +188,130 @@ class _Deadline:
 
     def time_remaining(self) -> float:
         return self._remaining
+
+
+def _get(port: int, path: str) -> int:
+    import urllib.error
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as page:
+            return int(page.status)
+    except urllib.error.HTTPError as refused:
+        return int(refused.code)
+
+
+def test_the_endpoint_serves_the_metrics_at_metrics_only_and_no_created_series(tmp_path: Path) -> None:
+    """Every path answered 200 with the metrics (`/`, `/healthz`, a typo), so a health check or a
+    mistyped scrape path looked fine; and each counter and histogram had a `*_created` series
+    beside it, twice the series for nothing Prometheus reads."""
+    port = free_port()
+    server = start_server(tmp_path / "data", metrics_listen=f"127.0.0.1:{port}")
+    try:
+        with SessionsClient(server.address) as client:
+            client.object("created").session().append_message({"id": "m1", "role": "user", "parts": []})
+        assert {path: _get(port, path) for path in ("/", "/healthz", "/nope", "/metrics/", "/metrics")} == {
+            "/": 404,
+            "/healthz": 404,
+            "/nope": 404,
+            "/metrics/": 404,
+            "/metrics": 200,
+        }
+        body = _scrape(port)
+    finally:
+        server.stop()
+    assert "sessions_rpcs_total{" in body and "sessions_rpc_seconds_count{" in body
+    assert "_created" not in body, [line for line in body.splitlines() if "_created" in line][:5]
+
+
+def test_the_service_tells_health_calls_from_sessions_calls(tmp_path: Path) -> None:
+    """The method label alone put health's `Check` beside SessionService's methods; a service
+    label tells them apart (and `method` stays the short name dashboards already use)."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    port = free_port()
+    server = start_server(tmp_path / "data", metrics_listen=f"127.0.0.1:{port}")
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest())
+        body = _scrape(port)  # a unary call is counted before its answer is sent
+    finally:
+        server.stop()
+    assert 'sessions_rpcs_total{code="OK",method="Check",reason="",service="grpc.health.v1.Health"} 1.0' in body
+    assert 'sessions_rpc_seconds_count{method="Check",service="grpc.health.v1.Health"} 1.0' in body
+
+
+class _Answered:
+    """What the meter reads of a call it counts: the trailing metadata of its status."""
+
+    def __init__(self, trailing: tuple[tuple[str, Any], ...]) -> None:
+        self._trailing = trailing
+
+    def trailing_metadata(self) -> tuple[tuple[str, Any], ...]:
+        return self._trailing
+
+
+def test_the_reason_label_is_the_refusals_error_info_reason_bounded_to_the_contracts_names() -> None:
+    """STORAGE_FAILURE, DRAINING, OBJECT_MOVING and SERVER_BUSY are all UNAVAILABLE: the code
+    alone could not tell a broken disk from a drain. The reason is taken only from the contract's
+    ErrorReason names, so a value never seen before cannot make a series of its own."""
+    from google.protobuf import any_pb2
+    from google.rpc import error_details_pb2, status_pb2
+
+    from sessions_server.domain import errors
+    from sessions_server.transport.errors import status_for
+    from sessions_server.transport.metrics import KNOWN_REASONS, reason_of
+
+    refusals: dict[str, errors.SessionsError] = {
+        "STORAGE_FAILURE": errors.StorageFailure("disk gone"),
+        "DRAINING": errors.Unavailable("shutting down"),
+        "OBJECT_MOVING": errors.Unavailable("moving", reason="OBJECT_MOVING"),
+        "SERVER_BUSY": errors.Unavailable("busy", reason="SERVER_BUSY"),
+    }
+    for reason, refusal in refusals.items():
+        status = status_for(refusal)
+        assert status.code.name == "UNAVAILABLE"
+        assert reason_of(_Answered(tuple(status.trailing_metadata))) == reason
+
+    def answered(reason: str) -> _Answered:
+        packed = any_pb2.Any()
+        packed.Pack(error_details_pb2.ErrorInfo(reason=reason, domain="sessions.v1"))
+        status = status_pb2.Status(code=14, message="x", details=[packed])
+        return _Answered((("grpc-status-details-bin", status.SerializeToString()),))
+
+    assert reason_of(answered("SOMETHING_NEW")) == "OTHER"
+    assert reason_of(answered("draining")) == "OTHER"  # names match exactly
+    assert reason_of(_Answered(())) == ""  # a status without details (gRPC's own, health's)
+    assert reason_of(_Answered((("grpc-status-details-bin", b"\xff\xff"),))) == "OTHER"
+    assert {"STORAGE_FAILURE", "DRAINING", "OBJECT_MOVING", "SERVER_BUSY", "INTERNAL"} <= KNOWN_REASONS
+    assert "UNSPECIFIED" not in KNOWN_REASONS
+
+
+def test_row_writes_total_is_a_counter_that_never_goes_down() -> None:
+    """`sessions_row_writes` was a gauge summed over the open objects: it dropped with every
+    close (LRU eviction), and `rate()` of it meant nothing. `sessions_row_writes_total` counts
+    what this process wrote, closed objects' included, and never goes down."""
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from sessions_server.transport.metrics import Metrics
+
+    metrics = Metrics()
+    written = [0]
+
+    def families() -> dict[str, Any]:
+        text = generate_latest(metrics.registry).decode()
+        return {family.name: family for family in text_string_to_metric_families(text)}
+
+    assert "sessions_row_writes" not in families()  # no source yet: left out, never shown wrong
+    metrics.row_writes_total.set_function(lambda: written[0])
+    seen = []
+    for value in (0, 13, 20, 17, 25):  # 17: a store read between open and closed, say
+        written[0] = value
+        family = families()["sessions_row_writes"]
+        assert family.type == "counter"
+        (sample,) = family.samples
+        assert sample.name == "sessions_row_writes_total"
+        seen.append(sample.value)
+    assert seen == [0, 13, 20, 20, 25]
+    assert families()["sessions_open_object_row_writes"].type == "gauge"  # the gauge, renamed

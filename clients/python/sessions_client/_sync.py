@@ -406,8 +406,8 @@ class SessionHandle:
         request = pb.GetMessageRequest(
             object_key=self._key, session_id=self.id, message_id=message_id, attachments=attachment_mode(pointers)
         )
-        found = self._messages("GetMessage", request)
-        return next((m.message() for m in found), None)
+        found = self._one_message("GetMessage", request)
+        return None if found is None else found.message()
 
     def get_messages(self, ids: Iterable[str], *, pointers: bool = False) -> list[Message | None]:
         """Messages in the order of `ids`, None where absent."""
@@ -426,7 +426,8 @@ class SessionHandle:
         request = pb.GetLatestLeafRequest(
             object_key=self._key, session_id=self.id, attachments=attachment_mode(pointers)
         )
-        return next((m.message() for m in self._messages("GetLatestLeaf", request)), None)
+        found = self._one_message("GetLatestLeaf", request)
+        return None if found is None else found.message()
 
     def get_branches(self, message_id: str, *, pointers: bool = False) -> list[Message]:
         request = pb.GetBranchesRequest(
@@ -663,6 +664,16 @@ class SessionHandle:
                     yield done
         assembler.finish()
 
+    def _one_message(self, method: str, request: Any) -> MessageWithInfo | None:
+        """The message of a read that answers one at most (GetMessage, GetLatestLeaf), read to
+        the stream's end: a call left after its message was cancelled as its status came, and
+        the server counted a read that succeeded as CANCELLED."""
+        found = None
+        for message in self._messages(method, request):
+            if found is None:
+                found = message
+        return found
+
     def _written(self, written: pb.WrittenMessage, sent: str) -> Message:
         return json.loads(self._written_json(written, sent))  # type: ignore[no-any-return]
 
@@ -686,7 +697,8 @@ class SessionHandle:
         if in_hand is not None:
             return in_hand
         request = pb.GetMessageRequest(object_key=self._key, session_id=self.id, message_id=written.info.id)
-        for found in self._messages("GetMessage", request):
+        found = self._one_message("GetMessage", request)
+        if found is not None:
             return found.json
         raise SessionsError(grpc.StatusCode.NOT_FOUND, "written message vanished before it was read back", None, {})
 

@@ -423,9 +423,8 @@ class SessionHandle:
         request = pb.GetMessageRequest(
             object_key=self._key, session_id=self.id, message_id=message_id, attachments=attachment_mode(pointers)
         )
-        async for found in self._messages("GetMessage", request):
-            return found.message()
-        return None
+        found = await self._one_message("GetMessage", request)
+        return None if found is None else found.message()
 
     async def get_messages(self, ids: Iterable[str], *, pointers: bool = False) -> list[Message | None]:
         wanted = list(ids)  # read once: an iterator gave the request its ids and the answer none
@@ -443,9 +442,8 @@ class SessionHandle:
         request = pb.GetLatestLeafRequest(
             object_key=self._key, session_id=self.id, attachments=attachment_mode(pointers)
         )
-        async for found in self._messages("GetLatestLeaf", request):
-            return found.message()
-        return None
+        found = await self._one_message("GetLatestLeaf", request)
+        return None if found is None else found.message()
 
     async def get_branches(self, message_id: str, *, pointers: bool = False) -> list[Message]:
         request = pb.GetBranchesRequest(
@@ -675,6 +673,16 @@ class SessionHandle:
                     yield done
         assembler.finish()
 
+    async def _one_message(self, method: str, request: Any) -> MessageWithInfo | None:
+        """The message of a read that answers one at most (GetMessage, GetLatestLeaf), read to
+        the stream's end: a call left after its message was cancelled as its status came, and
+        the server counted a read that succeeded as CANCELLED."""
+        found = None
+        async for message in self._messages(method, request):
+            if found is None:
+                found = message
+        return found
+
     async def _read_back(self, ids: list[str]) -> dict[str, str]:
         """Stored JSON the server left out of a batch's answer (no room), in one read."""
         if not ids:
@@ -698,7 +706,8 @@ class SessionHandle:
         if in_hand is not None:
             return in_hand
         request = pb.GetMessageRequest(object_key=self._key, session_id=self.id, message_id=written.info.id)
-        async for found in self._messages("GetMessage", request):
+        found = await self._one_message("GetMessage", request)
+        if found is not None:
             return found.json
         raise SessionsError(grpc.StatusCode.NOT_FOUND, "written message vanished before it was read back", None, {})
 

@@ -27,6 +27,7 @@ import contextlib
 import functools
 import logging
 import sqlite3
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -91,6 +92,11 @@ class ObjectRegistry:
         self._commit_executor = commit_executor
         self._max_open = _open_objects_that_fit(max(1, max_open))
         self._open: OrderedDict[str, ObjectStore] = OrderedDict()
+        # Rows written since this registry began (sessions_row_writes_total): the closed stores'
+        # counted as each close ends, the others' read with the count; the metrics' thread reads it.
+        self._rows_lock = threading.Lock()
+        self._rows_of_closed = 0
+        self._unclosed: set[ObjectStore] = set()
         self._opening: dict[str, asyncio.Future[ObjectStore]] = {}  # opens under way, each a task
         self._closing: dict[str, ObjectStore] = {}  # evicted, their close under way
         self._closes: set[asyncio.Task[None]] = set()
@@ -236,6 +242,8 @@ class ObjectRegistry:
             raise
         del self._opening[object_key]
         self._open[object_key] = store
+        with self._rows_lock:
+            self._unclosed.add(store)
         store.on_damage = functools.partial(self._quarantine_from, object_key, store)
         store.users += 1
         store.idle.clear()
@@ -422,7 +430,7 @@ class ObjectRegistry:
     async def _close_evicted(self, object_key: str, store: ObjectStore) -> None:
         """An eviction's close (its task reports a failure), then the store is forgotten."""
         try:
-            await store.close()
+            await self._close(store)
         finally:
             self._forget_closing(object_key, store)
 
@@ -431,7 +439,7 @@ class ObjectRegistry:
         forgets it at once: a close already done returns without yielding to the event loop,
         so waiting for the eviction task to forget it would spin."""
         with contextlib.suppress(Exception):
-            await store.close()
+            await self._close(store)
         self._forget_closing(object_key, store)
 
     def _forget_closing(self, object_key: str, store: ObjectStore) -> None:
@@ -445,6 +453,21 @@ class ObjectRegistry:
 
     def _snapshot(self) -> tuple[ObjectStore, ...]:
         return tuple(self._open.values())
+
+    async def _close(self, store: ObjectStore) -> None:
+        try:
+            await store.close()
+        finally:
+            with self._rows_lock:
+                if store in self._unclosed:
+                    self._unclosed.discard(store)
+                    self._rows_of_closed += store.row_writes_since_open
+
+    def rows_written(self) -> int:
+        """Rows written (as upstream bills them) through this registry since it began: never less
+        than before."""
+        with self._rows_lock:
+            return self._rows_of_closed + sum(s.row_writes_since_open for s in self._unclosed)
 
     def row_writes(self) -> int:
         return sum(store.row_writes for store in self._snapshot())
@@ -500,7 +523,7 @@ class ObjectRegistry:
             await asyncio.wait_for(_until_unused(store), CLOSE_GRACE_SECONDS)
         if self._open.get(object_key) is store:
             del self._open[object_key]
-        await store.close()
+        await self._close(store)
 
     def interrupt_feeds(self) -> None:
         """Has every subscription look at its state again now (`Subscription.interrupt`)."""
@@ -522,7 +545,7 @@ class ObjectRegistry:
         stores = list(self._open.values())
         self._open.clear()
         for store in stores:
-            await store.close()
+            await self._close(store)
         if self._closes:
             await asyncio.gather(*self._closes, return_exceptions=True)
         hubs = list(self._hubs.values())

@@ -937,6 +937,11 @@ class ObjectStore:
     # ── lifecycle ───────────────────────────────────────────────────────────
 
     @property
+    def row_writes_since_open(self) -> int:
+        """Rows this store wrote (as upstream bills them) since the object was opened."""
+        return self.row_writes - self._row_writes_saved
+
+    @property
     def busy(self) -> bool:
         return self.users > 0 or self._writing
 

@@ -8,6 +8,10 @@ access to object keys under listed prefixes:
 `access: write` implies read. The file is re-read on SIGHUP. A call is authorized before anything
 that could reveal whether an object exists: a missing or unknown token is UNAUTHENTICATED, a
 token without a grant for the key (or for writing) is PERMISSION_DENIED, whatever the object.
+
+Every such refusal is logged at WARNING by `sessions.auth` (`RefusalLog`: the peer, the method,
+the code and reason, the refusal's message; never the token), at most one line a minute for each
+peer and reason.
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ import hashlib
 import hmac
 import json
 import logging
-from collections.abc import Iterable
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -147,3 +153,67 @@ def _bearer(metadata: Iterable[tuple[str, str | bytes]]) -> str | None:
             if scheme.lower() == "bearer" and token.strip():
                 return token.strip()
     return None
+
+
+# How often a refusal is logged for one peer and reason: at most once in this many seconds, the
+# next line counting those left out meanwhile (a client with a stale token retries in a loop).
+REFUSAL_LOG_SECONDS = 60.0
+# Peers and reasons remembered for that: past this many (a scan from many addresses), the
+# longest quiet is forgotten, and a refusal from it is logged again when it next comes.
+REFUSAL_LOG_PEERS = 1024
+# The refusal's message as logged, at most (it names a token's grant, never the token).
+REFUSAL_DETAIL_CHARS = 200
+
+
+def peer_host(peer: str) -> str:
+    """gRPC's peer (`ipv4:10.0.0.7:52144`, `ipv6:[::1]:52144`, `unix:/run/s.sock`) without its
+    port: a client's reconnections come from ports of their own."""
+    kind, _, address = peer.partition(":")
+    if kind in ("ipv4", "ipv6"):
+        address = address.rpartition(":")[0] or address
+    return f"{kind}:{address}" if address else kind
+
+
+@dataclass
+class _Window:
+    began: float
+    left_out: int = 0
+
+
+class RefusalLog:
+    """Logs calls refused by the token check (UNAUTHENTICATED, PERMISSION_DENIED) at WARNING:
+    the first of each peer (its address, without the port) and reason in REFUSAL_LOG_SECONDS,
+    then the next after that, with the count of those left out between. Never the token: the
+    line holds the peer, the method, the code and reason and the refusal's message, which the
+    token check words without it. `now` is the clock (tests pass their own)."""
+
+    def __init__(self, now: Callable[[], float] = time.monotonic) -> None:
+        self._now = now
+        self._windows: OrderedDict[tuple[str, str], _Window] = OrderedDict()
+
+    def note(self, peer: str, method: str, code: str, reason: str, detail: str) -> None:
+        host = peer_host(peer)
+        key = (host, reason or code)
+        now = self._now()
+        window = self._windows.get(key)
+        if window is not None and now - window.began < REFUSAL_LOG_SECONDS:
+            window.left_out += 1
+            return
+        left_out = window.left_out if window is not None else 0
+        self._windows[key] = _Window(now)
+        self._windows.move_to_end(key)
+        while len(self._windows) > REFUSAL_LOG_PEERS:
+            self._windows.popitem(last=False)
+        detail = " ".join(detail.split())[:REFUSAL_DETAIL_CHARS]
+        if left_out:
+            log.warning(
+                "refused %s from %s: %s %s (%s); %d more like it from this peer since its last line were not logged",
+                method,
+                host,
+                code,
+                reason or "-",
+                detail,
+                left_out,
+            )
+        else:
+            log.warning("refused %s from %s: %s %s (%s)", method, host, code, reason or "-", detail)

@@ -1,31 +1,53 @@
-"""Prometheus metrics and request ids.
+"""Prometheus metrics, request ids and the access log.
 
-Every RPC is timed and counted by method and status code (`CallMeter`); gauges and counters
-describe the objects (open, row writes, subscribers, compactions). `--metrics-listen HOST:PORT`
-serves them over HTTP for Prometheus. Each call gets a request id (the caller's `x-request-id`
-metadata, or a fresh one) that log lines carry.
+Every RPC is timed and counted by service, method, status code and the ErrorInfo reason it was
+refused with (`CallMeter`); gauges and counters describe the objects (open, row writes,
+subscribers, compactions). `--metrics-listen HOST:PORT` serves them over HTTP for Prometheus, at
+`/metrics` (any other path: 404). Each call gets a request id (the caller's `x-request-id`
+metadata, or a fresh one) that log lines carry. Every call ends with a line of the
+`sessions.access` logger at DEBUG (off unless that logger is enabled), and every refusal by the
+token check with a rate-limited WARNING of `sessions.auth` (`auth.RefusalLog`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+import hashlib
 import inspect
 import itertools
 import logging
 import os
+import socket
+import threading
 import time
-from collections.abc import AsyncIterator, Callable
+import urllib.parse
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from datetime import UTC, datetime
+from socketserver import ThreadingMixIn
 from typing import Any
-from wsgiref.simple_server import WSGIServer
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import grpc
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, start_http_server
+from google.protobuf.message import DecodeError
+from google.rpc import error_details_pb2, status_pb2
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+    disable_created_metrics,
+    make_wsgi_app,
+)
 from prometheus_client.gc_collector import GCCollector
+from prometheus_client.metrics_core import CounterMetricFamily, Metric
 from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.registry import Collector
 
+from sessions_proto.v1 import sessions_pb2
 from sessions_server import version
+from sessions_server.transport.auth import RefusalLog
 
 request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
 # The call being served (its servicer context): what gRPC logs about the call after its handler,
@@ -41,10 +63,17 @@ def _deadline_passed() -> bool:
     return remaining is not None and remaining <= DEADLINE_SLACK_SECONDS
 
 
+# The path the endpoint serves the metrics at; every other path is answered 404.
+METRICS_PATH = "/metrics"
+
+
 class Metrics:
     """The server's metrics in their own registry (tests may run several servers)."""
 
     def __init__(self) -> None:
+        # No `*_created` series beside each counter and histogram (they doubled the series count,
+        # and Prometheus reads a reset from the counter itself). Process-wide in prometheus_client.
+        disable_created_metrics()  # type: ignore[no-untyped-call]  # untyped in prometheus_client
         self.registry = CollectorRegistry()
         self._endpoint: WSGIServer | None = None
         GCCollector(registry=self.registry)  # python_gc_collections_total by generation
@@ -53,19 +82,29 @@ class Metrics:
         ProcessCollector(registry=self.registry)
         Info("sessions_build", "The server's version", registry=self.registry).info({"version": version()})
         self.rpcs = Counter(
-            "sessions_rpcs", "RPCs finished, by method and status code", ["method", "code"], registry=self.registry
+            "sessions_rpcs",
+            "RPCs finished, by service, method, status code and the ErrorInfo reason of a refusal (one of "
+            "the contract's ErrorReason names, or OTHER; empty for OK and for a status without ErrorInfo)",
+            ["service", "method", "code", "reason"],
+            registry=self.registry,
         )
         self.latency = Histogram(
             "sessions_rpc_seconds",
-            "RPC duration by method (streams: until the last frame)",
-            ["method"],
+            "RPC duration by service and method (streams: until the last frame)",
+            ["service", "method"],
             registry=self.registry,
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
         )
         self.open_objects = Gauge("sessions_open_objects", "Objects currently open", registry=self.registry)
+        # Named sessions_row_writes until the counter below: a counter's family takes the name
+        # without `_total`, and one name for two families is refused (OpenMetrics, the registry).
         self.row_writes = Gauge(
-            "sessions_row_writes", "Rows written (as upstream bills them) by open objects", registry=self.registry
+            "sessions_open_object_row_writes",
+            "Rows written (as upstream bills them) over their lifetime, as their files count them, by the objects "
+            "open now: it drops as objects close; for a rate, sessions_row_writes_total",
+            registry=self.registry,
         )
+        self.row_writes_total = RowWritesTotal(self.registry)
         self.bytes_stored = Gauge("sessions_open_object_bytes", "Bytes of open object files", registry=self.registry)
         self.subscribers = Gauge("sessions_subscribers", "Active Subscribe streams", registry=self.registry)
         self.feed_retained_bytes = Gauge(
@@ -113,9 +152,9 @@ class Metrics:
         )
 
     def serve(self, listen: str) -> None:
-        """Serves the registry over HTTP on `listen` until `close`."""
+        """Serves the registry over HTTP on `listen`, at METRICS_PATH, until `close`."""
         host, _, port = listen.rpartition(":")
-        self._endpoint, _ = start_http_server(int(port), addr=host or "127.0.0.1", registry=self.registry)
+        self._endpoint = _start_endpoint(host or "127.0.0.1", int(port), _metrics_only(make_wsgi_app(self.registry)))
 
     def close(self) -> None:
         """Stops the HTTP endpoint and gives its port back (a server stopped in-process, or one
@@ -124,6 +163,82 @@ class Metrics:
         if endpoint is not None:
             endpoint.shutdown()
             endpoint.server_close()
+
+
+class RowWritesTotal(Collector):
+    """`sessions_row_writes_total`: rows written (as upstream bills them) by this process since
+    it started, a counter (`rate()` works) where `sessions_row_writes` sums what the open objects'
+    files count over their lifetime and drops with every close.
+
+    `set_function(written)` gives the source: a count of this process's row writes, closed objects'
+    included (the object registry's). Until one is given, the series is left out rather than
+    shown wrong. The value shown never goes down, should the source ever dip for a moment (an
+    object between open and closed as it is read from another thread)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._written: Callable[[], int] | None = None
+        self._highest = 0
+        self._lock = threading.Lock()
+        registry.register(self)
+
+    def set_function(self, written: Callable[[], int]) -> None:
+        self._written = written
+
+    def collect(self) -> Iterator[Metric]:
+        written = self._written
+        if written is None:
+            return
+        with self._lock:  # scrapes may come at once, each on a thread of its own
+            self._highest = max(self._highest, int(written()))
+            value = self._highest
+        yield CounterMetricFamily(
+            "sessions_row_writes",
+            "Rows written (as upstream bills them) by this process since it started, closed objects' included",
+            value=value,
+        )
+
+    def describe(self) -> Iterable[Metric]:
+        return ()  # the collector's family shows only once it has a source
+
+
+def _metrics_only(app: Callable[..., Iterable[bytes]]) -> Callable[..., Iterable[bytes]]:
+    """`app` at METRICS_PATH, and 404 on every other path (every path answered the metrics)."""
+
+    def serve(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") == METRICS_PATH:
+            return app(environ, start_response)
+        start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
+        return [f"not found: the metrics are at {METRICS_PATH}\n".encode()]
+
+    return serve
+
+
+class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
+    """A thread per request, none of them holding the process up as it exits."""
+
+    daemon_threads = True
+
+
+class _SilentHandler(WSGIRequestHandler):
+    """Logs no line per scrape (on stderr, past the log's handlers and format)."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def _start_endpoint(host: str, port: int, app: Callable[..., Iterable[bytes]]) -> WSGIServer:
+    """prometheus_client's `start_http_server`, with our own app: an HTTP server on a daemon
+    thread, of the address family `host` is."""
+    family, _, _, _, address = next(
+        iter(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE))
+    )
+
+    class Endpoint(_ThreadingWSGIServer):
+        address_family = family
+
+    server = make_server(str(address[0]), port, app, Endpoint, handler_class=_SilentHandler)
+    threading.Thread(target=server.serve_forever, name="metrics-endpoint", daemon=True).start()
+    return server
 
 
 # A request id is this process's random prefix and a call counter: unique per call, and cheap
@@ -146,9 +261,61 @@ CHANGE_FEEDS = frozenset({"/sessions.v1.SessionService/Subscribe", "/grpc.health
 HEALTH_SERVICE = "/grpc.health.v1.Health/"
 
 
+# The reasons a refusal's ErrorInfo may carry (the contract's ErrorReason names): the `reason`
+# label takes these only, and OTHER for anything else, so that its values stay bounded.
+KNOWN_REASONS = frozenset(
+    value.name.removeprefix("ERROR_REASON_")
+    for value in sessions_pb2.ErrorReason.DESCRIPTOR.values
+    if value.number != sessions_pb2.ERROR_REASON_UNSPECIFIED
+)
+OTHER_REASON = "OTHER"
+STATUS_DETAILS_KEY = "grpc-status-details-bin"
+_ERROR_INFO = error_details_pb2.ErrorInfo.DESCRIPTOR
+AUTH_REFUSALS = frozenset({"UNAUTHENTICATED", "PERMISSION_DENIED"})
+OBJECT_KEY_HEADER = "x-object-key"
+# The access log names an object by the start of its file's name (the SHA-256 of its key): the
+# file is found from it, and no key (a tenant's name, perhaps) is written to the log.
+LOGGED_DIGEST_CHARS = 16
+access_log = logging.getLogger("sessions.access")
+
+
+def reason_of(context: Any) -> str:
+    """The ErrorInfo reason of the status the call was answered (`abort` puts it in the trailing
+    metadata), bounded to KNOWN_REASONS and OTHER; "" when the status carries none."""
+    for key, value in context.trailing_metadata() or ():
+        if key != STATUS_DETAILS_KEY:
+            continue
+        try:
+            status = status_pb2.Status.FromString(value if isinstance(value, bytes) else value.encode("latin-1"))
+        except (DecodeError, UnicodeEncodeError):
+            return OTHER_REASON
+        for detail in status.details:
+            if detail.Is(_ERROR_INFO):
+                info = error_details_pb2.ErrorInfo()
+                detail.Unpack(info)
+                return info.reason if info.reason in KNOWN_REASONS else OTHER_REASON
+        return ""
+    return ""
+
+
+def logged_object(request: Any, context: Any) -> str:
+    """What the access log names the call's object by: the first LOGGED_DIGEST_CHARS of its
+    file's name, from the request's `object_key` or else the `x-object-key` header; "-" when the
+    call names none."""
+    key = getattr(request, "object_key", None)
+    if not isinstance(key, str) or not key:
+        header = next((value for name, value in context.invocation_metadata() or () if name == OBJECT_KEY_HEADER), None)
+        if header is None:
+            return "-"
+        key = urllib.parse.unquote(header if isinstance(header, str) else header.decode("latin-1"))
+    # The file's name is the hex SHA-256 of the key's UTF-8 (storage.paths, which transport does not import).
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:LOGGED_DIGEST_CHARS]
+
+
 class CallMeter:
     """Counts and times every call, keeps the count of calls started and in flight, and sets
-    each call's request id for logging.
+    each call's request id for logging; logs each call's end to the access log (when enabled)
+    and each refusal by the token check (rate-limited, `RefusalLog`).
 
     Each method's handler is wrapped once (`metered`), where it is registered, rather than by a
     grpc.aio interceptor: with any interceptor installed, grpc runs a chain of coroutines and the
@@ -156,15 +323,16 @@ class CallMeter:
     here (a health check 505 → 605 µs, the active leaf 1,020 → 1,140 µs).
     """
 
-    def __init__(self, metrics: Metrics) -> None:
+    def __init__(self, metrics: Metrics, refusals: RefusalLog | None = None) -> None:
         self._metrics = metrics
+        self.refusals = refusals if refusals is not None else RefusalLog()
         self.calls_in_flight = 0  # calls but change feeds, while their handler runs
         self.calls_started = 0  # calls but health checks (a probe every few seconds is not work)
         self._idle: asyncio.Event | None = None  # set when no call is in flight (a drain waits for it)
         metrics.calls_in_flight.set_function(lambda: self.calls_in_flight)
         # Labelled series, looked up once each: `labels()` takes a lock and builds a key.
-        self._counters: dict[tuple[str, str], Any] = {}
-        self._timers: dict[str, Any] = {}
+        self._counters: dict[tuple[str, str, str, str], Any] = {}
+        self._timers: dict[tuple[str, str], Any] = {}
 
     async def until_idle(self, seconds: float) -> bool:
         """Waits up to `seconds` for a moment with no call in flight; False if none came."""
@@ -179,22 +347,26 @@ class CallMeter:
         finally:
             self._idle = None
 
-    def _finished(self, method: str, code: str, seconds: float) -> None:
-        counter = self._counters.get((method, code))
+    def _finished(self, service: str, method: str, code: str, reason: str, seconds: float) -> None:
+        counter = self._counters.get((service, method, code, reason))
         if counter is None:
-            counter = self._counters[(method, code)] = self._metrics.rpcs.labels(method, code)
-        timer = self._timers.get(method)
+            counter = self._counters[(service, method, code, reason)] = self._metrics.rpcs.labels(
+                service, method, code, reason
+            )
+        timer = self._timers.get((service, method))
         if timer is None:
-            timer = self._timers[method] = self._metrics.latency.labels(method)
+            timer = self._timers[(service, method)] = self._metrics.latency.labels(service, method)
         counter.inc()
         timer.observe(seconds)
 
     def metered(self, full_method: str, handler: grpc.RpcMethodHandler[Any, Any]) -> grpc.RpcMethodHandler[Any, Any]:
         """`handler` (of `/package.Service/Method`) counted, timed and given a request id."""
-        method = full_method.rsplit("/", 1)[-1]
+        service, _, method = full_method.lstrip("/").rpartition("/")
+        named = f"{service.rpartition('.')[2]}/{method}"  # as the logs name it: SessionService/GetMessage
         is_work = not full_method.startswith(HEALTH_SERVICE)
         is_tracked = full_method not in CHANGE_FEEDS and not handler.stream_stream
         finished = self._finished
+        refusals = self.refusals
 
         def begin(context: Any) -> float:
             if is_work:
@@ -206,7 +378,8 @@ class CallMeter:
             serving.set(context)
             return time.perf_counter()
 
-        def end(context: Any, started: float, failure: BaseException | None) -> None:
+        def end(context: Any, request: Any, started: float, failure: BaseException | None) -> None:
+            seconds = time.perf_counter() - started
             if is_tracked:
                 self.calls_in_flight -= 1
                 if not self.calls_in_flight and self._idle is not None:
@@ -218,7 +391,20 @@ class CallMeter:
                 name = "OK"
             else:
                 name = "CANCELLED" if isinstance(failure, asyncio.CancelledError) else "UNKNOWN"
-            finished(method, name, time.perf_counter() - started)
+            reason = "" if name == "OK" else reason_of(context)
+            finished(service, method, name, reason, seconds)
+            if name in AUTH_REFUSALS:
+                refusals.note(context.peer(), named, name, reason, context.details() or "")
+            if access_log.isEnabledFor(logging.DEBUG):
+                access_log.debug(
+                    "%s %s reason=%s %.1f ms object=%s peer=%s",
+                    named,
+                    name,
+                    reason or "-",
+                    seconds * 1000,
+                    logged_object(request, context),
+                    context.peer(),
+                )
 
         inner: Any = handler.unary_unary or handler.unary_stream or handler.stream_unary or handler.stream_stream
 
@@ -231,7 +417,7 @@ class CallMeter:
                 failure = exc
                 raise
             finally:
-                end(context, started, failure)
+                end(context, request, started, failure)
 
         async def generated(request: Any, context: Any) -> AsyncIterator[Any]:
             started = begin(context)
@@ -243,7 +429,7 @@ class CallMeter:
                 failure = exc
                 raise
             finally:
-                end(context, started, failure)
+                end(context, request, started, failure)
 
         # A generator's responses pass through one of ours; any other handler (unary, or a stream
         # written through its context) is awaited, and its responses pass through nothing extra.
