@@ -765,7 +765,9 @@ def test_writes_to_other_objects_push_the_oldest_events_out_of_the_process_bound
             assert within.next().message["id"] == "kept for a while"  # retained so far
             within.close()
 
+            watcher = Feed(server.address, "busy")  # watched: its events are kept too (not nobody's)
             busy.append_messages([text_message(f"b{i}", "x" * 1000) for i in range(100)])  # ≈125 KB of events
+            watcher.close()
 
             resumed = Feed(server.address, "quiet", resume_from=resume_at)
             first = resumed.next()

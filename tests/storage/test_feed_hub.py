@@ -23,6 +23,13 @@ from sessions_server.storage.registry import ObjectRegistry
 from sessions_server.storage.rows import Compaction
 
 
+def watched(hub: FeedHub) -> FeedHub:
+    """`hub` after a subscriber came and went: a feed keeps its events for resumes only from
+    its first subscriber on (before it, nobody was told a revision to resume from)."""
+    hub.unsubscribe(hub.subscribe(None, 0))
+    return hub
+
+
 def _events(count: int, size: int = 10) -> list[ChangeEvent]:
     return [ChangeEvent("append", "", message_json="x" * size) for _ in range(count)]
 
@@ -37,7 +44,7 @@ async def _drain(subscription, count: int) -> list[ChangeEvent | Reset]:  # type
 
 def test_revisions_increase_and_resume_replays_exactly_what_followed() -> None:
     async def run() -> None:
-        hub = FeedHub()
+        hub = watched(FeedHub())
         first = _events(5)
         hub.publish(first)
         assert [e.revision for e in first] == sorted({e.revision for e in first})
@@ -51,7 +58,7 @@ def test_revisions_increase_and_resume_replays_exactly_what_followed() -> None:
 
 def test_resume_beyond_retention_by_count_or_bytes_resets() -> None:
     async def run() -> None:
-        by_count = FeedHub(FeedSettings(retain_events=3))
+        by_count = watched(FeedHub(FeedSettings(retain_events=3)))
         events = _events(6)
         by_count.publish(events)
         reset = await by_count.subscribe(None, events[0].revision).next(timeout=1)
@@ -59,7 +66,7 @@ def test_resume_beyond_retention_by_count_or_bytes_resets() -> None:
         kept = await _drain(by_count.subscribe(None, events[2].revision), 3)
         assert kept == events[3:]
 
-        by_bytes = FeedHub(FeedSettings(retain_bytes=3 * (256 + 100)))
+        by_bytes = watched(FeedHub(FeedSettings(retain_bytes=3 * (256 + 100))))
         big = _events(6, size=100)
         by_bytes.publish(big)
         assert isinstance(await by_bytes.subscribe(None, big[0].revision).next(timeout=1), Reset)
@@ -69,7 +76,7 @@ def test_resume_beyond_retention_by_count_or_bytes_resets() -> None:
 
 def test_a_subscriber_the_ring_passes_by_is_reset_and_writers_never_wait() -> None:
     async def run() -> None:
-        hub = FeedHub(FeedSettings(retain_events=3))
+        hub = watched(FeedHub(FeedSettings(retain_events=3)))
         slow = hub.subscribe(None, 0)
         fast = hub.subscribe(None, 0)
         for event in _events(10):
@@ -97,7 +104,7 @@ def test_a_sessions_subscriber_is_not_reset_for_other_sessions_events_the_ring_d
     One that had an event of its own dropped is reset, as before."""
 
     async def run() -> None:
-        hub = FeedHub(FeedSettings(retain_events=3))
+        hub = watched(FeedHub(FeedSettings(retain_events=3)))
         mine = hub.subscribe("mine", 0)
         everyone = hub.subscribe(None, 0)
         hub.publish(_session_events("other", 5))
@@ -122,7 +129,7 @@ def test_a_sessions_subscriber_is_not_reset_for_other_sessions_events_the_ring_d
 
 def test_a_resume_to_one_session_is_reset_only_when_an_event_of_its_session_was_dropped() -> None:
     async def run() -> None:
-        hub = FeedHub(FeedSettings(retain_events=3))
+        hub = watched(FeedHub(FeedSettings(retain_events=3)))
         own = _session_events("mine", 1)
         hub.publish(own)
         resume_at = own[0].revision
@@ -151,7 +158,7 @@ def test_a_resume_to_one_session_is_reset_once_too_many_sessions_had_events_drop
     remembers one revision for all, and resumes from before it are reset whatever their session."""
 
     async def run() -> None:
-        hub = FeedHub(FeedSettings(retain_events=1))
+        hub = watched(FeedHub(FeedSettings(retain_events=1)))
         own = _session_events("mine", 1)
         hub.publish(own)
         for index in range(DROPPED_SESSIONS_REMEMBERED + 1):
@@ -166,7 +173,7 @@ def test_a_sessions_subscriber_is_not_reset_when_the_process_bound_drops_other_s
     async def run() -> None:
         size = _session_events("other", 1)[0].size
         feeds = Feeds(FeedSettings(retain_total_bytes=4 * size))
-        quiet, busy = feeds.hub(), feeds.hub()
+        quiet, busy = watched(feeds.hub()), watched(feeds.hub())
         mine = quiet.subscribe("mine", 0)
         quiet.publish(_session_events("other", 2))
         quiet.publish(_session_events("other", 1))  # the latest commit: kept for its subscriber
@@ -187,7 +194,7 @@ def test_a_subscriber_that_keeps_up_gets_every_event_of_a_commit_past_retention(
     commit stays until the subscribers have read it; then the bounds apply again."""
 
     async def run() -> None:
-        hub = FeedHub(FeedSettings(retain_events=100, retain_bytes=1024 * 1024))
+        hub = watched(FeedHub(FeedSettings(retain_events=100, retain_bytes=1024 * 1024)))
         subscriber = hub.subscribe(None, 0)
         many = _events(5_000)
         hub.publish(many)
@@ -203,7 +210,7 @@ def test_a_subscriber_that_keeps_up_gets_every_event_of_a_commit_past_retention(
 
 def test_a_subscriber_that_reads_no_commit_falls_behind_once_a_later_one_arrives() -> None:
     async def run() -> None:
-        hub = FeedHub(FeedSettings(retain_events=100))
+        hub = watched(FeedHub(FeedSettings(retain_events=100)))
         stalled = hub.subscribe(None, 0)
         hub.publish(_events(500))  # kept whole while it is the latest commit
         assert hub.next_seq - hub.first_seq == 500
@@ -221,7 +228,7 @@ def test_hub_epochs_keep_to_the_clock_however_many_hubs_are_made() -> None:
     """One counter for every hub ran a millisecond ahead per hub made: 20,000 subscriptions in
     8 s put it 12 s ahead, and after a restart an object's revisions went below those it had."""
     started = time.time() * 1000
-    hubs = [FeedHub() for _ in range(20_000)]
+    hubs = [watched(FeedHub()) for _ in range(20_000)]
     assert max(hub.epoch for hub in hubs) <= time.time() * 1000 + 1
     assert min(hub.epoch for hub in hubs) >= int(started)
 
@@ -248,7 +255,7 @@ def test_a_subscriber_holds_no_events_of_its_own() -> None:
     """A stalled subscriber pins nothing: what the ring drops is gone, and it is told so."""
 
     async def run() -> None:
-        hub = FeedHub(FeedSettings(retain_events=2))
+        hub = watched(FeedHub(FeedSettings(retain_events=2)))
         first = _events(3)
         hub.publish(first)
         stalled = hub.subscribe(None, first[0].revision)  # resumed: the ring's two follow it
@@ -262,12 +269,12 @@ def test_a_subscriber_holds_no_events_of_its_own() -> None:
 
 def test_a_restart_is_an_unknown_revision() -> None:
     async def run() -> None:
-        before = FeedHub()
+        before = watched(FeedHub())
         old = _events(2)
         before.publish(old)
         # Reopened (a feed made later takes revisions above every earlier one's, even within the
         # same millisecond), or restarted (the clock has moved on).
-        after = FeedHub()
+        after = watched(FeedHub())
         after.publish(_events(1))
         assert after.revision > old[-1].revision
         item = await after.subscribe(None, old[-1].revision).next(timeout=1)
@@ -283,7 +290,7 @@ def test_an_event_queued_while_a_wait_times_out_is_delivered_not_reported_as_not
     # queued as the timed-out wait was torn down (another writer's commit, one loop turn later)
     # must come first, or a resume from that progress revision would skip it.
     async def run() -> None:
-        hub = FeedHub()
+        hub = watched(FeedHub())
         subscription = hub.subscribe(None, 0)
         late = ChangeEvent("append", "", message_json="{}")
 
@@ -323,7 +330,7 @@ def test_a_compaction_event_counts_its_summary() -> None:
 def test_retention_by_bytes_counts_what_events_take() -> None:
     emoji = '{"text":"' + "😀" * 1000 + '"}'
     event = ChangeEvent("append", "", message_json=emoji)
-    hub = FeedHub(FeedSettings(retain_bytes=2 * event.size))
+    hub = watched(FeedHub(FeedSettings(retain_bytes=2 * event.size)))
     events = [ChangeEvent("append", "", message_json=emoji) for _ in range(3)]
     hub.publish(events)
 
@@ -350,7 +357,7 @@ def _kept_from(hub: FeedHub, after: int) -> list[ChangeEvent | Reset]:
 def test_open_objects_keep_events_within_one_bound_for_the_process_oldest_first() -> None:
     size = _events(1)[0].size
     feeds = Feeds(FeedSettings(retain_total_bytes=4 * size))
-    first, second = feeds.hub(), feeds.hub()
+    first, second = watched(feeds.hub()), watched(feeds.hub())
     early, late = _events(3), _events(3)
     first.publish(early)
     second.publish(late[:1])  # four kept: within the bound
@@ -366,7 +373,7 @@ def test_open_objects_keep_events_within_one_bound_for_the_process_oldest_first(
 def test_events_a_feed_drops_or_closes_on_are_no_longer_counted_for_the_process() -> None:
     size = _events(1)[0].size
     feeds = Feeds(FeedSettings(retain_events=2, retain_total_bytes=100 * size))
-    busy, closing = feeds.hub(), feeds.hub()
+    busy, closing = watched(feeds.hub()), watched(feeds.hub())
     for event in _events(5_000):
         busy.publish([event])  # the object's own bound keeps two
     assert feeds.retention.bytes == 2 * size
@@ -385,11 +392,11 @@ def test_the_process_bound_keeps_no_closed_objects_hub() -> None:
     closed hub's events held the hub itself until a sweep, which a feed keeping many events
     put off for as many evictions, and an idle server for good."""
     feeds = Feeds(FeedSettings(retain_events=10_000, retain_total_bytes=10_000_000))
-    busy = feeds.hub()
+    busy = watched(feeds.hub())
     busy.publish(_events(5_000))
     closed: list[weakref.ref[FeedHub]] = []
     for _ in range(1_000):
-        hub = feeds.hub()
+        hub = watched(feeds.hub())
         hub.publish(_events(1))
         hub.close_all(FeedClosed("the object closed"))
         closed.append(weakref.ref(hub))
@@ -407,7 +414,7 @@ def test_an_event_spared_by_the_process_bound_is_dropped_once_read() -> None:
 
     async def run() -> tuple[list[int], list[int]]:
         feeds = Feeds(FeedSettings(retain_events=10_000, retain_bytes=10_000_000, retain_total_bytes=110_000))
-        quiet, busy = feeds.hub(), feeds.hub()
+        quiet, busy = watched(feeds.hub()), watched(feeds.hub())
         reader = quiet.subscribe(None, 0)
         quiet.publish([ChangeEvent("append", "s", message_json="x" * 60_000)])  # unread: spared
         busy.publish([ChangeEvent("append", "s", message_json="y" * 50_000)])
@@ -421,3 +428,39 @@ def test_an_event_spared_by_the_process_bound_is_dropped_once_read() -> None:
     quiet_kept, busy_kept = asyncio.run(run())
     assert quiet_kept == []  # the oldest event in the process went first
     assert busy_kept == [20_000] * 5
+
+
+def test_a_feed_nobody_subscribed_to_keeps_no_events_until_someone_does() -> None:
+    """Its revisions reach callers through subscriptions alone: before the first, nothing can
+    resume, and an object nobody watched kept up to --feed-retain-bytes of event text."""
+
+    async def run() -> None:
+        feeds = Feeds(FeedSettings(retain_total_bytes=10_000_000))
+        hub = feeds.hub()
+        unwatched = _events(5, size=1000)
+        hub.publish(unwatched)
+        assert feeds.retention.bytes == 0
+        assert [e.revision for e in unwatched] == sorted({e.revision for e in unwatched})
+        assert hub.revision == unwatched[-1].revision  # revisions go on all the same
+        live = hub.subscribe(None, 0)
+        watched_events = _events(2, size=1000)
+        hub.publish(watched_events)
+        assert await _drain(live, 2) == watched_events
+        assert feeds.retention.bytes >= 2 * 1000
+        live.close(FeedClosed("done"))
+        resumed = await _drain(hub.subscribe(None, watched_events[0].revision), 1)
+        assert resumed == watched_events[1:]  # kept for a resume once someone subscribed
+
+    asyncio.run(run())
+
+
+def test_a_resume_from_before_the_first_subscriber_is_reset() -> None:
+    async def run() -> None:
+        hub = FeedHub()
+        events = [ChangeEvent("append", session, message_json="x") for session in ("a", "b", "a")]
+        hub.publish(events)
+        for session_filter in (None, "a", "b"):
+            first = await hub.subscribe(session_filter, events[0].revision).next(timeout=1)
+            assert isinstance(first, Reset) and "not retained" in first.reason, session_filter
+
+    asyncio.run(run())

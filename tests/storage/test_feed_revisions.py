@@ -11,6 +11,7 @@ import time
 
 from sessions_server.storage import feed
 from sessions_server.storage.feed import COUNTER_BITS, ChangeEvent, FeedClosed, FeedHub, Feeds, FeedSettings, Reset
+from tests.storage.test_feed_hub import watched
 
 
 def _events(count: int, session_id: str = "") -> list[ChangeEvent]:
@@ -28,7 +29,7 @@ async def _first(hub: FeedHub, after: int, session_filter: str | None = None) ->
 def _same_millisecond_pair(feeds: Feeds) -> tuple[FeedHub, FeedHub]:
     """Two hubs made one after the other within one millisecond (so in one epoch)."""
     for _ in range(1_000):
-        first, second = feeds.hub(), feeds.hub()
+        first, second = watched(feeds.hub()), watched(feeds.hub())
         if first.epoch == second.epoch:
             return first, second
     raise AssertionError("no two hubs made within one millisecond in 1,000 tries")
@@ -59,7 +60,7 @@ def test_a_revision_of_a_feed_made_in_the_same_millisecond_is_unknown_to_another
 def test_every_revision_handed_out_in_the_process_is_unique_and_keeps_to_the_clock() -> None:
     started = time.time() * 1000
     feeds = Feeds()
-    hubs = [feeds.hub() for _ in range(5_000)]
+    hubs = [watched(feeds.hub()) for _ in range(5_000)]
     handed_out = [hub.revision for hub in hubs]  # their starts
     for hub in hubs[::50]:
         events = _events(3)
@@ -78,10 +79,10 @@ def test_a_feed_knows_its_revisions_across_its_blocks_and_not_those_between() ->
 
     async def run() -> None:
         feeds = Feeds(FeedSettings(retain_events=3 * block, retain_total_bytes=1 << 40))
-        busy = feeds.hub()
+        busy = watched(feeds.hub())
         first = _events(block)
         busy.publish(first)  # past its first block
-        between = feeds.hub()  # its block comes after the busy feed's second
+        between = watched(feeds.hub())  # its block comes after the busy feed's second
         theirs = _events(2)
         between.publish(theirs)
         second = _events(block)
@@ -108,7 +109,7 @@ def test_a_feed_knows_its_revisions_across_its_blocks_and_not_those_between() ->
 
 def test_a_revision_ahead_of_the_feed_is_reset_to_the_feeds_revision() -> None:
     async def run() -> None:
-        hub = Feeds().hub()
+        hub = watched(Feeds().hub())
         hub.publish(_events(2))
         reset = await _first(hub, hub.revision + (1 << 30))
         assert isinstance(reset, Reset) and reset.revision == hub.revision
@@ -122,7 +123,7 @@ def test_a_feed_start_is_remembered_for_its_object_while_the_feed_carried_no_eve
     event (then the resume would miss it) or was closed by a move; the newest few thousand kept."""
     feeds = Feeds()
     starts = feeds.unwritten_starts
-    quiet, carried, moved, after_close = hubs = [feeds.hub() for _ in range(4)]
+    quiet, carried, moved, after_close = hubs = [watched(feeds.hub()) for _ in range(4)]
     for index, hub in enumerate(hubs):
         starts.note(hub.start_revision, f"k{index}")
     carried.publish(_events(1))

@@ -268,6 +268,11 @@ class FeedHub:
         self._retain_events = settings.retain_events
         self._retain_bytes = settings.retain_bytes
         self._subscribers: set[Subscription] = set()
+        # Whether its events are kept for resumes: only from its first subscriber on. Its
+        # revisions reach callers through subscriptions alone, so before the first one nobody
+        # can resume from any of them, and an object nobody subscribes to kept up to
+        # --feed-retain-bytes of event text (deleted and cleared messages' included) for nothing.
+        self._keeping = False
         self._closed: FeedClosed | None = None
         # The revision of each session's newest dropped event, and one for every session
         # forgotten when there were too many: what a resume to one session may have missed.
@@ -326,6 +331,9 @@ class FeedHub:
             event.revision = self._base + counter
             if self._closed is not None:  # no subscriber now or later: nothing to keep
                 continue
+            if not self._keeping:  # nobody was told a revision yet; a resume from one is reset
+                self._last_dropped = self._dropped_floor = event.revision
+                continue
             size = event.size
             ring.append(event)
             sizes.append(size)
@@ -365,6 +373,7 @@ class FeedHub:
         if self._closed is not None:
             raise FeedClosed(str(self._closed), moving=self._closed.moving)
         subscription = Subscription(self, session_filter, self.next_seq)
+        self._keeping = True
         if resume_after:
             current = self.revision
             if resume_after > current:
