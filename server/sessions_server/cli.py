@@ -315,6 +315,13 @@ def build_parser() -> argparse.ArgumentParser:
         default="WARNING",
         help="logging level, in any case (default WARNING)",
     )
+    serve.add_argument(
+        "--access-log",
+        action="store_true",
+        help="log a line per call (method, status, reason, duration, the object's file digest, peer), at DEBUG "
+        "from the sessions.access logger, whatever --log-level says (DEBUG would also turn on gRPC's own "
+        "debug lines)",
+    )
     mover = commands.add_parser("move-object", help="move an object from one server to another, verified")
     mover.set_defaults(command_parser=mover)
     mover.add_argument("--object-key", required=True, action="append", help="the object to move (repeatable)")
@@ -699,7 +706,7 @@ def _serve(args: argparse.Namespace) -> int:
     if problem is not None:
         print(f"sessions-server: {problem}", file=sys.stderr)
         return 1
-    _configure_logging(args.log_level, args.log_format)
+    _configure_logging(args.log_level, args.log_format, access_log=getattr(args, "access_log", False))
     for retired in ("subscriber_queue_events", "subscriber_queue_bytes"):
         if getattr(args, retired) is not None:
             logging.getLogger("sessions.server").warning(
@@ -774,8 +781,8 @@ def _run_on_event_loop(choice: str, main: Callable[[], Coroutine[Any, Any, int]]
     return asyncio.run(main())
 
 
-def _configure_logging(level: str, log_format: str) -> None:
-    from sessions_server.transport.metrics import JsonFormatter, RequestIdFilter
+def _configure_logging(level: str, log_format: str, *, access_log: bool = False) -> None:
+    from sessions_server.transport.metrics import ACCESS_LOGGER, JsonFormatter, RequestIdFilter
 
     handler = logging.StreamHandler()
     handler.addFilter(RequestIdFilter())
@@ -784,6 +791,8 @@ def _configure_logging(level: str, log_format: str) -> None:
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s"))
     logging.basicConfig(level=level.upper(), handlers=[handler])
+    if access_log:  # its records reach the handler above whatever the root logger's level
+        logging.getLogger(ACCESS_LOGGER).setLevel(logging.DEBUG)
 
 
 def _admin_client(address: str, token: str | None, tls: TlsConfig | None) -> SessionsClient:

@@ -276,7 +276,8 @@ OBJECT_KEY_HEADER = "x-object-key"
 # The access log names an object by the start of its file's name (the SHA-256 of its key): the
 # file is found from it, and no key (a tenant's name, perhaps) is written to the log.
 LOGGED_DIGEST_CHARS = 16
-access_log = logging.getLogger("sessions.access")
+ACCESS_LOGGER = "sessions.access"  # `--access-log` turns it on; so does --log-level DEBUG
+access_log = logging.getLogger(ACCESS_LOGGER)
 
 
 def reason_of(context: Any) -> str:
