@@ -16,7 +16,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,7 @@ import sessions_client
 import sessions_proto
 import sessions_server
 from sessions_server.cli import parse_arguments
+from tests.e2e.test_cli_flags import _port_taken
 
 NOBODY = 65534
 
@@ -54,15 +54,6 @@ def _only_line(done: subprocess.CompletedProcess[str], code: int) -> str:
     lines = done.stderr.splitlines()
     assert len(lines) == 1, done.stderr
     return lines[0]
-
-
-@contextlib.contextmanager
-def _port_taken() -> Iterator[int]:
-    """A loopback port another program listens on for as long as the block runs."""
-    with socket.socket() as holder:
-        holder.bind(("127.0.0.1", 0))
-        holder.listen()
-        yield holder.getsockname()[1]
 
 
 def _contents(directory: Path) -> list[str]:
