@@ -1107,6 +1107,11 @@ async def _run(config: ServerConfig) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop_or_hurry, sig)
+    # Until the server runs (`serve` then re-reads the tokens file on it): SIGHUP's default
+    # action would end a start half done, its lock and directories left behind.
+    loop.add_signal_handler(
+        signal.SIGHUP, lambda: logging.getLogger("sessions.server").info("SIGHUP while starting: ignored")
+    )
     try:
         await serve(config, stop, on_idle=allocator.release_free_heap if tuned else None, hurry=hurry)
     except (OSError, ValueError) as exc:

@@ -309,3 +309,14 @@ def test_a_data_directory_that_cannot_be_written_is_named_with_the_flag(
         env=_nobody_env(),
     )
     assert _only_line(done, 1) == line.replace("sessions-server:", "sessions-server import-store:", 1)
+
+
+def test_a_wildcard_listen_is_left_to_grpc_which_binds_it_its_own_way() -> None:
+    """gRPC binds `[::]` dual-stack, else 0.0.0.0: a trial bind of one address could refuse a
+    start it accepts (`[::]` on a host without IPv6)."""
+    from sessions_server.transport.server import _bind_refusal
+
+    with _port_taken() as port:
+        assert _bind_refusal(f"127.0.0.1:{port}") == "Address already in use"
+        assert _bind_refusal(f"0.0.0.0:{port}") is None
+        assert _bind_refusal(f"[::]:{port}") is None

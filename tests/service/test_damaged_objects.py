@@ -22,6 +22,7 @@ import grpc
 import pytest
 
 from sessions_client import SessionsClient, SessionsError
+from sessions_client._common import routing_metadata
 from sessions_client.admin import erase_object, export_file, import_file
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
@@ -29,7 +30,7 @@ from sessions_server.storage import rows
 from sessions_server.storage.paths import object_path
 from sessions_server.storage.schema import NEW_FILE_PAGE_SIZE
 from tests.conftest import LiveServer, start_server
-from tests.service.support import ids, text_message
+from tests.service.support import error_reason, ids, text_message
 
 DAMAGED = "damaged"
 GOOD = "good"
@@ -160,8 +161,15 @@ def test_a_file_that_is_no_database_is_refused_until_erased(tmp_path: Path, capl
         assert len(logged) == 1 and "during open" in logged[0].getMessage()
 
         with grpc.insecure_channel(server.address) as channel:
-            listed = pb_grpc.SessionServiceStub(channel).ListObjects(pb.ListObjectsRequest(page_size=100)).object_keys
+            stub = pb_grpc.SessionServiceStub(channel)
+            listed = stub.ListObjects(pb.ListObjectsRequest(page_size=100)).object_keys
+            # A subscription too is refused, not left waiting for events that cannot come.
+            feed = stub.Subscribe(pb.SubscribeRequest(object_key=DAMAGED), metadata=routing_metadata(DAMAGED))
+            with pytest.raises(grpc.RpcError) as subscribed:
+                next(feed)
         assert DAMAGED not in listed
+        assert subscribed.value.code() == grpc.StatusCode.DATA_LOSS
+        assert error_reason(subscribed.value) == "OBJECT_DAMAGED"
 
         assert erase_object(client, DAMAGED)
         assert not path.exists()

@@ -360,3 +360,19 @@ def test_the_schema_check_names_what_is_foreign() -> None:
     assert not schema.is_foreign({"_cf_KV"})
     assert not schema.is_foreign({"assistant_messages", "foo"})
     assert not schema.is_foreign({"_sessions_meta"})
+
+
+def test_damage_a_replaced_objects_old_store_finds_quarantines_nothing(tmp_path: Path) -> None:
+    """A read of the old file that outlives an erase or a replacement may still meet its damage:
+    the key, healthy now, must not be refused for it, by the registry or by whoever answers the
+    call (`judged` tells them the registry has seen it)."""
+    registry = ObjectRegistry(tmp_path, ThreadPoolExecutor(max_workers=1))
+    old_store: Any = object()  # no longer the key's: closed for the replacement
+    damage = ObjectDamaged("database disk image is malformed", operation="read")
+    registry._quarantine_from("replaced", old_store, damage)
+    assert registry.damage("replaced") is None
+    assert damage.judged and damage.again("read").judged
+    found_elsewhere = ObjectDamaged("file is not a database", operation="export copy")
+    assert not found_elsewhere.judged  # an export's copy: its answerer quarantines the key
+    registry.quarantine("copied", found_elsewhere)
+    assert registry.damage("copied") is found_elsewhere and found_elsewhere.judged

@@ -131,3 +131,27 @@ def test_clearing_scratch_removes_its_files_and_counts_them(tmp_path: Path) -> N
     (scratch / "import-2").write_bytes(b"y" * 24)
     assert datadir.clear_scratch(tmp_path) == (2, 1024)
     assert list(scratch.iterdir()) == []
+
+
+def test_abandoning_removes_only_what_its_holder_made_not_a_neighbours_data_directory(tmp_path: Path) -> None:
+    """Two data directories made at once under a parent neither found: the one whose start
+    failed removes its own directories and lock file, and leaves the other's, its lock and its
+    objects (it took the parent it had made down with all of that)."""
+    fleet = tmp_path / "fleet"
+    failed = DataDirectoryLock.acquire(fleet / "shard-a", "a start that fails")
+    running = DataDirectoryLock.acquire(fleet / "shard-b", "a running server")
+    precious = fleet / "shard-b" / "objects" / "precious.sqlite"
+    precious.parent.mkdir()
+    precious.write_bytes(b"the other server's object")
+    made = fleet / "shard-a" / "objects" / "ab" / "cd"
+    made.mkdir(parents=True)  # left empty by the failed work
+    failed.note_created([fleet / "shard-a" / "objects"])
+    try:
+        failed.abandon()
+        assert not (fleet / "shard-a").exists()
+        assert precious.read_bytes() == b"the other server's object"
+        assert (fleet / "shard-b" / datadir.LOCK_FILE_NAME).exists()
+        with pytest.raises(DataDirectoryInUse):  # its lock still holds
+            DataDirectoryLock.acquire(fleet / "shard-b", "a third taker")
+    finally:
+        running.release()

@@ -369,7 +369,8 @@ class ObjectAdmin:
             return file_of_another_object(str(path.relative_to(self.data_dir)))
         relative = self.relative_file(object_key)
         if isinstance(exc, ObjectDamaged):
-            self._registry.quarantine(object_key, exc)
+            if not exc.judged:  # found outside the registry's stores (an export's copy, say)
+                self._registry.quarantine(object_key, exc)
             self.note_storage_failure(object_key, exc.operation, str(exc), damaged=True)
             return object_damaged(relative, shortened(str(exc), SQLITE_DETAIL_CHARS), foreign=exc.foreign)
         self.note_storage_failure(object_key, exc.operation, str(exc))

@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import shutil
 from pathlib import Path
 
 LOCK_FILE_NAME = "LOCK"
@@ -37,6 +36,10 @@ class DataDirectoryInUse(OSError):
 class DataDirectoryNotWritable(OSError):
     """The data directory, or a directory in it, cannot be created or written; the message
     names the path at fault and the system's reason."""
+
+
+# Tries at taking the lock file, each after finding it gone under a holder that gave up.
+LOCK_ATTEMPTS = 100
 
 
 class DataDirectoryLock:
@@ -58,7 +61,7 @@ class DataDirectoryLock:
         lock file cannot be made; other OSErrors as the disk reports them."""
         lock_path = data_dir / LOCK_FILE_NAME
         created: list[Path] = []
-        while True:
+        for _ in range(LOCK_ATTEMPTS):
             try:
                 created += make_directories(data_dir)
             except OSError as exc:
@@ -67,6 +70,8 @@ class DataDirectoryLock:
             try:
                 fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
                 made_lock = True
+            except FileNotFoundError:  # the directory went meanwhile (a holder that gave up): again
+                continue
             except FileExistsError:
                 made_lock = False
                 try:
@@ -97,6 +102,8 @@ class DataDirectoryLock:
             # A holder that gave up (`abandon`) removed the file after this opened it: the lock
             # taken is on a file nobody else will open. Take the one the name leads to now.
             os.close(fd)
+        else:  # the name kept leading nowhere (a dangling symlink, say)
+            raise DataDirectoryNotWritable(f"{data_dir} is not usable: {lock_path} cannot be opened as a lock file")
         if made_lock:
             created.append(lock_path)
         # The file is removed only by `abandon`, under the lock, and takers check that the file
@@ -127,31 +134,37 @@ class DataDirectoryLock:
 
     def abandon(self) -> None:
         """Removes what this holder made (see `note_created`) and drops the lock, for a start
-        or a command that failed before it put anything of its own there: a data directory it
-        created goes whole (nothing but its holder could write in it), directories it created
-        in an existing one go when empty, and so does the lock file it created. Best effort:
-        what cannot be removed stays."""
+        or a command that failed before it put anything of its own there: the lock file it
+        created, and the directories it created once empty, deepest first. In a data directory
+        it created, the empty directories its work left (an object's fan-out directories) go
+        too. Only ever `rmdir` and the lock file's `unlink`: whatever anyone else put there
+        (another server's data directory beside this one, under a parent both created at once)
+        stays, and so does anything that cannot be removed."""
         if self._fd is None:
             return
-        made = [path for path in self._created if path == self.data_dir or path in self.data_dir.parents]
-        top = min(made, key=lambda path: len(path.parts)) if made else None
         try:
-            if top is not None:
-                shutil.rmtree(top, ignore_errors=True)
+            if self.data_dir in self._created:
+                _remove_empty_directories(self.data_dir)
+            for path in sorted(self._created, key=lambda made: len(made.parts), reverse=True):
                 with contextlib.suppress(OSError):
-                    sync_directory(top.parent)
-                return
-            for path in reversed(self._created):
-                with contextlib.suppress(OSError):
-                    if path.name == LOCK_FILE_NAME and path.parent == self.data_dir:
+                    if path == self.data_dir / LOCK_FILE_NAME:
                         path.unlink()
                     else:
                         path.rmdir()  # only when empty
-            with contextlib.suppress(OSError):
-                sync_directory(self.data_dir)
+            for path in {made.parent for made in self._created}:
+                with contextlib.suppress(OSError):
+                    sync_directory(path)
         finally:
             self._created = []
             self.release()
+
+
+def _remove_empty_directories(top: Path) -> None:
+    """Removes the empty directories under `top` (not `top`), deepest first."""
+    for directory, _, _ in os.walk(top, topdown=False):
+        if directory != str(top):
+            with contextlib.suppress(OSError):
+                os.rmdir(directory)
 
 
 def _still_named(fd: int, path: Path) -> bool:

@@ -167,6 +167,7 @@ class ObjectRegistry:
     def quarantine(self, object_key: str, damage: ObjectDamaged) -> None:
         """Refuses the object from now on (see the module docstring). Safe on any thread: one
         dict assignment."""
+        damage.judged = True
         self._damaged.setdefault(object_key, damage)
 
     def _quarantine_from(self, object_key: str, store: ObjectStore, damage: ObjectDamaged) -> None:
@@ -174,6 +175,7 @@ class ObjectRegistry:
         store closed for an erase or a replacement may finish a read of the old file)."""
         if self._open.get(object_key) is store or self._closing.get(object_key) is store:
             self.quarantine(object_key, damage)
+        damage.judged = True  # of a file erased or replaced since: not the key's now
 
     def forget_damage(self, object_key: str) -> None:
         """The object's file was erased or replaced: calls on the key open it again."""
@@ -260,9 +262,14 @@ class ObjectRegistry:
     def sweep_wals(self) -> None:
         """Has each open object look whether its WAL file is due to be emptied (the timer calls
         this; tests call it too)."""
-        for store in self._snapshot():
-            store.sweep_wal()
-        self._arm_wal_sweep()
+        try:
+            for store in self._snapshot():
+                try:
+                    store.sweep_wal()
+                except Exception:  # one object's trouble (its WAL unreadable) spares the others'
+                    log.exception("object %r: WAL sweep failed", store.object_key)
+        finally:
+            self._arm_wal_sweep()
 
     def _release_opened(self, opening: asyncio.Future[ObjectStore]) -> None:
         if not opening.cancelled() and opening.exception() is None:

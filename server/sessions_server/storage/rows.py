@@ -207,11 +207,16 @@ class ObjectDamaged(StorageError):
     ) -> None:
         super().__init__(message, cause=cause, operation=operation, permission_denied=False)
         self.foreign = foreign
+        # The registry has seen it (and quarantined the key, or found the store no longer the
+        # key's: one closed for an erase or a replacement); whoever answers it leaves it there.
+        self.judged = False
 
     def again(self, operation: str) -> ObjectDamaged:
         """The same refusal for a later call (a new exception: raising one instance over and
         over would grow its traceback with every call)."""
-        return ObjectDamaged(str(self), operation=operation, foreign=self.foreign)
+        repeated = ObjectDamaged(str(self), operation=operation, foreign=self.foreign)
+        repeated.judged = self.judged
+        return repeated
 
 
 class OutOfDescriptors(StorageError):

@@ -508,13 +508,18 @@ def _add_port(add: Callable[[], int], listen: str, or_else: str = "", flag: str 
     return port
 
 
+WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::", "*"})
+
+
 def _bind_refusal(listen: str) -> str | None:
     """Why the system would refuse to bind `listen` (its reason, as "Address already in use"),
     tried with sockets of our own before gRPC binds; None when an address of it binds. gRPC
     core logs its own refusal first, an ERROR line (shown at GRPC_VERBOSITY=ERROR, the level
     the command sets) above the server's, and tells the server no cause. Port 0 always binds."""
     host, port = split_host_port(listen)
-    if port == 0:
+    if port == 0 or host.strip("[]") in WILDCARD_HOSTS:
+        # gRPC binds a wildcard its own way (`::` dual-stack, else 0.0.0.0): a trial of one
+        # address could refuse what it accepts (`[::]` on a host without IPv6).
         return None
     try:
         found = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
