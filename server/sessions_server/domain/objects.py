@@ -731,7 +731,9 @@ class ObjectAdmin:
     async def _remove_files(self, object_key: str) -> bool:
         async with self._registry.closed(object_key):  # its subscriptions end, its calls wait
             path = object_path(self.data_dir, object_key)
-            existed = await asyncio.to_thread(files.remove_object_files, path, self.data_dir / datadir.SCRATCH_DIR_NAME)
+            existed = await asyncio.to_thread(
+                files.remove_object_files, path, self.data_dir / datadir.SCRATCH_DIR_NAME, prune=True
+            )
             self._registry.forget_damage(object_key)  # its file is gone, damaged or not
             return existed
 

@@ -23,7 +23,13 @@ import orjson
 
 from sessions_server.storage import import_checks, queries, schema
 from sessions_server.storage.datadir import SCRATCH_DIR_NAME, sync_directories
-from sessions_server.storage.paths import FILE_SUFFIX, OBJECTS_DIR, object_path
+from sessions_server.storage.paths import (
+    FANOUT_LOCK,
+    FILE_SUFFIX,
+    OBJECTS_DIR,
+    object_path,
+    prune_object_directories,
+)
 from sessions_server.storage.rows import (
     ObjectDamaged,
     StorageError,
@@ -135,11 +141,10 @@ def import_store_file(
     target = object_path(data_dir, object_key)
     if target.exists() and not replace:
         raise ObjectExists(f"object {object_key!r} already exists")
-    target.parent.mkdir(parents=True, exist_ok=True)
     # Staged in scratch (the same file system: the rename below stays atomic), which the
     # directory's owner empties at start, so a crash mid-import leaves nothing behind for good.
     scratch = data_dir / SCRATCH_DIR_NAME
-    scratch.mkdir(exist_ok=True)
+    scratch.mkdir(parents=True, exist_ok=True)
     partial = scratch / f"{target.stem}.importing"
     with contextlib.suppress(FileNotFoundError):
         partial.unlink()
@@ -199,7 +204,9 @@ def import_store_file(
     for suffix in ("-wal", "-shm"):
         with contextlib.suppress(FileNotFoundError):
             Path(str(target) + suffix).unlink()
-    partial.replace(target)
+    with FANOUT_LOCK:  # made with the file, so that no erase beside it removes them between
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial.replace(target)
     # The copy's bytes were synced by its commit; its name, and the directories a first object
     # in them created, are durable only once their directories are. ImportObject answers after
     # this, and a move then deletes the source.
@@ -402,8 +409,9 @@ def snapshot_object(source: Path, scratch_dir: Path) -> Path:
     return copy
 
 
-def remove_object_files(path: Path, trash: Path | None = None) -> bool:
-    """Deletes an object's file with its WAL and shared-memory files; True if it existed.
+def remove_object_files(path: Path, trash: Path | None = None, *, prune: bool = False) -> bool:
+    """Deletes an object's file with its WAL and shared-memory files; True if it existed. With
+    `prune`, its directories go too once empty (`paths.prune_object_directories`).
 
     With `trash` (a directory emptied at every start, on the same file system), the file goes
     first, in one rename: the object is then gone at once, whatever happens next. Its WAL
@@ -421,12 +429,14 @@ def remove_object_files(path: Path, trash: Path | None = None) -> bool:
                 Path(str(path) + suffix).unlink()
         gone.unlink()
         sync_directories(path.parent, trash)
-        return True
-    for suffix in ("-wal", "-shm", ""):
-        with contextlib.suppress(FileNotFoundError):
-            Path(str(path) + suffix).unlink()
-    if existed:  # else a restart after a power cut could find the moved object here again
-        sync_directories(path.parent, path.parent)
+    else:
+        for suffix in ("-wal", "-shm", ""):
+            with contextlib.suppress(FileNotFoundError):
+                Path(str(path) + suffix).unlink()
+        if existed:  # else a restart after a power cut could find the moved object here again
+            sync_directories(path.parent, path.parent)
+    if prune:
+        prune_object_directories(path)
     return existed
 
 

@@ -67,6 +67,7 @@ from typing import Any, TypeVar, cast
 from sessions_server.storage import fdlimit, queries, schema, wal
 from sessions_server.storage.datadir import make_directories
 from sessions_server.storage.feed import ChangeEvent, FeedHub
+from sessions_server.storage.paths import FANOUT_LOCK
 from sessions_server.storage.rows import (
     AppendOutcome,
     NewRow,
@@ -281,8 +282,9 @@ class ObjectStore:
     ) -> ObjectStore:
         """Opens (creating if needed) the object's file. `calls_in_flight` counts the requests
         the server is handling, the caller's included (see the module docstring)."""
-        make_directories(path.parent)  # the file's own name: SQLite syncs its directory
-        conn = _connect_writer(path, schema.BUSY_TIMEOUT_MS)
+        with FANOUT_LOCK:  # the directories and the file in them, with no erase beside it between
+            make_directories(path.parent)  # the file's own name: SQLite syncs its directory
+            conn = _connect_writer(path, schema.BUSY_TIMEOUT_MS)
         try:
             schema.initialize(conn, object_key)
             return cls._around_writer(object_key, path, conn, executor, feed, calls_in_flight, commit_executor)
