@@ -99,7 +99,7 @@ def _corrupt_interior_pages(path: Path) -> None:
     with path.open("r+b") as file:
         for page in range(pages // 2, pages, 2):
             file.seek(page * PAGE + 200)
-            file.write(os.urandom(PAGE // 2))
+            file.write(b"\xff" * (PAGE // 2))  # random bytes now and then read as a too-long string
 
 
 # ── damaged on open ─────────────────────────────────────────────────────────
