@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from sessions_server.storage import schema
+from sessions_server.storage import rows, schema
 from sessions_server.storage.paths import object_path
 from sessions_server.storage.registry import ObjectRegistry
 from sessions_server.storage.rows import NewRow, ObjectDamaged, Parent, StorageError
@@ -376,3 +376,20 @@ def test_damage_a_replaced_objects_old_store_finds_quarantines_nothing(tmp_path:
     assert not found_elsewhere.judged  # an export's copy: its answerer quarantines the key
     registry.quarantine("copied", found_elsewhere)
     assert registry.damage("copied") is found_elsewhere and found_elsewhere.judged
+
+
+@pytest.mark.parametrize("read_only_mount", [False, True], ids=["owner or mode", "read-only file system"])
+def test_a_file_refused_for_its_mode_is_a_permission_problem_and_on_a_read_only_mount_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, read_only_mount: bool
+) -> None:
+    """An operator told to fix the owner or mode of a file on a file system remounted read-only
+    (after disk errors, say) would look in vain. The tests run as root, whom modes do not stop:
+    the refusal is what `os.access` answers."""
+    path = tmp_path / "object.sqlite"
+    path.write_bytes(b"")
+    refused = sqlite3.OperationalError("attempt to write a readonly database")
+    refused.sqlite_errorcode = sqlite3.SQLITE_READONLY  # type: ignore[attr-defined]
+    flags = os.ST_RDONLY if read_only_mount else 0
+    monkeypatch.setattr(rows.os, "access", lambda *_: False)
+    monkeypatch.setattr(rows.os, "statvfs", lambda _: os.statvfs_result((0,) * 8 + (flags, 255)))
+    assert rows.permission_denied_on(path, refused) is not read_only_mount

@@ -295,17 +295,27 @@ def permission_denied_on(path: Any, exc: BaseException) -> bool:
     """Whether SQLite's failure to open or write `path` (SQLITE_CANTOPEN, SQLITE_READONLY, or an
     OSError) comes from the file's or its directory's permissions: the process lacks read and
     write access to the file, or write access to its directory (where the -wal and -shm files
-    go)."""
+    go). Not on a read-only file system (one remounted so after disk errors, say), where access
+    is refused whatever the owner and mode: an operator told to fix those would look in vain."""
     if is_permission_denied(exc):
         return True
     code = getattr(exc, "sqlite_errorcode", 0) & 0xFF if isinstance(exc, sqlite3.Error) else 0
     if code not in (sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM, sqlite3.SQLITE_AUTH):
         return False
     try:
+        if _on_read_only_file_system(os.path.dirname(path) or "."):
+            return False
         if os.path.exists(path) and not os.access(path, os.R_OK | os.W_OK):
             return True
         return not os.access(os.path.dirname(path) or ".", os.W_OK | os.X_OK)
     except (OSError, ValueError):
+        return False
+
+
+def _on_read_only_file_system(directory: str) -> bool:
+    try:
+        return bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
+    except OSError:
         return False
 
 
