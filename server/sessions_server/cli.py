@@ -265,13 +265,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--feed-retain-events",
         type=int,
         default=feed.retain_events,
-        help=f"events kept per object for resuming subscribers (default {feed.retain_events})",
+        help=f"events kept per watched object for resuming subscribers (default {feed.retain_events})",
     )
     serve.add_argument(
         "--feed-retain-bytes",
         type=int,
         default=feed.retain_bytes,
-        help=f"bytes of events kept per object for resuming (default {feed.retain_bytes})",
+        help=f"bytes of events kept per watched object for resuming (default {feed.retain_bytes})",
     )
     serve.add_argument(
         "--feed-retain-total-bytes",

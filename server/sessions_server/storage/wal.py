@@ -16,7 +16,7 @@ these counts ever mislead.
 A checkpoint copies the WAL's frames into the database but leaves the WAL file at its size: the
 next writes reuse it from its beginning. So every object that once wrote CHECKPOINT_FRAMES
 frames (about 300 appends of 1 KB at 16 KiB pages) kept a 16 MiB WAL for as long as it stayed
-open, idle or not (8 such objects: 125 MiB of WAL beside 6.4 MiB of data). The registry sweeps
+open, idle or not (8 such objects: 125 MiB of WAL beside 7.8 MiB of data). The registry sweeps
 its open objects every TRIM_SWEEP_SECONDS, and one that has not committed since the last sweep
 and whose WAL file holds TRIM_MIN_BYTES or more has it emptied by a TRUNCATE checkpoint, once
 per quiet spell (`QuietTrim`).

@@ -167,8 +167,8 @@ class Metrics:
 
 class RowWritesTotal(Collector):
     """`sessions_row_writes_total`: rows written (as upstream bills them) by this process since
-    it started, a counter (`rate()` works) where `sessions_row_writes` sums what the open objects'
-    files count over their lifetime and drops with every close.
+    it started, a counter (`rate()` works), where `sessions_open_object_row_writes` sums what
+    the open objects' files count over their lifetime and drops with every close.
 
     `set_function(written)` gives the source: a count of this process's row writes, closed objects'
     included (the object registry's). Until one is given, the series is left out rather than
