@@ -190,6 +190,7 @@ def test_upload_stream_without_header_is_invalid(stub: Any, object_key: str) -> 
         stub.UploadMessage(iter(frames))
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
     assert error_reason(caught.value) == "INVALID_STREAM"
+    assert violated_field(caught.value) == "header"  # as generic tooling reads a bad field
 
 
 @pytest.mark.parametrize(
@@ -426,6 +427,7 @@ def test_an_import_object_frame_naming_another_key_is_refused(stub: Any, data_di
         stub.ImportObject(iter(frames), metadata=routing_metadata(object_key))
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, refused.value.details()
     assert error_reason(refused.value) == "INVALID_STREAM"
+    assert violated_field(refused.value) == "object_key"
     assert not object_file(data_dir, object_key).exists()
 
 

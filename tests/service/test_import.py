@@ -27,6 +27,7 @@ from tests.service.support import (
     stored_json,
     text_message,
     utf8_len,
+    violated_field,
 )
 
 UNSANITIZED: dict[str, Any] = {
@@ -269,6 +270,7 @@ def test_whole_messages_inside_a_pieced_message_are_refused(stub: Any, data_dir:
 
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
     assert error_reason(caught.value) == "INVALID_STREAM"
+    assert violated_field(caught.value) == "messages"
     assert [r["id"] for r in message_rows(data_dir, object_key)] == ["w1"]  # not all or nothing
 
 
@@ -328,4 +330,5 @@ def test_a_later_frame_naming_another_session_is_refused(stub: Any, data_dir: Pa
     with pytest.raises(grpc.RpcError) as caught:
         stub.ImportMessages(iter(frames))
     assert error_reason(caught.value) == "INVALID_STREAM"
+    assert violated_field(caught.value) == "session_id"
     assert [(r["session_id"], r["id"]) for r in message_rows(data_dir, object_key, None)] == [("a", "a1"), ("a", "a2")]

@@ -490,9 +490,13 @@ class ObjectAdmin:
                     await _finish_in_thread(self._write_received, out, digest, data)
                     expected = sha or expected
             if not expected:
-                raise InvalidArgument("the last ImportObject frame must carry sha256", reason="INVALID_STREAM")
+                raise InvalidArgument(
+                    "the last ImportObject frame must carry sha256", reason="INVALID_STREAM", field="sha256"
+                )
             if expected != digest.hexdigest():
-                raise InvalidArgument("the received file does not match its sha256", reason="INVALID_STREAM")
+                raise InvalidArgument(
+                    "the received file does not match its sha256", reason="INVALID_STREAM", field="sha256"
+                )
             try:
                 # Installed from a copy of the received file, staged in scratch too.
                 with self._room.reserved_for(size, "installing the received file"):

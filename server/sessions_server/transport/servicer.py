@@ -296,7 +296,9 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             if first is None:
                 raise InvalidArgument("UploadMessage stream carried no frames", reason="INVALID_STREAM")
             if not first.HasField("header"):
-                raise InvalidArgument("the first UploadMessage frame must carry the header", reason="INVALID_STREAM")
+                raise InvalidArgument(
+                    "the first UploadMessage frame must carry the header", reason="INVALID_STREAM", field="header"
+                )
             header = first.header
             try:
                 self._service.check_names(header.object_key, header.session_id)
@@ -311,7 +313,9 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                     granted.recheck()
                     if frame.HasField("header"):
                         raise InvalidArgument(
-                            "only the first UploadMessage frame may carry a header", reason="INVALID_STREAM"
+                            "only the first UploadMessage frame may carry a header",
+                            reason="INVALID_STREAM",
+                            field="header",
                         )
                     pieces.add(frame.json_piece)
                 granted.recheck()
@@ -394,18 +398,22 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                         granted.recheck()
                         if frame.object_key and frame.object_key != object_key:
                             raise InvalidArgument(
-                                "every ImportMessages frame must name the same object_key", reason="INVALID_STREAM"
+                                "every ImportMessages frame must name the same object_key",
+                                reason="INVALID_STREAM",
+                                field="object_key",
                             )
                         if frame.session_id and frame.session_id != session_id:  # else imported to the first's
                             raise InvalidArgument(
                                 "every ImportMessages frame must name the first frame's session_id (or none)",
                                 reason="INVALID_STREAM",
+                                field="session_id",
                             )
                         if frame.messages:
                             if head is not None:
                                 raise InvalidArgument(
                                     "whole messages came while a message sent in pieces was incomplete",
                                     reason="INVALID_STREAM",
+                                    field="messages",
                                 )
                             await add_whole(frame)
                         if head is None and not frame.json_piece and not frame.more_pieces:
@@ -424,7 +432,9 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                         frame = await calls.next_frame(frames, inside_message=head is not None)
                     if head is not None:
                         raise InvalidArgument(
-                            "the stream ended inside a message (more_pieces was true)", reason="INVALID_STREAM"
+                            "the stream ended inside a message (more_pieces was true)",
+                            reason="INVALID_STREAM",
+                            field="more_pieces",
                         )
             finally:
                 pieces.release()  # a stream that ended inside a message
@@ -785,7 +795,9 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             frames = request_iterator.__aiter__()
             first = await calls.next_frame(frames)
             if first is None:
-                raise InvalidArgument("the first ImportObject frame must name object_key", reason="INVALID_STREAM")
+                raise InvalidArgument(
+                    "the first ImportObject frame must name object_key", reason="INVALID_STREAM", field="object_key"
+                )
             # An empty one named as every call's is (the service checks the key again).
             check_object_key(first.object_key, max_bytes=self._service.max_object_key_bytes)
             self._admit(context, first.object_key, write=True)
@@ -801,6 +813,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                         raise InvalidArgument(
                             "every ImportObject frame must name the first frame's object_key (or none)",
                             reason="INVALID_STREAM",
+                            field="object_key",
                         )
                     yield frame.data, frame.sha256
                     frame = await calls.next_frame(frames)
