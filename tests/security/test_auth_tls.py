@@ -708,3 +708,69 @@ def test_a_tenants_write_grant_takes_no_step_of_a_move(auth_server: LiveServer) 
         )
         assert imported.message_rows == 1
         assert stub.DeleteObject(pb.DeleteObjectRequest(object_key=key, erase=True), metadata=metadata).deleted
+
+
+def _dated_certificate(pki: Path, directory: Path, name: str, *, days_from: float, days_to: float) -> tuple[Path, Path]:
+    """A certificate from the test CA valid from `days_from` to `days_to` days from now."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    ca_key = serialization.load_pem_private_key((pki / "ca.key").read_bytes(), password=None)
+    ca_cert = x509.load_pem_x509_certificate((pki / "ca.pem").read_bytes())
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now + datetime.timedelta(days=days_from))
+        .not_valid_after(now + datetime.timedelta(days=days_to))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+        .sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
+    )
+    directory.mkdir(parents=True, exist_ok=True)
+    cert_path, key_path = directory / f"{name}.pem", directory / f"{name}.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return cert_path, key_path
+
+
+@pytest.mark.parametrize(("days_from", "days_to", "said"), [(-10, -1, "expired on"), (1, 10, "is not valid before")])
+def test_a_certificate_not_valid_now_is_refused_at_start_and_at_renewal(
+    tmp_path: Path, pki: Path, caplog: pytest.LogCaptureFixture, days_from: float, days_to: float, said: str
+) -> None:
+    """Every client would refuse it: served at start, nobody could connect; taken at a renewal
+    (a job that wrote an old backup, an issuer whose clock is off), it cut every new client off."""
+    bad = _dated_certificate(pki, tmp_path / "issued", "bad", days_from=days_from, days_to=days_to)
+    with pytest.raises(OSError, match=said):
+        start_server(tmp_path / "refused", tls_cert=bad[0], tls_key=bad[1])
+    good = _server_certificate(pki, tmp_path / "issued", "good")
+    server, cert, key = _server_renewing(tmp_path, good)
+    try:
+        _install(bad[0], cert)
+        _install(bad[1], key)
+        # Each handshake looks at the files; one after their change has them read, and refused.
+        assert wait_until(lambda: bool(_presented_certificate(server.address, pki)) and said in caplog.text, timeout=30)
+        assert _presented_certificate(server.address, pki) == _der(good[0])  # the previous pair stays
+    finally:
+        server.stop()
+
+
+def test_a_certificate_close_to_its_end_is_warned_of(
+    tmp_path: Path, pki: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    ending = _dated_certificate(pki, tmp_path / "issued", "ending", days_from=-30, days_to=3)
+    server = start_server(tmp_path / "data", tls_cert=ending[0], tls_key=ending[1])
+    try:
+        assert "expires on" in caplog.text
+    finally:
+        server.stop()

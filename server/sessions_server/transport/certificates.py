@@ -27,6 +27,11 @@ import grpc
 log = logging.getLogger("sessions.transport")
 
 RETRY_SECONDS = 30.0  # a refused pair is read again after this long, changed or not
+# A certificate whose validity begins within this long is taken (the issuer's clock and this
+# machine's may differ a little); one expired, or beginning later, is refused: every client
+# would refuse it.
+CLOCK_SKEW_SECONDS = 300.0
+EXPIRY_WARNING_SECONDS = 14 * 86_400  # a certificate closer than this to its end is warned of
 
 _Signature = tuple[tuple[int, ...], ...]
 
@@ -110,6 +115,7 @@ class CertificateFiles:
     def _load(self) -> grpc.ServerCertificateConfiguration:
         contents = {flag: _read(flag, path) for flag, path in self._paths}
         _check_pair(self._paths[0][1], self._paths[1][1])
+        _check_dates(self._paths[0][1])
         if len(self._paths) == 3:
             _check_authorities(self._paths[2][1])
         return grpc.ssl_server_certificate_configuration(
@@ -132,6 +138,29 @@ def _check_pair(cert: Path, key: Path) -> None:
         raise OSError(
             f"--tls-cert {cert} and --tls-key {key} are no certificate chain and matching private key in PEM ({exc})"
         ) from None
+
+
+def _check_dates(cert: Path) -> None:
+    """Refuses a certificate not valid now (expired, or not yet begun), which every client
+    would refuse at its handshake; warns of one that ends soon. Python's `ssl` reads the dates
+    through the decoder its own tests use; without it, nothing is checked."""
+    decode = getattr(ssl._ssl, "_test_decode_cert", None)  # type: ignore[attr-defined]
+    if decode is None:
+        return
+    try:
+        fields = decode(str(cert))
+        begins, ends = ssl.cert_time_to_seconds(fields["notBefore"]), ssl.cert_time_to_seconds(fields["notAfter"])
+    except (ssl.SSLError, OSError, ValueError, KeyError):
+        return  # unreadable dates: the pair's own check has spoken
+    now = time.time()
+    if now > ends:
+        raise OSError(f"--tls-cert {cert} expired on {fields['notAfter']}: clients would refuse it")
+    if now + CLOCK_SKEW_SECONDS < begins:
+        raise OSError(f"--tls-cert {cert} is not valid before {fields['notBefore']}: clients would refuse it")
+    if ends - now < EXPIRY_WARNING_SECONDS:
+        log.warning(
+            "--tls-cert %s expires on %s: renew it (new connections take a renewed one)", cert, fields["notAfter"]
+        )
 
 
 def _check_authorities(client_ca: Path) -> None:
