@@ -774,3 +774,30 @@ def test_a_certificate_close_to_its_end_is_warned_of(
         assert "expires on" in caplog.text
     finally:
         server.stop()
+
+
+def test_a_failed_tls_handshake_is_not_tried_again(tmp_path: Path, pki: Path) -> None:
+    """The next attempt meets the same certificates: the call failed after 10 attempts (about
+    7 s) and a subscription after 20 reconnects (33 s); the TypeScript client never retried."""
+    from sessions_client._retry import may_resubscribe, may_retry
+
+    other = tmp_path / "other-ca"
+    other.mkdir()
+    _openssl(
+        "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
+        "-days", "2", "-subj", "/CN=another-ca", cwd=other,
+    )  # fmt: skip
+    server = start_server(tmp_path / "data", tls_cert=pki / "server.pem", tls_key=pki / "server.key")
+    notices: list[Any] = []
+    try:
+        untrusting = TlsConfig(root_certificates=(other / "ca.pem").read_bytes())
+        with (
+            SessionsClient(server.address, tls=untrusting, on_retry=notices.append) as client,
+            pytest.raises(SessionsError) as refused,
+        ):
+            client.object("k").session().get_history_row_stats()
+    finally:
+        server.stop()
+    assert refused.value.code == grpc.StatusCode.UNAVAILABLE, refused.value
+    assert notices == []
+    assert not may_retry("GetMessage", refused.value) and not may_resubscribe(refused.value)

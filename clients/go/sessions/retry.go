@@ -195,6 +195,8 @@ func retryClassOf(method string, clientStreams bool) retryClass {
 // damaged until an operator acts), and STORAGE_FAILURE.
 func retryable(class retryClass, err *Error) bool {
 	switch {
+	case tlsFailed(err):
+		return false // the next handshake meets the same certificates (the TypeScript client agrees)
 	case err.Code == codes.Unavailable && (err.Reason == ReasonDraining || err.Reason == ReasonObjectMoving):
 		return true
 	case err.Code == codes.FailedPrecondition && err.Reason == ReasonObjectNotOwned:
@@ -398,4 +400,11 @@ func (s *retryStream) reopen() error {
 		}
 	}
 	return s.ClientStream.CloseSend()
+}
+
+// tlsFailed reports whether err is a connection whose TLS handshake failed: grpc-go's words for
+// a server certificate not trusted (or not valid now) or this client's refused.
+func tlsFailed(err *Error) bool {
+	return err.Code == codes.Unavailable && err.Reason == "" &&
+		strings.Contains(err.Message, "authentication handshake failed")
 }

@@ -211,6 +211,8 @@ func (s *Subscription) retryOrFinish(err error) {
 func resubscribable(err error) bool {
 	e := FromError(err)
 	switch {
+	case tlsFailed(e):
+		return false // the next handshake would fail alike
 	case e.Code == codes.Unavailable || e.Code == codes.Canceled:
 		return true
 	case retryable(retryRefused, e): // a refusal before acting, and nothing else, for this class

@@ -107,9 +107,23 @@ class RetryNotice:
     delay: float
 
 
+# gRPC's words for a TLS handshake that failed: the server's certificate not trusted (or not
+# valid now), or this client's refused. The next attempt meets the same certificates.
+_TLS_FAILURE_WORDS: Final = ("handshake failed", "certificate_verify_failed", "certificate verify failed")
+
+
+def tls_failed(error: SessionsError) -> bool:
+    """Whether `error` is a connection that failed its TLS handshake (never tried again: the
+    TypeScript client does the same)."""
+    if error.code != grpc.StatusCode.UNAVAILABLE or error.reason:
+        return False
+    text = error.message.lower()
+    return any(words in text for words in _TLS_FAILURE_WORDS)
+
+
 def may_retry(method: str, error: SessionsError) -> bool:
     """Whether `method`, failed with `error`, may be tried again (the policy aside)."""
-    if method in NOT_REPLAYABLE:
+    if method in NOT_REPLAYABLE or tls_failed(error):
         return False
     if (error.code, error.reason) in REFUSED_BEFORE_ACTING:
         return True
@@ -123,7 +137,10 @@ def may_resubscribe(error: SessionsError) -> bool:
     """Whether a subscription resumes after `error` (a resume repeats nothing): the server went
     away (UNAVAILABLE, a CANCELLED it made), refused before acting (draining, the object moving
     or moved: a proxy routes the resume to its new owner), or a proxy ended the stream without the
-    server's status (UNKNOWN, no reason: nginx when the shard's connection closes under it)."""
+    server's status (UNKNOWN, no reason: nginx when the shard's connection closes under it).
+    Not after a failed TLS handshake: the next one would fail alike."""
+    if tls_failed(error):
+        return False
     if error.code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
         return True
     if (error.code, error.reason) in REFUSED_BEFORE_ACTING:
