@@ -710,19 +710,22 @@ def test_a_tenants_write_grant_takes_no_step_of_a_move(auth_server: LiveServer) 
         assert stub.DeleteObject(pb.DeleteObjectRequest(object_key=key, erase=True), metadata=metadata).deleted
 
 
-def _dated_certificate(pki: Path, directory: Path, name: str, *, days_from: float, days_to: float) -> tuple[Path, Path]:
-    """A certificate from the test CA valid from `days_from` to `days_to` days from now."""
+def _dated_certificate(
+    pki: Path, directory: Path, name: str, *, days_from: float, days_to: float, edwards: bool = False
+) -> tuple[Path, Path]:
+    """A certificate from the test CA valid from `days_from` to `days_to` days from now, for a
+    P-256 key (or an Ed448 one, which Python's `ssl` takes and gRPC does not)."""
     import datetime
     import ipaddress
 
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.hazmat.primitives.asymmetric import ec, ed448
     from cryptography.x509.oid import NameOID
 
     ca_key = serialization.load_pem_private_key((pki / "ca.key").read_bytes(), password=None)
     ca_cert = x509.load_pem_x509_certificate((pki / "ca.pem").read_bytes())
-    key = ec.generate_private_key(ec.SECP256R1())
+    key: Any = ed448.Ed448PrivateKey.generate() if edwards else ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.UTC)
     cert = (
         x509.CertificateBuilder()
@@ -801,3 +804,25 @@ def test_a_failed_tls_handshake_is_not_tried_again(tmp_path: Path, pki: Path) ->
     assert refused.value.code == grpc.StatusCode.UNAVAILABLE, refused.value
     assert notices == []
     assert not may_retry("GetMessage", refused.value) and not may_resubscribe(refused.value)
+
+
+def test_a_pair_grpc_cannot_use_is_refused_at_start_and_at_renewal(
+    tmp_path: Path, pki: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Python's `ssl` takes an Ed448 key, gRPC's TLS library does not: at a renewal the pair
+    was announced as served while gRPC kept the previous one (its own log lines alone said so);
+    at start the refusal blamed the port."""
+    unusable = _dated_certificate(pki, tmp_path / "issued", "ed448", days_from=-1, days_to=10, edwards=True)
+    with pytest.raises(OSError, match="gRPC cannot use --tls-cert and --tls-key"):
+        start_server(tmp_path / "refused", tls_cert=unusable[0], tls_key=unusable[1])
+    good = _server_certificate(pki, tmp_path / "issued", "good")
+    server, cert, key = _server_renewing(tmp_path, good)
+    try:
+        _install(unusable[0], cert)
+        _install(unusable[1], key)
+        said = "gRPC cannot use"
+        assert wait_until(lambda: bool(_presented_certificate(server.address, pki)) and said in caplog.text, timeout=30)
+        assert "new connections get it" not in caplog.text
+        assert _presented_certificate(server.address, pki) == _der(good[0])
+    finally:
+        server.stop()

@@ -19,6 +19,7 @@ import os
 import ssl
 import threading
 import time
+from concurrent import futures
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +117,7 @@ class CertificateFiles:
         contents = {flag: _read(flag, path) for flag, path in self._paths}
         _check_pair(self._paths[0][1], self._paths[1][1])
         _check_dates(self._paths[0][1])
+        _check_usable_by_grpc(contents["--tls-key"], contents["--tls-cert"])
         if len(self._paths) == 3:
             _check_authorities(self._paths[2][1])
         return grpc.ssl_server_certificate_configuration(
@@ -138,6 +140,30 @@ def _check_pair(cert: Path, key: Path) -> None:
         raise OSError(
             f"--tls-cert {cert} and --tls-key {key} are no certificate chain and matching private key in PEM ({exc})"
         ) from None
+
+
+def _check_usable_by_grpc(key: bytes, cert: bytes) -> None:
+    """gRPC's TLS library takes fewer keys than Python's `ssl` (no Ed448 nor RSA-PSS keys, say):
+    such a pair passed the checks above, was announced as served, and gRPC kept the previous
+    one, saying so only in its own log lines. A throwaway server on a loopback port of its own
+    tells: one that cannot listen with the pair but can without it refuses the pair."""
+    if not _listens(grpc.ssl_server_credentials([(key, cert)])) and _listens(None):
+        raise OSError(
+            "gRPC cannot use --tls-cert and --tls-key (its TLS library takes RSA keys and ECDSA keys "
+            "of the P-256, P-384 and P-521 curves, among others; not Ed448 nor RSA-PSS keys)"
+        )
+
+
+def _listens(credentials: grpc.ServerCredentials | None) -> bool:
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+    try:
+        if credentials is None:
+            return server.add_insecure_port("127.0.0.1:0") != 0
+        return server.add_secure_port("127.0.0.1:0", credentials) != 0
+    except RuntimeError:
+        return False
+    finally:
+        server.stop(None)
 
 
 def _check_dates(cert: Path) -> None:
