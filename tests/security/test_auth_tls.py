@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 import socket
 import ssl
 import subprocess
@@ -342,6 +343,7 @@ def _served_soon(address: str, pki: Path, cert: Path) -> bool:
 def test_a_renewed_certificate_is_served_to_new_connections_without_a_restart(
     tmp_path: Path, pki: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="sessions.transport")
     first, renewed, later = (_server_certificate(pki, tmp_path / "issued", n) for n in ("first", "renewed", "later"))
     server, cert, key = _server_renewing(tmp_path, first)
     try:
@@ -354,6 +356,8 @@ def test_a_renewed_certificate_is_served_to_new_connections_without_a_restart(
             _install(renewed[1], key)
             assert _served_soon(server.address, pki, renewed[0])
             assert before.object("k").session().get_message("m1") == MESSAGE  # its connection goes on
+            taken = [r.getMessage() for r in caplog.records if "TLS files read again" in r.getMessage()]
+            assert taken and f"--tls-cert {cert}, --tls-key {key})" in taken[0] and "valid until" in taken[0]
 
             _install(later[0], cert)  # its key not there yet: the pair does not load
             refused = "TLS files changed but were not taken"
@@ -822,7 +826,7 @@ def test_a_pair_grpc_cannot_use_is_refused_at_start_and_at_renewal(
         _install(unusable[1], key)
         said = "gRPC cannot use"
         assert wait_until(lambda: bool(_presented_certificate(server.address, pki)) and said in caplog.text, timeout=30)
-        assert "new connections get it" not in caplog.text
+        assert "new connections get them" not in caplog.text
         assert _presented_certificate(server.address, pki) == _der(good[0])
     finally:
         server.stop()

@@ -94,10 +94,20 @@ class CertificateFiles:
                 self._refused, self._retry_at = signature, time.monotonic() + RETRY_SECONDS
         with self._lock:
             self._loading = False
+            previous = self._served
             if configuration is not None:
                 self._ready, self._served = configuration, signature
         if configuration is not None:
-            log.info("TLS certificate read again from %s; new connections get it", self._paths[0][1])
+            changed = [
+                f"{flag} {path}"
+                for (flag, path), was, now in zip(self._paths, previous, signature, strict=True)
+                if was != now
+            ]
+            log.info(
+                "TLS files read again (%s)%s; new connections get them",
+                ", ".join(changed) or "unchanged",
+                _validity(self._paths[0][1]),
+            )
 
     def _signature(self) -> _Signature:
         """What identifies the files' current contents and access without reading them (a
@@ -164,6 +174,15 @@ def _listens(credentials: grpc.ServerCredentials | None) -> bool:
         return False
     finally:
         server.stop(None)
+
+
+def _validity(cert: Path) -> str:
+    """ ", the certificate valid until <date>", or "" when its dates cannot be read."""
+    decode = getattr(ssl._ssl, "_test_decode_cert", None)  # type: ignore[attr-defined]
+    try:
+        return f", the certificate valid until {decode(str(cert))['notAfter']}" if decode is not None else ""
+    except (ssl.SSLError, OSError, ValueError, KeyError):
+        return ""
 
 
 def _check_dates(cert: Path) -> None:
