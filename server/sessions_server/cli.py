@@ -846,7 +846,7 @@ def _move_objects(
                 )
                 continue
             except SessionsError as exc:
-                reason = _move_failure(source, key, exc, tls_flags or [], plaintext=tls is None)
+                reason = _move_failure(source, key, exc, tls_flags or [], tls=tls)
                 failed.append((key, reason))
                 print(f"sessions-server move-object: {key!r} not moved: {reason}", file=sys.stderr, flush=True)
                 continue
@@ -869,13 +869,13 @@ def _move_objects(
     return 0
 
 
-def _move_failure(source: str, key: str, exc: Exception, tls_flags: list[str], *, plaintext: bool) -> str:
+def _move_failure(source: str, key: str, exc: Exception, tls_flags: list[str], *, tls: TlsConfig | None) -> str:
     """One line saying why `key` did not move, and what to do when the operator can act."""
     import shlex
 
     from sessions_client import SessionsError
 
-    text = _call_failure(exc, plaintext=plaintext)
+    text = _call_failure(exc, tls=tls)
     if isinstance(exc, SessionsError) and exc.reason == "OBJECT_EXISTS":
         return (
             f"{exc.code.name}: the destination already holds this object (a copy an earlier attempt of this "
@@ -891,16 +891,19 @@ def _move_failure(source: str, key: str, exc: Exception, tls_flags: list[str], *
     return text
 
 
-def _call_failure(exc: Exception, *, plaintext: bool) -> str:
-    """A failed call on one line, whatever the server's message holds. A plaintext connection to
-    a server that speaks TLS fails as any connection does ("Socket closed"), so that failure
-    names the flags that may be missing."""
+def _call_failure(exc: Exception, *, tls: TlsConfig | None) -> str:
+    """A failed call on one line, whatever the server's message holds. A connection the server's
+    TLS refused fails as any connection does ("Socket closed"): a plaintext one to a server that
+    speaks TLS, or one without a client certificate to a server that asks for one; so that
+    failure names the flags that may be missing."""
     from sessions_client import SessionsError
 
     text = " ".join(str(exc).split())
     refused = isinstance(exc, SessionsError) and exc.code.name == "UNAVAILABLE" and "failed to connect" in exc.message
-    if plaintext and refused:
+    if refused and tls is None:
         text += " (if the server uses TLS, give --tls-ca PEM, or --tls for the system's roots)"
+    elif refused and tls is not None and tls.certificate_chain is None:
+        text += " (if the server asks for client certificates, give --tls-cert PEM --tls-key PEM)"
     return text
 
 
@@ -916,7 +919,7 @@ def _abort_moves(source: str, object_keys: list[str], token: str | None, *, tls:
                 released = abort_move(client, key)
             except SessionsError as exc:
                 failures += 1
-                reason = _call_failure(exc, plaintext=tls is None)
+                reason = _call_failure(exc, tls=tls)
                 print(f"sessions-server abort-move: {key!r} on {source}: {reason}", file=sys.stderr, flush=True)
                 continue
             if released:
@@ -995,7 +998,7 @@ def _send_store(
                 "changed; check it, then import again with --replace to overwrite it"
             )
         else:
-            reason = _call_failure(exc, plaintext=tls is None)
+            reason = _call_failure(exc, tls=tls)
         print(f"sessions-server import-store: {reason}", file=sys.stderr)
         return 1
     print(f"imported {source} as object {object_key!r} on {address}: {report.message_rows} messages")
@@ -1018,7 +1021,7 @@ def _save_store(
         )
         return 1
     except (SessionsError, OSError) as exc:
-        print(f"sessions-server export-store: {_call_failure(exc, plaintext=tls is None)}", file=sys.stderr)
+        print(f"sessions-server export-store: {_call_failure(exc, tls=tls)}", file=sys.stderr)
         return 1
     print(
         f"saved object {object_key!r} from {address} to {target}: "

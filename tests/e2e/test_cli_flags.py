@@ -461,3 +461,22 @@ def test_move_object_takes_a_lease_within_what_servers_take(capsys: pytest.Captu
     assert parse_arguments([*move, "--lease-seconds", "86400"]).lease_seconds == 86_400
     for value in ("0", "86401", "1.5"):
         assert "argument --lease-seconds:" in _parse_error([*move, "--lease-seconds", value], capsys)
+
+
+def test_a_connection_refused_over_tls_without_a_client_certificate_names_the_flags() -> None:
+    """A server asking for client certificates closes the connection ("Socket closed"), as one
+    refusing plaintext does: the admin commands name the flags that may be missing either way."""
+    from sessions_client import TlsConfig
+    from sessions_server.cli import _call_failure
+
+    closed = SessionsError(
+        grpc.StatusCode.UNAVAILABLE,
+        "failed to connect to all addresses; last error: UNAVAILABLE: ipv4:127.0.0.1:9: Socket closed",
+        None,
+        {},
+    )
+    anonymous = _call_failure(closed, tls=TlsConfig(root_certificates=b"ca"))
+    assert anonymous.endswith("(if the server asks for client certificates, give --tls-cert PEM --tls-key PEM)")
+    identified = TlsConfig(root_certificates=b"ca", certificate_chain=b"chain", private_key=b"key")
+    assert "--tls-cert" not in _call_failure(closed, tls=identified)
+    assert _call_failure(closed, tls=None).endswith("give --tls-ca PEM, or --tls for the system's roots)")
