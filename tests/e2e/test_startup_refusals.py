@@ -116,13 +116,16 @@ def test_a_port_in_use_is_told_in_one_line_and_the_port_is_free_after(tmp_path: 
         (["--tls-cert", "server.pem"], "--tls-cert and --tls-key go together"),
         (["--tls-key", "server.key"], "--tls-cert and --tls-key go together"),
         (["--tls-client-ca", "ca.pem"], "--tls-client-ca needs --tls-cert and --tls-key"),
+        (["--summarizer-url", "notaurl"], "--summarizer-url 'notaurl' is no http or https URL with a host"),
+        (["--summarizer-url", "ftp://llm/v1"], "--summarizer-url 'ftp://llm/v1' is no http or https URL"),
     ],
-    ids=["cert-alone", "key-alone", "client-ca-alone"],
+    ids=["cert-alone", "key-alone", "client-ca-alone", "summarizer-no-url", "summarizer-not-http"],
 )
 def test_tls_flags_without_their_pair_are_refused_as_the_command_line(
     flags: list[str], expected: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """They exited 1 without the usage, as a start the machine refused."""
+    """They exited 1 without the usage, as a start the machine refused (a summarizer URL that is
+    none started, and failed at the first compaction)."""
     with pytest.raises(SystemExit) as exit_info:
         parse_arguments(["serve", "--data-dir", "data", *flags])
     assert exit_info.value.code == 2

@@ -103,7 +103,7 @@ class TokenAuthority:
         try:
             self._grants = load_grants(self.path)
             self.generation += 1
-            log.warning("reloaded %d token grants from %s", len(self._grants), self.path)
+            log.info("reloaded %d token grants from %s", len(self._grants), self.path)
         except ValueError as exc:
             log.error("keeping previous token grants: %s", exc)
 
