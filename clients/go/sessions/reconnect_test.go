@@ -51,6 +51,8 @@ type failingRelay struct {
 	// forgetful makes every stream resume from revision 1, which no feed knows: as after a
 	// server that restarted since the client's last revision, each stream opens with RESET.
 	forgetful bool
+	// failure ends a failing stream (nil: UNAVAILABLE, as a backend that went away).
+	failure error
 
 	mu      sync.Mutex
 	streams [][]string // per stream, the change types it forwarded
@@ -109,6 +111,9 @@ func (r *failingRelay) Subscribe(req *pb.SubscribeRequest, stream grpc.ServerStr
 			return err
 		}
 		if n <= r.failing && r.cut(forwarded) {
+			if r.failure != nil {
+				return r.failure
+			}
 			return status.Error(codes.Unavailable, "relay: the backend went away")
 		}
 	}

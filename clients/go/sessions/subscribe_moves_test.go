@@ -11,17 +11,13 @@ package sessions_test
 
 import (
 	"context"
-	"net"
 	"os/exec"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/sessions-dev/sessions/clients/go/gen/sessions/v1"
@@ -97,73 +93,6 @@ func TestSubscribeToTheOldOwnerOfAMovedObjectReconnects(t *testing.T) {
 	}
 }
 
-// cuttingFront is a gRPC server on a loopback port implementing only Subscribe: it relays each
-// stream to a real sessions-server, except that it ends the first one after its first response
-// with UNKNOWN "Stream removed" and no ErrorInfo, as nginx does when the shard's connection
-// closes under a stream (the server's trailers never come).
-type cuttingFront struct {
-	pb.UnimplementedSessionServiceServer
-	addr     string
-	upstream pb.SessionServiceClient
-
-	mu      sync.Mutex
-	streams int
-}
-
-func startCuttingFront(t *testing.T, target string) *cuttingFront {
-	t.Helper()
-	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &cuttingFront{addr: lis.Addr().String(), upstream: pb.NewSessionServiceClient(conn)}
-	srv := grpc.NewServer()
-	pb.RegisterSessionServiceServer(srv, f)
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	return f
-}
-
-func (f *cuttingFront) Subscribe(req *pb.SubscribeRequest, stream grpc.ServerStreamingServer[pb.SubscribeResponse]) error {
-	f.mu.Lock()
-	f.streams++
-	cut := f.streams == 1
-	f.mu.Unlock()
-	ctx := stream.Context()
-	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		if key := md.Get("x-object-key"); len(key) > 0 {
-			ctx = metadata.AppendToOutgoingContext(ctx, "x-object-key", key[0])
-		}
-	}
-	up, err := f.upstream.Subscribe(ctx, req)
-	if err != nil {
-		return err
-	}
-	for {
-		resp, err := up.Recv()
-		if err != nil {
-			return err
-		}
-		if err := stream.Send(resp); err != nil {
-			return err
-		}
-		if cut {
-			return status.Error(codes.Unknown, "Stream removed") // the upstream stream ends with ctx
-		}
-	}
-}
-
-func (f *cuttingFront) count() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.streams
-}
-
 // TestSubscribeResumesAfterAStreamAProxyEndedUnknown: the first stream ends UNKNOWN without a
 // reason after its opening PROGRESS; the subscription resumes on a second stream (no RESET: the
 // resume repeats and misses nothing) and delivers the append made in between. It ended with
@@ -174,7 +103,10 @@ func TestSubscribeResumesAfterAStreamAProxyEndedUnknown(t *testing.T) {
 	key := objectKey(t)
 	s := client.Object(key).Session("s")
 	mustAppend(t, s, textMessage("m0", "user", "before the subscription"))
-	front := startCuttingFront(t, server.Addr)
+	// The first stream ends after its first response as nginx ends one when the shard's
+	// connection closes under it: UNKNOWN "Stream removed", no ErrorInfo (no trailers came).
+	front := startRelay(t, server.Addr, afterOne, 1, 10)
+	front.failure = status.Error(codes.Unknown, "Stream removed")
 	c, err := sessions.Dial(ctx, front.addr, sessions.WithBlock())
 	if err != nil {
 		t.Fatal(err)
@@ -201,7 +133,7 @@ func TestSubscribeResumesAfterAStreamAProxyEndedUnknown(t *testing.T) {
 			break
 		}
 	}
-	if n := front.count(); n != 2 {
+	if n := len(front.recorded()); n != 2 {
 		t.Fatalf("%d Subscribe streams through the front, want 2", n)
 	}
 }

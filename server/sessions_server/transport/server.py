@@ -224,14 +224,20 @@ class RunningServer:
             await asyncio.to_thread(self.metrics.close)  # its shutdown polls for up to 0.5 s
         self.data_dir_lock.release()  # last: nothing of this server touches the files any more
 
-    async def _unless_hurried(self, waiting: Coroutine[Any, Any, Any]) -> None:
-        """Awaits `waiting`, or stops waiting (cancels it) once the drain is hurried."""
-        task = asyncio.ensure_future(waiting)
+    async def _until_done_or_hurried(self, task: asyncio.Future[Any]) -> None:
+        """Returns once `task` is done or the drain is hurried, whichever comes first."""
         hurried = asyncio.ensure_future(self.hurried.wait())
         try:
             await asyncio.wait((task, hurried), return_when=asyncio.FIRST_COMPLETED)
         finally:
             hurried.cancel()
+
+    async def _unless_hurried(self, waiting: Coroutine[Any, Any, Any]) -> None:
+        """Awaits `waiting`, or stops waiting (cancels it) once the drain is hurried."""
+        task = asyncio.ensure_future(waiting)
+        try:
+            await self._until_done_or_hurried(task)
+        finally:
             if not task.done():
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -241,11 +247,7 @@ class RunningServer:
         """gRPC's stop with `grace` for the calls still in flight; cancels them at once when
         hurried meanwhile (a second stop of the server, which gRPC allows)."""
         stopping = asyncio.ensure_future(self.server.stop(grace))
-        hurried = asyncio.ensure_future(self.hurried.wait())
-        try:
-            await asyncio.wait((stopping, hurried), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            hurried.cancel()
+        await self._until_done_or_hurried(stopping)
         if not stopping.done():
             await self.server.stop(None)  # cancels every call now
         await stopping
