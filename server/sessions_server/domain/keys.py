@@ -10,6 +10,7 @@ import unicodedata
 
 from sessions_server.domain.chunking import utf8_length
 from sessions_server.domain.errors import InvalidArgument
+from sessions_server.storage.paths import FILE_SUFFIX, object_file_name
 
 MAX_OBJECT_KEY_BYTES = 1024
 MAX_SESSION_ID_BYTES = 1024
@@ -49,3 +50,9 @@ def check_session_id(session_id: str, *, max_bytes: int = MAX_SESSION_ID_BYTES) 
             limit_value=str(max_bytes),
             limit_bytes=str(max_bytes),  # the first name it had, kept for callers that read it
         )
+
+
+def file_digest(object_key: str) -> str:
+    """The hex digest its object's file is named by: what names the object in logs without its
+    key (a tenant's name, perhaps)."""
+    return object_file_name(object_key).removesuffix(FILE_SUFFIX)

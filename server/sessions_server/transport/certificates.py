@@ -176,36 +176,42 @@ def _listens(credentials: grpc.ServerCredentials | None) -> bool:
         server.stop(None)
 
 
-def _validity(cert: Path) -> str:
-    """ ", the certificate valid until <date>", or "" when its dates cannot be read."""
+def _dates(cert: Path) -> tuple[str, str] | None:
+    """The certificate's notBefore and notAfter as written in it; None when they cannot be
+    read. Python's `ssl` reads them through the decoder its own tests use (without it, None)."""
     decode = getattr(ssl._ssl, "_test_decode_cert", None)  # type: ignore[attr-defined]
     try:
-        return f", the certificate valid until {decode(str(cert))['notAfter']}" if decode is not None else ""
+        fields = decode(str(cert)) if decode is not None else None
+        return None if fields is None else (str(fields["notBefore"]), str(fields["notAfter"]))
     except (ssl.SSLError, OSError, ValueError, KeyError):
-        return ""
+        return None
+
+
+def _validity(cert: Path) -> str:
+    """ ", the certificate valid until <date>", or "" when its dates cannot be read."""
+    dates = _dates(cert)
+    return "" if dates is None else f", the certificate valid until {dates[1]}"
 
 
 def _check_dates(cert: Path) -> None:
     """Refuses a certificate not valid now (expired, or not yet begun), which every client
-    would refuse at its handshake; warns of one that ends soon. Python's `ssl` reads the dates
-    through the decoder its own tests use; without it, nothing is checked."""
-    decode = getattr(ssl._ssl, "_test_decode_cert", None)  # type: ignore[attr-defined]
-    if decode is None:
+    would refuse at its handshake; warns of one that ends soon. Unreadable dates are let be:
+    the pair's own check has spoken."""
+    dates = _dates(cert)
+    if dates is None:
         return
+    not_before, not_after = dates
     try:
-        fields = decode(str(cert))
-        begins, ends = ssl.cert_time_to_seconds(fields["notBefore"]), ssl.cert_time_to_seconds(fields["notAfter"])
-    except (ssl.SSLError, OSError, ValueError, KeyError):
-        return  # unreadable dates: the pair's own check has spoken
+        begins, ends = ssl.cert_time_to_seconds(not_before), ssl.cert_time_to_seconds(not_after)
+    except ValueError:
+        return
     now = time.time()
     if now > ends:
-        raise OSError(f"--tls-cert {cert} expired on {fields['notAfter']}: clients would refuse it")
+        raise OSError(f"--tls-cert {cert} expired on {not_after}: clients would refuse it")
     if now + CLOCK_SKEW_SECONDS < begins:
-        raise OSError(f"--tls-cert {cert} is not valid before {fields['notBefore']}: clients would refuse it")
+        raise OSError(f"--tls-cert {cert} is not valid before {not_before}: clients would refuse it")
     if ends - now < EXPIRY_WARNING_SECONDS:
-        log.warning(
-            "--tls-cert %s expires on %s: renew it (new connections take a renewed one)", cert, fields["notAfter"]
-        )
+        log.warning("--tls-cert %s expires on %s: renew it (new connections take a renewed one)", cert, not_after)
 
 
 def _check_authorities(client_ca: Path) -> None:

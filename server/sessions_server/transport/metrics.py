@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import hashlib
 import inspect
 import itertools
 import logging
@@ -47,6 +46,7 @@ from prometheus_client.registry import Collector
 
 from sessions_proto.v1 import sessions_pb2
 from sessions_server import version
+from sessions_server.domain import keys
 from sessions_server.transport.auth import RefusalLog
 
 request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
@@ -309,8 +309,7 @@ def logged_object(request: Any, context: Any) -> str:
         if header is None:
             return "-"
         key = urllib.parse.unquote(header if isinstance(header, str) else header.decode("latin-1"))
-    # The file's name is the hex SHA-256 of the key's UTF-8 (storage.paths, which transport does not import).
-    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:LOGGED_DIGEST_CHARS]
+    return keys.file_digest(key)[:LOGGED_DIGEST_CHARS]
 
 
 class CallMeter:
