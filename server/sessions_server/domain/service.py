@@ -775,9 +775,10 @@ class SessionsService:
             keys.check_session_id(session_filter)
         self.objects.admit(object_key, writing=False)
         again = functools.partial(self.objects.admit, object_key, writing=False)
-        damage = self.registry.damage(object_key)
-        if damage is not None and self.objects.is_stored(object_key):  # refused as every call on it
-            raise self.objects.open_failure(damage.again("subscribe"), object_key)
+        try:
+            self.registry.refuse_if_damaged(object_key, "subscribe")  # as every call on it
+        except StorageError as exc:
+            raise self.objects.open_failure(exc, object_key) from None
         # The hub alone: a subscriber holds no file open, and an object never written stays so.
         async with self.registry.feed(object_key, again) as hub:
             cap = self.limits.max_subscribers_per_object

@@ -185,9 +185,15 @@ class ObjectRegistry:
         """What was found wrong with the object's file, if it is quarantined."""
         return self._damaged.get(object_key)
 
-    @property
-    def damaged_count(self) -> int:
-        return len(self._damaged)
+    def refuse_if_damaged(self, object_key: str, operation: str) -> None:
+        """Raises ObjectDamaged (for `operation`) when the object is quarantined; a file
+        removed by hand meanwhile lifts the quarantine (the key starts afresh)."""
+        damage = self._damaged.get(object_key)
+        if damage is None:
+            return
+        if object_path(self.data_dir, object_key).exists():
+            raise damage.again(operation)
+        del self._damaged[object_key]
 
     async def _acquire(self, object_key: str, check: Callable[[], None] | None, *, create: bool) -> ObjectStore | None:
         first_pass = True
@@ -199,11 +205,7 @@ class ObjectRegistry:
             if held is not None:
                 await held.wait()
                 continue
-            damage = self._damaged.get(object_key)
-            if damage is not None:
-                if object_path(self.data_dir, object_key).exists():
-                    raise damage.again("open")
-                del self._damaged[object_key]  # removed by hand: the key starts afresh
+            self.refuse_if_damaged(object_key, "open")
             store = self._open.get(object_key)
             if store is not None:
                 self._open.move_to_end(object_key)
