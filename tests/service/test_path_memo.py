@@ -141,6 +141,26 @@ def test_remembered_paths_match_fresh_walks(one_open_object: LiveServer, tmp_pat
         assert [m["id"] for m in session.get_history()][-3:] == ["i", "j", "k"]
 
 
+def test_a_hidden_row_that_ends_a_compaction_is_walked_through_newest_first(one_open_object: LiveServer) -> None:
+    """A compaction may end at a hidden row (an echoed overlay: `AddCompaction` checks no ids).
+    No plan draws that span, so a newest-first walk goes on through the row, as the root-first
+    read does, whether the path is remembered or walked afresh (upstream's walk stops there)."""
+    with SessionsClient(one_open_object.address) as client:
+        pair = Pair(client, one_open_object.address)
+        session = pair.session
+        session.append_messages([text_message("a", "first"), text_message("b", "second")])
+        record = session.add_compaction("s", "none", "none")
+        hidden = "compaction_" + record.id
+        session.import_message(text_message(hidden, "echoed", role="assistant"), parent_id="b", created_at=1)
+        session.add_compaction("t", "a", hidden)
+        session.append_message(text_message("c", "under the hidden row"))
+        pair.other.get_latest_leaf()  # a fresh walk first
+        assert [m["id"] for m in session.get_history(newest_first=True)] == ["c", "b", "a"]
+        assert [m["id"] for m in session.get_history()] == ["a", "b", "c"]
+        pair.check()
+        pair.check(leaf_id=hidden)
+
+
 def test_remembered_paths_at_the_depth_cap_match_fresh_walks(one_open_object: LiveServer) -> None:
     """Past 10,001 rows a walk stops at the cap; each append then pushes the oldest row out of it
     (and recent history reports `truncated` for the cap)."""

@@ -264,8 +264,8 @@ async def from_leaf(
     store: ObjectStore, session_id: str, leaf_id: str, inline: bool, limit: int = 0
 ) -> AsyncGenerator[list[MessageView], None]:
     """Leaf to root along the parent pointers, a few rows per read (one statement); switches
-    to planned overlays at the first row that ends some compaction (everything after it is
-    exact without planning).
+    to planned overlays at the first visible row that ends some compaction (everything after it
+    is exact without planning).
     A path the memo holds is streamed from it instead. The first read also takes the walk's
     first steps, so the newest messages come back after one read. With a `limit`, no read
     takes more rows than the messages still wanted. Every read looks up at most
@@ -283,7 +283,10 @@ async def from_leaf(
         views: list[MessageView] = []
         held, walked = 0, 0
         for row in taken:
-            if row.info.id in span_ends:
+            # A hidden row ends no span the plan draws (its id is not on the path), so the walk
+            # goes through it as the root-first read does; upstream's stops there, with nothing
+            # older (a deliberate difference: newest-first stays the reverse of root-first).
+            if row.info.id in span_ends and row.info.id not in hidden:
                 return views, walked, row.info.id, True
             walked += 1
             if row.info.id not in hidden:
