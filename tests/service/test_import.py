@@ -112,6 +112,27 @@ def test_import_root_and_datetime_created_at(session: Any, data_dir: Path, objec
     assert row["created_at"] == int(when.timestamp() * 1000)
 
 
+@pytest.mark.parametrize(
+    ("created_at", "stored"),
+    [
+        (2**53, 2**53),
+        (2**53 + 1, 2**53),  # the nearest double, as a JS number holds it (observed on upstream)
+        (2**53 + 3, 2**53 + 4),
+        (-(2**53) - 1, -(2**53)),
+        (2**62 + 1, 2**62),
+        (2**63 - 1, 2**63 - 1),  # its double, 2^63, is past int64: the largest kept (upstream: a REAL)
+        (-(2**53) + 1, -(2**53) + 1),
+    ],
+)
+def test_import_created_at_is_stored_as_a_javascript_number(
+    session: Any, data_dir: Path, object_key: str, created_at: int, stored: int
+) -> None:
+    result = session.import_messages([ImportItem(text_message("r"), None, created_at)])
+    assert result.imported == 1
+    row = message_row(data_dir, object_key, "r")
+    assert row is not None and row["created_at"] == stored
+
+
 def test_import_does_not_refuse_overlay_ids(session: Any, data_dir: Path, object_key: str) -> None:
     session.append_message(text_message("a"))
     assert session.import_message(text_message("compaction_q", "compaction_q"), parent_id="a", created_at=5) is True

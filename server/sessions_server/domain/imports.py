@@ -11,7 +11,7 @@ import contextlib
 import functools
 from collections.abc import Awaitable, Callable
 
-from sessions_server.domain import large_messages, messages
+from sessions_server.domain import jsjson, large_messages, messages
 from sessions_server.domain.chunking import utf8_length
 from sessions_server.domain.compactor import forget_estimate
 from sessions_server.domain.errors import FailedPrecondition, InvalidArgument
@@ -127,7 +127,7 @@ class Importer:
         chunk = self._chunk
         chunk.rows.append(row)
         chunk.parents.append(parent_id)
-        chunk.created_at_ms.append(created_at_ms)
+        chunk.created_at_ms.append(jsjson.js_integer(created_at_ms))  # upstream's createdAt is a JS number
         chunk.events.append(
             ChangeEvent(
                 "import",

@@ -154,6 +154,19 @@ def format_number(x: float | int) -> str:
     return sign + digits[0] + "." + digits[1:] + "e" + exp_text
 
 
+_INT64_MAX = 2**63 - 1
+
+
+def js_integer(value: int) -> int:
+    """The integer a JavaScript number holds for `value`, the nearest double, which is what
+    upstream stores for an integer it was given (2^53 + 1 lands on 2^53). The double nearest the
+    largest 64-bit integers is 2^63, one past them: that one is kept as the largest, as SQLite
+    casts it (upstream stores it as a REAL)."""
+    if -_MAX_SAFE <= value <= _MAX_SAFE:
+        return value
+    return min(int(float(value)), _INT64_MAX)
+
+
 def _js_double(x: float) -> int | float | None:
     """Represent a parsed double so that `stringify` prints what JS prints for it.
 

@@ -1128,9 +1128,10 @@ class ImportMessagesRequest(_message.Message):
     first frame of each message.
     """
     created_at_ms: _builtins.int
-    """The created time to store, Unix milliseconds, stored as given (as upstream's importMessage
-    stores its createdAt): unset is 0, 1970. The clients send the time of the import when none
-    is given. Read from the first frame of each message.
+    """The created time to store, Unix milliseconds, stored as upstream's importMessage stores its
+    createdAt, a JavaScript number: as given within ±2^53 (285,000 years of 1970), beyond that
+    the nearest double (2^53 + 1 is stored as 2^53). Unset is 0, 1970. The clients send the time
+    of the import when none is given. Read from the first frame of each message.
     """
     @_builtins.property
     def messages(self) -> _containers.RepeatedCompositeFieldContainer[Global___ImportedMessage]:
@@ -1175,8 +1176,8 @@ class ImportedMessage(_message.Message):
     parent_id: _builtins.str
     """The parent id, stored exactly as given (not validated); unset for a root."""
     created_at_ms: _builtins.int
-    """The created time to store, Unix milliseconds, stored as given: unset is 0, 1970 (see
-    ImportMessagesRequest.created_at_ms).
+    """The created time to store, Unix milliseconds: unset is 0, 1970 (stored as
+    ImportMessagesRequest.created_at_ms says).
     """
     def __init__(
         self,

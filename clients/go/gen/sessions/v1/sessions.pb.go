@@ -1976,9 +1976,10 @@ type ImportMessagesRequest struct {
 	// The parent id, stored exactly as given (not validated); unset for a root. Read from the
 	// first frame of each message.
 	ParentId *string `protobuf:"bytes,5,opt,name=parent_id,json=parentId,proto3,oneof" json:"parent_id,omitempty"`
-	// The created time to store, Unix milliseconds, stored as given (as upstream's importMessage
-	// stores its createdAt): unset is 0, 1970. The clients send the time of the import when none
-	// is given. Read from the first frame of each message.
+	// The created time to store, Unix milliseconds, stored as upstream's importMessage stores its
+	// createdAt, a JavaScript number: as given within ±2^53 (285,000 years of 1970), beyond that
+	// the nearest double (2^53 + 1 is stored as 2^53). Unset is 0, 1970. The clients send the time
+	// of the import when none is given. Read from the first frame of each message.
 	CreatedAtMs int64 `protobuf:"varint,6,opt,name=created_at_ms,json=createdAtMs,proto3" json:"created_at_ms,omitempty"`
 	// Whole messages, imported in order before this frame's piece (if any): a client may pack
 	// many small messages in one frame, and send a message too large for a frame in pieces
@@ -2075,8 +2076,8 @@ type ImportedMessage struct {
 	Json string `protobuf:"bytes,1,opt,name=json,proto3" json:"json,omitempty"`
 	// The parent id, stored exactly as given (not validated); unset for a root.
 	ParentId *string `protobuf:"bytes,2,opt,name=parent_id,json=parentId,proto3,oneof" json:"parent_id,omitempty"`
-	// The created time to store, Unix milliseconds, stored as given: unset is 0, 1970 (see
-	// ImportMessagesRequest.created_at_ms).
+	// The created time to store, Unix milliseconds: unset is 0, 1970 (stored as
+	// ImportMessagesRequest.created_at_ms says).
 	CreatedAtMs   int64 `protobuf:"varint,3,opt,name=created_at_ms,json=createdAtMs,proto3" json:"created_at_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

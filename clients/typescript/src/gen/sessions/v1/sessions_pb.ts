@@ -870,9 +870,10 @@ export type ImportMessagesRequest = Message<"sessions.v1.ImportMessagesRequest">
   parentId?: string | undefined;
 
   /**
-   * The created time to store, Unix milliseconds, stored as given (as upstream's importMessage
-   * stores its createdAt): unset is 0, 1970. The clients send the time of the import when none
-   * is given. Read from the first frame of each message.
+   * The created time to store, Unix milliseconds, stored as upstream's importMessage stores its
+   * createdAt, a JavaScript number: as given within ±2^53 (285,000 years of 1970), beyond that
+   * the nearest double (2^53 + 1 is stored as 2^53). Unset is 0, 1970. The clients send the time
+   * of the import when none is given. Read from the first frame of each message.
    *
    * @generated from field: int64 created_at_ms = 6;
    */
@@ -917,8 +918,8 @@ export type ImportedMessage = Message<"sessions.v1.ImportedMessage"> & {
   parentId?: string | undefined;
 
   /**
-   * The created time to store, Unix milliseconds, stored as given: unset is 0, 1970 (see
-   * ImportMessagesRequest.created_at_ms).
+   * The created time to store, Unix milliseconds: unset is 0, 1970 (stored as
+   * ImportMessagesRequest.created_at_ms says).
    *
    * @generated from field: int64 created_at_ms = 3;
    */
