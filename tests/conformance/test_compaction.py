@@ -195,3 +195,26 @@ def test_lone_surrogates_in_the_span_reach_the_plan_as_u_fffd(pair: Pair) -> Non
         upstream["result"]["fromMessageId"],
         upstream["result"]["toMessageId"],
     )
+
+
+def test_newest_first_walks_through_a_hidden_row_that_ends_a_compaction(pair: Pair) -> None:
+    """README (deliberate): a compaction ending at a hidden row (an echoed summary) draws no
+    overlay; upstream's newest-first walk stops at that row with nothing older, ours goes on,
+    the root-first order reversed, as a remembered path always did."""
+    ours = pair.ours()
+    for side_append in (lambda m: pair.up("appendMessage", {"message": m}), ours.append_message):
+        side_append(msg("a", "first"))
+    up_record = pair.up("addCompaction", {"summary": "s", "fromMessageId": "none", "toMessageId": "none"})["id"]
+    our_record = ours.add_compaction("s", "none", "none").id
+    echo = {"parentId": "a", "createdAt": 1}
+    pair.up("importMessage", {"message": msg("compaction_" + up_record, "echoed"), "options": echo})
+    ours.import_message(msg("compaction_" + our_record, "echoed"), parent_id="a", created_at=1)
+    pair.up("addCompaction", {"summary": "t", "fromMessageId": "none", "toMessageId": "compaction_" + up_record})
+    ours.add_compaction("t", "none", "compaction_" + our_record)
+
+    def ids(messages: Any) -> list[str]:
+        return [m["id"] for m in messages]
+
+    assert ids(pair.up("getHistory", {"options": {"newestFirst": True}})) == []
+    assert ids(ours.get_history(newest_first=True)) == ["a"]  # before a root-first read remembers the path
+    assert ids(pair.up("getHistory", {})) == ["a"] == ids(ours.get_history())

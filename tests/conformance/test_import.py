@@ -36,6 +36,9 @@ def test_import_created_at_values(pair: Pair) -> None:
     pair.import_(msg("old"), parent="zero", created_at=1)
     pair.import_(msg("future"), parent="old", created_at=4_102_444_800_000)
     pair.import_(msg("neg"), parent="future", created_at=-5)
+    pair.import_(msg("past-2^53"), parent="neg", created_at=2**53 + 1)  # stored as 2^53
+    pair.import_(msg("past-2^53+3"), parent="past-2^53", created_at=2**53 + 3)  # as 2^53 + 4
+    pair.import_(msg("before--2^53"), parent="past-2^53+3", created_at=-(2**53) - 1)
 
 
 def test_import_empty_string_parent(pair: Pair) -> None:

@@ -352,8 +352,10 @@ class Pair:
             inserted = mid is not None and not existed and self.up_rows.row(session, mid) is not None
             if ours.error is None and self._last_imported != inserted:
                 problems.append(f"import result: ours imported={self._last_imported}, upstream inserted={inserted}")
-            if inserted and mid is not None:
-                self.fixed_created_at[(session, mid)] = created_at
+            if inserted and mid is not None:  # createdAt is a JS number upstream: past 2^53, the nearest double
+                self.fixed_created_at[(session, mid)] = (
+                    created_at if abs(created_at) <= 2**53 else int(float(created_at))
+                )
 
         def our_shape(imported: bool) -> None:
             self._last_imported = imported
