@@ -176,7 +176,10 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     ERROR_REASON_FAILED_PRECONDITION: _ErrorReason.ValueType  # 16
     """The stored state does not allow the request (see the message)."""
     ERROR_REASON_OBJECT_NOT_OWNED: _ErrorReason.ValueType  # 17
-    """This server does not own the object (ownership guard); route it to its shard."""
+    """This server does not own the object (ownership guard); route it to its shard. The
+    ErrorInfo's metadata "owner" names the owner's address when this server knows it (the
+    shard the ring gives, or where a move sent the object), and is empty when it does not.
+    """
     ERROR_REASON_OBJECT_MOVING: _ErrorReason.ValueType  # 18
     """The object is being moved to another server; retry shortly."""
     ERROR_REASON_SUMMARIZER_FAILED: _ErrorReason.ValueType  # 19
@@ -262,7 +265,10 @@ ERROR_REASON_INTERNAL: ErrorReason.ValueType  # 15
 ERROR_REASON_FAILED_PRECONDITION: ErrorReason.ValueType  # 16
 """The stored state does not allow the request (see the message)."""
 ERROR_REASON_OBJECT_NOT_OWNED: ErrorReason.ValueType  # 17
-"""This server does not own the object (ownership guard); route it to its shard."""
+"""This server does not own the object (ownership guard); route it to its shard. The
+ErrorInfo's metadata "owner" names the owner's address when this server knows it (the
+shard the ring gives, or where a move sent the object), and is empty when it does not.
+"""
 ERROR_REASON_OBJECT_MOVING: ErrorReason.ValueType  # 18
 """The object is being moved to another server; retry shortly."""
 ERROR_REASON_SUMMARIZER_FAILED: ErrorReason.ValueType  # 19

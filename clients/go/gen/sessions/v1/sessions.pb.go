@@ -255,7 +255,9 @@ const (
 	ErrorReason_ERROR_REASON_INTERNAL ErrorReason = 15
 	// The stored state does not allow the request (see the message).
 	ErrorReason_ERROR_REASON_FAILED_PRECONDITION ErrorReason = 16
-	// This server does not own the object (ownership guard); route it to its shard.
+	// This server does not own the object (ownership guard); route it to its shard. The
+	// ErrorInfo's metadata "owner" names the owner's address when this server knows it (the
+	// shard the ring gives, or where a move sent the object), and is empty when it does not.
 	ErrorReason_ERROR_REASON_OBJECT_NOT_OWNED ErrorReason = 17
 	// The object is being moved to another server; retry shortly.
 	ErrorReason_ERROR_REASON_OBJECT_MOVING ErrorReason = 18

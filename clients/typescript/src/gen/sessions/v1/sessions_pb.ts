@@ -3238,7 +3238,9 @@ export enum ErrorReason {
   FAILED_PRECONDITION = 16,
 
   /**
-   * This server does not own the object (ownership guard); route it to its shard.
+   * This server does not own the object (ownership guard); route it to its shard. The
+   * ErrorInfo's metadata "owner" names the owner's address when this server knows it (the
+   * shard the ring gives, or where a move sent the object), and is empty when it does not.
    *
    * @generated from enum value: ERROR_REASON_OBJECT_NOT_OWNED = 17;
    */
