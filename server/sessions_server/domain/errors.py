@@ -139,3 +139,16 @@ def file_of_another_object(relative_path: str) -> FailedPrecondition:
         "(DeleteObject with erase) to remove it",
         file=relative_path,
     )
+
+
+def file_of_a_newer_server(relative_path: str, recorded: str, known: int) -> FailedPrecondition:
+    """The answer to an object whose file records a format of this service's files newer than
+    this server knows (`recorded`, `known`): a newer server wrote it, and this one, rolled back,
+    would misread it. The file is fine and left as it is; retrying here cannot help, a server at
+    least as new as its writer serves it."""
+    return FailedPrecondition(
+        f"the object's file ({relative_path}) is in format {recorded} of this service's files, newer than the "
+        f"{known} this server knows: a newer server wrote it, and this one would misread it. Nothing was read "
+        "from it or written to it: run a server at least as new as the one that wrote it",
+        file=relative_path,
+    )

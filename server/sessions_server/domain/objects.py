@@ -30,6 +30,7 @@ from sessions_server.domain.errors import (
     NotFound,
     SessionsError,
     Unavailable,
+    file_of_a_newer_server,
     file_of_another_object,
     object_damaged,
     permission_denied,
@@ -44,6 +45,7 @@ from sessions_server.storage.moved import MovedObjects
 from sessions_server.storage.paths import is_object_file_name, object_file_name, object_path
 from sessions_server.storage.registry import ObjectRegistry
 from sessions_server.storage.rows import (
+    NewerFileFormat,
     ObjectDamaged,
     OutOfDescriptors,
     StorageError,
@@ -368,6 +370,19 @@ class ObjectAdmin:
             log.warning("%s records object key %r, not %r: left alone", path, exc.recorded_key, exc.object_key)
             return file_of_another_object(str(path.relative_to(self.data_dir)))
         relative = self.relative_file(object_key)
+        if isinstance(exc, NewerFileFormat):
+            # Not damage, so no quarantine: the file is fine, this server is too old for it (each
+            # call's open finds that again, reading only). Only the operator can act (run a newer
+            # server), so it is logged as storage failures are: at ERROR, once a minute an object.
+            if self._due_for_log(object_key):
+                log.error(
+                    "object of a newer server: object %r, file %s: %s; every call on it is refused "
+                    "(FAILED_PRECONDITION) and the file is left as it is",
+                    object_key,
+                    relative,
+                    exc,
+                )
+            return file_of_a_newer_server(relative, shortened(exc.recorded, 32), exc.known)
         if isinstance(exc, ObjectDamaged):
             if not exc.judged:  # found outside the registry's stores (an export's copy, say)
                 self._registry.quarantine(object_key, exc)
@@ -397,17 +412,8 @@ class ObjectAdmin:
         the operator needs: the key, its file (relative to the data directory), the operation
         and SQLite's or the OS's own words. Alert on these lines: "object damaged: ..." and
         "storage failure: ..." (logger `sessions.objects`)."""
-        now = time.monotonic()
-        logged = self._failures_logged
-        last = logged.get(object_key)
-        if last is not None and now - last < FAILURE_LOG_SECONDS:
+        if not self._due_for_log(object_key):
             return
-        if len(logged) >= MAX_FAILURE_LOG_KEYS:  # the stale ones go (oldest first), else the older half
-            stale = [key for key, when in logged.items() if now - when >= FAILURE_LOG_SECONDS]
-            for key in stale or list(logged)[: MAX_FAILURE_LOG_KEYS // 2]:
-                del logged[key]
-        logged.pop(object_key, None)
-        logged[object_key] = now  # newest last
         relative = self.relative_file(object_key)
         if damaged:
             log.error(
@@ -426,6 +432,22 @@ class ObjectAdmin:
                 operation or "a call",
                 detail,
             )
+
+    def _due_for_log(self, object_key: str) -> bool:
+        """Whether a failure of the object is to be logged: none was in the last
+        FAILURE_LOG_SECONDS (noted as logged now when so)."""
+        now = time.monotonic()
+        logged = self._failures_logged
+        last = logged.get(object_key)
+        if last is not None and now - last < FAILURE_LOG_SECONDS:
+            return False
+        if len(logged) >= MAX_FAILURE_LOG_KEYS:  # the stale ones go (oldest first), else the older half
+            stale = [key for key, when in logged.items() if now - when >= FAILURE_LOG_SECONDS]
+            for key in stale or list(logged)[: MAX_FAILURE_LOG_KEYS // 2]:
+                del logged[key]
+        logged.pop(object_key, None)
+        logged[object_key] = now  # newest last
+        return True
 
     def _release(self, object_key: str, lock: _MoveLock) -> None:
         """Drops `lock`, if it is still the object's (not another export's since)."""

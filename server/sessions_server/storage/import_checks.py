@@ -11,7 +11,11 @@ agent's whole Durable Object database holds many), but no trigger, view or gener
 all, and the service's own tables only as the service (or upstream) defines them.
 
 Reads put attachment payloads back into messages by hash, and size their work by the payload
-sizes the file records; both are trusted on every later read, so both are checked here."""
+sizes the file records; both are trusted on every later read, so both are checked here.
+
+A file that records a format of this service's files newer than this server knows (a newer
+server's, `schema.FILE_FORMAT`) is refused too: this server would misread it, and installed it
+would only be refused on every call, with the object it replaced gone."""
 
 from __future__ import annotations
 
@@ -23,7 +27,7 @@ import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from sessions_server.storage import queries, schema
-from sessions_server.storage.rows import shortened
+from sessions_server.storage.rows import NewerFileFormat, shortened
 
 _POINTER_PREFIX = "attachment:sha256:"
 _HASH = re.compile(r"[0-9a-f]{64}\Z")
@@ -38,8 +42,9 @@ class UnsafeFile(Exception):
 
 
 def check_schema(conn: sqlite3.Connection) -> None:
-    """Raises UnsafeFile unless the file's schema is one this service would run as it is.
-    Reads the schema alone: nothing of the file runs."""
+    """Raises UnsafeFile unless the file's schema is one this service would run as it is, and
+    its format one this server knows (`check_format`). Reads the schema, and then the format
+    record from `_sessions_meta` as this service defines it: nothing of the file runs."""
     reference = _reference_schema()
     for kind, name, table, sql in conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master").fetchall():
         kind, name, table = str(kind), str(name), str(table)
@@ -62,6 +67,20 @@ def check_schema(conn: sqlite3.Connection) -> None:
             and (known is None or _normalized(sql) != _normalized(known.sql))
         ):
             raise UnsafeFile(f"holds an index {_quoted(name)} on {_quoted(table)} this service does not define")
+    check_format(conn)  # after the loop: `_sessions_meta`, if there, is the service's table
+
+
+def check_format(conn: sqlite3.Connection) -> None:
+    """Raises UnsafeFile when the file records a format of this service's files newer than this
+    server's. Run on a file whose `_sessions_meta`, if it has one, is as the service defines it
+    (`check_schema`)."""
+    try:
+        schema.read_file_format(conn)
+    except NewerFileFormat as exc:
+        raise UnsafeFile(
+            f"holds format {shortened(exc.recorded, 32)} of this service's files, newer than the {exc.known} this "
+            "server knows: bring it into a server at least as new as the one that wrote it"
+        ) from None
 
 
 def integrity_problems(conn: sqlite3.Connection) -> list[str]:

@@ -219,6 +219,24 @@ class ObjectDamaged(StorageError):
         return repeated
 
 
+class NewerFileFormat(StorageError):
+    """The object's file records a format of this service's files (`schema.FILE_FORMAT`) that
+    this server does not know: a newer server wrote it, and this one, rolled back, would misread
+    it. The file is fine, so this is not ObjectDamaged and nothing quarantines it: a server at
+    least as new as its writer serves it. Raised on open, before anything is written to it.
+    `recorded` is the file's record as it stands (a number, unless someone wrote otherwise)."""
+
+    def __init__(self, recorded: str, known: int) -> None:
+        super().__init__(
+            f"the file is in format {shortened(recorded, 32)} of this service's files, newer than the {known} "
+            "this server knows: run a server at least as new as the one that wrote it",
+            operation="open",
+            permission_denied=False,
+        )
+        self.recorded = recorded
+        self.known = known
+
+
 class OutOfDescriptors(StorageError):
     """An object could not be opened: the process had as many files open as it may. Nothing was
     read or written; idle objects are being closed to make room."""

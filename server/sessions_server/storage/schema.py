@@ -3,7 +3,8 @@
 The file format is upstream's so that a store moves between upstream and this service as a file
 copy: the same tables, columns, encodings and `_cf_KV` version record. The additions, which
 upstream never reads and SQLite keeps up to date under any writer: `_sessions_meta`, which
-records the object key a file belongs to, and three indexes (`_sessions_messages_by_seq`,
+records the object key a file belongs to and the format of this service's files it is in
+(`FILE_FORMAT`), and three indexes (`_sessions_messages_by_seq`,
 `_sessions_messages_by_parent`, and `_sessions_fts_by_message` on the search index's content
 table, see `queries.FTS_LOOKUP_DDL`).
 """
@@ -14,7 +15,7 @@ import contextlib
 import sqlite3
 
 from sessions_server.storage.queries import FTS_LOOKUP_DDL, message_text_sql, use_json_text_function
-from sessions_server.storage.rows import ObjectDamaged, shortened
+from sessions_server.storage.rows import NewerFileFormat, ObjectDamaged, shortened
 
 # New files get 16 KiB pages: at 4 KiB, upstream's ~1 KB WITHOUT ROWID rows spill to overflow
 # pages (4.7 KB on disk per message, 2-3x slower scans). Page size is not part of the format.
@@ -24,6 +25,21 @@ SCHEMA_VERSION_KEY = "cf_agents:sessions_schema_version"
 # The version as workerd stores KV values: V8 serialization (header 0xFF 0x0F, tag 'I' for a
 # zig-zag varint int32). 1 encodes as 0x02.
 SCHEMA_VERSION_1 = b"\xff\x0f\x49\x02"
+
+# The format of this service's own files, recorded in `_sessions_meta` under FILE_FORMAT_KEY.
+# Upstream's version above says what upstream's code may assume of the tables, and it stays 1
+# (upstream reads the file too); this one says what this service's code assumes beyond that. It
+# did not exist when attachments came to be stored by hash, so servers from before that serve
+# the stored `attachment:sha256:` pointers as the messages' media, without a word. Raise it with
+# any change that the servers of the format before would misread, and make the change in the
+# upgrade transaction of `initialize`, which records it: every server from format 1 on refuses a
+# file of a format newer than its own (NewerFileFormat) instead of misreading it, so a rollback
+# is refused, not silently wrong. A file without the record (upstream's, or a server's from
+# before formats were recorded) is read as format 1 is, and gains the record on its first open.
+FILE_FORMAT = 1
+FILE_FORMAT_KEY = "format"
+# The longest format record read as a number: longer ones are no format any server wrote.
+_FORMAT_DIGITS = 9
 
 MESSAGES_DDL = """CREATE TABLE IF NOT EXISTS cf_agents_session_messages (
         session_id TEXT NOT NULL,
@@ -153,7 +169,8 @@ def configure_connection(
 def is_ready(conn: sqlite3.Connection, object_key: str, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> bool:
     """Whether the file is an object this service opened before: nothing to create, lift or
     check (then the connection is configured). Writes nothing: a file not in WAL mode (one
-    copied in, say) is not ready, as switching it to WAL writes."""
+    copied in, say) is not ready, as switching it to WAL writes. Raises ObjectKeyConflict or
+    NewerFileFormat for a file no open may serve (`_is_current`)."""
     names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
     if not names >= EXPECTED_OBJECTS or conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
         return False
@@ -175,9 +192,10 @@ def is_foreign(names: set[str]) -> bool:
 
 
 def initialize(conn: sqlite3.Connection, object_key: str) -> None:
-    """Creates or upgrades the schema, checks the recorded key, and runs the legacy lift.
-    Raises ObjectDamaged, having changed nothing, for another program's database (`is_foreign`):
-    serving it would write this service's tables into it and take it over."""
+    """Creates or upgrades the schema, checks the recorded key and format, and runs the legacy
+    lift. Raises, having changed nothing: ObjectDamaged for another program's database
+    (`is_foreign`), which serving would take over by writing this service's tables into it;
+    ObjectKeyConflict for another object's file; NewerFileFormat for a newer server's."""
     names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
     if is_foreign(names):  # before anything writes (switching to WAL writes the file's header)
         shown = ", ".join(shortened(name, 64) for name in sorted(names)[:5]) + (", ..." if len(names) > 5 else "")
@@ -189,7 +207,9 @@ def initialize(conn: sqlite3.Connection, object_key: str) -> None:
     if not names:
         conn.execute(f"PRAGMA page_size = {NEW_FILE_PAGE_SIZE}")
     elif "_sessions_meta" in names:
-        _check_object_key(conn, object_key, record=False)  # before anything changes another object's file
+        # Before anything writes (switching to WAL writes the header): another object's file, or
+        # a newer server's, is left exactly as it is.
+        _check_recorded(conn, object_key, record=False)
     configure_connection(conn)
     if names >= EXPECTED_OBJECTS and _is_current(conn, object_key):
         return  # an object this service opened before: nothing to create, lift or check
@@ -198,7 +218,7 @@ def initialize(conn: sqlite3.Connection, object_key: str) -> None:
         for ddl in TABLES_DDL:
             conn.execute(ddl)
         _add_content_hash_column(conn)
-        _check_object_key(conn, object_key)
+        _check_recorded(conn, object_key)
         if read_schema_version(conn) < 1:
             complete = lift_legacy_tables(conn)
             if complete:
@@ -216,15 +236,29 @@ def initialize(conn: sqlite3.Connection, object_key: str) -> None:
         raise
 
 
+# What `_is_current` reads of a file holding every table (EXPECTED_OBJECTS), in one statement:
+# every open of a current file runs it on a new connection, where compiling a statement costs
+# more than running it. The key's and upstream's version's reads were two statements before the
+# format was recorded; three subqueries in one cost about as much as those two.
+_CURRENT_SQL = (
+    "SELECT (SELECT value FROM _sessions_meta WHERE key = 'object_key'),"
+    f" (SELECT value FROM _sessions_meta WHERE key = '{FILE_FORMAT_KEY}'),"
+    f" (SELECT value FROM _cf_KV WHERE key = '{SCHEMA_VERSION_KEY}')"
+)
+
+
 def _is_current(conn: sqlite3.Connection, object_key: str) -> bool:
-    """Schema version 1, the digest column present, and the file recorded as this object's."""
-    row = conn.execute("SELECT value FROM _sessions_meta WHERE key = 'object_key'").fetchone()
-    if row is None:
+    """Schema version 1, the digest column present, and the file recorded as this object's, in
+    this server's format. Raises ObjectKeyConflict or NewerFileFormat, as `_check_recorded`."""
+    recorded_key, recorded_format, version = conn.execute(_CURRENT_SQL).fetchone()
+    if recorded_key is not None and recorded_key != object_key:
+        raise ObjectKeyConflict(str(recorded_key), object_key)
+    if recorded_key is None or file_format(recorded_format) < FILE_FORMAT:
         return False
-    if row[0] != object_key:
-        raise ObjectKeyConflict(str(row[0]), object_key)
+    if not isinstance(version, bytes) or decode_v8_small_int(version) < 1:  # as `read_schema_version`
+        return False
     columns = {r[1] for r in conn.execute("PRAGMA table_info('cf_agents_session_messages')")}
-    return "content_hash" in columns and read_schema_version(conn) >= 1
+    return "content_hash" in columns
 
 
 def _add_content_hash_column(conn: sqlite3.Connection) -> None:
@@ -233,15 +267,53 @@ def _add_content_hash_column(conn: sqlite3.Connection) -> None:
         conn.execute("ALTER TABLE cf_agents_session_messages ADD COLUMN content_hash TEXT")
 
 
-def _check_object_key(conn: sqlite3.Connection, object_key: str, *, record: bool = True) -> None:
-    """Raises ObjectKeyConflict when the file records another key; records `object_key` when it
-    records none and `record`."""
-    row = conn.execute("SELECT value FROM _sessions_meta WHERE key = 'object_key'").fetchone()
-    if row is None:
-        if record:
-            conn.execute("INSERT INTO _sessions_meta (key, value) VALUES ('object_key', ?)", (object_key,))
-    elif row[0] != object_key:
-        raise ObjectKeyConflict(str(row[0]), object_key)
+def _check_recorded(conn: sqlite3.Connection, object_key: str, *, record: bool = True) -> None:
+    """Raises ObjectKeyConflict when the file records another key, NewerFileFormat when it
+    records a format this server does not know. With `record`, records `object_key` where it
+    records none, and this server's format where it records an older one or none (the caller's
+    upgrade transaction makes the file that format)."""
+    recorded_key, recorded_format = _recorded(conn)
+    if recorded_key is not None and recorded_key != object_key:
+        raise ObjectKeyConflict(str(recorded_key), object_key)
+    older = file_format(recorded_format) < FILE_FORMAT
+    if record and recorded_key is None:
+        conn.execute("INSERT INTO _sessions_meta (key, value) VALUES ('object_key', ?)", (object_key,))
+    if record and older:
+        conn.execute(
+            "INSERT OR REPLACE INTO _sessions_meta (key, value) VALUES (?, ?)", (FILE_FORMAT_KEY, str(FILE_FORMAT))
+        )
+
+
+# One row of two lookups by key (`key IN (...)`, or two statements, cost 3-4 µs more a run).
+_RECORDED_SQL = (
+    "SELECT (SELECT value FROM _sessions_meta WHERE key = 'object_key'),"
+    f" (SELECT value FROM _sessions_meta WHERE key = '{FILE_FORMAT_KEY}')"
+)
+
+
+def _recorded(conn: sqlite3.Connection) -> tuple[object, object]:
+    """The object key and the format the file records (None for what it does not record)."""
+    recorded_key, recorded_format = conn.execute(_RECORDED_SQL).fetchone()
+    return recorded_key, recorded_format
+
+
+def file_format(recorded: object) -> int:
+    """The format a file's record (`_recorded`) names: 0 when there is none (read as format 1
+    is, and upgraded to it). Raises NewerFileFormat for a format newer than FILE_FORMAT, and for
+    a record that names no format, which no server wrote: refused rather than guessed at."""
+    if recorded is None:
+        return 0
+    text = str(recorded)
+    if text.isascii() and text.isdigit() and len(text) <= _FORMAT_DIGITS and int(text) <= FILE_FORMAT:
+        return int(text)
+    raise NewerFileFormat(text, FILE_FORMAT)
+
+
+def read_file_format(conn: sqlite3.Connection) -> int:
+    """`file_format` of a file that may have no `_sessions_meta` table (one brought in)."""
+    if not table_exists(conn, "_sessions_meta"):
+        return 0
+    return file_format(_recorded(conn)[1])
 
 
 def read_row_writes(conn: sqlite3.Connection) -> int:
