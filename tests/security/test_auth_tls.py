@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
@@ -10,6 +11,7 @@ import socket
 import ssl
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from sessions_client import SessionsClient, SessionsError, TlsConfig
+from sessions_client import RetryPolicy, SessionsClient, SessionsError, TlsConfig
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
 from sessions_server.config import ServerConfig
@@ -808,6 +810,196 @@ def test_a_failed_tls_handshake_is_not_tried_again(tmp_path: Path, pki: Path) ->
     assert refused.value.code == grpc.StatusCode.UNAVAILABLE, refused.value
     assert notices == []
     assert not may_retry("GetMessage", refused.value) and not may_resubscribe(refused.value)
+
+
+def _hanging_up(listener: socket.socket) -> None:
+    """Reads what each connection sends first, then closes it, until `listener` closes."""
+    while True:
+        try:
+            connection, _ = listener.accept()
+        except OSError:
+            return
+        with connection, contextlib.suppress(OSError):
+            connection.recv(65536)
+
+
+@pytest.fixture
+def hanging_up() -> Iterator[str]:
+    """A loopback address whose listener takes connections and closes them before any HTTP/2."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    thread = threading.Thread(target=_hanging_up, args=(listener,), daemon=True)
+    thread.start()
+    yield f"127.0.0.1:{listener.getsockname()[1]}"
+    with contextlib.suppress(OSError):  # not connected, where the system says so
+        listener.shutdown(socket.SHUT_RDWR)  # wakes the accept on Linux; close alone does not
+    listener.close()
+    thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def mtls_server(tmp_path_factory: pytest.TempPathFactory, pki: Path) -> Iterator[LiveServer]:
+    server = start_server(
+        tmp_path_factory.mktemp("mtls"),
+        tls_cert=pki / "server.pem",
+        tls_key=pki / "server.key",
+        tls_client_ca=pki / "ca.pem",
+    )
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def foreign_client(pki: Path) -> tuple[bytes, bytes]:
+    """A client certificate (and its key) of another CA than the one the servers trust."""
+    other = pki / "foreign"
+    other.mkdir()
+    _openssl(
+        "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
+        "-days", "2", "-subj", "/CN=another-ca", cwd=other,
+    )  # fmt: skip
+    _openssl(
+        "req", "-newkey", "rsa:2048", "-nodes", "-keyout", "client.key", "-out", "client.csr",
+        "-subj", "/CN=stranger", cwd=other,
+    )  # fmt: skip
+    _openssl(
+        "x509", "-req", "-in", "client.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+        "-out", "client.pem", "-days", "2", cwd=other,
+    )  # fmt: skip
+    return (other / "client.pem").read_bytes(), (other / "client.key").read_bytes()
+
+
+def _refused_tls(pki: Path, foreign_client: tuple[bytes, bytes], certificate: str) -> TlsConfig:
+    """The test CA trusted, and no client certificate or one of another CA."""
+    ca = (pki / "ca.pem").read_bytes()
+    if certificate == "none":
+        return TlsConfig(root_certificates=ca)
+    return TlsConfig(root_certificates=ca, certificate_chain=foreign_client[0], private_key=foreign_client[1])
+
+
+def _stream_opens(client: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The methods of the streams `client` opens from now on, a subscription's reconnections
+    included (sync or asyncio)."""
+    opened: list[str] = []
+    stream = client._stream
+
+    def counting(object_key: str, method: str, request: Any, **options: Any) -> Any:
+        opened.append(method)
+        return stream(object_key, method, request, **options)
+
+    monkeypatch.setattr(client, "_stream", counting)
+    return opened
+
+
+def _says_refused(error: SessionsError) -> None:
+    """`error` is a handshake the server refused, said so in the three clients' words, with
+    gRPC's own kept."""
+    assert (error.code, error.reason) == (grpc.StatusCode.UNAVAILABLE, None), error
+    assert error.message.startswith("the server closed the TLS connection before it spoke HTTP/2 (failed to connect")
+    assert "Socket closed): it refused the TLS handshake, most likely for want of a client certificate" in error.message
+    assert "set TlsConfig's certificate_chain and private_key" in error.message
+
+
+@pytest.mark.parametrize("certificate", ["none", "another CA's"])
+def test_a_client_certificate_the_server_refuses_is_not_tried_again(
+    mtls_server: LiveServer,
+    pki: Path,
+    foreign_client: tuple[bytes, bytes],
+    certificate: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With TLS 1.3 the client's side of the handshake ends before the server has checked its
+    certificate; the server then closes the connection before it speaks HTTP/2, and gRPC says
+    no more than "Socket closed": the call was tried 10 times (about 6.5 s) and a subscription
+    reconnected 20 times (33 s), each ending in what read like a network fault."""
+    from sessions_client._retry import may_resubscribe, may_retry
+
+    notices: list[Any] = []
+    with SessionsClient(
+        mtls_server.address, tls=_refused_tls(pki, foreign_client, certificate), on_retry=notices.append
+    ) as client:
+        opened = _stream_opens(client, monkeypatch)
+        started = time.monotonic()
+        with pytest.raises(SessionsError) as refused:
+            client.object("k").session().append_message(MESSAGE)
+        with pytest.raises(SessionsError) as unsubscribed:
+            next(client.object("k").subscribe())
+        took = time.monotonic() - started
+    assert (len(notices), opened) == (0, ["Subscribe"]), (took, refused.value)
+    _says_refused(refused.value)
+    _says_refused(unsubscribed.value)
+    assert took < 3, took
+    assert not may_retry("AppendMessage", refused.value) and not may_resubscribe(unsubscribed.value)
+
+
+@pytest.mark.parametrize("certificate", ["none", "another CA's"])
+def test_the_asyncio_client_does_not_try_a_refused_client_certificate_again(
+    mtls_server: LiveServer,
+    pki: Path,
+    foreign_client: tuple[bytes, bytes],
+    certificate: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from sessions_client.aio import SessionsClient as AsyncClient
+
+    notices: list[Any] = []
+
+    async def scenario() -> tuple[SessionsError, SessionsError, list[str], float]:
+        tls = _refused_tls(pki, foreign_client, certificate)
+        async with AsyncClient(mtls_server.address, tls=tls, on_retry=notices.append) as client:
+            opened = _stream_opens(client, monkeypatch)
+            started = time.monotonic()
+            with pytest.raises(SessionsError) as refused:
+                await client.object("k").session().append_message(MESSAGE)
+            with pytest.raises(SessionsError) as unsubscribed:
+                async for _ in client.object("k").subscribe():
+                    pass
+            return refused.value, unsubscribed.value, opened, time.monotonic() - started
+
+    refused, unsubscribed, opened, took = asyncio.run(scenario())
+    assert (len(notices), opened) == (0, ["Subscribe"]), (took, refused)
+    _says_refused(refused)
+    _says_refused(unsubscribed)
+    assert took < 3, took
+
+
+@pytest.mark.parametrize("channel", ["plaintext", "TLS"])
+def test_a_server_closing_connections_before_http2_is_still_tried_again(
+    hanging_up: str, pki: Path, channel: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plaintext connection closed before HTTP/2 is a network fault, though gRPC's words are
+    those of a refused handshake ("failed to connect to all addresses; … Socket closed"); so is
+    a TLS connection closed during its handshake ("Handshake read failed (Socket closed)"). Both
+    clients try such a call again, and a subscription reconnects."""
+    from sessions_client.aio import SessionsClient as AsyncClient
+
+    quick = RetryPolicy(max_attempts=3, initial_backoff=0.001, max_backoff=0.001)
+    tls = TlsConfig(root_certificates=(pki / "ca.pem").read_bytes()) if channel == "TLS" else None
+    notices: list[Any] = []
+    with SessionsClient(hanging_up, tls=tls, retry=quick, on_retry=notices.append) as client:
+        opened = _stream_opens(client, monkeypatch)
+        with pytest.raises(SessionsError) as failed:
+            client.object("k").session().append_message(MESSAGE)
+        with pytest.raises(SessionsError) as unsubscribed:
+            next(client.object("k").subscribe(reconnect_attempts=2))
+
+    async def scenario() -> tuple[SessionsError, list[str]]:
+        async with AsyncClient(hanging_up, tls=tls, retry=quick, on_retry=notices.append) as client:
+            opened = _stream_opens(client, monkeypatch)
+            with pytest.raises(SessionsError) as failed:
+                await client.object("k").session().append_message(MESSAGE)
+            with pytest.raises(SessionsError) as unsubscribed:
+                async for _ in client.object("k").subscribe(reconnect_attempts=2):
+                    pass
+            assert "refused the TLS handshake" not in unsubscribed.value.message
+            return failed.value, opened
+
+    async_failed, async_opened = asyncio.run(scenario())
+    for error in (failed.value, unsubscribed.value, async_failed):
+        assert (error.code, error.reason) == (grpc.StatusCode.UNAVAILABLE, None), error
+        assert error.message.startswith("failed to connect to all addresses") and "Socket closed" in error.message
+        assert "refused the TLS handshake" not in error.message
+    assert [(n.method, n.attempt) for n in notices] == [("AppendMessage", 1), ("AppendMessage", 2)] * 2
+    assert opened == async_opened == ["Subscribe"] * 3
 
 
 def test_a_pair_grpc_cannot_use_is_refused_at_start_and_at_renewal(

@@ -79,7 +79,9 @@ func WithKeepalive(interval, timeout time.Duration) DialOption {
 }
 
 // WithTransportCredentials sets the connection's credentials (TLS, mTLS). The default is an
-// insecure (plaintext) connection, as the Python client's insecure_channel.
+// insecure (plaintext) connection, as the Python client's insecure_channel. A TLS connection the
+// server closes before it speaks HTTP/2 fails saying that the server refused the handshake (most
+// likely for want of a client certificate it trusts), and is not tried again.
 func WithTransportCredentials(creds credentials.TransportCredentials) DialOption {
 	return func(c *dialConfig) { c.creds = creds }
 }
@@ -129,6 +131,7 @@ func Dial(ctx context.Context, target string, opts ...DialOption) (*Client, erro
 		if creds == nil {
 			creds = insecure.NewCredentials()
 		}
+		creds = noticingRefusal(creds) // tells a refused client certificate from a network fault
 		grpcOpts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
 		if cfg.keepaliveTime > 0 {
 			params := keepalive.ClientParameters{Time: cfg.keepaliveTime, Timeout: cfg.keepaliveTimeout}

@@ -201,7 +201,9 @@ def routing_metadata(object_key: str, token: str | None = None) -> tuple[tuple[s
 @dataclass(frozen=True)
 class TlsConfig:
     """TLS settings: the CA that signed the server's certificate (None: system roots) and, for
-    mTLS, the client's certificate chain and key. All PEM bytes."""
+    mTLS, the client's certificate chain and key. All PEM bytes. A server run with
+    --tls-client-ca that refuses the certificate, or its absence, fails a call UNAVAILABLE at
+    once, saying "it refused the TLS handshake" (never tried again, nor a subscription resumed)."""
 
     root_certificates: bytes | None = None
     certificate_chain: bytes | None = None

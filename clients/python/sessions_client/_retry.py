@@ -107,18 +107,54 @@ class RetryNotice:
     delay: float
 
 
-# gRPC's words for a TLS handshake that failed: the server's certificate not trusted (or not
-# valid now), or this client's refused. The next attempt meets the same certificates.
-_TLS_FAILURE_WORDS: Final = ("handshake failed", "certificate_verify_failed", "certificate verify failed")
+# Words of a TLS handshake that failed: gRPC's for the server's certificate not trusted (or not
+# valid now), and `tls_refused`'s for this client's refused. The next attempt meets the same
+# certificates.
+_TLS_FAILURE_WORDS: Final = (
+    "handshake failed",
+    "certificate_verify_failed",
+    "certificate verify failed",
+    "refused the tls handshake",
+)
 
 
 def tls_failed(error: SessionsError) -> bool:
     """Whether `error` is a connection that failed its TLS handshake (never tried again: the
-    TypeScript client does the same)."""
+    Go and TypeScript clients do the same). A client whose channel speaks TLS passes its errors
+    through `tls_refused` first: gRPC's own words for a refused client certificate are a
+    network fault's."""
     if error.code != grpc.StatusCode.UNAVAILABLE or error.reason:
         return False
     text = error.message.lower()
     return any(words in text for words in _TLS_FAILURE_WORDS)
+
+
+def tls_refused(error: SessionsError) -> SessionsError:
+    """`error` as a client whose own channel speaks TLS raises it. A server that refuses the
+    client's certificate (or its absence) closes the connection after the handshake: with TLS
+    1.3 the client's side of it ends before the server has checked the certificate. gRPC then
+    says no more than a closed socket, "failed to connect to all addresses; last error:
+    UNAVAILABLE: ipv4:…: Socket closed", words it uses only for a connection closed before
+    the server's HTTP/2 SETTINGS, which every HTTP/2 server sends first (a connection closed
+    during the handshake is "Handshake read failed (Socket closed)", one closed after the
+    SETTINGS "Stream removed (Socket closed)", both tried again as any network fault). Such a
+    failure says so, as the Go and TypeScript clients' do, and `tls_failed` then holds for it."""
+    text = error.message
+    if (
+        error.code != grpc.StatusCode.UNAVAILABLE
+        or error.reason
+        or not text.startswith("failed to connect to all addresses")
+        or not text.endswith(": Socket closed")
+    ):
+        return error
+    return SessionsError(
+        error.code,
+        f"the server closed the TLS connection before it spoke HTTP/2 ({text}): it refused the TLS "
+        "handshake, most likely for want of a client certificate it trusts (a server run with "
+        "--tls-client-ca requires one: set TlsConfig's certificate_chain and private_key)",
+        None,
+        error.metadata,
+    )
 
 
 def may_retry(method: str, error: SessionsError) -> bool:

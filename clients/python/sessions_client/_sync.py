@@ -69,6 +69,7 @@ from sessions_client._retry import (
     RetryNotice,
     RetryPolicy,
     may_resubscribe,
+    tls_refused,
 )
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
@@ -98,6 +99,7 @@ class SessionsClient(CallOptions):
         wait. `channel`: a channel of yours to call through (`target` and the connection
         options unused); `close()` leaves it open."""
         self._owns_channel = channel is None  # a channel passed in is the caller's to close
+        self._tls = channel is None and tls is not None  # a channel of its own that speaks TLS
         if channel is None:
             chosen = channel_options(options, keepalive_seconds, keepalive_timeout_seconds)
             channel = (
@@ -160,7 +162,13 @@ class SessionsClient(CallOptions):
             return closed_error()
         if not isinstance(error, grpc.RpcError):
             return channel_closed_error()
-        return SessionsError.from_rpc_error(error)
+        return self._rpc_failure(error)
+
+    def _rpc_failure(self, error: grpc.RpcError) -> SessionsError:
+        """gRPC's failure as the client raises it: on its own TLS channel, a handshake the server
+        refused says so (`tls_refused`)."""
+        failure = SessionsError.from_rpc_error(error)
+        return tls_refused(failure) if self._tls else failure
 
     def _stream(
         self, object_key: str, method: str, request: Any, *, endless: bool = False

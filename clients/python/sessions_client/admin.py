@@ -18,7 +18,7 @@ from pathlib import Path
 import grpc
 
 from sessions_client._common import FramesEachAttempt, SessionsError, routing_metadata
-from sessions_client._retry import REFUSED_BEFORE_ACTING, Attempts
+from sessions_client._retry import REFUSED_BEFORE_ACTING, Attempts, tls_failed
 from sessions_client._sync import SessionsClient
 from sessions_proto.v1 import sessions_pb2 as pb
 
@@ -353,17 +353,19 @@ def _until_answered(
 ) -> _Answer:
     """`call(timeout)`, asked again under `client`'s retry policy while no answer comes (a server
     restarting, as after a move cut short), for a call whose repeat does nothing more, or only
-    after the failures `retryable` takes. Each wait is told to the client's `on_retry`; the
-    client's timeout bounds every attempt and wait, as it bounds its own calls'."""
-    if retryable is None:
-        retryable = _no_answer
-    attempts = Attempts(method, client.retry, client.on_retry, client.timeout, retryable=retryable)
+    after the failures `retryable` takes; never after a failed TLS handshake, which the next
+    attempt would meet alike. Each wait is told to the client's `on_retry`; the client's timeout
+    bounds every attempt and wait, as it bounds its own calls'."""
+    rule = _no_answer if retryable is None else retryable
+    attempts = Attempts(
+        method, client.retry, client.on_retry, client.timeout, retryable=lambda e: not tls_failed(e) and rule(e)
+    )
     while True:
         attempts.begin()
         try:
             return call(attempts.remaining())
         except grpc.RpcError as error:
-            failure = SessionsError.from_rpc_error(error)
+            failure = client._rpc_failure(error)
         delay = attempts.wait_after(failure)
         if delay is None:
             raise failure from None

@@ -73,6 +73,7 @@ from sessions_client._retry import (
     RetryNotice,
     RetryPolicy,
     may_resubscribe,
+    tls_refused,
 )
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
@@ -100,6 +101,7 @@ class SessionsClient(CallOptions):
         """As the sync client's: `timeout` bounds each call, its retries included (not
         `subscribe`); `retry` and `on_retry` decide and report when a failed call is tried again."""
         self._owns_channel = channel is None  # a channel passed in is the caller's to close
+        self._tls = channel is None and tls is not None  # a channel of its own that speaks TLS
         if channel is None:
             chosen = channel_options(options, keepalive_seconds, keepalive_timeout_seconds)
             channel = (
@@ -158,7 +160,10 @@ class SessionsClient(CallOptions):
             await asyncio.sleep(delay)
 
     def _failure(self, error: grpc.RpcError) -> SessionsError:
-        return closed_error() if self._connection.closed else SessionsError.from_rpc_error(error)
+        if self._connection.closed:
+            return closed_error()
+        failure = SessionsError.from_rpc_error(error)
+        return tls_refused(failure) if self._tls else failure  # as the sync client's
 
     def _closed_channel(self) -> SessionsError:
         return closed_error() if self._connection.closed else channel_closed_error()

@@ -1,0 +1,108 @@
+package sessions
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync/atomic"
+	"syscall"
+
+	"google.golang.org/grpc/credentials"
+)
+
+// tlsRefusedWords are in the message of every failure of a connection whose server refused the
+// TLS handshake after it (tlsRefused), which tlsFailed looks for.
+const tlsRefusedWords = "it refused the TLS handshake"
+
+// tlsRefused is what a server that refused the TLS handshake did: it closed a connection that the
+// client took for established (with TLS 1.3 the client's side of the handshake ends before the
+// server has checked the client's certificate) before sending anything, even HTTP/2's SETTINGS,
+// which every HTTP/2 server sends first. grpc-go reports it as the transport's error alone
+// ("error reading server preface: EOF", or a write's "broken pipe"), which reads like a network
+// fault and would be retried. The TypeScript client says the same in the same words.
+type tlsRefused struct{ cause error }
+
+func (e *tlsRefused) Error() string {
+	return "the server closed the TLS connection before it spoke HTTP/2 (" + e.cause.Error() + "): " +
+		tlsRefusedWords + ", most likely for want of a client certificate it trusts (a server run with " +
+		"--tls-client-ca requires one: give WithTransportCredentials a tls.Config with Certificates)"
+}
+
+func (e *tlsRefused) Unwrap() error { return e.cause }
+
+// refusalAware wraps TLS transport credentials so that the connections they make tell a server
+// that refused the handshake from a network fault (tlsRefused). Everything else is the wrapped
+// credentials'.
+type refusalAware struct {
+	credentials.TransportCredentials
+}
+
+// noticingRefusal wraps creds when they speak TLS.
+func noticingRefusal(creds credentials.TransportCredentials) credentials.TransportCredentials {
+	if creds.Info().SecurityProtocol != "tls" {
+		return creds
+	}
+	return refusalAware{creds}
+}
+
+func (c refusalAware) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	conn, info, err := c.TransportCredentials.ClientHandshake(ctx, authority, raw)
+	if err != nil {
+		return conn, info, err
+	}
+	heard := &heardConn{Conn: conn}
+	if sys, ok := conn.(syscall.Conn); ok {
+		// gRPC's TLS connection lends the TCP socket's SyscallConn (channelz reads its options).
+		return heardSyscallConn{heard, sys}, info, nil
+	}
+	return heard, info, nil
+}
+
+func (c refusalAware) Clone() credentials.TransportCredentials {
+	return refusalAware{c.TransportCredentials.Clone()}
+}
+
+// heardConn is a TLS connection that knows whether the server has sent anything on it yet. A read
+// or a write that fails before is the server closing it before it spoke HTTP/2 (tlsRefused),
+// unless this side closed it (gRPC at the connect deadline, or the client's Close).
+type heardConn struct {
+	net.Conn
+	heard  atomic.Bool
+	closed atomic.Bool
+}
+
+func (c *heardConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.heard.Store(true)
+	}
+	return n, c.refusal(err)
+}
+
+func (c *heardConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	return n, c.refusal(err)
+}
+
+func (c *heardConn) Close() error {
+	c.closed.Store(true)
+	return c.Conn.Close()
+}
+
+func (c *heardConn) refusal(err error) error {
+	if err == nil || c.heard.Load() || c.closed.Load() || errors.Is(err, net.ErrClosed) {
+		return err
+	}
+	var timeout interface{ Timeout() bool }
+	if errors.As(err, &timeout) && timeout.Timeout() {
+		return err // a deadline of this side's, not the server's doing
+	}
+	return &tlsRefused{cause: err}
+}
+
+type heardSyscallConn struct {
+	*heardConn
+	sys syscall.Conn
+}
+
+func (c heardSyscallConn) SyscallConn() (syscall.RawConn, error) { return c.sys.SyscallConn() }
