@@ -17,6 +17,7 @@ import grpc
 import pytest
 
 from sessions_client import DEFAULT_RETRY_POLICY, RetryNotice, RetryPolicy, SessionsClient, SessionsError
+from sessions_client._retry import resubscribe_delay
 from sessions_client.admin import abort_move, erase_object, export_file, import_file
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
@@ -573,6 +574,14 @@ def test_waits_grow_to_the_ceiling_with_jitter_below_it() -> None:
     policy = RetryPolicy(initial_backoff=0.1, multiplier=2.0, max_backoff=0.5)
     for attempt, ceiling in [(1, 0.1), (2, 0.2), (3, 0.4), (4, 0.5), (9, 0.5)]:
         waits = [policy.backoff(attempt) for _ in range(200)]
+        assert all(ceiling / 2 <= wait <= ceiling for wait in waits), attempt
+        assert max(waits) - min(waits) > ceiling / 10  # jittered, not fixed
+
+
+def test_a_subscriptions_reconnections_wait_longer_each_time_with_jitter() -> None:
+    """The subscribers of a server that went away do not all come back at the same instant."""
+    for attempt, ceiling in [(1, 0.1), (2, 0.2), (4, 0.8), (5, 1.6), (6, 2.0), (20, 2.0)]:
+        waits = [resubscribe_delay(attempt) for _ in range(200)]
         assert all(ceiling / 2 <= wait <= ceiling for wait in waits), attempt
         assert max(waits) - min(waits) > ceiling / 10  # jittered, not fixed
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"iter"
+	"math/rand/v2"
 	"time"
 
 	"google.golang.org/grpc"
@@ -189,12 +190,19 @@ func (s *Subscription) retryOrFinish(err error) {
 		return
 	}
 	s.attempts++
-	delay := min(2*time.Second, 50*time.Millisecond<<s.attempts)
 	select {
-	case <-time.After(delay):
+	case <-time.After(resubscribeDelay(s.attempts)):
 	case <-s.ctx.Done():
 		s.finish(toError(s.ctx.Err()))
 	}
+}
+
+// resubscribeDelay is the wait before a subscription's reconnection attempt n (from 1): 0.1 s
+// doubling to 2 s, times a random factor from 0.5 to 1, so that the subscribers of a server that
+// went away do not all come back at the same instant.
+func resubscribeDelay(n int) time.Duration {
+	backoff := min(2*time.Second, 50*time.Millisecond<<n)
+	return time.Duration(float64(backoff) * (0.5 + 0.5*rand.Float64()))
 }
 
 // resubscribable reports whether a subscription resumes after err (a resume repeats nothing, so

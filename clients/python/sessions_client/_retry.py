@@ -169,6 +169,13 @@ def may_retry(method: str, error: SessionsError) -> bool:
     return not error.reason and method in REPEATABLE_METHODS and _connection_failed(error)
 
 
+def resubscribe_delay(attempt: int) -> float:
+    """The wait before a subscription's reconnection `attempt` (1-based): 0.1 s doubling to 2 s,
+    times a random factor from 0.5 to 1, so that the subscribers of a server that went away do
+    not all come back at the same instant."""
+    return min(2.0, 0.05 * 2**attempt) * random.uniform(0.5, 1.0)
+
+
 def may_resubscribe(error: SessionsError) -> bool:
     """Whether a subscription resumes after `error` (a resume repeats nothing): the server went
     away (UNAVAILABLE, a CANCELLED it made), refused before acting (draining, the object moving

@@ -69,6 +69,7 @@ from sessions_client._retry import (
     RetryNotice,
     RetryPolicy,
     may_resubscribe,
+    resubscribe_delay,
     tls_refused,
 )
 from sessions_proto.v1 import sessions_pb2 as pb
@@ -256,7 +257,7 @@ class ObjectHandle:
                 if not may_resubscribe(error) or attempts >= reconnect_attempts or gone:
                     raise
                 attempts += 1
-                time.sleep(min(2.0, 0.05 * 2**attempts))
+                time.sleep(resubscribe_delay(attempts))
                 continue
             return
 

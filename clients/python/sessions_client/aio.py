@@ -73,6 +73,7 @@ from sessions_client._retry import (
     RetryNotice,
     RetryPolicy,
     may_resubscribe,
+    resubscribe_delay,
     tls_refused,
 )
 from sessions_proto.v1 import sessions_pb2 as pb
@@ -262,7 +263,7 @@ class ObjectHandle:
                 if not may_resubscribe(error) or attempts >= reconnect_attempts or gone:
                     raise
                 attempts += 1
-                await asyncio.sleep(min(2.0, 0.05 * 2**attempts))
+                await asyncio.sleep(resubscribe_delay(attempts))
                 continue
             return
 

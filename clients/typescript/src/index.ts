@@ -1735,7 +1735,7 @@ export class ObjectHandle {
         const retryable = error instanceof SessionsError && resubscribable(error);
         if (!retryable || options.signal?.aborted === true || attempts >= maxAttempts) throw error;
         attempts += 1;
-        await pause(Math.min(2000, 50 * 2 ** attempts), options.signal, this.client.closedSignal);
+        await pause(resubscribeDelayMs(attempts), options.signal, this.client.closedSignal);
       }
     }
   }
@@ -1789,6 +1789,15 @@ export class ObjectHandle {
  * is a stream the server or a proxy reset).
  */
 const RECONNECT_CODES = new Set(["UNAVAILABLE", "CANCELLED"]);
+
+/**
+ * The wait before a subscription's reconnection attempt `attempt` (from 1): 100 ms doubling to
+ * 2 s, times a random factor from 0.5 to 1, so that the subscribers of a server that went away
+ * do not all come back at the same instant.
+ */
+export function resubscribeDelayMs(attempt: number): number {
+  return Math.min(2000, 50 * 2 ** attempt) * (0.5 + Math.random() / 2);
+}
 
 /**
  * Whether a subscription resumes after `error` (a resume repeats nothing), as the Python client's

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 
-import type { ChangeEvent, SessionsClient } from "../src/index.js";
+import { resubscribeDelayMs, type ChangeEvent, type SessionsClient } from "../src/index.js";
 import { TestServer, freshKey, msg } from "./server.js";
 
 let server: TestServer;
@@ -171,3 +171,12 @@ test("a revision given as an unsafe JS number is refused: rounded, it would skip
   assert.equal(opening.done, false);
   await live.return(undefined);
 });
+
+test("a subscription's reconnections wait longer each time, jittered: subscribers of a server that went away do not come back together", () => {
+  for (const [attempt, ceiling] of [[1, 100], [2, 200], [4, 800], [5, 1600], [6, 2000], [20, 2000]] as const) {
+    const waits = Array.from({ length: 200 }, () => resubscribeDelayMs(attempt));
+    for (const wait of waits) assert.ok(wait >= ceiling / 2 && wait <= ceiling, `attempt ${attempt}: ${wait} ms`);
+    assert.ok(Math.max(...waits) - Math.min(...waits) > ceiling / 10, `attempt ${attempt}: not jittered`);
+  }
+});
+
