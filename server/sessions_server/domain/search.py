@@ -88,47 +88,109 @@ def effective_limit(limit: int | None) -> int:
     return min(limit, MAX_LIMIT)
 
 
+@dataclass(eq=False)
+class _Waiter:
+    tenant: str | None
+    granted: asyncio.Future[None]
+
+
 class SearchSlots:
     """How many searches run at once, process-wide. A search holds a SQL thread for up to its
     budget, so without a bound a burst of them takes every thread and stalls other tenants'
-    appends and reads; the searches beyond it wait, within their own budget."""
+    appends and reads; the searches beyond it wait, within their own budget.
+
+    The waiting is fair across tenants (the caller's token, an opaque string; None without
+    tokens): a slot that frees goes to the waiter whose tenant has the fewest searches running,
+    then to the tenant served least recently, then to the first come. In one queue for all, a
+    tenant's 1 ms search waited behind every heavy search another tenant had queued (seconds,
+    or its whole budget, refused). A tenant holding slots gets no more of them while others
+    wait: a free slot is taken at once only when nobody waits. Without tokens, first come,
+    first served."""
 
     def __init__(self, limit: int = DEFAULT_CONCURRENT_SEARCHES) -> None:
         self.limit = max(1, limit)
-        self._free = asyncio.Semaphore(self.limit)
         self.running = 0
-        self.waiting = 0
+        self._waiters: list[_Waiter] = []  # in order of arrival
+        self._running_by: dict[str | None, int] = {}
+        # When each tenant with searches running or waiting was last given a slot (a count):
+        # with one slot, "fewest running" ties at every turn, and the tenant whose search just
+        # ended would get it again.
+        self._served_at: dict[str | None, int] = {}
+        self._grants = 0
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiters)
 
     @contextlib.asynccontextmanager
-    async def taken(self, deadline: float) -> AsyncIterator[SearchSlot]:
+    async def taken(self, deadline: float, tenant: str | None = None) -> AsyncIterator[SearchSlot]:
         """A slot, waited for until the monotonic `deadline` (the search's budget): past it,
         LimitExceeded with SERVER_BUSY, which clients retry. The search's SQL runs through the
         slot's `run`, which keeps the slot taken until that SQL has ended, even when the caller
         gave up on it first."""
-        self.waiting += 1
-        try:
-            async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
-                await self._free.acquire()
-        except TimeoutError:
-            raise LimitExceeded(
-                f"{self.limit} searches were running (max_concurrent_searches) for this search's whole "
-                "budget; retry shortly",
-                reason="SERVER_BUSY",
-                limit="max_concurrent_searches",
-                limit_value=str(self.limit),
-            ) from None
-        finally:
-            self.waiting -= 1
-        self.running += 1
-        slot = SearchSlot(self._give_back)
+        if self.running < self.limit and not self._waiters:
+            self._grant(tenant)
+        else:
+            await self._wait(deadline, tenant)
+        slot = SearchSlot(lambda: self._give_back(tenant))
         try:
             yield slot
         finally:
             slot.leave()
 
-    def _give_back(self) -> None:
+    async def _wait(self, deadline: float, tenant: str | None) -> None:
+        waiter = _Waiter(tenant, asyncio.get_running_loop().create_future())
+        self._waiters.append(waiter)
+        try:
+            async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                await asyncio.shield(waiter.granted)
+        except BaseException as exc:
+            if waiter.granted.done():  # given a slot as the wait ended: it goes to the next
+                self._give_back(tenant)
+            else:
+                self._waiters.remove(waiter)
+                self._forget(tenant)
+            if isinstance(exc, TimeoutError):
+                raise LimitExceeded(
+                    f"{self.limit} searches were running (max_concurrent_searches) for this search's whole "
+                    "budget; retry shortly",
+                    reason="SERVER_BUSY",
+                    limit="max_concurrent_searches",
+                    limit_value=str(self.limit),
+                ) from None
+            raise
+
+    def _grant(self, tenant: str | None) -> None:
+        self.running += 1
+        self._running_by[tenant] = self._running_by.get(tenant, 0) + 1
+        self._grants += 1
+        self._served_at[tenant] = self._grants
+
+    def _give_back(self, tenant: str | None) -> None:
         self.running -= 1
-        self._free.release()
+        left = self._running_by[tenant] - 1
+        if left:
+            self._running_by[tenant] = left
+        else:
+            del self._running_by[tenant]
+        if self._waiters:
+            waiter = min(
+                enumerate(self._waiters),
+                key=lambda item: (
+                    self._running_by.get(item[1].tenant, 0),
+                    self._served_at.get(item[1].tenant, 0),
+                    item[0],
+                ),
+            )[1]
+            self._waiters.remove(waiter)
+            self._grant(waiter.tenant)
+            waiter.granted.set_result(None)
+        self._forget(tenant)
+
+    def _forget(self, tenant: str | None) -> None:
+        """Drops what is kept of a tenant with no search running or waiting (a new tenant then)."""
+        if tenant not in self._running_by and all(waiter.tenant != tenant for waiter in self._waiters):
+            self._served_at.pop(tenant, None)
 
 
 class SearchSlot:

@@ -715,10 +715,12 @@ class SessionsService:
         limit: int | None = None,
         mode: str = search_rules.PHRASE,
         all_sessions: bool = False,
+        tenant: str | None = None,
     ) -> AsyncGenerator[list[SearchHit], None]:
         """Full-text search over message text, best match first (the index is built by the first
         search). The hits are ranked in one read, within the search budget; their texts follow a
-        window at a time (50 hits, 4 MiB), as a history read's messages do."""
+        window at a time (50 hits, 4 MiB), as a history read's messages do. `tenant`: who asks
+        (opaque; None without tokens), for the fair share of the search slots."""
         self.check_names(object_key, session_id)
         expression = search_rules.fts_expression(query, mode, max_query_bytes=self.max_query_bytes)
         wanted = search_rules.effective_limit(limit)
@@ -730,7 +732,7 @@ class SessionsService:
                 return
             scope = None if all_sessions else session_id
             try:
-                async with self.search_slots.taken(time.monotonic() + self.search_seconds) as slot:
+                async with self.search_slots.taken(time.monotonic() + self.search_seconds, tenant) as slot:
                     deadline = time.monotonic() + self.search_seconds  # its budget runs from here
                     ranked = await slot.run(
                         store.read(

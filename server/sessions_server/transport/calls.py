@@ -17,10 +17,11 @@ from typing import Any, TypeVar
 import grpc
 from grpc._cython import cygrpc  # type: ignore[attr-defined]
 
-from sessions_server.domain.errors import SessionsError
+from sessions_server.domain.errors import LimitExceeded, SessionsError
 from sessions_server.domain.limits import exceeded
 from sessions_server.transport import framing
 from sessions_server.transport.errors import internal_status, status_for
+from sessions_server.transport.fair_share import Refusal, Shares
 
 log = logging.getLogger("sessions.transport")
 Resp = TypeVar("Resp")
@@ -104,7 +105,9 @@ async def _drop_the_rest(frames: AsyncIterable[Any]) -> None:
 
 class StreamSlots:
     """Counts concurrent streaming calls against `max_concurrent_streams`, and, with tokens,
-    each token's against `max_streams_per_token`."""
+    each token's against `max_streams_per_token` and its fair share of the server's slots
+    (fair_share.py): idle feeds and unread reads of a few tenants took every slot, and every
+    other tenant's reads were refused. Without tokens, the slots go first come, first served."""
 
     def __init__(
         self,
@@ -114,37 +117,57 @@ class StreamSlots:
         token_of: Callable[[Iterable[tuple[str, str | bytes]]], str | None] | None = None,
     ) -> None:
         self.limit = limit
-        self.active = 0
         self._per_token = per_token
         self._token_of = token_of
-        self._by_token: dict[str, int] = {}
+        self._shares = Shares(limit)
+
+    @property
+    def active(self) -> int:
+        return self._shares.held
 
     @contextlib.contextmanager
     def take(self, context: Any) -> Iterator[None]:
         token = None
-        if self._per_token and self._token_of is not None:
+        if self._token_of is not None:
             token = self._token_of(context.invocation_metadata() or ())
-        if self.active >= self.limit:
-            raise exceeded("too many concurrent streams on this server", "max_concurrent_streams", self.limit)
-        if token is not None and self._by_token.get(token, 0) >= self._per_token:
+        self._refuse(token)
+        self._shares.take(token, 1)
+        try:
+            yield
+        finally:
+            self._shares.give_back(token, 1)
+
+    def _refuse(self, token: str | None) -> None:
+        """Raises the refusal of one more stream for `token`, if it gets one."""
+        if token is None:
+            if self._shares.held >= self.limit:
+                raise exceeded("too many concurrent streams on this server", "max_concurrent_streams", self.limit)
+            return
+        holding = self._shares.of(token)
+        if self._per_token and holding >= self._per_token:
             raise exceeded(
                 "too many concurrent streams for this token (end some of its feeds or reads)",
                 "max_streams_per_token",
                 self._per_token,
             )
-        self.active += 1
-        if token is not None:
-            self._by_token[token] = self._by_token.get(token, 0) + 1
-        try:
-            yield
-        finally:
-            self.active -= 1
-            if token is not None:
-                left = self._by_token[token] - 1
-                if left:
-                    self._by_token[token] = left
-                else:
-                    del self._by_token[token]
+        refusal = self._shares.refusal(token, 1)
+        if refusal is Refusal.OVER_SHARE:
+            # Its own streams hold it back, which waiting does not end: final, as for its cap.
+            raise exceeded(
+                f"this token holds {holding} streams, its share while other callers hold the server's "
+                "streams too (end some of its feeds or reads)",
+                "max_concurrent_streams",
+                self.limit,
+            )
+        if refusal is Refusal.BUSY:
+            # Others' streams: not this caller's doing, and they end (clients retry SERVER_BUSY).
+            raise LimitExceeded(
+                "the server's streams are taken by other callers; retry shortly "
+                f"(max_concurrent_streams: {self.limit})",
+                reason="SERVER_BUSY",
+                limit="max_concurrent_streams",
+                limit_value=str(self.limit),
+            )
 
 
 # What a write to a stream raises when gRPC could not send: the call ended under it (the client
@@ -192,12 +215,16 @@ async def stream(
     run: Callable[[], AsyncIterator[Resp]],
     slots: StreamSlots,
     *,
+    still_granted: Callable[[], None],
     taken_within: TakenWithin | None = None,
 ) -> None:
     """Writes a server stream with `context.write`. Written as a coroutine (not a generator) so a
     client's cancellation or deadline raises inside it at once and every `finally` runs: the read
-    stops, its connection and its hold on the object are released. `taken_within`: the stream
-    is ended, refused, when a response waits longer for its client."""
+    stops, its connection and its hold on the object are released. `still_granted` runs before
+    each response is written and raises (ending the stream with its refusal) once the caller's
+    token no longer grants the call: a read opened before a reload that revoked it went on
+    sending, later windows included, which show what was written after the revocation.
+    `taken_within`: the stream is ended, refused, when a response waits longer for its client."""
     iterator = run()
     stall = _Stall(taken_within.seconds) if taken_within is not None else None
     sending: Any = None
@@ -211,6 +238,7 @@ async def stream(
                     await context.send_initial_metadata(())
                 async with contextlib.aclosing(iterator):  # type: ignore[type-var]
                     async for sending in iterator:
+                        still_granted()
                         if stall is None:
                             await context.write(sending)
                             continue

@@ -12,6 +12,10 @@ writing takes several times their size in memory, and without the charge a few l
 once could take the server's. So are an import's messages, whole or in pieces, until their write
 is done (`UntilWritten`): an import goes on receiving while its writes are under way, and its
 messages given back as they were handed to the writer left several large ones outside the budget.
+
+With tokens, each charge names its holder (the call's token id), and the budget is shared
+fairly among them (fair_share.py): one tenant holding two large uploads open (a piece every
+50 s) refused every other tenant's writes over 1 MiB for a quarter of an hour.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from types import TracebackType
 from sessions_server.domain.chunking import utf8_length
 from sessions_server.domain.errors import LimitExceeded
 from sessions_server.domain.limits import exceeded
+from sessions_server.transport.fair_share import Refusal, Shares
 
 # A unary write of at most this much (the common message: a turn of a conversation) is charged to
 # a pool of its own while the pool has room, not to the budget that pieces fill: a security audit
@@ -35,20 +40,27 @@ SMALL_WRITES_POOL_MAX_BYTES = 64 * 1024 * 1024  # and at most an eighth of the b
 
 class AssemblyBudget:
     """Bytes of incomplete messages the server holds, across calls; small unary writes apart
-    (`holding`)."""
+    (`holding`). `holder`: the call's token id (None without tokens), whose fair share of the
+    budget its charges take."""
 
     def __init__(self, limit_bytes: int) -> None:
         self.limit_bytes = limit_bytes
-        self.held_bytes = 0
+        self._shares = Shares(limit_bytes)
         self.small_pool_bytes = min(SMALL_WRITES_POOL_MAX_BYTES, limit_bytes // 8)
         self.small_held_bytes = 0
 
-    def take(self, size: int, *, already: int = 0) -> None:
+    @property
+    def held_bytes(self) -> int:
+        return self._shares.held
+
+    def take(self, size: int, *, already: int = 0, holder: str | None = None) -> None:
         """Charges `size` more bytes to a call that holds `already`, or refuses them: for good
-        (LIMIT_EXCEEDED) when that call's messages alone would pass the budget, and for now
-        (SERVER_BUSY: retry shortly) when other calls hold the rest of it."""
-        if self.held_bytes + size <= self.limit_bytes:
-            self.held_bytes += size
+        (LIMIT_EXCEEDED) when that call's messages alone would pass the budget, or what one
+        token may hold of it, and for now (SERVER_BUSY: retry shortly) when other calls hold
+        the rest of it, or the token's other calls its share."""
+        refusal = self._shares.refusal(holder, size)
+        if refusal is None:
+            self._shares.take(holder, size)
             return
         if already + size > self.limit_bytes:
             raise exceeded(
@@ -58,30 +70,49 @@ class AssemblyBudget:
                 self.limit_bytes,
                 "bytes",
             )
+        if refusal is Refusal.OVER_SHARE and 2 * already >= self.limit_bytes:
+            # Past half the budget a call's own charge is over its token's share however empty the
+            # server is (fair_share.py: held * 1 >= free): waiting would not help.
+            raise exceeded(
+                f"the messages of this call ({already + size} bytes) are more than one caller may hold at once, "
+                "half of the server's budget for them; send smaller messages",
+                "max_assembly_bytes",
+                self.limit_bytes,
+                "bytes",
+            )
+        if holder is None:
+            what = f"the server holds {self.held_bytes} bytes of messages being received or written and cannot take"
+        elif refusal is Refusal.OVER_SHARE:
+            # Said without the server's figures: they are other tenants' business.
+            what = (
+                f"this token's calls hold {self._shares.of(holder)} bytes of messages being received or written, "
+                "its share while other callers hold the rest, and may not take"
+            )
+        else:
+            what = "other callers hold the server's room for messages being received or written, which cannot take"
         raise LimitExceeded(
-            f"the server holds {self.held_bytes} bytes of messages being received or written and cannot take "
-            f"{size} more now (max_assembly_bytes: {self.limit_bytes} bytes); refused before being written: "
+            f"{what} {size} more now (max_assembly_bytes: {self.limit_bytes} bytes); refused before being written: "
             "retry shortly",
             reason="SERVER_BUSY",
             limit="max_assembly_bytes",
             limit_value=str(self.limit_bytes),
         )
 
-    def give_back(self, size: int) -> None:
-        self.held_bytes -= size
+    def give_back(self, size: int, holder: str | None = None) -> None:
+        self._shares.give_back(holder, size)
 
-    def charge(self, texts: Iterable[str]) -> Release:
+    def charge(self, texts: Iterable[str], holder: str | None = None) -> Release:
         """Charges whole messages (their UTF-8 bytes) until the release returned is called."""
         size = sum(utf8_length(text) for text in texts)
-        self.take(size)
-        return Release(self, size)
+        self.take(size, holder=holder)
+        return Release(self, size, holder)
 
-    def until_written(self, wait_for_writes: Callable[[], Awaitable[None]]) -> UntilWritten:
+    def until_written(self, wait_for_writes: Callable[[], Awaitable[None]], holder: str | None = None) -> UntilWritten:
         """Charges for a call whose messages stay charged until written (see UntilWritten)."""
-        return UntilWritten(self, wait_for_writes)
+        return UntilWritten(self, wait_for_writes, holder)
 
     @contextlib.contextmanager
-    def holding(self, texts: Iterable[str]) -> Iterator[None]:
+    def holding(self, texts: Iterable[str], holder: str | None = None) -> Iterator[None]:
         """Charges whole messages (their UTF-8 bytes) for the block: a write of at most
         SMALL_WRITE_BYTES to the small writes' pool while it has room, else to the budget."""
         size = sum(utf8_length(text) for text in texts)
@@ -89,14 +120,14 @@ class AssemblyBudget:
         if small:
             self.small_held_bytes += size
         else:
-            self.take(size)
+            self.take(size, holder=holder)
         try:
             yield
         finally:
             if small:
                 self.small_held_bytes -= size
             else:
-                self.give_back(size)
+                self.give_back(size, holder)
 
 
 # A message in pieces holds its share of the budget while it arrives; one that barely moves would
@@ -119,8 +150,10 @@ class Pieces:
         what: str = "",
         limit_name: str = "",
         clock: Callable[[], float] = time.monotonic,
+        holder: str | None = None,
     ) -> None:
         self._budget = budget
+        self._holder = holder
         self._max_bytes = max_bytes  # 0: no limit of its own
         self._what = what
         self._limit_name = limit_name
@@ -141,7 +174,7 @@ class Pieces:
             raise exceeded(f"{self._what} is larger than allowed", self._limit_name, self._max_bytes, "bytes")
         now = self._clock()
         self._check_rate(size, now)
-        self._budget.take(size, already=self._charged)
+        self._budget.take(size, already=self._charged, holder=self._holder)
         if self._started is None:  # the message's first piece taken
             self._started = now
         self._charged += size
@@ -178,7 +211,7 @@ class Pieces:
 
     def release(self) -> None:
         self._pieces.clear()
-        self._budget.give_back(self._charged)
+        self._budget.give_back(self._charged, self._holder)
         self._charged = 0
         self._started = None
 
@@ -188,22 +221,23 @@ class Pieces:
         self._pieces.clear()
         self._started = None
         charged, self._charged = self._charged, 0
-        return Release(self._budget, charged)
+        return Release(self._budget, charged, self._holder)
 
 
 class Release:
     """Gives a charge back to the budget, once however often it is called."""
 
-    __slots__ = ("_budget", "_size")
+    __slots__ = ("_budget", "_holder", "_size")
 
-    def __init__(self, budget: AssemblyBudget, size: int) -> None:
+    def __init__(self, budget: AssemblyBudget, size: int, holder: str | None = None) -> None:
         self._budget = budget
         self._size = size
+        self._holder = holder
 
     def __call__(self) -> None:
         size, self._size = self._size, 0
         if size:
-            self._budget.give_back(size)
+            self._budget.give_back(size, self._holder)
 
 
 class UntilWritten:
@@ -212,19 +246,22 @@ class UntilWritten:
     call itself holds: it waits for the call's writes under way (which give their charges back)
     and is tried once more, refused then only for what other calls hold."""
 
-    def __init__(self, budget: AssemblyBudget, wait_for_writes: Callable[[], Awaitable[None]]) -> None:
+    def __init__(
+        self, budget: AssemblyBudget, wait_for_writes: Callable[[], Awaitable[None]], holder: str | None = None
+    ) -> None:
         self._budget = budget
         self._wait_for_writes = wait_for_writes
+        self._holder = holder
 
     async def whole(self, texts: Sequence[str]) -> Release:
         """Charges whole messages, until the release returned is called."""
         try:
-            return self._budget.charge(texts)
+            return self._budget.charge(texts, self._holder)
         except LimitExceeded as refused:
             if refused.reason != "SERVER_BUSY":
                 raise
         await self._wait_for_writes()
-        return self._budget.charge(texts)
+        return self._budget.charge(texts, self._holder)
 
     async def piece(self, pieces: Pieces, piece: str) -> None:
         """Adds a piece to the message arriving in pieces (charged until `hand_over` and its release)."""

@@ -119,8 +119,8 @@ def _upload(header: pb.UploadHeader) -> _Upload:
 
 class _Granted:
     """A long call's authorization, checked again after the tokens are reloaded (SIGHUP): a
-    revoked token must not go on receiving a feed, or writing through a stream, it opened
-    before."""
+    revoked token must not go on receiving a feed or a read, or writing through a stream, it
+    opened before. `recheck` compares a generation, nothing more, until a reload took effect."""
 
     def __init__(self, authority: TokenAuthority | None, context: Any, object_key: str, *, write: bool) -> None:
         self._authority = authority
@@ -161,21 +161,42 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         self.assembly = AssemblyBudget(service.limits.max_assembly_bytes)
         self._feed_frames = feed_frames.FeedFrames(feed_frames.FEED_FRAMES_BYTES)
 
-    def _pieces(self, *, from_client: bool) -> Pieces:
-        """A message arriving in pieces: `source=client` ones have their own size limit."""
+    async def _stream(
+        self,
+        context: Any,
+        run: Callable[[], AsyncIterator[Any]],
+        object_key: str,
+        *,
+        write: bool = False,
+        taken_within: calls.TakenWithin | None = None,
+    ) -> None:
+        """A server stream (`calls.stream`) each of whose responses is sent only while the
+        caller's token still grants what the call was admitted for (`write`: an export)."""
+        granted = _Granted(self._authority, context, object_key, write=write)
+        await calls.stream(context, run, self._slots, still_granted=granted.recheck, taken_within=taken_within)
+
+    def _pieces(self, holder: str | None, *, from_client: bool) -> Pieces:
+        """A message arriving in pieces, charged to `holder` (the call's token id): `source=client`
+        ones have their own size limit."""
         cap = self._service.limits.max_client_message_bytes if from_client else 0
         return Pieces(
-            self.assembly, max_bytes=cap, what="the message from a client", limit_name="max_client_message_bytes"
+            self.assembly,
+            max_bytes=cap,
+            what="the message from a client",
+            limit_name="max_client_message_bytes",
+            holder=holder,
         )
 
-    def _admit(self, context: grpc.aio.ServicerContext[Any, Any], object_key: str, *, write: bool) -> None:
+    def _admit(self, context: grpc.aio.ServicerContext[Any, Any], object_key: str, *, write: bool) -> str | None:
         """Refuses the call while draining, authorizes it (before anything reveals whether the
-        object exists), and checks the routing header against the body."""
+        object exists), and checks the routing header against the body. Returns the id of the
+        call's token (None without tokens): whose fair share of the server's limits it takes."""
         if self._draining.active:
             raise Unavailable("the server is shutting down; retry on a new connection")
         metadata = context.invocation_metadata() or ()
+        token = None
         if self._authority is not None:
-            self._authority.check(metadata, object_key, write=write)
+            token = self._authority.check(metadata, object_key, write=write).digest
         routed = False
         for key, value in metadata:
             if key == OBJECT_KEY_HEADER:
@@ -208,6 +229,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 reason="OBJECT_KEY_MISMATCH",
                 field="object_key",
             )
+        return token
 
     # ── writes ──────────────────────────────────────────────────────────────
 
@@ -215,9 +237,9 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
     # method's serializer passes bytes through.
     async def AppendMessage(self, request: pb.AppendMessageRequest, context: Any) -> bytes:  # type: ignore[override]
         async def run() -> bytes:
-            self._admit(context, request.object_key, write=True)
+            holder = self._admit(context, request.object_key, write=True)
             text = request.message_json  # each access decodes the field anew
-            with self.assembly.holding((text,)):
+            with self.assembly.holding((text,), holder):
                 result = await self._service.append(
                     request.object_key,
                     request.session_id,
@@ -233,7 +255,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
 
     async def AppendMessages(self, request: pb.AppendMessagesRequest, context: Any) -> bytes:  # type: ignore[override]
         async def run() -> bytes:
-            self._admit(context, request.object_key, write=True)
+            holder = self._admit(context, request.object_key, write=True)
             check_batch_length(len(request.items))
             items = [
                 AppendInput(
@@ -243,7 +265,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 )
                 for index, item in enumerate(request.items)
             ]
-            with self.assembly.holding(item.text for item in items):
+            with self.assembly.holding((item.text for item in items), holder):
                 results = await self._service.append_many(request.object_key, request.session_id, items)
                 return framing.encoded_append_results(results, (item.text for item in items), request.omit_json_as_sent)
 
@@ -251,9 +273,9 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
 
     async def UpdateMessage(self, request: pb.UpdateMessageRequest, context: Any) -> pb.UpdateMessageResponse:
         async def run() -> pb.UpdateMessageResponse:
-            self._admit(context, request.object_key, write=True)
+            holder = self._admit(context, request.object_key, write=True)
             text = request.message_json
-            with self.assembly.holding((text,)):
+            with self.assembly.holding((text,), holder):
                 result = await self._service.update(
                     request.object_key, request.session_id, text, from_client=_from_client(request.source)
                 )
@@ -268,9 +290,9 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
 
     async def UpsertMessage(self, request: pb.UpsertMessageRequest, context: Any) -> pb.UpsertMessageResponse:
         async def run() -> pb.UpsertMessageResponse:
-            self._admit(context, request.object_key, write=True)
+            holder = self._admit(context, request.object_key, write=True)
             text = request.message_json
-            with self.assembly.holding((text,)):
+            with self.assembly.holding((text,), holder):
                 inserted, result = await self._service.upsert(
                     request.object_key,
                     request.session_id,
@@ -304,10 +326,10 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 self._service.check_names(header.object_key, header.session_id)
             except InvalidArgument as exc:
                 raise _in_header(exc) from None
-            self._admit(context, header.object_key, write=True)
+            holder = self._admit(context, header.object_key, write=True)
             upload = _upload(header)
             granted = _Granted(self._authority, context, header.object_key, write=True)
-            with self._pieces(from_client=upload.from_client) as pieces:
+            with self._pieces(holder, from_client=upload.from_client) as pieces:
                 pieces.add(first.json_piece)
                 while (frame := await calls.next_frame(frames, inside_message=True)) is not None:
                     granted.recheck()
@@ -371,14 +393,14 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             if first is None:
                 return pb.ImportMessagesResponse()
             object_key, session_id = first.object_key, first.session_id
-            self._admit(context, object_key, write=True)
+            holder = self._admit(context, object_key, write=True)
             granted = _Granted(self._authority, context, object_key, write=True)
-            pieces = self._pieces(from_client=False)  # the message in pieces under way, if any
+            pieces = self._pieces(holder, from_client=False)  # the message in pieces under way, if any
             try:
                 async with self._service.importer(object_key, session_id) as importer:
                     # Each message stays charged to the assembly budget until its write is done:
                     # the importer calls its release.
-                    charges = self.assembly.until_written(importer.wait_for_writes)
+                    charges = self.assembly.until_written(importer.wait_for_writes, holder)
 
                     async def add_whole(frame: pb.ImportMessagesRequest) -> None:
                         """The frame's whole messages, charged together until the last is written."""
@@ -454,7 +476,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 for response in framing.message_responses(view, pb.GetMessageResponse):
                     yield response
 
-        await calls.stream(context, run, self._slots)
+        await self._stream(context, run, request.object_key)
 
     async def GetMessages(self, request: pb.GetMessagesRequest, context: Any) -> None:  # type: ignore[override]
         async def run() -> AsyncIterator[pb.GetMessagesResponse | bytes]:
@@ -466,7 +488,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 async for response, _ in _responses(views, request.max_messages_per_response, pb.GetMessagesResponse):
                     yield response
 
-        await calls.stream(context, run, self._slots)
+        await self._stream(context, run, request.object_key)
 
     async def GetLatestLeaf(self, request: pb.GetLatestLeafRequest, context: Any) -> None:  # type: ignore[override]
         async def run() -> AsyncIterator[bytes]:
@@ -478,7 +500,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 for response in framing.message_responses(view, pb.GetLatestLeafResponse):
                     yield response
 
-        await calls.stream(context, run, self._slots)
+        await self._stream(context, run, request.object_key)
 
     async def GetBranches(self, request: pb.GetBranchesRequest, context: Any) -> None:  # type: ignore[override]
         async def run() -> AsyncIterator[pb.GetBranchesResponse | bytes]:
@@ -490,7 +512,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 async for response, _ in _responses(views, request.max_messages_per_response, pb.GetBranchesResponse):
                     yield response
 
-        await calls.stream(context, run, self._slots)
+        await self._stream(context, run, request.object_key)
 
     async def StreamHistory(self, request: pb.StreamHistoryRequest, context: Any) -> None:  # type: ignore[override]
         async def run() -> AsyncIterator[pb.StreamHistoryResponse | bytes]:
@@ -513,7 +535,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 async for response, batch_end in responses:
                     yield framing.with_batch_end(response) if batch_end else response
 
-        await calls.stream(context, run, self._slots)
+        await self._stream(context, run, request.object_key)
 
     async def GetRecentHistory(self, request: pb.GetRecentHistoryRequest, context: Any) -> None:  # type: ignore[override]
         async def run() -> AsyncIterator[pb.GetRecentHistoryResponse | bytes]:
@@ -539,7 +561,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 ):
                     yield response
 
-        await calls.stream(context, run, self._slots)
+        await self._stream(context, run, request.object_key)
 
     async def GetHistoryRowStats(self, request: pb.GetHistoryRowStatsRequest, context: Any) -> None:  # type: ignore[override]
         async def run() -> AsyncIterator[pb.GetHistoryRowStatsResponse]:
@@ -563,7 +585,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             if count:
                 yield frame
 
-        await calls.stream(context, run, self._slots)
+        await self._stream(context, run, request.object_key)
 
     async def ReadAttachment(self, request: pb.ReadAttachmentRequest, context: Any) -> None:  # type: ignore[override]
         async def run() -> AsyncIterator[pb.ReadAttachmentResponse]:
@@ -580,7 +602,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                             first = False
                         yield response
 
-        await calls.stream(context, run, self._slots)
+        await self._stream(context, run, request.object_key)
 
     # ── compaction ──────────────────────────────────────────────────────────
 
@@ -693,7 +715,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
 
     async def SearchMessages(self, request: pb.SearchMessagesRequest, context: Any) -> None:  # type: ignore[override]
         async def run() -> AsyncIterator[pb.SearchMessagesResponse]:
-            self._admit(context, request.object_key, write=False)
+            tenant = self._admit(context, request.object_key, write=False)
             if request.mode not in (pb.SEARCH_MODE_UNSPECIFIED, pb.SEARCH_MODE_PHRASE, pb.SEARCH_MODE_ALL_WORDS):
                 raise InvalidArgument(f"unknown search mode {request.mode}", field="mode")
             windows = self._service.search_windows(
@@ -703,13 +725,14 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                 limit=request.limit if request.HasField("limit") else None,
                 mode=search_rules.ALL_WORDS if request.mode == pb.SEARCH_MODE_ALL_WORDS else search_rules.PHRASE,
                 all_sessions=request.all_sessions,
+                tenant=tenant,
             )
             async with contextlib.aclosing(windows):
                 async for hits in windows:
                     for response in framing.search_responses(hits, request.max_hits_per_response):
                         yield response
 
-        await calls.stream(context, run, self._slots)
+        await self._stream(context, run, request.object_key)
 
     # ── change feed ─────────────────────────────────────────────────────────
 
@@ -730,7 +753,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                     for response in feed_frames.feed_responses(item, inline, self._feed_frames):
                         yield response
 
-        await calls.stream(context, run, self._slots)
+        await self._stream(context, run, request.object_key)
 
     # ── admin ───────────────────────────────────────────────────────────────
 
@@ -784,8 +807,12 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                         size_bytes=frame.size_bytes, data=frame.data, sha256=frame.sha256, move_id=frame.move_id
                     )
 
-        await calls.stream(
-            context, run, self._slots, taken_within=calls.TakenWithin(EXPORT_IDLE_SECONDS, _export_stalled)
+        await self._stream(
+            context,
+            run,
+            request.object_key,
+            write=True,
+            taken_within=calls.TakenWithin(EXPORT_IDLE_SECONDS, _export_stalled),
         )
 
     async def ImportObject(
