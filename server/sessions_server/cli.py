@@ -149,7 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=DEFAULT_CONCURRENT_SEARCHES,
         help="searches run at once, server-wide; more wait (up to their time budget, then "
-        f"RESOURCE_EXHAUSTED/SERVER_BUSY), leaving SQL threads to other calls (default {DEFAULT_CONCURRENT_SEARCHES})",
+        "RESOURCE_EXHAUSTED/SERVER_BUSY; with --tokens-file, a freed slot goes to the token with the fewest "
+        f"running), leaving SQL threads to other calls (default {DEFAULT_CONCURRENT_SEARCHES})",
     )
     serve.add_argument(
         "--idle-seconds",
@@ -210,8 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=limits.max_assembly_bytes,
         help=f"bytes of messages held at once while their pieces arrive or while they are written, all calls "
-        f"together, and an eighth more (at most 64 MiB) for writes of up to 1 MiB "
-        f"(default {limits.max_assembly_bytes})",
+        f"together (with --tokens-file, shared fairly among the tokens once half is held), and an eighth more "
+        f"(at most 64 MiB) for writes of up to 1 MiB (default {limits.max_assembly_bytes})",
     )
     serve.add_argument(
         "--max-subscribers-per-object",
@@ -223,7 +224,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-concurrent-streams",
         type=int,
         default=limits.max_concurrent_streams,
-        help=f"concurrent streaming calls per server (default {limits.max_concurrent_streams})",
+        help="concurrent streaming calls per server (with --tokens-file, shared fairly among the tokens once "
+        f"half are taken) (default {limits.max_concurrent_streams})",
     )
     serve.add_argument(
         "--max-streams-per-token",
