@@ -927,7 +927,6 @@ def test_a_client_certificate_the_server_refuses_is_not_tried_again(
     assert (len(notices), opened) == (0, ["Subscribe"]), (took, refused.value)
     _says_refused(refused.value)
     _says_refused(unsubscribed.value)
-    assert took < 3, took
     assert not may_retry("AppendMessage", refused.value) and not may_resubscribe(unsubscribed.value)
 
 
@@ -959,7 +958,6 @@ def test_the_asyncio_client_does_not_try_a_refused_client_certificate_again(
     assert (len(notices), opened) == (0, ["Subscribe"]), (took, refused)
     _says_refused(refused)
     _says_refused(unsubscribed)
-    assert took < 3, took
 
 
 @pytest.mark.parametrize("channel", ["plaintext", "TLS"])

@@ -17,9 +17,9 @@ from sessions_client import SessionsError
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
 from sessions_server.domain.limits import Limits
-from sessions_server.transport.auth import hash_token
 from tests.conftest import LiveServer, start_server
 from tests.reliability.support import wait_until
+from tests.security.tenants import tenant_tokens
 from tests.service.support import text_message
 
 MIB = 1024 * 1024
@@ -31,12 +31,7 @@ HEAD = '{"id":"u","role":"user","parts":[{"type":"text","text":"'
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[LiveServer]:
-    tokens = tmp_path / "tokens.json"
-    grants = [
-        {"name": t, "sha256": hash_token(f"{t}-secret"), "prefixes": [f"tenant-{t}/"], "access": "write"}
-        for t in ("a", "b")
-    ]
-    tokens.write_text(json.dumps({"tokens": grants}))
+    tokens = tenant_tokens(tmp_path / "tokens.json", ("a", "b"))
     live = start_server(tmp_path / "data", tokens_file=tokens, limits=Limits(max_assembly_bytes=BUDGET))
     yield live
     live.stop()

@@ -8,7 +8,6 @@ in which they reach SQL is the order the slots were given in."""
 
 from __future__ import annotations
 
-import json
 import queue
 import threading
 from collections.abc import Iterator
@@ -24,9 +23,9 @@ from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
 from sessions_server.domain import service as service_module
 from sessions_server.storage import queries
-from sessions_server.transport.auth import hash_token
 from tests.conftest import LiveServer, start_server
 from tests.reliability.support import wait_until
+from tests.security.tenants import tenant_tokens
 from tests.service.support import text_message
 
 WAIT_SECONDS = 30.0  # a bound for a broken run, not a pace
@@ -34,12 +33,7 @@ WAIT_SECONDS = 30.0  # a bound for a broken run, not a pace
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[LiveServer]:
-    tokens = tmp_path / "tokens.json"
-    grants = [
-        {"name": t, "sha256": hash_token(f"{t}-secret"), "prefixes": [f"tenant-{t}/"], "access": "write"}
-        for t in ("a", "b")
-    ]
-    tokens.write_text(json.dumps({"tokens": grants}))
+    tokens = tenant_tokens(tmp_path / "tokens.json", ("a", "b"))
     live = start_server(tmp_path / "data", tokens_file=tokens, max_concurrent_searches=1, search_seconds=WAIT_SECONDS)
     yield live
     live.stop()

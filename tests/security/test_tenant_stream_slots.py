@@ -17,8 +17,8 @@ from sessions_client import SessionsClient, SessionsError
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
 from sessions_server.domain.limits import Limits
-from sessions_server.transport.auth import hash_token
 from tests.conftest import LiveServer, start_server
+from tests.security.tenants import tenant_tokens
 from tests.security.test_auth_tls import _live_feed
 from tests.service.support import text_message
 
@@ -29,12 +29,7 @@ TENANTS = ("a", "b", "c")
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[LiveServer]:
-    tokens = tmp_path / "tokens.json"
-    grants = [
-        {"name": t, "sha256": hash_token(f"{t}-secret"), "prefixes": [f"tenant-{t}/"], "access": "write"}
-        for t in TENANTS
-    ]
-    tokens.write_text(json.dumps({"tokens": grants}))
+    tokens = tenant_tokens(tmp_path / "tokens.json", TENANTS)
     limits = Limits(max_concurrent_streams=POOL, max_streams_per_token=PER_TOKEN)
     live = start_server(tmp_path / "data", tokens_file=tokens, limits=limits)
     yield live

@@ -222,9 +222,6 @@ func TestARefusedClientCertificateIsNotRetried(t *testing.T) {
 				t.Fatalf("%d appends and %d subscriptions opened, want 1 of each: %v", appends, subscribes, events.Err())
 			}
 			checkRefused(t, "Subscribe", events.Err())
-			if took := time.Since(started); took > 3*time.Second {
-				t.Fatalf("refused after %v, want at once", took)
-			}
 		})
 	}
 	t.Run("trusted", func(t *testing.T) {
