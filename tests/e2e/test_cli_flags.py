@@ -36,6 +36,7 @@ ZERO_ALLOWED = {
     "--idle-seconds",
     "--max-client-message-bytes",
     "--max-streams-per-token",
+    "--max-calls-per-token",
     "--drain-seconds",
 }
 
