@@ -184,7 +184,7 @@ def shard_restart_is_survived(c: Cluster) -> None:
         victim.stop()
         with SessionsClient(c.proxy.address, retry=None) as impatient, pytest.raises(SessionsError) as down:
             impatient.object(own_keys[0]).session().get_history()
-        assert down.value.code == grpc.StatusCode.UNAVAILABLE
+        assert down.value.code == grpc.StatusCode.UNAVAILABLE, down.value
         client.object(other_key).session().append_message(text_message("while-down", "x"))
         notices: list[RetryNotice] = []
 
