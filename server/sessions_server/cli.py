@@ -235,14 +235,6 @@ def build_parser() -> argparse.ArgumentParser:
         f"(default {limits.max_streams_per_token})",
     )
     serve.add_argument(
-        "--max-calls-per-token",
-        type=int,
-        default=limits.max_calls_per_token,
-        help="unary calls one bearer token runs at once (with --tokens-file); more wait their turn, in "
-        f"order, so that one tenant's flood does not queue the others' calls behind it; 0 for no bound "
-        f"(default {limits.max_calls_per_token})",
-    )
-    serve.add_argument(
         "--ring-file",
         type=Path,
         help="JSON shard ring; refuse objects this shard does not own (ownership guard), and object calls "
@@ -534,8 +526,7 @@ _SERVE_RANGES = {
     "max_assembly_bytes": _Range(),
     "max_subscribers_per_object": _Range(),
     "max_concurrent_streams": _Range(),
-    "max_streams_per_token": _Range(zero="no bound of its own"),
-    "max_calls_per_token": _Range(zero="no bound"),  # negative refused every stream
+    "max_streams_per_token": _Range(zero="no bound of its own"),  # negative refused every stream
     "feed_retain_events": _Range(),
     "feed_retain_bytes": _Range(),
     "feed_retain_total_bytes": _Range(),
@@ -790,7 +781,6 @@ def _server_config(args: argparse.Namespace) -> ServerConfig:
             max_subscribers_per_object=args.max_subscribers_per_object,
             max_concurrent_streams=args.max_concurrent_streams,
             max_streams_per_token=args.max_streams_per_token,
-            max_calls_per_token=args.max_calls_per_token,
             max_assembly_bytes=args.max_assembly_bytes,
         ),
     )

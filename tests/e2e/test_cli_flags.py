@@ -36,7 +36,6 @@ ZERO_ALLOWED = {
     "--idle-seconds",
     "--max-client-message-bytes",
     "--max-streams-per-token",
-    "--max-calls-per-token",
     "--drain-seconds",
 }
 

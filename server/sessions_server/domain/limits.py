@@ -33,9 +33,6 @@ class Limits:
     # Of those, what one bearer token may hold (with --tokens-file): one tenant's idle feeds or
     # stalled readers must not take every slot from the others. 0: no bound of its own.
     max_streams_per_token: int = 1024
-    # Unary calls one bearer token runs at once (with --tokens-file); more wait their turn, so
-    # that one tenant's flood does not queue every other tenant's calls behind it. 0: no bound.
-    max_calls_per_token: int = 32
     # Longest message id: ids travel beside every frame, which must stay under 4 MiB.
     max_message_id_bytes: int = 16 * 1024
     # Longest role: roles travel beside every frame too.

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import urllib.parse
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import grpc
@@ -87,18 +86,10 @@ def generic_handler(servicer: Any) -> grpc.GenericRpcHandler[Any, Any]:
                 _server_stream_behavior(behavior), request_deserializer=decode, response_serializer=encode
             )
         else:
-            turn = None if method.name in OUT_OF_TURN else getattr(servicer, "turn", None)
             handlers[method.name] = grpc.unary_unary_rpc_method_handler(
-                _unary_behavior(behavior, turn), request_deserializer=decode, response_serializer=encode
+                _unary_behavior(behavior), request_deserializer=decode, response_serializer=encode
             )
     return grpc.method_handlers_generic_handler(SERVICE.full_name, handlers)
-
-
-# Unary calls that do not wait for their token's turn (`servicer.turn`, call_turns.py): a
-# `Compact` waits on the summarizer for seconds, and a token's compactions would hold up its
-# appends and reads.
-OUT_OF_TURN = frozenset({"Compact"})
-Turn = Callable[[grpc.aio.ServicerContext[Any, Any]], AbstractAsyncContextManager[None]]
 
 
 def _client_streaming(
@@ -112,14 +103,11 @@ def _client_streaming(
     return grpc.stream_unary_rpc_method_handler(run, request_deserializer=decode, response_serializer=encode)
 
 
-def _unary_behavior(behavior: Any, turn: Turn | None) -> Any:
+def _unary_behavior(behavior: Any) -> Any:
     async def run(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         if isinstance(request, MalformedRequest):
             await _abort_malformed(context, request)
-        if turn is None:
-            return await behavior(request, context)
-        async with turn(context):
-            return await behavior(request, context)
+        return await behavior(request, context)
 
     return run
 

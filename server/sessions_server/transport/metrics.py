@@ -120,11 +120,6 @@ class Metrics:
         self.searches_waiting = Gauge(
             "sessions_searches_waiting", "Searches waiting for one of the running ones to end", registry=self.registry
         )
-        self.calls_waiting_for_turn = Gauge(
-            "sessions_calls_waiting_for_turn",
-            "Unary calls waiting while their token runs as many as it may (--max-calls-per-token)",
-            registry=self.registry,
-        )
         self.assembly_bytes = Gauge(
             "sessions_assembly_bytes",
             "Bytes of messages held while their pieces arrive or while they are written (limit: --max-assembly-bytes)",

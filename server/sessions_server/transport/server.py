@@ -430,7 +430,6 @@ async def _create_server(
     )
     metrics.assembly_bytes.set_function(lambda: servicer.assembly.held_bytes)
     metrics.small_write_bytes.set_function(lambda: servicer.assembly.small_held_bytes)
-    metrics.calls_waiting_for_turn.set_function(lambda: servicer.turns.waiting)
     screen = refusing_unauthorized(authority) if authority is not None else None
     registrar.add_generic_rpc_handlers((generic_handler(servicer),), screen)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, registrar)

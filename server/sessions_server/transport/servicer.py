@@ -40,7 +40,6 @@ from sessions_server.domain.service import AppendInput, SessionsService, check_b
 from sessions_server.domain.views import MessageView
 from sessions_server.transport import calls, feed_frames, framing, page_tokens
 from sessions_server.transport.auth import TokenAuthority
-from sessions_server.transport.call_turns import CallTurns
 from sessions_server.transport.handlers import OBJECT_KEY_HEADER
 from sessions_server.transport.pieces import AssemblyBudget, Pieces
 
@@ -160,14 +159,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             token_of=None if authority is None else authority.token_id,
         )
         self.assembly = AssemblyBudget(service.limits.max_assembly_bytes)
-        self.turns = CallTurns(service.limits.max_calls_per_token)
         self._feed_frames = feed_frames.FeedFrames(feed_frames.FEED_FRAMES_BYTES)
-
-    def turn(self, context: Any) -> contextlib.AbstractAsyncContextManager[None]:
-        """The turn of the call's token to run a unary call (call_turns.py); any call without
-        tokens. A call without a known token is refused before it gets here."""
-        token = None if self._authority is None else self._authority.token_id(context.invocation_metadata() or ())
-        return self.turns.turn(token)
 
     async def _stream(
         self,
