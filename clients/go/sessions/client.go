@@ -80,8 +80,10 @@ func WithKeepalive(interval, timeout time.Duration) DialOption {
 
 // WithTransportCredentials sets the connection's credentials (TLS, mTLS). The default is an
 // insecure (plaintext) connection, as the Python client's insecure_channel. A TLS connection the
-// server closes before it speaks HTTP/2 fails saying that the server refused the handshake (most
-// likely for want of a client certificate it trusts), and is not tried again.
+// server closes after the handshake, before it speaks HTTP/2, is tried again as any connection
+// failure (a proxy ending TLS in front of an unreachable server does that), and its error says
+// that the server may have refused the handshake (most likely for want of a client certificate
+// it trusts).
 func WithTransportCredentials(creds credentials.TransportCredentials) DialOption {
 	return func(c *dialConfig) { c.creds = creds }
 }

@@ -404,17 +404,14 @@ func (s *retryStream) reopen() error {
 
 // tlsFailed reports whether err is a connection whose TLS handshake failed: grpc-go's words for
 // a handshake that crypto/tls or x509 refused (a server certificate not trusted or not valid now,
-// a server's alert), or this client's certificate refused by a server that closed the connection
-// before it spoke HTTP/2 (tlsRefused; with TLS 1.3 the client's side of the handshake ends before
-// the server has checked the client's certificate). A handshake cut by the network (EOF, a reset:
-// a server stopping, a load balancer whose backend went away) is a connection failure, tried
-// again as the Python and TypeScript clients do.
+// a server's alert). A handshake cut by the network (EOF, a reset: a server stopping, a load
+// balancer whose backend went away) is a connection failure, tried again as the Python and
+// TypeScript clients do; so is a connection closed after its handshake (tlsRefused), which a
+// proxy ending TLS in front of an unreachable server does as well as a server refusing this
+// client's certificate.
 func tlsFailed(err *Error) bool {
 	if err.Code != codes.Unavailable || err.Reason != "" {
 		return false
-	}
-	if strings.Contains(err.Message, tlsRefusedWords) {
-		return true
 	}
 	_, refusal, found := strings.Cut(err.Message, "authentication handshake failed")
 	return found && (strings.Contains(refusal, "tls:") || strings.Contains(refusal, "x509:"))

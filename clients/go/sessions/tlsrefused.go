@@ -10,22 +10,25 @@ import (
 	"google.golang.org/grpc/credentials"
 )
 
-// tlsRefusedWords are in the message of every failure of a connection whose server refused the
-// TLS handshake after it (tlsRefused), which tlsFailed looks for.
-const tlsRefusedWords = "it refused the TLS handshake"
+// tlsRefusedWords are in the message of every failure of a connection closed after its TLS
+// handshake, before the server spoke HTTP/2 (tlsRefused).
+const tlsRefusedWords = "it may have refused the TLS handshake"
 
 // tlsRefused is what a server that refused the TLS handshake did: it closed a connection that the
 // client took for established (with TLS 1.3 the client's side of the handshake ends before the
 // server has checked the client's certificate) before sending anything, even HTTP/2's SETTINGS,
 // which every HTTP/2 server sends first. grpc-go reports it as the transport's error alone
 // ("error reading server preface: EOF", or a write's "broken pipe"), which reads like a network
-// fault and would be retried. The TypeScript client says the same in the same words.
+// fault. A proxy that ends TLS in front of a server it cannot reach (one restarting) does the
+// same, so it is tried again as any connection failure; the error says what it may be, for when
+// the tries run out, in the Python and TypeScript clients' words.
 type tlsRefused struct{ cause error }
 
 func (e *tlsRefused) Error() string {
 	return "the server closed the TLS connection before it spoke HTTP/2 (" + e.cause.Error() + "): " +
 		tlsRefusedWords + ", most likely for want of a client certificate it trusts (a server run with " +
-		"--tls-client-ca requires one: give WithTransportCredentials a tls.Config with Certificates)"
+		"--tls-client-ca requires one: give WithTransportCredentials a tls.Config with Certificates), or a " +
+		"proxy that ends TLS in front of it could not reach it"
 }
 
 func (e *tlsRefused) Unwrap() error { return e.cause }

@@ -49,8 +49,9 @@ func TestHeardConnTellsARefusalFromAFault(t *testing.T) {
 	pipe := &net.OpError{Op: "write", Net: "tcp", Err: syscall.EPIPE}
 	refused := func(err error) bool {
 		var r *tlsRefused
+		// Named so, and still a connection failure: tried again (a proxy ending TLS does the same).
 		return errors.As(err, &r) && strings.Contains(err.Error(), tlsRefusedWords) &&
-			tlsFailed(&Error{Code: codeUnavailable, Message: "error reading server preface: " + err.Error()})
+			!tlsFailed(&Error{Code: codeUnavailable, Message: "error reading server preface: " + err.Error()})
 	}
 	for _, cause := range []error{io.EOF, reset} {
 		_, err := (&heardConn{Conn: &scriptedConn{reads: []scriptedRead{{0, cause}}}}).Read(nil)

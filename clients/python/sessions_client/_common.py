@@ -202,8 +202,10 @@ def routing_metadata(object_key: str, token: str | None = None) -> tuple[tuple[s
 class TlsConfig:
     """TLS settings: the CA that signed the server's certificate (None: system roots) and, for
     mTLS, the client's certificate chain and key. All PEM bytes. A server run with
-    --tls-client-ca that refuses the certificate, or its absence, fails a call UNAVAILABLE at
-    once, saying "it refused the TLS handshake" (never tried again, nor a subscription resumed)."""
+    --tls-client-ca that refuses the certificate, or its absence, closes the connection after the
+    handshake, as a proxy ending TLS in front of an unreachable server does: tried again as any
+    connection failure, the call then fails UNAVAILABLE saying "it may have refused the TLS
+    handshake"."""
 
     root_certificates: bytes | None = None
     certificate_chain: bytes | None = None

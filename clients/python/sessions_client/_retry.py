@@ -107,22 +107,15 @@ class RetryNotice:
     delay: float
 
 
-# Words of a TLS handshake that failed: gRPC's for the server's certificate not trusted (or not
-# valid now), and `tls_refused`'s for this client's refused. The next attempt meets the same
+# gRPC's words for a TLS handshake that failed: the server's certificate not trusted (or not
+# valid now), or refused by the server during the handshake. The next attempt meets the same
 # certificates.
-_TLS_FAILURE_WORDS: Final = (
-    "handshake failed",
-    "certificate_verify_failed",
-    "certificate verify failed",
-    "refused the tls handshake",
-)
+_TLS_FAILURE_WORDS: Final = ("handshake failed", "certificate_verify_failed", "certificate verify failed")
 
 
 def tls_failed(error: SessionsError) -> bool:
     """Whether `error` is a connection that failed its TLS handshake (never tried again: the
-    Go and TypeScript clients do the same). A client whose channel speaks TLS passes its errors
-    through `tls_refused` first: gRPC's own words for a refused client certificate are a
-    network fault's."""
+    Go and TypeScript clients do the same). Not a connection closed after it (`tls_refused`)."""
     if error.code != grpc.StatusCode.UNAVAILABLE or error.reason:
         return False
     text = error.message.lower()
@@ -134,11 +127,12 @@ def tls_refused(error: SessionsError) -> SessionsError:
     client's certificate (or its absence) closes the connection after the handshake: with TLS
     1.3 the client's side of it ends before the server has checked the certificate. gRPC then
     says no more than a closed socket, "failed to connect to all addresses; last error:
-    UNAVAILABLE: ipv4:…: Socket closed", words it uses only for a connection closed before
-    the server's HTTP/2 SETTINGS, which every HTTP/2 server sends first (a connection closed
-    during the handshake is "Handshake read failed (Socket closed)", one closed after the
-    SETTINGS "Stream removed (Socket closed)", both tried again as any network fault). Such a
-    failure says so, as the Go and TypeScript clients' do, and `tls_failed` then holds for it."""
+    UNAVAILABLE: ipv4:…: Socket closed", words it uses only for a connection closed before the
+    server's HTTP/2 SETTINGS, which every HTTP/2 server sends first (one closed during the
+    handshake is "Handshake read failed (Socket closed)", one closed after the SETTINGS "Stream
+    removed (Socket closed)"). A proxy that ends TLS in front of a server it cannot reach (one
+    restarting) does the same, so such a failure is tried again as any connection's; it says
+    what it may be, as the Go and TypeScript clients' do, for when the tries run out."""
     text = error.message
     if (
         error.code != grpc.StatusCode.UNAVAILABLE
@@ -149,9 +143,10 @@ def tls_refused(error: SessionsError) -> SessionsError:
         return error
     return SessionsError(
         error.code,
-        f"the server closed the TLS connection before it spoke HTTP/2 ({text}): it refused the TLS "
+        f"the server closed the TLS connection before it spoke HTTP/2 ({text}): it may have refused the TLS "
         "handshake, most likely for want of a client certificate it trusts (a server run with "
-        "--tls-client-ca requires one: set TlsConfig's certificate_chain and private_key)",
+        "--tls-client-ca requires one: set TlsConfig's certificate_chain and private_key), or a proxy that "
+        "ends TLS in front of it could not reach it",
         None,
         error.metadata,
     )

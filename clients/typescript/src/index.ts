@@ -546,8 +546,10 @@ function sessionsErrorOf(error: unknown, connectionFailures: boolean): unknown {
   if (error instanceof SessionsError) return error;
   const tls = tlsFailureIn(error);
   if (tls !== undefined) {
-    const failure = new SessionsError(Code.Unavailable, tls, null, {}, null, { cause: error });
-    TLS_FAILURES.add(failure);
+    const failure = new SessionsError(Code.Unavailable, tls.message, null, {}, null, { cause: error });
+    // A connection closed after its handshake may be a proxy ending TLS in front of a server it
+    // cannot reach (one restarting): tried again as any connection failure (see TlsRefused).
+    if (!tls.refused) TLS_FAILURES.add(failure);
     return failure;
   }
   if (!(error instanceof ConnectError)) return error;
@@ -690,32 +692,38 @@ const CERTIFICATE_ERRORS: ReadonlySet<string> = new Set([
  * for established (with TLS 1.3 the client's side of the handshake ends before the server has
  * checked the client's certificate) before sending anything, even HTTP/2's SETTINGS, which every
  * HTTP/2 server sends first. Connect would report it as CANCELLED ("http/2 stream closed with
- * error code CANCEL"), which a subscription takes for a server that went away.
+ * error code CANCEL"). A proxy that ends TLS in front of a server it cannot reach (one
+ * restarting) does the same, so it is tried again as any connection failure; the error says what
+ * it may be, for when the tries run out, in the Python and Go clients' words.
  */
 class TlsRefused extends Error {
   override name = "TlsRefused";
   constructor() {
     super(
-      "the server closed the TLS connection before it spoke HTTP/2: it refused the TLS handshake, most " +
-        "likely for want of a client certificate it trusts (a server run with --tls-client-ca requires one: " +
-        "set tls.certificateChain and tls.privateKey)",
+      "the server closed the TLS connection before it spoke HTTP/2: it may have refused the TLS handshake, " +
+        "most likely for want of a client certificate it trusts (a server run with --tls-client-ca requires " +
+        "one: set tls.certificateChain and tls.privateKey), or a proxy that ends TLS in front of it could not " +
+        "reach it",
     );
   }
 }
 
-/** The message of the TLS failure in `error`'s cause chain (Connect keeps Node's error as cause), if any. */
-function tlsFailureIn(error: unknown): string | undefined {
+/**
+ * The TLS failure in `error`'s cause chain (Connect keeps Node's error as cause), if any: its
+ * message, and whether it is a connection closed after its handshake (TlsRefused).
+ */
+function tlsFailureIn(error: unknown): { message: string; refused: boolean } | undefined {
   const seen = new Set<unknown>();
   for (let e = error; e instanceof Error && !seen.has(e); e = e.cause) {
     seen.add(e);
-    if (e instanceof TlsRefused) return e.message;
+    if (e instanceof TlsRefused) return { message: e.message, refused: true };
     const code = (e as { code?: unknown }).code;
     if (typeof code !== "string") continue;
     if (CERTIFICATE_ERRORS.has(code) || code.startsWith("ERR_TLS_") || code.startsWith("ERR_SSL_")) {
       // OpenSSL's errors carry a short `reason` ("wrong version number") besides a long message.
       const reason = (e as { reason?: unknown }).reason;
       const text = typeof reason === "string" && reason !== "" ? reason : e.message.trim();
-      return `TLS handshake failed: ${text} (${code})`;
+      return { message: `TLS handshake failed: ${text} (${code})`, refused: false };
     }
   }
   return undefined;
