@@ -1,8 +1,8 @@
 """The assembly budget's fair share (transport/pieces.py `AssemblyBudget`, fair_share.py), without
 a server: with tokens, once half the budget is held, a token holding some takes more only while
-it holds less than its share of what the others leave. One tenant holding two large uploads
-open refused every other tenant's writes over 1 MiB (SERVER_BUSY) for as long as it liked.
-Without tokens, first come, first served, as before."""
+it holds less than its share of what the others leave, and a lone one all but an eighth. One
+tenant holding two large uploads open refused every other tenant's writes over 1 MiB
+(SERVER_BUSY) for as long as it liked. Without tokens, first come, first served, as before."""
 
 from __future__ import annotations
 
@@ -49,7 +49,8 @@ def test_one_tenants_open_uploads_leave_another_its_large_writes() -> None:
     second, refused = _upload(budget, "A", 31 * MIB)
     assert refused is not None and refused.reason == "SERVER_BUSY"  # its own calls hold it: they end
     assert refused.metadata["limit"] == "max_assembly_bytes"
-    assert str(refused).startswith(f"this token's calls hold {32 * MIB} bytes of messages being received or written")
+    # Alone, it holds all but the eighth kept for a newcomer.
+    assert str(refused).startswith(f"this token's calls hold {56 * MIB} bytes of messages being received or written")
     second.release()
 
     with budget.holding(["y" * 2 * MIB], "B"):  # past the small writes' pool
@@ -83,14 +84,18 @@ def test_a_newcomer_is_refused_busy_only_for_what_does_not_fit_and_told_no_figur
     assert budget.held_bytes == 0
 
 
-def test_one_message_past_half_the_budget_is_refused_for_good_with_tokens() -> None:
-    """Alone on the server, a token's call holding half the budget is over its share: that
-    message could never be taken, so the refusal is final, naming the limit."""
+def test_a_lone_tokens_message_may_take_all_but_an_eighth_of_the_budget() -> None:
+    """Alone on the server, a token's one large message takes seven eighths of the budget (it
+    was held to half, for newcomers that may never come); past that it could never be taken,
+    so the refusal is final, naming the limit."""
     budget = AssemblyBudget(BUDGET)
-    upload, refused = _upload(budget, "A", 40 * MIB)
+    upload, refused = _upload(budget, "A", 56 * MIB)
+    assert refused is None
+    upload.release()
+    upload, refused = _upload(budget, "A", 60 * MIB)
     assert refused is not None and refused.reason == "LIMIT_EXCEEDED"
     assert refused.metadata["limit"] == "max_assembly_bytes"
-    assert "more than one caller may hold at once, half of the server's budget" in str(refused)
+    assert "more than one caller may hold at once, seven eighths of the server's budget" in str(refused)
     upload.release()
     assert budget.held_bytes == 0
 

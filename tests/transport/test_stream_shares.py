@@ -1,7 +1,8 @@
 """The stream slots' rule (transport/calls.py `StreamSlots`, transport/fair_share.py), without a
 server: with tokens, once half the slots are taken, a token holding some takes more only while
-it holds less than its share of what the others leave, so that a token holding none finds a
-slot; a refusal for its own streams is final (LIMIT_EXCEEDED), one for others' is SERVER_BUSY.
+it holds less than its share of what the others leave (a lone token, all but an eighth), so
+that a token holding none finds a slot; a refusal for its share or for others' streams is
+SERVER_BUSY (shares change as streams end), one for its cap LIMIT_EXCEEDED.
 Without tokens the slots go first come, first served, as they always did."""
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ def test_two_tenants_at_their_cap_leave_a_third_its_reads() -> None:
     assert held.take_until_refused("A", 10) == (10, None)  # half the pool: not contended yet
     got, refused = held.take_until_refused("C", 10)
     assert got == 4  # 4 * 2 tokens >= the 6 left free
-    assert _reason(refused) == ("LIMIT_EXCEEDED", "max_concurrent_streams")
+    assert _reason(refused) == ("SERVER_BUSY", "max_concurrent_streams")
     assert "this token holds 4 streams, its share" in str(refused)
     # B holds none: it reads, a second read at once too (1 * 3 < 5 free), not a third (2 * 3 >= 4).
     assert held.take_until_refused("B", 3)[0] == 2
@@ -91,10 +92,9 @@ def test_two_tenants_at_their_cap_leave_a_third_its_reads() -> None:
 def test_a_token_holding_none_is_refused_only_when_every_slot_is_taken_and_busy_then() -> None:
     slots = StreamSlots(4, token_of=token_of)  # no cap per token: the share alone bounds
     held = Held(slots)
-    assert held.take_until_refused("A", 4)[0] == 2  # 2 * 1 >= the 2 left free
-    assert held.take_until_refused("B", 4)[0] == 1
-    assert held.take_until_refused("C", 4)[0] == 1  # the last slot, a newcomer's
-    got, refused = held.take_until_refused("D", 1)
+    assert held.take_until_refused("A", 4)[0] == 3  # alone: all but the newcomer's one
+    assert held.take_until_refused("B", 4)[0] == 1  # the last slot, a newcomer's
+    got, refused = held.take_until_refused("C", 1)
     assert got == 0
     assert _reason(refused) == ("SERVER_BUSY", "max_concurrent_streams")
     assert str(refused) == "the server's streams are taken by other callers; retry shortly (max_concurrent_streams: 4)"
@@ -108,8 +108,8 @@ def test_a_refusal_names_its_own_figures_only() -> None:
     held.take_until_refused("A", 4)
     _, mine = held.take_until_refused("A", 1)
     assert mine is not None and str(mine) == (
-        "this token holds 2 streams, its share while other callers hold the server's streams too "
-        "(end some of its feeds or reads): the limit is 4 (max_concurrent_streams)"
+        "this token holds 3 streams, its share while other callers hold the server's streams too; "
+        "retry shortly, or end some of its feeds or reads"
     )
     held.close()
 
@@ -125,10 +125,16 @@ def test_the_cap_per_token_still_refuses_first() -> None:
 
 def test_slots_given_back_are_a_share_again() -> None:
     slots = StreamSlots(4, token_of=token_of)
-    with slots.take(Caller("A")), slots.take(Caller("A")), pytest.raises(LimitExceeded), slots.take(Caller("A")):
+    with (
+        slots.take(Caller("A")),
+        slots.take(Caller("A")),
+        slots.take(Caller("A")),
+        pytest.raises(LimitExceeded),
+        slots.take(Caller("A")),
+    ):
         pass
     held = Held(slots)
-    assert held.take_until_refused("A", 4)[0] == 2  # its two came back
+    assert held.take_until_refused("A", 4)[0] == 3  # its three came back
     held.close()
 
 

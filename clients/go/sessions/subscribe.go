@@ -201,7 +201,7 @@ func (s *Subscription) retryOrFinish(err error) {
 // doubling to 2 s, times a random factor from 0.5 to 1, so that the subscribers of a server that
 // went away do not all come back at the same instant.
 func resubscribeDelay(n int) time.Duration {
-	backoff := min(2*time.Second, 50*time.Millisecond<<n)
+	backoff := min(2*time.Second, 50*time.Millisecond<<min(n, 6)) // 3.2 s at 6: no overflow past it
 	return time.Duration(float64(backoff) * (0.5 + 0.5*rand.Float64()))
 }
 

@@ -11,7 +11,7 @@ func TestResubscribeDelayGrowsWithJitter(t *testing.T) {
 	for _, c := range []struct {
 		attempt int
 		ceiling time.Duration
-	}{{1, 100 * time.Millisecond}, {2, 200 * time.Millisecond}, {4, 800 * time.Millisecond}, {5, 1600 * time.Millisecond}, {6, 2 * time.Second}, {20, 2 * time.Second}} {
+	}{{1, 100 * time.Millisecond}, {2, 200 * time.Millisecond}, {4, 800 * time.Millisecond}, {5, 1600 * time.Millisecond}, {6, 2 * time.Second}, {20, 2 * time.Second}, {40, 2 * time.Second}, {100, 2 * time.Second}} {
 		lowest, highest := c.ceiling, time.Duration(0)
 		for range 200 {
 			d := resubscribeDelay(c.attempt)

@@ -168,7 +168,7 @@ def resubscribe_delay(attempt: int) -> float:
     """The wait before a subscription's reconnection `attempt` (1-based): 0.1 s doubling to 2 s,
     times a random factor from 0.5 to 1, so that the subscribers of a server that went away do
     not all come back at the same instant."""
-    return min(2.0, 0.05 * 2.0**attempt) * random.uniform(0.5, 1.0)
+    return min(2.0, 0.05 * 2.0 ** min(attempt, 6)) * random.uniform(0.5, 1.0)  # 3.2 s at 6: no overflow past it
 
 
 def may_resubscribe(error: SessionsError) -> bool:

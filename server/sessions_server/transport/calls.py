@@ -152,12 +152,14 @@ class StreamSlots:
             )
         refusal = self._shares.refusal(token, 1)
         if refusal is Refusal.OVER_SHARE:
-            # Its own streams hold it back, which waiting does not end: final, as for its cap.
-            raise exceeded(
+            # Its share shrinks as others take slots and grows as they end theirs, as its own
+            # reads end: for now (clients retry SERVER_BUSY), unlike its cap.
+            raise LimitExceeded(
                 f"this token holds {holding} streams, its share while other callers hold the server's "
-                "streams too (end some of its feeds or reads)",
-                "max_concurrent_streams",
-                self.limit,
+                "streams too; retry shortly, or end some of its feeds or reads",
+                reason="SERVER_BUSY",
+                limit="max_concurrent_streams",
+                limit_value=str(self.limit),
             )
         if refusal is Refusal.BUSY:
             # Others' streams: not this caller's doing, and they end (clients retry SERVER_BUSY).

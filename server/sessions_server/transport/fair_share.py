@@ -10,6 +10,10 @@ holding some and one newcomer:
     holding < (limit - held by the others) / (tokens holding some + 1)
     i.e. holding * tokens holding some < free
 
+A token holding some while no other does may take all but an eighth of the limit, the room kept
+for a newcomer: a lone tenant's stream slots, or its one large message in pieces, are not held to
+half the limit for tenants that may never come.
+
 A token holding none is refused only when what it asks for does not fit. A share of the whole
 limit (limit / (tokens + 1)) let the tokens that came first keep the larger shares they took
 while fewer tokens held any: six tokens, each taking all it could one after another, filled
@@ -36,6 +40,11 @@ class Shares:
         self.held = 0  # by every holder, the anonymous (None) included
         self._by_holder: dict[str, int] = {}
 
+    @property
+    def newcomers_room(self) -> int:
+        """What a lone holder leaves free: an eighth of the limit (at least one)."""
+        return max(1, self.limit // 8)
+
     def of(self, holder: str | None) -> int:
         return 0 if holder is None else self._by_holder.get(holder, 0)
 
@@ -46,9 +55,11 @@ class Shares:
         if amount == 0:
             return None
         holding = self.of(holder)
-        contended = self.held + amount > self.limit // 2
-        if holding and contended and holding * len(self._by_holder) >= self.limit - self.held:
-            return Refusal.OVER_SHARE
+        if holding and self.held + amount > self.limit // 2:
+            free = self.limit - self.held
+            holders = len(self._by_holder)
+            if free - amount < self.newcomers_room if holders == 1 else holding * holders >= free:
+                return Refusal.OVER_SHARE
         if self.held + amount > self.limit:
             return Refusal.BUSY
         return None

@@ -70,12 +70,12 @@ class AssemblyBudget:
                 self.limit_bytes,
                 "bytes",
             )
-        if refusal is Refusal.OVER_SHARE and 2 * already >= self.limit_bytes:
-            # Past half the budget a call's own charge is over its token's share however empty the
-            # server is (fair_share.py: held * 1 >= free): waiting would not help.
+        if refusal is Refusal.OVER_SHARE and already + size > self.limit_bytes - self._shares.newcomers_room:
+            # Past what a lone token may hold (fair_share.py) a call's own charge is over its
+            # token's share however empty the server is: waiting would not help.
             raise exceeded(
                 f"the messages of this call ({already + size} bytes) are more than one caller may hold at once, "
-                "half of the server's budget for them; send smaller messages",
+                "seven eighths of the server's budget for them; send smaller messages",
                 "max_assembly_bytes",
                 self.limit_bytes,
                 "bytes",
