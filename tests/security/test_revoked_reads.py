@@ -146,3 +146,27 @@ def test_an_export_of_a_token_that_may_no_longer_write_ends(server: LiveServer, 
                 received.append(frame)
         assert ended.value.code() == grpc.StatusCode.PERMISSION_DENIED  # type: ignore[attr-defined]
         assert sum(len(frame.data) for frame in received) < received[0].size_bytes
+
+
+def test_an_export_locking_for_a_move_ends_when_its_token_no_longer_grants_every_key(
+    server: LiveServer, tokens_file: Path
+) -> None:
+    """A move's export needs a token granting every key: one whose grant a reload narrowed to a
+    tenant's prefix, still allowed to write this key, no longer holds the object for a move."""
+    options = [("grpc.http2.bdp_probe", 0)]
+    with grpc.insecure_channel(server.address, options=options) as channel:
+        stub = pb_grpc.SessionServiceStub(channel)
+        frames = stub.ExportObject(
+            pb.ExportObjectRequest(object_key=KEY, lock_for_move=True),
+            metadata=_metadata("w-secret"),
+            timeout=CALL_SECONDS,
+        )
+        received = [next(frames)]
+        tokens_file.write_text(json.dumps({"tokens": [{**WRITER, "prefixes": ["tenant-a/"]}, READER]}))
+        _reload_tokens(server)
+        with pytest.raises(grpc.RpcError) as ended:
+            for frame in frames:
+                received.append(frame)
+        assert ended.value.code() == grpc.StatusCode.PERMISSION_DENIED  # type: ignore[attr-defined]
+        assert "needs a token granting every object key" in ended.value.details()  # type: ignore[attr-defined]
+        assert sum(len(frame.data) for frame in received) < received[0].size_bytes

@@ -117,22 +117,37 @@ def _upload(header: pb.UploadHeader) -> _Upload:
     return _Upload(header.operation, None if updating else parent, _from_client(header.source, "header."))
 
 
+_LOCKING_EXPORT = "an export that locks its object for a move (lock_for_move)"
+
+
 class _Granted:
     """A long call's authorization, checked again after the tokens are reloaded (SIGHUP): a
     revoked token must not go on receiving a feed or a read, or writing through a stream, it
     opened before. `recheck` compares a generation, nothing more, until a reload took effect."""
 
-    def __init__(self, authority: TokenAuthority | None, context: Any, object_key: str, *, write: bool) -> None:
+    def __init__(
+        self,
+        authority: TokenAuthority | None,
+        context: Any,
+        object_key: str,
+        *,
+        write: bool,
+        server_wide: str | None = None,
+    ) -> None:
         self._authority = authority
         self._context = context
         self._object_key = object_key
         self._write = write
+        self._server_wide = server_wide  # what needs a token granting every key (a move's step), if any
         self._generation = authority.generation if authority is not None else 0
 
     def recheck(self) -> None:
         authority = self._authority
         if authority is not None and authority.generation != self._generation:
-            authority.check(self._context.invocation_metadata() or (), self._object_key, write=self._write)
+            metadata = self._context.invocation_metadata() or ()
+            authority.check(metadata, self._object_key, write=self._write)
+            if self._server_wide is not None:
+                authority.check_server_wide(metadata, self._server_wide)
             self._generation = authority.generation
 
 
@@ -168,11 +183,13 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         object_key: str,
         *,
         write: bool = False,
+        server_wide: str | None = None,
         taken_within: calls.TakenWithin | None = None,
     ) -> None:
         """A server stream (`calls.stream`) each of whose responses is sent only while the
-        caller's token still grants what the call was admitted for (`write`: an export)."""
-        granted = _Granted(self._authority, context, object_key, write=write)
+        caller's token still grants what the call was admitted for (`write`: an export;
+        `server_wide`: one locking its object for a move, see `_admit_mover`)."""
+        granted = _Granted(self._authority, context, object_key, write=write, server_wide=server_wide)
         await calls.stream(context, run, self._slots, still_granted=granted.recheck, taken_within=taken_within)
 
     def _pieces(self, holder: str | None, *, from_client: bool) -> Pieces:
@@ -797,7 +814,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         async def run() -> AsyncIterator[pb.ExportObjectResponse]:
             self._admit(context, request.object_key, write=True)
             if request.lock_for_move:
-                self._admit_mover(context, "an export that locks its object for a move (lock_for_move)")
+                self._admit_mover(context, _LOCKING_EXPORT)
             frames = self._service.objects.export(
                 request.object_key, lock_for_move=request.lock_for_move, lease_seconds=request.lease_seconds
             )
@@ -812,6 +829,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             run,
             request.object_key,
             write=True,
+            server_wide=_LOCKING_EXPORT if request.lock_for_move else None,
             taken_within=calls.TakenWithin(EXPORT_IDLE_SECONDS, _export_stalled),
         )
 
