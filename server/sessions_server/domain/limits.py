@@ -133,6 +133,11 @@ def exceeded(what: str, limit_name: str, limit_value: int, unit: str = "") -> Li
     )
 
 
+def busy(message: str, limit_name: str, limit_value: int) -> LimitExceeded:
+    """A refusal for now: others hold what `limit_name` bounds (clients retry SERVER_BUSY)."""
+    return LimitExceeded(message, reason="SERVER_BUSY", limit=limit_name, limit_value=str(limit_value))
+
+
 async def check_room(store: ObjectStore, adding: int, limit: int) -> None:
     """Refuses a write of about `adding` bytes to an object that holds `limit` bytes or would
     pass it. The files are measured first (cheap); only a file past the limit has its pages in

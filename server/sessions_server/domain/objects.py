@@ -36,7 +36,7 @@ from sessions_server.domain.errors import (
     permission_denied,
     storage_failure,
 )
-from sessions_server.domain.limits import RESPONSE_PAYLOAD_BYTES, check_size, exceeded
+from sessions_server.domain.limits import RESPONSE_PAYLOAD_BYTES, busy, check_size, exceeded
 from sessions_server.domain.placement import Placement
 from sessions_server.domain.scratch_room import ScratchRoom
 from sessions_server.storage import datadir, files, queries
@@ -324,12 +324,11 @@ class ObjectAdmin:
         """The copies of the object exports hold; LimitExceeded when one more is not let in."""
         held = self._copies_held.get(object_key, 0)
         if held >= MAX_EXPORT_COPIES and not for_move:
-            raise LimitExceeded(
+            raise busy(
                 f"exports under way hold {held} copies of this object, made between writes to it "
                 f"(max_export_copies_per_object, {MAX_EXPORT_COPIES}); retry once one has ended",
-                reason="SERVER_BUSY",
-                limit="max_export_copies_per_object",
-                limit_value=str(MAX_EXPORT_COPIES),
+                "max_export_copies_per_object",
+                MAX_EXPORT_COPIES,
             )
         return held
 

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from sessions_server.domain.chunking import utf8_length
-from sessions_server.domain.errors import InvalidArgument, LimitExceeded
+from sessions_server.domain.errors import InvalidArgument
+from sessions_server.domain.limits import busy
 
 T = TypeVar("T")
 
@@ -151,12 +152,11 @@ class SearchSlots:
                 self._waiters.remove(waiter)
                 self._forget(tenant)
             if isinstance(exc, TimeoutError):
-                raise LimitExceeded(
+                raise busy(
                     f"{self.limit} searches were running (max_concurrent_searches) for this search's whole "
                     "budget; retry shortly",
-                    reason="SERVER_BUSY",
-                    limit="max_concurrent_searches",
-                    limit_value=str(self.limit),
+                    "max_concurrent_searches",
+                    self.limit,
                 ) from None
             raise
 

@@ -17,8 +17,8 @@ from typing import Any, TypeVar
 import grpc
 from grpc._cython import cygrpc  # type: ignore[attr-defined]
 
-from sessions_server.domain.errors import LimitExceeded, SessionsError
-from sessions_server.domain.limits import exceeded
+from sessions_server.domain.errors import SessionsError
+from sessions_server.domain.limits import busy, exceeded
 from sessions_server.transport import framing
 from sessions_server.transport.errors import internal_status, status_for
 from sessions_server.transport.fair_share import Refusal, Shares
@@ -154,21 +154,19 @@ class StreamSlots:
         if refusal is Refusal.OVER_SHARE:
             # Its share shrinks as others take slots and grows as they end theirs, as its own
             # reads end: for now (clients retry SERVER_BUSY), unlike its cap.
-            raise LimitExceeded(
+            raise busy(
                 f"this token holds {holding} streams, its share while other callers hold the server's "
                 "streams too; retry shortly, or end some of its feeds or reads",
-                reason="SERVER_BUSY",
-                limit="max_concurrent_streams",
-                limit_value=str(self.limit),
+                "max_concurrent_streams",
+                self.limit,
             )
         if refusal is Refusal.BUSY:
             # Others' streams: not this caller's doing, and they end (clients retry SERVER_BUSY).
-            raise LimitExceeded(
+            raise busy(
                 "the server's streams are taken by other callers; retry shortly "
                 f"(max_concurrent_streams: {self.limit})",
-                reason="SERVER_BUSY",
-                limit="max_concurrent_streams",
-                limit_value=str(self.limit),
+                "max_concurrent_streams",
+                self.limit,
             )
 
 

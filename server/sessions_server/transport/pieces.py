@@ -27,7 +27,7 @@ from types import TracebackType
 
 from sessions_server.domain.chunking import utf8_length
 from sessions_server.domain.errors import LimitExceeded
-from sessions_server.domain.limits import exceeded
+from sessions_server.domain.limits import busy, exceeded
 from sessions_server.transport.fair_share import Refusal, Shares
 
 # A unary write of at most this much (the common message: a turn of a conversation) is charged to
@@ -90,12 +90,11 @@ class AssemblyBudget:
             )
         else:
             what = "other callers hold the server's room for messages being received or written, which cannot take"
-        raise LimitExceeded(
+        raise busy(
             f"{what} {size} more now (max_assembly_bytes: {self.limit_bytes} bytes); refused before being written: "
             "retry shortly",
-            reason="SERVER_BUSY",
-            limit="max_assembly_bytes",
-            limit_value=str(self.limit_bytes),
+            "max_assembly_bytes",
+            self.limit_bytes,
         )
 
     def give_back(self, size: int, holder: str | None = None) -> None:
