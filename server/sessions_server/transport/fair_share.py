@@ -58,7 +58,8 @@ class Shares:
         if holding and self.held + amount > self.limit // 2:
             free = self.limit - self.held
             holders = len(self._by_holder)
-            if free - amount < self.newcomers_room if holders == 1 else holding * holders >= free:
+            over = (free - amount < self.newcomers_room) if holders == 1 else (holding * holders >= free)
+            if over:
                 return Refusal.OVER_SHARE
         if self.held + amount > self.limit:
             return Refusal.BUSY
