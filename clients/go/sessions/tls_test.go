@@ -24,38 +24,13 @@ import (
 	"github.com/sessions-dev/sessions/clients/go/sessions"
 )
 
-// selfSigned writes a certificate for 127.0.0.1 that no client trusts, and its key.
+// selfSigned writes a certificate for 127.0.0.1 that no client trusts (its CA is the test's
+// alone), and its key.
 func selfSigned(t *testing.T) (certPath, keyPath string) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	template := &x509.Certificate{
-		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: "untrusted"},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, template, template, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cert, key := newIssuer(t, "untrusted CA").issue(t, "untrusted", x509.ExtKeyUsageServerAuth)
 	dir := t.TempDir()
-	certPath, keyPath = filepath.Join(dir, "server.pem"), filepath.Join(dir, "server.key")
-	if err := os.WriteFile(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return certPath, keyPath
+	return writeFile(t, dir, "server.pem", cert), writeFile(t, dir, "server.key", key)
 }
 
 // TestAFailedTLSHandshakeIsNotRetried: the next attempt meets the same certificates, so the call
@@ -102,25 +77,35 @@ type issuer struct {
 
 var serial atomic.Int64
 
-func newIssuer(t *testing.T, name string) *issuer {
+// signed makes a key and a certificate of template (a day long, from an hour ago), signed by
+// parent, or by its own key when parent is nil.
+func signed(t *testing.T, template *x509.Certificate, parent *issuer) ([]byte, *ecdsa.PrivateKey) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
-	template := &x509.Certificate{
-		SerialNumber:          big.NewInt(serial.Add(1)),
-		Subject:               pkix.Name{CommonName: name},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign,
+	template.SerialNumber = big.NewInt(serial.Add(1))
+	template.NotBefore, template.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour)
+	signer, signerKey := template, key
+	if parent != nil {
+		signer, signerKey = parent.cert, parent.key
 	}
-	der, err := x509.CreateCertificate(rand.Reader, template, template, &key.PublicKey, key)
+	der, err := x509.CreateCertificate(rand.Reader, template, signer, &key.PublicKey, signerKey)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return der, key
+}
+
+func newIssuer(t *testing.T, name string) *issuer {
+	t.Helper()
+	der, key := signed(t, &x509.Certificate{
+		Subject:               pkix.Name{CommonName: name},
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign,
+	}, nil)
 	cert, err := x509.ParseCertificate(der)
 	if err != nil {
 		t.Fatal(err)
@@ -132,22 +117,11 @@ func newIssuer(t *testing.T, name string) *issuer {
 // its key, in PEM.
 func (ca *issuer) issue(t *testing.T, name string, usage x509.ExtKeyUsage) (certPEM, keyPEM []byte) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	template := &x509.Certificate{
-		SerialNumber: big.NewInt(serial.Add(1)),
-		Subject:      pkix.Name{CommonName: name},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
-		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, template, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	der, key := signed(t, &x509.Certificate{
+		Subject:     pkix.Name{CommonName: name},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		ExtKeyUsage: []x509.ExtKeyUsage{usage},
+	}, ca)
 	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {
 		t.Fatal(err)
