@@ -54,7 +54,7 @@ DEFAULT_MAX_OPEN_OBJECTS = 256
 # A ready file opens on the calling thread only while this registry's opens of ready files have
 # lately taken at most this long (a cold or slow disk keeps them on the executor).
 INLINE_OPEN_MAX_SECONDS = 0.005
-
+DESCRIPTORS_LOG_SECONDS = 60.0  # at most one warning this often while opens find no descriptor
 
 CLOSE_GRACE_SECONDS = 5.0
 """How long closing an object to replace or remove it waits for the calls using it to end."""
@@ -108,6 +108,7 @@ class ObjectRegistry:
         # Keys whose files are damaged or foreign, with what was found (see the module docstring).
         self._damaged: dict[str, ObjectDamaged] = {}
         self._open_seconds = 0.0  # running estimate of one open of a ready file
+        self._descriptors_logged_at = -DESCRIPTORS_LOG_SECONDS
         self.inline_opens = 0  # objects opened on the calling thread
         self._wal_sweep_seconds = wal_sweep_seconds
         self._wal_sweep: asyncio.TimerHandle | None = None  # armed by the first open
@@ -305,10 +306,27 @@ class ObjectRegistry:
                 raise StorageError(f"could not open the object's file: {exc}", cause=exc, operation="open") from exc
             opened = len(self._open)
             self._evict_idle(down_to=opened // 2)
+            self._log_out_of_descriptors(opened)
+            # The caller may be one tenant of many: how busy the server is goes to the log only.
             raise OutOfDescriptors(
-                f"the server has as many files open as it may ({opened} objects open, {fdlimit.FDS_PER_OBJECT} "
-                "files each at most): it is closing idle ones; retry shortly"
+                "the server has as many files open as it may: it is closing idle ones; retry shortly"
             ) from exc
+
+    def _log_out_of_descriptors(self, opened: int) -> None:
+        """Tells the operator, at most once a minute, that opens are being refused for want of
+        file descriptors, with what would end it."""
+        now = time.monotonic()
+        if now - self._descriptors_logged_at < DESCRIPTORS_LOG_SECONDS:
+            return
+        self._descriptors_logged_at = now
+        log.warning(
+            "an object's open found no file descriptor left (RLIMIT_NOFILE %s) with %d objects open, "
+            "%d files each at most: refused as SERVER_BUSY while idle ones close; raise the limit "
+            "(ulimit -n, LimitNOFILE) or lower --max-open-objects",
+            fdlimit.soft_limit(),
+            opened,
+            fdlimit.FDS_PER_OBJECT,
+        )
 
     async def _open_file(self, object_key: str) -> ObjectStore:
         """Opens the object's file: in place when the server is quiet, the file is ready and
