@@ -167,18 +167,19 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"longest search query, UTF-8 bytes (default {ServerConfig.max_query_bytes})",
     )
     serve.add_argument("--summarizer-url", help="OpenAI-compatible base URL for server-side compaction")
+    # These three default to None so that one given without --summarizer-url can be told apart
+    # (`_summarizer_settings`), where it would be ignored without a word.
     serve.add_argument(
-        "--summarizer-model", default=ServerConfig.summarizer_model, help="model name sent to the summarizer"
+        "--summarizer-model",
+        help=f"model name sent to the summarizer (default {ServerConfig.summarizer_model})",
     )
     serve.add_argument(
         "--summarizer-api-key-env",
-        default=ServerConfig.summarizer_api_key_env,
         help=f"environment variable holding the summarizer's API key (default {ServerConfig.summarizer_api_key_env})",
     )
     serve.add_argument(
         "--summarizer-timeout-seconds",
         type=float,
-        default=ServerConfig.summarizer_timeout_seconds,
         help=f"a summarizer call's deadline, answer included (default {ServerConfig.summarizer_timeout_seconds:g})",
     )
     serve.add_argument("--tls-cert", type=Path, help="PEM certificate chain; enables TLS")
@@ -570,6 +571,8 @@ def _check_object_key(parser: argparse.ArgumentParser, object_key: str, max_byte
 
 def _check_ranges(parser: argparse.ArgumentParser, args: argparse.Namespace, ranges: dict[str, _Range]) -> None:
     for name, allowed in ranges.items():
+        if getattr(args, name) is None:  # not given, and its default is filled in later
+            continue
         problem = _out_of_range(name, getattr(args, name), allowed)
         if problem is not None:
             parser.error(problem)
@@ -648,6 +651,29 @@ def _token_to_hash(parser: argparse.ArgumentParser, given: str | None) -> str:
     return token
 
 
+_SUMMARIZER_SETTINGS = {
+    "summarizer_model": ServerConfig.summarizer_model,
+    "summarizer_api_key_env": ServerConfig.summarizer_api_key_env,
+    "summarizer_timeout_seconds": ServerConfig.summarizer_timeout_seconds,
+}
+
+
+def _summarizer_settings(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuses a summarizer setting given without --summarizer-url (the server would have no
+    summarizer, and compactions it was meant for would be refused long after the start), then
+    fills in the defaults of those not given."""
+    given = [name for name in _SUMMARIZER_SETTINGS if getattr(args, name) is not None]
+    if given and args.summarizer_url is None:
+        flags = " and ".join("--" + name.replace("_", "-") for name in given)
+        parser.error(
+            f"{flags} {'has' if len(given) == 1 else 'have'} no effect without --summarizer-url: give the "
+            "summarizer's base URL too (e.g. https://api.openai.com/v1), or leave the summarizer settings out"
+        )
+    for name, default in _SUMMARIZER_SETTINGS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
+
+
 def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line, checked as far as it can be without acting on it: a bad one exits 2
     with a line naming the flag, its value and what it takes. For the admin commands,
@@ -657,6 +683,7 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     command: argparse.ArgumentParser = args.command_parser
     if args.command == "serve":
         _check_ranges(command, args, _SERVE_RANGES)
+        _summarizer_settings(command, args)
         if (args.tls_cert is None) != (args.tls_key is None):
             command.error("--tls-cert and --tls-key go together: give both to serve TLS, or neither")
         if args.tls_client_ca is not None and args.tls_cert is None:

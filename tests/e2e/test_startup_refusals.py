@@ -27,6 +27,7 @@ import sessions_client
 import sessions_proto
 import sessions_server
 from sessions_server.cli import parse_arguments
+from sessions_server.config import ServerConfig
 from tests.e2e.test_cli_flags import _port_taken
 
 NOBODY = 65534
@@ -117,8 +118,21 @@ def test_a_port_in_use_is_told_in_one_line_and_the_port_is_free_after(tmp_path: 
         (["--tls-client-ca", "ca.pem"], "--tls-client-ca needs --tls-cert and --tls-key"),
         (["--summarizer-url", "notaurl"], "--summarizer-url 'notaurl' is no http or https URL with a host"),
         (["--summarizer-url", "ftp://llm/v1"], "--summarizer-url 'ftp://llm/v1' is no http or https URL"),
+        (["--summarizer-model", "m"], "--summarizer-model has no effect without --summarizer-url"),
+        (
+            ["--summarizer-timeout-seconds", "5", "--summarizer-api-key-env", "KEY"],
+            "--summarizer-api-key-env and --summarizer-timeout-seconds have no effect without --summarizer-url",
+        ),
     ],
-    ids=["cert-alone", "key-alone", "client-ca-alone", "summarizer-no-url", "summarizer-not-http"],
+    ids=[
+        "cert-alone",
+        "key-alone",
+        "client-ca-alone",
+        "summarizer-no-url",
+        "summarizer-not-http",
+        "summarizer-model-alone",
+        "summarizer-settings-alone",
+    ],
 )
 def test_tls_flags_without_their_pair_are_refused_as_the_command_line(
     flags: list[str], expected: str, capsys: pytest.CaptureFixture[str]
@@ -131,6 +145,21 @@ def test_tls_flags_without_their_pair_are_refused_as_the_command_line(
     lines = capsys.readouterr().err.splitlines()
     assert lines[0].startswith("usage: sessions-server serve ")
     assert lines[-1].startswith(f"sessions-server serve: error: {expected}"), lines
+
+
+def test_summarizer_settings_take_their_defaults_and_what_is_given() -> None:
+    url = ["--summarizer-url", "https://llm.example/v1"]
+    defaults = parse_arguments(["serve", "--data-dir", "data", *url])
+    given = parse_arguments(
+        ["serve", "--data-dir", "data", *url, "--summarizer-model", "m", "--summarizer-timeout-seconds", "5"]
+    )
+    assert (defaults.summarizer_model, defaults.summarizer_api_key_env, defaults.summarizer_timeout_seconds) == (
+        ServerConfig.summarizer_model,
+        ServerConfig.summarizer_api_key_env,
+        ServerConfig.summarizer_timeout_seconds,
+    )
+    assert (given.summarizer_model, given.summarizer_timeout_seconds) == ("m", 5.0)
+    assert parse_arguments(["serve", "--data-dir", "data"]).summarizer_model == ServerConfig.summarizer_model
 
 
 # -- hash-token --------------------------------------------------------------------------------
