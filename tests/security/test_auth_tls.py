@@ -171,6 +171,32 @@ def test_missing_or_unknown_token_is_unauthenticated_and_reveals_nothing(auth_se
     assert not object_path(auth_server.data_dir, "tenant-a/never").exists()
 
 
+@pytest.mark.parametrize(
+    ("authorization", "expected"),
+    [
+        (None, "missing bearer token (metadata `authorization: Bearer <token>`)"),
+        ("r-secret", "the authorization metadata holds no bearer token: send `authorization: Bearer <token>`"),
+        (
+            "Basic cjpzZWNyZXQ=",
+            "the authorization metadata holds no bearer token: send `authorization: Bearer <token>`",
+        ),
+        ("Bearer ", "the authorization metadata holds no bearer token: send `authorization: Bearer <token>`"),
+    ],
+    ids=["absent", "scheme-forgotten", "another-scheme", "empty-token"],
+)
+def test_a_header_without_a_bearer_token_is_told_apart_from_none(
+    auth_server: LiveServer, authorization: str | None, expected: str
+) -> None:
+    """A header present but of another form was answered "missing bearer token"."""
+    metadata = () if authorization is None else (("authorization", authorization),)
+    with grpc.insecure_channel(auth_server.address) as channel:
+        stub = pb_grpc.SessionServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.GetObjectStats(pb.GetObjectStatsRequest(object_key="tenant-a/x"), metadata=metadata, timeout=30)
+    assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED  # type: ignore[attr-defined]
+    assert refused.value.details() == expected  # type: ignore[attr-defined]
+
+
 def test_health_stays_open_and_tokens_reload(auth_server: LiveServer, tokens_file: Path) -> None:
     channel = grpc.insecure_channel(auth_server.address)
     status = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest()).status

@@ -205,8 +205,23 @@ def test_messages_before_a_bad_one_are_imported(session: Any, data_dir: Path, ob
         session.import_messages([*good, ImportItem('{"id":"bad","role":"user"}', "g2", 13)])
 
     assert caught.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    # The error says so, and how to finish (it said only what was wrong with the message).
+    assert caught.value.message.startswith("the import's message 3 (counting from 0): ")
+    assert caught.value.message.endswith(
+        "; the 3 before it are stored (an import is not all or nothing): send the import again once "
+        "this message is fixed, ids already stored are skipped"
+    )
     assert [(r["id"], r["seq"]) for r in message_rows(data_dir, object_key)] == [("g0", 1), ("g1", 2), ("g2", 3)]
     assert ids(session.get_history()) == ["g0", "g1", "g2"]
+
+
+def test_a_bad_first_message_stores_nothing_and_says_so(session: Any, data_dir: Path, object_key: str) -> None:
+    with pytest.raises(SessionsError) as caught:
+        session.import_messages(
+            [ImportItem('{"id":"bad","role":"user"}', None, 1), ImportItem(text_message("g"), None, 2)]
+        )
+    assert "nothing of this import is stored: send the import again once" in caught.value.message
+    assert message_rows(data_dir, object_key) == []
 
 
 def test_plain_messages_import_as_a_chain(session: Any, data_dir: Path, object_key: str) -> None:

@@ -107,8 +107,15 @@ class Importer:
             try:
                 prepared, row = await messages.prepared_off_loop_if_costly([text], prepare)
             except InvalidArgument as exc:  # which message of the stream, beside its field in the frame
+                # An import is not all or nothing: the caller must learn that what came before
+                # stays, and how to finish (the importer writes what it took, whatever follows).
+                if self.received:
+                    before = f"the {self.received} before it are stored (an import is not all or nothing)"
+                else:
+                    before = "nothing of this import is stored"
                 raise InvalidArgument(
-                    f"the import's message {self.received} (counting from 0): {exc.message}",
+                    f"the import's message {self.received} (counting from 0): {exc.message}; {before}: "
+                    "send the import again once this message is fixed, ids already stored are skipped",
                     reason=exc.reason,
                     **exc.metadata,
                 ) from None

@@ -109,8 +109,15 @@ class TokenAuthority:
 
     def authenticate(self, metadata: Iterable[tuple[str, str | bytes]]) -> Grant:
         """The grant of the call's bearer token; UNAUTHENTICATED without a known one."""
+        metadata = tuple(metadata)
         token = _bearer(metadata)
         if token is None:
+            # A header of another form was reported "missing", which sent people looking for why
+            # their header did not arrive.
+            if any(key == AUTHORIZATION_HEADER for key, _ in metadata):
+                raise Unauthenticated(
+                    "the authorization metadata holds no bearer token: send `authorization: Bearer <token>`"
+                )
             raise Unauthenticated("missing bearer token (metadata `authorization: Bearer <token>`)")
         digest = hash_token(token)
         grant = next((g for g in self._grants if hmac.compare_digest(g.digest, digest)), None)

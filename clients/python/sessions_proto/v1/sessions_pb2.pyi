@@ -983,7 +983,9 @@ class UploadMessageResponse(_message.Message):
     inserted: _builtins.bool
     """True when a new message was appended."""
     found: _builtins.bool
-    """For UPDATE: false when the id does not exist."""
+    """For UPDATE: false when the id does not exist. APPEND and UPSERT answer true (UPSERT false
+    for an id starting `compaction_`, a compaction overlay's, which no write stores).
+    """
     changed: _builtins.bool
     """True when an existing message's content changed."""
     @_builtins.property

@@ -277,7 +277,9 @@ class SessionServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetMessages(self, request, context):
-        """Reads several messages by id, in request order; missing ids are left out.
+        """Reads several messages by id, in request order; missing ids are left out, and an id the
+        request repeats is answered once, at its first place (pair answers with ids by their id,
+        not by position).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -101,7 +101,10 @@ class SessionServiceStub:
     GetMessage: _grpc.UnaryStreamMultiCallable[_sessions_pb2.GetMessageRequest, _sessions_pb2.GetMessageResponse]
     """Reads one message by id. The stream is empty when the message does not exist."""
     GetMessages: _grpc.UnaryStreamMultiCallable[_sessions_pb2.GetMessagesRequest, _sessions_pb2.GetMessagesResponse]
-    """Reads several messages by id, in request order; missing ids are left out."""
+    """Reads several messages by id, in request order; missing ids are left out, and an id the
+    request repeats is answered once, at its first place (pair answers with ids by their id,
+    not by position).
+    """
     GetLatestLeaf: _grpc.UnaryStreamMultiCallable[_sessions_pb2.GetLatestLeafRequest, _sessions_pb2.GetLatestLeafResponse]
     """Reads the active leaf: the newest message of the session. Empty for an empty session."""
     GetBranches: _grpc.UnaryStreamMultiCallable[_sessions_pb2.GetBranchesRequest, _sessions_pb2.GetBranchesResponse]
@@ -263,7 +266,10 @@ class SessionServiceAsyncStub(SessionServiceStub):
     GetMessage: _aio.UnaryStreamMultiCallable[_sessions_pb2.GetMessageRequest, _sessions_pb2.GetMessageResponse]  # type: ignore[assignment]
     """Reads one message by id. The stream is empty when the message does not exist."""
     GetMessages: _aio.UnaryStreamMultiCallable[_sessions_pb2.GetMessagesRequest, _sessions_pb2.GetMessagesResponse]  # type: ignore[assignment]
-    """Reads several messages by id, in request order; missing ids are left out."""
+    """Reads several messages by id, in request order; missing ids are left out, and an id the
+    request repeats is answered once, at its first place (pair answers with ids by their id,
+    not by position).
+    """
     GetLatestLeaf: _aio.UnaryStreamMultiCallable[_sessions_pb2.GetLatestLeafRequest, _sessions_pb2.GetLatestLeafResponse]  # type: ignore[assignment]
     """Reads the active leaf: the newest message of the session. Empty for an empty session."""
     GetBranches: _aio.UnaryStreamMultiCallable[_sessions_pb2.GetBranchesRequest, _sessions_pb2.GetBranchesResponse]  # type: ignore[assignment]
@@ -482,7 +488,10 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _sessions_pb2.GetMessagesRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_sessions_pb2.GetMessagesResponse], _abc.AsyncIterator[_sessions_pb2.GetMessagesResponse]]:
-        """Reads several messages by id, in request order; missing ids are left out."""
+        """Reads several messages by id, in request order; missing ids are left out, and an id the
+        request repeats is answered once, at its first place (pair answers with ids by their id,
+        not by position).
+        """
 
     @_abc_1.abstractmethod
     def GetLatestLeaf(

@@ -1685,7 +1685,8 @@ type UploadMessageResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// True when a new message was appended.
 	Inserted bool `protobuf:"varint,1,opt,name=inserted,proto3" json:"inserted,omitempty"`
-	// For UPDATE: false when the id does not exist.
+	// For UPDATE: false when the id does not exist. APPEND and UPSERT answer true (UPSERT false
+	// for an id starting `compaction_`, a compaction overlay's, which no write stores).
 	Found bool `protobuf:"varint,2,opt,name=found,proto3" json:"found,omitempty"`
 	// True when an existing message's content changed.
 	Changed bool `protobuf:"varint,3,opt,name=changed,proto3" json:"changed,omitempty"`

@@ -120,7 +120,9 @@ type SessionServiceClient interface {
 	ImportMessages(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ImportMessagesRequest, ImportMessagesResponse], error)
 	// Reads one message by id. The stream is empty when the message does not exist.
 	GetMessage(ctx context.Context, in *GetMessageRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[GetMessageResponse], error)
-	// Reads several messages by id, in request order; missing ids are left out.
+	// Reads several messages by id, in request order; missing ids are left out, and an id the
+	// request repeats is answered once, at its first place (pair answers with ids by their id,
+	// not by position).
 	GetMessages(ctx context.Context, in *GetMessagesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[GetMessagesResponse], error)
 	// Reads the active leaf: the newest message of the session. Empty for an empty session.
 	GetLatestLeaf(ctx context.Context, in *GetLatestLeafRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[GetLatestLeafResponse], error)
@@ -691,7 +693,9 @@ type SessionServiceServer interface {
 	ImportMessages(grpc.ClientStreamingServer[ImportMessagesRequest, ImportMessagesResponse]) error
 	// Reads one message by id. The stream is empty when the message does not exist.
 	GetMessage(*GetMessageRequest, grpc.ServerStreamingServer[GetMessageResponse]) error
-	// Reads several messages by id, in request order; missing ids are left out.
+	// Reads several messages by id, in request order; missing ids are left out, and an id the
+	// request repeats is answered once, at its first place (pair answers with ids by their id,
+	// not by position).
 	GetMessages(*GetMessagesRequest, grpc.ServerStreamingServer[GetMessagesResponse]) error
 	// Reads the active leaf: the newest message of the session. Empty for an empty session.
 	GetLatestLeaf(*GetLatestLeafRequest, grpc.ServerStreamingServer[GetLatestLeafResponse]) error

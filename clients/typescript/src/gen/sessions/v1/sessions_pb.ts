@@ -694,7 +694,8 @@ export type UploadMessageResponse = Message<"sessions.v1.UploadMessageResponse">
   inserted: boolean;
 
   /**
-   * For UPDATE: false when the id does not exist.
+   * For UPDATE: false when the id does not exist. APPEND and UPSERT answer true (UPSERT false
+   * for an id starting `compaction_`, a compaction overlay's, which no write stores).
    *
    * @generated from field: bool found = 2;
    */
@@ -3600,7 +3601,9 @@ export const SessionService: GenService<{
     output: typeof GetMessageResponseSchema;
   },
   /**
-   * Reads several messages by id, in request order; missing ids are left out.
+   * Reads several messages by id, in request order; missing ids are left out, and an id the
+   * request repeats is answered once, at its first place (pair answers with ids by their id,
+   * not by position).
    *
    * @generated from rpc sessions.v1.SessionService.GetMessages
    */
