@@ -70,6 +70,12 @@ def test_statefulset_has_a_volume_per_pod_and_grpc_probes() -> None:
     # The replicator sidecar shares the same per-pod volume.
     replicator = next(c for c in pod["containers"] if c["name"] == "litestream")
     assert {"name": "data", "mountPath": "/data"} in replicator["volumeMounts"]
+    # ... and finds the directory it watches made, on a new volume too (an audit saw Litestream
+    # exit when it started before the server had made it).
+    watched = yaml.safe_load(_one("ConfigMap", "sessions-ring")["data"]["litestream.yml"])["dbs"][0]["dir"]
+    maker = next(c for c in pod["initContainers"] if c["name"] == "objects-dir")
+    assert {"name": "data", "mountPath": "/data"} in maker["volumeMounts"]
+    assert f"os.makedirs('{watched}', exist_ok=True)" in " ".join(maker["command"])
 
 
 def test_headless_service_governs_the_statefulset() -> None:
