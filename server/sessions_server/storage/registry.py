@@ -321,7 +321,7 @@ class ObjectRegistry:
         self._descriptors_logged_at = now
         log.warning(
             "an object's open found no file descriptor left (RLIMIT_NOFILE %s) with %d objects open, "
-            "%d files each at most: refused as SERVER_BUSY while idle ones close; raise the limit "
+            "%d files each at most: opens are refused while idle ones close; raise the limit "
             "(ulimit -n, LimitNOFILE) or lower --max-open-objects",
             fdlimit.soft_limit(),
             opened,
