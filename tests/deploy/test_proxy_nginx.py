@@ -89,7 +89,10 @@ def test_a_paused_reader_keeps_its_stream_while_the_shards_ping_timeout_outlasts
     else:
         assert refused.value.code == grpc.StatusCode.INTERNAL
         assert "RST_STREAM" in str(refused.value)
-        assert 100 <= len(read) < 1_000
+        # Cut: by the time the client reads on, most of it is usually lost; on a loaded machine
+        # (CI beside other work, 2026-12-06) every message had come through and only the stream's
+        # end was lost to the cut.
+        assert len(read) >= 100
 
 
 def test_config_keeps_routing_rules() -> None:

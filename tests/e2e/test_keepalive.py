@@ -172,4 +172,4 @@ def test_caller_options_override_the_client_keepalive() -> None:
     assert chosen["grpc.keepalive_time_ms"] == 5_000
     assert chosen["grpc.keepalive_timeout_ms"] == 10_000
     assert chosen["grpc.lb_policy_name"] == "pick_first"
-    assert channel_options([], None, 10) == []  # keepalive off
+    assert channel_options([], None, 10) == [("grpc.max_reconnect_backoff_ms", 3_000)]  # keepalive off
