@@ -122,3 +122,42 @@ func collectHistory(t *testing.T, s *sessions.Session, opts ...sessions.ReadOpti
 	}
 	return ids(msgs)
 }
+
+// restartable is a server of the test's own, on an address and data directory that a restart
+// (testserver.StartAt(addr, dataDir, args...)) keeps, with a client connected to it.
+type restartable struct {
+	addr, dataDir string
+	args          []string
+	first         *testserver.Server
+	client        *sessions.Client
+}
+
+func startRestartable(t *testing.T, ctx context.Context, args ...string) restartable {
+	t.Helper()
+	addr, err := testserver.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dataDir := t.TempDir()
+	first, err := testserver.StartAt(addr, dataDir, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = first.Stop() })
+	c, err := sessions.Dial(ctx, addr, sessions.WithBlock())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return restartable{addr: addr, dataDir: dataDir, args: args, first: first, client: c}
+}
+
+// restart starts the server again on the same address and data (after first.Stop()).
+func (r restartable) restart(t *testing.T) {
+	t.Helper()
+	second, err := testserver.StartAt(r.addr, r.dataDir, r.args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = second.Stop() })
+}

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sessions-dev/sessions/clients/go/internal/testserver"
 	"github.com/sessions-dev/sessions/clients/go/sessions"
 )
 
@@ -20,30 +19,16 @@ const outage = 45 * time.Second
 func TestACallMadeAsTheServerReturnsFromALongOutageSucceedsWithinItsRetries(t *testing.T) {
 	ctx, cancel := context.WithTimeout(testCtx(t), 3*time.Minute)
 	defer cancel()
-	addr, err := testserver.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dataDir := t.TempDir()
-	first, err := testserver.StartAt(addr, dataDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer first.Stop()
-	c, err := sessions.Dial(ctx, addr, sessions.WithBlock())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	s := c.Object(objectKey(t)).Session("")
+	server := startRestartable(t, ctx)
+	s := server.client.Object(objectKey(t)).Session("")
 	mustAppend(t, s, textMessage("before", "user", "before the outage"))
-	if err := first.Stop(); err != nil {
+	if err := server.first.Stop(); err != nil {
 		t.Fatal(err)
 	}
 
 	// An application goes on calling while the server is away, on the same connection; each
 	// failure is another failed connection attempt for gRPC.
-	probe, err := sessions.Dial(ctx, addr, sessions.WithConn(c.Conn()), sessions.WithRetry(sessions.RetryPolicy{MaxAttempts: 1}))
+	probe, err := sessions.Dial(ctx, server.addr, sessions.WithConn(server.client.Conn()), sessions.WithRetry(sessions.RetryPolicy{MaxAttempts: 1}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,11 +44,7 @@ func TestACallMadeAsTheServerReturnsFromALongOutageSucceedsWithinItsRetries(t *t
 		t.Fatal("no call failed while the server was away")
 	}
 
-	second, err := testserver.StartAt(addr, dataDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer second.Stop()
+	server.restart(t)
 	if _, found, err := s.GetMessage(ctx, "before"); err != nil || !found {
 		t.Fatalf("GetMessage as the server returned: found %v, err %v", found, err)
 	}

@@ -11,7 +11,6 @@ import (
 	"google.golang.org/grpc/codes"
 
 	pb "github.com/sessions-dev/sessions/clients/go/gen/sessions/v1"
-	"github.com/sessions-dev/sessions/clients/go/internal/testserver"
 	"github.com/sessions-dev/sessions/clients/go/sessions"
 )
 
@@ -194,23 +193,8 @@ func TestSubscribeEndsWithContext(t *testing.T) {
 func TestSubscribeReconnectsAfterRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(testCtx(t), time.Minute)
 	defer cancel()
-	addr, err := testserver.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dataDir := t.TempDir()
-	args := []string{"--drain-seconds", "0.5"}
-	first, err := testserver.StartAt(addr, dataDir, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer first.Stop()
-	c, err := sessions.Dial(ctx, addr, sessions.WithBlock())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	s := c.Object(objectKey(t)).Session("")
+	server := startRestartable(t, ctx, "--drain-seconds", "0.5")
+	s := server.client.Object(objectKey(t)).Session("")
 
 	sub := liveSubscription(t, ctx, s.Subscribe)
 	mustAppend(t, s, textMessage("before", "user", "before the restart"))
@@ -222,14 +206,10 @@ func TestSubscribeReconnectsAfterRestart(t *testing.T) {
 		t.Fatalf("event before restart = %v", ev.Type)
 	}
 
-	if err := first.Stop(); err != nil {
+	if err := server.first.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	second, err := testserver.StartAt(addr, dataDir, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer second.Stop()
+	server.restart(t)
 
 	// The subscription reconnects by itself and resumes after the last revision it saw. That
 	// revision is from before the restart, so the server answers RESET (re-read state).
