@@ -136,18 +136,10 @@ def replace_once(pattern: str, replacement: str, text: str, flags: int = re.MULT
     return new
 
 
-def render_nginx(
-    listen_port: int,
-    servers: list[str],
-    workdir: Path,
-    *,
-    consistent: bool = True,
-    calls_per_token: int | None = None,
-) -> str:
+def render_nginx(listen_port: int, servers: list[str], workdir: Path, *, consistent: bool = True) -> str:
     """The shipped deploy/nginx/nginx.conf with this test's listen port, upstream servers, and
     pid/log files in `workdir`; every other directive is used as shipped (but `consistent`, when
-    not: nginx's plain hash; and `calls_per_token`, when given: the calls a token may have in
-    flight)."""
+    not: nginx's plain hash)."""
     text = (DEPLOY / "nginx" / "nginx.conf").read_text(encoding="utf-8")
     text = replace_once(r"^pid .*;$", f"pid {workdir / 'nginx.pid'};", text)
     text = replace_once(r"^error_log .*;$", f"error_log {workdir / 'error.log'} info;", text)
@@ -162,12 +154,6 @@ def render_nginx(
         + lines,
         text,
     )
-    if calls_per_token is not None:
-        text = replace_once(
-            r"^(\s*)limit_conn calls_per_token \d+;$",
-            f"            limit_conn calls_per_token {calls_per_token};",
-            text,
-        )
     # Temp paths in the work directory, so the test needs no write access to /var/lib/nginx.
     for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"):
         text = text.replace("http {\n", f"http {{\n    {kind}_temp_path {workdir / ('tmp_' + kind)};\n", 1)
@@ -187,11 +173,8 @@ def render_haproxy(listen_port: int, servers: list[str]) -> str:
 class Proxy:
     """A proxy process (nginx or HAProxy) in the foreground, stopped by its PID."""
 
-    def __init__(
-        self, kind: str, workdir: Path, listen_port: int, servers: list[str], *, calls_per_token: int | None = None
-    ) -> None:
+    def __init__(self, kind: str, workdir: Path, listen_port: int, servers: list[str]) -> None:
         self.kind = kind
-        self.calls_per_token = calls_per_token  # nginx's, when not as shipped
         self.workdir = workdir
         self.port = listen_port
         self.servers = servers
@@ -208,10 +191,7 @@ class Proxy:
         if self.kind in ("nginx", "nginx-plain-hash"):
             consistent = self.kind == "nginx"
             self.conf.write_text(
-                render_nginx(
-                    self.port, servers, self.workdir, consistent=consistent, calls_per_token=self.calls_per_token
-                ),
-                encoding="utf-8",
+                render_nginx(self.port, servers, self.workdir, consistent=consistent), encoding="utf-8"
             )
         else:
             self.conf.write_text(render_haproxy(self.port, servers), encoding="utf-8")
