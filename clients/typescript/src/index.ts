@@ -24,6 +24,7 @@ import { Code, ConnectError, createClient, type Client, type Interceptor } from 
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { constants as http2Constants, type ClientHttp2Session, type SecureClientSessionOptions } from "node:http2";
 import { X509Certificate } from "node:crypto";
+import { setMaxListeners } from "node:events";
 import { isIP, connect as netConnect, type NetConnectOpts } from "node:net";
 import type { Duplex } from "node:stream";
 import { connect as tlsConnect, createSecureContext } from "node:tls";
@@ -1369,6 +1370,9 @@ export class SessionsClient {
    * TypeError for `tls` settings that do not load or an "http://" URL given `tls`.
    */
   constructor(address: string, options: ClientOptions = {}) {
+    // Every call waiting out a retry's backoff, and every subscription waiting to reconnect,
+    // listens here until its wait ends: past ten at once Node warned of a leak that is none.
+    setMaxListeners(0, this.closing.signal);
     const { tls } = options;
     const url = /^https?:\/\//.test(address);
     if (url && tls !== undefined && address.startsWith("http://")) {

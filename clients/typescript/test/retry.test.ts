@@ -690,3 +690,31 @@ describe("policy", () => {
     for (const multiplier of [1, 1.5]) new SessionsClient("127.0.0.1:1", { retry: { multiplier } }).close();
   });
 });
+
+describe("many calls backing off at once", () => {
+  test("waiting out their backoffs together raises no listener-leak warning", async () => {
+    // Twenty reads to a port nobody listens on: each fails its connection and waits out a
+    // backoff, listening on the client's close signal meanwhile. Past ten, Node warned of a leak.
+    const warnings: Error[] = [];
+    const onWarning = (warning: Error): void => {
+      warnings.push(warning);
+    };
+    process.on("warning", onWarning);
+    const nowhere = new SessionsClient("127.0.0.1:1", {
+      retry: { maxAttempts: 2, initialBackoffMs: 50, maxBackoffMs: 50 },
+    });
+    try {
+      const session = nowhere.object(freshKey("backoffs")).session();
+      const outcomes = await Promise.allSettled(Array.from({ length: 20 }, () => session.getMessage("m")));
+      assert.ok(outcomes.every((outcome) => outcome.status === "rejected"));
+      await new Promise((resolve) => setImmediate(resolve)); // a warning is emitted on the next tick
+    } finally {
+      nowhere.close();
+      process.off("warning", onWarning);
+    }
+    assert.deepEqual(
+      warnings.filter((warning) => warning.name === "MaxListenersExceededWarning").map((w) => w.message),
+      [],
+    );
+  });
+});
