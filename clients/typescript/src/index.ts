@@ -2090,8 +2090,10 @@ export class SessionHandle {
       });
     } catch (error) {
       // What making a frame threw (the caller's iterable, a message JSON cannot hold) is the
-      // cause; Connect reports it as INTERNAL, a status no server sent.
-      throw "failure" in made ? made.failure : error;
+      // cause; Connect reports it as INTERNAL, a status no server sent. Connect's own error,
+      // thrown into the frames as it ends the call (its deadline passed while a frame waited
+      // to be sent), is no such cause: the call's SessionsError says it.
+      throw "failure" in made && !(made.failure instanceof ConnectError) ? made.failure : error;
     }
     const result = { imported: toNumber(response.importedCount), skipped: toNumber(response.skippedCount) };
     if (Array.isArray(items) && result.imported + result.skipped !== items.length) {
