@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -31,11 +32,30 @@ T = TypeVar("T")
 TRANSIENT = frozenset({grpc.StatusCode.UNAVAILABLE})
 
 
+def _ephemeral_ports() -> range:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return range(int(low), int(high) + 1)
+    except (OSError, ValueError):
+        return range(32768, 61000)
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A TCP port on 127.0.0.1 that nothing listens on right now, for a server started next.
+
+    It is drawn below the kernel's ephemeral range: a port the kernel hands out (to a client's
+    connection, to a bind to port 0) could be taken between this check and the server's bind,
+    which a port outside that range cannot, except by another caller of this function."""
+    ephemeral = _ephemeral_ports()
+    candidates = [port for port in range(20000, 32768) if port not in ephemeral]
+    for port in random.sample(candidates, min(200, len(candidates))):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no free port found below the ephemeral range from 20000")
 
 
 def wait_for(predicate: Callable[[], bool], *, timeout: float, what: str, interval: float = 0.05) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import threading
@@ -15,6 +14,7 @@ from sessions_client import SessionsClient, SessionsError
 from sessions_client.admin import move_object
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_server.storage.paths import object_path
+from tests.deploy.support import free_port
 from tests.e2e.conftest import ServerProcess
 from tests.reliability.support import wait_until
 
@@ -233,9 +233,7 @@ def test_a_move_whose_import_got_no_answer_says_how_to_finish_it(tmp_path: Path)
     the source takes writes again. (Here the destination is not there at all: the import gets no
     answer the same way.)"""
     source = ServerProcess(tmp_path / "a").start()
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        nowhere = f"127.0.0.1:{probe.getsockname()[1]}"
+    nowhere = f"127.0.0.1:{free_port()}"
     try:
         with SessionsClient(source.address, retry=None) as a, SessionsClient(nowhere, retry=None) as b:
             a.object("k").session().append_message(_text("m1", "before"))

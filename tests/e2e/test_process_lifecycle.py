@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 import resource
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from sessions_client import SessionsClient
 from sessions_server.storage.paths import object_path
+from tests.deploy.support import free_port
 from tests.e2e.conftest import ServerProcess
 
 
@@ -150,9 +150,7 @@ def _young_collections(metrics_port: int) -> int:
 
 def test_the_garbage_collector_stays_off_the_request_path(tmp_path: Path) -> None:
     """With CPython's default threshold each 100-message append ran about two young collections."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        metrics_port = sock.getsockname()[1]
+    metrics_port = free_port()
     server = ServerProcess(tmp_path, "--metrics-listen", f"127.0.0.1:{metrics_port}").start()
     try:
         assert f", metrics: 127.0.0.1:{metrics_port})" in server.banner  # where to scrape, as it starts

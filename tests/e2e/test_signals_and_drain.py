@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 import signal
-import socket
 import threading
 import time
 import urllib.request
@@ -28,6 +27,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from sessions_client import SessionsClient, SessionsError
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
+from tests.deploy.support import free_port
 from tests.e2e.conftest import ServerProcess
 
 DEADLINE_SECONDS = 60.0  # for what the server does at once; a drain held to its end takes 300 s
@@ -74,18 +74,6 @@ class Lines:
     def text(self) -> str:
         with self._changed:
             return "".join(self._lines)
-
-
-def _free_port() -> int:
-    """A loopback port nothing listens on, for --metrics-listen (which takes no port 0)."""
-    for port in range(46000, 47000):
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise AssertionError("no free port from 46000 to 46999")
 
 
 def _started(data_dir: Path, *extra: str) -> tuple[ServerProcess, Lines]:
@@ -210,7 +198,7 @@ def test_health_watches_stay_until_the_calls_in_flight_finish_and_the_port_stays
     """While a call is in flight the drain keeps the port open (new calls are told DRAINING,
     a health check NOT_SERVING) and the watches open; once it finishes, the watches end and
     the server stops, without waiting out --drain-seconds."""
-    metrics_port = _free_port()
+    metrics_port = free_port()
     server, lines = _started(tmp_path / "data", *LONG_DRAIN, "--metrics-listen", f"127.0.0.1:{metrics_port}")
     stopped_after.append(server)
     channel, watch = _watch(server.address)
@@ -248,7 +236,7 @@ def test_a_second_signal_during_a_drain_stops_now(
     """The first SIGTERM drains (up to 300 s here, for the held call); a second SIGTERM or
     SIGINT (a second Ctrl-C) cancels what is in flight and stops: the objects close, their
     committed writes stay, and the data directory is free for the next server."""
-    metrics_port = _free_port()
+    metrics_port = free_port()
     server, lines = _started(tmp_path / "data", *LONG_DRAIN, "--metrics-listen", f"127.0.0.1:{metrics_port}")
     stopped_after.append(server)
     message = {"id": "kept", "role": "user", "parts": [{"type": "text", "text": "committed before the stop"}]}

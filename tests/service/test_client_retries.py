@@ -23,6 +23,7 @@ from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
 from sessions_server.domain.limits import Limits
 from tests.conftest import LiveServer, start_server
+from tests.deploy.support import free_port
 from tests.relay import Relay
 from tests.reliability.support import wait_until
 from tests.service.support import text_message
@@ -56,10 +57,7 @@ def _summary(notices: list[RetryNotice]) -> list[tuple[str, int, grpc.StatusCode
 @pytest.fixture
 def dead_address() -> Iterator[str]:
     """A loopback address where nothing listens."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    yield f"127.0.0.1:{port}"
+    yield f"127.0.0.1:{free_port()}"
 
 
 def _failing_against(dead_address: str, run: Callable[[Any], Any]) -> list[RetryNotice]:

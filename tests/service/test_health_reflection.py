@@ -14,6 +14,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
 from tests.conftest import start_server
+from tests.deploy.support import free_port
 
 SERVICE = "sessions.v1.SessionService"
 
@@ -270,12 +271,10 @@ def test_a_port_refused_at_start_gives_the_others_back_in_process(tmp_path: Path
     on the same --listen, failed with "address in use"."""
     import socket
 
-    with socket.socket() as taken, socket.socket() as free:
+    listen = f"127.0.0.1:{free_port()}"
+    with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        free.bind(("127.0.0.1", 0))
-        listen = f"127.0.0.1:{free.getsockname()[1]}"
-        free.close()
         with pytest.raises(OSError, match="--probe-listen"):
             start_server(tmp_path / "data", listen, probe_listen=f"127.0.0.1:{taken.getsockname()[1]}")
     server = start_server(tmp_path / "data", listen, probe_listen="127.0.0.1:0")
