@@ -3,6 +3,9 @@ ancestor, the active leaf afterwards, continuation rows, seq after delete and cl
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -10,8 +13,10 @@ import grpc
 import pytest
 
 from sessions_client import SessionsClient, SessionsError
+from sessions_client.admin import export_file
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_server.domain.limits import Limits
+from sessions_server.storage.paths import object_path
 from tests.conftest import start_server
 from tests.service.support import chunk_rows, ids, message_row, message_rows, text_message
 
@@ -228,3 +233,121 @@ def test_an_import_stream_is_held_to_the_object_size_limit(tmp_path: Path, fill:
             assert client.object("importing").get_object_stats().file_bytes < 2 * limit
     finally:
         server.stop()
+
+
+def test_object_stats_count_the_free_pages_deletes_leave_and_writes_reuse(obj: Any, session: Any) -> None:
+    """The file keeps its size after a delete; `free_bytes` says how much of it is free, so an
+    operator can tell an object worth rewriting (docs/operations.md) from one that is full."""
+    session.append_messages([text_message(f"m{i}", "x" * 300_000) for i in range(10)])  # 3 MB
+    written = obj.get_object_stats()
+    assert written.free_bytes < 100_000
+
+    assert session.delete_messages([f"m{i}" for i in range(8)]) == 8
+    deleted = obj.get_object_stats()
+    assert deleted.free_bytes >= 8 * 300_000
+    assert deleted.free_bytes < deleted.file_bytes
+
+    session.append_messages([text_message(f"n{i}", "y" * 300_000) for i in range(4)])
+    assert 3 * 300_000 < deleted.free_bytes - obj.get_object_stats().free_bytes < 6 * 300_000  # reused
+
+
+def _object_bytes(data_dir: Path, object_key: str) -> bytes:
+    """The object's file and WAL, as they are on disk."""
+    path = object_path(data_dir, object_key)
+    wal = Path(f"{path}-wal")
+    return path.read_bytes() + (wal.read_bytes() if wal.exists() else b"")
+
+
+def test_vacuum_gives_the_disk_back_what_deletes_freed_and_keeps_every_row(tmp_path: Path) -> None:
+    """Deleting 90% of an object left its file at its size (the pages free for later writes)
+    and exports and moves shipped them; VacuumObject rewrites it with the pages in use."""
+    server = start_server(tmp_path / "data")
+    try:
+        with SessionsClient(server.address) as client:
+            obj = client.object("spacious")
+            session = obj.session()
+            gone = "qzdeletedqz "  # a word of the messages deleted below only
+            session.append_messages(
+                [text_message(f"m{i}", f"word{i} {gone if i < 54 else ''}" + "x" * 100_000) for i in range(60)]
+            )
+            assert len(session.search("word3")) == 1  # the search index exists, and gets merged
+            assert session.delete_messages([f"m{i}" for i in range(54)]) == 54
+            kept = session.get_history()
+            deleted = obj.get_object_stats()
+            assert deleted.free_bytes > 5_000_000
+            # The search index still holds the deleted messages' words (FTS5 keeps a delete as
+            # an entry of its own until its segments merge), and free pages may hold their text.
+            assert b"qzdeletedqz" in _object_bytes(tmp_path / "data", "spacious")
+            # An export (a move's too) copies only the pages in use.
+            exported = export_file(client, "spacious", tmp_path / "exported.sqlite")
+            assert exported.size_bytes <= deleted.file_bytes - deleted.free_bytes
+            assert exported.size_bytes < 2_000_000
+
+            report = obj.vacuum()
+            stats = obj.get_object_stats()
+            assert report.file_bytes_before == deleted.file_bytes
+            assert report.file_bytes_after == stats.file_bytes < deleted.file_bytes - 5_000_000
+            assert stats.free_bytes == 0
+            assert session.get_history() == kept
+            assert [hit.id for hit in session.search("word57")] == ["m57"]
+            assert session.search("word3") == []
+            assert b"qzdeletedqz" not in _object_bytes(tmp_path / "data", "spacious")
+            session.append_message(text_message("after", "written after the rewrite"))
+            assert ids(session.get_history()) == [*ids(kept), "after"]
+
+            with pytest.raises(SessionsError) as absent:
+                client.object("never-written").vacuum()
+            assert absent.value.code == grpc.StatusCode.NOT_FOUND
+    finally:
+        server.stop()
+    restarted = start_server(tmp_path / "data")  # and the rewritten file is what a restart opens
+    try:
+        with SessionsClient(restarted.address) as client:
+            assert ids(client.object("spacious").session().get_history()) == [*ids(kept), "after"]
+    finally:
+        restarted.stop()
+
+
+def test_writes_and_reads_made_while_an_object_is_vacuumed_are_all_kept(tmp_path: Path) -> None:
+    """A vacuum runs on the object's writer between two commits: writes queued meanwhile commit
+    after it, reads go on; no acknowledged write is lost to the pages it writes back."""
+    server = start_server(tmp_path / "data")
+    try:
+        with SessionsClient(server.address) as client:
+            obj = client.object("busy")
+            session = obj.session()
+            session.append_messages([text_message(f"old{i}", "x" * 100_000) for i in range(100)])
+            session.delete_messages([f"old{i}" for i in range(90)])
+            written: list[list[str]] = [[] for _ in range(4)]
+            reads: list[int] = []
+            vacuums: list[int] = []
+
+            def writer(index: int) -> None:
+                for n in range(60):
+                    message_id = f"w{index}-{n}"
+                    session.append_message(text_message(message_id, "y" * 20_000), parent_id=None)
+                    written[index].append(message_id)
+
+            def reader() -> None:
+                for _ in range(30):
+                    reads.append(len(session.get_history()))
+
+            def vacuumer() -> None:
+                for _ in range(5):
+                    vacuums.append(obj.vacuum().file_bytes_after)
+
+            threads = [threading.Thread(target=writer, args=(i,)) for i in range(4)]
+            threads += [threading.Thread(target=reader), threading.Thread(target=vacuumer)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+
+            assert len(vacuums) == 5 and len(reads) == 30
+            stored = {m["id"] for m in session.get_messages([m for ids_ in written for m in ids_])}
+            assert stored == {m for ids_ in written for m in ids_}  # every acknowledged append
+            assert obj.get_object_stats().message_rows == 10 + 4 * 60
+    finally:
+        server.stop()
+    with contextlib.closing(sqlite3.connect(object_path(tmp_path / "data", "busy"))) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)

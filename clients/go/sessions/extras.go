@@ -28,6 +28,8 @@ type ObjectStats struct {
 	// RowWrites counts rows written since the object was created, as upstream bills them.
 	RowWrites    int64
 	SessionCount int64
+	// FreeBytes counts the file's free pages (within FileBytes): freed by deletes, reused by writes.
+	FreeBytes int64
 }
 
 // Attachment is one stored attachment payload.
@@ -63,6 +65,24 @@ func (o *Object) ListSessions(ctx context.Context) ([]SessionSummary, error) {
 	}
 }
 
+// VacuumReport is what Vacuum did: the object's file and WAL in bytes before and after.
+type VacuumReport struct {
+	FileBytesBefore int64
+	FileBytesAfter  int64
+}
+
+// Vacuum gives the disk back the room deletes freed in the object's file (FreeBytes): the
+// server rewrites it with the pages in use; its writes wait meanwhile. Not retried.
+func (o *Object) Vacuum(ctx context.Context) (VacuumReport, error) {
+	cctx, cancel := o.unaryCtx(ctx)
+	defer cancel()
+	r, err := o.client.stub.VacuumObject(cctx, &pb.VacuumObjectRequest{ObjectKey: o.key})
+	if err != nil {
+		return VacuumReport{}, toError(err)
+	}
+	return VacuumReport{FileBytesBefore: r.GetFileBytesBefore(), FileBytesAfter: r.GetFileBytesAfter()}, nil
+}
+
 // GetObjectStats reports the object's storage: bytes, rows, attachments and row writes.
 func (o *Object) GetObjectStats(ctx context.Context) (ObjectStats, error) {
 	cctx, cancel := o.unaryCtx(ctx)
@@ -79,6 +99,7 @@ func (o *Object) GetObjectStats(ctx context.Context) (ObjectStats, error) {
 		AttachmentBytes:  r.GetAttachmentBytes(),
 		RowWrites:        r.GetRowWrites(),
 		SessionCount:     r.GetSessionCount(),
+		FreeBytes:        r.GetFreeBytes(),
 	}, nil
 }
 

@@ -50,6 +50,41 @@ func TestObjectAdmin(t *testing.T) {
 	}
 }
 
+func TestObjectStatsCountTheFreePagesADeleteLeavesAndVacuumGivesThemBack(t *testing.T) {
+	ctx := testCtx(t)
+	obj := client.Object(objectKey(t))
+	mustAppend(t, obj.Session(""), textMessage("big", "user", strings.Repeat("x", 600_000)))
+	before, err := obj.GetObjectStats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := obj.Session("").DeleteMessages(ctx, "big"); err != nil || n != 1 {
+		t.Fatalf("DeleteMessages = %d, %v", n, err)
+	}
+	after, err := obj.GetObjectStats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.FreeBytes-before.FreeBytes < 600_000 || after.FreeBytes >= after.FileBytes {
+		t.Fatalf("free bytes %d before the delete, %d after (file %d)", before.FreeBytes, after.FreeBytes, after.FileBytes)
+	}
+	mustAppend(t, obj.Session(""), textMessage("small", "user", "kept"))
+	report, err := obj.Vacuum(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vacuumed, err := obj.GetObjectStats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if report.FileBytesAfter != vacuumed.FileBytes || report.FileBytesAfter > report.FileBytesBefore-600_000 || vacuumed.FreeBytes != 0 {
+		t.Fatalf("Vacuum = %+v, then %+v", report, vacuumed)
+	}
+	if kept, err := obj.Session("").GetHistory(ctx); err != nil || len(kept) != 1 {
+		t.Fatalf("GetHistory after the vacuum = %d messages, %v; want 1", len(kept), err)
+	}
+}
+
 func TestAttachments(t *testing.T) {
 	ctx := testCtx(t)
 	s := newSession(t)

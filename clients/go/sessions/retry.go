@@ -173,6 +173,7 @@ var retryClasses = map[string]retryClass{
 	pb.SessionService_ExportObject_FullMethodName:  retryRefused,
 	pb.SessionService_DeleteObject_FullMethodName:  retryRefused,
 	pb.SessionService_AbortMove_FullMethodName:     retryRefused,
+	pb.SessionService_VacuumObject_FullMethodName:  retryRefused,
 	// The caller's request stream cannot be replayed, or the call retries by itself
 	// (Session.ImportMessages makes its attempts from the items it holds).
 	pb.SessionService_ImportMessages_FullMethodName: retryNever,

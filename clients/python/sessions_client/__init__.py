@@ -30,6 +30,7 @@ from sessions_client._common import (
     SessionsError,
     TlsConfig,
     UpsertResult,
+    VacuumReport,
 )
 from sessions_client._retry import DEFAULT_RETRY_POLICY, RetryNotice, RetryPolicy
 from sessions_client._sync import ObjectHandle, SessionHandle, SessionsClient
@@ -60,4 +61,5 @@ __all__ = [
     "SessionsError",
     "TlsConfig",
     "UpsertResult",
+    "VacuumReport",
 ]

@@ -629,6 +629,15 @@ class ObjectStats:
     attachment_bytes: int
     row_writes: int
     session_count: int
+    free_bytes: int
+
+
+@dataclass(frozen=True)
+class VacuumReport:
+    """What `vacuum()` did: the object's file and WAL in bytes before and after."""
+
+    file_bytes_before: int
+    file_bytes_after: int
 
 
 @dataclass(frozen=True)

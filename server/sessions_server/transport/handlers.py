@@ -146,6 +146,7 @@ WRITE_METHODS = frozenset(
         "ImportObject",
         "DeleteObject",
         "AbortMove",
+        "VacuumObject",
     }
 )
 

@@ -894,6 +894,14 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
 
         return await calls.unary(context, run)
 
+    async def VacuumObject(self, request: pb.VacuumObjectRequest, context: Any) -> pb.VacuumObjectResponse:
+        async def run() -> pb.VacuumObjectResponse:
+            self._admit(context, request.object_key, write=True)
+            before, after = await self._service.objects.vacuum(request.object_key)
+            return pb.VacuumObjectResponse(file_bytes_before=before, file_bytes_after=after)
+
+        return await calls.unary(context, run)
+
     def _plan_holder(self, context: Any, object_key: str) -> str | None:
         """Whose plans a plan counts against (its token's), or None when the caller may only
         read `object_key`: it could not store the summary, and its plans would crowd out others'."""

@@ -2686,6 +2686,7 @@ class GetObjectStatsResponse(_message.Message):
     ATTACHMENT_BYTES_FIELD_NUMBER: _builtins.int
     ROW_WRITES_FIELD_NUMBER: _builtins.int
     SESSION_COUNT_FIELD_NUMBER: _builtins.int
+    FREE_BYTES_FIELD_NUMBER: _builtins.int
     file_bytes: _builtins.int
     """Size of the object's database file and WAL, bytes."""
     message_rows: _builtins.int
@@ -2702,6 +2703,11 @@ class GetObjectStatsResponse(_message.Message):
     """
     session_count: _builtins.int
     """Sessions holding messages."""
+    free_bytes: _builtins.int
+    """Bytes of the database file's free pages (in file_bytes): what deletes, clears and shrinking
+    updates freed. Later writes reuse them; the file gives them back to the disk only when it
+    is rewritten (docs/operations.md, "Giving space back").
+    """
     def __init__(
         self,
         *,
@@ -2712,10 +2718,11 @@ class GetObjectStatsResponse(_message.Message):
         attachment_bytes: _builtins.int = ...,
         row_writes: _builtins.int = ...,
         session_count: _builtins.int = ...,
+        free_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attachment_bytes", b"attachment_bytes", "attachment_count", b"attachment_count", "continuation_rows", b"continuation_rows", "file_bytes", b"file_bytes", "message_rows", b"message_rows", "row_writes", b"row_writes", "session_count", b"session_count"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attachment_bytes", b"attachment_bytes", "attachment_count", b"attachment_count", "continuation_rows", b"continuation_rows", "file_bytes", b"file_bytes", "free_bytes", b"free_bytes", "message_rows", b"message_rows", "row_writes", b"row_writes", "session_count", b"session_count"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -3035,3 +3042,51 @@ class DeleteObjectResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DeleteObjectResponse: _TypeAlias = DeleteObjectResponse  # noqa: Y015
+
+@_typing.final
+class VacuumObjectRequest(_message.Message):
+    """Request for VacuumObject."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OBJECT_KEY_FIELD_NUMBER: _builtins.int
+    object_key: _builtins.str
+    """The object key."""
+    def __init__(
+        self,
+        *,
+        object_key: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["object_key", b"object_key"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___VacuumObjectRequest: _TypeAlias = VacuumObjectRequest  # noqa: Y015
+
+@_typing.final
+class VacuumObjectResponse(_message.Message):
+    """Response for VacuumObject."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FILE_BYTES_BEFORE_FIELD_NUMBER: _builtins.int
+    FILE_BYTES_AFTER_FIELD_NUMBER: _builtins.int
+    file_bytes_before: _builtins.int
+    """Size of the object's database file and WAL before, bytes (GetObjectStats.file_bytes)."""
+    file_bytes_after: _builtins.int
+    """And after: the pages in use, or more while a reader (a replicator) holds the WAL back."""
+    def __init__(
+        self,
+        *,
+        file_bytes_before: _builtins.int = ...,
+        file_bytes_after: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["file_bytes_after", b"file_bytes_after", "file_bytes_before", b"file_bytes_before"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___VacuumObjectResponse: _TypeAlias = VacuumObjectResponse  # noqa: Y015

@@ -5068,7 +5068,11 @@ type GetObjectStatsResponse struct {
 	// them (message rows, continuation rows, attachment chunks, metadata and references).
 	RowWrites int64 `protobuf:"varint,6,opt,name=row_writes,json=rowWrites,proto3" json:"row_writes,omitempty"`
 	// Sessions holding messages.
-	SessionCount  int64 `protobuf:"varint,7,opt,name=session_count,json=sessionCount,proto3" json:"session_count,omitempty"`
+	SessionCount int64 `protobuf:"varint,7,opt,name=session_count,json=sessionCount,proto3" json:"session_count,omitempty"`
+	// Bytes of the database file's free pages (in file_bytes): what deletes, clears and shrinking
+	// updates freed. Later writes reuse them; the file gives them back to the disk only when it
+	// is rewritten (docs/operations.md, "Giving space back").
+	FreeBytes     int64 `protobuf:"varint,8,opt,name=free_bytes,json=freeBytes,proto3" json:"free_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5148,6 +5152,13 @@ func (x *GetObjectStatsResponse) GetRowWrites() int64 {
 func (x *GetObjectStatsResponse) GetSessionCount() int64 {
 	if x != nil {
 		return x.SessionCount
+	}
+	return 0
+}
+
+func (x *GetObjectStatsResponse) GetFreeBytes() int64 {
+	if x != nil {
+		return x.FreeBytes
 	}
 	return 0
 }
@@ -5778,6 +5789,107 @@ func (x *DeleteObjectResponse) GetDeleted() bool {
 	return false
 }
 
+// Request for VacuumObject.
+type VacuumObjectRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The object key.
+	ObjectKey     string `protobuf:"bytes,1,opt,name=object_key,json=objectKey,proto3" json:"object_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VacuumObjectRequest) Reset() {
+	*x = VacuumObjectRequest{}
+	mi := &file_sessions_v1_sessions_proto_msgTypes[75]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VacuumObjectRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VacuumObjectRequest) ProtoMessage() {}
+
+func (x *VacuumObjectRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sessions_v1_sessions_proto_msgTypes[75]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VacuumObjectRequest.ProtoReflect.Descriptor instead.
+func (*VacuumObjectRequest) Descriptor() ([]byte, []int) {
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{75}
+}
+
+func (x *VacuumObjectRequest) GetObjectKey() string {
+	if x != nil {
+		return x.ObjectKey
+	}
+	return ""
+}
+
+// Response for VacuumObject.
+type VacuumObjectResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Size of the object's database file and WAL before, bytes (GetObjectStats.file_bytes).
+	FileBytesBefore int64 `protobuf:"varint,1,opt,name=file_bytes_before,json=fileBytesBefore,proto3" json:"file_bytes_before,omitempty"`
+	// And after: the pages in use, or more while a reader (a replicator) holds the WAL back.
+	FileBytesAfter int64 `protobuf:"varint,2,opt,name=file_bytes_after,json=fileBytesAfter,proto3" json:"file_bytes_after,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *VacuumObjectResponse) Reset() {
+	*x = VacuumObjectResponse{}
+	mi := &file_sessions_v1_sessions_proto_msgTypes[76]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VacuumObjectResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VacuumObjectResponse) ProtoMessage() {}
+
+func (x *VacuumObjectResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sessions_v1_sessions_proto_msgTypes[76]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VacuumObjectResponse.ProtoReflect.Descriptor instead.
+func (*VacuumObjectResponse) Descriptor() ([]byte, []int) {
+	return file_sessions_v1_sessions_proto_rawDescGZIP(), []int{76}
+}
+
+func (x *VacuumObjectResponse) GetFileBytesBefore() int64 {
+	if x != nil {
+		return x.FileBytesBefore
+	}
+	return 0
+}
+
+func (x *VacuumObjectResponse) GetFileBytesAfter() int64 {
+	if x != nil {
+		return x.FileBytesAfter
+	}
+	return 0
+}
+
 var File_sessions_v1_sessions_proto protoreflect.FileDescriptor
 
 const file_sessions_v1_sessions_proto_rawDesc = "" +
@@ -6167,7 +6279,7 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"6\n" +
 	"\x15GetObjectStatsRequest\x12\x1d\n" +
 	"\n" +
-	"object_key\x18\x01 \x01(\tR\tobjectKey\"\xa1\x02\n" +
+	"object_key\x18\x01 \x01(\tR\tobjectKey\"\xc0\x02\n" +
 	"\x16GetObjectStatsResponse\x12\x1d\n" +
 	"\n" +
 	"file_bytes\x18\x01 \x01(\x03R\tfileBytes\x12!\n" +
@@ -6177,7 +6289,9 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"\x10attachment_bytes\x18\x05 \x01(\x03R\x0fattachmentBytes\x12\x1d\n" +
 	"\n" +
 	"row_writes\x18\x06 \x01(\x03R\trowWrites\x12#\n" +
-	"\rsession_count\x18\a \x01(\x03R\fsessionCount\"P\n" +
+	"\rsession_count\x18\a \x01(\x03R\fsessionCount\x12\x1d\n" +
+	"\n" +
+	"free_bytes\x18\b \x01(\x03R\tfreeBytes\"P\n" +
 	"\x12ListObjectsRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
@@ -6222,7 +6336,13 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"\x05erase\x18\x03 \x01(\bR\x05erase\x12\x17\n" +
 	"\amove_id\x18\x04 \x01(\tR\x06moveId\"0\n" +
 	"\x14DeleteObjectResponse\x12\x18\n" +
-	"\adeleted\x18\x01 \x01(\bR\adeleted*j\n" +
+	"\adeleted\x18\x01 \x01(\bR\adeleted\"4\n" +
+	"\x13VacuumObjectRequest\x12\x1d\n" +
+	"\n" +
+	"object_key\x18\x01 \x01(\tR\tobjectKey\"l\n" +
+	"\x14VacuumObjectResponse\x12*\n" +
+	"\x11file_bytes_before\x18\x01 \x01(\x03R\x0ffileBytesBefore\x12(\n" +
+	"\x10file_bytes_after\x18\x02 \x01(\x03R\x0efileBytesAfter*j\n" +
 	"\x0eAttachmentMode\x12\x1f\n" +
 	"\x1bATTACHMENT_MODE_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16ATTACHMENT_MODE_INLINE\x10\x01\x12\x1b\n" +
@@ -6287,7 +6407,7 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"\x1cCHANGE_TYPE_COMPACTION_ERROR\x10\b\x12\x15\n" +
 	"\x11CHANGE_TYPE_RESET\x10\t\x12\x18\n" +
 	"\x14CHANGE_TYPE_PROGRESS\x10\n" +
-	"2\xda\x15\n" +
+	"2\xaf\x16\n" +
 	"\x0eSessionService\x12V\n" +
 	"\rAppendMessage\x12!.sessions.v1.AppendMessageRequest\x1a\".sessions.v1.AppendMessageResponse\x12Y\n" +
 	"\x0eAppendMessages\x12\".sessions.v1.AppendMessagesRequest\x1a#.sessions.v1.AppendMessagesResponse\x12V\n" +
@@ -6320,7 +6440,8 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"\fExportObject\x12 .sessions.v1.ExportObjectRequest\x1a!.sessions.v1.ExportObjectResponse0\x01\x12U\n" +
 	"\fImportObject\x12 .sessions.v1.ImportObjectRequest\x1a!.sessions.v1.ImportObjectResponse(\x01\x12S\n" +
 	"\fDeleteObject\x12 .sessions.v1.DeleteObjectRequest\x1a!.sessions.v1.DeleteObjectResponse\x12J\n" +
-	"\tAbortMove\x12\x1d.sessions.v1.AbortMoveRequest\x1a\x1e.sessions.v1.AbortMoveResponseB\xb5\x01\n" +
+	"\tAbortMove\x12\x1d.sessions.v1.AbortMoveRequest\x1a\x1e.sessions.v1.AbortMoveResponse\x12S\n" +
+	"\fVacuumObject\x12 .sessions.v1.VacuumObjectRequest\x1a!.sessions.v1.VacuumObjectResponseB\xb5\x01\n" +
 	"\x0fcom.sessions.v1B\rSessionsProtoP\x01ZFgithub.com/sessions-dev/sessions/clients/go/gen/sessions/v1;sessionsv1\xa2\x02\x03SXX\xaa\x02\vSessions.V1\xca\x02\vSessions\\V1\xe2\x02\x17Sessions\\V1\\GPBMetadata\xea\x02\fSessions::V1b\x06proto3"
 
 var (
@@ -6336,7 +6457,7 @@ func file_sessions_v1_sessions_proto_rawDescGZIP() []byte {
 }
 
 var file_sessions_v1_sessions_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_sessions_v1_sessions_proto_msgTypes = make([]protoimpl.MessageInfo, 75)
+var file_sessions_v1_sessions_proto_msgTypes = make([]protoimpl.MessageInfo, 77)
 var file_sessions_v1_sessions_proto_goTypes = []any{
 	(AttachmentMode)(0),                 // 0: sessions.v1.AttachmentMode
 	(ParentMode)(0),                     // 1: sessions.v1.ParentMode
@@ -6420,6 +6541,8 @@ var file_sessions_v1_sessions_proto_goTypes = []any{
 	(*AbortMoveResponse)(nil),           // 79: sessions.v1.AbortMoveResponse
 	(*DeleteObjectRequest)(nil),         // 80: sessions.v1.DeleteObjectRequest
 	(*DeleteObjectResponse)(nil),        // 81: sessions.v1.DeleteObjectResponse
+	(*VacuumObjectRequest)(nil),         // 82: sessions.v1.VacuumObjectRequest
+	(*VacuumObjectResponse)(nil),        // 83: sessions.v1.VacuumObjectResponse
 }
 var file_sessions_v1_sessions_proto_depIdxs = []int32{
 	7,  // 0: sessions.v1.MessageFrame.info:type_name -> sessions.v1.MessageInfo
@@ -6506,39 +6629,41 @@ var file_sessions_v1_sessions_proto_depIdxs = []int32{
 	76, // 81: sessions.v1.SessionService.ImportObject:input_type -> sessions.v1.ImportObjectRequest
 	80, // 82: sessions.v1.SessionService.DeleteObject:input_type -> sessions.v1.DeleteObjectRequest
 	78, // 83: sessions.v1.SessionService.AbortMove:input_type -> sessions.v1.AbortMoveRequest
-	12, // 84: sessions.v1.SessionService.AppendMessage:output_type -> sessions.v1.AppendMessageResponse
-	15, // 85: sessions.v1.SessionService.AppendMessages:output_type -> sessions.v1.AppendMessagesResponse
-	17, // 86: sessions.v1.SessionService.UpdateMessage:output_type -> sessions.v1.UpdateMessageResponse
-	19, // 87: sessions.v1.SessionService.UpsertMessage:output_type -> sessions.v1.UpsertMessageResponse
-	22, // 88: sessions.v1.SessionService.UploadMessage:output_type -> sessions.v1.UploadMessageResponse
-	24, // 89: sessions.v1.SessionService.DeleteMessages:output_type -> sessions.v1.DeleteMessagesResponse
-	26, // 90: sessions.v1.SessionService.ClearMessages:output_type -> sessions.v1.ClearMessagesResponse
-	29, // 91: sessions.v1.SessionService.ImportMessages:output_type -> sessions.v1.ImportMessagesResponse
-	31, // 92: sessions.v1.SessionService.GetMessage:output_type -> sessions.v1.GetMessageResponse
-	33, // 93: sessions.v1.SessionService.GetMessages:output_type -> sessions.v1.GetMessagesResponse
-	35, // 94: sessions.v1.SessionService.GetLatestLeaf:output_type -> sessions.v1.GetLatestLeafResponse
-	37, // 95: sessions.v1.SessionService.GetBranches:output_type -> sessions.v1.GetBranchesResponse
-	39, // 96: sessions.v1.SessionService.StreamHistory:output_type -> sessions.v1.StreamHistoryResponse
-	42, // 97: sessions.v1.SessionService.GetRecentHistory:output_type -> sessions.v1.GetRecentHistoryResponse
-	45, // 98: sessions.v1.SessionService.GetHistoryRowStats:output_type -> sessions.v1.GetHistoryRowStatsResponse
-	47, // 99: sessions.v1.SessionService.ReadAttachment:output_type -> sessions.v1.ReadAttachmentResponse
-	50, // 100: sessions.v1.SessionService.AddCompaction:output_type -> sessions.v1.AddCompactionResponse
-	52, // 101: sessions.v1.SessionService.ListCompactions:output_type -> sessions.v1.ListCompactionsResponse
-	54, // 102: sessions.v1.SessionService.PlanCompaction:output_type -> sessions.v1.PlanCompactionResponse
-	56, // 103: sessions.v1.SessionService.Compact:output_type -> sessions.v1.CompactResponse
-	59, // 104: sessions.v1.SessionService.SetCompactionPolicy:output_type -> sessions.v1.SetCompactionPolicyResponse
-	61, // 105: sessions.v1.SessionService.GetCompactionPolicy:output_type -> sessions.v1.GetCompactionPolicyResponse
-	63, // 106: sessions.v1.SessionService.SearchMessages:output_type -> sessions.v1.SearchMessagesResponse
-	66, // 107: sessions.v1.SessionService.Subscribe:output_type -> sessions.v1.SubscribeResponse
-	69, // 108: sessions.v1.SessionService.ListSessions:output_type -> sessions.v1.ListSessionsResponse
-	71, // 109: sessions.v1.SessionService.GetObjectStats:output_type -> sessions.v1.GetObjectStatsResponse
-	73, // 110: sessions.v1.SessionService.ListObjects:output_type -> sessions.v1.ListObjectsResponse
-	75, // 111: sessions.v1.SessionService.ExportObject:output_type -> sessions.v1.ExportObjectResponse
-	77, // 112: sessions.v1.SessionService.ImportObject:output_type -> sessions.v1.ImportObjectResponse
-	81, // 113: sessions.v1.SessionService.DeleteObject:output_type -> sessions.v1.DeleteObjectResponse
-	79, // 114: sessions.v1.SessionService.AbortMove:output_type -> sessions.v1.AbortMoveResponse
-	84, // [84:115] is the sub-list for method output_type
-	53, // [53:84] is the sub-list for method input_type
+	82, // 84: sessions.v1.SessionService.VacuumObject:input_type -> sessions.v1.VacuumObjectRequest
+	12, // 85: sessions.v1.SessionService.AppendMessage:output_type -> sessions.v1.AppendMessageResponse
+	15, // 86: sessions.v1.SessionService.AppendMessages:output_type -> sessions.v1.AppendMessagesResponse
+	17, // 87: sessions.v1.SessionService.UpdateMessage:output_type -> sessions.v1.UpdateMessageResponse
+	19, // 88: sessions.v1.SessionService.UpsertMessage:output_type -> sessions.v1.UpsertMessageResponse
+	22, // 89: sessions.v1.SessionService.UploadMessage:output_type -> sessions.v1.UploadMessageResponse
+	24, // 90: sessions.v1.SessionService.DeleteMessages:output_type -> sessions.v1.DeleteMessagesResponse
+	26, // 91: sessions.v1.SessionService.ClearMessages:output_type -> sessions.v1.ClearMessagesResponse
+	29, // 92: sessions.v1.SessionService.ImportMessages:output_type -> sessions.v1.ImportMessagesResponse
+	31, // 93: sessions.v1.SessionService.GetMessage:output_type -> sessions.v1.GetMessageResponse
+	33, // 94: sessions.v1.SessionService.GetMessages:output_type -> sessions.v1.GetMessagesResponse
+	35, // 95: sessions.v1.SessionService.GetLatestLeaf:output_type -> sessions.v1.GetLatestLeafResponse
+	37, // 96: sessions.v1.SessionService.GetBranches:output_type -> sessions.v1.GetBranchesResponse
+	39, // 97: sessions.v1.SessionService.StreamHistory:output_type -> sessions.v1.StreamHistoryResponse
+	42, // 98: sessions.v1.SessionService.GetRecentHistory:output_type -> sessions.v1.GetRecentHistoryResponse
+	45, // 99: sessions.v1.SessionService.GetHistoryRowStats:output_type -> sessions.v1.GetHistoryRowStatsResponse
+	47, // 100: sessions.v1.SessionService.ReadAttachment:output_type -> sessions.v1.ReadAttachmentResponse
+	50, // 101: sessions.v1.SessionService.AddCompaction:output_type -> sessions.v1.AddCompactionResponse
+	52, // 102: sessions.v1.SessionService.ListCompactions:output_type -> sessions.v1.ListCompactionsResponse
+	54, // 103: sessions.v1.SessionService.PlanCompaction:output_type -> sessions.v1.PlanCompactionResponse
+	56, // 104: sessions.v1.SessionService.Compact:output_type -> sessions.v1.CompactResponse
+	59, // 105: sessions.v1.SessionService.SetCompactionPolicy:output_type -> sessions.v1.SetCompactionPolicyResponse
+	61, // 106: sessions.v1.SessionService.GetCompactionPolicy:output_type -> sessions.v1.GetCompactionPolicyResponse
+	63, // 107: sessions.v1.SessionService.SearchMessages:output_type -> sessions.v1.SearchMessagesResponse
+	66, // 108: sessions.v1.SessionService.Subscribe:output_type -> sessions.v1.SubscribeResponse
+	69, // 109: sessions.v1.SessionService.ListSessions:output_type -> sessions.v1.ListSessionsResponse
+	71, // 110: sessions.v1.SessionService.GetObjectStats:output_type -> sessions.v1.GetObjectStatsResponse
+	73, // 111: sessions.v1.SessionService.ListObjects:output_type -> sessions.v1.ListObjectsResponse
+	75, // 112: sessions.v1.SessionService.ExportObject:output_type -> sessions.v1.ExportObjectResponse
+	77, // 113: sessions.v1.SessionService.ImportObject:output_type -> sessions.v1.ImportObjectResponse
+	81, // 114: sessions.v1.SessionService.DeleteObject:output_type -> sessions.v1.DeleteObjectResponse
+	79, // 115: sessions.v1.SessionService.AbortMove:output_type -> sessions.v1.AbortMoveResponse
+	83, // 116: sessions.v1.SessionService.VacuumObject:output_type -> sessions.v1.VacuumObjectResponse
+	85, // [85:117] is the sub-list for method output_type
+	53, // [53:85] is the sub-list for method input_type
 	53, // [53:53] is the sub-list for extension type_name
 	53, // [53:53] is the sub-list for extension extendee
 	0,  // [0:53] is the sub-list for field type_name
@@ -6560,7 +6685,7 @@ func file_sessions_v1_sessions_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sessions_v1_sessions_proto_rawDesc), len(file_sessions_v1_sessions_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   75,
+			NumMessages:   77,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
