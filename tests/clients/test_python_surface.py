@@ -23,6 +23,7 @@ EXPECTED_EXPORTS = {
     "Mirror",
     "ObjectHandle",
     "ObjectStats",
+    "VacuumReport",
     "RecentHistory",
     "RetryNotice",
     "RetryPolicy",
