@@ -31,6 +31,8 @@ from sessions_server.config import (
     DEFAULT_KEEPALIVE_TIMEOUT_SECONDS,
     DEFAULT_LISTEN,
     DEFAULT_MAX_REQUEST_BYTES,
+    DEFAULT_MAX_CONNECTION_IDLE_SECONDS,
+    DEFAULT_MAX_STREAMS_PER_CONNECTION,
     DEFAULT_MIN_CLIENT_PING_SECONDS,
     ServerConfig,
     split_host_port,
@@ -312,6 +314,20 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"shortest interval of client keepalive pings accepted (default {DEFAULT_MIN_CLIENT_PING_SECONDS:g})",
     )
     serve.add_argument(
+        "--max-streams-per-connection",
+        type=int,
+        default=DEFAULT_MAX_STREAMS_PER_CONNECTION,
+        help="HTTP/2 streams (calls) one client connection may have open at once; its next ones wait for one "
+        f"to end (default {DEFAULT_MAX_STREAMS_PER_CONNECTION})",
+    )
+    serve.add_argument(
+        "--max-connection-idle-seconds",
+        type=float,
+        default=DEFAULT_MAX_CONNECTION_IDLE_SECONDS,
+        help="close a client connection without a call for this long; the client reconnects at its next call; "
+        f"0 for never (default {DEFAULT_MAX_CONNECTION_IDLE_SECONDS:g})",
+    )
+    serve.add_argument(
         "--log-level",
         type=str.upper,
         choices=LOG_LEVELS,
@@ -534,6 +550,10 @@ _SERVE_RANGES = {
     "keepalive_seconds": _MILLISECONDS,
     "keepalive_timeout_seconds": _MILLISECONDS,
     "min_client_ping_seconds": _MILLISECONDS,
+    "max_streams_per_connection": _Range(most=_GRPC_INT, why="gRPC takes it as a 32-bit int"),
+    "max_connection_idle_seconds": _Range(
+        zero="never", least=0.001, most=_GRPC_INT // 1000, why="gRPC takes it in whole milliseconds, as a 32-bit int"
+    ),
     **_TEXT_LIMIT_RANGES,
 }
 
@@ -778,6 +798,8 @@ def _server_config(args: argparse.Namespace) -> ServerConfig:
         keepalive_seconds=args.keepalive_seconds,
         keepalive_timeout_seconds=args.keepalive_timeout_seconds,
         min_client_ping_seconds=args.min_client_ping_seconds,
+        max_streams_per_connection=args.max_streams_per_connection,
+        max_connection_idle_seconds=args.max_connection_idle_seconds,
         idle_seconds=args.idle_seconds,
         search_seconds=args.search_seconds,
         max_concurrent_searches=args.max_concurrent_searches,

@@ -21,6 +21,16 @@ DEFAULT_DRAIN_SECONDS = 10.0
 DEFAULT_KEEPALIVE_SECONDS = 60.0
 DEFAULT_KEEPALIVE_TIMEOUT_SECONDS = 20.0
 DEFAULT_MIN_CLIENT_PING_SECONDS = 10.0
+# HTTP/2 streams one connection may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS); gRPC's
+# default is none. Unbounded, one client resetting every stream it opened as it opened it
+# (CVE-2023-44487, "rapid reset": about 50,000 a second) took the server to 870 MB and other
+# clients' calls were cancelled; at 2,048 none was, and the server stayed under 150 MB. Above
+# the per-token stream share (1,024), so a client at its share still makes unary calls.
+DEFAULT_MAX_STREAMS_PER_CONNECTION = 2048
+# A connection without a call for this long is closed (GOAWAY; the client reconnects at its next
+# call): connections that answered pings and did nothing else were otherwise kept for good, and
+# one client holding 20,700 of them took every file descriptor of the server.
+DEFAULT_MAX_CONNECTION_IDLE_SECONDS = 300.0
 MAX_PORT = 65535
 
 _PORT = re.compile(r"[0-9]{1,5}")
@@ -82,6 +92,8 @@ class ServerConfig:
     # gRPC's default (5 minutes, calls required) answers a client keepalive of 30 s with a
     # GOAWAY (too_many_pings) that fails the calls in flight.
     min_client_ping_seconds: float = DEFAULT_MIN_CLIENT_PING_SECONDS
+    max_streams_per_connection: int = DEFAULT_MAX_STREAMS_PER_CONNECTION
+    max_connection_idle_seconds: float = DEFAULT_MAX_CONNECTION_IDLE_SECONDS  # 0: never closed
     idle_seconds: float = 30.0
     search_seconds: float = DEFAULT_SEARCH_SECONDS
     max_concurrent_searches: int = DEFAULT_CONCURRENT_SEARCHES

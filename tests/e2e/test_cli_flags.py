@@ -38,6 +38,7 @@ ZERO_ALLOWED = {
     "--max-client-message-bytes",
     "--max-streams-per-token",
     "--drain-seconds",
+    "--max-connection-idle-seconds",
 }
 
 

@@ -272,6 +272,7 @@ async def create_server(config: ServerConfig) -> RunningServer:
             ("grpc.so_reuseport", 0),
             *_PENDING_CALL_OPTIONS,
             *_keepalive_options(config),
+            *_connection_options(config),
             *_metadata_options(config),
             *config.extra_options,
         ],
@@ -569,6 +570,14 @@ def _metadata_options(config: ServerConfig) -> list[tuple[str, int]]:
     INVALID_OBJECT_KEY; the same bound for both, so that nothing is refused at random."""
     room = 4 * config.max_object_key_bytes + HEADER_ROOM_BYTES
     return [("grpc.max_metadata_size", room), ("grpc.absolute_max_metadata_size", room)]
+
+
+def _connection_options(config: ServerConfig) -> list[tuple[str, int]]:
+    """What one client connection may hold: streams at once, and how long it stays without a call."""
+    options = [("grpc.max_concurrent_streams", config.max_streams_per_connection)]
+    if config.max_connection_idle_seconds:
+        options.append(("grpc.max_connection_idle_ms", round(config.max_connection_idle_seconds * 1000)))
+    return options
 
 
 def _keepalive_options(config: ServerConfig) -> list[tuple[str, int]]:
