@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -121,6 +122,12 @@ func toError(err error) error {
 			st = status.New(codes.Unknown, err.Error())
 		}
 	}
+	if cutMidMessage(st) {
+		// grpc-go reports a stream that ended with a response half received (the server's
+		// stop cancelled it at the end of its drain, or the connection failed) as INTERNAL;
+		// the other clients see the cancellation itself, UNAVAILABLE, and so retry it.
+		st = status.New(codes.Unavailable, "the stream was cut in the middle of a response: "+st.Message())
+	}
 	out := &Error{Code: st.Code(), Message: st.Message(), status: st}
 	for _, detail := range st.Details() {
 		if info, ok := detail.(*errdetails.ErrorInfo); ok {
@@ -131,6 +138,12 @@ func toError(err error) error {
 		}
 	}
 	return out
+}
+
+// cutMidMessage reports whether st is grpc-go's own status for a stream that ended in the middle
+// of a message (io.ErrUnexpectedEOF as INTERNAL), not one the server sent.
+func cutMidMessage(st *status.Status) bool {
+	return st.Code() == codes.Internal && st.Message() == io.ErrUnexpectedEOF.Error() && len(st.Details()) == 0
 }
 
 // clientError is an error found before anything was sent, shaped like the server's.
