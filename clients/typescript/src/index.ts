@@ -22,7 +22,14 @@ import { create } from "@bufbuild/protobuf";
 import { BinaryReader } from "@bufbuild/protobuf/wire";
 import { Code, ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
-import { constants as http2Constants, type ClientHttp2Session, type SecureClientSessionOptions } from "node:http2";
+import {
+  constants as http2Constants,
+  type ClientHttp2Session,
+  type ClientHttp2Stream,
+  type ClientSessionRequestOptions,
+  type OutgoingHttpHeaders,
+  type SecureClientSessionOptions,
+} from "node:http2";
 import { X509Certificate } from "node:crypto";
 import { setMaxListeners } from "node:events";
 import { isIP, connect as netConnect, type NetConnectOpts } from "node:net";
@@ -1226,6 +1233,9 @@ type ConnectionState = { t: "ready"; conn: ClientHttp2Session } | { t: "connecti
  *   reports as CANCELLED: the code of a call its caller cancelled, which is not retried.
  * - With `tls`: a server that closes the connection without having sent anything fails its
  *   calls with `TlsRefused` instead (see there).
+ * - A call whose stream the server closes without an answer and without an error code (gRPC
+ *   stopping while a large request was still on its way: RST_STREAM NO_ERROR) fails with
+ *   UNAVAILABLE. Connect maps no error from that code and waited for an answer forever.
  */
 class SessionManager extends Http2SessionManager {
   constructor(
@@ -1251,6 +1261,28 @@ class SessionManager extends Http2SessionManager {
       if (state.t === "connecting") startedAt = performance.now();
       else if (state.t === "ready") this.watch(state.conn, startedAt);
     };
+  }
+
+  override async request(
+    method: string,
+    path: string,
+    headers: OutgoingHttpHeaders,
+    options: Omit<ClientSessionRequestOptions, "signal">,
+  ): Promise<ClientHttp2Stream> {
+    const stream = await super.request(method, path, headers, options);
+    let answered = false;
+    stream.once("response", () => {
+      answered = true;
+    });
+    // Node ends such a stream only once its reader has read it to its end, and nobody reads a
+    // stream without an answer: it told only "aborted" (its request was still being sent). An
+    // error code other than NO_ERROR destroys the stream, and Connect maps that code.
+    stream.once("aborted", () => {
+      if (answered || stream.rstCode !== http2Constants.NGHTTP2_NO_ERROR) return;
+      const unanswered = new ConnectError("the server closed the call's stream without answering it", Code.Unavailable);
+      process.nextTick(() => stream.destroy(unanswered)); // once Node has finished closing it
+    });
+    return stream;
   }
 
   /**
