@@ -52,9 +52,10 @@ test("a call whose stream the server closes unanswered mid-request fails UNAVAIL
       results.map((r) => r.inserted),
       [true, true, true, true],
     );
-    assert.equal(notices.length, 1);
-    assert.equal(notices[0].error.code, "UNAVAILABLE");
-    assert.match(notices[0].error.message, /closed the call's stream without answering it/);
+    const [notice, ...more] = notices;
+    assert.ok(notice !== undefined && more.length === 0, `${notices.length} retries`);
+    assert.equal(notice.error.code, "UNAVAILABLE");
+    assert.match(notice.error.message, /closed the call's stream without answering it/);
     assert.equal(front.count("AppendMessages"), 2);
     assert.equal((await session.getHistory()).length, 4);
   } finally {
