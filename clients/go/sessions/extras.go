@@ -72,7 +72,8 @@ type VacuumReport struct {
 }
 
 // Vacuum gives the disk back the room deletes freed in the object's file (FreeBytes): the
-// server rewrites it with the pages in use; its writes wait meanwhile. Not retried.
+// server rewrites it with the pages in use; its writes wait meanwhile. Tried again only when
+// the server refused it before acting, as the other admin calls.
 func (o *Object) Vacuum(ctx context.Context) (VacuumReport, error) {
 	cctx, cancel := o.unaryCtx(ctx)
 	defer cancel()
@@ -83,7 +84,7 @@ func (o *Object) Vacuum(ctx context.Context) (VacuumReport, error) {
 	return VacuumReport{FileBytesBefore: r.GetFileBytesBefore(), FileBytesAfter: r.GetFileBytesAfter()}, nil
 }
 
-// GetObjectStats reports the object's storage: bytes, rows, attachments and row writes.
+// GetObjectStats reports the object's storage: bytes, free bytes, rows, attachments and row writes.
 func (o *Object) GetObjectStats(ctx context.Context) (ObjectStats, error) {
 	cctx, cancel := o.unaryCtx(ctx)
 	defer cancel()

@@ -290,7 +290,8 @@ class ObjectHandle:
 
     async def vacuum(self) -> VacuumReport:
         """Gives the disk back the room deletes freed in the object's file (`free_bytes`): the
-        server rewrites it with the pages in use; its writes wait meanwhile. Not retried."""
+        server rewrites it with the pages in use; its writes wait meanwhile. Tried again only
+        when the server refused it before acting, as the other admin calls."""
         request = pb.VacuumObjectRequest(object_key=self.key)
         r = await self.client._call(self.key, "VacuumObject", request)
         return VacuumReport(int(r.file_bytes_before), int(r.file_bytes_after))

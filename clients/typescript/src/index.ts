@@ -1701,10 +1701,10 @@ export class ObjectHandle {
     return out;
   }
 
-  /** The object's storage: bytes, rows, attachments and row writes. */
   /**
    * Gives the disk back the room deletes freed in the object's file (`freeBytes`): the server
-   * rewrites it with the pages in use; its writes wait meanwhile. Not retried.
+   * rewrites it with the pages in use; its writes wait meanwhile. Tried again only when the
+   * server refused it before acting, as the other admin calls.
    */
   async vacuum(options: AbortOptions = {}): Promise<VacuumReport> {
     const r = await this.client.call(
@@ -1716,6 +1716,7 @@ export class ObjectHandle {
     return { fileBytesBefore: toNumber(r.fileBytesBefore), fileBytesAfter: toNumber(r.fileBytesAfter) };
   }
 
+  /** The object's storage: bytes, free bytes, rows, attachments and row writes. */
   async getObjectStats(options: AbortOptions = {}): Promise<ObjectStats> {
     const r = await this.client.call(
       "GetObjectStats",

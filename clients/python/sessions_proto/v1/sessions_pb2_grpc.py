@@ -429,7 +429,7 @@ class SessionServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetObjectStats(self, request, context):
-        """Reports an object's storage: bytes, rows, attachments and row writes.
+        """Reports an object's storage: bytes, free bytes, rows, attachments and row writes.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

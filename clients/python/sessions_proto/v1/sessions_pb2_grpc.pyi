@@ -178,7 +178,7 @@ class SessionServiceStub:
     ListSessions: _grpc.UnaryUnaryMultiCallable[_sessions_pb2.ListSessionsRequest, _sessions_pb2.ListSessionsResponse]
     """Lists the sessions of an object with their message counts."""
     GetObjectStats: _grpc.UnaryUnaryMultiCallable[_sessions_pb2.GetObjectStatsRequest, _sessions_pb2.GetObjectStatsResponse]
-    """Reports an object's storage: bytes, rows, attachments and row writes."""
+    """Reports an object's storage: bytes, free bytes, rows, attachments and row writes."""
     ListObjects: _grpc.UnaryUnaryMultiCallable[_sessions_pb2.ListObjectsRequest, _sessions_pb2.ListObjectsResponse]
     """Lists the object keys stored on this server, a page at a time (in file order, not key order)."""
     ExportObject: _grpc.UnaryStreamMultiCallable[_sessions_pb2.ExportObjectRequest, _sessions_pb2.ExportObjectResponse]
@@ -354,7 +354,7 @@ class SessionServiceAsyncStub(SessionServiceStub):
     ListSessions: _aio.UnaryUnaryMultiCallable[_sessions_pb2.ListSessionsRequest, _sessions_pb2.ListSessionsResponse]  # type: ignore[assignment]
     """Lists the sessions of an object with their message counts."""
     GetObjectStats: _aio.UnaryUnaryMultiCallable[_sessions_pb2.GetObjectStatsRequest, _sessions_pb2.GetObjectStatsResponse]  # type: ignore[assignment]
-    """Reports an object's storage: bytes, rows, attachments and row writes."""
+    """Reports an object's storage: bytes, free bytes, rows, attachments and row writes."""
     ListObjects: _aio.UnaryUnaryMultiCallable[_sessions_pb2.ListObjectsRequest, _sessions_pb2.ListObjectsResponse]  # type: ignore[assignment]
     """Lists the object keys stored on this server, a page at a time (in file order, not key order)."""
     ExportObject: _aio.UnaryStreamMultiCallable[_sessions_pb2.ExportObjectRequest, _sessions_pb2.ExportObjectResponse]  # type: ignore[assignment]
@@ -683,7 +683,7 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _sessions_pb2.GetObjectStatsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_sessions_pb2.GetObjectStatsResponse, _abc.Awaitable[_sessions_pb2.GetObjectStatsResponse]]:
-        """Reports an object's storage: bytes, rows, attachments and row writes."""
+        """Reports an object's storage: bytes, free bytes, rows, attachments and row writes."""
 
     @_abc_1.abstractmethod
     def ListObjects(

@@ -188,7 +188,7 @@ type SessionServiceClient interface {
 	Subscribe(ctx context.Context, in *SubscribeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SubscribeResponse], error)
 	// Lists the sessions of an object with their message counts.
 	ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error)
-	// Reports an object's storage: bytes, rows, attachments and row writes.
+	// Reports an object's storage: bytes, free bytes, rows, attachments and row writes.
 	GetObjectStats(ctx context.Context, in *GetObjectStatsRequest, opts ...grpc.CallOption) (*GetObjectStatsResponse, error)
 	// Lists the object keys stored on this server, a page at a time (in file order, not key order).
 	ListObjects(ctx context.Context, in *ListObjectsRequest, opts ...grpc.CallOption) (*ListObjectsResponse, error)
@@ -781,7 +781,7 @@ type SessionServiceServer interface {
 	Subscribe(*SubscribeRequest, grpc.ServerStreamingServer[SubscribeResponse]) error
 	// Lists the sessions of an object with their message counts.
 	ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error)
-	// Reports an object's storage: bytes, rows, attachments and row writes.
+	// Reports an object's storage: bytes, free bytes, rows, attachments and row writes.
 	GetObjectStats(context.Context, *GetObjectStatsRequest) (*GetObjectStatsResponse, error)
 	// Lists the object keys stored on this server, a page at a time (in file order, not key order).
 	ListObjects(context.Context, *ListObjectsRequest) (*ListObjectsResponse, error)

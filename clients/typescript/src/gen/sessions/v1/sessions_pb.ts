@@ -3854,7 +3854,7 @@ export const SessionService: GenService<{
     output: typeof ListSessionsResponseSchema;
   },
   /**
-   * Reports an object's storage: bytes, rows, attachments and row writes.
+   * Reports an object's storage: bytes, free bytes, rows, attachments and row writes.
    *
    * @generated from rpc sessions.v1.SessionService.GetObjectStats
    */
