@@ -427,13 +427,18 @@ class ObjectStore:
         replicator's checkpoint, say): the event loop must not block on it; False if taken."""
         conn = self._writer
         try:
-            if self._writer_waits_for_locks:
-                conn.execute("PRAGMA busy_timeout = 0")
-                self._writer_waits_for_locks = False
+            self._writer_waits(False)
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error:
             return False
         return True
+
+    def _writer_waits(self, waits: bool) -> None:
+        """Whether the writer's statements wait for another connection's lock (BUSY_TIMEOUT_MS)
+        or give up at once; the PRAGMA runs only when that changes."""
+        if self._writer_waits_for_locks != waits:
+            self._writer.execute(f"PRAGMA busy_timeout = {schema.BUSY_TIMEOUT_MS if waits else 0}")
+            self._writer_waits_for_locks = waits
 
     async def _drain(self) -> None:
         loop = asyncio.get_running_loop()
@@ -508,9 +513,7 @@ class ObjectStore:
         conn = self._writer
         copy: Path | None = None
         try:
-            if not self._writer_waits_for_locks:
-                conn.execute(f"PRAGMA busy_timeout = {schema.BUSY_TIMEOUT_MS}")
-                self._writer_waits_for_locks = True
+            self._writer_waits(True)
             conn.execute("BEGIN IMMEDIATE")
             queries.merge_search_index(conn)
             conn.execute("COMMIT")
@@ -519,8 +522,7 @@ class ObjectStore:
                 pages.backup(conn)
             # The WAL now holds every page of the object: copied back and emptied at once, the
             # file shrinks to them (later, if a reader such as a replicator holds it back).
-            conn.execute("PRAGMA busy_timeout = 0")
-            self._writer_waits_for_locks = False
+            self._writer_waits(False)
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
         except (sqlite3.Error, StorageError) as exc:
             self._roll_back()
@@ -569,9 +571,7 @@ class ObjectStore:
         assert self._wal_index is not None
         conn = self._writer
         try:
-            if self._writer_waits_for_locks:
-                conn.execute("PRAGMA busy_timeout = 0")
-                self._writer_waits_for_locks = False
+            self._writer_waits(False)
             busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
         except sqlite3.Error as exc:
             self._failed(exc, "", "checkpoint")
@@ -618,9 +618,7 @@ class ObjectStore:
             return [(False, self.damaged.again("write")) for _ in batch], []
         if not begun:
             try:
-                if not self._writer_waits_for_locks:
-                    conn.execute(f"PRAGMA busy_timeout = {schema.BUSY_TIMEOUT_MS}")
-                    self._writer_waits_for_locks = True
+                self._writer_waits(True)
                 conn.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
                 failure = self._failed(exc, f"could not start a write transaction: {exc}", "write")
@@ -820,9 +818,7 @@ class ObjectStore:
         # commits finish before the loop moves on), so it reads the last committed state, and a
         # freshly opened object needs no second connection (opening one costs about 0.3 ms).
         conn = self._writer
-        if self._writer_waits_for_locks:
-            conn.execute("PRAGMA busy_timeout = 0")  # the event loop must not wait for a lock
-            self._writer_waits_for_locks = False
+        self._writer_waits(False)  # the event loop must not wait for a lock
         started = time.monotonic()
         stop_at = started + INLINE_MAX_SECONDS if deadline is None else min(started + INLINE_MAX_SECONDS, deadline)
         # A read that outlasts its time in place (huge messages, a cold disk) is stopped between
