@@ -86,9 +86,11 @@ def test_a_connection_without_calls_is_closed_and_the_client_reconnects_at_its_n
 def test_a_connection_with_a_stream_open_is_not_idle(server: ServerProcess) -> None:
     with grpc.insecure_channel(server.address) as channel:
         stub = pb_grpc.SessionServiceStub(channel)
-        seen, _ = _states(channel)
+        seen, changed = _states(channel)
         feed = stub.Subscribe(pb.SubscribeRequest(object_key="k"))
         progress = [next(feed) for _ in range(10)]  # an event every 0.2 s: 2 s, four idle limits
         assert all(event.type == pb.CHANGE_TYPE_PROGRESS for event in progress)
-        assert grpc.ChannelConnectivity.IDLE not in seen[seen.index(grpc.ChannelConnectivity.READY) :], seen
+        with changed:  # the state callbacks run on gRPC's own thread
+            assert changed.wait_for(lambda: grpc.ChannelConnectivity.READY in seen, timeout=WAIT_SECONDS), seen
+            assert grpc.ChannelConnectivity.IDLE not in seen[seen.index(grpc.ChannelConnectivity.READY) :], seen
         feed.cancel()

@@ -505,6 +505,37 @@ def test_an_export_that_finds_the_disk_full_is_refused_and_leaves_the_object_wri
         server.stop()
 
 
+def test_a_vacuum_that_finds_the_disk_full_is_refused_and_changes_nothing(storage: LimitedStorage) -> None:
+    """VacuumObject needs room for a copy of the pages in use (and as much again in the WAL):
+    without it, refused before anything is written, the object as it was and writable."""
+    server = Server(storage.data_dir, setup=storage.setup).start()
+    try:
+        with SessionsClient(server.address) as client:
+            obj = client.object("spacious")
+            session = obj.session()
+            session.append_messages([_text_message(f"m{i}", 500_000) for i in range(4)])
+            session.delete_messages(["m0", "m1"])
+            before = obj.get_object_stats()
+            storage.exhaust(server.pid)
+            if storage.mode == "rlimit":  # a copy no larger than the file the cap was set from
+                resource.prlimit(server.pid, resource.RLIMIT_FSIZE, (64 * 1024, resource.RLIM_INFINITY))
+            with pytest.raises(SessionsError) as refused:
+                obj.vacuum()
+            print(f"DISK FULL VacuumObject ({storage.mode}): {refused.value.code} {refused.value.message}")
+            assert refused.value.code in {code for code, _ in ACCEPTED}
+            if storage.mode == "tmpfs":  # refused before writing anything
+                assert refused.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+                assert "the object is as it was" in refused.value.message
+            assert [p.name for p in storage.data_dir.rglob("scratch/*")] == []  # no copy left
+            storage.free()
+            assert [m["id"] for m in session.get_history()] == ["m2", "m3"]
+            assert obj.get_object_stats().free_bytes == before.free_bytes
+            assert session.append_message(_text_message("m4", 100)).inserted
+    finally:
+        storage.free()
+        server.stop()
+
+
 def test_copies_under_way_reserve_their_room(storage: LimitedStorage) -> None:
     """Two copies begun together each saw the same free space, and both ran the disk out: a
     copy under way holds its size until it is written, and the next is judged without it."""

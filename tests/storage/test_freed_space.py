@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 from sessions_server.storage import schema
@@ -25,7 +26,7 @@ def _delete_notes(ctx: WriteContext) -> None:
     ctx.conn.execute("DELETE FROM notes")
 
 
-def _insert_notes(count: int, size: int) -> object:
+def _insert_notes(count: int, size: int) -> Callable[[WriteContext], None]:
     def run(ctx: WriteContext) -> None:
         ctx.conn.executemany("INSERT INTO notes (body) VALUES (?)", (("z" * size,) for _ in range(count)))
 
