@@ -3,10 +3,10 @@
 glibc's `malloc` serves a request above its mmap threshold with a fresh mapping and unmaps it on
 free, and hands the top of its heap back to the kernel once more than its trim threshold is free
 there. Both thresholds start small (128 KiB); glibc moves the first up to the size of the last
-mapped block freed, and the second to twice that. A 5 MB message passes through about ten
+mapped block freed, and the second to twice that. A 5 MB message passes through several
 buffers of its size on the way to disk (the received pieces, the joined text, the parsed value,
-its canonical JSON, the row slices, the digest's input), and with the defaults most of them are
-new memory that the kernel zeroes page by page. The server took 7,000-9,000 page faults per
+its canonical JSON's bytes), and with the defaults most of them are new memory that the kernel
+zeroes page by page. The server took 7,000-9,000 page faults per
 5 MB append and read, against 3,300-5,800 with the thresholds below; with servers alternated
 after a history workload, the defaults made 5 MB appends 6.5% slower (14 of 16 blocks) and
 5 MB reads 44% slower (16 of 16).

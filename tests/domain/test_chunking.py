@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import hashlib
+import sys
+
 import pytest
 
-from sessions_server.domain.chunking import ROW_BUDGET_BYTES, split_content, utf8_length
+from sessions_server.domain.chunking import (
+    ROW_BUDGET_BYTES,
+    Slices,
+    content_digest,
+    content_slices,
+    split_content,
+    utf8_length,
+)
 
 
 def reference_split(text: str, budget: int) -> list[str]:
@@ -105,3 +115,34 @@ def test_a_20_mb_text_splits_within_the_budget_and_reassembles() -> None:
     out = split_content(text)
     assert "".join(out) == text
     assert all(utf8_length(s) <= ROW_BUDGET_BYTES for s in out)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "x" * 10,
+        "x" * (ROW_BUDGET_BYTES + 1),
+        "a" * 5_000_000,
+        "a" * (ROW_BUDGET_BYTES - 2) + "😀" + "tail" * 10,
+        "é😀中 " * 400_000,
+        "\ud800" * 600_000,  # lone surrogates, as split_content takes them
+    ],
+)
+def test_content_slices_cut_as_split_content_and_digest_the_whole(text: str) -> None:
+    slices = content_slices(text)
+    assert list(slices) == split_content(text)
+    assert [slices[i] for i in range(len(slices))] == split_content(text)
+    assert slices[-1] == split_content(text)[-1]
+    if "\ud800" not in text:
+        assert content_digest(slices) == hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def test_a_text_of_several_rows_is_cut_only_as_its_slices_are_read() -> None:
+    text = "é😀中 " * 1_000_000
+    slices = content_slices(text)
+    assert isinstance(slices, Slices) and len(slices) > 1
+    assert slices == split_content(text)  # equal to the list of its slices, compared piece by piece
+    # Holding the slices holds the text and its cut points, not a second copy of the text.
+    assert sys.getsizeof(slices) + sys.getsizeof(slices._bounds) < 4096
+    assert content_slices("short") == ["short"]

@@ -442,3 +442,28 @@ def test_stringify_of_values_orjson_refuses() -> None:
         deep = [deep]
     assert stringify(deep) == "[" * 300 + '"x"' + "]" * 300
     assert stringify({"a": "\udfff\ud800"}) == '{"a":"\\udfff\\ud800"}'
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"id":"a","n":1}',
+        '{"id":"é😀","parts":[]}',
+        '{"t":"' + "x" * 3_000_000 + '"}',  # compared piece by piece
+        '{"t":"' + "é中😀" * 700_000 + '"}',
+    ],
+)
+def test_stringify_hands_back_the_text_it_would_write(text: str) -> None:
+    value = jsjson.parse(text)
+    for plain in (False, True):
+        assert jsjson.stringify(value, plain=plain, like=text) is text
+    # Another text, however close, is not taken for it.
+    for other in (text.replace(":", ": ", 1), text[:-1] + " }", text[:-2] + "x" + text[-1]):
+        result = jsjson.stringify(value, like=other)
+        assert result is not other
+        assert result == text
+
+
+def test_stringify_writes_its_own_text_for_input_it_normalizes() -> None:
+    text = '{"b":1.0,"a":"\\u00e9"}'
+    assert jsjson.stringify(jsjson.parse(text), like=text) == '{"b":1,"a":"é"}'

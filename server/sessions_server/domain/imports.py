@@ -97,7 +97,7 @@ class Importer:
             messages.check_message_sizes(message, self._limits, fields.text)
             if parent_id is not None:
                 messages.check_parent_id(parent_id, self._limits, fields.parent_id)
-            prepared = messages.prepare_for_import(message, plain=plain)
+            prepared = messages.prepare_for_import(message, plain=plain, source_text=text)
             return prepared, prepared.row(self._limits.max_assembly_bytes)
 
         size = utf8_length(text)

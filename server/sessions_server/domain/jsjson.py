@@ -470,16 +470,18 @@ def _encode(value: Any, out: list[str]) -> None:
         raise TypeError(f"value of type {type(value).__name__} is not JSON serializable")
 
 
-def stringify(value: Any, *, plain: bool = False) -> str:
+def stringify(value: Any, *, plain: bool = False, like: str | None = None) -> str:
     """JS `JSON.stringify(value)` for plain JSON data (dict, list, str, int, float, bool, None).
 
     Compact, non-ASCII unescaped, lone surrogates escaped as `\\udxxx`, numbers formatted like
     JS, object keys in JS property order. `plain`: the caller knows the value is plain data (see
-    `parse_checked`), so it is not scanned for what orjson would write differently.
+    `parse_checked`), so it is not scanned for what orjson would write differently. `like`: a
+    text that is often the result (the JSON the value was parsed from); when it is, it is
+    returned itself, and a large result is not held twice.
     """
     if plain:
         try:
-            return orjson.dumps(value).decode("utf-8")
+            return _decoded(orjson.dumps(value), like)
         except orjson.JSONEncodeError:
             pass  # nesting past orjson's limit: the scan below sets the recursion headroom
     slow, depth = _needs_slow_path(value)
@@ -493,7 +495,7 @@ def stringify(value: Any, *, plain: bool = False) -> str:
         try:
             # For plain data orjson writes JSON.stringify's bytes. It refuses lone surrogates and
             # nesting past 254 levels; those go through the standard library below.
-            return orjson.dumps(value).decode("utf-8")
+            return _decoded(orjson.dumps(value), like)
         except orjson.JSONEncodeError:
             text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     if not text.isascii():
@@ -501,4 +503,34 @@ def stringify(value: Any, *, plain: bool = False) -> str:
             text.encode("utf-8")
         except UnicodeEncodeError:
             text = _SURROGATE_RE.sub(_escape_surrogate, text)
-    return text
+    return like if like is not None and text == like else text
+
+
+# Compared a piece at a time, so that the comparison holds no third copy of a large text.
+_COMPARE_STEP = 1 << 20
+
+
+def _decoded(encoded: bytes, like: str | None) -> str:
+    """`encoded` as text: `like` when that is what it encodes, else a new string."""
+    if like is None:
+        return encoded.decode("utf-8")
+    if len(encoded) <= _COMPARE_STEP:  # decoding is quicker than comparing piece by piece
+        text = encoded.decode("utf-8")
+        return like if text == like else text
+    return like if _encodes(encoded, like) else encoded.decode("utf-8")
+
+
+def _encodes(encoded: bytes, text: str) -> bool:
+    """Whether `encoded` is the UTF-8 of `text`."""
+    if len(encoded) < len(text) or (text.isascii() and len(encoded) != len(text)):
+        return False
+    offset = 0
+    for start in range(0, len(text), _COMPARE_STEP):
+        try:
+            piece = text[start : start + _COMPARE_STEP].encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate, which orjson never writes
+            return False
+        if not encoded.startswith(piece, offset):
+            return False
+        offset += len(piece)
+    return offset == len(encoded)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import hashlib
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -18,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from sessions_server.domain import attachments, jsjson
-from sessions_server.domain.chunking import split_content
+from sessions_server.domain.chunking import content_digest, content_slices
 from sessions_server.domain.errors import InvalidArgument
 from sessions_server.domain.limits import Limits, check_size
 from sessions_server.domain.sanitize import sanitize_message, strip_reserved_metadata
@@ -63,13 +62,21 @@ class PreparedMessage:
 
     @classmethod
     def of(
-        cls, message: Message, token_estimate: int, *, may_hold_media: bool = True, plain: bool = False
+        cls,
+        message: Message,
+        token_estimate: int,
+        *,
+        may_hold_media: bool = True,
+        plain: bool = False,
+        source_text: str | None = None,
     ) -> PreparedMessage:
         """`may_hold_media` False (see attachments.may_hold_media) skips the walk for media;
-        `plain`: the message is plain data (jsjson.parse_checked)."""
+        `plain`: the message is plain data (jsjson.parse_checked); `source_text`: the JSON it
+        was parsed from."""
         extraction = attachments.extract(message) if may_hold_media else attachments.Extraction(message, [], [])
         plain = plain and extraction.message is message  # media pointers are new values
-        return cls(message, token_estimate, extraction, jsjson.stringify(extraction.message, plain=plain))
+        stored = jsjson.stringify(extraction.message, plain=plain, like=source_text)
+        return cls(message, token_estimate, extraction, stored)
 
     @property
     def id(self) -> str:
@@ -91,11 +98,12 @@ class PreparedMessage:
         refused at its write past `max_inline_bytes` read back with its payloads inline (0: any)."""
         extraction = self.extraction
         payloads = extraction.payloads
+        slices = content_slices(self.stored_json)
         return NewRow(
             id=self.id,
             role=self.role,
-            slices=split_content(self.stored_json),
-            digest=hashlib.sha256(self.stored_json.encode("utf-8")).hexdigest(),
+            slices=slices,
+            digest=content_digest(slices),
             token_estimate=self.token_estimate,
             payloads=tuple(PayloadRow(p.hash, p.media_type, p.data) for p in payloads) if payloads else (),
             references=tuple(extraction.references),
@@ -267,18 +275,20 @@ def prepare_for_write(
             message,
             estimate_row_tokens(message),
             attachments.Extraction(message, [], []),
-            jsjson.stringify(message, plain=True),
+            jsjson.stringify(message, plain=True, like=source_text),
         )
     prepared = sanitize_message(message)
     if from_client:
         prepared = strip_reserved_metadata(prepared, reserved_keys)
     may_hold_media = source_text is None or attachments.may_hold_media(source_text)
-    return PreparedMessage.of(prepared, estimate_row_tokens(prepared), may_hold_media=may_hold_media, plain=plain)
+    return PreparedMessage.of(
+        prepared, estimate_row_tokens(prepared), may_hold_media=may_hold_media, plain=plain, source_text=source_text
+    )
 
 
-def prepare_for_import(message: Message, *, plain: bool = False) -> PreparedMessage:
+def prepare_for_import(message: Message, *, plain: bool = False, source_text: str | None = None) -> PreparedMessage:
     """Import is verbatim: no sanitizing, no stripping, but the same stamps and extraction."""
-    return PreparedMessage.of(message, estimate_row_tokens(message), plain=plain)
+    return PreparedMessage.of(message, estimate_row_tokens(message), plain=plain, source_text=source_text)
 
 
 def _json_type(value: Any) -> str:

@@ -515,7 +515,8 @@ def write_continuations(conn: sqlite3.Connection, session_id: str, message_id: s
         conn.executemany(
             """INSERT OR REPLACE INTO cf_agents_session_message_chunks (session_id, id, idx, content)
                VALUES (?, ?, ?, ?)""",
-            [(session_id, message_id, idx, slices[idx]) for idx in range(1, len(slices))],
+            # One slice at a time: a large message's slices may be cut from it only as they go in.
+            ((session_id, message_id, idx, slices[idx]) for idx in range(1, len(slices))),
         )
 
 

@@ -6,6 +6,7 @@ import errno
 import os
 import sqlite3
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -55,7 +56,7 @@ class NewRow:
 
     id: str
     role: str
-    slices: list[str]
+    slices: Sequence[str]  # the stored JSON cut into rows, root slice first
     digest: str
     token_estimate: int
     payloads: tuple[PayloadRow, ...] = ()

@@ -491,6 +491,9 @@ class ObjectStore:
                 except Exception as exc:
                     outcomes, events = self._abandon(batch, f"storage failed, nothing was written: {exc}", exc), []
                 self._settle(batch, outcomes, events)
+                # The jobs hold their messages (a large one in several forms): not through the
+                # checkpoint or the wait for the next batch that may follow.
+                del taken, batch, job, commit, outcomes, events
             else:
                 return
 
