@@ -247,10 +247,13 @@ def test_a_second_signal_during_a_drain_stops_now(
         _wait_for_calls_in_flight(metrics_port, 1)
         assert server.proc is not None
         server.proc.send_signal(signal.SIGTERM)
-        lines.wait_for("draining")
+        assert "draining: 1 calls in flight, waiting up to 300 s" in lines.wait_for("draining")
         server.proc.send_signal(second)
         line = lines.wait_for("again: stopping now")
         assert f"{second.name} again" in line
+        # What the stop cut is logged, and why (it was silent).
+        cut = lines.wait_for("calls still in flight")
+        assert "drain: 1 calls still in flight" in cut and "stopped early by a second signal" in cut, cut
         assert _exit_code(server) == 0
         assert held.call.exception(timeout=DEADLINE_SECONDS) is not None  # cut short, not finished
     finally:

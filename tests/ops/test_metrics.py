@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 import urllib.request
 from pathlib import Path
@@ -42,8 +43,12 @@ def test_metrics_endpoint_counts_rpcs_and_objects(tmp_path: Path) -> None:
         )
         scraped = [""]
 
+        free_around: list[int] = []
+
         def counted() -> bool:
+            free_around[:] = [shutil.disk_usage(tmp_path).free]
             scraped[0] = _scrape(port)
+            free_around.append(shutil.disk_usage(tmp_path).free)
             return failed in scraped[0]
 
         assert wait_until(counted, timeout=10), scraped[0]
@@ -61,6 +66,9 @@ def test_metrics_endpoint_counts_rpcs_and_objects(tmp_path: Path) -> None:
     for name in ("process_resident_memory_bytes", "process_open_fds", "process_max_fds"):
         assert any(line.startswith(name + " ") and float(line.split()[1]) > 0 for line in body.splitlines()), name
     assert 'sessions_build_info{version="' in body
+    # How close the data directory's file system is to refusing writes, as the system tells it.
+    (free,) = [float(line.split()[1]) for line in body.splitlines() if line.startswith("sessions_data_dir_free_bytes ")]
+    assert min(free_around) - 16 * 1024 * 1024 <= free <= max(free_around) + 16 * 1024 * 1024, (free, free_around)
 
 
 def test_fresh_request_ids_are_distinct_and_short() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import queue
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -107,3 +108,38 @@ def test_without_debug_the_access_log_says_nothing(auth_server: LiveServer, capl
         writer.object(KEY).session().append_message(text_message("m1"))
         assert writer.object(KEY).session().get_message("m1") == text_message("m1")
     assert _access(caplog) == []
+
+
+def test_a_callers_request_id_holds_only_id_characters_and_a_cut_off_call_keeps_its_peer(
+    auth_server: LiveServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A request id with spaces and brackets wrote what read as another call into a text log
+    line; a call whose deadline passed was logged with an empty peer (gRPC no longer says once
+    the call has ended) and counted CANCELLED (observability audit, session 49)."""
+    caplog.set_level(logging.DEBUG)
+    caplog.handler.addFilter(RequestIdFilter())
+    forged = "x]: SessionService/DeleteObject OK reason=- 0.1 ms object=- peer=ipv4:10.9.9.9:1 ["
+    release: queue.Queue[None] = queue.Queue()
+    with grpc.insecure_channel(auth_server.address) as channel:
+        stub = pb_grpc.SessionServiceStub(channel)
+        metadata = (*routing_metadata(KEY, WRITER), ("x-request-id", forged))
+        assert list(stub.GetLatestLeaf(pb.GetLatestLeafRequest(object_key=KEY), metadata=metadata)) is not None
+
+        def held_open() -> Iterator[pb.UploadMessageRequest]:
+            header = pb.UploadHeader(object_key=KEY, operation=pb.UPLOAD_OPERATION_APPEND)
+            yield pb.UploadMessageRequest(header=header, json_piece='{"id":')
+            release.get()
+
+        with pytest.raises(grpc.RpcError) as late:
+            stub.UploadMessage(held_open(), metadata=routing_metadata(KEY, WRITER), timeout=0.5)
+        assert late.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        release.put(None)
+    assert wait_until(lambda: len(_access(caplog)) >= 2, timeout=10), [r.getMessage() for r in _access(caplog)]
+    (leaf,) = [r for r in _access(caplog) if r.getMessage().startswith("SessionService/GetLatestLeaf")]
+    assert (
+        getattr(leaf, "request_id", None)
+        == "x_:_SessionService/DeleteObject_OK_reason=-_0.1_ms_object=-_peer=ipv4:10.9.9.9:1__"
+    )
+    (upload,) = [r.getMessage() for r in _access(caplog) if r.getMessage().startswith("SessionService/UploadMessage")]
+    assert upload.startswith("SessionService/UploadMessage DEADLINE_EXCEEDED reason=-"), upload
+    assert " peer=ipv4:127.0.0.1:" in upload, upload

@@ -35,7 +35,7 @@ from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
 
-from sessions_server.storage import fdlimit, wal
+from sessions_server.storage import fdlimit, files, wal
 from sessions_server.storage.feed import FeedClosed, FeedHub, Feeds, FeedSettings
 from sessions_server.storage.paths import object_path
 from sessions_server.storage.rows import (
@@ -501,6 +501,10 @@ class ObjectRegistry:
 
     def open_bytes(self) -> int:
         return sum(store.file_bytes() for store in self._snapshot())
+
+    def free_bytes(self) -> int:
+        """Bytes free to the server where its objects are written (`files.free_bytes`)."""
+        return files.free_bytes(self.data_dir / "objects")
 
     def subscriber_count(self) -> int:
         return sum(hub.subscriber_count for hub in tuple(self._hubs.values()))

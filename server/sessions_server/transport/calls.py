@@ -52,11 +52,12 @@ async def unary(context: Any, run: Callable[[], Awaitable[Resp]]) -> Resp:
 PIECE_IDLE_SECONDS = 60.0
 
 
-async def next_frame(frames: AsyncIterator[Any], *, inside_message: bool = False) -> Any:
+async def next_frame(frames: AsyncIterator[Any], context: Any, *, inside_message: bool = False) -> Any:
     """The next frame of a client stream (None at the stream's end), or a refusal once it takes
-    longer than PIECE_IDLE_SECONDS."""
+    longer than PIECE_IDLE_SECONDS. A stream its client cancelled, or whose deadline passed,
+    ends in CancelledError, not as a stream whose client finished sending."""
     try:
-        return await asyncio.wait_for(anext(frames, None), PIECE_IDLE_SECONDS)
+        frame = await asyncio.wait_for(anext(frames, None), PIECE_IDLE_SECONDS)
     except TimeoutError:
         raise exceeded(
             "the next piece of the message did not arrive in time; the pieces received were dropped"
@@ -66,6 +67,31 @@ async def next_frame(frames: AsyncIterator[Any], *, inside_message: bool = False
             int(PIECE_IDLE_SECONDS),
             "s",
         ) from None
+    except (grpc.aio.AbortError, grpc.aio.UsageError):
+        raise
+    except grpc.aio.BaseError as exc:  # the server stopped under the read: the call is cut off
+        raise asyncio.CancelledError("the server stopped before the client finished sending") from exc
+    if frame is None:
+        await _not_cut_off(context)
+    return frame
+
+
+# gRPC ends a client stream's frames alike when the client finishes sending and when the call
+# ends under it (cancelled by its client, its deadline passed, its connection lost, the server
+# stopping), and cancels the handler's task only some turns of the loop later. A handler that
+# went straight on to write what it had received (an upload whose pieces were all there, an
+# import's messages so far) carried out a call its client had given up on, and a message cut
+# short was answered INVALID_JSON; both were counted and logged so. At the end of the frames the
+# response's headers go out, which gRPC refuses, or the wait for which it cancels, on a call that
+# has ended: the handler learns which end it met before it acts on the frames.
+async def _not_cut_off(context: Any) -> None:
+    remaining = context.time_remaining()
+    if remaining is not None and remaining <= 0:
+        raise asyncio.CancelledError("the call's deadline passed")
+    try:
+        await context.send_initial_metadata(())
+    except Exception as exc:  # the call ended under the handler (the server stopping, say)
+        raise asyncio.CancelledError("the call ended before its client finished sending") from exc
 
 
 # How much of a refused client stream is read (and dropped) before the refusal is sent.

@@ -17,6 +17,7 @@ import inspect
 import itertools
 import logging
 import os
+import re
 import socket
 import threading
 import time
@@ -58,7 +59,10 @@ DEADLINE_SLACK_SECONDS = 0.01
 
 
 def _deadline_passed() -> bool:
-    context = serving.get()
+    return _deadline_passed_for(serving.get())
+
+
+def _deadline_passed_for(context: Any) -> bool:
     remaining = None if context is None else context.time_remaining()
     return remaining is not None and remaining <= DEADLINE_SLACK_SECONDS
 
@@ -106,6 +110,12 @@ class Metrics:
         )
         self.row_writes_total = RowWritesTotal(self.registry)
         self.bytes_stored = Gauge("sessions_open_object_bytes", "Bytes of open object files", registry=self.registry)
+        self.free_bytes = Gauge(
+            "sessions_data_dir_free_bytes",
+            "Bytes free to the server on the file system of its data directory (writes fail STORAGE_FULL "
+            "when they run out; a vacuum, an export or a move needs room for a copy of its object)",
+            registry=self.registry,
+        )
         self.subscribers = Gauge("sessions_subscribers", "Active Subscribe streams", registry=self.registry)
         self.feed_retained_bytes = Gauge(
             "sessions_feed_retained_bytes",
@@ -250,6 +260,13 @@ _request_numbers = itertools.count(1)
 # A caller's id goes into every log line of its call: metadata values run to the header limit
 # (8 KiB and more), which a caller could otherwise copy into each line (security audit).
 MAX_REQUEST_ID_CHARS = 128
+# ... and only characters ids are made of: with spaces and brackets, an id wrote what read as
+# another call into a text log line ("x]: SessionService/DeleteObject OK ... peer=... [").
+_NOT_IN_REQUEST_IDS = re.compile(r"[^A-Za-z0-9._~:/+=@-]")
+
+
+def _caller_request_id(incoming: object) -> str:
+    return _NOT_IN_REQUEST_IDS.sub("_", str(incoming)[:MAX_REQUEST_ID_CHARS])
 
 
 def _fresh_request_id() -> str:
@@ -368,17 +385,20 @@ class CallMeter:
         finished = self._finished
         refusals = self.refusals
 
-        def begin(context: Any) -> float:
+        def begin(context: Any) -> tuple[float, str]:
             if is_work:
                 self.calls_started += 1
             if is_tracked:
                 self.calls_in_flight += 1
             incoming = dict(context.invocation_metadata() or ()).get("x-request-id")
-            request_id.set(str(incoming)[:MAX_REQUEST_ID_CHARS] if incoming else _fresh_request_id())
+            request_id.set(_caller_request_id(incoming) if incoming else _fresh_request_id())
             serving.set(context)
-            return time.perf_counter()
+            # The peer while the call is live: once it is cancelled or past its deadline, gRPC
+            # no longer says (the access log read it at the end, and printed nothing for them).
+            peer = context.peer() if access_log.isEnabledFor(logging.DEBUG) else ""
+            return time.perf_counter(), peer
 
-        def end(context: Any, request: Any, started: float, failure: BaseException | None) -> None:
+        def end(context: Any, request: Any, started: float, peer: str, failure: BaseException | None) -> None:
             seconds = time.perf_counter() - started
             if is_tracked:
                 self.calls_in_flight -= 1
@@ -389,8 +409,12 @@ class CallMeter:
                 name = code.name
             elif failure is None:
                 name = "OK"
+            elif isinstance(failure, asyncio.CancelledError):
+                # gRPC ends a call whose deadline passed by cancelling its handler, as it does a
+                # call its client cancelled: the client saw DEADLINE_EXCEEDED, so do the counts.
+                name = "DEADLINE_EXCEEDED" if _deadline_passed_for(context) else "CANCELLED"
             else:
-                name = "CANCELLED" if isinstance(failure, asyncio.CancelledError) else "UNKNOWN"
+                name = "UNKNOWN"
             reason = "" if name == "OK" else reason_of(context)
             finished(service, method, name, reason, seconds)
             if name in AUTH_REFUSALS:
@@ -403,13 +427,13 @@ class CallMeter:
                     reason or "-",
                     seconds * 1000,
                     logged_object(request, context),
-                    context.peer(),
+                    peer,
                 )
 
         inner: Any = handler.unary_unary or handler.unary_stream or handler.stream_unary or handler.stream_stream
 
         async def awaited(request: Any, context: Any) -> Any:
-            started = begin(context)
+            started, peer = begin(context)
             failure: BaseException | None = None
             try:
                 return await inner(request, context)
@@ -417,10 +441,10 @@ class CallMeter:
                 failure = exc
                 raise
             finally:
-                end(context, request, started, failure)
+                end(context, request, started, peer, failure)
 
         async def generated(request: Any, context: Any) -> AsyncIterator[Any]:
-            started = begin(context)
+            started, peer = begin(context)
             failure: BaseException | None = None
             try:
                 async for response in inner(request, context):
@@ -429,7 +453,7 @@ class CallMeter:
                 failure = exc
                 raise
             finally:
-                end(context, request, started, failure)
+                end(context, request, started, peer, failure)
 
         # A generator's responses pass through one of ours; any other handler (unary, or a stream
         # written through its context) is awaited, and its responses pass through nothing extra.

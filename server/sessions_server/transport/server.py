@@ -211,6 +211,13 @@ class RunningServer:
             await self.health.enter_graceful_shutdown()
             self.registry.close_feeds()  # subscribers end with UNAVAILABLE: reconnect elsewhere
             await self._unless_hurried(self.calls.until_idle(remaining()))
+            if self.calls.calls_in_flight:  # an operator learns what the stop cut, and why
+                log.warning(
+                    "drain: %d calls still in flight after %.1f s (%s); gRPC cancels them as it stops",
+                    self.calls.calls_in_flight,
+                    self.drain_seconds - (deadline - loop.time()),
+                    "stopped early by a second signal" if self.hurried.is_set() else "--drain-seconds ran out",
+                )
             await self._unless_hurried(self.watches.end(remaining()))
             await self._stop_server(remaining())
             if self.probes is not None:  # told NOT_SERVING all along the drain, as the main port
@@ -396,6 +403,7 @@ async def _create_server(
     metrics.row_writes.set_function(registry.row_writes)
     metrics.row_writes_total.set_function(registry.rows_written)
     metrics.bytes_stored.set_function(registry.open_bytes)
+    metrics.free_bytes.set_function(registry.free_bytes)
     metrics.subscribers.set_function(registry.subscriber_count)
     metrics.feed_retained_bytes.set_function(registry.feed_retained_bytes)
     metrics.searches_running.set_function(lambda: service.search_slots.running)
@@ -631,7 +639,11 @@ async def serve(
     await stop.wait()
     if watcher is not None:
         watcher.cancel()
-    log.info("draining")
+    log.info(
+        "draining: %d calls in flight, waiting up to %.0f s for them",
+        running.calls.calls_in_flight,
+        config.drain_seconds,
+    )
     hurrying = None
     if hurry is not None:
 

@@ -331,7 +331,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
     ) -> pb.UploadMessageResponse:
         async def run() -> pb.UploadMessageResponse:
             frames = request_iterator.__aiter__()
-            first = await calls.next_frame(frames)
+            first = await calls.next_frame(frames, context)
             if first is None:
                 raise InvalidArgument("UploadMessage stream carried no frames", reason="INVALID_STREAM")
             if not first.HasField("header"):
@@ -348,7 +348,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             granted = _Granted(self._authority, context, header.object_key, write=True)
             with self._pieces(holder, from_client=upload.from_client) as pieces:
                 pieces.add(first.json_piece)
-                while (frame := await calls.next_frame(frames, inside_message=True)) is not None:
+                while (frame := await calls.next_frame(frames, context, inside_message=True)) is not None:
                     granted.recheck()
                     if frame.HasField("header"):
                         raise InvalidArgument(
@@ -406,7 +406,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
     ) -> pb.ImportMessagesResponse:
         async def run() -> pb.ImportMessagesResponse:
             frames = request_iterator.__aiter__()
-            first = await calls.next_frame(frames)
+            first = await calls.next_frame(frames, context)
             if first is None:
                 return pb.ImportMessagesResponse()
             object_key, session_id = first.object_key, first.session_id
@@ -457,7 +457,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                             await add_whole(frame)
                         if head is None and not frame.json_piece and not frame.more_pieces:
                             # No piece: the frame named the object, or held whole messages.
-                            frame = await calls.next_frame(frames)
+                            frame = await calls.next_frame(frames, context)
                             continue
                         if head is None:
                             head = frame
@@ -468,7 +468,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                                 pieces.text(), parent_id, head.created_at_ms, IMPORT_PIECES_FIELDS, pieces.hand_over()
                             )
                             head = None
-                        frame = await calls.next_frame(frames, inside_message=head is not None)
+                        frame = await calls.next_frame(frames, context, inside_message=head is not None)
                     if head is not None:
                         raise InvalidArgument(
                             "the stream ended inside a message (more_pieces was true)",
@@ -838,7 +838,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
     ) -> pb.ImportObjectResponse:
         async def run() -> pb.ImportObjectResponse:
             frames = request_iterator.__aiter__()
-            first = await calls.next_frame(frames)
+            first = await calls.next_frame(frames, context)
             if first is None:
                 raise InvalidArgument(
                     "the first ImportObject frame must name object_key", reason="INVALID_STREAM", field="object_key"
@@ -861,7 +861,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                             field="object_key",
                         )
                     yield frame.data, frame.sha256
-                    frame = await calls.next_frame(frames)
+                    frame = await calls.next_frame(frames, context)
 
             size, rows, hold = await self._service.objects.receive(
                 first.object_key,
