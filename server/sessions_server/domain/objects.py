@@ -223,13 +223,17 @@ class ObjectAdmin:
         paths, keys_found = await asyncio.to_thread(page)
         found = []
         for path, key in zip(paths, keys_found, strict=True):
-            if key is None:  # a listing that leaves out an object must say so somewhere
-                log.warning("%s records no object key it can read: not listed", path)
+            # A listing that leaves out an object must say so somewhere; once a minute a file,
+            # however often it is listed (every call logged every such file again).
+            if key is None:
+                if self._due_for_log(f"listing\0{path}"):
+                    log.warning("%s records no object key it can read: not listed", path)
                 continue
             if key in self._moved:
                 continue
             if object_file_name(key) != path.name:  # a copy of another key's file: no call reaches it
-                log.warning("%s records object key %r, which is not its own: not listed", path, key)
+                if self._due_for_log(f"listing\0{path}"):
+                    log.warning("%s records object key %r, which is not its own: not listed", path, key)
                 continue
             found.append(key)
         token = paths[-1].name if len(paths) == size else ""
