@@ -442,6 +442,10 @@ class CallMeter:
                 raise
             finally:
                 end(context, request, started, peer, failure)
+                # The failure's traceback holds this frame, which held the failure: a cycle that
+                # kept every frame of the call (a cancelled 10 MB upload's text and its prepared
+                # forms) until a full collection, which a server tuned for few comes rarely to.
+                failure = None
 
         async def generated(request: Any, context: Any) -> AsyncIterator[Any]:
             started, peer = begin(context)
@@ -454,6 +458,7 @@ class CallMeter:
                 raise
             finally:
                 end(context, request, started, peer, failure)
+                failure = None  # as in `awaited`
 
         # A generator's responses pass through one of ours; any other handler (unary, or a stream
         # written through its context) is awaited, and its responses pass through nothing extra.
