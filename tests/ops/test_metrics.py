@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import sys
 import urllib.request
@@ -323,3 +324,64 @@ def test_row_writes_total_is_a_counter_that_never_goes_down() -> None:
         seen.append(sample.value)
     assert seen == [0, 13, 20, 20, 25]
     assert families()["sessions_open_object_row_writes"].type == "gauge"  # the gauge, renamed
+
+
+class _Served:
+    """What the meter reads of a call's servicer context: no status set by the handler, and
+    `remaining` seconds to its deadline (None: no deadline)."""
+
+    def __init__(self, remaining: float | None) -> None:
+        self.remaining = remaining
+
+    def time_remaining(self) -> float | None:
+        return self.remaining
+
+    def code(self) -> None:
+        return None
+
+    def invocation_metadata(self) -> tuple[()]:
+        return ()
+
+    def trailing_metadata(self) -> tuple[()]:
+        return ()
+
+    def peer(self) -> str:
+        return "ipv4:127.0.0.1:1"
+
+
+def test_a_call_is_counted_by_the_status_its_client_saw_when_its_deadline_passed() -> None:
+    """gRPC tells the client DEADLINE_EXCEEDED once the deadline passes: a handler cancelled for it
+    was counted CANCELLED, as if the client had given up, and one that answered after it OK
+    (deadlines and cancellation audit, session 49)."""
+    import asyncio
+
+    import grpc
+    from prometheus_client import generate_latest
+
+    from sessions_server.transport.metrics import CallMeter, Metrics
+
+    metrics = Metrics()
+    meter = CallMeter(metrics)
+
+    async def answers(request: object, context: object) -> str:
+        return "answer"
+
+    async def is_cancelled(request: object, context: object) -> str:
+        raise asyncio.CancelledError
+
+    method = "/sessions.v1.SessionService/AppendMessage"
+
+    async def run() -> None:
+        for handler, remaining in ((answers, None), (answers, 0.0), (is_cancelled, 0.0), (is_cancelled, 5.0)):
+            behavior = meter.metered(method, grpc.unary_unary_rpc_method_handler(handler)).unary_unary
+            assert behavior is not None
+            with contextlib.suppress(asyncio.CancelledError):
+                await behavior(None, _Served(remaining))
+
+    asyncio.run(run())
+    counted = {
+        line.split('code="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
+        for line in generate_latest(metrics.registry).decode().splitlines()
+        if line.startswith("sessions_rpcs_total{")
+    }
+    assert counted == {"OK": 1.0, "DEADLINE_EXCEEDED": 2.0, "CANCELLED": 1.0}

@@ -408,7 +408,10 @@ class CallMeter:
             if isinstance(code, grpc.StatusCode):
                 name = code.name
             elif failure is None:
-                name = "OK"
+                # An answer made after the deadline never reached the client, which gRPC told
+                # DEADLINE_EXCEEDED (though a write may have been carried out: the docs say so).
+                remaining = context.time_remaining()
+                name = "OK" if remaining is None or remaining > 0 else "DEADLINE_EXCEEDED"
             elif isinstance(failure, asyncio.CancelledError):
                 # gRPC ends a call whose deadline passed by cancelling its handler, as it does a
                 # call its client cancelled: the client saw DEADLINE_EXCEEDED, so do the counts.
