@@ -63,3 +63,26 @@ def test_writes_to_a_key_moved_away_are_refused_naming_its_owner(tmp_path: Path)
     finally:
         server.stop()
     assert refused == {name: (grpc.StatusCode.FAILED_PRECONDITION, True) for name in WRITES}
+
+
+def test_an_object_held_for_a_move_is_searched_though_its_index_was_never_built(tmp_path: Path) -> None:
+    """Reads go on while a move holds an object's writes; the first search builds the object's
+    search index, by writes of its own, which the move's lock refused: every search answered
+    OBJECT_MOVING until the lock went (deadlines audit, session 49). The index is derived from
+    the rows, so its writes pass the lock; the rows' stay refused."""
+    server = start_server(tmp_path / "data")
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            stub = pb_grpc.SessionServiceStub(channel)
+            metadata = routing_metadata(KEY)
+            stub.AppendMessage(pb.AppendMessageRequest(object_key=KEY, message_json=_json("m1")), metadata=metadata)
+            frames = list(stub.ExportObject(pb.ExportObjectRequest(object_key=KEY, lock_for_move=True)))
+            assert frames[-1].move_id
+            hits = list(stub.SearchMessages(pb.SearchMessagesRequest(object_key=KEY, query="hi"), metadata=metadata))
+            assert [hit.id for hit in hits] == ["m1"]
+            with pytest.raises(grpc.RpcError) as held:
+                WRITES["append"](stub)
+            assert held.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert "moved" in (held.value.details() or "")
+    finally:
+        server.stop()

@@ -54,9 +54,11 @@ def _index_complete(conn: Connection) -> bool:
 async def _build(store: ObjectStore) -> None:
     if await store.read(_index_complete, quick=True):
         return
-    await store.write(start_index)
+    # A search is a read, served while a move holds the object's writes (the copy it moves
+    # builds its own index when first searched).
+    await store.write(start_index, derived=True)
     store.search_index_committed()  # from now on every write maintains the index
-    while not await store.write(backfill_step):
+    while not await store.write(backfill_step, derived=True):
         pass
 
 

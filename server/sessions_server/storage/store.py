@@ -360,6 +360,7 @@ class ObjectStore:
         size_hint: int | None = None,
         after: Callable[[T], None] | None = None,
         grows: int = 0,
+        derived: bool = False,
     ) -> T:
         """Runs `run` inside the object's write transaction; returns after COMMIT.
 
@@ -371,12 +372,14 @@ class ObjectStore:
         without it), so what the server remembers of the object is brought up to date there,
         not by the caller. A job whose caller is cancelled before a commit takes it is dropped.
         `grows`: about how many bytes the job adds to the file, counted by `cached_file_bytes`
-        until the file is measured again."""
+        until the file is measured again. `derived`: the job writes only what is derived from
+        the rows (the search index), which `write_gate` lets through: a copy made without it
+        makes it again when needed."""
         if self._closed:
             raise StoreClosed("the object was closed while this call used it")
         if self.damaged is not None:
             raise self.damaged.again("write")
-        if self.write_gate is not None:
+        if self.write_gate is not None and not derived:
             self.write_gate()  # raises to refuse: checked as the job is queued, not before
         self._grown_since_measured += grows
         self._grown += grows
