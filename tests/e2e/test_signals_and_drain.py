@@ -2,8 +2,8 @@
 
 SIGHUP re-reads the tokens file, and without one is logged and ignored (its default action
 ended the process, no drain). A drain ends health `Watch` streams, once they have been told
-NOT_SERVING, when nothing else is left to wait for (gRPC's stop waited the whole
-`--drain-seconds` for them). A second SIGTERM/SIGINT during a drain stops the server now.
+NOT_SERVING, and reflection streams, when nothing else is left to wait for (gRPC's stop waited
+the whole `--drain-seconds` for them). A second SIGTERM/SIGINT during a drain stops the server now.
 
 Each test waits on what the server says (its log lines, its metrics, a call's answer), with a
 deadline; a drain that would wait out its `--drain-seconds` (300 here) misses the deadline.
@@ -23,6 +23,7 @@ from typing import IO
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from sessions_client import SessionsClient, SessionsError
 from sessions_proto.v1 import sessions_pb2 as pb
@@ -189,6 +190,36 @@ def test_a_drain_with_only_health_watches_open_ends_them_and_stops(
     finally:
         for channel, _ in watches:
             channel.close()
+    assert "sessions-server stopped" in lines.text
+
+
+def test_a_drain_ends_open_reflection_streams_and_stops(tmp_path: Path, stopped_after: list[ServerProcess]) -> None:
+    """A reflection stream held open between requests (grpcurl's shell, a GUI) is no call the
+    drain waits for: it ends UNAVAILABLE, reason DRAINING; gRPC's stop waited out the whole
+    --drain-seconds for it, with nothing in flight."""
+    server, lines = _started(tmp_path / "data", *LONG_DRAIN)
+    stopped_after.append(server)
+    release = threading.Event()
+
+    def requests() -> Iterator[reflection_pb2.ServerReflectionRequest]:
+        yield reflection_pb2.ServerReflectionRequest(list_services="")
+        release.wait(DEADLINE_SECONDS)
+
+    channel = grpc.insecure_channel(server.address)
+    try:
+        stream = reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo(requests())
+        listed = {service.name for service in next(stream).list_services_response.service}
+        assert "sessions.v1.SessionService" in listed
+        assert server.proc is not None
+        server.proc.send_signal(signal.SIGTERM)
+        with pytest.raises(grpc.RpcError) as ended:
+            next(stream)
+        assert ended.value.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
+        assert "shutting down" in (ended.value.details() or "")  # type: ignore[attr-defined]
+        assert _exit_code(server) == 0
+    finally:
+        release.set()
+        channel.close()
     assert "sessions-server stopped" in lines.text
 
 

@@ -20,8 +20,9 @@ from typing import Any, TypeAlias
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from sessions_server.domain.errors import SessionsError
+from sessions_server.domain.errors import SessionsError, Unavailable
 from sessions_server.transport.auth import TokenAuthority
+from sessions_server.transport.calls import abort
 from sessions_server.transport.handlers import WrappingRegistrar
 
 # Health watches at once: a probe or a balancer watches, a few each. Health needs no token, and
@@ -100,6 +101,47 @@ class Bounded:
                     yield response
 
         return grpc.stream_stream_rpc_method_handler(bounded, handler.request_deserializer, handler.response_serializer)
+
+
+class EndableStreams:
+    """Bidirectional streams (reflection's) that a drain ends: a caller's tool (grpcurl's
+    shell, a GUI) may hold one open between its requests for as long as it runs, and gRPC's
+    stop waited out the whole drain for it (10 s by default, with no call in flight). Ended,
+    a stream is answered UNAVAILABLE, reason DRAINING, as the other calls of a drain."""
+
+    def __init__(self) -> None:
+        self._open: set[asyncio.Task[Any]] = set()
+        self._ended: set[asyncio.Task[Any]] = set()
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def stream_stream(self, handler: Handler) -> Handler:
+        inner: Any = handler.stream_stream
+
+        async def endable(requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
+            task = asyncio.current_task()
+            assert task is not None
+            self._open.add(task)
+            try:
+                async for response in inner(requests, context):
+                    yield response
+            except asyncio.CancelledError:
+                if task not in self._ended:
+                    raise
+                task.uncancel()
+                await abort(context, Unavailable("the server is shutting down; retry on a new connection"))
+            finally:
+                self._open.discard(task)
+                self._ended.discard(task)
+
+        return grpc.stream_stream_rpc_method_handler(endable, handler.request_deserializer, handler.response_serializer)
+
+    def end(self) -> None:
+        """Ends every stream open now."""
+        for task in self._open:
+            self._ended.add(task)
+            task.cancel()
 
 
 class HealthServicer(health.aio.HealthServicer):  # type: ignore[misc,name-defined]

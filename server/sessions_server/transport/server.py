@@ -49,6 +49,7 @@ from sessions_server.transport.metrics import CallMeter, Metrics, quiet_ended_ca
 from sessions_server.transport.open_services import (
     MAX_REFLECTION_STREAMS,
     Bounded,
+    EndableStreams,
     HealthServicer,
     needing_token,
     probe_server,
@@ -169,6 +170,7 @@ class RunningServer:
     probes: grpc.aio.Server | None = None  # --probe-listen: health alone
     probe_address: str | None = None
     watches: HealthWatches = field(default_factory=HealthWatches)
+    streams: EndableStreams = field(default_factory=EndableStreams)
     # Set (`hurry`) to cut a drain short: calls in flight are cancelled, nothing more is waited for.
     hurried: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -219,6 +221,7 @@ class RunningServer:
                     "stopped early by a second signal" if self.hurried.is_set() else "--drain-seconds ran out",
                 )
             await self._unless_hurried(self.watches.end(remaining()))
+            self.streams.end()  # nothing else left: gRPC's stop would wait out the drain for them
             await self._stop_server(remaining())
             if self.probes is not None:  # told NOT_SERVING all along the drain, as the main port
                 await self.probes.stop(0)
@@ -416,12 +419,13 @@ async def _create_server(
     health_guard = authority if config.probe_listen else None
     reflections = Bounded(MAX_REFLECTION_STREAMS, "reflection streams")
     watches = HealthWatches()
+    streams = EndableStreams()
 
     def wrap(method: str, handler: grpc.RpcMethodHandler[Any, Any]) -> grpc.RpcMethodHandler[Any, Any]:
         if method.startswith(f"/{REFLECTION_SERVICE}/"):
             if reflection_guard is not None:
                 handler = needing_token(reflection_guard, handler)
-            handler = reflections.stream_stream(handler)
+            handler = streams.stream_stream(reflections.stream_stream(handler))
         elif method.startswith(f"/{health.SERVICE_NAME}/"):
             if method == f"/{health.SERVICE_NAME}/Watch":
                 handler = watches.wrap(handler)
@@ -469,6 +473,7 @@ async def _create_server(
         probes,
         probe_address,
         watches,
+        streams,
     )
 
 
