@@ -86,3 +86,40 @@ def test_an_import_is_held_to_it_too(server: LiveServer) -> None:
             session.import_messages([_pointing("fits", 20), _pointing("past", 21)])
         assert refused.value.metadata["limit"] == "max_assembly_bytes"
         assert session.get_message("past") is None
+
+
+def _expanding(message_id: str, sent_bytes: int) -> str:
+    """A message whose numbers JSON.stringify writes about five times longer than they came:
+    `1E20` (4 bytes) stores as 100000000000000000000 (21)."""
+    count = sent_bytes // 5
+    numbers = ",".join(["1E20"] * count)
+    return f'{{"id":"{message_id}","role":"user","parts":[],"metadata":{{"n":[{numbers}]}}}}'
+
+
+def test_a_message_is_held_to_its_cap_as_stored_not_as_sent(server: LiveServer) -> None:
+    """The caps were checked on the text as it arrived: a client's 8 MiB message of such numbers
+    was stored as 35 MiB past its 10 MiB cap, and one of 30 MiB as 132 MiB past a 64 MiB budget
+    (large messages audit, session 49). Nothing of a refused write is stored; an import refuses
+    such a message as any too large one, the messages before it kept."""
+    with SessionsClient(server.address, retry=None) as client:
+        session = client.object("o").session()
+        fits = _expanding("fits", CLIENT_BYTES // 8)  # stored: about 5/8 of the cap
+        session.append_message(fits, source="client")
+        assert len(session.get_message("fits")["metadata"]["n"]) == CLIENT_BYTES // 8 // 5
+        past_client_cap = _expanding("client", CLIENT_BYTES // 2)  # sent: half the cap; stored: 2.6x
+        with pytest.raises(SessionsError) as refused:
+            session.append_message(past_client_cap, source="client")
+        assert (refused.value.code, refused.value.reason) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "LIMIT_EXCEEDED")
+        assert refused.value.metadata["limit"] == "max_client_message_bytes"
+        assert "as stored" in refused.value.message and "1E20" in refused.value.message
+        with pytest.raises(SessionsError):
+            session.upsert_message(past_client_cap, source="client")
+        past_budget = _expanding("server", ASSEMBLY_BYTES // 4)  # sent: a quarter of the budget
+        with pytest.raises(SessionsError) as over:
+            session.append_message(past_budget)
+        assert over.value.metadata["limit"] == "max_assembly_bytes"
+        with pytest.raises(SessionsError) as imported:
+            session.import_messages([{"id": "before", "role": "user", "parts": []}, past_budget])
+        assert imported.value.metadata["limit"] == "max_assembly_bytes"
+        assert session.get_message("before") is not None and session.get_message("fits") is not None
+        assert session.get_message("client") is None and session.get_message("server") is None

@@ -98,7 +98,9 @@ class Importer:
             if parent_id is not None:
                 messages.check_parent_id(parent_id, self._limits, fields.parent_id)
             prepared = messages.prepare_for_import(message, plain=plain, source_text=text)
-            return prepared, prepared.row(self._limits.max_assembly_bytes)
+            bound = self._limits.max_assembly_bytes
+            messages.check_stored_size(prepared, text, bound, "max_assembly_bytes", fields.text)
+            return prepared, prepared.row(bound)
 
         size = utf8_length(text)
         try:

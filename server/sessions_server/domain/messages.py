@@ -19,10 +19,10 @@ from typing import Any, TypeVar
 from sessions_server.domain import attachments, jsjson
 from sessions_server.domain.chunking import content_digest, content_slices
 from sessions_server.domain.errors import InvalidArgument
-from sessions_server.domain.limits import Limits, check_size
+from sessions_server.domain.limits import Limits, check_size, exceeded
 from sessions_server.domain.sanitize import sanitize_message, strip_reserved_metadata
 from sessions_server.domain.tokens import estimate_row_tokens
-from sessions_server.storage.rows import COMPACTION_PREFIX, NewRow, PayloadRow, has_message_fields
+from sessions_server.storage.rows import COMPACTION_PREFIX, NewRow, PayloadRow, has_message_fields, utf8_length
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 # Messages of more JSON than this are prepared (parsed, checked, sanitized, stamped, sliced) on a
@@ -284,6 +284,26 @@ def prepare_for_write(
     return PreparedMessage.of(
         prepared, estimate_row_tokens(prepared), may_hold_media=may_hold_media, plain=plain, source_text=source_text
     )
+
+
+def check_stored_size(prepared: PreparedMessage, source_text: str, bound: int, limit_name: str, field: str) -> None:
+    """Refuses a message whose stored JSON is larger than `bound` where it is not the text sent
+    (which was measured as it came): JSON.stringify's form can be several times longer, a number
+    sent as `1E20` stored as 21 digits, so an 8 MiB message from a client was stored as 35 MiB
+    past its 10 MiB cap. A message that names attachments is measured at its write, with its
+    payloads inline (storage's `check_inline_size`)."""
+    stored = prepared.stored_json
+    if stored is source_text or not bound or prepared.extraction.references:
+        return
+    size = utf8_length(stored)
+    if size > bound:
+        raise exceeded(
+            f"{field} is larger than allowed as stored: {size} bytes in the form JSON.stringify writes "
+            "(a number such as 1E20 takes its 21 digits); nothing was written",
+            limit_name,
+            bound,
+            "bytes",
+        )
 
 
 def prepare_for_import(message: Message, *, plain: bool = False, source_text: str | None = None) -> PreparedMessage:

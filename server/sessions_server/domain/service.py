@@ -272,10 +272,14 @@ class SessionsService:
     def _inline_bound(self, from_client: bool) -> int:
         """The most bytes a message may read back as with its attachments inline: what the
         server takes as one message, and less from a client when its cap is less."""
-        cap = self.limits.max_client_message_bytes
-        if from_client and cap:
-            return min(cap, self.limits.max_assembly_bytes)
-        return self.limits.max_assembly_bytes
+        return self._inline_limit(from_client)[0]
+
+    def _inline_limit(self, from_client: bool) -> tuple[int, str]:
+        """`_inline_bound`, and the name of the limit it is."""
+        cap, most = self.limits.max_client_message_bytes, self.limits.max_assembly_bytes
+        if from_client and cap and cap <= most:
+            return cap, "max_client_message_bytes"
+        return most, "max_assembly_bytes"
 
     def _check_parent(self, parent: Parent, field: str) -> None:
         if parent.kind == "id":
@@ -295,6 +299,7 @@ class SessionsService:
             plain=plain,
             simple=simple,
         )
+        messages.check_stored_size(prepared, text, *self._inline_limit(from_client), field)
         return message, prepared
 
     async def _prepared_row(
