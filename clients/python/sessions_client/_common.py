@@ -4,6 +4,7 @@ and the one exception type raised for every failed call."""
 from __future__ import annotations
 
 import json
+import sys
 import time
 import urllib.parse
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
@@ -42,12 +43,35 @@ _scan_json: Final[Callable[[str, int], tuple[Any, int]]] = json.JSONDecoder().sc
 
 
 def loads_message(text: str) -> Any:
-    """`json.loads(text)`, the same value or the same error, faster for compact JSON."""
+    """`json.loads(text)`, the same value or the same error, faster for compact JSON, and for
+    JSON nested as deep as the server stores it (`loads_json`)."""
     try:
         value, end = _scan_json(text, 0)
     except StopIteration:  # nothing at the start (whitespace first, or no JSON): as json.loads says
+        return loads_json(text)
+    except RecursionError:
+        return loads_json(text)
+    return value if end == len(text) else loads_json(text)
+
+
+# The server stores JSON nested up to 1,000 levels (upstream's bound, JS parses deeper), and
+# Python's parser counts each level against the interpreter's recursion limit (1,000 by default,
+# less the caller's own frames): a message nested 995 levels deep, which any writer may store,
+# made every read of its session raise RecursionError here.
+_NESTING_HEADROOM: Final = 1_100
+
+
+def loads_json(text: str) -> Any:
+    """`json.loads(text)`, given room for the deepest nesting the server stores."""
+    try:
         return json.loads(text)
-    return value if end == len(text) else json.loads(text)
+    except RecursionError:
+        limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(limit + _NESTING_HEADROOM)
+        try:
+            return json.loads(text)
+        finally:
+            sys.setrecursionlimit(limit)
 
 
 # A request above this size goes through the client-streaming path, so any server or proxy
@@ -134,7 +158,7 @@ class AppendResult:
 
     @cached_property
     def message(self) -> Message:
-        return json.loads(self.message_json)  # type: ignore[no-any-return]
+        return loads_json(self.message_json)  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)
@@ -147,7 +171,7 @@ class UpsertResult:
 
     @cached_property
     def message(self) -> Message:
-        return json.loads(self.message_json)  # type: ignore[no-any-return]
+        return loads_json(self.message_json)  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)
@@ -189,7 +213,7 @@ class MessageWithInfo:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def message(self) -> Message:
-        return json.loads(self.json)  # type: ignore[no-any-return]
+        return loads_json(self.json)  # type: ignore[no-any-return]
 
 
 def routing_metadata(object_key: str, token: str | None = None) -> tuple[tuple[str, str], ...]:
@@ -513,7 +537,7 @@ def import_result(response: pb.ImportMessagesResponse, items: Iterable[ImportIte
 def _message_id(message: Message | str) -> str | None:
     if isinstance(message, str):
         try:
-            value = json.loads(message)
+            value = loads_json(message)
         except ValueError:
             return None
         message = value if isinstance(value, dict) else {}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from typing import Any
@@ -53,6 +52,7 @@ from sessions_client._common import (
     import_result,
     is_blank,
     json_size,
+    loads_json,
     parent_fields,
     parent_of,
     routing_metadata,
@@ -694,7 +694,7 @@ class SessionHandle:
         return found
 
     def _written(self, written: pb.WrittenMessage, sent: str) -> Message:
-        return json.loads(self._written_json(written, sent))  # type: ignore[no-any-return]
+        return loads_json(self._written_json(written, sent))  # type: ignore[no-any-return]
 
     def _read_back(self, ids: list[str]) -> dict[str, str]:
         """Stored JSON the server left out of a batch's answer (no room), in one read."""

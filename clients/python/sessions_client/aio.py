@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
@@ -57,6 +56,7 @@ from sessions_client._common import (
     import_result,
     is_blank,
     json_size,
+    loads_json,
     parent_fields,
     parent_of,
     routing_metadata,
@@ -714,7 +714,7 @@ class SessionHandle:
         return found
 
     async def _written(self, written: pb.WrittenMessage, sent: str) -> Message:
-        return json.loads(await self._written_json(written, sent))  # type: ignore[no-any-return]
+        return loads_json(await self._written_json(written, sent))  # type: ignore[no-any-return]
 
     async def _written_json(self, written: pb.WrittenMessage, sent: str) -> str:
         """The written message's JSON: in hand (`written_json_in_hand`), else read back."""

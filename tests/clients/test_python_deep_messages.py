@@ -1,0 +1,69 @@
+"""A message nested as deep as the server stores (1,000 levels, upstream's bound) reads back
+through the Python client: its parser counts each level against the interpreter's recursion
+limit, and from 995 levels every read of the session raised RecursionError, not a
+SessionsError (large messages audit, session 49). One level more is refused by the server.
+
+The server runs as a process of its own, at the interpreter's default recursion limit here: a
+server in this process raises the limit for its own parsing, which hid the client's failure."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from sessions_client import SessionsClient, SessionsError
+from sessions_server.domain.jsjson import MAX_JSON_DEPTH
+from tests.e2e.conftest import ServerProcess
+
+
+def _nested(message_id: str, depth: int) -> str:
+    """A message nested `depth` levels deep as the server counts them: itself, its metadata,
+    and objects in that, the innermost holding a number."""
+    below = depth - 1
+    return f'{{"id":"{message_id}","role":"user","parts":[],"metadata":' + '{"k":' * below + "1" + "}" * below + "}"
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[ServerProcess]:
+    process = ServerProcess(tmp_path / "data").start()
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+@pytest.fixture
+def default_recursion_limit() -> Iterator[None]:
+    """Python's default limit, whatever earlier tests set; restored after."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(1000)
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+def test_the_deepest_message_the_server_stores_reads_back(server: ServerProcess, default_recursion_limit: None) -> None:
+    deepest = _nested("deep", MAX_JSON_DEPTH)
+    with SessionsClient(server.address, retry=None) as client:
+        session = client.object("deep").session()
+        appended = session.append_message(deepest)
+        assert appended.message["id"] == "deep"  # the answer, parsed
+        assert session.get_message("deep") is not None
+        assert [m["id"] for m in session.get_history()] == ["deep"]
+        assert [m["id"] for m in session.get_history(newest_first=True)] == ["deep"]
+        assert session.get_latest_leaf()["id"] == "deep"  # type: ignore[index]
+        events = session.object.subscribe(include_progress=True)
+        try:
+            assert next(events).type == "progress"  # the feed is open
+            session.update_message(deepest.replace('"parts":[]', '"parts":[{"type":"text","text":"x"}]'))
+            assert next(events).message["id"] == "deep"  # type: ignore[index]
+        finally:
+            events.close()
+        with pytest.raises(SessionsError) as refused:
+            session.append_message(_nested("deeper", MAX_JSON_DEPTH + 1))
+        assert refused.value.code == grpc.StatusCode.INVALID_ARGUMENT
