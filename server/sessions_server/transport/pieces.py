@@ -64,8 +64,8 @@ class AssemblyBudget:
             return
         if already + size > self.limit_bytes:
             raise exceeded(
-                f"the messages of this call ({already + size} bytes) are more than the server holds at once; "
-                "send smaller messages",
+                f"the messages of this call (at least {already + size} bytes: what had arrived when they passed the "
+                "limit) are more than the server holds at once; send smaller messages",
                 "max_assembly_bytes",
                 self.limit_bytes,
                 "bytes",
@@ -74,7 +74,8 @@ class AssemblyBudget:
             # Past what a lone token may hold (fair_share.py) a call's own charge is over its
             # token's share however empty the server is: waiting would not help.
             raise exceeded(
-                f"the messages of this call ({already + size} bytes) are more than one caller may hold at once, "
+                f"the messages of this call (at least {already + size} bytes, what had arrived) are more than one "
+                "caller may hold at once, "
                 "seven eighths of the server's budget for them; send smaller messages",
                 "max_assembly_bytes",
                 self.limit_bytes,
