@@ -18,7 +18,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import grpc
 import pytest
@@ -167,6 +167,14 @@ def test_sighup_without_a_tokens_file_is_logged_and_the_server_keeps_serving(
 # -- drains and health watches ---------------------------------------------------------------
 
 
+def _assert_ended_by_the_drain(stream: Iterator[Any]) -> None:
+    """The stream's next answer is its end: UNAVAILABLE, the server shutting down."""
+    with pytest.raises(grpc.RpcError) as ended:
+        next(stream)
+    assert ended.value.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
+    assert "shutting down" in (ended.value.details() or "")  # type: ignore[attr-defined]
+
+
 def test_a_drain_with_only_health_watches_open_ends_them_and_stops(
     tmp_path: Path, stopped_after: list[ServerProcess]
 ) -> None:
@@ -182,10 +190,7 @@ def test_a_drain_with_only_health_watches_open_ends_them_and_stops(
         server.proc.send_signal(signal.SIGTERM)
         for _, watch in watches:
             assert next(watch).status == NOT_SERVING
-            with pytest.raises(grpc.RpcError) as ended:
-                next(watch)
-            assert ended.value.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
-            assert "shutting down" in (ended.value.details() or "")  # type: ignore[attr-defined]
+            _assert_ended_by_the_drain(watch)
         assert _exit_code(server) == 0
     finally:
         for channel, _ in watches:
@@ -212,10 +217,7 @@ def test_a_drain_ends_open_reflection_streams_and_stops(tmp_path: Path, stopped_
         assert "sessions.v1.SessionService" in listed
         assert server.proc is not None
         server.proc.send_signal(signal.SIGTERM)
-        with pytest.raises(grpc.RpcError) as ended:
-            next(stream)
-        assert ended.value.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
-        assert "shutting down" in (ended.value.details() or "")  # type: ignore[attr-defined]
+        _assert_ended_by_the_drain(stream)
         assert _exit_code(server) == 0
     finally:
         release.set()

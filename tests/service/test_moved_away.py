@@ -43,14 +43,21 @@ WRITES: dict[str, Callable[[Any], Any]] = {
 }
 
 
+def _held_for_a_move(stub: pb_grpc.SessionServiceStub) -> list[pb.ExportObjectResponse]:
+    """Writes message m1 to KEY, then exports the object with a move's lock: its frames."""
+    stub.AppendMessage(
+        pb.AppendMessageRequest(object_key=KEY, message_json=_json("m1")), metadata=routing_metadata(KEY)
+    )
+    return list(stub.ExportObject(pb.ExportObjectRequest(object_key=KEY, lock_for_move=True)))
+
+
 def test_writes_to_a_key_moved_away_are_refused_naming_its_owner(tmp_path: Path) -> None:
     server = start_server(tmp_path / "data")
     try:
         with grpc.insecure_channel(server.address) as channel:
             stub = pb_grpc.SessionServiceStub(channel)
             metadata = routing_metadata(KEY)
-            stub.AppendMessage(pb.AppendMessageRequest(object_key=KEY, message_json=_json("m1")), metadata=metadata)
-            frames = list(stub.ExportObject(pb.ExportObjectRequest(object_key=KEY, lock_for_move=True)))
+            frames = _held_for_a_move(stub)
             stub.DeleteObject(
                 pb.DeleteObjectRequest(object_key=KEY, move_id=frames[-1].move_id, moved_to="new-owner:1"),
                 metadata=metadata,
@@ -75,9 +82,7 @@ def test_an_object_held_for_a_move_is_searched_though_its_index_was_never_built(
         with grpc.insecure_channel(server.address) as channel:
             stub = pb_grpc.SessionServiceStub(channel)
             metadata = routing_metadata(KEY)
-            stub.AppendMessage(pb.AppendMessageRequest(object_key=KEY, message_json=_json("m1")), metadata=metadata)
-            frames = list(stub.ExportObject(pb.ExportObjectRequest(object_key=KEY, lock_for_move=True)))
-            assert frames[-1].move_id
+            assert _held_for_a_move(stub)[-1].move_id
             hits = list(stub.SearchMessages(pb.SearchMessagesRequest(object_key=KEY, query="hi"), metadata=metadata))
             assert [hit.id for hit in hits] == ["m1"]
             with pytest.raises(grpc.RpcError) as held:
