@@ -67,6 +67,11 @@ MAX_PAGE_SIZE = 1000
 # A storage failure is logged at ERROR at most once per object in this many seconds: a client
 # calling again and again on a damaged object must not flood the log.
 FAILURE_LOG_SECONDS = 60.0
+# Storage-failure lines a window of FAILURE_LOG_SECONDS, all objects together: a full disk fails
+# every object written to, and one line per object a minute was thousands of ERROR lines a
+# minute with thousands of objects in use (80 lines in 0.3 s for 120). Past it, failures are
+# counted and told in one line when the next window's first failure is logged.
+MAX_FAILURE_LINES = 20
 MAX_FAILURE_LOG_KEYS = 4096  # objects whose last logged failure is remembered, past which old ones go
 SQLITE_DETAIL_CHARS = 200  # of SQLite's words quoted to the caller
 T = TypeVar("T")
@@ -155,6 +160,9 @@ class ObjectAdmin:
         self._copies_held: dict[str, int] = {}  # copies of each object that exports still use
         self._room = ScratchRoom(registry.data_dir / datadir.SCRATCH_DIR_NAME)
         self._failures_logged: dict[str, float] = {}  # object key: when its last failure was logged
+        self._lines_since = 0.0  # when the current window of storage-failure lines began
+        self._lines = 0  # storage-failure lines logged in it
+        self._unlogged = 0  # objects whose failures were counted instead, past MAX_FAILURE_LINES
 
     def _restore_departures(self) -> None:
         """Takes back the move locks held across the restart, for what is left of each lease
@@ -438,9 +446,14 @@ class ObjectAdmin:
         the operator needs: the key, its file (relative to the data directory), the operation
         and SQLite's or the OS's own words. Alert on these lines: "object damaged: ..." and
         "storage failure: ..." (logger `sessions.objects`)."""
-        if not self._due_for_log(object_key):
+        if not self._due_for_log(object_key) or not self._line_allowed():
             return
         relative = self.relative_file(object_key)
+        if self._lines == MAX_FAILURE_LINES:
+            detail += (
+                f"; further storage failures of other objects in the next {int(FAILURE_LOG_SECONDS)} s are "
+                "counted, not logged one by one"
+            )
         if damaged:
             log.error(
                 "object damaged: object %r, file %s, during %s: %s; every call on it is refused (DATA_LOSS, "
@@ -458,6 +471,26 @@ class ObjectAdmin:
                 operation or "a call",
                 detail,
             )
+
+    def _line_allowed(self) -> bool:
+        """Whether a storage-failure line may be logged now (MAX_FAILURE_LINES a window); counts
+        the failure when not, and tells the count of the window before at the next line."""
+        now = time.monotonic()
+        if now - self._lines_since >= FAILURE_LOG_SECONDS:
+            if self._unlogged:
+                log.error(
+                    "storage failures of %d more objects were not logged one by one (at most %d lines in %d s); "
+                    "their calls were refused as those logged",
+                    self._unlogged,
+                    MAX_FAILURE_LINES,
+                    int(FAILURE_LOG_SECONDS),
+                )
+            self._lines_since, self._lines, self._unlogged = now, 0, 0
+        if self._lines >= MAX_FAILURE_LINES:
+            self._unlogged += 1
+            return False
+        self._lines += 1
+        return True
 
     def _due_for_log(self, object_key: str) -> bool:
         """Whether a failure of the object is to be logged: none was in the last
