@@ -474,3 +474,15 @@ def test_numbers_python_writes_positionally_are_formatted_as_from_their_digits(x
     """`format_number` takes Python's positional repr where it is JS's text; the digits path,
     which the tests above hold to JS, is the reference."""
     assert format_number(x) == jsjson._format_digits(x)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"t":"' + "中é" * 600_000 + '"}',  # given to orjson as bytes
+        '{"t":"' + "中" * 600_000 + '\ud800"}',  # a lone surrogate: orjson refuses it, the exact path reads it
+        '{"t":"' + "中" * 600_000 + '\\ud800", "n": 1.5}',
+    ],
+)
+def test_a_large_text_of_other_characters_parses_as_a_small_one(text: str) -> None:
+    assert jsjson.parse(text) == json.loads(text)

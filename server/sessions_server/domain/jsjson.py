@@ -324,6 +324,22 @@ def _no_quick_shape(value: Any) -> bool:
     return False
 
 
+# orjson reads a string through its UTF-8 form, which CPython then keeps in the string for as
+# long as it lives: for a text of other characters than ASCII, up to twice the text again, held
+# through the write of a message parsed from it (and, remembered, after it). A large one is given
+# to orjson as bytes, which go when the parse ends.
+_ENCODE_BEFORE_PARSE_CHARS = 1 << 20
+
+
+def _for_orjson(text: str) -> str | bytes:
+    if len(text) < _ENCODE_BEFORE_PARSE_CHARS or text.isascii():
+        return text
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: orjson refuses it either way
+        return text
+
+
 def parse_quick(text: str, quick: Callable[[Any], bool]) -> tuple[Any, bool, bool]:
     """`parse_checked`, with `quick` tried on orjson's value before the scan: a test that passes
     only plain data nested at most 64 levels deep (the common message's shape), which spares such
@@ -333,7 +349,7 @@ def parse_quick(text: str, quick: Callable[[Any], bool]) -> tuple[Any, bool, boo
     # keys JS would reorder; anything else, and every text it refuses (it nests 1,024 levels at
     # most), takes the exact path, which also words the errors.
     try:
-        value = orjson.loads(text)
+        value = orjson.loads(_for_orjson(text))
     except orjson.JSONDecodeError:
         pass
     else:
