@@ -80,18 +80,31 @@ def _piece_responses(view: MessageView, tag: bytes, data: bytes | None = None) -
     caller has them): the frame field (`tag`) holding info on the first piece, the piece, and
     `more_pieces` on all but the last. A 5 MB message built through protobuf objects was copied
     three more times (set, nested, serialized) and checked for valid UTF-8 twice."""
-    if data is None:
-        data = view.json.encode("utf-8")
-    whole = memoryview(data)
+    text = view.json
+    cuts: Iterable[tuple[int, int]]
+    if data is None and text.isascii():
+        # A character is a byte: each piece is encoded as it goes, not the whole text at once
+        # (a 100 MB message was held once more so, as its bytes, while its pieces went out).
+        total = len(text)
+        cuts = ((start, min(start + PIECE_BYTES, total)) for start in range(0, total, PIECE_BYTES))
+        whole: str | memoryview = text
+    else:
+        if data is None:
+            data = text.encode("utf-8")
+        total = len(data)
+        cuts = _utf8_cuts(data, PIECE_BYTES)
+        whole = memoryview(data)
     info = pb.MessageInfo()
     _fill_info(info, view)
     head = info.SerializeToString()
     first = _FRAME_INFO_TAG + _varint(len(head)) + head
-    for start, end in _utf8_cuts(data, PIECE_BYTES):
-        more = _MORE_PIECES if end < len(data) else b""
+    for start, end in cuts:
+        more = _MORE_PIECES if end < total else b""
         size = _varint(end - start)
+        piece = whole[start:end]
         frame_bytes = len(first) + len(_FRAME_JSON_TAG) + len(size) + end - start + len(more)
-        yield b"".join((tag, _varint(frame_bytes), first, _FRAME_JSON_TAG, size, whole[start:end], more))
+        json_bytes = piece.encode("ascii") if isinstance(piece, str) else piece
+        yield b"".join((tag, _varint(frame_bytes), first, _FRAME_JSON_TAG, size, json_bytes, more))
         first = b""
 
 
@@ -379,9 +392,15 @@ def framed_responses(
                     yield b"".join(parts), False
                     parts, count, used = [], 0, 0
                 if size > PIECE_BYTES:
-                    pieces = list(_piece_responses(view, tag if packed else _field_tag(make, "frame"), data))
-                    for index, piece in enumerate(pieces, 1):
-                        yield piece, batch_end and index == len(pieces)
+                    # One piece ahead, to mark the last, not all of them at once: they are as
+                    # large as the message.
+                    held: bytes | None = None
+                    for piece in _piece_responses(view, tag if packed else _field_tag(make, "frame"), data):
+                        if held is not None:
+                            yield held, False
+                        held = piece
+                    if held is not None:
+                        yield held, batch_end
                     continue
                 single: Any = make()
                 single.frame.json = text
