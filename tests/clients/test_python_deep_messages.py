@@ -67,3 +67,59 @@ def test_the_deepest_message_the_server_stores_reads_back(server: ServerProcess,
         with pytest.raises(SessionsError) as refused:
             session.append_message(_nested("deeper", MAX_JSON_DEPTH + 1))
         assert refused.value.code == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_deep_parses_in_threads_keep_the_raised_limit_until_the_last_ends(
+    default_recursion_limit: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The recursion limit is the process's: a thread that put it back when its own deep parse
+    ended failed another thread's still under way (review of session 49). Gates order the two
+    threads' parses so: B fails at the default limit; A raises it and parses; B raises it too
+    and parses; A ends first."""
+    import json
+    import threading
+    import types
+
+    from sessions_client import _common
+
+    deep = "[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH
+    a_parsing, b_parsing, a_done = threading.Event(), threading.Event(), threading.Event()
+    calls: dict[str, int] = {}
+
+    def gated_loads(text: str) -> object:
+        name = threading.current_thread().name
+        calls[name] = calls.get(name, 0) + 1
+        if name == "B" and calls[name] == 1:
+            try:
+                return json.loads(text)  # fails: the default limit
+            finally:
+                assert a_parsing.wait(30)
+        if name == "A" and calls[name] == 2:
+            a_parsing.set()
+            assert b_parsing.wait(30)
+        if name == "B" and calls[name] == 2:
+            b_parsing.set()
+            assert a_done.wait(30)
+        return json.loads(text)
+
+    monkeypatch.setattr(_common, "json", types.SimpleNamespace(loads=gated_loads))
+    failures: list[BaseException] = []
+
+    def parse() -> None:
+        try:
+            _common.loads_json(deep)
+        except BaseException as exc:
+            failures.append(exc)
+        finally:
+            if threading.current_thread().name == "A":
+                a_done.set()
+
+    b = threading.Thread(target=parse, name="B")
+    a = threading.Thread(target=parse, name="A")
+    b.start()
+    a.start()
+    a.join(60)
+    b.join(60)
+    assert failures == [], failures
+    assert calls == {"A": 2, "B": 2}
+    assert sys.getrecursionlimit() == 1000  # put back once both were done

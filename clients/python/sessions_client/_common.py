@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 import urllib.parse
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
@@ -61,17 +62,32 @@ def loads_message(text: str) -> Any:
 _NESTING_HEADROOM: Final = 1_100
 
 
+_deep_parses = 0  # parses under way with the limit raised (the limit is the process's)
+_limit_before = 0
+_deep_parses_lock = threading.Lock()
+
+
 def loads_json(text: str) -> Any:
-    """`json.loads(text)`, given room for the deepest nesting the server stores."""
+    """`json.loads(text)`, given room for the deepest nesting the server stores. The limit is
+    raised while any thread parses such a text, and put back when the last one is done: put
+    back by one thread under another's parse, it failed that one."""
+    global _deep_parses, _limit_before
     try:
         return json.loads(text)
     except RecursionError:
-        limit = sys.getrecursionlimit()
-        sys.setrecursionlimit(limit + _NESTING_HEADROOM)
-        try:
-            return json.loads(text)
-        finally:
-            sys.setrecursionlimit(limit)
+        pass
+    with _deep_parses_lock:
+        if _deep_parses == 0:
+            _limit_before = sys.getrecursionlimit()
+            sys.setrecursionlimit(_limit_before + _NESTING_HEADROOM)
+        _deep_parses += 1
+    try:
+        return json.loads(text)
+    finally:
+        with _deep_parses_lock:
+            _deep_parses -= 1
+            if _deep_parses == 0:
+                sys.setrecursionlimit(_limit_before)
 
 
 # A request above this size goes through the client-streaming path, so any server or proxy
