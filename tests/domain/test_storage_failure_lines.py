@@ -45,3 +45,18 @@ def test_failures_of_many_objects_are_logged_within_a_bound_and_the_rest_counted
     assert len(told) == 2, told
     assert told[0].startswith(f"storage failures of {120 - MAX_FAILURE_LINES} more objects were not logged")
     assert told[1].startswith("storage failure: object 'key-0'")
+
+
+def test_a_damaged_object_is_logged_past_the_bound(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each damaged object is quarantined, and the operator must learn which to restore: its
+    line is not held back by a full disk's failures (review of session 49)."""
+    monkeypatch.setattr(objects.time, "monotonic", lambda: 1_000.0)
+    admin = SessionsService(ObjectRegistry(tmp_path, ThreadPoolExecutor(max_workers=1))).objects
+    caplog.set_level(logging.ERROR, logger="sessions.objects")
+    for index in range(MAX_FAILURE_LINES + 5):
+        admin.note_storage_failure(f"key-{index}", "write", "database or disk is full")
+    admin.note_storage_failure("broken", "read", "database disk image is malformed", damaged=True)
+    damaged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("object damaged: object 'broken'")]
+    assert len(damaged) == 1

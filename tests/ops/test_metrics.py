@@ -349,30 +349,47 @@ class _Served:
         return "ipv4:127.0.0.1:1"
 
 
-def test_a_call_is_counted_by_the_status_its_client_saw_when_its_deadline_passed() -> None:
+def test_a_call_is_counted_by_the_status_its_client_saw_when_its_deadline_passed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """gRPC tells the client DEADLINE_EXCEEDED once the deadline passes: a handler cancelled for it
-    was counted CANCELLED, as if the client had given up, and one that answered after it OK
-    (deadlines and cancellation audit, session 49)."""
+    was counted CANCELLED, as if the client had given up, and one that answered well after it OK
+    (deadlines and cancellation audit, session 49). An answer just after it still reaches the
+    client (gRPC's timer had not fired): OK. The meter's clock is the test's."""
     import asyncio
+    import time
 
     import grpc
     from prometheus_client import generate_latest
 
-    from sessions_server.transport.metrics import CallMeter, Metrics
+    from sessions_server.transport.metrics import LATE_ANSWER_SECONDS, CallMeter, Metrics
 
+    clock = [0.0]
+    monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
     metrics = Metrics()
     meter = CallMeter(metrics)
 
-    async def answers(request: object, context: object) -> str:
-        return "answer"
+    def answers_after(seconds: float) -> Any:
+        async def answers(request: object, context: object) -> str:
+            clock[0] += seconds
+            return "answer"
+
+        return answers
 
     async def is_cancelled(request: object, context: object) -> str:
         raise asyncio.CancelledError
 
     method = "/sessions.v1.SessionService/AppendMessage"
+    calls = (
+        (answers_after(1.0), None),
+        (answers_after(1.0), 0.5),  # well past the deadline
+        (answers_after(1.0), 1.0 - LATE_ANSWER_SECONDS / 2),  # a little past it: the answer still went
+        (is_cancelled, 0.0),
+        (is_cancelled, 5.0),
+    )
 
     async def run() -> None:
-        for handler, remaining in ((answers, None), (answers, 0.0), (is_cancelled, 0.0), (is_cancelled, 5.0)):
+        for handler, remaining in calls:
             behavior = meter.metered(method, grpc.unary_unary_rpc_method_handler(handler)).unary_unary
             assert behavior is not None
             with contextlib.suppress(asyncio.CancelledError):
@@ -384,4 +401,4 @@ def test_a_call_is_counted_by_the_status_its_client_saw_when_its_deadline_passed
         for line in generate_latest(metrics.registry).decode().splitlines()
         if line.startswith("sessions_rpcs_total{")
     }
-    assert counted == {"OK": 1.0, "DEADLINE_EXCEEDED": 2.0, "CANCELLED": 1.0}
+    assert counted == {"OK": 2.0, "DEADLINE_EXCEEDED": 2.0, "CANCELLED": 1.0}

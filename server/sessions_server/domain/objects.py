@@ -67,10 +67,10 @@ MAX_PAGE_SIZE = 1000
 # A storage failure is logged at ERROR at most once per object in this many seconds: a client
 # calling again and again on a damaged object must not flood the log.
 FAILURE_LOG_SECONDS = 60.0
-# Storage-failure lines a window of FAILURE_LOG_SECONDS, all objects together: a full disk fails
-# every object written to, and one line per object a minute was thousands of ERROR lines a
-# minute with thousands of objects in use (80 lines in 0.3 s for 120). Past it, failures are
-# counted and told in one line when the next window's first failure is logged.
+# Storage-failure lines a window of FAILURE_LOG_SECONDS, all objects together (damaged objects
+# aside: each is logged): a full disk fails every object written to, and one line per object a
+# minute was thousands of ERROR lines a minute with thousands of objects in use (80 lines in
+# 0.3 s for 120). Past it, failures are counted and told in one line with the next window's first.
 MAX_FAILURE_LINES = 20
 MAX_FAILURE_LOG_KEYS = 4096  # objects whose last logged failure is remembered, past which old ones go
 SQLITE_DETAIL_CHARS = 200  # of SQLite's words quoted to the caller
@@ -446,7 +446,9 @@ class ObjectAdmin:
         the operator needs: the key, its file (relative to the data directory), the operation
         and SQLite's or the OS's own words. Alert on these lines: "object damaged: ..." and
         "storage failure: ..." (logger `sessions.objects`)."""
-        if not self._due_for_log(object_key) or not self._line_allowed():
+        # Damage is logged whatever the bound: each such object is quarantined, and an operator
+        # must learn which to restore.
+        if not self._due_for_log(object_key) or (not damaged and not self._line_allowed()):
             return
         relative = self.relative_file(object_key)
         if self._lines == MAX_FAILURE_LINES:
