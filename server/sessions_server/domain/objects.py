@@ -451,7 +451,7 @@ class ObjectAdmin:
         if not self._due_for_log(object_key) or (not damaged and not self._line_allowed()):
             return
         relative = self.relative_file(object_key)
-        if self._lines == MAX_FAILURE_LINES:
+        if not damaged and self._lines == MAX_FAILURE_LINES:  # the window's last line
             detail += (
                 f"; further storage failures of other objects in the next {int(FAILURE_LOG_SECONDS)} s are "
                 "counted, not logged one by one"
