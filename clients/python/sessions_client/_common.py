@@ -48,9 +48,7 @@ def loads_message(text: str) -> Any:
     JSON nested as deep as the server stores it (`loads_json`)."""
     try:
         value, end = _scan_json(text, 0)
-    except StopIteration:  # nothing at the start (whitespace first, or no JSON): as json.loads says
-        return loads_json(text)
-    except RecursionError:
+    except (StopIteration, RecursionError):  # no JSON at the start (json.loads says why), or deep
         return loads_json(text)
     return value if end == len(text) else loads_json(text)
 

@@ -113,9 +113,6 @@ class EndableStreams:
         self._open: set[asyncio.Task[Any]] = set()
         self._ended: set[asyncio.Task[Any]] = set()
 
-    def __len__(self) -> int:
-        return len(self._open)
-
     def stream_stream(self, handler: Handler) -> Handler:
         inner: Any = handler.stream_stream
 
