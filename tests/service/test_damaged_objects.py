@@ -141,6 +141,45 @@ def test_an_object_a_read_finds_damaged_refuses_every_call_logs_once_and_is_rest
         assert ids(session.get_history())[-1] == "after"
 
 
+def test_a_message_whose_stored_bytes_are_no_longer_utf8_is_damage_and_its_text_is_not_quoted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Bytes changed inside a message's text leave every page well formed, so SQLite reads on;
+    Python's sqlite3 then fails to decode the text (an error with no SQLite result code that
+    quotes the text). That is the file damaged, as a malformed page is: not a storage failure
+    to retry, whose writes would go on into the damaged file."""
+    data = tmp_path / "data"
+    secret = "private-words-of-the-user"
+    with _serving(data) as (_, client):
+        session = client.object(DAMAGED).session()
+        session.append_messages([text_message(f"m{i}", f"{secret} {i}") for i in range(5)])
+        client.object(GOOD).session().append_message(text_message("g1", "fine"))
+    path = object_path(data, DAMAGED)
+    raw = path.read_bytes()
+    at = raw.index(f"{secret} 3".encode())
+    path.write_bytes(raw[:at] + b"\xff" + raw[at + 1 :])  # the page's structure is untouched
+    before = _digest(path)
+
+    with caplog.at_level(logging.INFO), _serving(data) as (_, client):
+        session = client.object(DAMAGED).session()
+        found = _refusal(session.get_history)
+        _assert_damaged(found, data, DAMAGED)
+        assert "not UTF-8" in found.message and secret not in found.message
+        for call in (
+            lambda: session.append_message(text_message("new", "after the damage")),
+            lambda: session.get_message("m1"),
+        ):
+            refused = _refusal(call)
+            _assert_damaged(refused, data, DAMAGED)
+            assert secret not in refused.message
+        assert ids(client.object(GOOD).session().get_history()) == ["g1"]
+        assert _digest(path) == before
+        logged = _errors_logged(caplog)
+        assert len(logged) == 1, [record.getMessage() for record in logged]
+        assert "not UTF-8" in logged[0].getMessage()
+        assert not [record for record in caplog.records if secret in record.getMessage()]
+
+
 def test_a_file_that_is_no_database_is_refused_until_erased(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     data = tmp_path / "data"
     _written(data, {DAMAGED: 3})

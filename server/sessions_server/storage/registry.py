@@ -42,6 +42,7 @@ from sessions_server.storage.rows import (
     ObjectDamaged,
     OutOfDescriptors,
     StorageError,
+    damage_from,
     is_damage,
     permission_denied_on,
 )
@@ -290,7 +291,7 @@ class ObjectRegistry:
             raise
         except (OSError, sqlite3.Error) as exc:
             if is_damage(exc):
-                damage = ObjectDamaged(str(exc), cause=exc, operation="open")
+                damage = damage_from(exc, "open")
                 self.quarantine(object_key, damage)
                 raise damage from exc
             if permission_denied_on(path, exc):

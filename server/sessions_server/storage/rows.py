@@ -198,10 +198,11 @@ class StorageError(Exception):
 
 class ObjectDamaged(StorageError):
     """The object's file cannot be served as it is: SQLite reports it corrupt or not a database
-    (`damage_code`), or it is another program's SQLite database (`foreign`). Nothing was written
+    (`damage_code`), a text in it does not decode, or it is another program's SQLite database
+    (`foreign`). Nothing was written
     to it; the registry refuses the object from then on without touching the file, until it is
     erased or replaced (`ObjectRegistry.forget_damage`). `str()` is SQLite's (or the schema
-    check's) own words, for the server's log."""
+    check's) own words, or `UNDECODABLE_TEXT`, for the server's log."""
 
     def __init__(
         self, message: str, *, cause: BaseException | None = None, operation: str = "", foreign: bool = False
@@ -280,12 +281,35 @@ def is_out_of_space(exc: BaseException) -> bool:
 _DAMAGE_CODES: Final = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
 
 
+UNDECODABLE_TEXT: Final = "a text stored in the file is not UTF-8 (its bytes were changed on disk)"
+
+
+def is_undecodable_text(exc: BaseException) -> bool:
+    """Whether `exc` is Python's sqlite3 failing to decode a stored TEXT value as UTF-8. Every
+    text this service (or upstream) writes is UTF-8, so bytes changed on disk inside a message
+    read so far more often than as a malformed page. The module raises it as OperationalError
+    with no SQLite result code (SQLite itself saw nothing wrong): the one OperationalError
+    without `sqlite_errorcode` a query can raise."""
+    return isinstance(exc, sqlite3.OperationalError) and not hasattr(exc, "sqlite_errorcode")
+
+
 def is_damage(exc: BaseException) -> bool:
-    """Whether `exc` is SQLite reporting the file corrupt or not a database: by its result code,
-    never by the words of the message."""
+    """Whether `exc` is SQLite reporting the file corrupt or not a database, by its result code
+    (never by the words of the message), or a stored text that does not decode."""
     if isinstance(exc, ObjectDamaged):
         return True
+    if is_undecodable_text(exc):
+        return True
     return isinstance(exc, sqlite3.Error) and getattr(exc, "sqlite_errorcode", 0) & 0xFF in _DAMAGE_CODES
+
+
+def damage_from(exc: BaseException, operation: str) -> ObjectDamaged:
+    """The ObjectDamaged for `exc`, a damage (`is_damage`). Its words are SQLite's, but for a
+    text that does not decode, whose error quotes the text: a message's content stays out of
+    the log and of answers."""
+    if isinstance(exc, ObjectDamaged):
+        return exc
+    return ObjectDamaged(UNDECODABLE_TEXT if is_undecodable_text(exc) else str(exc), cause=exc, operation=operation)
 
 
 def damage_or_failure(exc: BaseException, message: str, operation: str) -> StorageError:
@@ -294,7 +318,7 @@ def damage_or_failure(exc: BaseException, message: str, operation: str) -> Stora
     if isinstance(exc, StorageError):
         return exc
     if is_damage(exc):
-        return ObjectDamaged(str(exc), cause=exc, operation=operation)
+        return damage_from(exc, operation)
     return StorageError(message, cause=exc, operation=operation)
 
 
