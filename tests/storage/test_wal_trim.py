@@ -99,21 +99,44 @@ def test_a_write_queued_behind_the_decision_cancels_the_trim(tmp_path: Path) -> 
     assert stored_notes(path)[-1] == "arrived after the decision"
 
 
-def test_a_small_wal_is_left_as_it_is(tmp_path: Path) -> None:
+def _notes_in_the_database_file_alone(path: Path, tmp_path: Path) -> list[str]:
+    """What a copy of the database file without its WAL holds (a backup that copied only the
+    file, or a WAL the disk lost)."""
+    alone = tmp_path / "alone.sqlite"
+    alone.write_bytes(path.read_bytes())
+    try:
+        return stored_notes(alone)
+    except sqlite3.OperationalError:  # no such table: the file is still the empty one created
+        return []
+
+
+def test_a_small_wal_stays_and_its_frames_go_into_the_database(tmp_path: Path) -> None:
+    """A small WAL is not emptied (recreating it after every pause costs more than it gives
+    back), but a quiet object's writes are copied into its database file: a small object open
+    for days otherwise kept them in its WAL alone."""
     path = tmp_path / "object.sqlite"
 
-    async def scenario() -> tuple[int, int, int]:
+    async def scenario() -> tuple[int, int, int, list[str], list[str], list[str]]:
         async with opened(path, None) as store:
             await store.write(note("small"))
             before = wal_bytes(path)
+            written = _notes_in_the_database_file_alone(path, tmp_path)
             store.sweep_wal()
-            store.sweep_wal()
+            store.sweep_wal()  # quiet: its frames are copied
             await store.settled()
-            return before, wal_bytes(path), store.wal_trims
+            copied = _notes_in_the_database_file_alone(path, tmp_path)
+            await store.write(note("later"))
+            store.sweep_wal()  # written since the last look: not quiet
+            await store.settled()
+            not_yet = _notes_in_the_database_file_alone(path, tmp_path)
+            return before, wal_bytes(path), store.wal_trims, written, copied, not_yet
 
-    before, after, trims = asyncio.run(scenario())
+    before, after, trims, written, copied, not_yet = asyncio.run(scenario())
+    assert written == []  # only in the WAL until the sweep
+    assert copied == ["small"]
+    assert not_yet == ["small"]
     assert 0 < before < wal.TRIM_MIN_BYTES
-    assert after == before
+    assert after == before  # the next write reused the file from its beginning
     assert trims == 0
 
 

@@ -263,6 +263,7 @@ class ObjectStore:
         self.checkpoints = 0  # checkpoints this store ran after answering writes
         self._quiet_trim = wal.QuietTrim()
         self._trim_at: int | None = None  # a WAL trim is due, decided at this commit count
+        self._trim_kind: str | None = None  # wal.TRUNCATE or wal.COPY
         self.wal_trims = 0  # WAL files this store emptied while quiet
         # Set once SQLite reported the file damaged (`_failed`): from then on every read and
         # write is refused without touching the file, and the close writes nothing to it.
@@ -458,10 +459,12 @@ class ObjectStore:
             elif self._trim_at is not None and not self._queue:
                 trim_at, self._trim_at = self._trim_at, None
                 if trim_at == self._commits and not self._closed:  # still quiet
+                    # COPY: the PASSIVE checkpoint, which waits for no reader (nor for a replicator's)
+                    trim = self._truncate_wal if self._trim_kind == wal.TRUNCATE else self._checkpoint
                     try:
-                        await loop.run_in_executor(self._commit_executor, self._truncate_wal)
+                        await loop.run_in_executor(self._commit_executor, trim)
                     except RuntimeError as exc:  # the executor shut down
-                        log.warning("object %r: WAL not emptied: %s", self.object_key, exc)
+                        log.warning("object %r: WAL not checkpointed: %s", self.object_key, exc)
             elif self._rewrites:  # before the queue: under steady writes it is never empty
                 scratch_dir, done = self._rewrites.pop(0)
                 try:
@@ -564,11 +567,14 @@ class ObjectStore:
 
     def sweep_wal(self) -> None:
         """The registry's periodic look at this object (see storage/wal.py): an object that has
-        been quiet since the last look gets its WAL file emptied, on the writer thread."""
-        if self._closed or self._wal_index is None or self._writing or self.damaged is not None:
+        been quiet since the last look gets its WAL file emptied, or a small one's frames copied
+        into the database, on the writer thread."""
+        index = self._wal_index
+        if self._closed or index is None or self._writing or self.damaged is not None:
             return  # a write under way: not quiet; the next looks will tell
-        if self._quiet_trim.due(self._commits, lambda: _wal_bytes(self.path)):
-            self._trim_at = self._commits
+        kind = self._quiet_trim.due(self._commits, lambda: _wal_bytes(self.path), index.holds_uncopied_frames)
+        if kind is not None:
+            self._trim_at, self._trim_kind = self._commits, kind
             self._start_writer(asyncio.get_running_loop())
 
     def _truncate_wal(self) -> None:

@@ -20,6 +20,11 @@ open, idle or not (8 such objects: 125 MiB of WAL beside 7.8 MiB of data). The r
 its open objects every TRIM_SWEEP_SECONDS, and one that has not committed since the last sweep
 and whose WAL file holds TRIM_MIN_BYTES or more has it emptied by a TRUNCATE checkpoint, once
 per quiet spell (`QuietTrim`).
+
+A smaller WAL stays, but a quiet object's frames not yet in the database are copied there by a
+PASSIVE checkpoint in the same sweep: left to the 1,000-frame mark or the close, a small object
+open for days kept every write in its WAL, and its database file stayed the empty file it was
+created as (a copy of the file alone, or a WAL lost to the disk, held nothing of it).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Final
 
 CHECKPOINT_FRAMES = 1000
 """Frames added since the last checkpoint that make the next one due (SQLite's own default)."""
@@ -75,6 +81,11 @@ class WalIndex:
         if head is None:
             return 0, 0
         return _field(head, _MX_FRAME, 4), _field(head, _BACKFILL, 4)
+
+    def holds_uncopied_frames(self) -> bool:
+        """Whether the WAL holds frames a checkpoint has not copied into the database."""
+        frames, copied = self.frames()
+        return frames > copied
 
     def database_bytes(self) -> int | None:
         """The database's size as of its last commit, wherever its pages are (the file, the
@@ -128,8 +139,15 @@ class CheckpointPolicy:
         self.due = False
 
 
+TRUNCATE: Final = "truncate"
+"""`QuietTrim.due`: empty the WAL file."""
+COPY: Final = "copy"
+"""`QuietTrim.due`: copy its frames into the database, leaving the file (a PASSIVE checkpoint)."""
+
+
 class QuietTrim:
-    """Whether a quiet object's WAL file is due to be emptied, from what each sweep sees.
+    """Whether a quiet object's WAL file is due to be emptied, or its frames copied into the
+    database, from what each sweep sees.
 
     Quiet: no commit since the previous sweep, so between one and two sweeps without a write.
     One try per quiet spell: a reader that holds a snapshot then (a replicator such as
@@ -140,12 +158,15 @@ class QuietTrim:
         self._commits_seen = -1
         self._tried_at = -1  # the commit count of the spell last tried (or found too small)
 
-    def due(self, commits: int, wal_bytes: Callable[[], int]) -> bool:
-        """`commits`: the store's commit count now; `wal_bytes` measures the WAL file."""
+    def due(self, commits: int, wal_bytes: Callable[[], int], uncopied: Callable[[], bool]) -> str | None:
+        """TRUNCATE, COPY or None. `commits`: the store's commit count now; `wal_bytes` measures
+        the WAL file; `uncopied` says whether it holds frames not yet in the database."""
         if commits != self._commits_seen:
             self._commits_seen = commits
-            return False
+            return None
         if self._tried_at == commits:
-            return False
+            return None
         self._tried_at = commits
-        return wal_bytes() >= TRIM_MIN_BYTES
+        if wal_bytes() >= TRIM_MIN_BYTES:
+            return TRUNCATE
+        return COPY if uncopied() else None
