@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import sqlite3
 import urllib.parse
 from pathlib import Path
@@ -168,11 +169,12 @@ def test_the_key_is_recorded_inside_its_file(client: Any, data_dir: Path) -> Non
 
 
 def test_a_file_copied_to_another_keys_path_is_refused_and_left_alone(
-    client: Any, stub: Any, data_dir: Path, object_key: str
+    client: Any, stub: Any, data_dir: Path, object_key: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """An operator's copy of one object's file to another key's path (a backup restored to the
     wrong place) belongs to neither key: calls on the path's key are refused with what to do,
-    the file stays as it is, and the listing does not name its recorded key twice."""
+    the file stays as it is, the listing does not name its recorded key twice, and the server
+    logs it once (at ERROR: only the operator can act), not once a call."""
     client.object(object_key).session().append_message(text_message("m1"))
     other = f"{object_key}-restored"
     copy = object_file(data_dir, other)
@@ -190,13 +192,17 @@ def test_a_file_copied_to_another_keys_path_is_refused_and_left_alone(
         "StreamHistory": lambda: list(stub.StreamHistory(pb.StreamHistoryRequest(object_key=other))),
         "ExportObject": lambda: list(stub.ExportObject(pb.ExportObjectRequest(object_key=other))),
     }
-    for name, call in calls.items():
-        with pytest.raises(grpc.RpcError) as caught:
-            call()
-        assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION, name
-        details = caught.value.details()
-        assert str(copy.relative_to(data_dir)) in details and "erase" in details, name
-        assert object_key not in details, name  # whose file it is: the caller may not be granted that key
+    with caplog.at_level(logging.WARNING, logger="sessions.objects"):
+        for name, call in calls.items():
+            with pytest.raises(grpc.RpcError) as caught:
+                call()
+            assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION, name
+            details = caught.value.details()
+            assert str(copy.relative_to(data_dir)) in details and "erase" in details, name
+            assert object_key not in details, name  # whose file it is: the caller may not be granted that key
+    logged = [record for record in caplog.records if str(copy) in record.getMessage()]
+    assert [record.levelno for record in logged] == [logging.ERROR], [record.getMessage() for record in logged]
+    assert repr(object_key) in logged[0].getMessage()
     assert copy.read_bytes() == before
     listed = stub.ListObjects(pb.ListObjectsRequest(page_size=1000)).object_keys
     assert list(listed).count(object_key) == 1

@@ -401,7 +401,16 @@ class ObjectAdmin:
         if isinstance(exc, ObjectKeyConflict):
             path = object_path(self.data_dir, exc.object_key)
             # The key the file records stays in the log: the caller's token may not grant it.
-            log.warning("%s records object key %r, not %r: left alone", path, exc.recorded_key, exc.object_key)
+            # Only the operator can act (move or erase the file), so it is logged as storage
+            # failures are: at ERROR, once a minute an object (each call opens the file again).
+            if self._due_for_log(f"another object's file\0{object_key}"):
+                log.error(
+                    "%s records object key %r, not %r: every call on it is refused (FAILED_PRECONDITION) "
+                    "and the file is left alone",
+                    path,
+                    exc.recorded_key,
+                    exc.object_key,
+                )
             return file_of_another_object(str(path.relative_to(self.data_dir)))
         relative = self.relative_file(object_key)
         if isinstance(exc, NewerFileFormat):
