@@ -73,16 +73,15 @@ class StorageFailure(SessionsError):
 
 class DataLoss(SessionsError):
     """The object's stored data cannot be served: its file is damaged, or is not an object file
-    at all. Nothing was read from it or written to it; retrying cannot help, an operator must
-    act (DATA_LOSS)."""
+    at all. Nothing was written to it; retrying cannot help, an operator must act (DATA_LOSS)."""
 
     reason = "OBJECT_DAMAGED"
 
 
 def object_damaged(relative_path: str, detail: str, *, foreign: bool) -> DataLoss:
     """The answer to every call on an object whose file SQLite reports corrupt or not a database
-    (`detail`, SQLite's words), or which is another program's SQLite database (`foreign`): what
-    the operator does about it."""
+    (`detail`, SQLite's words) or holds a text that does not decode, or which is another
+    program's SQLite database (`foreign`): what the operator does about it."""
     if foreign:
         what = (
             f"the file at the object's path ({relative_path}) is not a Sessions object file: it is another "
@@ -94,8 +93,7 @@ def object_damaged(relative_path: str, detail: str, *, foreign: bool) -> DataLos
         )
     else:
         what = (
-            f"the object's file ({relative_path}) is damaged: SQLite reports it corrupt or not a database "
-            f"({detail}). Nothing was read from it or written to it"
+            f"the object's file ({relative_path}) is damaged ({detail}). Nothing was written to it"
         )
         remedy = (
             "restore the object from a backup or replica (ImportObject with replace), or erase it (DeleteObject "

@@ -283,12 +283,13 @@ const (
 	// made on another server (before the object moved here). Nothing was stored; plan and
 	// summarize again.
 	ErrorReason_ERROR_REASON_PLAN_EXPIRED ErrorReason = 23
-	// The object's file is damaged (SQLite reports it corrupt or not a database) or is not a
-	// Sessions object file at all (another program's SQLite database at the object's path)
-	// (DATA_LOSS; metadata: file, the file's path relative to the server's data directory).
-	// Nothing was read from it or written to it, and every later call on the object is refused so
-	// until an operator acts: restore the file from a backup or replica (ImportObject with
-	// replace), or erase the object (DeleteObject with erase). A permanent condition: never retry.
+	// The object's file is damaged (SQLite reports it corrupt or not a database, or a text in it
+	// is no longer UTF-8) or is not a Sessions object file at all (another program's SQLite
+	// database at the object's path) (DATA_LOSS; metadata: file, the file's path relative to the
+	// server's data directory). Nothing was written to it (a stream may have sent what it read
+	// before it met the damage), and every later call on the object is refused so until an
+	// operator acts: restore the file from a backup or replica (ImportObject with replace), or
+	// erase the object (DeleteObject with erase). A permanent condition: never retry.
 	ErrorReason_ERROR_REASON_OBJECT_DAMAGED ErrorReason = 24
 )
 
