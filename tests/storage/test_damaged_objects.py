@@ -205,6 +205,33 @@ def test_damage_a_read_finds_refuses_every_later_read_and_write_and_outlives_the
     assert _digest(path) == before
 
 
+def test_the_close_of_a_damaged_object_leaves_its_file_and_wal_as_they_are(tmp_path: Path) -> None:
+    """SQLite checkpoints the WAL into the file as the last connection to it closes: the close
+    of a damaged object's store would write its committed frames into the damaged file (and
+    remove the WAL), after the damage was found and before the operator could copy either."""
+    path = asyncio.run(_written(tmp_path, ROWS))
+    _corrupt_interior_pages(path)
+    before = _digest(path)
+    wal = Path(f"{path}-wal")
+
+    async def scenario() -> int:
+        async with registry(tmp_path) as objects:
+            async with objects.use(KEY) as store:
+                await store.write(_note("in the WAL only"))  # a small table's page, not damaged
+                with pytest.raises(ObjectDamaged):
+                    await store.read(_all_contents)
+            wal_then = wal.stat().st_size
+            await objects.close_object(KEY)
+            assert not objects.is_open(KEY)
+        return wal_then
+
+    wal_then = asyncio.run(scenario())
+    assert _digest(path) == before
+    assert wal.exists() and wal.stat().st_size == wal_then > 0
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+        assert _notes(conn) == 1  # the committed note is still there, in the WAL
+
+
 def test_a_write_that_meets_damage_is_not_committed_nor_are_the_jobs_grouped_with_it(tmp_path: Path) -> None:
     """Jobs queued together commit in one transaction: when one of them meets the damage, none
     of the group is committed or answered as written, and the writes after it are refused

@@ -92,9 +92,7 @@ def object_damaged(relative_path: str, detail: str, *, foreign: bool) -> DataLos
             "backup or replica (ImportObject with replace), or erase the key (DeleteObject with erase)"
         )
     else:
-        what = (
-            f"the object's file ({relative_path}) is damaged ({detail}). Nothing was written to it"
-        )
+        what = f"the object's file ({relative_path}) is damaged ({detail}). Nothing was written to it"
         remedy = (
             "restore the object from a backup or replica (ImportObject with replace), or erase it (DeleteObject "
             "with erase) to start it afresh"

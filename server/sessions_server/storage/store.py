@@ -1065,13 +1065,11 @@ class ObjectStore:
     def _close_blocking(self, wal_bytes: int) -> None:
         with self._readers_lock:
             readers, self._readers = self._readers, []
+        if self.damaged is not None:  # nothing more is written to a damaged file
+            self._close_leaving_file(readers)
+            return
         for conn in readers:
             conn.close()
-        if self.damaged is not None:  # nothing more is written to a damaged file
-            self._writer.close()
-            if self._wal_index is not None:
-                self._wal_index.close()
-            return
         if self.row_writes != self._row_writes_saved:
             with contextlib.suppress(sqlite3.Error):
                 schema.write_row_writes(self._writer, self.row_writes)
@@ -1085,6 +1083,29 @@ class ObjectStore:
         self._writer.close()
         if self._wal_index is not None:
             self._wal_index.close()
+
+    def _close_leaving_file(self, readers: list[sqlite3.Connection]) -> None:
+        """Closes a damaged object's connections without the checkpoint SQLite runs as the last
+        connection to a file in WAL mode closes, which would write the WAL's frames into the
+        damaged file and remove the WAL before an operator could copy either. A read-only
+        connection holding the file's shared lock meanwhile keeps the others from the exclusive
+        lock that checkpoint takes, and closes last, as one that may not write. If it cannot
+        read the file (no database at all), there is nothing a checkpoint could copy into."""
+        holder: sqlite3.Connection | None = None
+        try:
+            holder = files.open_read_only(self.path)
+            holder.execute("PRAGMA schema_version").fetchone()  # takes the lock it keeps while open
+        except sqlite3.Error:
+            pass
+        try:
+            for conn in readers:
+                conn.close()
+            self._writer.close()
+        finally:
+            if holder is not None:
+                holder.close()
+            if self._wal_index is not None:
+                self._wal_index.close()
 
 
 def _wal_bytes(database: Path) -> int:
