@@ -191,6 +191,26 @@ class _RunAgain(Exception):
 
 
 @dataclass
+class _Rewrite:
+    """A rewrite asked for (`ObjectStore.rewrite_compactly`), and the callers waiting for it."""
+
+    scratch_dir: Path
+    done: asyncio.Future[None]
+    waiters: int = 1
+    begun: bool = False
+
+
+async def _to_its_end(done: asyncio.Future[None]) -> None:
+    """Waits for `done` whatever cancels the waiter meanwhile; its outcome is left unraised (the
+    waiter was cancelled, and is told that)."""
+    while not done.done():
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(done)
+    if not done.cancelled():
+        done.exception()  # retrieved
+
+
+@dataclass
 class _Job:
     run: Callable[[WriteContext], Any]
     future: asyncio.Future[Any]
@@ -240,8 +260,11 @@ class ObjectStore:
         # Per read connection in a read (by id): `_commits` as the read began, before its snapshot.
         self._begun_at: dict[int, int] = {}
         self._queue: list[_Job] = []
-        # Rewrites asked for (`rewrite_compactly`): each runs on the writer between two commits.
-        self._rewrites: list[tuple[Path, asyncio.Future[None]]] = []
+        # The rewrite asked for and not begun (`rewrite_compactly`), which every caller arriving
+        # meanwhile shares; it runs on the writer between two commits.
+        self._rewrite: _Rewrite | None = None
+        # The writer's last turn was a rewrite: the writes queued meanwhile go before the next.
+        self._rewrote_last = False
         self._writer_task: asyncio.Task[None] | None = None
         self._closed = False
         self._closing: asyncio.Future[None] | None = None
@@ -265,6 +288,7 @@ class ObjectStore:
         self._trim_at: int | None = None  # a WAL trim is due, decided at this commit count
         self._trim_kind: str | None = None  # wal.TRUNCATE or wal.COPY
         self.wal_trims = 0  # WAL files this store emptied while quiet
+        self.rewrites = 0  # rewrites this store ran (`rewrite_compactly`), failed ones included
         # Set once SQLite reported the file damaged (`_failed`): from then on every read and
         # write is refused without touching the file, and the close writes nothing to it.
         self.damaged: ObjectDamaged | None = None
@@ -465,17 +489,21 @@ class ObjectStore:
                         await loop.run_in_executor(self._commit_executor, trim)
                     except RuntimeError as exc:  # the executor shut down
                         log.warning("object %r: WAL not checkpointed: %s", self.object_key, exc)
-            elif self._rewrites:  # before the queue: under steady writes it is never empty
-                scratch_dir, done = self._rewrites.pop(0)
+            elif self._rewrite is not None and not (self._rewrote_last and self._queue):
+                # Before the queue (under steady writes it is never empty), but never twice in
+                # a row while writes wait: rewrites asked for back to back shut writes out.
+                rewrite, self._rewrite = self._rewrite, None
+                rewrite.begun = self._rewrote_last = True
                 try:
-                    await loop.run_in_executor(self._commit_executor, self._rewrite_blocking, scratch_dir)
+                    await loop.run_in_executor(self._commit_executor, self._rewrite_blocking, rewrite.scratch_dir)
                 except Exception as exc:
-                    if not done.done():
-                        done.set_exception(exc)
+                    if not rewrite.done.done():
+                        rewrite.done.set_exception(exc)
                 else:
-                    if not done.done():
-                        done.set_result(None)
+                    if not rewrite.done.done():
+                        rewrite.done.set_result(None)
             elif self._queue:
+                self._rewrote_last = False
                 taken = self._queue[:MAX_JOBS_PER_COMMIT]
                 del self._queue[: len(taken)]
                 batch = [job for job in taken if not job.future.cancelled()]  # callers still there
@@ -507,18 +535,37 @@ class ObjectStore:
         """Rewrites the file without its free pages (and its search index merged), on the writer
         between two commits: writes queued meanwhile wait for it, reads go on and find the same
         rows before and after. The new pages go in by one commit, so a crash leaves the object
-        as it was or rewritten; the copy they come from is made in `scratch_dir` and removed."""
+        as it was or rewritten; the copy they come from is made in `scratch_dir` and removed.
+
+        Callers that ask while a rewrite is queued and not begun share it (each of them finds
+        the file rewritten after it asked). A caller cancelled before the rewrite begins
+        withdraws (the rewrite is dropped when no one else waits for it); once it has begun, the
+        caller waits for its end, and is cancelled then: what the caller holds (the disk room
+        reserved for it) covers the whole rewrite."""
         if self._closed:
             raise StoreClosed("the object was closed while this call used it")
         if self.damaged is not None:
             raise self.damaged.again("rewrite")
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[None] = loop.create_future()
-        self._rewrites.append((scratch_dir, done))
-        self._start_writer(loop)
-        await asyncio.shield(done)
+        rewrite = self._rewrite
+        if rewrite is None:
+            loop = asyncio.get_running_loop()
+            rewrite = self._rewrite = _Rewrite(scratch_dir, loop.create_future())
+            self._start_writer(loop)
+        else:
+            rewrite.waiters += 1
+        try:
+            await asyncio.shield(rewrite.done)
+        except asyncio.CancelledError:
+            rewrite.waiters -= 1
+            if rewrite.begun:
+                await _to_its_end(rewrite.done)
+            elif rewrite.waiters == 0 and self._rewrite is rewrite:
+                self._rewrite = None
+                rewrite.done.cancel()
+            raise
 
     def _rewrite_blocking(self, scratch_dir: Path) -> None:
+        self.rewrites += 1
         conn = self._writer
         copy: Path | None = None
         try:

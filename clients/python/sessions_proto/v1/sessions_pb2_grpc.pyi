@@ -224,8 +224,11 @@ class SessionServiceStub:
     only the pages in use (SQLite's VACUUM INTO a copy in the server's scratch space, whose pages
     then replace the object's in one commit) and merges its search index, leaving out what
     deleted messages left there. The object's rows are the same afterwards: reads and
-    subscriptions go on meanwhile; its writes wait (about 0.6 s per 100 MB in use here). A crash
-    leaves the object as it was or rewritten. NOT_FOUND for a key with no object here;
+    subscriptions go on meanwhile; its writes wait (about 0.6 s per 100 MB in use here), and
+    the writes queued meanwhile go before the object's next rewrite. Vacuums asked for while
+    one of the object waits its turn share it; a server rewrites two objects at once, others
+    wait; a vacuum whose call ends before its rewrite began is not run. A crash leaves the
+    object as it was or rewritten. NOT_FOUND for a key with no object here;
     RESOURCE_EXHAUSTED (STORAGE_FULL) when the disk lacks room for twice the pages in use,
     nothing changed. Needs a token that may write the key.
     """
@@ -400,8 +403,11 @@ class SessionServiceAsyncStub(SessionServiceStub):
     only the pages in use (SQLite's VACUUM INTO a copy in the server's scratch space, whose pages
     then replace the object's in one commit) and merges its search index, leaving out what
     deleted messages left there. The object's rows are the same afterwards: reads and
-    subscriptions go on meanwhile; its writes wait (about 0.6 s per 100 MB in use here). A crash
-    leaves the object as it was or rewritten. NOT_FOUND for a key with no object here;
+    subscriptions go on meanwhile; its writes wait (about 0.6 s per 100 MB in use here), and
+    the writes queued meanwhile go before the object's next rewrite. Vacuums asked for while
+    one of the object waits its turn share it; a server rewrites two objects at once, others
+    wait; a vacuum whose call ends before its rewrite began is not run. A crash leaves the
+    object as it was or rewritten. NOT_FOUND for a key with no object here;
     RESOURCE_EXHAUSTED (STORAGE_FULL) when the disk lacks room for twice the pages in use,
     nothing changed. Needs a token that may write the key.
     """
@@ -765,8 +771,11 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         only the pages in use (SQLite's VACUUM INTO a copy in the server's scratch space, whose pages
         then replace the object's in one commit) and merges its search index, leaving out what
         deleted messages left there. The object's rows are the same afterwards: reads and
-        subscriptions go on meanwhile; its writes wait (about 0.6 s per 100 MB in use here). A crash
-        leaves the object as it was or rewritten. NOT_FOUND for a key with no object here;
+        subscriptions go on meanwhile; its writes wait (about 0.6 s per 100 MB in use here), and
+        the writes queued meanwhile go before the object's next rewrite. Vacuums asked for while
+        one of the object waits its turn share it; a server rewrites two objects at once, others
+        wait; a vacuum whose call ends before its rewrite began is not run. A crash leaves the
+        object as it was or rewritten. NOT_FOUND for a key with no object here;
         RESOURCE_EXHAUSTED (STORAGE_FULL) when the disk lacks room for twice the pages in use,
         nothing changed. Needs a token that may write the key.
         """

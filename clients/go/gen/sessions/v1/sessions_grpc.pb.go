@@ -230,8 +230,11 @@ type SessionServiceClient interface {
 	// only the pages in use (SQLite's VACUUM INTO a copy in the server's scratch space, whose pages
 	// then replace the object's in one commit) and merges its search index, leaving out what
 	// deleted messages left there. The object's rows are the same afterwards: reads and
-	// subscriptions go on meanwhile; its writes wait (about 0.6 s per 100 MB in use here). A crash
-	// leaves the object as it was or rewritten. NOT_FOUND for a key with no object here;
+	// subscriptions go on meanwhile; its writes wait (about 0.6 s per 100 MB in use here), and
+	// the writes queued meanwhile go before the object's next rewrite. Vacuums asked for while
+	// one of the object waits its turn share it; a server rewrites two objects at once, others
+	// wait; a vacuum whose call ends before its rewrite began is not run. A crash leaves the
+	// object as it was or rewritten. NOT_FOUND for a key with no object here;
 	// RESOURCE_EXHAUSTED (STORAGE_FULL) when the disk lacks room for twice the pages in use,
 	// nothing changed. Needs a token that may write the key.
 	VacuumObject(ctx context.Context, in *VacuumObjectRequest, opts ...grpc.CallOption) (*VacuumObjectResponse, error)
@@ -823,8 +826,11 @@ type SessionServiceServer interface {
 	// only the pages in use (SQLite's VACUUM INTO a copy in the server's scratch space, whose pages
 	// then replace the object's in one commit) and merges its search index, leaving out what
 	// deleted messages left there. The object's rows are the same afterwards: reads and
-	// subscriptions go on meanwhile; its writes wait (about 0.6 s per 100 MB in use here). A crash
-	// leaves the object as it was or rewritten. NOT_FOUND for a key with no object here;
+	// subscriptions go on meanwhile; its writes wait (about 0.6 s per 100 MB in use here), and
+	// the writes queued meanwhile go before the object's next rewrite. Vacuums asked for while
+	// one of the object waits its turn share it; a server rewrites two objects at once, others
+	// wait; a vacuum whose call ends before its rewrite began is not run. A crash leaves the
+	// object as it was or rewritten. NOT_FOUND for a key with no object here;
 	// RESOURCE_EXHAUSTED (STORAGE_FULL) when the disk lacks room for twice the pages in use,
 	// nothing changed. Needs a token that may write the key.
 	VacuumObject(context.Context, *VacuumObjectRequest) (*VacuumObjectResponse, error)
