@@ -401,7 +401,10 @@ def snapshot_object(source: Path, scratch_dir: Path) -> Path:
         with contextlib.closing(open_read_only(source)) as src:
             src.execute("VACUUM INTO ?", (str(copy),))
     except (sqlite3.Error, OSError) as exc:
-        copy.unlink(missing_ok=True)  # a partial copy would only take more of a full disk
+        # A partial copy would only take more of a full disk; its rollback journal, which the
+        # copy writes beside it, stayed until the next start.
+        for leftover in (copy, Path(f"{copy}-journal")):
+            leftover.unlink(missing_ok=True)
         raise damage_or_failure(exc, f"could not copy the object: {exc}", "export copy") from exc
     return copy
 
