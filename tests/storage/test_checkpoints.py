@@ -130,10 +130,15 @@ def _open_files() -> list[str]:
     return names
 
 
-def test_a_checkpoint_the_executor_can_no_longer_run_is_given_up(tmp_path: Path) -> None:
+def test_a_checkpoint_the_executor_can_no_longer_run_is_given_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The checkpoint is submitted after the answer; if the executor has shut down by then, the
     writer gives it up and goes on: the store settles, and the next write is refused (with the
     executor's error) instead of waiting forever."""
+    # The writes commit in place, leaving the checkpoint to the writer task, however slowly
+    # this machine commits (a slow commit sends writes to the writer, which checkpoints at once).
+    monkeypatch.setattr(store_module, "INLINE_MAX_SECONDS", 60.0)
     path = tmp_path / "object.sqlite"
 
     async def scenario() -> str:
