@@ -67,6 +67,15 @@ def test_metrics_endpoint_counts_rpcs_and_objects(tmp_path: Path) -> None:
     for name in ("process_resident_memory_bytes", "process_open_fds", "process_max_fds"):
         assert any(line.startswith(name + " ") and float(line.split()[1]) > 0 for line in body.splitlines()), name
     assert 'sessions_build_info{version="' in body
+    # What the server remembers of recent reads (the history read above), apart from the rest of
+    # its memory: paths and messages were remembered, each within its budget.
+    memo = {
+        line.split('"')[1]: float(line.split()[1])
+        for line in body.splitlines()
+        if line.startswith("sessions_memo_bytes{")
+    }
+    assert set(memo) == {"paths", "messages", "responses"}, memo
+    assert 0 < memo["paths"] <= 64 * 1024 * 1024 and 0 < memo["messages"] <= 96 * 1024 * 1024, memo
     # How close the data directory's file system is to refusing writes, as the system tells it.
     (free,) = [float(line.split()[1]) for line in body.splitlines() if line.startswith("sessions_data_dir_free_bytes ")]
     assert min(free_around) - 16 * 1024 * 1024 <= free <= max(free_around) + 16 * 1024 * 1024, (free, free_around)

@@ -176,6 +176,11 @@ _views: OrderedDict[tuple[_ObjectMemo, str], _Views] = OrderedDict()  # least re
 _view_bytes = 0
 
 
+def remembered_bytes() -> tuple[int, int]:
+    """What the process remembers now, as charged against its budgets: (paths, messages)."""
+    return _path_bytes, _view_bytes
+
+
 def _object_memo(store: ObjectStore) -> _ObjectMemo:
     memo = store.memo.get(MEMO_KEY)
     if not isinstance(memo, _ObjectMemo):

@@ -145,6 +145,14 @@ class Metrics:
             "own (an eighth of --max-assembly-bytes, at most 64 MiB) beside sessions_assembly_bytes",
             registry=self.registry,
         )
+        self.memo_bytes = Gauge(
+            "sessions_memo_bytes",
+            "Memory kept of recent reads and writes to serve the next ones, by kind: remembered read paths "
+            "(paths, at most 64 MiB), messages (messages, --message-memo-bytes) and the packed history "
+            "responses sent (responses, a third of --message-memo-bytes)",
+            ["kind"],
+            registry=self.registry,
+        )
         self.calls_in_flight = Gauge(
             "sessions_rpcs_in_flight",
             "Calls being handled, except change feeds (Subscribe, health Watch) and bidirectional streams",

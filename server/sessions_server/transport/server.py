@@ -24,6 +24,7 @@ from grpc_reflection.v1alpha import reflection_pb2_grpc
 
 from sessions_proto.v1 import sessions_pb2
 from sessions_server.config import ServerConfig, split_host_port
+from sessions_server.domain import paths
 from sessions_server.domain.errors import Unavailable
 from sessions_server.domain.placement import Placement
 from sessions_server.domain.service import SessionsService
@@ -39,7 +40,7 @@ from sessions_server.storage.datadir import (
 )
 from sessions_server.storage.paths import OBJECTS_DIR
 from sessions_server.storage.registry import ObjectRegistry
-from sessions_server.transport import framing
+from sessions_server.transport import framing, packed_cache
 from sessions_server.transport.auth import TokenAuthority
 from sessions_server.transport.calls import abort
 from sessions_server.transport.certificates import CertificateFiles
@@ -412,6 +413,9 @@ async def _create_server(
     metrics.searches_running.set_function(lambda: service.search_slots.running)
     metrics.searches_waiting.set_function(lambda: service.search_slots.waiting)
     metrics.held_plans.set_function(lambda: len(service.compactor.held_plans))
+    metrics.memo_bytes.labels("paths").set_function(lambda: paths.remembered_bytes()[0])
+    metrics.memo_bytes.labels("messages").set_function(lambda: paths.remembered_bytes()[1])
+    metrics.memo_bytes.labels("responses").set_function(packed_cache.kept_bytes)
     service.compactor.on_stored = lambda kind: metrics.compactions.labels(kind).inc()
     quiet_ended_calls()
     reflection_guard = authority if config.auth_protect_reflection else None
