@@ -18,7 +18,7 @@ import pytest
 
 from sessions_client import RetryNotice, SessionsClient
 from sessions_client._common import routing_metadata
-from sessions_client.admin import export_file, move_object
+from sessions_client.admin import export_file, import_file, move_object
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc
 from sessions_server.storage import files
@@ -219,10 +219,10 @@ def test_an_export_cancelled_while_its_copy_is_made_leaves_it_to_the_others(
     made: list[Path] = []
     real = files.snapshot_object
 
-    def held_snapshot(source: Path, scratch_dir: Path) -> Path:
+    def held_snapshot(source: Path, scratch_dir: Path, row_writes: int) -> Path:
         entered.set()
         assert release.wait(timeout=60), "the copy was never released"
-        made.append(real(source, scratch_dir))
+        made.append(real(source, scratch_dir, row_writes))
         return made[-1]
 
     monkeypatch.setattr(files, "snapshot_object", held_snapshot)
@@ -256,4 +256,30 @@ def test_an_export_cancelled_while_its_copy_is_made_leaves_it_to_the_others(
         release.set()
         for channel in channels:
             channel.close()
+        server.stop()
+
+
+def test_a_copy_of_an_open_object_carries_its_count_of_rows_written(tmp_path: Path) -> None:
+    """The store keeps its object's count of rows written in memory and saves it as it closes:
+    an export, a move or a vacuum of an object still open copied the count last saved (none,
+    for an object never closed), and the copy started again from 0."""
+    server = start_server(tmp_path / "data")
+    try:
+        with SessionsClient(server.address, retry=None) as client:
+            source = client.object(KEY)
+            source.session().append_messages([text_message(f"m{i}", "counted") for i in range(5)])
+            written = source.get_object_stats().row_writes
+            assert written >= 5
+            export_file(client, KEY, tmp_path / "copy.sqlite")
+            import_file(client, "imported", tmp_path / "copy.sqlite")
+            assert client.object("imported").get_object_stats().row_writes == written
+            source.vacuum()
+            assert source.get_object_stats().row_writes == written
+    finally:
+        server.stop()
+    server = start_server(tmp_path / "data")  # the vacuumed file, its count saved at the stop
+    try:
+        with SessionsClient(server.address, retry=None) as client:
+            assert client.object(KEY).get_object_stats().row_writes == written
+    finally:
         server.stop()

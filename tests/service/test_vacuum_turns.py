@@ -29,11 +29,11 @@ def test_rewrites_take_turns_server_wide_and_one_whose_caller_left_before_its_tu
     begun: list[Path] = []
     entered, release = threading.Semaphore(0), threading.Event()
 
-    def gated_snapshot(path: Path, directory: Path) -> Path:
+    def gated_snapshot(path: Path, directory: Path, row_writes: int) -> Path:
         begun.append(path)
         entered.release()
         release.wait(GATE_SECONDS)
-        return snapshot(path, directory)
+        return snapshot(path, directory, row_writes)
 
     monkeypatch.setattr(store_module.files, "snapshot_object", gated_snapshot)
     keys = [f"vacuumed-{index}" for index in range(MAX_CONCURRENT_REWRITES + 1)]

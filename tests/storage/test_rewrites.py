@@ -107,11 +107,11 @@ def test_writes_queued_during_a_rewrite_go_before_the_next_one(tmp_path: Path, m
     begun, release = threading.Event(), threading.Event()
     snapshot = store_module.files.snapshot_object
 
-    def gated_snapshot(path: Path, directory: Path) -> Path:
+    def gated_snapshot(path: Path, directory: Path, row_writes: int) -> Path:
         order.append("rewrite")
         begun.set()
         release.wait(GATE_SECONDS)
-        return snapshot(path, directory)
+        return snapshot(path, directory, row_writes)
 
     monkeypatch.setattr(store_module.files, "snapshot_object", gated_snapshot)
 

@@ -24,7 +24,7 @@ with sqlite3.connect(source) as conn:
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[3]), resource.RLIM_INFINITY))
 try:
-    files.snapshot_object(source, Path(sys.argv[2]))
+    files.snapshot_object(source, Path(sys.argv[2]), 0)
 except StorageError:
     print("refused")
 """

@@ -473,7 +473,7 @@ def test_a_file_whose_name_holds_uri_characters_is_read_as_itself(tmp_path: Path
     target = files.import_store_file(source, "k", data_dir)
     assert files.count_message_rows(target) == 2
     assert files.recorded_object_key(target) == "k"
-    snapshot = files.snapshot_object(target, data_dir / "scratch")
+    snapshot = files.snapshot_object(target, data_dir / "scratch", 0)
     assert files.count_message_rows(snapshot) == 2
     strays = [p.name for p in tmp_path.iterdir() if p != data_dir and not p.name.startswith(name)]
     assert strays == []  # no database made at a path cut short

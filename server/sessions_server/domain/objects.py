@@ -355,8 +355,12 @@ class ObjectAdmin:
                 ) from None
             self._copies_held[object_key] = held + 1
             commits = store.commits  # before the copy begins: it holds at least those commits
+            # The rows written as of those commits: a write landing during the copy (none while
+            # a move holds the object's writes) may be in the copy and not in its count.
             made = asyncio.ensure_future(
-                asyncio.to_thread(files.snapshot_object, path, self.data_dir / datadir.SCRATCH_DIR_NAME)
+                asyncio.to_thread(
+                    files.snapshot_object, path, self.data_dir / datadir.SCRATCH_DIR_NAME, store.row_writes
+                )
             )
             made.add_done_callback(lambda _: self._room.release(size))  # written: the disk shows it now
             shared = self._copies[object_key] = _SharedCopy(store, commits, made)

@@ -573,7 +573,7 @@ class ObjectStore:
             conn.execute("BEGIN IMMEDIATE")
             queries.merge_search_index(conn)
             conn.execute("COMMIT")
-            copy = files.snapshot_object(self.path, scratch_dir)  # only the pages in use
+            copy = files.snapshot_object(self.path, scratch_dir, self.row_writes)  # only the pages in use
             with contextlib.closing(files.open_read_only(copy)) as pages:
                 pages.backup(conn)
             # The WAL now holds every page of the object: copied back and emptied at once, the
