@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import os
 import sqlite3
+import threading
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -230,6 +231,77 @@ def test_the_close_of_a_damaged_object_leaves_its_file_and_wal_as_they_are(tmp_p
     assert wal.exists() and wal.stat().st_size == wal_then > 0
     with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
         assert _notes(conn) == 1  # the committed note is still there, in the WAL
+
+
+def test_a_read_still_running_when_a_damaged_object_closes_leaves_its_file_and_wal_too(tmp_path: Path) -> None:
+    """A read whose caller left (its deadline) goes on on its thread; the object, idle, closes;
+    the read's own connection, closed after, was the file's last and checkpointed it."""
+    path = asyncio.run(_written(tmp_path, ROWS))
+    _corrupt_interior_pages(path)
+    before = _digest(path)
+    wal = Path(f"{path}-wal")
+    started, release = threading.Event(), threading.Event()
+
+    def held_read(conn: sqlite3.Connection) -> int:
+        conn.execute("SELECT COUNT(*) FROM _cf_KV").fetchone()
+        started.set()
+        release.wait(60)
+        return 1
+
+    async def scenario() -> int:
+        async with registry(tmp_path) as objects:
+            async with objects.use(KEY) as store:
+                await store.write(_note("in the WAL only"))
+
+            async def call() -> int:
+                async with objects.use(KEY) as store:
+                    return await store.read(held_read)
+
+            left = asyncio.ensure_future(call())
+            assert await asyncio.to_thread(started.wait, 60)
+            left.cancel()  # its read goes on on its thread
+            with contextlib.suppress(asyncio.CancelledError):
+                await left
+            async with objects.use(KEY) as store:
+                with pytest.raises(ObjectDamaged):
+                    await store.read(_all_contents)
+            wal_then = wal.stat().st_size
+            await objects.close_object(KEY)
+            release.set()
+        return wal_then  # the registry's executor has shut down: the read has ended
+
+    wal_then = asyncio.run(scenario())
+    assert _digest(path) == before
+    assert wal.exists() and wal.stat().st_size == wal_then > 0
+
+
+def test_a_rewrite_queued_when_damage_is_found_writes_nothing(tmp_path: Path) -> None:
+    path = asyncio.run(_written(tmp_path, ROWS))
+    _corrupt_interior_pages(path)
+    wal = Path(f"{path}-wal")
+    started, release = threading.Event(), threading.Event()
+
+    def held_write(ctx: WriteContext) -> None:
+        started.set()
+        release.wait(60)
+
+    async def scenario() -> tuple[int, int, BaseException | None]:
+        async with registry(tmp_path) as objects, objects.use(KEY) as store:
+            await store.write(_note("first"))
+            held = asyncio.ensure_future(store.write(held_write))
+            assert await asyncio.to_thread(started.wait, 60)
+            rewrite = asyncio.ensure_future(store.rewrite_compactly(tmp_path / "scratch", contextlib.nullcontext))
+            with pytest.raises(ObjectDamaged):
+                await store.read(_all_contents)  # found while the rewrite waits for the writer
+            frames_then = wal.stat().st_size
+            release.set()
+            await asyncio.gather(held, return_exceptions=True)
+            outcome = (await asyncio.gather(rewrite, return_exceptions=True))[0]
+            return frames_then, wal.stat().st_size, outcome if isinstance(outcome, BaseException) else None
+
+    frames_then, frames_after, outcome = asyncio.run(scenario())
+    assert isinstance(outcome, ObjectDamaged)
+    assert frames_after == frames_then
 
 
 def test_a_write_that_meets_damage_is_not_committed_nor_are_the_jobs_grouped_with_it(tmp_path: Path) -> None:

@@ -321,12 +321,8 @@ class ObjectAdmin:
                 raise NotFound("no such object on this server", field="object_key")
             before = store.file_bytes()
             try:
-                in_use = await store.read(queries.bytes_in_use, quick=True)
-                # The copy in scratch, and the same pages again in the WAL until its checkpoint.
-                # A caller gone before its turn withdraws it (the store waits for one begun).
-                with self._room.reserved_for(2 * in_use, "rewriting this object"):
-                    async with self._rewrite_slots:
-                        await store.rewrite_compactly(self.data_dir / datadir.SCRATCH_DIR_NAME)
+                scratch = self.data_dir / datadir.SCRATCH_DIR_NAME
+                await store.rewrite_compactly(scratch, functools.partial(self._rewrite_turn, store))
             except OSError as exc:
                 raise storage_failure(
                     f"{exc.strerror or exc}; the object is as it was", out_of_space=is_out_of_space(exc)
@@ -334,6 +330,16 @@ class ObjectAdmin:
             except StorageError as exc:
                 raise self.open_failure(exc, object_key) from None
             return before, store.file_bytes()
+
+    @contextlib.asynccontextmanager
+    async def _rewrite_turn(self, store: ObjectStore) -> AsyncIterator[None]:
+        """A rewrite's turn (`ObjectStore.rewrite_compactly`): one of the server's rewrite
+        slots, then room on the disk for the copy of the pages in use in scratch and the same
+        pages again in the WAL until its checkpoint, measured then; both held until it ends."""
+        async with self._rewrite_slots:
+            in_use = await store.read(queries.bytes_in_use, quick=True)
+            with self._room.reserved_for(2 * in_use, "rewriting this object"):
+                yield
 
     async def _take_copy(self, object_key: str, store: ObjectStore, path: Path, *, for_move: bool) -> _SharedCopy:
         """The copy of the object as it stands, shared with the exports under way when the

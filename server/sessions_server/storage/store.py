@@ -190,6 +190,10 @@ class _RunAgain(Exception):
     executor."""
 
 
+RewriteTurn = Callable[[], contextlib.AbstractAsyncContextManager[None]]
+"""What a rewrite holds while it waits for the writer and runs (`ObjectStore.rewrite_compactly`)."""
+
+
 @dataclass
 class _Rewrite:
     """A rewrite asked for (`ObjectStore.rewrite_compactly`), and the callers waiting for it."""
@@ -197,6 +201,8 @@ class _Rewrite:
     scratch_dir: Path
     done: asyncio.Future[None]
     waiters: int = 1
+    turn: asyncio.Future[None] | None = None  # the task taking its turn (`_take_turn`)
+    queued: bool = False  # has its turn: the writer runs it
     begun: bool = False
 
 
@@ -261,7 +267,8 @@ class ObjectStore:
         self._begun_at: dict[int, int] = {}
         self._queue: list[_Job] = []
         # The rewrite asked for and not begun (`rewrite_compactly`), which every caller arriving
-        # meanwhile shares; it runs on the writer between two commits.
+        # meanwhile shares; once it has its turn (`queued`) it runs on the writer between two
+        # commits.
         self._rewrite: _Rewrite | None = None
         # The writer's last turn was a rewrite: the writes queued meanwhile go before the next.
         self._rewrote_last = False
@@ -489,7 +496,7 @@ class ObjectStore:
                         await loop.run_in_executor(self._commit_executor, trim)
                     except RuntimeError as exc:  # the executor shut down
                         log.warning("object %r: WAL not checkpointed: %s", self.object_key, exc)
-            elif self._rewrite is not None and not (self._rewrote_last and self._queue):
+            elif self._rewrite is not None and self._rewrite.queued and not (self._rewrote_last and self._queue):
                 # Before the queue (under steady writes it is never empty), but never twice in
                 # a row while writes wait: rewrites asked for back to back shut writes out.
                 rewrite, self._rewrite = self._rewrite, None
@@ -531,17 +538,18 @@ class ObjectStore:
             else:
                 return
 
-    async def rewrite_compactly(self, scratch_dir: Path) -> None:
+    async def rewrite_compactly(self, scratch_dir: Path, turn: RewriteTurn) -> None:
         """Rewrites the file without its free pages (and its search index merged), on the writer
         between two commits: writes queued meanwhile wait for it, reads go on and find the same
         rows before and after. The new pages go in by one commit, so a crash leaves the object
         as it was or rewritten; the copy they come from is made in `scratch_dir` and removed.
 
-        Callers that ask while a rewrite is queued and not begun share it (each of them finds
-        the file rewritten after it asked). A caller cancelled before the rewrite begins
-        withdraws (the rewrite is dropped when no one else waits for it); once it has begun, the
-        caller waits for its end, and is cancelled then: what the caller holds (the disk room
-        reserved for it) covers the whole rewrite."""
+        A rewrite first takes its `turn` (the caller's: a slot among the server's rewrites, room
+        on the disk), held until it ends, and is queued for the writer then. Callers that ask
+        while one waits for its turn or the writer share it (each finds the file rewritten after
+        it asked). A caller cancelled before the rewrite begins withdraws (the rewrite, and its
+        turn, are dropped when no one else waits for it); once it has begun, the caller waits
+        for its end, and is cancelled then."""
         if self._closed:
             raise StoreClosed("the object was closed while this call used it")
         if self.damaged is not None:
@@ -550,7 +558,7 @@ class ObjectStore:
         if rewrite is None:
             loop = asyncio.get_running_loop()
             rewrite = self._rewrite = _Rewrite(scratch_dir, loop.create_future())
-            self._start_writer(loop)
+            rewrite.turn = asyncio.ensure_future(self._take_turn(rewrite, turn))
         else:
             rewrite.waiters += 1
         try:
@@ -562,9 +570,33 @@ class ObjectStore:
             elif rewrite.waiters == 0 and self._rewrite is rewrite:
                 self._rewrite = None
                 rewrite.done.cancel()
+                if rewrite.turn is not None:
+                    rewrite.turn.cancel()
             raise
 
+    async def _take_turn(self, rewrite: _Rewrite, turn: RewriteTurn) -> None:
+        """Takes the rewrite's turn, queues it for the writer, and holds the turn until it ends;
+        a turn refused (no room), or a store closed or found damaged meanwhile, fails it."""
+        try:
+            async with turn():
+                if self._closed:
+                    raise StoreClosed("the object was closed while this call used it")
+                if self.damaged is not None:
+                    raise self.damaged.again("rewrite")
+                rewrite.queued = True
+                self._start_writer(asyncio.get_running_loop())
+                await _to_its_end(rewrite.done)  # withdrawn (cancelled) before it began, or done
+        except asyncio.CancelledError:
+            raise  # withdrawn while it waited for its turn
+        except BaseException as exc:
+            if self._rewrite is rewrite:
+                self._rewrite = None
+            if not rewrite.done.done():
+                rewrite.done.set_exception(exc)
+
     def _rewrite_blocking(self, scratch_dir: Path) -> None:
+        if self.damaged is not None:  # found while it waited its turn: nothing more goes in
+            raise self.damaged.again("rewrite")
         self.rewrites += 1
         conn = self._writer
         copy: Path | None = None
@@ -628,6 +660,8 @@ class ObjectStore:
         """A TRUNCATE checkpoint that gives up at once rather than wait for a reader or for
         another connection's write lock (a replicator's)."""
         assert self._wal_index is not None
+        if self.damaged is not None:  # found since the sweep asked for it
+            return
         conn = self._writer
         try:
             self._writer_waits(False)
@@ -956,7 +990,10 @@ class ObjectStore:
                     self._readers.append(conn)
                     conn = None
             if conn is not None:
-                conn.close()
+                if self.damaged is not None:
+                    self._close_leaving_file([conn])
+                else:
+                    conn.close()
 
     @property
     def memo_epoch(self) -> int:
@@ -1113,7 +1150,11 @@ class ObjectStore:
         with self._readers_lock:
             readers, self._readers = self._readers, []
         if self.damaged is not None:  # nothing more is written to a damaged file
-            self._close_leaving_file(readers)
+            try:
+                self._close_leaving_file([*readers, self._writer])
+            finally:
+                if self._wal_index is not None:
+                    self._wal_index.close()
             return
         for conn in readers:
             conn.close()
@@ -1131,10 +1172,11 @@ class ObjectStore:
         if self._wal_index is not None:
             self._wal_index.close()
 
-    def _close_leaving_file(self, readers: list[sqlite3.Connection]) -> None:
-        """Closes a damaged object's connections without the checkpoint SQLite runs as the last
+    def _close_leaving_file(self, connections: list[sqlite3.Connection]) -> None:
+        """Closes connections of a damaged object without the checkpoint SQLite runs as the last
         connection to a file in WAL mode closes, which would write the WAL's frames into the
-        damaged file and remove the WAL before an operator could copy either. A read-only
+        damaged file and remove the WAL before an operator could copy either: at the store's
+        close, and for a read still running then, whose connection closes after. A read-only
         connection holding the file's shared lock meanwhile keeps the others from the exclusive
         lock that checkpoint takes, and closes last, as one that may not write. If it cannot
         read the file (no database at all), there is nothing a checkpoint could copy into."""
@@ -1145,14 +1187,11 @@ class ObjectStore:
         except sqlite3.Error:
             pass
         try:
-            for conn in readers:
+            for conn in connections:
                 conn.close()
-            self._writer.close()
         finally:
             if holder is not None:
                 holder.close()
-            if self._wal_index is not None:
-                self._wal_index.close()
 
 
 def _wal_bytes(database: Path) -> int:
