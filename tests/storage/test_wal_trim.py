@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from pathlib import Path
 
+import pytest
+
 from sessions_server.storage import wal
 from sessions_server.storage.paths import object_path
-from sessions_server.storage.registry import ObjectRegistry
+from sessions_server.storage.registry import WAL_TRIMS_AT_ONCE, ObjectRegistry
 from sessions_server.storage.store import ObjectStore, WriteContext
 from tests.storage.test_write_threads import note, opened, stored_notes
 
@@ -204,3 +207,58 @@ def test_the_registry_sweeps_its_open_objects_on_a_timer(tmp_path: Path) -> None
         assert asyncio.run(scenario()) == 0
     finally:
         executor.shutdown()
+
+
+def test_a_sweep_runs_its_trims_a_few_objects_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each trim holds a commit thread while its checkpoint syncs: a sweep that started every
+    quiet object's at once held all of them, and a busy object's append waited behind them."""
+    entered, release = threading.Semaphore(0), threading.Event()
+    checkpoint = ObjectStore._checkpoint
+
+    def held_checkpoint(store: ObjectStore) -> None:
+        entered.release()
+        release.wait(60)
+        checkpoint(store)
+
+    monkeypatch.setattr(ObjectStore, "_checkpoint", held_checkpoint)
+    executor, commits = ThreadPoolExecutor(max_workers=2), ThreadPoolExecutor(max_workers=8)
+    data = tmp_path / "data"
+
+    def create_notes(ctx: WriteContext) -> None:
+        ctx.conn.execute("CREATE TABLE IF NOT EXISTS notes (body TEXT NOT NULL)")
+
+    async def scenario() -> tuple[int, list[str]]:
+        registry = ObjectRegistry(data, executor, wal_sweep_seconds=0, commit_executor=commits)
+        stores = []
+        try:
+            for index in range(6):
+                async with registry.use(f"quiet-{index}") as store:
+                    await store.write(create_notes)
+                    await store.write(note(f"in the WAL of {index}"))
+                stores.append(store)
+            registry.sweep_wals()  # the first look: written since any before it
+            registry.sweep_wals()  # quiet: every one's frames are due to be copied
+            for _ in range(WAL_TRIMS_AT_ONCE):
+                assert await asyncio.to_thread(entered.acquire, True, 60)
+            trimming = sum(store.busy for store in stores)
+            release.set()
+            for _ in range(len(stores) - WAL_TRIMS_AT_ONCE):  # the others' turns come
+                assert await asyncio.to_thread(entered.acquire, True, 60)
+            for store in stores:
+                await store.settled()
+            return trimming, [
+                text
+                for index in range(len(stores))
+                for text in _notes_in_the_database_file_alone(object_path(data, f"quiet-{index}"), tmp_path)
+            ]
+        finally:
+            release.set()
+            await registry.close_all()
+
+    try:
+        trimming, notes = asyncio.run(scenario())
+    finally:
+        executor.shutdown()
+        commits.shutdown()
+    assert trimming == WAL_TRIMS_AT_ONCE
+    assert notes == [f"in the WAL of {index}" for index in range(6)]

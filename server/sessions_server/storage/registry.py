@@ -58,6 +58,7 @@ INLINE_OPEN_MAX_SECONDS = 0.005
 DESCRIPTORS_LOG_SECONDS = 60.0  # at most one warning this often while opens find no descriptor
 
 CLOSE_GRACE_SECONDS = 5.0
+WAL_TRIMS_AT_ONCE = 2  # quiet objects' WAL checkpoints a sweep runs at once (`sweep_wals`)
 """How long closing an object to replace or remove it waits for the calls using it to end."""
 
 
@@ -113,6 +114,7 @@ class ObjectRegistry:
         self.inline_opens = 0  # objects opened on the calling thread
         self._wal_sweep_seconds = wal_sweep_seconds
         self._wal_sweep: asyncio.TimerHandle | None = None  # armed by the first open
+        self._wal_trims: list[asyncio.Future[None]] = []  # sweeps' trims still running (`_trim_in_turns`)
         self._swept = False  # close_all ran: no more sweeps
 
     @property
@@ -264,16 +266,34 @@ class ObjectRegistry:
             self._wal_sweep = asyncio.get_running_loop().call_later(self._wal_sweep_seconds, self.sweep_wals)
 
     def sweep_wals(self) -> None:
-        """Has each open object look whether its WAL file is due to be emptied (the timer calls
-        this; tests call it too)."""
+        """Has each open object look whether its WAL file is due to be emptied or copied into
+        its file (the timer calls this; tests call it too); the trims due then run
+        WAL_TRIMS_AT_ONCE at a time. Each holds a commit thread while its checkpoint syncs: all
+        at once, they held every one, and an append to a busy object waited 37-66 ms behind the
+        checkpoints of 256 quiet objects."""
         try:
+            due: list[ObjectStore] = []
             for store in self._snapshot():
                 try:
-                    store.sweep_wal()
+                    if store.sweep_wal(start=False):
+                        due.append(store)
                 except Exception:  # one object's trouble (its WAL unreadable) spares the others'
                     log.exception("object %r: WAL sweep failed", store.object_key)
+            if due:
+                self._wal_trims.append(asyncio.ensure_future(self._trim_in_turns(due)))
+                self._wal_trims = [task for task in self._wal_trims if not task.done()]
         finally:
             self._arm_wal_sweep()
+
+    async def _trim_in_turns(self, due: list[ObjectStore]) -> None:
+        turns = asyncio.Semaphore(WAL_TRIMS_AT_ONCE)
+
+        async def trim(store: ObjectStore) -> None:
+            async with turns:
+                store.start_wal_trim()
+                await store.settled()
+
+        await asyncio.gather(*(trim(store) for store in due), return_exceptions=True)
 
     def _release_opened(self, opening: asyncio.Future[ObjectStore]) -> None:
         if not opening.cancelled() and opening.exception() is None:
@@ -574,6 +594,9 @@ class ObjectRegistry:
         self._swept = True
         if self._wal_sweep is not None:
             self._wal_sweep.cancel()
+        for task in self._wal_trims:  # the trims not begun are not begun now; begun ones end
+            task.cancel()
+        await asyncio.gather(*self._wal_trims, return_exceptions=True)
         stores = list(self._open.values())
         self._open.clear()
         for store in stores:

@@ -644,16 +644,25 @@ class ObjectStore:
         self.checkpoints += 1
         self._checkpoints.after_checkpoint(self._wal_index.frames()[0])
 
-    def sweep_wal(self) -> None:
+    def sweep_wal(self, *, start: bool = True) -> bool:
         """The registry's periodic look at this object (see storage/wal.py): an object that has
         been quiet since the last look gets its WAL file emptied, or a small one's frames copied
-        into the database, on the writer thread."""
+        into the database, on the writer thread. Returns whether that is due; with `start`
+        false the registry starts it later (`start_wal_trim`), a few objects at a time."""
         index = self._wal_index
         if self._closed or index is None or self._writing or self.damaged is not None:
-            return  # a write under way: not quiet; the next looks will tell
+            return False  # a write under way: not quiet; the next looks will tell
         kind = self._quiet_trim.due(self._commits, lambda: _wal_bytes(self.path), index.holds_uncopied_frames)
-        if kind is not None:
-            self._trim_at, self._trim_kind = self._commits, kind
+        if kind is None:
+            return False
+        self._trim_at, self._trim_kind = self._commits, kind
+        if start:
+            self.start_wal_trim()
+        return True
+
+    def start_wal_trim(self) -> None:
+        """Runs the WAL trim the last look found due (`sweep_wal`), unless a write came since."""
+        if self._trim_at is not None and not self._closed:
             self._start_writer(asyncio.get_running_loop())
 
     def _truncate_wal(self) -> None:
