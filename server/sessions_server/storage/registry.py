@@ -58,8 +58,8 @@ INLINE_OPEN_MAX_SECONDS = 0.005
 DESCRIPTORS_LOG_SECONDS = 60.0  # at most one warning this often while opens find no descriptor
 
 CLOSE_GRACE_SECONDS = 5.0
-WAL_TRIMS_AT_ONCE = 2  # quiet objects' WAL checkpoints a sweep runs at once (`sweep_wals`)
 """How long closing an object to replace or remove it waits for the calls using it to end."""
+WAL_TRIMS_AT_ONCE = 2  # quiet objects' WAL checkpoints a sweep runs at once (`sweep_wals`)
 
 
 def _retrieve(task: asyncio.Future[Any]) -> None:
