@@ -304,6 +304,31 @@ def test_a_rewrite_queued_when_damage_is_found_writes_nothing(tmp_path: Path) ->
     assert frames_after == frames_then
 
 
+def test_a_wal_trim_decided_before_damage_was_found_writes_nothing(tmp_path: Path) -> None:
+    path = asyncio.run(_written(tmp_path, ROWS))
+    _corrupt_interior_pages(path)
+    before = _digest(path)
+    wal = Path(f"{path}-wal")
+
+    async def scenario() -> tuple[int, int]:
+        async with registry(tmp_path) as objects, objects.use(KEY) as store:
+            for index in range(12):  # a WAL past the size a quiet object's trim empties
+                await store.write(_note(f"{index}" + "n" * 200_000))
+            assert not store.sweep_wal(start=False)  # the first look: written since any before it
+            assert store.sweep_wal(start=False)  # quiet: due, not yet started
+            with pytest.raises(ObjectDamaged):
+                await store.read(_all_contents)
+            frames_then = wal.stat().st_size
+            store.start_wal_trim()
+            await store.settled()
+            return frames_then, wal.stat().st_size
+
+    frames_then, frames_after = asyncio.run(scenario())
+    assert frames_then >= 1024 * 1024
+    assert frames_after == frames_then
+    assert _digest(path) == before
+
+
 def test_a_write_that_meets_damage_is_not_committed_nor_are_the_jobs_grouped_with_it(tmp_path: Path) -> None:
     """Jobs queued together commit in one transaction: when one of them meets the damage, none
     of the group is committed or answered as written, and the writes after it are refused
