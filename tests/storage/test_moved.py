@@ -24,6 +24,23 @@ def test_moves_and_returns_are_read_back_after_a_restart(tmp_path: Path) -> None
     assert len((tmp_path / MOVED_FILE_NAME).read_text(encoding="utf-8").splitlines()) == 4
 
 
+def test_the_move_lock_a_delete_ended_is_kept_through_settles_compactions_and_returns(tmp_path: Path) -> None:
+    moved = MovedObjects(tmp_path)
+    moved.record("a", "there", "lock-a")
+    moved.record("b", "elsewhere")  # a delete that named no lock
+    moved.settle(["a", "b"])
+    assert (MovedObjects(tmp_path).move_id("a"), MovedObjects(tmp_path).move_id("b")) == ("lock-a", "")
+    for index in range(700):  # outdated lines enough for a compaction
+        moved.record(f"k{index}", "x", f"lock-{index}")
+        moved.forget(f"k{index}")
+    moved.record("c", "far", "lock-c")
+    again = MovedObjects(tmp_path)
+    assert len((tmp_path / MOVED_FILE_NAME).read_text(encoding="utf-8").splitlines()) < 1_000
+    assert [again.move_id(key) for key in ("a", "b", "c", "k1")] == ["lock-a", "", "lock-c", ""]
+    again.forget("a")
+    assert MovedObjects(tmp_path).move_id("a") == ""
+
+
 def test_a_line_torn_by_a_crash_is_cut_off_and_later_records_stay_whole(tmp_path: Path) -> None:
     MovedObjects(tmp_path).record("a", "there")
     with (tmp_path / MOVED_FILE_NAME).open("ab") as out:

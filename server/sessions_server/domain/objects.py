@@ -748,7 +748,7 @@ class ObjectAdmin:
                 reason="FAILED_PRECONDITION",
             )
         if lock.moved_before is not None:  # refused again (recorded first), files gone, hold ended
-            existed = await _run_to_end(self._remove(object_key, lock.moved_before))
+            existed = await _run_to_end(self._remove(object_key, lock.moved_before, ""))
         else:
             existed = await _run_to_end(self._remove_files(object_key))
         await _finish_in_thread(self._arrivals.end, object_key)
@@ -773,25 +773,26 @@ class ObjectAdmin:
                 "drops it (DeleteObject with erase and its move_id); nothing was deleted",
                 reason="FAILED_PRECONDITION",
             )
-        if object_key not in self._moved:
-            if not self.is_stored(object_key):
-                raise NotFound(
-                    "no object under this key on this server: nothing was deleted or recorded", field="object_key"
-                )
-            if lock is None and not moved_to:
-                raise FailedPrecondition(
-                    "a delete without erase ends a move, and this server refuses the key from then on: "
-                    "export the object with lock_for_move first or name its destination in moved_to; "
-                    "set erase to delete it for good",
-                    reason="FAILED_PRECONDITION",
-                )
-            if move_id and (lock is None or lock.id != move_id):
-                raise FailedPrecondition(
-                    "the move lock this delete names no longer holds (released by AbortMove, taken over by "
-                    "another export, or its lease ran out before this server restarted): writes may have been "
-                    "accepted after the snapshot, so nothing was deleted; move the object again",
-                    reason="FAILED_PRECONDITION",
-                )
+        if object_key in self._moved:
+            return await _run_to_end(self._remove_again(object_key, moved_to, move_id))
+        if not self.is_stored(object_key):
+            raise NotFound(
+                "no object under this key on this server: nothing was deleted or recorded", field="object_key"
+            )
+        if lock is None and not moved_to:
+            raise FailedPrecondition(
+                "a delete without erase ends a move, and this server refuses the key from then on: "
+                "export the object with lock_for_move first or name its destination in moved_to; "
+                "set erase to delete it for good",
+                reason="FAILED_PRECONDITION",
+            )
+        if move_id and (lock is None or lock.id != move_id):
+            raise FailedPrecondition(
+                "the move lock this delete names no longer holds (released by AbortMove, taken over by "
+                "another export, or its lease ran out before this server restarted): writes may have been "
+                "accepted after the snapshot, so nothing was deleted; move the object again",
+                reason="FAILED_PRECONDITION",
+            )
         expiry = math.inf
         if lock is not None:  # the end of a move: the lock must still hold
             expiry = lock.expiry
@@ -815,19 +816,43 @@ class ObjectAdmin:
         # Run to its end even if the mover gives up meanwhile (the close may wait for stuck
         # calls): once recorded, the object is refused here, and its file must go too.
         try:
-            return await _run_to_end(self._remove(object_key, moved_to))
+            return await _run_to_end(self._remove(object_key, moved_to, "" if lock is None else lock.id))
         except BaseException:
             if lock is not None and self._moving.get(object_key) is lock:
                 lock.expiry = expiry  # nothing was deleted: the lease runs on as it was
             raise
 
-    async def _remove(self, object_key: str, moved_to: str) -> bool:
+    async def _remove_again(self, object_key: str, moved_to: str, move_id: str) -> bool:
+        """A move's delete asked again (its answer lost, say), its lock gone with the first: the
+        destination recorded then stands, and what files a delete cut short left go. One naming
+        another move's lock, or another destination, is refused and records nothing: a mover
+        that stalled while its lock was released and the object moved again must not take the
+        object as moved to its copy."""
+        recorded = self._moved.where(object_key) or ""
+        ended = self._moved.move_id(object_key)
+        if move_id and ended and move_id != ended:
+            raise FailedPrecondition(
+                "the move lock this delete names no longer holds: another move took the object "
+                f"to {recorded or 'another server'} since, and its copy is the one that takes writes; "
+                "nothing was deleted or recorded",
+                reason="FAILED_PRECONDITION",
+            )
+        if moved_to and moved_to != recorded:
+            raise FailedPrecondition(
+                f"the object was moved from this server to {recorded or 'another server'} already, and a delete "
+                f"naming {moved_to} records nothing: delete it where it went, or import it here again first",
+                reason="OBJECT_NOT_OWNED",
+                owner=recorded,
+            )
+        return await self._clear_away(object_key)
+
+    async def _remove(self, object_key: str, moved_to: str, move_id: str) -> bool:
         # Refused from now on (calls waiting for the object check again after their wait), and
         # recorded durably before the file goes, so that a restart refuses it too.
         before = self._moved.where(object_key)
         self._moved.refuse(object_key, moved_to)
         try:
-            await asyncio.to_thread(self._moved.record, object_key, moved_to)
+            await asyncio.to_thread(self._moved.record, object_key, moved_to, move_id)
         except OSError as exc:
             self._moved.refuse(object_key, before)
             self.note_storage_failure(object_key, "recording the move", str(exc))
@@ -835,6 +860,11 @@ class ObjectAdmin:
                 f"the move could not be recorded, nothing was deleted: {self.without_paths(str(exc))}",
                 out_of_space=is_out_of_space(exc),
             ) from None
+        return await self._clear_away(object_key)
+
+    async def _clear_away(self, object_key: str) -> bool:
+        """Removes the files of an object recorded as moved away, then its lock and the record's
+        note that files may be left. Whether there were files."""
         existed = await self._remove_files(object_key)
         with contextlib.suppress(OSError):  # a restart drops a lock whose key is recorded as moved
             await self._forget_departure(object_key, self._moving.pop(object_key, None))

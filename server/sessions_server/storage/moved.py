@@ -4,8 +4,9 @@ A move ends by deleting the object at its source, which from then on must refuse
 name its new owner) rather than create an empty object under it: until the proxy routes the key
 to its new owner, a call that reaches the old one would otherwise be acknowledged into a second
 copy, lost to the real one. A restart must not forget that, so each such delete is first written
-here: `<data_dir>/MOVED`, one JSON line per change (`{"key": …, "to": …}` when an object leaves,
-`{"key": …}` when it comes back), synced before the object's file is removed. Once the files
+here: `<data_dir>/MOVED`, one JSON line per change (`{"key": …, "to": …, "move": …}` when an
+object leaves, `"move"` naming the move lock its delete ended if it named one; `{"key": …}`
+when it comes back), synced before the object's file is removed. Once the files
 are gone the record is written again with `"gone": true` (not synced: a lost one only costs a
 look at the next start), so that a start looks for leftover files only where a delete may have
 been cut short, not under every key ever moved away (a stat each: 10 s at a million). The file
@@ -44,6 +45,7 @@ class MovedObjects:
         self._lock = threading.Lock()  # writers run on worker threads
         self._moved: dict[str, str] = {}  # refused here: recorded, or being recorded
         self._recorded: dict[str, str] = {}  # what the journal says (changed under the lock)
+        self._move_ids: dict[str, str] = {}  # the move lock each recorded delete ended, if named
         self._torn = False  # a failed append could not be cut off: rewrite before the next
         # Moved away, its files perhaps still here: recorded, and not yet noted gone.
         self._unsettled: set[str] = set()
@@ -72,9 +74,11 @@ class MovedObjects:
             if to is None:
                 self._moved.pop(key, None)
                 self._recorded.pop(key, None)
+                self._move_ids.pop(key, None)
                 self._unsettled.discard(key)
             else:
                 self._moved[key] = self._recorded[key] = str(to)
+                self._move_ids[key] = str(entry.get("move") or "")
                 if entry.get("gone") is True:
                     self._unsettled.discard(key)
                 else:
@@ -84,6 +88,11 @@ class MovedObjects:
     def where(self, object_key: str) -> str | None:
         """Where the object went ("" when the mover did not say), or None if it was not moved."""
         return self._moved.get(object_key)
+
+    def move_id(self, object_key: str) -> str:
+        """The move lock the object's recorded delete ended ("" when it named none, or when the
+        record was written by a version that did not keep it)."""
+        return self._move_ids.get(object_key, "")
 
     def __contains__(self, object_key: str) -> bool:
         return object_key in self._moved
@@ -103,11 +112,13 @@ class MovedObjects:
         else:
             self._moved[object_key] = moved_to
 
-    def record(self, object_key: str, moved_to: str) -> None:
-        """Durably notes that the object left for `moved_to` (blocking: a worker thread)."""
+    def record(self, object_key: str, moved_to: str, move_id: str = "") -> None:
+        """Durably notes that the object left for `moved_to`, its delete ending the move lock
+        `move_id` (blocking: a worker thread)."""
         with self._lock:
-            self._append([{"key": object_key, "to": moved_to}])
+            self._append([_record(object_key, moved_to, move_id)])
             self._moved[object_key] = self._recorded[object_key] = moved_to
+            self._move_ids[object_key] = move_id
             self._unsettled.add(object_key)
 
     def settle(self, object_keys: Iterable[str]) -> None:
@@ -122,7 +133,10 @@ class MovedObjects:
                 self._rewrite()
                 return
             # The record again, flagged: a server of an older version reads it as the record.
-            self._append([{"key": key, "to": self._recorded[key], "gone": True} for key in keys], sync=False)
+            self._append(
+                [{**_record(key, self._recorded[key], self._move_ids.get(key, "")), "gone": True} for key in keys],
+                sync=False,
+            )
 
     def forget(self, object_key: str) -> None:
         """Durably notes that the object is here again (blocking: a worker thread)."""
@@ -132,6 +146,7 @@ class MovedObjects:
             self._append([{"key": object_key}])
             self._moved.pop(object_key, None)
             self._recorded.pop(object_key, None)
+            self._move_ids.pop(object_key, None)
             self._unsettled.discard(object_key)
 
     def _append(self, entries: list[dict[str, Any]], *, sync: bool = True) -> None:
@@ -162,7 +177,7 @@ class MovedObjects:
         staged = self._path.with_name(MOVED_FILE_NAME + ".new")
         with staged.open("wb") as out:
             for key, to in self._recorded.items():  # not the refusals: some are not recorded yet
-                entry: dict[str, Any] = {"key": key, "to": to}
+                entry = _record(key, to, self._move_ids.get(key, ""))
                 if key not in self._unsettled:
                     entry["gone"] = True
                 out.write(_line(entry))
@@ -172,6 +187,13 @@ class MovedObjects:
         sync_directory(self._path.parent)
         self._lines = len(self._recorded)
         self._torn = False
+
+
+def _record(object_key: str, moved_to: str, move_id: str) -> dict[str, Any]:
+    entry = {"key": object_key, "to": moved_to}
+    if move_id:
+        entry["move"] = move_id
+    return entry
 
 
 def _cut_back(fd: int, size: int) -> bool:

@@ -470,8 +470,10 @@ class SessionServiceServicer:
         refused with FAILED_PRECONDITION (OBJECT_NOT_OWNED) naming where it went, restarts included
         (the server records the move before it removes the file), until the object is imported here
         again. Refused, recording nothing, for a key with no object here (NOT_FOUND; a repeat of a
-        move's delete answers deleted=false), and with neither a move lock (ExportObject with
-        lock_for_move) nor moved_to (FAILED_PRECONDITION: the key would only be blocked). With
+        move's delete answers deleted=false, but one naming another move's lock or another
+        destination than the delete recorded is refused FAILED_PRECONDITION), and with neither a
+        move lock (ExportObject with lock_for_move) nor moved_to (FAILED_PRECONDITION: the key
+        would only be blocked). With
         `erase`, removes it for good instead: nothing is recorded, and the key's next write makes a
         new, empty object; a key with no object here is no error then (deleted=false), so an erase
         may be asked again. Runs to its end once begun, even if the caller goes away. With tokens,
