@@ -304,6 +304,12 @@ class ObjectAdmin:
                 await self._note_departure(object_key, lock)
             yield ExportFrame(size if first else 0, b"", digest.hexdigest(), lock.id if lock_for_move else "")
             sent = True
+        except OSError as exc:  # reading the copy made for it: the disk
+            self.note_storage_failure(object_key, "export", str(exc))
+            raise storage_failure(
+                f"the object's copy could not be read: {self.without_paths(str(exc))}",
+                out_of_space=is_out_of_space(exc),
+            ) from None
         finally:
             self._leave_copy(object_key, shared)
             if lock_for_move and not sent:  # cut short (the mover gone): no move can follow it
@@ -549,7 +555,7 @@ class ObjectAdmin:
         if self._moving.get(object_key) is not lock or now >= lock.expiry:
             return
         departure = Departure(lock.id, time.time() + (lock.expiry - now))
-        await _finish_in_thread(self._departures.hold, object_key, departure)
+        await self._change_holds(object_key, "recording the move lock", self._departures.hold, departure)
         lock.on_disk = True
         if self._moving.get(object_key) is not lock:  # released while it was written
             await self._forget_departure(object_key, lock)
@@ -557,8 +563,8 @@ class ObjectAdmin:
     async def _forget_departure(self, object_key: str, lock: _MoveLock | None) -> None:
         """Takes a move lock that is done with off the disk (a newer lock on the key stays)."""
         if lock is not None and lock.on_disk:
+            await self._change_holds(object_key, "ending the move lock", self._departures.end, lock.id)
             lock.on_disk = False
-            await _finish_in_thread(self._departures.end, object_key, lock.id)
 
     async def receive(
         self,
@@ -655,7 +661,9 @@ class ObjectAdmin:
         `earlier` (a move run again) passes on where the key had been moved to before."""
         hold = uuid.uuid4().hex
         moved_before = earlier.moved_before if earlier is not None else self._moved.where(object_key)
-        await _finish_in_thread(self._arrivals.hold, object_key, Arrival(hold, moved_before))
+        await self._change_holds(
+            object_key, "recording the import's hold", self._arrivals.hold, Arrival(hold, moved_before)
+        )
         self._moving[object_key] = _MoveLock(hold, math.inf, arrival=True, moved_before=moved_before)
         self._aborted.discard(object_key)
         return hold
@@ -664,12 +672,23 @@ class ObjectAdmin:
         """Ends the key's hold on disk, or puts back `restored` (the hold an import failed to
         replace)."""
         if restored is None:
-            await _finish_in_thread(self._arrivals.end, object_key)
+            await self._change_holds(object_key, "ending the import's hold", self._arrivals.end)
             self._moving.pop(object_key, None)
         else:
             arrival = Arrival(restored.id, restored.moved_before)
-            await _finish_in_thread(self._arrivals.hold, object_key, arrival)
+            await self._change_holds(object_key, "recording the import's hold", self._arrivals.hold, arrival)
             self._moving[object_key] = restored
+
+    async def _change_holds(self, object_key: str, what: str, change: Callable[..., None], *args: Any) -> None:
+        """`change(object_key, *args)`, a write of ARRIVING or DEPARTING, on a worker thread; a
+        disk that fails it is answered as any storage failure (it was INTERNAL)."""
+        try:
+            await _finish_in_thread(change, object_key, *args)
+        except OSError as exc:
+            self.note_storage_failure(object_key, what, str(exc))
+            raise storage_failure(
+                f"{what} failed, so nothing changed: {self.without_paths(str(exc))}", out_of_space=is_out_of_space(exc)
+            ) from None
 
     # A file's frames are read or written, and hashed, on a worker thread: a write may wait for
     # the disk (seconds, when the kernel throttles dirty pages) and hashing 3 MiB takes ~6 ms,
@@ -708,7 +727,7 @@ class ObjectAdmin:
         self.admit(object_key, writing=False)
         lock = self._moving.get(object_key)
         if lock is not None and lock.arrival:  # on disk first: a restart must not hold it again
-            await _finish_in_thread(self._arrivals.end, object_key)
+            await self._change_holds(object_key, "ending the import's hold", self._arrivals.end)
         await self._forget_departure(object_key, lock)
         if self._moving.get(object_key) is lock:
             self._moving.pop(object_key, None)
@@ -732,7 +751,10 @@ class ObjectAdmin:
         self.admit(object_key, writing=True)
         self._aborted.discard(object_key)
         # An expired lock: no move can end in a delete now.
-        await self._forget_departure(object_key, self._moving.pop(object_key, None))
+        lock = self._moving.get(object_key)
+        await self._forget_departure(object_key, lock)
+        if self._moving.get(object_key) is lock:
+            self._moving.pop(object_key, None)
         return await _run_to_end(self._remove_files(object_key))
 
     async def _drop_arrival(self, object_key: str, move_id: str) -> bool:
@@ -751,7 +773,7 @@ class ObjectAdmin:
             existed = await _run_to_end(self._remove(object_key, lock.moved_before, ""))
         else:
             existed = await _run_to_end(self._remove_files(object_key))
-        await _finish_in_thread(self._arrivals.end, object_key)
+        await self._change_holds(object_key, "ending the import's hold", self._arrivals.end)
         if self._moving.get(object_key) is lock:
             del self._moving[object_key]
         return existed

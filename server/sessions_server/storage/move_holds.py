@@ -72,8 +72,7 @@ class _HoldFile:
     def put(self, object_key: str, entry: dict[str, Any]) -> None:
         """Durably notes the entry (blocking: a worker thread)."""
         with self._lock:
-            self._entries[object_key] = entry
-            self._write()
+            self._write({**self._entries, object_key: entry})
 
     def drop(self, object_key: str, only_if: str = "", field: str = "") -> None:
         """Durably notes the key's entry gone; with `only_if`, only while its `field` is that
@@ -82,16 +81,19 @@ class _HoldFile:
             entry = self._entries.get(object_key)
             if entry is None or (only_if and entry.get(field) != only_if):
                 return
-            del self._entries[object_key]
-            self._write()
+            self._write({key: kept for key, kept in self._entries.items() if key != object_key})
 
-    def _write(self) -> None:
+    def _write(self, entries: dict[str, dict[str, Any]]) -> None:
+        """Replaces the file with `entries`, then holds them: a write that fails changes
+        neither (kept in memory, a failed hold's entry went to disk with the next change of
+        another key, and a restart found a lock on an object never moved)."""
         staged = self._path.with_name(self._path.name + ".new")
         with staged.open("wb") as out:
-            out.write(orjson.dumps(self._entries))
+            out.write(orjson.dumps(entries))
             out.flush()
             os.fsync(out.fileno())
         os.replace(staged, self._path)
+        self._entries = entries
         sync_directory(self._path.parent)
 
 
