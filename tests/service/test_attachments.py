@@ -220,6 +220,8 @@ LONGEST_MEDIA_TYPE = 1024  # bytes: ReadAttachment sends the type beside the byt
         pytest.param("image/" + "x" * (LONGEST_MEDIA_TYPE - 5), id="ascii-one-byte-past"),
         pytest.param("image/" + "é" * 510, id="utf8-bytes-past"),  # 516 characters, 1026 bytes
         pytest.param("image/" + "x" * 5_000_000, id="five-mb"),
+        # No UTF-8 form, so no text SQLite holds: storing it failed every write (INTERNAL).
+        pytest.param("image/p\ud800ng", id="lone-surrogate"),
     ],
 )
 def test_media_declared_with_a_media_type_too_long_to_read_back_stays_inline(
@@ -233,7 +235,8 @@ def test_media_declared_with_a_media_type_too_long_to_read_back_stays_inline(
             part = {"type": "file", "mediaType": media_type, "data": b64(data)}
         message = image_message(f"m-{field}", part)
         session.append_message(message)
-        assert stored(data_dir, object_key, f"m-{field}") == js_json(message)
+        # JSON.stringify writes a lone surrogate as its escape.
+        assert stored(data_dir, object_key, f"m-{field}") == js_json(message).replace("\ud800", "\\ud800")
         assert session.get_message(f"m-{field}") == message
     assert_no_payloads(data_dir, object_key)
 

@@ -122,7 +122,18 @@ def _inline_media(record: dict[str, Any]) -> tuple[str, str, bytes] | None:
 
 
 def _storable_media_type(media_type: str) -> bool:
-    return len(media_type) <= MAX_MEDIA_TYPE_BYTES // 4 or utf8_length(media_type) <= MAX_MEDIA_TYPE_BYTES
+    """Whether an attachment can be stored under `media_type`: not too long, and text SQLite can
+    hold. A lone surrogate (a JSON escape such as \\ud800) has no UTF-8 form: the media stays
+    inline, in the message's JSON, which keeps the escape (storing it failed the write, INTERNAL)."""
+    if len(media_type) > MAX_MEDIA_TYPE_BYTES // 4 and utf8_length(media_type) > MAX_MEDIA_TYPE_BYTES:
+        return False
+    if media_type.isascii():
+        return True
+    try:
+        media_type.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 _NOT_HANDLED = object()
