@@ -12,6 +12,7 @@ from typing import Literal
 
 from sessions_server.storage.feed import (
     DROPPED_SESSIONS_REMEMBERED,
+    STALLED_SECONDS,
     ChangeEvent,
     FeedClosed,
     FeedHub,
@@ -215,11 +216,90 @@ def test_a_subscriber_that_reads_no_commit_falls_behind_once_a_later_one_arrives
         hub.publish(_events(500))  # kept whole while it is the latest commit
         assert hub.next_seq - hub.first_seq == 500
         later = _events(10)
-        hub.publish(later)  # the earlier commit goes back within the bounds
-        assert hub.next_seq - hub.first_seq == 100
+        hub.publish(later)  # the earlier commit goes back within twice the bounds (being read)
+        assert hub.next_seq - hub.first_seq == 200
         reset = await stalled.next(timeout=1)
         assert isinstance(reset, Reset) and "fell behind" in reset.reason
         assert await stalled.next(timeout=0) is None
+
+    asyncio.run(run())
+
+
+def test_subscribers_reading_a_large_commit_are_not_reset_by_the_next_one() -> None:
+    """A commit past the bounds was spared only while it was the latest: any write after it cut
+    it back to the bounds under subscribers reading it as fast as they could (a batch of 12,000
+    messages, then one more append, reset all three subscribers of an object). An earlier commit
+    being read is spared within twice the bounds."""
+
+    async def run() -> None:
+        hub = watched(FeedHub(FeedSettings(retain_events=100)))
+        readers = [hub.subscribe(None, 0) for _ in range(3)]
+        batch, after = _events(150), _events(1)
+        hub.publish(batch)
+        for reader in readers:
+            assert await _drain(reader, 10) == batch[:10]
+        hub.publish(after)
+        for reader in readers:
+            assert await _drain(reader, 200) == batch[10:] + after
+        assert hub.next_seq - hub.first_seq <= 100  # all read: back within the bounds
+
+    asyncio.run(run())
+
+
+def test_a_reader_slower_than_its_writers_is_reset_past_twice_the_bounds() -> None:
+    async def run() -> None:
+        hub = watched(FeedHub(FeedSettings(retain_events=100)))
+        slow = hub.subscribe(None, 0)
+        hub.publish(_events(150))
+        assert len(await _drain(slow, 10)) == 10
+        for _ in range(10):
+            hub.publish(_events(10))
+        assert hub.next_seq - hub.first_seq == 200
+        assert isinstance(await slow.next(timeout=1), Reset)
+
+    asyncio.run(run())
+
+
+def test_a_subscriber_that_stopped_reading_holds_nothing_back_once_stalled() -> None:
+    """A subscriber that stops reading right after a large commit held that commit past every
+    bound for as long as it stayed connected: six of them held 815 MiB against a process-wide
+    bound of 256 MiB, and other objects' events were dropped instead (their subscribers reset).
+    Once it has taken nothing for STALLED_SECONDS, what it held goes as the bounds say (the
+    oldest first), looked at again by the hub's own timer even if nothing more is published."""
+
+    async def run() -> tuple[int, list[int]]:
+        feeds = Feeds(FeedSettings(retain_events=10_000, retain_bytes=10_000_000, retain_total_bytes=110_000))
+        stalled_hub, busy = watched(feeds.hub()), watched(feeds.hub())
+        stalled = stalled_hub.subscribe(None, 0)
+        stalled_hub.publish([ChangeEvent("append", "s", message_json="x" * 100_000)])
+        busy.publish([ChangeEvent("append", "s", message_json="y" * 30_000)])  # past the bound
+        assert len(stalled_hub._ring) == 1 and len(busy._ring) == 0  # spared: its subscriber may read it
+        assert stalled_hub._recheck is not None  # the hub looks again once it would count as stalled
+
+        stalled.active_at -= STALLED_SECONDS + 1  # as if it had taken nothing since
+        stalled_hub._recheck.cancel()
+        stalled_hub._look_again()  # what the timer runs
+        for index in range(3):
+            busy.publish([ChangeEvent("append", "s", message_json=str(index) * 20_000)])
+        assert feeds.retention.bytes <= feeds.retention.max_bytes
+        reset = await stalled.next(timeout=1)  # reading again, it is told what it missed
+        assert isinstance(reset, Reset) and "fell behind" in reset.reason
+        return len(stalled_hub._ring), [len(event.message_json or "") for event in busy._ring]
+
+    stalled_kept, busy_kept = asyncio.run(run())
+    assert stalled_kept == 0  # the oldest event in the process went first
+    assert busy_kept == [20_000] * 3
+
+
+def test_a_caught_up_subscriber_idle_for_long_is_not_stalled_on_a_new_commit() -> None:
+    async def run() -> None:
+        hub = watched(FeedHub(FeedSettings(retain_events=10)))
+        idle = hub.subscribe(None, 0)
+        idle.active_at -= STALLED_SECONDS + 1  # waited long for an event, with none to read
+        batch = _events(50)
+        hub.publish(batch)  # the latest commit, spared for it
+        assert hub.next_seq - hub.first_seq == 50
+        assert await _drain(idle, 50) == batch
 
     asyncio.run(run())
 
@@ -252,14 +332,14 @@ def test_an_objects_next_hub_starts_above_its_last_within_one_millisecond(tmp_pa
 
 
 def test_a_subscriber_holds_no_events_of_its_own() -> None:
-    """A stalled subscriber pins nothing: what the ring drops is gone, and it is told so."""
+    """A subscriber pins nothing of its own: what the ring drops is gone, and it is told so."""
 
     async def run() -> None:
         hub = watched(FeedHub(FeedSettings(retain_events=2)))
         first = _events(3)
         hub.publish(first)
         stalled = hub.subscribe(None, first[0].revision)  # resumed: the ring's two follow it
-        hub.publish(_events(2))  # the ring moves on past both
+        hub.publish(_events(4))  # the ring moves on past both (twice its bounds)
         assert not any(vars(stalled).get(name) for name in ("backlog", "_queue"))
         reset = await stalled.next(timeout=1)
         assert isinstance(reset, Reset) and "fell behind" in reset.reason

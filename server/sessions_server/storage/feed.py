@@ -16,6 +16,10 @@ events after it in order, and publishing only wakes it, never waits for it. A su
 resuming from before what the ring keeps, or one so slow that the ring drops an event it has
 not read, is told to reset (a subscriber to one session, only when such an event was of its
 session); a slow reader never slows writers or other readers, and holds no events of its own.
+What subscribers are still reading is spared past the bounds for a while: an object's latest
+commit whole, and earlier commits within twice the ring's bounds; not for one that has taken
+nothing for STALLED_SECONDS (its client stopped reading), which would otherwise keep them for
+as long as it stays connected.
 """
 
 from __future__ import annotations
@@ -50,6 +54,13 @@ DROPPED_SESSIONS_REMEMBERED = 256
 # Starts of feeds handed out while their object had no file (`UnwrittenStarts`): at most ~5 MB
 # with keys of 1 KiB.
 UNWRITTEN_STARTS_REMEMBERED = 4096
+# A subscriber with events to read that has taken none for this long holds none of them back
+# from retention (they go as the bounds say, and it is reset when it reads again). Each one
+# that stopped reading held its object's latest commit (up to the largest message, 4 bytes a
+# character) past every bound for as long as it stayed connected: six such objects held 815 MiB
+# against a process-wide bound of 256 MiB, and the bound dropped other objects' events instead,
+# resetting their subscribers. Long enough for one message of hundreds of MB to be sent.
+STALLED_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -128,6 +139,12 @@ class Subscription:
         self._interrupted = False  # `next` returns None once, as when its wait times out
         self._wakeup = asyncio.Event()
         self.closed: FeedClosed | None = None
+        self.active_at = time.monotonic()  # when it last looked for an event (or had none to read)
+
+    def stalled(self, now: float) -> bool:
+        """Whether it has looked for no event for STALLED_SECONDS (with some to read: the hub
+        marks those that have none as active when it publishes)."""
+        return now - self.active_at > STALLED_SECONDS
 
     def wants(self, event: ChangeEvent) -> bool:
         return self.session_filter is None or event.session_id == self.session_filter
@@ -157,6 +174,7 @@ class Subscription:
 
     def _take(self) -> ChangeEvent | Reset | None:
         """The next thing to deliver, if any, moving the position past what it passes over."""
+        self.active_at = time.monotonic()
         if self._reset is not None:
             reset, self._reset = self._reset, None
             return reset
@@ -284,6 +302,9 @@ class FeedHub:
         # some of them may go now, the bound told so (`_payable`).
         self._owed_to = 0
         self._payable = False
+        # A look, STALLED_SECONDS on, at what it spares past the bounds: what a subscriber that
+        # stopped reading held back goes then, even if nothing is published meanwhile.
+        self._recheck: asyncio.TimerHandle | None = None
         self.watches = ChangeWatches()  # compactions' watches over the object's sessions (`watches`)
 
     @property
@@ -317,6 +338,10 @@ class FeedHub:
         70 MiB message, a group commit of many batches) would otherwise be dropped before any
         subscriber could read it, resetting them all. Older events go as the bounds say."""
         ring, sizes, retention = self._ring, self._ring_sizes, self._retention
+        now = time.monotonic()
+        for subscriber in self._subscribers:
+            if subscriber.position >= self.next_seq:  # had nothing to read: not stalled on these
+                subscriber.active_at = now
         self._latest_from = self.next_seq
         if self._owed_to:  # the previous commit may go now
             self._settle_owed()
@@ -433,6 +458,9 @@ class FeedHub:
         while self._ring:
             self._drop_oldest()
         self._owed_to = 0
+        if self._recheck is not None:
+            self._recheck.cancel()
+            self._recheck = None
         for subscription in list(self._subscribers):
             subscription.close(why)
 
@@ -482,6 +510,7 @@ class FeedHub:
         it again, it takes first when it next needs room (`_pay`): they are the oldest."""
         if seq >= self._owed_to:
             self._owed_to = seq + 1
+        self._recheck_later()
 
     def _settle_owed(self) -> None:
         """Pays what it owes the process-wide bound of what may go now (see `owe`)."""
@@ -525,9 +554,17 @@ class FeedHub:
 
     def _droppable_before(self) -> int:
         """Events before this sequence number may be dropped: those of earlier commits, and
-        those of the latest commit that every subscriber has read past."""
-        slowest = min((subscriber.position for subscriber in self._subscribers), default=self.next_seq)
-        return max(self._latest_from, slowest)
+        those of the latest commit that every subscriber still reading has read past."""
+        return max(self._latest_from, self._read_by_all())
+
+    def _read_by_all(self) -> int:
+        """The sequence number of the first event a subscriber still reading (not stalled) has
+        not read; `next_seq` when there is none."""
+        now = time.monotonic()
+        return min(
+            (subscriber.position for subscriber in self._subscribers if not subscriber.stalled(now)),
+            default=self.next_seq,
+        )
 
     def trim(self) -> None:
         """Drops the oldest events while the ring is past its bounds, sparing what subscribers
@@ -539,11 +576,37 @@ class FeedHub:
             self._trim_to_bounds()
 
     def _trim_to_bounds(self) -> None:
-        limit = self._droppable_before()
+        """Drops the oldest events while past the bounds, but none of the latest commit that a
+        subscriber still reading has not read, nor of earlier commits within twice the bounds
+        (a batch of 12,000 messages followed by any write was cut to 10,000 under subscribers
+        reading it as fast as they could, resetting them all)."""
+        unread = self._read_by_all()
+        limit = max(self._latest_from, unread)
         dropped: list[ChangeEvent] = []
         while self._ring and self._past_bounds() and self.first_seq < limit:
+            if self.first_seq >= unread and not self._past_bounds(twice=True):
+                break
             dropped.append(self._drop_oldest())
         self._carry_past(dropped)
+        if self._past_bounds():
+            self._recheck_later()
+
+    def _recheck_later(self) -> None:
+        """Looks again at what it spares once a subscriber that stopped reading now would count
+        as stalled (no loop running: a test driving the hub by hand, which trims as it likes)."""
+        if self._recheck is not None or self._closed is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._recheck = loop.call_later(STALLED_SECONDS + 1.0, self._look_again)
+
+    def _look_again(self) -> None:
+        self._recheck = None
+        self.trim()
+        if self._owed_to or self._past_bounds():
+            self._recheck_later()
 
     def _carry_past(self, dropped: list[ChangeEvent]) -> None:
         """Moves a session's subscriber that had not reached `dropped` (the events just dropped,
@@ -560,8 +623,9 @@ class FeedHub:
             if not any(subscriber.wants(event) for event in dropped[behind - first_dropped :]):
                 subscriber.skip_to(self.first_seq)
 
-    def _past_bounds(self) -> bool:
-        return len(self._ring) > self._retain_events or self._ring_bytes > self._retain_bytes
+    def _past_bounds(self, *, twice: bool = False) -> bool:
+        factor = 2 if twice else 1
+        return len(self._ring) > factor * self._retain_events or self._ring_bytes > factor * self._retain_bytes
 
 
 class FeedRetention:
