@@ -268,6 +268,12 @@ def test_files_whose_names_hold_uri_characters_are_saved_and_sent_as_themselves(
         server.stop()
 
 
+_COMPACTION = (
+    "INSERT INTO cf_agents_session_compactions (session_id, id, seq, summary, from_message_id, to_message_id,"
+    " created_at) VALUES ('', 'c1', 1, 'a summary', 'm1', 'm1', 1);"
+)
+
+
 def _store_file(path: Path, script: str) -> bytes:
     """The bytes of a store made by the service's schema, one message, then `script`."""
     with contextlib.closing(sqlite3.connect(path)) as conn:
@@ -352,5 +358,39 @@ def test_an_object_the_server_stored_imports_again_under_its_limits(tmp_path: Pa
             export_file(client, "stored", tmp_path / "stored.sqlite")
             import_file(client, "copy", tmp_path / "stored.sqlite")
             assert [m["id"] for m in client.object("copy").session().get_history()] == ["img", "quote"]
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize(
+    ("column", "script"),
+    [
+        ("role", "UPDATE cf_agents_session_messages SET role = CAST(x'61ff62' AS TEXT)"),
+        ("parent_id", "UPDATE cf_agents_session_messages SET parent_id = CAST(x'61ff62' AS TEXT)"),
+        ("summary", _COMPACTION + "UPDATE cf_agents_session_compactions SET summary = CAST(x'61ff62' AS TEXT)"),
+        (
+            "from_message_id",
+            _COMPACTION + "UPDATE cf_agents_session_compactions SET from_message_id = CAST(x'61ff62' AS TEXT)",
+        ),
+        ("content", "UPDATE cf_agents_session_messages SET content = CAST(x'7bff7d' AS TEXT)"),
+    ],
+)
+def test_a_file_holding_a_text_that_is_not_utf8_is_refused_and_replaces_nothing(
+    tmp_path: Path, column: str, script: str
+) -> None:
+    """Some columns of a received file were never read on the way in: one holding bytes that
+    are not UTF-8 (a role, a parent id, a compaction's summary) was installed, replacing a
+    healthy object, and every call on it then answered DATA_LOSS, the object taken for damaged."""
+    bad = _store_file(tmp_path / "bad.sqlite", script)
+    server = start_server(tmp_path / "data")
+    try:
+        with SessionsClient(server.address) as client, grpc.insecure_channel(server.address) as channel:
+            client.object("kept").session().append_message(_message("m1", 10))
+            stub = pb_grpc.SessionServiceStub(channel)
+            with pytest.raises(grpc.RpcError) as refused:
+                _send(stub, "kept", bad)
+            assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, refused.value.details()
+            assert f"its {column} is not UTF-8 text" in (refused.value.details() or "")
+            assert client.object("kept").session().get_history() == [_message("m1", 10)]
     finally:
         server.stop()

@@ -77,6 +77,14 @@ class OversizedText(StoreImportError):
         self.limit = limit
 
 
+class UndecodableValue(StoreImportError):
+    """A row of the file holds a text that is not UTF-8: every read of it would fail, and the
+    object would be taken for damaged once installed."""
+
+    def __init__(self, row: str, column: str) -> None:
+        super().__init__(f"{row}: its {column} is not UTF-8 text")
+
+
 class MistypedValue(StoreImportError):
     """A row of the file holds a value of another kind than its column declares (SQLite checks
     no types): its reads would fail, or read it as something it is not."""
@@ -168,6 +176,7 @@ def import_store_file(
             schema.initialize(dst, object_key)
             _check_text_sizes(dst, text_limits)
             _check_column_types(dst)
+            _check_texts_decode(dst)
             import_checks.check_attachments(dst)
             if read_back is not None:
                 _check_read_back_sizes(dst, read_back)
@@ -355,6 +364,34 @@ def _holds_a_message(text: str) -> bool:
 
 def _no_constant(name: str) -> None:
     raise ValueError(f"{name} is not JSON")  # NaN, Infinity: JSON.parse refuses them
+
+
+def _check_texts_decode(conn: sqlite3.Connection) -> None:
+    """Raises UndecodableValue for the first text found that is not UTF-8 (after
+    `_check_column_types`: a TEXT column holds text or NULL). Only some columns were ever read
+    on the way in; one of the others (a role, a parent id, a compaction's summary) was installed
+    as it was, and every call on the object then answered that it was damaged."""
+    for table, keys in _ROW_KEYS.items():
+        columns = [
+            str(name)
+            for _, name, declared, _, _, _ in conn.execute(f"PRAGMA table_info({table})")
+            if str(declared).upper() == "TEXT"
+        ]
+        if not columns:
+            continue
+        # As bytes: decoding is the check, and the row's key names it even when the key is the text.
+        selected = ", ".join(f"CAST({name} AS BLOB)" for name in (*keys, *columns))
+        for row in conn.execute(f"SELECT {selected} FROM {table}"):
+            for name, value in zip(columns, row[len(keys) :], strict=True):
+                if value is None:
+                    continue
+                try:
+                    bytes(value).decode("utf-8")
+                except UnicodeDecodeError:
+                    shown = [
+                        bytes(key).decode("utf-8", "replace") if key is not None else None for key in row[: len(keys)]
+                    ]
+                    raise UndecodableValue(_describe_row(table, shown), name) from None
 
 
 def _describe_row(table: str, key_values: Sequence[object]) -> str:
