@@ -125,8 +125,9 @@ def run_moves(
             batch = keys[start : start + BATCH_SIZE]
             command = [*base, "move-object", "--from", connect.get(source, source)]
             command += ["--to", connect.get(destination, destination)]
-            for key in batch:
-                command += ["--object-key", key]
+            # One argument each: a key may start with "-", which taken alone reads as an option
+            # (the run failed, and its whole batch with it).
+            command += [f"--object-key={key}" for key in batch]
             if token:
                 command += ["--token", token]
             if replace:

@@ -343,7 +343,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     mover = commands.add_parser("move-object", help="move an object from one server to another, verified")
     mover.set_defaults(command_parser=mover)
-    mover.add_argument("--object-key", required=True, action="append", help="the object to move (repeatable)")
+    mover.add_argument(
+        "--object-key",
+        required=True,
+        action="append",
+        help="the object to move (repeatable; a key starting with '-' as --object-key=KEY)",
+    )
     mover.add_argument("--from", dest="source", required=True, help="source server address")
     mover.add_argument("--to", dest="destination", required=True, help="destination server address")
     mover.add_argument(
@@ -370,12 +375,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="release the move lock of an object whose move was cut short (AbortMove), so it takes writes again",
         description="Release the move lock an object holds on a server after a move was cut short "
         "(move-object or deploy/reshard.py killed after the locked export), instead of waiting out "
-        "the lock's lease. Only when no move of the object is running: a running move would go on to "
-        "delete the object from the server, writes accepted after the release included.",
+        "the lock's lease. Only when no move of the object is running: its delete would be refused "
+        "(writes accepted after the release are not in its copy), and one run with --replace that is "
+        "still sending its copy would replace whatever the destination holds once it arrives.",
     )
     aborter.set_defaults(command_parser=aborter)
     aborter.add_argument(
-        "--object-key", required=True, action="append", help="the object whose lock to release (repeatable)"
+        "--object-key",
+        required=True,
+        action="append",
+        help="the object whose lock to release (repeatable; a key starting with '-' as --object-key=KEY)",
     )
     aborter.add_argument("--from", dest="source", required=True, help="the server holding the lock (the move's source)")
     aborter.add_argument(
@@ -950,7 +959,7 @@ def _move_failure(source: str, key: str, exc: Exception, tls_flags: list[str], *
             "--replace to overwrite it"
         )
     if isinstance(exc, SessionsError) and exc.reason == "OBJECT_MOVING":
-        command = shlex.join(["sessions-server", "abort-move", "--from", source, "--object-key", key, *tls_flags])
+        command = shlex.join(["sessions-server", "abort-move", "--from", source, f"--object-key={key}", *tls_flags])
         return (
             f"{exc.code.name} [OBJECT_MOVING]: a move of this object is under way or was cut short; "
             f"if none is running, release it with `{command}` and move it again"

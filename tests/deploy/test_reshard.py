@@ -242,7 +242,7 @@ def test_reshard_goes_on_past_an_object_locked_by_a_move_cut_short(tmp_path: Pat
 
         assert result.returncode == 1, result
         assert "Traceback" not in result.stdout + result.stderr
-        hint = f"`sessions-server abort-move --from {first_source} --object-key {locked}`"
+        hint = f"`sessions-server abort-move --from {first_source} --object-key={locked}`"
         assert any(line.startswith(f"  {locked!r}: UNAVAILABLE [OBJECT_MOVING]") for line in result.stderr.splitlines())
         assert hint in result.stderr
         assert "reshard: 1 move-object run(s) did not move all their objects" in result.stderr
@@ -268,6 +268,29 @@ def test_reshard_goes_on_past_an_object_locked_by_a_move_cut_short(tmp_path: Pat
     finally:
         for shard in shards:
             shard.stop()
+
+
+def test_keys_that_start_with_a_dash_are_moved_with_the_rest_of_their_run(tmp_path: Path) -> None:
+    """The tool passed each key as an argument of its own: one starting with "-" read as an
+    option, and move-object failed the whole run of up to 100 objects, every time it was re-run."""
+    reshard = _reshard_module()
+    source, destination = start_server(tmp_path / "a"), start_server(tmp_path / "b")
+    keys = ["-dash", "--two", "plain"]
+    try:
+        with SessionsClient(source.address) as client:
+            for key in keys:
+                client.object(key).session().append_message(text_message("m0", key))
+        failed = reshard.run_moves({(source.address, destination.address): keys})
+        assert failed == []
+        with SessionsClient(destination.address) as client:
+            for key in keys:
+                assert client.object(key).session().get_message("m0") == text_message("m0", key)
+        with grpc.insecure_channel(source.address) as channel:
+            listed = pb_grpc.SessionServiceStub(channel).ListObjects(pb.ListObjectsRequest())
+            assert list(listed.object_keys) == []
+    finally:
+        source.stop()
+        destination.stop()
 
 
 def test_reshard_runs_every_group_when_one_cannot_be_reached(tmp_path: Path) -> None:
