@@ -92,7 +92,7 @@ def test_a_locked_object_is_named_and_the_others_still_move(two_servers: tuple[S
         assert "batch/2" not in result.stdout
         summary = result.stderr.splitlines()
         assert f"1 of 4 objects not moved (3 moved) from {source.address} to {destination.address}:" in summary[-2]
-        hint = f"`sessions-server abort-move --from {source.address} --object-key batch/2`"
+        hint = f"`sessions-server abort-move --from {source.address} --object-key=batch/2`"
         assert summary[-1].startswith("  'batch/2': UNAVAILABLE [OBJECT_MOVING]: a move of this object is under way")
         assert hint in summary[-1]
         with SessionsClient(destination.address) as b:
@@ -222,14 +222,15 @@ def test_an_object_the_destination_holds_is_not_overwritten_without_replace(
         assert b.object("both").session().get_message("m1") == _text("m1", "from the source")
 
 
-class _LosingRelay(grpc.GenericRpcHandler):
+class LosingRelay(grpc.GenericRpcHandler):
     """Relays every call to `target` as bytes, except that the answers of the first `lose`
-    DeleteObject calls are lost after the source carried them out (a source that crashed, or a
-    connection cut, right after its delete): the caller gets UNAVAILABLE."""
+    calls of `method` are lost after the server carried them out (a server that crashed, or a
+    connection cut, right after a move's delete or import): the caller gets UNAVAILABLE."""
 
-    def __init__(self, target: str, lose: int) -> None:
+    def __init__(self, target: str, lose: int, method: str = "DeleteObject") -> None:
         self._channel = grpc.insecure_channel(target)
         self._lose = lose
+        self._method = "/" + method
         self.deletes = 0
         methods = pb.DESCRIPTOR.services_by_name["SessionService"].methods_by_name
         self._streaming = {name: (m.client_streaming, m.server_streaming) for name, m in methods.items()}
@@ -250,7 +251,7 @@ class _LosingRelay(grpc.GenericRpcHandler):
 
         def forward(request: Any, context: grpc.ServicerContext) -> Any:
             metadata = [(k, v) for k, v in context.invocation_metadata() if k == "x-object-key"]
-            if method.endswith("/DeleteObject"):
+            if method.endswith(self._method):
                 answer = upstream(request, metadata=metadata)
                 self.deletes += 1
                 if self.deletes <= self._lose:
@@ -270,7 +271,7 @@ def _move_through_losing_relay(
     source, destination = servers
     with SessionsClient(source.address) as client:
         client.object(key).session().append_message(_text("m1", "hello"))
-    relay = _LosingRelay(source.address, lose=lose)
+    relay = LosingRelay(source.address, lose=lose)
     try:
         return _move(relay.address, destination.address, key), relay.deletes
     finally:

@@ -10,12 +10,13 @@ from pathlib import Path
 import grpc
 import pytest
 
-from sessions_client import SessionsClient, SessionsError
+from sessions_client import SessionsClient, SessionsError, admin
 from sessions_client.admin import move_object
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_server.storage.paths import object_path
 from tests.deploy.support import free_port
 from tests.e2e.conftest import ServerProcess
+from tests.e2e.test_move_cli import LosingRelay
 from tests.reliability.support import wait_until
 
 
@@ -226,16 +227,17 @@ def test_abort_move_releases_the_lock_of_a_move_that_will_not_complete(two_serve
         assert not a._stub.AbortMove(abort, metadata=metadata).was_locked  # nothing left to release
 
 
-def test_a_move_whose_import_got_no_answer_says_how_to_finish_it(tmp_path: Path) -> None:
+def test_a_move_whose_import_got_no_answer_says_how_to_finish_it(
+    two_servers: tuple[ServerProcess, ServerProcess],
+) -> None:
     """A client audit: a destination that died after installing its held copy, before answering,
     left the mover with a bare UNAVAILABLE; a plain retry of the move was then refused
     OBJECT_EXISTS there. The error says the destination may hold a copy and how to replace it;
-    the source takes writes again. (Here the destination is not there at all: the import gets no
-    answer the same way.)"""
-    source = ServerProcess(tmp_path / "a").start()
-    nowhere = f"127.0.0.1:{free_port()}"
+    the source takes writes again."""
+    source, destination = two_servers
+    relay = LosingRelay(destination.address, lose=1, method="ImportObject")
     try:
-        with SessionsClient(source.address, retry=None) as a, SessionsClient(nowhere, retry=None) as b:
+        with SessionsClient(source.address, retry=None) as a, SessionsClient(relay.address, retry=None) as b:
             a.object("k").session().append_message(_text("m1", "before"))
             with pytest.raises(SessionsError) as unanswered:
                 move_object(a, b, "k")
@@ -243,5 +245,47 @@ def test_a_move_whose_import_got_no_answer_says_how_to_finish_it(tmp_path: Path)
             assert "may hold a read-only copy" in unanswered.value.message
             assert "move-object --replace" in unanswered.value.message
             assert a.object("k").session().append_message(_text("m2", "after")).inserted
+            report = move_object(a, b, "k", replace=True)
+            assert report.message_rows == 2
+    finally:
+        relay.close()
+
+
+def test_a_move_to_a_server_that_cannot_be_reached_locks_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The source was locked first, then the import failed to connect, and the error said the
+    destination might hold a copy to replace (with --replace, which could overwrite an object of
+    its own there)."""
+    monkeypatch.setattr(admin, "REACHABLE_SECONDS", 0.5)
+    source = ServerProcess(tmp_path / "a").start()
+    nowhere = f"127.0.0.1:{free_port()}"
+    try:
+        with SessionsClient(source.address, retry=None) as a, SessionsClient(nowhere, retry=None) as b:
+            a.object("k").session().append_message(_text("m1", "before"))
+            with pytest.raises(SessionsError) as unreachable:
+                move_object(a, b, "k")
+            assert unreachable.value.code == grpc.StatusCode.UNAVAILABLE
+            assert "destination could not be connected to" in unreachable.value.message
+            assert "nothing was moved or locked" in unreachable.value.message
+            assert "replace" not in unreachable.value.message
+            assert a.object("k").session().append_message(_text("m2", "after")).inserted
     finally:
         source.stop()
+
+
+def test_an_import_the_destination_refused_for_its_storage_is_reported_as_it_is(
+    two_servers: tuple[ServerProcess, ServerProcess],
+) -> None:
+    """A refusal the destination gave a reason for (its disk failing) was reported as an import
+    that got no answer, with advice to move again with --replace."""
+    source, destination = two_servers
+    (destination.data_dir / "ARRIVING.new").mkdir()  # the import's hold cannot be recorded there
+    with SessionsClient(source.address, retry=None) as a, SessionsClient(destination.address, retry=None) as b:
+        a.object("k").session().append_message(_text("m1", "before"))
+        with pytest.raises(SessionsError) as refused:
+            move_object(a, b, "k")
+        assert (refused.value.code, refused.value.reason) == (grpc.StatusCode.UNAVAILABLE, "STORAGE_FAILURE")
+        assert "recording the import's hold failed" in refused.value.message
+        assert "may hold a read-only copy" not in refused.value.message
+        assert a.object("k").session().append_message(_text("m2", "after")).inserted

@@ -198,6 +198,7 @@ def move_object(
     was taken, is released as for any step that fails)."""
     metadata_source = routing_metadata(object_key, source._token)
     metadata_destination = routing_metadata(object_key, destination._token)
+    _check_reachable(destination, "destination")  # before the source is locked for nothing
     export = source._stub.ExportObject(
         pb.ExportObjectRequest(object_key=object_key, lock_for_move=True, lease_seconds=lease_seconds),
         metadata=metadata_source,
@@ -270,11 +271,27 @@ def move_object(
     return MoveReport(object_key, int(imported.size_bytes), int(imported.message_rows), after)
 
 
+def _check_reachable(client: SessionsClient, role: str) -> None:
+    """Raises UNAVAILABLE when `client`'s server cannot be connected to within
+    REACHABLE_SECONDS: the move then starts nothing (unreachable, the destination's import failed
+    after the source was locked, and the error said it might hold a copy to replace)."""
+    try:
+        grpc.channel_ready_future(client._channel).result(timeout=REACHABLE_SECONDS)
+    except grpc.FutureTimeoutError:
+        raise SessionsError(
+            grpc.StatusCode.UNAVAILABLE,
+            f"the {role} could not be connected to within {REACHABLE_SECONDS:g} s: nothing was moved or locked",
+            "",
+            {},
+        ) from None
+
+
 def _unanswered_import(failure: SessionsError) -> SessionsError:
     """An import that got no answer (the destination gone mid-call) may have installed its copy,
     held read-only for this move, whose hold the mover never learnt: a plain retry of the move is
-    refused OBJECT_EXISTS there. Said so, with the way out; another refusal is returned as it is."""
-    if failure.code not in _NO_ANSWER:
+    refused OBJECT_EXISTS there. Said so, with the way out; another refusal (one the destination
+    gave a reason for, a storage failure say) is returned as it is."""
+    if failure.code not in _NO_ANSWER or (failure.reason and failure.reason != "DRAINING"):
         return failure
     return SessionsError(
         failure.code,
@@ -379,6 +396,8 @@ class MoveOutcomeUnknown(SessionsError):
     the destination) once the source refuses the key; else drop it (DeleteObject with erase and
     the hold's move_id, or move the object again with replace, which replaces the held copy)."""
 
+
+REACHABLE_SECONDS = 10.0
 
 # The delete went out and no answer came back: the connection, a proxy or a deadline, not the
 # source's own refusal (which has a reason).
