@@ -208,7 +208,7 @@ def test_messages_before_a_bad_one_are_imported(session: Any, data_dir: Path, ob
     # The error says so, and how to finish (it said only what was wrong with the message).
     assert caught.value.message.startswith("the import's message 3 (counting from 0): ")
     assert caught.value.message.endswith(
-        "; the 3 before it are stored (an import is not all or nothing): send the import again once "
+        "; the 3 messages before it are stored (an import is not all or nothing): send the import again once "
         "this message is fixed, ids already stored are skipped"
     )
     assert [(r["id"], r["seq"]) for r in message_rows(data_dir, object_key)] == [("g0", 1), ("g1", 2), ("g2", 3)]
@@ -308,6 +308,8 @@ def test_whole_messages_inside_a_pieced_message_are_refused(stub: Any, data_dir:
     assert error_reason(caught.value) == "INVALID_STREAM"
     assert violated_field(caught.value) == "messages"
     assert [r["id"] for r in message_rows(data_dir, object_key)] == ["w1"]  # not all or nothing
+    # ... and the error says so, as one about a message does.
+    assert "; the message before it is stored (an import is not all or nothing)" in caught.value.details()
 
 
 def test_a_list_is_imported_packed_and_an_iterator_as_it_comes(session: Any, data_dir: Path, object_key: str) -> None:
@@ -367,4 +369,5 @@ def test_a_later_frame_naming_another_session_is_refused(stub: Any, data_dir: Pa
         stub.ImportMessages(iter(frames))
     assert error_reason(caught.value) == "INVALID_STREAM"
     assert violated_field(caught.value) == "session_id"
+    assert "the 2 messages before it are stored" in caught.value.details()
     assert [(r["session_id"], r["id"]) for r in message_rows(data_dir, object_key, None)] == [("a", "a1"), ("a", "a2")]

@@ -80,6 +80,15 @@ class Importer:
         self.skipped = 0
         self.received = 0
 
+    def kept(self) -> str:
+        """What of the import is stored when it ends in an error now: an import is not all or
+        nothing, and the caller must learn that what came before stays."""
+        if self.received == 1:
+            return "the message before it is stored (an import is not all or nothing)"
+        if self.received:
+            return f"the {self.received} messages before it are stored (an import is not all or nothing)"
+        return "nothing of this import is stored"
+
     async def add(
         self,
         text: str,
@@ -111,12 +120,8 @@ class Importer:
             except InvalidArgument as exc:  # which message of the stream, beside its field in the frame
                 # An import is not all or nothing: the caller must learn that what came before
                 # stays, and how to finish (the importer writes what it took, whatever follows).
-                if self.received:
-                    before = f"the {self.received} before it are stored (an import is not all or nothing)"
-                else:
-                    before = "nothing of this import is stored"
                 raise InvalidArgument(
-                    f"the import's message {self.received} (counting from 0): {exc.message}; {before}: "
+                    f"the import's message {self.received} (counting from 0): {exc.message}; {self.kept()}: "
                     "send the import again once this message is fixed, ids already stored are skipped",
                     reason=exc.reason,
                     **exc.metadata,

@@ -437,20 +437,22 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                         granted.recheck()
                         if frame.object_key and frame.object_key != object_key:
                             raise InvalidArgument(
-                                "every ImportMessages frame must name the same object_key",
+                                f"every ImportMessages frame must name the same object_key; {importer.kept()}",
                                 reason="INVALID_STREAM",
                                 field="object_key",
                             )
                         if frame.session_id and frame.session_id != session_id:  # else imported to the first's
                             raise InvalidArgument(
-                                "every ImportMessages frame must name the first frame's session_id (or none)",
+                                "every ImportMessages frame must name the first frame's session_id (or none); "
+                                + importer.kept(),
                                 reason="INVALID_STREAM",
                                 field="session_id",
                             )
                         if frame.messages:
                             if head is not None:
                                 raise InvalidArgument(
-                                    "whole messages came while a message sent in pieces was incomplete",
+                                    "whole messages came while a message sent in pieces was incomplete; "
+                                    + importer.kept(),
                                     reason="INVALID_STREAM",
                                     field="messages",
                                 )
@@ -471,7 +473,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                         frame = await calls.next_frame(frames, context, inside_message=head is not None)
                     if head is not None:
                         raise InvalidArgument(
-                            "the stream ended inside a message (more_pieces was true)",
+                            f"the stream ended inside a message (more_pieces was true); {importer.kept()}",
                             reason="INVALID_STREAM",
                             field="more_pieces",
                         )
