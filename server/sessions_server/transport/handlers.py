@@ -20,6 +20,7 @@ from google.protobuf import message as protobuf_message
 
 from sessions_proto.v1 import sessions_pb2
 from sessions_server.domain.errors import InvalidArgument, PermissionDenied, SessionsError
+from sessions_server.transport import wire
 from sessions_server.transport.auth import TokenAuthority
 from sessions_server.transport.errors import status_for
 
@@ -29,21 +30,31 @@ SERVICE = sessions_pb2.DESCRIPTOR.services_by_name["SessionService"]
 
 
 class MalformedRequest:
-    """Stands in for a request message that could not be decoded."""
+    """Stands in for a request message that could not be decoded; `field`, the string field
+    whose bytes are not UTF-8, when that is why."""
 
-    def __init__(self, detail: str) -> None:
+    def __init__(self, detail: str, field: str | None = None) -> None:
         self.detail = detail
+        self.field = field
 
     def error(self) -> InvalidArgument:
+        if self.field is not None:
+            return InvalidArgument(
+                f"the request could not be decoded: its {self.field} is not UTF-8 text, as a string field must be",
+                reason="INVALID_FIELD",
+                field=self.field,
+            )
         return InvalidArgument(f"the request could not be decoded: {self.detail}", reason="INVALID_FIELD")
 
 
 def _decoder(message_class: type[protobuf_message.Message]) -> Callable[[bytes], Any]:
+    descriptor = message_class.DESCRIPTOR
+
     def decode(data: bytes) -> Any:
         try:
             return message_class.FromString(data)
         except protobuf_message.DecodeError as exc:
-            return MalformedRequest(str(exc))
+            return MalformedRequest(str(exc), wire.undecodable_string_field(descriptor, data))
 
     return decode
 
