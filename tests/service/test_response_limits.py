@@ -76,6 +76,23 @@ def test_a_batch_whose_ids_would_not_fit_a_response_is_refused_unwritten(
     assert [r["parent_id"] for r in rows[1:]] == ["first", *long_ids[:-1]]
 
 
+def test_a_batch_refused_so_on_a_key_never_written_creates_no_object(
+    stub: Any, data_dir: Path, object_key: str
+) -> None:
+    """Refused inside its transaction, where parents are known, the batch had made the object
+    first: the key was listed, with a file of 4.7 MB and no message."""
+    long_ids = [f"{i:03d}" + "x" * 15_997 for i in range(110)]
+    items = [pb.AppendItem(message_json=js_json(text_message(i))) for i in long_ids]
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.AppendMessages(pb.AppendMessagesRequest(object_key=object_key, items=items, omit_json_as_sent=True))
+
+    error = SessionsError.from_rpc_error(caught.value)
+    assert (error.reason, error.metadata["limit"]) == ("LIMIT_EXCEEDED", "max_batch_result_bytes")
+    assert "nothing was written" in error.message
+    assert object_key not in stub.ListObjects(pb.ListObjectsRequest(page_size=1000)).object_keys
+    assert stub.GetObjectStats(pb.GetObjectStatsRequest(object_key=object_key)).file_bytes == 0
+
+
 @pytest.mark.parametrize("size", [16 * 1024 + 1, 5 * 1024 * 1024])
 def test_a_role_past_its_limit_is_refused_on_every_write(
     session: Any, stub: Any, data_dir: Path, object_key: str, size: int

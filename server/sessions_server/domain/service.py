@@ -64,6 +64,7 @@ from sessions_server.storage.rows import (
     PathStat,
     QueryInterrupted,
     QueryRejected,
+    RowInfo,
     StorageError,
     StoredRowUnreadable,
     UpdateOutcome,
@@ -130,6 +131,26 @@ def _check_results_fit(results: Sequence[AppendResult]) -> None:
             limit="max_batch_result_bytes",
             limit_value=str(limit),
         )
+
+
+def _past_results_bound(chain: Sequence[NewRow]) -> bool:
+    """Whether a chain's results, were it appended to an empty session, might not fit one
+    response (four bytes a character bound them)."""
+    characters = sum(len(row.id) + len(row.role) for row in chain) + sum(len(row.id) for row in chain[:-1])
+    return 4 * characters + RESULT_OVERHEAD_BYTES * len(chain) > MAX_BATCH_RESULT_BYTES
+
+
+def _distinct(chain: Sequence[NewRow]) -> bool:
+    return len({row.id for row in chain}) == len(chain)
+
+
+def _fresh_chain_results(chain: Sequence[NewRow]) -> list[AppendResult]:
+    """The results of appending `chain`, of distinct ids, to an object with no messages: each
+    new, and the parent of the next."""
+    return [
+        AppendResult(True, MessageView(RowInfo(row.id, row.role, chain[index - 1].id if index else None, 0, 0, 0), ""))
+        for index, row in enumerate(chain)
+    ]
 
 
 # A request's count of items alone can tell that it will be refused: each batch result takes at
@@ -390,6 +411,9 @@ class SessionsService:
             _check_results_fit(results)
             return results
 
+        if chained and _past_results_bound(chain) and _distinct(chain) and not self.objects.is_stored(object_key):
+            # Known before the object is made (refused in the job, the object made stayed).
+            _check_results_fit(_fresh_chain_results(chain))
         if all(prepared is None for _, _, prepared in staged):  # nothing to store (or an empty batch)
             self.objects.admit(object_key, writing=True)  # still refused where the object is not ours
             return [refused(message) for _, message, _ in staged]
