@@ -541,7 +541,8 @@ _SERVE_RANGES = {
     "message_memo_bytes": _Range(zero="off"),
     "max_object_key_bytes": _OBJECT_KEY_RANGE,
     "drain_seconds": _Range(zero="in-flight calls are cancelled at once"),
-    "progress_seconds": _Range(),  # 0 would spin every idle feed
+    # 0 would spin every idle feed, and so nearly would 1e-7 (10,324 progress events in 3 s).
+    "progress_seconds": _Range(least=0.05, why="every idle subscription sends a progress event as often"),
     "search_seconds": _Range(),  # 0 would refuse every search
     "max_concurrent_searches": _Range(),
     "idle_seconds": _Range(zero="never"),

@@ -181,6 +181,27 @@ def test_a_budget_of_zero_or_less_is_refused_at_start(tmp_path: Path, flag: str,
     assert f"{flag} must be greater than 0" in done.stderr
 
 
+def test_a_progress_interval_too_short_to_be_idle_is_refused_at_start(tmp_path: Path) -> None:
+    """1e-7 was taken, and a subscription sent 10,324 progress events in 3 s."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sessions_server.cli",
+            "serve",
+            "--data-dir",
+            str(tmp_path),
+            "--progress-seconds",
+            "1e-7",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "--progress-seconds must be at least 0.05" in done.stderr
+
+
 def test_a_negative_stream_share_per_token_is_refused_at_start(tmp_path: Path) -> None:
     done = subprocess.run(
         [

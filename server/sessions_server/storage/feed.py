@@ -423,8 +423,8 @@ class FeedHub:
         """Why a resume from `revision`, not one this feed knows (and not ahead of it), is reset."""
         if revision < self._start:
             return (
-                "the feed restarted (the object was closed and reopened, or the server restarted), "
-                "or the revision is not this object's"
+                "the feed restarted (the object was closed and reopened, erased, replaced or moved, or the "
+                "server restarted), or the revision is not this object's"
             )
         if revision < self._bases[0]:
             return "events were not retained"  # a block it no longer remembers

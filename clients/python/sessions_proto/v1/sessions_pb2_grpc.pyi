@@ -172,7 +172,9 @@ class SessionServiceStub:
     missed: not retained, of a feed gone (the object closed and reopened, the server
     restarted), another object's, or ahead of this feed. A resume from the start of a feed
     gone that carried no event, of an object still never written, is placed where the current
-    feed started: nothing can have been missed. Revisions increase for the object, and no two
+    feed started (nothing can have been missed), while the server process that handed it out
+    runs (it remembers the newest 4,096 such starts; after a restart, RESET). Revisions
+    increase for the object, and no two
     objects' feeds on a server share one.
     """
     ListSessions: _grpc.UnaryUnaryMultiCallable[_sessions_pb2.ListSessionsRequest, _sessions_pb2.ListSessionsResponse]
@@ -353,7 +355,9 @@ class SessionServiceAsyncStub(SessionServiceStub):
     missed: not retained, of a feed gone (the object closed and reopened, the server
     restarted), another object's, or ahead of this feed. A resume from the start of a feed
     gone that carried no event, of an object still never written, is placed where the current
-    feed started: nothing can have been missed. Revisions increase for the object, and no two
+    feed started (nothing can have been missed), while the server process that handed it out
+    runs (it remembers the newest 4,096 such starts; after a restart, RESET). Revisions
+    increase for the object, and no two
     objects' feeds on a server share one.
     """
     ListSessions: _aio.UnaryUnaryMultiCallable[_sessions_pb2.ListSessionsRequest, _sessions_pb2.ListSessionsResponse]  # type: ignore[assignment]
@@ -675,7 +679,9 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         missed: not retained, of a feed gone (the object closed and reopened, the server
         restarted), another object's, or ahead of this feed. A resume from the start of a feed
         gone that carried no event, of an object still never written, is placed where the current
-        feed started: nothing can have been missed. Revisions increase for the object, and no two
+        feed started (nothing can have been missed), while the server process that handed it out
+        runs (it remembers the newest 4,096 such starts; after a restart, RESET). Revisions
+        increase for the object, and no two
         objects' feeds on a server share one.
         """
 

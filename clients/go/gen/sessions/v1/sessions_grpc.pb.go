@@ -183,7 +183,9 @@ type SessionServiceClient interface {
 	// missed: not retained, of a feed gone (the object closed and reopened, the server
 	// restarted), another object's, or ahead of this feed. A resume from the start of a feed
 	// gone that carried no event, of an object still never written, is placed where the current
-	// feed started: nothing can have been missed. Revisions increase for the object, and no two
+	// feed started (nothing can have been missed), while the server process that handed it out
+	// runs (it remembers the newest 4,096 such starts; after a restart, RESET). Revisions
+	// increase for the object, and no two
 	// objects' feeds on a server share one.
 	Subscribe(ctx context.Context, in *SubscribeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SubscribeResponse], error)
 	// Lists the sessions of an object with their message counts.
@@ -781,7 +783,9 @@ type SessionServiceServer interface {
 	// missed: not retained, of a feed gone (the object closed and reopened, the server
 	// restarted), another object's, or ahead of this feed. A resume from the start of a feed
 	// gone that carried no event, of an object still never written, is placed where the current
-	// feed started: nothing can have been missed. Revisions increase for the object, and no two
+	// feed started (nothing can have been missed), while the server process that handed it out
+	// runs (it remembers the newest 4,096 such starts; after a restart, RESET). Revisions
+	// increase for the object, and no two
 	// objects' feeds on a server share one.
 	Subscribe(*SubscribeRequest, grpc.ServerStreamingServer[SubscribeResponse]) error
 	// Lists the sessions of an object with their message counts.
