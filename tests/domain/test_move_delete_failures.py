@@ -10,6 +10,7 @@ import asyncio
 import errno
 import json
 import math
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -47,4 +48,42 @@ def test_a_delete_that_cannot_record_the_move_keeps_the_lease(tmp_path: Path, mo
     assert reason == "STORAGE_FULL"
     assert after == leased != math.inf
     assert after > time.monotonic()  # still the move's: writes wait for its end or AbortMove
+    assert kept
+
+
+def test_a_delete_asked_again_while_the_first_records_the_move_removes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The repeat of a move's delete removes what files a delete cut short left. One asked while
+    the first was still writing its record took the refusal in memory for the record and removed
+    the files: when the record then failed, the object was gone and its key not moved."""
+
+    async def run() -> tuple[str, bool]:
+        service = SessionsService(ObjectRegistry(tmp_path, ThreadPoolExecutor(max_workers=2)))
+        try:
+            text = json.dumps({"id": "m1", "role": "user", "parts": [{"type": "text", "text": "hi"}]})
+            await service.append("o", "", text, Parent.auto(), from_client=True)
+            async for _ in service.objects.export("o", lock_for_move=True, lease_seconds=60):
+                pass
+            recording, fail = threading.Event(), threading.Event()
+
+            def full_disk_once_asked_again(*args: object) -> None:
+                recording.set()
+                assert fail.wait(30)
+                raise OSError(errno.ENOSPC, "No space left on device")
+
+            monkeypatch.setattr(service.objects._moved, "record", full_disk_once_asked_again)
+            first = asyncio.ensure_future(service.objects.delete("o", moved_to="elsewhere:1"))
+            assert await asyncio.to_thread(recording.wait, 30)
+            with pytest.raises(SessionsError) as again:
+                await service.objects.delete("o", moved_to="elsewhere:1")
+            fail.set()
+            with pytest.raises(SessionsError):
+                await first
+            return again.value.reason, await service.get_message("o", "", "m1") is not None
+        finally:
+            await service.registry.close_all()
+
+    reason, kept = asyncio.run(run())
+    assert reason == "OBJECT_MOVING"
     assert kept

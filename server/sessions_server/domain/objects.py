@@ -850,6 +850,8 @@ class ObjectAdmin:
         another move's lock, or another destination, is refused and records nothing: a mover
         that stalled while its lock was released and the object moved again must not take the
         object as moved to its copy."""
+        if not self._moved.is_recorded(object_key):  # its record is being written: it may yet fail
+            raise Unavailable("a delete of this object is under way here; ask again shortly", reason="OBJECT_MOVING")
         recorded = self._moved.where(object_key) or ""
         ended = self._moved.move_id(object_key)
         if move_id and ended and move_id != ended:

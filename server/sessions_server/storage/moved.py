@@ -89,6 +89,10 @@ class MovedObjects:
         """Where the object went ("" when the mover did not say), or None if it was not moved."""
         return self._moved.get(object_key)
 
+    def is_recorded(self, object_key: str) -> bool:
+        """Whether the journal holds the object's move (not only a refusal noted in memory)."""
+        return object_key in self._recorded
+
     def move_id(self, object_key: str) -> str:
         """The move lock the object's recorded delete ended ("" when it named none, or when the
         record was written by a version that did not keep it)."""
