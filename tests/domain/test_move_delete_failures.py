@@ -87,3 +87,33 @@ def test_a_delete_asked_again_while_the_first_records_the_move_removes_nothing(
     reason, kept = asyncio.run(run())
     assert reason == "OBJECT_MOVING"
     assert kept
+
+
+def test_an_export_whose_move_lock_is_released_before_its_last_frame_is_cut_short(tmp_path: Path) -> None:
+    """A mover stalled mid-export while an operator released its lock and moved the object again
+    got the whole copy, its last frame naming the lock: resumed, it installed the stale copy at
+    the destination (with replace, over the object the other move had brought there, then
+    dropped it when its delete was refused: every write since was lost)."""
+
+    async def run() -> tuple[int, str, bool]:
+        service = SessionsService(ObjectRegistry(tmp_path, ThreadPoolExecutor(max_workers=2)))
+        try:
+            big = json.dumps({"id": "m1", "role": "user", "parts": [{"type": "text", "text": "x" * 7_000_000}]})
+            await service.append("o", "", big, Parent.auto(), from_client=True)
+            frames = service.objects.export("o", lock_for_move=True, lease_seconds=60)
+            first = await anext(frames)  # the mover stalls here
+            assert await service.objects.abort_move("o")
+            with pytest.raises(SessionsError) as cut:
+                async for _ in frames:
+                    pass
+            takes_writes = await service.append(
+                "o", "", json.dumps({"id": "m2", "role": "user", "parts": []}), Parent.auto(), from_client=True
+            )
+            return len(first.data), cut.value.reason, takes_writes.inserted
+        finally:
+            await service.registry.close_all()
+
+    sent, reason, takes_writes = asyncio.run(run())
+    assert sent > 0
+    assert reason == "FAILED_PRECONDITION"
+    assert takes_writes

@@ -549,11 +549,19 @@ class ObjectAdmin:
             del self._moving[object_key]
 
     async def _note_departure(self, object_key: str, lock: _MoveLock) -> None:
-        """Writes the move lock to disk before the export's last frame names it to the mover,
-        unless it was released or ran out meanwhile (the move's delete will be refused)."""
+        """Writes the move lock to disk before the export's last frame names it to the mover.
+        One released or run out meanwhile ends the export instead: the copy may miss writes
+        taken since, and its mover, stalled while the object was moved again, would install it
+        at the destination (with replace, over the object another move brought there: every
+        write since was lost when the failed move then dropped its copy)."""
         now = time.monotonic()
         if self._moving.get(object_key) is not lock or now >= lock.expiry:
-            return
+            raise FailedPrecondition(
+                "the move lock this export took was released (AbortMove), taken over by another export or "
+                "ran out while the object was sent: the copy may miss writes taken since, so the export is "
+                "cut short and nothing can be moved with it; move the object again",
+                reason="FAILED_PRECONDITION",
+            )
         departure = Departure(lock.id, time.time() + (lock.expiry - now))
         await self._change_holds(object_key, "recording the move lock", self._departures.hold, departure)
         lock.on_disk = True
