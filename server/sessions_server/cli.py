@@ -377,7 +377,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(move-object or deploy/reshard.py killed after the locked export), instead of waiting out "
         "the lock's lease. Only when no move of the object is running: its delete would be refused "
         "(writes accepted after the release are not in its copy), and one run with --replace that is "
-        "still sending its copy would replace whatever the destination holds once it arrives.",
+        "still sending its copy would replace what the destination holds until it fails.",
     )
     aborter.set_defaults(command_parser=aborter)
     aborter.add_argument(

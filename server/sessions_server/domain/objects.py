@@ -101,13 +101,18 @@ class _MoveLock:
     On a move's destination (`arrival`), the hold an import took on the copy it installed, until
     the mover releases it (the source deleted) or drops the copy (the move failed); then the key
     is refused again as before the import when it had been moved away (`moved_before`). Such a
-    hold never expires, and is kept on disk (`storage/arrivals.py`): restarts keep it."""
+    hold never expires, and is kept on disk (`storage/arrivals.py`): restarts keep it. An import
+    that replaced an object taking writes here keeps a copy of it (`kept`, a file name in the
+    data directory's `held/`), put back if the copy is dropped: a failed move leaves the
+    destination as it found it (a mover stalled while the object was moved here by another
+    replaced that object with its stale copy, then dropped it: every write since was lost)."""
 
     id: str
     expiry: float
     arrival: bool = False
     moved_before: str | None = None
     on_disk: bool = False
+    kept: str | None = None
 
 
 # Copies of one object that exports may hold at once: exports between writes each need one, and
@@ -158,7 +163,13 @@ class ObjectAdmin:
         self._moved = MovedObjects(registry.data_dir)
         self._arrivals = Arrivals(registry.data_dir)
         for key, arrival in self._arrivals.held().items():  # held across the restart
-            self._moving[key] = _MoveLock(arrival.hold, math.inf, arrival=True, moved_before=arrival.moved_before)
+            self._moving[key] = _MoveLock(
+                arrival.hold, math.inf, arrival=True, moved_before=arrival.moved_before, kept=arrival.kept
+            )
+        files.remove_files_but(  # copies a crash left after their hold ended
+            registry.data_dir / datadir.HELD_DIR_NAME,
+            {arrival.kept for arrival in self._arrivals.held().values() if arrival.kept is not None},
+        )
         self._departures = Departures(registry.data_dir)
         self._restore_departures()
         self._copies: dict[str, _SharedCopy] = {}  # the newest copy of each object being exported
@@ -629,16 +640,25 @@ class ObjectAdmin:
                         # a request let in meanwhile would write to the file being replaced.
                         held = self._moving.get(object_key)  # an earlier run's held copy, replaced
                         earlier = held if held is not None and held.arrival else None
-                        hold = await self._hold_arrival(object_key, earlier) if hold_for_move else ""
+                        kept = earlier.kept if earlier is not None else None
+                        if hold_for_move and earlier is None and object_key not in self._moved:
+                            kept = await _finish_in_thread(self._keep_replaced, object_key)
+                        try:
+                            hold = await self._hold_arrival(object_key, earlier, kept) if hold_for_move else ""
+                        except BaseException:
+                            self._remove_kept(kept if earlier is None else None)
+                            raise
                         try:
                             rows = await _finish_in_thread(self._install, partial, object_key, replace)
                             self._registry.forget_damage(object_key)  # replaced: a damaged file is gone
                         except BaseException:
                             if hold:  # nothing arrived: the key is as it was
                                 await self._end_arrival(object_key, earlier)
+                                self._remove_kept(kept if earlier is None else None)
                             raise
                         if earlier is not None and not hold:  # replaced by an object taking writes
                             await self._end_arrival(object_key, None)
+                            self._remove_kept(earlier.kept)
             except files.OversizedText as exc:
                 raise InvalidArgument(
                     f"the received file cannot be served here: {exc}; nothing was installed",
@@ -663,16 +683,17 @@ class ObjectAdmin:
             partial.unlink(missing_ok=True)
         return size, rows, hold
 
-    async def _hold_arrival(self, object_key: str, earlier: _MoveLock | None) -> str:
+    async def _hold_arrival(self, object_key: str, earlier: _MoveLock | None, kept: str | None) -> str:
         """Holds the key for the copy about to be installed (`receive`), on disk first: a
         restart between the install and the move's end keeps the copy read-only. A hold
-        `earlier` (a move run again) passes on where the key had been moved to before."""
+        `earlier` (a move run again) passes on where the key had been moved to before; `kept`,
+        the copy of the object the import replaces, to be put back if the move fails."""
         hold = uuid.uuid4().hex
         moved_before = earlier.moved_before if earlier is not None else self._moved.where(object_key)
         await self._change_holds(
-            object_key, "recording the import's hold", self._arrivals.hold, Arrival(hold, moved_before)
+            object_key, "recording the import's hold", self._arrivals.hold, Arrival(hold, moved_before, kept)
         )
-        self._moving[object_key] = _MoveLock(hold, math.inf, arrival=True, moved_before=moved_before)
+        self._moving[object_key] = _MoveLock(hold, math.inf, arrival=True, moved_before=moved_before, kept=kept)
         self._aborted.discard(object_key)
         return hold
 
@@ -683,9 +704,22 @@ class ObjectAdmin:
             await self._change_holds(object_key, "ending the import's hold", self._arrivals.end)
             self._moving.pop(object_key, None)
         else:
-            arrival = Arrival(restored.id, restored.moved_before)
+            arrival = Arrival(restored.id, restored.moved_before, restored.kept)
             await self._change_holds(object_key, "recording the import's hold", self._arrivals.hold, arrival)
             self._moving[object_key] = restored
+
+    def _keep_replaced(self, object_key: str) -> str | None:
+        """A durable copy of the object an import is about to replace (closed meanwhile), in
+        `held/`, or None when it has no file. Blocking: a worker thread."""
+        path = object_path(self.data_dir, object_key)
+        if not path.exists():
+            return None
+        return files.keep_copy(path, self.data_dir / datadir.HELD_DIR_NAME).name
+
+    def _remove_kept(self, kept: str | None) -> None:
+        if kept is not None:
+            with contextlib.suppress(OSError):  # a start removes it if it stays
+                files.remove_object_files(self.data_dir / datadir.HELD_DIR_NAME / kept)
 
     async def _change_holds(self, object_key: str, what: str, change: Callable[..., None], *args: Any) -> None:
         """`change(object_key, *args)`, a write of ARRIVING or DEPARTING, on a worker thread; a
@@ -739,6 +773,8 @@ class ObjectAdmin:
         await self._forget_departure(object_key, lock)
         if self._moving.get(object_key) is lock:
             self._moving.pop(object_key, None)
+        if lock is not None and lock.arrival:  # the move happened: what it replaced is gone for good
+            await _finish_in_thread(self._remove_kept, lock.kept)
         held = lock is not None and time.monotonic() < lock.expiry
         if held and lock is not None and not lock.arrival:
             self._aborted.add(object_key)
@@ -777,14 +813,32 @@ class ObjectAdmin:
                 "by another import's): the copy may have taken writes, so nothing was erased",
                 reason="FAILED_PRECONDITION",
             )
-        if lock.moved_before is not None:  # refused again (recorded first), files gone, hold ended
+        if lock.kept is not None:  # the object the import replaced comes back
+            existed = await _run_to_end(self._put_back(object_key, lock.kept))
+        elif lock.moved_before is not None:  # refused again (recorded first), files gone, hold ended
             existed = await _run_to_end(self._remove(object_key, lock.moved_before, ""))
         else:
             existed = await _run_to_end(self._remove_files(object_key))
         await self._change_holds(object_key, "ending the import's hold", self._arrivals.end)
         if self._moving.get(object_key) is lock:
             del self._moving[object_key]
+        self._remove_kept(lock.kept)
         return existed
+
+    async def _put_back(self, object_key: str, kept: str) -> bool:
+        """Installs the copy kept of the object a held import replaced, over that import's copy."""
+        async with self._registry.closed(object_key):
+            try:
+                await _finish_in_thread(self._install, self.data_dir / datadir.HELD_DIR_NAME / kept, object_key, True)
+            except (OSError, StorageError, files.StoreImportError) as exc:
+                self.note_storage_failure(object_key, "putting back the replaced object", str(exc))
+                raise storage_failure(
+                    f"the object the import replaced could not be put back, nothing was dropped: "
+                    f"{self.without_paths(str(exc))}",
+                    out_of_space=is_out_of_space(exc),
+                ) from None
+            self._registry.forget_damage(object_key)
+        return True
 
     async def delete(self, object_key: str, *, moved_to: str, move_id: str = "") -> bool:
         """Removes the object; later calls are refused, naming `moved_to`. A move's last step:

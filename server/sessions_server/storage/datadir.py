@@ -27,6 +27,9 @@ SCRATCH_DIR_NAME = "scratch"
 """Where moves stage whole-file copies (an export's snapshot, an import as it arrives)."""
 SET_ASIDE_DIR_NAME = "set-aside"
 """Where a start moves the files of objects recorded as moved away (kept for the operator)."""
+HELD_DIR_NAME = "held"
+"""Where a move's import keeps a copy of the object it replaced, until its hold ends: the copy
+is put back if the move fails."""
 
 
 class DataDirectoryInUse(OSError):

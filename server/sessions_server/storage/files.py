@@ -454,6 +454,31 @@ def snapshot_object(source: Path, scratch_dir: Path, row_writes: int) -> Path:
     return copy
 
 
+def keep_copy(source: Path, directory: Path) -> Path:
+    """A durable copy of the closed object file `source` in `directory`, its count of rows
+    written the one saved in it: kept while a move's import holds the copy that replaced it."""
+    with contextlib.closing(open_read_only(source)) as conn:
+        row_writes = schema.read_row_writes(conn) if schema.table_exists(conn, "_sessions_meta") else 0
+    copy = snapshot_object(source, directory, row_writes)
+    try:
+        with copy.open("rb") as written:
+            os.fsync(written.fileno())
+        sync_directories(directory, directory.parent)
+    except OSError:
+        copy.unlink(missing_ok=True)
+        raise
+    return copy
+
+
+def remove_files_but(directory: Path, names: set[str]) -> None:
+    """Removes the files in `directory` not named in `names` (what a crash left there)."""
+    with contextlib.suppress(FileNotFoundError), os.scandir(directory) as entries:
+        for entry in entries:
+            if entry.name not in names:
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
+
+
 def remove_object_files(path: Path, trash: Path | None = None, *, prune: bool = False) -> bool:
     """Deletes an object's file with its WAL and shared-memory files; True if it existed. With
     `prune`, its directories go too once empty (`paths.prune_object_directories`).

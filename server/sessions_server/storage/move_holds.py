@@ -36,11 +36,13 @@ DEPARTING_FILE_NAME = "DEPARTING"
 
 @dataclass(frozen=True, slots=True)
 class Arrival:
-    """One held copy: the hold's id (the import's `move_id`), and where the key was recorded
-    as moved to before the import (None if it was not), to be refused so again if it is dropped."""
+    """One held copy: the hold's id (the import's `move_id`), where the key was recorded as
+    moved to before the import (None if it was not), to be refused so again if it is dropped,
+    and the name of the copy kept of the object it replaced (None if none), to be put back then."""
 
     hold: str
     moved_before: str | None
+    kept: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,11 +106,11 @@ class Arrivals:
         self._file = _HoldFile(data_dir / ARRIVING_FILE_NAME)
 
     def held(self) -> dict[str, Arrival]:
-        return {key: Arrival(str(e["hold"]), e.get("before")) for key, e in self._file.entries().items()}
+        return {key: Arrival(str(e["hold"]), e.get("before"), e.get("kept")) for key, e in self._file.entries().items()}
 
     def hold(self, object_key: str, arrival: Arrival) -> None:
         """Durably notes the hold (blocking: a worker thread)."""
-        self._file.put(object_key, {"hold": arrival.hold, "before": arrival.moved_before})
+        self._file.put(object_key, {"hold": arrival.hold, "before": arrival.moved_before, "kept": arrival.kept})
 
     def end(self, object_key: str) -> None:
         """Durably notes the hold released or dropped (blocking: a worker thread)."""
