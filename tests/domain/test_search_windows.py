@@ -93,3 +93,37 @@ def test_a_lone_callers_search_of_a_small_object_is_read_in_place(
     hits, read_in_place = asyncio.run(run())
     assert hits == [("m1", "word 1")]
     assert read_in_place == in_place
+
+
+def test_a_hit_updated_after_the_ranking_keeps_its_place_while_it_still_matches(tmp_path: Path) -> None:
+    """The ranking read finds a hit by its index row; its text follows in a later read. A
+    message updated in between had a new index row, and the hit was dropped: a search over
+    messages an agent was streaming into by upserts came back short (42 of 60)."""
+
+    def message(message_id: str, text: str) -> str:
+        return json.dumps({"id": message_id, "role": "user", "parts": [{"type": "text", "text": text}]})
+
+    async def run() -> tuple[list[tuple[str, str]], list[str]]:
+        service = SessionsService(ObjectRegistry(tmp_path, ThreadPoolExecutor(max_workers=2)))
+        try:
+            batch = [
+                AppendInput(message(f"m{index:02d}", f"alpha {index}"), Parent.auto(), True) for index in range(60)
+            ]
+            await service.append_many("o", "", batch)
+            hits = []
+            windows = service.search_windows("o", "", "alpha", limit=-1)
+            hits += [(hit.id, hit.content) for hit in await anext(windows)]
+            later = [f"m{index:02d}" for index in range(60) if f"m{index:02d}" not in dict(hits)]
+            await service.update("o", "", message(later[0], "alpha, streamed on"), from_client=True)
+            await service.update("o", "", message(later[1], "no longer a match"), from_client=True)
+            async for window in windows:
+                hits += [(hit.id, hit.content) for hit in window]
+            return hits, later
+        finally:
+            await service.registry.close_all()
+
+    hits, later = asyncio.run(run())
+    found = dict(hits)
+    assert len(hits) == 59 and len(found) == 59
+    assert found[later[0]] == "alpha, streamed on"
+    assert later[1] not in found

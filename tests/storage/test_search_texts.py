@@ -32,6 +32,6 @@ def test_a_rowid_taken_by_another_message_since_the_ranking_gives_no_text(tmp_pa
         "newcomer",
     )
 
-    taken, texts = queries.search_texts(conn, hits, 1 << 20)
+    taken, texts = queries.search_texts(conn, hits, 1 << 20, '"common"')
     assert taken == 2
     assert sorted(texts.values()) == ["common first"]

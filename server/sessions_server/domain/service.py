@@ -786,7 +786,7 @@ class SessionsService:
                 keys = [(rowid, message_id, hit_session) for rowid, message_id, _, hit_session in window]
                 # Point reads by rowid, a window's worth: quick (in place for a lone caller).
                 taken, texts = await store.read(
-                    lambda conn, k=keys: queries.search_texts(conn, k, WINDOW_BYTES),  # type: ignore[misc]
+                    lambda conn, k=keys: queries.search_texts(conn, k, WINDOW_BYTES, expression),  # type: ignore[misc]
                     quick=True,
                 )
                 yield [

@@ -1181,24 +1181,42 @@ def search(
 
 
 def search_texts(
-    conn: sqlite3.Connection, hits: Sequence[tuple[int, str, str]], max_bytes: int
+    conn: sqlite3.Connection, hits: Sequence[tuple[int, str, str]], max_bytes: int, expression: str
 ) -> tuple[int, dict[int, str]]:
     """The indexed texts of search hits, given as (index rowid, id, session_id), in that order,
     until they pass `max_bytes` (one at least): (how many hits were taken, their texts by rowid).
-    A hit whose row is gone since the search (its message changed or deleted) has no text, nor
-    one whose rowid another message's row has taken since."""
+    A hit whose message changed since the search (its index row written anew) has its new text
+    while that still matches `expression`; one deleted since, or changed not to match, has none."""
     texts: dict[int, str] = {}
     total = 0
     for taken, (rowid, message_id, session_id) in enumerate(hits, start=1):
         row = conn.execute(
             "SELECT id, session_id, CAST(content AS BLOB) FROM cf_agents_session_fts WHERE rowid = ?", (rowid,)
         ).fetchone()
-        if row is not None and (row[0], row[1]) == (message_id, session_id):
-            texts[rowid] = _indexed_text(row[2])
-            total += len(row[2] or b"")
+        text = row[2] if row is not None and (row[0], row[1]) == (message_id, session_id) else None
+        if text is None:
+            text = _matching_text_now(conn, session_id, message_id, expression)
+        if text is not None:
+            texts[rowid] = _indexed_text(text)
+            total += len(text)
             if total >= max_bytes:
                 return taken, texts
     return len(hits), texts
+
+
+def _matching_text_now(conn: sqlite3.Connection, session_id: str, message_id: str, expression: str) -> bytes | None:
+    """A message's indexed text as it is now, if it still matches `expression`: its index row
+    was written anew since the search ranked it (an update, an upsert of a streamed reply)."""
+    for (rowid,) in conn.execute(
+        "SELECT id FROM cf_agents_session_fts_content WHERE c1 = ? AND c0 = ?", (session_id, message_id)
+    ).fetchall():
+        row = conn.execute(
+            "SELECT CAST(content AS BLOB) FROM cf_agents_session_fts WHERE cf_agents_session_fts MATCH ? AND rowid = ?",
+            (expression, rowid),
+        ).fetchone()
+        if row is not None:
+            return bytes(row[0] or b"")
+    return None
 
 
 def database_bytes(conn: Connection) -> int:
