@@ -423,6 +423,22 @@ def test_all_words_mode_takes_each_word_once_and_at_most_32_of_them(session: Any
     assert hit_ids(session.search(" ".join(words[:32]), mode="all_words")) == ["many"]
 
 
+def test_a_query_of_more_than_64_tokens_is_refused_in_either_mode(session: Any) -> None:
+    """A phrase of 2,048 times "a" over one message of 300,000 "a"s held a SQL thread for 15.6 s
+    past a 2 s budget (FTS5's phrase matching cannot be interrupted within a row), and with one
+    search slot refused every other search meanwhile; so did one all-words "word" of many
+    tokens ("a-a-a-...")."""
+    session.append_message(text_message("many", " ".join(["a"] * 2_000)))
+    for query, mode in ((" ".join(["a"] * 65), "phrase"), ("-".join(["a"] * 65), "all_words")):
+        with pytest.raises(SessionsError) as refused:
+            session.search(query, mode=mode)
+        assert (refused.value.code, refused.value.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "LIMIT_EXCEEDED")
+        assert refused.value.metadata["limit"] == "max_query_tokens"
+        assert "65 words to match" in refused.value.message
+    assert hit_ids(session.search(" ".join(["a"] * 64))) == ["many"]
+    assert hit_ids(session.search("-".join(["a"] * 64), mode="all_words")) == ["many"]
+
+
 def test_all_words_mode_matches_every_word_in_any_order(session: Any) -> None:
     session.append_messages(
         [

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -40,6 +41,14 @@ class SearchHit:
 
 
 MAX_QUERY_WORDS = 32
+# Tokens the index's tokenizer finds in a query (runs of letters and digits), in either mode.
+# FTS5 matches a phrase in time that grows with its tokens times their occurrences in a row,
+# inside SQLite, where the search's deadline cannot stop it: a phrase of 2,048 times "a" over
+# one message of 300,000 "a"s held a SQL thread (and with one search slot, every search) for
+# 15.6 s past a 2 s budget; one word of the all-words mode ("a-a-a-...") did the same. 64 takes
+# 0.09 s over that message.
+MAX_QUERY_TOKENS = 64
+_TOKEN = re.compile(r"[^\W_]+")
 
 
 def _quote(text: str) -> str:
@@ -60,6 +69,7 @@ def fts_expression(query: str, mode: str, *, max_query_bytes: int = MAX_QUERY_BY
             limit_value=str(max_query_bytes),
         )
     if mode == PHRASE:
+        _check_tokens(query)
         return _quote(query)
     # A word twice means nothing more, and FTS5 matches many words that name one token in time
     # that grows with their count squared, inside SQLite where the search's deadline cannot stop
@@ -76,7 +86,21 @@ def fts_expression(query: str, mode: str, *, max_query_bytes: int = MAX_QUERY_BY
             limit="max_query_words",
             limit_value=str(MAX_QUERY_WORDS),
         )
+    _check_tokens(" ".join(words))
     return " ".join(_quote(word) for word in words)
+
+
+def _check_tokens(query: str) -> None:
+    tokens = sum(1 for _ in _TOKEN.finditer(query))
+    if tokens > MAX_QUERY_TOKENS:
+        raise InvalidArgument(
+            f"query has {tokens} words to match (runs of letters and digits, a repeated one counting each "
+            f"time in a phrase); the limit is {MAX_QUERY_TOKENS} (max_query_tokens)",
+            reason="LIMIT_EXCEEDED",
+            field="query",
+            limit="max_query_tokens",
+            limit_value=str(MAX_QUERY_TOKENS),
+        )
 
 
 def effective_limit(limit: int | None) -> int:

@@ -346,10 +346,13 @@ class _SearchModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_SearchMode
     SEARCH_MODE_UNSPECIFIED: _SearchMode.ValueType  # 0
     """Same as PHRASE."""
     SEARCH_MODE_PHRASE: _SearchMode.ValueType  # 1
-    """Upstream's semantics: the whole query is one phrase (adjacent words, in order)."""
+    """Upstream's semantics: the whole query is one phrase (adjacent words, in order). More than
+    64 words (runs of letters and digits, each repeat counted): INVALID_ARGUMENT, LIMIT_EXCEEDED.
+    """
     SEARCH_MODE_ALL_WORDS: _SearchMode.ValueType  # 2
     """Every word of the query, in any order (a repeated word counts once; more than 32
-    different words: INVALID_ARGUMENT, LIMIT_EXCEEDED).
+    different words, or more than 64 runs of letters and digits in them: INVALID_ARGUMENT,
+    LIMIT_EXCEEDED).
     """
 
 class SearchMode(_SearchMode, metaclass=_SearchModeEnumTypeWrapper):
@@ -358,10 +361,13 @@ class SearchMode(_SearchMode, metaclass=_SearchModeEnumTypeWrapper):
 SEARCH_MODE_UNSPECIFIED: SearchMode.ValueType  # 0
 """Same as PHRASE."""
 SEARCH_MODE_PHRASE: SearchMode.ValueType  # 1
-"""Upstream's semantics: the whole query is one phrase (adjacent words, in order)."""
+"""Upstream's semantics: the whole query is one phrase (adjacent words, in order). More than
+64 words (runs of letters and digits, each repeat counted): INVALID_ARGUMENT, LIMIT_EXCEEDED.
+"""
 SEARCH_MODE_ALL_WORDS: SearchMode.ValueType  # 2
 """Every word of the query, in any order (a repeated word counts once; more than 32
-different words: INVALID_ARGUMENT, LIMIT_EXCEEDED).
+different words, or more than 64 runs of letters and digits in them: INVALID_ARGUMENT,
+LIMIT_EXCEEDED).
 """
 Global___SearchMode: _TypeAlias = SearchMode  # noqa: Y015
 

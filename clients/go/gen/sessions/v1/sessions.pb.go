@@ -441,10 +441,12 @@ type SearchMode int32
 const (
 	// Same as PHRASE.
 	SearchMode_SEARCH_MODE_UNSPECIFIED SearchMode = 0
-	// Upstream's semantics: the whole query is one phrase (adjacent words, in order).
+	// Upstream's semantics: the whole query is one phrase (adjacent words, in order). More than
+	// 64 words (runs of letters and digits, each repeat counted): INVALID_ARGUMENT, LIMIT_EXCEEDED.
 	SearchMode_SEARCH_MODE_PHRASE SearchMode = 1
 	// Every word of the query, in any order (a repeated word counts once; more than 32
-	// different words: INVALID_ARGUMENT, LIMIT_EXCEEDED).
+	// different words, or more than 64 runs of letters and digits in them: INVALID_ARGUMENT,
+	// LIMIT_EXCEEDED).
 	SearchMode_SEARCH_MODE_ALL_WORDS SearchMode = 2
 )
 

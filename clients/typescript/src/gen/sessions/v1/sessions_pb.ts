@@ -3434,7 +3434,8 @@ export enum SearchMode {
   UNSPECIFIED = 0,
 
   /**
-   * Upstream's semantics: the whole query is one phrase (adjacent words, in order).
+   * Upstream's semantics: the whole query is one phrase (adjacent words, in order). More than
+   * 64 words (runs of letters and digits, each repeat counted): INVALID_ARGUMENT, LIMIT_EXCEEDED.
    *
    * @generated from enum value: SEARCH_MODE_PHRASE = 1;
    */
@@ -3442,7 +3443,8 @@ export enum SearchMode {
 
   /**
    * Every word of the query, in any order (a repeated word counts once; more than 32
-   * different words: INVALID_ARGUMENT, LIMIT_EXCEEDED).
+   * different words, or more than 64 runs of letters and digits in them: INVALID_ARGUMENT,
+   * LIMIT_EXCEEDED).
    *
    * @generated from enum value: SEARCH_MODE_ALL_WORDS = 2;
    */
