@@ -2707,7 +2707,9 @@ class GetObjectStatsResponse(_message.Message):
     """Bytes of attachment payloads."""
     row_writes: _builtins.int
     """Rows written since the object was created by this service, counted as upstream bills
-    them (message rows, continuation rows, attachment chunks, metadata and references).
+    them (message rows, continuation rows, attachment chunks, metadata and references). Kept
+    in memory while the object is open and saved as it closes: a crash loses the count since
+    its last close (never data).
     """
     session_count: _builtins.int
     """Sessions holding messages."""

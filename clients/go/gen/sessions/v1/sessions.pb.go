@@ -5068,7 +5068,9 @@ type GetObjectStatsResponse struct {
 	// Bytes of attachment payloads.
 	AttachmentBytes int64 `protobuf:"varint,5,opt,name=attachment_bytes,json=attachmentBytes,proto3" json:"attachment_bytes,omitempty"`
 	// Rows written since the object was created by this service, counted as upstream bills
-	// them (message rows, continuation rows, attachment chunks, metadata and references).
+	// them (message rows, continuation rows, attachment chunks, metadata and references). Kept
+	// in memory while the object is open and saved as it closes: a crash loses the count since
+	// its last close (never data).
 	RowWrites int64 `protobuf:"varint,6,opt,name=row_writes,json=rowWrites,proto3" json:"row_writes,omitempty"`
 	// Sessions holding messages.
 	SessionCount int64 `protobuf:"varint,7,opt,name=session_count,json=sessionCount,proto3" json:"session_count,omitempty"`

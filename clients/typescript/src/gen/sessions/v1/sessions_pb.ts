@@ -2633,7 +2633,9 @@ export type GetObjectStatsResponse = Message<"sessions.v1.GetObjectStatsResponse
 
   /**
    * Rows written since the object was created by this service, counted as upstream bills
-   * them (message rows, continuation rows, attachment chunks, metadata and references).
+   * them (message rows, continuation rows, attachment chunks, metadata and references). Kept
+   * in memory while the object is open and saved as it closes: a crash loses the count since
+   * its last close (never data).
    *
    * @generated from field: int64 row_writes = 6;
    */
