@@ -104,3 +104,22 @@ def test_every_overlay_the_span_hides_is_a_previous_summary_and_no_other(tmp_pat
         assert ids == ["m0", "m1", "m2", "compaction_" + record.id, "compaction_" + later.id, "m10", "m11"]
 
     _run(tmp_path, 12, scenario)
+
+
+def test_an_overlay_in_the_recent_tail_is_neither_extended_nor_a_previous_summary(tmp_path: Path) -> None:
+    """The first overlay visible was extended wherever it lay: one in the recent tail began the
+    span after its end, a reversed span that hid nothing (as upstream plans it), and with a
+    policy set every append stored another such record and asked the summarizer again."""
+
+    async def scenario(service: SessionsService, recorder: Recorder) -> None:
+        tail = await service.compactor.add(KEY, "", "TAIL", "m10", "m10")
+        plan = await service.compactor.plan(KEY, "", keep_recent_tokens=1)
+        assert plan is not None and (plan.from_message_id, plan.to_message_id) == ("m3", "m9")
+        assert "TAIL" not in plan.prompt
+
+        record = await service.compactor.compact(KEY, "", keep_recent_tokens=1)
+        assert record is not None and (record.from_message_id, record.to_message_id) == ("m3", "m9")
+        assert await _ids(service) == ["m0", "m1", "m2", "compaction_" + record.id, "compaction_" + tail.id, "m11"]
+        assert await service.compactor.plan(KEY, "", keep_recent_tokens=1) is None  # nothing left to do
+
+    _run(tmp_path, 12, scenario)
