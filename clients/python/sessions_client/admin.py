@@ -198,7 +198,7 @@ def move_object(
     was taken, is released as for any step that fails)."""
     metadata_source = routing_metadata(object_key, source._token)
     metadata_destination = routing_metadata(object_key, destination._token)
-    _check_reachable(destination, "destination")  # before the source is locked for nothing
+    _check_reachable(destination, object_key, metadata_destination, "destination")  # before the source is locked
     export = source._stub.ExportObject(
         pb.ExportObjectRequest(object_key=object_key, lock_for_move=True, lease_seconds=lease_seconds),
         metadata=metadata_source,
@@ -271,19 +271,27 @@ def move_object(
     return MoveReport(object_key, int(imported.size_bytes), int(imported.message_rows), after)
 
 
-def _check_reachable(client: SessionsClient, role: str) -> None:
+def _check_reachable(client: SessionsClient, object_key: str, metadata: typing.Any, role: str) -> None:
     """Raises UNAVAILABLE when `client`'s server cannot be connected to within
     REACHABLE_SECONDS: the move then starts nothing (unreachable, the destination's import failed
-    after the source was locked, and the error said it might hold a copy to replace)."""
+    after the source was locked, and the error said it might hold a copy to replace). Asked with
+    a read that changes nothing, waiting for the connection; any answer, a refusal included,
+    means the server is there (its refusal of the move comes with the move's own calls)."""
     try:
-        grpc.channel_ready_future(client._channel).result(timeout=REACHABLE_SECONDS)
-    except grpc.FutureTimeoutError:
-        raise SessionsError(
-            grpc.StatusCode.UNAVAILABLE,
-            f"the {role} could not be connected to within {REACHABLE_SECONDS:g} s: nothing was moved or locked",
-            "",
-            {},
-        ) from None
+        client._stub.GetObjectStats(
+            pb.GetObjectStatsRequest(object_key=object_key),
+            metadata=metadata,
+            timeout=REACHABLE_SECONDS,
+            wait_for_ready=True,
+        )
+    except grpc.RpcError as error:
+        if error.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+            raise SessionsError(
+                grpc.StatusCode.UNAVAILABLE,
+                f"the {role} could not be connected to within {REACHABLE_SECONDS:g} s: nothing was moved or locked",
+                "",
+                {},
+            ) from None
 
 
 def _unanswered_import(failure: SessionsError) -> SessionsError:
