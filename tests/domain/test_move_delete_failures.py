@@ -117,3 +117,32 @@ def test_an_export_whose_move_lock_is_released_before_its_last_frame_is_cut_shor
     assert sent > 0
     assert reason == "FAILED_PRECONDITION"
     assert takes_writes
+
+
+def test_a_delete_done_but_whose_lock_could_not_be_taken_off_the_disk_is_answered_done(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Recorded and its files gone, the delete failed to take its lock off DEPARTING and was
+    answered as a storage failure: the mover, told nothing was deleted, dropped the
+    destination's copy, the only one left. A restart drops a lock whose key is recorded as moved."""
+
+    async def run() -> tuple[bool, str | None]:
+        service = SessionsService(ObjectRegistry(tmp_path, ThreadPoolExecutor(max_workers=2)))
+        try:
+            text = json.dumps({"id": "m1", "role": "user", "parts": [{"type": "text", "text": "hi"}]})
+            await service.append("o", "", text, Parent.auto(), from_client=True)
+            move_id = ""
+            async for frame in service.objects.export("o", lock_for_move=True, lease_seconds=60):
+                move_id = frame.move_id or move_id
+
+            def failing_disk(*args: object) -> None:
+                raise OSError(errno.EIO, "Input/output error")
+
+            monkeypatch.setattr(service.objects._departures, "end", failing_disk)
+            deleted = await service.objects.delete("o", moved_to="elsewhere:1", move_id=move_id)
+            return deleted, service.objects._moved.where("o")
+        finally:
+            await service.registry.close_all()
+
+    deleted, where = asyncio.run(run())
+    assert deleted and where == "elsewhere:1"

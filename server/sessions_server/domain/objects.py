@@ -325,7 +325,8 @@ class ObjectAdmin:
             self._leave_copy(object_key, shared)
             if lock_for_move and not sent:  # cut short (the mover gone): no move can follow it
                 self._release(object_key, lock)
-                await self._forget_departure(object_key, lock)
+                with contextlib.suppress(SessionsError):  # noted; a restart keeps it for its lease at most
+                    await self._forget_departure(object_key, lock)
 
     async def vacuum(self, object_key: str) -> tuple[int, int]:
         """Rewrites the object's file with only the pages in use (VacuumObject). Returns the
@@ -952,7 +953,9 @@ class ObjectAdmin:
         """Removes the files of an object recorded as moved away, then its lock and the record's
         note that files may be left. Whether there were files."""
         existed = await self._remove_files(object_key)
-        with contextlib.suppress(OSError):  # a restart drops a lock whose key is recorded as moved
+        # A restart drops a lock whose key is recorded as moved: the delete is done either way,
+        # and answering it as failed would have its mover drop the only copy left.
+        with contextlib.suppress(SessionsError):
             await self._forget_departure(object_key, self._moving.pop(object_key, None))
         with contextlib.suppress(OSError):  # the files are gone all the same; a start looks once more
             await asyncio.to_thread(self._moved.settle, [object_key])
