@@ -7,21 +7,32 @@ from __future__ import annotations
 from typing import Any
 
 _VARINT, _FIXED64, _LENGTH_DELIMITED, _FIXED32 = 0, 1, 2, 5
+# Fields looked at before giving up: the walk runs on the event loop (gRPC decodes requests
+# there), and a 60 MB request of tiny fields held it 11 s, before any token was checked.
+MAX_FIELDS_WALKED = 10_000
+
+
+class _Budget:
+    def __init__(self) -> None:
+        self.fields = MAX_FIELDS_WALKED
 
 
 def undecodable_string_field(descriptor: Any, data: bytes, prefix: str = "") -> str | None:
     """The path (`items[2].message_json`) of the first string field of `data`, a serialized
     message of `descriptor`, whose bytes are not UTF-8; None when there is none, or the data is
-    not well formed enough to tell."""
+    not well formed enough to tell, or it holds more than MAX_FIELDS_WALKED fields before it."""
     try:
-        return _walk(descriptor, memoryview(data), prefix)
-    except IndexError:  # cut short inside a tag or a length
+        return _walk(descriptor, memoryview(data), prefix, _Budget())
+    except IndexError:  # cut short inside a tag or a length, or past the budget
         return None
 
 
-def _walk(descriptor: Any, data: memoryview, prefix: str) -> str | None:
+def _walk(descriptor: Any, data: memoryview, prefix: str, budget: _Budget) -> str | None:
     position, seen = 0, dict[int, int]()
     while position < len(data):
+        budget.fields -= 1
+        if budget.fields < 0:
+            raise IndexError("past the fields walked")
         key, position = _varint(data, position)
         number, wire_type = key >> 3, key & 7
         if wire_type == _VARINT:
@@ -45,7 +56,7 @@ def _walk(descriptor: Any, data: memoryview, prefix: str) -> str | None:
                 except UnicodeDecodeError:
                     return name
             elif field.type == field.TYPE_MESSAGE:
-                found = _walk(field.message_type, value, name + ".")
+                found = _walk(field.message_type, value, name + ".", budget)
                 if found is not None:
                     return found
         else:  # groups, or not protobuf at all
