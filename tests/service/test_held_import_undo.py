@@ -16,6 +16,7 @@ from sessions_client._common import routing_metadata
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
 from sessions_server.storage.datadir import HELD_DIR_NAME
+from sessions_server.storage.paths import object_path
 from tests.conftest import start_server
 from tests.service.support import text_message
 
@@ -95,5 +96,34 @@ def test_a_released_import_lets_the_replaced_object_go(tmp_path: Path) -> None:
             assert stub.AbortMove(pb.AbortMoveRequest(object_key=KEY), metadata=routing_metadata(KEY)).was_locked
             assert _ids(client) == ["a1"] and _kept(data) == []
             assert client.object(KEY).session().append_message(text_message("a2")).inserted
+    finally:
+        server.stop()
+
+
+def test_a_held_import_replaces_a_damaged_object_keeping_nothing_of_it(tmp_path: Path) -> None:
+    """Its copy could not be read, and the import answered INTERNAL: a move with --replace, the
+    documented repair of a damaged object, was refused."""
+    data = tmp_path / "data"
+    server = start_server(data)
+    try:
+        with SessionsClient(server.address, retry=None) as client, grpc.insecure_channel(server.address) as channel:
+            stub = pb_grpc.SessionServiceStub(channel)
+            client.object("arriving").session().append_message(text_message("a1", "the source's"))
+            arriving = _exported(stub, "arriving")
+            client.object(KEY).session().append_message(text_message("m1", "soon damaged"))
+    finally:
+        server.stop()
+    damaged = object_path(data, KEY)
+    damaged.write_bytes(b"not a database " * 1000)
+    for suffix in ("-wal", "-shm"):
+        Path(str(damaged) + suffix).unlink(missing_ok=True)
+    server = start_server(data)
+    try:
+        with SessionsClient(server.address, retry=None) as client, grpc.insecure_channel(server.address) as channel:
+            stub = pb_grpc.SessionServiceStub(channel)
+            _held_import(stub, arriving)
+            assert _kept(data) == []
+            assert stub.AbortMove(pb.AbortMoveRequest(object_key=KEY), metadata=routing_metadata(KEY)).was_locked
+            assert _ids(client) == ["a1"]
     finally:
         server.stop()

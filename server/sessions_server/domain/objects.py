@@ -715,7 +715,8 @@ class ObjectAdmin:
         path = object_path(self.data_dir, object_key)
         if not path.exists():
             return None
-        return files.keep_copy(path, self.data_dir / datadir.HELD_DIR_NAME).name
+        kept = files.keep_copy(path, self.data_dir / datadir.HELD_DIR_NAME)
+        return None if kept is None else kept.name
 
     def _remove_kept(self, kept: str | None) -> None:
         if kept is not None:

@@ -454,12 +454,21 @@ def snapshot_object(source: Path, scratch_dir: Path, row_writes: int) -> Path:
     return copy
 
 
-def keep_copy(source: Path, directory: Path) -> Path:
+def keep_copy(source: Path, directory: Path) -> Path | None:
     """A durable copy of the closed object file `source` in `directory`, its count of rows
-    written the one saved in it: kept while a move's import holds the copy that replaced it."""
-    with contextlib.closing(open_read_only(source)) as conn:
-        row_writes = schema.read_row_writes(conn) if schema.table_exists(conn, "_sessions_meta") else 0
-    copy = snapshot_object(source, directory, row_writes)
+    written the one saved in it: kept while a move's import holds the copy that replaced it.
+    None when the file is damaged (nothing of it to keep: the import is its repair, which an
+    INTERNAL error here refused)."""
+    try:
+        with contextlib.closing(open_read_only(source)) as conn:
+            row_writes = schema.read_row_writes(conn) if schema.table_exists(conn, "_sessions_meta") else 0
+        copy = snapshot_object(source, directory, row_writes)
+    except ObjectDamaged:
+        return None
+    except sqlite3.DatabaseError as exc:
+        if getattr(exc, "sqlite_errorcode", 0) & 0xFF in _STORAGE_FAILURES:
+            raise StorageError(f"the object could not be copied, nothing was imported: {exc}", cause=exc) from exc
+        return None
     try:
         with copy.open("rb") as written:
             os.fsync(written.fileno())
