@@ -123,3 +123,24 @@ def test_an_overlay_in_the_recent_tail_is_neither_extended_nor_a_previous_summar
         assert await service.compactor.plan(KEY, "", keep_recent_tokens=1) is None  # nothing left to do
 
     _run(tmp_path, 12, scenario)
+
+
+def test_an_overlay_between_the_spans_last_message_and_the_tail_is_not_extended(tmp_path: Path) -> None:
+    async def scenario(service: SessionsService, recorder: Recorder) -> None:
+        later = await service.compactor.add(KEY, "", "LATER", "m9", "m9")
+        plan = await service.compactor.plan(KEY, "", keep_recent_tokens=1)
+        assert plan is not None and (plan.from_message_id, plan.to_message_id) == ("m3", "m8")
+        assert "LATER" not in plan.prompt
+        record = await service.compactor.compact(KEY, "", keep_recent_tokens=1)
+        assert record is not None
+        assert await _ids(service) == [
+            "m0",
+            "m1",
+            "m2",
+            "compaction_" + record.id,
+            "compaction_" + later.id,
+            "m10",
+            "m11",
+        ]
+
+    _run(tmp_path, 12, scenario)

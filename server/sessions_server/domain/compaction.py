@@ -292,14 +292,16 @@ def plan_span(
     # both its ends raw in the history) rather than stacking a second one.
     ids = [m.id for m in history]
     present = set(ids)
-    # One that starts in the recent tail is not extended: its span would begin after the new
-    # one's end, a reversed span that hides nothing (upstream plans it so, and with a policy set
-    # stored one such record, and asked the summarizer, at every append).
+    # One that starts after the span's last raw message (in the recent tail, or just before it)
+    # is not extended: the span would begin after its end, a reversed span that hides nothing
+    # (upstream plans it so, and with a policy set stored one such record, and asked the
+    # summarizer, at every append).
+    last_raw = max(index for index in range(start, end) if not history[index].overlay)
     existing = [
         c
         for c in compactions
         if (COMPACTION_PREFIX + c.id in present or (c.from_message_id in present and c.to_message_id in present))
-        and (_span_start_index(ids, c) or 0) < end
+        and (_span_start_index(ids, c) or 0) <= last_raw
     ]
     begin = start
     if existing:
@@ -316,7 +318,7 @@ def plan_span(
     # The summaries the new span hides go into the prompt, every one of them (upstream passes
     # only the first overlay's, and a later overlay's content was then in no summary at all).
     covered = [m for m in history[begin:end] if m.overlay]
-    first = next((m for m in history[:first_kept] if m.overlay), None)  # not one of the recent tail
+    first = next((m for m in history[:end] if m.overlay), None)  # not one the span leaves visible
     summaries = covered or ([first] if first is not None else [])
     budget = max(100, math.floor(sum(m.tokens for m in middle) * 0.2))
     extended = {m.record_id for m in summaries if m.record_id is not None}
