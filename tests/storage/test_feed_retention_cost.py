@@ -13,7 +13,7 @@ import asyncio
 
 import pytest
 
-from sessions_server.storage.feed import ChangeEvent, FeedHub, Feeds, FeedSettings, Reset
+from sessions_server.storage.feed import ChangeEvent, FeedHub, Feeds, FeedSettings, Reset, Subscription
 from tests.storage.test_feed_hub import watched
 
 BUDGET = 256 * 1024
@@ -129,3 +129,33 @@ def _closed():  # type: ignore[no-untyped-def]
     from sessions_server.storage.feed import FeedClosed
 
     return FeedClosed("the object closed")
+
+
+def test_subscribers_reading_a_commit_past_the_bounds_look_at_one_another_once_an_event(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While the ring is past its bounds, every read asks where the slowest subscriber still
+    reading stands, and finding it looks at every subscriber: N subscribers reading E events
+    looked N²E times (200 reading 12,000: about a minute of the event loop). The position is
+    kept until every subscriber standing there has moved on: looked for once an event."""
+    looked = [0]
+    real = Subscription.stalled
+
+    def counted(subscriber: Subscription, now: float) -> bool:
+        looked[0] += 1
+        return real(subscriber, now)
+
+    monkeypatch.setattr(Subscription, "stalled", counted)
+    readers, events = 50, 150
+
+    async def run() -> None:
+        hub = watched(FeedHub(FeedSettings(retain_events=100)))
+        subscribers = [hub.subscribe(None, 0) for _ in range(readers)]
+        hub.publish(_events(events))
+        hub.publish(_events(1))  # the batch is no longer the latest commit: spared while read
+        for _ in range(events + 1):
+            for subscriber in subscribers:
+                assert isinstance(await subscriber.next(timeout=0), ChangeEvent)
+
+    asyncio.run(run())
+    assert looked[0] <= 2 * readers * (events + 1)
