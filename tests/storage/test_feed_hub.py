@@ -544,3 +544,18 @@ def test_a_resume_from_before_the_first_subscriber_is_reset() -> None:
             assert isinstance(first, Reset) and "not retained" in first.reason, session_filter
 
     asyncio.run(run())
+
+
+def test_a_subscriber_being_sent_a_large_event_is_given_time_for_it() -> None:
+    async def run() -> None:
+        hub = watched(FeedHub(FeedSettings(retain_events=10)))
+        reader = hub.subscribe(None, 0)
+        large = ChangeEvent("append", "", message_json="x" * (100 * 1024 * 1024))
+        hub.publish([large])
+        assert await reader.next(timeout=0) is large
+        reader.active_at -= STALLED_SECONDS + 60  # a minute past the rule, 100 MiB being sent
+        assert not reader.stalled(time.monotonic())
+        reader.active_at -= 60
+        assert reader.stalled(time.monotonic())
+
+    asyncio.run(run())

@@ -59,8 +59,10 @@ UNWRITTEN_STARTS_REMEMBERED = 4096
 # that stopped reading held its object's latest commit (up to the largest message, 4 bytes a
 # character) past every bound for as long as it stayed connected: six such objects held 815 MiB
 # against a process-wide bound of 256 MiB, and the bound dropped other objects' events instead,
-# resetting their subscribers. Long enough for one message of hundreds of MB to be sent.
+# resetting their subscribers. A subscriber being sent an event is given a second more per
+# MiB of it (a reader taking a 500 MB message at 1 MiB/s is not stalled).
 STALLED_SECONDS = 30.0
+GRACE_BYTES_PER_SECOND = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -140,11 +142,13 @@ class Subscription:
         self._wakeup = asyncio.Event()
         self.closed: FeedClosed | None = None
         self.active_at = time.monotonic()  # when it last looked for an event (or had none to read)
+        self._sending = 0  # the size of the event it took last, being sent since
 
     def stalled(self, now: float) -> bool:
-        """Whether it has looked for no event for STALLED_SECONDS (with some to read: the hub
-        marks those that have none as active when it publishes)."""
-        return now - self.active_at > STALLED_SECONDS
+        """Whether it has looked for no event for STALLED_SECONDS, and a second more per MiB
+        of the event it is being sent (with some to read: the hub marks those that have none as
+        active when it publishes)."""
+        return now - self.active_at > STALLED_SECONDS + self._sending / GRACE_BYTES_PER_SECOND
 
     def wants(self, event: ChangeEvent) -> bool:
         return self.session_filter is None or event.session_id == self.session_filter
@@ -176,6 +180,7 @@ class Subscription:
     def _take(self) -> ChangeEvent | Reset | None:
         """The next thing to deliver, if any, moving the position past what it passes over."""
         self.active_at = time.monotonic()
+        self._sending = 0
         if self._reset is not None:
             reset, self._reset = self._reset, None
             return reset
@@ -190,6 +195,7 @@ class Subscription:
             event = hub.event_at(self._next)
             self._next += 1
             if self.wants(event):
+                self._sending = event.size
                 hub.moved_on(was)
                 hub.trim()
                 return event
