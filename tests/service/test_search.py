@@ -437,6 +437,12 @@ def test_a_query_of_more_than_64_tokens_is_refused_in_either_mode(session: Any) 
         assert "65 words to match" in refused.value.message
     assert hit_ids(session.search(" ".join(["a"] * 64))) == ["many"]
     assert hit_ids(session.search("-".join(["a"] * 64), mode="all_words")) == ["many"]
+    # Counted as the index's tokenizer counts: private-use characters are tokens, a combining
+    # accent is part of its word.
+    with pytest.raises(SessionsError) as private_use:
+        session.search(" ".join(["\ue000"] * 65))
+    assert private_use.value.metadata["limit"] == "max_query_tokens"
+    assert hit_ids(session.search(" ".join(["e\u0301te\u0301"] * 40))) == []
 
 
 def test_all_words_mode_matches_every_word_in_any_order(session: Any) -> None:
