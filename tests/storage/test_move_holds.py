@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from sessions_server.storage import move_holds
 from sessions_server.storage.move_holds import DEPARTING_FILE_NAME, Arrival, Arrivals, Departure, Departures
 
 
@@ -35,3 +36,21 @@ def test_an_arrival_whose_end_failed_is_still_held(tmp_path: Path) -> None:
         arrivals.end("k")
     assert arrivals.held() == {"k": Arrival("hold-1", None)}
     assert Arrivals(tmp_path).held() == {"k": Arrival("hold-1", None)}
+
+
+def test_a_hold_whose_directory_sync_failed_is_not_held_in_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file was replaced but its name not made durable: the entry was held in memory all
+    the same, and went to disk (durably) with the next change of another key."""
+    departures = Departures(tmp_path)
+
+    def failing_sync(directory: Path) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(move_holds, "sync_directory", failing_sync)
+    with pytest.raises(OSError):
+        departures.hold("failed", Departure("lock-failed", 2e9))
+    monkeypatch.undo()
+    departures.hold("next", Departure("lock-next", 2e9))
+    assert set(Departures(tmp_path).held()) == {"next"}

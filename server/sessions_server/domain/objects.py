@@ -568,17 +568,13 @@ class ObjectAdmin:
         write since was lost when the failed move then dropped its copy)."""
         now = time.monotonic()
         if self._moving.get(object_key) is not lock or now >= lock.expiry:
-            raise FailedPrecondition(
-                "the move lock this export took was released (AbortMove), taken over by another export or "
-                "ran out while the object was sent: the copy may miss writes taken since, so the export is "
-                "cut short and nothing can be moved with it; move the object again",
-                reason="FAILED_PRECONDITION",
-            )
+            raise _lock_lost_mid_export()
         departure = Departure(lock.id, time.time() + (lock.expiry - now))
         await self._change_holds(object_key, "recording the move lock", self._departures.hold, departure)
         lock.on_disk = True
         if self._moving.get(object_key) is not lock:  # released while it was written
             await self._forget_departure(object_key, lock)
+            raise _lock_lost_mid_export()
 
     async def _forget_departure(self, object_key: str, lock: _MoveLock | None) -> None:
         """Takes a move lock that is done with off the disk (a newer lock on the key stays)."""
@@ -635,7 +631,9 @@ class ObjectAdmin:
                 )
             try:
                 # Installed from a copy of the received file, staged in scratch too.
-                with self._room.reserved_for(size, "installing the received file"):
+                # With a copy kept of the object it replaces, room for that too.
+                kept_bytes = self._bytes_to_keep(object_key) if hold_for_move else 0
+                with self._room.reserved_for(size + kept_bytes, "installing the received file"):
                     async with self._registry.closed(object_key):
                         # Kept closed until the file is in place, even if the caller gives up:
                         # a request let in meanwhile would write to the file being replaced.
@@ -654,6 +652,8 @@ class ObjectAdmin:
                             self._registry.forget_damage(object_key)  # replaced: a damaged file is gone
                         except BaseException:
                             if hold:  # nothing arrived: the key is as it was
+                                if kept is not None and earlier is None:  # the install may have got that far
+                                    await _finish_in_thread(self._install_kept, object_key, kept)
                                 await self._end_arrival(object_key, earlier)
                                 self._remove_kept(kept if earlier is None else None)
                             raise
@@ -718,6 +718,20 @@ class ObjectAdmin:
         kept = files.keep_copy(path, self.data_dir / datadir.HELD_DIR_NAME)
         return None if kept is None else kept.name
 
+    def _bytes_to_keep(self, object_key: str) -> int:
+        """About what a copy of the object an import with hold_for_move replaces takes."""
+        held = self._moving.get(object_key)
+        if object_key in self._moved or (held is not None and held.arrival):
+            return 0  # no copy kept: a moved object's leftovers, or a held copy's (its own kept)
+        try:
+            return object_path(self.data_dir, object_key).stat().st_size
+        except OSError:
+            return 0
+
+    def _install_kept(self, object_key: str, kept: str) -> None:
+        """Installs the kept copy of the object an import replaced (the object closed meanwhile)."""
+        self._install(self.data_dir / datadir.HELD_DIR_NAME / kept, object_key, True)
+
     def _remove_kept(self, kept: str | None) -> None:
         if kept is not None:
             with contextlib.suppress(OSError):  # a start removes it if it stays
@@ -731,7 +745,7 @@ class ObjectAdmin:
         except OSError as exc:
             self.note_storage_failure(object_key, what, str(exc))
             raise storage_failure(
-                f"{what} failed, so nothing changed: {self.without_paths(str(exc))}", out_of_space=is_out_of_space(exc)
+                f"{what} failed: {self.without_paths(str(exc))}", out_of_space=is_out_of_space(exc)
             ) from None
 
     # A file's frames are read or written, and hashed, on a worker thread: a write may wait for
@@ -831,7 +845,7 @@ class ObjectAdmin:
         """Installs the copy kept of the object a held import replaced, over that import's copy."""
         async with self._registry.closed(object_key):
             try:
-                await _finish_in_thread(self._install, self.data_dir / datadir.HELD_DIR_NAME / kept, object_key, True)
+                await _finish_in_thread(self._install_kept, object_key, kept)
             except (OSError, StorageError, files.StoreImportError) as exc:
                 self.note_storage_failure(object_key, "putting back the replaced object", str(exc))
                 raise storage_failure(
@@ -1009,6 +1023,15 @@ def _lease(lease_seconds: int) -> float:
             field="lease_seconds",
         )
     return lease_seconds or DEFAULT_LEASE_SECONDS
+
+
+def _lock_lost_mid_export() -> FailedPrecondition:
+    return FailedPrecondition(
+        "the move lock this export took was released (AbortMove), taken over by another export or ran out "
+        "while the object was sent: the copy may miss writes taken since, so the export is cut short and "
+        "nothing can be moved with it; move the object again",
+        reason="FAILED_PRECONDITION",
+    )
 
 
 def _already_here() -> FailedPrecondition:

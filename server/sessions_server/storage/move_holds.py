@@ -86,17 +86,17 @@ class _HoldFile:
             self._write({key: kept for key, kept in self._entries.items() if key != object_key})
 
     def _write(self, entries: dict[str, dict[str, Any]]) -> None:
-        """Replaces the file with `entries`, then holds them: a write that fails changes
-        neither (kept in memory, a failed hold's entry went to disk with the next change of
-        another key, and a restart found a lock on an object never moved)."""
+        """Replaces the file with `entries`, then holds them once durable: a write that fails
+        leaves them as they were in memory (kept there, a failed hold's entry went to disk with
+        the next change of another key, and a restart found a lock on an object never moved)."""
         staged = self._path.with_name(self._path.name + ".new")
         with staged.open("wb") as out:
             out.write(orjson.dumps(entries))
             out.flush()
             os.fsync(out.fileno())
         os.replace(staged, self._path)
-        self._entries = entries
         sync_directory(self._path.parent)
+        self._entries = entries
 
 
 class Arrivals:
