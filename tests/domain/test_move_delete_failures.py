@@ -23,14 +23,21 @@ from sessions_server.storage.registry import ObjectRegistry
 from sessions_server.storage.rows import Parent
 
 
+async def _locked_for_a_move(service: SessionsService) -> str:
+    """Object "o" with message m1, exported with a move's lock: the lock's id."""
+    text = json.dumps({"id": "m1", "role": "user", "parts": [{"type": "text", "text": "hi"}]})
+    await service.append("o", "", text, Parent.auto(), from_client=True)
+    move_id = ""
+    async for frame in service.objects.export("o", lock_for_move=True, lease_seconds=60):
+        move_id = frame.move_id or move_id
+    return move_id
+
+
 def test_a_delete_that_cannot_record_the_move_keeps_the_lease(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     async def run() -> tuple[str, float, float, bool]:
         service = SessionsService(ObjectRegistry(tmp_path, ThreadPoolExecutor(max_workers=2)))
         try:
-            text = json.dumps({"id": "m1", "role": "user", "parts": [{"type": "text", "text": "hi"}]})
-            await service.append("o", "", text, Parent.auto(), from_client=True)
-            async for _ in service.objects.export("o", lock_for_move=True, lease_seconds=60):
-                pass
+            await _locked_for_a_move(service)
             leased = service.objects._moving["o"].expiry
 
             def full_disk(*args: object) -> None:
@@ -61,10 +68,7 @@ def test_a_delete_asked_again_while_the_first_records_the_move_removes_nothing(
     async def run() -> tuple[str, bool]:
         service = SessionsService(ObjectRegistry(tmp_path, ThreadPoolExecutor(max_workers=2)))
         try:
-            text = json.dumps({"id": "m1", "role": "user", "parts": [{"type": "text", "text": "hi"}]})
-            await service.append("o", "", text, Parent.auto(), from_client=True)
-            async for _ in service.objects.export("o", lock_for_move=True, lease_seconds=60):
-                pass
+            await _locked_for_a_move(service)
             recording, fail = threading.Event(), threading.Event()
 
             def full_disk_once_asked_again(*args: object) -> None:
@@ -129,11 +133,7 @@ def test_a_delete_done_but_whose_lock_could_not_be_taken_off_the_disk_is_answere
     async def run() -> tuple[bool, str | None]:
         service = SessionsService(ObjectRegistry(tmp_path, ThreadPoolExecutor(max_workers=2)))
         try:
-            text = json.dumps({"id": "m1", "role": "user", "parts": [{"type": "text", "text": "hi"}]})
-            await service.append("o", "", text, Parent.auto(), from_client=True)
-            move_id = ""
-            async for frame in service.objects.export("o", lock_for_move=True, lease_seconds=60):
-                move_id = frame.move_id or move_id
+            move_id = await _locked_for_a_move(service)
 
             def failing_disk(*args: object) -> None:
                 raise OSError(errno.EIO, "Input/output error")
