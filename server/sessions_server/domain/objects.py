@@ -650,10 +650,17 @@ class ObjectAdmin:
                         try:
                             rows = await _finish_in_thread(self._install, partial, object_key, replace)
                             self._registry.forget_damage(object_key)  # replaced: a damaged file is gone
-                        except BaseException:
+                        except BaseException as exc:
                             if hold:  # nothing arrived: the key is as it was
-                                if kept is not None and earlier is None:  # the install may have got that far
-                                    await _finish_in_thread(self._install_kept, object_key, kept)
+                                # A failure past the file's checks may have come after it replaced the object.
+                                if kept is not None and earlier is None and not isinstance(exc, files.StoreImportError):
+                                    try:
+                                        await _finish_in_thread(self._install_kept, object_key, kept)
+                                    except Exception:  # held, read-only, until an operator looks: its copy kept
+                                        log.exception(
+                                            "%r: the object an import replaced could not be put back", object_key
+                                        )
+                                        raise exc from None
                                 await self._end_arrival(object_key, earlier)
                                 self._remove_kept(kept if earlier is None else None)
                             raise
