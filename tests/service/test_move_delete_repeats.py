@@ -6,6 +6,7 @@ moved to its own stale copy, and the source sent every caller there."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import grpc
@@ -85,5 +86,35 @@ def test_a_stale_movers_delete_after_another_move_ended_is_refused_and_records_n
             assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
             assert not _delete(stub, "second:2", current).deleted
             assert _owner(client) == "second:2"
+    finally:
+        server.stop()
+
+
+def test_a_move_back_that_failed_keeps_the_lock_the_first_delete_ended(tmp_path: Path) -> None:
+    """An import bringing the object back that failed (its copy dropped) refuses the key again
+    as before: it recorded the move once more, but without the lock its delete had ended, and
+    a delete naming any lock passed for a repeat."""
+    server = start_server(tmp_path / "data")
+    try:
+        with SessionsClient(server.address, retry=None) as client, grpc.insecure_channel(server.address) as channel:
+            stub = pb_grpc.SessionServiceStub(channel)
+            client.object(KEY).session().append_message(text_message("m1"))
+            frames = list(stub.ExportObject(pb.ExportObjectRequest(object_key=KEY, lock_for_move=True)))
+            ended = frames[-1].move_id
+            assert _delete(stub, "b:1", ended).deleted
+            data = b"".join(frame.data for frame in frames)
+            back = [
+                pb.ImportObjectRequest(object_key=KEY, hold_for_move=True, data=data),
+                pb.ImportObjectRequest(sha256=hashlib.sha256(data).hexdigest()),
+            ]
+            hold = stub.ImportObject(iter(back), metadata=routing_metadata(KEY)).move_id
+            dropped = pb.DeleteObjectRequest(object_key=KEY, erase=True, move_id=hold)
+            assert stub.DeleteObject(dropped, metadata=routing_metadata(KEY)).deleted
+            assert _owner(client) == "b:1"
+
+            with pytest.raises(grpc.RpcError) as refused:
+                _delete(stub, "b:1", "another-lock")
+            assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+            assert not _delete(stub, "b:1", ended).deleted
     finally:
         server.stop()

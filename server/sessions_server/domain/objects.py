@@ -113,6 +113,7 @@ class _MoveLock:
     moved_before: str | None = None
     on_disk: bool = False
     kept: str | None = None
+    moved_before_lock: str = ""  # the lock the delete of `moved_before` ended
 
 
 # Copies of one object that exports may hold at once: exports between writes each need one, and
@@ -164,7 +165,12 @@ class ObjectAdmin:
         self._arrivals = Arrivals(registry.data_dir)
         for key, arrival in self._arrivals.held().items():  # held across the restart
             self._moving[key] = _MoveLock(
-                arrival.hold, math.inf, arrival=True, moved_before=arrival.moved_before, kept=arrival.kept
+                arrival.hold,
+                math.inf,
+                arrival=True,
+                moved_before=arrival.moved_before,
+                kept=arrival.kept,
+                moved_before_lock=arrival.moved_before_lock,
             )
         files.remove_files_but(  # copies a crash left after their hold ended
             registry.data_dir / datadir.HELD_DIR_NAME,
@@ -694,14 +700,19 @@ class ObjectAdmin:
     async def _hold_arrival(self, object_key: str, earlier: _MoveLock | None, kept: str | None) -> str:
         """Holds the key for the copy about to be installed (`receive`), on disk first: a
         restart between the install and the move's end keeps the copy read-only. A hold
-        `earlier` (a move run again) passes on where the key had been moved to before; `kept`,
+        `earlier` (a move run again) passes on where the key had been moved to before (and the
+        lock that delete ended); `kept`,
         the copy of the object the import replaces, to be put back if the move fails."""
         hold = uuid.uuid4().hex
-        moved_before = earlier.moved_before if earlier is not None else self._moved.where(object_key)
-        await self._change_holds(
-            object_key, "recording the import's hold", self._arrivals.hold, Arrival(hold, moved_before, kept)
+        if earlier is not None:
+            moved_before, before_lock = earlier.moved_before, earlier.moved_before_lock
+        else:
+            moved_before, before_lock = self._moved.where(object_key), self._moved.move_id(object_key)
+        arrival = Arrival(hold, moved_before, kept, before_lock)
+        await self._change_holds(object_key, "recording the import's hold", self._arrivals.hold, arrival)
+        self._moving[object_key] = _MoveLock(
+            hold, math.inf, arrival=True, moved_before=moved_before, kept=kept, moved_before_lock=before_lock
         )
-        self._moving[object_key] = _MoveLock(hold, math.inf, arrival=True, moved_before=moved_before, kept=kept)
         self._aborted.discard(object_key)
         return hold
 
@@ -712,7 +723,7 @@ class ObjectAdmin:
             await self._change_holds(object_key, "ending the import's hold", self._arrivals.end)
             self._moving.pop(object_key, None)
         else:
-            arrival = Arrival(restored.id, restored.moved_before, restored.kept)
+            arrival = Arrival(restored.id, restored.moved_before, restored.kept, restored.moved_before_lock)
             await self._change_holds(object_key, "recording the import's hold", self._arrivals.hold, arrival)
             self._moving[object_key] = restored
 
@@ -839,7 +850,7 @@ class ObjectAdmin:
         if lock.kept is not None:  # the object the import replaced comes back
             existed = await _run_to_end(self._put_back(object_key, lock.kept))
         elif lock.moved_before is not None:  # refused again (recorded first), files gone, hold ended
-            existed = await _run_to_end(self._remove(object_key, lock.moved_before, ""))
+            existed = await _run_to_end(self._remove(object_key, lock.moved_before, lock.moved_before_lock))
         else:
             existed = await _run_to_end(self._remove_files(object_key))
         await self._change_holds(object_key, "ending the import's hold", self._arrivals.end)

@@ -37,12 +37,14 @@ DEPARTING_FILE_NAME = "DEPARTING"
 @dataclass(frozen=True, slots=True)
 class Arrival:
     """One held copy: the hold's id (the import's `move_id`), where the key was recorded as
-    moved to before the import (None if it was not), to be refused so again if it is dropped,
-    and the name of the copy kept of the object it replaced (None if none), to be put back then."""
+    moved to before the import (None if it was not) and the move lock that move's delete ended,
+    to be refused so again if it is dropped, and the name of the copy kept of the object it
+    replaced (None if none), to be put back then."""
 
     hold: str
     moved_before: str | None
     kept: str | None = None
+    moved_before_lock: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,11 +108,15 @@ class Arrivals:
         self._file = _HoldFile(data_dir / ARRIVING_FILE_NAME)
 
     def held(self) -> dict[str, Arrival]:
-        return {key: Arrival(str(e["hold"]), e.get("before"), e.get("kept")) for key, e in self._file.entries().items()}
+        return {
+            key: Arrival(str(e["hold"]), e.get("before"), e.get("kept"), str(e.get("before_lock") or ""))
+            for key, e in self._file.entries().items()
+        }
 
     def hold(self, object_key: str, arrival: Arrival) -> None:
         """Durably notes the hold (blocking: a worker thread)."""
-        self._file.put(object_key, {"hold": arrival.hold, "before": arrival.moved_before, "kept": arrival.kept})
+        entry = {"hold": arrival.hold, "before": arrival.moved_before, "kept": arrival.kept}
+        self._file.put(object_key, {**entry, "before_lock": arrival.moved_before_lock})
 
     def end(self, object_key: str) -> None:
         """Durably notes the hold released or dropped (blocking: a worker thread)."""
