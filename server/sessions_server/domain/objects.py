@@ -700,9 +700,9 @@ class ObjectAdmin:
     async def _hold_arrival(self, object_key: str, earlier: _MoveLock | None, kept: str | None) -> str:
         """Holds the key for the copy about to be installed (`receive`), on disk first: a
         restart between the install and the move's end keeps the copy read-only. A hold
-        `earlier` (a move run again) passes on where the key had been moved to before (and the
-        lock that delete ended); `kept`,
-        the copy of the object the import replaces, to be put back if the move fails."""
+        `earlier` (a move run again) passes on where the key had been moved to before, and the
+        lock that delete ended; `kept`, the copy of the object the import replaces, to be put
+        back if the move fails."""
         hold = uuid.uuid4().hex
         if earlier is not None:
             moved_before, before_lock = earlier.moved_before, earlier.moved_before_lock
