@@ -167,59 +167,33 @@ def test_the_garbage_collector_stays_off_the_request_path(tmp_path: Path) -> Non
         server.stop()
 
 
+def _refused_at_start(data_dir: Path, *flags: str) -> str:
+    """`serve` with `flags` refused before it starts (exit 2): what it said."""
+    done = subprocess.run(
+        [sys.executable, "-m", "sessions_server.cli", "serve", "--data-dir", str(data_dir), *flags],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done
+    return done.stderr
+
+
 @pytest.mark.parametrize("flag", ["--progress-seconds", "--search-seconds", "--max-concurrent-searches"])
 @pytest.mark.parametrize("value", ["0", "-1"])
 def test_a_budget_of_zero_or_less_is_refused_at_start(tmp_path: Path, flag: str, value: str) -> None:
     """`--progress-seconds 0` made every idle subscription spin (35,000 progress events in 2 s)."""
-    done = subprocess.run(
-        [sys.executable, "-m", "sessions_server.cli", "serve", "--data-dir", str(tmp_path), flag, value],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 2
-    assert f"{flag} must be greater than 0" in done.stderr
+    assert f"{flag} must be greater than 0" in _refused_at_start(tmp_path, flag, value)
 
 
 def test_a_progress_interval_too_short_to_be_idle_is_refused_at_start(tmp_path: Path) -> None:
     """1e-7 was taken, and a subscription sent 10,324 progress events in 3 s."""
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "sessions_server.cli",
-            "serve",
-            "--data-dir",
-            str(tmp_path),
-            "--progress-seconds",
-            "1e-7",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 2
-    assert "--progress-seconds must be at least 0.05" in done.stderr
+    assert "--progress-seconds must be at least 0.05" in _refused_at_start(tmp_path, "--progress-seconds", "1e-7")
 
 
 def test_a_negative_stream_share_per_token_is_refused_at_start(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "sessions_server.cli",
-            "serve",
-            "--data-dir",
-            str(tmp_path),
-            "--max-streams-per-token",
-            "-1",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 2
-    assert "--max-streams-per-token must be 0 (no bound of its own) or more" in done.stderr
+    stderr = _refused_at_start(tmp_path, "--max-streams-per-token", "-1")
+    assert "--max-streams-per-token must be 0 (no bound of its own) or more" in stderr
 
 
 def test_retired_queue_flags_are_accepted_with_a_warning(tmp_path: Path) -> None:

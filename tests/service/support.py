@@ -19,6 +19,9 @@ import grpc
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
+from sessions_client._common import routing_metadata
+from sessions_proto.v1 import sessions_pb2 as pb
+
 ROW_BUDGET_BYTES = 1_572_864  # 1536 * 1024: upstream's MAX_INLINE_ROW_BYTES
 FRAME_LIMIT_BYTES = 4 * 1024 * 1024  # default gRPC receive limit: no response frame may exceed it
 
@@ -151,3 +154,9 @@ def listed_object_keys(stub: Any) -> set[str]:
         keys.update(page.object_keys)
         if not (token := page.next_page_token):
             return keys
+
+
+def exported(stub: Any, object_key: str, *, lock_for_move: bool = False) -> list[Any]:
+    """The frames of an ExportObject of `object_key` (its last one names a move lock, if taken)."""
+    request = pb.ExportObjectRequest(object_key=object_key, lock_for_move=lock_for_move)
+    return list(stub.ExportObject(request, metadata=routing_metadata(object_key)))

@@ -18,14 +18,13 @@ from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
 from sessions_server.storage.datadir import HELD_DIR_NAME
 from sessions_server.storage.paths import object_path
 from tests.conftest import start_server
-from tests.service.support import text_message
+from tests.service.support import exported, text_message
 
 KEY = "k"
 
 
 def _exported(stub: pb_grpc.SessionServiceStub, key: str) -> bytes:
-    frames = stub.ExportObject(pb.ExportObjectRequest(object_key=key), metadata=routing_metadata(key))
-    return b"".join(frame.data for frame in frames)
+    return b"".join(frame.data for frame in exported(stub, key))
 
 
 def _held_import(stub: pb_grpc.SessionServiceStub, data: bytes) -> str:

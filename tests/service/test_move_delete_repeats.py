@@ -17,15 +17,14 @@ from sessions_client._common import routing_metadata
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
 from tests.conftest import start_server
-from tests.service.support import text_message
+from tests.service.support import exported, text_message
 
 KEY = "moving"
 
 
 def _locked_export(stub: pb_grpc.SessionServiceStub) -> str:
     """Exports KEY with a move's lock; the lock's id."""
-    frames = list(stub.ExportObject(pb.ExportObjectRequest(object_key=KEY, lock_for_move=True)))
-    return frames[-1].move_id
+    return str(exported(stub, KEY, lock_for_move=True)[-1].move_id)
 
 
 def _owner(client: SessionsClient) -> str:
@@ -99,7 +98,7 @@ def test_a_move_back_that_failed_keeps_the_lock_the_first_delete_ended(tmp_path:
         with SessionsClient(server.address, retry=None) as client, grpc.insecure_channel(server.address) as channel:
             stub = pb_grpc.SessionServiceStub(channel)
             client.object(KEY).session().append_message(text_message("m1"))
-            frames = list(stub.ExportObject(pb.ExportObjectRequest(object_key=KEY, lock_for_move=True)))
+            frames = exported(stub, KEY, lock_for_move=True)
             ended = frames[-1].move_id
             assert _delete(stub, "b:1", ended).deleted
             data = b"".join(frame.data for frame in frames)

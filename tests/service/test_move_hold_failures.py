@@ -16,12 +16,7 @@ from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
 from sessions_server.storage.move_holds import DEPARTING_FILE_NAME
 from tests.conftest import start_server
-from tests.service.support import text_message
-
-
-def _locked_export(stub: pb_grpc.SessionServiceStub, key: str) -> list[pb.ExportObjectResponse]:
-    request = pb.ExportObjectRequest(object_key=key, lock_for_move=True)
-    return list(stub.ExportObject(request, metadata=routing_metadata(key)))
+from tests.service.support import exported, text_message
 
 
 def test_a_move_lock_the_disk_refused_is_a_storage_failure_and_never_comes_back(tmp_path: Path) -> None:
@@ -35,13 +30,13 @@ def test_a_move_lock_the_disk_refused_is_a_storage_failure_and_never_comes_back(
             staged = data / (DEPARTING_FILE_NAME + ".new")
             staged.mkdir()  # where DEPARTING is staged: its write fails, as on a full or failing disk
             with pytest.raises(grpc.RpcError) as refused:
-                _locked_export(stub, "failed")
+                exported(stub, "failed", lock_for_move=True)
             assert refused.value.code() == grpc.StatusCode.UNAVAILABLE, refused.value.details()
             assert "recording the move lock failed" in (refused.value.details() or "")
             assert str(data) not in (refused.value.details() or "")
             assert client.object("failed").session().append_message(text_message("m1")).inserted
             staged.rmdir()
-            frames = _locked_export(stub, "moved")  # another object's move writes DEPARTING
+            frames = exported(stub, "moved", lock_for_move=True)  # another object's move writes DEPARTING
             request = pb.DeleteObjectRequest(object_key="moved", moved_to="elsewhere:1", move_id=frames[-1].move_id)
             assert stub.DeleteObject(request, metadata=routing_metadata("moved")).deleted
     finally:
