@@ -40,21 +40,29 @@ def _ephemeral_ports() -> range:
         return range(32768, 61000)
 
 
+# Every port free_port has returned in this process: a test often draws several ports before it
+# starts anything on them, and two draws of one port then put two servers on it (HAProxy binds
+# with SO_REUSEPORT; one that could not bind left the proxy's clients talking to a shard).
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now, for a server started next.
+    """A TCP port on 127.0.0.1 that nothing listens on right now and that no earlier call in this
+    process returned, for a server started next.
 
     It is drawn below the kernel's ephemeral range: a port the kernel hands out (to a client's
     connection, to a bind to port 0) could be taken between this check and the server's bind,
-    which a port outside that range cannot, except by another caller of this function."""
+    which a port outside that range cannot, except by another process drawing ports this way."""
     ephemeral = _ephemeral_ports()
-    candidates = [port for port in range(20000, 32768) if port not in ephemeral]
+    candidates = [port for port in range(20000, 32768) if port not in ephemeral and port not in _HANDED_OUT]
     for port in random.sample(candidates, min(200, len(candidates))):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             try:
                 sock.bind(("127.0.0.1", port))
             except OSError:
                 continue
-            return port
+        _HANDED_OUT.add(port)
+        return port
     raise AssertionError("no free port found below the ephemeral range from 20000")
 
 
@@ -228,6 +236,9 @@ class Proxy:
         return [binary, "-c", "-f", str(self.conf)] if check else [binary, "-W", "-db", "-f", str(self.conf)]
 
     def start(self) -> Proxy:
+        # Otherwise the wait below would take that listener for the proxy, and a proxy that could
+        # not bind would leave its clients talking to whatever holds the port.
+        assert not port_open(self.port), f"something already listens on {self.kind}'s port {self.port}"
         self._write_conf(self.servers)
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(self._command(), stdout=out, stderr=subprocess.STDOUT)
