@@ -9,9 +9,15 @@ from tests.conformance.harness.messages import msg
 from tests.conformance.harness.pair import Pair
 
 # Ours alone, documented: the object-key record, the (session_id, seq) index that finds the
-# active leaf and the (session_id, parent_id, seq) index that finds a row's children without
-# scanning a session. All are invisible to upstream's code.
-OUR_ADDITIONS = {"_sessions_meta", "_sessions_messages_by_seq", "_sessions_messages_by_parent"}
+# active leaf, the (session_id, parent_id, seq) index that finds a row's children without
+# scanning a session, and the index of the messages naming an attachment. All are invisible to
+# upstream's code.
+OUR_ADDITIONS = {
+    "_sessions_meta",
+    "_sessions_messages_by_seq",
+    "_sessions_messages_by_parent",
+    "_sessions_attachment_refs_by_hash",
+}
 
 
 def _norm(sql: str | None) -> str:

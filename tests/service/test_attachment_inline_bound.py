@@ -42,10 +42,12 @@ def _pointing(message_id: str, uses: int) -> dict[str, Any]:
 
 
 def _with_image(session: Any) -> None:
+    session.append_message({"id": "img", "role": "user", "parts": [_image_part()]})
+
+
+def _image_part() -> dict[str, Any]:
     url = "data:image/png;base64," + base64.b64encode(PAYLOAD).decode()
-    session.append_message(
-        {"id": "img", "role": "user", "parts": [{"type": "file", "mediaType": "image/png", "url": url}]}
-    )
+    return {"type": "file", "mediaType": "image/png", "url": url}
 
 
 def test_pointers_to_a_stored_payload_are_counted_at_each_use(server: LiveServer) -> None:
@@ -123,3 +125,45 @@ def test_a_message_is_held_to_its_cap_as_stored_not_as_sent(server: LiveServer) 
         assert imported.value.metadata["limit"] == "max_assembly_bytes"
         assert session.get_message("before") is not None and session.get_message("fits") is not None
         assert session.get_message("client") is None and session.get_message("server") is None
+
+
+def test_a_payload_arriving_after_its_pointers_is_held_to_the_bound_of_the_messages_naming_it(
+    server: LiveServer,
+) -> None:
+    """A pointer whose payload the object does not hold counted as nothing at its write: 21 uses
+    of it went in, and the image written after them made that message read back past the bound
+    (the audit's 80 MB from a 16 MiB bound; 48 MB in one client batch). The write bringing the
+    payload is refused, naming the message it would grow, and writes nothing."""
+    with SessionsClient(server.address, retry=None) as client:
+        session = client.object("o").session()
+        session.append_message(_pointing("many", 21))
+        assert session.get_message("many")["parts"][0]["url"] == POINTER  # no payload: the pointer
+        with pytest.raises(SessionsError) as refused:
+            _with_image(session)
+        assert (refused.value.code, refused.value.reason) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "LIMIT_EXCEEDED")
+        assert refused.value.message.startswith(
+            "message 'many' of session '' names an attachment the object did not hold, which message 'img' brings"
+        )
+        assert refused.value.metadata["limit"] == "max_assembly_bytes"
+        assert session.get_message("img") is None
+        assert client.object("o").get_object_stats().attachment_count == 0
+        with pytest.raises(SessionsError) as batch:  # the pointers first in one client batch
+            session.append_messages(
+                [_pointing("few", 6), {"id": "img2", "role": "user", "parts": [_image_part()]}], source="client"
+            )
+        assert batch.value.metadata["limit"] == "max_client_message_bytes"
+        assert "message 'few' of session ''" in batch.value.message
+        assert [m["id"] for m in session.get_history()] == ["many"]
+        session.delete_messages(["many"])
+        _with_image(session)  # named by nothing now: stored
+        assert session.get_message("img")["parts"][0]["url"].startswith("data:image/png;base64,")
+
+
+def test_a_payload_named_within_the_bound_is_stored_and_read_inline_by_the_messages_naming_it(
+    server: LiveServer,
+) -> None:
+    with SessionsClient(server.address, retry=None) as client:
+        session = client.object("o").session()
+        session.append_message(_pointing("some", 20))
+        _with_image(session)
+        assert all(part["url"] == _image_part()["url"] for part in session.get_message("some")["parts"])

@@ -62,11 +62,13 @@ def test_tables_and_ddl_are_upstreams(new_file: Path) -> None:
     assert ours == set(UPSTREAM_TABLES)
     assert "cf_agents_session_fts" not in found
     assert "cf_agents_context_blocks" not in found
-    # at most one private table (the object-key record), and two private indexes, documented
-    # additions: the active leaf lookup by (session_id, seq) and a row's children by
-    # (session_id, parent_id, seq); upstream's tables carry no index of theirs
+    # at most one private table (the object-key record), and three private indexes, documented
+    # additions: the active leaf lookup by (session_id, seq), a row's children by
+    # (session_id, parent_id, seq) and the messages naming an attachment by hash; upstream's
+    # tables carry no index of theirs
     assert len(set(found) - UPSTREAM_TABLES) <= 1
     assert sorted(tuple(index) for index in indexes) == [
+        ("_sessions_attachment_refs_by_hash",),
         ("_sessions_messages_by_parent",),
         ("_sessions_messages_by_seq",),
     ]

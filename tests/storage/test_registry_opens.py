@@ -159,6 +159,7 @@ def test_a_file_that_needs_upgrading_is_upgraded_on_the_executor(tmp_path: Path,
         "_sessions_meta",
         "_sessions_messages_by_seq",
         "_sessions_messages_by_parent",
+        "_sessions_attachment_refs_by_hash",
     }
 
 

@@ -33,6 +33,7 @@ type names are at most 127 characters a side, RFC 6838; parameters add a few mor
 _POINTER_RE = re.compile(r"attachment:sha256:([0-9a-f]{64})\Z")
 _BASE64_RE = re.compile(r"[A-Za-z0-9+/]*={0,2}\Z")
 _WHITESPACE_RE = re.compile(r"[\t\n\f\r ]")
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,10 +123,16 @@ def _inline_media(record: dict[str, Any]) -> tuple[str, str, bytes] | None:
 
 
 def _storable_media_type(media_type: str) -> bool:
-    """Whether an attachment can be stored under `media_type`: not too long, and text SQLite can
-    hold. A lone surrogate (a JSON escape such as \\ud800) has no UTF-8 form: the media stays
-    inline, in the message's JSON, which keeps the escape (storing it failed the write, INTERNAL)."""
+    """Whether an attachment can be stored under `media_type`: not too long, text SQLite can
+    hold, and one a data URL can carry. A lone surrogate (a JSON escape such as \\ud800) has no
+    UTF-8 form: the media stays inline, in the message's JSON, which keeps the escape (storing it
+    failed the write, INTERNAL). A comma ends a data URL's header and a control character is
+    dropped from URLs by their readers: `image/png;base64,QUFB` read back as
+    `data:image/png;base64,QUFB;base64,<payload>`, other bytes, for every message naming the
+    payload under any type (the first type stored is every reader's)."""
     if len(media_type) > MAX_MEDIA_TYPE_BYTES // 4 and utf8_length(media_type) > MAX_MEDIA_TYPE_BYTES:
+        return False
+    if "," in media_type or _CONTROL_RE.search(media_type):
         return False
     if media_type.isascii():
         return True

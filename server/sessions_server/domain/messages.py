@@ -110,6 +110,7 @@ class PreparedMessage:
             search_text=search_text(extraction.message),
             reference_uses=tuple(extraction.uses),
             max_inline_bytes=max_inline_bytes,
+            restored_pointers=attachments.restored_pointers if payloads else None,
         )
 
 

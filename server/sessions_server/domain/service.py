@@ -282,9 +282,15 @@ class SessionsService:
             raise FailedPrecondition(str(exc), reason="INVALID_MESSAGE") from exc
         except InlineTooLarge as exc:
             limit = "max_client_message_bytes" if exc.limit < self.limits.max_assembly_bytes else "max_assembly_bytes"
+            if exc.grown is None:
+                what = f"message {exc.message_id!r} would read back"
+            else:
+                what = (
+                    f"message {exc.grown[1]!r} of session {exc.grown[0]!r} names an attachment the object did not "
+                    f"hold, which message {exc.message_id!r} brings; with it, it would read back"
+                )
             raise exceeded(
-                f"message {exc.message_id!r} would read back as {exc.inline_bytes} bytes with its attachments "
-                "inline; nothing was written",
+                f"{what} as {exc.inline_bytes} bytes with its attachments inline; nothing was written",
                 limit,
                 exc.limit,
                 "bytes",

@@ -180,6 +180,7 @@ def import_store_file(
             import_checks.check_attachments(dst)
             if read_back is not None:
                 _check_read_back_sizes(dst, read_back)
+                _reconcile_attachment_refs(dst, read_back.pointers)
             _unstamp_mismatched_rows(dst)
             queries.backfill_partial_index(dst)
     except sqlite3.DatabaseError as exc:
@@ -310,6 +311,54 @@ def _check_column_types(conn: sqlite3.Connection) -> None:
                 raise MistypedValue(
                     _describe_row(table, row[len(columns) :]), name, f"{article} {row[index]} value", kinds[0]
                 )
+
+
+def _reconcile_attachment_refs(conn: sqlite3.Connection, pointers: Callable[[str], Sequence[str]]) -> None:
+    """Makes the file's attachment references say which messages name which payloads, and drops
+    the payloads none names. A payload goes when its last reference does: upstream's files
+    before 0.32 lack the references of pointers a message was written with (deleting the message
+    that held one would drop the bytes another still names), and its duplicate imports leave
+    payloads no message names, which nothing would ever drop."""
+    named: set[tuple[str, str, str]] = set()
+    rows = conn.execute(
+        "SELECT session_id, id, content, content_chunks FROM cf_agents_session_messages "
+        "WHERE content_chunks > 0 OR instr(content, ?) > 0",
+        (import_checks.POINTER_PREFIX,),
+    )
+    for session_id, message_id, content, chunks in rows:
+        text = str(content)
+        if chunks:
+            text += "".join(
+                str(piece)
+                for (piece,) in conn.execute(
+                    "SELECT content FROM cf_agents_session_message_chunks WHERE session_id = ? AND id = ? ORDER BY idx",
+                    (session_id, message_id),
+                )
+            )
+        named.update((str(session_id), str(message_id), digest) for digest in pointers(text))
+    held = {
+        (str(session_id), str(message_id), str(digest))
+        for session_id, message_id, digest in conn.execute(
+            "SELECT session_id, message_id, hash FROM cf_agents_session_attachment_refs"
+        )
+    }
+    missing = named - held
+    gaining = {digest for _, _, digest in missing}
+    unreferenced = conn.execute(
+        "SELECT hash FROM cf_agents_session_attachment_meta AS meta WHERE NOT EXISTS "
+        "(SELECT 1 FROM cf_agents_session_attachment_refs AS refs WHERE refs.hash = meta.hash)"
+    ).fetchall()
+    dropped = [str(digest) for (digest,) in unreferenced if str(digest) not in gaining]
+    if not missing and not dropped:
+        return
+    conn.execute("BEGIN")
+    conn.executemany(
+        "INSERT INTO cf_agents_session_attachment_refs (session_id, message_id, hash) VALUES (?, ?, ?)", sorted(missing)
+    )
+    for digest in dropped:
+        conn.execute("DELETE FROM cf_agents_session_attachment_chunks WHERE hash = ?", (digest,))
+        conn.execute("DELETE FROM cf_agents_session_attachment_meta WHERE hash = ?", (digest,))
+    conn.execute("COMMIT")
 
 
 def _unstamp_mismatched_rows(conn: sqlite3.Connection) -> None:

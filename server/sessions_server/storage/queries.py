@@ -24,7 +24,6 @@ from sessions_server.storage.rows import (
     NewRow,
     PathStat,
     PathStats,
-    PayloadRow,
     QueryRejected,
     RowInfo,
     StoredMessage,
@@ -432,9 +431,10 @@ def insert_message(
     parent_id: str | None,
     created_at_ms: int,
 ) -> int | None:
-    """Writes a message unless its id is taken in the session: then it writes nothing, not even
-    payloads, and returns None. Otherwise the rows written (what upstream's billing counts).
-    The row goes first, so a fresh id, the common case, costs no separate probe."""
+    """Writes a message unless its id is taken in the session: then it writes nothing but the
+    payloads it brings that stored messages name and the object lacks (`put_payloads`), and
+    returns None. Otherwise the rows written (what upstream's billing counts). The row goes
+    first, so a fresh id, the common case, costs no separate probe."""
     check_inline_size(conn, row)
     inserted = conn.execute(
         _INSERT_MESSAGE_SQL,
@@ -452,8 +452,10 @@ def insert_message(
         ),
     ).rowcount
     if not inserted:
+        if row.payloads:
+            put_payloads(conn, session_id, row, named_only=True)
         return None
-    written = put_payloads(conn, row.payloads) + len(row.slices)
+    written = put_payloads(conn, session_id, row) + len(row.slices)
     write_continuations(conn, session_id, row.id, row.slices)
     written += add_refs(conn, session_id, row.id, row.references)
     written += index_search_text(conn, session_id, row.id, row.role, row.search_text, replace=False)
@@ -542,7 +544,7 @@ def rewrite_message(conn: sqlite3.Connection, session_id: str, row: NewRow, old_
     then the row, surplus continuations, continuations, references, search row. Returns rows
     written."""
     check_inline_size(conn, row)
-    written = put_payloads(conn, row.payloads)
+    written = put_payloads(conn, session_id, row)
     conn.execute(
         """UPDATE cf_agents_session_messages
            SET role = ?, content = ?, content_chunks = ?, token_estimate = ?, content_hash = ?
@@ -733,12 +735,28 @@ def check_inline_size(conn: sqlite3.Connection, row: NewRow) -> None:
         raise InlineTooLarge(row.id, inline, row.max_inline_bytes)
 
 
-def put_payloads(conn: sqlite3.Connection, payloads: Iterable[PayloadRow]) -> int:
-    """Stores payloads not yet present (first writer wins, media type included). Rows written."""
+def put_payloads(conn: sqlite3.Connection, session_id: str, row: NewRow, *, named_only: bool = False) -> int:
+    """Stores the payloads of `row` not yet present (first writer wins, media type included).
+    `named_only`: `row` itself is not written (its id is taken, or it is unchanged), and only
+    payloads that stored messages name are stored (a pointer copied from another object,
+    written before its bytes): else they would be nobody's. Rows written.
+
+    Raises InlineTooLarge when a stored message that named a payload before the object held it
+    would read back with it past `row.max_inline_bytes`: that message was measured without it.
+    The row being written is not one of them: `check_inline_size` measures it as written."""
     written = 0
-    for payload in payloads:
+    sizes = {payload.hash: len(payload.data) for payload in row.payloads}
+    for payload in row.payloads:
         if conn.execute("SELECT 1 FROM cf_agents_session_attachment_meta WHERE hash = ?", (payload.hash,)).fetchone():
             continue
+        named_by = conn.execute(
+            "SELECT session_id, message_id FROM cf_agents_session_attachment_refs WHERE hash = ?", (payload.hash,)
+        ).fetchall()
+        if named_only and not named_by:
+            continue
+        for named_session, named_id in named_by:
+            if named_only or (named_session, named_id) != (session_id, row.id):
+                _check_grown(conn, str(named_session), str(named_id), row, sizes)
         chunks = 0
         for start in range(0, len(payload.data), ATTACHMENT_CHUNK_BYTES):
             conn.execute(
@@ -753,6 +771,26 @@ def put_payloads(conn: sqlite3.Connection, payloads: Iterable[PayloadRow]) -> in
         )
         written += chunks + 1
     return written
+
+
+def _check_grown(conn: sqlite3.Connection, session_id: str, message_id: str, row: NewRow, new: dict[str, int]) -> None:
+    """Raises InlineTooLarge when the stored message would read back past `row.max_inline_bytes`
+    with the payloads `new` (hash: bytes) beside those the object holds."""
+    if not row.max_inline_bytes or row.restored_pointers is None:
+        return
+    stored = get_message(conn, session_id, message_id)
+    if stored is None:
+        return
+    named = row.restored_pointers(stored.content)
+    sizes = dict(new)
+    sizes.update(
+        (str(digest), int(size))
+        for digest in set(named) - sizes.keys()
+        for (size,) in conn.execute("SELECT bytes FROM cf_agents_session_attachment_meta WHERE hash = ?", (digest,))
+    )
+    inline = utf8_length(stored.content) + sum((sizes.get(digest, 0) + 2) // 3 * 4 for digest in named)
+    if inline > row.max_inline_bytes:
+        raise InlineTooLarge(row.id, inline, row.max_inline_bytes, grown=(session_id, message_id))
 
 
 def add_refs(conn: sqlite3.Connection, session_id: str, message_id: str, hashes: Iterable[str]) -> int:

@@ -6,7 +6,7 @@ import errno
 import os
 import sqlite3
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -67,6 +67,10 @@ class NewRow:
     # large payload, repeated, would read back as any size.
     reference_uses: tuple[int, ...] = ()
     max_inline_bytes: int = 0
+    # The hashes a read restores in a message's stored JSON, once per place (the domain's rule):
+    # a payload this row brings may be one that messages already stored named before it existed,
+    # and those are measured again by it. Set whenever `payloads` is.
+    restored_pointers: Callable[[str], Sequence[str]] | None = None
 
 
 @dataclass(slots=True)  # not frozen: built per row on every read, and frozen init costs 5x
@@ -162,13 +166,16 @@ class QueryRejected(Exception):
 
 class InlineTooLarge(Exception):
     """A message that would read back, its attachment payloads inline, as more bytes than its
-    writer allowed (`NewRow.max_inline_bytes`); nothing of it was written."""
+    writer allowed (`NewRow.max_inline_bytes`); nothing of it was written. `grown`: not the
+    message written but a stored one, (session id, message id), that named a payload the
+    written message brings before the object held it, and would read back so with it."""
 
-    def __init__(self, message_id: str, inline_bytes: int, limit: int) -> None:
+    def __init__(self, message_id: str, inline_bytes: int, limit: int, grown: tuple[str, str] | None = None) -> None:
         super().__init__(f"{message_id!r}: {inline_bytes} bytes with its attachments inline, past {limit}")
         self.message_id = message_id
         self.inline_bytes = inline_bytes
         self.limit = limit
+        self.grown = grown
 
 
 class StorageError(Exception):

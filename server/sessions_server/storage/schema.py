@@ -4,9 +4,9 @@ The file format is upstream's so that a store moves between upstream and this se
 copy: the same tables, columns, encodings and `_cf_KV` version record. The additions, which
 upstream never reads and SQLite keeps up to date under any writer: `_sessions_meta`, which
 records the object key a file belongs to and the format of this service's files it is in
-(`FILE_FORMAT`), and three indexes (`_sessions_messages_by_seq`,
-`_sessions_messages_by_parent`, and `_sessions_fts_by_message` on the search index's content
-table, see `queries.FTS_LOOKUP_DDL`).
+(`FILE_FORMAT`), and four indexes (`_sessions_messages_by_seq`,
+`_sessions_messages_by_parent`, `_sessions_attachment_refs_by_hash`, and `_sessions_fts_by_message`
+on the search index's content table, see `queries.FTS_LOOKUP_DDL`).
 """
 
 from __future__ import annotations
@@ -119,6 +119,11 @@ TABLES_DDL = (
     # A file without it (upstream's, an older server's) is not ready and gains it on open.
     """CREATE INDEX IF NOT EXISTS _sessions_messages_by_parent
         ON cf_agents_session_messages (session_id, parent_id, seq)""",
+    # Beyond upstream as well: the messages that name an attachment. A payload that arrives after
+    # messages named it (a pointer copied from another object) makes them read back larger, and
+    # they are found here and measured again; a payload whose last reference went is found
+    # unreferenced here. Without it, both read every reference in the object.
+    """CREATE INDEX IF NOT EXISTS _sessions_attachment_refs_by_hash ON cf_agents_session_attachment_refs (hash)""",
 )
 EXPECTED_OBJECTS = frozenset(
     {
@@ -133,6 +138,7 @@ EXPECTED_OBJECTS = frozenset(
         "_sessions_meta",
         "_sessions_messages_by_seq",
         "_sessions_messages_by_parent",
+        "_sessions_attachment_refs_by_hash",
     }
 )
 

@@ -1306,7 +1306,9 @@ def _insert_chain(
 
 
 def update_in(ctx: WriteContext, session_id: str, row: NewRow) -> UpdateOutcome:
-    """Replaces a row's content unless unchanged (digest, or content for unstamped rows)."""
+    """Replaces a row's content unless unchanged (digest, or content for unstamped rows). An
+    unchanged row still gains the payloads it names that the object lacks (its pointers were
+    written before their bytes, copied from another object): sent inline, they are stored."""
     conn = ctx.conn
     key = queries.update_key_columns(conn, session_id, row.id)
     if key is None:
@@ -1314,15 +1316,22 @@ def update_in(ctx: WriteContext, session_id: str, row: NewRow) -> UpdateOutcome:
     old_chunks, old_digest = key
     if old_digest is not None:
         if old_digest == row.digest:
+            _store_missing_payloads(ctx, session_id, row)
             return UpdateOutcome("unchanged", queries.row_info(conn, session_id, row.id))
     else:
         stored = queries.get_message(conn, session_id, row.id)
         if stored is not None and stored.content == "".join(row.slices):
+            _store_missing_payloads(ctx, session_id, row)
             queries.stamp_digest(conn, session_id, row.id, row.digest)
             ctx.row_writes += 1
             return UpdateOutcome("unchanged", stored.info)
     ctx.row_writes += queries.rewrite_message(conn, session_id, row, old_chunks)
     return UpdateOutcome("updated", queries.row_info(conn, session_id, row.id))
+
+
+def _store_missing_payloads(ctx: WriteContext, session_id: str, row: NewRow) -> None:
+    if row.payloads:
+        ctx.row_writes += queries.put_payloads(ctx.conn, session_id, row, named_only=True)
 
 
 def import_all_in(

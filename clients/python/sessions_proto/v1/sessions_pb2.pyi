@@ -1616,8 +1616,9 @@ class GetRecentHistoryRequest(_message.Message):
     session_id: _builtins.str
     """The session id."""
     max_content_bytes: _builtins.int
-    """The byte budget, counted in stored bytes (message row plus continuation rows); 0 or
-    negative returns the newest message alone, as upstream's.
+    """The byte budget, counted in stored bytes (message row plus continuation rows, plus each
+    attachment a message names at its base64 length, as upstream counts, in either attachment
+    mode); 0 or negative returns the newest message alone, as upstream's.
     """
     leaf_id: _builtins.str
     """The leaf whose path to read; empty means the active leaf."""
@@ -1656,7 +1657,7 @@ class RecentHistorySummary(_message.Message):
     truncated: _builtins.bool
     """True when older messages on the path were left out."""
     total_content_bytes: _builtins.int
-    """Stored bytes of the whole path."""
+    """Stored bytes of the whole path, counted as max_content_bytes is."""
     def __init__(
         self,
         *,
@@ -1754,7 +1755,9 @@ class RowStat(_message.Message):
     role: _builtins.str
     """The message role."""
     bytes: _builtins.int
-    """Stored bytes: the message row plus its continuation rows."""
+    """Stored bytes: the message row plus its continuation rows, plus each attachment it names at
+    its base64 length (as upstream counts, whether reads return it inline or as a pointer).
+    """
     token_estimate: _builtins.int
     """The token estimate stamped when the row was written."""
     def __init__(

@@ -2899,8 +2899,9 @@ type GetRecentHistoryRequest struct {
 	ObjectKey string `protobuf:"bytes,1,opt,name=object_key,json=objectKey,proto3" json:"object_key,omitempty"`
 	// The session id.
 	SessionId string `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	// The byte budget, counted in stored bytes (message row plus continuation rows); 0 or
-	// negative returns the newest message alone, as upstream's.
+	// The byte budget, counted in stored bytes (message row plus continuation rows, plus each
+	// attachment a message names at its base64 length, as upstream counts, in either attachment
+	// mode); 0 or negative returns the newest message alone, as upstream's.
 	MaxContentBytes int64 `protobuf:"varint,3,opt,name=max_content_bytes,json=maxContentBytes,proto3" json:"max_content_bytes,omitempty"`
 	// The leaf whose path to read; empty means the active leaf.
 	LeafId string `protobuf:"bytes,4,opt,name=leaf_id,json=leafId,proto3" json:"leaf_id,omitempty"`
@@ -2990,7 +2991,7 @@ type RecentHistorySummary struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// True when older messages on the path were left out.
 	Truncated bool `protobuf:"varint,1,opt,name=truncated,proto3" json:"truncated,omitempty"`
-	// Stored bytes of the whole path.
+	// Stored bytes of the whole path, counted as max_content_bytes is.
 	TotalContentBytes int64 `protobuf:"varint,2,opt,name=total_content_bytes,json=totalContentBytes,proto3" json:"total_content_bytes,omitempty"`
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
@@ -3176,7 +3177,8 @@ type RowStat struct {
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// The message role.
 	Role string `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
-	// Stored bytes: the message row plus its continuation rows.
+	// Stored bytes: the message row plus its continuation rows, plus each attachment it names at
+	// its base64 length (as upstream counts, whether reads return it inline or as a pointer).
 	Bytes int64 `protobuf:"varint,3,opt,name=bytes,proto3" json:"bytes,omitempty"`
 	// The token estimate stamped when the row was written.
 	TokenEstimate int64 `protobuf:"varint,4,opt,name=token_estimate,json=tokenEstimate,proto3" json:"token_estimate,omitempty"`

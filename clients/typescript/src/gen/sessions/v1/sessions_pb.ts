@@ -1380,8 +1380,9 @@ export type GetRecentHistoryRequest = Message<"sessions.v1.GetRecentHistoryReque
   sessionId: string;
 
   /**
-   * The byte budget, counted in stored bytes (message row plus continuation rows); 0 or
-   * negative returns the newest message alone, as upstream's.
+   * The byte budget, counted in stored bytes (message row plus continuation rows, plus each
+   * attachment a message names at its base64 length, as upstream counts, in either attachment
+   * mode); 0 or negative returns the newest message alone, as upstream's.
    *
    * @generated from field: int64 max_content_bytes = 3;
    */
@@ -1431,7 +1432,7 @@ export type RecentHistorySummary = Message<"sessions.v1.RecentHistorySummary"> &
   truncated: boolean;
 
   /**
-   * Stored bytes of the whole path.
+   * Stored bytes of the whole path, counted as max_content_bytes is.
    *
    * @generated from field: int64 total_content_bytes = 2;
    */
@@ -1537,7 +1538,8 @@ export type RowStat = Message<"sessions.v1.RowStat"> & {
   role: string;
 
   /**
-   * Stored bytes: the message row plus its continuation rows.
+   * Stored bytes: the message row plus its continuation rows, plus each attachment it names at
+   * its base64 length (as upstream counts, whether reads return it inline or as a pointer).
    *
    * @generated from field: int64 bytes = 3;
    */
