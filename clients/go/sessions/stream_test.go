@@ -490,7 +490,9 @@ func TestHistoryEarlyBreak(t *testing.T) {
 
 // TestDroppedHistoryIteratorsAreCancelled: an iterator stepped and dropped without Close held
 // its call and gRPC's goroutine for as long as its context lived (a client audit: 300 such,
-// 300 goroutines more). Once collected, its call is cancelled: the goroutines go.
+// 300 goroutines more). Once collected, its call is cancelled: the goroutines go. So for a
+// Subscription (a later audit: one dropped held its server stream, and a subscriber slot of
+// its object, until the client closed).
 func TestDroppedHistoryIteratorsAreCancelled(t *testing.T) {
 	ctx := testCtx(t)
 	s := newSession(t)
@@ -501,10 +503,13 @@ func TestDroppedHistoryIteratorsAreCancelled(t *testing.T) {
 	const dropped = 50
 	held := make([]interface{ Next() bool }, dropped) // kept until the check below: none collected before it
 	for i := range held {
-		if i%2 == 0 {
+		switch i % 3 {
+		case 0:
 			held[i] = s.History(ctx, sessions.NewestFirst())
-		} else {
+		case 1:
 			held[i] = s.HistoryBatches(ctx, sessions.WithBatchSize(1))
+		default:
+			held[i] = s.Subscribe(ctx, sessions.IncludeProgress()) // its first event: PROGRESS
 		}
 		if !held[i].Next() {
 			t.Fatal("the stream ended before its first message")

@@ -48,7 +48,8 @@ type Subscription struct {
 }
 
 // Subscribe streams the changes of every session of the object. It starts live (from the next
-// event) unless ResumeAfter is given, and runs until ctx ends or Close.
+// event) unless ResumeAfter is given, and runs until ctx ends or Close. One dropped without
+// Close is cancelled once garbage-collected, as the history iterators are; Close is the way.
 func (o *Object) Subscribe(ctx context.Context, opts ...ReadOption) *Subscription {
 	return o.subscribe(ctx, nil, opts)
 }
@@ -66,7 +67,7 @@ func (o *Object) subscribe(ctx context.Context, sessionID *string, opts []ReadOp
 	if ro.reconnectAttempts != nil {
 		maxAttempts = *ro.reconnectAttempts
 	}
-	return &Subscription{
+	sub := &Subscription{
 		ctx:             sctx,
 		cancel:          cancel,
 		stub:            o.client.stub,
@@ -78,6 +79,8 @@ func (o *Object) subscribe(ctx context.Context, sessionID *string, opts []ReadOp
 		maxAttempts:     maxAttempts,
 		last:            ro.resumeAfter,
 	}
+	cancelWhenDropped(sub, cancel)
+	return sub
 }
 
 // Next waits for the next event. It returns false when the server ends the stream, on an error

@@ -4,6 +4,7 @@ and the one exception type raised for every failed call."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 import threading
 import time
@@ -253,9 +254,19 @@ class TlsConfig:
         return grpc.ssl_channel_credentials(self.root_certificates, self.private_key, self.certificate_chain)
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def to_json(message: Message | str) -> str:
-    """Messages may be given as dicts or as JSON text (sent byte for byte)."""
+    """Messages may be given as dicts or as JSON text (sent byte for byte). Raises ValueError for
+    text holding a lone UTF-16 surrogate, which no UTF-8 request can carry (protobuf raised its
+    own UnicodeEncodeError, naming its internals)."""
     if isinstance(message, str):
+        if not message.isascii() and (lone := _LONE_SURROGATE.search(message)) is not None:
+            raise ValueError(
+                f"message JSON holds a lone UTF-16 surrogate (character {lone.start()}), which UTF-8 "
+                "cannot carry; escape it as \\uXXXX"
+            )
         return message
     text = json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     if not text.isascii():

@@ -466,8 +466,10 @@ class SessionHandle:
         pointers: bool = False,
         limit: int | None = None,
     ) -> Iterator[Message]:
-        """Streams a path; stop iterating (or close the iterator) to stop the server's reads.
-        `limit`: at most that many messages (with newest_first, the newest), read no further."""
+        """Streams a path. Leaving a `for` loop over the call itself stops the server's reads; an
+        iterator kept in a variable holds the call open until it is closed (`close()`) or
+        dropped, as a `break` does not close it. `limit`: at most that many messages (with
+        newest_first, the newest), read no further."""
         request = history_request(self._key, self.id, leaf_id, newest_first, pointers, limit)
         decoder = MessageDecoder()
         for response in self._client._stream(self._key, "StreamHistory", request):

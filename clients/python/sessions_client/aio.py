@@ -479,6 +479,8 @@ class SessionHandle:
         pointers: bool = False,
         limit: int | None = None,
     ) -> AsyncIterator[Message]:
+        """Streams a path, as the synchronous client's `history`: an iterator kept in a variable
+        holds the call open after a `break` until `await it.aclose()`, or until it is dropped."""
         request = history_request(self._key, self.id, leaf_id, newest_first, pointers, limit)
         decoder = MessageDecoder()
         async for response in self._client._stream(self._key, "StreamHistory", request):
