@@ -800,3 +800,45 @@ def test_the_asyncio_client_tries_a_cut_call_again_but_not_after_its_own_close(
     assert inserted
     assert (closed.code, closed.message) == (grpc.StatusCode.CANCELLED, "the client is closed")
     assert _summary(notices) == [("AppendMessage", 1, grpc.StatusCode.CANCELLED, None)]
+
+
+PATIENT = RetryPolicy(max_attempts=5, initial_backoff=3600.0, max_backoff=3600.0, multiplier=1.0)
+
+
+@pytest.mark.parametrize("read", ["unary", "stream"])
+def test_a_close_ends_a_wait_to_try_again_and_the_call_raises_closed(dead_address: str, read: str) -> None:
+    """A call waiting out a backoff slept through a close() to its end (the client audit: 1-2 s
+    after the close, its backoff), then raised: the wait ends at the close now. The close comes
+    from another thread at any time during the wait; the call is run on a thread of its own, and
+    the test fails if it has not ended long before the hour-long backoff would."""
+    client = SessionsClient(dead_address, retry=PATIENT, on_retry=lambda _: threading.Timer(0.05, client.close).start())
+    session = client.object("k").session()
+    outcome: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            session.get_message("m") if read == "unary" else session.get_history()
+        except BaseException as error:
+            outcome.append(error)
+
+    caller = threading.Thread(target=call, daemon=True)
+    caller.start()
+    caller.join(timeout=60)
+    assert not caller.is_alive(), "the call still waits to go again after the client was closed"
+    assert len(outcome) == 1 and isinstance(outcome[0], SessionsError)
+    assert (outcome[0].code, outcome[0].message) == (grpc.StatusCode.CANCELLED, "the client is closed")
+
+
+def test_the_asyncio_client_ends_a_wait_to_try_again_at_a_close(dead_address: str) -> None:
+    from sessions_client.aio import SessionsClient as AsyncClient
+
+    async def scenario() -> SessionsError:
+        loop = asyncio.get_running_loop()
+        client = AsyncClient(dead_address, retry=PATIENT)
+        client.on_retry = lambda _: loop.call_later(0.05, lambda: loop.create_task(client.close()))
+        with pytest.raises(SessionsError) as closed:
+            await asyncio.wait_for(client.object("k").session().get_message("m"), timeout=60)
+        return closed.value
+
+    error = asyncio.run(scenario())
+    assert (error.code, error.message) == (grpc.StatusCode.CANCELLED, "the client is closed")

@@ -161,7 +161,7 @@ func Dial(ctx context.Context, target string, opts ...DialOption) (*Client, erro
 	}
 	var cc grpc.ClientConnInterface = client.conn
 	if policy := cfg.retry.normalized(); policy.MaxAttempts > 1 {
-		client.retries = &retryConn{cc: client.conn, policy: policy, observe: cfg.retryObserver}
+		client.retries = &retryConn{cc: client.conn, policy: policy, observe: cfg.retryObserver, closing: make(chan struct{})}
 		cc = client.retries
 	}
 	client.stub = pb.NewSessionServiceClient(cc)
@@ -193,6 +193,9 @@ func waitReady(ctx context.Context, conn *grpc.ClientConn) error {
 // Close closes the connection (unless it was passed in with WithConn).
 func (c *Client) Close() error {
 	if c.ownsConn && c.conn != nil {
+		if c.retries != nil {
+			c.retries.close()
+		}
 		return c.conn.Close()
 	}
 	return nil

@@ -91,13 +91,15 @@ func WithAttachmentPointers() ReadOption {
 	return func(o *readOptions) { o.pointers = true }
 }
 
-// WithBatchSize sets HistoryBatches' largest batch, in messages (default 50).
+// WithBatchSize sets HistoryBatches' largest batch, in messages (default 50; 0 is the default,
+// where the Python and TypeScript clients take 0 as 1).
 func WithBatchSize(n uint32) ReadOption {
 	return func(o *readOptions) { o.batchSize = n }
 }
 
-// WithMaxBatchBytes sets HistoryBatches' largest batch, in JSON bytes (default 4 MiB); a larger
-// message forms a batch alone.
+// WithMaxBatchBytes sets HistoryBatches' largest batch, in JSON bytes (default 4 MiB; 0 is the
+// default, where the Python and TypeScript clients take 0 as 1); a larger message forms a batch
+// alone.
 func WithMaxBatchBytes(n uint64) ReadOption {
 	return func(o *readOptions) { o.maxBatchBytes = n }
 }

@@ -6,11 +6,13 @@ import (
 	"math"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/sessions-dev/sessions/clients/go/gen/sessions/v1"
 )
@@ -222,6 +224,14 @@ type retryConn struct {
 	cc      grpc.ClientConnInterface
 	policy  RetryPolicy
 	observe func(RetryNotice)
+	// closing is closed by Client.Close (of a connection the client owns): a call waiting to
+	// go again then ends at once, as a call made after the close does, not after its wait.
+	closing   chan struct{}
+	closeOnce sync.Once
+}
+
+func (r *retryConn) close() {
+	r.closeOnce.Do(func() { close(r.closing) })
 }
 
 // Invoke makes a unary call, again after each retryable failure.
@@ -294,6 +304,8 @@ func (l *retryLoop) retry(err error) error {
 		return nil
 	case <-l.ctx.Done():
 		return toError(l.ctx.Err())
+	case <-l.conn.closing:
+		return toError(status.Error(codes.Canceled, "grpc: the client connection is closing"))
 	}
 }
 

@@ -770,6 +770,27 @@ func TestRetryCancelEndsWait(t *testing.T) {
 	}
 }
 
+// TestRetryCloseEndsWait: Client.Close ends a wait at once, and the call fails CANCELLED as one
+// made after the close does (it slept out its wait first: the client audit saw 1-2 s).
+func TestRetryCloseEndsWait(t *testing.T) {
+	policy := sessions.RetryPolicy{MaxAttempts: 3, InitialBackoff: time.Hour, MaxBackoff: time.Hour}
+	var client *sessions.Client
+	closed := make(chan struct{})
+	log := &retryLog{onNotice: func(sessions.RetryNotice) {
+		go func() { _ = client.Close(); close(closed) }()
+	}}
+	client = dialRetrying(t, deadAddr(t), log, sessions.WithRetry(policy))
+	// No deadline: one would end an hour's wait before it began (TestRetryNoWaitPastDeadline).
+	_, _, err := client.Object(objectKey(t)).Session("s").GetMessage(t.Context(), "m1")
+	<-closed
+	if sessions.Code(err) != codes.Canceled {
+		t.Fatalf("error %v, want CANCELLED", err)
+	}
+	if n := log.seen(); len(n) != 1 {
+		t.Fatalf("notices %+v, want one", n)
+	}
+}
+
 // cutProxy relays TCP connections to the server and cuts calls short: it drops the connection
 // when a response starts (a call that reached the server and got no answer), or, with
 // afterFirstMessage, once the call's first response message has been relayed. It cuts the first

@@ -3,6 +3,7 @@ and the one exception type raised for every failed call."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import sys
@@ -790,12 +791,45 @@ def channel_options(
 class Connection:
     """Whether a client's connection was closed, shared by the client and its views
     (`with_options`): calls made after, and streams cut by, the close raise `closed_error()`
-    instead of gRPC's own exceptions (ValueError, UsageError, a bare CancelledError)."""
+    instead of gRPC's own exceptions (ValueError, UsageError, a bare CancelledError). A close
+    also ends the waits before calls go again (`pause`, `pause_async`): a call waiting out a
+    backoff of seconds then raises at once, as one made after the close does."""
 
-    __slots__ = ("closed",)
+    __slots__ = ("_async_waits", "_closing", "closed")
 
     def __init__(self) -> None:
         self.closed = False
+        self._closing = threading.Event()
+        self._async_waits: set[asyncio.Future[None]] = set()
+
+    def close(self) -> None:
+        self.closed = True
+        self._closing.set()
+        for waiter in list(self._async_waits):
+            waiter.get_loop().call_soon_threadsafe(_end_wait, waiter)
+
+    def pause(self, seconds: float) -> None:
+        """Waits `seconds`, or until the close."""
+        self._closing.wait(seconds)
+
+    async def pause_async(self, seconds: float) -> None:
+        """Waits `seconds`, or until the close (asyncio)."""
+        if self.closed:
+            return
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        timer = loop.call_later(seconds, _end_wait, waiter)
+        self._async_waits.add(waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._async_waits.discard(waiter)
+
+
+def _end_wait(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 class ClientClosed(SessionsError):

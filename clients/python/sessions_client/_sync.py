@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -128,7 +127,7 @@ class SessionsClient(CallOptions):
         view (`with_options`) of another client; a channel passed in stays open (it is yours)."""
         if self._is_view:
             return
-        self._connection.closed = True
+        self._connection.close()
         if self._owns_channel:
             self._channel.close()
 
@@ -154,7 +153,7 @@ class SessionsClient(CallOptions):
                 delay = attempts.wait_after(failure)
                 if delay is None:
                     raise failure from None
-            time.sleep(delay)
+            self._connection.pause(delay)
 
     def _failure(self, error: Exception) -> SessionsError:
         """A failed call as the SessionsError it raises: the client's close, when it was closed
@@ -200,7 +199,7 @@ class SessionsClient(CallOptions):
                     raise failure from None
             finally:
                 call.cancel()  # stops the server's reads when the caller breaks off early
-            time.sleep(delay)
+            self._connection.pause(delay)
 
 
 class ObjectHandle:
@@ -258,7 +257,7 @@ class ObjectHandle:
                 if not may_resubscribe(error) or attempts >= reconnect_attempts or gone:
                     raise
                 attempts += 1
-                time.sleep(resubscribe_delay(attempts))
+                self.client._connection.pause(resubscribe_delay(attempts))
                 continue
             return
 

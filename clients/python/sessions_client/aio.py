@@ -129,7 +129,7 @@ class SessionsClient(CallOptions):
         """As the sync client's: does nothing on a view; a channel passed in stays open."""
         if self._is_view:
             return
-        self._connection.closed = True
+        self._connection.close()
         if self._owns_channel:
             await self._channel.close(None)
 
@@ -159,7 +159,7 @@ class SessionsClient(CallOptions):
             except asyncio.CancelledError:
                 self._raise_if_closed()
                 raise
-            await asyncio.sleep(delay)
+            await self._connection.pause_async(delay)
 
     def _failure(self, error: grpc.RpcError) -> SessionsError:
         if self._connection.closed:
@@ -208,7 +208,7 @@ class SessionsClient(CallOptions):
                 raise
             finally:
                 call.cancel()  # stops the server's reads when the caller breaks off early
-            await asyncio.sleep(delay)
+            await self._connection.pause_async(delay)
 
 
 class ObjectHandle:
@@ -264,7 +264,7 @@ class ObjectHandle:
                 if not may_resubscribe(error) or attempts >= reconnect_attempts or gone:
                     raise
                 attempts += 1
-                await asyncio.sleep(resubscribe_delay(attempts))
+                await self.client._connection.pause_async(resubscribe_delay(attempts))
                 continue
             return
 

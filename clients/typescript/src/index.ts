@@ -1617,8 +1617,8 @@ export class SessionsClient {
    * Returns when attempt `attempt + 1` of `method` may start, after the policy's wait; throws
    * `failure` (the last attempt's error) when there is to be none: an error no retry can cure,
    * attempts used up, the wait would end at or past `deadlineAt` (a `performance.now()` time),
-   * or `signal` or close() cut it short (`call` and `stream` turn this into CANCELLED when the
-   * caller's signal was the cause).
+   * or `signal` cut it short (`call` and `stream` turn this into CANCELLED when the caller's
+   * signal was the cause); throws the client's closed error (CANCELLED) when close() did.
    */
   private async beforeRetry(
     method: MethodName,
@@ -1629,7 +1629,12 @@ export class SessionsClient {
   ): Promise<void> {
     const policy = this.retryPolicy;
     if (!(failure instanceof SessionsError) || attempt >= policy.maxAttempts || !retryable(method, failure)) throw failure;
-    const stopped = () => this.closing.signal.aborted || signal?.aborted === true;
+    // A close() while the call waits to go again ends it as closed (CANCELLED), as a call made
+    // after close() is: the last attempt's UNAVAILABLE would read as an outage.
+    const stopped = () => {
+      if (this.closing.signal.aborted) throw closedClient(failure);
+      return signal?.aborted === true;
+    };
     if (stopped()) throw failure;
     const backoff = Math.min(policy.maxBackoffMs, policy.initialBackoffMs * policy.multiplier ** (attempt - 1));
     const delayMs = backoff * (0.5 + Math.random() / 2);
