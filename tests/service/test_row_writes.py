@@ -103,3 +103,46 @@ def test_row_writes_survive_a_restart(tmp_path: Path):
             assert client.object("counted").get_object_stats().row_writes == 6
     finally:
         server.stop()
+
+
+# Deletes and clears bill every row they write, as upstream's do: they counted the message rows
+# alone (session audit 52: a 20-row prefix billed 19, a clear of 3 messages and 2 compactions 3).
+
+
+def test_deleting_a_twenty_row_prefix_writes_twenty_rows(session: Any):
+    # 19 deletes and the surviving child re-parented (reference notes §4 "Cost")
+    for index in range(20):
+        session.append_message(text_message(f"c{index:02}", f"turn {index}"))
+    assert writes(session, lambda: session.delete_messages([f"c{index:02}" for index in range(19)])) == 20
+
+
+def test_deleting_a_row_with_children_writes_each_child_re_parented(session: Any):
+    session.append_message(text_message("a", "root"))
+    session.append_message(text_message("c", "middle"))
+    session.append_message(text_message("d", "first child"), parent_id="c")
+    session.append_message(text_message("e", "second child"), parent_id="c")
+    assert writes(session, lambda: session.delete_messages(["c"])) == 3
+
+
+def test_deleting_a_large_message_writes_its_continuations(session: Any):
+    session.append_message(text_message("big", "x" * (2 * 1024 * 1024)))  # a row and a continuation
+    assert writes(session, lambda: session.delete_messages(["big"])) == 2
+
+
+def test_deleting_the_last_message_naming_a_payload_writes_the_payload_rows(session: Any):
+    session.append_message(image_message("img", file_part(payload(200 * 1024, 6))))
+    # message row, reference, payload meta and its one chunk
+    assert writes(session, lambda: session.delete_messages(["img"])) == 4
+
+
+def test_clearing_writes_messages_and_compactions(session: Any):
+    for index in range(3):
+        session.append_message(text_message(f"m{index}", f"turn {index}"))
+    session.add_compaction("a summary", "m0", "m1")
+    session.add_compaction("another", "m1", "m2")
+    assert writes(session, session.clear_messages) == 5
+
+
+def test_an_update_that_shrinks_a_message_writes_the_continuations_it_drops(session: Any):
+    session.append_message(text_message("big", "x" * (4 * 1024 * 1024)))  # a row and two continuations
+    assert writes(session, lambda: session.update_message(text_message("big", "tiny"))) == 3

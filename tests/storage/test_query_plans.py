@@ -58,7 +58,7 @@ def _children_and_reattach_plans(ctx: WriteContext) -> dict[str, object]:
     statements: list[str] = []
     conn.set_trace_callback(statements.append)
     children = queries.children(conn, "", "m010")
-    deleted = queries.delete_messages(conn, "", ["m010"])
+    deleted, _ = queries.delete_messages(conn, "", ["m010"])
     conn.set_trace_callback(None)
     reattached = conn.execute(
         "SELECT id, parent_id FROM cf_agents_session_messages WHERE id IN ('m021', 'm022') ORDER BY id"
@@ -165,7 +165,7 @@ def test_search_index_maintenance_finds_rows_by_key_not_by_reading_the_whole_ind
         """INSERT INTO cf_agents_session_messages (session_id, id, seq, role, content, created_at)
            VALUES ('', 'm020', 1, 'user', '{}', 0)"""
     )
-    assert queries.delete_messages(conn, "", ["m020"]) == 1
+    assert queries.delete_messages(conn, "", ["m020"])[0] == 1
     queries.clear_session(conn, "other")
     conn.execute("COMMIT")
     conn.set_trace_callback(None)

@@ -552,10 +552,10 @@ def rewrite_message(conn: sqlite3.Connection, session_id: str, row: NewRow, old_
         (row.role, row.slices[0], len(row.slices) - 1, row.token_estimate, row.digest, session_id, row.id),
     )
     if old_chunks > len(row.slices) - 1:
-        conn.execute(
+        written += conn.execute(
             "DELETE FROM cf_agents_session_message_chunks WHERE session_id = ? AND id = ? AND idx > ?",
             (session_id, row.id, len(row.slices) - 1),
-        )
+        ).rowcount
     write_continuations(conn, session_id, row.id, row.slices)
     written += len(row.slices)
     written += replace_refs(conn, session_id, row.id, row.references)
@@ -571,11 +571,13 @@ def row_info(conn: sqlite3.Connection, session_id: str, message_id: str) -> RowI
     return None if row is None else _info(row)
 
 
-def delete_messages(conn: sqlite3.Connection, session_id: str, ids: Sequence[str]) -> int:
+def delete_messages(conn: sqlite3.Connection, session_id: str, ids: Sequence[str]) -> tuple[int, int]:
     """Deletes rows, re-parenting each surviving child of a deleted row to its nearest surviving
-    ancestor (or NULL), then rows, continuations and attachment references. Returns rows deleted."""
+    ancestor (or NULL), then rows, continuations and attachment references. Returns the message
+    rows deleted, and every row written (as upstream bills them: re-parented children,
+    continuations, references, payloads and search rows too)."""
     if not ids:
-        return 0
+        return 0, 0
     conn.execute("CREATE TEMP TABLE IF NOT EXISTS doomed (id TEXT PRIMARY KEY) WITHOUT ROWID")
     conn.execute("DELETE FROM temp.doomed")
     conn.executemany("INSERT OR IGNORE INTO temp.doomed (id) VALUES (?)", [(i,) for i in ids])
@@ -604,40 +606,46 @@ def delete_messages(conn: sqlite3.Connection, session_id: str, ids: Sequence[str
             WHERE session_id = ?1 AND id IN (SELECT child_id FROM landing)""",
         (session_id,),
     )
+    # The module's rowcount is -1 for a statement that starts with WITH: SQLite's own count.
+    reparented = int(conn.execute("SELECT changes()").fetchone()[0])
     deleted = conn.execute(
         """DELETE FROM cf_agents_session_messages
            WHERE session_id = ? AND id IN (SELECT id FROM temp.doomed)""",
         (session_id,),
     ).rowcount
-    conn.execute(
+    written = reparented + deleted
+    written += conn.execute(
         """DELETE FROM cf_agents_session_message_chunks
            WHERE session_id = ? AND id IN (SELECT id FROM temp.doomed)""",
         (session_id,),
-    )
-    release_refs(conn, session_id, "message_id IN (SELECT id FROM temp.doomed)")
+    ).rowcount
+    written += release_refs(conn, session_id, "message_id IN (SELECT id FROM temp.doomed)")
     if fts_exists(conn):
-        _delete_search_rows(
+        written += _delete_search_rows(
             conn,
             "SELECT f.id FROM cf_agents_session_fts_content AS f JOIN temp.doomed AS d ON f.c0 = d.id WHERE f.c1 = ?",
             (session_id,),
         )
     conn.execute("DELETE FROM temp.doomed")
-    return int(deleted)
+    return int(deleted), int(written)
 
 
-def clear_session(conn: sqlite3.Connection, session_id: str) -> int:
-    """Deletes a session's messages, continuations, compactions, references and index rows."""
+def clear_session(conn: sqlite3.Connection, session_id: str) -> tuple[int, int]:
+    """Deletes a session's messages, continuations, compactions, references and index rows.
+    Returns the message rows deleted, and every row written (see `delete_messages`)."""
     deleted = conn.execute("DELETE FROM cf_agents_session_messages WHERE session_id = ?", (session_id,)).rowcount
-    conn.execute("DELETE FROM cf_agents_session_message_chunks WHERE session_id = ?", (session_id,))
-    conn.execute("DELETE FROM cf_agents_session_compactions WHERE session_id = ?", (session_id,))
-    release_refs(conn, session_id, "1")
+    written = deleted
+    written += conn.execute("DELETE FROM cf_agents_session_message_chunks WHERE session_id = ?", (session_id,)).rowcount
+    written += conn.execute("DELETE FROM cf_agents_session_compactions WHERE session_id = ?", (session_id,)).rowcount
+    written += release_refs(conn, session_id, "1")
     if fts_exists(conn):
-        _delete_search_rows(conn, "SELECT id FROM cf_agents_session_fts_content WHERE c1 = ?", (session_id,))
-    return int(deleted)
+        written += _delete_search_rows(conn, "SELECT id FROM cf_agents_session_fts_content WHERE c1 = ?", (session_id,))
+    return int(deleted), int(written)
 
 
-def release_refs(conn: sqlite3.Connection, session_id: str, message_filter: str) -> None:
-    """Drops attachment references of the selected messages and collects unreferenced payloads."""
+def release_refs(conn: sqlite3.Connection, session_id: str, message_filter: str) -> int:
+    """Drops attachment references of the selected messages and collects unreferenced payloads.
+    Rows written."""
     candidates = [
         str(r[0])
         for r in conn.execute(
@@ -647,21 +655,23 @@ def release_refs(conn: sqlite3.Connection, session_id: str, message_filter: str)
         )
     ]
     if not candidates:
-        return
-    conn.execute(
+        return 0
+    written = conn.execute(
         f"DELETE FROM cf_agents_session_attachment_refs WHERE session_id = ? AND {message_filter}",
         (session_id,),
-    )
-    collect_payloads(conn, candidates)
+    ).rowcount
+    return int(written) + collect_payloads(conn, candidates)
 
 
-def collect_payloads(conn: sqlite3.Connection, hashes: Iterable[str]) -> None:
-    """Deletes payloads that no reference in any session points at any more."""
+def collect_payloads(conn: sqlite3.Connection, hashes: Iterable[str]) -> int:
+    """Deletes payloads that no reference in any session points at any more. Rows written."""
+    written = 0
     for digest in hashes:
         if conn.execute("SELECT 1 FROM cf_agents_session_attachment_refs WHERE hash = ? LIMIT 1", (digest,)).fetchone():
             continue
-        conn.execute("DELETE FROM cf_agents_session_attachment_chunks WHERE hash = ?", (digest,))
-        conn.execute("DELETE FROM cf_agents_session_attachment_meta WHERE hash = ?", (digest,))
+        written += conn.execute("DELETE FROM cf_agents_session_attachment_chunks WHERE hash = ?", (digest,)).rowcount
+        written += conn.execute("DELETE FROM cf_agents_session_attachment_meta WHERE hash = ?", (digest,)).rowcount
+    return written
 
 
 def fts_exists(conn: sqlite3.Connection) -> bool:
@@ -822,7 +832,7 @@ def replace_refs(conn: sqlite3.Connection, session_id: str, message_id: str, has
         )
     written = len(dropped) + add_refs(conn, session_id, message_id, [h for h in hashes if h not in held])
     if dropped:
-        collect_payloads(conn, dropped)
+        written += collect_payloads(conn, dropped)
     return written
 
 
@@ -1082,10 +1092,12 @@ def backfill_partial_index(conn: sqlite3.Connection) -> bool:
     return True
 
 
-def _delete_search_rows(conn: sqlite3.Connection, rowids_sql: str, params: tuple[object, ...]) -> None:
-    """Deletes the index rows whose rowids `rowids_sql` selects from the content table."""
+def _delete_search_rows(conn: sqlite3.Connection, rowids_sql: str, params: tuple[object, ...]) -> int:
+    """Deletes the index rows whose rowids `rowids_sql` selects from the content table; how many."""
     ensure_fts_lookup(conn)
-    conn.executemany(_DELETE_SEARCH_ROW_SQL, conn.execute(rowids_sql, params).fetchall())
+    rowids = conn.execute(rowids_sql, params).fetchall()
+    conn.executemany(_DELETE_SEARCH_ROW_SQL, rowids)
+    return len(rowids)
 
 
 @dataclass(frozen=True, slots=True)

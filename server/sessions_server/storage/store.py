@@ -1369,14 +1369,14 @@ def import_in(
 
 
 def delete_in(ctx: WriteContext, session_id: str, ids: list[str]) -> int:
-    deleted = queries.delete_messages(ctx.conn, session_id, ids)
-    ctx.row_writes += deleted
+    deleted, written = queries.delete_messages(ctx.conn, session_id, ids)
+    ctx.row_writes += written
     ctx.forget_tail(session_id)
     return deleted
 
 
 def clear_in(ctx: WriteContext, session_id: str) -> int:
-    deleted = queries.clear_session(ctx.conn, session_id)
-    ctx.row_writes += deleted
+    deleted, written = queries.clear_session(ctx.conn, session_id)
+    ctx.row_writes += written
     ctx.set_tail(session_id, Tail(None, 1))
     return deleted
