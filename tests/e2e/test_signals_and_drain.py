@@ -225,6 +225,43 @@ def test_a_drain_ends_open_reflection_streams_and_stops(tmp_path: Path, stopped_
     assert "sessions-server stopped" in lines.text
 
 
+@pytest.mark.parametrize("run", range(3))
+def test_a_drain_ends_a_reflection_stream_while_its_answers_are_being_sent(
+    tmp_path: Path, stopped_after: list[ServerProcess], run: int
+) -> None:
+    """The drain ended a reflection stream by cancelling its task: a cancel that came while gRPC
+    sent an answer (80 KB each here, 200 asked for, the caller not reading yet) landed in gRPC's
+    code, which dropped the call without a status, and the caller waited out --drain-seconds
+    (a CI run: 300 s). Now the stream's answers in flight arrive, then UNAVAILABLE. Where the
+    cancel landed was down to timing: on that code a run failed about half the time, hence
+    three."""
+    server, _ = _started(tmp_path / "data", *LONG_DRAIN)
+    stopped_after.append(server)
+    release = threading.Event()
+
+    def requests() -> Iterator[reflection_pb2.ServerReflectionRequest]:
+        for _ in range(200):
+            yield reflection_pb2.ServerReflectionRequest(file_containing_symbol="sessions.v1.SessionService")
+        release.wait(DEADLINE_SECONDS)
+
+    channel = grpc.insecure_channel(server.address)
+    try:
+        stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+        stream = stub.ServerReflectionInfo(requests(), timeout=DEADLINE_SECONDS)
+        assert next(stream).file_descriptor_response.file_descriptor_proto
+        assert server.proc is not None
+        server.proc.send_signal(signal.SIGTERM)
+        with pytest.raises(grpc.RpcError) as ended:
+            for _ in stream:
+                pass
+        assert ended.value.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
+        assert "shutting down" in (ended.value.details() or "")  # type: ignore[attr-defined]
+        assert _exit_code(server) == 0
+    finally:
+        release.set()
+        channel.close()
+
+
 def test_health_watches_stay_until_the_calls_in_flight_finish_and_the_port_stays_open(
     tmp_path: Path, stopped_after: list[ServerProcess]
 ) -> None:

@@ -107,38 +107,52 @@ class EndableStreams:
     """Bidirectional streams (reflection's) that a drain ends: a caller's tool (grpcurl's
     shell, a GUI) may hold one open between its requests for as long as it runs, and gRPC's
     stop waited out the whole drain for it (10 s by default, with no call in flight). Ended,
-    a stream is answered UNAVAILABLE, reason DRAINING, as the other calls of a drain."""
+    a stream is answered UNAVAILABLE, reason DRAINING, as the other calls of a drain.
+
+    The end is a signal the stream's handler waits on beside its next response, not a cancel
+    of the call's task: a cancel that came while gRPC was sending a response landed in gRPC's
+    own code, which dropped the call without a status, and the caller waited out the drain."""
 
     def __init__(self) -> None:
-        self._open: set[asyncio.Task[Any]] = set()
-        self._ended: set[asyncio.Task[Any]] = set()
+        self._ending = asyncio.Event()
 
     def stream_stream(self, handler: Handler) -> Handler:
         inner: Any = handler.stream_stream
 
         async def endable(requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
-            task = asyncio.current_task()
-            assert task is not None
-            self._open.add(task)
+            responses = aiter(inner(requests, context))
+            ending = asyncio.ensure_future(self._ending.wait())
+            following: asyncio.Future[Any] | None = None
             try:
-                async for response in inner(requests, context):
+                while True:
+                    following = asyncio.ensure_future(anext(responses))
+                    await asyncio.wait({following, ending}, return_when=asyncio.FIRST_COMPLETED)
+                    if not following.done():
+                        await _cancelled(following)
+                        await abort(context, Unavailable("the server is shutting down; retry on a new connection"))
+                    try:
+                        response = following.result()
+                    except StopAsyncIteration:
+                        return
                     yield response
-            except asyncio.CancelledError:
-                if task not in self._ended:
-                    raise
-                task.uncancel()
-                await abort(context, Unavailable("the server is shutting down; retry on a new connection"))
             finally:
-                self._open.discard(task)
-                self._ended.discard(task)
+                ending.cancel()
+                if following is not None and not following.done():  # the caller went first
+                    following.cancel()
 
         return grpc.stream_stream_rpc_method_handler(endable, handler.request_deserializer, handler.response_serializer)
 
     def end(self) -> None:
-        """Ends every stream open now."""
-        for task in self._open:
-            self._ended.add(task)
-            task.cancel()
+        """Ends every stream open now, and any opened from now on."""
+        self._ending.set()
+
+
+async def _cancelled(step: asyncio.Future[Any]) -> None:
+    """Cancels a stream's step and waits for it to end: the handler's reads stop before the call
+    is answered."""
+    step.cancel()
+    with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration, grpc.RpcError):
+        await step
 
 
 class HealthServicer(health.aio.HealthServicer):  # type: ignore[misc,name-defined]
