@@ -89,12 +89,14 @@ def test_a_0_23_file_gains_content_hash_and_identical_update_stamps_it(
     assert (row["seq"], row["parent_id"]) == (3, "m1")
 
 
-def _file_of_an_older_server(path: Path, object_key: str, rows: list[tuple[Any, ...]]) -> None:
-    """This service's own file from before `_sessions_messages_by_parent`: every other object."""
+def _file_of_an_older_server(
+    path: Path, object_key: str, rows: list[tuple[Any, ...]], missing: str = "_sessions_messages_by_parent"
+) -> None:
+    """This service's own file from before the index `missing`: every other object."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with closing(sqlite3.connect(path, isolation_level=None)) as conn:
         schema.initialize(conn, object_key)
-        conn.execute("DROP INDEX _sessions_messages_by_parent")
+        conn.execute(f"DROP INDEX {missing}")
         conn.executemany(
             """INSERT INTO cf_agents_session_messages (session_id, id, seq, parent_id, role, content, created_at)
                VALUES (?, ?, ?, ?, ?, ?, ?)""",
@@ -132,3 +134,21 @@ def test_a_file_without_the_parent_index_gains_it_on_open_and_keeps_its_rows(
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     assert client.object(object_key).session().delete_messages(["m1"]) == 1
     assert [(r["id"], r["parent_id"]) for r in message_rows(data_dir, object_key)] == [("m2", None), ("m3", None)]
+
+
+def test_a_file_without_the_attachment_reference_index_gains_it_on_open(
+    client: Any, live_server: Any, object_key: str
+) -> None:
+    data_dir = Path(live_server.data_dir)
+    path = object_file(data_dir, object_key)
+    _file_of_an_older_server(path, object_key, upstream_rows(), missing="_sessions_attachment_refs_by_hash")
+    before = message_rows(data_dir, object_key, None)
+    assert client.object(object_key).session().get_message("m1") is not None  # the first call opens the file
+    assert message_rows(data_dir, object_key, None) == before
+    with open_readonly(path) as conn:
+        (ddl,) = conn.execute(
+            "SELECT sql FROM sqlite_master WHERE type = 'index' AND name = '_sessions_attachment_refs_by_hash'"
+        ).fetchone()
+        assert normalized(ddl) == (
+            "CREATE INDEX _sessions_attachment_refs_by_hash ON cf_agents_session_attachment_refs (hash)"
+        )
