@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -326,15 +327,7 @@ def _reconcile_attachment_refs(conn: sqlite3.Connection, pointers: Callable[[str
         (import_checks.POINTER_PREFIX,),
     )
     for session_id, message_id, content, chunks in rows:
-        text = str(content)
-        if chunks:
-            text += "".join(
-                str(piece)
-                for (piece,) in conn.execute(
-                    "SELECT content FROM cf_agents_session_message_chunks WHERE session_id = ? AND id = ? ORDER BY idx",
-                    (session_id, message_id),
-                )
-            )
+        text = _stored_json(conn, session_id, message_id, content, chunks)
         named.update((str(session_id), str(message_id), digest) for digest in pointers(text))
     held = {
         (str(session_id), str(message_id), str(digest))
@@ -377,15 +370,7 @@ def _unstamp_mismatched_rows(conn: sqlite3.Connection) -> None:
         "WHERE content_hash IS NOT NULL"
     )
     for session_id, message_id, content, chunks, stamp in rows:
-        text = str(content)
-        if chunks:
-            text += "".join(
-                str(piece)
-                for (piece,) in conn.execute(
-                    "SELECT content FROM cf_agents_session_message_chunks WHERE session_id = ? AND id = ? ORDER BY idx",
-                    (session_id, message_id),
-                )
-            )
+        text = _stored_json(conn, session_id, message_id, content, chunks)
         digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
         if digest != stamp or not _holds_a_message(text):
             stale.append((session_id, message_id))
@@ -395,6 +380,20 @@ def _unstamp_mismatched_rows(conn: sqlite3.Connection) -> None:
             "UPDATE cf_agents_session_messages SET content_hash = NULL WHERE session_id = ? AND id = ?", stale
         )
         conn.execute("COMMIT")
+
+
+def _stored_json(conn: sqlite3.Connection, session_id: Any, message_id: Any, content: Any, chunks: Any) -> str:
+    """A message's stored JSON: its row's content, then its continuation rows'."""
+    text = str(content)
+    if chunks:
+        text += "".join(
+            str(piece)
+            for (piece,) in conn.execute(
+                "SELECT content FROM cf_agents_session_message_chunks WHERE session_id = ? AND id = ? ORDER BY idx",
+                (session_id, message_id),
+            )
+        )
+    return text
 
 
 def _holds_a_message(text: str) -> bool:
