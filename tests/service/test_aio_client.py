@@ -219,7 +219,7 @@ def test_aio_a_large_message_utf8_cannot_carry_raises_as_a_small_one_does(live_s
     async def scenario() -> None:
         async with SessionsClient(live_server.address) as client:
             session = client.object(object_key).session()
-            with pytest.raises(ValueError, match="lone UTF-16 surrogate"):
+            with pytest.raises(SessionsError, match="lone UTF-16 surrogate"):
                 await session.append_message(text)
             assert await session.get_message("a") is None
 

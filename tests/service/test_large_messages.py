@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from sessions_client import SessionsError
 from sessions_proto.v1 import sessions_pb2 as pb
 from tests.service.support import (
     FRAME_LIMIT_BYTES,
@@ -334,11 +335,11 @@ def test_the_python_client_reads_an_omitted_message_back_only_when_the_server_ch
 
 def test_a_large_message_utf8_cannot_carry_raises_as_a_small_one_does(client: Any, object_key: str) -> None:
     """A lone surrogate: a large write (UploadMessage, its pieces made as gRPC sends them) raised
-    UNKNOWN "Exception iterating requests!", a status no server sent. Both raise the client's
-    ValueError before anything is sent (`test_client_lone_surrogates`)."""
+    UNKNOWN "Exception iterating requests!", a status no server sent. Both are refused before
+    anything is sent (INVALID_JSON, `test_client_lone_surrogates`)."""
     session = client.object(object_key).session()
     for size in (10, 4 << 20):
         text = '{"id":"a","role":"user","parts":[{"type":"text","text":"' + "x" * size + '\ud800"}]}'
-        with pytest.raises(ValueError, match="lone UTF-16 surrogate"):
+        with pytest.raises(SessionsError, match="lone UTF-16 surrogate"):
             session.append_message(text)
     assert session.get_message("a") is None

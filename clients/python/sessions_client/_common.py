@@ -259,14 +259,17 @@ _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def to_json(message: Message | str) -> str:
-    """Messages may be given as dicts or as JSON text (sent byte for byte). Raises ValueError for
-    text holding a lone UTF-16 surrogate, which no UTF-8 request can carry (protobuf raised its
-    own UnicodeEncodeError, naming its internals)."""
+    """Messages may be given as dicts or as JSON text (sent byte for byte). Text holding a lone
+    UTF-16 surrogate, which no UTF-8 request can carry, is refused before sending as the
+    TypeScript and Go clients refuse it: SessionsError INVALID_ARGUMENT, reason INVALID_JSON
+    (protobuf raised its own UnicodeEncodeError, naming its internals)."""
     if isinstance(message, str):
-        if not message.isascii() and (lone := _LONE_SURROGATE.search(message)) is not None:
-            raise ValueError(
-                f"message JSON holds a lone UTF-16 surrogate (character {lone.start()}), which UTF-8 "
-                "cannot carry; escape it as \\uXXXX"
+        if not message.isascii() and _LONE_SURROGATE.search(message) is not None:
+            raise SessionsError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "message JSON holds a lone UTF-16 surrogate, which UTF-8 cannot carry; escape it as \\uXXXX",
+                "INVALID_JSON",
+                {},
             )
         return message
     text = json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
