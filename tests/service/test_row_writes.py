@@ -5,6 +5,7 @@ the delta one operation adds.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -146,3 +147,11 @@ def test_clearing_writes_messages_and_compactions(session: Any):
 def test_an_update_that_shrinks_a_message_writes_the_continuations_it_drops(session: Any):
     session.append_message(text_message("big", "x" * (4 * 1024 * 1024)))  # a row and two continuations
     assert writes(session, lambda: session.update_message(text_message("big", "tiny"))) == 3
+
+
+def test_bytes_sent_again_for_a_pointer_the_message_names_write_the_payload_rows(session: Any):
+    data = payload(1000, 7)
+    copied = {"type": "file", "mediaType": "image/png", "url": "attachment:sha256:" + hashlib.sha256(data).hexdigest()}
+    session.append_message(image_message("img", copied))  # a pointer-mode read of another object
+    # the payload's one chunk and its meta; the message and its reference stand
+    assert writes(session, lambda: session.append_message(image_message("img", file_part(data)))) == 2

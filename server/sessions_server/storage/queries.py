@@ -431,10 +431,9 @@ def insert_message(
     parent_id: str | None,
     created_at_ms: int,
 ) -> int | None:
-    """Writes a message unless its id is taken in the session: then it writes nothing but the
-    payloads it brings that stored messages name and the object lacks (`put_payloads`), and
-    returns None. Otherwise the rows written (what upstream's billing counts). The row goes
-    first, so a fresh id, the common case, costs no separate probe."""
+    """Writes a message unless its id is taken in the session: then it writes nothing, not even
+    payloads, and returns None. Otherwise the rows written (what upstream's billing counts).
+    The row goes first, so a fresh id, the common case, costs no separate probe."""
     check_inline_size(conn, row)
     inserted = conn.execute(
         _INSERT_MESSAGE_SQL,
@@ -452,8 +451,6 @@ def insert_message(
         ),
     ).rowcount
     if not inserted:
-        if row.payloads:
-            put_payloads(conn, session_id, row, named_only=True)
         return None
     written = put_payloads(conn, session_id, row) + len(row.slices)
     write_continuations(conn, session_id, row.id, row.slices)

@@ -1259,6 +1259,7 @@ def append_in(
         conn, session_id, row, seq=tail.next_seq, parent_id=parent_id, created_at_ms=created
     )
     if written is None:
+        _store_missing_payloads(ctx, session_id, row)
         existing = queries.get_message(conn, session_id, row.id)
         if existing is not None and stored_row_ok(existing):
             return AppendOutcome(False, existing.info, existing)
@@ -1330,6 +1331,8 @@ def update_in(ctx: WriteContext, session_id: str, row: NewRow) -> UpdateOutcome:
 
 
 def _store_missing_payloads(ctx: WriteContext, session_id: str, row: NewRow) -> None:
+    """Of a row not written (its id taken, or unchanged): the payloads it brings that stored
+    messages name and the object lacks (their pointers written before their bytes)."""
     if row.payloads:
         ctx.row_writes += queries.put_payloads(ctx.conn, session_id, row, named_only=True)
 
@@ -1356,12 +1359,14 @@ def import_in(
     ctx: WriteContext, session_id: str, row: NewRow, parent_id: str | None, created_at_ms: int
 ) -> RowInfo | None:
     """Imports one row verbatim unless its id exists (None); the imported row becomes the tail.
-    An existing id stores nothing at all, not even payloads (upstream leaves orphans; §9)."""
+    An existing id stores only payloads stored messages name and the object lacks, none that
+    nobody names (upstream leaves those as orphans; §9)."""
     tail = ctx.tail(session_id)
     written = queries.insert_message(
         ctx.conn, session_id, row, seq=tail.next_seq, parent_id=parent_id, created_at_ms=created_at_ms
     )
     if written is None:
+        _store_missing_payloads(ctx, session_id, row)
         return None
     ctx.row_writes += written
     ctx.set_tail(session_id, Tail(row.id, tail.next_seq + 1))
