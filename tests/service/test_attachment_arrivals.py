@@ -11,6 +11,7 @@ when its one referencing message went, the second kept payloads for good."""
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -19,11 +20,13 @@ import pytest
 
 from sessions_client import SessionsClient
 from sessions_client.admin import export_file, import_file
+from tests.conftest import start_server
 from tests.service.test_attachments import (
     assert_no_payloads,
     file_part,
     image_message,
     meta_rows,
+    object_path,
     payload,
     pointer,
     refs,
@@ -68,7 +71,7 @@ def test_a_repeated_id_bringing_bytes_no_message_names_stores_none(
 def test_an_imported_file_gains_the_references_its_messages_name_and_loses_payloads_none_names(
     client: SessionsClient, object_key: str, data_dir: Path, tmp_path: Path
 ) -> None:
-    data, orphan = payload(4000, 54), payload(3000, 55)
+    data, orphan, stale = payload(4000, 54), payload(3000, 55), payload(2000, 57)
     session = client.object(object_key).session()
     session.append_message(image_message("holder", file_part(data)))
     session.append_message(image_message("copy", _copied_pointer(data)))
@@ -83,6 +86,18 @@ def test_an_imported_file_gains_the_references_its_messages_name_and_loses_paylo
         conn.execute(
             "INSERT INTO cf_agents_session_attachment_chunks (hash, idx, data) VALUES (?, 0, ?)", (sha(orphan), orphan)
         )
+        # and one named only by a reference of a message long gone
+        conn.execute(
+            "INSERT INTO cf_agents_session_attachment_meta (hash, bytes, media_type, chunks) VALUES (?, ?, ?, 1)",
+            (sha(stale), len(stale), "image/png"),
+        )
+        conn.execute(
+            "INSERT INTO cf_agents_session_attachment_chunks (hash, idx, data) VALUES (?, 0, ?)", (sha(stale), stale)
+        )
+        conn.execute(
+            "INSERT INTO cf_agents_session_attachment_refs (session_id, message_id, hash) VALUES ('', 'gone', ?)",
+            (sha(stale),),
+        )
     imported_key = object_key + "-imported"
     import_file(client, imported_key, exported)
     assert refs(data_dir, imported_key) == {("", "holder", sha(data)), ("", "copy", sha(data))}
@@ -90,3 +105,31 @@ def test_an_imported_file_gains_the_references_its_messages_name_and_loses_paylo
     imported = client.object(imported_key).session()
     imported.delete_messages(["holder"])
     assert imported.get_message("copy") == image_message("copy", file_part(data))
+
+
+def test_an_object_an_older_server_kept_gains_the_references_its_messages_name_on_open(tmp_path: Path) -> None:
+    """A file from before the reference index (an older server's, which may hold an upstream
+    0.24 import short of references) has its references rebuilt as it is upgraded on open: the
+    import's rebuild alone left objects already in a data directory losing the bytes a message
+    named when the one message holding a reference went (review, session 52)."""
+    data = payload(4000, 56)
+    server = start_server(tmp_path / "data")
+    try:
+        with SessionsClient(server.address, retry=None) as client:
+            session = client.object("legacy").session()
+            session.append_message(image_message("holder", file_part(data)))
+            session.append_message(image_message("copy", _copied_pointer(data)))
+    finally:
+        server.stop()
+    with contextlib.closing(sqlite3.connect(object_path(tmp_path / "data", "legacy"))) as conn, conn:
+        conn.execute("DELETE FROM cf_agents_session_attachment_refs WHERE message_id = 'copy'")
+        conn.execute("DROP INDEX _sessions_attachment_refs_by_hash")
+    server = start_server(tmp_path / "data")
+    try:
+        with SessionsClient(server.address, retry=None) as client:
+            session = client.object("legacy").session()
+            session.delete_messages(["holder"])
+            assert session.get_message("copy") == image_message("copy", file_part(data))
+        assert refs(tmp_path / "data", "legacy") == {("", "copy", sha(data))}
+    finally:
+        server.stop()

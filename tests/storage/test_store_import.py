@@ -52,7 +52,9 @@ def _store(path: Path, table: str, column: str, text: object) -> Path:
             "seq": 1,
             "parent_id": "m0",
             "role": "user",
-            "content": '{"id":"m1","role":"user","parts":[]}',
+            # It names the attachment: an import drops payloads no message names.
+            "content": '{"id":"m1","role":"user","parts":[{"type":"file","mediaType":"image/png",'
+            f'"url":"attachment:sha256:{hashlib.sha256(PAYLOAD).hexdigest()}"}}]}}',
             "created_at": 1,
         },
         COMPACTIONS: {

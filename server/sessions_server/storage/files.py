@@ -18,7 +18,6 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import orjson
 
@@ -172,6 +171,7 @@ def import_store_file(
                 # would replace an object's messages with none. Every store has tables once opened.
                 raise StoreImportError(f"{source} is an empty database (no tables): not a store")
             dst.isolation_level = None
+            had_refs_index = schema.holds(dst, schema.REFS_BY_HASH_INDEX)
             if schema.table_exists(dst, "_sessions_meta"):  # the copy takes the new key
                 dst.execute("DELETE FROM _sessions_meta WHERE key = 'object_key'")
             schema.initialize(dst, object_key)
@@ -181,7 +181,10 @@ def import_store_file(
             import_checks.check_attachments(dst)
             if read_back is not None:
                 _check_read_back_sizes(dst, read_back)
-                _reconcile_attachment_refs(dst, read_back.pointers)
+            if had_refs_index:  # else the upgrade in `initialize` rebuilt them
+                dst.execute("BEGIN")
+                queries.reconcile_attachment_refs(dst)
+                dst.execute("COMMIT")
             _unstamp_mismatched_rows(dst)
             queries.backfill_partial_index(dst)
     except sqlite3.DatabaseError as exc:
@@ -314,46 +317,6 @@ def _check_column_types(conn: sqlite3.Connection) -> None:
                 )
 
 
-def _reconcile_attachment_refs(conn: sqlite3.Connection, pointers: Callable[[str], Sequence[str]]) -> None:
-    """Makes the file's attachment references say which messages name which payloads, and drops
-    the payloads none names. A payload goes when its last reference does: upstream's files
-    before 0.32 lack the references of pointers a message was written with (deleting the message
-    that held one would drop the bytes another still names), and its duplicate imports leave
-    payloads no message names, which nothing would ever drop."""
-    named: set[tuple[str, str, str]] = set()
-    rows = conn.execute(
-        "SELECT session_id, id, content, content_chunks FROM cf_agents_session_messages "
-        "WHERE content_chunks > 0 OR instr(content, ?) > 0",
-        (import_checks.POINTER_PREFIX,),
-    )
-    for session_id, message_id, content, chunks in rows:
-        text = _stored_json(conn, session_id, message_id, content, chunks)
-        named.update((str(session_id), str(message_id), digest) for digest in pointers(text))
-    held = {
-        (str(session_id), str(message_id), str(digest))
-        for session_id, message_id, digest in conn.execute(
-            "SELECT session_id, message_id, hash FROM cf_agents_session_attachment_refs"
-        )
-    }
-    missing = named - held
-    gaining = {digest for _, _, digest in missing}
-    unreferenced = conn.execute(
-        "SELECT hash FROM cf_agents_session_attachment_meta AS meta WHERE NOT EXISTS "
-        "(SELECT 1 FROM cf_agents_session_attachment_refs AS refs WHERE refs.hash = meta.hash)"
-    ).fetchall()
-    dropped = [str(digest) for (digest,) in unreferenced if str(digest) not in gaining]
-    if not missing and not dropped:
-        return
-    conn.execute("BEGIN")
-    conn.executemany(
-        "INSERT INTO cf_agents_session_attachment_refs (session_id, message_id, hash) VALUES (?, ?, ?)", sorted(missing)
-    )
-    for digest in dropped:
-        conn.execute("DELETE FROM cf_agents_session_attachment_chunks WHERE hash = ?", (digest,))
-        conn.execute("DELETE FROM cf_agents_session_attachment_meta WHERE hash = ?", (digest,))
-    conn.execute("COMMIT")
-
-
 def _unstamp_mismatched_rows(conn: sqlite3.Connection) -> None:
     """Clears the digest of each message row whose content it does not match, or whose content
     is not a message.
@@ -370,7 +333,7 @@ def _unstamp_mismatched_rows(conn: sqlite3.Connection) -> None:
         "WHERE content_hash IS NOT NULL"
     )
     for session_id, message_id, content, chunks, stamp in rows:
-        text = _stored_json(conn, session_id, message_id, content, chunks)
+        text = queries.stored_json_of(conn, session_id, message_id, content, chunks)
         digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
         if digest != stamp or not _holds_a_message(text):
             stale.append((session_id, message_id))
@@ -380,20 +343,6 @@ def _unstamp_mismatched_rows(conn: sqlite3.Connection) -> None:
             "UPDATE cf_agents_session_messages SET content_hash = NULL WHERE session_id = ? AND id = ?", stale
         )
         conn.execute("COMMIT")
-
-
-def _stored_json(conn: sqlite3.Connection, session_id: Any, message_id: Any, content: Any, chunks: Any) -> str:
-    """A message's stored JSON: its row's content, then its continuation rows'."""
-    text = str(content)
-    if chunks:
-        text += "".join(
-            str(piece)
-            for (piece,) in conn.execute(
-                "SELECT content FROM cf_agents_session_message_chunks WHERE session_id = ? AND id = ? ORDER BY idx",
-                (session_id, message_id),
-            )
-        )
-    return text
 
 
 def _holds_a_message(text: str) -> bool:

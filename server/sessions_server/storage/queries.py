@@ -800,6 +800,86 @@ def _check_grown(conn: sqlite3.Connection, session_id: str, message_id: str, row
         raise InlineTooLarge(row.id, inline, row.max_inline_bytes, grown=(session_id, message_id))
 
 
+_POINTER_TEXT = re.compile(r"attachment:sha256:([0-9a-f]{64})")
+_FULL_POINTER = re.compile(r"attachment:sha256:([0-9a-f]{64})\Z")
+
+
+def named_hashes(stored_json: str) -> set[str]:
+    """Every attachment hash a message's stored JSON could name: each pointer's text anywhere in
+    it, escapes undone. More than a read restores (that looks at media records' `url` and
+    `data` only, above a depth): a reference kept for one of the others keeps a payload alive
+    while its message is, never drops one a message needs."""
+    if "\\u" not in stored_json:
+        return set(_POINTER_TEXT.findall(stored_json))
+    try:
+        value = json.loads(stored_json)
+    except (ValueError, RecursionError):
+        return set(_POINTER_TEXT.findall(stored_json))
+    found: set[str] = set()
+    pending = [value]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, str):
+            if (match := _FULL_POINTER.match(node)) is not None:
+                found.add(match.group(1))
+        elif isinstance(node, dict):
+            pending.extend(node.keys())
+            pending.extend(node.values())
+        elif isinstance(node, list):
+            pending.extend(node)
+    return found
+
+
+def stored_json_of(conn: sqlite3.Connection, session_id: Any, message_id: Any, content: Any, chunks: Any) -> str:
+    """A message's stored JSON: its row's content, then its continuation rows'."""
+    text = str(content)
+    if chunks:
+        text += "".join(
+            str(piece)
+            for (piece,) in conn.execute(
+                "SELECT content FROM cf_agents_session_message_chunks WHERE session_id = ? AND id = ? ORDER BY idx",
+                (session_id, message_id),
+            )
+        )
+    return text
+
+
+def reconcile_attachment_refs(conn: sqlite3.Connection) -> None:
+    """Makes the attachment references say which messages name which payloads (`named_hashes`),
+    and drops the payloads none names, inside the caller's transaction. For files this
+    service's writes did not keep: upstream's before 0.32 lack the references of pointers a
+    message was written with (deleting the one message holding a reference dropped bytes
+    another still named), its duplicate imports leave payloads nothing names, and references of
+    messages gone or changed would keep payloads for good."""
+    named: set[tuple[str, str, str]] = set()
+    rows = conn.execute(
+        "SELECT session_id, id, content, content_chunks FROM cf_agents_session_messages "
+        "WHERE content_chunks > 0 OR instr(content, 'attachment:sha256:') > 0"
+    )
+    for session_id, message_id, content, chunks in rows.fetchall():
+        text = stored_json_of(conn, session_id, message_id, content, chunks)
+        named.update((str(session_id), str(message_id), digest) for digest in named_hashes(text))
+    held = {
+        (str(s), str(m), str(h))
+        for s, m, h in conn.execute("SELECT session_id, message_id, hash FROM cf_agents_session_attachment_refs")
+    }
+    conn.executemany(
+        "DELETE FROM cf_agents_session_attachment_refs WHERE session_id = ? AND message_id = ? AND hash = ?",
+        sorted(held - named),
+    )
+    conn.executemany(
+        "INSERT INTO cf_agents_session_attachment_refs (session_id, message_id, hash) VALUES (?, ?, ?)",
+        sorted(named - held),
+    )
+    unreferenced = conn.execute(
+        "SELECT hash FROM cf_agents_session_attachment_meta AS meta WHERE NOT EXISTS "
+        "(SELECT 1 FROM cf_agents_session_attachment_refs AS refs WHERE refs.hash = meta.hash)"
+    ).fetchall()
+    for (digest,) in unreferenced:
+        conn.execute("DELETE FROM cf_agents_session_attachment_chunks WHERE hash = ?", (digest,))
+        conn.execute("DELETE FROM cf_agents_session_attachment_meta WHERE hash = ?", (digest,))
+
+
 def add_refs(conn: sqlite3.Connection, session_id: str, message_id: str, hashes: Iterable[str]) -> int:
     written = 0
     for digest in hashes:

@@ -14,7 +14,12 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 
-from sessions_server.storage.queries import FTS_LOOKUP_DDL, message_text_sql, use_json_text_function
+from sessions_server.storage.queries import (
+    FTS_LOOKUP_DDL,
+    message_text_sql,
+    reconcile_attachment_refs,
+    use_json_text_function,
+)
 from sessions_server.storage.rows import NewerFileFormat, ObjectDamaged, shortened
 
 # New files get 16 KiB pages: at 4 KiB, upstream's ~1 KB WITHOUT ROWID rows spill to overflow
@@ -125,6 +130,7 @@ TABLES_DDL = (
     # unreferenced here. Without it, both read every reference in the object.
     """CREATE INDEX IF NOT EXISTS _sessions_attachment_refs_by_hash ON cf_agents_session_attachment_refs (hash)""",
 )
+REFS_BY_HASH_INDEX = "_sessions_attachment_refs_by_hash"
 EXPECTED_OBJECTS = frozenset(
     {
         "cf_agents_session_messages",
@@ -243,6 +249,10 @@ def initialize(conn: sqlite3.Connection, object_key: str) -> None:
                     "INSERT OR REPLACE INTO _cf_KV (key, value) VALUES (?, ?)",
                     (SCHEMA_VERSION_KEY, SCHEMA_VERSION_1),
                 )
+        if names and REFS_BY_HASH_INDEX not in names:
+            # Upstream's file, or one an older server kept (and imported from upstream): its
+            # references may be short of what its messages name, or name what is gone.
+            reconcile_attachment_refs(conn)
         conn.execute("COMMIT")
     except BaseException:
         # A failed COMMIT (a full disk) may have ended the transaction already: a bare ROLLBACK
@@ -370,6 +380,11 @@ def decode_v8_small_int(data: bytes) -> int:
     if tag == 0x49:
         value = (value >> 1) ^ -(value & 1)
     return value
+
+
+def holds(conn: sqlite3.Connection, name: str) -> bool:
+    """Whether the schema holds anything (table, index, ...) named `name`."""
+    return conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (name,)).fetchone() is not None
 
 
 def table_exists(conn: sqlite3.Connection, name: str) -> bool:
