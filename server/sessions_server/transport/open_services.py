@@ -137,14 +137,22 @@ class EndableStreams:
                     yield response
             finally:
                 ending.cancel()
-                if following is not None and not following.done():  # the caller went first
+                if following is not None:  # the caller went first: its outcome is nobody's
                     following.cancel()
+                    following.add_done_callback(_outcome_taken)
 
         return grpc.stream_stream_rpc_method_handler(endable, handler.request_deserializer, handler.response_serializer)
 
     def end(self) -> None:
         """Ends every stream open now, and any opened from now on."""
         self._ending.set()
+
+
+def _outcome_taken(step: asyncio.Future[Any]) -> None:
+    """Takes a step's outcome that no one awaits (the stream's end, its error): asyncio logs an
+    exception never retrieved at ERROR, with its traceback, for each cancelled stream."""
+    if not step.cancelled():
+        step.exception()
 
 
 async def _cancelled(step: asyncio.Future[Any]) -> None:
