@@ -13,6 +13,7 @@ import grpc
 import pytest
 
 from sessions_client import SessionsClient, SessionsError, aio
+from sessions_client._common import Connection
 from tests.conftest import LiveServer
 
 
@@ -144,3 +145,16 @@ def test_a_call_through_a_channel_its_owner_closed_raises_sessions_error(live_se
             "the channel the client calls through is closed",
         )
     assert notices == []
+
+
+def test_a_close_is_not_stopped_by_a_wait_whose_event_loop_is_gone() -> None:
+    """A wait to try a call again, left pending in an event loop that was then closed: the
+    close that ends such waits raised "Event loop is closed", and the channel stayed open
+    (review, session 52)."""
+    connection = Connection()  # what a client and its views share
+    loop = asyncio.new_event_loop()
+    waiting = loop.create_task(connection.pause_async(3600))
+    loop.run_until_complete(asyncio.sleep(0))  # the wait has begun
+    loop.close()
+    connection.close()
+    assert connection.closed and not waiting.done()  # its loop never runs again

@@ -44,6 +44,7 @@ def _ephemeral_ports() -> range:
 # starts anything on them, and two draws of one port then put two servers on it (HAProxy binds
 # with SO_REUSEPORT; one that could not bind left the proxy's clients talking to a shard).
 _HANDED_OUT: set[int] = set()
+_HANDING_OUT = threading.Lock()
 
 
 def free_port() -> int:
@@ -54,15 +55,16 @@ def free_port() -> int:
     connection, to a bind to port 0) could be taken between this check and the server's bind,
     which a port outside that range cannot, except by another process drawing ports this way."""
     ephemeral = _ephemeral_ports()
-    candidates = [port for port in range(20000, 32768) if port not in ephemeral and port not in _HANDED_OUT]
-    for port in random.sample(candidates, min(200, len(candidates))):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        _HANDED_OUT.add(port)
-        return port
+    with _HANDING_OUT:
+        candidates = [port for port in range(20000, 32768) if port not in ephemeral and port not in _HANDED_OUT]
+        for port in random.sample(candidates, min(200, len(candidates))):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                try:
+                    sock.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            _HANDED_OUT.add(port)
+            return port
     raise AssertionError("no free port found below the ephemeral range from 20000")
 
 
@@ -238,7 +240,8 @@ class Proxy:
     def start(self) -> Proxy:
         # Otherwise the wait below would take that listener for the proxy, and a proxy that could
         # not bind would leave its clients talking to whatever holds the port.
-        assert not port_open(self.port), f"something already listens on {self.kind}'s port {self.port}"
+        if port_open(self.port):
+            raise AssertionError(f"something already listens on {self.kind}'s port {self.port}")
         self._write_conf(self.servers)
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(self._command(), stdout=out, stderr=subprocess.STDOUT)

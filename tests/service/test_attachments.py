@@ -222,9 +222,11 @@ LONGEST_MEDIA_TYPE = 1024  # bytes: ReadAttachment sends the type beside the byt
         pytest.param("image/" + "x" * 5_000_000, id="five-mb"),
         # No UTF-8 form, so no text SQLite holds: storing it failed every write (INTERNAL).
         pytest.param("image/p\ud800ng", id="lone-surrogate"),
-        # A comma ends a data URL's header, and URL readers drop control characters: the data
-        # URL a read rebuilt said other bytes (`data:image/png;base64,QUFB;base64,<payload>`).
+        # A comma ends a data URL's header, a `#` starts its fragment, and URL readers drop
+        # control characters: the data URL a read rebuilt said other bytes
+        # (`data:image/png;base64,QUFB;base64,<payload>`).
         pytest.param("image/png;base64,QUFB", id="comma"),
+        pytest.param("image/png#x", id="fragment"),  # the bytes went into the URL's fragment
         pytest.param("image/png\nx", id="newline"),
         pytest.param("image/png\x00x", id="nul"),
     ],

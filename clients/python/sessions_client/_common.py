@@ -4,6 +4,7 @@ and the one exception type raised for every failed call."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import sys
@@ -809,7 +810,8 @@ class Connection:
         self.closed = True
         self._closing.set()
         for waiter in list(self._async_waits):
-            waiter.get_loop().call_soon_threadsafe(_end_wait, waiter)
+            with contextlib.suppress(RuntimeError):  # its loop closed: nothing waits there any more
+                waiter.get_loop().call_soon_threadsafe(_end_wait, waiter)
 
     def pause(self, seconds: float) -> None:
         """Waits `seconds`, or until the close."""
@@ -817,14 +819,13 @@ class Connection:
 
     async def pause_async(self, seconds: float) -> None:
         """Waits `seconds`, or until the close (asyncio)."""
-        if self.closed:
-            return
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[None] = loop.create_future()
+        self._async_waits.add(waiter)  # before the look at `closed`: a close between is not missed
         timer = loop.call_later(seconds, _end_wait, waiter)
-        self._async_waits.add(waiter)
         try:
-            await waiter
+            if not self.closed:
+                await waiter
         finally:
             timer.cancel()
             self._async_waits.discard(waiter)

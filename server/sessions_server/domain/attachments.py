@@ -126,13 +126,13 @@ def _storable_media_type(media_type: str) -> bool:
     """Whether an attachment can be stored under `media_type`: not too long, text SQLite can
     hold, and one a data URL can carry. A lone surrogate (a JSON escape such as \\ud800) has no
     UTF-8 form: the media stays inline, in the message's JSON, which keeps the escape (storing it
-    failed the write, INTERNAL). A comma ends a data URL's header and a control character is
-    dropped from URLs by their readers: `image/png;base64,QUFB` read back as
-    `data:image/png;base64,QUFB;base64,<payload>`, other bytes, for every message naming the
-    payload under any type (the first type stored is every reader's)."""
+    failed the write, INTERNAL). A comma ends a data URL's header, a `#` starts its fragment,
+    and a control character is dropped from URLs by their readers: `image/png;base64,QUFB` read
+    back as `data:image/png;base64,QUFB;base64,<payload>`, other bytes, for every message naming
+    the payload under any type (the first type stored is every reader's)."""
     if len(media_type) > MAX_MEDIA_TYPE_BYTES // 4 and utf8_length(media_type) > MAX_MEDIA_TYPE_BYTES:
         return False
-    if "," in media_type or _CONTROL_RE.search(media_type):
+    if "," in media_type or "#" in media_type or _CONTROL_RE.search(media_type):
         return False
     if media_type.isascii():
         return True

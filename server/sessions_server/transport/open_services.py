@@ -111,7 +111,8 @@ class EndableStreams:
 
     The end is a signal the stream's handler waits on beside its next response, not a cancel
     of the call's task: a cancel that came while gRPC was sending a response landed in gRPC's
-    own code, which dropped the call without a status, and the caller waited out the drain."""
+    own code, which dropped the call without a status, and the caller waited out the drain.
+    A response being sent is sent first: a caller that takes none is ended by gRPC's stop."""
 
     def __init__(self) -> None:
         self._ending = asyncio.Event()
