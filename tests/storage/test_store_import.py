@@ -19,6 +19,7 @@ from sessions_server.storage import files, schema
 from sessions_server.storage.paths import object_path
 from sessions_server.storage.registry import ObjectRegistry
 from sessions_server.storage.rows import Parent
+from tests.storage.upstream_schema import write_upstream_store
 
 MESSAGES = "cf_agents_session_messages"
 COMPACTIONS = "cf_agents_session_compactions"
@@ -479,3 +480,29 @@ def test_a_file_whose_name_holds_uri_characters_is_read_as_itself(tmp_path: Path
     assert files.count_message_rows(snapshot) == 2
     strays = [p.name for p in tmp_path.iterdir() if p != data_dir and not p.name.startswith(name)]
     assert strays == []  # no database made at a path cut short
+
+
+def test_an_upstream_store_of_4_kib_pages_is_installed_with_the_servers_pages_and_replaces_in_place(
+    tmp_path: Path,
+) -> None:
+    """An imported file of another page size stopped Litestream replicating its object for good
+    ("unaligned wal offset" on every sync), and one at the same path after an erase (Litestream
+    audit, session 52); and it replaced an object by renaming the file. Imports now take the
+    server's 16 KiB pages: the object's file keeps its inode when replaced again."""
+    rows = [
+        ("", f"m{i}", i, f"m{i - 1}" if i else None, "user", f'{{"id":"m{i}","role":"user","parts":[]}}', i)
+        for i in range(50)
+    ]
+    upstream = tmp_path / "upstream.sqlite"
+    write_upstream_store(upstream, rows, page_size=4096)
+    data_dir = tmp_path / "data"
+    target = files.import_store_file(upstream, "k", data_dir)
+    with contextlib.closing(sqlite3.connect(target)) as conn:
+        assert conn.execute("PRAGMA page_size").fetchone()[0] == schema.NEW_FILE_PAGE_SIZE
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        stored = conn.execute("SELECT id, content FROM cf_agents_session_messages ORDER BY seq").fetchall()
+    assert stored == [(row[1], row[5]) for row in rows]
+    inode = target.stat().st_ino
+    assert files.import_store_file(upstream, "k", data_dir, replace=True) == target
+    assert target.stat().st_ino == inode  # its pages written in place, through SQLite

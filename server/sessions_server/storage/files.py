@@ -171,6 +171,7 @@ def import_store_file(
                 # would replace an object's messages with none. Every store has tables once opened.
                 raise StoreImportError(f"{source} is an empty database (no tables): not a store")
             dst.isolation_level = None
+            _take_server_pages(dst)
             had_refs_index = schema.holds(dst, schema.REFS_BY_HASH_INDEX)
             if schema.table_exists(dst, "_sessions_meta"):  # the copy takes the new key
                 dst.execute("DELETE FROM _sessions_meta WHERE key = 'object_key'")
@@ -226,6 +227,19 @@ def import_store_file(
     # this, and a move then deletes the source.
     sync_directories(target.parent, data_dir)
     return target
+
+
+def _take_server_pages(conn: sqlite3.Connection) -> None:
+    """Rewrites a staged copy to the page size of the files this server makes (upstream's are of
+    4 KiB). A file of another page size at an object's path stopped Litestream replicating that
+    object for good (every sync: "unaligned wal offset"), the one installed here and any made
+    at that path after an erase; and it could not replace an object in place. SQLite changes
+    a file's page size only outside WAL mode, by a VACUUM; `initialize` turns WAL back on."""
+    if conn.execute("PRAGMA page_size").fetchone()[0] == schema.NEW_FILE_PAGE_SIZE:
+        return
+    conn.execute("PRAGMA journal_mode = DELETE")
+    conn.execute(f"PRAGMA page_size = {schema.NEW_FILE_PAGE_SIZE}")
+    conn.execute("VACUUM")
 
 
 def _replace_in_place(staged: Path, target: Path) -> bool:
