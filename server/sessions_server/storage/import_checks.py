@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from sessions_server.storage import queries, schema
 from sessions_server.storage.rows import NewerFileFormat, shortened
 
-POINTER_PREFIX = "attachment:sha256:"
+_POINTER_PREFIX = "attachment:sha256:"
 _HASH = re.compile(r"[0-9a-f]{64}\Z")
 _CHECK_CONSTRAINT = re.compile(r"\bcheck\s*\(", re.IGNORECASE)
 _COLLATE = re.compile(r"\bcollate\b", re.IGNORECASE)
@@ -159,8 +159,8 @@ def _scan(pieces: Iterable[str]) -> tuple[int, bool]:
     for piece in pieces:
         stored += len(piece.encode("utf-8", "surrogatepass"))
         if not named:
-            named = POINTER_PREFIX in carried + piece[: len(POINTER_PREFIX)] or POINTER_PREFIX in piece
-            carried = piece[-(len(POINTER_PREFIX) - 1) :]
+            named = _POINTER_PREFIX in carried + piece[: len(_POINTER_PREFIX)] or _POINTER_PREFIX in piece
+            carried = piece[-(len(_POINTER_PREFIX) - 1) :]
     return stored, named
 
 
