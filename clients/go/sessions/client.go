@@ -18,6 +18,7 @@ package sessions
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -45,6 +46,10 @@ type Client struct {
 	// retries is the stub's retrying connection, nil when retries are off; a call whose request
 	// the connection cannot replay (ImportMessages) runs its own attempts through it.
 	retries *retryConn
+	// closing is closed by Close of a connection the client owns: whatever waits to try again
+	// (a retried call, a subscription's reconnection) ends then instead of after its wait.
+	closing   chan struct{}
+	closeOnce sync.Once
 }
 
 // DialOption configures Dial.
@@ -134,7 +139,7 @@ func Dial(ctx context.Context, target string, opts ...DialOption) (*Client, erro
 	if err := ctx.Err(); err != nil {
 		return nil, toError(err)
 	}
-	client := &Client{conn: cfg.conn, callTimeout: cfg.callTimeout, token: cfg.token}
+	client := &Client{conn: cfg.conn, callTimeout: cfg.callTimeout, token: cfg.token, closing: make(chan struct{})}
 	if client.conn == nil {
 		creds := cfg.creds
 		if creds == nil {
@@ -161,7 +166,7 @@ func Dial(ctx context.Context, target string, opts ...DialOption) (*Client, erro
 	}
 	var cc grpc.ClientConnInterface = client.conn
 	if policy := cfg.retry.normalized(); policy.MaxAttempts > 1 {
-		client.retries = &retryConn{cc: client.conn, policy: policy, observe: cfg.retryObserver, closing: make(chan struct{})}
+		client.retries = &retryConn{cc: client.conn, policy: policy, observe: cfg.retryObserver, closing: client.closing}
 		cc = client.retries
 	}
 	client.stub = pb.NewSessionServiceClient(cc)
@@ -190,12 +195,11 @@ func waitReady(ctx context.Context, conn *grpc.ClientConn) error {
 	}
 }
 
-// Close closes the connection (unless it was passed in with WithConn).
+// Close closes the connection (unless it was passed in with WithConn). Calls waiting to be tried
+// again and subscriptions waiting to reconnect end at once, with CANCELLED.
 func (c *Client) Close() error {
 	if c.ownsConn && c.conn != nil {
-		if c.retries != nil {
-			c.retries.close()
-		}
+		c.closeOnce.Do(func() { close(c.closing) })
 		return c.conn.Close()
 	}
 	return nil

@@ -6,7 +6,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"strings"
-	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -224,14 +223,15 @@ type retryConn struct {
 	cc      grpc.ClientConnInterface
 	policy  RetryPolicy
 	observe func(RetryNotice)
-	// closing is closed by Client.Close (of a connection the client owns): a call waiting to
-	// go again then ends at once, as a call made after the close does, not after its wait.
-	closing   chan struct{}
-	closeOnce sync.Once
+	// closing is the client's (Client.closing): a call waiting to go again ends at once when
+	// the client closes, as a call made after the close does, not after its wait.
+	closing <-chan struct{}
 }
 
-func (r *retryConn) close() {
-	r.closeOnce.Do(func() { close(r.closing) })
+// errClientClosing is how a wait to try again ends when its client closes: CANCELLED, with the
+// words gRPC uses for a call made on a closed connection.
+func errClientClosing() error {
+	return toError(status.Error(codes.Canceled, "grpc: the client connection is closing"))
 }
 
 // Invoke makes a unary call, again after each retryable failure.
@@ -305,7 +305,7 @@ func (l *retryLoop) retry(err error) error {
 	case <-l.ctx.Done():
 		return toError(l.ctx.Err())
 	case <-l.conn.closing:
-		return toError(status.Error(codes.Canceled, "grpc: the client connection is closing"))
+		return errClientClosing()
 	}
 }
 

@@ -29,6 +29,7 @@ type Subscription struct {
 	cancel          context.CancelFunc
 	stub            pb.SessionServiceClient
 	conn            *grpc.ClientConn // its client's: once shut down (Close), nothing to reconnect to
+	closing         <-chan struct{}  // its client's Client.closing
 	key             string
 	sessionID       *string
 	attachments     pb.AttachmentMode
@@ -72,6 +73,7 @@ func (o *Object) subscribe(ctx context.Context, sessionID *string, opts []ReadOp
 		cancel:          cancel,
 		stub:            o.client.stub,
 		conn:            o.client.conn,
+		closing:         o.client.closing,
 		key:             o.key,
 		sessionID:       sessionID,
 		attachments:     attachmentMode(ro),
@@ -194,11 +196,16 @@ func (s *Subscription) retryOrFinish(err error) {
 	}
 	s.attempts++
 	select {
-	case <-time.After(resubscribeDelay(s.attempts)):
+	case <-time.After(resubscribeWait(s.attempts)):
 	case <-s.ctx.Done():
 		s.finish(toError(s.ctx.Err()))
+	case <-s.closing:
+		s.finish(errClientClosing())
 	}
 }
+
+// resubscribeWait is resubscribeDelay; a test stretches it to see what ends a wait.
+var resubscribeWait = resubscribeDelay
 
 // resubscribeDelay is the wait before a subscription's reconnection attempt n (from 1): 0.1 s
 // doubling to 2 s, times a random factor from 0.5 to 1, so that the subscribers of a server that

@@ -1,8 +1,11 @@
 package sessions
 
 import (
+	"net"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
 )
 
 // The subscribers of a server that went away do not all come back at the same instant: each
@@ -23,5 +26,39 @@ func TestResubscribeDelayGrowsWithJitter(t *testing.T) {
 		if highest-lowest <= c.ceiling/10 {
 			t.Errorf("attempt %d: every wait within %v of the others: not jittered", c.attempt, highest-lowest)
 		}
+	}
+}
+
+// Close ends a subscription's wait to reconnect at once, with CANCELLED, as it ends a retried
+// call's wait: it used to sleep the wait out (up to 2 s) before finding the client closed.
+func TestCloseEndsResubscribeWait(t *testing.T) {
+	waiting := make(chan struct{})
+	resubscribeWait = func(int) time.Duration {
+		close(waiting)
+		return time.Hour
+	}
+	t.Cleanup(func() { resubscribeWait = resubscribeDelay })
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	if err := l.Close(); err != nil { // nothing listens there: every connection is refused
+		t.Fatal(err)
+	}
+	client, err := Dial(t.Context(), addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		<-waiting
+		_ = client.Close()
+	}()
+	sub := client.Object("k").Subscribe(t.Context())
+	if sub.Next() {
+		t.Fatal("an event from a server that is not there")
+	}
+	if err := sub.Err(); Code(err) != codes.Canceled {
+		t.Fatalf("error %v, want CANCELLED", err)
 	}
 }
