@@ -197,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
         where = f"{batch.source} -> {batch.destination}"
         print(f"  {where}: a run of {len(batch.keys)} objects: {batch.detail}", file=sys.stderr)
     print(
-        "reshard: fix the causes (an object locked by a move that was cut short: `sessions-server abort-move`), "
+        "reshard: fix the causes (an object locked by a move that was cut short: `sessions-server abort-move "
+        "--from SOURCE`), "
         "then run this again: objects already moved are not listed again",
         file=sys.stderr,
     )

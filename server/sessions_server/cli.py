@@ -388,6 +388,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     aborter.add_argument("--from", dest="source", required=True, help="the server holding the lock (the move's source)")
     aborter.add_argument(
+        "--release-hold",
+        action="store_true",
+        help="--from is a move's destination: release the hold it keeps on the copy it received, so the copy "
+        "takes writes. Only once the move's source refuses the key (OBJECT_NOT_OWNED): while the source still "
+        "holds the object both would take writes; move it again with --replace instead. Without this flag "
+        "such a hold is left alone and reported",
+    )
+    aborter.add_argument(
         "--token", help="bearer token for the server, granting every key; better in SESSIONS_TOKEN (shows in ps)"
     )
     _add_client_tls_flags(aborter, "the server")
@@ -757,7 +765,9 @@ def main(argv: list[str] | None = None) -> int:
             tls_flags=_tls_flags(args),
         )
     if args.command == "abort-move":
-        return _abort_moves(args.source, args.object_key, args.token, tls=args.tls_config)
+        return _abort_moves(
+            args.source, args.object_key, args.token, release_hold=args.release_hold, tls=args.tls_config
+        )
     if args.command == "hash-token":
         from sessions_server.transport.auth import hash_token
 
@@ -976,7 +986,13 @@ def _call_failure(exc: Exception, *, tls: TlsConfig | None) -> str:
     from sessions_client import SessionsError
 
     text = " ".join(str(exc).split())
-    refused = isinstance(exc, SessionsError) and exc.code.name == "UNAVAILABLE" and "failed to connect" in exc.message
+    # Nothing listening ("Connection refused") is no TLS matter: a server that spoke TLS answered.
+    refused = (
+        isinstance(exc, SessionsError)
+        and exc.code.name == "UNAVAILABLE"
+        and "failed to connect" in exc.message
+        and "Connection refused" not in exc.message
+    )
     if refused and tls is None:
         text += " (if the server uses TLS, give --tls-ca PEM, or --tls for the system's roots)"
     elif refused and tls is not None and tls.certificate_chain is None:
@@ -984,25 +1000,30 @@ def _call_failure(exc: Exception, *, tls: TlsConfig | None) -> str:
     return text
 
 
-def _abort_moves(source: str, object_keys: list[str], token: str | None, *, tls: TlsConfig | None = None) -> int:
-    """Releases the move lock of each key (AbortMove); exits 1 when a call failed."""
+def _abort_moves(
+    source: str, object_keys: list[str], token: str | None, *, release_hold: bool, tls: TlsConfig | None = None
+) -> int:
+    """Releases the move lock of each key (AbortMove), and with `release_hold` a destination's
+    hold on its copy too; exits 1 when a call failed."""
     from sessions_client import SessionsError
     from sessions_client.admin import abort_move
+    from sessions_client.admin import release_hold as release
 
+    what = "move lock or hold" if release_hold else "move lock"
     failures = 0
     with _admin_client(source, token, tls) as client:
         for key in object_keys:
             try:
-                released = abort_move(client, key)
+                released = release(client, key) if release_hold else abort_move(client, key)
             except SessionsError as exc:
                 failures += 1
                 reason = _call_failure(exc, tls=tls)
                 print(f"sessions-server abort-move: {key!r} on {source}: {reason}", file=sys.stderr, flush=True)
                 continue
             if released:
-                print(f"released the move lock of {key!r} on {source}: it takes writes again", flush=True)
+                print(f"released the {what} of {key!r} on {source}: it takes writes again", flush=True)
             else:
-                print(f"{key!r} on {source} held no move lock: nothing to release", flush=True)
+                print(f"{key!r} on {source} held no {what}: nothing to release", flush=True)
     return 1 if failures else 0
 
 

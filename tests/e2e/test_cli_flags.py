@@ -486,3 +486,19 @@ def test_a_connection_refused_over_tls_without_a_client_certificate_names_the_fl
     identified = TlsConfig(root_certificates=b"ca", certificate_chain=b"chain", private_key=b"key")
     assert "--tls-cert" not in _call_failure(closed, tls=identified)
     assert _call_failure(closed, tls=None).endswith("give --tls-ca PEM, or --tls for the system's roots)")
+
+
+def test_a_connection_nothing_listens_for_names_no_tls_flags() -> None:
+    """A move whose source died mid-move was reported with "if the server uses TLS, give
+    --tls-ca": nothing listening refuses a connection, which TLS never does."""
+    from sessions_client import TlsConfig
+    from sessions_server.cli import _call_failure
+
+    refused = SessionsError(
+        grpc.StatusCode.UNAVAILABLE,
+        "failed to connect to all addresses; last error: UNAVAILABLE: ipv4:127.0.0.1:9: Connection refused",
+        None,
+        {},
+    )
+    for tls in (None, TlsConfig(root_certificates=b"ca")):
+        assert _call_failure(refused, tls=tls).endswith("Connection refused"), tls

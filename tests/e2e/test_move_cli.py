@@ -146,6 +146,41 @@ def test_abort_move_releases_the_lock_of_a_move_cut_short_and_the_object_then_mo
         assert _keys(a) == set()
 
 
+def test_abort_move_leaves_a_destinations_hold_unless_asked_to_release_it(
+    two_servers: tuple[ServerProcess, ServerProcess],
+) -> None:
+    """A mover killed after its import and before its delete leaves the source locked and the
+    destination holding its copy. `abort-move` run on both (its help said `--from` was "the
+    server holding the lock") released both, each saying "it takes writes again", and the two
+    copies then took writes side by side. The destination's hold is now released only with
+    `--release-hold`, which its refusal names."""
+    source, destination = two_servers
+    with SessionsClient(source.address, retry=None) as a, SessionsClient(destination.address, retry=None) as b:
+        a.object("cut/2").session().append_message(_text("m1", "before"))
+        frames = _cut_short_export(a, "cut/2")
+        requests = [pb.ImportObjectRequest(data=frame.data, sha256=frame.sha256) for frame in frames]
+        requests[0].object_key, requests[0].hold_for_move = "cut/2", True
+        assert b._stub.ImportObject(iter(requests), metadata=routing_metadata("cut/2")).move_id
+
+        kept = _cli("abort-move", "--from", destination.address, "--object-key", "cut/2")
+
+        assert (kept.returncode, kept.stdout) == (1, ""), kept
+        [line] = kept.stderr.splitlines()
+        assert line.startswith(f"sessions-server abort-move: 'cut/2' on {destination.address}: FAILED_PRECONDITION")
+        assert "holds the copy a move brought here" in line and "--release-hold" in line
+        assert _writes_refused_as_moving(b, "cut/2")
+
+        # The move's delete, then the source refuses the key: the hold is released by name.
+        delete = pb.DeleteObjectRequest(object_key="cut/2", moved_to=destination.address, move_id=frames[-1].move_id)
+        assert a._stub.DeleteObject(delete, metadata=routing_metadata("cut/2")).deleted
+        asked = _cli("abort-move", "--from", destination.address, "--object-key", "cut/2", "--release-hold")
+        assert (asked.returncode, asked.stdout) == (
+            0,
+            f"released the move lock or hold of 'cut/2' on {destination.address}: it takes writes again\n",
+        ), asked
+        assert not _writes_refused_as_moving(b, "cut/2")
+
+
 def test_abort_move_uses_the_token_and_reports_a_refusal_on_one_line(tmp_path: Path) -> None:
     """A move's steps are an operator's: a tenant's write grant may write its keys but neither
     lock one for a move nor release a lock (a second security audit: a tenant held its keys

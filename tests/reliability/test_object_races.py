@@ -888,6 +888,37 @@ def test_move_object_across_a_source_restart(tmp_path: Path, released: bool) -> 
             source.stop()
 
 
+def test_a_move_whose_source_took_writes_after_its_snapshot_says_so(tmp_path: Path) -> None:
+    """The source's lock released (or its lease run out) while the copy travelled, the source
+    took a write the copy lacks. The move's check saw the counts differ and called it DATA_LOSS
+    ("verification failed"), an alarm about damage where nothing was damaged: it is a refusal
+    (FAILED_PRECONDITION) that names the lock and the lease, and the source keeps the write."""
+    source, destination = start_server(tmp_path / "source"), start_server(tmp_path / "destination")
+    key = "written-mid-move"
+    try:
+        with SessionsClient(source.address, retry=None) as a, SessionsClient(destination.address, retry=None) as b:
+            a.object(key).session().append_message(_message("m0"))
+            real_import = b._stub.ImportObject
+
+            def import_then_write_at_the_source(frames: Any, **kwargs: Any) -> Any:
+                answer = real_import(frames, **kwargs)
+                a._stub.AbortMove(pb.AbortMoveRequest(object_key=key), metadata=routing(key))
+                assert a.object(key).session().append_message(_message("m1")).inserted
+                return answer
+
+            b._stub.ImportObject = import_then_write_at_the_source  # type: ignore[method-assign]
+            with pytest.raises(SessionsError) as refused:
+                move_object(a, b, key, destination_name=destination.address, lease_seconds=77)
+            assert refused.value.code == grpc.StatusCode.FAILED_PRECONDITION
+            assert "the source took writes after its locked snapshot" in refused.value.message
+            assert "lease of 77 s" in refused.value.message
+            assert [m["id"] for m in a.object(key).session().get_history()] == ["m0", "m1"]
+            assert not b._stub.ListObjects(pb.ListObjectsRequest()).object_keys
+    finally:
+        source.stop()
+        destination.stop()
+
+
 def _import_held(stub: pb_grpc.SessionServiceStub, key: str, data: bytes, digest: str, **first: Any) -> str:
     """ImportObject with hold_for_move: the hold's id."""
     frames = iter([pb.ImportObjectRequest(object_key=key, data=data, sha256=digest, hold_for_move=True, **first)])

@@ -241,10 +241,22 @@ def move_object(
         # The source refuses writes since the snapshot, so its state now is what was copied.
         before = source.object(object_key).list_sessions()
         after = destination.object(object_key).list_sessions()
-        if after != before or imported.message_rows != sum(count for _, count in before):
+        if imported.message_rows != sum(count for _, count in after):
             raise SessionsError(
                 grpc.StatusCode.DATA_LOSS,
-                f"verification failed: source sessions {before}, destination {after}; the source was kept",
+                f"verification failed: the destination installed {imported.message_rows} message rows and reads "
+                f"back {after}; the source was kept",
+                "FAILED_PRECONDITION",
+                {},
+            )
+        if after != before:
+            # The copy arrived whole (its digest checked) and reads back as installed: the source
+            # changed after its snapshot.
+            raise SessionsError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                "the source took writes after its locked snapshot (its lock was released by AbortMove, or its "
+                f"lease of {lease_seconds} s ran out: give objects whose copy takes longer a longer lease): the "
+                f"copy holds sessions {after}, the source {before}; the source was kept",
                 "FAILED_PRECONDITION",
                 {},
             )
@@ -353,17 +365,17 @@ def _release_arrival(destination: SessionsClient, object_key: str, destination_n
         raise SessionsError(
             failure.code,
             f"the object moved, but {where} did not release its hold ({failure.message}): it refuses "
-            "writes until released; run abort-move on it",
+            "writes until released; release it with abort-move --release-hold",
             failure.reason,
             failure.metadata,
         ) from None
 
 
-def _release(client: SessionsClient, object_key: str, metadata: typing.Any) -> bool:
+def _release(client: SessionsClient, object_key: str, metadata: typing.Any, *, source_lock_only: bool = False) -> bool:
     """AbortMove on `client`'s server, asked until answered (`_until_answered`): a repeat
     releases nothing more. Whether a lock or hold was released: after an attempt whose answer
     was lost, a later one finds nothing to release (False) though that attempt may have."""
-    request = pb.AbortMoveRequest(object_key=object_key)
+    request = pb.AbortMoveRequest(object_key=object_key, source_lock_only=source_lock_only)
     answer = _until_answered(
         client, "AbortMove", lambda timeout: client._stub.AbortMove(request, metadata=metadata, timeout=timeout)
     )
@@ -400,9 +412,10 @@ def _until_answered(
 class MoveOutcomeUnknown(SessionsError):
     """The source never answered the move's last step (its delete): the object may have moved
     (the source then refuses it, OBJECT_NOT_OWNED) or not. The destination keeps its copy, held
-    (read-only, restarts included) until it is released or dropped: release it (abort-move on
-    the destination) once the source refuses the key; else drop it (DeleteObject with erase and
-    the hold's move_id, or move the object again with replace, which replaces the held copy)."""
+    (read-only, restarts included) until it is released or dropped: release it (`release_hold`,
+    abort-move --release-hold on the destination) once the source refuses the key; else drop it
+    (DeleteObject with erase and the hold's move_id, or move the object again with replace,
+    which replaces the held copy)."""
 
 
 REACHABLE_SECONDS = 10.0
@@ -458,11 +471,23 @@ def abort_move(source: SessionsClient, object_key: str) -> bool:
     """Releases the move lock `object_key` holds on `source` (AbortMove), so it takes writes
     again: for a move cut short (a mover killed after a locked export) whose lock would otherwise
     last its lease. True when a lock was held; False when there was nothing to release. Only for
-    a move that is not running: a mover still at work would go on to delete the source. With
-    tokens, `source`'s must grant every key. Asked again, as `source`'s retry policy allows,
-    while no answer comes (the source restarting); False after such a retry may mean that an
-    earlier attempt, whose answer was lost, released it."""
-    return _release(source, object_key, routing_metadata(object_key, source._token))
+    a move that is not running: a mover still at work would go on to delete the source. A
+    server holding the copy a move brought to it instead (the move's destination) releases
+    nothing and refuses (FAILED_PRECONDITION): see `release_hold`. With tokens, `source`'s must
+    grant every key. Asked again, as `source`'s retry policy allows, while no answer comes (the
+    source restarting); False after such a retry may mean that an earlier attempt, whose answer
+    was lost, released it."""
+    return _release(source, object_key, routing_metadata(object_key, source._token), source_lock_only=True)
+
+
+def release_hold(destination: SessionsClient, object_key: str) -> bool:
+    """Releases the hold a move's destination keeps on the copy it received (AbortMove), so the
+    copy takes writes: for a move whose mover stopped after deleting its source. Only once the
+    move's source refuses the key (OBJECT_NOT_OWNED, naming where it went): while the source
+    still holds the object it may take writes, and both copies would then; move the object
+    again with `replace` instead, or drop the copy. True when something was released (a source's
+    lock too, on a server holding one). Asked again as `abort_move` is."""
+    return _release(destination, object_key, routing_metadata(object_key, destination._token))
 
 
 def erase_object(client: SessionsClient, object_key: str) -> bool:

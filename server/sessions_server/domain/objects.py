@@ -90,6 +90,15 @@ class ExportFrame:
     move_id: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class MoveRelease:
+    """What AbortMove released: `held`, a lock or hold that still held; `arrival`, it was the
+    hold on a copy a move brought here (this server the move's destination)."""
+
+    held: bool
+    arrival: bool
+
+
 @dataclass(slots=True, eq=False)
 class _MoveLock:
     """A locked export's hold on its object: writes are refused until `expiry` (monotonic
@@ -101,7 +110,7 @@ class _MoveLock:
     On a move's destination (`arrival`), the hold an import took on the copy it installed, until
     the mover releases it (the source deleted) or drops the copy (the move failed); then the key
     is refused again as before the import when it had been moved away (`moved_before`). Such a
-    hold never expires, and is kept on disk (`storage/arrivals.py`): restarts keep it. An import
+    hold never expires, and is kept on disk (`storage/move_holds.py`): restarts keep it. An import
     that replaced an object taking writes here keeps a copy of it (`kept`, a file name in the
     data directory's `held/`), put back if the copy is dropped: a failed move leaves the
     destination as it found it (a mover stalled while the object was moved here by another
@@ -238,6 +247,11 @@ class ObjectAdmin:
             lock = self._moving.get(object_key)  # an expired lock stays: a delete then refuses
             # A copy held for a move's end gives way to the next import (a move run again).
             if lock is not None and time.monotonic() < lock.expiry and not (arriving and lock.arrival):
+                if lock.arrival:
+                    raise Unavailable(
+                        "the object is arriving by a move: this copy takes writes once the move ends; retry shortly",
+                        reason="OBJECT_MOVING",
+                    )
                 raise Unavailable("the object is being moved; retry shortly", reason="OBJECT_MOVING")
 
     async def list_keys(self, page_size: int, page_token: str) -> tuple[list[str], str]:
@@ -796,12 +810,20 @@ class ObjectAdmin:
         self._moved.forget(object_key)
         return files.count_message_rows(target)
 
-    async def abort_move(self, object_key: str) -> bool:
-        """Releases a move lock, or a move's hold on its arrival; True when one was held (and
-        not yet expired)."""
+    async def abort_move(self, object_key: str, *, source_lock_only: bool = False) -> MoveRelease:
+        """Releases a move lock, or a move's hold on its arrival (unless `source_lock_only`:
+        refused then, changing nothing)."""
         keys.check_object_key(object_key, max_bytes=self._max_object_key_bytes)
         self.admit(object_key, writing=False)
         lock = self._moving.get(object_key)
+        if source_lock_only and lock is not None and lock.arrival:
+            raise FailedPrecondition(
+                "this server holds the copy a move brought here (read-only until the move ends), not a move's "
+                "source lock: nothing was released. Release that hold only once the move's source refuses the "
+                "key (the move happened: abort-move --release-hold); while the source still holds the object, "
+                "run the move again with --replace, or drop this copy",
+                reason="FAILED_PRECONDITION",
+            )
         if lock is not None and lock.arrival:  # on disk first: a restart must not hold it again
             await self._change_holds(object_key, "ending the import's hold", self._arrivals.end)
         await self._forget_departure(object_key, lock)
@@ -814,7 +836,7 @@ class ObjectAdmin:
             self._aborted.add(object_key)
         else:  # none held (or it had expired), or a move's end here: a plain delete may follow
             self._aborted.discard(object_key)
-        return held
+        return MoveRelease(held=held, arrival=held and lock is not None and lock.arrival)
 
     async def erase(self, object_key: str, *, moved_to: str = "", move_id: str = "") -> bool:
         """Removes the object for good, recording nothing: the key's next write creates a new

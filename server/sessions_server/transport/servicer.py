@@ -892,7 +892,10 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         async def run() -> pb.AbortMoveResponse:
             self._admit(context, request.object_key, write=True)
             self._admit_mover(context, "releasing a move lock (AbortMove)")
-            return pb.AbortMoveResponse(was_locked=await self._service.objects.abort_move(request.object_key))
+            released = await self._service.objects.abort_move(
+                request.object_key, source_lock_only=request.source_lock_only
+            )
+            return pb.AbortMoveResponse(was_locked=released.held, was_arrival_hold=released.arrival)
 
         return await calls.unary(context, run)
 

@@ -2951,16 +2951,25 @@ class AbortMoveRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     OBJECT_KEY_FIELD_NUMBER: _builtins.int
+    SOURCE_LOCK_ONLY_FIELD_NUMBER: _builtins.int
     object_key: _builtins.str
     """The object key."""
+    source_lock_only: _builtins.bool
+    """Release a move's source lock only. Where this server holds instead the copy a move brought
+    here (ImportObject with `hold_for_move`), nothing changes and the call is refused
+    (FAILED_PRECONDITION): release that hold (this field unset) only once the move's source
+    refuses the key, since the source may still take writes, and both copies would then.
+    Servers before 2026-12-07 ignore this field and release either.
+    """
     def __init__(
         self,
         *,
         object_key: _builtins.str = ...,
+        source_lock_only: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["object_key", b"object_key"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["object_key", b"object_key", "source_lock_only", b"source_lock_only"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2973,16 +2982,22 @@ class AbortMoveResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     WAS_LOCKED_FIELD_NUMBER: _builtins.int
+    WAS_ARRIVAL_HOLD_FIELD_NUMBER: _builtins.int
     was_locked: _builtins.bool
     """True when the object was locked for a move (false: nothing to release)."""
+    was_arrival_hold: _builtins.bool
+    """True when what was released was the hold on a copy a move brought here (this server was
+    the move's destination), not a source's lock.
+    """
     def __init__(
         self,
         *,
         was_locked: _builtins.bool = ...,
+        was_arrival_hold: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["was_locked", b"was_locked"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["was_arrival_hold", b"was_arrival_hold", "was_locked", b"was_locked"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -492,8 +492,8 @@ class SessionServiceServicer:
         after releasing a lock that still held is refused (FAILED_PRECONDITION: the mover's copy may
         miss writes accepted since) until the object is exported again or AbortMove is called once more.
         On a move's destination, releases the hold ImportObject took with `hold_for_move` once the
-        source is deleted: the object takes writes here from then on. With tokens, needs one
-        granting every key (PERMISSION_DENIED).
+        source is deleted: the object takes writes here from then on (unless `source_lock_only`).
+        With tokens, needs one granting every key (PERMISSION_DENIED).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -219,8 +219,8 @@ class SessionServiceStub:
     after releasing a lock that still held is refused (FAILED_PRECONDITION: the mover's copy may
     miss writes accepted since) until the object is exported again or AbortMove is called once more.
     On a move's destination, releases the hold ImportObject took with `hold_for_move` once the
-    source is deleted: the object takes writes here from then on. With tokens, needs one
-    granting every key (PERMISSION_DENIED).
+    source is deleted: the object takes writes here from then on (unless `source_lock_only`).
+    With tokens, needs one granting every key (PERMISSION_DENIED).
     """
     VacuumObject: _grpc.UnaryUnaryMultiCallable[_sessions_pb2.VacuumObjectRequest, _sessions_pb2.VacuumObjectResponse]
     """Gives the disk back the room deletes, clears and shrinking updates freed in an object's file
@@ -402,8 +402,8 @@ class SessionServiceAsyncStub(SessionServiceStub):
     after releasing a lock that still held is refused (FAILED_PRECONDITION: the mover's copy may
     miss writes accepted since) until the object is exported again or AbortMove is called once more.
     On a move's destination, releases the hold ImportObject took with `hold_for_move` once the
-    source is deleted: the object takes writes here from then on. With tokens, needs one
-    granting every key (PERMISSION_DENIED).
+    source is deleted: the object takes writes here from then on (unless `source_lock_only`).
+    With tokens, needs one granting every key (PERMISSION_DENIED).
     """
     VacuumObject: _aio.UnaryUnaryMultiCallable[_sessions_pb2.VacuumObjectRequest, _sessions_pb2.VacuumObjectResponse]  # type: ignore[assignment]
     """Gives the disk back the room deletes, clears and shrinking updates freed in an object's file
@@ -768,8 +768,8 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         after releasing a lock that still held is refused (FAILED_PRECONDITION: the mover's copy may
         miss writes accepted since) until the object is exported again or AbortMove is called once more.
         On a move's destination, releases the hold ImportObject took with `hold_for_move` once the
-        source is deleted: the object takes writes here from then on. With tokens, needs one
-        granting every key (PERMISSION_DENIED).
+        source is deleted: the object takes writes here from then on (unless `source_lock_only`).
+        With tokens, needs one granting every key (PERMISSION_DENIED).
         """
 
     @_abc_1.abstractmethod

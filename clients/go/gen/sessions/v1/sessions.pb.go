@@ -5579,9 +5579,15 @@ func (x *ImportObjectResponse) GetMoveId() string {
 type AbortMoveRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The object key.
-	ObjectKey     string `protobuf:"bytes,1,opt,name=object_key,json=objectKey,proto3" json:"object_key,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ObjectKey string `protobuf:"bytes,1,opt,name=object_key,json=objectKey,proto3" json:"object_key,omitempty"`
+	// Release a move's source lock only. Where this server holds instead the copy a move brought
+	// here (ImportObject with `hold_for_move`), nothing changes and the call is refused
+	// (FAILED_PRECONDITION): release that hold (this field unset) only once the move's source
+	// refuses the key, since the source may still take writes, and both copies would then.
+	// Servers before 2026-12-07 ignore this field and release either.
+	SourceLockOnly bool `protobuf:"varint,2,opt,name=source_lock_only,json=sourceLockOnly,proto3" json:"source_lock_only,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *AbortMoveRequest) Reset() {
@@ -5621,13 +5627,23 @@ func (x *AbortMoveRequest) GetObjectKey() string {
 	return ""
 }
 
+func (x *AbortMoveRequest) GetSourceLockOnly() bool {
+	if x != nil {
+		return x.SourceLockOnly
+	}
+	return false
+}
+
 // Response for AbortMove.
 type AbortMoveResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// True when the object was locked for a move (false: nothing to release).
-	WasLocked     bool `protobuf:"varint,1,opt,name=was_locked,json=wasLocked,proto3" json:"was_locked,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	WasLocked bool `protobuf:"varint,1,opt,name=was_locked,json=wasLocked,proto3" json:"was_locked,omitempty"`
+	// True when what was released was the hold on a copy a move brought here (this server was
+	// the move's destination), not a source's lock.
+	WasArrivalHold bool `protobuf:"varint,2,opt,name=was_arrival_hold,json=wasArrivalHold,proto3" json:"was_arrival_hold,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *AbortMoveResponse) Reset() {
@@ -5663,6 +5679,13 @@ func (*AbortMoveResponse) Descriptor() ([]byte, []int) {
 func (x *AbortMoveResponse) GetWasLocked() bool {
 	if x != nil {
 		return x.WasLocked
+	}
+	return false
+}
+
+func (x *AbortMoveResponse) GetWasArrivalHold() bool {
+	if x != nil {
+		return x.WasArrivalHold
 	}
 	return false
 }
@@ -6329,13 +6352,15 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"\n" +
 	"size_bytes\x18\x01 \x01(\x03R\tsizeBytes\x12!\n" +
 	"\fmessage_rows\x18\x02 \x01(\x03R\vmessageRows\x12\x17\n" +
-	"\amove_id\x18\x03 \x01(\tR\x06moveId\"1\n" +
+	"\amove_id\x18\x03 \x01(\tR\x06moveId\"[\n" +
 	"\x10AbortMoveRequest\x12\x1d\n" +
 	"\n" +
-	"object_key\x18\x01 \x01(\tR\tobjectKey\"2\n" +
+	"object_key\x18\x01 \x01(\tR\tobjectKey\x12(\n" +
+	"\x10source_lock_only\x18\x02 \x01(\bR\x0esourceLockOnly\"\\\n" +
 	"\x11AbortMoveResponse\x12\x1d\n" +
 	"\n" +
-	"was_locked\x18\x01 \x01(\bR\twasLocked\"~\n" +
+	"was_locked\x18\x01 \x01(\bR\twasLocked\x12(\n" +
+	"\x10was_arrival_hold\x18\x02 \x01(\bR\x0ewasArrivalHold\"~\n" +
 	"\x13DeleteObjectRequest\x12\x1d\n" +
 	"\n" +
 	"object_key\x18\x01 \x01(\tR\tobjectKey\x12\x19\n" +

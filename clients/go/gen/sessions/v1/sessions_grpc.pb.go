@@ -226,8 +226,8 @@ type SessionServiceClient interface {
 	// after releasing a lock that still held is refused (FAILED_PRECONDITION: the mover's copy may
 	// miss writes accepted since) until the object is exported again or AbortMove is called once more.
 	// On a move's destination, releases the hold ImportObject took with `hold_for_move` once the
-	// source is deleted: the object takes writes here from then on. With tokens, needs one
-	// granting every key (PERMISSION_DENIED).
+	// source is deleted: the object takes writes here from then on (unless `source_lock_only`).
+	// With tokens, needs one granting every key (PERMISSION_DENIED).
 	AbortMove(ctx context.Context, in *AbortMoveRequest, opts ...grpc.CallOption) (*AbortMoveResponse, error)
 	// Gives the disk back the room deletes, clears and shrinking updates freed in an object's file
 	// (GetObjectStats.free_bytes), which later writes would otherwise reuse: rewrites the file with
@@ -826,8 +826,8 @@ type SessionServiceServer interface {
 	// after releasing a lock that still held is refused (FAILED_PRECONDITION: the mover's copy may
 	// miss writes accepted since) until the object is exported again or AbortMove is called once more.
 	// On a move's destination, releases the hold ImportObject took with `hold_for_move` once the
-	// source is deleted: the object takes writes here from then on. With tokens, needs one
-	// granting every key (PERMISSION_DENIED).
+	// source is deleted: the object takes writes here from then on (unless `source_lock_only`).
+	// With tokens, needs one granting every key (PERMISSION_DENIED).
 	AbortMove(context.Context, *AbortMoveRequest) (*AbortMoveResponse, error)
 	// Gives the disk back the room deletes, clears and shrinking updates freed in an object's file
 	// (GetObjectStats.free_bytes), which later writes would otherwise reuse: rewrites the file with
