@@ -661,16 +661,6 @@ def _text_limits(args: argparse.Namespace) -> Limits:
     )
 
 
-def _is_http_url(text: str) -> bool:
-    import urllib.parse
-
-    try:
-        parts = urllib.parse.urlsplit(text)
-    except ValueError:
-        return False
-    return parts.scheme in ("http", "https") and bool(parts.hostname)
-
-
 def _token_to_hash(parser: argparse.ArgumentParser, given: str | None) -> str:
     """hash-token's token: the argument, else standard input's first line (prompted for, not
     echoed, on a terminal). An empty one is refused: its hash would go into a tokens file as a
@@ -726,12 +716,15 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
             command.error("--tls-cert and --tls-key go together: give both to serve TLS, or neither")
         if args.tls_client_ca is not None and args.tls_cert is None:
             command.error("--tls-client-ca needs --tls-cert and --tls-key: client certificates are asked for over TLS")
-        if args.summarizer_url is not None and not _is_http_url(args.summarizer_url):
+        if args.summarizer_url is not None:
+            from sessions_server.integrations.chat_completions import base_url_problem
+
             # Else it failed only at the first compaction, long after the start.
-            command.error(
-                f"--summarizer-url {args.summarizer_url!r} is no http or https URL with a host: give the "
-                "summarizer's base URL, e.g. https://api.openai.com/v1"
-            )
+            if (problem := base_url_problem(args.summarizer_url)) is not None:
+                command.error(
+                    f"--summarizer-url {args.summarizer_url!r} is {problem}: give the summarizer's base URL, "
+                    "e.g. https://api.openai.com/v1"
+                )
     if args.command == "hash-token":
         args.token = _token_to_hash(command, args.token)
     if args.command == "import-store":

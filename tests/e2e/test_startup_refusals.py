@@ -118,6 +118,16 @@ def test_a_port_in_use_is_told_in_one_line_and_the_port_is_free_after(tmp_path: 
         (["--tls-client-ca", "ca.pem"], "--tls-client-ca needs --tls-cert and --tls-key"),
         (["--summarizer-url", "notaurl"], "--summarizer-url 'notaurl' is no http or https URL with a host"),
         (["--summarizer-url", "ftp://llm/v1"], "--summarizer-url 'ftp://llm/v1' is no http or https URL"),
+        # The resolver wrapped a port past 65,535 onto another (94897: 29361), and the key and
+        # the conversation went to whatever listened there.
+        (["--summarizer-url", "http://127.0.0.1:94897/v1"], "--summarizer-url 'http://127.0.0.1:94897/v1' is no "),
+        (["--summarizer-url", "http://llm:abc/v1"], "--summarizer-url 'http://llm:abc/v1' is no http or https URL"),
+        (["--summarizer-url", "http://llm:0/v1"], "--summarizer-url 'http://llm:0/v1' is no http or https URL"),
+        (
+            ["--summarizer-url", "https://u:p@llm/v1"],
+            "--summarizer-url 'https://u:p@llm/v1' is a URL holding credentials",
+        ),
+        (["--summarizer-url", "https://llm/v1#x"], "--summarizer-url 'https://llm/v1#x' is a URL with a fragment"),
         (["--summarizer-model", "m"], "--summarizer-model has no effect without --summarizer-url"),
         (
             ["--summarizer-timeout-seconds", "5", "--summarizer-api-key-env", "KEY"],
@@ -130,6 +140,11 @@ def test_a_port_in_use_is_told_in_one_line_and_the_port_is_free_after(tmp_path: 
         "client-ca-alone",
         "summarizer-no-url",
         "summarizer-not-http",
+        "summarizer-port-past-65535",
+        "summarizer-port-not-a-number",
+        "summarizer-port-0",
+        "summarizer-credentials",
+        "summarizer-fragment",
         "summarizer-model-alone",
         "summarizer-settings-alone",
     ],

@@ -196,6 +196,39 @@ def test_policy_is_persisted_in_the_config_table_and_survives_a_restart(tmp_path
         server.stop()
 
 
+def test_a_threshold_a_server_without_a_summarizer_finds_stored_is_told_once_a_minute(tmp_path: Path):
+    """Set where a summarizer was, then the server restarted without one: appends far past the
+    threshold compacted nothing, and nothing said so (no event, no log), the silence the refusal
+    of such a threshold is there to prevent."""
+    data_dir = tmp_path / "data"
+    server = start_server(data_dir, summarizer_url="http://127.0.0.1:9/v1", summarizer_model=MODEL)
+    try:
+        with SessionsClient(server.address) as client:
+            client.object("kept").session("s").set_compaction_policy(1, keep_recent_tokens=1)
+    finally:
+        server.stop()
+    server = start_server(data_dir)
+    try:
+        with SessionsClient(server.address) as client, FeedReader(server.address, "kept") as feed:
+            session = client.object("kept").session("s")
+            assert session.append_message(text_message("m1", "past the threshold")).inserted
+            assert feed.next().type == "append"
+            told = feed.next()
+            assert (told.type, told.session_id) == ("compaction_error", "s")
+            assert "threshold of 1 tokens compacts nothing here" in str(told.error)
+            assert "--summarizer-url" in str(told.error)
+            for index in (2, 3):  # within the minute: told once
+                assert session.append_message(text_message(f"m{index}", "more")).inserted
+            assert [feed.next().type for _ in range(2)] == ["append", "append"]
+            assert session.list_compactions() == []
+            assert session.append_message(text_message("m4", "below")).inserted  # still nothing
+            session.set_compaction_policy(0, keep_recent_tokens=1)
+            assert session.append_message(text_message("m5", "no threshold")).inserted
+            assert [feed.next().type for _ in range(2)] == ["append", "append"]
+    finally:
+        server.stop()
+
+
 # ── Compact with the server's summarizer ────────────────────────────────────
 
 
@@ -400,7 +433,7 @@ def test_summarizer_failure_never_fails_the_append_and_emits_compaction_error(
             None,
             None,
         )
-        assert "500" in failed.error
+        assert "HTTP 500: stub failure" in failed.error  # what the endpoint said, as it said it
         assert session.get_message("t1") == text_message("t1", "first trigger")
         assert session.list_compactions() == []
 

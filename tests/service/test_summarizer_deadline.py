@@ -26,7 +26,7 @@ import pytest
 from sessions_client import SessionsClient, SessionsError
 from sessions_server.integrations.chat_completions import CALLS_AT_ONCE, ChatCompletionsSummarizer, SummarizerError
 from tests.conftest import start_server
-from tests.service.chat_completions_stub import DRIP, DRIP_PAUSE, GUARD_SECONDS, ChatCompletionsStub
+from tests.service.chat_completions_stub import DRIP, DRIP_PAUSE, FAIL, GUARD_SECONDS, ChatCompletionsStub
 from tests.service.test_compaction_summarizer import turn
 
 PROMPTLY = 5.0  # an abandoned call's connection is closed within milliseconds; this bounds the wait
@@ -383,3 +383,29 @@ def test_a_proxy_in_the_environment_is_used_as_urllib_used_it(
     (request,) = direct.requests
     assert request.startswith(b"POST /v1/chat/completions HTTP/1.1\r\n")
     assert len(proxy.requests) == 1
+
+
+def test_a_query_in_the_base_url_stays_after_the_path(endpoint: Callable[..., Endpoint]) -> None:
+    """An endpoint that takes its API version as a query (`.../v1?api-version=...`) was sent
+    `/v1?api-version=.../chat/completions`: the path cut short and the query spoilt."""
+    direct = endpoint(answer_from=1)
+    summarizer = ChatCompletionsSummarizer(direct.url + "/?api-version=2024-06-01", "m")
+    assert asyncio.run(summarizer.summarize("p")) == "summary"
+    (request,) = direct.requests
+    assert request.startswith(b"POST /v1/chat/completions?api-version=2024-06-01 HTTP/1.1\r\n")
+
+
+def test_a_refusal_quotes_what_the_endpoint_said() -> None:
+    """A 400 for a prompt past the model's context, a 401 for a wrong key and a 404 for a wrong
+    model all read "summarizer answered HTTP 4xx" and nothing else."""
+    llm = ChatCompletionsStub().start()
+    try:
+        llm.mode = FAIL
+        with pytest.raises(SummarizerError) as failed:
+            asyncio.run(ChatCompletionsSummarizer(llm.url, "m").summarize("p"))
+        assert str(failed.value) == "summarizer answered HTTP 500: stub failure"
+        with pytest.raises(SummarizerError) as failed:
+            asyncio.run(ChatCompletionsSummarizer(llm.url + "/wrong", "m").summarize("p"))
+        assert str(failed.value) == "summarizer answered HTTP 404: not found"
+    finally:
+        llm.stop()

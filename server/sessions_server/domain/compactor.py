@@ -108,6 +108,8 @@ def _memo_key(kind: str, session_id: str) -> str:
 # Per-session facts an open object remembers here (policies, token estimates), the most recently
 # used kept: an object open for long with ever new sessions must not keep an entry for each.
 MAX_REMEMBERED_SESSION_FACTS = 8192
+# How often a session over a threshold no summarizer serves is told so (log and feed).
+UNSUMMARIZED_TELL_SECONDS = 60.0
 _FACTS_KEY = "compactor"
 _DERIVATIONS_KEY = "compactor.derivations"
 
@@ -214,6 +216,8 @@ class Compactor:
         self._service = service
         self._summarizer = summarizer
         self._running: dict[tuple[str, str], asyncio.Task[None]] = {}
+        # Sessions told their threshold compacts nothing here (no summarizer): when, newest last.
+        self._told_unsummarized: OrderedDict[tuple[str, str], float] = OrderedDict()
         self.held_plans = HeldPlans(service.registry)
         self.on_stored: Callable[[str], None] = lambda kind: None  # observability hook
 
@@ -690,8 +694,6 @@ class Compactor:
     async def after_inserted_append(self, store: ObjectStore, object_key: str, session_id: str) -> None:
         """Starts an automatic compaction once the session is over its policy's threshold. The
         append has committed: a failure to find out (its reads) is logged, not its answer."""
-        if self._summarizer is None:
-            return
         try:
             policy = await self._policy(store, session_id)
             if policy.threshold_tokens <= 0:
@@ -701,12 +703,35 @@ class Compactor:
         except Exception as exc:
             log.warning("%r/%r: could not check for automatic compaction: %s", object_key, session_id, exc)
             return
+        if self._summarizer is None:
+            await self._tell_unsummarized(object_key, session_id, policy.threshold_tokens)
+            return
         running = self._running.get((object_key, session_id))
         if running is not None and not running.done():
             return
         task = asyncio.get_running_loop().create_task(self._auto_compact(object_key, session_id))
         self._running[(object_key, session_id)] = task
         task.add_done_callback(_forget_task(self._running, (object_key, session_id)))
+
+    async def _tell_unsummarized(self, object_key: str, session_id: str, threshold: int) -> None:
+        """A threshold stored where no summarizer is (set on a server with one, then this one
+        started without it, or the object brought here) compacts nothing: said in the log and on
+        the feed as a compaction error, once a minute a session, rather than not at all."""
+        now = asyncio.get_running_loop().time()
+        told = self._told_unsummarized
+        last = told.get((object_key, session_id))
+        if last is not None and now - last < UNSUMMARIZED_TELL_SECONDS:
+            return
+        told.pop((object_key, session_id), None)
+        told[(object_key, session_id)] = now
+        while len(told) > MAX_REMEMBERED_SESSION_FACTS:
+            told.popitem(last=False)
+        detail = (
+            f"NoSummarizer: the session's threshold of {threshold} tokens compacts nothing here: this server "
+            "has no summarizer (--summarizer-url); start it with one, or set the threshold to 0"
+        )
+        log.warning("automatic compaction of %r/%r: %s", object_key, session_id, detail)
+        await self._service.publish(object_key, ChangeEvent("compaction_error", session_id, error=detail))
 
     async def _auto_compact(self, object_key: str, session_id: str) -> None:
         try:

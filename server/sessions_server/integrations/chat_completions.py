@@ -27,6 +27,10 @@ from sessions_server.domain.jsjson import well_formed
 # by default; the JSON around it is small).
 MAX_REPLY_BYTES = 16 * 1024 * 1024
 
+# Of a refusal's body, what is read (for its message) and what is quoted of it.
+MAX_ERROR_BODY_BYTES = 64 * 1024
+MAX_ERROR_QUOTE_CHARS = 300
+
 # What urllib, which made these calls before, sent.
 USER_AGENT = f"Python-urllib/{sys.version_info[0]}.{sys.version_info[1]}"
 
@@ -120,6 +124,35 @@ def _finish(
     _settle(answer, value, error)
 
 
+def base_url_problem(base_url: str) -> str | None:
+    """What keeps `base_url` from naming a chat-completions endpoint (None: nothing). Checked at
+    the start, as a call would otherwise go wrong only at the first compaction: a port past
+    65,535 was wrapped by the resolver onto another port (the API key and the conversation went
+    to whatever listened there), a fragment swallowed the path, and credentials in the URL were
+    taken for part of the host."""
+    try:
+        parts = urllib.parse.urlsplit(base_url)
+        parts.port  # noqa: B018 - reading it checks it (a number from 0 to 65,535)
+    except ValueError:
+        return "no http or https URL with a host and a port from 1 to 65535"
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        return "no http or https URL with a host"
+    if parts.port == 0:
+        return "no http or https URL with a host and a port from 1 to 65535"
+    if parts.username is not None or parts.password is not None:
+        return "a URL holding credentials: give the API key in the variable --summarizer-api-key-env names"
+    if parts.fragment or base_url.endswith("#"):
+        return "a URL with a fragment (#...): the path after it would never be sent"
+    return None
+
+
+def completions_url(base_url: str) -> str:
+    """`<base_url>/chat/completions`, a query the base URL holds kept after the path (an
+    `api-version`, say)."""
+    parts = urllib.parse.urlsplit(base_url)
+    return urllib.parse.urlunsplit(parts._replace(path=parts.path.rstrip("/") + "/chat/completions"))
+
+
 @dataclass(frozen=True)
 class ChatCompletionsSummarizer:
     base_url: str
@@ -189,15 +222,14 @@ class ChatCompletionsSummarizer:
         key = os.environ.get(self.api_key_env)
         if key:
             headers["Authorization"] = f"Bearer {key}"
-        conn, target = _connect(
-            self.base_url.rstrip("/") + "/chat/completions", headers, connection, self.timeout_seconds
-        )
+        conn, target = _connect(completions_url(self.base_url), headers, connection, self.timeout_seconds)
         try:
             try:
                 conn.request("POST", target, body=body, headers=headers)
                 with conn.getresponse() as response:  # closing it closes the socket
                     if not 200 <= response.status < 300:
-                        raise SummarizerError(f"summarizer answered HTTP {response.status}")
+                        said = _error_said(response.read(MAX_ERROR_BODY_BYTES))
+                        raise SummarizerError(f"summarizer answered HTTP {response.status}{said}")
                     reply = response.read(MAX_REPLY_BYTES + 1)
             finally:
                 conn.close()
@@ -217,6 +249,25 @@ class ChatCompletionsSummarizer:
         return well_formed(content)  # a lone surrogate (escaped in JSON) could be neither stored nor sent
 
 
+def _error_said(body: bytes) -> str:
+    """ ": <what the endpoint said>" for a refusal's body ("" when it said nothing): OpenAI's
+    `error.message` when the body is its JSON, else the text, on one line and cut short. A 400
+    for a prompt past the model's context, a 401 for a wrong key and a 404 for a wrong model
+    all read "HTTP 4xx" alone before."""
+    text = body.decode("utf-8", errors="replace")
+    try:
+        error = json.loads(text).get("error")
+        message = error.get("message") if isinstance(error, dict) else error
+        if isinstance(message, str) and message.strip():
+            text = message
+    except (ValueError, AttributeError):
+        pass
+    text = " ".join("".join(c if c.isprintable() else " " for c in text).split())
+    if len(text) > MAX_ERROR_QUOTE_CHARS:
+        text = text[: MAX_ERROR_QUOTE_CHARS - 1] + "…"
+    return f": {text}" if text else ""
+
+
 def _connect(
     url: str, headers: dict[str, str], connection: _Connection, timeout: float
 ) -> tuple[http.client.HTTPConnection, str]:
@@ -224,10 +275,10 @@ def _connect(
     environment names for its scheme unless `no_proxy` exempts its host, as urllib did
     (`https` tunnelled with CONNECT, its TLS to the endpoint; `http` sent to the proxy whole).
     `headers` gets the proxy's credentials when they go with the request."""
+    if (problem := base_url_problem(url)) is not None:
+        raise SummarizerError(f"summarizer URL {url!r} is {problem}")
     parts = urllib.parse.urlsplit(url)
     scheme = parts.scheme.lower()
-    if scheme not in ("http", "https") or not parts.netloc:
-        raise SummarizerError(f"summarizer URL is neither http nor https: {url}")
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     kind: type[http.client.HTTPConnection] = (
         http.client.HTTPSConnection if scheme == "https" else http.client.HTTPConnection
