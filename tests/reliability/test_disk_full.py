@@ -559,3 +559,52 @@ def test_copies_under_way_reserve_their_room(storage: LimitedStorage) -> None:
             room.reserve(free // 2 + 1, "the second copy")
         assert refused.value.errno == errno.ENOSPC
     assert room.reserved > 0
+
+
+@pytest.mark.parametrize("storage", ["tmpfs"], indirect=True)
+def test_a_received_file_of_other_pages_reserves_room_for_its_rewrite(storage: LimitedStorage, tmp_path: Path) -> None:
+    """An upstream file (4 KiB pages) is rewritten to the server's pages as it is installed: an
+    import audit saw a 683 MB one take the disk's last bytes beside its staged copy (the
+    rewrite's journal in scratch, not counted in the room the install kept), failing another
+    object's writes. The install now keeps room for the rewrite too: refused before, with the
+    disk's margin left, and installed once there is room."""
+    from sessions_client.admin import import_file
+    from tests.storage.upstream_schema import write_upstream_store
+
+    text = "lorem ipsum dolor sit amet " * 40
+    rows = [
+        (
+            "",
+            f"m{i}",
+            i,
+            f"m{i - 1}" if i else None,
+            "user",
+            canonical({"id": f"m{i}", "role": "user", "parts": [{"type": "text", "text": text}]}),
+            i,
+        )
+        for i in range(600)
+    ]
+    upstream = tmp_path / "upstream.sqlite"
+    write_upstream_store(upstream, rows, page_size=4096)
+    size = upstream.stat().st_size
+    server = Server(storage.data_dir, setup=storage.setup).start()
+    try:
+        with SessionsClient(server.address) as client:
+            resident = client.object("resident").session()
+            resident.append_message(_text_message("r1", 100))
+            # Room for the file as it arrives and its staged copy, and half a rewrite more.
+            storage.exhaust(room=FREE_MARGIN_BYTES + 2 * size + size // 2)
+            with pytest.raises(SessionsError) as refused:
+                import_file(client, "arriving", upstream)
+            assert _status(refused.value) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "STORAGE_FULL")
+            assert "installing the received file needs" in refused.value.message
+            assert free_bytes(storage.data_dir) > FREE_MARGIN_BYTES
+            assert resident.append_message(_text_message("r2", 100)).inserted
+            assert [p.name for p in storage.data_dir.rglob("scratch/*")] == []
+            assert not object_path(storage.data_dir, "arriving").exists()
+            storage.free()
+            assert import_file(client, "arriving", upstream).message_rows == 600
+            assert [p.name for p in storage.data_dir.rglob("scratch/*")] == []
+    finally:
+        storage.free()
+        server.stop()

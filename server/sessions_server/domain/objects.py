@@ -650,10 +650,12 @@ class ObjectAdmin:
                     "the received file does not match its sha256", reason="INVALID_STREAM", field="sha256"
                 )
             try:
-                # Installed from a copy of the received file, staged in scratch too.
+                # Installed from a copy of the received file, staged in scratch too, and
+                # rewritten once more beside it when its pages are not this server's size.
                 # With a copy kept of the object it replaces, room for that too.
                 kept_bytes = self._bytes_to_keep(object_key) if hold_for_move else 0
-                with self._room.reserved_for(size + kept_bytes, "installing the received file"):
+                rewrite_bytes = 0 if await asyncio.to_thread(files.has_server_pages, partial) else size
+                with self._room.reserved_for(size + rewrite_bytes + kept_bytes, "installing the received file"):
                     async with self._registry.closed(object_key):
                         # Kept closed until the file is in place, even if the caller gives up:
                         # a request let in meanwhile would write to the file being replaced.

@@ -156,6 +156,7 @@ def import_store_file(
     partial = scratch / f"{target.stem}.importing"
     with contextlib.suppress(FileNotFoundError):
         partial.unlink()
+    rewritten = scratch / f"{target.stem}.importing-pages"
     try:
         src = open_read_only(source)
         dst = sqlite3.connect(partial)
@@ -163,15 +164,16 @@ def import_store_file(
             src.backup(dst)
         finally:
             src.close()
-        with contextlib.closing(dst):
+        with contextlib.ExitStack() as closing:
+            closing.callback(lambda: dst.close())  # the connection in use when it ends
             import_checks.check_schema(dst)  # before anything of the file runs
             _check_integrity(dst)  # the copy: a corrupt source would fail every later read of it
             if dst.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone() is None:
                 # An empty file (a sender that sent nothing) is a valid database: installed, it
                 # would replace an object's messages with none. Every store has tables once opened.
                 raise StoreImportError(f"{source} is an empty database (no tables): not a store")
+            dst = _take_server_pages(dst, partial, rewritten)
             dst.isolation_level = None
-            _take_server_pages(dst)
             had_refs_index = schema.holds(dst, schema.REFS_BY_HASH_INDEX)
             if schema.table_exists(dst, "_sessions_meta"):  # the copy takes the new key
                 dst.execute("DELETE FROM _sessions_meta WHERE key = 'object_key'")
@@ -189,24 +191,20 @@ def import_store_file(
             _unstamp_mismatched_rows(dst)
             queries.backfill_partial_index(dst)
     except sqlite3.DatabaseError as exc:
-        with contextlib.suppress(FileNotFoundError):
-            partial.unlink()
+        _remove_staged(partial, rewritten)
         if getattr(exc, "sqlite_errorcode", 0) & 0xFF in _STORAGE_FAILURES:  # the disk, not the file
             raise StorageError(f"storage failed, nothing was imported: {exc}", cause=exc) from exc
         raise StoreImportError(
             f"{source} is not a usable SQLite store: {shortened(str(exc), SQLITE_MESSAGE_CHARS)}"
         ) from exc
     except import_checks.UnsafeFile as exc:
-        with contextlib.suppress(FileNotFoundError):
-            partial.unlink()
+        _remove_staged(partial, rewritten)
         raise StoreImportError(f"{source} {exc}") from None
     except ObjectDamaged as exc:  # another program's database: served, it would be taken over
-        with contextlib.suppress(FileNotFoundError):
-            partial.unlink()
+        _remove_staged(partial, rewritten)
         raise StoreImportError(f"{source} is {exc}") from None
     except (StoreImportError, OSError):
-        with contextlib.suppress(FileNotFoundError):
-            partial.unlink()
+        _remove_staged(partial, rewritten)
         raise
     if target.exists() and _replace_in_place(partial, target):
         remove_object_files(partial)
@@ -229,17 +227,42 @@ def import_store_file(
     return target
 
 
-def _take_server_pages(conn: sqlite3.Connection) -> None:
+def _remove_staged(*paths: Path) -> None:
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+def has_server_pages(path: Path) -> bool:
+    """Whether the SQLite file at `path` has the page size of the files this server makes (its
+    header's, read without opening it as a database)."""
+    with open(path, "rb") as file:
+        header = file.read(18)
+    size = int.from_bytes(header[16:18], "big") if len(header) == 18 else 0
+    return (65536 if size == 1 else size) == schema.NEW_FILE_PAGE_SIZE
+
+
+def _take_server_pages(conn: sqlite3.Connection, staged: Path, rewritten: Path) -> sqlite3.Connection:
     """Rewrites a staged copy to the page size of the files this server makes (upstream's are of
-    4 KiB). A file of another page size at an object's path stopped Litestream replicating that
-    object for good (every sync: "unaligned wal offset"), the one installed here and any made
-    at that path after an erase; and it could not replace an object in place. SQLite changes
-    a file's page size only outside WAL mode, by a VACUUM; `initialize` turns WAL back on."""
+    4 KiB); the connection to use from then on. A file of another page size at an object's path
+    stopped Litestream replicating that object for good (every sync: "unaligned wal offset"),
+    the one installed here and any made at that path after an erase; and it could not replace
+    an object in place. `VACUUM INTO` writes the new file beside it: a VACUUM in place took a
+    rollback journal in scratch and a temporary database in the system's temporary directory,
+    each nearly as large, which the room kept for the install did not count (an upstream file of
+    683 MB took the disk's last bytes and failed other objects' writes)."""
     if conn.execute("PRAGMA page_size").fetchone()[0] == schema.NEW_FILE_PAGE_SIZE:
-        return
-    conn.execute("PRAGMA journal_mode = DELETE")
+        return conn
+    with contextlib.suppress(FileNotFoundError):
+        rewritten.unlink()
     conn.execute(f"PRAGMA page_size = {schema.NEW_FILE_PAGE_SIZE}")
-    conn.execute("VACUUM")
+    conn.execute("VACUUM INTO ?", (str(rewritten),))
+    conn.close()
+    for suffix in ("-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            Path(str(staged) + suffix).unlink()
+    rewritten.replace(staged)
+    return sqlite3.connect(staged)
 
 
 def _replace_in_place(staged: Path, target: Path) -> bool:
