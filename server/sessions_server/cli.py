@@ -744,8 +744,31 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+class _Terminated(BaseException):
+    """SIGTERM, raised where the command is, so that what it made is cleaned up on the way out."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise _Terminated
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_arguments(argv)
+    if args.command in ("serve", "hash-token"):
+        return _run_command(args)
+    # timeout(1), systemd and a Job's end stop a command with SIGTERM, whose default action
+    # ended it where it stood: the copy `import-store --to` sends left in the temporary
+    # directory, a `.partial` export beside its file, a move's lock and held copy left for an
+    # operator. Raised as an exception, it unwinds as Ctrl-C does: each step's cleanup runs.
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        return _run_command(args)
+    except _Terminated:
+        print(f"sessions-server {args.command}: stopped by SIGTERM before it finished", file=sys.stderr)
+        return 128 + signal.SIGTERM
+
+
+def _run_command(args: argparse.Namespace) -> int:
     if args.command == "move-object":
         return _move_objects(
             args.source,

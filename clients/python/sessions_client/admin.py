@@ -131,10 +131,12 @@ def export_file(source: SessionsClient, object_key: str, path: str | Path, *, ov
     handle, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
     os.close(handle)
     partial = Path(name)
-    # Tried again as the client's policy allows until its first frame (a server busy with other
-    # exports' copies refuses it as SERVER_BUSY); no deadline, however large the object.
-    export = source._stream(object_key, "ExportObject", pb.ExportObjectRequest(object_key=object_key), endless=True)
+    export = None
     try:
+        # Tried again as the client's policy allows until its first frame (a server busy with other
+        # exports' copies refuses it as SERVER_BUSY); no deadline, however large the object.
+        request = pb.ExportObjectRequest(object_key=object_key)
+        export = source._stream(object_key, "ExportObject", request, endless=True)
         digest, size, expected = hashlib.sha256(), 0, ""
         with partial.open("wb") as out:
             for frame in export:
@@ -160,7 +162,8 @@ def export_file(source: SessionsClient, object_key: str, path: str | Path, *, ov
         finally:
             os.close(directory)
     except BaseException:
-        export.close()  # cancels the call
+        if export is not None:
+            export.close()  # cancels the call
         partial.unlink(missing_ok=True)
         raise
     return ExportReport(object_key, target, size, rows)
