@@ -61,3 +61,20 @@ def test_an_object_the_server_does_not_hold_leaves_no_file(server_process: Serve
     assert done.returncode == 1
     assert "NOT_FOUND" in done.stderr and "no such object" in done.stderr
     assert not target.exists() and not list(tmp_path.glob(".none.sqlite.*"))
+
+
+def test_a_directory_given_as_the_file_is_refused_before_anything_is_sent(
+    server_process: ServerProcess, tmp_path: Path
+) -> None:
+    """With --force, the whole object came, and the rename into place then failed with Python's
+    "[Errno 21] Is a directory" naming the partial copy."""
+    with SessionsClient(server_process.address) as client:
+        client.object("saved/dir").session().append_message(_message("m1"))
+    target = tmp_path / "adir"
+    target.mkdir()
+    done = _cli("export-store", str(target), "--object-key", "saved/dir", "--from", server_process.address, "--force")
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        f"sessions-server export-store: {target} is a directory: nothing was exported; give a file's path"
+    )
+    assert list(target.iterdir()) == [] and not list(tmp_path.glob(".adir.*"))

@@ -124,6 +124,8 @@ def export_file(source: SessionsClient, object_key: str, path: str | Path, *, ov
     when `path` exists and not `overwrite`, SessionsError (NOT_FOUND for an object the server
     does not hold; DATA_LOSS when the digest differs) and OSError when `path` cannot be written."""
     target = Path(path)
+    if target.is_dir():  # found only at the rename, once the whole object had come
+        raise IsADirectoryError(f"{target} is a directory: nothing was exported; give a file's path")
     if target.exists() and not overwrite:
         raise FileExistsError(f"{target} exists (overwrite it with overwrite=True, or --force)")
     if not target.parent.is_dir():
