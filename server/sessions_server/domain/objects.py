@@ -705,6 +705,26 @@ class ObjectAdmin:
                             rows = await _finish_in_thread(self._install, partial, object_key, replace)
                             self._registry.forget_damage(object_key)  # replaced: a damaged file is gone
                         except BaseException as exc:
+                            if (
+                                hold
+                                and not isinstance(exc, files.StoreImportError)  # refused before replacing
+                                and kept is None
+                                and earlier is None
+                                and await asyncio.to_thread(object_path(self.data_dir, object_key).exists)
+                            ):
+                                # The copy is in place (the caller gone once it was installed, or a
+                                # failure after): nothing was here to put back, and ending the hold
+                                # would let it take writes while the mover, never told the hold,
+                                # releases its source. Held, read-only, until an operator acts.
+                                log.warning(
+                                    "%r: an import for a move failed or was cancelled after its copy was "
+                                    "installed: the copy stays held, read-only (hold %s); drop it (DeleteObject "
+                                    "with erase and move_id %s) or move the object again with --replace",
+                                    object_key,
+                                    hold,
+                                    hold,
+                                )
+                                raise
                             if hold:  # nothing arrived: the key is as it was
                                 # A failure past the file's checks may have come after it replaced the object.
                                 if kept is not None and earlier is None and not isinstance(exc, files.StoreImportError):

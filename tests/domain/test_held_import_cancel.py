@@ -1,0 +1,64 @@
+"""A move's import whose caller went away while its copy was being installed kept the copy and
+ended its hold: the copy took writes, while the mover, never told the hold, released its source
+(its undo after SIGTERM or Ctrl-C): two copies taking writes. The copy stays held now. The domain
+over real object files, no gRPC; the install is paused (then run as it is) to cancel inside it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sessions_server.domain.errors import Unavailable
+from sessions_server.domain.service import SessionsService
+from sessions_server.storage.paths import object_path
+from sessions_server.storage.registry import ObjectRegistry
+from sessions_server.storage.rows import Parent
+
+
+def _message(message_id: str) -> str:
+    return json.dumps({"id": message_id, "role": "user", "parts": [{"type": "text", "text": "hello"}]})
+
+
+def test_an_import_cancelled_while_installed_keeps_its_copy_held(tmp_path: Path) -> None:
+    async def run() -> tuple[bool, str]:
+        registry = ObjectRegistry(tmp_path / "data", ThreadPoolExecutor(max_workers=4))
+        service = SessionsService(registry)
+        objects = service.objects
+        installing, go = threading.Event(), threading.Event()
+        real_install = objects._install
+
+        def paused_install(*args: Any) -> int:
+            installing.set()
+            go.wait(30)
+            return real_install(*args)
+
+        objects._install = paused_install  # type: ignore[method-assign]
+        try:
+            await service.append("source", "", _message("m1"), Parent.auto(), from_client=True)
+            exported = [frame async for frame in objects.export("source", lock_for_move=False, lease_seconds=0)]
+
+            async def frames() -> AsyncIterator[tuple[bytes, str]]:
+                for frame in exported:
+                    yield frame.data, frame.sha256
+
+            receiving = asyncio.create_task(objects.receive("arriving", frames(), replace=False, hold_for_move=True))
+            await asyncio.to_thread(installing.wait, 30)
+            receiving.cancel()
+            go.set()
+            with pytest.raises(asyncio.CancelledError):
+                await receiving
+            with pytest.raises(Unavailable) as held:
+                objects.admit("arriving", writing=True)
+            return object_path(registry.data_dir, "arriving").exists(), held.value.reason
+        finally:
+            go.set()
+            await registry.close_all()
+
+    assert asyncio.run(run()) == (True, "OBJECT_MOVING")
