@@ -749,6 +749,9 @@ class _Terminated(BaseException):
 
 
 def _raise_terminated(signum: int, frame: object) -> None:
+    # Once: a second SIGTERM cut the cleanup the first began short (a move's undo, its source
+    # left locked for the lease). Ctrl-C still ends it.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise _Terminated
 
 
@@ -953,6 +956,19 @@ def _move_objects(
                 failed.append((key, reason))
                 print(f"sessions-server move-object: {key!r} not moved: {reason}", file=sys.stderr, flush=True)
                 continue
+            except _Terminated:
+                # Undone as a failed move is when the stop came before the delete; after it, or
+                # in the undo, what each side holds is for the operator to see.
+                print(
+                    f"sessions-server move-object: {key!r}: stopped by SIGTERM mid-move; check it on both "
+                    f"servers: if {source} refuses it (OBJECT_NOT_OWNED) it moved, and the copy {destination} "
+                    f"holds takes writes once released (abort-move --from {destination} --release-hold); if "
+                    f"{source} is locked (OBJECT_MOVING), release it (abort-move --from {source}); if "
+                    f"{destination} holds a copy while {source} takes writes, move it again with --replace",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                raise
             print(
                 f"moved {key!r}: {report.size_bytes} bytes, {report.message_rows} messages -> {destination}",
                 flush=True,

@@ -133,3 +133,31 @@ def test_import_store_to_a_server_stopped_by_sigterm_leaves_no_copy(server: Serv
     assert code == 128 + signal.SIGTERM, err
     assert err.splitlines()[-1] == "sessions-server import-store: stopped by SIGTERM before it finished"
     assert list(temporary.iterdir()) == []
+
+
+def test_move_object_stopped_by_sigterm_mid_copy_is_undone_and_says_what_to_check(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """Stopped while the destination receives the copy (the relay holds it midway), the move is
+    undone as a failed one is: the source takes writes again and the destination holds nothing.
+    A second SIGTERM, sent at once, does not cut that undo short."""
+    destination = ServerProcess(tmp_path / "destination").start()
+    relay = StallingRelay(destination.address, from_server=False, after=1024 * 1024)
+    try:
+        command = _cli("move-object", "--from", server.address, "--to", relay.address, "--object-key", "big")
+        _until(relay.passed.is_set)
+        command.send_signal(signal.SIGTERM)
+        code, err = _stopped(command)
+        assert code == 128 + signal.SIGTERM, err
+        assert "'big': stopped by SIGTERM mid-move; check it on both servers" in err
+        with SessionsClient(server.address) as source, SessionsClient(destination.address) as arrived:
+            assert (
+                source.object("big")
+                .session()
+                .append_message({"id": "after", "role": "user", "parts": [{"type": "text", "text": "writable"}]})
+                .inserted
+            )
+            assert arrived.object("big").session().get_history() == []
+    finally:
+        relay.close()
+        destination.stop()

@@ -128,6 +128,7 @@ def test_a_port_in_use_is_told_in_one_line_and_the_port_is_free_after(tmp_path: 
             "--summarizer-url 'https://u:p@llm/v1' is a URL holding credentials",
         ),
         (["--summarizer-url", "https://llm/v1#x"], "--summarizer-url 'https://llm/v1#x' is a URL with a fragment"),
+        (["--summarizer-url", "http://ll m/v1"], "--summarizer-url 'http://ll m/v1' is a URL holding spaces"),
         (["--summarizer-model", "m"], "--summarizer-model has no effect without --summarizer-url"),
         (
             ["--summarizer-timeout-seconds", "5", "--summarizer-api-key-env", "KEY"],
@@ -145,6 +146,7 @@ def test_a_port_in_use_is_told_in_one_line_and_the_port_is_free_after(tmp_path: 
         "summarizer-port-0",
         "summarizer-credentials",
         "summarizer-fragment",
+        "summarizer-space",
         "summarizer-model-alone",
         "summarizer-settings-alone",
     ],

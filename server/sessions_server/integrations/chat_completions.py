@@ -130,6 +130,8 @@ def base_url_problem(base_url: str) -> str | None:
     65,535 was wrapped by the resolver onto another port (the API key and the conversation went
     to whatever listened there), a fragment swallowed the path, and credentials in the URL were
     taken for part of the host."""
+    if any(c.isspace() or not c.isprintable() for c in base_url):
+        return "a URL holding spaces or control characters"
     try:
         parts = urllib.parse.urlsplit(base_url)
         parts.port  # noqa: B018 - reading it checks it (a number from 0 to 65,535)

@@ -203,7 +203,7 @@ def import_store_file(
     except ObjectDamaged as exc:  # another program's database: served, it would be taken over
         _remove_staged(partial, rewritten)
         raise StoreImportError(f"{source} is {exc}") from None
-    except (StoreImportError, OSError):
+    except BaseException:  # a refusal, the disk, or the process stopping (SIGTERM, Ctrl-C)
         _remove_staged(partial, rewritten)
         raise
     if target.exists() and _replace_in_place(partial, target):
@@ -228,9 +228,11 @@ def import_store_file(
 
 
 def _remove_staged(*paths: Path) -> None:
+    """Removes staged copies with their journals (a disk that filled mid-write left one)."""
     for path in paths:
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
+        for suffix in ("", "-journal", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                Path(str(path) + suffix).unlink()
 
 
 def has_server_pages(path: Path) -> bool:
