@@ -386,7 +386,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         help="the object whose lock to release (repeatable; a key starting with '-' as --object-key=KEY)",
     )
-    aborter.add_argument("--from", dest="source", required=True, help="the server holding the lock (the move's source)")
+    aborter.add_argument(
+        "--from",
+        dest="source",
+        required=True,
+        help="the server holding the lock (the move's source; with --release-hold, its destination)",
+    )
     aborter.add_argument(
         "--release-hold",
         action="store_true",
