@@ -774,6 +774,8 @@ def main(argv: list[str] | None = None) -> int:
     except _Terminated:
         print(f"sessions-server {args.command}: stopped by SIGTERM before it finished", file=sys.stderr)
         return 128 + signal.SIGTERM
+    finally:  # past this point nothing is left to clean up: SIGTERM ends the process as usual
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _run_command(args: argparse.Namespace) -> int:

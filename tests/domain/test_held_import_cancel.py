@@ -62,3 +62,37 @@ def test_an_import_cancelled_while_installed_keeps_its_copy_held(tmp_path: Path)
             await registry.close_all()
 
     assert asyncio.run(run()) == (True, "OBJECT_MOVING")
+
+
+def test_an_import_that_failed_before_replacing_a_leftover_holds_nothing(tmp_path: Path) -> None:
+    """A key moved away whose delete was cut short keeps its file; a move back whose install
+    fails before replacing it (the disk, here) must not hold that leftover: the key is refused as
+    moved, so neither an erase naming the hold nor AbortMove could release it (a review)."""
+
+    async def run() -> tuple[bool, bool]:
+        registry = ObjectRegistry(tmp_path / "data", ThreadPoolExecutor(max_workers=4))
+        service = SessionsService(registry)
+        objects = service.objects
+        try:
+            await service.append("k", "", _message("m1"), Parent.auto(), from_client=True)
+            exported = [frame async for frame in objects.export("k", lock_for_move=False, lease_seconds=0)]
+            await registry.close_all()
+            objects._moved.record("k", "elsewhere:1")  # moved away, its file left by a delete cut short
+
+            def full_disk(*args: Any) -> int:
+                raise OSError(28, "No space left on device")
+
+            objects._install = full_disk  # type: ignore[method-assign]
+
+            async def frames() -> AsyncIterator[tuple[bytes, str]]:
+                for frame in exported:
+                    yield frame.data, frame.sha256
+
+            with pytest.raises(Exception, match="No space left"):
+                await objects.receive("k", frames(), replace=False, hold_for_move=True)
+            lock = objects._moving.get("k")
+            return object_path(registry.data_dir, "k").exists(), lock is not None
+        finally:
+            await registry.close_all()
+
+    assert asyncio.run(run()) == (True, False)

@@ -346,7 +346,7 @@ def _undo_move(
             destination._stub.DeleteObject(
                 pb.DeleteObjectRequest(object_key=object_key, erase=True, move_id=hold),
                 metadata=metadata_destination,
-                timeout=destination.timeout,
+                timeout=destination.timeout or UNDO_TIMEOUT_SECONDS,
             )
         except grpc.RpcError as error:
             left = (
@@ -354,8 +354,12 @@ def _undo_move(
                 f"stays there read-only; drop it with DeleteObject erase and move_id {hold}"
             )
     with contextlib.suppress(grpc.RpcError):  # best effort: else the lock lasts its lease
+        # The source's lock only: a mover that stalled while the object was moved away and back
+        # would release the hold of the copy that came back, beside another taking writes.
         source._stub.AbortMove(
-            pb.AbortMoveRequest(object_key=object_key), metadata=metadata_source, timeout=source.timeout
+            pb.AbortMoveRequest(object_key=object_key, source_lock_only=True),
+            metadata=metadata_source,
+            timeout=source.timeout or UNDO_TIMEOUT_SECONDS,
         )
     return left
 
@@ -424,6 +428,9 @@ class MoveOutcomeUnknown(SessionsError):
 
 
 REACHABLE_SECONDS = 10.0
+UNDO_TIMEOUT_SECONDS = 30.0
+"""A failed move's undo calls, for clients without a timeout of their own: a server that
+answers nothing must not hold the mover (which ignores a second SIGTERM while it undoes)."""
 
 # The delete went out and no answer came back: the connection, a proxy or a deadline, not the
 # source's own refusal (which has a reason).

@@ -710,6 +710,9 @@ class ObjectAdmin:
                                 and not isinstance(exc, files.StoreImportError)  # refused before replacing
                                 and kept is None
                                 and earlier is None
+                                # Forgotten by `_install` once its file is in place: else a file here
+                                # is what a delete cut short left, not the copy.
+                                and object_key not in self._moved
                                 and await asyncio.to_thread(object_path(self.data_dir, object_key).exists)
                             ):
                                 # The copy is in place (the caller gone once it was installed, or a

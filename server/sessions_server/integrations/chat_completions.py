@@ -230,7 +230,10 @@ class ChatCompletionsSummarizer:
                 conn.request("POST", target, body=body, headers=headers)
                 with conn.getresponse() as response:  # closing it closes the socket
                     if not 200 <= response.status < 300:
-                        said = _error_said(response.read(MAX_ERROR_BODY_BYTES))
+                        try:
+                            said = _error_said(response.read(MAX_ERROR_BODY_BYTES))
+                        except (http.client.HTTPException, OSError):  # the status says enough
+                            said = ""
                         raise SummarizerError(f"summarizer answered HTTP {response.status}{said}")
                     reply = response.read(MAX_REPLY_BYTES + 1)
             finally:
