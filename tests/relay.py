@@ -41,3 +41,19 @@ class Relay:
                     target=self.pump, args=(source, sink), kwargs={"from_server": from_server}, daemon=True
                 )
                 worker.start()
+
+
+def pass_bytes(source: socket.socket, sink: socket.socket, budget: int | None) -> bool:
+    """Moves bytes from `source` to `sink`, at most `budget` of them (None: until the end);
+    whether the budget was spent (False: the connection ended or failed first)."""
+    try:
+        while budget is None or budget > 0:
+            data = source.recv(65536 if budget is None else min(65536, budget))
+            if not data:
+                return False
+            sink.sendall(data)
+            if budget is not None:
+                budget -= len(data)
+    except OSError:
+        return False
+    return True

@@ -19,7 +19,7 @@ import pytest
 
 from sessions_client import SessionsClient
 from tests.e2e.conftest import ServerProcess
-from tests.relay import Relay
+from tests.relay import Relay, pass_bytes
 
 GUARD_SECONDS = 60.0
 
@@ -40,19 +40,9 @@ class StallingRelay(Relay):
         super().close()
 
     def pump(self, source: socket.socket, sink: socket.socket, *, from_server: bool) -> None:
-        budget = self._after if from_server == self._stalls_from_server else None
-        try:
-            while budget is None or budget > 0:
-                data = source.recv(65536 if budget is None else min(65536, budget))
-                if not data:
-                    return
-                sink.sendall(data)
-                if budget is not None:
-                    budget -= len(data)
-        except OSError:
-            return
-        self.passed.set()
-        self._closed.wait()
+        if pass_bytes(source, sink, self._after if from_server == self._stalls_from_server else None):
+            self.passed.set()
+            self._closed.wait()
 
 
 def _until(condition: Callable[[], bool]) -> None:

@@ -24,7 +24,7 @@ from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
 from sessions_server.domain.limits import Limits
 from tests.conftest import LiveServer, start_server
 from tests.deploy.support import free_port
-from tests.relay import Relay
+from tests.relay import Relay, pass_bytes
 from tests.reliability.support import wait_until
 from tests.service.support import text_message
 
@@ -486,17 +486,7 @@ class HoldingRelay(Relay):
                 sock.shutdown(socket.SHUT_RDWR)
 
     def pump(self, source: socket.socket, sink: socket.socket, *, from_server: bool) -> None:
-        budget = self._hold_after if from_server else None
-        try:
-            while budget is None or budget > 0:
-                data = source.recv(65536 if budget is None else min(65536, budget))
-                if not data:
-                    break
-                sink.sendall(data)
-                if budget is not None:
-                    budget -= len(data)
-        except OSError:
-            pass
+        pass_bytes(source, sink, self._hold_after if from_server else None)
         self._cut.wait()
 
 
