@@ -254,8 +254,13 @@ def test_a_drain_ends_a_reflection_stream_while_its_answers_are_being_sent(
         with pytest.raises(grpc.RpcError) as ended:
             for _ in stream:
                 pass
-        assert ended.value.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
-        assert "shutting down" in (ended.value.details() or "")  # type: ignore[attr-defined]
+        # The server's own end of the stream ("shutting down"), or, when the server, its drain
+        # over, had closed the connection while this side was still sending its requests, the
+        # connection's ("Stream removed (sendmsg: Broken pipe)"): at once either way, not after
+        # the deadline, which is what the dropped call came to.
+        assert ended.value.code() == grpc.StatusCode.UNAVAILABLE, ended.value  # type: ignore[attr-defined]
+        details = ended.value.details() or ""  # type: ignore[attr-defined]
+        assert "shutting down" in details or "Stream removed" in details, details
         assert _exit_code(server) == 0
     finally:
         release.set()
