@@ -28,6 +28,7 @@ from sessions_server.domain.held_plans import HeldPlans
 from sessions_server.domain.history import SUMMARY_READ
 from sessions_server.domain.limits import RESPONSE_PAYLOAD_BYTES, check_size
 from sessions_server.domain.overlays import plan_overlays
+from sessions_server.domain.throttle import Throttle
 from sessions_server.domain.tokens import estimate_string_tokens
 from sessions_server.storage import queries
 from sessions_server.storage.feed import ChangeEvent
@@ -216,8 +217,8 @@ class Compactor:
         self._service = service
         self._summarizer = summarizer
         self._running: dict[tuple[str, str], asyncio.Task[None]] = {}
-        # Sessions told their threshold compacts nothing here (no summarizer): when, newest last.
-        self._told_unsummarized: OrderedDict[tuple[str, str], float] = OrderedDict()
+        # Sessions told their threshold compacts nothing here (no summarizer).
+        self._told_unsummarized = Throttle(UNSUMMARIZED_TELL_SECONDS, MAX_REMEMBERED_SESSION_FACTS)
         self.held_plans = HeldPlans(service.registry)
         self.on_stored: Callable[[str], None] = lambda kind: None  # observability hook
 
@@ -717,15 +718,8 @@ class Compactor:
         """A threshold stored where no summarizer is (set on a server with one, then this one
         started without it, or the object brought here) compacts nothing: said in the log and on
         the feed as a compaction error, once a minute a session, rather than not at all."""
-        now = asyncio.get_running_loop().time()
-        told = self._told_unsummarized
-        last = told.get((object_key, session_id))
-        if last is not None and now - last < UNSUMMARIZED_TELL_SECONDS:
+        if not self._told_unsummarized.due((object_key, session_id)):
             return
-        told.pop((object_key, session_id), None)
-        told[(object_key, session_id)] = now
-        while len(told) > MAX_REMEMBERED_SESSION_FACTS:
-            told.popitem(last=False)
         detail = (
             f"NoSummarizer: the session's threshold of {threshold} tokens compacts nothing here: this server "
             "has no summarizer (--summarizer-url); start it with one, or set the threshold to 0"

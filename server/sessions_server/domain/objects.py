@@ -39,6 +39,7 @@ from sessions_server.domain.errors import (
 from sessions_server.domain.limits import RESPONSE_PAYLOAD_BYTES, busy, check_size, exceeded
 from sessions_server.domain.placement import Placement
 from sessions_server.domain.scratch_room import ScratchRoom
+from sessions_server.domain.throttle import Throttle
 from sessions_server.storage import datadir, files, queries
 from sessions_server.storage.move_holds import Arrival, Arrivals, Departure, Departures
 from sessions_server.storage.moved import MovedObjects
@@ -138,6 +139,12 @@ class _ExportCut:
 
     erased: bool = False
 
+    def check(self) -> None:
+        if self.erased:
+            raise NotFound(
+                "the object was erased while it was being exported: nothing more of it is sent", field="object_key"
+            )
+
 
 @dataclass(slots=True, eq=False)
 class _SharedCopy:
@@ -201,7 +208,7 @@ class ObjectAdmin:
         self._copies_held: dict[str, int] = {}  # copies of each object that exports still use
         self._room = ScratchRoom(registry.data_dir / datadir.SCRATCH_DIR_NAME)
         self._rewrite_slots = asyncio.Semaphore(MAX_CONCURRENT_REWRITES)
-        self._failures_logged: dict[str, float] = {}  # object key: when its last failure was logged
+        self._failures_logged = Throttle(FAILURE_LOG_SECONDS, MAX_FAILURE_LOG_KEYS)
         self._lines_since = 0.0  # when the current window of storage-failure lines began
         self._lines = 0  # storage-failure lines logged in it
         self._unlogged = 0  # objects whose failures were counted instead, past MAX_FAILURE_LINES
@@ -349,11 +356,7 @@ class ObjectAdmin:
             first = True
             with copy.open("rb") as stream:
                 while chunk := await _finish_in_thread(self._read_to_send, stream, digest):
-                    if cut.erased:
-                        raise NotFound(
-                            "the object was erased while it was being exported: nothing more of it is sent",
-                            field="object_key",
-                        )
+                    cut.check()
                     yield ExportFrame(size if first else 0, chunk, "")
                     first = False
                     # The lease runs from the last frame sent; a lock released or expired
@@ -361,8 +364,7 @@ class ObjectAdmin:
                     now = time.monotonic()
                     if lock_for_move and self._moving.get(object_key) is lock and now < lock.expiry:
                         lock.expiry = now + lease
-            if cut.erased:
-                raise NotFound("the object was erased while it was being exported", field="object_key")
+            cut.check()
             if lock_for_move:
                 await self._note_departure(object_key, lock)
             yield ExportFrame(size if first else 0, b"", digest.hexdigest(), lock.id if lock_for_move else "")
@@ -594,18 +596,7 @@ class ObjectAdmin:
     def _due_for_log(self, object_key: str) -> bool:
         """Whether a failure of the object is to be logged: none was in the last
         FAILURE_LOG_SECONDS (noted as logged now when so)."""
-        now = time.monotonic()
-        logged = self._failures_logged
-        last = logged.get(object_key)
-        if last is not None and now - last < FAILURE_LOG_SECONDS:
-            return False
-        if len(logged) >= MAX_FAILURE_LOG_KEYS:  # the stale ones go (oldest first), else the older half
-            stale = [key for key, when in logged.items() if now - when >= FAILURE_LOG_SECONDS]
-            for key in stale or list(logged)[: MAX_FAILURE_LOG_KEYS // 2]:
-                del logged[key]
-        logged.pop(object_key, None)
-        logged[object_key] = now  # newest last
-        return True
+        return self._failures_logged.due(object_key)
 
     def _release(self, object_key: str, lock: _MoveLock) -> None:
         """Drops `lock`, if it is still the object's (not another export's since)."""
