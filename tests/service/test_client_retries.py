@@ -258,12 +258,16 @@ def test_a_retried_import_counts_what_an_earlier_attempt_stored_as_skipped(
 
 
 class AnswerLosingRelay(Relay):
-    """A TCP relay that closes the first connection when the server's first answer on it begins
-    (its first HTTP/2 HEADERS frame on a stream): the call was carried out, and the client sees
-    its connection fail without the answer. Later connections pass everything."""
+    """A TCP relay that loses the first answer on its first connection, once the server's answer
+    begins (its first HTTP/2 HEADERS frame on a stream): the call was carried out, and the client
+    never learns it. By default the relay closes the connection there; `without_status` first
+    passes the response's headers on and ends the stream with an empty DATA frame, without
+    trailers, as HAProxy ends a call whose server connection failed under it. Later connections
+    pass everything."""
 
-    def __init__(self, target: str) -> None:
+    def __init__(self, target: str, *, without_status: bool = False) -> None:
         self.lost_answers = 0
+        self._without_status = without_status
         self._lock = threading.Lock()
         super().__init__(target)
 
@@ -278,12 +282,15 @@ class AnswerLosingRelay(Relay):
                 while len(pending) >= 9:  # a frame header: length (3), type, flags, stream (4)
                     size = int.from_bytes(pending[:3], "big") + 9
                     kind, stream = pending[3], int.from_bytes(pending[5:9], "big") & 0x7FFFFFFF
+                    if len(pending) < size:
+                        break
                     if kind == 1 and stream != 0 and self._lose_this_answer():
+                        if self._without_status:
+                            end_stream = (0).to_bytes(3, "big") + bytes([0, 1]) + stream.to_bytes(4, "big")
+                            sink.sendall(pending[:size] + end_stream)
                         for sock in (source, sink):
                             sock.shutdown(socket.SHUT_RDWR)
                         return
-                    if len(pending) < size:
-                        break
                     sink.sendall(pending[:size])
                     pending = pending[size:]
         except OSError:
@@ -295,6 +302,81 @@ class AnswerLosingRelay(Relay):
                 return False
             self.lost_answers = 1
             return True
+
+
+@pytest.mark.parametrize("read", [False, True])
+def test_a_call_a_proxy_ended_without_the_servers_status_is_tried_again_when_safe_to_repeat(
+    live_server: LiveServer, object_key: str, read: bool
+) -> None:
+    """Through HAProxy, a shard stopped under calls ended them without a status (the stream ended
+    with no trailers), which gRPC reports as UNKNOWN "Stream removed", and the client tried
+    nothing again: uploads of large messages failed. It is a failed connection now, UNAVAILABLE
+    without a reason: an append (here carried out before its answer was lost) and a stream before
+    its first response are tried again."""
+    session_of = lambda client: client.object(object_key).session()  # noqa: E731
+    with SessionsClient(live_server.address) as direct:
+        session_of(direct).append_message(text_message("m0"))
+    notices: list[RetryNotice] = []
+    relay = AnswerLosingRelay(live_server.address, without_status=True)
+    try:
+        with SessionsClient(relay.address, on_retry=notices.append) as client:
+            if read:
+                assert [m["id"] for m in session_of(client).get_history()] == ["m0"]
+                method = "StreamHistory"
+            else:
+                assert session_of(client).append_message(text_message("m1")).inserted is False
+                method = "AppendMessage"
+        assert relay.lost_answers == 1
+        assert _summary(notices) == [(method, 1, grpc.StatusCode.UNAVAILABLE, None)]
+        assert "without the server's status" in notices[0].error.message
+        assert "Stream removed" in notices[0].error.message
+        with SessionsClient(live_server.address) as direct:
+            assert [m["id"] for m in session_of(direct).get_history()] == ["m0"] + ([] if read else ["m1"])
+    finally:
+        relay.close()
+
+
+def test_a_clear_a_proxy_ended_without_the_servers_status_is_not_repeated(
+    live_server: LiveServer, object_key: str
+) -> None:
+    """The server cleared the session, but its answer never came: a repeat could remove what was
+    appended since, so the caller gets UNAVAILABLE, and decides."""
+    with SessionsClient(live_server.address) as direct:
+        direct.object(object_key).session().append_messages([text_message("m0"), text_message("m1")])
+    notices: list[RetryNotice] = []
+    relay = AnswerLosingRelay(live_server.address, without_status=True)
+    try:
+        with SessionsClient(relay.address, on_retry=notices.append) as client, pytest.raises(SessionsError) as failed:
+            client.object(object_key).session().clear_messages()
+        assert (failed.value.code, failed.value.reason, notices) == (grpc.StatusCode.UNAVAILABLE, None, [])
+        with SessionsClient(live_server.address) as direct:
+            assert direct.object(object_key).session().get_history() == []
+    finally:
+        relay.close()
+
+
+def test_the_asyncio_client_sends_an_upload_ended_without_a_status_again(
+    live_server: LiveServer, object_key: str
+) -> None:
+    """The audit's case: a large message's upload whose stream HAProxy ended without a status
+    (gRPC's server sends an upload's response headers as it starts reading it)."""
+    from sessions_client.aio import SessionsClient as AsyncClient
+
+    notices: list[RetryNotice] = []
+    relay = AnswerLosingRelay(live_server.address, without_status=True)
+    large = text_message("m1", "u" * 4_000_000)
+
+    async def upload() -> None:
+        async with AsyncClient(relay.address, on_retry=notices.append) as client:
+            await client.object(object_key).session().append_message(large)
+
+    try:
+        asyncio.run(upload())
+        assert _summary(notices) == [("UploadMessage", 1, grpc.StatusCode.UNAVAILABLE, None)]
+        with SessionsClient(live_server.address) as direct:
+            assert direct.object(object_key).session().get_history() == [large]
+    finally:
+        relay.close()
 
 
 def test_the_timeout_covers_every_attempt_and_wait(dead_address: str) -> None:

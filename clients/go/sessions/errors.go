@@ -122,11 +122,17 @@ func toError(err error) error {
 			st = status.New(codes.Unknown, err.Error())
 		}
 	}
-	if cutMidMessage(st) {
+	switch {
+	case cutMidMessage(st):
 		// grpc-go reports a stream that ended with a response half received (the server's
 		// stop cancelled it at the end of its drain, or the connection failed) as INTERNAL;
 		// the other clients see the cancellation itself, UNAVAILABLE, and so retry it.
 		st = status.New(codes.Unavailable, "the stream was cut in the middle of a response: "+st.Message())
+	case endedWithoutStatus(st):
+		// A proxy (HAProxy) ends a call so when its connection to the server fails under it:
+		// whether the server carried the call out is unknown, as after any failed connection.
+		// The Python and TypeScript clients report it alike.
+		st = status.New(codes.Unavailable, "the call ended without the server's status, as a proxy ends it when its connection to the server fails ("+st.Message()+")")
 	}
 	out := &Error{Code: st.Code(), Message: st.Message(), status: st}
 	for _, detail := range st.Details() {
@@ -144,6 +150,12 @@ func toError(err error) error {
 // of a message (io.ErrUnexpectedEOF as INTERNAL), not one the server sent.
 func cutMidMessage(st *status.Status) bool {
 	return st.Code() == codes.Internal && st.Message() == io.ErrUnexpectedEOF.Error() && len(st.Details()) == 0
+}
+
+// endedWithoutStatus reports whether st is grpc-go's own status for a stream that ended without
+// trailers, hence without the server's status.
+func endedWithoutStatus(st *status.Status) bool {
+	return st.Code() == codes.Internal && st.Message() == "server closed the stream without sending trailers" && len(st.Details()) == 0
 }
 
 // clientError is an error found before anything was sent, shaped like the server's.

@@ -791,28 +791,41 @@ func TestRetryCloseEndsWait(t *testing.T) {
 	}
 }
 
-// cutProxy relays TCP connections to the server and cuts calls short: it drops the connection
-// when a response starts (a call that reached the server and got no answer), or, with
-// afterFirstMessage, once the call's first response message has been relayed. It cuts the first
+// cutAt is where a cutProxy cuts a call.
+type cutAt int
+
+const (
+	// cutAtAnswer drops the connection when a response starts: a call that reached the server
+	// and got no answer.
+	cutAtAnswer cutAt = iota
+	// cutAfterFirstMessage drops it once the call's first response message has been relayed.
+	cutAfterFirstMessage
+	// cutWithoutStatus relays the response's headers, then ends the call's stream with an empty
+	// DATA frame without trailers, as HAProxy ends a call whose server connection failed under
+	// it, and drops the connection.
+	cutWithoutStatus
+)
+
+// cutProxy relays TCP connections to the server and cuts calls short (cutAt). It cuts the first
 // `cuts` calls it sees; after that it only relays. It reads the HTTP/2 frames the server sends
 // to know where a response starts.
 type cutProxy struct {
-	listener          net.Listener
-	target            string
-	afterFirstMessage bool
+	listener net.Listener
+	target   string
+	at       cutAt
 
 	mu    sync.Mutex
 	cuts  int
 	conns []net.Conn
 }
 
-func newCutProxy(t *testing.T, cuts int, afterFirstMessage bool) *cutProxy {
+func newCutProxy(t *testing.T, cuts int, at cutAt) *cutProxy {
 	t.Helper()
 	listener, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &cutProxy{listener: listener, target: server.Addr, cuts: cuts, afterFirstMessage: afterFirstMessage}
+	p := &cutProxy{listener: listener, target: server.Addr, cuts: cuts, at: at}
 	go p.accept()
 	t.Cleanup(p.close)
 	return p
@@ -866,10 +879,10 @@ func (p *cutProxy) relayResponses(server net.Conn, client *net.TCPConn) {
 		_ = server.Close()
 		_ = client.CloseWrite()
 	}()
-	const frameData, frameHeaders, flagPadded = 0x0, 0x1, 0x8
+	const frameData, frameHeaders, flagEndStream, flagPadded = 0x0, 0x1, 0x1, 0x8
 	r := bufio.NewReader(server)
 	var (
-		watched  uint32 // the stream to cut after its first message (afterFirstMessage)
+		watched  uint32 // the stream to cut after its first message (cutAfterFirstMessage)
 		body     []byte // the watched stream's DATA so far, up to the first message's prefix
 		received int    // bytes of the watched stream's DATA so far
 	)
@@ -885,8 +898,14 @@ func (p *cutProxy) relayResponses(server net.Conn, client *net.TCPConn) {
 			return
 		}
 		if kind == frameHeaders && stream != 0 && watched == 0 && p.takeCut() {
-			if !p.afterFirstMessage {
+			switch p.at {
+			case cutAtAnswer:
 				return // the response's headers never reach the client
+			case cutWithoutStatus:
+				end := []byte{0, 0, 0, frameData, flagEndStream, 0, 0, 0, 0}
+				binary.BigEndian.PutUint32(end[5:], stream)
+				_, _ = client.Write(append(frame, end...))
+				return
 			}
 			watched = stream
 		}
@@ -920,23 +939,39 @@ func (p *cutProxy) close() {
 	}
 }
 
-// TestRetryStreamBeforeFirstResponse: a streaming read whose connection drops after the server
-// took the request but before any response is read again, on a new connection, and returns the
-// whole path once.
+// lostAnswers are the ways a cutProxy loses a call's answer after the server took the call.
+var lostAnswers = []struct {
+	name string
+	at   cutAt
+}{
+	{"connection dropped", cutAtAnswer},
+	// HAProxy's end of a call whose shard stopped under it, which grpc-go reports as INTERNAL
+	// ("server closed the stream without sending trailers"): the client took it for the
+	// server's answer and tried nothing again.
+	{"ended without a status", cutWithoutStatus},
+}
+
+// TestRetryStreamBeforeFirstResponse: a streaming read whose connection drops (or whose stream a
+// proxy ends without a status) after the server took the request but before any response is
+// read again, on a new connection, and returns the whole path once.
 func TestRetryStreamBeforeFirstResponse(t *testing.T) {
-	key := objectKey(t)
-	want := []string{"a", "b", "c"}
-	for _, id := range want {
-		mustAppend(t, client.Object(key).Session("s"), textMessage(id, "user", id))
-	}
-	log := &retryLog{}
-	s := dialRetrying(t, newCutProxy(t, 1, false).addr(), log, sessions.WithRetry(fastRetry)).Object(key).Session("s")
-	if got := collectHistory(t, s); !equalStrings(got, want) {
-		t.Fatalf("history = %v, want %v", got, want)
-	}
-	checkNotices(t, log.seen(), "StreamHistory", codes.Unavailable, "")
-	if n := log.attemptsOf("StreamHistory"); n != 2 {
-		t.Fatalf("%d attempts, want 2", n)
+	for _, lost := range lostAnswers {
+		t.Run(lost.name, func(t *testing.T) {
+			key := objectKey(t)
+			want := []string{"a", "b", "c"}
+			for _, id := range want {
+				mustAppend(t, client.Object(key).Session("s"), textMessage(id, "user", id))
+			}
+			log := &retryLog{}
+			s := dialRetrying(t, newCutProxy(t, 1, lost.at).addr(), log, sessions.WithRetry(fastRetry)).Object(key).Session("s")
+			if got := collectHistory(t, s); !equalStrings(got, want) {
+				t.Fatalf("history = %v, want %v", got, want)
+			}
+			checkNotices(t, log.seen(), "StreamHistory", codes.Unavailable, "")
+			if n := log.attemptsOf("StreamHistory"); n != 2 {
+				t.Fatalf("%d attempts, want 2", n)
+			}
+		})
 	}
 }
 
@@ -952,7 +987,7 @@ func TestRetryStreamNotAfterFirstResponse(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := &retryLog{}
-	s := dialRetrying(t, newCutProxy(t, 1, true).addr(), log, sessions.WithRetry(fastRetry)).Object(key).Session("s")
+	s := dialRetrying(t, newCutProxy(t, 1, cutAfterFirstMessage).addr(), log, sessions.WithRetry(fastRetry)).Object(key).Session("s")
 	it := s.History(testCtx(t))
 	defer it.Close()
 	read := 0
@@ -970,43 +1005,71 @@ func TestRetryStreamNotAfterFirstResponse(t *testing.T) {
 	}
 }
 
+// TestSubscribeResumesAfterAStreamEndedWithoutStatus: a subscription whose stream HAProxy ended
+// without a status (its shard stopped under it) ended there, INTERNAL; it reconnects now, as
+// after any failed connection, and misses nothing.
+func TestSubscribeResumesAfterAStreamEndedWithoutStatus(t *testing.T) {
+	ctx, cancel := context.WithTimeout(testCtx(t), time.Minute)
+	defer cancel()
+	key := objectKey(t)
+	proxy := newCutProxy(t, 1, cutWithoutStatus)
+	through := dialRetrying(t, proxy.addr(), &retryLog{})
+	sub := liveSubscription(t, ctx, through.Object(key).Session("s").Subscribe) // the second stream
+	mustAppend(t, client.Object(key).Session("s"), textMessage("m1", "user", "after the cut"))
+	ev := nextEvent(t, sub)
+	for ev.Type == sessions.ChangeProgress {
+		ev = nextEvent(t, sub)
+	}
+	if ev.Type != sessions.ChangeAppend || ev.Message.Info.ID != "m1" {
+		t.Fatalf("event = %v, want the append of m1", ev.Type)
+	}
+	if proxy.takeCut() {
+		t.Fatal("the proxy cut no stream")
+	}
+}
+
 // TestRetryAfterLostResponse: a call whose response was lost may have been carried out. An
 // append is retried and finds its own message (Inserted=false, the documented caveat); a
-// ClearMessages is not retried, though the server did clear.
+// ClearMessages is not retried, though the server did clear, and fails UNAVAILABLE.
 func TestRetryAfterLostResponse(t *testing.T) {
 	ctx := testCtx(t)
-	t.Run("append", func(t *testing.T) {
-		key := objectKey(t)
-		log := &retryLog{}
-		s := dialRetrying(t, newCutProxy(t, 1, false).addr(), log, sessions.WithRetry(fastRetry)).Object(key).Session("s")
-		res, err := s.AppendMessage(ctx, textMessage("m1", "user", "hello"))
-		if err != nil {
-			t.Fatalf("AppendMessage: %v", err)
-		}
-		checkNotices(t, log.seen(), "AppendMessage", codes.Unavailable, "")
-		if res.Inserted || res.Message.Info.ID != "m1" {
-			t.Fatalf("retried append: Inserted=%v id %q; want the message its first attempt stored (Inserted=false)", res.Inserted, res.Message.Info.ID)
-		}
-		if got := collectHistory(t, client.Object(key).Session("s")); !equalStrings(got, []string{"m1"}) {
-			t.Fatalf("history = %v, want [m1]", got)
-		}
-	})
-	t.Run("clear", func(t *testing.T) {
-		key := objectKey(t)
-		mustAppend(t, client.Object(key).Session("s"), textMessage("m1", "user", "hello"))
-		log := &retryLog{}
-		s := dialRetrying(t, newCutProxy(t, 1, false).addr(), log, sessions.WithRetry(fastRetry)).Object(key).Session("s")
-		_, err := s.ClearMessages(ctx)
-		if sessions.Code(err) != codes.Unavailable || sessions.Reason(err) != "" {
-			t.Fatalf("ClearMessages with its response lost: %v, want UNAVAILABLE without a reason", err)
-		}
-		if n := log.seen(); len(n) != 0 || log.attemptsOf("ClearMessages") != 1 {
-			t.Fatalf("ClearMessages was retried: %d attempts, notices %+v", log.attemptsOf("ClearMessages"), n)
-		}
-		if got := collectHistory(t, client.Object(key).Session("s")); len(got) != 0 {
-			t.Fatalf("history = %v: the lost ClearMessages was carried out, expected empty", got)
-		}
-	})
+	for _, lost := range lostAnswers {
+		t.Run(lost.name+"/append", func(t *testing.T) {
+			key := objectKey(t)
+			log := &retryLog{}
+			s := dialRetrying(t, newCutProxy(t, 1, lost.at).addr(), log, sessions.WithRetry(fastRetry)).Object(key).Session("s")
+			res, err := s.AppendMessage(ctx, textMessage("m1", "user", "hello"))
+			if err != nil {
+				t.Fatalf("AppendMessage: %v", err)
+			}
+			checkNotices(t, log.seen(), "AppendMessage", codes.Unavailable, "")
+			if res.Inserted || res.Message.Info.ID != "m1" {
+				t.Fatalf("retried append: Inserted=%v id %q; want the message its first attempt stored (Inserted=false)", res.Inserted, res.Message.Info.ID)
+			}
+			if got := collectHistory(t, client.Object(key).Session("s")); !equalStrings(got, []string{"m1"}) {
+				t.Fatalf("history = %v, want [m1]", got)
+			}
+		})
+		t.Run(lost.name+"/clear", func(t *testing.T) {
+			key := objectKey(t)
+			mustAppend(t, client.Object(key).Session("s"), textMessage("m1", "user", "hello"))
+			log := &retryLog{}
+			s := dialRetrying(t, newCutProxy(t, 1, lost.at).addr(), log, sessions.WithRetry(fastRetry)).Object(key).Session("s")
+			_, err := s.ClearMessages(ctx)
+			if sessions.Code(err) != codes.Unavailable || sessions.Reason(err) != "" {
+				t.Fatalf("ClearMessages with its response lost: %v, want UNAVAILABLE without a reason", err)
+			}
+			if lost.at == cutWithoutStatus && !strings.Contains(err.Error(), "without the server's status") {
+				t.Errorf("error %q does not say the call ended without the server's status", err)
+			}
+			if n := log.seen(); len(n) != 0 || log.attemptsOf("ClearMessages") != 1 {
+				t.Fatalf("ClearMessages was retried: %d attempts, notices %+v", log.attemptsOf("ClearMessages"), n)
+			}
+			if got := collectHistory(t, client.Object(key).Session("s")); len(got) != 0 {
+				t.Fatalf("history = %v: the lost ClearMessages was carried out, expected empty", got)
+			}
+		})
+	}
 }
 
 // cutFirstAttempts ends the first attempt of each method CANCELLED without sending it, as a

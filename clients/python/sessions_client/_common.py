@@ -159,7 +159,24 @@ class SessionsError(Exception):
                     detail.Unpack(info)
                     reason = info.reason
                     metadata = dict(info.metadata)
+        if reason is None and ended_without_status(code, details or ""):
+            return cls(grpc.StatusCode.UNAVAILABLE, f"{ENDED_WITHOUT_STATUS} ({details})", None, metadata)
         return cls(code, details or "", reason, metadata)
+
+
+# A call's HTTP/2 stream that ended without gRPC's status (no trailers): a proxy in front of the
+# server (HAProxy) ends a call so when its connection to the server fails under it. Whether the
+# server carried the call out is unknown, as after any failed connection, and the clients report
+# it alike: UNAVAILABLE without a reason (grpc-go and Connect report it as INTERNAL, gRPC core as
+# UNKNOWN; the Go and TypeScript clients say what this one does).
+ENDED_WITHOUT_STATUS: Final = (
+    "the call ended without the server's status, as a proxy ends it when its connection to the server fails"
+)
+
+
+def ended_without_status(code: grpc.StatusCode, details: str) -> bool:
+    """Whether gRPC core's status is its own for a stream that ended without trailers."""
+    return code == grpc.StatusCode.UNKNOWN and details.startswith("Stream removed")
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,11 @@
 A drain, an object move, a re-shard or a server busy with large messages makes the server refuse
 calls for a while without doing anything, and says so (an ErrorInfo reason): those are tried
 again whatever the method. A connection that fails (server restarting, proxy unable to reach a
-shard) leaves the request's fate unknown: only methods that are safe to repeat are tried again
-then. So does a call the server's stop cut (CANCELLED without a reason: gRPC cancels the calls
-that reached it as it stops, though the drain refused those before with DRAINING).
+shard, or a proxy that lost its shard under the call and ended it without the server's status,
+which the client reports UNAVAILABLE too) leaves the request's fate unknown: only methods that
+are safe to repeat are tried again then. So does a call the server's stop cut (CANCELLED without
+a reason: gRPC cancels the calls that reached it as it stops, though the drain refused those
+before with DRAINING).
 Nothing else is tried again: DATA_LOSS with OBJECT_DAMAGED above all (the object's file on the
 server is damaged, and stays so until an operator restores or erases it), nor STORAGE_FAILURE.
 """
@@ -174,8 +176,9 @@ def resubscribe_delay(attempt: int) -> float:
 def may_resubscribe(error: SessionsError) -> bool:
     """Whether a subscription resumes after `error` (a resume repeats nothing): the server went
     away (UNAVAILABLE, a CANCELLED it made), refused before acting (draining, the object moving
-    or moved: a proxy routes the resume to its new owner), or a proxy ended the stream without the
-    server's status (UNKNOWN, no reason: nginx when the shard's connection closes under it).
+    or moved: a proxy routes the resume to its new owner), or a proxy ended the stream with a
+    status of its own (UNKNOWN, no reason; one that ended it without any status is UNAVAILABLE
+    already, `ended_without_status`).
     Not after a failed TLS handshake: the next one would fail alike."""
     if tls_failed(error):
         return False

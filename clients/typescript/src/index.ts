@@ -579,6 +579,11 @@ function sessionsErrorOf(error: unknown, connectionFailures: boolean): unknown {
   if (connectionFailures && error.code !== Code.Unavailable && connectionFailureIn(error)) {
     return new SessionsError(Code.Unavailable, error.rawMessage, null, {}, null, { cause: error });
   }
+  if (connectionFailures && endedWithoutStatus(error)) {
+    return new SessionsError(Code.Unavailable, `${ENDED_WITHOUT_STATUS} (${error.rawMessage})`, null, {}, null, {
+      cause: error,
+    });
+  }
   let reason: string | null = null;
   let domain: string | null = null;
   let metadata: Record<string, string> = {};
@@ -592,6 +597,19 @@ function sessionsErrorOf(error: unknown, connectionFailures: boolean): unknown {
     break;
   }
   return new SessionsError(error.code, error.rawMessage, reason, metadata, domain, { cause: error });
+}
+
+/**
+ * A call's stream that ended without gRPC's status (no trailers): a proxy (HAProxy) ends a call
+ * so when its connection to the server fails under it. Whether the server carried the call out is
+ * unknown, as after any failed connection; Connect reports it as INTERNAL ("protocol error:
+ * missing status"), this client as UNAVAILABLE without a reason, as the Python and Go clients do.
+ */
+const ENDED_WITHOUT_STATUS =
+  "the call ended without the server's status, as a proxy ends it when its connection to the server fails";
+
+function endedWithoutStatus(error: ConnectError): boolean {
+  return error.code === Code.Internal && error.rawMessage === "protocol error: missing status" && error.details.length === 0;
 }
 
 /**
