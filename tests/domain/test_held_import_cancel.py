@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from sessions_server.domain.errors import Unavailable
+from sessions_server.domain.errors import StorageFailure, Unavailable
 from sessions_server.domain.service import SessionsService
 from sessions_server.storage.paths import object_path
 from sessions_server.storage.registry import ObjectRegistry
@@ -96,3 +96,43 @@ def test_an_import_that_failed_before_replacing_a_leftover_holds_nothing(tmp_pat
             await registry.close_all()
 
     assert asyncio.run(run()) == (True, False)
+
+
+def test_a_storage_failure_after_the_held_install_names_the_hold(tmp_path: Path) -> None:
+    """A failure after the copy was installed (the directory's sync, the row count) left it held
+    and answered STORAGE_FAILURE without the hold's id: the mover could not drop the copy, and
+    nobody else knew how (a review). The answer names the hold now, in its metadata (`move_id`)
+    and its message, and an erase naming it drops the copy."""
+
+    async def run() -> tuple[str, bool, bool, bool]:
+        registry = ObjectRegistry(tmp_path / "data", ThreadPoolExecutor(max_workers=4))
+        service = SessionsService(registry)
+        objects = service.objects
+        real_install = objects._install
+
+        def install_then_fail(*args: Any) -> int:
+            real_install(*args)
+            raise OSError(5, "Input/output error")
+
+        try:
+            await service.append("source", "", _message("m1"), Parent.auto(), from_client=True)
+            exported = [frame async for frame in objects.export("source", lock_for_move=False, lease_seconds=0)]
+
+            async def frames() -> AsyncIterator[tuple[bytes, str]]:
+                for frame in exported:
+                    yield frame.data, frame.sha256
+
+            objects._install = install_then_fail  # type: ignore[method-assign]
+            with pytest.raises(StorageFailure) as failed:
+                await objects.receive("arriving", frames(), replace=False, hold_for_move=True)
+            lock = objects._moving["arriving"]
+            hold = failed.value.metadata.get("move_id", "")
+            named = hold == lock.id and f"move_id {lock.id}" in failed.value.message
+            says_why = "Input/output error" in failed.value.message
+            dropped = await objects.erase("arriving", move_id=hold)
+            gone = not object_path(registry.data_dir, "arriving").exists()
+            return failed.value.reason, says_why, named, dropped and gone
+        finally:
+            await registry.close_all()
+
+    assert asyncio.run(run()) == ("STORAGE_FAILURE", True, True, True)

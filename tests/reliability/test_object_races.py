@@ -562,6 +562,44 @@ def test_an_object_moves_back_to_a_server_it_was_moved_away_from(tmp_path: Path)
         second.stop()
 
 
+def test_a_move_whose_import_failed_after_installing_drops_the_held_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The destination's install put the copy in place, then failed (a disk error after it): the
+    copy stays held there, and the answer did not say under which hold, so the mover left it,
+    read-only, for an operator who did not know how to drop it either (a review). The answer names
+    the hold now, and the mover's undo drops the copy: one object, at the source, taking writes."""
+    first = start_server(tmp_path / "first")
+    second = start_server(tmp_path / "second")
+    key = "failed-after-install"
+    arriving = second.running.service.objects
+    real_install = arriving._install
+
+    def install_then_fail(*args: Any) -> int:
+        real_install(*args)
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(arriving, "_install", install_then_fail)
+    try:
+        with (
+            SessionsClient(first.address, retry=None) as a,
+            SessionsClient(second.address, retry=None) as b,
+        ):
+            a.object(key).session().append_message(_message("m0"))
+            with pytest.raises(SessionsError) as failed:
+                move_object(a, b, key, destination_name=second.address)
+            assert (failed.value.code, failed.value.reason) == (grpc.StatusCode.UNAVAILABLE, "STORAGE_FAILURE")
+            assert "Input/output error" in failed.value.message
+            assert "could not be dropped" not in failed.value.message
+            assert not object_path(second.data_dir, key).exists()  # dropped by the undo
+            assert key not in arriving._moving  # and its hold with it
+            a.object(key).session().append_message(_message("m1"))  # the source takes writes again
+            assert [m["id"] for m in a.object(key).session().get_history()] == ["m0", "m1"]
+    finally:
+        first.stop()
+        second.stop()
+
+
 # ── 9. a crash during an import ─────────────────────────────────────────────
 
 

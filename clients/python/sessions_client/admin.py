@@ -241,7 +241,10 @@ def move_object(
             # The source's failure mid-snapshot is the cause; the import only saw its requests end.
             if export_failure:
                 raise SessionsError.from_rpc_error(export_failure[0]) from None
-            raise _unanswered_import(SessionsError.from_rpc_error(error)) from None
+            refused = SessionsError.from_rpc_error(error)
+            # A failure after the copy was installed names its hold, for the undo to drop it.
+            hold = refused.metadata.get("move_id", "")
+            raise _unanswered_import(refused) from None
         hold = imported.move_id
         # The source refuses writes since the snapshot, so its state now is what was copied.
         before = source.object(object_key).list_sessions()

@@ -115,12 +115,12 @@ def permission_denied(relative_path: str) -> StorageFailure:
     )
 
 
-def storage_failure(message: str, *, out_of_space: bool) -> SessionsError:
+def storage_failure(message: str, *, out_of_space: bool, **metadata: str) -> SessionsError:
     """The answer to a storage failure: out of space (the disk, or the file size limit) is
     RESOURCE_EXHAUSTED with STORAGE_FULL, anything else UNAVAILABLE with STORAGE_FAILURE."""
     if out_of_space:
-        return LimitExceeded(f"{message}; free disk space on the server", reason="STORAGE_FULL")
-    return StorageFailure(message)
+        return LimitExceeded(f"{message}; free disk space on the server", reason="STORAGE_FULL", **metadata)
+    return StorageFailure(message, **metadata)
 
 
 def file_of_another_object(relative_path: str) -> FailedPrecondition:

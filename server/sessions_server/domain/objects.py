@@ -718,6 +718,8 @@ class ObjectAdmin:
                                     hold,
                                     hold,
                                 )
+                                if isinstance(exc, OSError | StorageError):
+                                    raise self._held_install_failed(object_key, hold, exc) from None
                                 raise
                             if hold:  # nothing arrived: the key is as it was
                                 # A failure past the file's checks may have come after it replaced the object.
@@ -758,6 +760,18 @@ class ObjectAdmin:
         finally:
             partial.unlink(missing_ok=True)
         return size, rows, hold
+
+    def _held_install_failed(self, object_key: str, hold: str, exc: OSError | StorageError) -> SessionsError:
+        """The answer to a storage failure after a move's copy was installed and held: the
+        mover, told the hold (ErrorInfo metadata `move_id`), can drop the copy."""
+        self.note_storage_failure(object_key, "import", str(exc))
+        return storage_failure(
+            f"the received file was installed, but the import failed after it: {self.without_paths(str(exc))}; "
+            f"the copy stays here read-only, held for the move (move_id {hold}): drop it with DeleteObject "
+            "(erase and that move_id), or move the object again with replace",
+            out_of_space=is_out_of_space(exc),
+            move_id=hold,
+        )
 
     async def _hold_arrival(self, object_key: str, earlier: _MoveLock | None, kept: str | None) -> str:
         """Holds the key for the copy about to be installed (`receive`), on disk first: a

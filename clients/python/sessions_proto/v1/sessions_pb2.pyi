@@ -2892,7 +2892,9 @@ class ImportObjectRequest(_message.Message):
     import's move_id) when the move fails. So no write lands on the copy while the source may
     still take one, and a failed move leaves one writable copy. The hold is kept on disk and
     has no lease: restarts keep it, and a mover that never comes back leaves the copy read-only
-    until an operator releases or drops it. A later import of the key replaces a held copy.
+    until an operator releases or drops it. A later import of the key replaces a held copy. An
+    import that fails after its copy was installed (the disk, after the file was in place)
+    leaves the copy held and names the hold in its error's ErrorInfo metadata (`move_id`).
     With tokens, needs one granting every key (PERMISSION_DENIED).
     """
     def __init__(
