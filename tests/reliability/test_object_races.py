@@ -33,6 +33,7 @@ from sessions_client import SessionsClient, SessionsError
 from sessions_client.admin import move_object
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
+from sessions_server.storage import files
 from sessions_server.storage.move_holds import Departures
 from sessions_server.storage.moved import MovedObjects
 from sessions_server.storage.paths import object_path
@@ -694,6 +695,49 @@ def test_files_a_delete_cut_short_left_are_set_aside_at_the_next_start(tmp_path:
             assert [m["id"] for m in client.object(kept).session().get_history()] == ["m0"]
     finally:
         server.stop()
+
+
+def test_a_move_whose_source_files_could_not_be_removed_is_done_and_keeps_its_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The source recorded the move, then failed to remove the object's files (the disk): it
+    answered the delete INTERNAL, and the mover, taking the move for failed, dropped the
+    destination's copy while the source refused the key for good: the object was served nowhere.
+    The delete took effect with its record, so it is answered done; the files left are set aside
+    at the source's next start."""
+    source_dir = tmp_path / "first"
+    first = start_server(source_dir)
+    second = start_server(tmp_path / "second")
+    key = "files-stuck"
+    real_removal = files.remove_object_files
+
+    def failing_at_the_source(path: Path, *args: Any, **kwargs: Any) -> bool:
+        if path.is_relative_to(source_dir):
+            raise OSError(5, "Input/output error")
+        return real_removal(path, *args, **kwargs)
+
+    try:
+        with (
+            SessionsClient(first.address, retry=None) as a,
+            SessionsClient(second.address, retry=None) as b,
+        ):
+            a.object(key).session().append_message(_message("m0"))
+            monkeypatch.setattr(files, "remove_object_files", failing_at_the_source)
+            move_object(a, b, key, destination_name=second.address)
+            b.object(key).session().append_message(_message("m1"))  # the copy takes writes
+            assert [m["id"] for m in b.object(key).session().get_history()] == ["m0", "m1"]
+            with pytest.raises(SessionsError) as refused:
+                a.object(key).list_sessions()
+            assert refused.value.reason == "OBJECT_NOT_OWNED"
+            assert object_path(source_dir, key).exists()  # left for the next start
+        monkeypatch.undo()
+        first.stop()
+        first = start_server(source_dir)
+        assert not object_path(source_dir, key).exists()
+        assert len(list((source_dir / "set-aside").glob("*.sqlite"))) == 1
+    finally:
+        first.stop()
+        second.stop()
 
 
 def test_a_move_whose_lock_was_released_meanwhile_cannot_delete_the_source(tmp_path: Path) -> None:

@@ -29,6 +29,7 @@ from sessions_server.domain.errors import (
     LimitExceeded,
     NotFound,
     SessionsError,
+    StorageFailure,
     Unavailable,
     file_of_a_newer_server,
     file_of_another_object,
@@ -912,14 +913,20 @@ class ObjectAdmin:
             return await self._drop_arrival(object_key, move_id)
         self.admit(object_key, writing=True)
         self._aborted.discard(object_key)
-        for export in self._exports.get(object_key, ()):
-            export.erased = True
         # An expired lock: no move can end in a delete now.
         lock = self._moving.get(object_key)
         await self._forget_departure(object_key, lock)
         if self._moving.get(object_key) is lock:
             self._moving.pop(object_key, None)
-        return await _run_to_end(self._remove_files(object_key))
+        return await _run_to_end(self._ending_exports(object_key, self._remove_files(object_key)))
+
+    async def _ending_exports(self, object_key: str, removal: Awaitable[bool]) -> bool:
+        """`removal` of the object's files, then the end of its exports under way (`_ExportCut`),
+        before the erase returns: an erase that fails ends none, the object being still there."""
+        existed = await removal
+        for export in self._exports.get(object_key, ()):
+            export.erased = True
+        return existed
 
     async def _drop_arrival(self, object_key: str, move_id: str) -> bool:
         """Removes the copy a move's import installed and holds (`receive` with hold_for_move),
@@ -934,11 +941,12 @@ class ObjectAdmin:
                 reason="FAILED_PRECONDITION",
             )
         if lock.kept is not None:  # the object the import replaced comes back
-            existed = await _run_to_end(self._put_back(object_key, lock.kept))
+            removal = self._put_back(object_key, lock.kept)
         elif lock.moved_before is not None:  # refused again (recorded first), files gone, hold ended
-            existed = await _run_to_end(self._remove(object_key, lock.moved_before, lock.moved_before_lock))
+            removal = self._remove(object_key, lock.moved_before, lock.moved_before_lock)
         else:
-            existed = await _run_to_end(self._remove_files(object_key))
+            removal = self._remove_files(object_key)
+        existed = await _run_to_end(self._ending_exports(object_key, removal))
         await self._change_holds(object_key, "ending the import's hold", self._arrivals.end)
         if self._moving.get(object_key) is lock:
             del self._moving[object_key]
@@ -1071,21 +1079,42 @@ class ObjectAdmin:
     async def _clear_away(self, object_key: str) -> bool:
         """Removes the files of an object recorded as moved away, then its lock and the record's
         note that files may be left. Whether there were files."""
-        existed = await self._remove_files(object_key)
+        settled = True
+        try:
+            existed = await self._remove_files(object_key)
+        except (StorageFailure, LimitExceeded):
+            # The key is refused for good already (recorded): the delete took effect, and
+            # answering it as failed would have its mover drop the destination's copy, the only
+            # one served. The record's note stays: the next start sets the files aside.
+            log.warning(
+                "%r: moved away, but its files could not be removed (a storage failure): the next start sets "
+                "them aside",
+                object_key,
+            )
+            existed, settled = True, False
         # A restart drops a lock whose key is recorded as moved: the delete is done either way,
         # and answering it as failed would have its mover drop the only copy left.
         with contextlib.suppress(SessionsError):
             await self._forget_departure(object_key, self._moving.pop(object_key, None))
-        with contextlib.suppress(OSError):  # the files are gone all the same; a start looks once more
-            await asyncio.to_thread(self._moved.settle, [object_key])
+        if settled:
+            with contextlib.suppress(OSError):  # the files are gone all the same; a start looks once more
+                await asyncio.to_thread(self._moved.settle, [object_key])
         return existed
 
     async def _remove_files(self, object_key: str) -> bool:
         async with self._registry.closed(object_key):  # its subscriptions end, its calls wait
             path = object_path(self.data_dir, object_key)
-            existed = await asyncio.to_thread(
-                files.remove_object_files, path, self.data_dir / datadir.SCRATCH_DIR_NAME, prune=True
-            )
+            try:
+                existed = await asyncio.to_thread(
+                    files.remove_object_files, path, self.data_dir / datadir.SCRATCH_DIR_NAME, prune=True
+                )
+            except OSError as exc:  # the disk or the directory's permissions: not the caller's doing
+                self.note_storage_failure(object_key, "removing the object's files", str(exc))
+                raise storage_failure(
+                    f"the object's files could not be removed ({self.without_paths(str(exc))}): it may be gone "
+                    "already, or still there; ask again once the server's disk is fixed",
+                    out_of_space=is_out_of_space(exc),
+                ) from None
             self._registry.forget_damage(object_key)  # its file is gone, damaged or not
             return existed
 
