@@ -24,8 +24,18 @@ from tests.service.support import exported, text_message
 KEY = "erased-while-exported"
 
 
-def test_an_erase_ends_an_export_under_way(live_server: LiveServer) -> None:
-    with SessionsClient(live_server.address) as client, grpc.insecure_channel(live_server.address) as channel:
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[LiveServer]:
+    """A server of the test's own: stopped at its end, it has finished the exports cut here
+    before the next test counts reference cycles (gRPC keeps the abort of a stream cut after it
+    sent frames, whose traceback holds the call's frames: a cycle, until a full collection)."""
+    own = start_server(tmp_path / "data")
+    yield own
+    own.stop()
+
+
+def test_an_erase_ends_an_export_under_way(server: LiveServer) -> None:
+    with SessionsClient(server.address) as client, grpc.insecure_channel(server.address) as channel:
         session = client.object(KEY).session()
         _large_object(client, KEY)
         frames, received, size = _export_begun(pb_grpc.SessionServiceStub(channel), KEY)
@@ -54,40 +64,36 @@ def _export_begun(stub: pb_grpc.SessionServiceStub, key: str) -> tuple[Iterator[
     return frames, len(first.data), first.size_bytes
 
 
-def test_an_erase_that_fails_leaves_the_exports_under_way(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_erase_that_fails_leaves_the_exports_under_way(server: LiveServer, monkeypatch: pytest.MonkeyPatch) -> None:
     """The erase ended the exports before it removed the files: one that then failed (the disk)
     had ended them all the same, though the object stayed (a review); and it answered INTERNAL."""
-    server = start_server(tmp_path / "data")
 
     def failing_removal(*args: Any, **kwargs: Any) -> bool:
         raise OSError(5, "Input/output error")
 
-    try:
-        with SessionsClient(server.address, retry=None) as client, grpc.insecure_channel(server.address) as channel:
-            _large_object(client, KEY)
-            frames, received, _ = _export_begun(pb_grpc.SessionServiceStub(channel), KEY)
-            monkeypatch.setattr(files, "remove_object_files", failing_removal)
-            with pytest.raises(SessionsError) as failed:
-                erase_object(client, KEY)
-            # Not INTERNAL ("internal error: OSError", as it was): the disk, said so.
-            assert (failed.value.code, failed.value.reason) == (grpc.StatusCode.UNAVAILABLE, "STORAGE_FAILURE")
-            assert "could not be removed (" in failed.value.message
-            monkeypatch.undo()
-            digest = ""
-            for frame in frames:  # to its end
-                received += len(frame.data)
-                digest = frame.sha256 or digest
-            assert digest and received > 30_000_000
-            assert len(client.object(KEY).session().get_history()) == 40  # still there
-    finally:
-        server.stop()
+    with SessionsClient(server.address, retry=None) as client, grpc.insecure_channel(server.address) as channel:
+        _large_object(client, KEY)
+        frames, received, _ = _export_begun(pb_grpc.SessionServiceStub(channel), KEY)
+        monkeypatch.setattr(files, "remove_object_files", failing_removal)
+        with pytest.raises(SessionsError) as failed:
+            erase_object(client, KEY)
+        # Not INTERNAL ("internal error: OSError", as it was): the disk, said so.
+        assert (failed.value.code, failed.value.reason) == (grpc.StatusCode.UNAVAILABLE, "STORAGE_FAILURE")
+        assert "could not be removed (" in failed.value.message
+        monkeypatch.undo()
+        digest = ""
+        for frame in frames:  # to its end
+            received += len(frame.data)
+            digest = frame.sha256 or digest
+        assert digest and received > 30_000_000
+        assert len(client.object(KEY).session().get_history()) == 40  # still there
 
 
-def test_dropping_a_moves_held_copy_ends_its_exports(live_server: LiveServer) -> None:
+def test_dropping_a_moves_held_copy_ends_its_exports(server: LiveServer) -> None:
     """An erase naming a move's hold (the move failed) removes the copy the move brought, as an
     erase does, and ended none of its exports under way: they sent the whole dropped copy."""
     key = "held-while-exported"
-    with SessionsClient(live_server.address) as client, grpc.insecure_channel(live_server.address) as channel:
+    with SessionsClient(server.address) as client, grpc.insecure_channel(server.address) as channel:
         stub = pb_grpc.SessionServiceStub(channel)
         _large_object(client, "held-source")
         data = b"".join(frame.data for frame in exported(stub, "held-source"))
