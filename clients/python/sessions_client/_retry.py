@@ -110,9 +110,16 @@ class RetryNotice:
 
 
 # gRPC's words for a TLS handshake that failed: the server's certificate not trusted (or not
-# valid now), or refused by the server during the handshake. The next attempt meets the same
-# certificates.
-_TLS_FAILURE_WORDS: Final = ("handshake failed", "certificate_verify_failed", "certificate verify failed")
+# valid now, or for another name than the address), refused by the server during the
+# handshake, or this client's certificate and key not a pair (no handshake made). The next
+# attempt meets the same certificates.
+_TLS_FAILURE_WORDS: Final = (
+    "handshake failed",
+    "certificate_verify_failed",
+    "certificate verify failed",
+    "hostname verification check failed",
+    "failed to create security handshaker",
+)
 
 
 def tls_failed(error: SessionsError) -> bool:

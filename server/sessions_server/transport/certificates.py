@@ -2,11 +2,13 @@
 
 gRPC asks for the certificate configuration at each new connection's handshake (the fetcher of
 `dynamic_ssl_server_credentials`, called on one of gRPC's own threads). The fetcher only looks at
-the files' metadata: when they changed, a thread of its own reads and checks them, and a later
-handshake hands the result over. A renewed certificate (cert-manager rewriting a mounted Secret,
-a cron job's renewal) is so served to new connections without a restart, while connections
-already open keep the one they began with; and no handshake, nor the server's shutdown, waits
-for the files to be read (a slow or hung file system). gRPC checks a configuration only as a
+the files' metadata: when they changed, a thread of its own reads and checks them, and the
+handshake that noticed waits for it up to `FETCH_WAIT_SECONDS` (else a later handshake hands the
+result over). A renewed certificate (cert-manager rewriting a mounted Secret, a cron job's
+renewal) is so served to new connections without a restart, the first one after the change
+included (it got the old certificate, expired when the renewal came late), while connections
+already open keep the one they began with; and no handshake waits longer than that, nor the
+server's shutdown at all, for the files to be read (a slow or hung file system). gRPC checks a configuration only as a
 handshake uses it, so a pair that does not load here (a key not matching its certificate, a file
 half written or not readable yet) is not handed over: the previous pair stays in use, a warning
 says why, and the files are tried again once they change, or after `RETRY_SECONDS`.
@@ -33,6 +35,9 @@ RETRY_SECONDS = 30.0  # a refused pair is read again after this long, changed or
 # would refuse it.
 CLOCK_SKEW_SECONDS = 300.0
 EXPIRY_WARNING_SECONDS = 14 * 86_400  # a certificate closer than this to its end is warned of
+# How long the handshake that noticed the files change waits for them to be read and checked
+# (tens of milliseconds, unless the file system stalls).
+FETCH_WAIT_SECONDS = 2.0
 
 _Signature = tuple[tuple[int, ...], ...]
 
@@ -77,12 +82,17 @@ class CertificateFiles:
                 if signature == self._served or (signature == self._refused and time.monotonic() < self._retry_at):
                     return None
                 self._loading = True
-            threading.Thread(target=self._read_changed, args=(signature,), name="tls-reload", daemon=True).start()
+            read = threading.Event()
+            threading.Thread(target=self._read_changed, args=(signature, read), name="tls-reload", daemon=True).start()
+            if read.wait(FETCH_WAIT_SECONDS):
+                with self._lock:
+                    ready, self._ready = self._ready, None
+                return ready
         except Exception:
             log.exception("could not check the TLS files; the previous ones stay in use")
         return None
 
-    def _read_changed(self, signature: _Signature) -> None:
+    def _read_changed(self, signature: _Signature, read: threading.Event) -> None:
         configuration = None
         try:
             configuration = self._load()
@@ -97,6 +107,7 @@ class CertificateFiles:
             previous = self._served
             if configuration is not None:
                 self._ready, self._served = configuration, signature
+        read.set()
         if configuration is not None:
             changed = [
                 f"{flag} {path}"
