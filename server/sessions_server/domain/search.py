@@ -91,16 +91,18 @@ def fts_expression(query: str, mode: str, *, max_query_bytes: int = MAX_QUERY_BY
 
 def count_tokens(text: str) -> int:
     """Tokens as the index's tokenizer (unicode61) finds them: runs of letters, digits and
-    private-use characters (categories L*, N* and Co), a combining mark (M*) joining the run
-    it follows. A regular expression's word characters left out private use (a phrase of 100
-    of them passed for none) and split words at their combining accents."""
+    private-use characters (categories L*, N* and Co), a non-spacing mark (Mn, a combining
+    accent) joining the run it follows; a spacing or enclosing mark (Mc, Me) separates, as a
+    space does. A regular expression's word characters left out private use (a phrase of 100
+    of them passed for none) and split words at their combining accents; counting every mark
+    as part of a word let "a\u0903" repeated 1,024 times pass for one word."""
     count, inside = 0, False
     for character in text:
         category = unicodedata.category(character)
         if category[0] in "LN" or category == "Co":
             count += not inside
             inside = True
-        elif category[0] != "M":
+        elif category != "Mn":
             inside = False
     return count
 
