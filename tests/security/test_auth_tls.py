@@ -1077,3 +1077,36 @@ def test_a_pair_grpc_cannot_use_is_refused_at_start_and_at_renewal(
         assert _presented_certificate(server.address, pki) == _der(good[0])
     finally:
         server.stop()
+
+
+def test_a_move_to_a_server_whose_certificate_is_not_trusted_says_so(tmp_path: Path, pki: Path) -> None:
+    """A move whose destination's TLS handshake failed waited 10 s for a connection, then said
+    only that the destination "could not be connected to within 10 s", whatever the TLS settings'
+    fault (an audit). It says the handshake failed now, at once, and nothing is locked."""
+    from sessions_client._retry import tls_failed
+    from sessions_client.admin import move_object
+
+    source = start_server(tmp_path / "source")
+    destination = start_server(tmp_path / "destination", tls_cert=pki / "server.pem", tls_key=pki / "server.key")
+    other = tmp_path / "other-ca"
+    other.mkdir()
+    _openssl(
+        "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
+        "-days", "2", "-subj", "/CN=another-ca", cwd=other,
+    )  # fmt: skip
+    untrusting = TlsConfig(root_certificates=(other / "ca.pem").read_bytes())
+    try:
+        with (
+            SessionsClient(source.address, retry=None) as a,
+            SessionsClient(destination.address, tls=untrusting, retry=None) as b,
+        ):
+            a.object("k").session().append_message(MESSAGE)
+            with pytest.raises(SessionsError) as refused:
+                move_object(a, b, "k")
+            assert refused.value.code == grpc.StatusCode.UNAVAILABLE
+            assert "within" not in refused.value.message and tls_failed(refused.value), refused.value.message
+            assert "nothing was moved or locked" in refused.value.message
+            assert a.object("k").session().append_message({**MESSAGE, "id": "m2"}).inserted  # not locked
+    finally:
+        source.stop()
+        destination.stop()

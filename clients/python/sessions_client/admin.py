@@ -295,20 +295,31 @@ def _check_reachable(client: SessionsClient, object_key: str, metadata: typing.A
     """Raises UNAVAILABLE when `client`'s server cannot be connected to within
     REACHABLE_SECONDS: the move then starts nothing (unreachable, the destination's import failed
     after the source was locked, and the error said it might hold a copy to replace). Asked with
-    a read that changes nothing, waiting for the connection; any answer, a refusal included,
-    means the server is there (its refusal of the move comes with the move's own calls)."""
+    a read that changes nothing; any answer, a refusal included, means the server is there (its
+    refusal of the move comes with the move's own calls). A connection that fails is waited for
+    (a server restarting), unless its TLS handshake failed, which the next would too: that is
+    raised at once, in gRPC's words (it waited the 10 s, then said only that it could not
+    connect, whatever the TLS settings' fault)."""
+    request = pb.GetObjectStatsRequest(object_key=object_key)
     try:
-        client._stub.GetObjectStats(
-            pb.GetObjectStatsRequest(object_key=object_key),
-            metadata=metadata,
-            timeout=REACHABLE_SECONDS,
-            wait_for_ready=True,
+        client._stub.GetObjectStats(request, metadata=metadata, timeout=REACHABLE_SECONDS)
+        return
+    except grpc.RpcError as error:
+        first = client._rpc_failure(error)
+    if first.code != grpc.StatusCode.UNAVAILABLE or first.reason:
+        return
+    if tls_failed(first):
+        raise SessionsError(
+            first.code, f"the {role} could not be connected to ({first.message}): nothing was moved or locked", "", {}
         )
+    try:
+        client._stub.GetObjectStats(request, metadata=metadata, timeout=REACHABLE_SECONDS, wait_for_ready=True)
     except grpc.RpcError as error:
         if error.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
             raise SessionsError(
                 grpc.StatusCode.UNAVAILABLE,
-                f"the {role} could not be connected to within {REACHABLE_SECONDS:g} s: nothing was moved or locked",
+                f"the {role} could not be connected to within {REACHABLE_SECONDS:g} s ({first.message}): nothing "
+                "was moved or locked",
                 "",
                 {},
             ) from None
