@@ -420,10 +420,12 @@ export interface ClientOptions {
    * "https://" URL needs no `tls` to use the default roots; an "http://" one refuses it).
    * `{}` trusts Node's default roots; `rootCertificates` a CA of yours; `certificateChain` and
    * `privateKey` present a client certificate to a server that requires one (mTLS,
-   * `--tls-client-ca`). As Python's `tls=TlsConfig(...)`. A call that fails because TLS did
-   * (the server's certificate not trusted or not for this host, the server refusing the client's
-   * certificate or its absence) fails UNAVAILABLE at once: it is not tried again, and a
-   * subscription does not reconnect after it.
+   * `--tls-client-ca`). As Python's `tls=TlsConfig(...)`. A call whose TLS handshake failed
+   * (the server's certificate not trusted or not for this host) fails UNAVAILABLE at once: it
+   * is not tried again, and a subscription does not reconnect after it. A server refusing the
+   * client's certificate or its absence closes the connection after the handshake, as a proxy
+   * ending TLS in front of a server it cannot reach does: tried again as a connection failure,
+   * its last error says what it may be.
    */
   tls?: TlsConfig;
 }
