@@ -779,8 +779,9 @@ class SessionsService:
                     )
             except QueryInterrupted:
                 raise LimitExceeded(
-                    f"the search took longer than its {self.search_seconds:g} s budget; "
-                    "narrow the query or raise --search-seconds",
+                    f"the search took longer than its {self.search_seconds:g} s budget: a query is matched "
+                    "against the whole object's index, a search of one session included, and this one matches "
+                    "too many of its messages; use rarer words, or raise --search-seconds",
                     limit="search_seconds",
                     limit_value=f"{self.search_seconds:g}",
                 ) from None
