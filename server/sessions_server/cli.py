@@ -1018,24 +1018,34 @@ def _move_failure(source: str, key: str, exc: Exception, tls_flags: list[str], *
 
 
 def _call_failure(exc: Exception, *, tls: TlsConfig | None) -> str:
-    """A failed call on one line, whatever the server's message holds. A connection the server's
-    TLS refused fails as any connection does ("Socket closed"): a plaintext one to a server that
-    speaks TLS, or one without a client certificate to a server that asks for one; so that
-    failure names the flags that may be missing."""
+    """A failed call on one line, whatever the server's message holds, with the flags to check
+    when the connection failed over TLS settings: a handshake that failed says why (a
+    certificate not trusted, or not for the address given; a server speaking plaintext), and a
+    connection the server closed without a word is what a plaintext one to a TLS server, or one
+    without a client certificate to a server that asks for one, comes to. (Every failed
+    connection got the client certificate's hint, a wrong CA and a plaintext server included.)"""
     from sessions_client import SessionsError
 
     text = " ".join(str(exc).split())
-    # Nothing listening ("Connection refused") is no TLS matter: a server that spoke TLS answered.
-    refused = (
-        isinstance(exc, SessionsError)
-        and exc.code.name == "UNAVAILABLE"
-        and "failed to connect" in exc.message
-        and "Connection refused" not in exc.message
-    )
-    if refused and tls is None:
-        text += " (if the server uses TLS, give --tls-ca PEM, or --tls for the system's roots)"
-    elif refused and tls is not None and tls.certificate_chain is None:
-        text += " (if the server asks for client certificates, give --tls-cert PEM --tls-key PEM)"
+    if not (isinstance(exc, SessionsError) and exc.code.name == "UNAVAILABLE" and "failed to connect" in exc.message):
+        return text
+    lowered = exc.message.lower()
+    if "connection refused" in lowered:  # nothing listening: no TLS matter
+        return text
+    if "wrong_version_number" in lowered:
+        return text + " (the server speaks plaintext: leave out --tls, --tls-ca, --tls-cert and --tls-key)"
+    if "certificate_verify_failed" in lowered or "certificate verify failed" in lowered:
+        return text + " (the server's certificate is not trusted: give --tls-ca with the CA that issued it)"
+    if "hostname verification" in lowered:
+        return text + " (the server's certificate does not name the address given: use a name it carries)"
+    if "refused the tls handshake" in lowered:  # the client's reading of a connection closed after it
+        return text.replace(
+            "set TlsConfig's certificate_chain and private_key", "give --tls-cert PEM --tls-key PEM of a CA it trusts"
+        )
+    if tls is None:
+        return text + " (if the server uses TLS, give --tls-ca PEM, or --tls for the system's roots)"
+    if tls.certificate_chain is None:
+        return text + " (if the server asks for client certificates, give --tls-cert PEM --tls-key PEM)"
     return text
 
 

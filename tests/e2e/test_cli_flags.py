@@ -349,9 +349,12 @@ def test_abort_move_reaches_a_tls_server_with_tls_ca(tmp_path: Path, pki: Path) 
             assert line.endswith("(if the server uses TLS, give --tls-ca PEM, or --tls for the system's roots)")
             assert not _takes_writes(client, "locked")
 
-            # The system's roots do not hold the suite's CA: TLS is spoken, the certificate refused.
+            # The system's roots do not hold the suite's CA: TLS is spoken, the certificate refused,
+            # and the hint is the CA's, not a client certificate's (an audit found the latter).
             system_roots = _cli("abort-move", "--from", server.address, "--object-key", "locked", "--tls")
-            assert "CERTIFICATE_VERIFY_FAILED" in _refusal(system_roots, 1, "sessions-server abort-move: ")
+            line = _refusal(system_roots, 1, "sessions-server abort-move: ")
+            assert "CERTIFICATE_VERIFY_FAILED" in line
+            assert line.endswith("(the server's certificate is not trusted: give --tls-ca with the CA that issued it)")
             assert not _takes_writes(client, "locked")
 
             done = _cli(
@@ -486,6 +489,36 @@ def test_a_connection_refused_over_tls_without_a_client_certificate_names_the_fl
     identified = TlsConfig(root_certificates=b"ca", certificate_chain=b"chain", private_key=b"key")
     assert "--tls-cert" not in _call_failure(closed, tls=identified)
     assert _call_failure(closed, tls=None).endswith("give --tls-ca PEM, or --tls for the system's roots)")
+
+
+def test_tls_flags_given_to_a_plaintext_server_are_named(tmp_path: Path, pki: Path) -> None:
+    server = ServerProcess(tmp_path / "data").start()
+    try:
+        speaking_tls = _cli(
+            "abort-move", "--from", server.address, "--object-key", "k", "--tls-ca", str(pki / "ca.pem")
+        )
+        line = _refusal(speaking_tls, 1, "sessions-server abort-move: ")
+        assert "WRONG_VERSION_NUMBER" in line
+        assert line.endswith("(the server speaks plaintext: leave out --tls, --tls-ca, --tls-cert and --tls-key)")
+    finally:
+        server.stop()
+
+
+def test_a_client_certificate_the_server_refused_is_told_in_the_commands_flags() -> None:
+    """The client's reading of a connection closed after the handshake named its Python fields
+    ("set TlsConfig's certificate_chain and private_key") to a command's user."""
+    from sessions_client import TlsConfig
+    from sessions_client._retry import tls_refused
+    from sessions_server.cli import _call_failure
+
+    closed = SessionsError(
+        grpc.StatusCode.UNAVAILABLE,
+        "failed to connect to all addresses; last error: UNAVAILABLE: ipv4:127.0.0.1:9: Socket closed",
+        None,
+        {},
+    )
+    line = _call_failure(tls_refused(closed), tls=TlsConfig(root_certificates=b"ca"))
+    assert "TlsConfig" not in line and "give --tls-cert PEM --tls-key PEM of a CA it trusts" in line
 
 
 def test_a_connection_nothing_listens_for_names_no_tls_flags() -> None:
