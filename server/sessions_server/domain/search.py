@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-import unicodedata
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -18,6 +17,7 @@ from typing import Any, TypeVar
 from sessions_server.domain.chunking import utf8_length
 from sessions_server.domain.errors import InvalidArgument
 from sessions_server.domain.limits import busy
+from sessions_server.storage import queries
 
 T = TypeVar("T")
 
@@ -90,21 +90,10 @@ def fts_expression(query: str, mode: str, *, max_query_bytes: int = MAX_QUERY_BY
 
 
 def count_tokens(text: str) -> int:
-    """Tokens as the index's tokenizer (unicode61) finds them: runs of letters, digits and
-    private-use characters (categories L*, N* and Co), a non-spacing mark (Mn, a combining
-    accent) joining the run it follows; a spacing or enclosing mark (Mc, Me) separates, as a
-    space does. A regular expression's word characters left out private use (a phrase of 100
-    of them passed for none) and split words at their combining accents; counting every mark
-    as part of a word let "a\u0903" repeated 1,024 times pass for one word."""
-    count, inside = 0, False
-    for character in text:
-        category = unicodedata.category(character)
-        if category[0] in "LN" or category == "Co":
-            count += not inside
-            inside = True
-        elif category != "Mn":
-            inside = False
-    return count
+    """Tokens as the index's tokenizer finds them (FTS5's own count, `queries.count_index_tokens`):
+    runs of letters, digits and private-use characters, some combining accents joining the run
+    they follow, other marks separating words as a space does, as its Unicode tables have them."""
+    return queries.count_index_tokens(text)
 
 
 def _check_tokens(query: str) -> None:

@@ -12,6 +12,7 @@ import json
 import operator
 import re
 import sqlite3
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -1078,8 +1079,9 @@ def object_counts(conn: sqlite3.Connection) -> dict[str, int]:
 
 # ── full-text search ─────────────────────────────────────────────────────────
 
-FTS_DDL = """CREATE VIRTUAL TABLE cf_agents_session_fts
-       USING fts5(id UNINDEXED, session_id UNINDEXED, role UNINDEXED, content, tokenize='porter unicode61')"""
+FTS_TOKENIZER = "porter unicode61"
+FTS_DDL = f"""CREATE VIRTUAL TABLE cf_agents_session_fts
+       USING fts5(id UNINDEXED, session_id UNINDEXED, role UNINDEXED, content, tokenize='{FTS_TOKENIZER}')"""
 BACKFILL_PAGE_ROWS = 500
 
 
@@ -1091,6 +1093,28 @@ BACKFILL_PAGE_ROWS = 500
 # writer, upstream included, and the rows are then deleted through the FTS table by rowid.
 FTS_LOOKUP_DDL = "CREATE INDEX IF NOT EXISTS _sessions_fts_by_message ON cf_agents_session_fts_content (c1, c0)"
 _DELETE_SEARCH_ROW_SQL = "DELETE FROM cf_agents_session_fts WHERE rowid = ?"
+
+
+_token_counters = threading.local()
+
+
+def count_index_tokens(text: str) -> int:
+    """The tokens the search index's tokenizer finds in `text`, each repeat counted: FTS5's own
+    count, from an in-memory index of the calling thread's whose row is rolled back. (A count
+    of our own by Unicode categories missed which marks FTS5 splits words at, and its Unicode
+    tables differ from Python's: a query of 1,024 words passed for one.)"""
+    conn: sqlite3.Connection | None = getattr(_token_counters, "conn", None)
+    if conn is None:
+        conn = sqlite3.connect(":memory:")
+        conn.execute(f"CREATE VIRTUAL TABLE words USING fts5(text, tokenize='{FTS_TOKENIZER}')")
+        conn.execute("CREATE VIRTUAL TABLE found USING fts5vocab(words, 'instance')")
+        _token_counters.conn = conn
+    try:
+        conn.execute("INSERT INTO words (text) VALUES (?)", (text,))
+        (count,) = conn.execute("SELECT count(*) FROM found").fetchone()
+    finally:
+        conn.rollback()
+    return int(count)
 
 
 def create_fts(conn: sqlite3.Connection) -> None:
