@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 import threading
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
@@ -17,6 +18,7 @@ import pytest
 
 from sessions_server.domain.errors import StorageFailure, Unavailable
 from sessions_server.domain.service import SessionsService
+from sessions_server.storage import files
 from sessions_server.storage.paths import object_path
 from sessions_server.storage.registry import ObjectRegistry
 from sessions_server.storage.rows import Parent
@@ -98,7 +100,10 @@ def test_an_import_that_failed_before_replacing_a_leftover_holds_nothing(tmp_pat
     assert asyncio.run(run()) == (True, False)
 
 
-def test_a_storage_failure_after_the_held_install_names_the_hold(tmp_path: Path) -> None:
+@pytest.mark.parametrize("failing", ["the disk", "the row count"])
+def test_a_storage_failure_after_the_held_install_names_the_hold(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str
+) -> None:
     """A failure after the copy was installed (the directory's sync, the row count) left it held
     and answered STORAGE_FAILURE without the hold's id: the mover could not drop the copy, and
     nobody else knew how (a review). The answer names the hold now, in its metadata (`move_id`)
@@ -108,11 +113,16 @@ def test_a_storage_failure_after_the_held_install_names_the_hold(tmp_path: Path)
         registry = ObjectRegistry(tmp_path / "data", ThreadPoolExecutor(max_workers=4))
         service = SessionsService(registry)
         objects = service.objects
-        real_install = objects._install
+        real_install, real_open = objects._install, files.open_read_only
 
         def install_then_fail(*args: Any) -> int:
             real_install(*args)
             raise OSError(5, "Input/output error")
+
+        def failing_at_the_installed_file(path: Path, *args: Any, **kwargs: Any) -> Any:
+            if path == object_path(registry.data_dir, "arriving"):  # the count after the install
+                raise sqlite3.OperationalError("disk I/O error")
+            return real_open(path, *args, **kwargs)
 
         try:
             await service.append("source", "", _message("m1"), Parent.auto(), from_client=True)
@@ -122,13 +132,17 @@ def test_a_storage_failure_after_the_held_install_names_the_hold(tmp_path: Path)
                 for frame in exported:
                     yield frame.data, frame.sha256
 
-            objects._install = install_then_fail  # type: ignore[method-assign]
+            if failing == "the disk":
+                objects._install = install_then_fail  # type: ignore[method-assign]
+            else:
+                monkeypatch.setattr(files, "open_read_only", failing_at_the_installed_file)
             with pytest.raises(StorageFailure) as failed:
                 await objects.receive("arriving", frames(), replace=False, hold_for_move=True)
             lock = objects._moving["arriving"]
             hold = failed.value.metadata.get("move_id", "")
             named = hold == lock.id and f"move_id {lock.id}" in failed.value.message
-            says_why = "Input/output error" in failed.value.message
+            says_why = ("Input/output error" if failing == "the disk" else "disk I/O error") in failed.value.message
+            monkeypatch.undo()
             dropped = await objects.erase("arriving", move_id=hold)
             gone = not object_path(registry.data_dir, "arriving").exists()
             return failed.value.reason, says_why, named, dropped and gone

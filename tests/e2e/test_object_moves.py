@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import threading
@@ -272,6 +273,27 @@ def test_a_move_to_a_server_that_cannot_be_reached_locks_nothing(
             assert a.object("k").session().append_message(_text("m2", "after")).inserted
     finally:
         source.stop()
+
+
+def test_a_move_to_a_server_that_never_answers_locks_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A destination that takes connections and says nothing (a stopped process, a host that
+    drops packets past the handshake): its silence is no answer, and nothing is locked (a review
+    of a change that took it for the server being there)."""
+    monkeypatch.setattr(admin, "REACHABLE_SECONDS", 0.5)
+    source = ServerProcess(tmp_path / "a").start()
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # the kernel completes connections; nobody reads
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
+        try:
+            with SessionsClient(source.address, retry=None) as a, SessionsClient(address, retry=None) as b:
+                a.object("k").session().append_message(_text("m1", "before"))
+                with pytest.raises(SessionsError) as unreachable:
+                    move_object(a, b, "k")
+                assert unreachable.value.code == grpc.StatusCode.UNAVAILABLE
+                assert "destination could not be connected to within" in unreachable.value.message
+                assert "nothing was moved or locked" in unreachable.value.message
+                assert a.object("k").session().append_message(_text("m2", "after")).inserted
+        finally:
+            source.stop()
 
 
 def test_an_import_the_destination_refused_for_its_storage_is_reported_as_it_is(

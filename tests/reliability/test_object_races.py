@@ -592,6 +592,7 @@ def test_a_move_whose_import_failed_after_installing_drops_the_held_copy(
             assert (failed.value.code, failed.value.reason) == (grpc.StatusCode.UNAVAILABLE, "STORAGE_FAILURE")
             assert "Input/output error" in failed.value.message
             assert "could not be dropped" not in failed.value.message
+            assert failed.value.message.endswith("move-object dropped that copy, and the source takes writes again")
             assert not object_path(second.data_dir, key).exists()  # dropped by the undo
             assert key not in arriving._moving  # and its hold with it
             a.object(key).session().append_message(_message("m1"))  # the source takes writes again

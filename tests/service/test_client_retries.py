@@ -272,12 +272,15 @@ class AnswerLosingRelay(Relay):
         super().__init__(target)
 
     def pump(self, source: socket.socket, sink: socket.socket, *, from_server: bool) -> None:
+        if not from_server:
+            with contextlib.suppress(OSError):
+                while data := source.recv(65536):
+                    with contextlib.suppress(OSError):  # once the server's side is shut, read and dropped
+                        sink.sendall(data)
+            return
         pending = b""
         try:
             while data := source.recv(65536):
-                if not from_server:
-                    sink.sendall(data)
-                    continue
                 pending += data
                 while len(pending) >= 9:  # a frame header: length (3), type, flags, stream (4)
                     size = int.from_bytes(pending[:3], "big") + 9
@@ -285,11 +288,16 @@ class AnswerLosingRelay(Relay):
                     if len(pending) < size:
                         break
                     if kind == 1 and stream != 0 and self._lose_this_answer():
-                        if self._without_status:
-                            end_stream = (0).to_bytes(3, "big") + bytes([0, 1]) + stream.to_bytes(4, "big")
-                            sink.sendall(pending[:size] + end_stream)
-                        for sock in (source, sink):
-                            sock.shutdown(socket.SHUT_RDWR)
+                        if not self._without_status:
+                            for sock in (source, sink):
+                                sock.shutdown(socket.SHUT_RDWR)
+                            return
+                        # The stream's end, then the connection's, whose requests are still read
+                        # (a reset could reach the client before the frame).
+                        end_stream = (0).to_bytes(3, "big") + bytes([0, 1]) + stream.to_bytes(4, "big")
+                        sink.sendall(pending[:size] + end_stream)
+                        sink.shutdown(socket.SHUT_WR)
+                        source.shutdown(socket.SHUT_RDWR)
                         return
                     sink.sendall(pending[:size])
                     pending = pending[size:]
@@ -373,6 +381,7 @@ def test_the_asyncio_client_sends_an_upload_ended_without_a_status_again(
     try:
         asyncio.run(upload())
         assert _summary(notices) == [("UploadMessage", 1, grpc.StatusCode.UNAVAILABLE, None)]
+        assert "without the server's status" in notices[0].error.message
         with SessionsClient(live_server.address) as direct:
             assert direct.object(object_key).session().get_history() == [large]
     finally:

@@ -273,6 +273,10 @@ def move_object(
         left = _undo_move(source, destination, object_key, hold, metadata_source, metadata_destination)
         if left and isinstance(failure, SessionsError):
             raise SessionsError(failure.code, f"{failure.message}; {left}", failure.reason, failure.metadata) from None
+        if hold and isinstance(failure, SessionsError) and failure.metadata.get("move_id") == hold:
+            # The destination's advice (drop the copy it holds) was taken.
+            done = f"{failure.message}; move-object dropped that copy, and the source takes writes again"
+            raise SessionsError(failure.code, done, failure.reason, failure.metadata) from None
         raise
     # Naming the lock: if the source lost it meanwhile (an AbortMove, its lease run out), it may
     # have taken writes the copy lacks, and it refuses the delete.
@@ -301,28 +305,37 @@ def _check_reachable(client: SessionsClient, object_key: str, metadata: typing.A
     raised at once, in gRPC's words (it waited the 10 s, then said only that it could not
     connect, whatever the TLS settings' fault)."""
     request = pb.GetObjectStatsRequest(object_key=object_key)
-    try:
-        client._stub.GetObjectStats(request, metadata=metadata, timeout=REACHABLE_SECONDS)
-        return
-    except grpc.RpcError as error:
-        first = client._rpc_failure(error)
-    if first.code != grpc.StatusCode.UNAVAILABLE or first.reason:
-        return
-    if tls_failed(first):
-        raise SessionsError(
-            first.code, f"the {role} could not be connected to ({first.message}): nothing was moved or locked", "", {}
-        )
-    try:
-        client._stub.GetObjectStats(request, metadata=metadata, timeout=REACHABLE_SECONDS, wait_for_ready=True)
-    except grpc.RpcError as error:
-        if error.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+    deadline = time.monotonic() + REACHABLE_SECONDS
+    last = ""
+    for wait_for_ready in (False, True):
+        try:
+            client._stub.GetObjectStats(
+                request,
+                metadata=metadata,
+                timeout=max(deadline - time.monotonic(), 0.0),
+                wait_for_ready=wait_for_ready,
+            )
+            return
+        except grpc.RpcError as error:
+            failure = client._rpc_failure(error)
+        if failure.code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            break  # connected or not, nothing answered (a server stopped, a host that drops packets)
+        if failure.code != grpc.StatusCode.UNAVAILABLE or failure.reason:
+            return  # an answer: the server is there
+        if tls_failed(failure):
             raise SessionsError(
-                grpc.StatusCode.UNAVAILABLE,
-                f"the {role} could not be connected to within {REACHABLE_SECONDS:g} s ({first.message}): nothing "
-                "was moved or locked",
+                failure.code,
+                f"the {role} could not be connected to ({failure.message}): nothing was moved or locked",
                 "",
                 {},
-            ) from None
+            )
+        last = f" ({failure.message})"
+    raise SessionsError(
+        grpc.StatusCode.UNAVAILABLE,
+        f"the {role} could not be connected to within {REACHABLE_SECONDS:g} s{last}: nothing was moved or locked",
+        "",
+        {},
+    )
 
 
 def _unanswered_import(failure: SessionsError) -> SessionsError:

@@ -29,7 +29,6 @@ from sessions_server.domain.errors import (
     LimitExceeded,
     NotFound,
     SessionsError,
-    StorageFailure,
     Unavailable,
     file_of_a_newer_server,
     file_of_another_object,
@@ -1082,14 +1081,12 @@ class ObjectAdmin:
         settled = True
         try:
             existed = await self._remove_files(object_key)
-        except (StorageFailure, LimitExceeded):
+        except Exception:
             # The key is refused for good already (recorded): the delete took effect, and
             # answering it as failed would have its mover drop the destination's copy, the only
             # one served. The record's note stays: the next start sets the files aside.
-            log.warning(
-                "%r: moved away, but its files could not be removed (a storage failure): the next start sets "
-                "them aside",
-                object_key,
+            log.exception(
+                "%r: moved away, but its files could not be removed: the next start sets them aside", object_key
             )
             existed, settled = True, False
         # A restart drops a lock whose key is recorded as moved: the delete is done either way,

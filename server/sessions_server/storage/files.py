@@ -620,8 +620,12 @@ def recorded_object_key(path: Path) -> str | None:
 
 
 def count_message_rows(path: Path) -> int:
-    conn = open_read_only(path)
+    """The message rows of the object file at `path`. Raises StorageError when SQLite fails."""
     try:
-        return int(conn.execute("SELECT COUNT(*) FROM cf_agents_session_messages").fetchone()[0])
-    finally:
-        conn.close()
+        conn = open_read_only(path)
+        try:
+            return int(conn.execute("SELECT COUNT(*) FROM cf_agents_session_messages").fetchone()[0])
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        raise StorageError(f"the installed object's rows could not be counted: {exc}", cause=exc) from exc

@@ -36,7 +36,8 @@ RETRY_SECONDS = 30.0  # a refused pair is read again after this long, changed or
 CLOCK_SKEW_SECONDS = 300.0
 EXPIRY_WARNING_SECONDS = 14 * 86_400  # a certificate closer than this to its end is warned of
 # How long the handshake that noticed the files change waits for them to be read and checked
-# (tens of milliseconds, unless the file system stalls).
+# (tens of milliseconds, unless the file system stalls). gRPC holds its credentials' lock while
+# it asks: the port's other new TLS connections wait as long, once for each change.
 FETCH_WAIT_SECONDS = 2.0
 
 _Signature = tuple[tuple[int, ...], ...]
@@ -83,7 +84,15 @@ class CertificateFiles:
                     return None
                 self._loading = True
             read = threading.Event()
-            threading.Thread(target=self._read_changed, args=(signature, read), name="tls-reload", daemon=True).start()
+            try:
+                reading = threading.Thread(
+                    target=self._read_changed, args=(signature, read), name="tls-reload", daemon=True
+                )
+                reading.start()
+            except BaseException:
+                with self._lock:
+                    self._loading = False  # else no change would ever be read again
+                raise
             if read.wait(FETCH_WAIT_SECONDS):
                 with self._lock:
                     ready, self._ready = self._ready, None
@@ -102,12 +111,13 @@ class CertificateFiles:
             log.warning("TLS files changed but were not taken (the previous ones stay in use): %s", exc)
             with self._lock:
                 self._refused, self._retry_at = signature, time.monotonic() + RETRY_SECONDS
-        with self._lock:
-            self._loading = False
-            previous = self._served
-            if configuration is not None:
-                self._ready, self._served = configuration, signature
-        read.set()
+        finally:
+            with self._lock:
+                self._loading = False
+                previous = self._served
+                if configuration is not None:
+                    self._ready, self._served = configuration, signature
+            read.set()
         if configuration is not None:
             changed = [
                 f"{flag} {path}"
