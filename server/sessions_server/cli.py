@@ -18,6 +18,7 @@ import gc
 import logging
 import math
 import signal
+import ssl
 import sys
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -504,11 +505,22 @@ def _client_tls(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Tl
             parser.error(f"{flag} {path}: not a PEM file; expected {kind}")
         return data
 
-    return TlsConfig(
+    config = TlsConfig(
         root_certificates=pem("--tls-ca", args.tls_ca, "CA certificates"),
         certificate_chain=pem("--tls-cert", args.tls_cert, "a certificate chain"),
         private_key=pem("--tls-key", args.tls_key, "a private key"),
     )
+    if args.tls_cert is not None and args.tls_key is not None:
+        # A key of another certificate failed every call with "Failed to create security
+        # handshaker", naming neither file.
+        try:
+            ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_cert_chain(args.tls_cert, args.tls_key, password=lambda: b"")
+        except (ssl.SSLError, OSError) as exc:
+            parser.error(
+                f"--tls-cert {args.tls_cert} and --tls-key {args.tls_key} are no certificate chain and matching "
+                f"private key in PEM ({exc})"
+            )
+    return config
 
 
 def _tls_flags(args: argparse.Namespace) -> list[str]:

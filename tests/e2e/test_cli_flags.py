@@ -428,6 +428,10 @@ def test_move_object_between_tls_servers_and_import_store_to_one(tmp_path: Path,
         (["--tls-key", "client.key"], "--tls-cert and --tls-key go together"),
         (["--tls-ca", "missing.pem"], "--tls-ca missing.pem: cannot read it (No such file or directory)"),
         (["--tls-ca", "san.ext"], "--tls-ca san.ext: not a PEM file; expected CA certificates"),
+        (
+            ["--tls-cert", "client.pem", "--tls-key", "server.key"],
+            "--tls-cert client.pem and --tls-key server.key are no certificate chain and matching private key",
+        ),
     ],
 )
 def test_tls_flags_that_cannot_work_are_refused(
