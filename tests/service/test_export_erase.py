@@ -26,9 +26,8 @@ KEY = "erased-while-exported"
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[LiveServer]:
-    """A server of the test's own: stopped at its end, it has finished the exports cut here
-    before the next test counts reference cycles (gRPC keeps the abort of a stream cut after it
-    sent frames, whose traceback holds the call's frames: a cycle, until a full collection)."""
+    """A server of the test's own, stopped at its end: the exports it cut and the erase it
+    failed leave nothing in the shared server for later tests."""
     own = start_server(tmp_path / "data")
     yield own
     own.stop()

@@ -103,3 +103,31 @@ def test_cancelled_timed_out_and_refused_calls_leave_no_cycles(tmp_path: Path, c
         release.put(None)
         release.put(None)
         server.stop()
+
+
+def test_a_stream_refused_after_it_sent_frames_leaves_no_cycles(tmp_path: Path, collector_off: None) -> None:
+    """An export an erase cut after its first frames ended with gRPC's abort, which gRPC keeps
+    with the call while the abort's traceback holds the call's frames (the export's own, its
+    copy of the file and the frame in hand): a cycle, until a full collection. A stream's
+    refusal is its status, set as the handler returns, now."""
+    port = free_port()
+    server = start_server(tmp_path / "data", metrics_listen=f"127.0.0.1:{port}")
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            stub = pb_grpc.SessionServiceStub(channel)
+            for index in range(12):  # about 12 MB: frames of 3 MiB, more than the transport buffers
+                message = json.dumps(text_message(f"m{index}", "x" * 1_000_000))
+                stub.AppendMessage(pb.AppendMessageRequest(object_key=KEY, message_json=message), metadata=routing(KEY))
+            gc.collect()
+            frames = stub.ExportObject(pb.ExportObjectRequest(object_key=KEY), metadata=routing(KEY))
+            assert next(frames).data
+            stub.DeleteObject(pb.DeleteObjectRequest(object_key=KEY, erase=True), metadata=routing(KEY))
+            with pytest.raises(grpc.RpcError) as ended:
+                for _ in frames:
+                    pass
+            assert ended.value.code() == grpc.StatusCode.NOT_FOUND  # the refusal, still said
+            assert "erased while it was being exported" in (ended.value.details() or "")
+            assert wait_until(lambda: _finished(port) == 14, timeout=10)
+            assert _server_frames_in_cycles() == []
+    finally:
+        server.stop()

@@ -32,6 +32,14 @@ async def abort(context: grpc.aio.ServicerContext[Any, Any], exc: BaseException)
     await context.abort(status.code, status.details, status.trailing_metadata)
 
 
+def end_with(context: grpc.aio.ServicerContext[Any, Any], exc: SessionsError) -> None:
+    """Sets the status a server stream ends with when its handler returns."""
+    status = status_for(exc)
+    context.set_code(status.code)
+    context.set_details(status.details)
+    context.set_trailing_metadata(status.trailing_metadata)
+
+
 async def unary(context: Any, run: Callable[[], Awaitable[Resp]]) -> Resp:
     try:
         return await run()
@@ -279,7 +287,8 @@ async def stream(
                 # stream bounds as any open stream does (outside, stalled calls escaped them).
                 await abort(context, taken_within.refusal())
     except SessionsError as exc:
-        await abort(context, exc)
+        end_with(context, exc)
+        return
     except (grpc.aio.AbortError, grpc.aio.UsageError):
         raise
     except Exception as exc:
