@@ -1110,3 +1110,27 @@ def test_a_move_to_a_server_whose_certificate_is_not_trusted_says_so(tmp_path: P
     finally:
         source.stop()
         destination.stop()
+
+
+def test_a_served_certificate_past_its_end_is_logged_as_handshakes_come(
+    tmp_path: Path, pki: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its end was warned of when it was read, then nothing: a server went on serving a
+    certificate every client refused, its log silent (an audit). A handshake after the end logs
+    it, once an hour."""
+    caplog.set_level(logging.INFO, logger="sessions.transport")
+    server = start_server(tmp_path / "data", tls_cert=pki / "server.pem", tls_key=pki / "server.key")
+    try:
+        _presented_certificate(server.address, pki)
+        assert "has expired" not in caplog.text and "expired on" not in caplog.text
+        monkeypatch.setattr(
+            certificates, "wall_clock", lambda: certificates.time.time() + 3 * 86_400
+        )  # past its 2 days
+        with contextlib.suppress(ssl.SSLError, OSError):  # the client's own clock still trusts it
+            _presented_certificate(server.address, pki)
+            _presented_certificate(server.address, pki)
+        expired = [r for r in caplog.records if "expired on" in r.getMessage()]
+        assert len(expired) == 1 and expired[0].levelno == logging.ERROR, [r.getMessage() for r in expired]
+        assert f"--tls-cert {pki / 'server.pem'}" in expired[0].getMessage()
+    finally:
+        server.stop()

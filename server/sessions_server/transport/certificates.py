@@ -17,6 +17,7 @@ says why, and the files are tried again once they change, or after `RETRY_SECOND
 from __future__ import annotations
 
 import logging
+import math
 import os
 import ssl
 import threading
@@ -35,6 +36,7 @@ RETRY_SECONDS = 30.0  # a refused pair is read again after this long, changed or
 # would refuse it.
 CLOCK_SKEW_SECONDS = 300.0
 EXPIRY_WARNING_SECONDS = 14 * 86_400  # a certificate closer than this to its end is warned of
+EXPIRED_LOG_SECONDS = 3600.0  # how often a served certificate past its end is logged again
 # How long the handshake that noticed the files change waits for them to be read and checked
 # (tens of milliseconds, unless the file system stalls). gRPC holds its credentials' lock while
 # it asks: the port's other new TLS connections wait as long, once for each change.
@@ -56,13 +58,15 @@ class CertificateFiles:
         self._retry_at = 0.0
         self._loading = False
         self._ready: grpc.ServerCertificateConfiguration | None = None
+        self._served_until: float | None = None  # the served certificate's end, when it could be read
+        self._expired_logged_at = -math.inf
 
     def credentials(self) -> grpc.ServerCredentials:
         """Server credentials serving the files as they are now, then as they change. Raises
         OSError naming the flag at fault when a file cannot be read or the pair does not load."""
         signature = self._signature()
         configuration = self._load()
-        self._served = signature
+        self._served, self._served_until = signature, _end_of(self._paths[0][1])
         # The fetcher returns None for "no change", as gRPC's documentation says; its type stubs
         # leave None out.
         fetch: Any = self._fetch
@@ -75,6 +79,7 @@ class CertificateFiles:
         one stays), starting a read when the files changed. Never raises: an exception here
         would fail the handshake."""
         try:
+            self._note_expired()
             with self._lock:
                 ready, self._ready = self._ready, None
                 if ready is not None or self._loading:
@@ -112,11 +117,12 @@ class CertificateFiles:
             with self._lock:
                 self._refused, self._retry_at = signature, time.monotonic() + RETRY_SECONDS
         finally:
+            ends = _end_of(self._paths[0][1]) if configuration is not None else None
             with self._lock:
                 self._loading = False
                 previous = self._served
                 if configuration is not None:
-                    self._ready, self._served = configuration, signature
+                    self._ready, self._served, self._served_until = configuration, signature, ends
             read.set()
         if configuration is not None:
             changed = [
@@ -129,6 +135,22 @@ class CertificateFiles:
                 ", ".join(changed) or "unchanged",
                 _validity(self._paths[0][1]),
             )
+
+    def _note_expired(self) -> None:
+        """Logs, once an hour while handshakes come, a served certificate past its end: every
+        client refuses it, and the server said so only when it was read."""
+        now = time.monotonic()
+        if self._served_until is None or wall_clock() <= self._served_until:
+            return
+        if now - self._expired_logged_at < EXPIRED_LOG_SECONDS:
+            return
+        self._expired_logged_at = now
+        log.error(
+            "the TLS certificate served (--tls-cert %s) expired on %s: clients refuse every new connection; "
+            "renew it (new connections take a renewed one without a restart)",
+            self._paths[0][1],
+            time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self._served_until)),
+        )
 
     def _signature(self) -> _Signature:
         """What identifies the files' current contents and access without reading them (a
@@ -208,6 +230,20 @@ def _dates(cert: Path) -> tuple[str, str] | None:
         return None
 
 
+def wall_clock() -> float:
+    """Now, as certificates' dates count (tests move it)."""
+    return time.time()
+
+
+def _end_of(cert: Path) -> float | None:
+    """When the certificate ends, in seconds since the epoch; None when that cannot be read."""
+    dates = _dates(cert)
+    try:
+        return None if dates is None else ssl.cert_time_to_seconds(dates[1])
+    except ValueError:
+        return None
+
+
 def _validity(cert: Path) -> str:
     """ ", the certificate valid until <date>", or "" when its dates cannot be read."""
     dates = _dates(cert)
@@ -226,7 +262,7 @@ def _check_dates(cert: Path) -> None:
         begins, ends = ssl.cert_time_to_seconds(not_before), ssl.cert_time_to_seconds(not_after)
     except ValueError:
         return
-    now = time.time()
+    now = wall_clock()
     if now > ends:
         raise OSError(f"--tls-cert {cert} expired on {not_after}: clients would refuse it")
     if now + CLOCK_SKEW_SECONDS < begins:
