@@ -18,9 +18,11 @@ copied) is provoked a bounded number of times.
 from __future__ import annotations
 
 import contextlib
+import json
 import signal
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -34,7 +36,7 @@ from sessions_client.admin import move_object
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
 from sessions_server.storage import files
-from sessions_server.storage.move_holds import Departures
+from sessions_server.storage.move_holds import DEPARTING_FILE_NAME, Departures
 from sessions_server.storage.moved import MovedObjects
 from sessions_server.storage.paths import object_path
 from tests.conftest import LiveServer, start_server
@@ -902,6 +904,34 @@ def test_a_released_lock_is_not_taken_back_by_a_restart(tmp_path: Path) -> None:
             stub = pb_grpc.SessionServiceStub(channel)
             _append(stub, "released", "after the restart")
             assert _writes_refused(stub, "kept")
+    finally:
+        server.stop()
+
+
+def test_a_lock_taken_back_at_a_restart_holds_no_longer_than_its_lease(tmp_path: Path) -> None:
+    """A lock's end is written by the wall clock: a server restarted with its clock 3 h behind
+    took a 10-minute lock back for 3 h 10 min (a clock audit; 25 h past a day's lease with the
+    clock a day behind). What the lease had left when it was written bounds it now."""
+    data_dir = tmp_path / "data"
+    server = start_server(data_dir)
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            stub = pb_grpc.SessionServiceStub(channel)
+            _append(stub, "locked", "m0")
+            lock = _locked_export_with_id(stub, "locked")  # a lease of 600 s
+    finally:
+        server.stop()
+    departing = data_dir / DEPARTING_FILE_NAME
+    entries = json.loads(departing.read_text())
+    entries["locked"]["until"] += 3 * 3600  # as this clock reads it, set back 3 h since
+    departing.write_text(json.dumps(entries))
+    server = start_server(data_dir)
+    try:
+        taken_back = server.running.service.objects._moving["locked"]
+        assert taken_back.id == lock
+        assert taken_back.expiry - time.monotonic() <= 600
+        with grpc.insecure_channel(server.address) as channel:
+            assert _writes_refused(pb_grpc.SessionServiceStub(channel), "locked")  # still held, for its lease
     finally:
         server.stop()
 

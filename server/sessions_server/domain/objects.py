@@ -219,11 +219,16 @@ class ObjectAdmin:
         is done with."""
         now_wall, now = time.time(), time.monotonic()
         for key, departure in self._departures.held().items():
-            left = departure.until - now_wall
+            # By the wall clock, which a clock set back across the restart stretches (by hours):
+            # bounded by what the lease had left when it was written.
+            left = min(departure.until - now_wall, departure.left or MAX_LEASE_SECONDS)
             if left <= 0 or key in self._moved or key in self._moving:
                 self._departures.end(key, departure.lock)
                 continue
             self._moving[key] = _MoveLock(departure.lock, now + left, on_disk=True)
+            log.info(
+                "%r: locked for a move across the restart, for %d s more at most (abort-move releases it)", key, left
+            )
 
     @property
     def data_dir(self) -> Path:
@@ -612,7 +617,7 @@ class ObjectAdmin:
         now = time.monotonic()
         if self._moving.get(object_key) is not lock or now >= lock.expiry:
             raise _lock_lost_mid_export()
-        departure = Departure(lock.id, time.time() + (lock.expiry - now))
+        departure = Departure(lock.id, time.time() + (lock.expiry - now), lock.expiry - now)
         await self._change_holds(object_key, "recording the move lock", self._departures.hold, departure)
         lock.on_disk = True
         if self._moving.get(object_key) is not lock:  # released while it was written

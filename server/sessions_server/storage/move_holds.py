@@ -49,11 +49,14 @@ class Arrival:
 
 @dataclass(frozen=True, slots=True)
 class Departure:
-    """One locked source: the lock's id (the export's `move_id`) and when its lease ends, in
-    seconds since the epoch (a restart's monotonic clock starts over)."""
+    """One locked source: the lock's id (the export's `move_id`), when its lease ends, in
+    seconds since the epoch (a restart's monotonic clock starts over), and how long it had left
+    when it was written (`left`; None in files written before it was kept), which bounds it
+    whatever the clock did across the restart."""
 
     lock: str
     until: float
+    left: float | None = None
 
 
 class _HoldFile:
@@ -130,11 +133,14 @@ class Departures:
         self._file = _HoldFile(data_dir / DEPARTING_FILE_NAME)
 
     def held(self) -> dict[str, Departure]:
-        return {key: Departure(str(e["lock"]), float(e["until"])) for key, e in self._file.entries().items()}
+        return {
+            key: Departure(str(e["lock"]), float(e["until"]), None if e.get("left") is None else float(e["left"]))
+            for key, e in self._file.entries().items()
+        }
 
     def hold(self, object_key: str, departure: Departure) -> None:
         """Durably notes the lock (blocking: a worker thread)."""
-        self._file.put(object_key, {"lock": departure.lock, "until": departure.until})
+        self._file.put(object_key, {"lock": departure.lock, "until": departure.until, "left": departure.left})
 
     def end(self, object_key: str, lock: str) -> None:
         """Durably notes the lock released or its move done, unless another has replaced it
