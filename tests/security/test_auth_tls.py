@@ -787,8 +787,10 @@ def test_a_certificate_not_valid_now_is_refused_at_start_and_at_renewal(
     """Every client would refuse it: served at start, nobody could connect; taken at a renewal
     (a job that wrote an old backup, an issuer whose clock is off), it cut every new client off."""
     bad = _dated_certificate(pki, tmp_path / "issued", "bad", days_from=days_from, days_to=days_to)
-    with pytest.raises(OSError, match=said):
+    with pytest.raises(OSError, match=said) as refused:
         start_server(tmp_path / "refused", tls_cert=bad[0], tls_key=bad[1])
+    # Whose clock judged it: a server whose clock is off refuses a valid certificate (an audit).
+    assert "by this server's clock, which reads " in str(refused.value) and "fix its time sync" in str(refused.value)
     good = _server_certificate(pki, tmp_path / "issued", "good")
     server, cert, key = _server_renewing(tmp_path, good)
     try:
@@ -1132,5 +1134,6 @@ def test_a_served_certificate_past_its_end_is_logged_as_handshakes_come(
         expired = [r for r in caplog.records if "expired on" in r.getMessage()]
         assert len(expired) == 1 and expired[0].levelno == logging.ERROR, [r.getMessage() for r in expired]
         assert f"--tls-cert {pki / 'server.pem'}" in expired[0].getMessage()
+        assert "by this server's clock" in expired[0].getMessage()  # ahead, it reports a valid one expired
     finally:
         server.stop()

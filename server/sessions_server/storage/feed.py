@@ -5,7 +5,8 @@ order, so revisions follow commit order across all writers. A revision is `epoch
 counter`, the epoch a millisecond clock. A feed takes its revisions from blocks of 4,096 that
 the process hands out (`_allocate`), each above every block handed out before it and at or above
 the clock's: an object's revisions increase across its feeds (an object closed and reopened) and
-across restarts, no two feeds of the process share one (a revision of another object, or of
+across restarts (unless the clock was set back across one: a resume from before then gets a
+RESET, as any revision not of the current feed does), no two feeds of the process share one (a revision of another object, or of
 the object's feed before a restart, is recognisably not this feed's), and a feed knows its own
 (its start and its events', block by block: `FeedHub.knows`).
 
@@ -254,7 +255,8 @@ def _allocate() -> int:
     """The first revision of a new block of `BLOCK`: above every block handed out before in this
     process, so no two feeds share a revision (two objects' feeds made within one millisecond
     once shared an epoch, and one's revision resumed on the other, skipping events silently); at
-    or above the millisecond clock's first, so revisions increase across restarts. The clock
+    or above the millisecond clock's first, so revisions increase across restarts (while the
+    clock is not set back across one). The clock
     gives 1,024 blocks a millisecond; only past that do blocks run ahead of it (an epoch per hub
     from one counter ran a millisecond ahead for every hub made: 12 s after 20,000
     subscriptions in 8 s, and a restart then gave an object revisions below those it had)."""

@@ -147,9 +147,10 @@ class CertificateFiles:
         self._expired_logged_at = now
         log.error(
             "the TLS certificate served (--tls-cert %s) expired on %s: clients refuse every new connection; "
-            "renew it (new connections take a renewed one without a restart)",
+            "renew it (new connections take a renewed one without a restart) (%s)",
             self._paths[0][1],
-            time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self._served_until)),
+            _utc(self._served_until),
+            _clock_reads(wall_clock()),
         )
 
     def _signature(self) -> _Signature:
@@ -235,6 +236,16 @@ def wall_clock() -> float:
     return time.time()
 
 
+def _utc(seconds: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(seconds))
+
+
+def _clock_reads(now: float) -> str:
+    """What a certificate's dates were judged by: a server whose clock is off refuses a valid
+    certificate, or serves one its clients refuse (a clock audit)."""
+    return f"by this server's clock, which reads {_utc(now)}: if that is wrong, fix its time sync"
+
+
 def _end_of(cert: Path) -> float | None:
     """When the certificate ends, in seconds since the epoch; None when that cannot be read."""
     dates = _dates(cert)
@@ -264,9 +275,11 @@ def _check_dates(cert: Path) -> None:
         return
     now = wall_clock()
     if now > ends:
-        raise OSError(f"--tls-cert {cert} expired on {not_after}: clients would refuse it")
+        raise OSError(f"--tls-cert {cert} expired on {not_after}: clients would refuse it ({_clock_reads(now)})")
     if now + CLOCK_SKEW_SECONDS < begins:
-        raise OSError(f"--tls-cert {cert} is not valid before {not_before}: clients would refuse it")
+        raise OSError(
+            f"--tls-cert {cert} is not valid before {not_before}: clients would refuse it ({_clock_reads(now)})"
+        )
     if ends - now < EXPIRY_WARNING_SECONDS:
         log.warning("--tls-cert %s expires on %s: renew it (new connections take a renewed one)", cert, not_after)
 

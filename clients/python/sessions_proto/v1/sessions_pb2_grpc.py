@@ -416,8 +416,9 @@ class SessionServiceServicer:
         gone that carried no event, of an object still never written, is placed where the current
         feed started (nothing can have been missed), while the server process that handed it out
         runs (it remembers the newest 4,096 such starts; after a restart, RESET). Revisions
-        increase for the object, and no two
-        objects' feeds on a server share one.
+        increase for the object (across restarts too, unless the server's clock was set back
+        across one: its revisions then start lower, and a resume from before gets RESET), and no
+        two objects' feeds on a server share one.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -174,8 +174,9 @@ class SessionServiceStub:
     gone that carried no event, of an object still never written, is placed where the current
     feed started (nothing can have been missed), while the server process that handed it out
     runs (it remembers the newest 4,096 such starts; after a restart, RESET). Revisions
-    increase for the object, and no two
-    objects' feeds on a server share one.
+    increase for the object (across restarts too, unless the server's clock was set back
+    across one: its revisions then start lower, and a resume from before gets RESET), and no
+    two objects' feeds on a server share one.
     """
     ListSessions: _grpc.UnaryUnaryMultiCallable[_sessions_pb2.ListSessionsRequest, _sessions_pb2.ListSessionsResponse]
     """Lists the sessions of an object with their message counts."""
@@ -357,8 +358,9 @@ class SessionServiceAsyncStub(SessionServiceStub):
     gone that carried no event, of an object still never written, is placed where the current
     feed started (nothing can have been missed), while the server process that handed it out
     runs (it remembers the newest 4,096 such starts; after a restart, RESET). Revisions
-    increase for the object, and no two
-    objects' feeds on a server share one.
+    increase for the object (across restarts too, unless the server's clock was set back
+    across one: its revisions then start lower, and a resume from before gets RESET), and no
+    two objects' feeds on a server share one.
     """
     ListSessions: _aio.UnaryUnaryMultiCallable[_sessions_pb2.ListSessionsRequest, _sessions_pb2.ListSessionsResponse]  # type: ignore[assignment]
     """Lists the sessions of an object with their message counts."""
@@ -681,8 +683,9 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         gone that carried no event, of an object still never written, is placed where the current
         feed started (nothing can have been missed), while the server process that handed it out
         runs (it remembers the newest 4,096 such starts; after a restart, RESET). Revisions
-        increase for the object, and no two
-        objects' feeds on a server share one.
+        increase for the object (across restarts too, unless the server's clock was set back
+        across one: its revisions then start lower, and a resume from before gets RESET), and no
+        two objects' feeds on a server share one.
         """
 
     @_abc_1.abstractmethod

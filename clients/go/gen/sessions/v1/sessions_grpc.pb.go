@@ -185,8 +185,9 @@ type SessionServiceClient interface {
 	// gone that carried no event, of an object still never written, is placed where the current
 	// feed started (nothing can have been missed), while the server process that handed it out
 	// runs (it remembers the newest 4,096 such starts; after a restart, RESET). Revisions
-	// increase for the object, and no two
-	// objects' feeds on a server share one.
+	// increase for the object (across restarts too, unless the server's clock was set back
+	// across one: its revisions then start lower, and a resume from before gets RESET), and no
+	// two objects' feeds on a server share one.
 	Subscribe(ctx context.Context, in *SubscribeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SubscribeResponse], error)
 	// Lists the sessions of an object with their message counts.
 	ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error)
@@ -785,8 +786,9 @@ type SessionServiceServer interface {
 	// gone that carried no event, of an object still never written, is placed where the current
 	// feed started (nothing can have been missed), while the server process that handed it out
 	// runs (it remembers the newest 4,096 such starts; after a restart, RESET). Revisions
-	// increase for the object, and no two
-	// objects' feeds on a server share one.
+	// increase for the object (across restarts too, unless the server's clock was set back
+	// across one: its revisions then start lower, and a resume from before gets RESET), and no
+	// two objects' feeds on a server share one.
 	Subscribe(*SubscribeRequest, grpc.ServerStreamingServer[SubscribeResponse]) error
 	// Lists the sessions of an object with their message counts.
 	ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error)
