@@ -1146,8 +1146,10 @@ class ImportMessagesRequest(_message.Message):
     created_at_ms: _builtins.int
     """The created time to store, Unix milliseconds, stored as upstream's importMessage stores its
     createdAt, a JavaScript number: as given within ±2^53 (285,000 years of 1970), beyond that
-    the nearest double (2^53 + 1 is stored as 2^53). Unset is 0, 1970. The clients send the time
-    of the import when none is given. Read from the first frame of each message.
+    the nearest double (2^53 + 1 is stored as 2^53); whole milliseconds only, where upstream
+    keeps a fraction. Unset is 0, 1970 (upstream's importMessage without a createdAt stores
+    nothing at all: its NOT NULL failure is ignored). The clients send the time of the import
+    when none is given. Read from the first frame of each message.
     """
     @_builtins.property
     def messages(self) -> _containers.RepeatedCompositeFieldContainer[Global___ImportedMessage]:

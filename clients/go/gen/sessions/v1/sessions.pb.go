@@ -1984,8 +1984,10 @@ type ImportMessagesRequest struct {
 	ParentId *string `protobuf:"bytes,5,opt,name=parent_id,json=parentId,proto3,oneof" json:"parent_id,omitempty"`
 	// The created time to store, Unix milliseconds, stored as upstream's importMessage stores its
 	// createdAt, a JavaScript number: as given within ±2^53 (285,000 years of 1970), beyond that
-	// the nearest double (2^53 + 1 is stored as 2^53). Unset is 0, 1970. The clients send the time
-	// of the import when none is given. Read from the first frame of each message.
+	// the nearest double (2^53 + 1 is stored as 2^53); whole milliseconds only, where upstream
+	// keeps a fraction. Unset is 0, 1970 (upstream's importMessage without a createdAt stores
+	// nothing at all: its NOT NULL failure is ignored). The clients send the time of the import
+	// when none is given. Read from the first frame of each message.
 	CreatedAtMs int64 `protobuf:"varint,6,opt,name=created_at_ms,json=createdAtMs,proto3" json:"created_at_ms,omitempty"`
 	// Whole messages, imported in order before this frame's piece (if any): a client may pack
 	// many small messages in one frame, and send a message too large for a frame in pieces

@@ -873,8 +873,10 @@ export type ImportMessagesRequest = Message<"sessions.v1.ImportMessagesRequest">
   /**
    * The created time to store, Unix milliseconds, stored as upstream's importMessage stores its
    * createdAt, a JavaScript number: as given within ±2^53 (285,000 years of 1970), beyond that
-   * the nearest double (2^53 + 1 is stored as 2^53). Unset is 0, 1970. The clients send the time
-   * of the import when none is given. Read from the first frame of each message.
+   * the nearest double (2^53 + 1 is stored as 2^53); whole milliseconds only, where upstream
+   * keeps a fraction. Unset is 0, 1970 (upstream's importMessage without a createdAt stores
+   * nothing at all: its NOT NULL failure is ignored). The clients send the time of the import
+   * when none is given. Read from the first frame of each message.
    *
    * @generated from field: int64 created_at_ms = 6;
    */
