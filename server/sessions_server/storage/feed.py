@@ -6,9 +6,9 @@ counter`, the epoch a millisecond clock. A feed takes its revisions from blocks 
 the process hands out (`_allocate`), each above every block handed out before it and at or above
 the clock's: an object's revisions increase across its feeds (an object closed and reopened) and
 across restarts (unless the clock was set back across one: a resume from before then gets a
-RESET, as any revision not of the current feed does), no two feeds of the process share one (a revision of another object, or of
-the object's feed before a restart, is recognisably not this feed's), and a feed knows its own
-(its start and its events', block by block: `FeedHub.knows`).
+RESET, as any revision not of the current feed does), no two feeds of the process share one (a
+revision of another object, or of the object's feed before a restart, is recognisably not this
+feed's), and a feed knows its own (its start and its events', block by block: `FeedHub.knows`).
 
 A bounded ring keeps recent events (by count and bytes), and one bound for the process
 (`FeedRetention`) keeps the rings of all objects together within a budget, the oldest event

@@ -8,10 +8,11 @@ result over). A renewed certificate (cert-manager rewriting a mounted Secret, a 
 renewal) is so served to new connections without a restart, the first one after the change
 included (it got the old certificate, expired when the renewal came late), while connections
 already open keep the one they began with; and no handshake waits longer than that, nor the
-server's shutdown at all, for the files to be read (a slow or hung file system). gRPC checks a configuration only as a
-handshake uses it, so a pair that does not load here (a key not matching its certificate, a file
-half written or not readable yet) is not handed over: the previous pair stays in use, a warning
-says why, and the files are tried again once they change, or after `RETRY_SECONDS`.
+server's shutdown at all, for the files to be read (a slow or hung file system). gRPC checks a
+configuration only as a handshake uses it, so a pair that does not load here (a key not matching
+its certificate, a file half written or not readable yet) is not handed over: the previous pair
+stays in use, a warning says why, and the files are tried again once they change, or after
+`RETRY_SECONDS`.
 """
 
 from __future__ import annotations
