@@ -221,7 +221,8 @@ class ObjectAdmin:
         for key, departure in self._departures.held().items():
             # By the wall clock, which a clock set back across the restart stretches (by hours):
             # bounded by what the lease had left when it was written.
-            left = min(departure.until - now_wall, departure.left or MAX_LEASE_SECONDS)
+            bound = MAX_LEASE_SECONDS if departure.left is None else departure.left
+            left = min(departure.until - now_wall, bound)
             if left <= 0 or key in self._moved or key in self._moving:
                 self._departures.end(key, departure.lock)
                 continue
