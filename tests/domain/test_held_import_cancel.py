@@ -24,6 +24,12 @@ from sessions_server.storage.registry import ObjectRegistry
 from sessions_server.storage.rows import Parent
 
 
+async def _sent(exported: list[Any]) -> AsyncIterator[tuple[bytes, str]]:
+    """An export's frames as `receive` takes them."""
+    for frame in exported:
+        yield frame.data, frame.sha256
+
+
 def _message(message_id: str) -> str:
     return json.dumps({"id": message_id, "role": "user", "parts": [{"type": "text", "text": "hello"}]})
 
@@ -46,11 +52,9 @@ def test_an_import_cancelled_while_installed_keeps_its_copy_held(tmp_path: Path)
             await service.append("source", "", _message("m1"), Parent.auto(), from_client=True)
             exported = [frame async for frame in objects.export("source", lock_for_move=False, lease_seconds=0)]
 
-            async def frames() -> AsyncIterator[tuple[bytes, str]]:
-                for frame in exported:
-                    yield frame.data, frame.sha256
-
-            receiving = asyncio.create_task(objects.receive("arriving", frames(), replace=False, hold_for_move=True))
+            receiving = asyncio.create_task(
+                objects.receive("arriving", _sent(exported), replace=False, hold_for_move=True)
+            )
             await asyncio.to_thread(installing.wait, 30)
             receiving.cancel()
             go.set()
@@ -86,12 +90,8 @@ def test_an_import_that_failed_before_replacing_a_leftover_holds_nothing(tmp_pat
 
             objects._install = full_disk  # type: ignore[method-assign]
 
-            async def frames() -> AsyncIterator[tuple[bytes, str]]:
-                for frame in exported:
-                    yield frame.data, frame.sha256
-
             with pytest.raises(Exception, match="No space left"):
-                await objects.receive("k", frames(), replace=False, hold_for_move=True)
+                await objects.receive("k", _sent(exported), replace=False, hold_for_move=True)
             lock = objects._moving.get("k")
             return object_path(registry.data_dir, "k").exists(), lock is not None
         finally:
@@ -128,16 +128,12 @@ def test_a_storage_failure_after_the_held_install_names_the_hold(
             await service.append("source", "", _message("m1"), Parent.auto(), from_client=True)
             exported = [frame async for frame in objects.export("source", lock_for_move=False, lease_seconds=0)]
 
-            async def frames() -> AsyncIterator[tuple[bytes, str]]:
-                for frame in exported:
-                    yield frame.data, frame.sha256
-
             if failing == "the disk":
                 objects._install = install_then_fail  # type: ignore[method-assign]
             else:
                 monkeypatch.setattr(files, "open_read_only", failing_at_the_installed_file)
             with pytest.raises(StorageFailure) as failed:
-                await objects.receive("arriving", frames(), replace=False, hold_for_move=True)
+                await objects.receive("arriving", _sent(exported), replace=False, hold_for_move=True)
             lock = objects._moving["arriving"]
             hold = failed.value.metadata.get("move_id", "")
             named = hold == lock.id and f"move_id {lock.id}" in failed.value.message

@@ -829,6 +829,16 @@ def _named_certificate(pki: Path, directory: Path, name: str) -> tuple[Path, Pat
     return cert, key
 
 
+def _another_ca(directory: Path) -> bytes:
+    """A CA of its own in `directory`, which the test servers' certificates do not come from: its PEM."""
+    directory.mkdir()
+    _openssl(
+        "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
+        "-days", "2", "-subj", "/CN=another-ca", cwd=directory,
+    )  # fmt: skip
+    return (directory / "ca.pem").read_bytes()
+
+
 @pytest.mark.parametrize("failure", ["untrusted CA", "another name", "mismatched client key"])
 def test_a_failed_tls_handshake_is_not_tried_again(tmp_path: Path, pki: Path, failure: str) -> None:
     """The next attempt meets the same certificates: the call failed after 10 attempts (about
@@ -841,13 +851,7 @@ def test_a_failed_tls_handshake_is_not_tried_again(tmp_path: Path, pki: Path, fa
     ca = (pki / "ca.pem").read_bytes()
     cert, key = pki / "server.pem", pki / "server.key"
     if failure == "untrusted CA":
-        other = tmp_path / "other-ca"
-        other.mkdir()
-        _openssl(
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
-            "-days", "2", "-subj", "/CN=another-ca", cwd=other,
-        )  # fmt: skip
-        config = TlsConfig(root_certificates=(other / "ca.pem").read_bytes())
+        config = TlsConfig(root_certificates=_another_ca(tmp_path / "other-ca"))
     elif failure == "another name":
         cert, key = _named_certificate(pki, tmp_path / "issued", "other.example")
         config = TlsConfig(root_certificates=ca)
@@ -1090,13 +1094,7 @@ def test_a_move_to_a_server_whose_certificate_is_not_trusted_says_so(tmp_path: P
 
     source = start_server(tmp_path / "source")
     destination = start_server(tmp_path / "destination", tls_cert=pki / "server.pem", tls_key=pki / "server.key")
-    other = tmp_path / "other-ca"
-    other.mkdir()
-    _openssl(
-        "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
-        "-days", "2", "-subj", "/CN=another-ca", cwd=other,
-    )  # fmt: skip
-    untrusting = TlsConfig(root_certificates=(other / "ca.pem").read_bytes())
+    untrusting = TlsConfig(root_certificates=_another_ca(tmp_path / "other-ca"))
     try:
         with (
             SessionsClient(source.address, retry=None) as a,
