@@ -374,9 +374,16 @@ def _object_with_a_row_in_its_wal(tmp_path: Path, value: str) -> tuple[Path, Pat
     return path, tmp_path / "data" / "set-aside"
 
 
-def test_an_object_set_aside_twice_keeps_both_copies_each_with_its_own_wal(tmp_path: Path) -> None:
+@pytest.mark.parametrize("clock", ["running", "frozen"])
+def test_an_object_set_aside_twice_keeps_both_copies_each_with_its_own_wal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clock: str
+) -> None:
     """Set aside under its own name, the second copy overwrote the first, and an earlier copy's
-    WAL stayed beside a later file without one: opening it read the earlier rows."""
+    WAL stayed beside a later file without one: opening it read the earlier rows. The name was
+    the clock's nanoseconds alone, which a clock that stands still or was set back repeats (a
+    clock audit)."""
+    if clock == "frozen":
+        monkeypatch.setattr(files.time, "time_ns", lambda: 1_700_000_000_000_000_000)
     path, aside = _object_with_a_row_in_its_wal(tmp_path, "first")
     first = files.set_object_files_aside(path, aside)
     with contextlib.closing(sqlite3.connect(path)) as conn:  # the key's second file: no WAL left

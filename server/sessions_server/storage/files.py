@@ -567,7 +567,9 @@ def set_object_files_aside(path: Path, directory: Path) -> Path | None:
     with contextlib.suppress(StorageError):
         _checkpoint_completely(path)
     directory.mkdir(parents=True, exist_ok=True)
-    aside = directory / f"{path.stem}-{time.time_ns()}{path.suffix}"
+    stamp = time.time_ns()
+    while (aside := directory / f"{path.stem}-{stamp}{path.suffix}").exists():
+        stamp += 1  # the clock stood still or went back: another name, not another's copy replaced
     for suffix in ("-wal", "-shm", ""):  # the file last: a crash between leaves it where it was
         with contextlib.suppress(FileNotFoundError):
             Path(str(path) + suffix).replace(str(aside) + suffix)
