@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import sys
@@ -252,37 +253,23 @@ def test_a_move_whose_import_got_no_answer_says_how_to_finish_it(
         relay.close()
 
 
+@pytest.mark.parametrize("destination", ["nothing listening", "listening, silent"])
 def test_a_move_to_a_server_that_cannot_be_reached_locks_nothing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, destination: str
 ) -> None:
     """The source was locked first, then the import failed to connect, and the error said the
     destination might hold a copy to replace (with --replace, which could overwrite an object of
-    its own there)."""
+    its own there). A destination that takes connections and says nothing (a stopped process, a
+    host that drops packets past the handshake) is no answer either (a review of a change that
+    took it for the server being there)."""
     monkeypatch.setattr(admin, "REACHABLE_SECONDS", 0.5)
     source = ServerProcess(tmp_path / "a").start()
-    nowhere = f"127.0.0.1:{free_port()}"
-    try:
-        with SessionsClient(source.address, retry=None) as a, SessionsClient(nowhere, retry=None) as b:
-            a.object("k").session().append_message(_text("m1", "before"))
-            with pytest.raises(SessionsError) as unreachable:
-                move_object(a, b, "k")
-            assert unreachable.value.code == grpc.StatusCode.UNAVAILABLE
-            assert "destination could not be connected to" in unreachable.value.message
-            assert "nothing was moved or locked" in unreachable.value.message
-            assert "replace" not in unreachable.value.message
-            assert a.object("k").session().append_message(_text("m2", "after")).inserted
-    finally:
-        source.stop()
-
-
-def test_a_move_to_a_server_that_never_answers_locks_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A destination that takes connections and says nothing (a stopped process, a host that
-    drops packets past the handshake): its silence is no answer, and nothing is locked (a review
-    of a change that took it for the server being there)."""
-    monkeypatch.setattr(admin, "REACHABLE_SECONDS", 0.5)
-    source = ServerProcess(tmp_path / "a").start()
-    with socket.create_server(("127.0.0.1", 0)) as silent:  # the kernel completes connections; nobody reads
-        address = f"127.0.0.1:{silent.getsockname()[1]}"
+    with contextlib.ExitStack() as stack:
+        if destination == "nothing listening":
+            address = f"127.0.0.1:{free_port()}"
+        else:  # the kernel completes connections; nobody reads
+            silent = stack.enter_context(socket.create_server(("127.0.0.1", 0)))
+            address = f"127.0.0.1:{silent.getsockname()[1]}"
         try:
             with SessionsClient(source.address, retry=None) as a, SessionsClient(address, retry=None) as b:
                 a.object("k").session().append_message(_text("m1", "before"))
@@ -291,6 +278,7 @@ def test_a_move_to_a_server_that_never_answers_locks_nothing(tmp_path: Path, mon
                 assert unreachable.value.code == grpc.StatusCode.UNAVAILABLE
                 assert "destination could not be connected to within" in unreachable.value.message
                 assert "nothing was moved or locked" in unreachable.value.message
+                assert "replace" not in unreachable.value.message
                 assert a.object("k").session().append_message(_text("m2", "after")).inserted
         finally:
             source.stop()

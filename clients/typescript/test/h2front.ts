@@ -1,8 +1,11 @@
 // An h2c front on a loopback port in front of a real sessions-server, for tests that need a
 // proxy to misbehave in a chosen way: it forwards every stream as it is (headers, request body,
 // response headers, body and trailers) unless a subclass's `onStream` answers a stream itself.
+import assert from "node:assert/strict";
 import http2 from "node:http2";
 import type { AddressInfo } from "node:net";
+
+import { SessionsClient, type ClientOptions, type RetryNotice } from "../src/index.js";
 
 /** How the server's answer to a forwarded stream goes back to the client. */
 export type Reply = (upstream: http2.ClientHttp2Stream, stream: http2.ServerHttp2Stream) => void;
@@ -107,4 +110,29 @@ export function relay(
       stream.close(upstream.rstCode);
     }
   });
+}
+
+/** A client of `address` that records its retry notices. */
+export function observed(address: string, options: ClientOptions = {}): { client: SessionsClient; notices: RetryNotice[] } {
+  const notices: RetryNotice[] = [];
+  const client = new SessionsClient(address, {
+    ...options,
+    onRetry: (notice) => {
+      notices.push(notice);
+    },
+  });
+  return { client, notices };
+}
+
+/** The notices as [method, attempt, code, reason]. */
+export function summary(notices: RetryNotice[]): [string, number, string, string | null][] {
+  return notices.map((n) => [n.method, n.attempt, n.error.code, n.error.reason]);
+}
+
+/** What `call` failed with (an assertion fails if it succeeded). */
+export async function failure(call: Promise<unknown>): Promise<unknown> {
+  return call.then(
+    (value) => assert.fail(`expected a failure, got ${String(value)}`),
+    (error: unknown) => error,
+  );
 }

@@ -13,8 +13,8 @@ import http2 from "node:http2";
 import { after, before, test } from "node:test";
 
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
-import { SessionsClient, SessionsError, type ClientOptions, type RetryNotice } from "../src/index.js";
-import { H2Front } from "./h2front.js";
+import { SessionsClient, SessionsError } from "../src/index.js";
+import { H2Front, failure, observed, summary } from "./h2front.js";
 import { TestServer, freshKey, msg } from "./server.js";
 
 let server: TestServer;
@@ -76,30 +76,6 @@ class ResettingProxy extends H2Front {
     }
     this.forward(stream, headers);
   }
-}
-
-/** A client of `address` that records its retry notices. */
-function observed(address: string, options: ClientOptions = {}): { client: SessionsClient; notices: RetryNotice[] } {
-  const notices: RetryNotice[] = [];
-  const client = new SessionsClient(address, {
-    ...options,
-    onRetry: (notice) => {
-      notices.push(notice);
-    },
-  });
-  return { client, notices };
-}
-
-/** The notices as [method, attempt, code, reason]. */
-function summary(notices: RetryNotice[]): [string, number, string, string | null][] {
-  return notices.map((n) => [n.method, n.attempt, n.error.code, n.error.reason]);
-}
-
-async function failure(call: Promise<unknown>): Promise<unknown> {
-  return call.then(
-    (value) => assert.fail(`expected a failure, got ${String(value)}`),
-    (error: unknown) => error,
-  );
 }
 
 test("a ClearMessages reset with REFUSED_STREAM is sent again and clears the session once", { timeout: 30_000 }, async () => {

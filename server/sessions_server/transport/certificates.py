@@ -91,10 +91,9 @@ class CertificateFiles:
                 self._loading = True
             read = threading.Event()
             try:
-                reading = threading.Thread(
+                threading.Thread(
                     target=self._read_changed, args=(signature, read), name="tls-reload", daemon=True
-                )
-                reading.start()
+                ).start()
             except BaseException:
                 with self._lock:
                     self._loading = False  # else no change would ever be read again

@@ -310,8 +310,8 @@ access_log = logging.getLogger(ACCESS_LOGGER)
 
 
 def reason_of(context: Any) -> str:
-    """The ErrorInfo reason of the status the call was answered (`abort` puts it in the trailing
-    metadata), bounded to KNOWN_REASONS and OTHER; "" when the status carries none."""
+    """The ErrorInfo reason of the status the call was answered (`abort` and `end_with` put it in
+    the trailing metadata), bounded to KNOWN_REASONS and OTHER; "" when the status carries none."""
     for key, value in context.trailing_metadata() or ():
         if key != STATUS_DETAILS_KEY:
             continue
