@@ -1054,6 +1054,8 @@ def _call_failure(exc: Exception, *, tls: TlsConfig | None) -> str:
         return text.replace(
             "set TlsConfig's certificate_chain and private_key", "give --tls-cert PEM --tls-key PEM of a CA it trusts"
         )
+    if "may speak tls alone" in lowered:  # the client's reading of a plaintext connection closed so
+        return text.replace("give the client tls=TlsConfig(...)", "give --tls-ca PEM, or --tls for the system's roots")
     if tls is None:
         return text + " (if the server uses TLS, give --tls-ca PEM, or --tls for the system's roots)"
     if tls.certificate_chain is None:

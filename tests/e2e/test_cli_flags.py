@@ -346,7 +346,7 @@ def test_abort_move_reaches_a_tls_server_with_tls_ca(tmp_path: Path, pki: Path) 
             plaintext = _cli("abort-move", "--from", server.address, "--object-key", "locked")
             line = _refusal(plaintext, 1, "sessions-server abort-move: ")
             assert line.startswith(f"sessions-server abort-move: 'locked' on {server.address}: UNAVAILABLE: ")
-            assert line.endswith("(if the server uses TLS, give --tls-ca PEM, or --tls for the system's roots)")
+            assert "it may speak TLS alone (a server run with --tls-cert does: give --tls-ca PEM, or --tls for" in line
             assert not _takes_writes(client, "locked")
 
             # The system's roots do not hold the suite's CA: TLS is spoken, the certificate refused,
@@ -510,9 +510,10 @@ def test_tls_flags_given_to_a_plaintext_server_are_named(tmp_path: Path, pki: Pa
 
 def test_a_client_certificate_the_server_refused_is_told_in_the_commands_flags() -> None:
     """The client's reading of a connection closed after the handshake named its Python fields
-    ("set TlsConfig's certificate_chain and private_key") to a command's user."""
+    ("set TlsConfig's certificate_chain and private_key") to a command's user; so would its
+    reading of a plaintext one closed before HTTP/2 ("tls=TlsConfig(...)")."""
     from sessions_client import TlsConfig
-    from sessions_client._retry import tls_refused
+    from sessions_client._retry import closed_before_http2
     from sessions_server.cli import _call_failure
 
     closed = SessionsError(
@@ -521,8 +522,11 @@ def test_a_client_certificate_the_server_refused_is_told_in_the_commands_flags()
         None,
         {},
     )
-    line = _call_failure(tls_refused(closed), tls=TlsConfig(root_certificates=b"ca"))
+    line = _call_failure(closed_before_http2(closed, tls=True), tls=TlsConfig(root_certificates=b"ca"))
     assert "TlsConfig" not in line and "give --tls-cert PEM --tls-key PEM of a CA it trusts" in line
+    plaintext = _call_failure(closed_before_http2(closed, tls=False), tls=None)
+    assert "TlsConfig" not in plaintext and "it may speak TLS alone" in plaintext
+    assert "give --tls-ca PEM, or --tls for the system's roots" in plaintext
 
 
 def test_a_connection_nothing_listens_for_names_no_tls_flags() -> None:

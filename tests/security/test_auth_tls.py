@@ -1024,6 +1024,36 @@ def test_the_asyncio_client_names_a_refused_client_certificate_too(
     _says_refused(unsubscribed)
 
 
+def test_a_plaintext_client_of_a_tls_server_is_told_it_may_need_tls(mtls_server: LiveServer) -> None:
+    """A TLS server reads a plaintext client's HTTP/2 as a broken handshake and closes the
+    connection without a byte, and gRPC said no more than "Socket closed", as for a network
+    fault. Both clients try it again as one, then say the server may speak TLS alone."""
+    from sessions_client.aio import SessionsClient as AsyncClient
+
+    notices: list[Any] = []
+    with (
+        SessionsClient(mtls_server.address, retry=QUICK, on_retry=notices.append) as client,
+        pytest.raises(SessionsError) as refused,
+    ):
+        client.object("k").session().append_message(MESSAGE)
+
+    async def scenario() -> SessionsError:
+        async with AsyncClient(mtls_server.address, retry=QUICK, on_retry=notices.append) as client:
+            with pytest.raises(SessionsError) as refused:
+                await client.object("k").session().append_message(MESSAGE)
+            return refused.value
+
+    async_refused = asyncio.run(scenario())
+    assert [(n.method, n.attempt) for n in notices] == [("AppendMessage", 1), ("AppendMessage", 2)] * 2
+    for error in (refused.value, async_refused):
+        assert (error.code, error.reason) == (grpc.StatusCode.UNAVAILABLE, None), error
+        assert error.message.startswith("the server closed the connection before it spoke HTTP/2 (failed to")
+        assert "Socket closed): it may speak TLS alone (a server run with --tls-cert does: give the client" in (
+            error.message
+        )
+        assert error.message.endswith("tls=TlsConfig(...)), or a proxy in front of it could not reach it")
+
+
 @pytest.mark.parametrize("channel", ["plaintext", "TLS"])
 def test_a_server_closing_connections_before_http2_is_still_tried_again(
     hanging_up: str, pki: Path, channel: str, monkeypatch: pytest.MonkeyPatch
@@ -1057,8 +1087,10 @@ def test_a_server_closing_connections_before_http2_is_still_tried_again(
     async_failed, async_opened = asyncio.run(scenario())
     for error in (failed.value, unsubscribed.value, async_failed):
         assert (error.code, error.reason) == (grpc.StatusCode.UNAVAILABLE, None), error
-        assert error.message.startswith("failed to connect to all addresses") and "Socket closed" in error.message
+        assert "failed to connect to all addresses" in error.message and "Socket closed" in error.message
         assert "refused the TLS handshake" not in error.message
+        # A plaintext connection closed so is also what a server speaking TLS alone does with it.
+        assert ("it may speak TLS alone" in error.message) == (channel == "plaintext")
     assert [(n.method, n.attempt) for n in notices] == [("AppendMessage", 1), ("AppendMessage", 2)] * 2
     assert opened == async_opened == ["Subscribe"] * 3
 

@@ -419,7 +419,7 @@ func (s *retryStream) reopen() error {
 // a handshake that crypto/tls or x509 refused (a server certificate not trusted or not valid now,
 // a server's alert). A handshake cut by the network (EOF, a reset: a server stopping, a load
 // balancer whose backend went away) is a connection failure, tried again as the Python and
-// TypeScript clients do; so is a connection closed after its handshake (tlsRefused), which a
+// TypeScript clients do; so is a connection closed after its handshake (closedBeforeHTTP2), which a
 // proxy ending TLS in front of an unreachable server does as well as a server refusing this
 // client's certificate.
 func tlsFailed(err *Error) bool {

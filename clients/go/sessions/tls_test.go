@@ -194,6 +194,25 @@ func TestARefusedClientCertificateIsRetriedThenNamed(t *testing.T) {
 			checkRefused(t, "Subscribe", events.Err())
 		})
 	}
+	t.Run("plaintext", func(t *testing.T) {
+		// A TLS server reads plaintext HTTP/2 as a broken handshake and closes the connection
+		// without a byte: tried again as a network fault, then named as a server speaking TLS.
+		var log retryLog
+		object := dialRetrying(t, srv.Addr, &log, sessions.WithRetry(fastRetry)).Object("mtls")
+		_, err := object.Session("").AppendMessage(testCtx(t), textMessage("m1", "user", "hi"))
+		if sessions.Code(err) != codes.Unavailable || sessions.Reason(err) != "" || log.attemptsOf("AppendMessage") != 3 {
+			t.Fatalf("a plaintext call to a TLS server: %v after %d attempts, want UNAVAILABLE after 3", err, log.attemptsOf("AppendMessage"))
+		}
+		for _, words := range []string{
+			"the server closed the connection before it spoke HTTP/2 (",
+			"): it may speak TLS alone (a server run with --tls-cert does: dial WithTransportCredentials",
+			"or a proxy in front of it could not reach it",
+		} {
+			if !strings.Contains(err.Error(), words) {
+				t.Fatalf("a plaintext call to a TLS server: %v, want it to say %q", err, words)
+			}
+		}
+	})
 	t.Run("trusted", func(t *testing.T) {
 		ctx := testCtx(t)
 		object := dial(t, &retryLog{}, trusted).Object("mtls-trusted")
@@ -262,6 +281,10 @@ func TestAConnectionClosedBeforeHTTP2IsRetried(t *testing.T) {
 			_, err = object.Session("").GetHistoryRowStats(ctx)
 			if sessions.Code(err) != codes.Unavailable || strings.Contains(err.Error(), "refused the TLS") {
 				t.Fatalf("a call to a server that hangs up: %v, want UNAVAILABLE of the connection", err)
+			}
+			// A plaintext connection closed before HTTP/2 is also what a server speaking TLS alone does.
+			if named := strings.Contains(err.Error(), "it may speak TLS alone"); named != (c.name == "plaintext") {
+				t.Fatalf("a call to a server that hangs up (%s): %v, named as a TLS server's: %v", c.name, err, named)
 			}
 			events := object.Subscribe(ctx, sessions.WithReconnectAttempts(2))
 			defer events.Close()

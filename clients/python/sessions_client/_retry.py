@@ -124,22 +124,24 @@ _TLS_FAILURE_WORDS: Final = (
 
 def tls_failed(error: SessionsError) -> bool:
     """Whether `error` is a connection that failed its TLS handshake (never tried again: the
-    Go and TypeScript clients do the same). Not a connection closed after it (`tls_refused`)."""
+    Go and TypeScript clients do the same). Not a connection closed after it (`closed_before_http2`)."""
     if error.code != grpc.StatusCode.UNAVAILABLE or error.reason:
         return False
     text = error.message.lower()
     return any(words in text for words in _TLS_FAILURE_WORDS)
 
 
-def tls_refused(error: SessionsError) -> SessionsError:
-    """`error` as a client whose own channel speaks TLS raises it. A server that refuses the
-    client's certificate (or its absence) closes the connection after the handshake: with TLS
-    1.3 the client's side of it ends before the server has checked the certificate. gRPC then
-    says no more than a closed socket, "failed to connect to all addresses; last error:
-    UNAVAILABLE: ipv4:…: Socket closed", words it uses only for a connection closed before the
-    server's HTTP/2 SETTINGS, which every HTTP/2 server sends first (one closed during the
-    handshake is "Handshake read failed (Socket closed)", one closed after the SETTINGS "Stream
-    removed (Socket closed)"). A proxy that ends TLS in front of a server it cannot reach (one
+def closed_before_http2(error: SessionsError, *, tls: bool) -> SessionsError:
+    """`error` as a client whose own channel speaks TLS (`tls`) or plaintext raises it, when the
+    server closed the connection before it spoke HTTP/2. gRPC then says no more than a closed
+    socket, "failed to connect to all addresses; last error: UNAVAILABLE: ipv4:…: Socket
+    closed", words it uses only for a connection closed before the server's HTTP/2 SETTINGS,
+    which every HTTP/2 server sends first (one closed during a TLS handshake is "Handshake read
+    failed (Socket closed)", one closed after the SETTINGS "Stream removed (Socket closed)").
+    Over TLS, that is what a server refusing the client's certificate (or its absence) does:
+    with TLS 1.3 the client's side of the handshake ends before the server has checked the
+    certificate. Over plaintext, it is what a server speaking TLS alone does with the plaintext
+    HTTP/2 it reads: it sends nothing back. A proxy in front of a server it cannot reach (one
     restarting) does the same, so such a failure is tried again as any connection's; it says
     what it may be, as the Go and TypeScript clients' do, for when the tries run out."""
     text = error.message
@@ -150,15 +152,17 @@ def tls_refused(error: SessionsError) -> SessionsError:
         or not text.endswith(": Socket closed")
     ):
         return error
-    return SessionsError(
-        error.code,
+    explained = (
         f"the server closed the TLS connection before it spoke HTTP/2 ({text}): it may have refused the TLS "
         "handshake, most likely for want of a client certificate it trusts (a server run with "
         "--tls-client-ca requires one: set TlsConfig's certificate_chain and private_key), or a proxy that "
-        "ends TLS in front of it could not reach it",
-        None,
-        error.metadata,
+        "ends TLS in front of it could not reach it"
+        if tls
+        else f"the server closed the connection before it spoke HTTP/2 ({text}): it may speak TLS alone (a "
+        "server run with --tls-cert does: give the client tls=TlsConfig(...)), or a proxy in front of it "
+        "could not reach it"
     )
+    return SessionsError(error.code, explained, None, error.metadata)
 
 
 def may_retry(method: str, error: SessionsError) -> bool:

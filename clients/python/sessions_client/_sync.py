@@ -68,9 +68,9 @@ from sessions_client._retry import (
     CallOptions,
     RetryNotice,
     RetryPolicy,
+    closed_before_http2,
     may_resubscribe,
     resubscribe_delay,
-    tls_refused,
 )
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
@@ -100,7 +100,8 @@ class SessionsClient(CallOptions):
         wait. `channel`: a channel of yours to call through (`target` and the connection
         options unused); `close()` leaves it open."""
         self._owns_channel = channel is None  # a channel passed in is the caller's to close
-        self._tls = channel is None and tls is not None  # a channel of its own that speaks TLS
+        # How its own channel speaks (TLS or plaintext); None for a channel passed in.
+        self._own_channel_tls: bool | None = None if channel is not None else tls is not None
         if channel is None:
             chosen = channel_options(options, keepalive_seconds, keepalive_timeout_seconds)
             channel = (
@@ -166,10 +167,10 @@ class SessionsClient(CallOptions):
         return self._rpc_failure(error)
 
     def _rpc_failure(self, error: grpc.RpcError) -> SessionsError:
-        """gRPC's failure as the client raises it: on its own TLS channel, a handshake the server
-        refused says so (`tls_refused`)."""
+        """gRPC's failure as the client raises it: on its own channel, a connection the server
+        closed before it spoke HTTP/2 says what that may be (`closed_before_http2`)."""
         failure = SessionsError.from_rpc_error(error)
-        return tls_refused(failure) if self._tls else failure
+        return failure if self._own_channel_tls is None else closed_before_http2(failure, tls=self._own_channel_tls)
 
     def _stream(
         self, object_key: str, method: str, request: Any, *, endless: bool = False

@@ -73,9 +73,9 @@ from sessions_client._retry import (
     CallOptions,
     RetryNotice,
     RetryPolicy,
+    closed_before_http2,
     may_resubscribe,
     resubscribe_delay,
-    tls_refused,
 )
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
@@ -103,7 +103,8 @@ class SessionsClient(CallOptions):
         """As the sync client's: `timeout` bounds each call, its retries included (not
         `subscribe`); `retry` and `on_retry` decide and report when a failed call is tried again."""
         self._owns_channel = channel is None  # a channel passed in is the caller's to close
-        self._tls = channel is None and tls is not None  # a channel of its own that speaks TLS
+        # How its own channel speaks (TLS or plaintext); None for a channel passed in.
+        self._own_channel_tls: bool | None = None if channel is not None else tls is not None
         if channel is None:
             chosen = channel_options(options, keepalive_seconds, keepalive_timeout_seconds)
             channel = (
@@ -165,7 +166,7 @@ class SessionsClient(CallOptions):
         if self._connection.closed:
             return closed_error()
         failure = SessionsError.from_rpc_error(error)
-        return tls_refused(failure) if self._tls else failure  # as the sync client's
+        return failure if self._own_channel_tls is None else closed_before_http2(failure, tls=self._own_channel_tls)
 
     def _closed_channel(self) -> SessionsError:
         return closed_error() if self._connection.closed else channel_closed_error()

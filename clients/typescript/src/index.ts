@@ -745,6 +745,16 @@ class TlsRefused extends Error {
 }
 
 /**
+ * What a plaintext connection that the server closed before sending anything (even HTTP/2's
+ * SETTINGS) may be: a server speaking TLS alone reads plaintext HTTP/2 as a broken handshake and
+ * hangs up without a byte. A proxy in front of a server it cannot reach does the same, so it is
+ * tried again as any connection failure, as the Python and Go clients do, in their words.
+ */
+const PLAINTEXT_CLOSED =
+  "the server closed the connection before it spoke HTTP/2: it may speak TLS alone (a server run with " +
+  "--tls-cert does: give options.tls, or an https:// address), or a proxy in front of it could not reach it";
+
+/**
  * The TLS failure in `error`'s cause chain (Connect keeps Node's error as cause), if any: its
  * message, and whether it is a connection closed after its handshake (TlsRefused).
  */
@@ -1251,8 +1261,8 @@ type ConnectionState = { t: "ready"; conn: ClientHttp2Session } | { t: "connecti
  *   that hung up) fails them with UNAVAILABLE ("the server closed the connection"), as the
  *   Python and Go clients report it. Node would close the streams with CANCEL, which Connect
  *   reports as CANCELLED: the code of a call its caller cancelled, which is not retried.
- * - With `tls`: a server that closes the connection without having sent anything fails its
- *   calls with `TlsRefused` instead (see there).
+ * - A server that closes the connection without having sent anything fails its calls with
+ *   `TlsRefused` instead with `tls` (see there), and with `PLAINTEXT_CLOSED` without.
  * - A call whose stream the server closes without an answer and without an error code (gRPC
  *   stopping while a large request was still on its way: RST_STREAM NO_ERROR) fails with
  *   UNAVAILABLE. Connect maps no error from that code and waited for an answer forever.
@@ -1337,9 +1347,11 @@ class SessionManager extends Http2SessionManager {
       if (session.destroyed) return;
       session.on("error", () => {});
       session.destroy(
-        this.tls && !heard
-          ? new TlsRefused()
-          : new ConnectError("the server closed the connection", Code.Unavailable),
+        heard
+          ? new ConnectError("the server closed the connection", Code.Unavailable)
+          : this.tls
+            ? new TlsRefused()
+            : new ConnectError(PLAINTEXT_CLOSED, Code.Unavailable),
       );
     });
   }

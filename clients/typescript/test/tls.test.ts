@@ -156,9 +156,14 @@ describe("TLS (--tls-cert)", () => {
     }
   });
 
-  test("a plaintext client of a TLS server still fails (as before: the server hangs up)", async () => {
-    const { client } = observed(tlsServer.address, { retry: false, timeoutMs: 10_000 });
-    await assert.rejects(client.object("k").session().getMessage("a"), SessionsError);
+  test("a plaintext client of a TLS server is tried again as a connection failure, then told the server may speak TLS", async () => {
+    // The server reads plaintext HTTP/2 as a broken handshake and hangs up without a byte.
+    const { client, attempts } = observed(tlsServer.address, { retry: { maxAttempts: 3, initialBackoffMs: 1 }, timeoutMs: 10_000 });
+    await assert.rejects(
+      client.object("k").session().getMessage("a"),
+      tlsFailure(/^the server closed the connection before it spoke HTTP\/2: it may speak TLS alone \(a server run with --tls-cert does: give options\.tls, or an https:\/\/ address\), or a proxy in front of it could not reach it$/),
+    );
+    assert.deepEqual(attempts, ["GetMessage", "GetMessage", "GetMessage"]);
   });
 
   test("a TLS client of a plaintext server fails UNAVAILABLE at once", async () => {

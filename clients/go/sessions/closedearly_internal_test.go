@@ -42,24 +42,32 @@ func (c *scriptedConn) Write(p []byte) (int, error) {
 func (c *scriptedConn) Close() error { return nil }
 
 // TestHeardConnTellsARefusalFromAFault: a read or write that fails before the server sent
-// anything is the server refusing the handshake; after it sent something, or once this side
-// closed the connection or its deadline passed, the error is the connection's own.
+// anything is the server closing the connection before HTTP/2, named as a refused TLS handshake
+// over TLS and as a server speaking TLS alone over plaintext; after it sent something, or once
+// this side closed the connection or its deadline passed, the error is the connection's own.
 func TestHeardConnTellsARefusalFromAFault(t *testing.T) {
 	reset := &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
 	pipe := &net.OpError{Op: "write", Net: "tcp", Err: syscall.EPIPE}
 	refused := func(err error) bool {
-		var r *tlsRefused
+		var r *closedBeforeHTTP2
 		// Named so, and still a connection failure: tried again (a proxy ending TLS does the same).
 		return errors.As(err, &r) && strings.Contains(err.Error(), tlsRefusedWords) &&
+			!strings.Contains(err.Error(), plaintextClosedWords) &&
 			!tlsFailed(&Error{Code: codeUnavailable, Message: "error reading server preface: " + err.Error()})
 	}
 	for _, cause := range []error{io.EOF, reset} {
-		_, err := (&heardConn{Conn: &scriptedConn{reads: []scriptedRead{{0, cause}}}}).Read(nil)
+		_, err := (&heardConn{Conn: &scriptedConn{reads: []scriptedRead{{0, cause}}}, tls: true}).Read(nil)
 		if !refused(err) || !errors.Is(err, cause) {
 			t.Errorf("a read failing with %v before the server spoke: %v, want a refusal wrapping it", cause, err)
 		}
+		_, err = (&heardConn{Conn: &scriptedConn{reads: []scriptedRead{{0, cause}}}}).Read(nil)
+		var closed *closedBeforeHTTP2
+		if !errors.As(err, &closed) || !errors.Is(err, cause) || !strings.Contains(err.Error(), plaintextClosedWords) ||
+			strings.Contains(err.Error(), tlsRefusedWords) {
+			t.Errorf("a plaintext read failing with %v before the server spoke: %v, want it named as a TLS server's", cause, err)
+		}
 	}
-	if _, err := (&heardConn{Conn: &scriptedConn{writeErr: pipe}}).Write([]byte("PRI")); !refused(err) {
+	if _, err := (&heardConn{Conn: &scriptedConn{writeErr: pipe}, tls: true}).Write([]byte("PRI")); !refused(err) {
 		t.Errorf("a write failing before the server spoke: %v, want a refusal", err)
 	}
 
@@ -89,13 +97,17 @@ func TestHeardConnTellsARefusalFromAFault(t *testing.T) {
 	}
 }
 
-// TestRefusalAwareCredentials: only TLS credentials are wrapped; the wrapper keeps their Info,
-// its Clone is wrapped too, and a connection keeps the socket's syscall.Conn (channelz reads the
-// socket's options through it).
+// TestRefusalAwareCredentials: TLS and plaintext credentials are wrapped, others not; the
+// wrapper keeps their Info, its Clone is wrapped too, and a connection keeps the socket's
+// syscall.Conn (channelz reads the socket's options through it).
 func TestRefusalAwareCredentials(t *testing.T) {
-	plain := insecure.NewCredentials()
-	if noticingRefusal(plain) != plain {
-		t.Fatal("plaintext credentials were wrapped")
+	if plain := noticingRefusal(insecure.NewCredentials()); plain.Info().SecurityProtocol != "insecure" {
+		t.Fatalf("plaintext credentials: %T %+v, want refusalAware with the plaintext Info", plain, plain.Info())
+	} else if _, ok := plain.(refusalAware); !ok {
+		t.Fatalf("plaintext credentials are %T, want refusalAware", plain)
+	}
+	if other := (otherProtocol{}); noticingRefusal(other) != other {
+		t.Fatal("credentials of another protocol were wrapped")
 	}
 	creds := noticingRefusal(credentials.NewTLS(nil))
 	if _, ok := creds.(refusalAware); !ok || creds.Info().SecurityProtocol != "tls" {
@@ -132,6 +144,19 @@ type handshakeless struct {
 	credentials.TransportCredentials
 }
 
+func (handshakeless) Info() credentials.ProtocolInfo {
+	return credentials.ProtocolInfo{SecurityProtocol: "tls"}
+}
+
 func (handshakeless) ClientHandshake(_ context.Context, _ string, conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
 	return conn, nil, nil
+}
+
+// otherProtocol is transport credentials of a protocol neither TLS nor plaintext.
+type otherProtocol struct {
+	credentials.TransportCredentials
+}
+
+func (otherProtocol) Info() credentials.ProtocolInfo {
+	return credentials.ProtocolInfo{SecurityProtocol: "alts"}
 }
