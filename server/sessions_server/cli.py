@@ -734,13 +734,13 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
         if args.tls_client_ca is not None and args.tls_cert is None:
             command.error("--tls-client-ca needs --tls-cert and --tls-key: client certificates are asked for over TLS")
         if args.summarizer_url is not None:
-            from sessions_server.integrations.chat_completions import base_url_problem
+            from sessions_server.integrations.chat_completions import base_url_problem, without_credentials
 
             # Else it failed only at the first compaction, long after the start.
             if (problem := base_url_problem(args.summarizer_url)) is not None:
                 command.error(
-                    f"--summarizer-url {args.summarizer_url!r} is {problem}: give the summarizer's base URL, "
-                    "e.g. https://api.openai.com/v1"
+                    f"--summarizer-url {without_credentials(args.summarizer_url)!r} is {problem}: "
+                    "give the summarizer's base URL, e.g. https://api.openai.com/v1"
                 )
     if args.command == "hash-token":
         args.token = _token_to_hash(command, args.token)

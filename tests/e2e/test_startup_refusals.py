@@ -123,10 +123,12 @@ def test_a_port_in_use_is_told_in_one_line_and_the_port_is_free_after(tmp_path: 
         (["--summarizer-url", "http://127.0.0.1:94897/v1"], "--summarizer-url 'http://127.0.0.1:94897/v1' is no "),
         (["--summarizer-url", "http://llm:abc/v1"], "--summarizer-url 'http://llm:abc/v1' is no http or https URL"),
         (["--summarizer-url", "http://llm:0/v1"], "--summarizer-url 'http://llm:0/v1' is no http or https URL"),
+        # The refusal quotes the URL without its credentials, which would reach the logs.
         (
-            ["--summarizer-url", "https://u:p@llm/v1"],
-            "--summarizer-url 'https://u:p@llm/v1' is a URL holding credentials",
+            ["--summarizer-url", "https://u:secret@llm/v1"],
+            "--summarizer-url 'https://***@llm/v1' is a URL holding credentials",
         ),
+        (["--summarizer-url", "//u:secret@llm:1/v1"], "--summarizer-url '//***@llm:1/v1' is no http or https URL"),
         (["--summarizer-url", "https://llm/v1#x"], "--summarizer-url 'https://llm/v1#x' is a URL with a fragment"),
         (["--summarizer-url", "http://ll m/v1"], "--summarizer-url 'http://ll m/v1' is a URL holding spaces"),
         (["--summarizer-model", "m"], "--summarizer-model has no effect without --summarizer-url"),
@@ -145,6 +147,7 @@ def test_a_port_in_use_is_told_in_one_line_and_the_port_is_free_after(tmp_path: 
         "summarizer-port-not-a-number",
         "summarizer-port-0",
         "summarizer-credentials",
+        "summarizer-credentials-no-scheme",
         "summarizer-fragment",
         "summarizer-space",
         "summarizer-model-alone",

@@ -14,6 +14,7 @@ import contextlib
 import http.client
 import json
 import os
+import re
 import socket
 import sys
 import threading
@@ -146,6 +147,12 @@ def base_url_problem(base_url: str) -> str | None:
     if parts.fragment or base_url.endswith("#"):
         return "a URL with a fragment (#...): the path after it would never be sent"
     return None
+
+
+def without_credentials(url: str) -> str:
+    """`url` with the user and password of its authority, if any, shown as `***`: a refusal
+    quotes the URL, and a password must not reach the logs that keep it."""
+    return re.sub(r"^([^:/?#]*:)?//[^/?#]*@", lambda m: f"{m.group(1) or ''}//***@", url, count=1)
 
 
 def completions_url(base_url: str) -> str:
