@@ -282,6 +282,7 @@ async def create_server(config: ServerConfig) -> RunningServer:
             ("grpc.max_send_message_length", framing.RESPONSE_LIMIT_BYTES),
             ("grpc.so_reuseport", 0),
             *_PENDING_CALL_OPTIONS,
+            *_COMPRESSION_OPTIONS,
             *_keepalive_options(config),
             *_connection_options(config),
             *_metadata_options(config),
@@ -289,7 +290,11 @@ async def create_server(config: ServerConfig) -> RunningServer:
         ],
     )
     health_servicer = HealthServicer()
-    probes = probe_server(health_servicer, _keepalive_options(config)) if config.probe_listen else None
+    probes = (
+        probe_server(health_servicer, [*_keepalive_options(config), *_COMPRESSION_OPTIONS])
+        if config.probe_listen
+        else None
+    )
     probe_address = None
     lock: DataDirectoryLock | None = None
     try:
@@ -577,6 +582,15 @@ _PENDING_CALL_OPTIONS = (
     ("grpc.server.max_pending_requests", 16_384),
     ("grpc.server.max_pending_requests_hard_limit", 32_768),
 )
+
+
+# Requests are taken uncompressed only: gRPC core inflates a compressed request up to
+# --max-request-bytes before any handler (or the assembly budget) sees it, on the threads every
+# call shares, so 61 KB of gzip became 60 MiB each, 40 of them held 2.5 GiB and stalled other
+# connections' calls for 30 s, and each one inflating past the bound still cost about 0.5 s
+# (measured). A compressed request is refused at once, UNIMPLEMENTED ("Compression algorithm
+# 'gzip' is disabled"); the clients never compress, and responses are not compressed either.
+_COMPRESSION_OPTIONS = (("grpc.compression_enabled_algorithms_bitset", 1),)  # identity alone
 
 
 def _metadata_options(config: ServerConfig) -> list[tuple[str, int]]:
