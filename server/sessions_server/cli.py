@@ -31,6 +31,7 @@ from sessions_server.config import (
     DEFAULT_KEEPALIVE_SECONDS,
     DEFAULT_KEEPALIVE_TIMEOUT_SECONDS,
     DEFAULT_LISTEN,
+    DEFAULT_MAX_CONNECTION_AGE_GRACE_SECONDS,
     DEFAULT_MAX_CONNECTION_IDLE_SECONDS,
     DEFAULT_MAX_REQUEST_BYTES,
     DEFAULT_MAX_STREAMS_PER_CONNECTION,
@@ -329,6 +330,21 @@ def build_parser() -> argparse.ArgumentParser:
         f"0 for never (default {DEFAULT_MAX_CONNECTION_IDLE_SECONDS:g})",
     )
     serve.add_argument(
+        "--max-connection-age-seconds",
+        type=float,
+        default=0.0,
+        help="ask a client connection this old (give or take a tenth) to go: the client opens a new one for its "
+        "next calls, so that a certificate or CA taken out of --tls-client-ca, or a new server behind a TCP load "
+        "balancer, reaches clients that stay connected; 0 for never (default 0)",
+    )
+    serve.add_argument(
+        "--max-connection-age-grace-seconds",
+        type=float,
+        help="with --max-connection-age-seconds, how long the calls still open on an old connection may go on before "
+        "it closes under them (change feeds then resume on a new connection) "
+        f"(default {DEFAULT_MAX_CONNECTION_AGE_GRACE_SECONDS:g})",
+    )
+    serve.add_argument(
         "--log-level",
         type=str.upper,
         choices=LOG_LEVELS,
@@ -589,6 +605,10 @@ _SERVE_RANGES = {
     "max_connection_idle_seconds": _Range(
         zero="never", least=0.001, most=_GRPC_INT // 1000, why="gRPC takes it in whole milliseconds, as a 32-bit int"
     ),
+    "max_connection_age_seconds": _Range(
+        zero="never", least=0.001, most=_GRPC_INT // 1000, why="gRPC takes it in whole milliseconds, as a 32-bit int"
+    ),
+    "max_connection_age_grace_seconds": _MILLISECONDS,
     **_TEXT_LIMIT_RANGES,
 }
 
@@ -729,6 +749,13 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     if args.command == "serve":
         _check_ranges(command, args, _SERVE_RANGES)
         _summarizer_settings(command, args)
+        if args.max_connection_age_grace_seconds is None:
+            args.max_connection_age_grace_seconds = DEFAULT_MAX_CONNECTION_AGE_GRACE_SECONDS
+        elif not args.max_connection_age_seconds:
+            command.error(
+                "--max-connection-age-grace-seconds has no effect without --max-connection-age-seconds: give the "
+                "age too, or leave the grace out"
+            )
         if (args.tls_cert is None) != (args.tls_key is None):
             command.error("--tls-cert and --tls-key go together: give both to serve TLS, or neither")
         if args.tls_client_ca is not None and args.tls_cert is None:
@@ -858,6 +885,8 @@ def _server_config(args: argparse.Namespace) -> ServerConfig:
         min_client_ping_seconds=args.min_client_ping_seconds,
         max_streams_per_connection=args.max_streams_per_connection,
         max_connection_idle_seconds=args.max_connection_idle_seconds,
+        max_connection_age_seconds=args.max_connection_age_seconds,
+        max_connection_age_grace_seconds=args.max_connection_age_grace_seconds,
         idle_seconds=args.idle_seconds,
         search_seconds=args.search_seconds,
         max_concurrent_searches=args.max_concurrent_searches,

@@ -31,6 +31,11 @@ DEFAULT_MAX_STREAMS_PER_CONNECTION = 2048
 # call): connections that answered pings and did nothing else were otherwise kept for good, and
 # one client holding 20,700 of them took every file descriptor of the server.
 DEFAULT_MAX_CONNECTION_IDLE_SECONDS = 300.0
+# With a maximum connection age, the calls still open on a connection past it get this long to
+# finish before the connection closes under them (a change feed, which never finishes, then
+# resumes on a new connection): gRPC's default grace is forever, which would let a subscribed
+# client keep a connection, and the certificate it was let in with, for good.
+DEFAULT_MAX_CONNECTION_AGE_GRACE_SECONDS = 60.0
 MAX_PORT = 65535
 
 _PORT = re.compile(r"[0-9]{1,5}")
@@ -94,6 +99,9 @@ class ServerConfig:
     min_client_ping_seconds: float = DEFAULT_MIN_CLIENT_PING_SECONDS
     max_streams_per_connection: int = DEFAULT_MAX_STREAMS_PER_CONNECTION
     max_connection_idle_seconds: float = DEFAULT_MAX_CONNECTION_IDLE_SECONDS  # 0: never closed
+    # A connection this old is asked to go (GOAWAY: its client reconnects for new calls); 0: never.
+    max_connection_age_seconds: float = 0.0
+    max_connection_age_grace_seconds: float = DEFAULT_MAX_CONNECTION_AGE_GRACE_SECONDS
     idle_seconds: float = 30.0
     search_seconds: float = DEFAULT_SEARCH_SECONDS
     max_concurrent_searches: int = DEFAULT_CONCURRENT_SEARCHES

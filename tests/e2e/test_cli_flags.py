@@ -39,6 +39,7 @@ ZERO_ALLOWED = {
     "--max-streams-per-token",
     "--drain-seconds",
     "--max-connection-idle-seconds",
+    "--max-connection-age-seconds",
 }
 
 
@@ -152,9 +153,13 @@ def test_every_numeric_flag_refuses_values_out_of_its_range(capsys: pytest.Captu
     assert {action.option_strings[0] for action in flags} >= ZERO_ALLOWED
     for action in flags:
         flag = action.option_strings[0]
-        # A summarizer setting alone is refused for want of the URL (test_startup_refusals).
-        summarizer = flag.startswith("--summarizer-")
-        serve = ["serve", "--summarizer-url", "https://llm.example/v1"] if summarizer else ["serve"]
+        # A summarizer setting alone is refused for want of the URL, the age's grace for want of the
+        # age (test_startup_refusals).
+        serve = ["serve"]
+        if flag.startswith("--summarizer-"):
+            serve += ["--summarizer-url", "https://llm.example/v1"]
+        elif flag == "--max-connection-age-grace-seconds":
+            serve += ["--max-connection-age-seconds", "60"]
         default = getattr(ServerConfig, action.dest) if action.default is None else action.default
         assert (flag in ZERO_ALLOWED) == ("; 0 " in (action.help or "")), (flag, action.help)  # as --help says
         assert "-1" in _parse_error([*serve, flag, "-1"], capsys), flag

@@ -133,6 +133,10 @@ def test_a_port_in_use_is_told_in_one_line_and_the_port_is_free_after(tmp_path: 
         (["--summarizer-url", "http://ll m/v1"], "--summarizer-url 'http://ll m/v1' is a URL holding spaces"),
         (["--summarizer-model", "m"], "--summarizer-model has no effect without --summarizer-url"),
         (
+            ["--max-connection-age-grace-seconds", "5"],
+            "--max-connection-age-grace-seconds has no effect without --max-connection-age-seconds",
+        ),
+        (
             ["--summarizer-timeout-seconds", "5", "--summarizer-api-key-env", "KEY"],
             "--summarizer-api-key-env and --summarizer-timeout-seconds have no effect without --summarizer-url",
         ),
@@ -151,6 +155,7 @@ def test_a_port_in_use_is_told_in_one_line_and_the_port_is_free_after(tmp_path: 
         "summarizer-fragment",
         "summarizer-space",
         "summarizer-model-alone",
+        "connection-age-grace-alone",
         "summarizer-settings-alone",
     ],
 )

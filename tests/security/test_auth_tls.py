@@ -30,7 +30,7 @@ from sessions_server.transport import certificates
 from sessions_server.transport.auth import hash_token, load_grants
 from tests.conftest import LiveServer, start_server
 from tests.reliability.support import wait_until
-from tests.service.support import text_message
+from tests.service.support import stream_opens, text_message
 
 MESSAGE = {"id": "m1", "role": "user", "parts": [{"type": "text", "text": "hi"}]}
 
@@ -938,20 +938,6 @@ def _refused_tls(pki: Path, foreign_client: tuple[bytes, bytes], certificate: st
     return TlsConfig(root_certificates=ca, certificate_chain=foreign_client[0], private_key=foreign_client[1])
 
 
-def _stream_opens(client: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The methods of the streams `client` opens from now on, a subscription's reconnections
-    included (sync or asyncio)."""
-    opened: list[str] = []
-    stream = client._stream
-
-    def counting(object_key: str, method: str, request: Any, **options: Any) -> Any:
-        opened.append(method)
-        return stream(object_key, method, request, **options)
-
-    monkeypatch.setattr(client, "_stream", counting)
-    return opened
-
-
 def _says_refused(error: SessionsError) -> None:
     """`error` is a TLS connection the server closed after the handshake, said so in the three
     clients' words, with gRPC's own kept."""
@@ -982,7 +968,7 @@ def test_a_client_certificate_the_server_refuses_is_tried_again_then_named(
     notices: list[Any] = []
     tls = _refused_tls(pki, foreign_client, certificate)
     with SessionsClient(mtls_server.address, tls=tls, retry=QUICK, on_retry=notices.append) as client:
-        opened = _stream_opens(client, monkeypatch)
+        opened = stream_opens(client, monkeypatch)
         with pytest.raises(SessionsError) as refused:
             client.object("k").session().append_message(MESSAGE)
         with pytest.raises(SessionsError) as unsubscribed:
@@ -1009,7 +995,7 @@ def test_the_asyncio_client_names_a_refused_client_certificate_too(
     async def scenario() -> tuple[SessionsError, SessionsError, list[str]]:
         tls = _refused_tls(pki, foreign_client, certificate)
         async with AsyncClient(mtls_server.address, tls=tls, retry=QUICK, on_retry=notices.append) as client:
-            opened = _stream_opens(client, monkeypatch)
+            opened = stream_opens(client, monkeypatch)
             with pytest.raises(SessionsError) as refused:
                 await client.object("k").session().append_message(MESSAGE)
             with pytest.raises(SessionsError) as unsubscribed:
@@ -1067,7 +1053,7 @@ def test_a_server_closing_connections_before_http2_is_still_tried_again(
     tls = TlsConfig(root_certificates=(pki / "ca.pem").read_bytes()) if channel == "TLS" else None
     notices: list[Any] = []
     with SessionsClient(hanging_up, tls=tls, retry=QUICK, on_retry=notices.append) as client:
-        opened = _stream_opens(client, monkeypatch)
+        opened = stream_opens(client, monkeypatch)
         with pytest.raises(SessionsError) as failed:
             client.object("k").session().append_message(MESSAGE)
         with pytest.raises(SessionsError) as unsubscribed:
@@ -1075,7 +1061,7 @@ def test_a_server_closing_connections_before_http2_is_still_tried_again(
 
     async def scenario() -> tuple[SessionsError, list[str]]:
         async with AsyncClient(hanging_up, tls=tls, retry=QUICK, on_retry=notices.append) as client:
-            opened = _stream_opens(client, monkeypatch)
+            opened = stream_opens(client, monkeypatch)
             with pytest.raises(SessionsError) as failed:
                 await client.object("k").session().append_message(MESSAGE)
             with pytest.raises(SessionsError) as unsubscribed:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
@@ -160,3 +161,17 @@ def exported(stub: Any, object_key: str, *, lock_for_move: bool = False) -> list
     """The frames of an ExportObject of `object_key` (its last one names a move lock, if taken)."""
     request = pb.ExportObjectRequest(object_key=object_key, lock_for_move=lock_for_move)
     return list(stub.ExportObject(request, metadata=routing_metadata(object_key)))
+
+
+def stream_opens(client: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The methods of the streams `client` opens from now on, a subscription's reconnections
+    included (sync or asyncio)."""
+    opened: list[str] = []
+    stream = client._stream
+
+    def counting(object_key: str, method: str, request: Any, **options: Any) -> Any:
+        opened.append(method)
+        return stream(object_key, method, request, **options)
+
+    monkeypatch.setattr(client, "_stream", counting)
+    return opened

@@ -604,10 +604,15 @@ def _metadata_options(config: ServerConfig) -> list[tuple[str, int]]:
 
 
 def _connection_options(config: ServerConfig) -> list[tuple[str, int]]:
-    """What one client connection may hold: streams at once, and how long it stays without a call."""
+    """What one client connection may hold: streams at once, how long it stays without a call,
+    and how long it stays at all (gRPC spreads that by a tenth either way, so that connections
+    made together do not all go at once)."""
     options = [("grpc.max_concurrent_streams", config.max_streams_per_connection)]
     if config.max_connection_idle_seconds:
         options.append(("grpc.max_connection_idle_ms", round(config.max_connection_idle_seconds * 1000)))
+    if config.max_connection_age_seconds:
+        options.append(("grpc.max_connection_age_ms", round(config.max_connection_age_seconds * 1000)))
+        options.append(("grpc.max_connection_age_grace_ms", round(config.max_connection_age_grace_seconds * 1000)))
     return options
 
 
