@@ -649,6 +649,24 @@ def test_a_policy_refuses_settings_that_cannot_work() -> None:
         RetryPolicy(multiplier=0.5)
 
 
+@pytest.mark.parametrize("client_class", ["sync", "asyncio"])
+def test_a_timeout_of_0_or_less_is_refused_as_it_failed_every_call(client_class: str) -> None:
+    """Go's WithCallTimeout(0) is no deadline; a timeout of 0 here was a deadline already past."""
+    from sessions_client.aio import SessionsClient as AsyncClient
+
+    cls = SessionsClient if client_class == "sync" else AsyncClient
+    for timeout in (0, -1, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="timeout must be greater than 0 seconds, or None for no deadline"):
+            cls("127.0.0.1:1", timeout=timeout)
+    with pytest.raises(TypeError, match="timeout must be a number of seconds"):
+        cls("127.0.0.1:1", timeout="5")  # type: ignore[arg-type]
+    client = cls("127.0.0.1:1", timeout=2.5)
+    assert (client.timeout, client.with_options(timeout=None).timeout) == (2.5, None)
+    with pytest.raises(ValueError, match="greater than 0"):
+        client.with_options(timeout=0)
+    assert client.timeout == 2.5
+
+
 def test_waits_grow_to_the_ceiling_with_jitter_below_it() -> None:
     policy = RetryPolicy(initial_backoff=0.1, multiplier=2.0, max_backoff=0.5)
     for attempt, ceiling in [(1, 0.1), (2, 0.2), (3, 0.4), (4, 0.5), (9, 0.5)]:

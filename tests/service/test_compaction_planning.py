@@ -195,6 +195,14 @@ def test_whitespace_summary_stores_nothing(session: Any, blank: str):
     assert session.list_compactions() == []
 
 
+def test_a_summarizer_answer_that_is_no_string_is_a_type_error_storing_nothing(session: Any):
+    """It was an AttributeError of `strip`; TypeScript's client says the same as this now."""
+    append_turns(session, 0, 12)
+    with pytest.raises(TypeError, match="summarize returned dict, not a string"):
+        session.compact(lambda prompt: {"summary": "x"}, keep_recent_tokens=1)
+    assert session.list_compactions() == []
+
+
 def test_a_summary_javascript_does_not_trim_away_is_stored(session: Any):
     """Python's strip() removes U+0085, which JavaScript's trim() keeps."""
     append_turns(session, 0, 12)

@@ -36,7 +36,11 @@ JS_WHITESPACE: Final = (
 
 
 def is_blank(summary: str) -> bool:
-    """Whether upstream's createCompactFunction would drop `summary` as empty."""
+    """Whether upstream's createCompactFunction would drop `summary` as empty. A summarizer's
+    answer that is no string is a TypeError that says so (it was an AttributeError of `strip`),
+    as the TypeScript client's."""
+    if not isinstance(summary, str):
+        raise TypeError(f"summarize returned {type(summary).__name__}, not a string")
     return not summary.strip(JS_WHITESPACE)
 
 

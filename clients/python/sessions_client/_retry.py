@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import enum
+import math
 import random
 import time
 from collections.abc import Callable
@@ -262,11 +263,26 @@ class CallOptions:
     """The per-call settings of a client (`timeout`, `retry`, `on_retry`) and views of the client
     with others; mixed into the sync and asyncio clients."""
 
-    timeout: float | None
     retry: RetryPolicy | None
     on_retry: Callable[[RetryNotice], None] | None
+    _timeout: float | None = None
     _owns_channel: bool = True
     _is_view: bool = False  # made by `with_options`: the client it views closes the connection
+
+    @property
+    def timeout(self) -> float | None:
+        """Seconds that bound each call, its retries included; None: no deadline."""
+        return self._timeout
+
+    @timeout.setter
+    def timeout(self, value: float | None) -> None:
+        # A deadline of 0 failed every call at once, where Go's WithCallTimeout(0) is none: refused.
+        if value is not None:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise TypeError(f"timeout must be a number of seconds, or None for no deadline; got {value!r}")
+            if not math.isfinite(value) or value <= 0:
+                raise ValueError(f"timeout must be greater than 0 seconds, or None for no deadline; got {value!r}")
+        self._timeout = value
 
     def with_options(
         self,

@@ -377,8 +377,9 @@ export interface ClientOptions {
   /** Sent as `authorization: Bearer <token>` on every call. */
   token?: string;
   /**
-   * Deadline for every call, in milliseconds (none by default). It covers all of a call's
-   * attempts and the waits between them: a retry never outlives it.
+   * Deadline for every call, in milliseconds (none by default; 0 or less is refused, a
+   * RangeError). It covers all of a call's attempts and the waits between them: a retry never
+   * outlives it.
    */
   timeoutMs?: number;
   /** Further interceptors for the underlying Connect transport. */
@@ -1438,8 +1439,9 @@ export class SessionsClient {
 
   /**
    * `address` is "host:port" (plaintext HTTP/2, or TLS with `options.tls`) or a full "http://" /
-   * "https://" URL. Throws a RangeError for a `retry` policy with a field out of range, a
-   * TypeError for `tls` settings that do not load or an "http://" URL given `tls`.
+   * "https://" URL. Throws a RangeError for a `retry` policy with a field out of range or a
+   * `timeoutMs` not above 0, a TypeError for `tls` settings that do not load or an "http://" URL
+   * given `tls`.
    */
   constructor(address: string, options: ClientOptions = {}) {
     // Every call waiting out a retry's backoff, and every subscription waiting to reconnect,
@@ -1452,6 +1454,12 @@ export class SessionsClient {
     }
     const baseUrl = url ? address : `${tls !== undefined ? "https" : "http"}://${address}`;
     this.address = address;
+    // A deadline of 0 failed every call at once, where Go's WithCallTimeout(0) is none: refused.
+    if (options.timeoutMs !== undefined && !(Number.isFinite(options.timeoutMs) && options.timeoutMs > 0)) {
+      throw new RangeError(
+        `timeoutMs must be a finite number > 0 (leave it out for no deadline), got ${String(options.timeoutMs)}`,
+      );
+    }
     this.timeoutMs = options.timeoutMs;
     this.retryPolicy = retryPolicyOf(options.retry);
     this.onRetry = options.onRetry;
@@ -1816,6 +1824,10 @@ export class ObjectHandle {
       );
     }
     let after = BigInt(resumeFrom);
+    if (after < 0n || after >= 2n ** 64n) {
+      // Else the request failed to encode, reported as an INTERNAL error of the call.
+      throw new RangeError(`resumeAfterRevision ${String(resumeFrom)} is no revision: revisions run from 0 to 2^64 - 1`);
+    }
     const maxAttempts = options.reconnectAttempts ?? RECONNECT_ATTEMPTS;
     const includeProgress = options.includeProgress ?? false;
     let attempts = 0;

@@ -680,6 +680,17 @@ describe("policy", () => {
     }
   });
 
+  test("a timeoutMs of 0 or less is a RangeError, as Python's ValueError: it failed every call at once", () => {
+    for (const timeoutMs of [0, -1, Number.NaN, Infinity]) {
+      assert.throws(
+        () => new SessionsClient("127.0.0.1:1", { timeoutMs }),
+        (e: unknown) => e instanceof RangeError && e.message.includes("timeoutMs must be a finite number > 0"),
+        `timeoutMs ${timeoutMs}`,
+      );
+    }
+    new SessionsClient("127.0.0.1:1", { timeoutMs: 1 }).close();
+  });
+
   test("a multiplier below 1 is a RangeError (waits never shrink), as Python's ValueError", () => {
     for (const multiplier of [0.5, 0, 0.999, -1]) {
       assert.throws(

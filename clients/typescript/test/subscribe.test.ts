@@ -172,6 +172,17 @@ test("a revision given as an unsafe JS number is refused: rounded, it would skip
   await live.return(undefined);
 });
 
+test("a revision below 0 or past 64 bits is a RangeError, not the call's INTERNAL error", async () => {
+  const session = client.object(freshKey()).session("s");
+  for (const revision of [-1, -1n, "-5", 2n ** 64n]) {
+    await assert.rejects(
+      session.subscribe({ resumeAfterRevision: revision }).next(),
+      (e: unknown) => e instanceof RangeError && e.message.includes("is no revision: revisions run from 0 to 2^64 - 1"),
+      String(revision),
+    );
+  }
+});
+
 test("a subscription's reconnections wait longer each time, jittered: subscribers of a server that went away do not come back together", () => {
   for (const [attempt, ceiling] of [[1, 100], [2, 200], [4, 800], [5, 1600], [6, 2000], [20, 2000]] as const) {
     const waits = Array.from({ length: 200 }, () => resubscribeDelayMs(attempt));
