@@ -40,7 +40,7 @@ from sessions_server.config import (
     split_host_port,
 )
 from sessions_server.domain import paths
-from sessions_server.domain.keys import MAX_OBJECT_KEY_BYTES
+from sessions_server.domain.keys import LARGEST_KEY_LIMIT_BYTES, MAX_OBJECT_KEY_BYTES
 from sessions_server.domain.limits import RESPONSE_PAYLOAD_BYTES, Limits
 from sessions_server.domain.objects import MAX_LEASE_SECONDS as MAX_MOVE_LEASE_SECONDS
 from sessions_server.domain.search import DEFAULT_CONCURRENT_SEARCHES
@@ -573,7 +573,9 @@ _TEXT_LIMIT_RANGES = {
     "max_summary_bytes": _Range(most=RESPONSE_PAYLOAD_BYTES, why="a summary is sent whole, in a response's payload"),
 }
 
-_OBJECT_KEY_RANGE = _Range(most=64 * 1024, why="clients send the key in a header too, up to three times as long")
+_OBJECT_KEY_RANGE = _Range(
+    most=LARGEST_KEY_LIMIT_BYTES, why="clients send the key in a header too, up to three times as long"
+)
 
 # Every numeric flag of `serve`: tests/e2e/test_cli_flags.py tries each flag the parser has.
 _SERVE_RANGES = {

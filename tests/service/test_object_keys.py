@@ -87,11 +87,26 @@ def test_a_key_too_long_is_refused_by_the_server_however_long_its_header(client:
     """Clients send the key in `x-object-key` too, percent-encoded: 9,000 slashes make a
     27,000-byte header, past gRPC core's default bounds (8 KiB, beyond which it refuses some
     calls at random, and 16 KiB), which answered RESOURCE_EXHAUSTED with no reason instead."""
-    for key in ("/" * 9_000, "é" * 4_500, "k" * 20_000):
+    # Past this server's own room too (4 x 1 KiB + 32 KiB): 4,200 CJK characters go as a
+    # 37,800-byte header, 100,000 bytes as one of that length, which gRPC refused in each
+    # client's words (RESOURCE_EXHAUSTED, INTERNAL, TypeScript's REFUSED_STREAM retried).
+    for key in ("/" * 9_000, "é" * 4_500, "k" * 20_000, "中" * 4_200, "k" * 100_000, "😀" * 16_384, "k" * 300_000):
         for _ in range(5):
             with pytest.raises(SessionsError) as caught:
                 client.object(key).session().append_message(text_message("a"))
             assert (caught.value.code, caught.value.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_OBJECT_KEY")
+
+
+def test_a_key_longer_than_any_server_takes_is_refused_before_it_is_sent(client: Any) -> None:
+    """Its header would pass the room every server makes (for keys up to the largest
+    --max-object-key-bytes, 64 KiB): gRPC refused it RESOURCE_EXHAUSTED, "received metadata size
+    exceeds hard limit"; the client says what the server would, as the Go and TypeScript ones do."""
+    with pytest.raises(SessionsError) as caught:
+        client.object("k" * 300_000).session().append_message(text_message("a"))
+    assert (caught.value.code, caught.value.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_OBJECT_KEY")
+    assert caught.value.message == (
+        "object_key is 300000 bytes; no server takes more than 65536 bytes (its --max-object-key-bytes at most)"
+    )
 
 
 def test_a_key_within_a_raised_limit_is_taken_whatever_its_header_size(tmp_path: Path) -> None:

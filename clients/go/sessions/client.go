@@ -156,6 +156,8 @@ func Dial(ctx context.Context, target string, opts ...DialOption) (*Client, erro
 			params := keepalive.ClientParameters{Time: cfg.keepaliveTime, Timeout: cfg.keepaliveTimeout}
 			grpcOpts = append(grpcOpts, grpc.WithKeepaliveParams(params))
 		}
+		grpcOpts = append(grpcOpts,
+			grpc.WithChainUnaryInterceptor(refuseLongKeysUnary), grpc.WithChainStreamInterceptor(refuseLongKeysStream))
 		grpcOpts = append(grpcOpts, cfg.grpcOpts...) // the caller's options come last and win
 		conn, err := grpc.NewClient(target, grpcOpts...)
 		if err != nil {

@@ -761,3 +761,33 @@ func TestGetMessagesRepeatedAndMissingIDs(t *testing.T) {
 		t.Fatalf("GetMessages[0] = %s", msgs[0].JSON)
 	}
 }
+
+// TestAKeyLongerThanTheServerTakesIsInvalidWhateverItsHeader: servers make room for the header of
+// any key up to the largest --max-object-key-bytes and judge it (a 4,200-character CJK key went
+// as a 37,800-byte header past the room of the server's own limit, and grpc-go refused it
+// INTERNAL); a key past that largest limit is refused before it is sent, in the same words as
+// the Python and TypeScript clients'. Neither is tried again.
+func TestAKeyLongerThanTheServerTakesIsInvalidWhateverItsHeader(t *testing.T) {
+	ctx := testCtx(t)
+	var log retryLog
+	c := dialRetrying(t, server.Addr, &log)
+	for _, k := range []struct{ key, words string }{
+		{strings.Repeat("中", 4_200), "object_key is 12600 bytes; the limit is 1024 bytes"},
+		{strings.Repeat("😀", 16_384), "object_key is 65536 bytes; the limit is 1024 bytes"},
+		{strings.Repeat("k", 300_000), "object_key is 300000 bytes; no server takes more than 65536 bytes"},
+	} {
+		s := c.Object(k.key).Session("")
+		_, err := s.AppendMessage(ctx, textMessage("a", "user", "hi"))
+		if sessions.Code(err) != codes.InvalidArgument || sessions.Reason(err) != sessions.ReasonInvalidObjectKey ||
+			!strings.Contains(err.Error(), k.words) {
+			t.Fatalf("AppendMessage with a key of %d bytes: %v, want INVALID_OBJECT_KEY saying %q", len(k.key), err, k.words)
+		}
+		it := s.History(ctx)
+		if it.Next() || sessions.Reason(it.Err()) != sessions.ReasonInvalidObjectKey {
+			t.Fatalf("History with a key of %d bytes: %v, want INVALID_OBJECT_KEY", len(k.key), it.Err())
+		}
+	}
+	if notices := log.seen(); len(notices) != 0 {
+		t.Fatalf("tried again %d times: %v", len(notices), notices[0].Err)
+	}
+}

@@ -254,10 +254,34 @@ class MessageWithInfo:
         return loads_json(self.json)  # type: ignore[no-any-return]
 
 
+# The most --max-object-key-bytes may be on any server, which makes room for headers carrying a
+# key that long (percent-encoded, up to three times as long).
+LARGEST_KEY_LIMIT_BYTES: Final = 64 * 1024
+
+
 def routing_metadata(object_key: str, token: str | None = None) -> tuple[tuple[str, str], ...]:
     """The object key for routers (percent-encoded) and, when given, the bearer token."""
+    _check_key_length(object_key)
     routing = (OBJECT_KEY_HEADER, urllib.parse.quote(object_key, safe=""))
     return (routing, ("authorization", f"Bearer {token}")) if token else (routing,)
+
+
+def _check_key_length(object_key: str) -> None:
+    """Refuses a key longer than any server takes, as a server refuses one past its own limit:
+    its header would pass what the server takes, which gRPC refused in its own words
+    (RESOURCE_EXHAUSTED "received metadata size exceeds hard limit"), the Go and TypeScript
+    clients in theirs."""
+    if len(object_key) * 3 <= LARGEST_KEY_LIMIT_BYTES:
+        return
+    size = len(object_key.encode("utf-8", "surrogatepass"))
+    if size > LARGEST_KEY_LIMIT_BYTES:
+        raise SessionsError(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"object_key is {size} bytes; no server takes more than {LARGEST_KEY_LIMIT_BYTES} bytes (its "
+            "--max-object-key-bytes at most)",
+            "INVALID_OBJECT_KEY",
+            {"field": "object_key"},
+        )
 
 
 @dataclass(frozen=True)

@@ -843,6 +843,33 @@ export function routingHeaders(objectKey: string): Record<string, string> {
   return { [OBJECT_KEY_HEADER]: encodeObjectKey(objectKey) };
 }
 
+/**
+ * The most `--max-object-key-bytes` may be on any server, which makes room for headers carrying
+ * a key that long (percent-encoded in `x-object-key`, up to three times as long).
+ */
+const LARGEST_KEY_LIMIT_BYTES = 64 * 1024;
+
+/** Headers a call may send: room for any key a server may take, and 32 KiB more (the server's). */
+const MAX_SEND_HEADER_BLOCK_BYTES = 4 * LARGEST_KEY_LIMIT_BYTES + 32 * 1024;
+
+/**
+ * Refuses a key longer than any server takes, as the server refuses one past its own limit: its
+ * header would pass what Node sends, which failed the call as a stream the server refused
+ * (UNAVAILABLE, retried as an outage).
+ */
+function checkKeyLength(objectKey: string): void {
+  const bytes = objectKey.length * 3 <= LARGEST_KEY_LIMIT_BYTES ? 0 : Buffer.byteLength(objectKey, "utf8");
+  if (bytes > LARGEST_KEY_LIMIT_BYTES) {
+    throw new SessionsError(
+      Code.InvalidArgument,
+      `object_key is ${bytes} bytes; no server takes more than ${LARGEST_KEY_LIMIT_BYTES} bytes (its --max-object-key-bytes at most)`,
+      "INVALID_OBJECT_KEY",
+      { field: "object_key" },
+      "sessions.v1",
+    );
+  }
+}
+
 // A UTF-16 surrogate without its pair: UTF-8 cannot carry it, and encoding puts U+FFFD in its place.
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
 
@@ -1281,6 +1308,8 @@ class SessionManager extends Http2SessionManager {
     // which keeps the process alive until the kernel gives up on it (about two minutes).
     super(url, pings, {
       ...http2Options,
+      // Node's default, 64 KiB, failed calls whose key the server would judge (a refused stream).
+      maxSendHeaderBlockLength: MAX_SEND_HEADER_BLOCK_BYTES,
       createConnection: (authority: URL, options: SecureClientSessionOptions) =>
         connectSocket(authority, options, connectTimeoutMs),
     });
@@ -1548,6 +1577,7 @@ export class SessionsClient {
     const { signal } = options;
     if (abortedBy(signal)) throw cancelled(signal);
     if (this.closing.signal.aborted) throw closedClient(); // else a new connection would be opened
+    checkKeyLength(objectKey);
     const { controller, unlink } = follow(signal);
     // One deadline for all attempts and waits, so that a retried call ends when a single one would.
     const deadlineAt = this.timeoutMs === undefined ? undefined : performance.now() + this.timeoutMs;
@@ -1602,6 +1632,7 @@ export class SessionsClient {
     const { signal, deadline = true } = options;
     if (abortedBy(signal)) throw cancelled(signal);
     if (this.closing.signal.aborted) throw closedClient(); // else a new connection would be opened
+    checkKeyLength(objectKey);
     const { controller, unlink } = follow(signal);
     // The deadline is kept here rather than by Connect's `timeoutMs`: Connect leaves its deadline
     // timer running when a stream is cancelled through its signal, which keeps the process alive.

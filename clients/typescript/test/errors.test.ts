@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 
-import { SessionsError, type SessionsClient } from "../src/index.js";
+import { SessionsClient, SessionsError } from "../src/index.js";
 import { TestServer, freshKey, msg } from "./server.js";
 
 let server: TestServer;
@@ -50,6 +50,30 @@ test("bad input over the UploadMessage path (> 3 MiB) carries the same reasons",
   const big = "x".repeat(4 * 1024 * 1024);
   await assert.rejects(s.appendMessage(`{"id":"a","role":"user","parts":[],"pad":"${big}"`), expectError("INVALID_ARGUMENT", "INVALID_JSON"));
   await assert.rejects(s.appendMessage({ id: "a", role: "user", parts: "no", pad: big }), expectError("INVALID_ARGUMENT", "INVALID_MESSAGE"));
+});
+
+test("a key longer than the server takes is INVALID_OBJECT_KEY whatever its header's size, never retried", async () => {
+  // Node sent no header block past 64 KiB, and gRPC refused one past 36 KiB: both failed as a
+  // stream the server refused (UNAVAILABLE), retried as an outage.
+  const retries: string[] = [];
+  const watched = new SessionsClient(server.address, { onRetry: (n) => void retries.push(n.method) });
+  try {
+    for (const [key, words] of [
+      ["中".repeat(4_200), "object_key is 12600 bytes; the limit is 1024 bytes"],
+      ["😀".repeat(16_384), "object_key is 65536 bytes; the limit is 1024 bytes"],
+      ["k".repeat(300_000), "object_key is 300000 bytes; no server takes more than 65536 bytes"],
+    ] as const) {
+      await assert.rejects(watched.object(key).session().appendMessage(msg("a")), (e: unknown) => {
+        expectError("INVALID_ARGUMENT", "INVALID_OBJECT_KEY", "object_key")(e);
+        assert.ok((e as SessionsError).rawMessage.startsWith(words), (e as SessionsError).rawMessage);
+        return true;
+      });
+      await assert.rejects(watched.object(key).session().getHistory(), expectError("INVALID_ARGUMENT", "INVALID_OBJECT_KEY"));
+    }
+    assert.deepEqual(retries, []);
+  } finally {
+    watched.close();
+  }
 });
 
 test("an invalid object key is INVALID_ARGUMENT / INVALID_OBJECT_KEY", async () => {

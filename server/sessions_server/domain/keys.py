@@ -13,6 +13,9 @@ from sessions_server.domain.errors import InvalidArgument
 from sessions_server.storage.paths import FILE_SUFFIX, object_file_name
 
 MAX_OBJECT_KEY_BYTES = 1024
+# The most --max-object-key-bytes may be: clients send the key in a header too, up to three
+# times as long percent-encoded, and the server makes room for headers carrying any key up to it.
+LARGEST_KEY_LIMIT_BYTES = 64 * 1024
 MAX_SESSION_ID_BYTES = 1024
 
 

@@ -26,6 +26,7 @@ from sessions_proto.v1 import sessions_pb2
 from sessions_server.config import ServerConfig, split_host_port
 from sessions_server.domain import paths
 from sessions_server.domain.errors import Unavailable
+from sessions_server.domain.keys import LARGEST_KEY_LIMIT_BYTES
 from sessions_server.domain.placement import Placement
 from sessions_server.domain.service import SessionsService
 from sessions_server.integrations.chat_completions import ChatCompletionsSummarizer
@@ -285,7 +286,7 @@ async def create_server(config: ServerConfig) -> RunningServer:
             *_COMPRESSION_OPTIONS,
             *_keepalive_options(config),
             *_connection_options(config),
-            *_metadata_options(config),
+            *_metadata_options(),
             *config.extra_options,
         ],
     )
@@ -593,13 +594,18 @@ _PENDING_CALL_OPTIONS = (
 _COMPRESSION_OPTIONS = (("grpc.compression_enabled_algorithms_bitset", 1),)  # identity alone
 
 
-def _metadata_options(config: ServerConfig) -> list[tuple[str, int]]:
+def _metadata_options() -> list[tuple[str, int]]:
     """Room for a call's headers. Clients send the object key in `x-object-key` too,
     percent-encoded: up to three times its bytes. gRPC core's defaults (8 KiB, beyond which it
     refuses some calls at random, and 16 KiB) turned a key the server takes into a
     RESOURCE_EXHAUSTED that no handler saw, and a key too long into that instead of
-    INVALID_OBJECT_KEY; the same bound for both, so that nothing is refused at random."""
-    room = 4 * config.max_object_key_bytes + HEADER_ROOM_BYTES
+    INVALID_OBJECT_KEY; the same bound for both, so that nothing is refused at random. Room for
+    any key up to the largest limit a server may be given, not this server's: sized by its own
+    limit (36 KiB at 1 KiB), a longer key, 4,200 CJK characters say, was refused by each client
+    in its own words (RESOURCE_EXHAUSTED, INTERNAL, and TypeScript's REFUSED_STREAM, tried
+    again as an outage) instead of INVALID_OBJECT_KEY. The room does not bound what a hostile
+    client's many small headers hold anyway (docs/operations.md)."""
+    room = 4 * LARGEST_KEY_LIMIT_BYTES + HEADER_ROOM_BYTES
     return [("grpc.max_metadata_size", room), ("grpc.absolute_max_metadata_size", room)]
 
 
