@@ -63,7 +63,7 @@ def test_messages_queued_behind_a_failed_write_are_not_stored(tmp_path: Path, mo
 
 
 def test_an_import_whose_written_messages_were_deleted_meanwhile_stops(tmp_path: Path) -> None:
-    async def run() -> tuple[str, list[str]]:
+    async def run() -> tuple[str, str, list[str]]:
         service = SessionsService(ObjectRegistry(tmp_path, ThreadPoolExecutor(max_workers=2)))
         try:
             with pytest.raises(SessionsError) as failure:
@@ -73,10 +73,16 @@ def test_an_import_whose_written_messages_were_deleted_meanwhile_stops(tmp_path:
                     assert await service.delete("o", "", ["m0"]) == 1
                     await importer.add(_message("m1"), "m0", 1)
             stored = [f"m{index}" for index in range(2) if await service.get_message("o", "", f"m{index}")]
-            return failure.value.reason, stored
+            return failure.value.reason, failure.value.message, stored
         finally:
             await service.registry.close_all()
 
-    reason, stored = asyncio.run(run())
+    reason, message, stored = asyncio.run(run())
     assert reason == "FAILED_PRECONDITION"
+    # It said "1 messages in" of an import none of whose messages stayed: the words say why.
+    assert message == (
+        "messages this import had written were deleted or cleared by another call meanwhile; it stopped there, "
+        "after 1 messages (some of which that call may have removed): send the import again to write the rest "
+        "(ids stored are skipped)"
+    )
     assert stored == []

@@ -262,8 +262,9 @@ class Importer:
             if inserted is None:  # no write failed before it: another call removed what it had written
                 self._reported = True
                 raise FailedPrecondition(
-                    "messages this import had written were deleted meanwhile; it stopped there, "
-                    f"{self.imported} messages in"
+                    "messages this import had written were deleted or cleared by another call meanwhile; it "
+                    f"stopped there, after {self.imported} messages (some of which that call may have removed): "
+                    "send the import again to write the rest (ids stored are skipped)"
                 )
             written = sum(inserted)
             self.imported += written
