@@ -341,7 +341,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-connection-age-grace-seconds",
         type=float,
         help="with --max-connection-age-seconds, how long the calls still open on an old connection may go on before "
-        "it closes under them (change feeds then resume on a new connection) "
+        "it closes under them (change feeds then resume on a new connection; any other call fails, copies of whole "
+        "objects by move-object, export-store and import-store included) "
         f"(default {DEFAULT_MAX_CONNECTION_AGE_GRACE_SECONDS:g})",
     )
     serve.add_argument(

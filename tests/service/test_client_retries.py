@@ -10,6 +10,7 @@ import socket
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -649,22 +650,32 @@ def test_a_policy_refuses_settings_that_cannot_work() -> None:
         RetryPolicy(multiplier=0.5)
 
 
-@pytest.mark.parametrize("client_class", ["sync", "asyncio"])
-def test_a_timeout_of_0_or_less_is_refused_as_it_failed_every_call(client_class: str) -> None:
-    """Go's WithCallTimeout(0) is no deadline; a timeout of 0 here was a deadline already past."""
-    from sessions_client.aio import SessionsClient as AsyncClient
-
-    cls = SessionsClient if client_class == "sync" else AsyncClient
-    for timeout in (0, -1, float("nan"), float("inf")):
-        with pytest.raises(ValueError, match="timeout must be greater than 0 seconds, or None for no deadline"):
+def _check_timeouts(cls: Any) -> Any:
+    """Checks the timeouts `cls` takes; returns the client it made, to close."""
+    for timeout in (0, -1, float("nan"), float("inf"), 1e10):
+        with pytest.raises(ValueError, match=r"timeout must be greater than 0 seconds and at most 1e\+09, or None"):
             cls("127.0.0.1:1", timeout=timeout)
     with pytest.raises(TypeError, match="timeout must be a number of seconds"):
-        cls("127.0.0.1:1", timeout="5")  # type: ignore[arg-type]
-    client = cls("127.0.0.1:1", timeout=2.5)
+        cls("127.0.0.1:1", timeout="5")
+    client = cls("127.0.0.1:1", timeout=Fraction(5, 2))
     assert (client.timeout, client.with_options(timeout=None).timeout) == (2.5, None)
     with pytest.raises(ValueError, match="greater than 0"):
         client.with_options(timeout=0)
     assert client.timeout == 2.5
+    return client
+
+
+def test_a_timeout_of_0_or_less_or_past_grpcs_reach_is_refused_as_it_failed_every_call() -> None:
+    """Go's WithCallTimeout(0) is no deadline; a timeout of 0 here was a deadline already past,
+    and so was one of 1e10 s. Refused before a channel is made (it would stay open)."""
+    from sessions_client.aio import SessionsClient as AsyncClient
+
+    _check_timeouts(SessionsClient).close()
+
+    async def asyncio_client() -> None:  # its channel needs the running loop
+        await _check_timeouts(AsyncClient).close()
+
+    asyncio.run(asyncio_client())
 
 
 def test_waits_grow_to_the_ceiling_with_jitter_below_it() -> None:

@@ -56,7 +56,9 @@ def test_calls_and_a_subscription_go_on_across_connections_as_they_age(
             # Past several ages and graces: each connection is replaced at least twice.
             while time.monotonic() - started < 4 * (AGE * 1.1 + GRACE) or len(appended) < 20:
                 message = {**MESSAGE, "id": f"m{len(appended)}"}
-                assert session.append_message(message).inserted
+                # One cut by a closing connection after its commit is tried again: stored once,
+                # answered then as a duplicate, so whether it inserted is not asserted.
+                session.append_message(message)
                 appended.append(message["id"])
             seen: list[str] = []
             while len(seen) < len(appended):

@@ -156,8 +156,6 @@ func Dial(ctx context.Context, target string, opts ...DialOption) (*Client, erro
 			params := keepalive.ClientParameters{Time: cfg.keepaliveTime, Timeout: cfg.keepaliveTimeout}
 			grpcOpts = append(grpcOpts, grpc.WithKeepaliveParams(params))
 		}
-		grpcOpts = append(grpcOpts,
-			grpc.WithChainUnaryInterceptor(refuseLongKeysUnary), grpc.WithChainStreamInterceptor(refuseLongKeysStream))
 		grpcOpts = append(grpcOpts, cfg.grpcOpts...) // the caller's options come last and win
 		conn, err := grpc.NewClient(target, grpcOpts...)
 		if err != nil {
@@ -171,7 +169,7 @@ func Dial(ctx context.Context, target string, opts ...DialOption) (*Client, erro
 		client.retries = &retryConn{cc: client.conn, policy: policy, observe: cfg.retryObserver, closing: client.closing}
 		cc = client.retries
 	}
-	client.stub = pb.NewSessionServiceClient(cc)
+	client.stub = pb.NewSessionServiceClient(keyCheckedConn{cc})
 	if cfg.block {
 		if err := waitReady(ctx, client.conn); err != nil {
 			_ = client.Close()
@@ -217,7 +215,7 @@ func (c *Client) Stub() pb.SessionServiceClient { return c.stub }
 
 // Object returns a handle on one object (an isolated store) of the server.
 func (c *Client) Object(key string) *Object {
-	return &Object{client: c, key: key, escapedKey: EscapeObjectKey(key)}
+	return &Object{client: c, key: key, escapedKey: EscapeObjectKey(key), tooLong: keyTooLong(key)}
 }
 
 // Object is one object on the server, named by its key.
@@ -225,6 +223,7 @@ type Object struct {
 	client     *Client
 	key        string
 	escapedKey string
+	tooLong    error // keyTooLong's: every call for the object fails so, unsent
 }
 
 // Key returns the object key.
@@ -291,6 +290,9 @@ func unreservedByte(b byte) bool {
 
 // routed returns ctx carrying the object's routing metadata (and the bearer token, if any).
 func (o *Object) routed(ctx context.Context) context.Context {
+	if o.tooLong != nil {
+		ctx = context.WithValue(ctx, refusedKey{}, o.tooLong)
+	}
 	if o.client.token != "" {
 		return metadata.AppendToOutgoingContext(ctx, ObjectKeyHeader, o.escapedKey, "authorization", "Bearer "+o.client.token)
 	}

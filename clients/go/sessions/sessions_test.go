@@ -790,4 +790,13 @@ func TestAKeyLongerThanTheServerTakesIsInvalidWhateverItsHeader(t *testing.T) {
 	if notices := log.seen(); len(notices) != 0 {
 		t.Fatalf("tried again %d times: %v", len(notices), notices[0].Err)
 	}
+	// So on a connection of the caller's (WithConn), which the client did not dial.
+	viaConn, err := sessions.Dial(ctx, server.Addr, sessions.WithConn(c.Conn()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = viaConn.Object(strings.Repeat("k", 300_000)).Session("").GetHistoryRowStats(ctx)
+	if sessions.Reason(err) != sessions.ReasonInvalidObjectKey || !strings.Contains(err.Error(), "no server takes more") {
+		t.Fatalf("a key of 300,000 bytes through WithConn: %v, want INVALID_OBJECT_KEY", err)
+	}
 }

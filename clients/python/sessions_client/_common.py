@@ -36,12 +36,16 @@ JS_WHITESPACE: Final = (
 
 
 def is_blank(summary: str) -> bool:
-    """Whether upstream's createCompactFunction would drop `summary` as empty. A summarizer's
-    answer that is no string is a TypeError that says so (it was an AttributeError of `strip`),
-    as the TypeScript client's."""
-    if not isinstance(summary, str):
-        raise TypeError(f"summarize returned {type(summary).__name__}, not a string")
+    """Whether upstream's createCompactFunction would drop `summary` as empty."""
     return not summary.strip(JS_WHITESPACE)
+
+
+def summary_of(answer: object) -> str:
+    """What `compact`'s summarizer returned, which must be text: anything else is a TypeError
+    that says so (it was an AttributeError of `strip`), as the TypeScript client's."""
+    if not isinstance(answer, str):
+        raise TypeError(f"summarize returned {type(answer).__name__}, not a string")
+    return answer
 
 
 # The C scanner `json.loads` runs, called without the wrappers around it (a decoder per call, two
@@ -271,7 +275,7 @@ def _check_key_length(object_key: str) -> None:
     its header would pass what the server takes, which gRPC refused in its own words
     (RESOURCE_EXHAUSTED "received metadata size exceeds hard limit"), the Go and TypeScript
     clients in theirs."""
-    if len(object_key) * 3 <= LARGEST_KEY_LIMIT_BYTES:
+    if len(object_key) * 4 <= LARGEST_KEY_LIMIT_BYTES:  # a code point is at most 4 bytes of UTF-8
         return
     size = len(object_key.encode("utf-8", "surrogatepass"))
     if size > LARGEST_KEY_LIMIT_BYTES:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import copy
 import enum
-import math
+import numbers
 import random
 import time
 from collections.abc import Callable
@@ -259,6 +259,10 @@ class Unchanged(enum.Enum):
 UNCHANGED: Final = Unchanged.UNCHANGED
 
 
+# The longest call timeout taken: gRPC failed calls with a deadline of 1e10 s at once.
+MAX_TIMEOUT_SECONDS: Final = 1e9
+
+
 class CallOptions:
     """The per-call settings of a client (`timeout`, `retry`, `on_retry`) and views of the client
     with others; mixed into the sync and asyncio clients."""
@@ -276,12 +280,16 @@ class CallOptions:
 
     @timeout.setter
     def timeout(self, value: float | None) -> None:
-        # A deadline of 0 failed every call at once, where Go's WithCallTimeout(0) is none: refused.
+        # A deadline of 0 failed every call at once, where Go's WithCallTimeout(0) is none, and so
+        # did one past gRPC's reach (1e10 s): refused.
         if value is not None:
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
                 raise TypeError(f"timeout must be a number of seconds, or None for no deadline; got {value!r}")
-            if not math.isfinite(value) or value <= 0:
-                raise ValueError(f"timeout must be greater than 0 seconds, or None for no deadline; got {value!r}")
+            if not 0 < float(value) <= MAX_TIMEOUT_SECONDS:
+                raise ValueError(
+                    f"timeout must be greater than 0 seconds and at most {MAX_TIMEOUT_SECONDS:.0e}, or None for no "
+                    f"deadline; got {value!r}"
+                )
         self._timeout = value
 
     def with_options(

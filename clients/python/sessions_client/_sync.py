@@ -57,6 +57,7 @@ from sessions_client._common import (
     routing_metadata,
     search_mode,
     source_value,
+    summary_of,
     summary_refused,
     to_json,
     upload_frames,
@@ -99,6 +100,7 @@ class SessionsClient(CallOptions):
         a connection failure; None turns that off. `on_retry` is told of each retry before its
         wait. `channel`: a channel of yours to call through (`target` and the connection
         options unused); `close()` leaves it open."""
+        self.timeout = timeout  # checked before a channel is made that nothing would close
         self._owns_channel = channel is None  # a channel passed in is the caller's to close
         # How its own channel speaks (TLS or plaintext); None for a channel passed in.
         self._own_channel_tls: bool | None = None if channel is not None else tls is not None
@@ -113,7 +115,6 @@ class SessionsClient(CallOptions):
         self._connection = Connection()
         self._token = token
         self._stub = pb_grpc.SessionServiceStub(self._channel)
-        self.timeout = timeout
         self.retry = retry
         self.on_retry = on_retry
 
@@ -616,7 +617,7 @@ class SessionHandle:
             plan = self.plan_compaction(leaf_id=leaf_id, keep_recent_tokens=keep_recent_tokens)
             if plan is None:
                 return None
-            summary = summarize(plan.prompt)
+            summary = summary_of(summarize(plan.prompt))
             if is_blank(summary):
                 return None
             try:

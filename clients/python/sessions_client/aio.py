@@ -62,6 +62,7 @@ from sessions_client._common import (
     routing_metadata,
     search_mode,
     source_value,
+    summary_of,
     summary_refused,
     to_json,
     upload_frames,
@@ -102,6 +103,7 @@ class SessionsClient(CallOptions):
     ) -> None:
         """As the sync client's: `timeout` bounds each call, its retries included (not
         `subscribe`); `retry` and `on_retry` decide and report when a failed call is tried again."""
+        self.timeout = timeout  # checked before a channel is made that nothing would close
         self._owns_channel = channel is None  # a channel passed in is the caller's to close
         # How its own channel speaks (TLS or plaintext); None for a channel passed in.
         self._own_channel_tls: bool | None = None if channel is not None else tls is not None
@@ -116,7 +118,6 @@ class SessionsClient(CallOptions):
         self._connection = Connection()
         self._token = token
         self._stub = pb_grpc.SessionServiceStub(self._channel)
-        self.timeout = timeout
         self.retry = retry
         self.on_retry = on_retry
 
@@ -642,7 +643,7 @@ class SessionHandle:
             plan = await self.plan_compaction(leaf_id=leaf_id, keep_recent_tokens=keep_recent_tokens)
             if plan is None:
                 return None
-            summary = await summarize(plan.prompt)
+            summary = summary_of(await summarize(plan.prompt))
             if is_blank(summary):
                 return None
             try:

@@ -377,9 +377,9 @@ export interface ClientOptions {
   /** Sent as `authorization: Bearer <token>` on every call. */
   token?: string;
   /**
-   * Deadline for every call, in milliseconds (none by default; 0 or less is refused, a
-   * RangeError). It covers all of a call's attempts and the waits between them: a retry never
-   * outlives it.
+   * Deadline for every call, in milliseconds (none by default; 0 or less, or more than
+   * 2^31 - 1, is refused, a RangeError). It covers all of a call's attempts and the waits
+   * between them: a retry never outlives it.
    */
   timeoutMs?: number;
   /** Further interceptors for the underlying Connect transport. */
@@ -1447,6 +1447,9 @@ function tlsSessionOptions(tls: TlsConfig): SecureClientSessionOptions {
   return options;
 }
 
+/** The longest wait Node's timers take, in milliseconds: a longer one fires at once. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
 /** Per-call options passed to the generated client. */
 export interface CallOptions {
   headers: Record<string, string>;
@@ -1469,7 +1472,7 @@ export class SessionsClient {
   /**
    * `address` is "host:port" (plaintext HTTP/2, or TLS with `options.tls`) or a full "http://" /
    * "https://" URL. Throws a RangeError for a `retry` policy with a field out of range or a
-   * `timeoutMs` not above 0, a TypeError for `tls` settings that do not load or an "http://" URL
+   * `timeoutMs` out of range, a TypeError for `tls` settings that do not load or an "http://" URL
    * given `tls`.
    */
   constructor(address: string, options: ClientOptions = {}) {
@@ -1483,10 +1486,12 @@ export class SessionsClient {
     }
     const baseUrl = url ? address : `${tls !== undefined ? "https" : "http"}://${address}`;
     this.address = address;
-    // A deadline of 0 failed every call at once, where Go's WithCallTimeout(0) is none: refused.
-    if (options.timeoutMs !== undefined && !(Number.isFinite(options.timeoutMs) && options.timeoutMs > 0)) {
+    // A deadline of 0 failed every call at once, where Go's WithCallTimeout(0) is none, and so
+    // did one past what Node's timers take (2^31 - 1 ms, about 24.8 days): refused.
+    const timeoutMs = options.timeoutMs;
+    if (timeoutMs !== undefined && !(timeoutMs > 0 && timeoutMs <= MAX_TIMER_MS)) {
       throw new RangeError(
-        `timeoutMs must be a finite number > 0 (leave it out for no deadline), got ${String(options.timeoutMs)}`,
+        `timeoutMs must be a number > 0 and at most ${MAX_TIMER_MS} (leave it out for no deadline), got ${String(timeoutMs)}`,
       );
     }
     this.timeoutMs = options.timeoutMs;

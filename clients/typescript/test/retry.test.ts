@@ -680,15 +680,16 @@ describe("policy", () => {
     }
   });
 
-  test("a timeoutMs of 0 or less is a RangeError, as Python's ValueError: it failed every call at once", () => {
-    for (const timeoutMs of [0, -1, Number.NaN, Infinity]) {
+  test("a timeoutMs of 0 or less, or past Node's timers, is a RangeError, as Python's ValueError: it failed every call at once", () => {
+    for (const timeoutMs of [0, -1, Number.NaN, Infinity, 2 ** 31]) {
       assert.throws(
         () => new SessionsClient("127.0.0.1:1", { timeoutMs }),
-        (e: unknown) => e instanceof RangeError && e.message.includes("timeoutMs must be a finite number > 0"),
+        (e: unknown) => e instanceof RangeError && e.message.includes("timeoutMs must be a number > 0 and at most 2147483647"),
         `timeoutMs ${timeoutMs}`,
       );
     }
     new SessionsClient("127.0.0.1:1", { timeoutMs: 1 }).close();
+    new SessionsClient("127.0.0.1:1", { timeoutMs: 2 ** 31 - 1 }).close();
   });
 
   test("a multiplier below 1 is a RangeError (waits never shrink), as Python's ValueError", () => {

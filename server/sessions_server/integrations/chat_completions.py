@@ -150,9 +150,10 @@ def base_url_problem(base_url: str) -> str | None:
 
 
 def without_credentials(url: str) -> str:
-    """`url` with the user and password of its authority, if any, shown as `***`: a refusal
-    quotes the URL, and a password must not reach the logs that keep it."""
-    return re.sub(r"^([^:/?#]*:)?//[^/?#]*@", lambda m: f"{m.group(1) or ''}//***@", url, count=1)
+    """`url` with everything from its `//` to its last `@` shown as `***`: a refusal quotes the
+    URL, and a password must not reach the logs that keep it, even one holding a `/`, `?` or
+    `#` that a URL parser takes for the end of the authority."""
+    return re.sub(r"^([^:/?#]*:)?//.*@", lambda m: f"{m.group(1) or ''}//***@", url, count=1, flags=re.DOTALL)
 
 
 def completions_url(base_url: str) -> str:
