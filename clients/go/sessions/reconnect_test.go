@@ -13,6 +13,7 @@ import (
 	"net"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -262,5 +263,49 @@ func TestSubscribeStreamThatLivedResetsTheAttempts(t *testing.T) {
 	}
 	if want := repeated([]string{progressType, progressType}, failingStreams); !reflect.DeepEqual(streams[:failingStreams], want) {
 		t.Fatalf("failing streams forwarded %v, want %v", streams[:failingStreams], want)
+	}
+}
+
+// TestCallsAndASubscriptionRideThroughConnectionAge: a server run with
+// --max-connection-age-seconds asks each connection to go once that old (GOAWAY) and closes it
+// under the calls still open after the grace. New calls go on a new connection and the
+// subscription resumes after the last revision it saw: every append arrives once, in order.
+func TestCallsAndASubscriptionRideThroughConnectionAge(t *testing.T) {
+	srv, err := testserver.Start("--max-connection-age-seconds", "0.3", "--max-connection-age-grace-seconds", "0.3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	ctx := testCtx(t)
+	var log retryLog
+	object := dialRetrying(t, srv.Addr, &log).Object("aging")
+	events := object.Subscribe(ctx, sessions.IncludeProgress())
+	defer events.Close()
+	if !events.Next() || events.Event().Type != sessions.ChangeProgress {
+		t.Fatalf("subscription: %+v, %v; want its PROGRESS", events.Event(), events.Err())
+	}
+	var appended []string
+	// Past several ages and graces (0.33 s + 0.3 s at most each): each connection is replaced.
+	for start := time.Now(); time.Since(start) < 3*time.Second || len(appended) < 20; {
+		id := "m" + strconv.Itoa(len(appended))
+		if _, err := object.Session("").AppendMessage(ctx, textMessage(id, "user", "hi")); err != nil {
+			t.Fatalf("append %d across connection ages: %v", len(appended), err)
+		}
+		appended = append(appended, id)
+	}
+	var seen []string
+	for len(seen) < len(appended) {
+		if !events.Next() {
+			t.Fatalf("subscription ended after %d of %d appends: %v", len(seen), len(appended), events.Err())
+		}
+		if ev := events.Event(); ev.Type == sessions.ChangeAppend {
+			seen = append(seen, ev.Message.Info.ID)
+		}
+	}
+	if !slices.Equal(seen, appended) {
+		t.Fatalf("the subscription saw %d appends, not the %d made in order", len(seen), len(appended))
+	}
+	if opened := log.attemptsOf("Subscribe"); opened < 2 {
+		t.Fatalf("the subscription was opened %d times: the connection it was on was never closed", opened)
 	}
 }
