@@ -814,6 +814,29 @@ def test_a_certificate_close_to_its_end_is_warned_of(
         server.stop()
 
 
+def test_client_certificates_no_ca_issued_are_warned_of(
+    tmp_path: Path, pki: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server's own certificate given as --tls-client-ca (a leaf, no CA) started without a
+    word, and then refused every client certificate its CA issued, silently on the server's side."""
+    server = start_server(
+        tmp_path / "leaf", tls_cert=pki / "server.pem", tls_key=pki / "server.key", tls_client_ca=pki / "server.pem"
+    )
+    server.stop()
+    warned = [r.getMessage() for r in caplog.records if "--tls-client-ca" in r.getMessage()]
+    assert warned == [
+        f"--tls-client-ca {pki / 'server.pem'} holds no CA certificate, only 1 that are none (leaves): a client is let "
+        "in only if it presents one of those very certificates, never one a CA issued; give the CA that issues your "
+        "clients' certificates"
+    ]
+    caplog.clear()
+    server = start_server(
+        tmp_path / "ca", tls_cert=pki / "server.pem", tls_key=pki / "server.key", tls_client_ca=pki / "ca.pem"
+    )
+    server.stop()
+    assert "--tls-client-ca" not in caplog.text
+
+
 def _named_certificate(pki: Path, directory: Path, name: str) -> tuple[Path, Path]:
     """A server certificate from the test CA for the DNS name `name` alone (not 127.0.0.1)."""
     directory.mkdir(parents=True, exist_ok=True)

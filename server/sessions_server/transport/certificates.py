@@ -285,7 +285,21 @@ def _check_dates(cert: Path) -> None:
 
 
 def _check_authorities(client_ca: Path) -> None:
+    """Refuses a bundle that holds no certificate; warns of one that holds no CA (a server's own
+    certificate given by mistake, say), which lets in no client that a CA issued a certificate,
+    only one presenting one of those very certificates: every other handshake failed with no
+    word on the server's side (gRPC makes it)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     try:
-        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_verify_locations(cafile=client_ca)
+        context.load_verify_locations(cafile=client_ca)
     except (ssl.SSLError, OSError) as exc:
         raise OSError(f"--tls-client-ca {client_ca} holds no CA certificates in PEM ({exc})") from None
+    held = context.cert_store_stats()
+    if held["x509_ca"] == 0:
+        log.warning(
+            "--tls-client-ca %s holds no CA certificate, only %d that are none (leaves): a client is let in only if "
+            "it presents one of those very certificates, never one a CA issued; give the CA that issues your "
+            "clients' certificates",
+            client_ca,
+            held["x509"],
+        )
