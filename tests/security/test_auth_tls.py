@@ -7,6 +7,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import re
 import socket
 import ssl
 import subprocess
@@ -744,23 +745,31 @@ def test_a_tenants_write_grant_takes_no_step_of_a_move(auth_server: LiveServer) 
 
 
 def _dated_certificate(
-    pki: Path, directory: Path, name: str, *, days_from: float, days_to: float, edwards: bool = False
+    pki: Path,
+    directory: Path,
+    name: str,
+    *,
+    days_from: float,
+    days_to: float,
+    edwards: bool = False,
+    client_only: bool = False,
 ) -> tuple[Path, Path]:
     """A certificate from the test CA valid from `days_from` to `days_to` days from now, for a
-    P-256 key (or an Ed448 one, which Python's `ssl` takes and gRPC does not)."""
+    P-256 key (or an Ed448 one, which Python's `ssl` takes and gRPC does not); `client_only`:
+    its extended key usage is clientAuth alone, a client's certificate."""
     import datetime
     import ipaddress
 
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec, ed448
-    from cryptography.x509.oid import NameOID
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
     ca_key = serialization.load_pem_private_key((pki / "ca.key").read_bytes(), password=None)
     ca_cert = x509.load_pem_x509_certificate((pki / "ca.pem").read_bytes())
     key: Any = ed448.Ed448PrivateKey.generate() if edwards else ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.UTC)
-    cert = (
+    builder = (
         x509.CertificateBuilder()
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
         .issuer_name(ca_cert.subject)
@@ -769,8 +778,10 @@ def _dated_certificate(
         .not_valid_before(now + datetime.timedelta(days=days_from))
         .not_valid_after(now + datetime.timedelta(days=days_to))
         .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
-        .sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
     )
+    if client_only:
+        builder = builder.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), False)
+    cert = builder.sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
     directory.mkdir(parents=True, exist_ok=True)
     cert_path, key_path = directory / f"{name}.pem", directory / f"{name}.key"
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
@@ -797,6 +808,26 @@ def test_a_certificate_not_valid_now_is_refused_at_start_and_at_renewal(
         _install(bad[0], cert)
         _install(bad[1], key)
         # Each handshake looks at the files; one after their change has them read, and refused.
+        assert wait_until(lambda: bool(_presented_certificate(server.address, pki)) and said in caplog.text, timeout=30)
+        assert _presented_certificate(server.address, pki) == _der(good[0])  # the previous pair stays
+    finally:
+        server.stop()
+
+
+def test_a_clients_certificate_is_refused_as_the_servers_at_start_and_at_renewal(
+    tmp_path: Path, pki: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its extended key usage clientAuth alone, every client refuses it ("unsupported
+    certificate purpose"): the server started with it without a word (a TLS audit)."""
+    said = "is no TLS server's certificate (its key usages leave out serverAuth): clients would refuse it"
+    client_only = _dated_certificate(pki, tmp_path / "issued", "client", days_from=-1, days_to=10, client_only=True)
+    with pytest.raises(OSError, match=re.escape(said)):
+        start_server(tmp_path / "refused", tls_cert=client_only[0], tls_key=client_only[1])
+    good = _server_certificate(pki, tmp_path / "issued", "good")
+    server, cert, key = _server_renewing(tmp_path, good)
+    try:
+        _install(client_only[0], cert)
+        _install(client_only[1], key)
         assert wait_until(lambda: bool(_presented_certificate(server.address, pki)) and said in caplog.text, timeout=30)
         assert _presented_certificate(server.address, pki) == _der(good[0])  # the previous pair stays
     finally:

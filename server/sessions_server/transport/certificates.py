@@ -17,6 +17,7 @@ stays in use, a warning says why, and the files are tried again once they change
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -171,6 +172,7 @@ class CertificateFiles:
         contents = {flag: _read(flag, path) for flag, path in self._paths}
         _check_pair(self._paths[0][1], self._paths[1][1])
         _check_dates(self._paths[0][1])
+        _check_server_purpose(self._paths[0][1], self._paths[1][1])
         _check_usable_by_grpc(contents["--tls-key"], contents["--tls-cert"])
         if len(self._paths) == 3:
             _check_authorities(self._paths[2][1])
@@ -194,6 +196,39 @@ def _check_pair(cert: Path, key: Path) -> None:
         raise OSError(
             f"--tls-cert {cert} and --tls-key {key} are no certificate chain and matching private key in PEM ({exc})"
         ) from None
+
+
+# OpenSSL's X509_V_ERR_INVALID_PURPOSE: a certificate whose key usages leave out what it is used for.
+_INVALID_PURPOSE = 26
+
+
+def _check_server_purpose(cert: Path, key: Path) -> None:
+    """Refuses a certificate that is not for TLS servers (a client's, whose extended key usage
+    is clientAuth alone), which every client refuses ("unsupported certificate purpose") while
+    the server started without a word. Told by a handshake in memory with a client that trusts
+    the certificate itself, so that its key usages are all that is judged."""
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(cert, key, password=lambda: b"")
+    client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    client.check_hostname = False
+    client.load_verify_locations(cafile=cert)
+    client.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
+    client.verify_flags &= ~ssl.VERIFY_X509_STRICT
+    to_server, to_client = ssl.MemoryBIO(), ssl.MemoryBIO()
+    ends = (client.wrap_bio(to_client, to_server), server.wrap_bio(to_server, to_client, server_side=True))
+    try:
+        for _ in range(8):  # a TLS 1.3 handshake takes two flights each way
+            for end in ends:
+                with contextlib.suppress(ssl.SSLWantReadError):
+                    end.do_handshake()
+    except ssl.SSLCertVerificationError as exc:
+        if exc.verify_code == _INVALID_PURPOSE:
+            raise OSError(
+                f"--tls-cert {cert} is no TLS server's certificate (its key usages leave out serverAuth): clients "
+                'would refuse it ("unsupported certificate purpose"); give a server certificate'
+            ) from None
+    except ssl.SSLError:
+        return  # another matter (its dates, say), which the other checks judge
 
 
 def _check_usable_by_grpc(key: bytes, cert: bytes) -> None:
