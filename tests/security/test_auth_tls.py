@@ -856,7 +856,7 @@ def test_client_certificates_no_ca_issued_are_warned_of(
     server.stop()
     warned = [r.getMessage() for r in caplog.records if "--tls-client-ca" in r.getMessage()]
     assert warned == [
-        f"--tls-client-ca {pki / 'server.pem'} holds no CA certificate, only 1 that are none (leaves): a client is let "
+        f"--tls-client-ca {pki / 'server.pem'} holds no CA certificate, only 1 leaf certificate(s): a client is let "
         "in only if it presents one of those very certificates, never one a CA issued; give the CA that issues your "
         "clients' certificates"
     ]

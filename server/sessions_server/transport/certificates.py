@@ -213,7 +213,6 @@ def _check_server_purpose(cert: Path, key: Path) -> None:
     client.check_hostname = False
     client.load_verify_locations(cafile=cert)
     client.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
-    client.verify_flags &= ~ssl.VERIFY_X509_STRICT
     to_server, to_client = ssl.MemoryBIO(), ssl.MemoryBIO()
     ends = (client.wrap_bio(to_client, to_server), server.wrap_bio(to_server, to_client, server_side=True))
     try:
@@ -332,7 +331,7 @@ def _check_authorities(client_ca: Path) -> None:
     held = context.cert_store_stats()
     if held["x509_ca"] == 0:
         log.warning(
-            "--tls-client-ca %s holds no CA certificate, only %d that are none (leaves): a client is let in only if "
+            "--tls-client-ca %s holds no CA certificate, only %d leaf certificate(s): a client is let in only if "
             "it presents one of those very certificates, never one a CA issued; give the CA that issues your "
             "clients' certificates",
             client_ca,
