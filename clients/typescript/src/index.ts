@@ -858,7 +858,8 @@ const MAX_SEND_HEADER_BLOCK_BYTES = 4 * LARGEST_KEY_LIMIT_BYTES + 32 * 1024;
  * (UNAVAILABLE, retried as an outage).
  */
 function checkKeyLength(objectKey: string): void {
-  const bytes = objectKey.length * 3 <= LARGEST_KEY_LIMIT_BYTES ? 0 : Buffer.byteLength(objectKey, "utf8");
+  if (objectKey.length * 3 <= LARGEST_KEY_LIMIT_BYTES) return; // a UTF-16 unit is at most 3 bytes of UTF-8
+  const bytes = Buffer.byteLength(objectKey, "utf8");
   if (bytes > LARGEST_KEY_LIMIT_BYTES) {
     throw new SessionsError(
       Code.InvalidArgument,

@@ -170,9 +170,9 @@ class CertificateFiles:
 
     def _load(self) -> grpc.ServerCertificateConfiguration:
         contents = {flag: _read(flag, path) for flag, path in self._paths}
-        _check_pair(self._paths[0][1], self._paths[1][1])
+        pair = _check_pair(self._paths[0][1], self._paths[1][1])
         _check_dates(self._paths[0][1])
-        _check_server_purpose(self._paths[0][1], self._paths[1][1])
+        _check_server_purpose(self._paths[0][1], pair)
         _check_usable_by_grpc(contents["--tls-key"], contents["--tls-cert"])
         if len(self._paths) == 3:
             _check_authorities(self._paths[2][1])
@@ -188,27 +188,29 @@ def _read(flag: str, path: Path) -> bytes:
         raise OSError(f"could not read {flag} {path}: {exc.strerror}") from None
 
 
-def _check_pair(cert: Path, key: Path) -> None:
+def _check_pair(cert: Path, key: Path) -> ssl.SSLContext:
+    """A server's TLS context holding the pair, refused when they are no pair."""
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     try:
         # A password callback that gives none: an encrypted key fails here, as gRPC cannot use it.
-        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert, key, password=lambda: b"")
+        server.load_cert_chain(cert, key, password=lambda: b"")
     except (ssl.SSLError, OSError) as exc:
         raise OSError(
             f"--tls-cert {cert} and --tls-key {key} are no certificate chain and matching private key in PEM ({exc})"
         ) from None
+    return server
 
 
 # OpenSSL's X509_V_ERR_INVALID_PURPOSE: a certificate whose key usages leave out what it is used for.
 _INVALID_PURPOSE = 26
 
 
-def _check_server_purpose(cert: Path, key: Path) -> None:
+def _check_server_purpose(cert: Path, server: ssl.SSLContext) -> None:
     """Refuses a certificate that is not for TLS servers (a client's, whose extended key usage
     is clientAuth alone), which every client refuses ("unsupported certificate purpose") while
     the server started without a word. Told by a handshake in memory with a client that trusts
-    the certificate itself, so that its key usages are all that is judged."""
-    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    server.load_cert_chain(cert, key, password=lambda: b"")
+    the certificate itself, so that its key usages are all that is judged. `server` holds the
+    pair (`_check_pair`)."""
     client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     client.check_hostname = False
     client.load_verify_locations(cafile=cert)
