@@ -7,11 +7,13 @@ instead). Each test gets a fresh object key, so tests share a server but never a
 from __future__ import annotations
 
 import asyncio
+import shutil
 import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,14 +70,27 @@ def start_server(data_dir: Path, listen: str = "127.0.0.1:0", **overrides: objec
     return LiveServer(running.address, data_dir, running, loop, thread)
 
 
-@pytest.fixture(scope="session")
-def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    server = start_server(tmp_path_factory.mktemp("data"))
-    yield server
-    server.stop()
+@contextmanager
+def removed_after_passing(request: pytest.FixtureRequest, path: Path) -> Iterator[Path]:
+    """`path`, removed when the fixture's scope ends unless a test failed meanwhile (its files
+    are kept for a look, as pytest keeps a failed test's `tmp_path`)."""
+    failed_before = request.session.testsfailed
+    yield path
+    if request.session.testsfailed == failed_before:
+        shutil.rmtree(path, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
+def live_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """One server for a test module, its files removed after it (one server for the whole suite
+    held 770 MB of objects by the end)."""
+    with removed_after_passing(request, tmp_path_factory.mktemp("data")) as data_dir:
+        server = start_server(data_dir)
+        yield server
+        server.stop()
+
+
+@pytest.fixture(scope="module")
 def client(live_server: LiveServer) -> Iterator[object]:
     from sessions_client import SessionsClient
 

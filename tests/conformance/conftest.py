@@ -19,6 +19,7 @@ from sessions_client import SessionsClient
 from tests.conformance.harness.oracle import ORACLE_DIR, Oracle, OracleProcess
 from tests.conformance.harness.ours import OurServerProcess
 from tests.conformance.harness.pair import Pair
+from tests.conftest import removed_after_passing
 
 SKIP_ENV = "SESSIONS_SKIP_CONFORMANCE"
 CONFORMANCE_DIR = Path(__file__).resolve().parent
@@ -81,16 +82,17 @@ def oracle(oracle_process: OracleProcess) -> Oracle:
     return oracle_process.client
 
 
-@pytest.fixture(scope="session")
-def our_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OurServerProcess]:
-    base = tmp_path_factory.mktemp("ours")
-    server = OurServerProcess(base / "data", base / "server.log")
-    server.start()
-    yield server
-    server.stop()
+@pytest.fixture(scope="module")
+def our_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OurServerProcess]:
+    """Our server for a test module (the oracle serves the whole suite), its files removed after it."""
+    with removed_after_passing(request, tmp_path_factory.mktemp("ours")) as base:
+        server = OurServerProcess(base / "data", base / "server.log")
+        server.start()
+        yield server
+        server.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def our_client(our_server: OurServerProcess) -> Iterator[SessionsClient]:
     with SessionsClient(our_server.address) as client:
         yield client

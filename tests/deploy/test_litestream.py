@@ -20,6 +20,7 @@ import pytest
 
 from sessions_client import SessionsClient, SessionsError
 from sessions_server.storage.paths import object_path
+from sessions_server.storage.schema import BUSY_TIMEOUT_MS
 from tests.deploy.litestream_support import (
     Replicator,
     S3Server,
@@ -220,7 +221,10 @@ def test_shutdown_does_not_stall_while_litestream_replicates(tmp_path: Path) -> 
         started = time.monotonic()
         shard.stop()  # SIGTERM: drain, then close every open object
         took = time.monotonic() - started
-        assert took < 5.0, f"shutdown took {took:.1f}s with one replicated object open"
+        # A close that waited on Litestream's read would take the whole busy timeout; any
+        # shutdown short of it did not (this one is well under a second on a quiet machine).
+        stall = BUSY_TIMEOUT_MS / 1000
+        assert took < stall * 0.8, f"shutdown took {took:.1f}s with one replicated object open ({stall:.0f}s stall)"
 
 
 def test_a_vacuumed_object_restores_as_the_server_holds_it(tmp_path: Path) -> None:

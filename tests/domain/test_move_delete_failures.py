@@ -82,8 +82,9 @@ def test_a_delete_asked_again_while_the_first_records_the_move_removes_nothing(
             with pytest.raises(SessionsError) as again:
                 await service.objects.delete("o", moved_to="elsewhere:1")
             fail.set()
-            with pytest.raises(SessionsError):
+            with pytest.raises(SessionsError) as failed:
                 await first
+            assert failed.value.reason == "STORAGE_FULL"
             return again.value.reason, await service.get_message("o", "", "m1") is not None
         finally:
             await service.registry.close_all()

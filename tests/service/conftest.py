@@ -19,7 +19,7 @@ def data_dir(live_server: Any) -> Path:
     return Path(live_server.data_dir)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def plain_channel(live_server: Any) -> Iterator[grpc.Channel]:
     """A channel with gRPC's default options (4 MiB receive limit), as any stock client has."""
     channel = grpc.insecure_channel(live_server.address)

@@ -61,8 +61,9 @@ def test_pointers_to_a_stored_payload_are_counted_at_each_use(server: LiveServer
         assert (refused.value.code, refused.value.reason) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "LIMIT_EXCEEDED")
         assert refused.value.metadata["limit"] == "max_assembly_bytes"
         assert session.get_message("past") is None
-        with pytest.raises(SessionsError):
+        with pytest.raises(SessionsError) as refused:
             session.update_message(_pointing("fits", 21))  # an update is held to it too
+        assert refused.value.metadata["limit"] == "max_assembly_bytes"
         assert len(session.get_message("fits")["parts"]) == 20
 
 
@@ -114,8 +115,9 @@ def test_a_message_is_held_to_its_cap_as_stored_not_as_sent(server: LiveServer) 
         assert (refused.value.code, refused.value.reason) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "LIMIT_EXCEEDED")
         assert refused.value.metadata["limit"] == "max_client_message_bytes"
         assert "as stored" in refused.value.message and "1E20" in refused.value.message
-        with pytest.raises(SessionsError):
+        with pytest.raises(SessionsError) as refused:
             session.upsert_message(past_client_cap, source="client")
+        assert refused.value.metadata["limit"] == "max_client_message_bytes"
         past_budget = _expanding("server", ASSEMBLY_BYTES // 4)  # sent: a quarter of the budget
         with pytest.raises(SessionsError) as over:
             session.append_message(past_budget)

@@ -732,8 +732,9 @@ def test_a_view_s_timeout_bounds_its_calls_only(dead_address: str) -> None:
         assert failed.value.code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
         assert 1 <= len(notices) <= 6 and client.timeout is None
         notices.clear()
-        with pytest.raises(SessionsError):
+        with pytest.raises(SessionsError) as failed:
             client.with_options(retry=QUICK).object("k").session().get_message("m1")
+        assert failed.value.code == grpc.StatusCode.UNAVAILABLE
         assert [n.attempt for n in notices] == [1, 2]  # the view's policy, and the client's observer
 
 

@@ -207,6 +207,7 @@ def test_a_summary_javascript_does_not_trim_away_is_stored(session: Any):
     """Python's strip() removes U+0085, which JavaScript's trim() keeps."""
     append_turns(session, 0, 12)
     assert session.compact(Recorder("\x85"), keep_recent_tokens=1) is not None
+    assert [record.summary for record in session.list_compactions()] == ["\x85"]
 
 
 def _tool_call(message_id: str, call_id: str) -> dict[str, Any]:

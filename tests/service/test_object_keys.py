@@ -72,10 +72,11 @@ def test_too_long_key_creates_no_file(tmp_path: Path) -> None:
     server = start_server(data_dir)
     try:
         with SessionsClient(server.address) as client:
-            with pytest.raises(SessionsError):
-                client.object("k" * 2000).session().append_message(text_message("a"))
-            with pytest.raises(SessionsError):
-                client.object("nul\x00").session().append_message(text_message("a"))
+            for key in ("k" * 2000, "nul\x00"):
+                with pytest.raises(SessionsError) as refused:
+                    client.object(key).session().append_message(text_message("a"))
+                assert refused.value.code == grpc.StatusCode.INVALID_ARGUMENT
+                assert refused.value.reason == "INVALID_OBJECT_KEY"
     finally:
         server.stop()
     assert files_under(data_dir) == [data_dir / LOCK_FILE_NAME]  # the server's own, no object's

@@ -743,8 +743,9 @@ def test_unknown_search_mode_on_the_wire_is_invalid_argument(stub: Any, hostile_
 
 
 def test_a_failed_query_leaves_the_object_working(hostile_target: Any) -> None:
-    with pytest.raises(SessionsError):
+    with pytest.raises(SessionsError) as refused:
         hostile_target.search("\x00")
+    assert (refused.value.code, refused.value.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_FIELD")
     hostile_target.append_message(text_message("after", "still works"))
     assert hit_ids(hostile_target.search("still works")) == ["after"]
 

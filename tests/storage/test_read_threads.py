@@ -193,18 +193,19 @@ def test_a_read_that_outlasts_its_time_in_place_runs_again_on_the_executor(
     monkeypatch.setattr(store_module, "INLINE_MAX_SECONDS", limit)
     path = tmp_path / "object.sqlite"
     loop_thread = threading.get_ident()
-    attempts: list[tuple[bool, float]] = []
+    attempts: list[tuple[bool, bool]] = []  # (ran in place, ran to the end)
 
     def long_count(conn: sqlite3.Connection) -> tuple[int, int]:
-        started = time.perf_counter()
+        finished = False
         try:
             (total,) = conn.execute(
                 "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 300000) "
                 "SELECT count(*) FROM n"
             ).fetchone()
+            finished = True
             return int(total), threading.get_ident()
         finally:
-            attempts.append((threading.get_ident() == loop_thread, time.perf_counter() - started))
+            attempts.append((threading.get_ident() == loop_thread, finished))
 
     async def scenario() -> tuple[int, int, int]:
         async with opened(path, lambda: 1) as store:
@@ -215,9 +216,7 @@ def test_a_read_that_outlasts_its_time_in_place_runs_again_on_the_executor(
     assert total == 300000
     assert ran_on != loop_thread
     assert inline_reads == 0
-    assert [in_place for in_place, _ in attempts] == [True, False]
-    in_place_seconds, executor_seconds = attempts[0][1], attempts[1][1]
-    assert in_place_seconds < executor_seconds  # stopped early, not run to the end twice
+    assert attempts == [(True, False), (False, True)]  # stopped in place, run to the end once
 
 
 LONG_COUNT_SQL = (
@@ -266,14 +265,16 @@ def test_a_read_past_its_deadline_is_stopped_and_not_run_again(tmp_path: Path, i
     it runs, and raises QueryInterrupted; in place, it is not run again on the executor."""
     path = tmp_path / "object.sqlite"
     loop_thread = threading.get_ident()
-    attempts: list[tuple[bool, float]] = []
+    attempts: list[tuple[bool, bool]] = []  # (ran in place, ran to the end)
 
     def long_count(conn: sqlite3.Connection) -> int:
-        started = time.perf_counter()
+        finished = False
         try:
-            return int(conn.execute(LONG_COUNT_SQL).fetchone()[0])
+            total = int(conn.execute(LONG_COUNT_SQL).fetchone()[0])
+            finished = True
+            return total
         finally:
-            attempts.append((threading.get_ident() == loop_thread, time.perf_counter() - started))
+            attempts.append((threading.get_ident() == loop_thread, finished))
 
     async def scenario() -> int:
         async with opened(path, lambda: 1) as store:
@@ -283,10 +284,9 @@ def test_a_read_past_its_deadline_is_stopped_and_not_run_again(tmp_path: Path, i
             return await store.read(long_count, quick=in_place, kind="long")
 
     assert asyncio.run(scenario()) == 300000
-    assert len(attempts) == 2  # the stopped read did not run again
-    (first_here, stopped_seconds), (second_here, whole_seconds) = attempts
-    assert (first_here, second_here) == (in_place, in_place)  # the deadline's stop, not the time in place
-    assert stopped_seconds < whole_seconds  # stopped early, not run to the end
+    # The stopped read did not run again, and ran where it was sent: the deadline's stop, not
+    # the time in place's.
+    assert attempts == [(in_place, False), (in_place, True)]
 
 
 def test_reads_wait_for_nothing_the_writer_does(tmp_path: Path) -> None:

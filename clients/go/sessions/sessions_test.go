@@ -687,7 +687,7 @@ func TestCanceledContext(t *testing.T) {
 	}
 	short, cancel2 := context.WithTimeout(context.Background(), time.Nanosecond)
 	defer cancel2()
-	time.Sleep(time.Millisecond)
+	<-short.Done()
 	if _, _, err := s.GetMessage(short, "a"); sessions.Code(err) != codes.DeadlineExceeded {
 		t.Fatalf("expired deadline: %v", err)
 	}

@@ -165,26 +165,29 @@ func TestSubscribeChangeFeed(t *testing.T) {
 func TestSubscribeEndsWithContext(t *testing.T) {
 	s := newSession(t)
 	ctx, cancel := context.WithCancel(testCtx(t))
+	defer cancel()
 	sub := liveSubscription(t, ctx, s.Subscribe)
-	go func() {
-		time.Sleep(100 * time.Millisecond)
-		cancel()
-	}()
-	count := 0
+	if _, err := s.AppendMessage(testCtx(t), textMessage("a", "user", "a")); err != nil {
+		t.Fatal(err)
+	}
+	appends := 0
 	var ended error
-	for _, err := range sub.All() {
+	for ev, err := range sub.All() {
 		if err != nil {
 			ended = err
 			break
 		}
-		count++
+		if ev.Type == sessions.ChangeAppend {
+			appends++
+			cancel() // the next read waits on a stream with nothing more to send
+		}
 	}
 	// Err() is nil only after a clean end or Close(): a cancelled context is neither.
 	if ended == nil || sessions.Code(ended) != codes.Canceled {
 		t.Fatalf("subscription ended with %v, want a CANCELED error", ended)
 	}
-	if count != 0 {
-		t.Fatalf("got %d events from an idle session", count)
+	if appends != 1 {
+		t.Fatalf("got %d appends before the cancel, want the one", appends)
 	}
 }
 
