@@ -12,9 +12,13 @@ release theirs, so the count must stay below that however many keys are touched.
 object reads back (a sample of 500 keys through GetMessage, which reopens evicted objects, and
 ListObjects over all of them, which opens every file and reads the key recorded in it).
 
-The data directory is on /dev/shm when it is a tmpfs with room to spare (the test is about
-descriptors, not fsync latency, and 20,000 fsync-ed file creations on a slow disk take minutes);
-otherwise on the test's tmp_path. MANY_OBJECTS can be lowered for quick runs.
+The data directory is on /dev/shm when it is a tmpfs with room for all of them (the test is
+about descriptors, not fsync latency, and 20,000 fsync-ed file creations on a slow disk take
+minutes). Otherwise it is on the test's tmp_path with ON_DISK_OBJECTS keys: an object file is
+208 KiB (13 b-trees of 16 KiB pages), so 20,000 would fill 4.3 GB of a disk the rest of the
+suite needs, and 2,500 still touch more than twice as many objects as the server may hold
+descriptors, so a descriptor kept per object runs out all the same. The files are removed
+however the test ends. MANY_OBJECTS can be lowered for quick runs.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -39,6 +44,8 @@ from sessions_server.storage.store import MAX_IDLE_READERS
 from tests.reliability.support import Server, canonical, object_files, routing, stored_json
 
 MANY_OBJECTS = int(os.environ.get("MANY_OBJECTS", "20000"))
+ON_DISK_OBJECTS = min(MANY_OBJECTS, 2_500)
+ROOM_PER_OBJECT = 256 * 1024  # an object file (208 KiB) and its share of directories and WAL
 MAX_OPEN = 64
 NOFILE = 1024
 FD_BOUND = MAX_OPEN * (3 + 2 * MAX_IDLE_READERS) + 64
@@ -50,20 +57,36 @@ WINDOW = 4  # calls in flight per thread
 LIMIT_DESCRIPTORS = f"import resource\nresource.setrlimit(resource.RLIMIT_NOFILE, ({NOFILE}, {NOFILE}))"
 
 
+@dataclass(frozen=True)
+class Place:
+    data_dir: Path
+    keys: int
+
+
+def _free_bytes(path: Path) -> int:
+    stats = os.statvfs(path)
+    return stats.f_bavail * stats.f_frsize
+
+
 @pytest.fixture
-def data_dir(tmp_path: Path) -> Iterator[Path]:
+def place(tmp_path: Path) -> Iterator[Place]:
     shm = Path("/dev/shm")
-    if shm.is_dir() and os.access(shm, os.W_OK):
-        stats = os.statvfs(shm)
-        if stats.f_bavail * stats.f_frsize > 4 * 1024**3:
-            path = shm / f"sessions-many-{uuid.uuid4().hex}"
-            path.mkdir()
-            try:
-                yield path
-            finally:
-                shutil.rmtree(path, ignore_errors=True)
-            return
-    yield tmp_path / "data"
+    if shm.is_dir() and os.access(shm, os.W_OK) and _free_bytes(shm) > MANY_OBJECTS * ROOM_PER_OBJECT:
+        chosen = Place(shm / f"sessions-many-{uuid.uuid4().hex}", MANY_OBJECTS)
+    else:
+        chosen = Place(tmp_path / "data", ON_DISK_OBJECTS)
+        needed = chosen.keys * ROOM_PER_OBJECT
+        if _free_bytes(tmp_path) < needed + 512 * 2**20:
+            pytest.fail(
+                f"{chosen.keys} objects need {needed // 2**20} MiB on {tmp_path}, and 512 MiB to spare, "
+                f"{_free_bytes(tmp_path) // 2**20} MiB is; set MANY_OBJECTS lower or free some disk",
+                pytrace=False,
+            )
+    chosen.data_dir.mkdir()
+    try:
+        yield chosen
+    finally:
+        shutil.rmtree(chosen.data_dir, ignore_errors=True)
 
 
 def _key(index: int) -> str:
@@ -75,7 +98,8 @@ def _text(index: int) -> str:
 
 
 @pytest.mark.timeout(600)
-def test_twenty_thousand_objects_keep_descriptors_bounded(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_twenty_thousand_objects_keep_descriptors_bounded(place: Place, capsys: pytest.CaptureFixture[str]) -> None:
+    data_dir, keys = place.data_dir, place.keys
     server = Server(data_dir, "--max-open-objects", str(MAX_OPEN), setup=LIMIT_DESCRIPTORS).start()
     pid = server.pid
     samples: list[int] = []
@@ -109,7 +133,7 @@ def test_twenty_thousand_objects_keep_descriptors_bounded(data_dir: Path, capsys
                 with lock:
                     done[outcome] += 1
 
-            for index in range(worker, MANY_OBJECTS, THREADS):
+            for index in range(worker, keys, THREADS):
                 key = _key(index)
                 request = pb.AppendMessageRequest(object_key=key, message_json=_text(index))
                 pending.append((index, stub.AppendMessage.future(request, metadata=routing(key), timeout=120)))
@@ -130,7 +154,7 @@ def test_twenty_thousand_objects_keep_descriptors_bounded(data_dir: Path, capsys
         elapsed = time.monotonic() - started
 
         # Every object reads back: a random sample by GetMessage, all of them by ListObjects.
-        sample = random.Random(7).sample(range(MANY_OBJECTS), min(500, MANY_OBJECTS))
+        sample = random.Random(7).sample(range(keys), min(500, keys))
         unreadable = []
         listed: set[str] = set()
         with grpc.insecure_channel(server.address) as channel:
@@ -153,7 +177,7 @@ def test_twenty_thousand_objects_keep_descriptors_bounded(data_dir: Path, capsys
     files = len(object_files(data_dir))
     peak = max(samples) if samples else -1
     summary = (
-        f"MANY OBJECTS SUMMARY keys={MANY_OBJECTS} in {elapsed:.1f}s ({MANY_OBJECTS / elapsed:.0f}/s) "
+        f"MANY OBJECTS SUMMARY keys={keys} in {elapsed:.1f}s ({keys / elapsed:.0f}/s) "
         f"max-open-objects={MAX_OPEN} fd peak={peak} bound={FD_BOUND} samples={len(samples)} "
         f"outcomes={dict(done)} errors={len(errors)} EMFILE log lines={len(emfile)} files={files} "
         f"listed={len(listed)} unreadable={len(unreadable)}/{len(sample)} exit={exit_code} data={data_dir}"
@@ -161,10 +185,10 @@ def test_twenty_thousand_objects_keep_descriptors_bounded(data_dir: Path, capsys
     with capsys.disabled():
         print("\n" + summary)
     assert not errors, f"{len(errors)} errors, e.g.:\n" + "\n".join(errors[:10])
-    assert done["inserted"] == MANY_OBJECTS, summary
+    assert done["inserted"] == keys, summary
     assert samples and peak <= FD_BOUND, summary
     assert not emfile, "\n".join(emfile[:10])
-    assert files == MANY_OBJECTS, summary
-    assert listed == {_key(i) for i in range(MANY_OBJECTS)}, summary
+    assert files == keys, summary
+    assert listed == {_key(i) for i in range(keys)}, summary
     assert not unreadable, f"{len(unreadable)} objects do not read back, e.g. {unreadable[:5]}"
     assert exit_code == 0, summary
