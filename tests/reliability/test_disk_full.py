@@ -4,8 +4,8 @@ Two ways to run out of space, both without touching the host's real disk:
 
 - `tmpfs`: a 32 MiB tmpfs is mounted over the data directory (we run as root); the test fills it
   with a filler file leaving a little slack, so growing a WAL fails with ENOSPC (SQLITE_FULL).
-  If the mount is refused (no privileges in this environment), this variant falls back to
-  `rlimit` and says so in its output; it never skips.
+  If the mount is refused (no privileges in this environment), this variant fails and says
+  why: the file size limit below is no full disk (EFBIG, not ENOSPC), so it is no stand-in.
 - `rlimit`: the server process runs with SIGXFSZ ignored and, once seeded, gets
   RLIMIT_FSIZE = (largest file in the data directory + slack) through prlimit(2), so writing past
   it fails with EFBIG (SQLite reports a disk I/O error, or SQLITE_FULL for a short write).
