@@ -11,6 +11,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import start_server
 
 PROJECT = Path(__file__).resolve().parent / "java"
@@ -34,6 +36,7 @@ def _build(maven: str, out: Path) -> str:
     return f"{PROJECT / 'target' / 'classes'}{os.pathsep}{classpath_file.read_text().strip()}"
 
 
+@pytest.mark.timeout(1200)  # a cold Maven build downloads gRPC's jars (its own bound is 900 s)
 def test_a_java_program_with_generated_stubs_follows_the_raw_stubs_guide(tmp_path: Path) -> None:
     classpath = _build(_maven(), tmp_path)
     server = start_server(tmp_path / "server")

@@ -218,7 +218,8 @@ describe("deadlines", () => {
   test("timeoutMs bounds a stream with DEADLINE_EXCEEDED", async () => {
     const s0 = client.object(freshKey()).session();
     await s0.appendMessages(Array.from({ length: 20 }, (_, i) => msg(`m${i}`)));
-    const impatient = server.client({ timeoutMs: 100 });
+    // Room for a new connection on a loaded machine, and a pause well past it below.
+    const impatient = server.client({ timeoutMs: 500 });
     const s = impatient.object(s0.key).session();
     assert.equal((await s.getHistory()).length, 20, "a quick read finishes in time");
     // The messages arrive packed (up to 400 a response): those already received are still
@@ -227,7 +228,7 @@ describe("deadlines", () => {
     await assert.rejects(
       (async () => {
         for await (const _ of s.history()) {
-          if (read++ === 0) await new Promise((r) => setTimeout(r, 250));
+          if (read++ === 0) await new Promise((r) => setTimeout(r, 1000));
         }
       })(),
       (e: unknown) => {
