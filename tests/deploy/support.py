@@ -53,10 +53,11 @@ def free_port() -> int:
 
     It is drawn below the kernel's ephemeral range: a port the kernel hands out (to a client's
     connection, to a bind to port 0) could be taken between this check and the server's bind,
-    which a port outside that range cannot, except by another process drawing ports this way."""
+    which a port outside that range cannot, except by another process drawing ports this way.
+    A machine whose ephemeral range leaves no port from 20000 up gets one the kernel picks."""
     ephemeral = _ephemeral_ports()
     with _HANDING_OUT:
-        candidates = [port for port in range(20000, 32768) if port not in ephemeral and port not in _HANDED_OUT]
+        candidates = [port for port in range(20000, 65536) if port not in ephemeral and port not in _HANDED_OUT]
         for port in random.sample(candidates, min(200, len(candidates))):
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
                 try:
@@ -65,7 +66,15 @@ def free_port() -> int:
                     continue
             _HANDED_OUT.add(port)
             return port
-    raise AssertionError("no free port found below the ephemeral range from 20000")
+        if candidates:
+            raise AssertionError("no free port found outside the ephemeral range from 20000")
+        while True:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                sock.bind(("127.0.0.1", 0))
+                port = int(sock.getsockname()[1])
+            if port not in _HANDED_OUT:
+                _HANDED_OUT.add(port)
+                return port
 
 
 def wait_for(predicate: Callable[[], bool], *, timeout: float, what: str, interval: float = 0.05) -> None:
