@@ -17,6 +17,7 @@ Everything is prepared once per module, so the second oracle restarts only once.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import sqlite3
 from collections.abc import Callable, Iterator
@@ -210,23 +211,22 @@ def world(
         assert done.returncode == 0, f"import-store of {name} failed: {done.stdout}{done.stderr}"
 
     # The second oracle: create each target object (learning its file), stop, swap files, restart.
-    second.start()
-    for name in copies:
-        second.object_file(keys[name])
-    second.stop()
-    for name, path in copies.items():
-        second.replace_file(keys[name], path)
-    second.start()
-
-    server = OurServerProcess(imported_dir, base / "imported-server.log")
-    server.start()
-    client = SessionsClient(server.address)
-    try:
-        yield World(base, second, server, client, keys, copies, outputs)
-    finally:
-        client.close()
-        server.stop()
+    # Stopped however the setup ends (node and its workerd would outlive the suite).
+    with contextlib.ExitStack() as stops:
+        stops.callback(second.stop)
+        second.start()
+        for name in copies:
+            second.object_file(keys[name])
         second.stop()
+        for name, path in copies.items():
+            second.replace_file(keys[name], path)
+        second.start()
+
+        server = OurServerProcess(imported_dir, base / "imported-server.log")
+        stops.callback(server.stop)
+        server.start()
+        client = stops.enter_context(SessionsClient(server.address))
+        yield World(base, second, server, client, keys, copies, outputs)
 
 
 # ── 1. upstream → ours ──────────────────────────────────────────────────────────
