@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager, closing
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -257,15 +258,18 @@ def test_slow_opens_keep_to_the_executor_until_they_are_quick_again(
 ) -> None:
     """An open that took long (a cold disk; here a slow check of the file) sends the next opens
     to the executor, where they are still timed: once they are quick again, they run in place.
-    The limit is ten times the server's, so that a loaded machine's opens still count as quick."""
-    limit = 0.05
-    monkeypatch.setattr(registry_module, "INLINE_OPEN_MAX_SECONDS", limit)
+    The registry times opens on a clock of the test's, which only the slow check moves: a
+    loaded machine's real opens, slow now and then, would send some of the later ones over too."""
+    clock = [0.0]
+    monkeypatch.setattr(
+        registry_module, "time", SimpleNamespace(perf_counter=lambda: clock[0], monotonic=time.monotonic)
+    )
     is_ready = schema.is_ready
     slow_once = [True]
 
     def slow_first_check(*args: Any, **kwargs: Any) -> bool:
         if slow_once.pop() if slow_once else False:
-            time.sleep(limit * 20)  # stands in for an open that takes this long
+            clock[0] += registry_module.INLINE_OPEN_MAX_SECONDS * 20  # an open that takes this long
         return is_ready(*args, **kwargs)
 
     async def scenario() -> list[bool]:
