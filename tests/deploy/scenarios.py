@@ -17,6 +17,7 @@ from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
 from sessions_server.domain.placement import Placement
 from sessions_server.storage.paths import object_path
+from tests.conftest import removed_after_passing
 from tests.deploy.support import Proxy, Shard, free_port, retry_transient, text_message, write_ring
 
 # Keys whose percent-encoding differs from the key (space, '/', '+', '&', non-ASCII, emoji).
@@ -38,6 +39,23 @@ class Cluster:
 
     def holders(self, key: str) -> list[Shard]:
         return [shard for shard in self.shards if object_path(shard.data_dir, key).exists()]
+
+
+@contextmanager
+def module_cluster(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    kind: str,
+    *,
+    ring: bool,
+    shard_args: tuple[str, ...] = (),
+) -> Iterator[Cluster]:
+    """A test module's `cluster`, its files removed after it unless one of its tests failed."""
+    with (
+        removed_after_passing(request, tmp_path_factory.mktemp(kind)) as base,
+        cluster(base, kind, ring=ring, shard_args=shard_args) as made,
+    ):
+        yield made
 
 
 @contextmanager

@@ -12,22 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import removed_after_passing
 from tests.deploy import scenarios
 from tests.deploy.scenarios import Cluster
 
 
 @pytest.fixture(scope="module")
 def haproxy_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with (
-        removed_after_passing(request, tmp_path_factory.mktemp("haproxy")) as base,
-        scenarios.cluster(
-            base,
-            "haproxy",
-            ring=False,
-            shard_args=("--require-routing-header", "--max-client-message-bytes", str(scenarios.CLIENT_MESSAGE_LIMIT)),
-        ) as c,
-    ):
+    shard_args = ("--require-routing-header", "--max-client-message-bytes", str(scenarios.CLIENT_MESSAGE_LIMIT))
+    with scenarios.module_cluster(request, tmp_path_factory, "haproxy", ring=False, shard_args=shard_args) as c:
         yield c
 
 

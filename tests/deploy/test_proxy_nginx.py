@@ -15,7 +15,6 @@ import grpc
 import pytest
 
 from sessions_client import SessionsClient, SessionsError
-from tests.conftest import removed_after_passing
 from tests.deploy import scenarios
 from tests.deploy.scenarios import Cluster
 from tests.deploy.support import text_message
@@ -23,15 +22,8 @@ from tests.deploy.support import text_message
 
 @pytest.fixture(scope="module")
 def nginx_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with (
-        removed_after_passing(request, tmp_path_factory.mktemp("nginx")) as base,
-        scenarios.cluster(
-            base,
-            "nginx",
-            ring=True,
-            shard_args=("--max-client-message-bytes", str(scenarios.CLIENT_MESSAGE_LIMIT)),
-        ) as c,
-    ):
+    shard_args = ("--max-client-message-bytes", str(scenarios.CLIENT_MESSAGE_LIMIT))
+    with scenarios.module_cluster(request, tmp_path_factory, "nginx", ring=True, shard_args=shard_args) as c:
         yield c
 
 
