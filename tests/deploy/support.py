@@ -51,7 +51,7 @@ def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now and that no earlier call in this
     process returned, for a server started next.
 
-    It is drawn below the kernel's ephemeral range: a port the kernel hands out (to a client's
+    It is drawn outside the kernel's ephemeral range: a port the kernel hands out (to a client's
     connection, to a bind to port 0) could be taken between this check and the server's bind,
     which a port outside that range cannot, except by another process drawing ports this way.
     A machine whose ephemeral range leaves no port from 20000 up gets one the kernel picks."""

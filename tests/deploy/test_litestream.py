@@ -221,8 +221,8 @@ def test_shutdown_does_not_stall_while_litestream_replicates(tmp_path: Path) -> 
         started = time.monotonic()
         shard.stop()  # SIGTERM: drain, then close every open object
         took = time.monotonic() - started
-        # A close that waited on Litestream's read would take the whole busy timeout; any
-        # shutdown short of it did not (this one is well under a second on a quiet machine).
+        # A close that waited on Litestream's read would take the whole busy timeout; a
+        # shutdown well short of it did not wait.
         stall = BUSY_TIMEOUT_MS / 1000
         assert took < stall * 0.8, f"shutdown took {took:.1f}s with one replicated object open ({stall:.0f}s stall)"
 
