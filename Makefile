@@ -12,6 +12,8 @@ PYTEST_IGNORE := $(if $(HAVE_NODE),,--ignore=tests/conformance)
 # The Python suite in this many processes, a test file to each at a time (module fixtures serve
 # one file): most of its time is spent waiting on servers, timeouts and subprocesses, so two
 # workers on two cores took 858 s where one took 1,330 s. PYTEST_WORKERS=0 runs it in one process.
+# Files go out in collection order (tests/conftest.py puts the long ones first); xdist's own order,
+# most tests first, left a 190-second file of one test to start last.
 PYTEST_WORKERS ?= 2
 
 LITESTREAM_VERSION := v0.5.18
@@ -59,7 +61,7 @@ test-only: test-python test-typescript test-go
 
 test-python: setup
 	$(if $(HAVE_NODE),tests/conformance/oracle/ensure.sh)
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_IGNORE)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_IGNORE)
 
 test-typescript: setup
 	$(if $(HAVE_NODE),clients/typescript/scripts/test.sh,@echo "node >= 20 not found: TypeScript client tests not run")

@@ -14,6 +14,8 @@ import pytest
 from tests.conformance.harness.gen import Generator, RichGenerator, parse_seeds
 from tests.conformance.harness.pair import Pair
 
+pytestmark = pytest.mark.long  # about 95 s: started first (see tests/conftest.py)
+
 SEEDS = parse_seeds(os.environ.get("CONFORMANCE_SEEDS", "1-5"))
 STEPS = int(os.environ.get("CONFORMANCE_STEPS", "30"))
 

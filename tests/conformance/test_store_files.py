@@ -34,6 +34,8 @@ from tests.conformance.harness.oracle import Oracle, OracleProcess
 from tests.conformance.harness.ours import OurServerProcess, import_store
 from tests.conformance.harness.pair import Pair
 
+pytestmark = pytest.mark.long  # about 40 s: started first (see tests/conftest.py)
+
 T0 = 1_600_000_000_000
 NUMBERS = (
     '{"id":"nums","role":"user","parts":[{"type":"text","text":"n"}],'

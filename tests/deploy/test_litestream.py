@@ -30,6 +30,8 @@ from tests.deploy.litestream_support import (
 )
 from tests.deploy.support import Shard, free_port, text_message
 
+pytestmark = pytest.mark.long  # about 90 s: started first (see tests/conftest.py)
+
 OBJECTS = 40
 # Acknowledged writes older than this before the loss must be in the restored shard. Litestream
 # syncs every monitor-interval (1 s) and uploads every sync-interval (1 s): the bound is their sum

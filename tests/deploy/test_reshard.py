@@ -32,6 +32,8 @@ from tests.deploy.resharding import (
 from tests.deploy.support import DEPLOY, Proxy, Shard, free_port, text_message, write_ring
 from tests.security.test_auth_tls import pki as pki  # the CA and certificates: a fixture, used by its name
 
+pytestmark = pytest.mark.long  # about 75 s: started first (see tests/conftest.py)
+
 
 def _reshard_module():  # type: ignore[no-untyped-def]
     spec = importlib.util.spec_from_file_location("reshard", DEPLOY / "reshard.py")

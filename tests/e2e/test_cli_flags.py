@@ -31,6 +31,8 @@ from sessions_server.storage.paths import object_path
 from tests.e2e.conftest import ServerProcess
 from tests.security.test_auth_tls import pki as pki  # the CA and certificates: a fixture, used by its name
 
+pytestmark = pytest.mark.long  # about 50 s: started first (see tests/conftest.py)
+
 # Numeric flags whose help gives 0 a meaning of its own; every other one takes only more than 0.
 ZERO_ALLOWED = {
     "--message-memo-bytes",

@@ -9,10 +9,14 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from sessions_client import SessionsClient, SessionsError
 from sessions_client._common import MAX_RECONNECT_BACKOFF_MS, channel_options
 from sessions_client._retry import DEFAULT_RETRY_POLICY
 from tests.deploy.support import Shard, free_port, text_message
+
+pytestmark = pytest.mark.long  # about 50 s: started first (see tests/conftest.py)
 
 # By then gRPC's uncapped wait between attempts has grown past 16 s (1 s, then x1.6 each, +-20%).
 OUTAGE_SECONDS = 45.0

@@ -51,6 +51,8 @@ from tests.reliability.support import (
     stored_json,
 )
 
+pytestmark = pytest.mark.long  # about 60 s: started first (see tests/conftest.py)
+
 SOAK = os.environ.get("CRASH_SOAK") == "1"
 SEEDS = [int(s) for s in os.environ.get("CRASH_SEEDS", "1,2,3,4,5" if SOAK else "1,2").split(",") if s.strip()]
 KILLS = int(os.environ.get("CRASH_KILLS", "25" if SOAK else "3"))

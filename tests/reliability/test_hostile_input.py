@@ -58,6 +58,8 @@ from sessions_server.storage.paths import object_path
 from sessions_server.transport import handlers
 from tests.reliability.support import SERVING, Server, canonical, check_object_file, health_status, open_file
 
+pytestmark = pytest.mark.long  # about 60 s: started first (see tests/conftest.py)
+
 EXAMPLES = int(os.environ.get("HOSTILE_EXAMPLES", "200"))
 RANDOM = os.environ.get("HOSTILE_RANDOM") == "1"
 SERVICE = pb.DESCRIPTOR.services_by_name["SessionService"]

@@ -43,6 +43,8 @@ from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
 from sessions_server.storage.store import MAX_IDLE_READERS
 from tests.reliability.support import Server, canonical, object_files, routing, stored_json
 
+pytestmark = pytest.mark.long  # about 190 s: started first (see tests/conftest.py)
+
 MANY_OBJECTS = int(os.environ.get("MANY_OBJECTS", "20000"))
 ON_DISK_OBJECTS = min(MANY_OBJECTS, 2_500)
 ROOM_PER_OBJECT = 256 * 1024  # an object file (208 KiB) and its share of directories and WAL
