@@ -984,18 +984,36 @@ def _move_objects(
     tls: TlsConfig | None = None,
     tls_flags: list[str] | None = None,
 ) -> int:
-    """Moves each key in turn; a key that fails is reported and the others still move. Exits 1
-    when any failed, after a summary naming each with its reason."""
+    """Moves each key in turn; a key that fails is reported and the others still move, except
+    after the destination could not be connected to: each of the rest would wait as long for
+    the same answer (10 s a key, hours for a re-shard's run to a shard that is down), so they
+    are reported not attempted. Exits 1 when any failed, after a summary naming each with its
+    reason."""
     from sessions_client import SessionsError
-    from sessions_client.admin import MoveOutcomeUnknown, move_object
+    from sessions_client.admin import DestinationUnreachable, MoveOutcomeUnknown, move_object
 
     failed: list[tuple[str, str]] = []
     with _admin_client(source, token, tls) as src, _admin_client(destination, token, tls) as dst:
-        for key in object_keys:
+        for index, key in enumerate(object_keys):
             try:
                 report = move_object(
                     src, dst, key, destination_name=destination, replace=replace, lease_seconds=lease_seconds
                 )
+            except DestinationUnreachable as exc:
+                reason = _move_failure(source, key, exc, tls_flags or [], tls=tls)
+                failed.append((key, reason))
+                print(f"sessions-server move-object: {key!r} not moved: {reason}", file=sys.stderr, flush=True)
+                rest = object_keys[index + 1 :]
+                if rest:
+                    print(
+                        f"sessions-server move-object: {destination} could not be connected to: the other "
+                        f"{len(rest)} object(s) are not attempted; run this again once it answers",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                skipped = f"{exc.code.name}: not attempted: {destination} could not be connected to for {key!r}"
+                failed += [(other, skipped) for other in rest]
+                break
             except MoveOutcomeUnknown as exc:
                 failed.append((key, f"outcome unknown: {exc.message}"))
                 print(

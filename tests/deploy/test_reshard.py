@@ -319,6 +319,10 @@ def test_reshard_runs_every_group_when_one_cannot_be_reached(tmp_path: Path) -> 
         assert "reshard: 2 move-object run(s) did not move all their objects" in result.stderr
         for source in old:
             assert f"  {source} -> {dead}: a run of 2 objects: move-object exited with 1" in result.stderr
+        # One wait for the dead destination a run, its first key's; the second is not attempted.
+        summary = [line for line in result.stderr.splitlines() if line.startswith("  '")]
+        assert sum(": UNAVAILABLE: the destination could not be connected to within 10 s" in x for x in summary) == 2
+        assert sum(f": UNAVAILABLE: not attempted: {dead} could not be connected to for " in x for x in summary) == 2
         for (source, destination), keys in groups.items():
             for key in keys:
                 if destination == dead:

@@ -21,6 +21,7 @@ from sessions_client._common import routing_metadata
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_server.storage.paths import object_path
 from sessions_server.transport.auth import hash_token
+from tests.deploy.support import free_port
 from tests.e2e.conftest import ServerProcess
 
 
@@ -102,6 +103,44 @@ def test_a_locked_object_is_named_and_the_others_still_move(two_servers: tuple[S
         assert object_path(source.data_dir, "batch/2").exists()
         # The refused move left the other mover's lock alone: it is not this command's to release.
         assert _writes_refused_as_moving(a, "batch/2")
+
+
+def test_a_run_to_a_destination_that_cannot_be_connected_to_stops_at_its_first_object(tmp_path: Path) -> None:
+    """Each key waited the 10 s for the destination again: a re-shard's run to a shard that was
+    down took hours. The rest of the run is reported not attempted; nothing is locked or moved."""
+    source = ServerProcess(tmp_path / "a").start()
+    try:
+        keys = ["down/1", "down/2", "down/3"]
+        with SessionsClient(source.address, retry=None) as a:
+            for key in keys:
+                a.object(key).session().append_message(_text("m1", key))
+            dead = f"127.0.0.1:{free_port()}"  # nothing listens there
+
+            result = _move(source.address, dead, *keys)
+
+            assert result.returncode == 1, result
+            assert "Traceback" not in result.stderr and result.stdout == ""
+            summary = result.stderr.splitlines()
+            assert (
+                f"sessions-server move-object: {dead} could not be connected to: the other 2 object(s) are not "
+                "attempted; run this again once it answers"
+            ) in summary
+            assert (
+                summary[-4]
+                == f"sessions-server move-object: 3 of 3 objects not moved (0 moved) from {source.address} to {dead}:"
+            )
+            assert summary[-3].startswith(
+                "  'down/1': UNAVAILABLE: the destination could not be connected to within 10 s"
+            )
+            assert summary[-2:] == [
+                f"  'down/2': UNAVAILABLE: not attempted: {dead} could not be connected to for 'down/1'",
+                f"  'down/3': UNAVAILABLE: not attempted: {dead} could not be connected to for 'down/1'",
+            ]
+            assert _keys(a) == set(keys)
+            for key in keys:  # not locked: each takes writes at once
+                assert a.object(key).session().append_message(_text("m2", "after")).inserted
+    finally:
+        source.stop()
 
 
 def test_abort_move_releases_the_lock_of_a_move_cut_short_and_the_object_then_moves(

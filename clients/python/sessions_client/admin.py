@@ -203,7 +203,7 @@ def move_object(
     was taken, is released as for any step that fails)."""
     metadata_source = routing_metadata(object_key, source._token)
     metadata_destination = routing_metadata(object_key, destination._token)
-    _check_reachable(destination, object_key, metadata_destination, "destination")  # before the source is locked
+    _check_reachable(destination, object_key, metadata_destination)  # before the source is locked
     export = source._stub.ExportObject(
         pb.ExportObjectRequest(object_key=object_key, lock_for_move=True, lease_seconds=lease_seconds),
         metadata=metadata_source,
@@ -295,8 +295,8 @@ def move_object(
     return MoveReport(object_key, int(imported.size_bytes), int(imported.message_rows), after)
 
 
-def _check_reachable(client: SessionsClient, object_key: str, metadata: typing.Any, role: str) -> None:
-    """Raises UNAVAILABLE when `client`'s server cannot be connected to within
+def _check_reachable(client: SessionsClient, object_key: str, metadata: typing.Any) -> None:
+    """Raises DestinationUnreachable when `client`'s server cannot be connected to within
     REACHABLE_SECONDS: the move then starts nothing (unreachable, the destination's import failed
     after the source was locked, and the error said it might hold a copy to replace). Asked with
     a read that changes nothing; any answer, a refusal included, means the server is there (its
@@ -323,16 +323,16 @@ def _check_reachable(client: SessionsClient, object_key: str, metadata: typing.A
         if failure.code != grpc.StatusCode.UNAVAILABLE or failure.reason:
             return  # an answer: the server is there
         if tls_failed(failure):
-            raise SessionsError(
+            raise DestinationUnreachable(
                 failure.code,
-                f"the {role} could not be connected to ({failure.message}): nothing was moved or locked",
+                f"the destination could not be connected to ({failure.message}): nothing was moved or locked",
                 "",
                 {},
             )
         last = f" ({failure.message})"
-    raise SessionsError(
+    raise DestinationUnreachable(
         grpc.StatusCode.UNAVAILABLE,
-        f"the {role} could not be connected to within {REACHABLE_SECONDS:g} s{last}: nothing was moved or locked",
+        f"the destination could not be connected to within {REACHABLE_SECONDS:g} s{last}: nothing was moved or locked",
         "",
         {},
     )
@@ -443,6 +443,12 @@ def _until_answered(
         if delay is None:
             raise failure from None
         time.sleep(delay)
+
+
+class DestinationUnreachable(SessionsError):
+    """UNAVAILABLE: the move's destination could not be connected to (for REACHABLE_SECONDS,
+    or its TLS handshake failed) before anything was locked or sent: nothing changed. The next
+    move to it would wait as long for the same answer."""
 
 
 class MoveOutcomeUnknown(SessionsError):
