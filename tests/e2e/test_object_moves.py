@@ -276,6 +276,7 @@ def test_a_move_to_a_server_that_cannot_be_reached_locks_nothing(
                 with pytest.raises(SessionsError) as unreachable:
                     move_object(a, b, "k")
                 assert unreachable.value.code == grpc.StatusCode.UNAVAILABLE
+                assert isinstance(unreachable.value, admin.DestinationUnreachable)
                 assert "destination could not be connected to within" in unreachable.value.message
                 assert "nothing was moved or locked" in unreachable.value.message
                 assert "replace" not in unreachable.value.message

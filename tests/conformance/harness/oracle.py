@@ -152,8 +152,15 @@ class OracleProcess:
             args.append("--no-bundle")
         log = open(self.log_path, "ab")  # noqa: SIM115 - kept open for the child's lifetime
         env = {**os.environ, "WRANGLER_SEND_METRICS": "false", "CI": "true"}
+        # A process group of its own: a node that ignores SIGTERM is killed with its workerd.
         self.proc = subprocess.Popen(
-            args, cwd=ORACLE_DIR, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, env=env
+            args,
+            cwd=ORACLE_DIR,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
         )
         log.close()
         assert self.proc.stdout is not None
@@ -190,7 +197,8 @@ class OracleProcess:
             pass
 
     def stop(self) -> None:
-        """SIGTERM to the PID started here (Miniflare disposes workerd), then wait."""
+        """SIGTERM to the PID started here (Miniflare disposes workerd), then wait; after 30 s,
+        SIGKILL to its whole group (killing node alone left workerd running)."""
         proc, self.proc, self.client = self.proc, None, None
         if proc is None:
             return
@@ -199,7 +207,7 @@ class OracleProcess:
             try:
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                proc.kill()
+                os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
 
     def restart(self) -> Oracle:
