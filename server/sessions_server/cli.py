@@ -999,10 +999,18 @@ def _move_objects(
                 report = move_object(
                     src, dst, key, destination_name=destination, replace=replace, lease_seconds=lease_seconds
                 )
-            except DestinationUnreachable as exc:
+            except MoveOutcomeUnknown as exc:
+                failed.append((key, f"outcome unknown: {exc.message}"))
+                print(
+                    f"sessions-server move-object: {key!r}: outcome unknown: {exc.message}", file=sys.stderr, flush=True
+                )
+                continue
+            except SessionsError as exc:
                 reason = _move_failure(source, key, exc, tls_flags or [], tls=tls)
                 failed.append((key, reason))
                 print(f"sessions-server move-object: {key!r} not moved: {reason}", file=sys.stderr, flush=True)
+                if not isinstance(exc, DestinationUnreachable):
+                    continue
                 rest = object_keys[index + 1 :]
                 if rest:
                     print(
@@ -1014,17 +1022,6 @@ def _move_objects(
                 skipped = f"{exc.code.name}: not attempted: {destination} could not be connected to for {key!r}"
                 failed += [(other, skipped) for other in rest]
                 break
-            except MoveOutcomeUnknown as exc:
-                failed.append((key, f"outcome unknown: {exc.message}"))
-                print(
-                    f"sessions-server move-object: {key!r}: outcome unknown: {exc.message}", file=sys.stderr, flush=True
-                )
-                continue
-            except SessionsError as exc:
-                reason = _move_failure(source, key, exc, tls_flags or [], tls=tls)
-                failed.append((key, reason))
-                print(f"sessions-server move-object: {key!r} not moved: {reason}", file=sys.stderr, flush=True)
-                continue
             except _Terminated:
                 # Undone as a failed move is when the stop came before the delete; after it, or
                 # in the undo, what each side holds is for the operator to see.

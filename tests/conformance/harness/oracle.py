@@ -8,6 +8,7 @@ local workerd (Miniflare). `POST /obj/:key/:session/:op` with a JSON body answer
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -207,7 +208,8 @@ class OracleProcess:
             try:
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):  # the whole group ended meanwhile
+                    os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
 
     def restart(self) -> Oracle:
