@@ -985,12 +985,10 @@ def _move_objects(
     tls_flags: list[str] | None = None,
 ) -> int:
     """Moves each key in turn; a key that fails is reported and the others still move, except
-    after the destination could not be connected to: each of the rest would wait as long for
-    the same answer (10 s a key, hours for a re-shard's run to a shard that is down), so they
-    are reported not attempted. Exits 1 when any failed, after a summary naming each with its
-    reason."""
+    after a failure each of the rest would meet again (`_run_stopper`): they are reported not
+    attempted. Exits 1 when any failed, after a summary naming each with its reason."""
     from sessions_client import SessionsError
-    from sessions_client.admin import DestinationUnreachable, MoveOutcomeUnknown, move_object
+    from sessions_client.admin import MoveOutcomeUnknown, move_object
 
     failed: list[tuple[str, str]] = []
     with _admin_client(source, token, tls) as src, _admin_client(destination, token, tls) as dst:
@@ -1009,17 +1007,19 @@ def _move_objects(
                 reason = _move_failure(source, key, exc, tls_flags or [], tls=tls)
                 failed.append((key, reason))
                 print(f"sessions-server move-object: {key!r} not moved: {reason}", file=sys.stderr, flush=True)
-                if not isinstance(exc, DestinationUnreachable):
+                stopper = _run_stopper(exc, source, destination)
+                if stopper is None:
                     continue
+                why, advice = stopper
                 rest = object_keys[index + 1 :]
                 if rest:
                     print(
-                        f"sessions-server move-object: {destination} could not be connected to: the other "
-                        f"{len(rest)} object(s) are not attempted; run this again once it answers",
+                        f"sessions-server move-object: {why}: the other {len(rest)} object(s) are not attempted; "
+                        f"{advice}",
                         file=sys.stderr,
                         flush=True,
                     )
-                skipped = f"{exc.code.name}: not attempted: {destination} could not be connected to for {key!r}"
+                skipped = f"{exc.code.name}: not attempted: {why} for {key!r}"
                 failed += [(other, skipped) for other in rest]
                 break
             except _Terminated:
@@ -1052,6 +1052,24 @@ def _move_objects(
             print(f"  {key!r}: {reason}", file=sys.stderr)
         return 1
     return 0
+
+
+def _run_stopper(exc: Exception, source: str, destination: str) -> tuple[str, str] | None:
+    """Why, and what to do, when every later key of the run would fail as this one did: a
+    destination that could not be connected to (each key would wait the 10 s again: hours for a
+    re-shard's run to a shard that is down), or one that is moving the object away itself (the
+    source by another address, `localhost` for `127.0.0.1`, each key's snapshot taken and sent
+    back for nothing)."""
+    from sessions_client.admin import DestinationUnreachable
+
+    if isinstance(exc, DestinationUnreachable):
+        return f"{destination} could not be connected to", "run this again once it answers"
+    if getattr(exc, "reason", None) == "OBJECT_DEPARTING":
+        return (
+            f"{destination} is moving the object away itself",
+            f"check that --to names another server than --from ({source}), not the same one by another address",
+        )
+    return None
 
 
 def _move_failure(source: str, key: str, exc: Exception, tls_flags: list[str], *, tls: TlsConfig | None) -> str:

@@ -143,6 +143,47 @@ def test_a_run_to_a_destination_that_cannot_be_connected_to_stops_at_its_first_o
         source.stop()
 
 
+def test_a_run_to_the_source_by_another_address_stops_at_its_first_object(tmp_path: Path) -> None:
+    """`--from 127.0.0.1:P --to localhost:P`: the source's import of its own locked snapshot was
+    refused as "being moved; retry shortly", and the advice (release the lock with abort-move,
+    move again) met the same refusal. Now it is named for what it is, the run stops there, and
+    every object takes writes again."""
+    source = ServerProcess(tmp_path / "a").start()
+    try:
+        keys = ["self/1", "self/2", "self/3"]
+        with SessionsClient(source.address, retry=None) as a:
+            for key in keys:
+                a.object(key).session().append_message(_text("m1", key))
+            alias = source.address.replace("127.0.0.1", "localhost")
+
+            result = _move(source.address, alias, *keys)
+
+            assert result.returncode == 1, result
+            assert "Traceback" not in result.stderr and result.stdout == ""
+            summary = result.stderr.splitlines()
+            assert (
+                f"sessions-server move-object: {alias} is moving the object away itself: the other 2 object(s) are "
+                f"not attempted; check that --to names another server than --from ({source.address}), not the same "
+                "one by another address"
+            ) in summary
+            assert summary[-4] == (
+                f"sessions-server move-object: 3 of 3 objects not moved (0 moved) from {source.address} to {alias}:"
+            )
+            assert summary[-3].startswith("  'self/1': FAILED_PRECONDITION: this server is moving the object away")
+            assert summary[-3].endswith("[OBJECT_DEPARTING]")
+            assert "abort-move" not in result.stderr
+            assert summary[-2:] == [
+                f"  '{key}': FAILED_PRECONDITION: not attempted: {alias} is moving the object away itself for 'self/1'"
+                for key in ("self/2", "self/3")
+            ]
+            assert _keys(a) == set(keys)
+            for key in keys:  # the first one's lock released: each takes writes at once
+                assert a.object(key).session().append_message(_text("m2", "after")).inserted
+                assert [m["id"] for m in a.object(key).session().get_history()] == ["m1", "m2"]
+    finally:
+        source.stop()
+
+
 def test_abort_move_releases_the_lock_of_a_move_cut_short_and_the_object_then_moves(
     two_servers: tuple[ServerProcess, ServerProcess],
 ) -> None:

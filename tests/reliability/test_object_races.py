@@ -1187,3 +1187,79 @@ def test_a_write_reaching_the_destination_before_the_source_is_deleted_waits_for
     finally:
         source.stop()
         destination.stop()
+
+
+# ── 9. an import of an object this server is moving away ────────────────────
+
+
+def _import_refusal(
+    stub: pb_grpc.SessionServiceStub, key: str, data: bytes, digest: str, **first: Any
+) -> SessionsError:
+    frames = iter([pb.ImportObjectRequest(object_key=key, data=data, sha256=digest, **first)])
+    return _refusal(lambda: stub.ImportObject(frames, metadata=routing(key), timeout=GUARD_SECONDS))
+
+
+def test_an_object_this_server_is_moving_away_takes_no_import_of_itself(tmp_path: Path) -> None:
+    """A move whose destination is its source under another address (`localhost` for
+    `127.0.0.1`) sent the locked snapshot back to the server it came from. The import was refused
+    UNAVAILABLE / OBJECT_MOVING, "retry shortly", and the mover's advice (release the lock, move
+    again) met the same refusal every time. It is refused for what it is now, and the object and
+    its move lock are left as they were: the move that holds the lock can still end."""
+    server = start_server(tmp_path / "data")
+    key = "moving-to-itself"
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            stub = pb_grpc.SessionServiceStub(channel)
+            _append(stub, key, "m0")
+            request = pb.ExportObjectRequest(object_key=key, lock_for_move=True, lease_seconds=600)
+            frames = list(stub.ExportObject(request, metadata=routing(key), timeout=GUARD_SECONDS))
+            data, digest = b"".join(f.data for f in frames), frames[-1].sha256
+            for first in ({"hold_for_move": True}, {"replace": True}, {"hold_for_move": True, "replace": True}):
+                refused = _import_refusal(stub, key, data, digest, **first)
+                assert (refused.code, refused.reason) == (grpc.StatusCode.FAILED_PRECONDITION, "OBJECT_DEPARTING")
+                assert "this server is moving the object away" in refused.message, refused
+                assert "destination must be another server than its source" in refused.message, refused
+            assert _writes_refused(stub, key)  # the lock holds still
+            assert _scratch_files(tmp_path / "data") == []
+            delete = pb.DeleteObjectRequest(object_key=key, moved_to="elsewhere:1", move_id=frames[-1].move_id)
+            assert stub.DeleteObject(delete, metadata=routing(key), timeout=GUARD_SECONDS).deleted
+    finally:
+        server.stop()
+
+
+def test_an_import_received_before_a_move_lock_does_not_replace_the_object_being_moved(tmp_path: Path) -> None:
+    """An ImportObject admitted before a locked export of the same key, and ending after it, is
+    refused as one that arrives after the lock: installed, it would have replaced the object the
+    move had copied, and the move's delete would have removed what it installed."""
+    data_dir = tmp_path / "data"
+    server = start_server(data_dir)
+    key = "locked-mid-import"
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            stub = pb_grpc.SessionServiceStub(channel)
+            _append(stub, key, "m0")
+            _append(stub, "other", "o0")
+            data, digest = _export(stub, "other")
+            digest_may_go = threading.Event()
+
+            def frames() -> Iterator[pb.ImportObjectRequest]:
+                yield pb.ImportObjectRequest(object_key=key, replace=True, data=data)
+                digest_may_go.wait(GUARD_SECONDS)
+                yield pb.ImportObjectRequest(sha256=digest)
+
+            call = stub.ImportObject.future(frames(), metadata=routing(key), timeout=GUARD_SECONDS)
+            try:
+                _wait(lambda: _received(data_dir, len(data)), "the server received the file")
+                snapshot, _ = _export(stub, key, lock_for_move=True, lease_seconds=600)
+            finally:
+                digest_may_go.set()
+            refused = _refusal(call.result)
+            assert (refused.code, refused.reason) == (grpc.StatusCode.FAILED_PRECONDITION, "OBJECT_DEPARTING")
+            assert "this server is moving the object away" in refused.message, refused
+            assert _writes_refused(stub, key)
+            copy = tmp_path / "snapshot.sqlite"
+            copy.write_bytes(snapshot)
+            assert _message_ids(object_path(data_dir, key)) == _message_ids(copy) == {"m0"}
+            assert _scratch_files(data_dir) == []
+    finally:
+        server.stop()

@@ -32,6 +32,7 @@ const (
 	ReasonFailedPrecondition = "FAILED_PRECONDITION"
 	ReasonObjectNotOwned     = "OBJECT_NOT_OWNED"
 	ReasonObjectMoving       = "OBJECT_MOVING"
+	ReasonSummarizerFailed   = "SUMMARIZER_FAILED"
 	ReasonServerBusy         = "SERVER_BUSY"
 	ReasonObjectExists       = "OBJECT_EXISTS"
 	ReasonSessionChanged     = "SESSION_CHANGED"
@@ -39,7 +40,10 @@ const (
 	// ReasonObjectDamaged comes with codes.DataLoss: the object's file on the server is damaged
 	// (or is not an object file at all) and every call on the object is refused until an
 	// operator restores or erases it. Permanent: never retried.
-	ReasonObjectDamaged      = "OBJECT_DAMAGED"
+	ReasonObjectDamaged = "OBJECT_DAMAGED"
+	// ReasonObjectDeparting comes with codes.FailedPrecondition from an import of an object the
+	// server is moving away: most often a move whose destination is its source by another address.
+	ReasonObjectDeparting    = "OBJECT_DEPARTING"
 	errorDomain              = "sessions.v1"
 	codeUnavailable          = codes.Unavailable
 	streamEndedInsideMessage = "stream ended inside a message (more_pieces was true)"

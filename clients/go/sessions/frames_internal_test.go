@@ -63,17 +63,26 @@ func TestAssembler(t *testing.T) {
 	}
 }
 
-func TestReasonConstantsAreInTheContract(t *testing.T) {
+func TestReasonConstantsAreTheContractsReasons(t *testing.T) {
+	named := map[string]bool{}
 	for _, reason := range []string{
 		ReasonInvalidJSON, ReasonInvalidMessage, ReasonInvalidObjectKey, ReasonInvalidField,
 		ReasonObjectKeyMismatch, ReasonInvalidStream, ReasonDraining, ReasonStorageFailure,
 		ReasonLimitExceeded, ReasonStorageFull, ReasonNotFound, ReasonNoSummarizer,
 		ReasonUnauthenticated, ReasonPermissionDenied, ReasonInternal, ReasonFailedPrecondition,
-		ReasonObjectNotOwned, ReasonObjectMoving, ReasonServerBusy,
+		ReasonObjectNotOwned, ReasonObjectMoving, ReasonSummarizerFailed, ReasonServerBusy,
 		ReasonObjectExists, ReasonSessionChanged, ReasonPlanExpired, ReasonObjectDamaged,
+		ReasonObjectDeparting,
 	} {
+		named[reason] = true
 		if _, ok := pb.ErrorReason_value["ERROR_REASON_"+reason]; !ok {
 			t.Errorf("reason %s is not in the ErrorReason enum", reason)
+		}
+	}
+	for value, name := range pb.ErrorReason_name {
+		reason := strings.TrimPrefix(name, "ERROR_REASON_")
+		if value != 0 && !named[reason] {
+			t.Errorf("the contract's reason %s has no Reason constant", reason)
 		}
 	}
 }

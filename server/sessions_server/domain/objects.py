@@ -270,6 +270,8 @@ class ObjectAdmin:
             lock = self._moving.get(object_key)  # an expired lock stays: a delete then refuses
             # A copy held for a move's end gives way to the next import (a move run again).
             if lock is not None and time.monotonic() < lock.expiry and not (arriving and lock.arrival):
+                if arriving:
+                    raise _moving_away_from_here()
                 if lock.arrival:
                     raise Unavailable(
                         "the object is arriving by a move: this copy takes writes once the move ends; retry shortly",
@@ -689,6 +691,8 @@ class ObjectAdmin:
                         # Kept closed until the file is in place, even if the caller gives up:
                         # a request let in meanwhile would write to the file being replaced.
                         held = self._moving.get(object_key)  # an earlier run's held copy, replaced
+                        if held is not None and not held.arrival and time.monotonic() < held.expiry:
+                            raise _moving_away_from_here()  # locked since the import was admitted
                         earlier = held if held is not None and held.arrival else None
                         kept = earlier.kept if earlier is not None else None
                         if hold_for_move and earlier is None and object_key not in self._moved:
@@ -1172,3 +1176,14 @@ def _lock_lost_mid_export() -> FailedPrecondition:
 
 def _already_here() -> FailedPrecondition:
     return FailedPrecondition("the object already exists here (set replace)", reason="OBJECT_EXISTS")
+
+
+def _moving_away_from_here() -> FailedPrecondition:
+    # Most often a move whose destination is its source under another address (`localhost` for
+    # `127.0.0.1`): told to retry, or to release the lock, it met the same refusal again.
+    return FailedPrecondition(
+        "this server is moving the object away (a move under way here holds its lock), so it takes no copy "
+        "of it meanwhile: a move's destination must be another server than its source, whichever address "
+        "names it",
+        reason="OBJECT_DEPARTING",
+    )

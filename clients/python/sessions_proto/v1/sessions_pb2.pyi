@@ -217,6 +217,12 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     operator acts: restore the file from a backup or replica (ImportObject with replace), or
     erase the object (DeleteObject with erase). A permanent condition: never retry.
     """
+    ERROR_REASON_OBJECT_DEPARTING: _ErrorReason.ValueType  # 25
+    """ImportObject of an object this server is moving away: a locked export's move lock holds it
+    (FAILED_PRECONDITION). Nothing was written. Most often a move whose destination is its
+    source under another address, which no retry mends; else another move of the object from
+    here is under way: import it once that move has ended.
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """The reasons found in google.rpc.ErrorInfo.reason (without the ERROR_REASON_ prefix)."""
@@ -306,6 +312,12 @@ server's data directory). Nothing was written to it (a stream may have sent what
 before it met the damage), and every later call on the object is refused so until an
 operator acts: restore the file from a backup or replica (ImportObject with replace), or
 erase the object (DeleteObject with erase). A permanent condition: never retry.
+"""
+ERROR_REASON_OBJECT_DEPARTING: ErrorReason.ValueType  # 25
+"""ImportObject of an object this server is moving away: a locked export's move lock holds it
+(FAILED_PRECONDITION). Nothing was written. Most often a move whose destination is its
+source under another address, which no retry mends; else another move of the object from
+here is under way: import it once that move has ended.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015
 

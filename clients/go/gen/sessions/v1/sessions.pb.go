@@ -291,6 +291,11 @@ const (
 	// operator acts: restore the file from a backup or replica (ImportObject with replace), or
 	// erase the object (DeleteObject with erase). A permanent condition: never retry.
 	ErrorReason_ERROR_REASON_OBJECT_DAMAGED ErrorReason = 24
+	// ImportObject of an object this server is moving away: a locked export's move lock holds it
+	// (FAILED_PRECONDITION). Nothing was written. Most often a move whose destination is its
+	// source under another address, which no retry mends; else another move of the object from
+	// here is under way: import it once that move has ended.
+	ErrorReason_ERROR_REASON_OBJECT_DEPARTING ErrorReason = 25
 )
 
 // Enum value maps for ErrorReason.
@@ -321,6 +326,7 @@ var (
 		22: "ERROR_REASON_SESSION_CHANGED",
 		23: "ERROR_REASON_PLAN_EXPIRED",
 		24: "ERROR_REASON_OBJECT_DAMAGED",
+		25: "ERROR_REASON_OBJECT_DEPARTING",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":         0,
@@ -348,6 +354,7 @@ var (
 		"ERROR_REASON_SESSION_CHANGED":     22,
 		"ERROR_REASON_PLAN_EXPIRED":        23,
 		"ERROR_REASON_OBJECT_DAMAGED":      24,
+		"ERROR_REASON_OBJECT_DEPARTING":    25,
 	}
 )
 
@@ -6392,7 +6399,7 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"\x06Source\x12\x16\n" +
 	"\x12SOURCE_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rSOURCE_SERVER\x10\x01\x12\x11\n" +
-	"\rSOURCE_CLIENT\x10\x02*\xbf\x06\n" +
+	"\rSOURCE_CLIENT\x10\x02*\xe2\x06\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19ERROR_REASON_INVALID_JSON\x10\x01\x12 \n" +
@@ -6419,7 +6426,8 @@ const file_sessions_v1_sessions_proto_rawDesc = "" +
 	"\x1aERROR_REASON_OBJECT_EXISTS\x10\x15\x12 \n" +
 	"\x1cERROR_REASON_SESSION_CHANGED\x10\x16\x12\x1d\n" +
 	"\x19ERROR_REASON_PLAN_EXPIRED\x10\x17\x12\x1f\n" +
-	"\x1bERROR_REASON_OBJECT_DAMAGED\x10\x18*\x8a\x01\n" +
+	"\x1bERROR_REASON_OBJECT_DAMAGED\x10\x18\x12!\n" +
+	"\x1dERROR_REASON_OBJECT_DEPARTING\x10\x19*\x8a\x01\n" +
 	"\x0fUploadOperation\x12 \n" +
 	"\x1cUPLOAD_OPERATION_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17UPLOAD_OPERATION_APPEND\x10\x01\x12\x1b\n" +
