@@ -1263,3 +1263,44 @@ def test_an_import_received_before_a_move_lock_does_not_replace_the_object_being
             assert _scratch_files(data_dir) == []
     finally:
         server.stop()
+
+
+def test_an_import_received_while_the_object_moved_away_does_not_bring_it_back(tmp_path: Path) -> None:
+    """An ImportObject admitted while the object was here, and ending after a move took it
+    elsewhere: installed, it made this server an owner again beside the move's destination, two
+    copies taking writes. It is refused as any call for an object moved away is, naming where."""
+    data_dir = tmp_path / "data"
+    server = start_server(data_dir)
+    key = "moved-mid-import"
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            stub = pb_grpc.SessionServiceStub(channel)
+            _append(stub, key, "m0")
+            _append(stub, "other", "o0")
+            data, digest = _export(stub, "other")
+            digest_may_go = threading.Event()
+
+            def frames() -> Iterator[pb.ImportObjectRequest]:
+                yield pb.ImportObjectRequest(object_key=key, replace=True, data=data)
+                digest_may_go.wait(GUARD_SECONDS)
+                yield pb.ImportObjectRequest(sha256=digest)
+
+            call = stub.ImportObject.future(frames(), metadata=routing(key), timeout=GUARD_SECONDS)
+            try:
+                _wait(lambda: _received(data_dir, len(data)), "the server received the file")
+                export = pb.ExportObjectRequest(object_key=key, lock_for_move=True, lease_seconds=600)
+                move_id = list(stub.ExportObject(export, metadata=routing(key), timeout=GUARD_SECONDS))[-1].move_id
+                delete = pb.DeleteObjectRequest(object_key=key, moved_to="elsewhere:1", move_id=move_id)
+                assert stub.DeleteObject(delete, metadata=routing(key), timeout=GUARD_SECONDS).deleted
+            finally:
+                digest_may_go.set()
+            refused = _refusal(call.result)
+            assert (refused.code, refused.reason) == (grpc.StatusCode.FAILED_PRECONDITION, "OBJECT_NOT_OWNED")
+            assert refused.metadata.get("owner") == "elsewhere:1", refused
+            assert "while this import was received" in refused.message, refused
+            refused = _refusal(lambda: _append(stub, key, "m1"))
+            assert (refused.code, refused.reason) == (grpc.StatusCode.FAILED_PRECONDITION, "OBJECT_NOT_OWNED")
+            assert not object_path(data_dir, key).exists()
+            assert _scratch_files(data_dir) == []
+    finally:
+        server.stop()

@@ -647,9 +647,10 @@ class ObjectAdmin:
         the hold), restarts included."""
         keys.check_object_key(object_key, max_bytes=self._max_object_key_bytes)
         self.admit(object_key, writing=True, arriving=True)
+        moved_away = object_key in self._moved  # a move back when it is, as the call was admitted
         # A file left by a delete cut short after it was recorded (the key refused since) is no
         # object here: a move back replaces it.
-        replace = replace or object_key in self._moved
+        replace = replace or moved_away
         if not replace and self.is_stored(object_key):
             raise _already_here()  # before the file is sent, not after
         scratch = self.data_dir / datadir.SCRATCH_DIR_NAME
@@ -693,6 +694,15 @@ class ObjectAdmin:
                         held = self._moving.get(object_key)  # an earlier run's held copy, replaced
                         if held is not None and not held.arrival and time.monotonic() < held.expiry:
                             raise _moving_away_from_here()  # locked since the import was admitted
+                        if not moved_away and (owner := self._moved.where(object_key)) is not None:
+                            # Moved away meanwhile: installed, this copy would take writes beside
+                            # the one the move left at its destination.
+                            raise FailedPrecondition(
+                                f"the object was moved to {owner or 'another server'} while this import was "
+                                "received: nothing was installed",
+                                reason="OBJECT_NOT_OWNED",
+                                owner=owner,
+                            )
                         earlier = held if held is not None and held.arrival else None
                         kept = earlier.kept if earlier is not None else None
                         if hold_for_move and earlier is None and object_key not in self._moved:
