@@ -1203,8 +1203,9 @@ def test_an_object_this_server_is_moving_away_takes_no_import_of_itself(tmp_path
     """A move whose destination is its source under another address (`localhost` for
     `127.0.0.1`) sent the locked snapshot back to the server it came from. The import was refused
     UNAVAILABLE / OBJECT_MOVING, "retry shortly", and the mover's advice (release the lock, move
-    again) met the same refusal every time. It is refused for what it is now, and the object and
-    its move lock are left as they were: the move that holds the lock can still end."""
+    again) met the same refusal every time. A move's import (hold_for_move) is refused for what
+    it is now; another import still waits for the move's end, as writes do. The object and its
+    move lock are left as they were: the move that holds the lock can still end."""
     server = start_server(tmp_path / "data")
     key = "moving-to-itself"
     try:
@@ -1214,11 +1215,13 @@ def test_an_object_this_server_is_moving_away_takes_no_import_of_itself(tmp_path
             request = pb.ExportObjectRequest(object_key=key, lock_for_move=True, lease_seconds=600)
             frames = list(stub.ExportObject(request, metadata=routing(key), timeout=GUARD_SECONDS))
             data, digest = b"".join(f.data for f in frames), frames[-1].sha256
-            for first in ({"hold_for_move": True}, {"replace": True}, {"hold_for_move": True, "replace": True}):
+            for first in ({"hold_for_move": True}, {"hold_for_move": True, "replace": True}):
                 refused = _import_refusal(stub, key, data, digest, **first)
                 assert (refused.code, refused.reason) == (grpc.StatusCode.FAILED_PRECONDITION, "OBJECT_DEPARTING")
                 assert "this server is moving the object away" in refused.message, refused
                 assert "destination must be another server than its source" in refused.message, refused
+            refused = _import_refusal(stub, key, data, digest, replace=True)
+            assert (refused.code, refused.reason) == (grpc.StatusCode.UNAVAILABLE, "OBJECT_MOVING"), refused
             assert _writes_refused(stub, key)  # the lock holds still
             assert _scratch_files(tmp_path / "data") == []
             delete = pb.DeleteObjectRequest(object_key=key, moved_to="elsewhere:1", move_id=frames[-1].move_id)
@@ -1227,7 +1230,10 @@ def test_an_object_this_server_is_moving_away_takes_no_import_of_itself(tmp_path
         server.stop()
 
 
-def test_an_import_received_before_a_move_lock_does_not_replace_the_object_being_moved(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("hold_for_move", "reason"), [(False, "OBJECT_MOVING"), (True, "OBJECT_DEPARTING")])
+def test_an_import_received_before_a_move_lock_does_not_replace_the_object_being_moved(
+    tmp_path: Path, hold_for_move: bool, reason: str
+) -> None:
     """An ImportObject admitted before a locked export of the same key, and ending after it, is
     refused as one that arrives after the lock: installed, it would have replaced the object the
     move had copied, and the move's delete would have removed what it installed."""
@@ -1243,7 +1249,7 @@ def test_an_import_received_before_a_move_lock_does_not_replace_the_object_being
             digest_may_go = threading.Event()
 
             def frames() -> Iterator[pb.ImportObjectRequest]:
-                yield pb.ImportObjectRequest(object_key=key, replace=True, data=data)
+                yield pb.ImportObjectRequest(object_key=key, replace=True, data=data, hold_for_move=hold_for_move)
                 digest_may_go.wait(GUARD_SECONDS)
                 yield pb.ImportObjectRequest(sha256=digest)
 
@@ -1254,8 +1260,7 @@ def test_an_import_received_before_a_move_lock_does_not_replace_the_object_being
             finally:
                 digest_may_go.set()
             refused = _refusal(call.result)
-            assert (refused.code, refused.reason) == (grpc.StatusCode.FAILED_PRECONDITION, "OBJECT_DEPARTING")
-            assert "this server is moving the object away" in refused.message, refused
+            assert refused.reason == reason, refused
             assert _writes_refused(stub, key)
             copy = tmp_path / "snapshot.sqlite"
             copy.write_bytes(snapshot)
@@ -1302,5 +1307,233 @@ def test_an_import_received_while_the_object_moved_away_does_not_bring_it_back(t
             assert (refused.code, refused.reason) == (grpc.StatusCode.FAILED_PRECONDITION, "OBJECT_NOT_OWNED")
             assert not object_path(data_dir, key).exists()
             assert _scratch_files(data_dir) == []
+    finally:
+        server.stop()
+
+
+# ── 10. whole-object changes of one key take turns ──────────────────────────
+
+
+def _move_away(stub: pb_grpc.SessionServiceStub, key: str, to: str) -> None:
+    request = pb.ExportObjectRequest(object_key=key, lock_for_move=True, lease_seconds=600)
+    move_id = list(stub.ExportObject(request, metadata=routing(key), timeout=GUARD_SECONDS))[-1].move_id
+    delete = pb.DeleteObjectRequest(object_key=key, moved_to=to, move_id=move_id)
+    assert stub.DeleteObject(delete, metadata=routing(key), timeout=GUARD_SECONDS).deleted
+
+
+@contextlib.contextmanager
+def _import_receiving(
+    stub: pb_grpc.SessionServiceStub, data_dir: Path, key: str, data: bytes, digest: str, **first: Any
+) -> Iterator[grpc.Future]:
+    """ImportObject(`key`) of `data`, admitted and its file received, its digest (the last frame)
+    held back until the block ends: the call, to answer after."""
+    digest_may_go = threading.Event()
+
+    def frames() -> Iterator[pb.ImportObjectRequest]:
+        yield pb.ImportObjectRequest(object_key=key, data=data, **first)
+        digest_may_go.wait(GUARD_SECONDS)
+        yield pb.ImportObjectRequest(sha256=digest)
+
+    call = stub.ImportObject.future(frames(), metadata=routing(key), timeout=GUARD_SECONDS)
+    try:
+        _wait(lambda: _received(data_dir, len(data)), "the server received the file")
+        yield call
+    finally:
+        digest_may_go.set()
+
+
+def test_a_move_delete_during_an_import_install_waits_for_it_and_the_key_stays_refused(tmp_path: Path) -> None:
+    """A DeleteObject naming where the object went, sent while an ImportObject of the key was
+    installing its file, recorded the move under it; the install then forgot that record (an
+    import brings an object back), and the delete removed what it installed: answered deleted,
+    the key was taken again by the next write, restarts included, beside the copy the move left
+    at its destination. The delete now waits for the install, then checks and records."""
+    data_dir = tmp_path / "data"
+    server = start_server(data_dir)
+    key = "deleted-during-install"
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            stub = pb_grpc.SessionServiceStub(channel)
+            _append(stub, key, "m0")
+            _append(stub, "other", "o0")
+            data, digest = _export(stub, "other")
+            with _import_held_at_install(stub, data_dir, key, data, digest, replace=True) as imported:
+                delete = stub.DeleteObject.future(
+                    pb.DeleteObjectRequest(object_key=key, moved_to="elsewhere:1"),
+                    metadata=routing(key),
+                    timeout=GUARD_SECONDS,
+                )
+                _wait(lambda: _in_flight(server) == 2, "the delete reached the server")
+                _health_check(channel)  # the delete went as far as it goes without waiting
+                assert not delete.done()
+                moved = data_dir / "MOVED"
+                assert not moved.exists() or b"elsewhere:1" not in moved.read_bytes()
+            assert imported.result(timeout=GUARD_SECONDS).message_rows == 1
+            assert delete.result(timeout=GUARD_SECONDS).deleted
+            refused = _refusal(lambda: _append(stub, key, "after"))
+            assert (refused.code, refused.reason) == (grpc.StatusCode.FAILED_PRECONDITION, "OBJECT_NOT_OWNED")
+            assert not object_path(data_dir, key).exists()
+    finally:
+        server.stop()
+    server = start_server(data_dir)
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            stub = pb_grpc.SessionServiceStub(channel)
+            refused = _refusal(lambda: _append(stub, key, "after-restart"))
+            assert (refused.reason, refused.metadata.get("owner")) == ("OBJECT_NOT_OWNED", "elsewhere:1")
+    finally:
+        server.stop()
+
+
+def test_an_erase_sent_as_a_held_import_begins_its_install_leaves_the_held_copy(tmp_path: Path) -> None:
+    """An erase admitted after an ImportObject with hold_for_move had closed the object for its
+    install, but before it took its hold, waited for the install, then removed the copy the
+    import had just answered as installed and held: the hold stayed over nothing, and the move
+    that released it after deleting its source had lost the object. The erase now has its turn
+    after the install and is refused as for any object arriving by a move."""
+    data_dir = tmp_path / "data"
+    server = start_server(data_dir, max_open_objects=1)
+    key = "erased-as-it-arrives"
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            stub = pb_grpc.SessionServiceStub(channel)
+            _append(stub, "source", "moved-0")
+            data, digest = _export(stub, "source")  # the object a move brings here
+            _append(stub, key, "local-0")  # this server's own object under the key
+            other_writer = sqlite3.connect(object_path(data_dir, key), isolation_level=None, timeout=0)
+            try:
+                # One write that meets another connection's lock teaches the store to wait for
+                # locks, so that its close on eviction waits for that lock too.
+                other_writer.execute("BEGIN IMMEDIATE")
+                waited = _append_call(stub, key, "local-1")
+                _wait(lambda: _in_flight(server) == 1, "the append reached the server")
+                _health_check(channel)
+                other_writer.execute("ROLLBACK")
+                waited.result()
+                ended = threading.Event()  # a subscriber's stream ends as a `closed` block begins
+                subscription = stub.Subscribe(
+                    pb.SubscribeRequest(object_key=key), metadata=routing(key), timeout=3 * GUARD_SECONDS
+                )
+
+                def read_to_the_end() -> None:
+                    with contextlib.suppress(grpc.RpcError):
+                        for _ in subscription:
+                            pass
+                    ended.set()
+
+                threading.Thread(target=read_to_the_end, daemon=True).start()
+                other_writer.execute("BEGIN IMMEDIATE")
+                assert _sessions(stub, "source") == [("s", 1)]  # evicts `key`: its close waits for the lock
+                first = pb.ImportObjectRequest(
+                    object_key=key, replace=True, hold_for_move=True, data=data, sha256=digest
+                )
+                imported = stub.ImportObject.future(iter([first]), metadata=routing(key), timeout=3 * GUARD_SECONDS)
+                _wait(ended.is_set, "the import's install closed the object")
+                erase = stub.DeleteObject.future(
+                    pb.DeleteObjectRequest(object_key=key, erase=True), metadata=routing(key), timeout=3 * GUARD_SECONDS
+                )
+                _wait(lambda: _in_flight(server) == 2, "the erase reached the server")
+                _health_check(channel)
+                assert not imported.done() and not erase.done()
+            finally:
+                other_writer.close()
+            hold = imported.result(timeout=GUARD_SECONDS).move_id
+            refused = _refusal(lambda: erase.result(timeout=GUARD_SECONDS))
+            assert (refused.code, refused.reason) == (grpc.StatusCode.UNAVAILABLE, "OBJECT_MOVING"), refused
+            assert _stored(stub, key, "moved-0")
+            release = pb.AbortMoveRequest(object_key=key)  # the mover, its source deleted
+            assert stub.AbortMove(release, metadata=routing(key), timeout=GUARD_SECONDS).was_arrival_hold
+            _append(stub, key, "after-the-move")
+            assert _sessions(stub, key) == [("s", 2)] and hold
+    finally:
+        server.stop()
+
+
+def test_an_import_admitted_while_the_object_was_away_does_not_replace_it_back_here(tmp_path: Path) -> None:
+    """An import admitted while the object was moved away took itself for a move back, which
+    replaces what a move left here. Brought back meanwhile by another import, the object took
+    writes; the first import's install then replaced it without `replace`, and the write
+    acknowledged meanwhile was lost. It is now refused as any import without `replace` over a
+    stored object is."""
+    data_dir = tmp_path / "data"
+    server = start_server(data_dir)
+    key = "brought-back-meanwhile"
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            stub = pb_grpc.SessionServiceStub(channel)
+            _append(stub, key, "m0")
+            snapshot = _export(stub, key)
+            _append(stub, "stale", "x0")
+            stale = _export(stub, "stale")
+            _move_away(stub, key, "elsewhere:1")
+            with _import_receiving(stub, data_dir, key, *stale) as early:
+                back = iter([pb.ImportObjectRequest(object_key=key, data=snapshot[0], sha256=snapshot[1])])
+                stub.ImportObject(back, metadata=routing(key), timeout=GUARD_SECONDS)
+                _append(stub, key, "acknowledged")
+            refused = _refusal(lambda: early.result(timeout=GUARD_SECONDS))
+            assert (refused.code, refused.reason) == (grpc.StatusCode.FAILED_PRECONDITION, "OBJECT_EXISTS"), refused
+            assert _stored(stub, key, "acknowledged") and not _stored(stub, key, "x0")
+    finally:
+        server.stop()
+
+
+def test_an_import_admitted_while_the_object_was_away_is_refused_once_it_left_again(tmp_path: Path) -> None:
+    """Brought back and moved away again (to elsewhere:2) while an import admitted in its first
+    absence arrived: installed, that import forgot the second move, and this server took writes
+    beside elsewhere:2. It is refused naming where the object is now."""
+    data_dir = tmp_path / "data"
+    server = start_server(data_dir)
+    key = "away-again"
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            stub = pb_grpc.SessionServiceStub(channel)
+            _append(stub, key, "m0")
+            snapshot = _export(stub, key)
+            _append(stub, "stale", "x0")
+            stale = _export(stub, "stale")
+            _move_away(stub, key, "elsewhere:1")
+            with _import_receiving(stub, data_dir, key, *stale, replace=True) as early:
+                back = iter([pb.ImportObjectRequest(object_key=key, data=snapshot[0], sha256=snapshot[1])])
+                stub.ImportObject(back, metadata=routing(key), timeout=GUARD_SECONDS)
+                _move_away(stub, key, "elsewhere:2")
+            refused = _refusal(lambda: early.result(timeout=GUARD_SECONDS))
+            assert (refused.code, refused.reason) == (grpc.StatusCode.FAILED_PRECONDITION, "OBJECT_NOT_OWNED")
+            assert refused.metadata.get("owner") == "elsewhere:2", refused
+            refused = _refusal(lambda: _append(stub, key, "second-owner"))
+            assert (refused.reason, refused.metadata.get("owner")) == ("OBJECT_NOT_OWNED", "elsewhere:2")
+            assert _scratch_files(data_dir) == []
+    finally:
+        server.stop()
+
+
+def test_a_held_import_over_an_object_another_process_has_locked_is_refused_unchanged(tmp_path: Path) -> None:
+    """A move's import over an object taking writes here keeps a copy of it, put back if the move
+    fails. While another process (a backup, a replicator) held the file's lock, the copy's read
+    timed out, was taken for a damaged file (nothing to keep), and the import went on: when the
+    move then failed, nothing was put back, and the object's acknowledged writes were gone. The
+    import is now refused as a storage failure, with the object as it was."""
+    data_dir = tmp_path / "data"
+    server = start_server(data_dir, max_open_objects=1)
+    key = "locked-by-a-backup"
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            stub = pb_grpc.SessionServiceStub(channel)
+            _append(stub, "source", "moved-0")
+            data, digest = _export(stub, "source")
+            _append(stub, key, "acknowledged")
+            assert _sessions(stub, "source") == [("s", 1)]  # evicts `key`: closed, its file free to lock
+            with closed_file_locked(object_path(data_dir, key), guard_seconds=GUARD_SECONDS):
+                first = pb.ImportObjectRequest(
+                    object_key=key, replace=True, hold_for_move=True, data=data, sha256=digest
+                )
+                refused = _refusal(
+                    lambda: stub.ImportObject(iter([first]), metadata=routing(key), timeout=GUARD_SECONDS)
+                )
+            assert (refused.code, refused.reason) == (grpc.StatusCode.UNAVAILABLE, "STORAGE_FAILURE"), refused
+            assert "nothing was imported" in refused.message
+            assert "move_id" not in refused.metadata
+            _append(stub, key, "after")  # not held: it takes writes
+            assert _stored(stub, key, "acknowledged") and not _stored(stub, key, "moved-0")
+            assert not (data_dir / "held").exists() or not list((data_dir / "held").iterdir())
     finally:
         server.stop()

@@ -41,8 +41,8 @@ const (
 	// (or is not an object file at all) and every call on the object is refused until an
 	// operator restores or erases it. Permanent: never retried.
 	ReasonObjectDamaged = "OBJECT_DAMAGED"
-	// ReasonObjectDeparting comes with codes.FailedPrecondition from an import of an object the
-	// server is moving away: most often a move whose destination is its source by another address.
+	// ReasonObjectDeparting comes with codes.FailedPrecondition from a move's import of an object
+	// the server is moving away: most often a move whose destination is its source by another address.
 	ReasonObjectDeparting    = "OBJECT_DEPARTING"
 	errorDomain              = "sessions.v1"
 	codeUnavailable          = codes.Unavailable

@@ -100,6 +100,15 @@ class MoveRelease:
     arrival: bool
 
 
+class _KeyTurn:
+    """The turns of one key's whole-object changes (`ObjectAdmin._changes_of`), and how many
+    hold or await one: the last lets the key's entry go."""
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.waiting = 0
+
+
 @dataclass(slots=True, eq=False)
 class _MoveLock:
     """A locked export's hold on its object: writes are refused until `expiry` (monotonic
@@ -187,6 +196,7 @@ class ObjectAdmin:
         self._aborted: set[str] = set()
         # The exports under way, by object: an erase ends them (`_ExportCut`).
         self._exports: dict[str, set[_ExportCut]] = {}
+        self._changing: dict[str, _KeyTurn] = {}  # `_changes_of`
         self._moved = MovedObjects(registry.data_dir)
         self._arrivals = Arrivals(registry.data_dir)
         for key, arrival in self._arrivals.held().items():  # held across the restart
@@ -270,14 +280,31 @@ class ObjectAdmin:
             lock = self._moving.get(object_key)  # an expired lock stays: a delete then refuses
             # A copy held for a move's end gives way to the next import (a move run again).
             if lock is not None and time.monotonic() < lock.expiry and not (arriving and lock.arrival):
-                if arriving:
-                    raise _moving_away_from_here()
                 if lock.arrival:
                     raise Unavailable(
                         "the object is arriving by a move: this copy takes writes once the move ends; retry shortly",
                         reason="OBJECT_MOVING",
                     )
                 raise Unavailable("the object is being moved; retry shortly", reason="OBJECT_MOVING")
+
+    @contextlib.asynccontextmanager
+    async def _changes_of(self, object_key: str) -> AsyncIterator[None]:
+        """One change of a whole object at a time (an import's install, a delete, an erase, an
+        AbortMove), each checking the object's state once it has its turn: one that checked
+        first and then waited (for a file to arrive, for calls to end) acted on a state another
+        had changed meanwhile (a delete's record forgotten by an import installed under it, an
+        import's held copy erased)."""
+        turn = self._changing.get(object_key)
+        if turn is None:
+            turn = self._changing[object_key] = _KeyTurn()
+        turn.waiting += 1
+        try:
+            async with turn.lock:
+                yield
+        finally:
+            turn.waiting -= 1
+            if not turn.waiting:
+                del self._changing[object_key]
 
     async def list_keys(self, page_size: int, page_token: str) -> tuple[list[str], str]:
         size = limits.page_size(page_size, default=DEFAULT_PAGE_SIZE, maximum=MAX_PAGE_SIZE)
@@ -646,12 +673,10 @@ class ObjectAdmin:
         refuses writes until the mover releases it (`abort_move`) or drops it (`erase` naming
         the hold), restarts included."""
         keys.check_object_key(object_key, max_bytes=self._max_object_key_bytes)
+        self._check_not_departing(object_key, hold_for_move)
         self.admit(object_key, writing=True, arriving=True)
-        moved_away = object_key in self._moved  # a move back when it is, as the call was admitted
-        # A file left by a delete cut short after it was recorded (the key refused since) is no
-        # object here: a move back replaces it.
-        replace = replace or moved_away
-        if not replace and self.is_stored(object_key):
+        admitted = self._moved_record(object_key)
+        if not (replace or admitted is not None) and self.is_stored(object_key):
             raise _already_here()  # before the file is sent, not after
         scratch = self.data_dir / datadir.SCRATCH_DIR_NAME
         scratch.mkdir(parents=True, exist_ok=True)
@@ -688,21 +713,11 @@ class ObjectAdmin:
                 kept_bytes = self._bytes_to_keep(object_key) if hold_for_move else 0
                 rewrite_bytes = 0 if await asyncio.to_thread(files.has_server_pages, partial) else size
                 with self._room.reserved_for(size + rewrite_bytes + kept_bytes, "installing the received file"):
-                    async with self._registry.closed(object_key):
+                    async with self._changes_of(object_key), self._registry.closed(object_key):
                         # Kept closed until the file is in place, even if the caller gives up:
                         # a request let in meanwhile would write to the file being replaced.
+                        replace = self._check_arrival(object_key, admitted, replace, hold_for_move)
                         held = self._moving.get(object_key)  # an earlier run's held copy, replaced
-                        if held is not None and not held.arrival and time.monotonic() < held.expiry:
-                            raise _moving_away_from_here()  # locked since the import was admitted
-                        if not moved_away and (owner := self._moved.where(object_key)) is not None:
-                            # Moved away meanwhile: installed, this copy would take writes beside
-                            # the one the move left at its destination.
-                            raise FailedPrecondition(
-                                f"the object was moved to {owner or 'another server'} while this import was "
-                                "received: nothing was installed",
-                                reason="OBJECT_NOT_OWNED",
-                                owner=owner,
-                            )
                         earlier = held if held is not None and held.arrival else None
                         kept = earlier.kept if earlier is not None else None
                         if hold_for_move and earlier is None and object_key not in self._moved:
@@ -780,6 +795,46 @@ class ObjectAdmin:
         finally:
             partial.unlink(missing_ok=True)
         return size, rows, hold
+
+    def _moved_record(self, object_key: str) -> tuple[str, str] | None:
+        """Where the object was moved away to, and by which lock; None while it is here."""
+        if object_key not in self._moved:
+            return None
+        return self._moved.where(object_key) or "", self._moved.move_id(object_key)
+
+    def _check_not_departing(self, object_key: str, for_move: bool) -> None:
+        """Refuses a move's import (`for_move`) of an object this server is moving away: most
+        often a move whose destination is its source under another address (`localhost` for
+        `127.0.0.1`), which, refused as moving ("retry shortly", or release the lock and move
+        again), met the same refusal every time. Another import waits for that move's end, as
+        writes do (`admit`)."""
+        lock = self._moving.get(object_key)
+        if for_move and lock is not None and not lock.arrival and time.monotonic() < lock.expiry:
+            raise _moving_away_from_here()
+
+    def _check_arrival(
+        self, object_key: str, admitted: tuple[str, str] | None, replace: bool, for_move: bool
+    ) -> bool:
+        """Checks again, as an import's install has its turn, what its admission checked before
+        its file arrived. Raises when the object is being moved away from here (OBJECT_DEPARTING,
+        or OBJECT_MOVING for an import that is not a move's) or went elsewhere since
+        (OBJECT_NOT_OWNED: installed, this copy would take writes beside the one the move left
+        at its destination). Returns whether the install replaces a file here: asked to, or what
+        is here is what a move away left (a move back), as it still is (an object brought back
+        meanwhile takes writes: not replaced unless asked)."""
+        self._check_not_departing(object_key, for_move)
+        self.admit(object_key, writing=True, arriving=True)
+        now = self._moved_record(object_key)
+        if now is not None and now != admitted:
+            raise FailedPrecondition(
+                f"the object was moved to {now[0] or 'another server'} while this import was received: "
+                "nothing was installed",
+                reason="OBJECT_NOT_OWNED",
+                owner=now[0],
+            )
+        # A file left by a delete cut short after it was recorded (the key refused since) is no
+        # object here: a move back replaces it.
+        return replace or now is not None
 
     def _held_install_failed(self, object_key: str, hold: str, exc: OSError | StorageError) -> SessionsError:
         """The answer to a storage failure after a move's copy was installed and held: the
@@ -896,6 +951,10 @@ class ObjectAdmin:
         """Releases a move lock, or a move's hold on its arrival (unless `source_lock_only`:
         refused then, changing nothing)."""
         keys.check_object_key(object_key, max_bytes=self._max_object_key_bytes)
+        async with self._changes_of(object_key):
+            return await self._abort_move(object_key, source_lock_only)
+
+    async def _abort_move(self, object_key: str, source_lock_only: bool) -> MoveRelease:
         self.admit(object_key, writing=False)
         lock = self._moving.get(object_key)
         if source_lock_only and lock is not None and lock.arrival:
@@ -928,8 +987,12 @@ class ObjectAdmin:
         keys.check_object_key(object_key, max_bytes=self._max_object_key_bytes)
         if moved_to:
             raise InvalidArgument("an erased object goes nowhere: leave moved_to empty", field="moved_to")
-        if move_id:
-            return await self._drop_arrival(object_key, move_id)
+        async with self._changes_of(object_key):
+            if move_id:
+                return await self._drop_arrival(object_key, move_id)
+            return await self._erase(object_key)
+
+    async def _erase(self, object_key: str) -> bool:
         self.admit(object_key, writing=True)
         self._aborted.discard(object_key)
         # An expired lock: no move can end in a delete now.
@@ -995,6 +1058,10 @@ class ObjectAdmin:
         keys.check_object_key(object_key, max_bytes=self._max_object_key_bytes)
         # Kept for good (MOVED, read at every start) and quoted in every refusal: an address.
         check_size(moved_to, MAX_MOVED_TO_BYTES, "moved_to", "max_moved_to_bytes", "moved_to")
+        async with self._changes_of(object_key):
+            return await self._delete(object_key, moved_to, move_id)
+
+    async def _delete(self, object_key: str, moved_to: str, move_id: str) -> bool:
         if self._placement is not None:
             self._placement.check(object_key)
         lock = self._moving.get(object_key)
@@ -1189,8 +1256,6 @@ def _already_here() -> FailedPrecondition:
 
 
 def _moving_away_from_here() -> FailedPrecondition:
-    # Most often a move whose destination is its source under another address (`localhost` for
-    # `127.0.0.1`): told to retry, or to release the lock, it met the same refusal again.
     return FailedPrecondition(
         "this server is moving the object away (a move under way here holds its lock), so it takes no copy "
         "of it meanwhile: a move's destination must be another server than its source, whichever address "

@@ -35,6 +35,7 @@ from sessions_server.storage.rows import (
     StorageError,
     damage_or_failure,
     has_message_fields,
+    is_damage,
     shortened,
 )
 
@@ -502,9 +503,11 @@ def keep_copy(source: Path, directory: Path) -> Path | None:
     except ObjectDamaged:
         return None
     except sqlite3.DatabaseError as exc:
-        if getattr(exc, "sqlite_errorcode", 0) & 0xFF in _STORAGE_FAILURES:
-            raise StorageError(f"the object could not be copied, nothing was imported: {exc}", cause=exc) from exc
-        return None
+        # Only damage leaves nothing to keep: a file another process holds locked (a backup, a
+        # replicator) was taken for one, and the object it replaced was lost if the move failed.
+        if is_damage(exc):
+            return None
+        raise StorageError(f"the object could not be copied, nothing was imported: {exc}", cause=exc) from exc
     try:
         with copy.open("rb") as written:
             os.fsync(written.fileno())

@@ -218,10 +218,11 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     erase the object (DeleteObject with erase). A permanent condition: never retry.
     """
     ERROR_REASON_OBJECT_DEPARTING: _ErrorReason.ValueType  # 25
-    """ImportObject of an object this server is moving away: a locked export's move lock holds it
-    (FAILED_PRECONDITION). Nothing was written. Most often a move whose destination is its
-    source under another address, which no retry mends; else another move of the object from
-    here is under way: import it once that move has ended.
+    """A move's ImportObject (hold_for_move) of an object this server is moving away: a locked
+    export's move lock holds it (FAILED_PRECONDITION). Nothing was written. Most often a move
+    whose destination is its source under another address, which no retry mends; else another
+    move of the object from here is under way. (Another import is refused UNAVAILABLE,
+    OBJECT_MOVING, until that move ends, as writes are.)
     """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
@@ -314,10 +315,11 @@ operator acts: restore the file from a backup or replica (ImportObject with repl
 erase the object (DeleteObject with erase). A permanent condition: never retry.
 """
 ERROR_REASON_OBJECT_DEPARTING: ErrorReason.ValueType  # 25
-"""ImportObject of an object this server is moving away: a locked export's move lock holds it
-(FAILED_PRECONDITION). Nothing was written. Most often a move whose destination is its
-source under another address, which no retry mends; else another move of the object from
-here is under way: import it once that move has ended.
+"""A move's ImportObject (hold_for_move) of an object this server is moving away: a locked
+export's move lock holds it (FAILED_PRECONDITION). Nothing was written. Most often a move
+whose destination is its source under another address, which no retry mends; else another
+move of the object from here is under way. (Another import is refused UNAVAILABLE,
+OBJECT_MOVING, until that move ends, as writes are.)
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015
 

@@ -291,10 +291,11 @@ const (
 	// operator acts: restore the file from a backup or replica (ImportObject with replace), or
 	// erase the object (DeleteObject with erase). A permanent condition: never retry.
 	ErrorReason_ERROR_REASON_OBJECT_DAMAGED ErrorReason = 24
-	// ImportObject of an object this server is moving away: a locked export's move lock holds it
-	// (FAILED_PRECONDITION). Nothing was written. Most often a move whose destination is its
-	// source under another address, which no retry mends; else another move of the object from
-	// here is under way: import it once that move has ended.
+	// A move's ImportObject (hold_for_move) of an object this server is moving away: a locked
+	// export's move lock holds it (FAILED_PRECONDITION). Nothing was written. Most often a move
+	// whose destination is its source under another address, which no retry mends; else another
+	// move of the object from here is under way. (Another import is refused UNAVAILABLE,
+	// OBJECT_MOVING, until that move ends, as writes are.)
 	ErrorReason_ERROR_REASON_OBJECT_DEPARTING ErrorReason = 25
 )
 

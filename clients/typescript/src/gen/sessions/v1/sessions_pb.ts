@@ -3400,10 +3400,11 @@ export enum ErrorReason {
   OBJECT_DAMAGED = 24,
 
   /**
-   * ImportObject of an object this server is moving away: a locked export's move lock holds it
-   * (FAILED_PRECONDITION). Nothing was written. Most often a move whose destination is its
-   * source under another address, which no retry mends; else another move of the object from
-   * here is under way: import it once that move has ended.
+   * A move's ImportObject (hold_for_move) of an object this server is moving away: a locked
+   * export's move lock holds it (FAILED_PRECONDITION). Nothing was written. Most often a move
+   * whose destination is its source under another address, which no retry mends; else another
+   * move of the object from here is under way. (Another import is refused UNAVAILABLE,
+   * OBJECT_MOVING, until that move ends, as writes are.)
    *
    * @generated from enum value: ERROR_REASON_OBJECT_DEPARTING = 25;
    */
