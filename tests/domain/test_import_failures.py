@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -20,8 +21,9 @@ import pytest
 from sessions_server.domain import imports
 from sessions_server.domain.errors import SessionsError
 from sessions_server.domain.service import SessionsService
+from sessions_server.storage.paths import object_path
 from sessions_server.storage.registry import ObjectRegistry
-from sessions_server.storage.rows import StorageError
+from sessions_server.storage.rows import Parent, StorageError
 
 
 def _message(message_id: str) -> str:
@@ -86,3 +88,74 @@ def test_an_import_whose_written_messages_were_deleted_meanwhile_stops(tmp_path:
         "(ids stored are skipped)"
     )
     assert stored == []
+
+
+def _stored(service: SessionsService, ids: list[str]) -> Any:
+    async def stored() -> list[str]:
+        return [message_id for message_id in ids if await service.get_message("o", "", message_id)]
+
+    return stored()
+
+
+@pytest.mark.parametrize("written_again", [False, True])
+def test_an_import_stops_when_a_message_it_wrote_chunks_before_is_deleted(tmp_path: Path, written_again: bool) -> None:
+    """Only the chunk written just before was checked: a message deleted from an earlier chunk
+    went unseen, and the next messages were stored under it, gone (or under another call's
+    message of the same id, written since), the import answered OK."""
+
+    async def run() -> tuple[str, list[str], str | None]:
+        service = SessionsService(ObjectRegistry(tmp_path, ThreadPoolExecutor(max_workers=2)))
+        try:
+            with pytest.raises(SessionsError) as failure:
+                async with service.importer("o", "") as importer:
+                    await importer.add(_message("a"), None, 1)
+                    await asyncio.wait(importer._pending)
+                    await importer.add(_message("b"), "a", 1)
+                    await asyncio.wait(importer._pending)  # a and b stored, in chunks of their own
+                    assert await service.delete("o", "", ["a"]) == 1
+                    if written_again:  # another call's message, under the same id
+                        await service.append("o", "", _message("a"), Parent.auto(), from_client=True)
+                    await importer.add(_message("c"), "a", 1)
+            parent = await service.get_message("o", "", "a")
+            return failure.value.reason, await _stored(service, ["a", "b", "c"]), parent and parent.info.parent_id
+        finally:
+            await service.registry.close_all()
+
+    reason, stored, parent_of_a = asyncio.run(run())
+    assert reason == "FAILED_PRECONDITION"
+    assert stored == (["a", "b"] if written_again else ["b"])
+    assert parent_of_a == ("b" if written_again else None)  # the other call's a, appended after b
+
+
+@pytest.mark.parametrize("parent", ["a", None])
+def test_a_chunk_queued_behind_one_that_stopped_the_import_writes_nothing(tmp_path: Path, parent: str | None) -> None:
+    """The stopping chunk here holds only an id stored before (skipped, as in an import sent
+    again); the chunk queued behind it found that id stored and wrote its messages, after the
+    import had answered that it stopped before them."""
+
+    async def run() -> tuple[str, list[str]]:
+        service = SessionsService(ObjectRegistry(tmp_path, ThreadPoolExecutor(max_workers=2)))
+        try:
+            await service.append("o", "", _message("p"), Parent.auto(), from_client=True)
+            with pytest.raises(SessionsError) as failure:
+                async with service.importer("o", "") as importer:
+                    await importer.add(_message("a"), "p", 1)
+                    await asyncio.wait(importer._pending)
+                    assert await service.delete("o", "", ["a"]) == 1
+                    other = sqlite3.connect(object_path(tmp_path, "o"), isolation_level=None, timeout=0)
+                    try:
+                        other.execute("BEGIN IMMEDIATE")  # the next chunks wait for the file's lock
+                        await importer.add(_message("p"), None, 1)  # stored already: skipped
+                        queued = [f"c{index}" for index in range(imports.IMPORT_CHUNK_MESSAGES)]
+                        for message_id in queued:  # a chunk of its own, queued behind that one
+                            await importer.add(_message(message_id), parent, 1)
+                        assert len(importer._pending) == 2
+                    finally:
+                        other.close()
+            return failure.value.reason, await _stored(service, ["a", "p", "c0", "c63"])
+        finally:
+            await service.registry.close_all()
+
+    reason, stored = asyncio.run(run())
+    assert reason == "FAILED_PRECONDITION"
+    assert stored == ["p"]

@@ -59,9 +59,11 @@ class Importer:
     message that does not fit waits, before it is parsed, for the writes before it, so a larger
     one is the only message the import holds. Whatever was received before a failure is still
     written (`finish`): the import is not all or nothing. Nothing after a failed write is: each
-    chunk's job first checks that the chunk before it is stored (in the same transaction, or
-    committed), so a chunk queued behind one that fails writes nothing, whatever commits take
-    them, and the import answers the first failure. The object is opened (and so created) by
+    chunk's job first checks (`_may_write`, in its own transaction) that no chunk before it
+    stopped or failed, that the chunk before it is stored, and that the parents it names which
+    this import wrote are still those messages, so a chunk queued behind one that fails writes
+    nothing, whatever commits take them, none is written under a message of this import that
+    another call deleted, and the import answers the first failure. The object is opened (and so created) by
     the first valid message: an import refused before any, or one that carried none, changes
     nothing."""
 
@@ -73,6 +75,11 @@ class Importer:
         self._chunk = _ImportChunk()
         self._pending: list[asyncio.Future[list[bool] | None]] = []
         self._submitted_ids: tuple[str, ...] = ()  # the ids of the chunk submitted last
+        self._chunks_submitted = 0
+        # Noted by the writes themselves, in the order they run: the seq of each message this
+        # import wrote, and the first chunk whose write stopped the import or failed.
+        self._written: dict[str, int] = {}
+        self._stopped_at: int | None = None
         self.pending_bytes = 0  # UTF-8 bytes of the messages taken and not yet done with (written or not)
         self._stopped = False  # a write failed: nothing more is submitted
         self._reported = False  # its failure was raised
@@ -216,14 +223,21 @@ class Importer:
         session_id, store = self._session_id, self._store
         assert store is not None  # opened by the chunk's first message
         before, self._submitted_ids = self._submitted_ids, tuple(dict.fromkeys(row.id for row in chunk.rows))
+        index, self._chunks_submitted = self._chunks_submitted, self._chunks_submitted + 1
 
         def run(ctx: WriteContext) -> list[bool] | None:
-            if before and not queries.all_exist(ctx.conn, session_id, before):
-                return None  # the chunk before is not stored: nothing after it may be
+            if not self._may_write(ctx, index, before, chunk.parents):
+                self._stop_at(index)
+                return None
             # New rows only, as appends: no change a compaction planned before must hear of.
-            infos = import_all_in(ctx, session_id, chunk.rows, chunk.parents, chunk.created_at_ms)
+            try:
+                infos = import_all_in(ctx, session_id, chunk.rows, chunk.parents, chunk.created_at_ms)
+            except BaseException:
+                self._stop_at(index)
+                raise
             for info, event in zip(infos, chunk.events, strict=True):
                 if info is not None:
+                    self._written[info.id] = info.seq
                     event.message_info = info
                     ctx.emit(event)
             return [info is not None for info in infos]
@@ -235,6 +249,23 @@ class Importer:
         future = asyncio.ensure_future(store.write(run, after=noted, grows=chunk.text_bytes))
         future.add_done_callback(functools.partial(self._after_write, chunk))
         self._pending.append(future)
+
+    def _may_write(self, ctx: WriteContext, index: int, before: tuple[str, ...], parents: list[str | None]) -> bool:
+        """Whether chunk `index` may be written, in its write's transaction: no chunk before it
+        stopped the import or failed (a chunk queued behind one that stopped found that one's
+        ids stored, skipped ones, and wrote its own), the chunk before it is stored, and every
+        parent it names that this import wrote earlier is still that very message (deleted, or
+        deleted and written again by another call, it was taken for one)."""
+        if self._stopped_at is not None and self._stopped_at < index:
+            return False
+        if before and not queries.all_exist(ctx.conn, self._session_id, before):
+            return False
+        written = {parent: self._written[parent] for parent in set(parents) if parent in self._written}
+        return not written or queries.seqs_of(ctx.conn, self._session_id, list(written)) == written
+
+    def _stop_at(self, index: int) -> None:
+        if self._stopped_at is None or index < self._stopped_at:
+            self._stopped_at = index
 
     async def _settle(self, count: int) -> None:
         """Waits for this import's oldest `count` writes and accounts for them."""

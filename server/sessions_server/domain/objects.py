@@ -812,9 +812,7 @@ class ObjectAdmin:
         if for_move and lock is not None and not lock.arrival and time.monotonic() < lock.expiry:
             raise _moving_away_from_here()
 
-    def _check_arrival(
-        self, object_key: str, admitted: tuple[str, str] | None, replace: bool, for_move: bool
-    ) -> bool:
+    def _check_arrival(self, object_key: str, admitted: tuple[str, str] | None, replace: bool, for_move: bool) -> bool:
         """Checks again, as an import's install has its turn, what its admission checked before
         its file arrived. Raises when the object is being moved away from here (OBJECT_DEPARTING,
         or OBJECT_MOVING for an import that is not a move's) or went elsewhere since

@@ -221,6 +221,16 @@ def all_exist(conn: sqlite3.Connection, session_id: str, ids: Sequence[str]) -> 
     return int(row[0]) == len(ids)
 
 
+def seqs_of(conn: sqlite3.Connection, session_id: str, ids: Sequence[str]) -> dict[str, int]:
+    """The seq of each of `ids` (distinct) that is a message of the session."""
+    marks = ",".join("?" * len(ids))
+    rows = conn.execute(
+        f"SELECT id, seq FROM cf_agents_session_messages WHERE session_id = ? AND id IN ({marks})",
+        (session_id, *ids),
+    ).fetchall()
+    return {str(message_id): int(seq) for message_id, seq in rows}
+
+
 def parent_of(conn: sqlite3.Connection, session_id: str, message_id: str) -> tuple[bool, str | None]:
     """(exists, parent_id) of one row."""
     row = conn.execute(
