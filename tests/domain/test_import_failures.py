@@ -159,3 +159,23 @@ def test_a_chunk_queued_behind_one_that_stopped_the_import_writes_nothing(tmp_pa
     reason, stored = asyncio.run(run())
     assert reason == "FAILED_PRECONDITION"
     assert stored == ["p"]
+
+
+def test_a_message_the_import_only_skipped_may_be_deleted_meanwhile(tmp_path: Path) -> None:
+    """An id stored before the import is skipped, not written by it: another call deleting it
+    stopped the import as if its own messages had been removed."""
+
+    async def run() -> tuple[int, int, list[str]]:
+        service = SessionsService(ObjectRegistry(tmp_path, ThreadPoolExecutor(max_workers=2)))
+        try:
+            await service.append("o", "", _message("p"), Parent.auto(), from_client=True)
+            async with service.importer("o", "") as importer:
+                await importer.add(_message("p"), None, 1)  # stored already: skipped
+                await asyncio.wait(importer._pending)
+                assert await service.delete("o", "", ["p"]) == 1
+                await importer.add(_message("q"), None, 1)
+            return importer.imported, importer.skipped, await _stored(service, ["p", "q"])
+        finally:
+            await service.registry.close_all()
+
+    assert asyncio.run(run()) == (1, 1, ["q"])

@@ -253,14 +253,17 @@ class Importer:
     def _may_write(self, ctx: WriteContext, index: int, before: tuple[str, ...], parents: list[str | None]) -> bool:
         """Whether chunk `index` may be written, in its write's transaction: no chunk before it
         stopped the import or failed (a chunk queued behind one that stopped found that one's
-        ids stored, skipped ones, and wrote its own), the chunk before it is stored, and every
-        parent it names that this import wrote earlier is still that very message (deleted, or
-        deleted and written again by another call, it was taken for one)."""
+        ids stored, skipped ones, and wrote its own), and what the chunk before it wrote and
+        the parents it names that this import wrote are still those very messages (deleted, or
+        deleted and written again by another call, they were taken for them). Messages the
+        import skipped (stored before it) are not its own: another call may delete them."""
         if self._stopped_at is not None and self._stopped_at < index:
             return False
-        if before and not queries.all_exist(ctx.conn, self._session_id, before):
-            return False
-        written = {parent: self._written[parent] for parent in set(parents) if parent in self._written}
+        written = {
+            message_id: self._written[message_id]
+            for message_id in {*before, *parents}
+            if message_id is not None and message_id in self._written
+        }
         return not written or queries.seqs_of(ctx.conn, self._session_id, list(written)) == written
 
     def _stop_at(self, index: int) -> None:

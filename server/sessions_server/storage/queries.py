@@ -211,16 +211,6 @@ def exists(conn: sqlite3.Connection, session_id: str, message_id: str) -> bool:
     return row is not None
 
 
-def all_exist(conn: sqlite3.Connection, session_id: str, ids: Sequence[str]) -> bool:
-    """Whether every one of `ids` (distinct) is a message of the session."""
-    marks = ",".join("?" * len(ids))
-    row = conn.execute(
-        f"SELECT count(*) FROM cf_agents_session_messages WHERE session_id = ? AND id IN ({marks})",
-        (session_id, *ids),
-    ).fetchone()
-    return int(row[0]) == len(ids)
-
-
 def seqs_of(conn: sqlite3.Connection, session_id: str, ids: Sequence[str]) -> dict[str, int]:
     """The seq of each of `ids` (distinct) that is a message of the session."""
     marks = ",".join("?" * len(ids))
