@@ -95,9 +95,10 @@ class SessionServiceStub:
     e.g. to move a conversation between objects or servers. Not all or nothing: messages commit
     in order as they arrive (several to a commit when they arrive together), so a failed call
     keeps what committed before the failure; ids that already exist are skipped, so the whole
-    import can be sent again. An import whose written messages another call deletes or clears
-    while it goes on stops there, FAILED_PRECONDITION (the next ones would name a parent just
-    removed). Messages may be sent in pieces (held within the server's max_assembly_bytes, as
+    import can be sent again. An import stops, FAILED_PRECONDITION, where its next messages
+    would follow messages it wrote that another call has deleted or cleared meanwhile (named as
+    their parent, or written just before them), and nothing after that point is written.
+    Messages may be sent in pieces (held within the server's max_assembly_bytes, as
     UploadMessage's), or several to a frame.
     """
     GetMessage: _grpc.UnaryStreamMultiCallable[_sessions_pb2.GetMessageRequest, _sessions_pb2.GetMessageResponse]
@@ -281,9 +282,10 @@ class SessionServiceAsyncStub(SessionServiceStub):
     e.g. to move a conversation between objects or servers. Not all or nothing: messages commit
     in order as they arrive (several to a commit when they arrive together), so a failed call
     keeps what committed before the failure; ids that already exist are skipped, so the whole
-    import can be sent again. An import whose written messages another call deletes or clears
-    while it goes on stops there, FAILED_PRECONDITION (the next ones would name a parent just
-    removed). Messages may be sent in pieces (held within the server's max_assembly_bytes, as
+    import can be sent again. An import stops, FAILED_PRECONDITION, where its next messages
+    would follow messages it wrote that another call has deleted or cleared meanwhile (named as
+    their parent, or written just before them), and nothing after that point is written.
+    Messages may be sent in pieces (held within the server's max_assembly_bytes, as
     UploadMessage's), or several to a frame.
     """
     GetMessage: _aio.UnaryStreamMultiCallable[_sessions_pb2.GetMessageRequest, _sessions_pb2.GetMessageResponse]  # type: ignore[assignment]
@@ -512,9 +514,10 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         e.g. to move a conversation between objects or servers. Not all or nothing: messages commit
         in order as they arrive (several to a commit when they arrive together), so a failed call
         keeps what committed before the failure; ids that already exist are skipped, so the whole
-        import can be sent again. An import whose written messages another call deletes or clears
-        while it goes on stops there, FAILED_PRECONDITION (the next ones would name a parent just
-        removed). Messages may be sent in pieces (held within the server's max_assembly_bytes, as
+        import can be sent again. An import stops, FAILED_PRECONDITION, where its next messages
+        would follow messages it wrote that another call has deleted or cleared meanwhile (named as
+        their parent, or written just before them), and nothing after that point is written.
+        Messages may be sent in pieces (held within the server's max_assembly_bytes, as
         UploadMessage's), or several to a frame.
         """
 

@@ -116,9 +116,10 @@ type SessionServiceClient interface {
 	// e.g. to move a conversation between objects or servers. Not all or nothing: messages commit
 	// in order as they arrive (several to a commit when they arrive together), so a failed call
 	// keeps what committed before the failure; ids that already exist are skipped, so the whole
-	// import can be sent again. An import whose written messages another call deletes or clears
-	// while it goes on stops there, FAILED_PRECONDITION (the next ones would name a parent just
-	// removed). Messages may be sent in pieces (held within the server's max_assembly_bytes, as
+	// import can be sent again. An import stops, FAILED_PRECONDITION, where its next messages
+	// would follow messages it wrote that another call has deleted or cleared meanwhile (named as
+	// their parent, or written just before them), and nothing after that point is written.
+	// Messages may be sent in pieces (held within the server's max_assembly_bytes, as
 	// UploadMessage's), or several to a frame.
 	ImportMessages(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ImportMessagesRequest, ImportMessagesResponse], error)
 	// Reads one message by id. The stream is empty when the message does not exist.
@@ -719,9 +720,10 @@ type SessionServiceServer interface {
 	// e.g. to move a conversation between objects or servers. Not all or nothing: messages commit
 	// in order as they arrive (several to a commit when they arrive together), so a failed call
 	// keeps what committed before the failure; ids that already exist are skipped, so the whole
-	// import can be sent again. An import whose written messages another call deletes or clears
-	// while it goes on stops there, FAILED_PRECONDITION (the next ones would name a parent just
-	// removed). Messages may be sent in pieces (held within the server's max_assembly_bytes, as
+	// import can be sent again. An import stops, FAILED_PRECONDITION, where its next messages
+	// would follow messages it wrote that another call has deleted or cleared meanwhile (named as
+	// their parent, or written just before them), and nothing after that point is written.
+	// Messages may be sent in pieces (held within the server's max_assembly_bytes, as
 	// UploadMessage's), or several to a frame.
 	ImportMessages(grpc.ClientStreamingServer[ImportMessagesRequest, ImportMessagesResponse]) error
 	// Reads one message by id. The stream is empty when the message does not exist.
