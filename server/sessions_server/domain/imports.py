@@ -60,12 +60,12 @@ class Importer:
     one is the only message the import holds. Whatever was received before a failure is still
     written (`finish`): the import is not all or nothing. Nothing after a failed write is: each
     chunk's job first checks (`_may_write`, in its own transaction) that no chunk before it
-    stopped or failed, that the chunk before it is stored, and that the parents it names which
-    this import wrote are still those messages, so a chunk queued behind one that fails writes
-    nothing, whatever commits take them, none is written under a message of this import that
-    another call deleted, and the import answers the first failure. The object is opened (and so created) by
-    the first valid message: an import refused before any, or one that carried none, changes
-    nothing."""
+    stopped or failed, and that what the chunk before it wrote and the parents it names that
+    this import wrote are still those messages: a chunk queued behind one that fails writes
+    nothing, whatever commits take them, none is written after messages of this import that
+    another call removed, and the import answers the first failure. The object is opened (and
+    so created) by the first valid message: an import refused before any, or one that carried
+    none, changes nothing."""
 
     def __init__(self, open_store: Callable[[], Awaitable[ObjectStore]], session_id: str, limits: Limits) -> None:
         self._limits = limits
