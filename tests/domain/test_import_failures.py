@@ -179,3 +179,48 @@ def test_a_message_the_import_only_skipped_may_be_deleted_meanwhile(tmp_path: Pa
             await service.registry.close_all()
 
     assert asyncio.run(run()) == (1, 1, ["q"])
+
+
+def test_a_chunk_run_again_after_its_group_commit_failed_is_written(tmp_path: Path) -> None:
+    """A group whose COMMIT fails runs each write again alone. An import's chunk had noted the
+    messages of its first run as written: run again, it found its own parent (written earlier
+    in that chunk, rolled back since) gone, and stopped as if another call had deleted it."""
+    chain = [f"m{index}" for index in range(imports.IMPORT_CHUNK_MESSAGES)]
+
+    async def run() -> tuple[list[Any], list[str]]:
+        service = SessionsService(ObjectRegistry(tmp_path, ThreadPoolExecutor(max_workers=2)))
+        try:
+            await service.append("o", "", _message("seed"), Parent.auto(), from_client=True)
+            async with service.importer("o", "") as importer:
+                await importer.add(_message("x"), None, 1)
+                await asyncio.wait(importer._pending)
+                store = importer._store
+                assert store is not None
+                # A write that breaks a deferred foreign key fails its group's COMMIT, as a
+                # full disk does when the WAL cannot grow.
+                for statement in (
+                    "CREATE TABLE owner (name TEXT PRIMARY KEY)",
+                    "CREATE TABLE owned (name TEXT REFERENCES owner (name) DEFERRABLE INITIALLY DEFERRED)",
+                    "PRAGMA foreign_keys = ON",
+                ):
+                    store._writer.execute(statement)
+                other = sqlite3.connect(object_path(tmp_path, "o"), isolation_level=None, timeout=0)
+                try:
+                    other.execute("BEGIN IMMEDIATE")  # what follows queues, then runs as one group
+                    await importer.add(_message("y"), "x", 1)  # its write takes the lock's wait alone
+                    for index, message_id in enumerate(chain):  # a chunk of its own
+                        await importer.add(_message(message_id), chain[index - 1] if index else "y", 1)
+                    orphan = asyncio.ensure_future(
+                        store.write(lambda ctx: ctx.conn.execute("INSERT INTO owned VALUES ('nobody')"))
+                    )
+                    assert len(importer._pending) == 2
+                finally:
+                    other.close()
+                outcomes = await asyncio.gather(orphan, return_exceptions=True)
+            return outcomes, await _stored(service, ["x", "y", "m0", "m1", chain[-1]])
+        finally:
+            await service.registry.close_all()
+
+    outcomes, stored = asyncio.run(run())
+    assert isinstance(outcomes[0], StorageError) and "commit failed" in str(outcomes[0]), outcomes
+    assert stored == ["x", "y", "m0", "m1", chain[-1]]

@@ -76,9 +76,9 @@ class Importer:
         self._pending: list[asyncio.Future[list[bool] | None]] = []
         self._submitted_ids: tuple[str, ...] = ()  # the ids of the chunk submitted last
         self._chunks_submitted = 0
-        # Noted by the writes themselves, in the order they run: the seq of each message this
-        # import wrote, and the first chunk whose write stopped the import or failed.
-        self._written: dict[str, int] = {}
+        # Noted by the writes themselves, in the order they run: the chunk and seq of each
+        # message this import wrote, and the first chunk whose write stopped the import or failed.
+        self._written: dict[str, tuple[int, int]] = {}
         self._stopped_at: int | None = None
         self.pending_bytes = 0  # UTF-8 bytes of the messages taken and not yet done with (written or not)
         self._stopped = False  # a write failed: nothing more is submitted
@@ -237,7 +237,7 @@ class Importer:
                 raise
             for info, event in zip(infos, chunk.events, strict=True):
                 if info is not None:
-                    self._written[info.id] = info.seq
+                    self._written[info.id] = (index, info.seq)
                     event.message_info = info
                     ctx.emit(event)
             return [info is not None for info in infos]
@@ -256,14 +256,15 @@ class Importer:
         ids stored, skipped ones, and wrote its own), and what the chunk before it wrote and
         the parents it names that this import wrote are still those very messages (deleted, or
         deleted and written again by another call, they were taken for them). Messages the
-        import skipped (stored before it) are not its own: another call may delete them."""
+        import skipped (stored before it) are not its own: another call may delete them; nor
+        are what this chunk's own run noted before its group's COMMIT failed (it runs again)."""
         if self._stopped_at is not None and self._stopped_at < index:
             return False
-        written = {
-            message_id: self._written[message_id]
-            for message_id in {*before, *parents}
-            if message_id is not None and message_id in self._written
-        }
+        written: dict[str, int] = {}
+        for message_id in {*before, *parents}:
+            noted = self._written.get(message_id) if message_id is not None else None
+            if message_id is not None and noted is not None and noted[0] < index:
+                written[message_id] = noted[1]
         return not written or queries.seqs_of(ctx.conn, self._session_id, list(written)) == written
 
     def _stop_at(self, index: int) -> None:
