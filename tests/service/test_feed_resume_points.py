@@ -33,6 +33,7 @@ from sessions_client._common import routing_metadata
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc
 from tests.conftest import start_server
+from tests.reliability.support import wait_until
 from tests.service.support import text_message
 
 GUARD_SECONDS = 20.0
@@ -167,6 +168,32 @@ def test_a_resume_from_the_start_of_a_gone_feed_that_carried_events_is_reset(
     else:
         assert first.type == pb.CHANGE_TYPE_RESET, first
     resumed.cancel()
+
+
+def test_a_resume_from_a_start_before_a_gone_feed_that_carried_events_is_reset(tmp_path: Path) -> None:
+    """A feed of an object never written carried nothing and went (its subscriber gone); a clear
+    of the object, still without a file, went through a feed of its own, gone too. A resume from
+    the first feed's start was placed where the current feed started, as if nothing could have
+    happened since: the clear was skipped for good."""
+    server = start_server(tmp_path / "data")
+    key = "never-written"
+    hubs = server.running.registry._hubs  # each feed goes with its last subscriber
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            stub = sessions_pb2_grpc.SessionServiceStub(channel)
+            feed, start = _opened(stub, key)
+            feed.cancel()
+            assert wait_until(lambda: key not in hubs, GUARD_SECONDS, interval=0.005)
+            clear = pb.ClearMessagesRequest(object_key=key, session_id="s")
+            stub.ClearMessages(clear, metadata=routing_metadata(key), timeout=GUARD_SECONDS)
+            assert wait_until(lambda: key not in hubs, GUARD_SECONDS, interval=0.005)  # it carried the clear
+
+            resumed = _subscribe(stub, key, resume_after=start)
+            first = next(resumed)
+            assert first.type == pb.CHANGE_TYPE_RESET, first
+            resumed.cancel()
+    finally:
+        server.stop()
 
 
 def test_a_resume_ahead_of_the_feed_is_told_reset_first_and_revisions_never_go_back(

@@ -174,7 +174,7 @@ def test_a_sessions_subscriber_is_not_reset_when_the_process_bound_drops_other_s
     async def run() -> None:
         size = _session_events("other", 1)[0].size
         feeds = Feeds(FeedSettings(retain_total_bytes=4 * size))
-        quiet, busy = watched(feeds.hub()), watched(feeds.hub())
+        quiet, busy = watched(feeds.hub("o1")), watched(feeds.hub("o2"))
         mine = quiet.subscribe("mine", 0)
         quiet.publish(_session_events("other", 2))
         quiet.publish(_session_events("other", 1))  # the latest commit: kept for its subscriber
@@ -269,7 +269,7 @@ def test_a_subscriber_that_stopped_reading_holds_nothing_back_once_stalled() -> 
 
     async def run() -> tuple[int, list[int]]:
         feeds = Feeds(FeedSettings(retain_events=10_000, retain_bytes=10_000_000, retain_total_bytes=110_000))
-        stalled_hub, busy = watched(feeds.hub()), watched(feeds.hub())
+        stalled_hub, busy = watched(feeds.hub("o3")), watched(feeds.hub("o4"))
         stalled = stalled_hub.subscribe(None, 0)
         stalled_hub.publish([ChangeEvent("append", "s", message_json="x" * 100_000)])
         busy.publish([ChangeEvent("append", "s", message_json="y" * 30_000)])  # past the bound
@@ -437,7 +437,7 @@ def _kept_from(hub: FeedHub, after: int) -> list[ChangeEvent | Reset]:
 def test_open_objects_keep_events_within_one_bound_for_the_process_oldest_first() -> None:
     size = _events(1)[0].size
     feeds = Feeds(FeedSettings(retain_total_bytes=4 * size))
-    first, second = watched(feeds.hub()), watched(feeds.hub())
+    first, second = watched(feeds.hub("o5")), watched(feeds.hub("o6"))
     early, late = _events(3), _events(3)
     first.publish(early)
     second.publish(late[:1])  # four kept: within the bound
@@ -453,7 +453,7 @@ def test_open_objects_keep_events_within_one_bound_for_the_process_oldest_first(
 def test_events_a_feed_drops_or_closes_on_are_no_longer_counted_for_the_process() -> None:
     size = _events(1)[0].size
     feeds = Feeds(FeedSettings(retain_events=2, retain_total_bytes=100 * size))
-    busy, closing = watched(feeds.hub()), watched(feeds.hub())
+    busy, closing = watched(feeds.hub("o7")), watched(feeds.hub("o8"))
     for event in _events(5_000):
         busy.publish([event])  # the object's own bound keeps two
     assert feeds.retention.bytes == 2 * size
@@ -472,11 +472,11 @@ def test_the_process_bound_keeps_no_closed_objects_hub() -> None:
     closed hub's events held the hub itself until a sweep, which a feed keeping many events
     put off for as many evictions, and an idle server for good."""
     feeds = Feeds(FeedSettings(retain_events=10_000, retain_total_bytes=10_000_000))
-    busy = watched(feeds.hub())
+    busy = watched(feeds.hub("o9"))
     busy.publish(_events(5_000))
     closed: list[weakref.ref[FeedHub]] = []
     for _ in range(1_000):
-        hub = watched(feeds.hub())
+        hub = watched(feeds.hub("o10"))
         hub.publish(_events(1))
         hub.close_all(FeedClosed("the object closed"))
         closed.append(weakref.ref(hub))
@@ -494,7 +494,7 @@ def test_an_event_spared_by_the_process_bound_is_dropped_once_read() -> None:
 
     async def run() -> tuple[list[int], list[int]]:
         feeds = Feeds(FeedSettings(retain_events=10_000, retain_bytes=10_000_000, retain_total_bytes=110_000))
-        quiet, busy = watched(feeds.hub()), watched(feeds.hub())
+        quiet, busy = watched(feeds.hub("o11")), watched(feeds.hub("o12"))
         reader = quiet.subscribe(None, 0)
         quiet.publish([ChangeEvent("append", "s", message_json="x" * 60_000)])  # unread: spared
         busy.publish([ChangeEvent("append", "s", message_json="y" * 50_000)])
@@ -516,7 +516,7 @@ def test_a_feed_nobody_subscribed_to_keeps_no_events_until_someone_does() -> Non
 
     async def run() -> None:
         feeds = Feeds(FeedSettings(retain_total_bytes=10_000_000))
-        hub = feeds.hub()
+        hub = feeds.hub("o13")
         unwatched = _events(5, size=1000)
         hub.publish(unwatched)
         assert feeds.retention.bytes == 0

@@ -37,7 +37,7 @@ def _questions(monkeypatch: pytest.MonkeyPatch, later_events: int) -> tuple[int,
 
     monkeypatch.setattr(FeedHub, "_droppable_before", counted)
     feeds = Feeds(FeedSettings(retain_events=10**6, retain_bytes=10**12, retain_total_bytes=BUDGET))
-    hub, other = watched(feeds.hub()), watched(feeds.hub())
+    hub, other = watched(feeds.hub("o1")), watched(feeds.hub("o2"))
     hub.subscribe(None, 0)
     commit = _events(COMMIT)
     hub.publish(commit)
@@ -64,7 +64,7 @@ def test_a_spared_commit_goes_once_read_while_the_bound_is_exceeded_then_the_old
     async def run() -> None:
         size = _events(1)[0].size
         feeds = Feeds(FeedSettings(retain_events=10**6, retain_bytes=10**12, retain_total_bytes=100 * size))
-        hub, other = watched(feeds.hub()), watched(feeds.hub())
+        hub, other = watched(feeds.hub("o3")), watched(feeds.hub("o4"))
         reader = hub.subscribe(None, 0)
         commit = _events(300)
         hub.publish(commit)  # three times the budget: spared whole for its reader
@@ -95,7 +95,7 @@ def test_a_spared_commit_read_within_the_budget_waits_in_the_bounds_order_as_the
     async def run() -> None:
         size = _events(1)[0].size
         feeds = Feeds(FeedSettings(retain_events=10**6, retain_bytes=10**12, retain_total_bytes=10 * size))
-        hub, other, third = watched(feeds.hub()), watched(feeds.hub()), watched(feeds.hub())
+        hub, other, third = watched(feeds.hub("o5")), watched(feeds.hub("o6")), watched(feeds.hub("o7"))
         reader = hub.subscribe(None, 0)
         commit = _events(8)
         hub.publish(commit)  # within the budget
@@ -114,13 +114,13 @@ def test_a_spared_commit_read_within_the_budget_waits_in_the_bounds_order_as_the
 def test_events_of_a_closed_hub_that_still_owed_them_are_no_longer_counted() -> None:
     size = _events(1)[0].size
     feeds = Feeds(FeedSettings(retain_events=10**6, retain_bytes=10**12, retain_total_bytes=10 * size))
-    hub = watched(feeds.hub())
+    hub = watched(feeds.hub("o8"))
     hub.subscribe(None, 0)
     hub.publish(_events(30))  # spared for the subscriber
     assert feeds.retention.bytes == 30 * size
     hub.close_all(_closed())
     assert feeds.retention.bytes == 0
-    other: FeedHub = watched(feeds.hub())
+    other: FeedHub = watched(feeds.hub("o9"))
     other.publish(_events(12))
     assert feeds.retention.bytes == 10 * size
 

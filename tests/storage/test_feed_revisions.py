@@ -29,7 +29,7 @@ async def _first(hub: FeedHub, after: int, session_filter: str | None = None) ->
 def _same_millisecond_pair(feeds: Feeds) -> tuple[FeedHub, FeedHub]:
     """Two hubs made one after the other within one millisecond (so in one epoch)."""
     for _ in range(1_000):
-        first, second = watched(feeds.hub()), watched(feeds.hub())
+        first, second = watched(feeds.hub("o1")), watched(feeds.hub("o2"))
         if first.epoch == second.epoch:
             return first, second
     raise AssertionError("no two hubs made within one millisecond in 1,000 tries")
@@ -60,7 +60,7 @@ def test_a_revision_of_a_feed_made_in_the_same_millisecond_is_unknown_to_another
 def test_every_revision_handed_out_in_the_process_is_unique_and_keeps_to_the_clock() -> None:
     started = time.time() * 1000
     feeds = Feeds()
-    hubs = [watched(feeds.hub()) for _ in range(5_000)]
+    hubs = [watched(feeds.hub("o3")) for _ in range(5_000)]
     handed_out = [hub.revision for hub in hubs]  # their starts
     for hub in hubs[::50]:
         events = _events(3)
@@ -79,10 +79,10 @@ def test_a_feed_knows_its_revisions_across_its_blocks_and_not_those_between() ->
 
     async def run() -> None:
         feeds = Feeds(FeedSettings(retain_events=3 * block, retain_total_bytes=1 << 40))
-        busy = watched(feeds.hub())
+        busy = watched(feeds.hub("o4"))
         first = _events(block)
         busy.publish(first)  # past its first block
-        between = watched(feeds.hub())  # its block comes after the busy feed's second
+        between = watched(feeds.hub("o5"))  # its block comes after the busy feed's second
         theirs = _events(2)
         between.publish(theirs)
         second = _events(block)
@@ -109,7 +109,7 @@ def test_a_feed_knows_its_revisions_across_its_blocks_and_not_those_between() ->
 
 def test_a_revision_ahead_of_the_feed_is_reset_to_the_feeds_revision() -> None:
     async def run() -> None:
-        hub = watched(Feeds().hub())
+        hub = watched(Feeds().hub("o"))
         hub.publish(_events(2))
         reset = await _first(hub, hub.revision + (1 << 30))
         assert isinstance(reset, Reset) and reset.revision == hub.revision
@@ -119,13 +119,18 @@ def test_a_revision_ahead_of_the_feed_is_reset_to_the_feeds_revision() -> None:
 
 def test_a_feed_start_is_remembered_for_its_object_while_the_feed_carried_no_event() -> None:
     """What lets a resume from a start handed out while the object had no file start where a later
-    feed of the object started (`SessionsService.subscribe`): forgotten once its feed carried an
-    event (then the resume would miss it) or was closed by a move; the newest few thousand kept."""
+    feed of the object started (`SessionsService.subscribe`): forgotten once a feed of the object
+    carried an event (then the resume would miss it, also from the start of a feed before that
+    one) or was closed by a move; the newest few thousand kept."""
     feeds = Feeds()
     starts = feeds.unwritten_starts
-    quiet, carried, moved, after_close = hubs = [watched(feeds.hub()) for _ in range(4)]
+    quiet, carried, moved, after_close = hubs = [watched(feeds.hub(f"k{index}")) for index in range(4)]
     for index, hub in enumerate(hubs):
         starts.note(hub.start_revision, f"k{index}")
+    earlier = watched(feeds.hub("k1"))  # a feed of k1's before the one that carries an event
+    starts.note(earlier.start_revision, "k1")
+    earlier.close_all(FeedClosed("the object closed"))
+    assert starts.key_of(earlier.start_revision) == "k1"
     carried.publish(_events(1))
     for hub in (quiet, carried, after_close):
         hub.close_all(FeedClosed("the object closed"))
@@ -133,7 +138,7 @@ def test_a_feed_start_is_remembered_for_its_object_while_the_feed_carried_no_eve
     after_close.publish(_events(1))  # a write committed as its object closed: told to nobody
 
     assert starts.key_of(quiet.start_revision) == "k0"
-    assert [starts.key_of(hub.start_revision) for hub in (carried, moved, after_close)] == [None] * 3
+    assert [starts.key_of(hub.start_revision) for hub in (carried, moved, after_close, earlier)] == [None] * 4
     for index in range(feed.UNWRITTEN_STARTS_REMEMBERED):
         starts.note(-1 - index, "other")
     assert starts.key_of(quiet.start_revision) is None  # the oldest went

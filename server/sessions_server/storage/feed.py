@@ -276,13 +276,16 @@ class FeedHub:
         retention: FeedRetention | None = None,
         *,
         starts: UnwrittenStarts | None = None,
+        object_key: str = "",
     ) -> None:
-        """`starts`: where the process remembers feed starts handed out while their object had
-        no file (this hub forgets its own there once it carried an event, or was closed by a
-        move). Its revisions start above every feed's made before it in the process."""
+        """`starts`: where the process remembers feed starts handed out while their object
+        (`object_key`) had no file; once this hub carried an event, or was closed by a move, it
+        forgets there every start of its object's feeds. Its revisions start above every feed's
+        made before it in the process."""
         settings = settings or FeedSettings()
         self._retention = retention
         self._starts = starts
+        self._object_key = object_key
         self._ref = weakref.ref(self)  # what the process-wide bound holds of it
         self._start = self._base = _allocate()
         self._counter = 0  # revisions taken of the block at `_base`
@@ -368,7 +371,7 @@ class FeedHub:
         if self._owed_to:  # the previous commit may go now
             self._settle_owed()
         if self._closed is not None and self._starts is not None:  # events nobody will be told of
-            self._starts.forget(self._start)
+            self._starts.forget_object(self._object_key)
         for event in events:
             counter = self._counter + 1
             if counter >= BLOCK:
@@ -477,7 +480,8 @@ class FeedHub:
     def close_all(self, why: FeedClosed) -> None:
         """Ends every subscription with `why`, and refuses later ones with it."""
         if self._starts is not None and (why.moving or self.carried_events):
-            self._starts.forget(self._start)
+            # A resume from any start of the object's feeds before this one would miss them.
+            self._starts.forget_object(self._object_key)
         self._closed = why
         while self._ring:
             self._drop_oldest()
@@ -739,29 +743,41 @@ class UnwrittenStarts:
     before its feed carried any event), the newest UNWRITTEN_STARTS_REMEMBERED, each with its
     object's key: a resume from one, once that feed is gone, starts where the object's current
     feed started if the object still has no file (`SessionsService.subscribe`): nothing was in it
-    then, nothing is now. A feed that carried an event, or was closed by a move, forgets its own
-    (`FeedHub.close_all`): a resume from its start is told to reset, as from any revision of a
-    feed gone (a counter-0 revision of any fresh feed once passed for such a start, and a
-    subscriber to an object erased after a restart was never told)."""
+    then, nothing is now. A feed that carried an event, or was closed by a move, forgets every
+    start of its object's (`FeedHub.close_all`): a resume from one is told to reset, as from any
+    revision of a feed gone (a counter-0 revision of any fresh feed once passed for such a
+    start, a subscriber to an object erased after a restart was never told, and one resuming
+    from the start of a feed before the one that carried a clear missed the clear)."""
 
     def __init__(self, limit: int = UNWRITTEN_STARTS_REMEMBERED) -> None:
         self._limit = limit
         self._keys: dict[int, str] = {}  # revision -> object key, oldest first
+        self._by_object: dict[str, set[int]] = {}
 
     def note(self, revision: int, object_key: str) -> None:
         keys = self._keys
         if revision in keys:
             return
         keys[revision] = object_key
+        self._by_object.setdefault(object_key, set()).add(revision)
         if len(keys) > self._limit:
-            del keys[next(iter(keys))]
+            self.forget(next(iter(keys)))
 
     def key_of(self, revision: int) -> str | None:
         """The object a feed start was handed out for while it had no file, if remembered."""
         return self._keys.get(revision)
 
     def forget(self, revision: int) -> None:
-        self._keys.pop(revision, None)
+        object_key = self._keys.pop(revision, None)
+        if object_key is not None:
+            revisions = self._by_object[object_key]
+            revisions.discard(revision)
+            if not revisions:
+                del self._by_object[object_key]
+
+    def forget_object(self, object_key: str) -> None:
+        for revision in self._by_object.pop(object_key, ()):
+            del self._keys[revision]
 
 
 class Feeds:
@@ -773,5 +789,5 @@ class Feeds:
         self.retention = FeedRetention(self.settings.retain_total_bytes)
         self.unwritten_starts = UnwrittenStarts()
 
-    def hub(self) -> FeedHub:
-        return FeedHub(self.settings, self.retention, starts=self.unwritten_starts)
+    def hub(self, object_key: str) -> FeedHub:
+        return FeedHub(self.settings, self.retention, starts=self.unwritten_starts, object_key=object_key)

@@ -393,7 +393,7 @@ class ObjectRegistry:
     def _hub(self, object_key: str) -> FeedHub:
         hub = self._hubs.get(object_key)
         if hub is None:
-            hub = self._hubs[object_key] = self.feeds.hub()  # above every feed's revisions before it
+            hub = self._hubs[object_key] = self.feeds.hub(object_key)  # above every feed's revisions before it
             watches = self._watches.get(object_key)
             if watches is not None:  # the object's watches go on, whichever store commits
                 hub.watches = watches
