@@ -12,7 +12,7 @@ from typing import Any
 import grpc
 import pytest
 
-from sessions_client import SessionsError
+from sessions_client import ImportItem, SessionsError
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc
 from tests.service.chat_completions_stub import FeedReader
@@ -127,6 +127,35 @@ def test_change_feed_pointer_mode(live_server: Any, session: Any, object_key: st
         event = pointed.until("append")
         assert event.message is not None and event.message["parts"][1]["url"] == pointer(data)
         assert inline.until("append").message == message
+
+
+def test_change_feed_inline_mode_puts_back_the_media_of_pointers_a_writer_sent(
+    live_server: Any, session: Any, object_key: str
+):
+    """A message written naming a payload the object holds by its pointer (copied from a
+    POINTER read, say): an INLINE read gives it with the media put back, and its change events
+    (append, update, upsert) gave the bare pointer, where only a repeat of the append's id had
+    it restored."""
+    data = payload(5000, 21)
+    session.append_message(image_message("holder", file_part(data)))  # the object holds the payload
+    by_pointer = {"type": "file", "mediaType": "image/png", "url": pointer(data)}
+    more = {"type": "text", "text": "more"}
+    named = image_message("named", by_pointer)
+    restored = image_message("named", file_part(data))
+    with FeedReader(live_server.address, object_key) as inline:
+        session.append_message(named)
+        appended = inline.until("append")
+        session.update_message({**named, "parts": [*named["parts"], more]})
+        update = inline.until("update")
+        session.upsert_message(image_message("upserted", by_pointer))
+        upserted = inline.until("append")
+        session.import_messages([ImportItem(image_message("imported", by_pointer), None, 1_700_000_000_001)])
+        imported = inline.until("import")
+    assert session.get_message("named") == {**restored, "parts": [*restored["parts"], more]}
+    assert appended.message == restored
+    assert update.message == {**restored, "parts": [*restored["parts"], more]}
+    assert upserted.message == image_message("upserted", file_part(data))
+    assert imported.message == image_message("imported", file_part(data))
 
 
 def test_read_attachment_returns_type_size_and_exact_bytes(obj: Any, session: Any):

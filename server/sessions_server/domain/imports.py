@@ -16,6 +16,7 @@ from sessions_server.domain.chunking import utf8_length
 from sessions_server.domain.compactor import forget_estimate
 from sessions_server.domain.errors import FailedPrecondition, InvalidArgument
 from sessions_server.domain.limits import Limits, check_room
+from sessions_server.domain.views import as_read_inline
 from sessions_server.storage import queries
 from sessions_server.storage.feed import ChangeEvent
 from sessions_server.storage.rows import NewRow, StorageError
@@ -235,10 +236,12 @@ class Importer:
             except BaseException:
                 self._stop_at(index)
                 raise
-            for info, event in zip(infos, chunk.events, strict=True):
+            for info, event, row in zip(infos, chunk.events, chunk.rows, strict=True):
                 if info is not None:
                     self._written[info.id] = (index, info.seq)
                     event.message_info = info
+                    if event.message_json is not None:
+                        event.message_json = as_read_inline(ctx.conn, event.message_json, row)
                     ctx.emit(event)
             return [info is not None for info in infos]
 

@@ -52,7 +52,7 @@ from sessions_server.domain.limits import (
 from sessions_server.domain.objects import ObjectAdmin
 from sessions_server.domain.placement import Placement
 from sessions_server.domain.search import SearchHit
-from sessions_server.domain.views import MessageView, stored_row_ok, view_of
+from sessions_server.domain.views import MessageView, as_read_inline, stored_row_ok, view_of
 from sessions_server.storage import queries
 from sessions_server.storage.feed import ChangeEvent, FeedClosed, Reset
 from sessions_server.storage.queries import Connection
@@ -406,7 +406,7 @@ class SessionsService:
                     ChangeEvent(
                         "append",
                         session_id,
-                        message_json=view.json,
+                        message_json=view.json if stored else as_read_inline(ctx.conn, view.json, row),
                         message_info=outcome.info,
                         inserted=outcome.inserted,
                         parent_kind=parent.kind,
@@ -464,7 +464,14 @@ class SessionsService:
             outcome = update_in(ctx, session_id, row)
             if outcome.status == "updated":
                 note_session_changed(ctx, session_id, frozenset((row.id,)))
-                ctx.emit(ChangeEvent("update", session_id, message_json=prepared.json, message_info=outcome.info))
+                ctx.emit(
+                    ChangeEvent(
+                        "update",
+                        session_id,
+                        message_json=as_read_inline(ctx.conn, prepared.json, row),
+                        message_info=outcome.info,
+                    )
+                )
             return outcome
 
         def noted(outcome: UpdateOutcome) -> None:
@@ -510,7 +517,7 @@ class SessionsService:
                     ChangeEvent(
                         "append",
                         session_id,
-                        message_json=prepared.json,
+                        message_json=as_read_inline(ctx.conn, prepared.json, row),
                         message_info=outcome.info,
                         inserted=True,
                         parent_kind=parent.kind,
@@ -521,7 +528,14 @@ class SessionsService:
             updated = update_in(ctx, session_id, row)
             if updated.status == "updated":
                 note_session_changed(ctx, session_id, frozenset((row.id,)))
-                ctx.emit(ChangeEvent("update", session_id, message_json=prepared.json, message_info=updated.info))
+                ctx.emit(
+                    ChangeEvent(
+                        "update",
+                        session_id,
+                        message_json=as_read_inline(ctx.conn, prepared.json, row),
+                        message_info=updated.info,
+                    )
+                )
             return False, UpdateResult(True, updated.status == "updated", MessageView(updated.info, prepared.json))
 
         def noted(outcome: tuple[bool, UpdateResult]) -> None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from sessions_server.domain import attachments, jsjson, messages
 from sessions_server.storage import queries
 from sessions_server.storage.queries import Connection
-from sessions_server.storage.rows import RowInfo, StoredMessage
+from sessions_server.storage.rows import NewRow, RowInfo, StoredMessage
 
 
 @dataclass(slots=True, eq=False)
@@ -59,6 +59,18 @@ def view_of(conn: Connection, stored: StoredMessage | None, inline: bool) -> Mes
         if resolved is not message:
             return MessageView(stored.info, jsjson.stringify(resolved))
     return MessageView(stored.info, stored.content)
+
+
+def as_read_inline(conn: Connection, json_text: str, row: NewRow) -> str:
+    """A message just written as an inline read gives it: the payloads of the pointers its
+    writer sent (copied from a POINTER read, say) put back, those the object holds. A change
+    event carries it so to INLINE subscribers (who got the bare pointers). Media sent inline is
+    in `json_text` already: a message without references costs nothing here."""
+    if not row.references or not attachments.may_hold_pointers(json_text):
+        return json_text
+    message = jsjson.parse(json_text)
+    resolved = attachments.resolve(message, lambda digest: queries.load_payload(conn, digest))
+    return json_text if resolved is message else jsjson.stringify(resolved)
 
 
 def views_by_id(
