@@ -1199,6 +1199,34 @@ def _import_refusal(
     return _refusal(lambda: stub.ImportObject(frames, metadata=routing(key), timeout=GUARD_SECONDS))
 
 
+def _move_away(stub: pb_grpc.SessionServiceStub, key: str, to: str) -> None:
+    request = pb.ExportObjectRequest(object_key=key, lock_for_move=True, lease_seconds=600)
+    move_id = list(stub.ExportObject(request, metadata=routing(key), timeout=GUARD_SECONDS))[-1].move_id
+    delete = pb.DeleteObjectRequest(object_key=key, moved_to=to, move_id=move_id)
+    assert stub.DeleteObject(delete, metadata=routing(key), timeout=GUARD_SECONDS).deleted
+
+
+@contextlib.contextmanager
+def _import_receiving(
+    stub: pb_grpc.SessionServiceStub, data_dir: Path, key: str, data: bytes, digest: str, **first: Any
+) -> Iterator[grpc.Future]:
+    """ImportObject(`key`) of `data`, admitted and its file received, its digest (the last frame)
+    held back until the block ends: the call, to answer after."""
+    digest_may_go = threading.Event()
+
+    def frames() -> Iterator[pb.ImportObjectRequest]:
+        yield pb.ImportObjectRequest(object_key=key, data=data, **first)
+        digest_may_go.wait(GUARD_SECONDS)
+        yield pb.ImportObjectRequest(sha256=digest)
+
+    call = stub.ImportObject.future(frames(), metadata=routing(key), timeout=GUARD_SECONDS)
+    try:
+        _wait(lambda: _received(data_dir, len(data)), "the server received the file")
+        yield call
+    finally:
+        digest_may_go.set()
+
+
 def test_an_object_this_server_is_moving_away_takes_no_import_of_itself(tmp_path: Path) -> None:
     """A move whose destination is its source under another address (`localhost` for
     `127.0.0.1`) sent the locked snapshot back to the server it came from. The import was refused
@@ -1245,20 +1273,11 @@ def test_an_import_received_before_a_move_lock_does_not_replace_the_object_being
             stub = pb_grpc.SessionServiceStub(channel)
             _append(stub, key, "m0")
             _append(stub, "other", "o0")
-            data, digest = _export(stub, "other")
-            digest_may_go = threading.Event()
-
-            def frames() -> Iterator[pb.ImportObjectRequest]:
-                yield pb.ImportObjectRequest(object_key=key, replace=True, data=data, hold_for_move=hold_for_move)
-                digest_may_go.wait(GUARD_SECONDS)
-                yield pb.ImportObjectRequest(sha256=digest)
-
-            call = stub.ImportObject.future(frames(), metadata=routing(key), timeout=GUARD_SECONDS)
-            try:
-                _wait(lambda: _received(data_dir, len(data)), "the server received the file")
+            received = _import_receiving(
+                stub, data_dir, key, *_export(stub, "other"), replace=True, hold_for_move=hold_for_move
+            )
+            with received as call:
                 snapshot, _ = _export(stub, key, lock_for_move=True, lease_seconds=600)
-            finally:
-                digest_may_go.set()
             refused = _refusal(call.result)
             assert refused.reason == reason, refused
             assert _writes_refused(stub, key)
@@ -1282,23 +1301,8 @@ def test_an_import_received_while_the_object_moved_away_does_not_bring_it_back(t
             stub = pb_grpc.SessionServiceStub(channel)
             _append(stub, key, "m0")
             _append(stub, "other", "o0")
-            data, digest = _export(stub, "other")
-            digest_may_go = threading.Event()
-
-            def frames() -> Iterator[pb.ImportObjectRequest]:
-                yield pb.ImportObjectRequest(object_key=key, replace=True, data=data)
-                digest_may_go.wait(GUARD_SECONDS)
-                yield pb.ImportObjectRequest(sha256=digest)
-
-            call = stub.ImportObject.future(frames(), metadata=routing(key), timeout=GUARD_SECONDS)
-            try:
-                _wait(lambda: _received(data_dir, len(data)), "the server received the file")
-                export = pb.ExportObjectRequest(object_key=key, lock_for_move=True, lease_seconds=600)
-                move_id = list(stub.ExportObject(export, metadata=routing(key), timeout=GUARD_SECONDS))[-1].move_id
-                delete = pb.DeleteObjectRequest(object_key=key, moved_to="elsewhere:1", move_id=move_id)
-                assert stub.DeleteObject(delete, metadata=routing(key), timeout=GUARD_SECONDS).deleted
-            finally:
-                digest_may_go.set()
+            with _import_receiving(stub, data_dir, key, *_export(stub, "other"), replace=True) as call:
+                _move_away(stub, key, "elsewhere:1")
             refused = _refusal(call.result)
             assert (refused.code, refused.reason) == (grpc.StatusCode.FAILED_PRECONDITION, "OBJECT_NOT_OWNED")
             assert refused.metadata.get("owner") == "elsewhere:1", refused
@@ -1312,34 +1316,6 @@ def test_an_import_received_while_the_object_moved_away_does_not_bring_it_back(t
 
 
 # ── 10. whole-object changes of one key take turns ──────────────────────────
-
-
-def _move_away(stub: pb_grpc.SessionServiceStub, key: str, to: str) -> None:
-    request = pb.ExportObjectRequest(object_key=key, lock_for_move=True, lease_seconds=600)
-    move_id = list(stub.ExportObject(request, metadata=routing(key), timeout=GUARD_SECONDS))[-1].move_id
-    delete = pb.DeleteObjectRequest(object_key=key, moved_to=to, move_id=move_id)
-    assert stub.DeleteObject(delete, metadata=routing(key), timeout=GUARD_SECONDS).deleted
-
-
-@contextlib.contextmanager
-def _import_receiving(
-    stub: pb_grpc.SessionServiceStub, data_dir: Path, key: str, data: bytes, digest: str, **first: Any
-) -> Iterator[grpc.Future]:
-    """ImportObject(`key`) of `data`, admitted and its file received, its digest (the last frame)
-    held back until the block ends: the call, to answer after."""
-    digest_may_go = threading.Event()
-
-    def frames() -> Iterator[pb.ImportObjectRequest]:
-        yield pb.ImportObjectRequest(object_key=key, data=data, **first)
-        digest_may_go.wait(GUARD_SECONDS)
-        yield pb.ImportObjectRequest(sha256=digest)
-
-    call = stub.ImportObject.future(frames(), metadata=routing(key), timeout=GUARD_SECONDS)
-    try:
-        _wait(lambda: _received(data_dir, len(data)), "the server received the file")
-        yield call
-    finally:
-        digest_may_go.set()
 
 
 def test_a_move_delete_during_an_import_install_waits_for_it_and_the_key_stays_refused(tmp_path: Path) -> None:

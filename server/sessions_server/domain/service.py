@@ -464,14 +464,7 @@ class SessionsService:
             outcome = update_in(ctx, session_id, row)
             if outcome.status == "updated":
                 note_session_changed(ctx, session_id, frozenset((row.id,)))
-                ctx.emit(
-                    ChangeEvent(
-                        "update",
-                        session_id,
-                        message_json=as_read_inline(ctx.conn, prepared.json, row),
-                        message_info=outcome.info,
-                    )
-                )
+                _emit_update(ctx, session_id, prepared.json, row, outcome.info)
             return outcome
 
         def noted(outcome: UpdateOutcome) -> None:
@@ -528,14 +521,7 @@ class SessionsService:
             updated = update_in(ctx, session_id, row)
             if updated.status == "updated":
                 note_session_changed(ctx, session_id, frozenset((row.id,)))
-                ctx.emit(
-                    ChangeEvent(
-                        "update",
-                        session_id,
-                        message_json=as_read_inline(ctx.conn, prepared.json, row),
-                        message_info=updated.info,
-                    )
-                )
+                _emit_update(ctx, session_id, prepared.json, row, updated.info)
             return False, UpdateResult(True, updated.status == "updated", MessageView(updated.info, prepared.json))
 
         def noted(outcome: tuple[bool, UpdateResult]) -> None:
@@ -922,6 +908,11 @@ def _feed_closed(exc: FeedClosed) -> Unavailable:
         f"the object's change feed closed ({exc}); reconnect and resume",
         reason="OBJECT_MOVING" if exc.moving else "DRAINING",
     )
+
+
+def _emit_update(ctx: WriteContext, session_id: str, json_text: str, row: NewRow, info: RowInfo | None) -> None:
+    message_json = as_read_inline(ctx.conn, json_text, row)
+    ctx.emit(ChangeEvent("update", session_id, message_json=message_json, message_info=info))
 
 
 def _remembered_row(answered: MessageView, prepared: messages.PreparedMessage) -> paths.AppendedRow:
