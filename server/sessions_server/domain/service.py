@@ -790,7 +790,9 @@ class SessionsService:
             start = 0
             while start < len(ranked):
                 window = ranked[start : start + WINDOW_ROWS]
-                keys = [(rowid, message_id, hit_session) for rowid, message_id, _, hit_session in window]
+                keys = [
+                    (rowid, message_id, hit_session, version) for rowid, message_id, _, hit_session, version in window
+                ]
                 # Point reads by rowid, a window's worth: quick (in place for a lone caller).
                 taken, texts = await store.read(
                     lambda conn, k=keys: queries.search_texts(conn, k, WINDOW_BYTES, expression),  # type: ignore[misc]
@@ -798,7 +800,7 @@ class SessionsService:
                 )
                 yield [
                     SearchHit(message_id, role, hit_session, texts[rowid])
-                    for rowid, message_id, role, hit_session in window[:taken]
+                    for rowid, message_id, role, hit_session, _ in window[:taken]
                     if rowid in texts
                 ]
                 start += taken

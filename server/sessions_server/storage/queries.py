@@ -1304,21 +1304,27 @@ def insert_search_row(conn: sqlite3.Connection, session_id: str, message_id: str
     conn.execute(_INSERT_SEARCH_ROW_SQL, (message_id, session_id, role, _indexable(text)))
 
 
+MessageVersion = tuple[int, str | None]
+"""A message row's (seq, content digest): changed by its update, or its deletion and a new row
+under its id."""
+
+
 def search(
     conn: sqlite3.Connection, session_id: str | None, expression: str, limit: int
-) -> list[tuple[int, str, str, str]]:
-    """(index rowid, id, role, session_id) best match first; hidden overlay rows excluded. The
-    texts are read afterwards (`search_texts`), a bounded window at a time: a thousand hits of
-    20 MB messages are 20 GB. The caller bounds its time (`ObjectStore.read`'s deadline): an
-    interrupted search raises SQLite's error."""
+) -> list[tuple[int, str, str, str, MessageVersion]]:
+    """(index rowid, id, role, session_id, the message's version) best match first; hidden
+    overlay rows excluded. The texts are read afterwards (`search_texts`), a bounded window at a
+    time: a thousand hits of 20 MB messages are 20 GB. The caller bounds its time
+    (`ObjectStore.read`'s deadline): an interrupted search raises SQLite's error."""
     hidden = _HIDDEN_SQL.format(id="f.id", session="f.session_id")
     session_filter = "" if session_id is None else "AND f.session_id = ?"
     params: tuple[object, ...] = (expression,) + (() if session_id is None else (session_id,)) + (limit,)
     try:
         return [
-            (int(r[0]), str(r[1]), str(r[2]), str(r[3]))
+            (int(r[0]), str(r[1]), str(r[2]), str(r[3]), (int(r[4]), r[5]))
             for r in conn.execute(
-                f"""SELECT f.rowid, f.id, f.role, f.session_id FROM cf_agents_session_fts AS f
+                f"""SELECT f.rowid, f.id, f.role, f.session_id, m.seq, m.content_hash
+                    FROM cf_agents_session_fts AS f
                     JOIN cf_agents_session_messages AS m ON m.session_id = f.session_id AND m.id = f.id
                     WHERE cf_agents_session_fts MATCH ? {session_filter} AND NOT {hidden}
                     ORDER BY rank LIMIT ?""",
@@ -1332,19 +1338,30 @@ def search(
 
 
 def search_texts(
-    conn: sqlite3.Connection, hits: Sequence[tuple[int, str, str]], max_bytes: int, expression: str
+    conn: sqlite3.Connection,
+    hits: Sequence[tuple[int, str, str, MessageVersion]],
+    max_bytes: int,
+    expression: str,
 ) -> tuple[int, dict[int, str]]:
-    """The indexed texts of search hits, given as (index rowid, id, session_id), in that order,
-    until they pass `max_bytes` (one at least): (how many hits were taken, their texts by rowid).
-    A hit whose message changed since the search (its index row written anew) has its new text
-    while that still matches `expression`; one deleted since, or changed not to match, has none."""
+    """The indexed texts of search hits, given as (index rowid, id, session_id, the message's
+    version as ranked), in that order, until they pass `max_bytes` (one at least): (how many
+    hits were taken, their texts by rowid). A hit whose message changed since the search (its
+    index row written anew) has its new text while that still matches `expression`; one deleted
+    since, or changed not to match, has none. The index row at the ranked rowid is the ranked
+    one only while the message is the version ranked: a message whose row was the index's last
+    gets the same rowid when its row is written anew (FTS5 numbers a new row after the largest)."""
     texts: dict[int, str] = {}
     total = 0
-    for taken, (rowid, message_id, session_id) in enumerate(hits, start=1):
+    for taken, (rowid, message_id, session_id, version) in enumerate(hits, start=1):
         row = conn.execute(
             "SELECT id, session_id, CAST(content AS BLOB) FROM cf_agents_session_fts WHERE rowid = ?", (rowid,)
         ).fetchone()
-        text = row[2] if row is not None and (row[0], row[1]) == (message_id, session_id) else None
+        ranked = (
+            row is not None
+            and (row[0], row[1]) == (message_id, session_id)
+            and _message_version(conn, session_id, message_id) == version
+        )
+        text = row[2] if ranked else None
         if text is None:
             text = _matching_text_now(conn, session_id, message_id, expression)
         if text is not None:
@@ -1353,6 +1370,14 @@ def search_texts(
             if total >= max_bytes:
                 return taken, texts
     return len(hits), texts
+
+
+def _message_version(conn: sqlite3.Connection, session_id: str, message_id: str) -> MessageVersion | None:
+    row = conn.execute(
+        "SELECT seq, content_hash FROM cf_agents_session_messages WHERE session_id = ? AND id = ?",
+        (session_id, message_id),
+    ).fetchone()
+    return None if row is None else (int(row[0]), row[1])
 
 
 def _matching_text_now(conn: sqlite3.Connection, session_id: str, message_id: str, expression: str) -> bytes | None:
