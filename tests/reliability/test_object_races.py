@@ -1425,6 +1425,23 @@ def test_an_erase_sent_as_a_held_import_begins_its_install_leaves_the_held_copy(
         server.stop()
 
 
+@contextlib.contextmanager
+def _import_admitted_while_away(
+    stub: pb_grpc.SessionServiceStub, data_dir: Path, key: str, **first: Any
+) -> Iterator[grpc.Future]:
+    """`key` (message m0) moved away to elsewhere:1; an import under its key of another object's
+    copy (message x0) admitted then, its last frame held back until the block ends; the object
+    brought back meanwhile by an import of its own copy. The held import's call."""
+    _append(stub, key, "m0")
+    snapshot = _export(stub, key)
+    _append(stub, "stale", "x0")
+    _move_away(stub, key, "elsewhere:1")
+    with _import_receiving(stub, data_dir, key, *_export(stub, "stale"), **first) as early:
+        back = iter([pb.ImportObjectRequest(object_key=key, data=snapshot[0], sha256=snapshot[1])])
+        stub.ImportObject(back, metadata=routing(key), timeout=GUARD_SECONDS)
+        yield early
+
+
 def test_an_import_admitted_while_the_object_was_away_does_not_replace_it_back_here(tmp_path: Path) -> None:
     """An import admitted while the object was moved away took itself for a move back, which
     replaces what a move left here. Brought back meanwhile by another import, the object took
@@ -1437,14 +1454,7 @@ def test_an_import_admitted_while_the_object_was_away_does_not_replace_it_back_h
     try:
         with grpc.insecure_channel(server.address) as channel:
             stub = pb_grpc.SessionServiceStub(channel)
-            _append(stub, key, "m0")
-            snapshot = _export(stub, key)
-            _append(stub, "stale", "x0")
-            stale = _export(stub, "stale")
-            _move_away(stub, key, "elsewhere:1")
-            with _import_receiving(stub, data_dir, key, *stale) as early:
-                back = iter([pb.ImportObjectRequest(object_key=key, data=snapshot[0], sha256=snapshot[1])])
-                stub.ImportObject(back, metadata=routing(key), timeout=GUARD_SECONDS)
+            with _import_admitted_while_away(stub, data_dir, key) as early:
                 _append(stub, key, "acknowledged")
             refused = _refusal(lambda: early.result(timeout=GUARD_SECONDS))
             assert (refused.code, refused.reason) == (grpc.StatusCode.FAILED_PRECONDITION, "OBJECT_EXISTS"), refused
@@ -1463,14 +1473,7 @@ def test_an_import_admitted_while_the_object_was_away_is_refused_once_it_left_ag
     try:
         with grpc.insecure_channel(server.address) as channel:
             stub = pb_grpc.SessionServiceStub(channel)
-            _append(stub, key, "m0")
-            snapshot = _export(stub, key)
-            _append(stub, "stale", "x0")
-            stale = _export(stub, "stale")
-            _move_away(stub, key, "elsewhere:1")
-            with _import_receiving(stub, data_dir, key, *stale, replace=True) as early:
-                back = iter([pb.ImportObjectRequest(object_key=key, data=snapshot[0], sha256=snapshot[1])])
-                stub.ImportObject(back, metadata=routing(key), timeout=GUARD_SECONDS)
+            with _import_admitted_while_away(stub, data_dir, key, replace=True) as early:
                 _move_away(stub, key, "elsewhere:2")
             refused = _refusal(lambda: early.result(timeout=GUARD_SECONDS))
             assert (refused.code, refused.reason) == (grpc.StatusCode.FAILED_PRECONDITION, "OBJECT_NOT_OWNED")
