@@ -67,6 +67,26 @@ def _keys(client: SessionsClient) -> set[str]:
     return set(client._stub.ListObjects(pb.ListObjectsRequest()).object_keys)
 
 
+def _run_that_stops(a: SessionsClient, source: str, destination: str, keys: list[str]) -> list[str]:
+    """A run of `keys` (each stored first) that fails at its first object and moves none: its
+    error lines, the summary's count checked."""
+    for key in keys:
+        a.object(key).session().append_message(_text("m1", key))
+    result = _move(source, destination, *keys)
+    assert result.returncode == 1, result
+    assert "Traceback" not in result.stderr and result.stdout == ""
+    summary = result.stderr.splitlines()
+    count = f"{len(keys)} of {len(keys)} objects not moved (0 moved)"
+    assert summary[-len(keys) - 1] == f"sessions-server move-object: {count} from {source} to {destination}:"
+    return summary
+
+
+def _all_take_writes(a: SessionsClient, keys: list[str]) -> None:
+    assert _keys(a) == set(keys)
+    for key in keys:  # none left locked
+        assert a.object(key).session().append_message(_text("m2", "after")).inserted
+
+
 @pytest.fixture
 def two_servers(tmp_path: Path) -> Iterator[tuple[ServerProcess, ServerProcess]]:
     first = ServerProcess(tmp_path / "a").start()
@@ -112,23 +132,14 @@ def test_a_run_to_a_destination_that_cannot_be_connected_to_stops_at_its_first_o
     try:
         keys = ["down/1", "down/2", "down/3"]
         with SessionsClient(source.address, retry=None) as a:
-            for key in keys:
-                a.object(key).session().append_message(_text("m1", key))
             dead = f"127.0.0.1:{free_port()}"  # nothing listens there
 
-            result = _move(source.address, dead, *keys)
+            summary = _run_that_stops(a, source.address, dead, keys)
 
-            assert result.returncode == 1, result
-            assert "Traceback" not in result.stderr and result.stdout == ""
-            summary = result.stderr.splitlines()
             assert (
                 f"sessions-server move-object: {dead} could not be connected to: the other 2 object(s) are not "
                 "attempted; run this again once it answers"
             ) in summary
-            assert (
-                summary[-4]
-                == f"sessions-server move-object: 3 of 3 objects not moved (0 moved) from {source.address} to {dead}:"
-            )
             assert summary[-3].startswith(
                 "  'down/1': UNAVAILABLE: the destination could not be connected to within 10 s"
             )
@@ -136,9 +147,7 @@ def test_a_run_to_a_destination_that_cannot_be_connected_to_stops_at_its_first_o
                 f"  'down/2': UNAVAILABLE: not attempted: {dead} could not be connected to for 'down/1'",
                 f"  'down/3': UNAVAILABLE: not attempted: {dead} could not be connected to for 'down/1'",
             ]
-            assert _keys(a) == set(keys)
-            for key in keys:  # not locked: each takes writes at once
-                assert a.object(key).session().append_message(_text("m2", "after")).inserted
+            _all_take_writes(a, keys)
     finally:
         source.stop()
 
@@ -152,33 +161,24 @@ def test_a_run_to_the_source_by_another_address_stops_at_its_first_object(tmp_pa
     try:
         keys = ["self/1", "self/2", "self/3"]
         with SessionsClient(source.address, retry=None) as a:
-            for key in keys:
-                a.object(key).session().append_message(_text("m1", key))
             alias = source.address.replace("127.0.0.1", "localhost")
 
-            result = _move(source.address, alias, *keys)
+            summary = _run_that_stops(a, source.address, alias, keys)
 
-            assert result.returncode == 1, result
-            assert "Traceback" not in result.stderr and result.stdout == ""
-            summary = result.stderr.splitlines()
             assert (
                 f"sessions-server move-object: {alias} is moving the object away itself: the other 2 object(s) are "
                 f"not attempted; check that --to names another server than --from ({source.address}), not the same "
                 "one by another address"
             ) in summary
-            assert summary[-4] == (
-                f"sessions-server move-object: 3 of 3 objects not moved (0 moved) from {source.address} to {alias}:"
-            )
             assert summary[-3].startswith("  'self/1': FAILED_PRECONDITION: this server is moving the object away")
             assert summary[-3].endswith("[OBJECT_DEPARTING]")
-            assert "abort-move" not in result.stderr
+            assert not any("abort-move" in line for line in summary)
             assert summary[-2:] == [
                 f"  '{key}': FAILED_PRECONDITION: not attempted: {alias} is moving the object away itself for 'self/1'"
                 for key in ("self/2", "self/3")
             ]
-            assert _keys(a) == set(keys)
-            for key in keys:  # the first one's lock released: each takes writes at once
-                assert a.object(key).session().append_message(_text("m2", "after")).inserted
+            _all_take_writes(a, keys)  # the first one's lock released
+            for key in keys:
                 assert [m["id"] for m in a.object(key).session().get_history()] == ["m1", "m2"]
     finally:
         source.stop()
