@@ -21,10 +21,12 @@ from sessions_server.domain import search as search_rules
 from sessions_server.domain.chunking import utf8_length
 from sessions_server.domain.compactor import (
     Compactor,
+    Policy,
     Summarizer,
     forget_estimate,
     note_session_changed,
     note_update,
+    read_policy,
 )
 from sessions_server.domain.errors import (
     FailedPrecondition,
@@ -384,7 +386,11 @@ class SessionsService:
         chain = [row for row in rows if row is not None]
         chained = len(chain) == len(rows) and all(item.parent.kind == "auto" for item in items)
 
-        def run(ctx: WriteContext) -> list[AppendResult]:
+        # Set once the object is open: whether the job also reads the session's policy, which
+        # the check for automatic compaction after it needs.
+        reads_policy = False
+
+        def run(ctx: WriteContext) -> tuple[list[AppendResult], Policy | None]:
             results = []
             outcomes = append_chain_in(ctx, session_id, chain) if chained else None
             for (index, message, prepared), row in zip(staged, rows, strict=True):
@@ -415,7 +421,8 @@ class SessionsService:
                 )
             # Checked in the job, where parents are known: raising here rolls the batch back.
             _check_results_fit(results)
-            return results
+            inserted_any = any(result.inserted for result in results)
+            return results, read_policy(ctx.conn, session_id) if reads_policy and inserted_any else None
 
         if chained and _past_results_bound(chain) and _distinct(chain) and not self.objects.is_stored(object_key):
             # Known before the object is made (refused in the job, the object made stayed).
@@ -425,7 +432,10 @@ class SessionsService:
             return [refused(message) for _, message, _ in staged]
         inserted: list[paths.AppendedRow] = []
 
-        def noted(results: list[AppendResult]) -> None:
+        def noted(done: tuple[list[AppendResult], Policy | None]) -> None:
+            results, policy = done
+            if policy is not None:
+                self.compactor.note_policy(store, session_id, policy)
             large_messages.note_written(
                 store, session_id, (row for row, result in zip(rows, results, strict=True) if result.inserted)
             )
@@ -438,8 +448,9 @@ class SessionsService:
                 self._note_inserted_appends(store, session_id, inserted)
 
         async with self.object(object_key, writing=True) as store:
+            reads_policy = self.compactor.policy_unknown(store, session_id)
             size = sum(utf8_length(item.text) for item in items)
-            results = await store.write(run, size_hint=size, after=noted, grows=size)
+            results, _ = await store.write(run, size_hint=size, after=noted, grows=size)
             if inserted:
                 await self.compactor.after_inserted_append(store, object_key, session_id)
             return results
