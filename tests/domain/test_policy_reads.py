@@ -77,9 +77,7 @@ def test_the_first_append_of_a_session_reads_its_policy_in_its_own_write(
     assert readers_opened == []
 
 
-def test_a_policy_set_in_the_write_batch_of_a_first_append_is_the_one_remembered(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_policy_set_in_the_write_batch_of_a_first_append_is_the_one_remembered(tmp_path: Path) -> None:
     """A policy stored while a session's first append is queued: whichever commits last, the
     remembered policy is the stored one (the append's read sees what commits before it)."""
 
@@ -89,7 +87,7 @@ def test_a_policy_set_in_the_write_batch_of_a_first_append_is_the_one_remembered
         try:
             await service.append_many("o", "other", [AppendInput(_message("m0"), Parent.auto(), True)])
             new = Policy(threshold_tokens=10**12, keep_recent_tokens=7)
-            # Queued together: the append first, the policy after it, then the other order.
+            # Sent together: the append first, the policy after it; then the other way round.
             await asyncio.gather(
                 service.append_many("o", "s", [AppendInput(_message("m1"), Parent.auto(), True)]),
                 service.compactor.set_policy("o", "s", new),
