@@ -264,9 +264,9 @@ class Importer:
         if self._stopped_at is not None and self._stopped_at < index:
             return False
         written: dict[str, int] = {}
-        for message_id in {*before, *parents}:
-            noted = self._written.get(message_id) if message_id is not None else None
-            if message_id is not None and noted is not None and noted[0] < index:
+        for message_id in {*before, *(parent for parent in parents if parent is not None)}:
+            noted = self._written.get(message_id)
+            if noted is not None and noted[0] < index:
                 written[message_id] = noted[1]
         return not written or queries.seqs_of(ctx.conn, self._session_id, list(written)) == written
 

@@ -761,13 +761,13 @@ class UnwrittenStarts:
         keys[revision] = object_key
         self._by_object.setdefault(object_key, set()).add(revision)
         if len(keys) > self._limit:
-            self.forget(next(iter(keys)))
+            self._forget(next(iter(keys)))
 
     def key_of(self, revision: int) -> str | None:
         """The object a feed start was handed out for while it had no file, if remembered."""
         return self._keys.get(revision)
 
-    def forget(self, revision: int) -> None:
+    def _forget(self, revision: int) -> None:
         object_key = self._keys.pop(revision, None)
         if object_key is not None:
             revisions = self._by_object[object_key]
