@@ -1,15 +1,15 @@
 """The session's compaction policy, which a server with a summarizer checks after each append
 that stored a message, is two point reads, once per session while the object is open. The first
-append of a session reads them in its own write job, in its transaction: the check after it then
-finds the policy remembered. Read after the append, on a server with other calls in flight, they
-took a reader connection of their own, which a new object opened for them alone. The domain over
-a real object file."""
+append of a session, or upsert that inserts, reads them in its own write job, in its
+transaction: the check after it then finds the policy remembered. Read after the write, on a
+server with other calls in flight, they took a reader connection of their own, which a new
+object opened for them alone. The domain over a real object file."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -33,9 +33,22 @@ def _message(message_id: str) -> str:
     return json.dumps({"id": message_id, "role": "user", "parts": [{"type": "text", "text": message_id}]})
 
 
+async def _append(service: SessionsService, message_id: str) -> None:
+    await service.append_many("o", "s", [AppendInput(_message(message_id), Parent.auto(), True)])
+
+
+async def _upsert(service: SessionsService, message_id: str) -> None:
+    inserted, _ = await service.upsert("o", "s", _message(message_id), Parent.auto(), from_client=True)
+    assert inserted
+
+
+@pytest.mark.parametrize("write", [_append, _upsert], ids=["append", "upsert"])
 @pytest.mark.parametrize("calls", [lambda: 1, lambda: 2], ids=["lone", "busy"])
 def test_the_first_append_of_a_session_reads_its_policy_in_its_own_write(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, calls: Callable[[], int]
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    calls: Callable[[], int],
+    write: Callable[[SessionsService, str], Awaitable[None]],
 ) -> None:
     monkeypatch.setattr(store_module, "INLINE_MAX_SECONDS", 60.0)  # however slowly this machine reads
     read_in_write: list[bool] = []
@@ -65,15 +78,15 @@ def test_the_first_append_of_a_session_reads_its_policy_in_its_own_write(
             read_in_write.clear()
             async with registry.use("o") as store:
                 store_of["o"] = store
-                await service.append_many("o", "s", [AppendInput(_message("m1"), Parent.auto(), True)])
-                await service.append_many("o", "s", [AppendInput(_message("m2"), Parent.auto(), True)])
+                await write(service, "m1")
+                await write(service, "m2")
                 return await service.compactor.get_policy("o", "s")
         finally:
             await registry.close_all()
 
     policy = asyncio.run(run())
     assert policy == Policy(threshold_tokens=0, keep_recent_tokens=3)  # read right, then remembered
-    assert read_in_write == [True, True]  # the first append's two reads, in its write; none after
+    assert read_in_write == [True, True]  # the first insert's two reads, in its write; none after
     assert readers_opened == []
 
 

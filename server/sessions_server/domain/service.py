@@ -514,7 +514,7 @@ class SessionsService:
             self.objects.admit(object_key, writing=True)
             return False, UpdateResult(False, False, MessageView(None, jsjson.stringify(message)))
 
-        def run(ctx: WriteContext) -> tuple[bool, UpdateResult]:
+        def run(ctx: WriteContext) -> tuple[bool, UpdateResult, Policy | None]:
             if not queries.exists(ctx.conn, session_id, row.id):
                 outcome = append_in(ctx, session_id, row, parent, stored_row_ok)
                 ctx.emit(
@@ -528,15 +528,19 @@ class SessionsService:
                         parent_id=parent.message_id,
                     )
                 )
-                return True, UpdateResult(True, False, MessageView(outcome.info, prepared.json))
+                policy = read_policy(ctx.conn, session_id) if reads_policy else None  # as append_many's
+                return True, UpdateResult(True, False, MessageView(outcome.info, prepared.json)), policy
             updated = update_in(ctx, session_id, row)
             if updated.status == "updated":
                 note_session_changed(ctx, session_id, frozenset((row.id,)))
                 _emit_update(ctx, session_id, prepared.json, row, updated.info)
-            return False, UpdateResult(True, updated.status == "updated", MessageView(updated.info, prepared.json))
+            changed = updated.status == "updated"
+            return False, UpdateResult(True, changed, MessageView(updated.info, prepared.json)), None
 
-        def noted(outcome: tuple[bool, UpdateResult]) -> None:
-            inserted, result = outcome
+        def noted(outcome: tuple[bool, UpdateResult, Policy | None]) -> None:
+            inserted, result, policy = outcome
+            if policy is not None:
+                self.compactor.note_policy(store, session_id, policy)
             if inserted or result.changed:
                 large_messages.note_written(store, session_id, (row,))
             if result.message is None or result.message.info is None:
@@ -549,7 +553,8 @@ class SessionsService:
                 note_update(store, session_id, _remembered_row(result.message, prepared))
 
         async with self.object(object_key, writing=True) as store:
-            inserted, result = await store.write(run, after=noted, grows=utf8_length(text))
+            reads_policy = self.compactor.policy_unknown(store, session_id)
+            inserted, result, _ = await store.write(run, after=noted, grows=utf8_length(text))
             if inserted and result.message is not None and result.message.info is not None:
                 await self.compactor.after_inserted_append(store, object_key, session_id)
             return inserted, result
