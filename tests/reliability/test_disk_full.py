@@ -39,6 +39,7 @@ from sessions_client import ImportItem, SessionsClient, SessionsError
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
 from sessions_server.domain.scratch_room import FREE_MARGIN_BYTES, ScratchRoom
+from sessions_server.storage.datadir import SCRATCH_DIR_NAME
 from sessions_server.storage.files import free_bytes
 from sessions_server.storage.paths import object_path
 from tests.reliability.support import (
@@ -425,10 +426,26 @@ def test_concurrent_writers_during_disk_full_get_truthful_answers(storage: Limit
 def test_an_object_created_on_a_full_disk_is_refused_cleanly(storage: LimitedStorage) -> None:
     """Making a new object's file failed with INTERNAL: the schema's ROLLBACK after the failed
     COMMIT raised "no transaction is active" in place of the full disk, and a failure to open
-    a file was not told as a storage failure at all. Once space is freed the object is made."""
+    a file was not told as a storage failure at all. Once space is freed the object is made.
+    The server's first new object also builds the image new files are written from
+    (`schema.new_file_image`): here that build finds the disk full."""
+    _create_on_a_full_disk(storage, made_before=False)
+
+
+# Only on the tmpfs: the file size limit lets a new file as large as one there already be made.
+@pytest.mark.parametrize("storage", ["tmpfs"], indirect=True)
+def test_an_object_created_on_a_full_disk_after_another_is_refused_cleanly(storage: LimitedStorage) -> None:
+    """With the image built by an earlier object, a new object's file is a write of it into
+    scratch, which finds the disk full, and is removed."""
+    _create_on_a_full_disk(storage, made_before=True)
+
+
+def _create_on_a_full_disk(storage: LimitedStorage, *, made_before: bool) -> None:
     server = Server(storage.data_dir, setup=storage.setup).start()
     try:
         with SessionsClient(server.address, timeout=60) as client:
+            if made_before:
+                assert client.object("made-before").session().append_message(_text_message("m0", 100)).inserted
             session = client.object("new-on-a-full-disk").session()
             storage.exhaust(server.pid, room=4096)  # less than a new object's first pages
             with pytest.raises(SessionsError) as refused:
@@ -436,6 +453,7 @@ def test_an_object_created_on_a_full_disk_is_refused_cleanly(storage: LimitedSto
             print(f"DISK FULL new object ({storage.mode}): {_status(refused.value)} {refused.value.message}")
             assert _status(refused.value) in ACCEPTED, refused.value
             assert health_status(server.address) == SERVING
+            assert not [path.name for path in (storage.data_dir / SCRATCH_DIR_NAME).iterdir()]  # none staged
             storage.free()
             assert session.append_message(_text_message("m1", 100)).inserted
             assert session.get_history() == [json.loads(_text_message("m1", 100))]

@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import sqlite3
+import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -516,6 +517,51 @@ def keep_copy(source: Path, directory: Path) -> Path | None:
         copy.unlink(missing_ok=True)
         raise
     return copy
+
+
+def stage_new_object_file(path: Path, staging: Path) -> Path:
+    """A new object's file for `path` (`schema.new_file_image`), written and synced in
+    `staging`, scratch: on the objects' file system, and emptied at every start, so a crash
+    leaves nothing behind for good. `install_new_object_file` gives it its name."""
+    staging.mkdir(parents=True, exist_ok=True)
+    image = schema.new_file_image(staging)
+    staged = staging / f"{path.stem}.{threading.get_ident()}.new"  # one at a time per thread
+    try:
+        fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            left = memoryview(image)
+            while left:
+                left = left[os.write(fd, left) :]
+            os.fsync(fd)  # the bytes, before any commit in the file can be acknowledged
+        finally:
+            os.close(fd)
+    except BaseException:
+        staged.unlink(missing_ok=True)
+        raise
+    return staged
+
+
+def install_new_object_file(staged: Path, path: Path) -> bool:
+    """Renames a staged new file (`stage_new_object_file`) to `path`, unless a file is there
+    already: then False, and the staged file removed. Under FANOUT_LOCK, with `path`'s
+    directories made.
+
+    A WAL and shared-memory file left there without their file (a removal a crash cut short)
+    go first: SQLite would read that WAL into the new file, the erased object's last commits
+    with it (into an empty file, as SQLite makes one, it reads no WAL). The new name is durable
+    by the file's first commit: SQLite syncs the directory of a WAL it creates."""
+    try:
+        if path.exists():
+            staged.unlink()
+            return False
+        for suffix in ("-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{path}{suffix}")
+        staged.rename(path)
+    except BaseException:
+        staged.unlink(missing_ok=True)
+        raise
+    return True
 
 
 def remove_files_but(directory: Path, names: set[str]) -> None:

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from sessions_server.storage import fdlimit, files, wal
+from sessions_server.storage.datadir import SCRATCH_DIR_NAME
 from sessions_server.storage.feed import FeedClosed, FeedHub, Feeds, FeedSettings
 from sessions_server.storage.paths import object_path
 from sessions_server.storage.rows import (
@@ -384,7 +385,13 @@ class ObjectRegistry:
         store = None if ready_checked else self._open_ready(object_key, path, hub)
         if store is None:
             store = ObjectStore.open(
-                object_key, path, self._executor, hub, self._calls_in_flight, commit_executor=self._commit_executor
+                object_key,
+                path,
+                self._executor,
+                hub,
+                self._calls_in_flight,
+                commit_executor=self._commit_executor,
+                staging=self.data_dir / SCRATCH_DIR_NAME,
             )
         return store
 

@@ -313,14 +313,22 @@ class ObjectStore:
         calls_in_flight: Callable[[], int] | None = None,
         *,
         commit_executor: Executor | None = None,
+        staging: Path | None = None,
     ) -> ObjectStore:
         """Opens (creating if needed) the object's file. `calls_in_flight` counts the requests
-        the server is handling, the caller's included (see the module docstring)."""
+        the server is handling, the caller's included (see the module docstring). A new file is
+        written in `staging` and renamed into place (`files.stage_new_object_file`); without
+        `staging`, SQLite makes it and runs the schema's DDL in it."""
+        staged = None if staging is None or path.exists() else files.stage_new_object_file(path, staging)
         with FANOUT_LOCK:  # the directories and the file in them, with no erase beside it between
             make_directories(path.parent)  # the file's own name: SQLite syncs its directory
+            created = staged is not None and files.install_new_object_file(staged, path)
             conn = _connect_writer(path, schema.BUSY_TIMEOUT_MS)
         try:
-            schema.initialize(conn, object_key)
+            if created:
+                schema.record_new_object(conn, object_key)
+            else:
+                schema.initialize(conn, object_key)
             return cls._around_writer(object_key, path, conn, executor, feed, calls_in_flight, commit_executor)
         except BaseException:
             conn.close()
