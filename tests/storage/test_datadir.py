@@ -34,12 +34,15 @@ def synced(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Path]]:
     yield seen
 
 
+@pytest.mark.parametrize("staged", [False, True], ids=["made-by-sqlite", "staged"])
 def test_a_new_objects_directories_are_synced_in_the_directories_that_hold_their_names(
-    tmp_path: Path, synced: list[Path]
+    tmp_path: Path, synced: list[Path], staged: bool
 ) -> None:
     # A power cut cannot be simulated here; what can be checked is that each directory the
     # open created has its name made durable by a sync of its parent, before the first write.
+    # A staged file (`files.stage_new_object_file`) is synced itself first, in scratch.
     data_dir = tmp_path / "data"
+    staging = data_dir / "scratch" if staged else None
     (data_dir / "objects").mkdir(parents=True)
     first = object_path(data_dir, "first")
     leaf = first.parent
@@ -49,18 +52,24 @@ def test_a_new_objects_directories_are_synced_in_the_directories_that_hold_their
     async def open_and_close(key: str) -> None:
         executor = ThreadPoolExecutor(max_workers=1)
         try:
-            store = ObjectStore.open(key, object_path(data_dir, key), executor)
+            store = ObjectStore.open(key, object_path(data_dir, key), executor, staging=staging)
             await store.close()
         finally:
             executor.shutdown(wait=True)
 
+    def staged_files() -> list[Path]:
+        return [path for path in synced if path.parent == staging and path.suffix == ".new"]
+
     asyncio.run(open_and_close("first"))
-    assert synced == [leaf.parent, data_dir / "objects"]  # objects/ab/cd: cd named in ab, ab in objects
+    assert len(staged_files()) == staged
+    # objects/ab/cd: cd named in ab, ab in objects
+    assert synced[len(staged_files()) :] == [leaf.parent, data_dir / "objects"]
     assert first.is_file()
 
     synced.clear()  # another object in the same directories creates none: no sync
     asyncio.run(open_and_close(sibling))
-    assert synced == []
+    assert len(staged_files()) == staged
+    assert synced == staged_files()
 
 
 def test_make_directories_syncs_each_created_directorys_parent_deepest_first(

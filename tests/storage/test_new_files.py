@@ -80,7 +80,6 @@ def test_a_new_file_cut_short_before_its_records_is_made_the_objects_at_the_next
     """A crash after the staged file took its name, before its first commit: the file holds the
     schema and nothing recorded, and the next open records the key, as for an upgraded file."""
     path = object_path(tmp_path / "data", "cut-short")
-    path.parent.mkdir(parents=True)
     staging = tmp_path / "data" / "scratch"
     assert files.install_new_object_file(files.stage_new_object_file(path, staging), path)
     with _read(path) as conn:

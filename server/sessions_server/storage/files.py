@@ -23,7 +23,7 @@ from pathlib import Path
 import orjson
 
 from sessions_server.storage import import_checks, queries, schema
-from sessions_server.storage.datadir import SCRATCH_DIR_NAME, sync_directories
+from sessions_server.storage.datadir import SCRATCH_DIR_NAME, make_directories, sync_directories
 from sessions_server.storage.paths import (
     FANOUT_LOCK,
     FILE_SUFFIX,
@@ -542,15 +542,16 @@ def stage_new_object_file(path: Path, staging: Path) -> Path:
 
 
 def install_new_object_file(staged: Path, path: Path) -> bool:
-    """Renames a staged new file (`stage_new_object_file`) to `path`, unless a file is there
-    already: then False, and the staged file removed. Under FANOUT_LOCK, with `path`'s
-    directories made.
+    """Renames a staged new file (`stage_new_object_file`) to `path`, making its directories
+    (`make_directories`), unless a file is there already: then False. Under FANOUT_LOCK. The
+    staged file is gone however it ends.
 
     A WAL and shared-memory file left there without their file (a removal a crash cut short)
     go first: SQLite would read that WAL into the new file, the erased object's last commits
     with it (into an empty file, as SQLite makes one, it reads no WAL). The new name is durable
     by the file's first commit: SQLite syncs the directory of a WAL it creates."""
     try:
+        make_directories(path.parent)
         if path.exists():
             staged.unlink()
             return False

@@ -320,9 +320,12 @@ class ObjectStore:
         written in `staging` and renamed into place (`files.stage_new_object_file`); without
         `staging`, SQLite makes it and runs the schema's DDL in it."""
         staged = None if staging is None or path.exists() else files.stage_new_object_file(path, staging)
+        created = False
         with FANOUT_LOCK:  # the directories and the file in them, with no erase beside it between
-            make_directories(path.parent)  # the file's own name: SQLite syncs its directory
-            created = staged is not None and files.install_new_object_file(staged, path)
+            if staged is None:
+                make_directories(path.parent)  # the file's own name: SQLite syncs its directory
+            else:
+                created = files.install_new_object_file(staged, path)
             conn = _connect_writer(path, schema.BUSY_TIMEOUT_MS)
         try:
             if created:
