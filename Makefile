@@ -55,20 +55,19 @@ format: setup
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-# What the Python suite needs beyond setup, made while the checks and the client tests run:
-# Litestream (built once into .tools/bin, about 250 s of compiling on two cores, unless $LITESTREAM
-# names one) and the conformance oracle's packages. Those tests spend much of their time waiting
-# on the servers they start, so the build takes little from them; the Python suite, after it,
-# has both cores to itself.
+# What the Python suite needs beyond the Python environment: Litestream (built once into
+# .tools/bin, about 250 s of compiling on two cores, unless $LITESTREAM names one) and the
+# conformance oracle's packages. `make test` makes them while it sets up the environment and then
+# runs the checks and the client tests; the Python suite, last, has both cores to itself.
 PYTHON_SUITE_NEEDS := $(if $(LITESTREAM),,$(if $(HAVE_GO),$(LITESTREAM_BIN))) $(if $(HAVE_NODE),oracle)
 
-test: setup
+test:
 	$(MAKE) --no-print-directory -j4 checks-then-clients $(PYTHON_SUITE_NEEDS)
 	$(MAKE) --no-print-directory test-python
 
 # The client tests after the checks: check-generated installs the TypeScript client's packages,
 # which its tests would otherwise install at the same time.
-checks-then-clients: check-generated lint
+checks-then-clients: setup check-generated lint
 	$(MAKE) --no-print-directory --output-sync=target test-typescript test-go
 
 oracle:
