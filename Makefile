@@ -58,7 +58,9 @@ format: setup
 # What the Python suite needs beyond the Python environment: Litestream (built once into
 # .tools/bin, about 250 s of compiling on two cores, unless $LITESTREAM names one) and the
 # conformance oracle's packages. `make test` makes them while it sets up the environment and then
-# runs the checks and the client tests; the Python suite, last, has both cores to itself.
+# runs the checks and the client tests; the Python suite, last, has both cores to itself. All of
+# it keeps two cores busy: on a clean clone the suite started after 388 s, where Litestream's
+# build alone took 261 s and the client tests alone 145 s (2026-12-07).
 PYTHON_SUITE_NEEDS := $(if $(LITESTREAM),,$(if $(HAVE_GO),$(LITESTREAM_BIN))) $(if $(HAVE_NODE),oracle)
 
 test:
