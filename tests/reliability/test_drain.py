@@ -61,6 +61,9 @@ class Observed:
     history_outcomes: Counter[str] = field(default_factory=Counter)
     history_reads: int = 0
     wrong: list[str] = field(default_factory=list)
+    # (when the check was sent, its answer): a check sent after the watch's NOT_SERVING arrived
+    # reached the server after the switch. Stamped as its answer arrived, one answered SERVING
+    # just before the switch could be stamped after the watcher's thread stamped NOT_SERVING.
     health_checks: list[tuple[float, str]] = field(default_factory=list)
     watch: list[tuple[float, int]] = field(default_factory=list)
     watch_end: str = ""
@@ -217,12 +220,13 @@ def test_sigterm_under_load_drains_cleanly(tmp_path: Path, capsys: pytest.Captur
         with grpc.insecure_channel(address) as channel:
             stub = health_pb2_grpc.HealthStub(channel)
             while not stop.is_set():
+                sent = time.monotonic()
                 try:
                     status = stub.Check(health_pb2.HealthCheckRequest(), timeout=5).status
                     label = health_pb2.HealthCheckResponse.ServingStatus.Name(status)
                 except grpc.RpcError as error:
                     label = error.code().name
-                seen.health_checks.append((time.monotonic(), label))
+                seen.health_checks.append((sent, label))
                 if (
                     label != "SERVING"
                     and term_sent.is_set()
