@@ -216,9 +216,7 @@ def import_store_file(
     # commit in it is moved into the old file itself.
     if target.exists():
         _checkpoint_completely(target)
-    for suffix in ("-wal", "-shm"):
-        with contextlib.suppress(FileNotFoundError):
-            Path(str(target) + suffix).unlink()
+    _remove_wal_files(target)
     with FANOUT_LOCK:  # made with the file, so that no erase beside it removes them between
         target.parent.mkdir(parents=True, exist_ok=True)
         partial.replace(target)
@@ -262,9 +260,7 @@ def _take_server_pages(conn: sqlite3.Connection, staged: Path, rewritten: Path) 
     conn.execute(f"PRAGMA page_size = {schema.NEW_FILE_PAGE_SIZE}")
     conn.execute("VACUUM INTO ?", (str(rewritten),))
     conn.close()
-    for suffix in ("-wal", "-shm"):
-        with contextlib.suppress(FileNotFoundError):
-            Path(str(staged) + suffix).unlink()
+    _remove_wal_files(staged)
     rewritten.replace(staged)
     return sqlite3.connect(staged)
 
@@ -555,14 +551,18 @@ def install_new_object_file(staged: Path, path: Path) -> bool:
         if path.exists():
             staged.unlink()
             return False
-        for suffix in ("-wal", "-shm"):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(f"{path}{suffix}")
+        _remove_wal_files(path)
         staged.rename(path)
     except BaseException:
         staged.unlink(missing_ok=True)
         raise
     return True
+
+
+def _remove_wal_files(path: Path) -> None:
+    """Removes the WAL and shared-memory files of the database at `path`, where there are any."""
+    for suffix in ("-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
 
 
 def remove_files_but(directory: Path, names: set[str]) -> None:
@@ -582,16 +582,15 @@ def remove_object_files(path: Path, trash: Path | None = None, *, prune: bool = 
     first, in one rename: the object is then gone at once, whatever happens next. Its WAL
     unlinked first, a crash before the file went left the object as it was at its last
     checkpoint, its later commits lost, and served. A WAL a crash leaves without its file is
-    not read into the key's next file: SQLite makes that file afresh (the removal tests check)."""
+    not read into the key's next file: `install_new_object_file` removes it before the new file
+    takes the name (the removal tests check)."""
     existed = path.exists()
     if existed and trash is not None:
         trash.mkdir(exist_ok=True)
         gone = trash / f"{path.stem}-{time.time_ns()}{path.suffix}"
         path.replace(gone)
         sync_directories(path.parent, trash)
-        for suffix in ("-wal", "-shm"):
-            with contextlib.suppress(FileNotFoundError):
-                Path(str(path) + suffix).unlink()
+        _remove_wal_files(path)
         gone.unlink()
         sync_directories(path.parent, trash)
     else:
