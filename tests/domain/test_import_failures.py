@@ -181,6 +181,36 @@ def test_a_message_the_import_only_skipped_may_be_deleted_meanwhile(tmp_path: Pa
     assert asyncio.run(run()) == (1, 1, ["q"])
 
 
+@pytest.mark.parametrize("removal", ["clear", "delete"])
+def test_an_import_stops_after_a_clear_when_the_chunk_before_only_skipped(tmp_path: Path, removal: str) -> None:
+    """Only the chunk just before was checked: when it had only skipped ids stored before the
+    import, and the next messages were roots, they were written after a clear (or a delete) of
+    what the import had written, and the import answered OK, its first messages gone."""
+
+    async def run() -> tuple[str, list[str]]:
+        service = SessionsService(ObjectRegistry(tmp_path, ThreadPoolExecutor(max_workers=2)))
+        try:
+            await service.append("o", "", _message("p"), Parent.auto(), from_client=True)
+            with pytest.raises(SessionsError) as failure:
+                async with service.importer("o", "") as importer:
+                    await importer.add(_message("a"), None, 1)
+                    await asyncio.wait(importer._pending)  # a written, in a chunk of its own
+                    await importer.add(_message("p"), None, 1)
+                    await asyncio.wait(importer._pending)  # p stored already: skipped, a chunk of its own
+                    if removal == "clear":
+                        assert await service.clear("o", "") == 2
+                    else:
+                        assert await service.delete("o", "", ["a"]) == 1
+                    await importer.add(_message("q"), None, 1)
+            return failure.value.reason, await _stored(service, ["a", "p", "q"])
+        finally:
+            await service.registry.close_all()
+
+    reason, stored = asyncio.run(run())
+    assert reason == "FAILED_PRECONDITION"
+    assert stored == ([] if removal == "clear" else ["p"])
+
+
 def test_a_chunk_run_again_after_its_group_commit_failed_is_written(tmp_path: Path) -> None:
     """A group whose COMMIT fails runs each write again alone. An import's chunk had noted the
     messages of its first run as written: run again, it found its own parent (written earlier

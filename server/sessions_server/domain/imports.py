@@ -61,8 +61,9 @@ class Importer:
     one is the only message the import holds. Whatever was received before a failure is still
     written (`finish`): the import is not all or nothing. Nothing after a failed write is: each
     chunk's job first checks (`_may_write`, in its own transaction) that no chunk before it
-    stopped or failed, and that what the chunk before it wrote and the parents it names that
-    this import wrote are still those messages: a chunk queued behind one that fails writes
+    stopped or failed, and that the messages of this import sent in the chunk before it, those
+    it wrote last (chunks that only skipped ids stored before may come between) and the parents
+    it names are still those messages: a chunk queued behind one that fails writes
     nothing, whatever commits take them, none is written after messages of this import that
     another call removed, and the import answers the first failure. The object is opened (and
     so created) by the first valid message: an import refused before any, or one that carried
@@ -80,6 +81,9 @@ class Importer:
         # Noted by the writes themselves, in the order they run: the chunk and seq of each
         # message this import wrote, and the first chunk whose write stopped the import or failed.
         self._written: dict[str, tuple[int, int]] = {}
+        # The newest chunks that wrote messages, oldest first, and their ids: the messages this
+        # import wrote last before a chunk may be several chunks back (those between only skipped).
+        self._wrote: list[tuple[int, tuple[str, ...]]] = []
         self._stopped_at: int | None = None
         self.pending_bytes = 0  # UTF-8 bytes of the messages taken and not yet done with (written or not)
         self._stopped = False  # a write failed: nothing more is submitted
@@ -236,6 +240,7 @@ class Importer:
             except BaseException:
                 self._stop_at(index)
                 raise
+            self._note_wrote(index, tuple(info.id for info in infos if info is not None))
             for info, event, row in zip(infos, chunk.events, chunk.rows, strict=True):
                 if info is not None:
                     self._written[info.id] = (index, info.seq)
@@ -256,19 +261,32 @@ class Importer:
     def _may_write(self, ctx: WriteContext, index: int, before: tuple[str, ...], parents: list[str | None]) -> bool:
         """Whether chunk `index` may be written, in its write's transaction: no chunk before it
         stopped the import or failed (a chunk queued behind one that stopped found that one's
-        ids stored, skipped ones, and wrote its own), and what the chunk before it wrote and
-        the parents it names that this import wrote are still those very messages (deleted, or
-        deleted and written again by another call, they were taken for them). Messages the
-        import skipped (stored before it) are not its own: another call may delete them; nor
-        are what this chunk's own run noted before its group's COMMIT failed (it runs again)."""
+        ids stored, skipped ones, and wrote its own), and the messages this import wrote that
+        the chunk follows are still those very messages (deleted, or deleted and written again
+        by another call, they were taken for them): those in the chunk before it, those the last
+        chunk that wrote any wrote (the chunks between may only have skipped ids stored before),
+        and the parents it names. Messages the import skipped (stored before it) are not its
+        own: another call may delete them; nor are what this chunk's own run noted before its
+        group's COMMIT failed (it runs again)."""
         if self._stopped_at is not None and self._stopped_at < index:
             return False
+        last = next((ids for chunk, ids in reversed(self._wrote) if chunk < index), ())
         written: dict[str, int] = {}
-        for message_id in {*before, *(parent for parent in parents if parent is not None)}:
+        for message_id in {*before, *last, *(parent for parent in parents if parent is not None)}:
             noted = self._written.get(message_id)
             if noted is not None and noted[0] < index:
                 written[message_id] = noted[1]
         return not written or queries.seqs_of(ctx.conn, self._session_id, list(written)) == written
+
+    def _note_wrote(self, index: int, ids: tuple[str, ...]) -> None:
+        """Notes what chunk `index` wrote (in its write's run), forgetting what a run of it or of
+        a later chunk noted before their group's COMMIT failed (each runs again, in order). A
+        group holds at most IMPORT_PIPELINE_DEPTH of this import's chunks, so a chunk run again
+        finds the chunk that wrote before it among those kept."""
+        kept = [entry for entry in self._wrote if entry[0] < index]
+        if ids:
+            kept.append((index, ids))
+        self._wrote = kept[-(2 * IMPORT_PIPELINE_DEPTH) :]
 
     def _stop_at(self, index: int) -> None:
         if self._stopped_at is None or index < self._stopped_at:
