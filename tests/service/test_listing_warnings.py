@@ -5,7 +5,10 @@ files and a dashboard listing objects filled the log (observability audit, sessi
 from __future__ import annotations
 
 import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -13,6 +16,7 @@ import pytest
 from sessions_client import SessionsClient
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
+from sessions_server.storage import schema
 from sessions_server.storage.paths import object_path
 from tests.conftest import start_server
 from tests.service.support import text_message
@@ -38,3 +42,38 @@ def test_each_file_left_out_of_listings_is_warned_of_once(tmp_path: Path, caplog
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "not listed" in r.getMessage()]
     assert sorted(line.split(" ", 1)[0] for line in warned) == sorted(map(str, strays)), warned
     assert all(line.endswith("records no object key it can read: not listed") for line in warned), warned
+
+
+def test_a_new_object_listed_while_its_file_is_made_is_not_warned_of(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new object's file has its name before its key is recorded: a listing in that moment
+    found a file with no key and warned of it as of a stray file, for each object made."""
+    recorded = schema.record_new_object
+    installed, release = threading.Event(), threading.Event()
+
+    def held(conn: Any, object_key: str) -> None:
+        installed.set()
+        release.wait(timeout=30)
+        recorded(conn, object_key)
+
+    monkeypatch.setattr(schema, "record_new_object", held)
+    data = tmp_path / "data"
+    server = start_server(data)
+    try:
+        caplog.set_level(logging.WARNING, logger="sessions.objects")
+        with SessionsClient(server.address) as client, ThreadPoolExecutor(max_workers=1) as pool:
+            appended = pool.submit(client.object("new").session().append_message, text_message("m1"))
+            assert installed.wait(timeout=30)
+            assert object_path(data, "new").exists()  # the file is in place, its key not yet recorded
+            with grpc.insecure_channel(server.address) as channel:
+                stub = pb_grpc.SessionServiceStub(channel)
+                listed_while_made = list(stub.ListObjects(pb.ListObjectsRequest()).object_keys)
+                release.set()
+                appended.result(timeout=30)
+                listed_after = list(stub.ListObjects(pb.ListObjectsRequest()).object_keys)
+    finally:
+        release.set()
+        server.stop()
+    assert (listed_while_made, listed_after) == ([], ["new"])
+    assert [r.getMessage() for r in caplog.records if "not listed" in r.getMessage()] == []

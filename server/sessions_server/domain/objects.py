@@ -319,11 +319,15 @@ class ObjectAdmin:
 
         paths, keys_found = await asyncio.to_thread(page)
         found = []
+        in_use: set[str] | None = None  # the names of the files open here, once one has no key
         for path, key in zip(paths, keys_found, strict=True):
             # A listing that leaves out an object must say so somewhere; once a minute a file,
-            # however often it is listed (every call logged every such file again).
+            # however often it is listed (every call logged every such file again). Not a new
+            # object's file, whose key its open has yet to record: listed once it has.
             if key is None:
-                if self._due_for_log(f"listing\0{path}"):
+                if in_use is None:
+                    in_use = self._registry.file_names_in_use()
+                if path.name not in in_use and self._due_for_log(f"listing\0{path}"):
                     log.warning("%s records no object key it can read: not listed", path)
                 continue
             if key in self._moved:

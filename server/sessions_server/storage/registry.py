@@ -38,7 +38,7 @@ from typing import Any
 from sessions_server.storage import fdlimit, files, wal
 from sessions_server.storage.datadir import SCRATCH_DIR_NAME
 from sessions_server.storage.feed import FeedClosed, FeedHub, Feeds, FeedSettings
-from sessions_server.storage.paths import object_path
+from sessions_server.storage.paths import object_file_name, object_path
 from sessions_server.storage.rows import (
     ObjectDamaged,
     OutOfDescriptors,
@@ -542,6 +542,12 @@ class ObjectRegistry:
 
     def is_open(self, object_key: str) -> bool:
         return object_key in self._open
+
+    def file_names_in_use(self) -> set[str]:
+        """The file names of the objects open or being opened here. A new object's file has its
+        name before its key is recorded, in the open: one of these found without a key is being
+        made, not a stray file."""
+        return {object_file_name(key) for key in (*self._opening, *self._open)}
 
     @contextlib.asynccontextmanager
     async def closed(self, object_key: str) -> AsyncIterator[None]:
