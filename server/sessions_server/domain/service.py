@@ -14,6 +14,7 @@ import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from sessions_server.domain import attachments, jsjson, keys, large_messages, messages, paths, search_index
 from sessions_server.domain import history as history_reads
@@ -229,28 +230,26 @@ class SessionsService:
         keys.check_object_key(object_key, max_bytes=self.max_object_key_bytes)
         keys.check_session_id(session_id)
 
-    @contextlib.asynccontextmanager
-    async def object(
+    def object(
         self, object_key: str, *, writing: bool = False, removing: bool = False
-    ) -> AsyncIterator[ObjectStore]:
+    ) -> contextlib.AbstractAsyncContextManager[ObjectStore]:
         """The open object (opened on demand). Writes and removals are refused while the object
         is being moved: a change after the move's snapshot would be lost with the source.
         `writing` also checks the object's size limit, which a removal must pass: removing is
         how a full object gets room again."""
-        async with self._opened(object_key, writing=writing, removing=removing, create=True) as store:
-            assert store is not None
-            yield store
+        # Never None: `create` makes the file. `_opened` itself, not a block around it: every
+        # call enters one, and each generator-based context manager costs a few microseconds.
+        opened = self._opened(object_key, writing=writing, removing=removing, create=True)
+        return cast("contextlib.AbstractAsyncContextManager[ObjectStore]", opened)
 
-    @contextlib.asynccontextmanager
-    async def existing_object(
+    def existing_object(
         self, object_key: str, *, writing: bool = False, removing: bool = False
-    ) -> AsyncIterator[ObjectStore | None]:
+    ) -> contextlib.AbstractAsyncContextManager[ObjectStore | None]:
         """The object, or None when it has no file here. Reads, and removals, of an object never
         written answer as an empty object would, and create nothing: otherwise a `read` token
         could fill the disk with empty objects (one file each, listed by ListObjects). So do
         writes that only make sense in an object already there (one planned from its contents)."""
-        async with self._opened(object_key, writing=writing, removing=removing, create=False) as store:
-            yield store
+        return self._opened(object_key, writing=writing, removing=removing, create=False)
 
     async def publish(self, object_key: str, event: ChangeEvent) -> None:
         """Hands subscribers an event no write carries (a failure in the background), through the

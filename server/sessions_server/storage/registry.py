@@ -33,7 +33,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Executor
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from sessions_server.storage import fdlimit, files, wal
 from sessions_server.storage.datadir import SCRATCH_DIR_NAME
@@ -122,33 +122,23 @@ class ObjectRegistry:
     def open_count(self) -> int:
         return len(self._open)
 
-    @contextlib.asynccontextmanager
-    async def use(self, object_key: str, check: Callable[[], None] | None = None) -> AsyncIterator[ObjectStore]:
-        """The open object, opened on demand. `check` runs again after every wait (for a
-        `closed` block, another call's open or an eviction's close) and raises to give up: the
-        object may have been removed meanwhile, and an open would create it anew."""
-        store = await self._acquire(object_key, check, create=True)
-        assert store is not None
-        try:
-            yield store
-        finally:
-            self._release(store)
-
-    @contextlib.asynccontextmanager
-    async def use_existing(
+    def use(
         self, object_key: str, check: Callable[[], None] | None = None
-    ) -> AsyncIterator[ObjectStore | None]:
+    ) -> contextlib.AbstractAsyncContextManager[ObjectStore]:
+        """The open object, opened on demand, for an `async with` block. `check` runs again
+        after every wait (for a `closed` block, another call's open or an eviction's close) and
+        raises to give up: the object may have been removed meanwhile, and an open would create
+        it anew."""
+        # Never None: `create` makes the file.
+        return cast("contextlib.AbstractAsyncContextManager[ObjectStore]", _InUse(self, object_key, check, create=True))
+
+    def use_existing(
+        self, object_key: str, check: Callable[[], None] | None = None
+    ) -> contextlib.AbstractAsyncContextManager[ObjectStore | None]:
         """As `use`, but None when the object has no file here: what only reads needs no file,
         and opening one would create it (a read-only caller could fill the disk with empty
         objects)."""
-        store = await self._acquire(object_key, check, create=False)
-        if store is None:
-            yield None
-            return
-        try:
-            yield store
-        finally:
-            self._release(store)
+        return _InUse(self, object_key, check, create=False)
 
     def _release(self, store: ObjectStore) -> None:
         store.users -= 1
@@ -620,6 +610,32 @@ class ObjectRegistry:
         self._hubs.clear()
         for hub in hubs:
             hub.close_all(FeedClosed("the object closed"))
+
+
+class _InUse:
+    """A block that uses an open object (`ObjectRegistry.use`): acquired on entry, released on
+    exit, however the block ends. A class, not a generator-based context manager: every call
+    enters one, and an async generator costs several microseconds more to make and finish."""
+
+    __slots__ = ("_check", "_create", "_key", "_registry", "_store")
+
+    def __init__(
+        self, registry: ObjectRegistry, object_key: str, check: Callable[[], None] | None, *, create: bool
+    ) -> None:
+        self._registry = registry
+        self._key = object_key
+        self._check = check
+        self._create = create
+        self._store: ObjectStore | None = None
+
+    async def __aenter__(self) -> ObjectStore | None:
+        self._store = await self._registry._acquire(self._key, self._check, create=self._create)
+        return self._store
+
+    async def __aexit__(self, *_: object) -> None:
+        store, self._store = self._store, None
+        if store is not None:
+            self._registry._release(store)
 
 
 async def _until_unused(store: ObjectStore) -> None:
