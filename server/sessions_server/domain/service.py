@@ -424,7 +424,7 @@ class SessionsService:
             return results, read_policy(ctx.conn, session_id) if reads_policy and inserted_any else None
 
         if chained and _past_results_bound(chain) and _distinct(chain) and not self.objects.is_stored(object_key):
-            # Known before the object is made (refused in the job, the object made stayed).
+            # Known before the object is made: refused in the job, its file would be made and removed.
             _check_results_fit(_fresh_chain_results(chain))
         if all(prepared is None for _, _, prepared in staged):  # nothing to store (or an empty batch)
             self.objects.admit(object_key, writing=True)  # still refused where the object is not ours

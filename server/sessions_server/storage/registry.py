@@ -82,12 +82,14 @@ class ObjectRegistry:
         calls_in_flight: Callable[[], int] | None = None,
         commit_executor: Executor | None = None,
         wal_sweep_seconds: float = wal.TRIM_SWEEP_SECONDS,
+        discard_unwritten: bool = False,
     ) -> None:
         """`calls_in_flight` counts the requests the server is handling; with it, the registry
         may open a ready file, and a store may commit a small write or run a quick read, without
         a thread hop when its caller is alone (`_open_store`, `ObjectStore.write`,
         `ObjectStore.read`). Every `wal_sweep_seconds` (0: never) quiet objects' WAL files are
-        emptied (storage/wal.py)."""
+        emptied (storage/wal.py). `discard_unwritten`: a file an open made goes again when its
+        last use ends with nothing committed to it (`_discard_unwritten`)."""
         self.data_dir = data_dir
         self.feeds = Feeds(feed)
         self._calls_in_flight = calls_in_flight
@@ -117,6 +119,7 @@ class ObjectRegistry:
         self._wal_sweep: asyncio.TimerHandle | None = None  # armed by the first open
         self._wal_trims: list[asyncio.Future[None]] = []  # sweeps' trims still running (`_trim_in_turns`)
         self._swept = False  # close_all ran: no more sweeps
+        self._discard_unwritten_files = discard_unwritten
 
     @property
     def open_count(self) -> int:
@@ -140,13 +143,52 @@ class ObjectRegistry:
         objects)."""
         return _InUse(self, object_key, check, create=False)
 
-    def _release(self, store: ObjectStore) -> None:
+    def _release(self, store: ObjectStore) -> asyncio.Task[None] | None:
+        """Ends a use of `store`; the removal of its file when that was the last use of an
+        object this open made and nothing committed to (`_discard_unwritten`), if begun."""
         store.users -= 1
+        discard = None
         if store.users == 0:
             store.idle.set()
             if store.damaged is not None:  # refused from now on: its files need not stay open
                 self._evict_damaged(store)
+            elif store.created and not store.commits and self._discard_unwritten_files:
+                discard = self._discard_unwritten(store)
         self._evict_idle()
+        return discard
+
+    def _discard_unwritten(self, store: ObjectStore) -> asyncio.Task[None] | None:
+        """Closes and removes an object whose file its store's open made, now that its last
+        user left with nothing committed: the writes that made it were refused as they ran (a
+        batch's results too large for its response, a message reading back past its cap), and
+        an object exists once written. Requests for the key wait meanwhile (`_held`), as for a
+        `closed` block; its subscribers stay (their feed carried nothing)."""
+        key = store.object_key
+        if self._open.get(key) is not store or store.busy or key in self._held:
+            return None
+        del self._open[key]
+        gate = self._held[key] = asyncio.Event()
+        task = asyncio.get_running_loop().create_task(self._remove_unwritten(key, store, gate))
+        self._closes.add(task)
+        task.add_done_callback(self._closes.discard)
+        return task
+
+    async def _remove_unwritten(self, object_key: str, store: ObjectStore, gate: asyncio.Event) -> None:
+        try:
+            await self._close(store)
+            if not store.commits:  # a close commits nothing of a file never written
+                remove = functools.partial(
+                    files.remove_object_files, store.path, self.data_dir / SCRATCH_DIR_NAME, prune=True
+                )
+                await asyncio.get_running_loop().run_in_executor(self._executor, remove)
+        except Exception:  # the empty object stays, as before any write: listed, harmless
+            log.warning(
+                "object %r: the empty file of a refused first write could not be removed", object_key, exc_info=True
+            )
+        finally:
+            del self._held[object_key]
+            gate.set()
+            self._drop_hub_if_unused(object_key)
 
     def _evict_damaged(self, store: ObjectStore) -> None:
         key = store.object_key
@@ -635,7 +677,9 @@ class _InUse:
     async def __aexit__(self, *_: object) -> None:
         store, self._store = self._store, None
         if store is not None:
-            self._registry._release(store)
+            discard = self._registry._release(store)
+            if discard is not None:  # answered once the object is gone: a listing after it agrees
+                await asyncio.shield(discard)
 
 
 async def _until_unused(store: ObjectStore) -> None:

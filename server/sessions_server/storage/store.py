@@ -303,6 +303,10 @@ class ObjectStore:
         # Told of the damage as it is found, on whichever thread found it (the registry keeps
         # the object refused after this store closes).
         self.on_damage: Callable[[ObjectDamaged], None] | None = None
+        # This store's open made the file: while no commit has followed (`commits`), the object
+        # holds nothing a write put there, and a registry told to (`discard_unwritten`) removes
+        # it when its last user leaves: a first write refused as it ran leaves no object behind.
+        self.created = False
 
     @classmethod
     def open(
@@ -333,7 +337,9 @@ class ObjectStore:
                 schema.record_new_object(conn, object_key)
             else:
                 schema.initialize(conn, object_key)
-            return cls._around_writer(object_key, path, conn, executor, feed, calls_in_flight, commit_executor)
+            store = cls._around_writer(object_key, path, conn, executor, feed, calls_in_flight, commit_executor)
+            store.created = created
+            return store
         except BaseException:
             conn.close()
             raise

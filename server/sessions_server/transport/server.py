@@ -378,6 +378,7 @@ async def _create_server(
         feed=config.feed,
         calls_in_flight=lambda: calls.calls_in_flight,
         commit_executor=commit_executor,
+        discard_unwritten=True,  # an object exists once written: a refused first write leaves none
     )
     summarizer = (
         ChatCompletionsSummarizer(
