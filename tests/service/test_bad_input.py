@@ -4,6 +4,7 @@ nothing written (DESIGN.md §4, §9; proto ErrorReason)."""
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -356,6 +357,27 @@ def test_the_field_an_error_names_is_the_path_of_the_field_in_the_request(
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, refused.value.details()
     assert violated_field(refused.value) == field
     assert SessionsError.from_rpc_error(refused.value).metadata.get("field") == field
+
+
+LONG = "x" * 20_000  # past the 16 KiB bounds of ids, roles and parent ids
+OVERSIZED_ITEMS = {
+    "message id": pb.AppendItem(message_json=json.dumps({"id": LONG, "role": "user", "parts": []})),
+    "role": pb.AppendItem(message_json=json.dumps({"id": "r", "role": LONG, "parts": []})),
+    "parent id": pb.AppendItem(message_json=GOOD, parent_mode=pb.PARENT_MODE_ID, parent_id=LONG),
+}
+
+
+@pytest.mark.parametrize("what", OVERSIZED_ITEMS)
+def test_a_size_refusal_in_a_batch_says_which_item_in_its_text(stub: Any, object_key: str, what: str) -> None:
+    """A person reading the message, not the field violation, learns which item to shorten (the
+    text said "the message id is 20000 bytes" for any item of the batch)."""
+    request = _items(OVERSIZED_ITEMS[what])
+    request.object_key = object_key
+    with pytest.raises(grpc.RpcError) as refused:
+        stub.AppendMessages(request)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    details = refused.value.details() or ""
+    assert what in details and "items[2]" in details, details
 
 
 @pytest.mark.parametrize(

@@ -327,14 +327,15 @@ def _json_type(value: Any) -> str:
 
 
 def check_message_sizes(message: Message, limits: Limits, field: str) -> None:
-    """The id and role travel beside every frame of the message: both are bounded."""
-    check_size(message["id"], limits.max_message_id_bytes, "the message id", "max_message_id_bytes", field)
-    check_size(message["role"], limits.max_role_bytes, "the role", "max_role_bytes", field)
+    """The id and role travel beside every frame of the message: both are bounded. The text
+    names `field`, which tells which message of a batch or an import it is."""
+    check_size(message["id"], limits.max_message_id_bytes, f"the message id in {field}", "max_message_id_bytes", field)
+    check_size(message["role"], limits.max_role_bytes, f"the role in {field}", "max_role_bytes", field)
 
 
 def check_parent_id(parent_id: str, limits: Limits, field: str) -> None:
     """A named parent is a message id, bounded as one: its change event carries it as passed."""
-    check_size(parent_id, limits.max_message_id_bytes, "the parent id", "max_message_id_bytes", field)
+    check_size(parent_id, limits.max_message_id_bytes, f"the parent id ({field})", "max_message_id_bytes", field)
 
 
 def _has_many_values(texts: Sequence[str]) -> bool:
