@@ -88,3 +88,28 @@ def test_the_walk_gives_up_after_its_budget_of_fields() -> None:
     descriptor = pb.AppendMessageRequest.DESCRIPTOR
     assert undecodable_string_field(descriptor, tiny + b"\x0a\x02\xff\xfe") is None
     assert undecodable_string_field(descriptor, tiny[:-4] + b"\x0a\x02\xff\xfe") == "object_key"
+
+
+def test_an_import_refused_for_a_frame_it_cannot_decode_says_what_it_stored(tmp_path: Path) -> None:
+    """An import is not all or nothing: the messages of the frames before the bad one stay, and
+    every other refusal of an import says so. This one said only that the frame could not be
+    decoded, and the caller could take the import for not begun."""
+    server = start_server(tmp_path / "data")
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            identity = {"request_serializer": lambda b: b, "response_deserializer": lambda b: b}
+            first = pb.ImportMessagesRequest(object_key="k", messages=[pb.ImportedMessage(json=_message("a"))])
+            bad = pb.ImportMessagesRequest(messages=[pb.ImportedMessage(json=_message("b", PLACEHOLDER))])
+            with pytest.raises(grpc.RpcError) as refused:
+                channel.stream_unary("/sessions.v1.SessionService/ImportMessages", **identity)(
+                    iter([_serialized(first), _serialized(bad)]), timeout=30
+                )
+            error = SessionsError.from_rpc_error(refused.value)
+            assert (error.code, error.metadata.get("field")) == (grpc.StatusCode.INVALID_ARGUMENT, "messages[0].json")
+            assert "the message before it is stored (an import is not all or nothing)" in error.message, error
+            frames = channel.unary_stream("/sessions.v1.SessionService/GetMessage", **identity)(
+                pb.GetMessageRequest(object_key="k", message_id="a").SerializeToString(), timeout=30
+            )
+            assert [json.loads(pb.GetMessageResponse.FromString(f).frame.json)["id"] for f in frames] == ["a"]
+    finally:
+        server.stop()

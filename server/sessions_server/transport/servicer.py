@@ -431,6 +431,13 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                         finally:
                             importer.release_after(release)
 
+                    async def next_frame(inside_message: bool = False) -> Any:
+                        try:
+                            return await calls.next_frame(frames, context, inside_message=inside_message)
+                        except SessionsError as exc:  # a frame not decodable, or not in time
+                            kept = f"{exc.message}; {importer.kept()}"
+                            raise type(exc)(kept, reason=exc.reason, **exc.metadata) from None
+
                     head: pb.ImportMessagesRequest | None = None
                     frame: pb.ImportMessagesRequest | None = first
                     while frame is not None:
@@ -459,7 +466,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                             await add_whole(frame)
                         if head is None and not frame.json_piece and not frame.more_pieces:
                             # No piece: the frame named the object, or held whole messages.
-                            frame = await calls.next_frame(frames, context)
+                            frame = await next_frame()
                             continue
                         if head is None:
                             head = frame
@@ -470,7 +477,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
                                 pieces.text(), parent_id, head.created_at_ms, IMPORT_PIECES_FIELDS, pieces.hand_over()
                             )
                             head = None
-                        frame = await calls.next_frame(frames, context, inside_message=head is not None)
+                        frame = await next_frame(inside_message=head is not None)
                     if head is not None:
                         raise InvalidArgument(
                             f"the stream ended inside a message (more_pieces was true); {importer.kept()}",
