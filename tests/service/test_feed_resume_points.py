@@ -248,3 +248,72 @@ def test_a_revision_of_another_object_is_never_resumed_from(
             resumed.cancel()
         if same_millisecond >= 3:
             break
+
+
+def _written_then_restarted(data: Path, key: str) -> Any:
+    """A server whose object `key` holds messages and is not open: a restart's first state."""
+    before = start_server(data)
+    try:
+        with grpc.insecure_channel(before.address) as channel:
+            for index in range(3):
+                _append(sessions_pb2_grpc.SessionServiceStub(channel), key, f"m{index}")
+    finally:
+        before.stop()
+    return start_server(data)
+
+
+def _quiet_start(server: Any, stub: sessions_pb2_grpc.SessionServiceStub, key: str) -> int:
+    """The start of a feed that carries no event and goes with its only subscriber (the object
+    not open): what `session.mirror()` holds after its probe of an object not open."""
+    feed, start = _opened(stub, key)
+    feed.cancel()
+    assert wait_until(lambda: key not in server.running.registry._hubs, GUARD_SECONDS, interval=0.005)
+    return start
+
+
+def test_a_resume_from_a_quiet_feed_of_a_written_object_is_not_reset(tmp_path: Path) -> None:
+    """Nothing happened to the object after the subscriber left, and the server ran on: a
+    resume is placed where the current feed started, not told RESET (which had a mirror made
+    after a restart, or of an object closed while idle, read the whole session again)."""
+    key = "quiet"
+    server = _written_then_restarted(tmp_path / "data", key)
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            stub = sessions_pb2_grpc.SessionServiceStub(channel)
+            start = _quiet_start(server, stub, key)
+
+            resumed, opening = _opened(stub, key, resume_after=start)  # a progress, not a reset
+            assert opening >= start  # where the current feed started
+            resumed.cancel()
+
+            keeper, _ = _opened(stub, key)  # a feed kept by a subscriber retains its events
+            _append(stub, key, "missed")
+            replayed, opening = _opened(stub, key, resume_after=start)
+            missed = _next_change(replayed)
+            assert opening >= start
+            assert (missed.type, json.loads(missed.message.json)["id"]) == (pb.CHANGE_TYPE_APPEND, "missed")
+            replayed.cancel()
+            keeper.cancel()
+    finally:
+        server.stop()
+
+
+def test_a_resume_from_a_quiet_feed_start_is_reset_once_the_object_was_erased_with_no_feed(tmp_path: Path) -> None:
+    """The object erased and written again while it had no feed at all: no feed carried the
+    erase, yet a resume from before it must not be placed live (it would get the new message
+    and never learn that the old ones went)."""
+    key = "erased-unwatched"
+    server = _written_then_restarted(tmp_path / "data", key)
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            stub = sessions_pb2_grpc.SessionServiceStub(channel)
+            start = _quiet_start(server, stub, key)
+            _erase(stub, key)
+            _append(stub, key, "new")
+
+            resumed = _subscribe(stub, key, resume_after=start)
+            first = next(resumed)
+            assert first.type == pb.CHANGE_TYPE_RESET, first
+            resumed.cancel()
+    finally:
+        server.stop()

@@ -118,12 +118,12 @@ def test_a_revision_ahead_of_the_feed_is_reset_to_the_feeds_revision() -> None:
 
 
 def test_a_feed_start_is_remembered_for_its_object_while_the_feed_carried_no_event() -> None:
-    """What lets a resume from a start handed out while the object had no file start where a later
-    feed of the object started (`SessionsService.subscribe`): forgotten once a feed of the object
+    """What lets a resume from the start of a feed that carried no event start where a later feed
+    of the object started (`SessionsService.subscribe`): forgotten once a feed of the object
     carried an event (then the resume would miss it, also from the start of a feed before that
     one) or was closed by a move; the newest few thousand kept."""
     feeds = Feeds()
-    starts = feeds.unwritten_starts
+    starts = feeds.quiet_starts
     quiet, carried, moved, after_close = hubs = [watched(feeds.hub(f"k{index}")) for index in range(4)]
     for index, hub in enumerate(hubs):
         starts.note(hub.start_revision, f"k{index}")
@@ -139,6 +139,6 @@ def test_a_feed_start_is_remembered_for_its_object_while_the_feed_carried_no_eve
 
     assert starts.key_of(quiet.start_revision) == "k0"
     assert [starts.key_of(hub.start_revision) for hub in (carried, moved, after_close, earlier)] == [None] * 4
-    for index in range(feed.UNWRITTEN_STARTS_REMEMBERED):
+    for index in range(feed.QUIET_STARTS_REMEMBERED):
         starts.note(-1 - index, "other")
     assert starts.key_of(quiet.start_revision) is None  # the oldest went

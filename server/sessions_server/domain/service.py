@@ -839,27 +839,25 @@ class SessionsService:
             cap = self.limits.max_subscribers_per_object
             if hub.subscriber_count >= cap:
                 raise exceeded("too many subscribers on this object", "max_subscribers_per_object", cap)
-            starts = self.registry.feeds.unwritten_starts
-            stored = functools.cache(functools.partial(self.objects.is_stored, object_key))
+            starts = self.registry.feeds.quiet_starts
             place = resume_after
             if (
                 resume_after
                 and resume_after <= hub.revision
                 and not hub.knows(resume_after)
                 and starts.key_of(resume_after) == object_key
-                and not stored()
             ):
-                # The start of a feed gone, handed out while the object had no file, of a feed
-                # that carried no event (see UnwrittenStarts); still no file: nothing was in the
-                # object then, nothing is now, so it resumes where this feed started. (The
-                # start of any fresh feed, after a restart or an idle close, once passed for
-                # one: a subscriber to an object erased meanwhile was never told.)
+                # The start of a feed gone that carried no event (see QuietStarts), the object
+                # neither replaced nor removed since: a subscriber that had stayed would have
+                # been told nothing after it, so it resumes where this feed started. (The start
+                # of any fresh feed, after a restart or an idle close, once passed for one: a
+                # subscriber to an object erased meanwhile was never told.)
                 place = hub.start_revision
             try:
                 subscription = hub.subscribe(session_filter, place)
             except FeedClosed as exc:
                 raise _feed_closed(exc) from None
-            if not hub.carried_events and not stored():
+            if not hub.carried_events:
                 starts.note(hub.start_revision, object_key)  # what this stream tells is such a start
             try:
                 # Every stream opens so, telling where it starts: everything after this revision

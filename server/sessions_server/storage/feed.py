@@ -52,9 +52,9 @@ DEFAULT_RETAIN_TOTAL_BYTES = 256 * 1024 * 1024
 # past it, it remembers one revision for them all (as if every session had had that event).
 # About 200 bytes each: at most ~50 KB a hub, ~13 MB with 256 objects open.
 DROPPED_SESSIONS_REMEMBERED = 256
-# Starts of feeds handed out while their object had no file (`UnwrittenStarts`): at most ~5 MB
-# with keys of 1 KiB.
-UNWRITTEN_STARTS_REMEMBERED = 4096
+# Starts of feeds handed out before they carried an event (`QuietStarts`): at most ~5 MB with
+# keys of 1 KiB.
+QUIET_STARTS_REMEMBERED = 4096
 # A subscriber with events to read that has taken none for this long holds none of them back
 # from retention (they go as the bounds say, and it is reset when it reads again). Each one
 # that stopped reading held its object's latest commit (up to the largest message, 4 bytes a
@@ -275,12 +275,12 @@ class FeedHub:
         settings: FeedSettings | None = None,
         retention: FeedRetention | None = None,
         *,
-        starts: UnwrittenStarts | None = None,
+        starts: QuietStarts | None = None,
         object_key: str = "",
     ) -> None:
-        """`starts`: where the process remembers feed starts handed out while their object
-        (`object_key`) had no file; once this hub carried an event, or was closed by a move, it
-        forgets there every start of its object's feeds. Its revisions start above every feed's
+        """`starts`: where the process remembers starts of feeds that carried no event, with their
+        object (`object_key`); once this hub carried an event, or was closed by a move, it forgets
+        there every start of its object's feeds. Its revisions start above every feed's
         made before it in the process."""
         settings = settings or FeedSettings()
         self._retention = retention
@@ -738,18 +738,19 @@ def _still_kept(entry: tuple[weakref.ReferenceType[FeedHub], int]) -> bool:
     return hub is not None and hub.keeps(entry[1])
 
 
-class UnwrittenStarts:
-    """Feed starts handed out while their object had no file (a subscription's opening revision
-    before its feed carried any event), the newest UNWRITTEN_STARTS_REMEMBERED, each with its
-    object's key: a resume from one, once that feed is gone, starts where the object's current
-    feed started if the object still has no file (`SessionsService.subscribe`): nothing was in it
-    then, nothing is now. A feed that carried an event, or was closed by a move, forgets every
-    start of its object's (`FeedHub.close_all`): a resume from one is told to reset, as from any
-    revision of a feed gone (a counter-0 revision of any fresh feed once passed for such a
-    start, a subscriber to an object erased after a restart was never told, and one resuming
-    from the start of a feed before the one that carried a clear missed the clear)."""
+class QuietStarts:
+    """Feed starts handed out before their feed carried any event (a subscription's opening
+    revision), the newest QUIET_STARTS_REMEMBERED, each with its object's key: a resume from one,
+    once that feed is gone, starts where the object's current feed started
+    (`SessionsService.subscribe`), as a subscriber that had stayed would have been told nothing
+    since: every change to an object's messages is an event of its feed. A feed that carried an
+    event, or was closed by a move, forgets every start of its object's (`FeedHub.close_all`),
+    and so does the object's file being replaced or removed (`ObjectRegistry.close_object`): a
+    resume from one is told to reset, as from any revision of a feed gone (a subscriber to an
+    object erased after a restart was never told, and one resuming from the start of a feed
+    before the one that carried a clear missed the clear)."""
 
-    def __init__(self, limit: int = UNWRITTEN_STARTS_REMEMBERED) -> None:
+    def __init__(self, limit: int = QUIET_STARTS_REMEMBERED) -> None:
         self._limit = limit
         self._keys: dict[int, str] = {}  # revision -> object key, oldest first
         self._by_object: dict[str, set[int]] = {}
@@ -764,7 +765,7 @@ class UnwrittenStarts:
             self._forget(next(iter(keys)))
 
     def key_of(self, revision: int) -> str | None:
-        """The object a feed start was handed out for while it had no file, if remembered."""
+        """The object a start of a feed that carried no event was handed out for, if remembered."""
         return self._keys.get(revision)
 
     def _forget(self, revision: int) -> None:
@@ -782,12 +783,12 @@ class UnwrittenStarts:
 
 class Feeds:
     """Makes each open object's feed hub, all sharing one settings, one process-wide bound and
-    one record of feed starts of objects without a file."""
+    one record of the starts of feeds that carried no event."""
 
     def __init__(self, settings: FeedSettings | None = None) -> None:
         self.settings = settings or FeedSettings()
         self.retention = FeedRetention(self.settings.retain_total_bytes)
-        self.unwritten_starts = UnwrittenStarts()
+        self.quiet_starts = QuietStarts()
 
     def hub(self, object_key: str) -> FeedHub:
-        return FeedHub(self.settings, self.retention, starts=self.unwritten_starts, object_key=object_key)
+        return FeedHub(self.settings, self.retention, starts=self.quiet_starts, object_key=object_key)

@@ -607,6 +607,9 @@ class ObjectRegistry:
         hub = self._hubs.pop(object_key, None)
         if hub is not None:  # subscribers end whether or not the object is open
             self._let_go(object_key, hub, FeedClosed("the object is being replaced or removed", moving=True))
+        # A resume from before is told to reset, also where no feed of the object was there to
+        # forget its starts: what it held may be gone without an event.
+        self.feeds.quiet_starts.forget_object(object_key)
         evicted = self._closing.get(object_key)
         if evicted is not None:
             await self._await_evicted(object_key, evicted)

@@ -416,12 +416,13 @@ class SessionServiceServicer:
         it resumes after, or RESET (and no PROGRESS first) when events after it may have been
         missed: not retained, of a feed gone (the object closed and reopened, the server
         restarted), another object's, or ahead of this feed. A resume from the start of a feed
-        gone that carried no event, of an object still never written, is placed where the current
-        feed started (nothing can have been missed), while the server process that handed it out
-        runs (it remembers the newest 4,096 such starts; after a restart, RESET). Revisions
-        increase for the object (across restarts too, unless the server's clock was set back
-        across one: its revisions then start lower, and a resume from before gets RESET), and no
-        two objects' feeds on a server share one.
+        gone that carried no event is placed where the current feed started (its PROGRESS names
+        that revision) if no feed of the object carried an event since (the current one replays
+        those it retains) and the object was not erased, replaced or moved meanwhile: nothing can
+        have been missed. The server remembers the newest 4,096 such starts while it runs (after a
+        restart, RESET). Revisions increase for the object (across restarts too, unless the
+        server's clock was set back across one: its revisions then start lower, and a resume from
+        before gets RESET), and no two objects' feeds on a server share one.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
