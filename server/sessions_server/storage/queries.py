@@ -580,9 +580,13 @@ def delete_messages(conn: sqlite3.Connection, session_id: str, ids: Sequence[str
     conn.execute("DELETE FROM temp.doomed")
     conn.executemany("INSERT OR IGNORE INTO temp.doomed (id) VALUES (?)", [(i,) for i in ids])
     # The children of the doomed rows are found through `_sessions_messages_by_parent`, one
-    # seek per doomed id (without it, a scan of the whole session under the write lock).
+    # seek per doomed id (without it, a scan of the whole session under the write lock). Each
+    # step of a climb is to a doomed row, so a climb longer than there are doomed ids goes round
+    # a cycle (an import's): bounded so, not by the path cap, as upstream's is. Past that cap a
+    # child kept the id of a deleted parent, which an append of that id later made its parent
+    # again: a cycle.
     conn.execute(
-        f"""WITH RECURSIVE climb(child_id, ancestor_id, depth) AS (
+        """WITH RECURSIVE climb(child_id, ancestor_id, depth) AS (
               SELECT child.id, child.parent_id, 0
               FROM cf_agents_session_messages AS child
               WHERE child.session_id = ?1
@@ -592,7 +596,7 @@ def delete_messages(conn: sqlite3.Connection, session_id: str, ids: Sequence[str
               SELECT climb.child_id, up.parent_id, climb.depth + 1
               FROM climb JOIN cf_agents_session_messages AS up
                 ON up.session_id = ?1 AND up.id = climb.ancestor_id
-              WHERE up.id IN (SELECT id FROM temp.doomed) AND climb.depth < {MAX_PATH_DEPTH}
+              WHERE up.id IN (SELECT id FROM temp.doomed) AND climb.depth < ?2
             ),
             landing(child_id, ancestor_id) AS (
               SELECT child_id, ancestor_id FROM climb
@@ -602,7 +606,7 @@ def delete_messages(conn: sqlite3.Connection, session_id: str, ids: Sequence[str
             SET parent_id = (SELECT landing.ancestor_id FROM landing
                              WHERE landing.child_id = cf_agents_session_messages.id)
             WHERE session_id = ?1 AND id IN (SELECT child_id FROM landing)""",
-        (session_id,),
+        (session_id, len(set(ids))),
     )
     # The module's rowcount is -1 for a statement that starts with WITH: SQLite's own count.
     reparented = int(conn.execute("SELECT changes()").fetchone()[0])
