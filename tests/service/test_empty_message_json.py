@@ -125,3 +125,20 @@ def test_json_that_is_there_but_broken_is_still_told_where_it_breaks(
     assert (read.reason, read.metadata.get("field"), violated) == ("INVALID_JSON", "message_json", "message_json")
     assert (error.details() or "").startswith("message_json is not valid JSON: invalid JSON at line 1")
     assert _state(data_dir, object_key) == before
+
+
+@pytest.mark.parametrize(
+    ("raw", "told"),
+    [
+        ('{"id":"a","role":"user","parts":[{"type":"text","text":"a\tb"}]}', "a control character (U+0009) inside"),
+        ('{"id":"a","role":"user","parts":[{"type":"text","text":"ab', "column 56: Unterminated string"),
+    ],
+    ids=["control-character", "unterminated"],
+)
+def test_a_decoder_message_that_ends_in_at_is_told_whole(stub: Any, object_key: str, raw: str, told: str) -> None:
+    """The standard library's decoder says "Invalid control character at" and "Unterminated
+    string starting at", its own text adding the place: quoted after ours, the message ended in
+    a dangling "at"."""
+    error, _, _ = _refusal(lambda: stub.AppendMessage(pb.AppendMessageRequest(object_key=object_key, message_json=raw)))
+    details = error.details() or ""
+    assert told in details and not details.endswith(" at"), details

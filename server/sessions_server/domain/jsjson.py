@@ -377,11 +377,23 @@ def _parse_exact(text: str) -> Any:
     try:
         return _DECODER.decode(text)
     except json.JSONDecodeError as exc:
-        raise JsonInputError(f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+        raise JsonInputError(f"invalid JSON at line {exc.lineno} column {exc.colno}: {_decode_problem(exc)}") from None
     except RecursionError:
         raise JsonInputError(f"invalid JSON: nesting deeper than {MAX_JSON_DEPTH} levels") from None
     except ValueError as exc:  # NaN / Infinity literals
         raise JsonInputError(f"invalid JSON: {exc}") from None
+
+
+def _decode_problem(exc: json.JSONDecodeError) -> str:
+    """The decoder's message, as a person reads it: some of them end in "at", which its own
+    text follows with the place the error message here names first."""
+    if exc.msg == "Invalid control character at" and exc.pos < len(exc.doc):
+        code = ord(exc.doc[exc.pos])
+        return f"a control character (U+{code:04X}) inside a string, which JSON needs escaped (\\u{code:04x})"
+    for ending in (" starting at", " at"):  # "Unterminated string starting at"
+        if exc.msg.endswith(ending):
+            return exc.msg[: -len(ending)]
+    return exc.msg
 
 
 # ── stringify ─────────────────────────────────────────────────────────────────────────────────
