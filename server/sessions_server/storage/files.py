@@ -191,6 +191,8 @@ def import_store_file(
                 queries.reconcile_attachment_refs(dst)
                 dst.execute("COMMIT")
             _unstamp_mismatched_rows(dst)
+            if queries.search_index_problem(dst) is not None:  # derived from the messages: built again
+                queries.drop_search_index(dst)
             queries.backfill_partial_index(dst)
     except sqlite3.DatabaseError as exc:
         _remove_staged(partial, rewritten)

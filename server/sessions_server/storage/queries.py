@@ -1184,6 +1184,28 @@ def end_backfill(conn: sqlite3.Connection) -> None:
     conn.execute("INSERT OR REPLACE INTO _sessions_meta (key, value) VALUES (?, '')", (_WHOLE_KEY,))
 
 
+def search_index_problem(conn: sqlite3.Connection) -> str | None:
+    """What FTS5's own check finds wrong with the search index (its words against the texts it
+    holds), or None; None too without an index. SQLite's integrity check passes an index whose
+    rows went missing, which the first search then finds damaged, refusing the object."""
+    if not fts_exists(conn):
+        return None
+    try:
+        conn.execute("INSERT INTO cf_agents_session_fts (cf_agents_session_fts) VALUES ('integrity-check')")
+    except sqlite3.DatabaseError as exc:
+        return str(exc)
+    return None
+
+
+def drop_search_index(conn: sqlite3.Connection) -> None:
+    """Drops the search index and what is recorded of its filling: the object's first search
+    builds it again from the messages, as for a file that never had one."""
+    conn.execute("DROP TABLE cf_agents_session_fts")
+    conn.execute("DELETE FROM _sessions_meta WHERE key IN (?, ?)", (_BACKFILL_KEY, _WHOLE_KEY))
+    if isinstance(conn, ObjectConnection):
+        conn.fts_known = False
+
+
 def backfill_partial_index(conn: sqlite3.Connection) -> bool:
     """Records a backfill, from the first message, for a search index this service did not fill
     (upstream's skips messages with continuation rows, and nothing but a backfill would index
