@@ -16,7 +16,7 @@ import pytest
 from sessions_client import SessionsClient
 from sessions_proto.v1 import sessions_pb2 as pb
 from sessions_proto.v1 import sessions_pb2_grpc as pb_grpc
-from sessions_server.storage import schema
+from sessions_server.storage import files, schema
 from sessions_server.storage.paths import object_path
 from tests.conftest import start_server
 from tests.service.support import text_message
@@ -76,4 +76,35 @@ def test_a_new_object_listed_while_its_file_is_made_is_not_warned_of(
         release.set()
         server.stop()
     assert (listed_while_made, listed_after) == ([], ["new"])
+    assert [r.getMessage() for r in caplog.records if "not listed" in r.getMessage()] == []
+
+
+def test_an_object_erased_while_it_is_listed_is_not_warned_of(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A listing names the files, then reads each one's key: a file an erase (or a move's delete)
+    removed in between has no key to read, and was warned of as unreadable, once for each object
+    so met."""
+    read_key = files.recorded_object_key
+    data = tmp_path / "data"
+
+    def erased_first(path: Path) -> str | None:
+        if path == object_path(data, "erased"):
+            path.unlink()  # what an erase does between the listing's two steps
+        return read_key(path)
+
+    monkeypatch.setattr(files, "recorded_object_key", erased_first)
+    server = start_server(data)
+    try:
+        with SessionsClient(server.address) as client:
+            for key in ("erased", "kept"):
+                client.object(key).session().append_message(text_message("m1"))
+        server.stop()  # closed: nothing holds the file that goes
+        server = start_server(data)
+        caplog.set_level(logging.WARNING, logger="sessions.objects")
+        with grpc.insecure_channel(server.address) as channel:
+            listed = list(pb_grpc.SessionServiceStub(channel).ListObjects(pb.ListObjectsRequest()).object_keys)
+    finally:
+        server.stop()
+    assert listed == ["kept"]
     assert [r.getMessage() for r in caplog.records if "not listed" in r.getMessage()] == []

@@ -323,11 +323,12 @@ class ObjectAdmin:
         for path, key in zip(paths, keys_found, strict=True):
             # A listing that leaves out an object must say so somewhere; once a minute a file,
             # however often it is listed (every call logged every such file again). Not a new
-            # object's file, whose key its open has yet to record: listed once it has.
+            # object's file, whose key its open has yet to record: listed once it has; nor one
+            # gone since it was listed (an erase, a move's delete).
             if key is None:
                 if in_use is None:
                     in_use = self._registry.file_names_in_use()
-                if path.name not in in_use and self._due_for_log(f"listing\0{path}"):
+                if path.name not in in_use and path.exists() and self._due_for_log(f"listing\0{path}"):
                     log.warning("%s records no object key it can read: not listed", path)
                 continue
             if key in self._moved:
