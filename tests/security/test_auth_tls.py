@@ -1197,3 +1197,46 @@ def test_a_served_certificate_past_its_end_is_logged_as_handshakes_come(
         assert "by this server's clock" in expired[0].getMessage()  # ahead, it reports a valid one expired
     finally:
         server.stop()
+
+
+def test_a_held_import_ends_when_a_reload_takes_its_tokens_grant_of_every_key(tmp_path: Path) -> None:
+    """An import holding its object for a move needs a token granting every key, checked at its
+    first frame only: narrowed to a prefix that still covers the key, the token's import went on
+    and installed the held copy."""
+    tokens = tmp_path / "tokens.json"
+    mover = {"name": "mover", "sha256": hash_token("m-secret"), "prefixes": [""], "access": "write"}
+    tokens.write_text(json.dumps({"tokens": [mover]}))
+    data_dir = tmp_path / "data"
+    server = start_server(data_dir, tokens_file=tokens)
+    source, key = "tenant-a/source", "tenant-a/held"
+    narrowed = threading.Event()
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            stub = pb_grpc.SessionServiceStub(channel)
+            request = pb.AppendMessageRequest(object_key=source, message_json=json.dumps(MESSAGE))
+            stub.AppendMessage(request, metadata=(("authorization", "Bearer m-secret"),), timeout=30)
+            exported = list(
+                stub.ExportObject(
+                    pb.ExportObjectRequest(object_key=source), metadata=(("authorization", "Bearer m-secret"),)
+                )
+            )
+            data, digest = b"".join(frame.data for frame in exported), exported[-1].sha256
+
+            def frames() -> Iterator[pb.ImportObjectRequest]:
+                yield pb.ImportObjectRequest(object_key=key, hold_for_move=True, data=data[: len(data) // 2])
+                assert narrowed.wait(timeout=30)
+                yield pb.ImportObjectRequest(data=data[len(data) // 2 :], sha256=digest)
+
+            call = stub.ImportObject.future(frames(), metadata=(("authorization", "Bearer m-secret"),), timeout=30)
+            scratch = data_dir / "scratch"
+            assert wait_until(lambda: any(p.stat().st_size for p in scratch.glob("import-*")), 20)  # first frame taken
+            tokens.write_text(json.dumps({"tokens": [{**mover, "prefixes": ["tenant-a/"]}]}))
+            server.running.authority.reload()  # what SIGHUP triggers
+            narrowed.set()
+            with pytest.raises(grpc.RpcError) as ended:
+                call.result()
+            assert ended.value.code() == grpc.StatusCode.PERMISSION_DENIED  # type: ignore[attr-defined]
+            assert not object_path(data_dir, key).exists()
+    finally:
+        narrowed.set()
+        server.stop()

@@ -118,6 +118,7 @@ def _upload(header: pb.UploadHeader) -> _Upload:
 
 
 _LOCKING_EXPORT = "an export that locks its object for a move (lock_for_move)"
+_HOLDING_IMPORT = "an import that holds its object for a move (hold_for_move)"
 
 
 class _Granted:
@@ -855,9 +856,11 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             # An empty one named as every call's is (the service checks the key again).
             check_object_key(first.object_key, max_bytes=self._service.max_object_key_bytes)
             self._admit(context, first.object_key, write=True)
-            if first.hold_for_move:
-                self._admit_mover(context, "an import that holds its object for a move (hold_for_move)")
-            granted = _Granted(self._authority, context, first.object_key, write=True)
+            mover = _HOLDING_IMPORT if first.hold_for_move else None
+            if mover is not None:
+                self._admit_mover(context, mover)
+            # Checked again at each frame after a reload: the all-keys grant a hold needs as well.
+            granted = _Granted(self._authority, context, first.object_key, write=True, server_wide=mover)
 
             async def data() -> AsyncIterator[tuple[bytes, str]]:
                 frame: pb.ImportObjectRequest | None = first
