@@ -1240,3 +1240,47 @@ def test_a_held_import_ends_when_a_reload_takes_its_tokens_grant_of_every_key(tm
     finally:
         narrowed.set()
         server.stop()
+
+
+def test_open_health_watches_and_reflection_streams_end_when_a_reload_revokes_their_token(
+    tmp_path: Path, tokens_file: Path
+) -> None:
+    """Both were authorized once, as they opened: a revoked token's health Watch stayed open for
+    good, holding one of the bounded watches, and its reflection stream went on answering. The
+    watch ends at the reload (it has no next message to check again at while the status holds),
+    the reflection stream at its next request."""
+    server = start_server(
+        tmp_path / "data", tokens_file=tokens_file, probe_listen="127.0.0.1:0", auth_protect_reflection=True
+    )
+    token = (("authorization", "Bearer r-secret"),)
+    reloaded = threading.Event()
+    request = reflection_pb2.ServerReflectionRequest(list_services="")
+
+    def reflection_requests() -> Iterator[reflection_pb2.ServerReflectionRequest]:
+        yield request
+        assert reloaded.wait(timeout=30)
+        yield request
+
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            watched = health_pb2_grpc.HealthStub(channel).Watch(
+                health_pb2.HealthCheckRequest(), metadata=token, timeout=30
+            )
+            assert next(watched).status == health_pb2.HealthCheckResponse.SERVING
+            reflection = reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo(
+                reflection_requests(), metadata=token, timeout=30
+            )
+            assert next(reflection).HasField("list_services_response")
+            kept = [entry for entry in json.loads(tokens_file.read_text())["tokens"] if entry["name"] != "reader"]
+            tokens_file.write_text(json.dumps({"tokens": kept}))
+            server.running.authority.reload()  # what SIGHUP triggers
+            reloaded.set()
+            with pytest.raises(grpc.RpcError) as watch_ended:
+                next(watched)
+            with pytest.raises(grpc.RpcError) as reflection_ended:
+                next(reflection)
+        assert watch_ended.value.code() == grpc.StatusCode.UNAUTHENTICATED  # type: ignore[attr-defined]
+        assert reflection_ended.value.code() == grpc.StatusCode.UNAUTHENTICATED  # type: ignore[attr-defined]
+    finally:
+        reloaded.set()
+        server.stop()

@@ -16,6 +16,7 @@ peer and reason.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import json
@@ -97,6 +98,9 @@ class TokenAuthority:
         self.path = path
         self._grants = load_grants(path)
         self.generation = 0  # bumped by every reload that took effect: long calls check again
+        # Called after each reload that took effect, on the reloading thread: calls that would
+        # otherwise learn of it only at their next message (see `open_services.needing_token`).
+        self._reload_listeners: set[Callable[[], None]] = set()
 
     def reload(self) -> None:
         """Re-reads the file; a broken file keeps the previous grants (and is logged)."""
@@ -106,6 +110,14 @@ class TokenAuthority:
             log.info("reloaded %d token grants from %s", len(self._grants), self.path)
         except ValueError as exc:
             log.error("keeping previous token grants: %s", exc)
+            return
+        for listener in tuple(self._reload_listeners):
+            listener()
+
+    def on_reload(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Calls `listener` after every reload that takes effect; returns what stops that."""
+        self._reload_listeners.add(listener)
+        return functools.partial(self._reload_listeners.discard, listener)
 
     def authenticate(self, metadata: Iterable[tuple[str, str | bytes]]) -> Grant:
         """The grant of the call's bearer token; UNAUTHENTICATED without a known one."""

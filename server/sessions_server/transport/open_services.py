@@ -211,7 +211,7 @@ def needing_token(authority: TokenAuthority, handler: Handler) -> Handler:
 
         async def streams(requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
             await _authenticate(authority, context)
-            async for response in inner_stream(requests, context):
+            async for response in inner_stream(_rechecked(authority, requests, context), context):
                 yield response
 
         return grpc.stream_stream_rpc_method_handler(streams, handler.request_deserializer, handler.response_serializer)
@@ -228,11 +228,59 @@ def needing_token(authority: TokenAuthority, handler: Handler) -> Handler:
 
         async def writes(requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
             await _authenticate(authority, context)
-            # A handler that writes its own responses (context.write), as health's Watch does.
-            await inner_watch(await _the_request(requests, context), context)
+            revocation = _Revocation(authority, context)
+            try:
+                # A handler that writes its own responses (context.write), as health's Watch does.
+                await inner_watch(await _the_request(requests, context), context)
+            except asyncio.CancelledError:
+                await revocation.end_if_revoked(context)
+                raise
+            finally:
+                revocation.close()
 
         return grpc.stream_stream_rpc_method_handler(writes, handler.request_deserializer, handler.response_serializer)
     raise TypeError("a handler taking a stream of requests reads nothing before it runs: guard it where it reads")
+
+
+async def _rechecked(
+    authority: TokenAuthority, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]
+) -> AsyncIterator[Any]:
+    """A stream's requests, each taken only while its token holds after a reload (as an
+    import's frames are): a reflection stream of a revoked token answers nothing more."""
+    generation = authority.generation
+    async for request in requests:
+        if authority.generation != generation:
+            await _authenticate(authority, context)
+            generation = authority.generation
+        yield request
+
+
+class _Revocation:
+    """Ends a stream its handler writes itself (its task) when a reload takes its token away:
+    an idle health Watch has no next message at which to find out, and held one of the bounded
+    watches. (The handler of a stream of responses runs a task a step, which this cannot end.)"""
+
+    def __init__(self, authority: TokenAuthority, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        self._authority = authority
+        self._metadata = tuple(context.invocation_metadata() or ())
+        self._task = asyncio.current_task()
+        self._loop = asyncio.get_running_loop()
+        self.reason: str | None = None
+        self.close = authority.on_reload(self._check)
+
+    def _check(self) -> None:  # on the thread that reloaded (the event loop's, for SIGHUP)
+        try:
+            self._authority.authenticate(self._metadata)
+        except SessionsError as exc:
+            if self.reason is None and self._task is not None:
+                self.reason = exc.message
+                self._loop.call_soon_threadsafe(self._task.cancel)
+
+    async def end_if_revoked(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        """In the handler cancelled: UNAUTHENTICATED, if the reload is why."""
+        if self.reason is not None and self._task is not None:
+            self._task.uncancel()
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, self.reason)
 
 
 async def _authenticate(authority: TokenAuthority, context: grpc.aio.ServicerContext[Any, Any]) -> None:
