@@ -82,6 +82,18 @@ def _ended(feed: Any) -> SessionsError:
     raise AssertionError("the subscription ended without an error")
 
 
+def _written_then_restarted(data: Path, key: str) -> Any:
+    """A server whose object `key` holds messages and is not open: a restart's first state."""
+    before = start_server(data)
+    try:
+        with grpc.insecure_channel(before.address) as channel:
+            for index in range(3):
+                _append(sessions_pb2_grpc.SessionServiceStub(channel), key, f"m{index}")
+    finally:
+        before.stop()
+    return start_server(data)
+
+
 @pytest.fixture
 def stub(live_server: Any) -> Iterator[sessions_pb2_grpc.SessionServiceStub]:
     with grpc.insecure_channel(live_server.address) as channel:
@@ -92,16 +104,8 @@ def test_a_resume_from_a_fresh_feeds_start_is_reset_once_the_object_was_erased(t
     """After a restart a written object's feed has carried no event: the subscriber is told its
     start. The object is erased (the stream ends, OBJECT_MOVING); the subscriber resumes from
     that start: its messages are gone, so it must be told RESET, not placed live."""
-    data, key = tmp_path / "data", "erased-after-restart"
-    before = start_server(data)
-    try:
-        with grpc.insecure_channel(before.address) as channel:
-            for index in range(3):
-                _append(sessions_pb2_grpc.SessionServiceStub(channel), key, f"m{index}")
-    finally:
-        before.stop()
-
-    server = start_server(data)  # the object's feed starts afresh
+    key = "erased-after-restart"
+    server = _written_then_restarted(tmp_path / "data", key)  # the object's feed starts afresh
     try:
         with grpc.insecure_channel(server.address) as channel:
             stub = sessions_pb2_grpc.SessionServiceStub(channel)
@@ -248,18 +252,6 @@ def test_a_revision_of_another_object_is_never_resumed_from(
             resumed.cancel()
         if same_millisecond >= 3:
             break
-
-
-def _written_then_restarted(data: Path, key: str) -> Any:
-    """A server whose object `key` holds messages and is not open: a restart's first state."""
-    before = start_server(data)
-    try:
-        with grpc.insecure_channel(before.address) as channel:
-            for index in range(3):
-                _append(sessions_pb2_grpc.SessionServiceStub(channel), key, f"m{index}")
-    finally:
-        before.stop()
-    return start_server(data)
 
 
 def _quiet_start(server: Any, stub: sessions_pb2_grpc.SessionServiceStub, key: str) -> int:
