@@ -848,10 +848,9 @@ class SessionsService:
                 and starts.key_of(resume_after) == object_key
             ):
                 # The start of a feed gone that carried no event (see QuietStarts), the object
-                # neither replaced nor removed since: a subscriber that had stayed would have
-                # been told nothing after it, so it resumes where this feed started. (The start
-                # of any fresh feed, after a restart or an idle close, once passed for one: a
-                # subscriber to an object erased meanwhile was never told.)
+                # not erased, replaced or moved since: a subscriber that had stayed would have
+                # been told nothing after it, so it resumes where this feed started, and gets
+                # what this feed carried and retains.
                 place = hub.start_revision
             try:
                 subscription = hub.subscribe(session_filter, place)
